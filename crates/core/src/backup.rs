@@ -1,0 +1,866 @@
+//! The backup pipeline.
+//!
+//! ```text
+//! readers (one per device) ─► jobs ─► compressors (one per core) ─► frames ─► writers (one per stripe)
+//!        ▲  take a buffer                 swap with a spare buffer              return the buffer │
+//!        └────────────────────────────────── pool: buffer_count × buffer_len ◄──────────────────┘
+//! ```
+//! Each compressor keeps one spare buffer; it compresses a chunk into the spare and sends the spare
+//! on, keeping the chunk's buffer as its next spare. Readers draw from the rest of the pool. So the
+//! pipeline never holds more than `buffer_count × buffer_len` bytes of chunk data (`buffer_len` is the
+//! transfer size, or lz4's worst-case output for it), and every
+//! channel is bounded. Writers take the next finished frame, so a faster stripe takes more.
+//!
+//! A [`Backup`] is a session: start it, add trees or in-memory files (a database source adds its
+//! backup_label and WAL after the data), then [`Backup::finish`] writes every stripe's footer and
+//! publishes the set. Dropping an unfinished session removes what it wrote.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use serde::Serialize;
+
+use crate::codec::{CodecKind, CodecSpec};
+use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::format::{
+    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, ZERO_FRAME, FRAME_HEADER_LEN,
+};
+use crate::manifest::{Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
+use crate::pipeline::{is_zero, NoProgress, Pool, Progress, Shared};
+use crate::source::{list_tree, Listed};
+use crate::storage::{StripeSink, TargetSpec};
+
+/// Smallest transfer size.
+pub const MIN_TRANSFER_SIZE: u64 = 64 << 10;
+/// Largest transfer size.
+pub const MAX_TRANSFER_SIZE: u64 = 16 << 20;
+/// Default transfer size (SQL Server's MAXTRANSFERSIZE default is 1 MiB too).
+pub const DEFAULT_TRANSFER_SIZE: u64 = 1 << 20;
+/// Most stripes in one set.
+pub const MAX_STRIPES: usize = 64;
+
+/// What a backup is asked to do. Built by the CLI from flags; validated by [`Tuning::resolve`].
+#[derive(Clone, Debug)]
+pub struct BackupOptions {
+    /// One entry per stripe.
+    pub targets: Vec<TargetSpec>,
+    /// Codec and level.
+    pub codec: CodecSpec,
+    /// Chunk size.
+    pub transfer_size: u64,
+    /// Buffers in the pool; default `stripes × 4 + 2 × readers`, at least `2 × threads`.
+    pub buffer_count: Option<usize>,
+    /// Reader threads; default one per device among the source's files.
+    pub readers: Option<usize>,
+    /// Compressor threads; default one per core.
+    pub threads: Option<usize>,
+    /// Free text stored in the manifest.
+    pub label: Option<String>,
+    /// Replace existing stripe files.
+    pub overwrite: bool,
+}
+
+impl BackupOptions {
+    /// Defaults for these targets: `zstd:low`, 1 MiB chunks, automatic buffers, readers and threads.
+    pub fn new(targets: Vec<TargetSpec>) -> Self {
+        BackupOptions {
+            targets,
+            codec: CodecSpec::default(),
+            transfer_size: DEFAULT_TRANSFER_SIZE,
+            buffer_count: None,
+            readers: None,
+            threads: None,
+            label: None,
+            overwrite: false,
+        }
+    }
+}
+
+/// The resolved throughput knobs and the memory budget they imply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Tuning {
+    /// Compressor threads.
+    pub threads: usize,
+    /// Reader threads.
+    pub readers: usize,
+    /// Buffers.
+    pub buffer_count: usize,
+    /// Chunk size.
+    pub transfer_size: usize,
+    /// Bytes per buffer: the transfer size, or the codec's worst-case output if larger (lz4).
+    pub buffer_len: usize,
+    /// `buffer_count × buffer_len`: the most chunk data in memory at once.
+    pub memory_budget_bytes: u64,
+}
+
+/// Cores available to this process.
+pub fn available_cores() -> usize {
+    thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+impl Tuning {
+    /// Resolve defaults and check ranges. `devices` is how many devices the source spans.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] naming the option, the value and the accepted range.
+    pub fn resolve(opts: &BackupOptions, devices: usize) -> Result<Tuning> {
+        let stripes = opts.targets.len();
+        if stripes == 0 {
+            return Err(Error::invalid("no target: give at least one --to FILE (or --to nul)"));
+        }
+        if stripes > MAX_STRIPES {
+            return Err(Error::invalid(format!("{stripes} targets: at most {MAX_STRIPES} stripes per backup")));
+        }
+        let ts = opts.transfer_size;
+        if !(MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE).contains(&ts) {
+            return Err(Error::invalid(format!(
+                "transfer size {} is out of range: use 64KiB .. 16MiB (default 1MiB)",
+                crate::size::format_size(ts)
+            )));
+        }
+        let readers = match opts.readers {
+            Some(0) => return Err(Error::invalid("--readers 0: at least one reader is needed")),
+            Some(r) => r,
+            None => devices.max(1),
+        };
+        if opts.threads == Some(0) {
+            return Err(Error::invalid("--threads 0: at least one compressor thread is needed"));
+        }
+        let cores = available_cores();
+        let default_buffers = (stripes * 4 + 2 * readers).max(2 * opts.threads.unwrap_or(cores));
+        let buffer_count = opts.buffer_count.unwrap_or(default_buffers);
+        if buffer_count < 2 {
+            return Err(Error::invalid(format!("--buffer-count {buffer_count}: at least 2 buffers are needed")));
+        }
+        // Each compressor keeps one buffer as its spare; readers need at least one more.
+        let threads = match opts.threads {
+            Some(t) if t >= buffer_count => {
+                return Err(Error::invalid(format!(
+                    "--buffer-count {buffer_count} is too small for --threads {t}: each compressor keeps one buffer, so use --buffer-count {} or more",
+                    t + 1
+                )))
+            }
+            Some(t) => t,
+            None => cores.min(buffer_count - 1),
+        };
+        let buffer_len = opts.codec.buffer_len(ts as usize);
+        Ok(Tuning {
+            threads,
+            readers,
+            buffer_count,
+            transfer_size: ts as usize,
+            buffer_len,
+            memory_budget_bytes: (buffer_count * buffer_len) as u64,
+        })
+    }
+}
+
+/// What a finished backup reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackupReport {
+    /// The set's id, hex.
+    pub backup_id: String,
+    /// Label.
+    pub label: Option<String>,
+    /// Bytes read from the source.
+    pub bytes_read: u64,
+    /// Bytes written to all stripes (headers, frames, footers).
+    pub bytes_written: u64,
+    /// Wall time from start to published.
+    pub seconds: f64,
+    /// Stripe count.
+    pub stripes: usize,
+    /// Where each stripe went.
+    pub targets: Vec<String>,
+    /// Codec family.
+    pub codec: String,
+    /// Codec spec as asked, e.g. `zstd:low`.
+    pub compression: String,
+    /// Numeric level.
+    pub level: i32,
+    /// Chunk size.
+    pub transfer_size: u64,
+    /// Buffers.
+    pub buffer_count: usize,
+    /// Readers.
+    pub readers: usize,
+    /// Compressor threads.
+    pub threads: usize,
+    /// `buffer_count × buffer_len` (see [`Tuning`]).
+    pub memory_budget_bytes: u64,
+    /// Regular files backed up.
+    pub files: usize,
+    /// All entries (files, directories, symlinks).
+    pub entries: usize,
+    /// Frames written.
+    pub frames: u64,
+    /// Chunks that were all zero (stored without payload).
+    pub zero_chunks: u64,
+    /// Chunks stored raw because compression did not pay.
+    pub raw_chunks: u64,
+    /// Files that changed while read, special files skipped, and the like.
+    pub warnings: Vec<String>,
+}
+
+impl BackupReport {
+    /// bytes_read / bytes_written.
+    pub fn ratio(&self) -> f64 {
+        if self.bytes_written == 0 {
+            0.0
+        } else {
+            self.bytes_read as f64 / self.bytes_written as f64
+        }
+    }
+}
+
+/// Back up one directory tree: list it, start a session, read everything, finish.
+///
+/// # Errors
+/// Any [`Error`] from listing, reading, compressing or writing; nothing is left that looks complete.
+pub fn backup_directory(source: &Path, opts: &BackupOptions, progress: Arc<dyn Progress>) -> Result<BackupReport> {
+    let abs = std::path::absolute(source).map_err(|e| io_at(ErrorKind::Source, "cannot resolve", source, e))?;
+    let mut warnings = Vec::new();
+    let listed = list_tree(&abs, 0, &mut warnings)?;
+    let devices = count_devices(&listed);
+    let tuning = Tuning::resolve(opts, devices)?;
+    let mut b = Backup::start(opts, tuning, progress)?;
+    b.warnings.extend(warnings);
+    b.add_tree(Root { name: String::new(), path: abs.display().to_string() }, listed)?;
+    b.finish(serde_json::json!({ "kind": "directory" }))
+}
+
+/// Distinct devices among the regular files of a listing.
+pub fn count_devices(listed: &[Listed]) -> usize {
+    let mut devs: Vec<u64> = listed.iter().filter(|l| l.entry.kind == EntryKind::File).map(|l| l.dev).collect();
+    devs.sort_unstable();
+    devs.dedup();
+    devs.len().max(1)
+}
+
+struct Job {
+    file_id: u32,
+    offset: u64,
+    len: usize,
+    buf: Vec<u8>,
+}
+
+struct Frame {
+    header: FrameHeader,
+    /// The payload buffer (`header.stored_len` bytes of it are the payload); none for a zero frame.
+    buf: Option<Vec<u8>>,
+}
+
+struct WriterOut {
+    sink: Box<dyn StripeSink>,
+    index: Vec<IndexEntry>,
+    pos: u64,
+}
+
+#[derive(Default)]
+struct CompressStats {
+    zero: u64,
+    raw: u64,
+}
+
+/// A backup in progress. See the module documentation.
+pub struct Backup {
+    id: BackupId,
+    opts: BackupOptions,
+    tuning: Tuning,
+    started: Instant,
+    started_unix_ms: i64,
+    roots: Vec<Root>,
+    entries: Vec<Entry>,
+    /// Warnings gathered so far; sources may add their own.
+    pub warnings: Vec<String>,
+    shared: Arc<Shared>,
+    pool: Arc<Pool>,
+    job_tx: Option<Sender<Job>>,
+    compressors: Vec<JoinHandle<CompressStats>>,
+    writers: Vec<JoinHandle<Option<WriterOut>>>,
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Backup {
+    /// Create every stripe (under temporary names) and start compressor and writer threads.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Target`] when a stripe cannot be created; nothing is left behind.
+    pub fn start(opts: &BackupOptions, tuning: Tuning, progress: Arc<dyn Progress>) -> Result<Backup> {
+        let mut seen = std::collections::HashSet::new();
+        for t in &opts.targets {
+            if let TargetSpec::File(p) = t {
+                let key = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+                if !seen.insert(key) {
+                    return Err(Error::invalid(format!("target {} is given twice: each stripe needs its own file", p.display())));
+                }
+            }
+        }
+        let id = BackupId::random()?;
+        let now = SystemTime::now();
+        let stripe_count = opts.targets.len();
+        let mut sinks = Vec::with_capacity(stripe_count);
+        for (k, t) in opts.targets.iter().enumerate() {
+            let mut sink = t.create(opts.overwrite)?;
+            let header = StripeHeader {
+                version: FORMAT_VERSION,
+                stripe_index: k as u16,
+                stripe_count: stripe_count as u16,
+                backup_id: id,
+                codec: opts.codec.kind,
+                level: opts.codec.level as i8,
+                transfer_size: tuning.transfer_size as u32,
+                created_unix_ms: unix_ms(now),
+            };
+            sink.write_all(&header.encode())?;
+            sinks.push(sink);
+        }
+
+        let shared = Shared::new(progress);
+        // Compressors each keep one buffer; readers may hold the rest.
+        let pool = Pool::new(tuning.buffer_count - tuning.threads, tuning.buffer_len);
+        let (job_tx, job_rx) = bounded::<Job>(tuning.buffer_count);
+        let (frame_tx, frame_rx) = bounded::<Frame>(tuning.buffer_count);
+
+        let mut compressors = Vec::with_capacity(tuning.threads);
+        for _ in 0..tuning.threads {
+            let (rx, tx, shared, pool) = (job_rx.clone(), frame_tx.clone(), shared.clone(), pool.clone());
+            let (spec, size) = (opts.codec, tuning.buffer_len);
+            compressors.push(thread::spawn(move || compress_loop(spec, size, &rx, &tx, &shared, &pool)));
+        }
+        drop(frame_tx);
+        let writers = sinks
+            .into_iter()
+            .map(|sink| {
+                let (rx, shared, pool) = (frame_rx.clone(), shared.clone(), pool.clone());
+                thread::spawn(move || write_loop(sink, &rx, &shared, &pool))
+            })
+            .collect();
+
+        Ok(Backup {
+            id,
+            opts: opts.clone(),
+            tuning,
+            started: Instant::now(),
+            started_unix_ms: unix_ms(now),
+            roots: Vec::new(),
+            entries: Vec::new(),
+            warnings: Vec::new(),
+            shared,
+            pool,
+            job_tx: Some(job_tx),
+            compressors,
+            writers,
+        })
+    }
+
+    /// The set's id.
+    pub fn id(&self) -> BackupId {
+        self.id
+    }
+
+    /// The resolved knobs.
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.shared.is_cancelled() {
+            return Err(self.shared.take_error().unwrap_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled")));
+        }
+        Ok(())
+    }
+
+    /// Add a listed tree under a new root and read every file in it, one reader per device (or the
+    /// configured number). Returns when every file has been read and handed to the compressors.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn add_tree(&mut self, root: Root, listed: Vec<Listed>) -> Result<()> {
+        self.check()?;
+        let root_id = self.roots.len() as u16;
+        self.roots.push(root);
+        let mut work = Vec::new();
+        for mut l in listed {
+            l.entry.root = root_id;
+            let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
+            if l.entry.kind == EntryKind::File {
+                work.push((file_id, l.abs.clone(), l.dev, l.entry.size));
+            }
+            self.entries.push(l.entry);
+        }
+        let total: u64 = work.iter().map(|w| w.3).sum();
+        self.shared.progress.begin("backup", total);
+        let groups = group_for_readers(work, self.opts.readers);
+        let job_tx = self.job_tx.as_ref().expect("session open");
+        let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
+            let handles: Vec<_> = groups
+                .iter()
+                .map(|g| {
+                    let (tx, shared, pool) = (job_tx.clone(), &self.shared, &self.pool);
+                    let ts = self.tuning.transfer_size;
+                    s.spawn(move || read_files(g, ts, &tx, shared, pool))
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        });
+        for o in outcomes {
+            let e = &mut self.entries[o.file_id as usize];
+            e.size = o.size;
+            e.vanished = o.vanished;
+            self.warnings.extend(o.warning);
+        }
+        self.check()
+    }
+
+    /// Add a file whose content is in memory (a database's backup_label, say) under `root`.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn add_bytes(&mut self, root: u16, path: &str, data: &[u8], mode: u32) -> Result<()> {
+        self.check()?;
+        let file_id = self.entries.len() as u32;
+        let mtime_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        // SAFETY of ids: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        self.entries.push(Entry {
+            root,
+            path: path.to_string(),
+            kind: EntryKind::File,
+            mode,
+            mtime_ns,
+            uid,
+            gid,
+            size: data.len() as u64,
+            crc32c: None,
+            target: None,
+            vanished: false,
+        });
+        let tx = self.job_tx.as_ref().expect("session open");
+        for (i, chunk) in data.chunks(self.tuning.transfer_size).enumerate() {
+            let Some(mut buf) = self.pool.take(&self.shared) else { break };
+            buf[..chunk.len()].copy_from_slice(chunk);
+            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf };
+            if tx.send(job).is_err() {
+                break;
+            }
+            self.shared.count(chunk.len() as u64);
+        }
+        self.check()
+    }
+
+    /// Drain the pipeline, write every stripe's index, manifest and trailer, make them durable and
+    /// publish them. `source` is stored in the manifest as facts about the source.
+    ///
+    /// # Errors
+    /// The first error of any thread, or of writing footers; every stripe is then removed.
+    pub fn finish(mut self, source: serde_json::Value) -> Result<BackupReport> {
+        self.shared.progress.end();
+        self.job_tx = None;
+        let mut stats = CompressStats::default();
+        for h in self.compressors.drain(..) {
+            let s = h.join().unwrap_or_default();
+            stats.zero += s.zero;
+            stats.raw += s.raw;
+        }
+        let outs: Vec<Option<WriterOut>> = self.writers.drain(..).map(|h| h.join().unwrap_or(None)).collect();
+        if let Some(e) = self.shared.take_error() {
+            return Err(e);
+        }
+        let mut outs: Vec<WriterOut> = outs.into_iter().collect::<Option<_>>().ok_or_else(|| {
+            Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
+        })?;
+
+        self.fill_checksums(&outs)?;
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            backup_id: self.id.to_hex(),
+            label: self.opts.label.clone(),
+            tool: format!("sheaf {}", env!("CARGO_PKG_VERSION")),
+            started_unix_ms: self.started_unix_ms,
+            finished_unix_ms: unix_ms(SystemTime::now()),
+            roots: std::mem::take(&mut self.roots),
+            stripes: self
+                .opts
+                .targets
+                .iter()
+                .map(|t| StripeRef { name: t.file_name(), path: stripe_path(t) })
+                .collect(),
+            options: OptionsUsed {
+                compression: self.opts.codec.to_string(),
+                codec: self.opts.codec.kind.name().into(),
+                level: self.opts.codec.level,
+                transfer_size: self.tuning.transfer_size as u64,
+                buffer_count: self.tuning.buffer_count as u64,
+                readers: self.tuning.readers as u64,
+                threads: self.tuning.threads as u64,
+            },
+            entries: std::mem::take(&mut self.entries),
+            bytes_read: self.shared.bytes.load(std::sync::atomic::Ordering::Relaxed),
+            warnings: std::mem::take(&mut self.warnings),
+            source,
+        };
+        let stored = manifest.to_stored_bytes()?;
+        let stripe_count = outs.len() as u16;
+
+        // Footers in parallel: each stripe's fsync is independent.
+        let results: Vec<Result<()>> = thread::scope(|s| {
+            let hs: Vec<_> = outs
+                .iter_mut()
+                .enumerate()
+                .map(|(k, out)| {
+                    let stored = &stored;
+                    let id = self.id;
+                    s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "footer writer panicked")))).collect()
+        });
+        if let Some(e) = results.into_iter().find_map(Result::err) {
+            outs.iter_mut().for_each(|o| o.sink.discard());
+            return Err(e);
+        }
+        for k in 0..outs.len() {
+            if let Err(e) = outs[k].sink.publish() {
+                outs.iter_mut().for_each(|o| o.sink.discard());
+                return Err(e);
+            }
+        }
+        let frames: u64 = outs.iter().map(|o| o.index.len() as u64).sum();
+        Ok(BackupReport {
+            backup_id: self.id.to_hex(),
+            label: manifest.label.clone(),
+            bytes_read: manifest.bytes_read,
+            bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            stripes: outs.len(),
+            targets: self.opts.targets.iter().map(TargetSpec::display).collect(),
+            codec: self.opts.codec.kind.name().into(),
+            compression: self.opts.codec.to_string(),
+            level: self.opts.codec.level,
+            transfer_size: self.tuning.transfer_size as u64,
+            buffer_count: self.tuning.buffer_count,
+            readers: self.tuning.readers,
+            threads: self.tuning.threads,
+            memory_budget_bytes: self.tuning.memory_budget_bytes,
+            files: manifest.file_count(),
+            entries: manifest.entries.len(),
+            frames,
+            zero_chunks: stats.zero,
+            raw_chunks: stats.raw,
+            warnings: manifest.warnings,
+        })
+    }
+
+    /// Whole-file crc32c from the chunks' crcs, checking that the chunks tile each file exactly.
+    fn fill_checksums(&mut self, outs: &[WriterOut]) -> Result<()> {
+        let mut chunks: Vec<(u32, u64, u32, u32)> =
+            outs.iter().flat_map(|o| o.index.iter().map(|e| (e.file_id, e.offset, e.raw_len, e.raw_crc))).collect();
+        chunks.sort_unstable();
+        let mut it = chunks.into_iter().peekable();
+        for (id, entry) in self.entries.iter_mut().enumerate() {
+            if entry.kind != EntryKind::File {
+                continue;
+            }
+            let mut crc = 0u32;
+            let mut covered = 0u64;
+            while let Some(&(fid, off, len, c)) = it.peek() {
+                if fid as usize != id {
+                    break;
+                }
+                if off != covered {
+                    return Err(Error::new(ErrorKind::Io, format!("internal: chunk gap in {} at {off}", entry.path)));
+                }
+                crc = crc32c::crc32c_combine(crc, c, len as usize);
+                covered += len as u64;
+                it.next();
+            }
+            if covered != entry.size {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!("internal: {} has {covered} bytes in frames but {} recorded", entry.path, entry.size),
+                ));
+            }
+            entry.crc32c = Some(crc);
+        }
+        Ok(())
+    }
+}
+
+fn stripe_path(t: &TargetSpec) -> String {
+    match t {
+        TargetSpec::Null => "nul".into(),
+        TargetSpec::File(p) => std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string(),
+    }
+}
+
+impl Drop for Backup {
+    /// An unfinished session cancels its threads; their sinks remove what they wrote.
+    fn drop(&mut self) {
+        if self.compressors.is_empty() && self.writers.is_empty() {
+            return;
+        }
+        self.shared.cancel();
+        self.job_tx = None;
+        for h in self.compressors.drain(..) {
+            let _ = h.join();
+        }
+        for h in self.writers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u8]) -> Result<()> {
+    let mut index = Vec::with_capacity(out.index.len() * crate::format::INDEX_ENTRY_LEN);
+    for e in &out.index {
+        e.encode_into(&mut index);
+    }
+    let trailer = Trailer {
+        index_offset: out.pos,
+        index_len: index.len() as u64,
+        manifest_offset: out.pos + index.len() as u64,
+        manifest_len: manifest.len() as u64,
+        frame_count: out.index.len() as u64,
+        index_crc: crc32c::crc32c(&index),
+        manifest_crc: crc32c::crc32c(manifest),
+        stripe_index: k,
+        stripe_count: n,
+        backup_id: id,
+    };
+    out.sink.write_all(&index)?;
+    out.sink.write_all(manifest)?;
+    out.sink.write_all(&trailer.encode())?;
+    out.sink.sync()
+}
+
+/// Split files among readers: by device by default (SQL Server's reader per volume), or into
+/// `readers` groups of about equal bytes.
+fn group_for_readers(work: Vec<(u32, PathBuf, u64, u64)>, readers: Option<usize>) -> Vec<Vec<(u32, PathBuf)>> {
+    match readers {
+        None => {
+            let mut by_dev: std::collections::BTreeMap<u64, Vec<(u32, PathBuf)>> = Default::default();
+            for (id, p, dev, _) in work {
+                by_dev.entry(dev).or_default().push((id, p));
+            }
+            by_dev.into_values().collect()
+        }
+        Some(n) => {
+            let mut groups: Vec<(u64, Vec<(u32, PathBuf)>)> = vec![(0, Vec::new()); n];
+            let mut sorted = work;
+            sorted.sort_by(|a, b| b.3.cmp(&a.3));
+            for (id, p, _, size) in sorted {
+                let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
+                g.0 += size.max(1);
+                g.1.push((id, p));
+            }
+            groups.into_iter().map(|g| g.1).filter(|g| !g.is_empty()).collect()
+        }
+    }
+}
+
+#[derive(Default)]
+struct ReadOutcome {
+    file_id: u32,
+    size: u64,
+    vanished: bool,
+    warning: Option<String>,
+}
+
+fn read_files(files: &[(u32, PathBuf)], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Vec<ReadOutcome> {
+    let mut out = Vec::with_capacity(files.len());
+    for (file_id, path) in files {
+        if shared.is_cancelled() {
+            break;
+        }
+        match read_one(*file_id, path, ts, tx, shared, pool) {
+            Ok(o) => out.push(o),
+            Err(e) => {
+                shared.fail(e);
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn read_one(file_id: u32, path: &Path, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Result<ReadOutcome> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(ReadOutcome {
+                file_id,
+                vanished: true,
+                warning: Some(format!("{} vanished before it was read; it is not in the backup", path.display())),
+                ..Default::default()
+            })
+        }
+        Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
+    };
+    let stat = |f: &File| f.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e));
+    let before = stat(&file)?;
+    // The size at open is what we copy: a file that grows meanwhile is reported, not chased.
+    let size = before.len();
+    // SAFETY: advisory only; the fd is valid.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+    let mut offset = 0u64;
+    let mut shrank = false;
+    while offset < size {
+        let Some(mut buf) = pool.take(shared) else { return Ok(ReadOutcome { file_id, size: offset, ..Default::default() }) };
+        let want = (size - offset).min(ts as u64) as usize;
+        let got = read_full(&mut file, &mut buf[..want]).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
+        if got == 0 {
+            pool.give(buf);
+            shrank = true;
+            break;
+        }
+        if tx.send(Job { file_id, offset, len: got, buf }).is_err() {
+            break;
+        }
+        shared.count(got as u64);
+        offset += got as u64;
+        if got < want {
+            shrank = true;
+            break;
+        }
+    }
+    let after = stat(&file)?;
+    let changed = after.len() != before.len() || after.mtime() != before.mtime() || after.mtime_nsec() != before.mtime_nsec();
+    let warning = (changed || shrank).then(|| {
+        format!(
+            "{} changed while being read (size {} at open, {} after; {} bytes backed up)",
+            path.display(),
+            before.len(),
+            after.len(),
+            offset
+        )
+    });
+    Ok(ReadOutcome { file_id, size: offset, vanished: false, warning })
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared, pool: &Pool) -> CompressStats {
+    let mut stats = CompressStats::default();
+    let mut compressor = match spec.compressor() {
+        Ok(c) => c,
+        Err(e) => {
+            shared.fail(e);
+            return stats;
+        }
+    };
+    let mut spare = if spec.kind == CodecKind::None { Vec::new() } else { vec![0u8; size] };
+    for job in rx {
+        if shared.is_cancelled() {
+            pool.give(job.buf);
+            continue;
+        }
+        let raw = &job.buf[..job.len];
+        let raw_crc = crc32c::crc32c(raw);
+        let mut header = FrameHeader {
+            file_id: job.file_id,
+            offset: job.offset,
+            raw_len: job.len as u32,
+            stored_len: 0,
+            codec: ZERO_FRAME,
+            raw_crc,
+            stored_crc: 0,
+        };
+        let frame = if is_zero(raw) {
+            stats.zero += 1;
+            pool.give(job.buf);
+            Frame { header, buf: None }
+        } else {
+            let room = compressor.room(job.len).min(spare.len());
+            match compressor.compress(raw, &mut spare[..room]) {
+                Ok(Some(n)) => {
+                    header.codec = compressor.kind() as u8;
+                    header.stored_len = n as u32;
+                    header.stored_crc = crc32c::crc32c(&spare[..n]);
+                    let payload = std::mem::replace(&mut spare, job.buf);
+                    Frame { header, buf: Some(payload) }
+                }
+                Ok(None) => {
+                    stats.raw += u64::from(spec.kind != CodecKind::None);
+                    header.codec = CodecKind::None as u8;
+                    header.stored_len = job.len as u32;
+                    header.stored_crc = raw_crc;
+                    Frame { header, buf: Some(job.buf) }
+                }
+                Err(e) => {
+                    shared.fail(e);
+                    pool.give(job.buf);
+                    continue;
+                }
+            }
+        };
+        if tx.send(frame).is_err() {
+            break;
+        }
+    }
+    stats
+}
+
+fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shared, pool: &Pool) -> Option<WriterOut> {
+    let mut index = Vec::new();
+    let mut pos = HEADER_LEN as u64;
+    for frame in rx {
+        if shared.is_cancelled() {
+            if let Some(b) = frame.buf {
+                pool.give(b);
+            }
+            continue;
+        }
+        let h = frame.header;
+        let mut result = sink.write_all(&h.encode());
+        if let (Ok(()), Some(b)) = (&result, &frame.buf) {
+            result = sink.write_all(&b[..h.stored_len as usize]);
+        }
+        if let Some(b) = frame.buf {
+            pool.give(b);
+        }
+        if let Err(e) = result {
+            shared.fail(e);
+            continue;
+        }
+        index.push(IndexEntry {
+            file_id: h.file_id,
+            offset: h.offset,
+            frame_pos: pos,
+            raw_len: h.raw_len,
+            stored_len: h.stored_len,
+            raw_crc: h.raw_crc,
+        });
+        pos += (FRAME_HEADER_LEN + h.stored_len as usize) as u64;
+    }
+    if shared.is_cancelled() {
+        sink.discard();
+        return None;
+    }
+    Some(WriterOut { sink, index, pos })
+}
+
+/// A session with default progress, for library users and tests.
+pub fn backup_directory_quiet(source: &Path, opts: &BackupOptions) -> Result<BackupReport> {
+    backup_directory(source, opts, Arc::new(NoProgress))
+}

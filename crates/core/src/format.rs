@@ -1,0 +1,436 @@
+//! The stripe format, version 1. Little-endian throughout; every region has its own crc32c so a
+//! flipped byte is named by region. See `docs/format.md` for the prose description.
+//!
+//! ```text
+//! stripe := header frame* index manifest trailer
+//! header  (64 B)  magic "SHEAF\0ST", version, stripe k of N, backup id, codec, transfer size, crc
+//! frame   (40 B header + stored bytes)  file id, offset, raw len, stored len, codec, crcs, header crc
+//! index   (32 B per frame)  file id, offset, frame position, raw len, stored len, raw crc
+//! manifest  zstd-compressed JSON, identical in every stripe of a set
+//! trailer (80 B)  index and manifest offsets, lengths and crcs, frame count, backup id, crc, magic
+//! ```
+
+use crate::codec::CodecKind;
+use crate::error::{Error, Result};
+
+/// Current format version; readers refuse newer ones.
+pub const FORMAT_VERSION: u16 = 1;
+/// Header magic.
+pub const HEADER_MAGIC: &[u8; 8] = b"SHEAF\0ST";
+/// Trailer magic, the last 8 bytes of a complete stripe.
+pub const TRAILER_MAGIC: &[u8; 8] = b"SHEAFEND";
+/// Frame header magic.
+pub const FRAME_MAGIC: &[u8; 4] = b"SFRM";
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 64;
+/// Frame header length in bytes.
+pub const FRAME_HEADER_LEN: usize = 40;
+/// Index entry length in bytes.
+pub const INDEX_ENTRY_LEN: usize = 32;
+/// Trailer length in bytes.
+pub const TRAILER_LEN: usize = 80;
+/// Codec id of a frame that stands for an all-zero chunk and has no payload.
+pub const ZERO_FRAME: u8 = 0xFF;
+
+/// A 128-bit random backup id shared by every stripe of a set.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BackupId(pub [u8; 16]);
+
+impl BackupId {
+    /// A fresh random id.
+    ///
+    /// # Errors
+    /// When the operating system's random source fails.
+    pub fn random() -> Result<Self> {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).map_err(|e| Error::new(crate::ErrorKind::Io, format!("random backup id: {e}")))?;
+        Ok(BackupId(b))
+    }
+
+    /// Lower-case hex, 32 characters.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parse 32 hex characters.
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 {
+            return None;
+        }
+        let mut b = [0u8; 16];
+        for (i, out) in b.iter_mut().enumerate() {
+            *out = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(BackupId(b))
+    }
+}
+
+impl std::fmt::Debug for BackupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// The fixed stripe header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StripeHeader {
+    /// Format version the stripe was written with.
+    pub version: u16,
+    /// This stripe's position, 0-based.
+    pub stripe_index: u16,
+    /// Number of stripes in the set.
+    pub stripe_count: u16,
+    /// The set's id.
+    pub backup_id: BackupId,
+    /// Codec the backup asked for (frames may still be stored raw or as zero frames).
+    pub codec: CodecKind,
+    /// Codec level asked for.
+    pub level: i8,
+    /// Chunk size in bytes.
+    pub transfer_size: u32,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_unix_ms: i64,
+}
+
+impl StripeHeader {
+    /// Encode with checksum.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(HEADER_MAGIC);
+        b[8..10].copy_from_slice(&self.version.to_le_bytes());
+        b[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+        b[12..14].copy_from_slice(&self.stripe_index.to_le_bytes());
+        b[14..16].copy_from_slice(&self.stripe_count.to_le_bytes());
+        b[16..32].copy_from_slice(&self.backup_id.0);
+        b[32] = self.codec as u8;
+        b[33] = self.level as u8;
+        b[34] = 0; // cipher: none (reserved for encryption)
+        b[36..40].copy_from_slice(&self.transfer_size.to_le_bytes());
+        b[40..48].copy_from_slice(&self.created_unix_ms.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and check magic, checksum and version.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`] naming what does not match.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < HEADER_LEN || &b[0..8] != HEADER_MAGIC {
+            return Err(Error::corrupt("header: not a sheaf stripe (bad magic)"));
+        }
+        if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
+            return Err(Error::corrupt("header: checksum mismatch (the header is damaged)"));
+        }
+        let version = u16_at(b, 8);
+        if version > FORMAT_VERSION {
+            return Err(Error::invalid(format!(
+                "header: format version {version} is newer than this sheaf understands ({FORMAT_VERSION}); upgrade sheaf"
+            )));
+        }
+        if b[34] != 0 {
+            return Err(Error::invalid(format!("header: cipher {} is not supported by this sheaf", b[34])));
+        }
+        let codec = CodecKind::from_id(b[32]).ok_or_else(|| Error::corrupt(format!("header: unknown codec id {}", b[32])))?;
+        Ok(StripeHeader {
+            version,
+            stripe_index: u16_at(b, 12),
+            stripe_count: u16_at(b, 14),
+            backup_id: BackupId(b[16..32].try_into().expect("16 bytes")),
+            codec,
+            level: b[33] as i8,
+            transfer_size: u32_at(b, 36),
+            created_unix_ms: i64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+/// What a frame header says about the chunk that follows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// File the chunk belongs to (index into the manifest's entries).
+    pub file_id: u32,
+    /// Byte offset of the chunk in that file.
+    pub offset: u64,
+    /// Raw (uncompressed) length.
+    pub raw_len: u32,
+    /// Stored length (0 for a zero frame).
+    pub stored_len: u32,
+    /// Codec id of the payload, or [`ZERO_FRAME`].
+    pub codec: u8,
+    /// crc32c of the raw bytes.
+    pub raw_crc: u32,
+    /// crc32c of the stored bytes.
+    pub stored_crc: u32,
+}
+
+impl FrameHeader {
+    /// Encode with checksum.
+    pub fn encode(&self) -> [u8; FRAME_HEADER_LEN] {
+        let mut b = [0u8; FRAME_HEADER_LEN];
+        b[0..4].copy_from_slice(FRAME_MAGIC);
+        b[4..8].copy_from_slice(&self.file_id.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..20].copy_from_slice(&self.raw_len.to_le_bytes());
+        b[20..24].copy_from_slice(&self.stored_len.to_le_bytes());
+        b[24] = self.codec;
+        b[28..32].copy_from_slice(&self.raw_crc.to_le_bytes());
+        b[32..36].copy_from_slice(&self.stored_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..36]);
+        b[36..40].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and check magic and checksum.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < FRAME_HEADER_LEN || &b[0..4] != FRAME_MAGIC {
+            return Err(Error::corrupt("frame header: bad magic"));
+        }
+        if crc32c::crc32c(&b[..36]) != u32_at(b, 36) {
+            return Err(Error::corrupt("frame header: checksum mismatch (the frame header is damaged)"));
+        }
+        Ok(FrameHeader {
+            file_id: u32_at(b, 4),
+            offset: u64_at(b, 8),
+            raw_len: u32_at(b, 16),
+            stored_len: u32_at(b, 20),
+            codec: b[24],
+            raw_crc: u32_at(b, 28),
+            stored_crc: u32_at(b, 32),
+        })
+    }
+
+    /// The codec of the payload, or `None` for a zero frame.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`] for an unknown codec id.
+    pub fn codec_kind(&self) -> Result<Option<CodecKind>> {
+        if self.codec == ZERO_FRAME {
+            return Ok(None);
+        }
+        CodecKind::from_id(self.codec)
+            .map(Some)
+            .ok_or_else(|| Error::corrupt(format!("frame header: unknown codec id {}", self.codec)))
+    }
+}
+
+/// One index entry: where a chunk's frame sits in this stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// File id.
+    pub file_id: u32,
+    /// Offset of the chunk in the file.
+    pub offset: u64,
+    /// Byte position of the frame header in the stripe.
+    pub frame_pos: u64,
+    /// Raw length.
+    pub raw_len: u32,
+    /// Stored length.
+    pub stored_len: u32,
+    /// crc32c of the raw bytes.
+    pub raw_crc: u32,
+}
+
+impl IndexEntry {
+    /// Append the encoding to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.file_id.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.frame_pos.to_le_bytes());
+        out.extend_from_slice(&self.raw_len.to_le_bytes());
+        out.extend_from_slice(&self.stored_len.to_le_bytes());
+        out.extend_from_slice(&self.raw_crc.to_le_bytes());
+    }
+
+    /// Decode a whole index region (its crc is checked by the caller against the trailer).
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`] when the length is not a whole number of entries.
+    pub fn decode_all(b: &[u8]) -> Result<Vec<IndexEntry>> {
+        if b.len() % INDEX_ENTRY_LEN != 0 {
+            return Err(Error::corrupt(format!("index: length {} is not a multiple of {INDEX_ENTRY_LEN}", b.len())));
+        }
+        Ok(b.chunks_exact(INDEX_ENTRY_LEN)
+            .map(|e| IndexEntry {
+                file_id: u32_at(e, 0),
+                offset: u64_at(e, 4),
+                frame_pos: u64_at(e, 12),
+                raw_len: u32_at(e, 20),
+                stored_len: u32_at(e, 24),
+                raw_crc: u32_at(e, 28),
+            })
+            .collect())
+    }
+}
+
+/// The fixed trailer: where the index and manifest are and their checksums.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trailer {
+    /// Offset of the index region.
+    pub index_offset: u64,
+    /// Length of the index region.
+    pub index_len: u64,
+    /// Offset of the manifest region.
+    pub manifest_offset: u64,
+    /// Length of the (compressed) manifest region.
+    pub manifest_len: u64,
+    /// Number of frames in this stripe.
+    pub frame_count: u64,
+    /// crc32c of the index region.
+    pub index_crc: u32,
+    /// crc32c of the manifest region.
+    pub manifest_crc: u32,
+    /// This stripe's position.
+    pub stripe_index: u16,
+    /// Stripes in the set.
+    pub stripe_count: u16,
+    /// The set's id.
+    pub backup_id: BackupId,
+}
+
+impl Trailer {
+    /// Encode with checksum and magic.
+    pub fn encode(&self) -> [u8; TRAILER_LEN] {
+        let mut b = [0u8; TRAILER_LEN];
+        b[0..8].copy_from_slice(&self.index_offset.to_le_bytes());
+        b[8..16].copy_from_slice(&self.index_len.to_le_bytes());
+        b[16..24].copy_from_slice(&self.manifest_offset.to_le_bytes());
+        b[24..32].copy_from_slice(&self.manifest_len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.frame_count.to_le_bytes());
+        b[40..44].copy_from_slice(&self.index_crc.to_le_bytes());
+        b[44..48].copy_from_slice(&self.manifest_crc.to_le_bytes());
+        b[48..50].copy_from_slice(&self.stripe_index.to_le_bytes());
+        b[50..52].copy_from_slice(&self.stripe_count.to_le_bytes());
+        b[52..68].copy_from_slice(&self.backup_id.0);
+        let crc = crc32c::crc32c(&b[..68]);
+        b[68..72].copy_from_slice(&crc.to_le_bytes());
+        b[72..80].copy_from_slice(TRAILER_MAGIC);
+        b
+    }
+
+    /// Decode and check magic and checksum.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Incomplete`] when the magic is missing (a truncated or unfinished stripe),
+    /// [`crate::ErrorKind::Corrupt`] when the checksum does not match.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < TRAILER_LEN || &b[72..80] != TRAILER_MAGIC {
+            return Err(Error::incomplete(
+                "trailer: missing (the stripe is truncated or its backup never finished)",
+            ));
+        }
+        if crc32c::crc32c(&b[..68]) != u32_at(b, 68) {
+            return Err(Error::corrupt("trailer: checksum mismatch (the trailer is damaged)"));
+        }
+        Ok(Trailer {
+            index_offset: u64_at(b, 0),
+            index_len: u64_at(b, 8),
+            manifest_offset: u64_at(b, 16),
+            manifest_len: u64_at(b, 24),
+            frame_count: u64_at(b, 32),
+            index_crc: u32_at(b, 40),
+            manifest_crc: u32_at(b, 44),
+            stripe_index: u16_at(b, 48),
+            stripe_count: u16_at(b, 50),
+            backup_id: BackupId(b[52..68].try_into().expect("16 bytes")),
+        })
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> StripeHeader {
+        StripeHeader {
+            version: FORMAT_VERSION,
+            stripe_index: 1,
+            stripe_count: 3,
+            backup_id: BackupId([7; 16]),
+            codec: CodecKind::Zstd,
+            level: -5,
+            transfer_size: 1 << 20,
+            created_unix_ms: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn header_round_trip_and_every_flipped_byte_is_caught() {
+        let b = header().encode();
+        assert_eq!(StripeHeader::decode(&b).unwrap(), header());
+        for i in 0..HEADER_LEN {
+            let mut bad = b;
+            bad[i] ^= 0x10;
+            assert!(StripeHeader::decode(&bad).is_err(), "flip at {i} not caught");
+        }
+    }
+
+    #[test]
+    fn frame_header_round_trip_and_flips() {
+        let f = FrameHeader { file_id: 9, offset: 1 << 33, raw_len: 65536, stored_len: 100, codec: 3, raw_crc: 1, stored_crc: 2 };
+        let b = f.encode();
+        assert_eq!(FrameHeader::decode(&b).unwrap(), f);
+        for i in 0..FRAME_HEADER_LEN {
+            let mut bad = b;
+            bad[i] ^= 1;
+            assert!(FrameHeader::decode(&bad).is_err(), "flip at {i} not caught");
+        }
+    }
+
+    #[test]
+    fn trailer_round_trip_and_flips() {
+        let t = Trailer {
+            index_offset: 1,
+            index_len: 2,
+            manifest_offset: 3,
+            manifest_len: 4,
+            frame_count: 5,
+            index_crc: 6,
+            manifest_crc: 7,
+            stripe_index: 0,
+            stripe_count: 2,
+            backup_id: BackupId([1; 16]),
+        };
+        let b = t.encode();
+        assert_eq!(Trailer::decode(&b).unwrap(), t);
+        for i in 0..TRAILER_LEN {
+            let mut bad = b;
+            bad[i] ^= 0x80;
+            assert!(Trailer::decode(&bad).is_err(), "flip at {i} not caught");
+        }
+        let mut cut = b;
+        cut[79] = 0;
+        assert_eq!(Trailer::decode(&cut).unwrap_err().kind(), crate::ErrorKind::Incomplete);
+    }
+
+    #[test]
+    fn index_round_trip() {
+        let e = IndexEntry { file_id: 3, offset: 4096, frame_pos: 64, raw_len: 10, stored_len: 5, raw_crc: 77 };
+        let mut v = Vec::new();
+        e.encode_into(&mut v);
+        e.encode_into(&mut v);
+        assert_eq!(IndexEntry::decode_all(&v).unwrap(), vec![e, e]);
+        assert!(IndexEntry::decode_all(&v[..33]).is_err());
+    }
+
+    #[test]
+    fn backup_id_hex() {
+        let id = BackupId::random().unwrap();
+        assert_eq!(BackupId::from_hex(&id.to_hex()), Some(id));
+        assert_eq!(BackupId::from_hex("zz"), None);
+    }
+}

@@ -1,0 +1,32 @@
+//! sheaf-core: the engine of sheaf, a striped, chunk-parallel, compressed backup format and the
+//! pipelines that write and read it.
+//!
+//! - [`backup`]: [`Backup`] sessions and [`backup_directory`]; [`BackupOptions`] and [`Tuning`].
+//! - [`set`]: [`BackupSet`] (open and check a set) and [`verify`].
+//! - [`restore`]: [`restore()`] with [`RestoreOptions`].
+//! - [`codec`]: [`CodecSpec`] and the codec factory.
+//! - [`format`]: the on-disk stripe format; [`manifest`]: what a backup holds.
+//! - [`storage`]: where stripes go ([`TargetSpec`], [`StripeSink`], [`StripeSource`]).
+//!
+//! The library never prints or exits; progress goes through the [`Progress`] trait and failures are
+//! [`Error`]s with an [`ErrorKind`].
+
+pub mod backup;
+pub mod codec;
+pub mod error;
+pub mod format;
+pub mod manifest;
+pub mod pipeline;
+pub mod restore;
+pub mod set;
+pub mod size;
+pub mod source;
+pub mod storage;
+
+pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Tuning};
+pub use codec::{CodecKind, CodecSpec};
+pub use error::{Error, ErrorKind, Result};
+pub use pipeline::{NoProgress, Progress};
+pub use restore::{restore, RestoreOptions, RestoreReport};
+pub use set::{verify, BackupSet, VerifyReport};
+pub use storage::{StripeSink, StripeSource, TargetSpec};

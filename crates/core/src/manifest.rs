@@ -1,0 +1,199 @@
+//! The backup manifest: what was backed up (every entry with size, mode, times, owner and whole-file
+//! checksum), how (options), from where (source roots and facts), and which stripes make the set.
+//! Serialised as JSON, compressed with zstd, and stored in every stripe's footer.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The kind of a manifest entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// A regular file; its bytes are in the frames.
+    File,
+    /// A directory (kept even when empty).
+    Dir,
+    /// A symbolic link; `target` holds where it points.
+    Symlink,
+}
+
+/// One file, directory or symlink, relative to one of the backup's roots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Index into [`Manifest::roots`].
+    pub root: u16,
+    /// Path relative to the root, `/`-separated; `""` is the root itself.
+    pub path: String,
+    /// Kind.
+    pub kind: EntryKind,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Bytes backed up (files only): what was read, which is the size at read time.
+    #[serde(default)]
+    pub size: u64,
+    /// crc32c of the whole file content (files only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<u32>,
+    /// Link target (symlinks only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The file disappeared between listing and reading; it is not restored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vanished: bool,
+}
+
+/// A source root: a directory whose tree was backed up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Root {
+    /// Short name (`""` for the main root; later e.g. a tablespace OID).
+    pub name: String,
+    /// Absolute path at backup time.
+    pub path: String,
+}
+
+/// One stripe of the set as the backup wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StripeRef {
+    /// File name (no folder); restore looks for it beside any stripe it was given.
+    pub name: String,
+    /// Where the backup wrote it.
+    pub path: String,
+}
+
+/// The options a backup ran with, recorded so a restore and `sheaf show` can tell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OptionsUsed {
+    /// Codec spec as given, e.g. `zstd:low`.
+    pub compression: String,
+    /// Codec family.
+    pub codec: String,
+    /// Numeric level.
+    pub level: i32,
+    /// Chunk size in bytes.
+    pub transfer_size: u64,
+    /// Buffers in the pool.
+    pub buffer_count: u64,
+    /// Reader threads.
+    pub readers: u64,
+    /// Compressor threads.
+    pub threads: u64,
+}
+
+/// The whole manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version of the stripes.
+    pub format_version: u16,
+    /// The set's id, hex.
+    pub backup_id: String,
+    /// User label.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Program and version that wrote it.
+    pub tool: String,
+    /// Start, milliseconds since the epoch.
+    pub started_unix_ms: i64,
+    /// End of reading, milliseconds since the epoch.
+    pub finished_unix_ms: i64,
+    /// Source roots.
+    pub roots: Vec<Root>,
+    /// Stripes of the set, in stripe order.
+    pub stripes: Vec<StripeRef>,
+    /// Options used.
+    pub options: OptionsUsed,
+    /// Every entry; a frame's file id is an index into this list.
+    pub entries: Vec<Entry>,
+    /// Bytes read from the source.
+    pub bytes_read: u64,
+    /// Things a DBA should know: files that changed while being read, skipped special files.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// Facts about the source (e.g. PostgreSQL's system identifier and LSNs); free-form.
+    #[serde(default)]
+    pub source: serde_json::Value,
+}
+
+impl Manifest {
+    /// Serialise and compress for storage in a footer.
+    ///
+    /// # Errors
+    /// Only on an internal serialisation failure.
+    pub fn to_stored_bytes(&self) -> Result<Vec<u8>> {
+        let json = serde_json::to_vec(self).map_err(|e| Error::invalid(format!("manifest: {e}")))?;
+        zstd::bulk::compress(&json, 3).map_err(|e| Error::new(crate::ErrorKind::Io, format!("manifest: {e}")))
+    }
+
+    /// Decompress and parse a footer's manifest region.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`] when it does not decode.
+    pub fn from_stored_bytes(b: &[u8]) -> Result<Self> {
+        let mut d = zstd::stream::read::Decoder::new(b)
+            .map_err(|e| Error::corrupt(format!("manifest: does not decompress: {e}")))?;
+        serde_json::from_reader(&mut d).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))
+    }
+
+    /// Number of regular files.
+    pub fn file_count(&self) -> usize {
+        self.entries.iter().filter(|e| e.kind == EntryKind::File).count()
+    }
+
+    /// Total bytes of regular files.
+    pub fn total_file_bytes(&self) -> u64 {
+        self.entries.iter().filter(|e| e.kind == EntryKind::File).map(|e| e.size).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_round_trip() {
+        let m = Manifest {
+            format_version: 1,
+            backup_id: "00".repeat(16),
+            label: Some("nightly".into()),
+            tool: "sheaf test".into(),
+            started_unix_ms: 1,
+            finished_unix_ms: 2,
+            roots: vec![Root { name: String::new(), path: "/data".into() }],
+            stripes: vec![StripeRef { name: "a.sheaf".into(), path: "/b/a.sheaf".into() }],
+            options: OptionsUsed {
+                compression: "zstd:low".into(),
+                codec: "zstd".into(),
+                level: 1,
+                transfer_size: 1 << 20,
+                buffer_count: 8,
+                readers: 1,
+                threads: 2,
+            },
+            entries: vec![Entry {
+                root: 0,
+                path: "x".into(),
+                kind: EntryKind::File,
+                mode: 0o600,
+                mtime_ns: 5,
+                uid: 0,
+                gid: 0,
+                size: 3,
+                crc32c: Some(9),
+                target: None,
+                vanished: false,
+            }],
+            bytes_read: 3,
+            warnings: vec![],
+            source: serde_json::json!({"kind": "directory"}),
+        };
+        let b = m.to_stored_bytes().unwrap();
+        assert_eq!(Manifest::from_stored_bytes(&b).unwrap(), m);
+        assert_eq!(Manifest::from_stored_bytes(&b[..b.len() / 2]).unwrap_err().kind(), crate::ErrorKind::Corrupt);
+    }
+}

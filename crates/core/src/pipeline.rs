@@ -1,0 +1,180 @@
+//! Pieces the backup and restore pipelines share: the bounded buffer pool, the first-error-wins
+//! failure slot that cancels every thread, and the progress trait the caller draws.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+
+use crate::error::Error;
+
+/// Receives progress; the library never draws. All methods have empty defaults.
+pub trait Progress: Send + Sync {
+    /// A phase begins (`"backup"`, `"restore"`, `"verify"`) with this many bytes to process.
+    fn begin(&self, _phase: &str, _total_bytes: u64) {}
+    /// `bytes` more were processed.
+    fn advance(&self, _bytes: u64) {}
+    /// The phase is over.
+    fn end(&self) {}
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// State every thread of one operation shares: the first error, a cancel flag, counters.
+pub(crate) struct Shared {
+    cancelled: AtomicBool,
+    error: Mutex<Option<Error>>,
+    pub(crate) progress: Arc<dyn Progress>,
+    pub(crate) bytes: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(progress: Arc<dyn Progress>) -> Arc<Self> {
+        Arc::new(Shared { cancelled: AtomicBool::new(false), error: Mutex::new(None), progress, bytes: AtomicU64::new(0) })
+    }
+
+    /// Record `e` if it is the first error, and cancel everything.
+    pub(crate) fn fail(&self, e: Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// Cancel without an error of our own (the caller gave up).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn take_error(&self) -> Option<Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub(crate) fn count(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+        self.progress.advance(n);
+    }
+}
+
+/// At most `cap` buffers of `size` bytes, allocated on first need and recycled. `take` blocks while
+/// all are in use: this is what bounds the memory of a pipeline to `cap × size`.
+pub(crate) struct Pool {
+    tx: Sender<Vec<u8>>,
+    rx: Receiver<Vec<u8>>,
+    allocated: AtomicUsize,
+    cap: usize,
+    size: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(cap: usize, size: usize) -> Arc<Self> {
+        let (tx, rx) = bounded(cap.max(1));
+        Arc::new(Pool { tx, rx, allocated: AtomicUsize::new(0), cap, size })
+    }
+
+    /// A buffer of `size` bytes, or `None` once `shared` is cancelled.
+    pub(crate) fn take(&self, shared: &Shared) -> Option<Vec<u8>> {
+        loop {
+            if let Ok(b) = self.rx.try_recv() {
+                return Some(b);
+            }
+            let n = self.allocated.load(Ordering::Relaxed);
+            if n < self.cap
+                && self.allocated.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+            {
+                return Some(vec![0u8; self.size]);
+            }
+            if shared.is_cancelled() {
+                return None;
+            }
+            // A buffer dropped by a failing thread never comes back; the timeout lets us see the
+            // cancel flag instead of waiting forever.
+            match self.rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(b) => return Some(b),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// Return a buffer.
+    pub(crate) fn give(&self, b: Vec<u8>) {
+        // Never full: at most `cap` buffers exist.
+        let _ = self.tx.try_send(b);
+    }
+
+    /// Buffers allocated so far (for tests and reports).
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> usize {
+        self.allocated.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether every byte is zero (an unwritten or sparse region).
+pub(crate) fn is_zero(b: &[u8]) -> bool {
+    let (pre, mid, post) = unsafe { b.align_to::<u128>() };
+    pre.iter().all(|&x| x == 0) && mid.iter().all(|&x| x == 0) && post.iter().all(|&x| x == 0)
+}
+
+/// crc32c of `len` zero bytes, without a buffer of that size.
+pub(crate) fn zero_crc(len: usize) -> u32 {
+    const Z: [u8; 4096] = [0; 4096];
+    let mut crc = 0;
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(Z.len());
+        crc = crc32c::crc32c_append(crc, &Z[..n]);
+        left -= n;
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_bounds_allocation_and_recycles() {
+        let shared = Shared::new(Arc::new(NoProgress));
+        let pool = Pool::new(2, 16);
+        let a = pool.take(&shared).unwrap();
+        let b = pool.take(&shared).unwrap();
+        assert_eq!(pool.allocated(), 2);
+        pool.give(a);
+        let c = pool.take(&shared).unwrap();
+        assert_eq!(pool.allocated(), 2, "a returned buffer is reused, not a new one made");
+        shared.cancel();
+        assert!(pool.take(&shared).is_none(), "a cancelled take returns instead of waiting forever");
+        drop((b, c));
+    }
+
+    #[test]
+    fn zero_detection_and_crc() {
+        let mut v = vec![0u8; 10_001];
+        assert!(is_zero(&v));
+        assert_eq!(zero_crc(v.len()), crc32c::crc32c(&v));
+        v[10_000] = 1;
+        assert!(!is_zero(&v));
+        v[10_000] = 0;
+        v[3] = 1;
+        assert!(!is_zero(&v));
+        assert!(is_zero(&[]));
+    }
+
+    #[test]
+    fn first_error_wins() {
+        let shared = Shared::new(Arc::new(NoProgress));
+        shared.fail(Error::corrupt("first"));
+        shared.fail(Error::corrupt("second"));
+        assert!(shared.is_cancelled());
+        assert_eq!(shared.take_error().unwrap().message(), "first");
+    }
+}

@@ -1,0 +1,444 @@
+//! Restore: parallel read of every stripe, parallel decompression, positional writes into files
+//! sized up front, then owners, modes, times and fsync. `--relocate OLD=NEW` moves a subtree (SQL
+//! Server's WITH MOVE). A target that already holds data is refused unless forced. While a restore
+//! runs its target holds [`INCOMPLETE_MARKER`]; a failed restore into an empty target removes what it
+//! wrote, and one into a forced, non-empty target leaves the marker so nobody mistakes it for whole.
+
+use std::collections::HashSet;
+use std::fs::{self, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::manifest::{Entry, EntryKind, Manifest};
+use crate::pipeline::Progress;
+use crate::set::{scan, BackupSet, ChunkSink};
+use crate::storage::local::sync_dir;
+
+/// Name of the file a restore keeps in its target until it has finished.
+pub const INCOMPLETE_MARKER: &str = ".sheaf-restore-incomplete";
+
+/// How to restore.
+#[derive(Clone, Debug)]
+pub struct RestoreOptions {
+    /// Where the backup's main root goes.
+    pub target: PathBuf,
+    /// `(OLD, NEW)`: entries under OLD (a path inside the backup, or an original absolute path)
+    /// go under NEW instead.
+    pub relocate: Vec<(String, PathBuf)>,
+    /// Restore into non-empty directories, replacing what is in the way.
+    pub force: bool,
+    /// Decompressor threads (default: one per core).
+    pub threads: Option<usize>,
+}
+
+impl RestoreOptions {
+    /// Restore into `target` with defaults.
+    pub fn new(target: impl Into<PathBuf>) -> Self {
+        RestoreOptions { target: target.into(), relocate: Vec::new(), force: false, threads: None }
+    }
+}
+
+/// Parse `OLD=NEW`.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`] when there is no `=` or a side is empty.
+pub fn parse_relocation(text: &str) -> Result<(String, PathBuf)> {
+    match text.split_once('=') {
+        Some((old, new)) if !old.is_empty() && !new.is_empty() => {
+            Ok((old.trim_end_matches('/').to_string(), PathBuf::from(new)))
+        }
+        _ => Err(Error::invalid(format!("--relocate '{text}': write OLD=NEW, e.g. --relocate base/16384=/mnt/fast/16384"))),
+    }
+}
+
+/// What a restore reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreReport {
+    /// The set's id.
+    pub backup_id: String,
+    /// Where the main root went.
+    pub target: String,
+    /// Stripes read.
+    pub stripes: usize,
+    /// Regular files restored.
+    pub files: usize,
+    /// Entries restored (files, directories, symlinks).
+    pub entries: usize,
+    /// Raw bytes restored.
+    pub bytes_written: u64,
+    /// Bytes read from stripes.
+    pub bytes_read: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Decompressor threads.
+    pub threads: usize,
+}
+
+/// Restore the set `stripes` belong to.
+///
+/// # Errors
+/// Any problem opening or reading the set (naming stripe and region), a non-empty target without
+/// `force`, a relocation that matches nothing, or an I/O failure writing the target.
+pub fn restore(stripes: &[PathBuf], opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+    let t0 = Instant::now();
+    let set = BackupSet::open(stripes)?;
+    let plan = Plan::new(&set.manifest, opts)?;
+    let prepared = plan.prepare_roots(opts.force)?;
+    let result = plan.run(&set, opts, progress);
+    if let Err(e) = result {
+        return Err(plan.clean_up_after(e, &prepared));
+    }
+    Ok(RestoreReport {
+        backup_id: set.manifest.backup_id.clone(),
+        target: opts.target.display().to_string(),
+        stripes: set.stripes.len(),
+        files: set.manifest.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).count(),
+        entries: set.manifest.entries.len(),
+        bytes_written: set.raw_bytes(),
+        bytes_read: set.stored_bytes(),
+        seconds: t0.elapsed().as_secs_f64(),
+        threads: opts.threads.unwrap_or_else(crate::backup::available_cores),
+    })
+}
+
+struct Plan<'m> {
+    manifest: &'m Manifest,
+    /// Destination of each entry (None: not restored).
+    dest: Vec<Option<PathBuf>>,
+    /// Folders that receive a tree: the target and each relocation or extra root.
+    roots: Vec<PathBuf>,
+    marker: PathBuf,
+}
+
+/// What each destination root looked like before we started, for clean-up.
+struct Prepared {
+    was_empty: Vec<bool>,
+}
+
+impl<'m> Plan<'m> {
+    fn new(manifest: &'m Manifest, opts: &RestoreOptions) -> Result<Self> {
+        let mut relocs: Vec<(&str, &Path, bool)> = opts.relocate.iter().map(|(o, n)| (o.as_str(), n.as_path(), false)).collect();
+        // Longest prefix wins.
+        relocs.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
+        let mut roots = vec![opts.target.clone()];
+        let mut dest = Vec::with_capacity(manifest.entries.len());
+        for e in &manifest.entries {
+            if e.vanished {
+                dest.push(None);
+                continue;
+            }
+            let root = &manifest.roots[e.root as usize];
+            let logical = if root.name.is_empty() { e.path.clone() } else { join_rel(&root.name, &e.path) };
+            let original = join_rel(&root.path, &e.path);
+            let mut placed = None;
+            for r in relocs.iter_mut() {
+                for candidate in [&logical, &original] {
+                    if let Some(rest) = strip_prefix(candidate, r.0) {
+                        r.2 = true;
+                        placed = Some(if rest.is_empty() { r.1.to_path_buf() } else { r.1.join(rest) });
+                        break;
+                    }
+                }
+                if placed.is_some() {
+                    break;
+                }
+            }
+            let p = match placed {
+                Some(p) => p,
+                None if e.root == 0 => {
+                    if e.path.is_empty() {
+                        opts.target.clone()
+                    } else {
+                        opts.target.join(&e.path)
+                    }
+                }
+                None => PathBuf::from(&original),
+            };
+            dest.push(Some(p));
+        }
+        if let Some(r) = relocs.iter().find(|r| !r.2) {
+            return Err(Error::invalid(format!(
+                "--relocate {}={}: nothing in the backup is under '{}'; give a path inside the backup (as `sheaf verify --json` lists) or an original absolute path",
+                r.0,
+                r.1.display(),
+                r.0
+            )));
+        }
+        for (o, n) in &opts.relocate {
+            let _ = o;
+            roots.push(n.clone());
+        }
+        for (k, root) in manifest.roots.iter().enumerate().skip(1) {
+            let relocated = manifest.entries.iter().zip(&dest).any(|(e, d)| {
+                e.root as usize == k && e.path.is_empty() && d.as_deref() != Some(Path::new(&root.path))
+            });
+            if !relocated {
+                roots.push(PathBuf::from(&root.path));
+            }
+        }
+        let mut seen = HashSet::new();
+        roots.retain(|r| seen.insert(r.clone()));
+        let marker = opts.target.join(INCOMPLETE_MARKER);
+        Ok(Plan { manifest, dest, roots, marker })
+    }
+
+    /// Refuse non-empty roots unless forced; create missing ones; write the marker.
+    fn prepare_roots(&self, force: bool) -> Result<Prepared> {
+        let mut was_empty = Vec::with_capacity(self.roots.len());
+        for r in &self.roots {
+            match fs::read_dir(r) {
+                Ok(mut rd) => {
+                    let first = rd.next();
+                    if let Some(Ok(item)) = &first {
+                        if !force {
+                            return Err(Error::new(
+                                ErrorKind::TargetNotEmpty,
+                                format!(
+                                    "restore target {} is not empty (it holds {:?}, among others): choose an empty or new directory, or pass --force to overwrite what is there",
+                                    r.display(),
+                                    item.file_name()
+                                ),
+                            ));
+                        }
+                    }
+                    was_empty.push(first.is_none());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    fs::create_dir_all(r).map_err(|e| io_at(ErrorKind::Target, "cannot create restore target", r, e))?;
+                    was_empty.push(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                    return Err(Error::new(ErrorKind::Target, format!("restore target {} is a file, not a directory", r.display())))
+                }
+                Err(e) => return Err(io_at(ErrorKind::Target, "cannot read restore target", r, e)),
+            }
+        }
+        fs::write(&self.marker, self.manifest.backup_id.as_bytes())
+            .map_err(|e| io_at(ErrorKind::Target, "cannot write to restore target", &self.marker, e))?;
+        Ok(Prepared { was_empty })
+    }
+
+    fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<()> {
+        let entries = &self.manifest.entries;
+        // Directories first (parents before children: the listing is in tree order), owner-writable
+        // until the end so that their contents can be created.
+        for (e, d) in entries.iter().zip(&self.dest) {
+            let (Some(d), EntryKind::Dir) = (d, e.kind) else { continue };
+            match fs::symlink_metadata(d) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => remove_any(d)?,
+                Err(_) => {}
+            }
+            fs::create_dir_all(d).map_err(|e| io_at(ErrorKind::Target, "cannot create directory", d, e))?;
+            fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_at(ErrorKind::Target, "cannot set mode of", d, e))?;
+        }
+        for (e, d) in entries.iter().zip(&self.dest) {
+            let Some(d) = d else { continue };
+            match e.kind {
+                EntryKind::File => {
+                    if let Ok(m) = fs::symlink_metadata(d) {
+                        if !m.is_file() {
+                            remove_any(d)?;
+                        }
+                    }
+                    ensure_parent(d)?;
+                    let f = OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .mode_0600()
+                        .open(d)
+                        .map_err(|e| io_at(ErrorKind::Target, "cannot create file", d, e))?;
+                    // Sized up front: chunks land by position, and all-zero chunks need no write.
+                    f.set_len(e.size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", d, e))?;
+                }
+                EntryKind::Symlink => {
+                    if fs::symlink_metadata(d).is_ok() {
+                        remove_any(d)?;
+                    }
+                    ensure_parent(d)?;
+                    std::os::unix::fs::symlink(e.target.as_deref().unwrap_or_default(), d)
+                        .map_err(|e| io_at(ErrorKind::Target, "cannot create symlink", d, e))?;
+                }
+                EntryKind::Dir => {}
+            }
+        }
+
+        scan(set, opts.threads, progress, &Writer { dest: &self.dest })?;
+
+        // Durable contents, then metadata: files and links, then directories deepest first.
+        let files: Vec<&Path> = entries
+            .iter()
+            .zip(&self.dest)
+            .filter_map(|(e, d)| (e.kind == EntryKind::File).then_some(d.as_deref()).flatten())
+            .collect();
+        fsync_all(&files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
+        let as_root = unsafe { libc::geteuid() } == 0;
+        for (e, d) in entries.iter().zip(&self.dest) {
+            if let (Some(d), false) = (d, e.kind == EntryKind::Dir) {
+                apply_metadata(e, d, as_root)?;
+            }
+        }
+        let mut dirs: Vec<(&Entry, &PathBuf)> =
+            entries.iter().zip(&self.dest).filter_map(|(e, d)| d.as_ref().filter(|_| e.kind == EntryKind::Dir).map(|d| (e, d))).collect();
+        dirs.sort_by_key(|(_, d)| std::cmp::Reverse(d.components().count()));
+        fs::remove_file(&self.marker).map_err(|e| io_at(ErrorKind::Target, "cannot remove", &self.marker, e))?;
+        for (e, d) in dirs {
+            apply_metadata(e, d, as_root)?;
+            sync_dir(d).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", d, e))?;
+        }
+        for r in &self.roots {
+            sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
+        }
+        Ok(())
+    }
+
+    fn clean_up_after(&self, e: Error, prepared: &Prepared) -> Error {
+        let mut removed = true;
+        for (r, &empty) in self.roots.iter().zip(&prepared.was_empty) {
+            if empty {
+                if let Ok(rd) = fs::read_dir(r) {
+                    for item in rd.flatten() {
+                        removed &= remove_any(&item.path()).is_ok();
+                    }
+                }
+            } else {
+                removed = false;
+            }
+        }
+        if removed {
+            e.context(format!("restore failed and what it wrote was removed from {}", self.roots[0].display()))
+        } else {
+            // The marker stays (or is written again) so the target never looks whole.
+            let _ = fs::write(&self.marker, self.manifest.backup_id.as_bytes());
+            e.context(format!(
+                "restore failed; {} is incomplete (marked by {INCOMPLETE_MARKER})",
+                self.roots[0].display()
+            ))
+        }
+    }
+}
+
+trait Mode0600 {
+    fn mode_0600(&mut self) -> &mut Self;
+}
+impl Mode0600 for OpenOptions {
+    fn mode_0600(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
+    }
+}
+
+struct Writer<'a> {
+    dest: &'a [Option<PathBuf>],
+}
+
+impl ChunkSink for Writer<'_> {
+    fn chunk(&self, file_id: u32, offset: u64, _len: usize, data: Option<&[u8]>) -> Result<()> {
+        let (Some(data), Some(path)) = (data, &self.dest[file_id as usize]) else { return Ok(()) };
+        let f = OpenOptions::new().write(true).open(path).map_err(|e| io_at(ErrorKind::Target, "cannot open", path, e))?;
+        f.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))
+    }
+}
+
+fn join_rel(base: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        base.to_string()
+    } else {
+        format!("{}/{rel}", base.trim_end_matches('/'))
+    }
+}
+
+/// `path` with `prefix` removed if `prefix` is a whole-component prefix.
+fn strip_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = path.strip_prefix(prefix)?;
+    if rest.is_empty() {
+        Some(rest)
+    } else {
+        rest.strip_prefix('/')
+    }
+}
+
+fn ensure_parent(p: &Path) -> Result<()> {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.exists() => {
+            fs::create_dir_all(d).map_err(|e| io_at(ErrorKind::Target, "cannot create directory", d, e))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn remove_any(p: &Path) -> Result<()> {
+    let m = fs::symlink_metadata(p).map_err(|e| io_at(ErrorKind::Target, "cannot stat", p, e))?;
+    let r = if m.is_dir() { fs::remove_dir_all(p) } else { fs::remove_file(p) };
+    r.map_err(|e| io_at(ErrorKind::Target, "cannot remove", p, e))
+}
+
+fn fsync_all(files: &[&Path], threads: usize) -> Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let per = files.len().div_ceil(threads.max(1));
+    std::thread::scope(|s| {
+        let hs: Vec<_> = files
+            .chunks(per)
+            .map(|group| {
+                s.spawn(move || -> Result<()> {
+                    for p in group {
+                        let f = fs::File::open(p).map_err(|e| io_at(ErrorKind::Target, "cannot open", p, e))?;
+                        f.sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync", p, e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "fsync thread panicked"))))
+    })
+}
+
+fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::invalid("path with NUL byte"))?;
+    if as_root {
+        // SAFETY: valid C string; lchown does not follow links.
+        if unsafe { libc::lchown(c.as_ptr(), e.uid, e.gid) } != 0 {
+            return Err(io_at(ErrorKind::Target, "cannot set owner of", p, std::io::Error::last_os_error()));
+        }
+    }
+    if e.kind != EntryKind::Symlink {
+        fs::set_permissions(p, fs::Permissions::from_mode(e.mode)).map_err(|err| io_at(ErrorKind::Target, "cannot set mode of", p, err))?;
+    }
+    let ts = libc::timespec { tv_sec: e.mtime_ns.div_euclid(1_000_000_000) as _, tv_nsec: e.mtime_ns.rem_euclid(1_000_000_000) as _ };
+    let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, ts];
+    // SAFETY: valid C string and a two-element timespec array.
+    if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(io_at(ErrorKind::Target, "cannot set times of", p, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relocation_parsing() {
+        assert_eq!(parse_relocation("a/b=/x").unwrap(), ("a/b".to_string(), PathBuf::from("/x")));
+        assert_eq!(parse_relocation("a/=/x").unwrap().0, "a");
+        for bad in ["a", "=x", "a="] {
+            assert!(parse_relocation(bad).unwrap_err().to_string().contains("OLD=NEW"));
+        }
+    }
+
+    #[test]
+    fn prefix_is_whole_components() {
+        assert_eq!(strip_prefix("base/1/2", "base/1"), Some("2"));
+        assert_eq!(strip_prefix("base/1", "base/1"), Some(""));
+        assert_eq!(strip_prefix("base/12", "base/1"), None);
+    }
+}

@@ -1,0 +1,448 @@
+//! Opening a backup set for reading, and the scan that verify and restore share.
+//!
+//! Opening reads each stripe's header, trailer, index and manifest, finds the stripes it was not
+//! given (beside a given one, by the names in the manifest, then where the backup wrote them), and
+//! refuses a set that is incomplete, mixed with another backup's stripes, or damaged, naming the
+//! stripe and the region. The scan then reads every frame of every stripe (one reader per stripe),
+//! checks each frame against the index and both checksums, decompresses in parallel and hands each
+//! chunk to a sink.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread;
+
+use crossbeam_channel::bounded;
+
+use crate::backup::available_cores;
+use crate::codec::DecompressorSet;
+use crate::error::{Error, Result};
+use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
+use crate::manifest::{EntryKind, Manifest};
+use crate::pipeline::{zero_crc, Pool, Progress, Shared};
+use crate::storage::{open_source, StripeSource};
+
+/// One opened stripe.
+pub struct OpenStripe {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its header.
+    pub header: StripeHeader,
+    /// Its trailer.
+    pub trailer: Trailer,
+    /// Its frame index.
+    pub index: Vec<IndexEntry>,
+    source: Box<dyn StripeSource>,
+}
+
+/// A complete, consistent backup set ready to read.
+pub struct BackupSet {
+    /// Stripes in stripe order.
+    pub stripes: Vec<OpenStripe>,
+    /// The manifest (identical in every stripe).
+    pub manifest: Manifest,
+}
+
+fn at(path: &Path) -> impl Fn(Error) -> Error + '_ {
+    move |e| e.context(format!("stripe {}", path.display()))
+}
+
+fn open_stripe(path: &Path) -> Result<(OpenStripe, Vec<u8>)> {
+    let src = open_source(path)?;
+    let len = src.len();
+    if len < (HEADER_LEN + TRAILER_LEN) as u64 {
+        return Err(Error::incomplete(format!(
+            "stripe {}: {len} bytes is too short to be a stripe (truncated, or its backup never finished)",
+            path.display()
+        )));
+    }
+    let mut hb = [0u8; HEADER_LEN];
+    src.read_exact_at(&mut hb, 0)?;
+    let header = StripeHeader::decode(&hb).map_err(at(path))?;
+    let mut tb = [0u8; TRAILER_LEN];
+    src.read_exact_at(&mut tb, len - TRAILER_LEN as u64)?;
+    let trailer = Trailer::decode(&tb).map_err(at(path))?;
+    if trailer.backup_id != header.backup_id
+        || trailer.stripe_index != header.stripe_index
+        || trailer.stripe_count != header.stripe_count
+    {
+        return Err(Error::corrupt(format!("stripe {}: trailer and header disagree on backup id or stripe number", path.display())));
+    }
+    let index_end = trailer.index_offset.checked_add(trailer.index_len);
+    let manifest_end = trailer.manifest_offset.checked_add(trailer.manifest_len);
+    if trailer.index_offset < HEADER_LEN as u64
+        || index_end != Some(trailer.manifest_offset)
+        || manifest_end != Some(len - TRAILER_LEN as u64)
+    {
+        return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", path.display())));
+    }
+    let mut ib = vec![0u8; trailer.index_len as usize];
+    src.read_exact_at(&mut ib, trailer.index_offset)?;
+    if crc32c::crc32c(&ib) != trailer.index_crc {
+        return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", path.display())));
+    }
+    let index = IndexEntry::decode_all(&ib).map_err(at(path))?;
+    if index.len() as u64 != trailer.frame_count {
+        return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", path.display(), index.len(), trailer.frame_count)));
+    }
+    let mut mb = vec![0u8; trailer.manifest_len as usize];
+    src.read_exact_at(&mut mb, trailer.manifest_offset)?;
+    if crc32c::crc32c(&mb) != trailer.manifest_crc {
+        return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", path.display())));
+    }
+    Ok((OpenStripe { path: path.to_path_buf(), header, trailer, index, source: src }, mb))
+}
+
+impl BackupSet {
+    /// Open the set that `given` stripes belong to; any one stripe is enough when the others are
+    /// beside it or where the backup wrote them.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`ErrorKind::Corrupt`]
+    /// for a damaged region; [`ErrorKind::InvalidInput`] for stripes of different sets.
+    pub fn open(given: &[PathBuf]) -> Result<BackupSet> {
+        if given.is_empty() {
+            return Err(Error::invalid("no stripe given: name at least one stripe file of the backup"));
+        }
+        let mut slots: Vec<Option<OpenStripe>> = Vec::new();
+        let mut manifest: Option<(Manifest, Vec<u8>, PathBuf)> = None;
+        for p in given {
+            let (s, mb) = open_stripe(p)?;
+            let (m, first_mb, first_path) = match &manifest {
+                Some(x) => (&x.0, &x.1, &x.2),
+                None => {
+                    let m = Manifest::from_stored_bytes(&mb).map_err(at(p))?;
+                    slots.resize_with(m.stripes.len(), || None);
+                    manifest = Some((m, mb.clone(), p.clone()));
+                    let x = manifest.as_ref().expect("just set");
+                    (&x.0, &x.1, &x.2)
+                }
+            };
+            check_member(&s, m, &mb, first_mb, first_path)?;
+            let k = s.header.stripe_index as usize;
+            if slots[k].is_some() {
+                return Err(Error::invalid(format!("stripe {} of the set is given twice (again as {})", k + 1, p.display())));
+            }
+            slots[k] = Some(s);
+        }
+        let (manifest, first_mb, first_path) = manifest.expect("at least one stripe");
+        let n = slots.len();
+        for k in 0..n {
+            if slots[k].is_some() {
+                continue;
+            }
+            let r = &manifest.stripes[k];
+            let mut looked = Vec::new();
+            let mut candidates: Vec<PathBuf> = given.iter().filter_map(|g| g.parent().map(|d| d.join(&r.name))).collect();
+            candidates.push(PathBuf::from(&r.path));
+            candidates.dedup();
+            for c in candidates {
+                looked.push(c.display().to_string());
+                if !c.exists() {
+                    continue;
+                }
+                let (s, mb) = open_stripe(&c)?;
+                check_member(&s, &manifest, &mb, &first_mb, &first_path)?;
+                if s.header.stripe_index as usize == k {
+                    slots[k] = Some(s);
+                    break;
+                }
+            }
+            if slots[k].is_none() {
+                return Err(Error::incomplete(format!(
+                    "backup {} has {n} stripes and stripe {} ({}) is missing: looked for {}; name it on the command line",
+                    manifest.backup_id,
+                    k + 1,
+                    r.name,
+                    looked.join(", ")
+                )));
+            }
+        }
+        let set = BackupSet { stripes: slots.into_iter().map(|s| s.expect("all found")).collect(), manifest };
+        set.check_coverage()?;
+        Ok(set)
+    }
+
+    /// Every file's chunks, across all stripes, tile it exactly and combine to its crc.
+    fn check_coverage(&self) -> Result<()> {
+        let entries = &self.manifest.entries;
+        let mut chunks: Vec<(u32, u64, u32, u32, usize)> = Vec::new();
+        for (k, s) in self.stripes.iter().enumerate() {
+            for e in &s.index {
+                if e.file_id as usize >= entries.len() || entries[e.file_id as usize].kind != EntryKind::File {
+                    return Err(Error::corrupt(format!("stripe {}: index names file id {}, which the manifest does not have", s.path.display(), e.file_id)));
+                }
+                chunks.push((e.file_id, e.offset, e.raw_len, e.raw_crc, k));
+            }
+        }
+        chunks.sort_unstable();
+        let mut it = chunks.into_iter().peekable();
+        for (id, entry) in entries.iter().enumerate() {
+            if entry.kind != EntryKind::File {
+                continue;
+            }
+            let (mut crc, mut covered) = (0u32, 0u64);
+            while let Some(&(fid, off, len, c, k)) = it.peek() {
+                if fid as usize != id {
+                    break;
+                }
+                if off != covered {
+                    return Err(Error::corrupt(format!(
+                        "file {}: chunk at offset {off} (stripe {}) does not follow byte {covered}: the index is inconsistent",
+                        entry.path,
+                        self.stripes[k].path.display()
+                    )));
+                }
+                crc = crc32c::crc32c_combine(crc, c, len as usize);
+                covered += len as u64;
+                it.next();
+            }
+            if covered != entry.size || entry.crc32c.is_some_and(|want| want != crc) {
+                return Err(Error::corrupt(format!(
+                    "file {}: its chunks cover {covered} of {} bytes or do not match its checksum: the set is inconsistent",
+                    entry.path, entry.size
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Raw bytes in all frames.
+    pub fn raw_bytes(&self) -> u64 {
+        self.stripes.iter().flat_map(|s| s.index.iter()).map(|e| e.raw_len as u64).sum()
+    }
+
+    /// Bytes of all stripes.
+    pub fn stored_bytes(&self) -> u64 {
+        self.stripes.iter().map(|s| s.source.len()).sum()
+    }
+}
+
+fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Path) -> Result<()> {
+    if s.header.backup_id.to_hex() != m.backup_id {
+        return Err(Error::invalid(format!(
+            "stripe {} belongs to backup {}, not to backup {} of {}: do not mix stripes of different backups",
+            s.path.display(),
+            s.header.backup_id.to_hex(),
+            m.backup_id,
+            first.display()
+        )));
+    }
+    if s.header.stripe_count as usize != m.stripes.len() || s.header.stripe_index as usize >= m.stripes.len() {
+        return Err(Error::corrupt(format!("stripe {}: stripe number does not fit the set", s.path.display())));
+    }
+    if mb != first_mb {
+        return Err(Error::corrupt(format!("stripe {}: manifest differs from that of {}", s.path.display(), first.display())));
+    }
+    Ok(())
+}
+
+/// Receives each verified, decompressed chunk.
+pub(crate) trait ChunkSink: Sync {
+    /// `data` is the chunk's raw bytes, or `None` for an all-zero chunk of `len` bytes.
+    fn chunk(&self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()>;
+}
+
+struct Encoded {
+    stripe: usize,
+    frame: usize,
+    header: FrameHeader,
+    buf: Option<Vec<u8>>,
+}
+
+/// Read, check and decompress every frame; hand chunks to `sink`. Returns the number of frames.
+pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, sink: &dyn ChunkSink) -> Result<u64> {
+    let ts = set.stripes[0].header.transfer_size as usize;
+    let threads = threads.unwrap_or_else(available_cores).max(1);
+    let buffers = set.stripes.len() * 4 + 2 * threads;
+    let shared = Shared::new(progress);
+    shared.progress.begin("read", set.raw_bytes());
+    let pool = Pool::new(buffers, FRAME_HEADER_LEN + ts);
+    let (tx, rx) = bounded::<Encoded>(buffers);
+    let frames = thread::scope(|s| {
+        for (k, stripe) in set.stripes.iter().enumerate() {
+            let (tx, shared, pool) = (tx.clone(), &shared, &pool);
+            s.spawn(move || {
+                if let Err(e) = read_stripe(k, stripe, ts, &tx, shared, pool) {
+                    shared.fail(e);
+                }
+            });
+        }
+        drop(tx);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (rx, shared, pool) = (rx.clone(), &shared, &pool);
+                s.spawn(move || decode_loop(set, ts, &rx, shared, pool, sink))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or(0)).sum::<u64>()
+    });
+    shared.progress.end();
+    match shared.take_error() {
+        Some(e) => Err(e),
+        None => Ok(frames),
+    }
+}
+
+fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Pool) -> Result<()> {
+    let mut expect_pos = HEADER_LEN as u64;
+    for (i, e) in s.index.iter().enumerate() {
+        let here = |what: &str| {
+            Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.path.display(), i + 1, e.frame_pos))
+        };
+        if e.frame_pos != expect_pos || e.raw_len as usize > ts || e.stored_len as usize > ts {
+            return Err(here("the index places it where no frame can be (index inconsistent)"));
+        }
+        let Some(mut buf) = pool.take(shared) else { return Ok(()) };
+        let n = FRAME_HEADER_LEN + e.stored_len as usize;
+        if let Err(err) = s.source.read_exact_at(&mut buf[..n], e.frame_pos) {
+            pool.give(buf);
+            return Err(err);
+        }
+        let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
+        if header.file_id != e.file_id
+            || header.offset != e.offset
+            || header.raw_len != e.raw_len
+            || header.stored_len != e.stored_len
+            || header.raw_crc != e.raw_crc
+        {
+            pool.give(buf);
+            return Err(here("frame header disagrees with the index"));
+        }
+        expect_pos += n as u64;
+        let buf = if header.stored_len == 0 {
+            pool.give(buf);
+            None
+        } else {
+            Some(buf)
+        };
+        if tx.send(Encoded { stripe: k, frame: i, header, buf }).is_err() {
+            return Ok(());
+        }
+    }
+    if expect_pos != s.trailer.index_offset {
+        return Err(Error::corrupt(format!(
+            "stripe {}: frames end at byte {expect_pos} but the index starts at {} (index inconsistent)",
+            s.path.display(),
+            s.trailer.index_offset
+        )));
+    }
+    Ok(())
+}
+
+fn decode_loop(
+    set: &BackupSet,
+    ts: usize,
+    rx: &crossbeam_channel::Receiver<Encoded>,
+    shared: &Shared,
+    pool: &Pool,
+    sink: &dyn ChunkSink,
+) -> u64 {
+    let mut decoders = DecompressorSet::default();
+    let mut out = vec![0u8; ts];
+    let mut frames = 0;
+    for job in rx {
+        if shared.is_cancelled() {
+            if let Some(b) = job.buf {
+                pool.give(b);
+            }
+            continue;
+        }
+        let r = decode_one(set, &job, &mut decoders, &mut out, sink);
+        if let Some(b) = job.buf {
+            pool.give(b);
+        }
+        match r {
+            Ok(()) => {
+                frames += 1;
+                shared.count(job.header.raw_len as u64);
+            }
+            Err(e) => shared.fail(e),
+        }
+    }
+    frames
+}
+
+fn decode_one(set: &BackupSet, job: &Encoded, decoders: &mut DecompressorSet, out: &mut [u8], sink: &dyn ChunkSink) -> Result<()> {
+    let h = &job.header;
+    let s = &set.stripes[job.stripe];
+    let entry = &set.manifest.entries[h.file_id as usize];
+    let here = |what: &str| {
+        Error::corrupt(format!(
+            "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}): {what}",
+            s.path.display(),
+            job.frame + 1,
+            s.index[job.frame].frame_pos,
+            h.raw_len,
+            h.offset,
+            entry.path
+        ))
+    };
+    let raw_len = h.raw_len as usize;
+    match (h.codec_kind().map_err(|e| here(e.message()))?, &job.buf) {
+        (None, _) => {
+            if zero_crc(raw_len) != h.raw_crc {
+                return Err(here("zero frame's checksum is not that of zeros"));
+            }
+            sink.chunk(h.file_id, h.offset, raw_len, None)
+        }
+        (Some(kind), Some(buf)) => {
+            let stored = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
+            if crc32c::crc32c(stored) != h.stored_crc {
+                return Err(here("payload checksum mismatch (the stored bytes are damaged)"));
+            }
+            let raw = &mut out[..raw_len];
+            decoders.decompress(kind, stored, raw).map_err(|e| here(e.message()))?;
+            if crc32c::crc32c(raw) != h.raw_crc {
+                return Err(here("decompressed bytes do not match their checksum"));
+            }
+            sink.chunk(h.file_id, h.offset, raw_len, Some(raw))
+        }
+        (Some(_), None) => Err(here("frame has a codec but no payload")),
+    }
+}
+
+/// What a verify reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VerifyReport {
+    /// The set's id.
+    pub backup_id: String,
+    /// Stripes read.
+    pub stripes: usize,
+    /// Frames checked.
+    pub frames: u64,
+    /// Raw bytes those frames hold.
+    pub bytes_raw: u64,
+    /// Bytes of the stripes.
+    pub bytes_stored: u64,
+    /// Regular files in the manifest.
+    pub files: usize,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+struct Discard;
+impl ChunkSink for Discard {
+    fn chunk(&self, _: u32, _: u64, _: usize, _: Option<&[u8]>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// RESTORE VERIFYONLY: read every byte of every stripe, check every checksum, decompress, write
+/// nothing.
+///
+/// # Errors
+/// The first problem found, naming the stripe and region.
+pub fn verify(stripes: &[PathBuf], threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<VerifyReport> {
+    let t0 = std::time::Instant::now();
+    let set = BackupSet::open(stripes)?;
+    let frames = scan(&set, threads, progress, &Discard)?;
+    Ok(VerifyReport {
+        backup_id: set.manifest.backup_id.clone(),
+        stripes: set.stripes.len(),
+        frames,
+        bytes_raw: set.raw_bytes(),
+        bytes_stored: set.stored_bytes(),
+        files: set.manifest.file_count(),
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}

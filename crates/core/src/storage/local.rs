@@ -1,0 +1,188 @@
+//! Stripe files on a local or mounted filesystem.
+//!
+//! A stripe is written as `NAME.partial` (created exclusively, so two backups never share one),
+//! fsynced, then renamed to `NAME` and the folder fsynced. A crash leaves only a `.partial`, which
+//! restore never takes for a stripe: it has no trailer and is not the name the manifest gives.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::{StripeSink, StripeSource};
+use crate::error::{io_at, Error, ErrorKind, Result};
+
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// Writes one stripe file.
+pub struct LocalSink {
+    path: PathBuf,
+    partial: PathBuf,
+    file: Option<BufWriter<File>>,
+    written: u64,
+    published: bool,
+}
+
+fn partial_name(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".partial");
+    PathBuf::from(s)
+}
+
+impl LocalSink {
+    /// Create `path.partial`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Target`] when the folder is missing, `path` exists and `overwrite` is false,
+    /// a `.partial` exists (another backup may be writing it), or creation fails.
+    pub fn create(path: &Path, overwrite: bool) -> Result<Self> {
+        let dir = parent_dir(path);
+        if !dir.is_dir() {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("target folder {} does not exist: create it first", dir.display()),
+            ));
+        }
+        if path.is_dir() {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("target {} is a directory: give a file name, e.g. {}/backup_1.sheaf", path.display(), path.display()),
+            ));
+        }
+        if path.exists() && !overwrite {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("target {} already exists: remove it, choose another name, or pass --overwrite", path.display()),
+            ));
+        }
+        let partial = partial_name(path);
+        let file = OpenOptions::new().write(true).create_new(true).open(&partial).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::new(
+                    ErrorKind::Target,
+                    format!(
+                        "{} exists: another backup may be writing this target, or one was killed; remove it if none is running",
+                        partial.display()
+                    ),
+                )
+            } else {
+                io_at(ErrorKind::Target, "cannot create", &partial, e)
+            }
+        })?;
+        Ok(LocalSink {
+            path: path.to_path_buf(),
+            partial,
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            written: 0,
+            published: false,
+        })
+    }
+
+    fn file(&mut self) -> Result<&mut BufWriter<File>> {
+        self.file.as_mut().ok_or_else(|| Error::new(ErrorKind::Target, format!("stripe {} is closed", self.path.display())))
+    }
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// fsync a directory so that a rename or create in it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl StripeSink for LocalSink {
+    fn write_all(&mut self, buf: &[u8]) -> Result<()> {
+        let path = self.partial.clone();
+        self.file()?.write_all(buf).map_err(|e| io_at(ErrorKind::Target, "cannot write stripe", &path, e))?;
+        self.written += buf.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let path = self.partial.clone();
+        let f = self.file()?;
+        f.flush().map_err(|e| io_at(ErrorKind::Target, "cannot write stripe", &path, e))?;
+        f.get_ref().sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync stripe", &path, e))
+    }
+
+    fn publish(&mut self) -> Result<()> {
+        self.sync()?;
+        self.file = None;
+        fs::rename(&self.partial, &self.path)
+            .map_err(|e| io_at(ErrorKind::Target, "cannot rename stripe into place:", &self.path, e))?;
+        self.published = true;
+        sync_dir(&parent_dir(&self.path)).map_err(|e| io_at(ErrorKind::Target, "cannot fsync folder of", &self.path, e))
+    }
+
+    fn discard(&mut self) {
+        self.file = None;
+        let _ = fs::remove_file(&self.partial);
+        if self.published {
+            let _ = fs::remove_file(&self.path);
+            self.published = false;
+        }
+    }
+
+    fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+impl Drop for LocalSink {
+    fn drop(&mut self) {
+        if !self.published {
+            self.discard();
+        }
+    }
+}
+
+/// Reads one stripe file.
+pub struct LocalSource {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl LocalSource {
+    /// Open `path`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] when it does not exist, else I/O.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::incomplete(format!("stripe {} does not exist", path.display()))
+            } else {
+                io_at(ErrorKind::Io, "cannot open stripe", path, e)
+            }
+        })?;
+        let len = file.metadata().map_err(|e| io_at(ErrorKind::Io, "cannot stat stripe", path, e))?.len();
+        Ok(LocalSource { path: path.to_path_buf(), file, len })
+    }
+}
+
+impl StripeSource for LocalSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.len) {
+            return Err(Error::incomplete(format!(
+                "stripe {}: needs bytes {}..{} but is only {} bytes long (truncated)",
+                self.path.display(),
+                offset,
+                offset.saturating_add(buf.len() as u64),
+                self.len
+            )));
+        }
+        self.file.read_exact_at(buf, offset).map_err(|e| io_at(ErrorKind::Io, "cannot read stripe", &self.path, e))
+    }
+    fn location(&self) -> &Path {
+        &self.path
+    }
+}
