@@ -13,6 +13,7 @@
 
 pub mod backup;
 pub mod codec;
+pub mod datagen;
 pub mod error;
 pub mod format;
 pub mod manifest;

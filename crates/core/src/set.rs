@@ -16,6 +16,8 @@ use crossbeam_channel::bounded;
 use crate::backup::available_cores;
 use crate::codec::DecompressorSet;
 use crate::error::{Error, Result};
+#[allow(unused_imports)]
+use crate::error::ErrorKind;
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 use crate::manifest::{EntryKind, Manifest};
 use crate::pipeline::{zero_crc, Pool, Progress, Shared};
@@ -98,7 +100,7 @@ impl BackupSet {
     ///
     /// # Errors
     /// [`ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`ErrorKind::Corrupt`]
-    /// for a damaged region; [`ErrorKind::InvalidInput`] for stripes of different sets.
+    /// for a damaged region (both also for stripes of different sets).
     pub fn open(given: &[PathBuf]) -> Result<BackupSet> {
         if given.is_empty() {
             return Err(Error::invalid("no stripe given: name at least one stripe file of the backup"));
@@ -219,7 +221,7 @@ impl BackupSet {
 
 fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Path) -> Result<()> {
     if s.header.backup_id.to_hex() != m.backup_id {
-        return Err(Error::invalid(format!(
+        return Err(Error::incomplete(format!(
             "stripe {} belongs to backup {}, not to backup {} of {}: do not mix stripes of different backups",
             s.path.display(),
             s.header.backup_id.to_hex(),

@@ -1,0 +1,151 @@
+//! Round trips over every codec × transfer size × stripe count, on a tree with every file shape
+//! (empty, 1 byte, chunk−1, chunk, chunk+1, many small files, a large file, zeros, sparse,
+//! incompressible, symlinks, empty directories), compared byte for byte with modes and times.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sheaf_core::datagen::{compare_trees, make_shapes_tree};
+use sheaf_core::{backup_directory, restore, verify, BackupOptions, CodecSpec, NoProgress, RestoreOptions, TargetSpec};
+
+const TRANSFER_SIZES: [u64; 3] = [64 << 10, 1 << 20, 16 << 20];
+const STRIPES: [usize; 3] = [1, 2, 7];
+
+/// One shapes tree per transfer size, built once for the whole binary.
+fn tree(ts: u64) -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static BUILT: OnceLock<Mutex<Vec<u64>>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"));
+    let root = dir.path().join(format!("src_{ts}"));
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    if !built.contains(&ts) {
+        make_shapes_tree(&root, ts, 42).expect("build shapes tree");
+        built.push(ts);
+    }
+    root
+}
+
+fn round_trip(codec: &str) {
+    let spec = CodecSpec::parse(codec).unwrap();
+    for ts in TRANSFER_SIZES {
+        let src = tree(ts);
+        for stripes in STRIPES {
+            let work = tempfile::tempdir().unwrap();
+            let targets: Vec<TargetSpec> =
+                (0..stripes).map(|k| TargetSpec::File(work.path().join(format!("b_{k}.sheaf")))).collect();
+            let mut opts = BackupOptions::new(targets);
+            opts.codec = spec;
+            opts.transfer_size = ts;
+            let what = format!("{codec} ts={ts} stripes={stripes}");
+            let report = backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{what}: backup: {e}"));
+            assert_eq!(report.stripes, stripes, "{what}");
+            assert!(report.zero_chunks >= 2, "{what}: the zeros and sparse files give zero frames");
+            let first = work.path().join("b_0.sheaf");
+            let v = verify(std::slice::from_ref(&first), None, Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{what}: verify: {e}"));
+            assert_eq!(v.bytes_raw, report.bytes_read, "{what}");
+            let out = work.path().join("restored");
+            // Any one stripe finds the others; use the last one.
+            let last = work.path().join(format!("b_{}.sheaf", stripes - 1));
+            restore(&[last], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{what}: restore: {e}"));
+            compare_trees(&src, &out).unwrap_or_else(|e| panic!("{what}: restored tree differs: {e}"));
+        }
+    }
+}
+
+#[test]
+fn codec_none() {
+    round_trip("none");
+}
+#[test]
+fn codec_lz4() {
+    round_trip("lz4");
+}
+#[test]
+fn codec_deflate_isal_level_1() {
+    round_trip("deflate:1");
+}
+#[test]
+fn codec_deflate_isal_level_3() {
+    round_trip("deflate:3");
+}
+#[test]
+fn codec_deflate_libdeflate_level_6() {
+    round_trip("deflate:6");
+}
+#[test]
+fn codec_zstd_negative_level() {
+    round_trip("zstd:-5");
+}
+#[test]
+fn codec_zstd_low() {
+    round_trip("zstd:low");
+}
+#[test]
+fn codec_zstd_high() {
+    round_trip("zstd:high");
+}
+
+#[test]
+fn relocation_moves_a_subtree_and_nothing_else() {
+    let src = tree(64 << 10);
+    let work = tempfile::tempdir().unwrap();
+    let stripe = work.path().join("r.sheaf");
+    backup_directory(&src, &BackupOptions::new(vec![TargetSpec::File(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    let out = work.path().join("main");
+    let moved = work.path().join("elsewhere/large");
+    let mut o = RestoreOptions::new(&out);
+    o.relocate = vec![("large".into(), moved.clone())];
+    restore(&[stripe.clone()], &o, Arc::new(NoProgress)).unwrap();
+    assert!(!out.join("large").exists(), "relocated subtree must not also land in the target");
+    compare_trees(&src.join("large"), &moved).unwrap();
+    compare_trees(&src.join("many"), &out.join("many")).unwrap();
+
+    // The original absolute path works as OLD too.
+    let out2 = work.path().join("main2");
+    let moved2 = work.path().join("elsewhere2");
+    let mut o = RestoreOptions::new(&out2);
+    o.relocate = vec![(format!("{}/many/d03", src.display()), moved2.clone())];
+    restore(&[stripe.clone()], &o, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src.join("many/d03"), &moved2).unwrap();
+
+    // A relocation that matches nothing is refused before anything is written.
+    let out3 = work.path().join("main3");
+    let mut o = RestoreOptions::new(&out3);
+    o.relocate = vec![("no/such/dir".into(), work.path().join("x"))];
+    let e = restore(&[stripe], &o, Arc::new(NoProgress)).unwrap_err();
+    assert_eq!(e.kind(), sheaf_core::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("no/such/dir"), "{e}");
+    assert!(!out3.exists());
+}
+
+#[test]
+fn null_target_counts_but_writes_nothing() {
+    let src = tree(64 << 10);
+    let mut opts = BackupOptions::new(vec![TargetSpec::Null, TargetSpec::Null]);
+    opts.codec = CodecSpec::parse("lz4").unwrap();
+    opts.transfer_size = 64 << 10;
+    let r = backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
+    assert!(r.bytes_read > 0 && r.bytes_written > 0 && r.bytes_written < r.bytes_read);
+    assert_eq!(r.stripes, 2);
+}
+
+#[test]
+fn restore_refuses_non_empty_target_unless_forced() {
+    let src = tree(64 << 10);
+    let work = tempfile::tempdir().unwrap();
+    let stripe = work.path().join("f.sheaf");
+    backup_directory(&src, &BackupOptions::new(vec![TargetSpec::File(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    let out = work.path().join("busy");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("precious"), b"keep me").unwrap();
+    std::fs::write(out.join("chunk"), b"in the way").unwrap();
+    let e = restore(std::slice::from_ref(&stripe), &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap_err();
+    assert_eq!(e.kind(), sheaf_core::ErrorKind::TargetNotEmpty);
+    assert_eq!(std::fs::read(out.join("precious")).unwrap(), b"keep me", "a refused restore touches nothing");
+    let mut o = RestoreOptions::new(&out);
+    o.force = true;
+    restore(&[stripe], &o, Arc::new(NoProgress)).unwrap();
+    assert_eq!(std::fs::read(out.join("chunk")).unwrap(), std::fs::read(src.join("chunk")).unwrap());
+    assert!(!out.join(sheaf_core::restore::INCOMPLETE_MARKER).exists());
+}
+

@@ -1,0 +1,61 @@
+//! Throughput knobs: defaults, ranges, and the memory budget they imply.
+
+use sheaf_core::{BackupOptions, CodecSpec, ErrorKind, TargetSpec, Tuning};
+
+fn opts(stripes: usize) -> BackupOptions {
+    BackupOptions::new((0..stripes).map(|_| TargetSpec::Null).collect())
+}
+
+#[test]
+fn default_buffer_count_follows_the_rule_of_thumb() {
+    let t = Tuning::resolve(&opts(4), 1).unwrap();
+    // stripes × 4 + 2 × readers = 18, at least 2 × threads.
+    assert_eq!(t.buffer_count, 18usize.max(2 * sheaf_core::backup::available_cores()));
+    assert_eq!(t.memory_budget_bytes, t.buffer_count as u64 * (1 << 20));
+    let t = Tuning::resolve(&opts(1), 3).unwrap();
+    assert_eq!(t.readers, 3, "one reader per device by default");
+}
+
+#[test]
+fn lz4_budget_counts_its_worst_case_buffers() {
+    let mut o = opts(1);
+    o.codec = CodecSpec::parse("lz4").unwrap();
+    o.buffer_count = Some(8);
+    let t = Tuning::resolve(&o, 1).unwrap();
+    assert!(t.buffer_len > t.transfer_size);
+    assert_eq!(t.memory_budget_bytes, 8 * t.buffer_len as u64);
+}
+
+#[test]
+fn out_of_range_knobs_are_refused_with_advice() {
+    let mut o = opts(1);
+    o.transfer_size = 32 << 10;
+    assert!(Tuning::resolve(&o, 1).unwrap_err().to_string().contains("64KiB .. 16MiB"));
+    o.transfer_size = 32 << 20;
+    assert_eq!(Tuning::resolve(&o, 1).unwrap_err().kind(), ErrorKind::InvalidInput);
+    let mut o = opts(1);
+    o.buffer_count = Some(2);
+    o.threads = Some(2);
+    let e = Tuning::resolve(&o, 1).unwrap_err();
+    assert!(e.to_string().contains("--buffer-count 3"), "{e}");
+    o.threads = None;
+    assert_eq!(Tuning::resolve(&o, 1).unwrap().threads, 1, "threads shrink to fit the buffers when not given");
+    assert!(Tuning::resolve(&opts(65), 1).unwrap_err().to_string().contains("64 stripes"));
+    assert!(Tuning::resolve(&opts(0), 1).is_err());
+}
+
+#[test]
+fn smallest_pipeline_still_completes() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 5).unwrap();
+    let mut o = BackupOptions::new(vec![TargetSpec::File(d.path().join("a")), TargetSpec::File(d.path().join("b"))]);
+    o.transfer_size = 64 << 10;
+    o.buffer_count = Some(2);
+    o.threads = Some(1);
+    let r = sheaf_core::backup_directory(&src, &o, std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
+    assert_eq!(r.buffer_count, 2);
+    let out = d.path().join("out");
+    sheaf_core::restore(&[d.path().join("a")], &sheaf_core::RestoreOptions::new(&out), std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
+    sheaf_core::datagen::compare_trees(&src, &out).unwrap();
+}
