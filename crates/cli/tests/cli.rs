@@ -1,0 +1,403 @@
+//! The `sheaf` binary against bad input and faults: each case checks the exit code, that the message
+//! names the stripe and region (or file) at fault, and that nothing is left looking complete.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sheaf_core::format::{IndexEntry, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
+
+fn sheaf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sheaf"))
+}
+
+fn run(args: &[&str]) -> Output {
+    sheaf().args(args).stdin(Stdio::null()).output().expect("run sheaf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A small source tree and a pristine 3-stripe backup of it.
+struct Fixture {
+    dir: tempfile::TempDir,
+    src: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 11).unwrap();
+        Fixture { dir, src }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Back up into folder `rel` as `b_0.sheaf .. b_{n-1}.sheaf`.
+    fn backup(&self, rel: &str, n: usize) -> Vec<PathBuf> {
+        let d = self.path(rel);
+        fs::create_dir_all(&d).unwrap();
+        let stripes: Vec<PathBuf> = (0..n).map(|k| d.join(format!("b_{k}.sheaf"))).collect();
+        let mut args = vec!["backup".to_string(), s(&self.src).to_string(), "--transfer-size".into(), "64KiB".into()];
+        for p in &stripes {
+            args.push("--to".into());
+            args.push(s(p).into());
+        }
+        let o = sheaf().args(&args).output().unwrap();
+        assert!(o.status.success(), "backup failed: {}", stderr(&o));
+        stripes
+    }
+}
+
+fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+}
+
+/// A failed restore leaves nothing that looks complete: no target, an empty one, or one marked.
+fn assert_not_complete(target: &Path) {
+    if !target.exists() {
+        return;
+    }
+    let items: Vec<_> = fs::read_dir(target).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(
+        items.is_empty() || target.join(sheaf_core::restore::INCOMPLETE_MARKER).exists(),
+        "failed restore left {} looking complete: {items:?}",
+        target.display()
+    );
+}
+
+#[test]
+fn help_teaches_flags_examples_and_exit_codes() {
+    let o = run(&["backup", "--help"]);
+    let out = stdout(&o);
+    for n in ["--transfer-size", "--buffer-count", "--compression", "nul", "Examples", "MAXTRANSFERSIZE"] {
+        assert!(out.contains(n), "backup --help lacks {n}");
+    }
+    assert!(stdout(&run(&["--help"])).contains("Exit codes"));
+}
+
+#[test]
+fn summary_and_json_report_what_a_dba_needs() {
+    let f = Fixture::new();
+    let a = f.path("a.sheaf");
+    let b = f.path("b.sheaf");
+    let o = run(&["backup", s(&f.src), "--to", s(&a), "--to", s(&b), "-c", "lz4", "--transfer-size", "64KiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out.lines().next().unwrap();
+    assert!(line.starts_with("processed ") && line.contains(" pages (") && line.contains(" MiB/s), wrote ") && line.contains("(ratio ") && line.ends_with("to 2 stripes"), "{line}");
+    assert!(out.contains("memory: "), "{out}");
+
+    let o = run(&["backup", s(&f.src), "--to", "nul", "--json", "-c", "deflate:1", "--buffer-count", "9", "--label", "nightly"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for k in ["bytes_read", "bytes_written", "seconds", "stripes", "codec", "level", "transfer_size", "buffer_count", "memory_budget_bytes", "files", "backup_id"] {
+        assert!(v.get(k).is_some(), "--json lacks {k}: {v}");
+    }
+    assert_eq!(v["codec"], "deflate");
+    assert_eq!(v["level"], 1);
+    assert_eq!(v["buffer_count"], 9);
+    assert_eq!(v["memory_budget_bytes"], 9 * 1024 * 1024);
+    assert_eq!(v["label"], "nightly");
+
+    let o = run(&["verify", s(&a), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["stripes"], 2);
+    let out = f.path("out");
+    let o = run(&["restore", s(&b), "--to", s(&out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&f.src, &out).unwrap();
+}
+
+#[test]
+fn unknown_codec_and_out_of_range_values_exit_2() {
+    let f = Fixture::new();
+    let t = f.path("x.sheaf");
+    for (args, needle) in [
+        (vec!["-c", "brotli"], "unknown compression 'brotli'"),
+        (vec!["-c", "zstd:30"], "-7..22"),
+        (vec!["-c", "deflate:13"], "0..12"),
+        (vec!["--transfer-size", "32MiB"], "64KiB .. 16MiB"),
+        (vec!["--transfer-size", "lots"], "is not a size"),
+        (vec!["--buffer-count", "2", "--threads", "4"], "--buffer-count 5"),
+    ] {
+        let mut a = vec!["backup", s(&f.src), "--to", s(&t)];
+        a.extend(args);
+        assert_fails(&run(&a), 2, &[needle]);
+        assert!(!t.exists() && !f.path("x.sheaf.partial").exists());
+    }
+}
+
+#[test]
+fn target_folder_missing_exits_8() {
+    let f = Fixture::new();
+    let o = run(&["backup", s(&f.src), "--to", "/nonexistent/sheaf/x.sheaf"]);
+    assert_fails(&o, 8, &["/nonexistent/sheaf", "does not exist"]);
+}
+
+#[test]
+fn missing_stripe_is_named() {
+    let f = Fixture::new();
+    let st = f.backup("set", 3);
+    fs::remove_file(&st[1]).unwrap();
+    for cmd in ["verify", "restore"] {
+        let out = f.path("out");
+        let mut a = vec![cmd, s(&st[0])];
+        if cmd == "restore" {
+            a.extend(["--to", s(&out)]);
+        }
+        assert_fails(&run(&a), 4, &["stripe 2 (b_1.sheaf) is missing"]);
+        assert!(!out.exists(), "nothing restored from an incomplete set");
+    }
+}
+
+#[test]
+fn stripes_named_on_the_command_line_need_not_be_side_by_side() {
+    let f = Fixture::new();
+    let st = f.backup("set", 2);
+    let moved = f.path("elsewhere/b_1.sheaf");
+    fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    fs::rename(&st[1], &moved).unwrap();
+    assert_fails(&run(&["verify", s(&st[0])]), 4, &["is missing"]);
+    let o = run(&["verify", s(&moved), s(&st[0])]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn stripe_from_another_backup_is_refused() {
+    let f = Fixture::new();
+    let a = f.backup("a", 2);
+    let b = f.backup("b", 2);
+    fs::copy(&b[1], &a[1]).unwrap();
+    let o = run(&["verify", s(&a[0])]);
+    assert_fails(&o, 4, &["b_1.sheaf", "belongs to backup", "do not mix"]);
+    let o = run(&["restore", s(&a[0]), "--to", s(&f.path("out"))]);
+    assert_fails(&o, 4, &["belongs to backup"]);
+    assert!(!f.path("out").exists());
+}
+
+#[test]
+fn truncated_stripe_is_incomplete() {
+    let f = Fixture::new();
+    let st = f.backup("set", 2);
+    let len = fs::metadata(&st[1]).unwrap().len();
+    fs::OpenOptions::new().write(true).open(&st[1]).unwrap().set_len(len / 2).unwrap();
+    assert_fails(&run(&["verify", s(&st[0])]), 4, &["b_1.sheaf", "trailer", "truncated"]);
+    let out = f.path("out");
+    assert_fails(&run(&["restore", s(&st[1]), "--to", s(&out)]), 4, &["b_1.sheaf"]);
+    assert_not_complete(&out);
+}
+
+struct Regions {
+    header: u64,
+    frame_header: u64,
+    payload: u64,
+    index: u64,
+    manifest: u64,
+    trailer: u64,
+}
+
+fn regions(stripe: &Path) -> Regions {
+    let bytes = fs::read(stripe).unwrap();
+    let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..]).unwrap();
+    let index = IndexEntry::decode_all(&bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize]).unwrap();
+    let with_payload = index.iter().find(|e| e.stored_len > 16).expect("a frame with a payload");
+    Regions {
+        header: 20,
+        frame_header: with_payload.frame_pos + 9,
+        payload: with_payload.frame_pos + FRAME_HEADER_LEN as u64 + with_payload.stored_len as u64 / 2,
+        index: t.index_offset + 5,
+        manifest: t.manifest_offset + t.manifest_len / 2,
+        trailer: bytes.len() as u64 - 20,
+    }
+}
+
+fn flip(path: &Path, at: u64) {
+    let mut b = fs::read(path).unwrap();
+    b[at as usize] ^= 0x5A;
+    fs::write(path, b).unwrap();
+}
+
+#[test]
+fn a_flipped_byte_in_any_region_is_caught_and_named() {
+    let f = Fixture::new();
+    let pristine = f.backup("pristine", 2);
+    let r = regions(&pristine[1]);
+    assert!(r.header < HEADER_LEN as u64);
+    for (name, at, needle) in [
+        ("header", r.header, "header: checksum mismatch"),
+        ("frame header", r.frame_header, "frame header: checksum mismatch"),
+        ("payload", r.payload, "payload checksum mismatch"),
+        ("index", r.index, "index: checksum mismatch"),
+        ("manifest", r.manifest, "manifest: checksum mismatch"),
+        ("trailer", r.trailer, "trailer: checksum mismatch"),
+    ] {
+        let dir = f.path(&format!("case_{}", name.replace(' ', "_")));
+        fs::create_dir_all(&dir).unwrap();
+        for p in &pristine {
+            fs::copy(p, dir.join(p.file_name().unwrap())).unwrap();
+        }
+        let (a, b) = (dir.join("b_0.sheaf"), dir.join("b_1.sheaf"));
+        flip(&b, at);
+        let o = run(&["verify", s(&a)]);
+        assert_fails(&o, 3, &["b_1.sheaf", needle]);
+        let out = dir.join("restored");
+        let o = run(&["restore", s(&a), "--to", s(&out)]);
+        assert_fails(&o, 3, &["b_1.sheaf", needle]);
+        assert_not_complete(&out);
+    }
+}
+
+#[test]
+fn restore_refuses_a_non_empty_target_with_exit_5() {
+    let f = Fixture::new();
+    let st = f.backup("set", 1);
+    let out = f.path("busy");
+    fs::create_dir_all(&out).unwrap();
+    fs::write(out.join("data"), b"x").unwrap();
+    assert_fails(&run(&["restore", s(&st[0]), "--to", s(&out)]), 5, &["not empty", "--force"]);
+    let o = run(&["restore", s(&st[0]), "--to", s(&out), "--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_backup_killed_mid_way_leaves_nothing_restore_accepts() {
+    let f = Fixture::new();
+    // Slow on purpose: a strong level on one thread over a few tens of MiB.
+    sheaf_core::datagen::write_file(&f.src.join("big.dat"), 48 << 20, 3, 0.3).unwrap();
+    let target = f.path("killed.sheaf");
+    let partial = f.path("killed.sheaf.partial");
+    let mut child = sheaf()
+        .args(["backup", s(&f.src), "--to", s(&target), "-c", "zstd:19", "--threads", "1", "--buffer-count", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while fs::metadata(&partial).map(|m| m.len() < 4096).unwrap_or(true) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "backup never started writing");
+        assert!(child.try_wait().unwrap().is_none(), "backup finished before it could be killed; make it slower");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(!target.exists(), "a killed backup must not leave a stripe under its final name");
+    assert_fails(&run(&["verify", s(&target)]), 4, &["does not exist"]);
+    assert_fails(&run(&["verify", s(&partial)]), 4, &["killed.sheaf.partial", "trailer"]);
+    let out = f.path("out");
+    assert_fails(&run(&["restore", s(&partial), "--to", s(&out)]), 4, &["trailer"]);
+    assert_not_complete(&out);
+    // The leftover .partial blocks a new backup to the same name until removed, with advice.
+    assert_fails(&run(&["backup", s(&f.src), "--to", s(&target)]), 8, &["another backup may be writing"]);
+}
+
+fn is_root() -> bool {
+    // SAFETY: trivial libc call.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn unreadable_source_file_exits_7_and_names_it() {
+    // A plain tree: everything readable by anyone but the one file.
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let f = Fixture { src: dir.path().join("src"), dir };
+    fs::create_dir_all(f.src.join("sub")).unwrap();
+    fs::set_permissions(&f.src, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(f.src.join("sub"), fs::Permissions::from_mode(0o755)).unwrap();
+    sheaf_core::datagen::write_file(&f.src.join("sub/readable"), 300_000, 1, 0.5).unwrap();
+    fs::set_permissions(f.src.join("sub/readable"), fs::Permissions::from_mode(0o644)).unwrap();
+    let secret = f.src.join("secret");
+    fs::write(&secret, b"no peeking").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)).unwrap();
+    let out = f.path("out");
+    fs::create_dir_all(&out).unwrap();
+    fs::set_permissions(&out, fs::Permissions::from_mode(0o777)).unwrap();
+    let target = out.join("x.sheaf");
+    let mut cmd = if is_root() {
+        // root reads anything; drop to nobody so that mode 000 means what it says.
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_sheaf")]);
+        c
+    } else {
+        sheaf()
+    };
+    let o = cmd.args(["backup", s(&f.src), "--to", s(&target)]).output().unwrap();
+    assert_fails(&o, 7, &["cannot read source file", "secret", "Permission denied"]);
+    assert!(fs::read_dir(&out).unwrap().next().is_none(), "no stripe or partial left behind");
+}
+
+#[test]
+fn disk_full_exits_6_and_leaves_nothing() {
+    let f = Fixture::new();
+    sheaf_core::datagen::write_file(&f.src.join("big.dat"), 4 << 20, 9, 0.0).unwrap();
+    let mnt = f.path("small_fs");
+    fs::create_dir_all(&mnt).unwrap();
+    let target = mnt.join("x.sheaf");
+    let script = format!(
+        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} backup {src} --to {t} -c none; rc=$?; ls -A {m}; umount {m}; exit $rc",
+        m = s(&mnt),
+        bin = env!("CARGO_BIN_EXE_sheaf"),
+        src = s(&f.src),
+        t = s(&target)
+    );
+    // root mounts directly; anyone else in a user and mount namespace of their own.
+    let o = if is_root() {
+        Command::new("sh").args(["-c", &script]).output().unwrap()
+    } else {
+        Command::new("unshare").args(["--user", "--map-root-user", "--mount", "sh", "-c", &script]).output().unwrap()
+    };
+    assert_fails(&o, 6, &["x.sheaf", "No space left on device", "the device is full"]);
+    assert_eq!(stdout(&o).trim(), "", "the full filesystem holds no stripe and no partial afterwards");
+}
+
+#[test]
+fn a_file_changing_while_read_is_reported() {
+    let f = Fixture::new();
+    let growing = f.src.join("growing.log");
+    sheaf_core::datagen::write_file(&growing, 16 << 20, 4, 0.3).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, growing) = (stop.clone(), growing.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut fh = fs::OpenOptions::new().append(true).open(&growing).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                fh.write_all(b"another log line\n").unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let o = run(&[
+        "backup", s(&f.src), "--to", s(&f.path("c.sheaf")), "--json", "-c", "zstd:12", "--threads", "1", "--buffer-count", "2",
+        "--transfer-size", "64KiB",
+    ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(o.status.success(), "a changing file is reported, not fatal: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let warnings = v["warnings"].to_string();
+    assert!(warnings.contains("growing.log") && warnings.contains("changed while being read"), "{warnings}");
+    assert!(stderr(&o).contains("warning: ") && stderr(&o).contains("growing.log"));
+    // What was backed up is consistent: it verifies.
+    assert!(run(&["verify", s(&f.path("c.sheaf"))]).status.success());
+}
