@@ -73,6 +73,33 @@ pub fn write_file(path: &Path, len: u64, seed: u64, repeat: f64) -> std::io::Res
     w.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
+/// A data set for demos and benchmarks: `files` files sharing `total` bytes in a few folders, each
+/// compressible about as `repeat` says, plus a folder of small files. Returns bytes written.
+///
+/// # Errors
+/// I/O errors.
+pub fn make_dataset(root: &Path, total: u64, files: u64, repeat: f64, seed: u64) -> std::io::Result<u64> {
+    let files = files.max(1);
+    let per = total / files;
+    let mut written = 0;
+    for i in 0..files {
+        let dir = root.join(format!("vol{}", i % 4));
+        fs::create_dir_all(&dir)?;
+        let len = if i + 1 == files { total - per * (files - 1) } else { per };
+        write_file(&dir.join(format!("data_{i:04}.dat")), len, seed.wrapping_add(i), repeat)?;
+        written += len;
+    }
+    let small = root.join("small");
+    fs::create_dir_all(&small)?;
+    let mut rng = Rng::new(seed ^ 0xABCD);
+    for i in 0..100u64 {
+        let len = rng.below(8192);
+        write_file(&small.join(format!("f{i:03}")), len, seed ^ (1000 + i), repeat)?;
+        written += len;
+    }
+    Ok(written)
+}
+
 /// Build a tree at `root` (created if needed) with every shape that matters at chunk size `chunk`:
 /// an empty file, a 1-byte file, files of chunk−1, chunk and chunk+1 bytes, many small files in
 /// nested folders, one large file of several chunks, an all-zero file, a sparse file with data in

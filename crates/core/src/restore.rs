@@ -170,10 +170,7 @@ impl<'m> Plan<'m> {
                 r.0
             )));
         }
-        for (o, n) in &opts.relocate {
-            let _ = o;
-            roots.push(n.clone());
-        }
+        roots.extend(opts.relocate.iter().map(|(_, new)| new.clone()));
         for (k, root) in manifest.roots.iter().enumerate().skip(1) {
             let relocated = manifest.entries.iter().zip(&dest).any(|(e, d)| {
                 e.root as usize == k && e.path.is_empty() && d.as_deref() != Some(Path::new(&root.path))

@@ -16,8 +16,6 @@ use crossbeam_channel::bounded;
 use crate::backup::available_cores;
 use crate::codec::DecompressorSet;
 use crate::error::{Error, Result};
-#[allow(unused_imports)]
-use crate::error::ErrorKind;
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 use crate::manifest::{EntryKind, Manifest};
 use crate::pipeline::{zero_crc, Pool, Progress, Shared};
@@ -99,7 +97,7 @@ impl BackupSet {
     /// beside it or where the backup wrote them.
     ///
     /// # Errors
-    /// [`ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`ErrorKind::Corrupt`]
+    /// [`crate::ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`crate::ErrorKind::Corrupt`]
     /// for a damaged region (both also for stripes of different sets).
     pub fn open(given: &[PathBuf]) -> Result<BackupSet> {
         if given.is_empty() {

@@ -8,9 +8,11 @@ fn opts(stripes: usize) -> BackupOptions {
 
 #[test]
 fn default_buffer_count_follows_the_rule_of_thumb() {
+    let cores = sheaf_core::backup::available_cores();
     let t = Tuning::resolve(&opts(4), 1).unwrap();
-    // stripes × 4 + 2 × readers = 18, at least 2 × threads.
-    assert_eq!(t.buffer_count, 18usize.max(2 * sheaf_core::backup::available_cores()));
+    // I/O buffers: stripes × 4 + 2 × readers = 18, at least 2 × threads; plus a spare per thread.
+    assert_eq!(t.buffer_count, 18usize.max(2 * cores) + cores);
+    assert_eq!(t.threads, cores);
     assert_eq!(t.memory_budget_bytes, t.buffer_count as u64 * (1 << 20));
     let t = Tuning::resolve(&opts(1), 3).unwrap();
     assert_eq!(t.readers, 3, "one reader per device by default");

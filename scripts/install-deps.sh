@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what building and testing sheaf needs on a fresh Debian machine, and nothing when it is
+# all there already. ISA-L (the deflate levels 0-3) is built from source by the isal-sys crate with
+# autotools and nasm.
+set -euo pipefail
+
+need=()
+command -v nasm >/dev/null || need+=(nasm)
+command -v autoreconf >/dev/null || need+=(autoconf)
+command -v automake >/dev/null || need+=(automake)
+command -v libtoolize >/dev/null || need+=(libtool)
+command -v make >/dev/null || need+=(make)
+command -v cc >/dev/null || need+=(gcc)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v mount >/dev/null || need+=(mount)
+
+if ! command -v cargo >/dev/null; then
+  echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
+  exit 1
+fi
+
+if ((${#need[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "install-deps: installing ${need[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
