@@ -360,14 +360,36 @@ fn disk_full_exits_6_and_leaves_nothing() {
         src = s(&f.src),
         t = s(&target)
     );
-    // root mounts directly; anyone else in a user and mount namespace of their own.
-    let o = if is_root() {
-        Command::new("sh").args(["-c", &script]).output().unwrap()
-    } else {
-        Command::new("unshare").args(["--user", "--map-root-user", "--mount", "sh", "-c", &script]).output().unwrap()
-    };
+    let o = with_mounts(&script);
     assert_fails(&o, 6, &["x.sheaf", "No space left on device", "the device is full"]);
     assert_eq!(stdout(&o).trim(), "", "the full filesystem holds no stripe and no partial afterwards");
+}
+
+/// Run `script` (which may mount) as root, or in a user and mount namespace of its own otherwise.
+fn with_mounts(script: &str) -> Output {
+    if is_root() {
+        Command::new("sh").args(["-c", script]).output().unwrap()
+    } else {
+        Command::new("unshare").args(["--user", "--map-root-user", "--mount", "sh", "-c", script]).output().unwrap()
+    }
+}
+
+#[test]
+fn restore_into_a_full_disk_exits_6_and_removes_what_it_wrote() {
+    let f = Fixture::new();
+    sheaf_core::datagen::write_file(&f.src.join("big.dat"), 4 << 20, 9, 0.0).unwrap();
+    let st = f.backup("set", 2);
+    let mnt = f.path("small_fs");
+    fs::create_dir_all(&mnt).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} restore {st} --to {m}; rc=$?; ls -A {m}; umount {m}; exit $rc",
+        m = s(&mnt),
+        bin = env!("CARGO_BIN_EXE_sheaf"),
+        st = s(&st[0]),
+    );
+    let o = with_mounts(&script);
+    assert_fails(&o, 6, &["No space left on device", "what it wrote was removed"]);
+    assert_eq!(stdout(&o).trim(), "", "the full filesystem is left empty");
 }
 
 #[test]

@@ -223,6 +223,7 @@ impl<'m> Plan<'m> {
 
     fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<()> {
         let entries = &self.manifest.entries;
+        let data_ranges = data_ranges(set);
         // Directories first (parents before children: the listing is in tree order), owner-writable
         // until the end so that their contents can be created.
         for (e, d) in entries.iter().zip(&self.dest) {
@@ -236,7 +237,7 @@ impl<'m> Plan<'m> {
             fs::set_permissions(d, fs::Permissions::from_mode(0o700))
                 .map_err(|e| io_at(ErrorKind::Target, "cannot set mode of", d, e))?;
         }
-        for (e, d) in entries.iter().zip(&self.dest) {
+        for (idx, (e, d)) in entries.iter().zip(&self.dest).enumerate() {
             let Some(d) = d else { continue };
             match e.kind {
                 EntryKind::File => {
@@ -255,6 +256,7 @@ impl<'m> Plan<'m> {
                         .map_err(|e| io_at(ErrorKind::Target, "cannot create file", d, e))?;
                     // Sized up front: chunks land by position, and all-zero chunks need no write.
                     f.set_len(e.size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", d, e))?;
+                    preallocate(&f, d, data_ranges.get(&(idx as u32)).map(Vec::as_slice).unwrap_or_default())?;
                 }
                 EntryKind::Symlink => {
                     if fs::symlink_metadata(d).is_ok() {
@@ -342,6 +344,46 @@ impl ChunkSink for Writer<'_> {
         let f = OpenOptions::new().write(true).open(path).map_err(|e| io_at(ErrorKind::Target, "cannot open", path, e))?;
         f.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))
     }
+}
+
+/// Per file, the merged byte ranges that hold data (not zero frames), from every stripe's index.
+fn data_ranges(set: &BackupSet) -> std::collections::HashMap<u32, Vec<(u64, u64)>> {
+    let mut chunks: Vec<(u32, u64, u64)> = set
+        .stripes
+        .iter()
+        .flat_map(|s| s.index.iter())
+        .filter(|e| e.stored_len > 0)
+        .map(|e| (e.file_id, e.offset, e.raw_len as u64))
+        .collect();
+    chunks.sort_unstable();
+    let mut out: std::collections::HashMap<u32, Vec<(u64, u64)>> = Default::default();
+    for (file, off, len) in chunks {
+        let ranges = out.entry(file).or_default();
+        match ranges.last_mut() {
+            Some(last) if last.0 + last.1 == off => last.1 += len,
+            _ => ranges.push((off, len)),
+        }
+    }
+    out
+}
+
+/// Reserve space for the ranges that will be written, so that a full disk shows before data is
+/// written and files are laid out contiguously; holes (zero frames) stay holes. Filesystems that
+/// cannot preallocate are left to allocate as they write.
+fn preallocate(f: &fs::File, path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    for &(off, len) in ranges {
+        // SAFETY: valid fd; KEEP_SIZE leaves the length set by set_len alone.
+        let r = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
+        if r != 0 {
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Ok(()),
+                _ => return Err(io_at(ErrorKind::Target, "cannot reserve space for", path, err)),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn join_rel(base: &str, rel: &str) -> String {

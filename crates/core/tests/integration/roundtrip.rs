@@ -149,3 +149,22 @@ fn restore_refuses_non_empty_target_unless_forced() {
     assert!(!out.join(sheaf_core::restore::INCOMPLETE_MARKER).exists());
 }
 
+
+#[test]
+fn zero_chunks_restore_as_holes_and_data_is_preallocated() {
+    use std::os::unix::fs::MetadataExt;
+    let src = tree(64 << 10);
+    let work = tempfile::tempdir().unwrap();
+    let stripe = work.path().join("z.sheaf");
+    let mut o = BackupOptions::new(vec![TargetSpec::File(stripe.clone())]);
+    o.transfer_size = 64 << 10;
+    backup_directory(&src, &o, Arc::new(NoProgress)).unwrap();
+    let out = work.path().join("out");
+    restore(&[stripe], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
+    let sparse = std::fs::metadata(out.join("sparse")).unwrap();
+    assert!(sparse.blocks() * 512 < sparse.len() / 2, "holes stay holes: {} blocks for {} bytes", sparse.blocks(), sparse.len());
+    let zeros = std::fs::metadata(out.join("zeros")).unwrap();
+    assert!(zeros.blocks() * 512 < zeros.len() / 2, "an all-zero file restores sparse");
+    let large = std::fs::metadata(out.join("large/large.dat")).unwrap();
+    assert!(large.blocks() * 512 >= large.len(), "data ranges are allocated");
+}
