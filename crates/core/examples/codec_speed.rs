@@ -5,10 +5,10 @@
 //!     cargo run --release --example codec_speed -- FILE [CHUNK_BYTES] CODEC...
 
 use std::fs::File;
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use sheaf_core::codec::{decompressor, CodecKind, CodecSpec};
+use sheaf_core::pipeline::read_full;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,7 +29,7 @@ fn main() {
         let (mut tc, mut td, mut tcrc) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         let (mut raw_bytes, mut stored) = (0u64, 0u64);
         loop {
-            let n = read_full(&mut f, &mut raw);
+            let n = read_full(&mut f, &mut raw).expect("read");
             if n == 0 {
                 break;
             }
@@ -55,15 +55,4 @@ fn main() {
         let mbs = |d: Duration| raw_bytes as f64 / d.as_secs_f64() / 1e6;
         println!("| {spec} | {:.2} | {:.0} | {:.0} | {:.0} |", raw_bytes as f64 / stored as f64, mbs(tc), mbs(td), mbs(tcrc));
     }
-}
-
-fn read_full(f: &mut File, buf: &mut [u8]) -> usize {
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read(&mut buf[got..]).expect("read") {
-            0 => break,
-            n => got += n,
-        }
-    }
-    got
 }

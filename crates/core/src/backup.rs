@@ -16,7 +16,6 @@
 //! publishes the set. Dropping an unfinished session removes what it wrote.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,8 +30,8 @@ use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{
     BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, ZERO_FRAME, FRAME_HEADER_LEN,
 };
-use crate::manifest::{Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
-use crate::pipeline::{is_zero, NoProgress, Pool, Progress, Shared};
+use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
+use crate::pipeline::{is_zero, read_full, NoProgress, Pool, Progress, Shared};
 use crate::source::{list_tree, Listed};
 use crate::storage::{StripeSink, TargetSpec};
 
@@ -566,34 +565,15 @@ impl Backup {
 
     /// Whole-file crc32c from the chunks' crcs, checking that the chunks tile each file exactly.
     fn fill_checksums(&mut self, outs: &[WriterOut]) -> Result<()> {
-        let mut chunks: Vec<(u32, u64, u32, u32)> =
-            outs.iter().flat_map(|o| o.index.iter().map(|e| (e.file_id, e.offset, e.raw_len, e.raw_crc))).collect();
-        chunks.sort_unstable();
-        let mut it = chunks.into_iter().peekable();
-        for (id, entry) in self.entries.iter_mut().enumerate() {
-            if entry.kind != EntryKind::File {
-                continue;
-            }
-            let mut crc = 0u32;
-            let mut covered = 0u64;
-            while let Some(&(fid, off, len, c)) = it.peek() {
-                if fid as usize != id {
-                    break;
-                }
-                if off != covered {
-                    return Err(Error::new(ErrorKind::Io, format!("internal: chunk gap in {} at {off}", entry.path)));
-                }
-                crc = crc32c::crc32c_combine(crc, c, len as usize);
-                covered += len as u64;
-                it.next();
-            }
-            if covered != entry.size {
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!("internal: {} has {covered} bytes in frames but {} recorded", entry.path, entry.size),
-                ));
-            }
-            entry.crc32c = Some(crc);
+        let chunks = outs
+            .iter()
+            .enumerate()
+            .flat_map(|(k, o)| o.index.iter().map(move |e| ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k }))
+            .collect();
+        let sums = file_checksums(&self.entries, chunks)
+            .map_err(|f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}")))?;
+        for (entry, sum) in self.entries.iter_mut().zip(sums) {
+            entry.crc32c = sum;
         }
         Ok(())
     }
@@ -660,7 +640,7 @@ fn group_for_readers(work: Vec<(u32, PathBuf, u64, u64)>, readers: Option<usize>
         Some(n) => {
             let mut groups: Vec<(u64, Vec<(u32, PathBuf)>)> = vec![(0, Vec::new()); n];
             let mut sorted = work;
-            sorted.sort_by(|a, b| b.3.cmp(&a.3));
+            sorted.sort_by_key(|w| std::cmp::Reverse(w.3));
             for (id, p, _, size) in sorted {
                 let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
                 g.0 += size.max(1);
@@ -748,19 +728,6 @@ fn read_one(file_id: u32, path: &Path, ts: usize, tx: &Sender<Job>, shared: &Sha
         )
     });
     Ok(ReadOutcome { file_id, size: offset, vanished: false, warning })
-}
-
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared, pool: &Pool) -> CompressStats {

@@ -3,7 +3,7 @@
 //! benchmarks, in the spirit of zstd's `datagen`: the same seed gives the same bytes everywhere.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -252,8 +252,8 @@ fn first_difference(a: &Path, b: &Path) -> std::io::Result<Option<u64>> {
     let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
     let mut pos = 0u64;
     loop {
-        let na = read_up_to(&mut fa, &mut ba)?;
-        let nb = read_up_to(&mut fb, &mut bb)?;
+        let na = crate::pipeline::read_full(&mut fa, &mut ba)?;
+        let nb = crate::pipeline::read_full(&mut fb, &mut bb)?;
         if let Some(i) = ba[..na.min(nb)].iter().zip(&bb[..na.min(nb)]).position(|(x, y)| x != y) {
             return Ok(Some(pos + i as u64));
         }
@@ -265,18 +265,6 @@ fn first_difference(a: &Path, b: &Path) -> std::io::Result<Option<u64>> {
         }
         pos += na as u64;
     }
-}
-
-fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        let n = f.read(&mut buf[got..])?;
-        if n == 0 {
-            break;
-        }
-        got += n;
-    }
-    Ok(got)
 }
 
 #[cfg(test)]

@@ -151,9 +151,122 @@ impl Manifest {
     }
 }
 
+/// One chunk as an index records it, for [`file_checksums`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChunkRef {
+    /// File id (position in the manifest's entries).
+    pub file_id: u32,
+    /// Offset in the file.
+    pub offset: u64,
+    /// Raw length.
+    pub len: u32,
+    /// crc32c of the raw bytes.
+    pub crc: u32,
+    /// Which stripe holds it.
+    pub stripe: usize,
+}
+
+/// Why chunks do not tile their files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TileFault {
+    /// A chunk of `entry` starts at `at` where byte `expected` was due.
+    Gap {
+        /// Entry position.
+        entry: usize,
+        /// Where the chunk starts.
+        at: u64,
+        /// Where it should have started.
+        expected: u64,
+        /// Stripe of the chunk.
+        stripe: usize,
+    },
+    /// The chunks of `entry` cover `covered` bytes, not its size (or name a non-file entry).
+    Coverage {
+        /// Entry position.
+        entry: usize,
+        /// Bytes covered.
+        covered: u64,
+    },
+}
+
+/// The crc32c of each regular file's content, combined from its chunks' crcs, after checking that
+/// the chunks tile each file exactly (no gap, no overlap, nothing past the end). Entries that are not
+/// regular files get `None`.
+///
+/// # Errors
+/// The first [`TileFault`].
+pub fn file_checksums(entries: &[Entry], mut chunks: Vec<ChunkRef>) -> Result<Vec<Option<u32>>, TileFault> {
+    chunks.sort_unstable();
+    let mut it = chunks.into_iter().peekable();
+    let mut out = Vec::with_capacity(entries.len());
+    for (id, entry) in entries.iter().enumerate() {
+        if entry.kind != EntryKind::File {
+            if it.peek().is_some_and(|c| c.file_id as usize == id) {
+                return Err(TileFault::Coverage { entry: id, covered: 0 });
+            }
+            out.push(None);
+            continue;
+        }
+        let (mut crc, mut covered) = (0u32, 0u64);
+        while let Some(c) = it.next_if(|c| c.file_id as usize == id) {
+            if c.offset != covered {
+                return Err(TileFault::Gap { entry: id, at: c.offset, expected: covered, stripe: c.stripe });
+            }
+            crc = crc32c::crc32c_combine(crc, c.crc, c.len as usize);
+            covered += c.len as u64;
+        }
+        if covered != entry.size {
+            return Err(TileFault::Coverage { entry: id, covered });
+        }
+        out.push(Some(crc));
+    }
+    match it.next() {
+        Some(c) => Err(TileFault::Coverage { entry: c.file_id as usize, covered: 0 }),
+        None => Ok(out),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(size: u64) -> Entry {
+        Entry {
+            root: 0,
+            path: "f".into(),
+            kind: EntryKind::File,
+            mode: 0,
+            mtime_ns: 0,
+            uid: 0,
+            gid: 0,
+            size,
+            crc32c: None,
+            target: None,
+            vanished: false,
+        }
+    }
+
+    fn chunk(file_id: u32, offset: u64, data: &[u8]) -> ChunkRef {
+        ChunkRef { file_id, offset, len: data.len() as u32, crc: crc32c::crc32c(data), stripe: 0 }
+    }
+
+    #[test]
+    fn file_checksums_combine_chunks_in_any_order() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let entries = vec![file(1000), file(0)];
+        let chunks = vec![chunk(0, 600, &data[600..]), chunk(0, 0, &data[..300]), chunk(0, 300, &data[300..600])];
+        let sums = file_checksums(&entries, chunks).unwrap();
+        assert_eq!(sums, vec![Some(crc32c::crc32c(&data)), Some(0)]);
+    }
+
+    #[test]
+    fn file_checksums_find_gaps_and_short_files() {
+        let data = [7u8; 100];
+        let entries = vec![file(100)];
+        assert!(matches!(file_checksums(&entries, vec![chunk(0, 50, &data[50..])]), Err(TileFault::Gap { at: 50, expected: 0, .. })));
+        assert_eq!(file_checksums(&entries, vec![chunk(0, 0, &data[..50])]), Err(TileFault::Coverage { entry: 0, covered: 50 }));
+        assert!(file_checksums(&entries, vec![chunk(0, 0, &data), chunk(3, 0, &data)]).is_err(), "a chunk of an unknown file");
+    }
 
     #[test]
     fn stored_round_trip() {

@@ -118,6 +118,23 @@ impl Pool {
     }
 }
 
+/// Read until `buf` is full or the reader ends; returns the bytes read.
+///
+/// # Errors
+/// The reader's errors other than `Interrupted`.
+pub fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
 /// Whether every byte is zero (an unwritten or sparse region).
 pub(crate) fn is_zero(b: &[u8]) -> bool {
     let (pre, mid, post) = unsafe { b.align_to::<u128>() };

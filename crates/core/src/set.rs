@@ -17,7 +17,7 @@ use crate::backup::available_cores;
 use crate::codec::DecompressorSet;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
-use crate::manifest::{EntryKind, Manifest};
+use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
 use crate::pipeline::{zero_crc, Pool, Progress, Shared};
 use crate::storage::{open_source, StripeSource};
 
@@ -126,6 +126,8 @@ impl BackupSet {
         }
         let (manifest, first_mb, first_path) = manifest.expect("at least one stripe");
         let n = slots.len();
+        // Indexing by k reads better than zipping three sequences here.
+        #[allow(clippy::needless_range_loop)]
         for k in 0..n {
             if slots[k].is_some() {
                 continue;
@@ -165,42 +167,26 @@ impl BackupSet {
     /// Every file's chunks, across all stripes, tile it exactly and combine to its crc.
     fn check_coverage(&self) -> Result<()> {
         let entries = &self.manifest.entries;
-        let mut chunks: Vec<(u32, u64, u32, u32, usize)> = Vec::new();
-        for (k, s) in self.stripes.iter().enumerate() {
-            for e in &s.index {
-                if e.file_id as usize >= entries.len() || entries[e.file_id as usize].kind != EntryKind::File {
-                    return Err(Error::corrupt(format!("stripe {}: index names file id {}, which the manifest does not have", s.path.display(), e.file_id)));
-                }
-                chunks.push((e.file_id, e.offset, e.raw_len, e.raw_crc, k));
-            }
-        }
-        chunks.sort_unstable();
-        let mut it = chunks.into_iter().peekable();
-        for (id, entry) in entries.iter().enumerate() {
-            if entry.kind != EntryKind::File {
-                continue;
-            }
-            let (mut crc, mut covered) = (0u32, 0u64);
-            while let Some(&(fid, off, len, c, k)) = it.peek() {
-                if fid as usize != id {
-                    break;
-                }
-                if off != covered {
-                    return Err(Error::corrupt(format!(
-                        "file {}: chunk at offset {off} (stripe {}) does not follow byte {covered}: the index is inconsistent",
-                        entry.path,
-                        self.stripes[k].path.display()
-                    )));
-                }
-                crc = crc32c::crc32c_combine(crc, c, len as usize);
-                covered += len as u64;
-                it.next();
-            }
-            if covered != entry.size || entry.crc32c.is_some_and(|want| want != crc) {
-                return Err(Error::corrupt(format!(
-                    "file {}: its chunks cover {covered} of {} bytes or do not match its checksum: the set is inconsistent",
-                    entry.path, entry.size
-                )));
+        let chunks = self
+            .stripes
+            .iter()
+            .enumerate()
+            .flat_map(|(k, s)| s.index.iter().map(move |e| ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k }))
+            .collect();
+        let sums = file_checksums(entries, chunks).map_err(|f| match f {
+            TileFault::Gap { entry, at, expected, stripe } => Error::corrupt(format!(
+                "file {}: chunk at offset {at} (stripe {}) does not follow byte {expected}: the index is inconsistent",
+                entries[entry].path,
+                self.stripes[stripe].path.display()
+            )),
+            TileFault::Coverage { entry, covered } => match entries.get(entry) {
+                Some(e) => Error::corrupt(format!("file {}: its chunks cover {covered} of {} bytes: the set is inconsistent", e.path, e.size)),
+                None => Error::corrupt(format!("an index names file id {entry}, which the manifest does not have")),
+            },
+        })?;
+        for (e, sum) in entries.iter().zip(sums) {
+            if e.crc32c.is_some() && e.crc32c != sum {
+                return Err(Error::corrupt(format!("file {}: its chunks do not combine to its checksum: the set is inconsistent", e.path)));
             }
         }
         Ok(())

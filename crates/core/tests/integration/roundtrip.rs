@@ -95,7 +95,7 @@ fn relocation_moves_a_subtree_and_nothing_else() {
     let moved = work.path().join("elsewhere/large");
     let mut o = RestoreOptions::new(&out);
     o.relocate = vec![("large".into(), moved.clone())];
-    restore(&[stripe.clone()], &o, Arc::new(NoProgress)).unwrap();
+    restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap();
     assert!(!out.join("large").exists(), "relocated subtree must not also land in the target");
     compare_trees(&src.join("large"), &moved).unwrap();
     compare_trees(&src.join("many"), &out.join("many")).unwrap();
@@ -105,7 +105,7 @@ fn relocation_moves_a_subtree_and_nothing_else() {
     let moved2 = work.path().join("elsewhere2");
     let mut o = RestoreOptions::new(&out2);
     o.relocate = vec![(format!("{}/many/d03", src.display()), moved2.clone())];
-    restore(&[stripe.clone()], &o, Arc::new(NoProgress)).unwrap();
+    restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap();
     compare_trees(&src.join("many/d03"), &moved2).unwrap();
 
     // A relocation that matches nothing is refused before anything is written.
