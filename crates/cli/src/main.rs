@@ -128,7 +128,8 @@ struct RestoreArgs {
     /// instead (SQL Server's WITH MOVE). Repeatable.
     #[arg(long, value_name = "OLD=NEW")]
     relocate: Vec<String>,
-    /// Restore into a non-empty directory, replacing files that are in the way.
+    /// Restore into a non-empty directory: everything in it is removed first, so the result is
+    /// exactly the backup (SQL Server's WITH REPLACE).
     #[arg(long)]
     force: bool,
     /// Decompressor threads. Default: one per core.

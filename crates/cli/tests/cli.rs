@@ -139,6 +139,7 @@ fn unknown_codec_and_out_of_range_values_exit_2() {
         (vec!["--transfer-size", "32MiB"], "64KiB .. 16MiB"),
         (vec!["--transfer-size", "lots"], "is not a size"),
         (vec!["--buffer-count", "2", "--threads", "4"], "--buffer-count 5"),
+        (vec!["--to", "nul"], "nul cannot be mixed with file targets"),
     ] {
         let mut a = vec!["backup", s(&f.src), "--to", s(&t)];
         a.extend(args);
@@ -361,7 +362,7 @@ fn disk_full_exits_6_and_leaves_nothing() {
         t = s(&target)
     );
     let o = with_mounts(&script);
-    assert_fails(&o, 6, &["x.sheaf", "No space left on device", "the device is full"]);
+    assert_fails(&o, 6, &["x.sheaf", "No space left on device", "the device or quota is full"]);
     assert_eq!(stdout(&o).trim(), "", "the full filesystem holds no stripe and no partial afterwards");
 }
 

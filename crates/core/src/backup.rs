@@ -16,7 +16,7 @@
 //! publishes the set. Dropping an unfinished session removes what it wrote.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -43,6 +43,8 @@ pub const MAX_TRANSFER_SIZE: u64 = 16 << 20;
 pub const DEFAULT_TRANSFER_SIZE: u64 = 1 << 20;
 /// Most stripes in one set.
 pub const MAX_STRIPES: usize = 64;
+/// Most check findings recorded in one backup.
+pub const MAX_FINDINGS: usize = 1000;
 
 /// What a backup is asked to do. Built by the CLI from flags; validated by [`Tuning::resolve`].
 #[derive(Clone, Debug)]
@@ -113,6 +115,12 @@ impl Tuning {
         let stripes = opts.targets.len();
         if stripes == 0 {
             return Err(Error::invalid("no target: give at least one --to FILE (or --to nul)"));
+        }
+        let nulls = opts.targets.iter().filter(|t| t.is_null()).count();
+        if nulls > 0 && nulls < stripes {
+            return Err(Error::invalid(
+                "nul cannot be mixed with file targets: the frames sent to nul would be missing from the set; use only nul targets (one or more) to measure read + compress",
+            ));
         }
         if stripes > MAX_STRIPES {
             return Err(Error::invalid(format!("{stripes} targets: at most {MAX_STRIPES} stripes per backup")));
@@ -208,6 +216,8 @@ pub struct BackupReport {
     pub raw_chunks: u64,
     /// Files that changed while read, special files skipped, and the like.
     pub warnings: Vec<String>,
+    /// What a [`ChunkCheck`] found (e.g. page checksum failures), also in the manifest.
+    pub check_failures: Vec<String>,
 }
 
 impl BackupReport {
@@ -245,11 +255,30 @@ pub fn count_devices(listed: &[Listed]) -> usize {
     devs.len().max(1)
 }
 
+/// Checks the chunks of chosen files while they pass through the compressors, in parallel and on
+/// bytes already in memory (PostgreSQL's page checksums). Findings go to
+/// [`Backup::finish_with`], which decides what they mean.
+pub trait ChunkCheck: Send + Sync {
+    /// Whether the file at `rel` under root `root` is to be checked.
+    fn wants(&self, root: u16, rel: &str) -> bool;
+    /// Check the chunk at `offset` of that file; return findings, empty when all is well.
+    fn check(&self, root: u16, rel: &str, abs: &Path, offset: u64, data: &[u8]) -> Vec<String>;
+}
+
+/// The file a checked chunk belongs to.
+struct CheckCtx {
+    check: Arc<dyn ChunkCheck>,
+    root: u16,
+    rel: String,
+    abs: PathBuf,
+}
+
 struct Job {
     file_id: u32,
     offset: u64,
     len: usize,
     buf: Vec<u8>,
+    check: Option<Arc<CheckCtx>>,
 }
 
 struct Frame {
@@ -301,7 +330,12 @@ impl Backup {
         let mut seen = std::collections::HashSet::new();
         for t in &opts.targets {
             if let TargetSpec::File(p) = t {
-                let key = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+                // Same folder (links and `..` resolved) and same name is the same stripe.
+                let dir = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(p.file_name().unwrap_or_default());
                 if !seen.insert(key) {
                     return Err(Error::invalid(format!("target {} is given twice: each stripe needs its own file", p.display())));
                 }
@@ -388,6 +422,15 @@ impl Backup {
     /// # Errors
     /// The first error of any thread.
     pub fn add_tree(&mut self, root: Root, listed: Vec<Listed>) -> Result<()> {
+        self.add_tree_checked(root, listed, None)
+    }
+
+    /// [`Backup::add_tree`], with `check` looking at the chunks of the files it wants. Returns the
+    /// new root's id.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn add_tree_checked(&mut self, root: Root, listed: Vec<Listed>, check: Option<Arc<dyn ChunkCheck>>) -> Result<()> {
         self.check()?;
         let root_id = self.roots.len() as u16;
         self.roots.push(root);
@@ -396,11 +439,14 @@ impl Backup {
             l.entry.root = root_id;
             let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
             if l.entry.kind == EntryKind::File {
-                work.push((file_id, l.abs.clone(), l.dev, l.entry.size));
+                let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
+                    Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
+                });
+                work.push(Work { file_id, path: l.abs.clone(), dev: l.dev, size: l.entry.size, check: ctx });
             }
             self.entries.push(l.entry);
         }
-        let total: u64 = work.iter().map(|w| w.3).sum();
+        let total: u64 = work.iter().map(|w| w.size).sum();
         self.shared.progress.begin("backup", total);
         let groups = group_for_readers(work, self.opts.readers);
         let job_tx = self.job_tx.as_ref().expect("session open");
@@ -413,7 +459,15 @@ impl Backup {
                     s.spawn(move || read_files(g, ts, &tx, shared, pool))
                 })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        self.shared.fail(Error::new(ErrorKind::Io, "a reader thread panicked"));
+                        Vec::new()
+                    })
+                })
+                .collect()
         });
         for o in outcomes {
             let e = &mut self.entries[o.file_id as usize];
@@ -451,7 +505,7 @@ impl Backup {
         for (i, chunk) in data.chunks(self.tuning.transfer_size).enumerate() {
             let Some(mut buf) = self.pool.take(&self.shared) else { break };
             buf[..chunk.len()].copy_from_slice(chunk);
-            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf };
+            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf, check: None };
             if tx.send(job).is_err() {
                 break;
             }
@@ -465,14 +519,28 @@ impl Backup {
     ///
     /// # Errors
     /// The first error of any thread, or of writing footers; every stripe is then removed.
-    pub fn finish(mut self, source: serde_json::Value) -> Result<BackupReport> {
+    pub fn finish(self, source: serde_json::Value) -> Result<BackupReport> {
+        self.finish_with(|_| Ok(source))
+    }
+
+    /// [`Backup::finish`], letting `decide` see the findings of every [`ChunkCheck`] once all chunks
+    /// are through, before anything is published: it returns the source facts for the manifest, or
+    /// an error that removes every stripe.
+    ///
+    /// # Errors
+    /// As [`Backup::finish`], or `decide`'s error.
+    pub fn finish_with(mut self, decide: impl FnOnce(&[String]) -> Result<serde_json::Value>) -> Result<BackupReport> {
         self.shared.progress.end();
         self.job_tx = None;
         let mut stats = CompressStats::default();
         for h in self.compressors.drain(..) {
-            let s = h.join().unwrap_or_default();
-            stats.zero += s.zero;
-            stats.raw += s.raw;
+            match h.join() {
+                Ok(s) => {
+                    stats.zero += s.zero;
+                    stats.raw += s.raw;
+                }
+                Err(_) => self.shared.fail(Error::new(ErrorKind::Io, "a compressor thread panicked")),
+            }
         }
         let outs: Vec<Option<WriterOut>> = self.writers.drain(..).map(|h| h.join().unwrap_or(None)).collect();
         if let Some(e) = self.shared.take_error() {
@@ -481,6 +549,9 @@ impl Backup {
         let mut outs: Vec<WriterOut> = outs.into_iter().collect::<Option<_>>().ok_or_else(|| {
             Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
         })?;
+        let findings = std::mem::take(&mut *self.shared.findings.lock().unwrap_or_else(|p| p.into_inner()));
+        // On an error here the sinks are dropped unpublished, which removes them.
+        let source = decide(&findings)?;
 
         self.fill_checksums(&outs)?;
         let manifest = Manifest {
@@ -509,6 +580,7 @@ impl Backup {
             entries: std::mem::take(&mut self.entries),
             bytes_read: self.shared.bytes.load(std::sync::atomic::Ordering::Relaxed),
             warnings: std::mem::take(&mut self.warnings),
+            check_failures: findings.clone(),
             source,
         };
         let stored = manifest.to_stored_bytes()?;
@@ -560,6 +632,7 @@ impl Backup {
             zero_chunks: stats.zero,
             raw_chunks: stats.raw,
             warnings: manifest.warnings,
+            check_failures: findings,
         })
     }
 
@@ -626,25 +699,34 @@ fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u
     out.sink.sync()
 }
 
+/// A file to read.
+struct Work {
+    file_id: u32,
+    path: PathBuf,
+    dev: u64,
+    size: u64,
+    check: Option<Arc<CheckCtx>>,
+}
+
 /// Split files among readers: by device by default (SQL Server's reader per volume), or into
 /// `readers` groups of about equal bytes.
-fn group_for_readers(work: Vec<(u32, PathBuf, u64, u64)>, readers: Option<usize>) -> Vec<Vec<(u32, PathBuf)>> {
+fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<Vec<Work>> {
     match readers {
         None => {
-            let mut by_dev: std::collections::BTreeMap<u64, Vec<(u32, PathBuf)>> = Default::default();
-            for (id, p, dev, _) in work {
-                by_dev.entry(dev).or_default().push((id, p));
+            let mut by_dev: std::collections::BTreeMap<u64, Vec<Work>> = Default::default();
+            for w in work {
+                by_dev.entry(w.dev).or_default().push(w);
             }
             by_dev.into_values().collect()
         }
         Some(n) => {
-            let mut groups: Vec<(u64, Vec<(u32, PathBuf)>)> = vec![(0, Vec::new()); n];
+            let mut groups: Vec<(u64, Vec<Work>)> = (0..n).map(|_| (0, Vec::new())).collect();
             let mut sorted = work;
-            sorted.sort_by_key(|w| std::cmp::Reverse(w.3));
-            for (id, p, _, size) in sorted {
+            sorted.sort_by_key(|w| std::cmp::Reverse(w.size));
+            for w in sorted {
                 let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
-                g.0 += size.max(1);
-                g.1.push((id, p));
+                g.0 += w.size.max(1);
+                g.1.push(w);
             }
             groups.into_iter().map(|g| g.1).filter(|g| !g.is_empty()).collect()
         }
@@ -659,13 +741,13 @@ struct ReadOutcome {
     warning: Option<String>,
 }
 
-fn read_files(files: &[(u32, PathBuf)], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Vec<ReadOutcome> {
+fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
-    for (file_id, path) in files {
+    for w in files {
         if shared.is_cancelled() {
             break;
         }
-        match read_one(*file_id, path, ts, tx, shared, pool) {
+        match read_one(w, ts, tx, shared, pool) {
             Ok(o) => out.push(o),
             Err(e) => {
                 shared.fail(e);
@@ -676,8 +758,14 @@ fn read_files(files: &[(u32, PathBuf)], ts: usize, tx: &Sender<Job>, shared: &Sh
     out
 }
 
-fn read_one(file_id: u32, path: &Path, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Result<ReadOutcome> {
-    let mut file = match File::open(path) {
+fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Result<ReadOutcome> {
+    let (file_id, path) = (w.file_id, w.path.as_path());
+    // No following a link swapped in since listing, no hanging on a FIFO.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let mut file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(ReadOutcome {
@@ -687,10 +775,22 @@ fn read_one(file_id: u32, path: &Path, ts: usize, tx: &Sender<Job>, shared: &Sha
                 ..Default::default()
             })
         }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!("{} became a symbolic link while the backup ran", path.display()),
+            ))
+        }
         Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
     };
     let stat = |f: &File| f.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e));
     let before = stat(&file)?;
+    if !before.file_type().is_file() {
+        return Err(Error::new(
+            ErrorKind::Source,
+            format!("{} is no longer a regular file (it changed while the backup ran)", path.display()),
+        ));
+    }
     // The size at open is what we copy: a file that grows meanwhile is reported, not chased.
     let size = before.len();
     // SAFETY: advisory only; the fd is valid.
@@ -698,6 +798,9 @@ fn read_one(file_id: u32, path: &Path, ts: usize, tx: &Sender<Job>, shared: &Sha
     let mut offset = 0u64;
     let mut shrank = false;
     while offset < size {
+        if shared.is_cancelled() {
+            return Ok(ReadOutcome { file_id, size: offset, ..Default::default() });
+        }
         let Some(mut buf) = pool.take(shared) else { return Ok(ReadOutcome { file_id, size: offset, ..Default::default() }) };
         let want = (size - offset).min(ts as u64) as usize;
         let got = read_full(&mut file, &mut buf[..want]).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
@@ -706,7 +809,8 @@ fn read_one(file_id: u32, path: &Path, ts: usize, tx: &Sender<Job>, shared: &Sha
             shrank = true;
             break;
         }
-        if tx.send(Job { file_id, offset, len: got, buf }).is_err() {
+        if tx.send(Job { file_id, offset, len: got, buf, check: w.check.clone() }).is_err() {
+            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
             break;
         }
         shared.count(got as u64);
@@ -746,6 +850,20 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
             continue;
         }
         let raw = &job.buf[..job.len];
+        if let Some(c) = &job.check {
+            let findings = c.check.check(c.root, &c.rel, &c.abs, job.offset, raw);
+            if !findings.is_empty() {
+                let mut all = shared.findings.lock().unwrap_or_else(|p| p.into_inner());
+                for f in findings {
+                    // Keep the record bounded; the count past the cap is still reported.
+                    if all.len() < MAX_FINDINGS {
+                        all.push(f);
+                    } else if all.len() == MAX_FINDINGS {
+                        all.push("... and more findings past the first 1000".into());
+                    }
+                }
+            }
+        }
         let raw_crc = crc32c::crc32c(raw);
         let mut header = FrameHeader {
             file_id: job.file_id,

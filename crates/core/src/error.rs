@@ -45,10 +45,11 @@ impl Error {
         Error { kind, message: message.into(), source: None }
     }
 
-    /// An error caused by an I/O failure. `ENOSPC` becomes [`ErrorKind::NoSpace`] whatever `kind` says,
+    /// An error caused by an I/O failure. `ENOSPC` and `EDQUOT` become [`ErrorKind::NoSpace`] whatever `kind` says,
     /// because "disk full" needs its own advice.
     pub fn io(kind: ErrorKind, message: impl Into<String>, source: io::Error) -> Self {
-        let kind = if source.raw_os_error() == Some(libc::ENOSPC) { ErrorKind::NoSpace } else { kind };
+        let full = matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT));
+        let kind = if full { ErrorKind::NoSpace } else { kind };
         Error { kind, message: message.into(), source: Some(source) }
     }
 
@@ -99,7 +100,7 @@ impl fmt::Display for Error {
             write!(f, ": {e}")?;
         }
         if self.kind == ErrorKind::NoSpace {
-            f.write_str(" (the device is full: free space, or stripe the backup over more volumes)")?;
+            f.write_str(" (the device or quota is full: free space, or stripe the backup over more volumes)")?;
         }
         Ok(())
     }

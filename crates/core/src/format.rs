@@ -318,7 +318,14 @@ impl Trailer {
     /// [`crate::ErrorKind::Incomplete`] when the magic is missing (a truncated or unfinished stripe),
     /// [`crate::ErrorKind::Corrupt`] when the checksum does not match.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() < TRAILER_LEN || &b[72..80] != TRAILER_MAGIC {
+        if b.len() < TRAILER_LEN {
+            return Err(Error::incomplete("trailer: missing (the stripe is truncated or its backup never finished)"));
+        }
+        if &b[72..80] != TRAILER_MAGIC {
+            // A trailer whose checksum holds but whose magic does not was damaged, not cut short.
+            if crc32c::crc32c(&b[..68]) == u32_at(b, 68) {
+                return Err(Error::corrupt("trailer: bad magic (the trailer is damaged)"));
+            }
             return Err(Error::incomplete(
                 "trailer: missing (the stripe is truncated or its backup never finished)",
             ));
@@ -412,9 +419,12 @@ mod tests {
             bad[i] ^= 0x80;
             assert!(Trailer::decode(&bad).is_err(), "flip at {i} not caught");
         }
-        let mut cut = b;
-        cut[79] = 0;
-        assert_eq!(Trailer::decode(&cut).unwrap_err().kind(), crate::ErrorKind::Incomplete);
+        let mut bad_magic = b;
+        bad_magic[79] = 0;
+        assert_eq!(Trailer::decode(&bad_magic).unwrap_err().kind(), crate::ErrorKind::Corrupt, "damaged, not cut");
+        let mut tail_of_frames = [0x41u8; TRAILER_LEN];
+        tail_of_frames[0] = 1;
+        assert_eq!(Trailer::decode(&tail_of_frames).unwrap_err().kind(), crate::ErrorKind::Incomplete, "cut short");
     }
 
     #[test]

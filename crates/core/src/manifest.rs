@@ -115,6 +115,9 @@ pub struct Manifest {
     /// Things a DBA should know: files that changed while being read, skipped special files.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// What checks found while reading (e.g. PostgreSQL page checksum failures, with file and block).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_failures: Vec<String>,
     /// Facts about the source (e.g. PostgreSQL's system identifier and LSNs); free-form.
     #[serde(default)]
     pub source: serde_json::Value,
@@ -303,6 +306,7 @@ mod tests {
             }],
             bytes_read: 3,
             warnings: vec![],
+            check_failures: vec![],
             source: serde_json::json!({"kind": "directory"}),
         };
         let b = m.to_stored_bytes().unwrap();

@@ -29,11 +29,19 @@ pub(crate) struct Shared {
     error: Mutex<Option<Error>>,
     pub(crate) progress: Arc<dyn Progress>,
     pub(crate) bytes: AtomicU64,
+    /// Findings of chunk checks (rare: a mutex is cheap enough).
+    pub(crate) findings: Mutex<Vec<String>>,
 }
 
 impl Shared {
     pub(crate) fn new(progress: Arc<dyn Progress>) -> Arc<Self> {
-        Arc::new(Shared { cancelled: AtomicBool::new(false), error: Mutex::new(None), progress, bytes: AtomicU64::new(0) })
+        Arc::new(Shared {
+            cancelled: AtomicBool::new(false),
+            error: Mutex::new(None),
+            progress,
+            bytes: AtomicU64::new(0),
+            findings: Mutex::new(Vec::new()),
+        })
     }
 
     /// Record `e` if it is the first error, and cancel everything.
@@ -83,6 +91,9 @@ impl Pool {
     /// A buffer of `size` bytes, or `None` once `shared` is cancelled.
     pub(crate) fn take(&self, shared: &Shared) -> Option<Vec<u8>> {
         loop {
+            if shared.is_cancelled() {
+                return None;
+            }
             if let Ok(b) = self.rx.try_recv() {
                 return Some(b);
             }
@@ -91,9 +102,6 @@ impl Pool {
                 && self.allocated.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
             {
                 return Some(vec![0u8; self.size]);
-            }
-            if shared.is_cancelled() {
-                return None;
             }
             // A buffer dropped by a failing thread never comes back; the timeout lets us see the
             // cancel flag instead of waiting forever.

@@ -1,8 +1,9 @@
 //! Restore: parallel read of every stripe, parallel decompression, positional writes into files
 //! sized up front, then owners, modes, times and fsync. `--relocate OLD=NEW` moves a subtree (SQL
-//! Server's WITH MOVE). A target that already holds data is refused unless forced. While a restore
-//! runs its target holds [`INCOMPLETE_MARKER`]; a failed restore into an empty target removes what it
-//! wrote, and one into a forced, non-empty target leaves the marker so nobody mistakes it for whole.
+//! Server's WITH MOVE). A target that already holds data is refused unless forced, and a forced
+//! restore empties it first (WITH REPLACE: the result is exactly the backup). While a restore runs
+//! every target root holds [`INCOMPLETE_MARKER`]; a failed restore removes what it wrote where it
+//! can and otherwise leaves the markers, so nobody mistakes it for whole.
 
 use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
@@ -31,7 +32,8 @@ pub struct RestoreOptions {
     /// `(OLD, NEW)`: entries under OLD (a path inside the backup, or an original absolute path)
     /// go under NEW instead.
     pub relocate: Vec<(String, PathBuf)>,
-    /// Restore into non-empty directories, replacing what is in the way.
+    /// Restore into non-empty directories: their contents are removed first, so that the result is
+    /// exactly the backup (no stale file survives).
     pub force: bool,
     /// Decompressor threads (default: one per core).
     pub threads: Option<usize>,
@@ -113,7 +115,8 @@ struct Plan<'m> {
     dest: Vec<Option<PathBuf>>,
     /// Folders that receive a tree: the target and each relocation or extra root.
     roots: Vec<PathBuf>,
-    marker: PathBuf,
+    /// One incomplete-marker per root.
+    markers: Vec<PathBuf>,
 }
 
 /// What each destination root looked like before we started, for clean-up.
@@ -123,10 +126,8 @@ struct Prepared {
 
 impl<'m> Plan<'m> {
     fn new(manifest: &'m Manifest, opts: &RestoreOptions) -> Result<Self> {
-        let mut relocs: Vec<(&str, &Path, bool)> = opts.relocate.iter().map(|(o, n)| (o.as_str(), n.as_path(), false)).collect();
-        // Longest prefix wins.
-        relocs.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
-        let mut roots = vec![opts.target.clone()];
+        validate_paths(manifest)?;
+        let mut used = vec![false; opts.relocate.len()];
         let mut dest = Vec::with_capacity(manifest.entries.len());
         for e in &manifest.entries {
             if e.vanished {
@@ -136,21 +137,26 @@ impl<'m> Plan<'m> {
             let root = &manifest.roots[e.root as usize];
             let logical = if root.name.is_empty() { e.path.clone() } else { join_rel(&root.name, &e.path) };
             let original = join_rel(&root.path, &e.path);
-            let mut placed = None;
-            for r in relocs.iter_mut() {
-                for candidate in [&logical, &original] {
-                    if let Some(rest) = strip_prefix(candidate, r.0) {
-                        r.2 = true;
-                        placed = Some(if rest.is_empty() { r.1.to_path_buf() } else { r.1.join(rest) });
-                        break;
+            let root_depth = depth(&root.path);
+            // The most specific relocation wins, counting path components below the backup's root
+            // whichever way OLD was written.
+            let mut best: Option<(usize, usize, PathBuf)> = None;
+            for (i, (old, new)) in opts.relocate.iter().enumerate() {
+                let hit = strip_prefix(&logical, old)
+                    .map(|rest| (depth(old), rest))
+                    .or_else(|| strip_prefix(&original, old).map(|rest| (depth(old).saturating_sub(root_depth), rest)));
+                if let Some((d, rest)) = hit {
+                    if best.as_ref().is_none_or(|b| d > b.0) {
+                        let p = if rest.is_empty() { new.clone() } else { new.join(rest) };
+                        best = Some((d, i, p));
                     }
                 }
-                if placed.is_some() {
-                    break;
-                }
             }
-            let p = match placed {
-                Some(p) => p,
+            let p = match best {
+                Some((_, i, p)) => {
+                    used[i] = true;
+                    p
+                }
                 None if e.root == 0 => {
                     if e.path.is_empty() {
                         opts.target.clone()
@@ -162,14 +168,23 @@ impl<'m> Plan<'m> {
             };
             dest.push(Some(p));
         }
-        if let Some(r) = relocs.iter().find(|r| !r.2) {
+        if let Some(i) = used.iter().position(|u| !u) {
+            let (old, new) = &opts.relocate[i];
             return Err(Error::invalid(format!(
-                "--relocate {}={}: nothing in the backup is under '{}'; give a path inside the backup (as `sheaf verify --json` lists) or an original absolute path",
-                r.0,
-                r.1.display(),
-                r.0
+                "--relocate {old}={}: nothing in the backup is under '{old}' (or a more specific --relocate takes all of it); give a path inside the backup or an original absolute path",
+                new.display()
             )));
         }
+        let mut seen = HashSet::new();
+        for d in dest.iter().flatten() {
+            if !seen.insert(d.clone()) {
+                return Err(Error::invalid(format!(
+                    "two entries of the backup would be restored to {}: check the --relocate targets for overlaps",
+                    d.display()
+                )));
+            }
+        }
+        let mut roots = vec![opts.target.clone()];
         roots.extend(opts.relocate.iter().map(|(_, new)| new.clone()));
         for (k, root) in manifest.roots.iter().enumerate().skip(1) {
             let relocated = manifest.entries.iter().zip(&dest).any(|(e, d)| {
@@ -181,30 +196,36 @@ impl<'m> Plan<'m> {
         }
         let mut seen = HashSet::new();
         roots.retain(|r| seen.insert(r.clone()));
-        let marker = opts.target.join(INCOMPLETE_MARKER);
-        Ok(Plan { manifest, dest, roots, marker })
+        let markers = roots.iter().map(|r| r.join(INCOMPLETE_MARKER)).collect();
+        Ok(Plan { manifest, dest, roots, markers })
     }
 
-    /// Refuse non-empty roots unless forced; create missing ones; write the marker.
+    /// Refuse non-empty roots unless forced (then empty them); create missing ones; write markers.
     fn prepare_roots(&self, force: bool) -> Result<Prepared> {
         let mut was_empty = Vec::with_capacity(self.roots.len());
         for r in &self.roots {
             match fs::read_dir(r) {
                 Ok(mut rd) => {
                     let first = rd.next();
-                    if let Some(Ok(item)) = &first {
-                        if !force {
-                            return Err(Error::new(
-                                ErrorKind::TargetNotEmpty,
-                                format!(
-                                    "restore target {} is not empty (it holds {:?}, among others): choose an empty or new directory, or pass --force to overwrite what is there",
-                                    r.display(),
-                                    item.file_name()
-                                ),
-                            ));
-                        }
+                    let Some(item) = first else {
+                        was_empty.push(true);
+                        continue;
+                    };
+                    if !force {
+                        let what = match item {
+                            Ok(i) => format!("it holds {:?}, among others", i.file_name()),
+                            Err(e) => format!("it cannot be listed: {e}"),
+                        };
+                        return Err(Error::new(
+                            ErrorKind::TargetNotEmpty,
+                            format!(
+                                "restore target {} is not empty ({what}): choose an empty or new directory, or pass --force to replace what is there",
+                                r.display()
+                            ),
+                        ));
                     }
-                    was_empty.push(first.is_none());
+                    clear_dir(r)?;
+                    was_empty.push(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     fs::create_dir_all(r).map_err(|e| io_at(ErrorKind::Target, "cannot create restore target", r, e))?;
@@ -216,8 +237,9 @@ impl<'m> Plan<'m> {
                 Err(e) => return Err(io_at(ErrorKind::Target, "cannot read restore target", r, e)),
             }
         }
-        fs::write(&self.marker, self.manifest.backup_id.as_bytes())
-            .map_err(|e| io_at(ErrorKind::Target, "cannot write to restore target", &self.marker, e))?;
+        for m in &self.markers {
+            fs::write(m, self.manifest.backup_id.as_bytes()).map_err(|e| io_at(ErrorKind::Target, "cannot write to restore target", m, e))?;
+        }
         Ok(Prepared { was_empty })
     }
 
@@ -285,13 +307,21 @@ impl<'m> Plan<'m> {
                 apply_metadata(e, d, as_root)?;
             }
         }
+        // Directories deepest first. Each is opened before its mode is set (a mode without owner
+        // read would stop us opening it after), then its metadata set and it made durable. The
+        // markers go first so that they do not disturb a root's mtime, but only once every file's
+        // data is durable.
         let mut dirs: Vec<(&Entry, &PathBuf)> =
             entries.iter().zip(&self.dest).filter_map(|(e, d)| d.as_ref().filter(|_| e.kind == EntryKind::Dir).map(|d| (e, d))).collect();
         dirs.sort_by_key(|(_, d)| std::cmp::Reverse(d.components().count()));
-        fs::remove_file(&self.marker).map_err(|e| io_at(ErrorKind::Target, "cannot remove", &self.marker, e))?;
-        for (e, d) in dirs {
+        let handles: Vec<fs::File> =
+            dirs.iter().map(|(_, d)| fs::File::open(d).map_err(|e| io_at(ErrorKind::Target, "cannot open directory", d, e))).collect::<Result<_>>()?;
+        for m in &self.markers {
+            fs::remove_file(m).map_err(|e| io_at(ErrorKind::Target, "cannot remove", m, e))?;
+        }
+        for ((e, d), h) in dirs.iter().zip(&handles) {
             apply_metadata(e, d, as_root)?;
-            sync_dir(d).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", d, e))?;
+            h.sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", d, e))?;
         }
         for r in &self.roots {
             sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
@@ -315,8 +345,10 @@ impl<'m> Plan<'m> {
         if removed {
             e.context(format!("restore failed and what it wrote was removed from {}", self.roots[0].display()))
         } else {
-            // The marker stays (or is written again) so the target never looks whole.
-            let _ = fs::write(&self.marker, self.manifest.backup_id.as_bytes());
+            // The markers stay (or are written again) so the target never looks whole.
+            for m in &self.markers {
+                let _ = fs::write(m, self.manifest.backup_id.as_bytes());
+            }
             e.context(format!(
                 "restore failed; {} is incomplete (marked by {INCOMPLETE_MARKER})",
                 self.roots[0].display()
@@ -382,6 +414,55 @@ fn preallocate(f: &fs::File, path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
                 _ => return Err(io_at(ErrorKind::Target, "cannot reserve space for", path, err)),
             }
         }
+    }
+    Ok(())
+}
+
+/// Entries may only name plain relative paths, and every entry's parent must be a directory entry
+/// of the same root: nothing a backup holds can make a restore write outside its targets, whether
+/// through `..`, an absolute path, or a symlink standing where a directory should be.
+fn validate_paths(m: &Manifest) -> Result<()> {
+    let bad = |p: &str| Error::corrupt(format!("manifest: entry path '{p}' is not a plain relative path; refusing to restore"));
+    let mut dirs: HashSet<(u16, &str)> = HashSet::new();
+    for e in &m.entries {
+        if !e.path.is_empty() {
+            if e.path.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+                return Err(bad(&e.path));
+            }
+            let parent = e.path.rsplit_once('/').map_or("", |(d, _)| d);
+            if !dirs.contains(&(e.root, parent)) {
+                return Err(Error::corrupt(format!(
+                    "manifest: '{}' comes before, or without, its directory '{parent}'; refusing to restore",
+                    e.path
+                )));
+            }
+        }
+        if e.kind == EntryKind::Dir {
+            dirs.insert((e.root, e.path.as_str()));
+        }
+    }
+    for r in &m.roots {
+        if r.name.split('/').any(|c| c == "..") {
+            return Err(bad(&r.name));
+        }
+    }
+    Ok(())
+}
+
+/// Components below `/` of a `/`-separated path.
+fn depth(p: &str) -> usize {
+    p.split('/').filter(|c| !c.is_empty()).count()
+}
+
+/// Remove everything inside `dir` (for `--force`), never `/` itself.
+fn clear_dir(dir: &Path) -> Result<()> {
+    let canonical = fs::canonicalize(dir).map_err(|e| io_at(ErrorKind::Target, "cannot resolve", dir, e))?;
+    if canonical.parent().is_none() {
+        return Err(Error::invalid(format!("refusing to clear {} for a forced restore", canonical.display())));
+    }
+    for item in fs::read_dir(dir).map_err(|e| io_at(ErrorKind::Target, "cannot list", dir, e))? {
+        let item = item.map_err(|e| io_at(ErrorKind::Target, "cannot list", dir, e))?;
+        remove_any(&item.path())?;
     }
     Ok(())
 }

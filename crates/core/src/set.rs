@@ -260,18 +260,33 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
                 s.spawn(move || decode_loop(set, ts, &rx, shared, pool, sink))
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or(0)).sum::<u64>()
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    shared.fail(Error::new(crate::ErrorKind::Io, "a decompressor thread panicked"));
+                    0
+                })
+            })
+            .sum::<u64>()
     });
     shared.progress.end();
-    match shared.take_error() {
-        Some(e) => Err(e),
-        None => Ok(frames),
+    if let Some(e) = shared.take_error() {
+        return Err(e);
     }
+    let expected: u64 = set.stripes.iter().map(|s| s.index.len() as u64).sum();
+    if frames != expected {
+        return Err(Error::new(crate::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));
+    }
+    Ok(frames)
 }
 
 fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Pool) -> Result<()> {
     let mut expect_pos = HEADER_LEN as u64;
     for (i, e) in s.index.iter().enumerate() {
+        if shared.is_cancelled() {
+            return Ok(());
+        }
         let here = |what: &str| {
             Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.path.display(), i + 1, e.frame_pos))
         };

@@ -55,7 +55,10 @@ fn walk(dir: &Path, rel: &str, root_id: u16, out: &mut Vec<Listed>, warnings: &m
         let meta = match fs::symlink_metadata(&abs) {
             Ok(m) => m,
             // Gone between listing and stat: nothing to back up, and not an error for a live source.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                warnings.push(format!("{} vanished while the tree was listed; it is not in the backup", abs.display()));
+                continue;
+            }
             Err(e) => return Err(io_at(ErrorKind::Source, "cannot stat", &abs, e)),
         };
         let ft = meta.file_type();
@@ -65,7 +68,14 @@ fn walk(dir: &Path, rel: &str, root_id: u16, out: &mut Vec<Listed>, warnings: &m
         }
         out.push(listed(&abs, rel.clone(), root_id, &meta)?);
         if ft.is_dir() {
-            walk(&abs, &rel, root_id, out, warnings)?;
+            match walk(&abs, &rel, root_id, out, warnings) {
+                // A directory dropped while we list it (a database being dropped): say so, go on.
+                Err(_) if !abs.exists() => {
+                    warnings.push(format!("{} vanished while the tree was listed", abs.display()));
+                    out.retain(|l| !(l.entry.root == root_id && (l.entry.path == rel || l.entry.path.starts_with(&format!("{rel}/")))));
+                }
+                r => r?,
+            }
         }
     }
     Ok(())

@@ -21,6 +21,28 @@ pub struct LocalSink {
     file: Option<BufWriter<File>>,
     written: u64,
     published: bool,
+    overwrite: bool,
+}
+
+/// Rename, refusing to replace an existing file unless `overwrite` (where the filesystem can say).
+fn rename_into_place(from: &Path, to: &Path, overwrite: bool) -> std::io::Result<()> {
+    if overwrite {
+        return fs::rename(from, to);
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // SAFETY: valid C strings; renameat2 with AT_FDCWD behaves like rename plus the flag.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // Filesystems without RENAME_NOREPLACE: the existence check at create time stands.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => fs::rename(from, to),
+        _ => Err(e),
+    }
 }
 
 fn partial_name(path: &Path) -> PathBuf {
@@ -75,6 +97,7 @@ impl LocalSink {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             written: 0,
             published: false,
+            overwrite,
         })
     }
 
@@ -113,8 +136,16 @@ impl StripeSink for LocalSink {
     fn publish(&mut self) -> Result<()> {
         self.sync()?;
         self.file = None;
-        fs::rename(&self.partial, &self.path)
-            .map_err(|e| io_at(ErrorKind::Target, "cannot rename stripe into place:", &self.path, e))?;
+        rename_into_place(&self.partial, &self.path, self.overwrite).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::new(
+                    ErrorKind::Target,
+                    format!("target {} appeared while the backup ran: remove it, or pass --overwrite", self.path.display()),
+                )
+            } else {
+                io_at(ErrorKind::Target, "cannot rename stripe into place:", &self.path, e)
+            }
+        })?;
         self.published = true;
         sync_dir(&parent_dir(&self.path)).map_err(|e| io_at(ErrorKind::Target, "cannot fsync folder of", &self.path, e))
     }

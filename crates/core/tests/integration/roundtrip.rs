@@ -145,7 +145,9 @@ fn restore_refuses_non_empty_target_unless_forced() {
     let mut o = RestoreOptions::new(&out);
     o.force = true;
     restore(&[stripe], &o, Arc::new(NoProgress)).unwrap();
-    assert_eq!(std::fs::read(out.join("chunk")).unwrap(), std::fs::read(src.join("chunk")).unwrap());
+    // WITH REPLACE: the result is exactly the backup, nothing stale survives.
+    compare_trees(&src, &out).unwrap();
+    assert!(!out.join("precious").exists());
     assert!(!out.join(sheaf_core::restore::INCOMPLETE_MARKER).exists());
 }
 
@@ -167,4 +169,47 @@ fn zero_chunks_restore_as_holes_and_data_is_preallocated() {
     assert!(zeros.blocks() * 512 < zeros.len() / 2, "an all-zero file restores sparse");
     let large = std::fs::metadata(out.join("large/large.dat")).unwrap();
     assert!(large.blocks() * 512 >= large.len(), "data ranges are allocated");
+}
+
+#[test]
+fn the_most_specific_relocation_wins_and_overlaps_are_refused() {
+    let src = tree(64 << 10);
+    let work = tempfile::tempdir().unwrap();
+    let stripe = work.path().join("r.sheaf");
+    backup_directory(&src, &BackupOptions::new(vec![TargetSpec::File(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    // An absolute OLD for the parent, a relative OLD for the child: the child is more specific.
+    let (a, b) = (work.path().join("A"), work.path().join("B"));
+    let mut o = RestoreOptions::new(work.path().join("main"));
+    o.relocate = vec![(format!("{}/many", src.display()), a.clone()), ("many/d03".into(), b.clone())];
+    restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src.join("many/d03"), &b).unwrap();
+    assert!(a.join("d04").exists() && !a.join("d03").exists());
+
+    let mut o = RestoreOptions::new(work.path().join("main2"));
+    let same = work.path().join("same");
+    o.relocate = vec![("large".into(), same.clone()), ("many".into(), same)];
+    let e = restore(&[stripe], &o, Arc::new(NoProgress)).unwrap_err();
+    assert_eq!(e.kind(), sheaf_core::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("two entries"), "{e}");
+}
+
+#[test]
+fn a_manifest_path_that_escapes_the_target_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let stripe = work.path().join("evil.sheaf");
+    let opts = BackupOptions::new(vec![TargetSpec::File(stripe.clone())]);
+    let tuning = sheaf_core::Tuning::resolve(&opts, 1).unwrap();
+    let mut b = sheaf_core::Backup::start(&opts, tuning, Arc::new(NoProgress)).unwrap();
+    let mut warnings = vec![];
+    let empty = work.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let listed = sheaf_core::source::list_tree(&empty, 0, &mut warnings).unwrap();
+    b.add_tree(sheaf_core::manifest::Root { name: String::new(), path: empty.display().to_string() }, listed).unwrap();
+    b.add_bytes(0, "../escaped", b"should never be written", 0o644).unwrap();
+    b.finish(serde_json::json!({})).unwrap();
+    let out = work.path().join("deep/out");
+    let e = restore(&[stripe], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap_err();
+    assert_eq!(e.kind(), sheaf_core::ErrorKind::Corrupt);
+    assert!(e.to_string().contains("not a plain relative path"), "{e}");
+    assert!(!work.path().join("deep/escaped").exists());
 }

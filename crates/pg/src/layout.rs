@@ -1,0 +1,210 @@
+//! The shape of a PostgreSQL data directory: what a base backup leaves out, and which files are
+//! relation forks whose pages carry checksums.
+//!
+//! Left out, as PostgreSQL's own base backup does: the contents of pg_wal (the WAL the backup needs
+//! is added separately), pg_dynshmem, pg_notify, pg_replslot, pg_serial, pg_snapshots, pg_stat_tmp
+//! and pg_subtrans (the directories themselves are kept); postmaster.pid and postmaster.opts;
+//! pg_internal.init (rebuilt at start); a stale backup_label, tablespace_map or backup_manifest;
+//! temporary files (`pgsql_tmp*`) and temporary relations (`t<backend>_<node>`); and every fork of an
+//! unlogged relation except its init fork, from which start-up rebuilds it empty.
+
+use std::collections::HashSet;
+
+use sheaf_core::manifest::EntryKind;
+use sheaf_core::source::Listed;
+
+/// Directories whose contents a base backup leaves out (the directories themselves are kept).
+const EMPTY_DIRS: [&str; 8] =
+    ["pg_wal", "pg_dynshmem", "pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"];
+/// Files in the data directory's top level that are never copied.
+const TOP_FILES: [&str; 6] = ["postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map", "backup_manifest", "current_logfiles.tmp"];
+
+/// A relation file name: `NODE[_FORK][.SEGMENT]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelFile<'a> {
+    /// The relfilenode.
+    pub node: &'a str,
+    /// `""` (main), `fsm`, `vm` or `init`.
+    pub fork: &'a str,
+    /// The 1 GiB segment number.
+    pub segment: u32,
+}
+
+/// Parse a relation file name; `None` for anything else.
+pub fn rel_file(name: &str) -> Option<RelFile<'_>> {
+    let (stem, segment) = match name.split_once('.') {
+        Some((s, seg)) if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) => (s, seg.parse().ok()?),
+        Some(_) => return None,
+        None => (name, 0),
+    };
+    let (node, fork) = match stem.split_once('_') {
+        Some((n, f @ ("fsm" | "vm" | "init"))) => (n, f),
+        Some(_) => return None,
+        None => (stem, ""),
+    };
+    (!node.is_empty() && node.bytes().all(|b| b.is_ascii_digit())).then_some(RelFile { node, fork, segment })
+}
+
+/// Whether `rel` (relative to the data directory, or to a tablespace's directory when
+/// `in_tablespace`) is a relation file in a database or global directory: the files whose pages
+/// carry checksums.
+pub fn is_relation_path(rel: &str, in_tablespace: bool) -> Option<RelFile<'_>> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let ok_dir = if in_tablespace {
+        // PG_<version>_<catversion>/<database oid>/<file>
+        parts.len() == 3 && parts[0].starts_with("PG_") && parts[1].bytes().all(|b| b.is_ascii_digit())
+    } else {
+        (parts.len() == 3 && parts[0] == "base" && parts[1].bytes().all(|b| b.is_ascii_digit()))
+            || (parts.len() == 2 && parts[0] == "global")
+    };
+    if ok_dir {
+        rel_file(parts[parts.len() - 1])
+    } else {
+        None
+    }
+}
+
+/// Blocks per 1 GiB segment in a default build.
+pub const BLOCKS_PER_SEGMENT: u32 = 131_072;
+
+fn is_temp_relation(name: &str) -> bool {
+    // t<backend id>_<relfilenode>[_fork][.segment]
+    name.strip_prefix('t')
+        .and_then(|r| r.split_once('_'))
+        .is_some_and(|(b, rest)| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()) && rel_file(rest).is_some())
+}
+
+/// Drop what a base backup leaves out from a listing of the data directory (`in_tablespace` false)
+/// or of one tablespace's directory. Returns what was dropped, for the record.
+pub fn filter(listed: Vec<Listed>, in_tablespace: bool) -> (Vec<Listed>, usize) {
+    // Directories holding unlogged relations: (dir, node) pairs that have an init fork.
+    let unlogged: HashSet<(String, String)> = listed
+        .iter()
+        .filter_map(|l| {
+            let (dir, name) = split(&l.entry.path);
+            rel_file(name).filter(|r| r.fork == "init").map(|r| (dir.to_string(), r.node.to_string()))
+        })
+        .collect();
+    let before = listed.len();
+    let kept: Vec<Listed> = listed
+        .into_iter()
+        .filter(|l| {
+            let path = l.entry.path.as_str();
+            let (dir, name) = split(path);
+            if !in_tablespace {
+                if dir.is_empty() && l.entry.kind != EntryKind::Dir && TOP_FILES.contains(&name) {
+                    return false;
+                }
+                // Keep the directories themselves, and pg_wal/archive_status, but not their contents.
+                let top = path.split('/').next().unwrap_or_default();
+                if EMPTY_DIRS.contains(&top) && path != top && path != "pg_wal/archive_status" {
+                    return false;
+                }
+            }
+            if name == "pg_internal.init" || name.starts_with("pgsql_tmp") || path.split('/').any(|c| c.starts_with("pgsql_tmp") && c != name) {
+                return false;
+            }
+            if l.entry.kind == EntryKind::File && is_temp_relation(name) {
+                return false;
+            }
+            if let Some(r) = rel_file(name) {
+                if r.fork != "init" && unlogged.contains(&(dir.to_string(), r.node.to_string())) {
+                    return false;
+                }
+            }
+            true
+        })
+        .collect();
+    let dropped = before - kept.len();
+    (kept, dropped)
+}
+
+fn split(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sheaf_core::manifest::Entry;
+
+    fn l(path: &str, kind: EntryKind) -> Listed {
+        Listed {
+            entry: Entry {
+                root: 0,
+                path: path.into(),
+                kind,
+                mode: 0o600,
+                mtime_ns: 0,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                crc32c: None,
+                target: None,
+                vanished: false,
+            },
+            abs: path.into(),
+            dev: 0,
+        }
+    }
+
+    #[test]
+    fn relation_names() {
+        assert_eq!(rel_file("16384"), Some(RelFile { node: "16384", fork: "", segment: 0 }));
+        assert_eq!(rel_file("16384.2"), Some(RelFile { node: "16384", fork: "", segment: 2 }));
+        assert_eq!(rel_file("16384_vm"), Some(RelFile { node: "16384", fork: "vm", segment: 0 }));
+        assert_eq!(rel_file("16384_fsm.1"), Some(RelFile { node: "16384", fork: "fsm", segment: 1 }));
+        for no in ["PG_VERSION", "pg_filenode.map", "16384_x", "16384.", "_vm", "t3_16384"] {
+            assert_eq!(rel_file(no), None, "{no}");
+        }
+        assert!(is_relation_path("base/5/16384.1", false).is_some());
+        assert!(is_relation_path("global/1262", false).is_some());
+        assert!(is_relation_path("global/pg_control", false).is_none());
+        assert!(is_relation_path("pg_xact/0000", false).is_none());
+        assert!(is_relation_path("PG_15_202209061/5/16390", true).is_some());
+    }
+
+    #[test]
+    fn filter_leaves_out_what_a_base_backup_omits() {
+        let listed = vec![
+            l("", EntryKind::Dir),
+            l("PG_VERSION", EntryKind::File),
+            l("postmaster.pid", EntryKind::File),
+            l("postmaster.opts", EntryKind::File),
+            l("backup_label", EntryKind::File),
+            l("pg_wal", EntryKind::Dir),
+            l("pg_wal/000000010000000000000001", EntryKind::File),
+            l("pg_wal/archive_status", EntryKind::Dir),
+            l("pg_replslot", EntryKind::Dir),
+            l("pg_replslot/slot1", EntryKind::Dir),
+            l("pg_replslot/slot1/state", EntryKind::File),
+            l("pg_stat_tmp", EntryKind::Dir),
+            l("pg_stat_tmp/global.stat", EntryKind::File),
+            l("base", EntryKind::Dir),
+            l("base/5", EntryKind::Dir),
+            l("base/5/1259", EntryKind::File),
+            l("base/5/pg_internal.init", EntryKind::File),
+            l("base/5/t3_16400", EntryKind::File),
+            l("base/5/16500", EntryKind::File),
+            l("base/5/16500_fsm", EntryKind::File),
+            l("base/5/16500_init", EntryKind::File),
+            l("base/pgsql_tmp", EntryKind::Dir),
+            l("base/pgsql_tmp/pgsql_tmp123.0", EntryKind::File),
+            l("global", EntryKind::Dir),
+            l("global/pg_control", EntryKind::File),
+        ];
+        let (kept, dropped) = filter(listed, false);
+        let paths: Vec<&str> = kept.iter().map(|l| l.entry.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "", "PG_VERSION", "pg_wal", "pg_wal/archive_status", "pg_replslot", "pg_stat_tmp", "base", "base/5",
+                "base/5/1259", "base/5/16500_init", "global", "global/pg_control"
+            ]
+        );
+        assert_eq!(dropped, 13);
+    }
+}
