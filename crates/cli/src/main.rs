@@ -42,16 +42,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Back up a directory tree to one or more stripes (or to nul to measure read + compress).
+    /// Back up a directory tree or a running PostgreSQL server to one or more stripes (or to nul).
     #[command(after_help = "Examples:\n  \
 sheaf backup /srv/data --to /mnt/a/data_1.sheaf --to /mnt/b/data_2.sheaf\n  \
 sheaf backup /srv/data --to nul --compression lz4 --json        # throughput of read + compress alone\n  \
-sheaf backup /srv/data --to d.sheaf --compression zstd:high --transfer-size 4MiB --buffer-count 16")]
+sheaf backup /srv/data --to d.sheaf --compression zstd:high --transfer-size 4MiB --buffer-count 16\n  \
+sheaf backup 'postgres://postgres@/postgres?host=/run/postgresql' --to /mnt/a/pg_1.sheaf --to /mnt/b/pg_2.sheaf")]
     Backup(BackupArgs),
     /// Restore a backup set into a directory (any one stripe finds the others beside it).
     #[command(after_help = "Examples:\n  \
 sheaf restore /mnt/a/data_1.sheaf --to /srv/restored\n  \
-sheaf restore a.sheaf b.sheaf --to /srv/new --relocate big/table=/mnt/fast/table")]
+sheaf restore a.sheaf b.sheaf --to /srv/new --relocate big/table=/mnt/fast/table\n  \
+sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/ts1   # then: pg_ctl start -D /srv/pg/new")]
     Restore(RestoreArgs),
     /// Read every stripe, check every checksum and decompress, writing nothing (RESTORE VERIFYONLY).
     Verify(VerifyArgs),
@@ -80,8 +82,10 @@ struct GenerateArgs {
 
 #[derive(Args)]
 struct BackupArgs {
-    /// Directory to back up (a stopped database's files, a filesystem snapshot).
-    source: PathBuf,
+    /// What to back up: a directory (a stopped database's files, a filesystem snapshot), or a
+    /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
+    /// (online and consistent; sheaf must run on the database host).
+    source: String,
     /// A stripe: a file path, or `nul` to discard the output. Repeat for more stripes (up to 64),
     /// ideally on different volumes; each stripe has its own writer.
     #[arg(long = "to", value_name = "TARGET", required = true)]
@@ -111,6 +115,18 @@ struct BackupArgs {
     /// Replace stripe files that already exist.
     #[arg(long)]
     overwrite: bool,
+    /// PostgreSQL: the data directory, when the server will not say or to make sure.
+    #[arg(long, value_name = "DIR")]
+    pgdata: Option<PathBuf>,
+    /// PostgreSQL: name of the temporary replication slot that reserves WAL (default sheaf_<pid>).
+    #[arg(long, value_name = "NAME")]
+    slot: Option<String>,
+    /// PostgreSQL: checkpoint at backup start, `fast` (at once) or `spread` (gentler, slower).
+    #[arg(long, value_name = "MODE", default_value = "fast", value_parser = ["fast", "spread"])]
+    checkpoint: String,
+    /// PostgreSQL: keep a backup that found page checksum failures (they are recorded and listed).
+    #[arg(long)]
+    ignore_checksum_failures: bool,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
@@ -128,6 +144,10 @@ struct RestoreArgs {
     /// instead (SQL Server's WITH MOVE). Repeatable.
     #[arg(long, value_name = "OLD=NEW")]
     relocate: Vec<String>,
+    /// PostgreSQL: put the tablespace at OLD (its location, name or OID) at NEW instead; its link in
+    /// pg_tblspc and tablespace_map follow. Repeatable.
+    #[arg(long, value_name = "OLD=NEW")]
+    tablespace: Vec<String>,
     /// Restore into a non-empty directory: everything in it is removed first, so the result is
     /// exactly the backup (SQL Server's WITH REPLACE).
     #[arg(long)]
@@ -212,7 +232,23 @@ fn backup(a: BackupArgs) -> Result<(), Error> {
     opts.threads = a.threads;
     opts.label = a.label;
     opts.overwrite = a.overwrite;
-    let r = sheaf_core::backup_directory(&a.source, &opts, progress(a.json))?;
+    let is_pg = a.source.starts_with("postgres://") || a.source.starts_with("postgresql://");
+    let (r, pg) = if is_pg {
+        let pg = sheaf_pg::PgBackupOptions {
+            url: a.source.clone(),
+            pgdata: a.pgdata.clone(),
+            slot: a.slot.clone(),
+            spread_checkpoint: a.checkpoint == "spread",
+            ignore_checksum_failures: a.ignore_checksum_failures,
+        };
+        let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
+        (r.report, Some(r.postgres))
+    } else {
+        if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures {
+            return Err(Error::invalid("--pgdata, --slot and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
+        }
+        (sheaf_core::backup_directory(std::path::Path::new(&a.source), &opts, progress(a.json))?, None)
+    };
     for w in &r.warnings {
         eprintln!("sheaf: warning: {w}");
     }
@@ -220,6 +256,9 @@ fn backup(a: BackupArgs) -> Result<(), Error> {
         let mut v = serde_json::to_value(&r).expect("report serialises");
         v["ratio"] = serde_json::json!(r.ratio());
         v["mib_per_second"] = serde_json::json!(rate(r.bytes_read, r.seconds));
+        if let Some(pg) = &pg {
+            v["postgres"] = pg.clone();
+        }
         println!("{v}");
     } else {
         println!(
@@ -245,16 +284,51 @@ fn backup(a: BackupArgs) -> Result<(), Error> {
             if r.threads == 1 { "" } else { "s" },
         );
         println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
+        if let Some(pg) = &pg {
+            let f = |k: &str| pg.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_default();
+            println!(
+                "PostgreSQL {} (system {}), timeline {}, LSN {} .. {}, {} WAL files; page checksums: {} pages verified, {} not checked (new or written during the backup), {} failures",
+                f("server_version"),
+                f("system_identifier"),
+                f("timeline"),
+                f("start_lsn"),
+                f("stop_lsn"),
+                f("wal_files"),
+                f("pages_verified"),
+                f("pages_not_checked"),
+                r.check_failures.len()
+            );
+            for c in &r.check_failures {
+                eprintln!("sheaf: warning: checksum failure kept by --ignore-checksum-failures: {c}");
+            }
+        }
     }
     Ok(())
 }
 
 fn restore(a: RestoreArgs) -> Result<(), Error> {
-    let mut opts = RestoreOptions::new(&a.to);
-    opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
-    opts.force = a.force;
-    opts.threads = a.threads;
-    let r = sheaf_core::restore(&a.stripes, &opts, progress(a.json))?;
+    let is_pg = sheaf_pg::is_postgres(&sheaf_core::BackupSet::open(&a.stripes)?);
+    let r = if is_pg {
+        if !a.relocate.is_empty() {
+            return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
+        }
+        let opts = sheaf_pg::PgRestoreOptions {
+            target: a.to.clone(),
+            tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
+            force: a.force,
+            threads: a.threads,
+        };
+        sheaf_pg::restore_postgres(&a.stripes, &opts, progress(a.json))?
+    } else {
+        if !a.tablespace.is_empty() {
+            return Err(Error::invalid("--tablespace applies to PostgreSQL backups; this one is of a directory (use --relocate)"));
+        }
+        let mut opts = RestoreOptions::new(&a.to);
+        opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
+        opts.force = a.force;
+        opts.threads = a.threads;
+        sheaf_core::restore(&a.stripes, &opts, progress(a.json))?
+    };
     if a.json {
         let mut v = serde_json::to_value(&r).expect("report serialises");
         v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));

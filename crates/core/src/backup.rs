@@ -422,29 +422,41 @@ impl Backup {
     /// # Errors
     /// The first error of any thread.
     pub fn add_tree(&mut self, root: Root, listed: Vec<Listed>) -> Result<()> {
-        self.add_tree_checked(root, listed, None)
+        let id = self.add_root(root);
+        self.read_listed(vec![(id, listed, None)])
     }
 
-    /// [`Backup::add_tree`], with `check` looking at the chunks of the files it wants. Returns the
-    /// new root's id.
+    /// Register a root (a tree the backup holds) and return its id.
+    pub fn add_root(&mut self, root: Root) -> u16 {
+        self.roots.push(root);
+        (self.roots.len() - 1) as u16
+    }
+
+    /// Read listed entries into their roots, all batches at once: by default one reader per root
+    /// and device (SQL Server's reader per volume; a database's tablespaces each get their own), or
+    /// the configured number of readers over everything. A batch's `check`, if any, looks at the
+    /// chunks of the files it wants. Returns when every file has been read and handed on.
     ///
     /// # Errors
     /// The first error of any thread.
-    pub fn add_tree_checked(&mut self, root: Root, listed: Vec<Listed>, check: Option<Arc<dyn ChunkCheck>>) -> Result<()> {
+    pub fn read_listed(&mut self, batches: Vec<(u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>)>) -> Result<()> {
         self.check()?;
-        let root_id = self.roots.len() as u16;
-        self.roots.push(root);
         let mut work = Vec::new();
-        for mut l in listed {
-            l.entry.root = root_id;
-            let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
-            if l.entry.kind == EntryKind::File {
-                let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
-                    Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
-                });
-                work.push(Work { file_id, path: l.abs.clone(), dev: l.dev, size: l.entry.size, check: ctx });
+        for (root_id, listed, check) in batches {
+            if root_id as usize >= self.roots.len() {
+                return Err(Error::invalid(format!("internal: root {root_id} was never added")));
             }
-            self.entries.push(l.entry);
+            for mut l in listed {
+                l.entry.root = root_id;
+                let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
+                if l.entry.kind == EntryKind::File {
+                    let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
+                        Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
+                    });
+                    work.push(Work { file_id, path: l.abs.clone(), dev: (root_id, l.dev), size: l.entry.size, check: ctx });
+                }
+                self.entries.push(l.entry);
+            }
         }
         let total: u64 = work.iter().map(|w| w.size).sum();
         self.shared.progress.begin("backup", total);
@@ -486,8 +498,14 @@ impl Backup {
         self.check()?;
         let file_id = self.entries.len() as u32;
         let mtime_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-        // SAFETY of ids: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        // An in-memory file belongs to whoever owns its root (a data directory's owner, say); with
+        // no root entry, to us. SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = self
+            .entries
+            .iter()
+            .find(|e| e.root == root && e.path.is_empty())
+            .map(|e| (e.uid, e.gid))
+            .unwrap_or_else(|| unsafe { (libc::getuid(), libc::getgid()) });
         self.entries.push(Entry {
             root,
             path: path.to_string(),
@@ -703,17 +721,18 @@ fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u
 struct Work {
     file_id: u32,
     path: PathBuf,
-    dev: u64,
+    /// Root and device: the unit that gets its own reader by default.
+    dev: (u16, u64),
     size: u64,
     check: Option<Arc<CheckCtx>>,
 }
 
-/// Split files among readers: by device by default (SQL Server's reader per volume), or into
+/// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
 /// `readers` groups of about equal bytes.
 fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<Vec<Work>> {
     match readers {
         None => {
-            let mut by_dev: std::collections::BTreeMap<u64, Vec<Work>> = Default::default();
+            let mut by_dev: std::collections::BTreeMap<(u16, u64), Vec<Work>> = Default::default();
             for w in work {
                 by_dev.entry(w.dev).or_default().push(w);
             }

@@ -1,7 +1,16 @@
 //! sheaf-pg: PostgreSQL as a sheaf source.
 //!
+//! - [`backup`]: [`backup_postgres`], an online, consistent backup of a running cluster.
+//! - [`restore`]: [`restore_postgres`], a restore that `pg_ctl start` brings up consistent.
+//! - [`server`]: the connection, its checks, and the backup functions.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
 
+pub mod backup;
 pub mod checksum;
 pub mod layout;
+pub mod restore;
+pub mod server;
+
+pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
+pub use restore::{is_postgres, restore_postgres, PgRestoreOptions};

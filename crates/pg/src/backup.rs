@@ -1,0 +1,328 @@
+//! An online, consistent backup of a running PostgreSQL cluster.
+//!
+//! 1. Connect and check ([`Server::check`]); read `global/pg_control` under the data directory to be
+//!    sure it is this server's (sheaf runs on the database host for now).
+//! 2. Create the stripes (bad targets fail before the server is touched), then a temporary physical
+//!    replication slot that reserves WAL now, so no segment the backup needs is recycled.
+//! 3. `pg_backup_start(label, fast)`; only then list the data directory and every tablespace, so
+//!    that every file created before the start LSN is listed and later ones are replayed from WAL.
+//! 4. Read everything, one reader per tablespace and device, leaving out what a base backup omits
+//!    ([`crate::layout`]) and verifying page checksums on the way ([`PageCheck`]).
+//! 5. `pg_backup_stop()`; add the WAL from the start segment through the stop segment, backup_label
+//!    and tablespace_map; drop the slot. A real checksum failure fails the backup unless told not to.
+//!
+//! Any failure drops the connection, which ends the server's backup and drops the temporary slot:
+//! the server is left as it was.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sheaf_core::manifest::{EntryKind, Root};
+use sheaf_core::source::{list_tree, Listed};
+use sheaf_core::{Backup, BackupOptions, BackupReport, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
+
+use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
+use crate::layout::{self, BLOCKS_PER_SEGMENT};
+use crate::server::{format_lsn, parse_lsn, Server};
+
+/// What a PostgreSQL backup is asked to do, beyond the engine's options.
+#[derive(Clone, Debug, Default)]
+pub struct PgBackupOptions {
+    /// libpq-style URL of the server.
+    pub url: String,
+    /// The data directory, when the server will not say (or to check it is the one meant).
+    pub pgdata: Option<PathBuf>,
+    /// Replication slot name (default `sheaf_<pid>`).
+    pub slot: Option<String>,
+    /// Spread the start checkpoint instead of doing it at once.
+    pub spread_checkpoint: bool,
+    /// Keep a backup that found page checksum failures (they are still recorded).
+    pub ignore_checksum_failures: bool,
+}
+
+/// A finished PostgreSQL backup: the engine's report and the facts recorded in the manifest.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PgBackupReport {
+    /// The engine's report.
+    #[serde(flatten)]
+    pub report: BackupReport,
+    /// Server, LSNs, timeline, tablespaces, pages verified.
+    pub postgres: serde_json::Value,
+}
+
+/// Verifies page checksums of relation files as their chunks pass through the compressors.
+pub struct PageCheck {
+    start_lsn: u64,
+    /// Root id → its display prefix (`""` for the data directory, `pg_tblspc/OID/` otherwise).
+    prefixes: Vec<String>,
+    verified: AtomicU64,
+    skipped: AtomicU64,
+}
+
+impl ChunkCheck for PageCheck {
+    fn wants(&self, root: u16, rel: &str) -> bool {
+        layout::is_relation_path(rel, root != 0).is_some()
+    }
+
+    fn check(&self, root: u16, rel: &str, abs: &Path, offset: u64, data: &[u8]) -> Vec<String> {
+        let Some(file) = layout::is_relation_path(rel, root != 0) else { return Vec::new() };
+        let mut findings = Vec::new();
+        let first = (offset / PAGE_SIZE as u64) as u32 + file.segment * BLOCKS_PER_SEGMENT;
+        for (i, page) in data.chunks_exact(PAGE_SIZE).enumerate() {
+            let page: &[u8; PAGE_SIZE] = page.try_into().expect("exact chunk");
+            let blkno = first + i as u32;
+            let mut verdict = verify_page(page, blkno, self.start_lsn);
+            if let Verdict::Mismatch { .. } = verdict {
+                // A page read while the server wrote it can be torn: read it once more.
+                let mut again = [0u8; PAGE_SIZE];
+                let at = offset + (i * PAGE_SIZE) as u64;
+                if std::fs::File::open(abs).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut again, at)).is_ok() {
+                    verdict = verify_page(&again, blkno, self.start_lsn);
+                }
+            }
+            match verdict {
+                Verdict::Ok => self.verified.fetch_add(1, Ordering::Relaxed),
+                Verdict::New | Verdict::Recent => self.skipped.fetch_add(1, Ordering::Relaxed),
+                Verdict::Mismatch { stored, computed } => {
+                    findings.push(format!(
+                        "{}{rel} block {blkno}: page checksum {stored} does not match its contents ({computed})",
+                        self.prefixes.get(root as usize).map(String::as_str).unwrap_or_default()
+                    ));
+                    0
+                }
+            };
+        }
+        findings
+    }
+}
+
+fn system_identifier_of(pgdata: &Path) -> Result<u64> {
+    let control = pgdata.join("global/pg_control");
+    let bytes = std::fs::read(&control).map_err(|e| {
+        Error::io(
+            ErrorKind::Source,
+            format!("cannot read {} (sheaf must run on the database host, as a user that can read the data directory; give it with --pgdata)", control.display()),
+            e,
+        )
+    })?;
+    let first: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
+    Ok(u64::from_le_bytes(first))
+}
+
+/// WAL file names from `first` through `last` on one timeline.
+pub fn wal_segments(first: &str, last: &str, segment_size: u64) -> Result<Vec<String>> {
+    let parse = |n: &str| -> Option<(u32, u64)> {
+        if n.len() != 24 {
+            return None;
+        }
+        let tli = u32::from_str_radix(&n[..8], 16).ok()?;
+        let hi = u64::from_str_radix(&n[8..16], 16).ok()?;
+        let lo = u64::from_str_radix(&n[16..], 16).ok()?;
+        Some((tli, hi * (0x1_0000_0000 / segment_size) + lo))
+    };
+    let bad = || Error::corrupt(format!("unexpected WAL file names {first} .. {last}"));
+    let ((t1, s1), (t2, s2)) = (parse(first).ok_or_else(bad)?, parse(last).ok_or_else(bad)?);
+    if t1 != t2 || s2 < s1 {
+        return Err(Error::invalid(format!(
+            "the timeline changed during the backup ({first} .. {last}): the server was promoted or restored meanwhile; take the backup again"
+        )));
+    }
+    let per = 0x1_0000_0000 / segment_size;
+    Ok((s1..=s2).map(|s| format!("{t1:08X}{:08X}{:08X}", s / per, s % per)).collect())
+}
+
+/// Take an online backup of the server at `pg.url`.
+///
+/// # Errors
+/// Connection, privilege and configuration problems (naming cause and fix), a data directory that
+/// is not the server's, I/O errors, and page checksum failures unless ignored. The server is left
+/// as it was: no backup in progress, no slot.
+pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc<dyn Progress>) -> Result<PgBackupReport> {
+    let t0 = Instant::now();
+    if opts.transfer_size % PAGE_SIZE as u64 != 0 {
+        return Err(Error::invalid(format!(
+            "transfer size {} is not a multiple of PostgreSQL's 8 KiB page: use e.g. 64KiB, 1MiB or 4MiB",
+            opts.transfer_size
+        )));
+    }
+    let mut server = Server::connect(&pg.url)?;
+    let facts = server.check()?;
+    let pgdata = match (&pg.pgdata, &facts.data_directory) {
+        (Some(p), _) => p.clone(),
+        (None, Some(d)) => PathBuf::from(d),
+        (None, None) => {
+            return Err(Error::invalid(
+                "the server will not say where its data directory is (the role lacks pg_read_all_settings): give it with --pgdata",
+            ))
+        }
+    };
+    let local_id = system_identifier_of(&pgdata)?;
+    if local_id.to_string() != facts.system_identifier {
+        return Err(Error::invalid(format!(
+            "{} holds cluster {local_id}, but {} is cluster {}: give the data directory of that server with --pgdata (sheaf must run on the database host)",
+            pgdata.display(),
+            server.url(),
+            facts.system_identifier
+        )));
+    }
+    let tablespaces = server.tablespaces()?;
+    let tuning = Tuning::resolve(opts, 1 + tablespaces.len())?;
+    let mut session = Backup::start(opts, tuning, progress)?;
+
+    let slot = pg.slot.clone().unwrap_or_else(|| format!("sheaf_{}", std::process::id()));
+    server.create_slot(&slot)?;
+    let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
+    let (start_lsn, start_wal) = server.backup_start(&label, !pg.spread_checkpoint)?;
+
+    // List only now: everything created before the start LSN is on disk and listed.
+    let mut warnings = Vec::new();
+    let (main, dropped) = layout::filter(list_tree(&pgdata, 0, &mut warnings)?, false);
+    let mut prefixes = vec![String::new()];
+    let mut batches: Vec<(u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>)> = Vec::new();
+    let main_root = session.add_root(Root { name: String::new(), path: pgdata.display().to_string() });
+    let mut tablespace_lists = Vec::new();
+    for ts in &tablespaces {
+        let listed = list_tree(Path::new(&ts.location), 0, &mut warnings)?;
+        let ours = format!("{}/", facts.tablespace_version_dir);
+        let listed: Vec<Listed> = listed
+            .into_iter()
+            .filter(|l| l.entry.path.is_empty() || l.entry.path == facts.tablespace_version_dir || l.entry.path.starts_with(&ours))
+            .collect();
+        let (listed, _) = layout::filter(listed, true);
+        let id = session.add_root(Root { name: format!("pg_tblspc/{}", ts.oid), path: ts.location.clone() });
+        prefixes.push(format!("pg_tblspc/{}/", ts.oid));
+        tablespace_lists.push((id, listed));
+    }
+    let check: Option<Arc<PageCheck>> = facts.data_checksums.then(|| {
+        Arc::new(PageCheck { start_lsn, prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) })
+    });
+    let as_check = || check.clone().map(|c| c as Arc<dyn ChunkCheck>);
+    batches.push((main_root, main, as_check()));
+    for (id, listed) in tablespace_lists {
+        batches.push((id, listed, as_check()));
+    }
+    session.warnings.extend(warnings);
+    session.read_listed(batches)?;
+
+    let stop = server.backup_stop()?;
+    // pg_backup_stop switches WAL files, which flushes; wait anyway rather than trust it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stop_wal = loop {
+        let (name, flushed) = server.wal_file_flushed(stop.lsn)?;
+        if flushed {
+            break name;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::new(ErrorKind::Source, format!("WAL was not flushed past the backup's end ({}) within 60 s", format_lsn(stop.lsn))));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let segments = wal_segments(&start_wal, &stop_wal, facts.wal_segment_size)?;
+    let mut wal = Vec::with_capacity(segments.len());
+    for name in &segments {
+        let abs = pgdata.join("pg_wal").join(name);
+        let meta = std::fs::symlink_metadata(&abs).map_err(|e| {
+            Error::io(ErrorKind::Source, format!("WAL file {name} that the backup needs is not in {}/pg_wal", pgdata.display()), e)
+        })?;
+        wal.push(wal_listed(&abs, name, &meta));
+    }
+    session.read_listed(vec![(main_root, wal, None)])?;
+    session.add_bytes(main_root, "backup_label", stop.backup_label.as_bytes(), 0o600)?;
+    if !stop.tablespace_map.is_empty() {
+        session.add_bytes(main_root, "tablespace_map", stop.tablespace_map.as_bytes(), 0o600)?;
+    }
+    server.drop_slot(&slot);
+
+    let checkpoint = stop
+        .backup_label
+        .lines()
+        .find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: "))
+        .and_then(parse_lsn);
+    let verified = check.as_ref().map_or(0, |c| c.verified.load(Ordering::Relaxed));
+    let skipped = check.as_ref().map_or(0, |c| c.skipped.load(Ordering::Relaxed));
+    let mut facts_json = serde_json::json!({
+        "kind": "postgres",
+        "url": server.url(),
+        "server_version": facts.version,
+        "server_version_num": facts.version_num,
+        "system_identifier": facts.system_identifier,
+        "timeline": u32::from_str_radix(&start_wal[..8], 16).unwrap_or(0),
+        "start_lsn": format_lsn(start_lsn),
+        "stop_lsn": format_lsn(stop.lsn),
+        "checkpoint_lsn": checkpoint.map(format_lsn),
+        "start_wal_file": start_wal,
+        "stop_wal_file": stop_wal,
+        "wal_files": segments.len(),
+        "data_checksums": facts.data_checksums,
+        "pages_verified": verified,
+        "pages_not_checked": skipped,
+        "tablespaces": tablespaces,
+        "tablespace_version_dir": facts.tablespace_version_dir,
+        "excluded_entries": dropped,
+        "backup_label": stop.backup_label,
+        "tablespace_map": stop.tablespace_map,
+    });
+    let ignore = pg.ignore_checksum_failures;
+    let report = session.finish_with(|failures| {
+        if !failures.is_empty() && !ignore {
+            return Err(Error::corrupt(format!(
+                "{} page checksum failure{} (the backup was not kept): {}; fix or investigate the relation, or pass --ignore-checksum-failures to keep the backup with the failures recorded",
+                failures.len(),
+                if failures.len() == 1 { "" } else { "s" },
+                failures.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+            )));
+        }
+        facts_json["checksum_failures"] = serde_json::json!(failures.len());
+        Ok(facts_json.clone())
+    })?;
+    let mut postgres = report_facts(&report, &facts_json);
+    postgres["seconds_total"] = serde_json::json!(t0.elapsed().as_secs_f64());
+    Ok(PgBackupReport { report, postgres })
+}
+
+fn report_facts(report: &BackupReport, facts: &serde_json::Value) -> serde_json::Value {
+    let mut v = facts.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("backup_label");
+        o.remove("tablespace_map");
+        o.insert("checksum_failures".into(), serde_json::json!(report.check_failures));
+    }
+    v
+}
+
+fn wal_listed(abs: &Path, name: &str, meta: &std::fs::Metadata) -> Listed {
+    use std::os::unix::fs::MetadataExt;
+    Listed {
+        entry: sheaf_core::manifest::Entry {
+            root: 0,
+            path: format!("pg_wal/{name}"),
+            kind: EntryKind::File,
+            mode: meta.mode() & 0o7777,
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            size: meta.len(),
+            crc32c: None,
+            target: None,
+            vanished: false,
+        },
+        abs: abs.to_path_buf(),
+        dev: meta.dev(),
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_segment_names_cross_log_boundaries() {
+        let s = wal_segments("0000000100000000000000FE", "000000010000000100000001", 16 << 20).unwrap();
+        assert_eq!(s, vec!["0000000100000000000000FE", "0000000100000000000000FF", "000000010000000100000000", "000000010000000100000001"]);
+        assert_eq!(wal_segments("000000010000000000000003", "000000010000000000000003", 16 << 20).unwrap().len(), 1);
+        assert!(wal_segments("000000010000000000000003", "000000020000000000000004", 16 << 20).is_err());
+    }
+}

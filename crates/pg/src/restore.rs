@@ -1,0 +1,147 @@
+//! Restore of a PostgreSQL backup into a data directory that `pg_ctl start` brings up consistent:
+//! the files, backup_label, tablespace_map and the WAL from start to stop are all in the backup, so
+//! start-up replays to consistency with no manual step. Tablespaces go back to where they were or,
+//! with `--tablespace OLD=NEW`, elsewhere (WITH MOVE): their links in pg_tblspc and the lines of
+//! tablespace_map are rewritten to match.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sheaf_core::{BackupSet, Error, ErrorKind, Progress, RestoreOptions, RestoreReport, Result};
+
+use crate::server::Tablespace;
+
+/// How to restore a PostgreSQL backup.
+#[derive(Clone, Debug, Default)]
+pub struct PgRestoreOptions {
+    /// The new data directory.
+    pub target: PathBuf,
+    /// `(OLD, NEW)`: the tablespace at OLD (its location, name or OID) goes to NEW.
+    pub tablespaces: Vec<(String, PathBuf)>,
+    /// Replace what is in the target directories.
+    pub force: bool,
+    /// Decompressor threads.
+    pub threads: Option<usize>,
+}
+
+/// Whether a manifest's source is PostgreSQL.
+pub fn is_postgres(set: &BackupSet) -> bool {
+    set.manifest.source.get("kind").and_then(|k| k.as_str()) == Some("postgres")
+}
+
+fn running_postmaster(dir: &Path) -> Option<i32> {
+    let text = fs::read_to_string(dir.join("postmaster.pid")).ok()?;
+    let pid: i32 = text.lines().next()?.trim().parse().ok()?;
+    // SAFETY: signal 0 only checks that the process exists.
+    (unsafe { libc::kill(pid, 0) } == 0).then_some(pid)
+}
+
+/// Restore a PostgreSQL backup set.
+///
+/// # Errors
+/// A running server in the target, a tablespace mapping that names no tablespace, an unmapped
+/// tablespace whose original place is not empty, and everything [`sheaf_core::restore`] refuses.
+pub fn restore_postgres(stripes: &[PathBuf], opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+    let set = BackupSet::open(stripes)?;
+    if !is_postgres(&set) {
+        return Err(Error::invalid("this backup is not of a PostgreSQL cluster: restore it without --tablespace"));
+    }
+    if let Some(pid) = running_postmaster(&opts.target) {
+        return Err(Error::new(
+            ErrorKind::TargetNotEmpty,
+            format!(
+                "a PostgreSQL server (pid {pid}) is running on {}: stop it (pg_ctl stop -D {}) before restoring onto it",
+                opts.target.display(),
+                opts.target.display()
+            ),
+        ));
+    }
+    let tablespaces: Vec<Tablespace> =
+        serde_json::from_value(set.manifest.source.get("tablespaces").cloned().unwrap_or_default()).unwrap_or_default();
+    let mut places = Vec::new();
+    for (old, new) in &opts.tablespaces {
+        let ts = tablespaces.iter().find(|t| &t.location == old || &t.name == old || t.oid.to_string() == *old).ok_or_else(|| {
+            Error::invalid(format!(
+                "--tablespace {old}={}: the backup has no such tablespace; it has: {}",
+                new.display(),
+                if tablespaces.is_empty() {
+                    "none".to_string()
+                } else {
+                    tablespaces.iter().map(|t| format!("{} (oid {}) at {}", t.name, t.oid, t.location)).collect::<Vec<_>>().join(", ")
+                }
+            ))
+        })?;
+        places.push((ts.clone(), new.clone()));
+    }
+    for ts in &tablespaces {
+        if places.iter().any(|(t, _)| t.oid == ts.oid) {
+            continue;
+        }
+        let original = PathBuf::from(&ts.location);
+        let busy = fs::read_dir(&original).map(|mut d| d.next().is_some()).unwrap_or(false);
+        if busy && !opts.force {
+            return Err(Error::new(
+                ErrorKind::TargetNotEmpty,
+                format!(
+                    "tablespace {} (oid {}) would be restored to its original location {}, which is not empty (the source cluster may still use it): map it elsewhere with --tablespace {}=NEW_DIR",
+                    ts.name, ts.oid, ts.location, ts.location
+                ),
+            ));
+        }
+        places.push((ts.clone(), original));
+    }
+    drop(set);
+
+    let mut core = RestoreOptions::new(&opts.target);
+    core.force = opts.force;
+    core.threads = opts.threads;
+    core.relocate = places
+        .iter()
+        .filter(|(ts, new)| Path::new(&ts.location) != new.as_path())
+        .map(|(ts, new)| (ts.location.clone(), new.clone()))
+        .collect();
+    let report = sheaf_core::restore(stripes, &core, progress)?;
+    fix_up(&opts.target, &places)?;
+    Ok(report)
+}
+
+/// Point pg_tblspc links and tablespace_map at where the tablespaces now are; data directory 0700.
+fn fix_up(target: &Path, places: &[(Tablespace, PathBuf)]) -> Result<()> {
+    let io = |what: &str, p: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", p.display()), e);
+    for (ts, new) in places {
+        let new = std::path::absolute(new).map_err(|e| io("cannot resolve", new, e))?;
+        let link = target.join("pg_tblspc").join(ts.oid.to_string());
+        if fs::symlink_metadata(&link).is_ok() {
+            fs::remove_file(&link).map_err(|e| io("cannot replace", &link, e))?;
+        }
+        std::os::unix::fs::symlink(&new, &link).map_err(|e| io("cannot link", &link, e))?;
+    }
+    let map = target.join("tablespace_map");
+    if let Ok(text) = fs::read_to_string(&map) {
+        let mut out = String::new();
+        for line in text.lines() {
+            let oid = line.split_once(' ').map(|(o, _)| o).unwrap_or(line);
+            match places.iter().find(|(t, _)| t.oid.to_string() == oid) {
+                Some((_, new)) => {
+                    let new = std::path::absolute(new).map_err(|e| io("cannot resolve", new, e))?;
+                    out.push_str(&format!("{oid} {}\n", new.display()));
+                }
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        fs::write(&map, out).map_err(|e| io("cannot rewrite", &map, e))?;
+        fs::File::open(&map).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync", &map, e))?;
+    }
+    fs::set_permissions(target, fs::Permissions::from_mode(0o700)).map_err(|e| io("cannot set mode of", target, e))?;
+    for d in [target.join("pg_tblspc"), target.to_path_buf()] {
+        if let Ok(f) = fs::File::open(&d) {
+            f.sync_all().map_err(|e| io("cannot fsync", &d, e))?;
+        }
+    }
+    Ok(())
+}

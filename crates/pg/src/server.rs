@@ -1,0 +1,310 @@
+//! The connection to the server being backed up: facts about it, the checks an online backup needs
+//! before it touches anything, and the statements that start and stop the backup. Every failure
+//! names its cause and its fix.
+
+use postgres::{Client, NoTls};
+use sheaf_core::{Error, ErrorKind, Result};
+
+/// What sheaf needs to know about the server.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ServerFacts {
+    /// `server_version`, e.g. `15.18 (Debian 15.18-0+deb12u1)`.
+    pub version: String,
+    /// `server_version_num`, e.g. 150018.
+    pub version_num: i32,
+    /// The cluster's system identifier.
+    pub system_identifier: String,
+    /// `data_directory` as the server reports it (None when the role may not read it).
+    pub data_directory: Option<String>,
+    /// Whether pages carry checksums.
+    pub data_checksums: bool,
+    /// `wal_segment_size` in bytes.
+    pub wal_segment_size: u64,
+    /// `PG_<major>_<catversion>`: the directory a tablespace keeps this server's files in.
+    pub tablespace_version_dir: String,
+}
+
+/// A tablespace outside the data directory.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Tablespace {
+    /// Its OID (the name of its link in pg_tblspc).
+    pub oid: u32,
+    /// Its name.
+    pub name: String,
+    /// Where it lives.
+    pub location: String,
+}
+
+/// What `pg_backup_stop` returns.
+#[derive(Clone, Debug)]
+pub struct StopInfo {
+    /// The LSN at which the backup ends.
+    pub lsn: u64,
+    /// The backup_label file's content.
+    pub backup_label: String,
+    /// The tablespace_map file's content (empty without tablespaces).
+    pub tablespace_map: String,
+}
+
+/// Parse `X/Y` into a 64-bit LSN.
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.trim().split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+/// Format a 64-bit LSN as `X/Y`.
+pub fn format_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+fn db_err(what: &str, e: postgres::Error) -> Error {
+    let detail = match e.as_db_error() {
+        Some(d) => format!("{} ({})", d.message(), d.code().code()),
+        None => {
+            // The client error hides the cause (refused, no such socket) in its source chain.
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text = format!("{text}: {c}");
+                cause = c.source();
+            }
+            text
+        }
+    };
+    Error::new(ErrorKind::Source, format!("{what}: {detail}"))
+}
+
+/// The URL without its password, for messages and the catalog.
+pub fn redact(url: &str) -> String {
+    // scheme://user:password@host... → scheme://user@host...
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((auth, host)) = rest.split_once('@') {
+            let user = auth.split(':').next().unwrap_or_default();
+            return format!("{scheme}://{user}@{host}");
+        }
+    }
+    url.to_string()
+}
+
+/// A connected server.
+pub struct Server {
+    client: Client,
+    url: String,
+}
+
+impl Server {
+    /// Connect with a libpq-style URL (`postgres://USER[:PASSWORD]@HOST:PORT/DB?host=/socket/dir`).
+    /// Without a password in the URL, `PGPASSWORD` is used if set.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a URL that does not parse; [`ErrorKind::Source`] naming the
+    /// server when it cannot be reached or refuses the login.
+    pub fn connect(url: &str) -> Result<Server> {
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}; write e.g. postgres://user@host:5432/postgres", redact(url))))?;
+        if config.get_password().is_none() {
+            if let Ok(pw) = std::env::var("PGPASSWORD") {
+                config.password(pw);
+            }
+        }
+        config.application_name("sheaf");
+        config.connect_timeout(std::time::Duration::from_secs(10));
+        let client = config.connect(NoTls).map_err(|e| {
+            let hint = match e.as_db_error().map(|d| d.code().code()) {
+                Some("28P01") | Some("28000") => "check the user and password (in the URL or PGPASSWORD) and pg_hba.conf",
+                Some("3D000") => "the database in the URL does not exist; any database will do, e.g. /postgres",
+                _ => "check that the server runs and that host, port or socket directory are right",
+            };
+            let mut err = db_err(&format!("cannot connect to {}", redact(url)), e);
+            err = Error::new(err.kind(), format!("{}; {hint}", err.message()));
+            err
+        })?;
+        Ok(Server { client, url: redact(url) })
+    }
+
+    /// The URL without password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn one(&mut self, what: &str, sql: &str) -> Result<postgres::Row> {
+        self.client.query_one(sql, &[]).map_err(|e| db_err(what, e))
+    }
+
+    /// Learn the facts and check that an online backup can run: version 15 or newer, a primary,
+    /// `wal_level` above minimal, a role that may back up, room for a replication slot.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] naming the unmet condition and the fix.
+    pub fn check(&mut self) -> Result<ServerFacts> {
+        let r = self.one(
+            "reading server settings",
+            "SELECT current_setting('server_version'), current_setting('server_version_num')::int, \
+                    pg_is_in_recovery(), current_setting('wal_level'), current_setting('data_checksums') = 'on', \
+                    (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'), current_setting('max_replication_slots')::int, \
+                    current_user::text",
+        )?;
+        let (version, version_num, in_recovery, wal_level): (String, i32, bool, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (data_checksums, wal_segment_size, max_slots, user): (bool, i64, i32, String) = (r.get(4), r.get(5), r.get(6), r.get(7));
+        if version_num < 150000 {
+            return Err(Error::invalid(format!("{} runs PostgreSQL {version}; sheaf needs 15 or newer", self.url)));
+        }
+        if in_recovery {
+            return Err(Error::invalid(format!(
+                "{} is a standby (in recovery); sheaf backs up primaries for now: point it at the primary",
+                self.url
+            )));
+        }
+        if wal_level == "minimal" {
+            return Err(Error::invalid(format!(
+                "{} has wal_level = minimal, which cannot take an online backup: set wal_level = replica (ALTER SYSTEM SET wal_level = replica) and restart the server",
+                self.url
+            )));
+        }
+        let r = self.one(
+            "reading role privileges",
+            "SELECT r.rolsuper OR r.rolreplication, \
+                    has_function_privilege('pg_backup_start(text, boolean)', 'EXECUTE') \
+                    AND has_function_privilege('pg_backup_stop(boolean)', 'EXECUTE') \
+             FROM pg_roles r WHERE r.rolname = current_user",
+        )?;
+        let (replication, backup_fns): (bool, bool) = (r.get(0), r.get(1));
+        if !replication || !backup_fns {
+            return Err(Error::invalid(format!(
+                "role {user} may not take a backup: it needs the REPLICATION attribute (ALTER ROLE {user} REPLICATION) and EXECUTE on pg_backup_start and pg_backup_stop (GRANT EXECUTE ON FUNCTION pg_backup_start, pg_backup_stop TO {user}), or use a superuser"
+            )));
+        }
+        if max_slots < 1 {
+            return Err(Error::invalid(format!(
+                "{} has max_replication_slots = 0; sheaf reserves WAL with a temporary slot: set max_replication_slots to 1 or more and restart",
+                self.url
+            )));
+        }
+        let r = self.one(
+            "reading the control file",
+            "SELECT system_identifier::text, catalog_version_no FROM pg_control_system()",
+        )?;
+        let system_identifier: String = r.get(0);
+        let catversion: i32 = r.get(1);
+        let data_directory = self
+            .client
+            .query_one("SELECT current_setting('data_directory')", &[])
+            .ok()
+            .map(|r| r.get::<_, String>(0));
+        Ok(ServerFacts {
+            version,
+            version_num,
+            system_identifier,
+            data_directory,
+            data_checksums,
+            wal_segment_size: wal_segment_size as u64,
+            tablespace_version_dir: format!("PG_{}_{catversion}", version_num / 10000),
+        })
+    }
+
+    /// Tablespaces other than pg_default and pg_global.
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn tablespaces(&mut self) -> Result<Vec<Tablespace>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT oid::int8, spcname::text, pg_tablespace_location(oid) FROM pg_tablespace \
+                 WHERE pg_tablespace_location(oid) <> '' ORDER BY oid",
+                &[],
+            )
+            .map_err(|e| db_err("listing tablespaces", e))?;
+        Ok(rows.iter().map(|r| Tablespace { oid: r.get::<_, i64>(0) as u32, name: r.get(1), location: r.get(2) }).collect())
+    }
+
+    /// Create a temporary physical replication slot that reserves WAL now. It lives as long as this
+    /// connection, so a failed or killed backup leaves none behind.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] when a slot of that name exists.
+    pub fn create_slot(&mut self, name: &str) -> Result<()> {
+        self.client
+            .execute("SELECT pg_create_physical_replication_slot($1, true, true)", &[&name])
+            .map(drop)
+            .map_err(|e| {
+                if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
+                    Error::invalid(format!(
+                        "replication slot {name} already exists: choose another name with --slot, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing uses it"
+                    ))
+                } else {
+                    db_err(&format!("creating replication slot {name}"), e)
+                }
+            })
+    }
+
+    /// Drop the slot (it would also go when the connection closes).
+    pub fn drop_slot(&mut self, name: &str) {
+        let _ = self.client.execute("SELECT pg_drop_replication_slot($1)", &[&name]);
+    }
+
+    /// `pg_backup_start(label, fast)`; returns the start LSN and its WAL file name (whose first 8
+    /// hex digits are the timeline).
+    ///
+    /// # Errors
+    /// A database error (e.g. a backup already running in this session).
+    pub fn backup_start(&mut self, label: &str, fast: bool) -> Result<(u64, String)> {
+        let r = self
+            .client
+            .query_one("SELECT l::text, pg_walfile_name(l) FROM pg_backup_start($1, $2) AS l", &[&label, &fast])
+            .map_err(|e| db_err("pg_backup_start", e))?;
+        let lsn: String = r.get(0);
+        Ok((parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?, r.get(1)))
+    }
+
+    /// `pg_backup_stop(false)`: end the backup (without waiting for archiving, since sheaf copies
+    /// the WAL itself).
+    ///
+    /// # Errors
+    /// A database error, e.g. when the server was restarted during the backup.
+    pub fn backup_stop(&mut self) -> Result<StopInfo> {
+        let r = self
+            .client
+            .query_one("SELECT lsn::text, labelfile, coalesce(spcmapfile, '') FROM pg_backup_stop(false)", &[])
+            .map_err(|e| db_err("pg_backup_stop", e))?;
+        let lsn: String = r.get(0);
+        Ok(StopInfo {
+            lsn: parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?,
+            backup_label: r.get(1),
+            tablespace_map: r.get(2),
+        })
+    }
+
+    /// The WAL file name holding `lsn`, and whether WAL is flushed past it.
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn wal_file_flushed(&mut self, lsn: u64) -> Result<(String, bool)> {
+        let l = format_lsn(lsn);
+        let r = self
+            .client
+            .query_one("SELECT pg_walfile_name($1::text::pg_lsn), pg_current_wal_flush_lsn() >= $1::text::pg_lsn", &[&l])
+            .map_err(|e| db_err("reading WAL position", e))?;
+        Ok((r.get(0), r.get(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsn_round_trip() {
+        assert_eq!(parse_lsn("0/16B3748"), Some(0x16B3748));
+        assert_eq!(parse_lsn("1A/0"), Some(0x1A_0000_0000));
+        assert_eq!(format_lsn(0x1A_0000_0010), "1A/10");
+        assert_eq!(parse_lsn("nope"), None);
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("postgres://bob:secret@db:5432/x"), "postgres://bob@db:5432/x");
+        assert_eq!(redact("postgres://bob@db/x?host=/tmp"), "postgres://bob@db/x?host=/tmp");
+    }
+}
