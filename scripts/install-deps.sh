@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing sheaf needs on a fresh Debian machine, and nothing when it is
 # all there already. ISA-L (the deflate levels 0-3) is built from source by the isal-sys crate with
-# autotools and nasm.
+# autotools and nasm; the PostgreSQL tests need Debian's PostgreSQL server and client tools.
 set -euo pipefail
 
 need=()
@@ -13,6 +13,9 @@ command -v make >/dev/null || need+=(make)
 command -v cc >/dev/null || need+=(gcc)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
+# The PostgreSQL tests start throwaway clusters with Debian's server, pgbench and pg_amcheck.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+ls /usr/lib/postgresql/*/bin/pg_amcheck >/dev/null 2>&1 || need+=(postgresql-client)
 
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2

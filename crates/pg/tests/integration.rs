@@ -1,0 +1,7 @@
+//! sheaf-pg's integration suite against real PostgreSQL servers started for the purpose.
+
+mod integration {
+    pub mod cluster;
+    pub mod faults;
+    pub mod online;
+}

@@ -1,0 +1,123 @@
+//! An online backup under write load restores to a cluster that starts consistent.
+
+use std::process::Stdio;
+
+use super::cluster::{pg_dir, run, sheaf, stderr, Cluster};
+
+fn pgbench_invariant(c: &Cluster, db: &str) -> Vec<String> {
+    c.sql(
+        db,
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(bbalance) FROM pgbench_branches), \
+                (SELECT sum(tbalance) FROM pgbench_tellers), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)",
+    )
+    .split('|')
+    .map(str::to_string)
+    .collect()
+}
+
+fn fingerprint(c: &Cluster, db: &str, table: &str) -> String {
+    c.sql(db, &format!("SELECT count(*) || ':' || md5(string_agg(t::text, ',' ORDER BY id)) FROM {table} t"))
+}
+
+#[test]
+fn online_backup_under_pgbench_restores_relocated_and_starts_consistent() {
+    let c = Cluster::new(&[], &["max_wal_size = 256MB"]);
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("postgres", "CREATE DATABASE bench");
+    let ts_dir = c.base.path().join("ts1");
+    pg_dir(&ts_dir);
+    c.sql("postgres", &format!("CREATE TABLESPACE ts1 LOCATION '{}'", ts_dir.display()));
+    c.sql(
+        "app",
+        "CREATE TABLE big AS SELECT g AS id, md5(g::text) AS h, repeat('x', 200) AS pad FROM generate_series(1, 300000) g;
+         CREATE TABLE in_ts (id int, v text) TABLESPACE ts1;
+         INSERT INTO in_ts SELECT g, md5(g::text) FROM generate_series(1, 50000) g;
+         CREATE UNLOGGED TABLE scratch AS SELECT g AS id FROM generate_series(1, 10000) g;
+         CHECKPOINT;",
+    );
+    let init = run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "bench"]));
+    assert!(init.status.success(), "pgbench -i: {}", stderr(&init));
+    let (big, in_ts) = (fingerprint(&c, "app", "big"), fingerprint(&c, "app", "in_ts"));
+
+    // Writes the whole time: start the load, back up while it runs, stop it after.
+    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "bench"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let out = c.base.path().join("stripes");
+    std::fs::create_dir_all(&out).unwrap();
+    let backup = run(sheaf().args([
+        "backup",
+        &c.url("postgres"),
+        "--to",
+        out.join("pg_1.sheaf").to_str().unwrap(),
+        "--to",
+        out.join("pg_2.sheaf").to_str().unwrap(),
+        "--json",
+    ]));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(load.try_wait().unwrap().is_none(), "pgbench must still be writing when the backup ends");
+    let _ = load.kill();
+    let _ = load.wait();
+    assert!(backup.status.success(), "backup: {}", stderr(&backup));
+    let report: serde_json::Value = serde_json::from_slice(&backup.stdout).unwrap();
+    let pg = &report["postgres"];
+    assert!(pg["pages_verified"].as_u64().unwrap() > 5000, "{pg}");
+    assert_eq!(pg["checksum_failures"].as_array().unwrap().len(), 0);
+    assert_eq!(pg["tablespaces"].as_array().unwrap().len(), 1);
+    assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0", "the slot is gone");
+
+    // Restore elsewhere, tablespace moved too, and start it beside the source.
+    let new_data = c.base.path().join("restored/data");
+    let new_ts = c.base.path().join("restored/ts1");
+    let restore = run(sheaf().args([
+        "restore",
+        out.join("pg_2.sheaf").to_str().unwrap(),
+        "--to",
+        new_data.to_str().unwrap(),
+        "--tablespace",
+        &format!("{}={}", ts_dir.display(), new_ts.display()),
+    ]));
+    assert!(restore.status.success(), "restore: {}", stderr(&restore));
+    std::fs::set_permissions(c.base.path().join("restored"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let link = std::fs::read_link(new_data.join(format!("pg_tblspc/{}", pg["tablespaces"][0]["oid"]))).unwrap();
+    assert_eq!(link, new_ts);
+    let r = Cluster::over(&new_data, &c.sock);
+    let log = std::fs::read_to_string(r.log()).unwrap();
+    assert!(log.contains("consistent recovery state reached"), "{log}");
+
+    let inv = pgbench_invariant(&r, "bench");
+    assert!(inv.iter().all(|v| v == &inv[0]), "pgbench invariant broken after restore: {inv:?}");
+    assert_ne!(r.sql("bench", "SELECT count(*) FROM pgbench_history"), "0", "the load wrote during the backup");
+    assert_eq!(fingerprint(&r, "app", "big"), big);
+    assert_eq!(fingerprint(&r, "app", "in_ts"), in_ts);
+    assert_eq!(r.sql("app", "SELECT count(*) FROM scratch"), "0", "an unlogged table comes back empty");
+    let amcheck = run(r.tool("pg_amcheck").args(["--all", "--install-missing"]));
+    assert!(amcheck.status.success(), "pg_amcheck: {}{}", String::from_utf8_lossy(&amcheck.stdout), stderr(&amcheck));
+}
+
+#[test]
+fn a_corrupted_page_is_caught_and_named() {
+    let mut c = Cluster::new(&[], &[]);
+    c.sql("postgres", "CREATE TABLE victim AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 20000) g; CHECKPOINT;");
+    let rel = c.sql("postgres", "SELECT pg_relation_filepath('victim')");
+    c.stop();
+    let file = c.data.join(&rel);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[8192 * 3 + 5000] ^= 0xFF;
+    std::fs::write(&file, bytes).unwrap();
+    c.start();
+    let out = c.base.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let target = out.join("c.sheaf");
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--to", target.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("{rel} block 3")) && err.contains("page checksum"), "{err}");
+    assert!(!target.exists(), "a failed backup leaves no stripe");
+    assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0");
+
+    // Kept on request, with the failure recorded.
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--to", target.to_str().unwrap(), "--ignore-checksum-failures", "--json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["check_failures"][0].as_str().unwrap().contains(&format!("{rel} block 3")), "{v}");
+}
