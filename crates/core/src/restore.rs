@@ -300,7 +300,7 @@ impl<'m> Plan<'m> {
             .zip(&self.dest)
             .filter_map(|(e, d)| (e.kind == EntryKind::File).then_some(d.as_deref()).flatten())
             .collect();
-        fsync_all(&files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
+        make_durable(&self.roots, &files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
         let as_root = unsafe { libc::geteuid() } == 0;
         for (e, d) in entries.iter().zip(&self.dest) {
             if let (Some(d), false) = (d, e.kind == EntryKind::Dir) {
@@ -498,6 +498,32 @@ fn remove_any(p: &Path) -> Result<()> {
     let m = fs::symlink_metadata(p).map_err(|e| io_at(ErrorKind::Target, "cannot stat", p, e))?;
     let r = if m.is_dir() { fs::remove_dir_all(p) } else { fs::remove_file(p) };
     r.map_err(|e| io_at(ErrorKind::Target, "cannot remove", p, e))
+}
+
+/// Make every restored file durable: one `syncfs` per filesystem the roots are on (thousands of
+/// small files cost one call, as PostgreSQL's `--sync-method=syncfs`), or, where that fails,
+/// an fsync per file.
+fn make_durable(roots: &[PathBuf], files: &[&Path], threads: usize) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let mut devices = HashSet::new();
+    let mut all_synced = true;
+    for r in roots {
+        let Ok(dir) = fs::File::open(r) else {
+            all_synced = false;
+            continue;
+        };
+        let dev = dir.metadata().map(|m| m.dev()).unwrap_or(0);
+        if devices.insert(dev) {
+            // SAFETY: a valid fd.
+            all_synced &= unsafe { libc::syncfs(dir.as_raw_fd()) } == 0;
+        }
+    }
+    // A relocated root that is a symlink target elsewhere, or a syncfs error: fsync each file.
+    if all_synced && files.iter().all(|f| fs::metadata(f).map(|m| devices.contains(&m.dev())).unwrap_or(false)) {
+        return Ok(());
+    }
+    fsync_all(files, threads)
 }
 
 fn fsync_all(files: &[&Path], threads: usize) -> Result<()> {

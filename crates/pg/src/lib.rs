@@ -8,9 +8,12 @@
 
 pub mod backup;
 pub mod checksum;
+pub mod demo;
 pub mod layout;
 pub mod restore;
+pub mod scratch;
 pub mod server;
+pub mod tpch;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 pub use restore::{is_postgres, restore_postgres, PgRestoreOptions};

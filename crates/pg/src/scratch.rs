@@ -1,0 +1,276 @@
+//! Throwaway PostgreSQL clusters for `sheaf demo`, `sheaf bench` and the tests: initdb into a temp
+//! dir with data checksums, a free port, a socket directory of its own, run as `postgres` when sheaf
+//! runs as root (initdb refuses root), stopped and removed when dropped.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use sheaf_core::{Error, ErrorKind, Result};
+
+fn err(what: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Io, what)
+}
+
+/// The newest installed server's bin directory (Debian's /usr/lib/postgresql/N/bin).
+pub fn bin_dir() -> Option<PathBuf> {
+    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, p)| p.join("initdb").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop().map(|(_, p)| p)
+}
+
+/// The server's bin directory, installing Debian's PostgreSQL first when missing and we are root.
+///
+/// # Errors
+/// When it is missing and cannot be installed, with the command that would install it.
+pub fn ensure_installed() -> Result<PathBuf> {
+    if let Some(b) = bin_dir() {
+        return Ok(b);
+    }
+    if !is_root() {
+        return Err(err("PostgreSQL is not installed: run `sudo apt-get install postgresql` (or make test / make demo as root)"));
+    }
+    let ok = |c: &mut Command| c.stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+    let installed = ok(Command::new("apt-get").arg("update").arg("-qq"))
+        && ok(Command::new("apt-get").args(["install", "-y", "-qq", "postgresql", "postgresql-client"]).env("DEBIAN_FRONTEND", "noninteractive"));
+    match (installed, bin_dir()) {
+        (true, Some(b)) => Ok(b),
+        _ => Err(err("could not install PostgreSQL with apt-get install postgresql: install it by hand")),
+    }
+}
+
+/// Whether we run as root.
+pub fn is_root() -> bool {
+    // SAFETY: trivial libc call.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The uid and gid a scratch server runs as.
+///
+/// # Errors
+/// As root, when there is no `postgres` user.
+pub fn server_owner() -> Result<(u32, u32)> {
+    if !is_root() {
+        // SAFETY: trivial libc calls.
+        return Ok(unsafe { (libc::geteuid(), libc::getegid()) });
+    }
+    let id = |flag: &str| -> Result<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().map_err(|e| err(format!("id: {e}")))?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|_| err("no postgres user: install Debian's postgresql package, which creates it"))
+    };
+    Ok((id("-u")?, id("-g")?))
+}
+
+/// A command run as the server's user.
+pub fn as_server_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Create `path` (and parents) owned by the server's user, mode 0700.
+///
+/// # Errors
+/// I/O errors.
+pub fn server_dir(path: &Path) -> Result<()> {
+    let io = |e: std::io::Error| Error::io(ErrorKind::Io, format!("cannot prepare {}", path.display()), e);
+    std::fs::create_dir_all(path).map_err(io)?;
+    let (uid, gid) = server_owner()?;
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(io)
+}
+
+/// Servers started by this process and not yet stopped: so that an interrupted demo or benchmark
+/// can stop them (pg_ctl detaches them from the terminal, so Ctrl-C alone would leave them running).
+/// The one process-wide list in sheaf, kept for that purpose only.
+static RUNNING: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<(PathBuf, PathBuf)>> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stop every scratch server this process started (immediate shutdown). For signal handlers.
+pub fn stop_all() {
+    let running = std::mem::take(&mut *registry());
+    for (bin, data) in running {
+        let _ = as_server_user(bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"]).output();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("no free port: {e}")))?;
+    Ok(l.local_addr().map_err(|e| err(e.to_string()))?.port())
+}
+
+/// A running scratch cluster.
+pub struct ScratchCluster {
+    /// The temp dir holding it (removed on drop for clusters this made).
+    pub base: tempfile::TempDir,
+    /// Data directory.
+    pub data: PathBuf,
+    /// Socket directory.
+    pub sock: PathBuf,
+    /// Port.
+    pub port: u16,
+    /// Server bin directory.
+    pub bin: PathBuf,
+    running: bool,
+}
+
+impl ScratchCluster {
+    /// initdb (data checksums on) under a new temp dir in `parent` (or the system's), append
+    /// `settings` to postgresql.conf, start. `initdb_args` go to initdb.
+    ///
+    /// # Errors
+    /// PostgreSQL missing, initdb or start failing (with the server log).
+    pub fn create(parent: Option<&Path>, initdb_args: &[&str], settings: &[&str]) -> Result<ScratchCluster> {
+        let bin = ensure_installed()?;
+        let base = match parent {
+            Some(p) => tempfile::Builder::new().prefix("sheaf-pg.").tempdir_in(p),
+            None => tempfile::Builder::new().prefix("sheaf-pg.").tempdir(),
+        }
+        .map_err(|e| err(format!("cannot make a temp dir: {e}")))?;
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).map_err(|e| err(e.to_string()))?;
+        let (data, sock) = (base.path().join("data"), base.path().join("sock"));
+        server_dir(&data)?;
+        server_dir(&sock)?;
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o755)).map_err(|e| err(e.to_string()))?;
+        let out = as_server_user(bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["--data-checksums", "-A", "trust", "-U", "postgres"])
+            .args(initdb_args)
+            .output()
+            .map_err(|e| err(format!("initdb: {e}")))?;
+        if !out.status.success() {
+            return Err(err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        let port = free_port()?;
+        let mut conf = format!(
+            "\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = '127.0.0.1'\nfsync = off\nshared_buffers = 64MB\nmax_wal_size = 1GB\n",
+            sock.display()
+        );
+        for s in settings {
+            conf.push_str(s);
+            conf.push('\n');
+        }
+        append(&data.join("postgresql.conf"), &conf)?;
+        let mut c = ScratchCluster { base, data, sock, port, bin, running: false };
+        c.start()?;
+        Ok(c)
+    }
+
+    /// Start a cluster over an existing data directory (a restore) on a new port, sockets in `sock`.
+    ///
+    /// # Errors
+    /// Start-up failing (with the server log).
+    pub fn over(data: &Path, sock: &Path) -> Result<ScratchCluster> {
+        let bin = ensure_installed()?;
+        let base = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
+        let port = free_port()?;
+        append(&data.join("postgresql.conf"), &format!("\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n", sock.display()))?;
+        let mut c = ScratchCluster { base, data: data.to_path_buf(), sock: sock.to_path_buf(), port, bin, running: false };
+        c.start()?;
+        Ok(c)
+    }
+
+    /// The server log.
+    pub fn log(&self) -> PathBuf {
+        self.sock.join(format!("server-{}.log", self.port))
+    }
+
+    /// Start and wait until it accepts connections.
+    ///
+    /// # Errors
+    /// With the server log's tail.
+    pub fn start(&mut self) -> Result<()> {
+        let out = as_server_user(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.log())
+            .args(["-w", "-t", "120", "start"])
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| err(format!("pg_ctl: {e}")))?;
+        if !out.status.success() {
+            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(8).collect();
+            return Err(err(format!(
+                "the server in {} did not start: {}{}",
+                self.data.display(),
+                String::from_utf8_lossy(&out.stderr),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )));
+        }
+        self.running = true;
+        registry().push((self.bin.clone(), self.data.clone()));
+        Ok(())
+    }
+
+    /// Stop (fast shutdown).
+    pub fn stop(&mut self) {
+        let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "fast", "-w", "stop"]).output();
+        self.running = false;
+        registry().retain(|(_, d)| d != &self.data);
+    }
+
+    /// A URL for database `db` over the socket.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@localhost:{}/{db}?host={}", self.port, self.sock.display())
+    }
+
+    /// psql's raw output for `sql`.
+    pub fn psql(&self, db: &str, sql: &str) -> Output {
+        self.tool("psql")
+            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql])
+            .output()
+            .unwrap_or_else(|e| Output { status: std::os::unix::process::ExitStatusExt::from_raw(1 << 8), stdout: vec![], stderr: e.to_string().into_bytes() })
+    }
+
+    /// Run `sql`; trimmed, unaligned output.
+    ///
+    /// # Errors
+    /// psql's error message.
+    pub fn query(&self, db: &str, sql: &str) -> Result<String> {
+        let out = self.psql(db, sql);
+        if !out.status.success() {
+            return Err(err(format!("psql: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A client tool (psql, pgbench, pg_amcheck...) pointed at this server.
+    pub fn tool(&self, name: &str) -> Command {
+        let mut c = as_server_user(self.bin.join(name));
+        c.arg("-h").arg(&self.sock).args(["-p", &self.port.to_string(), "-U", "postgres"]);
+        c
+    }
+}
+
+fn append(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", path.display()), e))
+}
+
+impl Drop for ScratchCluster {
+    fn drop(&mut self) {
+        if self.running {
+            let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "immediate", "-w", "stop"]).output();
+            registry().retain(|(_, d)| d != &self.data);
+        }
+    }
+}
