@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench-engine clean
+.PHONY: all deps build test demo bench-engine bench-peers clean
 
 all: build
 
@@ -16,13 +16,17 @@ build: deps
 test: deps
 	$(CARGO) test --workspace --locked
 
-# Back up a generated data set to two stripes, verify it, restore it and compare.
+# A throwaway PostgreSQL cluster with TPC-H, backed up with each codec, restored, started, checked.
 demo: build
 	@scripts/demo.sh
 
 # NUL-target throughput on real PostgreSQL pages against the codec ceiling (needs PostgreSQL).
 bench-engine: build
 	@scripts/bench-engine.sh
+
+# sheaf against pg_basebackup and pgBackRest on TPC-H (installs pgbackrest; needs root).
+bench-peers: build
+	@scripts/bench-peers.sh
 
 clean:
 	$(CARGO) clean

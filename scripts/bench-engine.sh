@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Engine benchmark (not a test): NUL-target throughput of lz4, zstd:low and deflate:1 on real
-# PostgreSQL pages -- TPC-H lineitem (tpchgen) loaded into a scratch cluster -- against the codec
+# PostgreSQL pages -- TPC-H lineitem (tpchgen, via sheaf load-tpch) in a scratch cluster -- against the codec
 # ceiling: cores x the single-core speed of the same codec and level at the same chunk size on the
 # same bytes (zstd -b1 -B1M, lz4 -b1 -B1M, igzip -1). Also restore throughput and peak RSS against
 # the printed memory budget. Prints a Markdown report; figures are MB/s (10^6 bytes).
@@ -23,8 +23,6 @@ fi
 for tool in zstd lz4 igzip; do
   command -v $tool >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zstd lz4 isal >/dev/null; break; }
 done
-tpchgen=$(command -v tpchgen-cli || echo "$PWD/target/tools/bin/tpchgen-cli")
-[ -x "$tpchgen" ] || cargo install --locked --root "$PWD/target/tools" tpchgen-cli
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-bench.XXXXXX")
 chmod 755 "$work"
@@ -43,20 +41,9 @@ mkdir -p "$work/pgdata" "$work/sock" "$work/tpch" "$work/log"
 echo "== scratch cluster on port $port, TPC-H scale $SCALE" >&2
 as_pg "$pgbin/initdb" -D "$work/pgdata" --data-checksums -A trust -U postgres >/dev/null
 as_pg "$pgbin/pg_ctl" -D "$work/pgdata" -l "$work/log/pg.log" -w \
-  -o "-p $port -k $work/sock -c listen_addresses='' -c wal_level=minimal -c max_wal_senders=0 -c fsync=off -c max_wal_size=4GB" start >/dev/null
-as_pg "$tpchgen" csv -s "$SCALE" --tables lineitem --output-dir "$work/tpch" >/dev/null
-csv=$(ls "$work"/tpch/lineitem*.csv | head -1)
-as_pg psql -q -h "$work/sock" -p "$port" -U postgres -d postgres <<SQL
-BEGIN;
-CREATE TABLE lineitem (
-  l_orderkey bigint, l_partkey bigint, l_suppkey bigint, l_linenumber int,
-  l_quantity numeric(15,2), l_extendedprice numeric(15,2), l_discount numeric(15,2), l_tax numeric(15,2),
-  l_returnflag char(1), l_linestatus char(1), l_shipdate date, l_commitdate date, l_receiptdate date,
-  l_shipinstruct char(25), l_shipmode char(10), l_comment varchar(44));
-COPY lineitem FROM '$csv' WITH (FORMAT csv, HEADER true);
-COMMIT;
-CHECKPOINT;
-SQL
+  -o "-p $port -k $work/sock -c listen_addresses='' -c fsync=off -c max_wal_size=4GB" start >/dev/null
+"$sheaf" load-tpch "postgres://postgres@localhost:$port/postgres?host=$work/sock" --scale "$SCALE" 2>/dev/null
+as_pg psql -q -h "$work/sock" -p "$port" -U postgres -d postgres -c "DROP TABLE region, nation, part, supplier, partsupp, customer, orders; CHECKPOINT"
 as_pg "$pgbin/pg_ctl" -D "$work/pgdata" -w stop >/dev/null
 rm -rf "$work/tpch"
 data_bytes=$(du -sb "$work/pgdata" | cut -f1)

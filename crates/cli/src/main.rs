@@ -63,6 +63,17 @@ sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/t
     /// started and checked; prints the table the seed authors built by hand (make demo runs it).
     #[command(after_help = "Installs Debian's postgresql first if it is missing (as root). Stops every server it started, also on Ctrl-C.")]
     Demo(DemoArgs),
+    /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
+    LoadTpch(LoadTpchArgs),
+}
+
+#[derive(Args)]
+struct LoadTpchArgs {
+    /// libpq URL of the database to load into (tables are dropped and created).
+    url: String,
+    /// TPC-H scale factor: 1 is about 1 GB of data.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
 }
 
 #[derive(Args)]
@@ -224,6 +235,11 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Verify(a) => verify(a),
         Command::Generate(a) => generate(a),
         Command::Demo(a) => demo(a),
+        Command::LoadTpch(a) => {
+            let counts = sheaf_pg::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
+            println!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
+            Ok(())
+        }
     }
 }
 

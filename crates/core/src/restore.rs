@@ -10,7 +10,8 @@ use std::fs::{self, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -245,7 +246,6 @@ impl<'m> Plan<'m> {
 
     fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<()> {
         let entries = &self.manifest.entries;
-        let data_ranges = data_ranges(set);
         // Directories first (parents before children: the listing is in tree order), owner-writable
         // until the end so that their contents can be created.
         for (e, d) in entries.iter().zip(&self.dest) {
@@ -259,51 +259,32 @@ impl<'m> Plan<'m> {
             fs::set_permissions(d, fs::Permissions::from_mode(0o700))
                 .map_err(|e| io_at(ErrorKind::Target, "cannot set mode of", d, e))?;
         }
-        for (idx, (e, d)) in entries.iter().zip(&self.dest).enumerate() {
-            let Some(d) = d else { continue };
-            match e.kind {
-                EntryKind::File => {
-                    if let Ok(m) = fs::symlink_metadata(d) {
-                        if !m.is_file() {
-                            remove_any(d)?;
-                        }
-                    }
-                    ensure_parent(d)?;
-                    let f = OpenOptions::new()
-                        .write(true)
-                        .create(true)
-                        .truncate(true)
-                        .mode_0600()
-                        .open(d)
-                        .map_err(|e| io_at(ErrorKind::Target, "cannot create file", d, e))?;
-                    // Sized up front: chunks land by position, and all-zero chunks need no write.
-                    f.set_len(e.size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", d, e))?;
-                    preallocate(&f, d, data_ranges.get(&(idx as u32)).map(Vec::as_slice).unwrap_or_default())?;
-                }
-                EntryKind::Symlink => {
-                    if fs::symlink_metadata(d).is_ok() {
-                        remove_any(d)?;
-                    }
-                    ensure_parent(d)?;
-                    std::os::unix::fs::symlink(e.target.as_deref().unwrap_or_default(), d)
-                        .map_err(|e| io_at(ErrorKind::Target, "cannot create symlink", d, e))?;
-                }
-                EntryKind::Dir => {}
+        for (e, d) in entries.iter().zip(&self.dest) {
+            let (Some(d), EntryKind::Symlink) = (d, e.kind) else { continue };
+            if fs::symlink_metadata(d).is_ok() {
+                remove_any(d)?;
             }
+            ensure_parent(d)?;
+            std::os::unix::fs::symlink(e.target.as_deref().unwrap_or_default(), d)
+                .map_err(|e| io_at(ErrorKind::Target, "cannot create symlink", d, e))?;
         }
 
-        scan(set, opts.threads, progress, &Writer { dest: &self.dest })?;
+        let as_root = unsafe { libc::geteuid() } == 0;
+        // Files are created by the first of their chunks to arrive, on every core, and finished
+        // (owner, mode, times) by the last; files without chunks are made here after.
+        let writer = Writer::new(set, entries, &self.dest, as_root);
+        scan(set, opts.threads, progress, &writer)?;
+        writer.finish_untouched()?;
 
-        // Durable contents, then metadata: files and links, then directories deepest first.
+        // Durable contents, then metadata of links, then directories deepest first.
         let files: Vec<&Path> = entries
             .iter()
             .zip(&self.dest)
             .filter_map(|(e, d)| (e.kind == EntryKind::File).then_some(d.as_deref()).flatten())
             .collect();
         make_durable(&self.roots, &files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
-        let as_root = unsafe { libc::geteuid() } == 0;
         for (e, d) in entries.iter().zip(&self.dest) {
-            if let (Some(d), false) = (d, e.kind == EntryKind::Dir) {
+            if let (Some(d), EntryKind::Symlink) = (d, e.kind) {
                 apply_metadata(e, d, as_root)?;
             }
         }
@@ -366,15 +347,93 @@ impl Mode0600 for OpenOptions {
     }
 }
 
+/// Where one file stands during the scan.
+struct FileSlot {
+    /// Chunks not yet written; the one that brings it to zero finishes the file.
+    remaining: AtomicU32,
+    /// Open while chunks are still coming.
+    handle: Mutex<Option<Arc<fs::File>>>,
+    /// Created (by the first chunk, or by `finish_untouched`).
+    created: AtomicBool,
+}
+
 struct Writer<'a> {
+    entries: &'a [Entry],
     dest: &'a [Option<PathBuf>],
+    slots: Vec<FileSlot>,
+    data_ranges: std::collections::HashMap<u32, Vec<(u64, u64)>>,
+    as_root: bool,
+}
+
+impl<'a> Writer<'a> {
+    fn new(set: &BackupSet, entries: &'a [Entry], dest: &'a [Option<PathBuf>], as_root: bool) -> Self {
+        let mut counts = vec![0u32; entries.len()];
+        for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
+            counts[e.file_id as usize] += 1;
+        }
+        let slots = counts
+            .into_iter()
+            .map(|c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
+            .collect();
+        Writer { entries, dest, slots, data_ranges: data_ranges(set), as_root }
+    }
+
+    /// Create, size and preallocate the file for entry `id`.
+    fn create(&self, id: usize, path: &Path) -> Result<fs::File> {
+        // Its directory exists: every parent is a directory entry (validate_paths), made first.
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode_0600()
+            .open(path)
+            .map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
+        // Sized up front: chunks land by position, and all-zero chunks need no write.
+        f.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+        let ranges = self.data_ranges.get(&(id as u32)).map(Vec::as_slice).unwrap_or_default();
+        // One chunk's write allocates as well as a reservation would; bigger files are reserved.
+        if ranges.iter().map(|r| r.1).sum::<u64>() > 1 << 20 {
+            preallocate(&f, path, ranges)?;
+        }
+        self.slots[id].created.store(true, Ordering::Release);
+        Ok(f)
+    }
+
+    /// Files no chunk touched (empty, or every chunk elsewhere... none): create and finish them.
+    fn finish_untouched(&self) -> Result<()> {
+        for (id, (e, d)) in self.entries.iter().zip(self.dest).enumerate() {
+            let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
+            if !self.slots[id].created.load(Ordering::Acquire) {
+                drop(self.create(id, d)?);
+                apply_metadata(e, d, self.as_root)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ChunkSink for Writer<'_> {
     fn chunk(&self, file_id: u32, offset: u64, _len: usize, data: Option<&[u8]>) -> Result<()> {
-        let (Some(data), Some(path)) = (data, &self.dest[file_id as usize]) else { return Ok(()) };
-        let f = OpenOptions::new().write(true).open(path).map_err(|e| io_at(ErrorKind::Target, "cannot open", path, e))?;
-        f.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))
+        let id = file_id as usize;
+        let Some(path) = &self.dest[id] else { return Ok(()) };
+        let slot = &self.slots[id];
+        let handle = {
+            let mut h = slot.handle.lock().unwrap_or_else(|p| p.into_inner());
+            if h.is_none() && !slot.created.load(Ordering::Acquire) {
+                *h = Some(Arc::new(self.create(id, path)?));
+            }
+            h.clone()
+        };
+        if let (Some(data), Some(f)) = (data, &handle) {
+            f.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
+        }
+        drop(handle);
+        // The chunk that brings the count to zero comes after every other chunk's write.
+        if slot.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            slot.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+            apply_metadata(&self.entries[id], path, self.as_root)?;
+        }
+        Ok(())
     }
 }
 
@@ -519,8 +578,8 @@ fn make_durable(roots: &[PathBuf], files: &[&Path], threads: usize) -> Result<()
             all_synced &= unsafe { libc::syncfs(dir.as_raw_fd()) } == 0;
         }
     }
-    // A relocated root that is a symlink target elsewhere, or a syncfs error: fsync each file.
-    if all_synced && files.iter().all(|f| fs::metadata(f).map(|m| devices.contains(&m.dev())).unwrap_or(false)) {
+    // Every restored path lies under one of the roots, in directories this restore made.
+    if all_synced {
         return Ok(());
     }
     fsync_all(files, threads)
