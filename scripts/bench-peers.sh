@@ -2,7 +2,8 @@
 # Peer benchmark (not a test): on one TPC-H cluster, sheaf (zstd:low, lz4; 2 local stripes) against
 # pg_basebackup (-Ft --compress=server-zstd:level=1,workers=N and --compress=lz4) and pgBackRest
 # (--compress-type=zst --compress-level=1 --process-max=N, and lz4): backup seconds, size, restore
-# seconds, each the median of REPEAT runs. Warm cache. Prints a Markdown report.
+# seconds, each the median of REPEAT runs. Warm cache; every operation starts with nothing dirty
+# and is timed until durable (sync). Prints a Markdown report.
 #
 #   SCALE=1 REPEAT=3 scripts/bench-peers.sh
 set -euo pipefail
@@ -58,12 +59,20 @@ PGCONF
 as_pg "$pgbin/pg_ctl" -D "$work/pgdata" -l "$work/log/pg.log" -w start >/dev/null
 url="postgres://postgres@localhost:$port/postgres?host=$work/sock"
 "$sheaf" load-tpch "$url" --scale "$SCALE" 2>/dev/null
-as_pg psql -q -h "$work/sock" -p "$port" -U postgres -c "VACUUM ANALYZE" -c "CHECKPOINT" postgres
+as_pg psql -q -h "$work/sock" -p "$port" -U postgres -c "VACUUM ANALYZE" -c "CHECKPOINT" -c "SELECT pg_switch_wal()" postgres
 pgbr stanza-create >/dev/null
 data_mb=$(( ($(du -sb "$work/pgdata" | cut -f1) - $(du -sb "$work/pgdata/pg_wal" | cut -f1)) / 1000000 ))
 echo "== data directory without pg_wal: $data_mb MB" >&2
 
 now() { date +%s.%N; }
+# The load leaves a backlog of WAL for archive-push (pgBackRest's archiving needs archive_mode):
+# measuring while the archiver compresses it would charge its CPU to whichever tool runs first.
+archiver_idle() {
+  local i=0
+  while ls "$work"/pgdata/pg_wal/archive_status/*.ready >/dev/null 2>&1; do
+    sleep 0.5; i=$((i + 1)); [ $i -lt 1200 ] || { echo "bench-peers: the archiver never caught up" >&2; exit 1; }
+  done
+}
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 results=$work/results.tsv
 : > "$results"
@@ -74,10 +83,12 @@ run() {
   for i in $(seq "$REPEAT"); do
     rm -rf "$work/out" "$work/restored"; mkdir -p "$work/out"; [ "$(id -u)" -ne 0 ] || chown postgres "$work/out"
     [ "$name" = "${name#pgbackrest}" ] || { pgbr expire --repo1-retention-full=1 >/dev/null 2>&1 || true; rm -rf "$work/repo/backup/bench/"2*; }
-    t0=$(now); eval "$backup" >/dev/null 2>"$work/log/err"; t1=$(now)
+    # Each operation starts with nothing dirty and ends durable (sync), so that no run pays for
+    # the previous one's writeback and a tool that does not fsync (tar) is not flattered.
+    archiver_idle; sync; t0=$(now); eval "$backup" >/dev/null 2>"$work/log/err"; sync; t1=$(now)
     size=$(du -sb $size_path | awk '{s+=$1} END {print s}')
     mkdir -p "$work/restored"; chmod 700 "$work/restored"; [ "$(id -u)" -ne 0 ] || chown postgres "$work/restored"
-    t2=$(now); eval "$restore" >/dev/null 2>>"$work/log/err"; t3=$(now)
+    archiver_idle; sync; t2=$(now); eval "$restore" >/dev/null 2>>"$work/log/err"; sync; t3=$(now)
     [ -f "$work/restored/PG_VERSION" ] || { echo "bench-peers: $name restore produced no data directory" >&2; cat "$work/log/err" >&2; exit 1; }
     printf '%s\t%s\t%s\t%s\n' "$name" "$(echo "$t1 - $t0" | bc)" "$size" "$(echo "$t3 - $t2" | bc)" >> "$results"
   done

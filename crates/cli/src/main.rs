@@ -204,10 +204,14 @@ struct VerifyArgs {
     json: bool,
 }
 
+/// Set by the Ctrl-C handler: whatever fails after it is the interruption's doing.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(_) if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) => ExitCode::from(130),
         Err(e) => {
             eprintln!("sheaf: error: {e}");
             ExitCode::from(exit_code(e.kind()))
@@ -427,6 +431,7 @@ fn generate(a: GenerateArgs) -> Result<(), Error> {
 fn demo(a: DemoArgs) -> Result<(), Error> {
     // pg_ctl detaches its servers from the terminal: stop them ourselves on Ctrl-C.
     let _ = ctrlc::set_handler(|| {
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         eprintln!("sheaf: interrupted; stopping the servers the demo started");
         sheaf_pg::scratch::stop_all();
         std::process::exit(130);

@@ -80,6 +80,7 @@ pub fn measured<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64, f64)> {
 pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
     note("starting a throwaway PostgreSQL cluster (installing Debian's postgresql if missing)");
     let source = ScratchCluster::create(None, &[], &[])?;
+    note(&format!("cluster in {} on port {}", source.data.display(), source.port));
     source.query("postgres", "CREATE DATABASE tpch")?;
     note(&format!("loading TPC-H scale {} with tpchgen", opts.scale));
     let (expected, load_s, _) = measured(|| tpch::load(&source.url("tpch"), opts.scale, &|t| note(&format!("  {t}"))))?;

@@ -92,17 +92,30 @@ pub fn server_dir(path: &Path) -> Result<()> {
 /// Servers started by this process and not yet stopped: so that an interrupted demo or benchmark
 /// can stop them (pg_ctl detaches them from the terminal, so Ctrl-C alone would leave them running).
 /// The one process-wide list in sheaf, kept for that purpose only.
-static RUNNING: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+static RUNNING: std::sync::Mutex<Vec<Registered>> = std::sync::Mutex::new(Vec::new());
 
-fn registry() -> std::sync::MutexGuard<'static, Vec<(PathBuf, PathBuf)>> {
+/// A running scratch server: its bin dir, data dir, and the temp dir to remove (clusters we made).
+struct Registered {
+    bin: PathBuf,
+    data: PathBuf,
+    base: Option<PathBuf>,
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
     RUNNING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Stop every scratch server this process started (immediate shutdown). For signal handlers.
+/// Stop every scratch server this process started (immediate shutdown) and remove the temp dirs
+/// of the clusters it made. For signal handlers, where destructors do not run.
 pub fn stop_all() {
     let running = std::mem::take(&mut *registry());
-    for (bin, data) in running {
-        let _ = as_server_user(bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"]).output();
+    for r in &running {
+        let _ = as_server_user(r.bin.join("pg_ctl")).arg("-D").arg(&r.data).args(["-m", "immediate", "-w", "stop"]).output();
+    }
+    for r in running {
+        if let Some(base) = r.base {
+            let _ = std::fs::remove_dir_all(base);
+        }
     }
 }
 
@@ -115,6 +128,8 @@ fn free_port() -> Result<u16> {
 pub struct ScratchCluster {
     /// The temp dir holding it (removed on drop for clusters this made).
     pub base: tempfile::TempDir,
+    /// Whether `base` is ours to remove (a cluster we made, not one over a restore).
+    owns_base: bool,
     /// Data directory.
     pub data: PathBuf,
     /// Socket directory.
@@ -164,7 +179,7 @@ impl ScratchCluster {
             conf.push('\n');
         }
         append(&data.join("postgresql.conf"), &conf)?;
-        let mut c = ScratchCluster { base, data, sock, port, bin, running: false };
+        let mut c = ScratchCluster { base, owns_base: true, data, sock, port, bin, running: false };
         c.start()?;
         Ok(c)
     }
@@ -178,7 +193,7 @@ impl ScratchCluster {
         let base = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
         let port = free_port()?;
         append(&data.join("postgresql.conf"), &format!("\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n", sock.display()))?;
-        let mut c = ScratchCluster { base, data: data.to_path_buf(), sock: sock.to_path_buf(), port, bin, running: false };
+        let mut c = ScratchCluster { base, owns_base: false, data: data.to_path_buf(), sock: sock.to_path_buf(), port, bin, running: false };
         c.start()?;
         Ok(c)
     }
@@ -213,7 +228,8 @@ impl ScratchCluster {
             )));
         }
         self.running = true;
-        registry().push((self.bin.clone(), self.data.clone()));
+        let base = self.owns_base.then(|| self.base.path().to_path_buf());
+        registry().push(Registered { bin: self.bin.clone(), data: self.data.clone(), base });
         Ok(())
     }
 
@@ -221,7 +237,7 @@ impl ScratchCluster {
     pub fn stop(&mut self) {
         let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "fast", "-w", "stop"]).output();
         self.running = false;
-        registry().retain(|(_, d)| d != &self.data);
+        registry().retain(|r| r.data != self.data);
     }
 
     /// A URL for database `db` over the socket.
@@ -270,7 +286,7 @@ impl Drop for ScratchCluster {
     fn drop(&mut self) {
         if self.running {
             let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "immediate", "-w", "stop"]).output();
-            registry().retain(|(_, d)| d != &self.data);
+            registry().retain(|r| r.data != self.data);
         }
     }
 }

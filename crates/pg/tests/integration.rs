@@ -2,6 +2,7 @@
 
 mod integration {
     pub mod cluster;
+    pub mod demo;
     pub mod faults;
     pub mod online;
 }

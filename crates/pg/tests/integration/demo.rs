@@ -1,0 +1,39 @@
+//! `sheaf demo` stops the servers it started when interrupted.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use super::cluster::sheaf;
+
+#[test]
+fn an_interrupted_demo_stops_its_server_and_cleans_up() {
+    let mut child = sheaf()
+        .args(["demo", "--scale", "0.01", "--compression", "lz4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let data = loop {
+        let line = lines.next().expect("demo ended before naming its cluster").unwrap();
+        if let Some(rest) = line.strip_prefix("sheaf demo: cluster in ") {
+            break std::path::PathBuf::from(rest.split(" on port ").next().unwrap());
+        }
+    };
+    assert!(data.join("postmaster.pid").exists(), "the demo's server runs");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
+    assert!(!data.exists(), "the demo's cluster directory is removed");
+    // An immediate shutdown removes the pid file a moment before the postmaster has exited.
+    let t0 = std::time::Instant::now();
+    loop {
+        let procs = std::process::Command::new("pgrep").args(["-a", "-f", data.to_str().unwrap()]).output().unwrap();
+        if procs.stdout.is_empty() {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 10, "server left running on {}: {}", data.display(), String::from_utf8_lossy(&procs.stdout));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
