@@ -78,9 +78,11 @@ impl ChunkCheck for PageCheck {
                 // A page read while the server wrote it can be torn: read it once more.
                 let mut again = [0u8; PAGE_SIZE];
                 let at = offset + (i * PAGE_SIZE) as u64;
-                if std::fs::File::open(abs).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut again, at)).is_ok() {
-                    verdict = verify_page(&again, blkno, self.start_lsn);
-                }
+                verdict = match std::fs::File::open(abs).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut again, at)) {
+                    Ok(()) => verify_page(&again, blkno, self.start_lsn),
+                    // Truncated meanwhile (VACUUM): the page is gone, WAL replay agrees.
+                    Err(_) => Verdict::Recent,
+                };
             }
             match verdict {
                 Verdict::Ok => self.verified.fetch_add(1, Ordering::Relaxed),
@@ -167,8 +169,8 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             facts.system_identifier
         )));
     }
-    let tablespaces = server.tablespaces()?;
-    let tuning = Tuning::resolve(opts, 1 + tablespaces.len())?;
+    // For sizing the pipeline only: the list that counts is read after pg_backup_start.
+    let tuning = Tuning::resolve(opts, 1 + server.tablespaces()?.len())?;
     let mut session = Backup::start(opts, tuning, progress)?;
 
     let slot = pg.slot.clone().unwrap_or_else(|| format!("sheaf_{}", std::process::id()));
@@ -176,9 +178,17 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
     let (start_lsn, start_wal) = server.backup_start(&label, !pg.spread_checkpoint)?;
 
-    // List only now: everything created before the start LSN is on disk and listed.
+    // List only now: everything created before the start LSN is on disk and listed, tablespaces
+    // included. In-place tablespaces (a relative location) live inside the data directory.
+    let tablespaces: Vec<_> = server.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     let mut warnings = Vec::new();
     let (main, dropped) = layout::filter(list_tree(&pgdata, 0, &mut warnings)?, false);
+    // pg_control is read last, after pg_backup_stop, where a torn copy cannot slip in.
+    let main: Vec<Listed> = main.into_iter().filter(|l| l.entry.path != "global/pg_control").collect();
+    let verify = facts.data_checksums && facts.default_layout;
+    if facts.data_checksums && !facts.default_layout {
+        warnings.push("page checksums not verified: this server was built with a non-default block or segment size".into());
+    }
     let mut prefixes = vec![String::new()];
     let mut batches: Vec<(u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>)> = Vec::new();
     let main_root = session.add_root(Root { name: String::new(), path: pgdata.display().to_string() });
@@ -195,7 +205,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         prefixes.push(format!("pg_tblspc/{}/", ts.oid));
         tablespace_lists.push((id, listed));
     }
-    let check: Option<Arc<PageCheck>> = facts.data_checksums.then(|| {
+    let check: Option<Arc<PageCheck>> = verify.then(|| {
         Arc::new(PageCheck { start_lsn, prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) })
     });
     let as_check = || check.clone().map(|c| c as Arc<dyn ChunkCheck>);
@@ -220,7 +230,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         std::thread::sleep(Duration::from_millis(50));
     };
     let segments = wal_segments(&start_wal, &stop_wal, facts.wal_segment_size)?;
-    let mut wal = Vec::with_capacity(segments.len());
+    let mut wal = Vec::with_capacity(segments.len() + 1);
     for name in &segments {
         let abs = pgdata.join("pg_wal").join(name);
         let meta = std::fs::symlink_metadata(&abs).map_err(|e| {
@@ -228,7 +238,30 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         })?;
         wal.push(wal_listed(&abs, name, &meta));
     }
+    let timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
+    if timeline > 1 {
+        let name = format!("{timeline:08X}.history");
+        let abs = pgdata.join("pg_wal").join(&name);
+        if let Ok(meta) = std::fs::symlink_metadata(&abs) {
+            wal.push(wal_listed(&abs, &name, &meta));
+        }
+    }
     session.read_listed(vec![(main_root, wal, None)])?;
+    // Marked as archived, so that a restored cluster does not archive the source's WAL again.
+    for name in &segments {
+        session.add_bytes(main_root, &format!("pg_wal/archive_status/{name}.done"), b"", 0o600)?;
+    }
+    for line in stop.tablespace_map.lines() {
+        let oid = line.split(' ').next().unwrap_or_default();
+        if !tablespaces.iter().any(|t| t.oid.to_string() == oid) {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!("tablespace {oid} appeared while the backup started (it is in tablespace_map but was not copied): take the backup again"),
+            ));
+        }
+    }
+    let control = read_settled(&pgdata.join("global/pg_control"))?;
+    session.add_bytes(main_root, "global/pg_control", &control, 0o600)?;
     session.add_bytes(main_root, "backup_label", stop.backup_label.as_bytes(), 0o600)?;
     if !stop.tablespace_map.is_empty() {
         session.add_bytes(main_root, "tablespace_map", stop.tablespace_map.as_bytes(), 0o600)?;
@@ -248,7 +281,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         "server_version": facts.version,
         "server_version_num": facts.version_num,
         "system_identifier": facts.system_identifier,
-        "timeline": u32::from_str_radix(&start_wal[..8], 16).unwrap_or(0),
+        "timeline": timeline,
         "start_lsn": format_lsn(start_lsn),
         "stop_lsn": format_lsn(stop.lsn),
         "checkpoint_lsn": checkpoint.map(format_lsn),
@@ -280,6 +313,22 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let mut postgres = report_facts(&report, &facts_json);
     postgres["seconds_total"] = serde_json::json!(t0.elapsed().as_secs_f64());
     Ok(PgBackupReport { report, postgres })
+}
+
+/// Read a small file the server rewrites in place (pg_control) until two reads agree, so that a
+/// copy torn by a concurrent write is never kept.
+fn read_settled(path: &Path) -> Result<Vec<u8>> {
+    let read = || std::fs::read(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e));
+    let mut last = read()?;
+    for _ in 0..100 {
+        let next = read()?;
+        if next == last {
+            return Ok(next);
+        }
+        last = next;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(Error::new(ErrorKind::Source, format!("{} kept changing while it was read", path.display())))
 }
 
 fn report_facts(report: &BackupReport, facts: &serde_json::Value) -> serde_json::Value {

@@ -116,7 +116,35 @@ pub fn filter(listed: Vec<Listed>, in_tablespace: bool) -> (Vec<Listed>, usize) 
         })
         .collect();
     let dropped = before - kept.len();
+    let mut kept = kept;
+    if !in_tablespace {
+        normalize_empty_dirs(&mut kept);
+    }
     (kept, dropped)
+}
+
+/// A directory whose contents are left out may be a symlink (`initdb -X` puts pg_wal elsewhere):
+/// in the backup it becomes a plain directory, owned like the data directory, as PostgreSQL's base
+/// backup does; and pg_wal/archive_status exists whatever the source had.
+fn normalize_empty_dirs(kept: &mut Vec<Listed>) {
+    let Some(root) = kept.iter().find(|l| l.entry.path.is_empty()).map(|l| l.entry.clone()) else { return };
+    for l in kept.iter_mut() {
+        if l.entry.kind == EntryKind::Symlink && EMPTY_DIRS.contains(&l.entry.path.as_str()) {
+            l.entry.kind = EntryKind::Dir;
+            l.entry.target = None;
+            l.entry.mode = 0o700;
+            l.entry.uid = root.uid;
+            l.entry.gid = root.gid;
+        }
+    }
+    let has = |p: &str, k: &[Listed]| k.iter().any(|l| l.entry.path == p);
+    if has("pg_wal", kept) && !has("pg_wal/archive_status", kept) {
+        let at = kept.iter().position(|l| l.entry.path == "pg_wal").expect("present") + 1;
+        let mut dir = kept[at - 1].clone();
+        dir.entry.path = "pg_wal/archive_status".into();
+        dir.abs = dir.abs.join("archive_status");
+        kept.insert(at, dir);
+    }
 }
 
 fn split(path: &str) -> (&str, &str) {
@@ -206,5 +234,17 @@ mod tests {
             ]
         );
         assert_eq!(dropped, 13);
+    }
+
+    #[test]
+    fn a_symlinked_pg_wal_becomes_a_directory_with_archive_status() {
+        let mut wal = l("pg_wal", EntryKind::Symlink);
+        wal.entry.target = Some("/elsewhere/wal".into());
+        let mut root = l("", EntryKind::Dir);
+        root.entry.uid = 26;
+        let (kept, _) = filter(vec![root, wal, l("pg_wal/000000010000000000000001", EntryKind::File)], false);
+        let paths: Vec<(&str, EntryKind)> = kept.iter().map(|l| (l.entry.path.as_str(), l.entry.kind)).collect();
+        assert_eq!(paths, vec![("", EntryKind::Dir), ("pg_wal", EntryKind::Dir), ("pg_wal/archive_status", EntryKind::Dir)]);
+        assert_eq!((kept[1].entry.uid, kept[1].entry.mode, kept[1].entry.target.as_deref()), (26, 0o700, None));
     }
 }

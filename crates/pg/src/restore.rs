@@ -34,8 +34,9 @@ pub fn is_postgres(set: &BackupSet) -> bool {
 fn running_postmaster(dir: &Path) -> Option<i32> {
     let text = fs::read_to_string(dir.join("postmaster.pid")).ok()?;
     let pid: i32 = text.lines().next()?.trim().parse().ok()?;
-    // SAFETY: signal 0 only checks that the process exists.
-    (unsafe { libc::kill(pid, 0) } == 0).then_some(pid)
+    // SAFETY: signal 0 only checks that the process exists; EPERM means it does, as someone else.
+    let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    alive.then_some(pid)
 }
 
 /// Restore a PostgreSQL backup set.
@@ -80,13 +81,15 @@ pub fn restore_postgres(stripes: &[PathBuf], opts: &PgRestoreOptions, progress: 
             continue;
         }
         let original = PathBuf::from(&ts.location);
+        // Refused even with --force, which empties the restore's targets: this is most likely the
+        // source cluster's live tablespace. Overwriting it takes an explicit --tablespace X=X.
         let busy = fs::read_dir(&original).map(|mut d| d.next().is_some()).unwrap_or(false);
-        if busy && !opts.force {
+        if busy {
             return Err(Error::new(
                 ErrorKind::TargetNotEmpty,
                 format!(
-                    "tablespace {} (oid {}) would be restored to its original location {}, which is not empty (the source cluster may still use it): map it elsewhere with --tablespace {}=NEW_DIR",
-                    ts.name, ts.oid, ts.location, ts.location
+                    "tablespace {} (oid {}) would be restored to its original location {}, which is not empty (the source cluster may still use it): map it elsewhere with --tablespace {}=NEW_DIR (or, to overwrite it, --tablespace {}={} --force)",
+                    ts.name, ts.oid, ts.location, ts.location, ts.location, ts.location
                 ),
             ));
         }
@@ -103,7 +106,14 @@ pub fn restore_postgres(stripes: &[PathBuf], opts: &PgRestoreOptions, progress: 
         .map(|(ts, new)| (ts.location.clone(), new.clone()))
         .collect();
     let report = sheaf_core::restore(stripes, &core, progress)?;
+    // Until the links and tablespace_map point at the new places, starting this directory would
+    // write into the old ones: keep it marked incomplete meanwhile.
+    let marker = opts.target.join(sheaf_core::restore::INCOMPLETE_MARKER);
+    let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", marker.display()), e);
+    fs::write(&marker, b"relinking tablespaces").map_err(|e| io("cannot write", e))?;
     fix_up(&opts.target, &places)?;
+    fs::remove_file(&marker).map_err(|e| io("cannot remove", e))?;
+    fs::File::open(&opts.target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
     Ok(report)
 }
 

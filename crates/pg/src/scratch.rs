@@ -208,6 +208,11 @@ impl ScratchCluster {
     /// # Errors
     /// With the server log's tail.
     pub fn start(&mut self) -> Result<()> {
+        // Registered before starting, so that Ctrl-C during a long start-up still stops it.
+        if !registry().iter().any(|r| r.data == self.data) {
+            let base = self.owns_base.then(|| self.base.path().to_path_buf());
+            registry().push(Registered { bin: self.bin.clone(), data: self.data.clone(), base });
+        }
         let out = as_server_user(self.bin.join("pg_ctl"))
             .arg("-D")
             .arg(&self.data)
@@ -218,6 +223,7 @@ impl ScratchCluster {
             .output()
             .map_err(|e| err(format!("pg_ctl: {e}")))?;
         if !out.status.success() {
+            registry().retain(|r| r.data != self.data);
             let log = std::fs::read_to_string(self.log()).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(8).collect();
             return Err(err(format!(
@@ -228,8 +234,6 @@ impl ScratchCluster {
             )));
         }
         self.running = true;
-        let base = self.owns_base.then(|| self.base.path().to_path_buf());
-        registry().push(Registered { bin: self.bin.clone(), data: self.data.clone(), base });
         Ok(())
     }
 

@@ -18,6 +18,8 @@ pub struct ServerFacts {
     pub data_directory: Option<String>,
     /// Whether pages carry checksums.
     pub data_checksums: bool,
+    /// 8 KiB pages and 1 GiB segments: the build whose pages sheaf can verify.
+    pub default_layout: bool,
     /// `wal_segment_size` in bytes.
     pub wal_segment_size: u64,
     /// `PG_<major>_<catversion>`: the directory a tablespace keeps this server's files in.
@@ -74,16 +76,28 @@ fn db_err(what: &str, e: postgres::Error) -> Error {
     Error::new(ErrorKind::Source, format!("{what}: {detail}"))
 }
 
-/// The URL without its password, for messages and the catalog.
+/// The URL without its password, for messages, reports and manifests: the password in the user
+/// part (up to the last `@` before the host, since a password may hold `@`) and any `password=`
+/// parameter are dropped.
 pub fn redact(url: &str) -> String {
-    // scheme://user:password@host... → scheme://user@host...
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((auth, host)) = rest.split_once('@') {
-            let user = auth.split(':').next().unwrap_or_default();
-            return format!("{scheme}://{user}@{host}");
-        }
-    }
-    url.to_string()
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority_and_path, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match authority_and_path.find('/') {
+        Some(i) => authority_and_path.split_at(i),
+        None => (authority_and_path, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => format!("{}@{host}", user_info.split(':').next().unwrap_or_default()),
+        None => authority.to_string(),
+    };
+    let query: Vec<&str> = query
+        .map(|q| q.split('&').filter(|kv| !kv.to_ascii_lowercase().starts_with("password=")).collect())
+        .unwrap_or_default();
+    let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+    format!("{scheme}://{authority}{path}{query}")
 }
 
 /// A connected server.
@@ -110,6 +124,9 @@ impl Server {
         }
         config.application_name("sheaf");
         config.connect_timeout(std::time::Duration::from_secs(10));
+        // A backup session idles for as long as the copy takes: keep it alive.
+        config.keepalives(true);
+        config.keepalives_idle(std::time::Duration::from_secs(60));
         let client = config.connect(NoTls).map_err(|e| {
             let hint = match e.as_db_error().map(|d| d.code().code()) {
                 Some("28P01") | Some("28000") => "check the user and password (in the URL or PGPASSWORD) and pg_hba.conf",
@@ -120,7 +137,13 @@ impl Server {
             err = Error::new(err.kind(), format!("{}; {hint}", err.message()));
             err
         })?;
-        Ok(Server { client, url: redact(url) })
+        let mut server = Server { client, url: redact(url) };
+        // Role or server timeouts must not end the session mid-backup.
+        server
+            .client
+            .batch_execute("SET statement_timeout = 0; SET idle_session_timeout = 0; SET idle_in_transaction_session_timeout = 0; SET lock_timeout = 0")
+            .map_err(|e| db_err("preparing the session", e))?;
+        Ok(server)
     }
 
     /// The URL without password.
@@ -143,10 +166,12 @@ impl Server {
             "SELECT current_setting('server_version'), current_setting('server_version_num')::int, \
                     pg_is_in_recovery(), current_setting('wal_level'), current_setting('data_checksums') = 'on', \
                     (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'), current_setting('max_replication_slots')::int, \
-                    current_user::text",
+                    current_user::text, current_setting('block_size')::int, \
+                    (SELECT setting::bigint FROM pg_settings WHERE name = 'segment_size')",
         )?;
         let (version, version_num, in_recovery, wal_level): (String, i32, bool, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
         let (data_checksums, wal_segment_size, max_slots, user): (bool, i64, i32, String) = (r.get(4), r.get(5), r.get(6), r.get(7));
+        let (block_size, segment_blocks): (i32, i64) = (r.get(8), r.get(9));
         if version_num < 150000 {
             return Err(Error::invalid(format!("{} runs PostgreSQL {version}; sheaf needs 15 or newer", self.url)));
         }
@@ -198,6 +223,7 @@ impl Server {
             system_identifier,
             data_directory,
             data_checksums,
+            default_layout: block_size == 8192 && segment_blocks == 131_072,
             wal_segment_size: wal_segment_size as u64,
             tablespace_version_dir: format!("PG_{}_{catversion}", version_num / 10000),
         })
@@ -306,5 +332,8 @@ mod tests {
     fn redaction() {
         assert_eq!(redact("postgres://bob:secret@db:5432/x"), "postgres://bob@db:5432/x");
         assert_eq!(redact("postgres://bob@db/x?host=/tmp"), "postgres://bob@db/x?host=/tmp");
+        assert_eq!(redact("postgres://bob:p@ss@db/x"), "postgres://bob@db/x");
+        assert_eq!(redact("postgres://bob@db/x?sslmode=disable&password=s3cret&host=/tmp"), "postgres://bob@db/x?sslmode=disable&host=/tmp");
+        assert_eq!(redact("postgres://db"), "postgres://db");
     }
 }

@@ -103,6 +103,16 @@ fn restore_refuses_a_running_cluster_and_an_unmapped_busy_tablespace() {
     assert!(stderr(&o).contains(&format!("--tablespace {}=NEW_DIR", ts_dir.display())), "{}", stderr(&o));
     assert!(!new.exists() || std::fs::read_dir(&new).unwrap().next().is_none());
 
+    // --force empties restore targets, but never a tablespace the source may be using.
+    std::fs::create_dir_all(&new).unwrap();
+    std::fs::write(new.join("old"), b"x").unwrap();
+    let before = std::fs::read_dir(&ts_dir).unwrap().count();
+    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new.to_str().unwrap(), "--force"]));
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert_eq!(std::fs::read_dir(&ts_dir).unwrap().count(), before, "the source's tablespace is untouched");
+    assert_eq!(c.sql("postgres", "SELECT x FROM t"), "1");
+    std::fs::remove_dir_all(&new).unwrap();
+
     // A mapping that names no tablespace lists the ones there are.
     let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new.to_str().unwrap(), "--tablespace", "/nowhere=/x"]));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

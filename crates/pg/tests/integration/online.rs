@@ -121,3 +121,27 @@ fn a_corrupted_page_is_caught_and_named() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["check_failures"][0].as_str().unwrap().contains(&format!("{rel} block 3")), "{v}");
 }
+
+#[test]
+fn a_cluster_with_its_wal_elsewhere_restores_and_starts() {
+    // initdb -X: pg_wal is a symlink to another directory.
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let waldir = base.path().join("wal");
+    pg_dir(&waldir);
+    let c = Cluster::new(&["-X", waldir.to_str().unwrap()], &[]);
+    assert!(std::fs::symlink_metadata(c.data.join("pg_wal")).unwrap().file_type().is_symlink());
+    c.sql("postgres", "CREATE TABLE w AS SELECT g FROM generate_series(1, 50000) g");
+    let out = c.base.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let stripe = out.join("w.sheaf");
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--to", stripe.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let new_data = c.base.path().join("restored");
+    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new_data.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::symlink_metadata(new_data.join("pg_wal")).unwrap().is_dir(), "pg_wal comes back as a directory");
+    assert!(new_data.join("pg_wal/archive_status").is_dir());
+    let r = Cluster::over(&new_data, &c.sock);
+    assert_eq!(r.sql("postgres", "SELECT count(*) FROM w"), "50000");
+}
