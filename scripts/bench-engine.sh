@@ -9,17 +9,13 @@
 #   REPEAT=3                                 # runs per measurement; the median is reported
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 SCALE=${SCALE:-1}
 REPEAT=${REPEAT:-3}
 sheaf=$PWD/target/release/sheaf
 cores=$(nproc)
 
-pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$pgbin" ]; then
-  echo "bench-engine: installing PostgreSQL from Debian's packages" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-fi
+pgbin=$(pg_bin_dir)
 for tool in zstd lz4 igzip; do
   command -v $tool >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zstd lz4 isal >/dev/null; break; }
 done
@@ -28,14 +24,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-bench.XXXXXX")
 chmod 755 "$work"
 pguser=postgres
 id $pguser >/dev/null 2>&1 || useradd -r -m $pguser
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u $pguser -- "$@"; else "$@"; fi; }
 cleanup() {
   as_pg "$pgbin/pg_ctl" -D "$work/pgdata" -m immediate stop >/dev/null 2>&1 || true
   if [ -n "${BENCH_KEEP:-}" ]; then echo "bench-engine: kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 mkdir -p "$work/pgdata" "$work/sock" "$work/tpch" "$work/log"
 [ "$(id -u)" -ne 0 ] || chown -R $pguser "$work/pgdata" "$work/sock" "$work/tpch" "$work/log"
 echo "== scratch cluster on port $port, TPC-H scale $SCALE" >&2
@@ -53,7 +48,6 @@ echo "== data directory: $((data_bytes / 1000000)) MB of PostgreSQL files" >&2
 find "$work/pgdata" -type f -print0 | sort -z | xargs -0 cat > "$work/all.bin"
 cat "$work/all.bin" > /dev/null
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mbps() { python3 -c "import json,sys; r=json.load(sys.stdin); print(r['bytes_read']/r['seconds']/1e6)"; }
 
 sheaf_nul() { # codec -> median MB/s

@@ -8,20 +8,18 @@
 #   SCALE=1 REPEAT=3 scripts/bench-peers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 SCALE=${SCALE:-1}
 REPEAT=${REPEAT:-3}
 sheaf=$PWD/target/release/sheaf
 N=$(nproc)
 
-export DEBIAN_FRONTEND=noninteractive
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { apt-get update -qq; apt-get install -y -qq postgresql >/dev/null; }
 command -v pgbackrest >/dev/null || { apt-get update -qq; apt-get install -y -qq pgbackrest >/dev/null; }
 command -v zstd >/dev/null && command -v lz4 >/dev/null || apt-get install -y -qq zstd lz4 >/dev/null
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+pgbin=$(pg_bin_dir)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-peers.XXXXXX")
 chmod 755 "$work"
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 cleanup() {
   as_pg "$pgbin/pg_ctl" -D "$work/pgdata" -m immediate stop >/dev/null 2>&1 || true
   [ -n "${BENCH_KEEP:-}" ] && echo "bench-peers: kept $work" >&2 || rm -rf "$work"
@@ -29,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work"/{pgdata,sock,repo,log,lock,out}
 [ "$(id -u)" -ne 0 ] || chown -R postgres "$work"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 conf=$work/pgbackrest.conf
 cat > "$conf" <<CONF
 [global]
@@ -73,7 +71,6 @@ archiver_idle() {
     sleep 0.5; i=$((i + 1)); [ $i -lt 1200 ] || { echo "bench-peers: the archiver never caught up" >&2; exit 1; }
   done
 }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 results=$work/results.tsv
 : > "$results"
 

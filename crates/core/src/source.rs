@@ -81,6 +81,15 @@ fn walk(dir: &Path, rel: &str, root_id: u16, out: &mut Vec<Listed>, warnings: &m
     Ok(())
 }
 
+/// List one path (not following a link) as the entry `rel` of root `root`.
+///
+/// # Errors
+/// [`ErrorKind::Source`] when it cannot be stat'ed or its link read.
+pub fn list_one(abs: &Path, rel: String, root: u16) -> Result<Listed> {
+    let meta = fs::symlink_metadata(abs).map_err(|e| io_at(ErrorKind::Source, "cannot stat", abs, e))?;
+    listed(abs, rel, root, &meta)
+}
+
 fn listed(abs: &Path, rel: String, root: u16, meta: &fs::Metadata) -> Result<Listed> {
     let ft = meta.file_type();
     let (kind, target) = if ft.is_symlink() {

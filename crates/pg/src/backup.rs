@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sheaf_core::manifest::{EntryKind, Root};
-use sheaf_core::source::{list_tree, Listed};
+use sheaf_core::manifest::Root;
+use sheaf_core::source::{list_one, list_tree, Listed};
 use sheaf_core::{Backup, BackupOptions, BackupReport, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
@@ -233,17 +233,16 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let mut wal = Vec::with_capacity(segments.len() + 1);
     for name in &segments {
         let abs = pgdata.join("pg_wal").join(name);
-        let meta = std::fs::symlink_metadata(&abs).map_err(|e| {
-            Error::io(ErrorKind::Source, format!("WAL file {name} that the backup needs is not in {}/pg_wal", pgdata.display()), e)
-        })?;
-        wal.push(wal_listed(&abs, name, &meta));
+        let l = list_one(&abs, format!("pg_wal/{name}"), 0)
+            .map_err(|e| e.context(format!("WAL file {name}, which the backup needs")))?;
+        wal.push(l);
     }
     let timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
     if timeline > 1 {
         let name = format!("{timeline:08X}.history");
         let abs = pgdata.join("pg_wal").join(&name);
-        if let Ok(meta) = std::fs::symlink_metadata(&abs) {
-            wal.push(wal_listed(&abs, &name, &meta));
+        if abs.exists() {
+            wal.push(list_one(&abs, format!("pg_wal/{name}"), 0)?);
         }
     }
     session.read_listed(vec![(main_root, wal, None)])?;
@@ -340,28 +339,6 @@ fn report_facts(report: &BackupReport, facts: &serde_json::Value) -> serde_json:
     }
     v
 }
-
-fn wal_listed(abs: &Path, name: &str, meta: &std::fs::Metadata) -> Listed {
-    use std::os::unix::fs::MetadataExt;
-    Listed {
-        entry: sheaf_core::manifest::Entry {
-            root: 0,
-            path: format!("pg_wal/{name}"),
-            kind: EntryKind::File,
-            mode: meta.mode() & 0o7777,
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            uid: meta.uid(),
-            gid: meta.gid(),
-            size: meta.len(),
-            crc32c: None,
-            target: None,
-            vanished: false,
-        },
-        abs: abs.to_path_buf(),
-        dev: meta.dev(),
-    }
-}
-
 
 #[cfg(test)]
 mod tests {
