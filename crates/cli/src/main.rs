@@ -36,6 +36,10 @@ stripe carries the whole manifest, so any one stripe finds the rest.",
     after_help = EXIT_CODES
 )]
 struct Cli {
+    /// History catalog (SQLite) recording every backup, restore and verify. Default: SHEAF_CATALOG,
+    /// else $XDG_DATA_HOME/sheaf/catalog.db (~/.local/share/sheaf/catalog.db).
+    #[arg(long, global = true, value_name = "PATH")]
+    catalog: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -65,6 +69,29 @@ sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/t
     Demo(DemoArgs),
     /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
     LoadTpch(LoadTpchArgs),
+    /// List the runs the history catalog holds, newest first (msdb's backupset).
+    List(ListArgs),
+    /// Show one run of the history catalog, with its full report.
+    Show(ShowArgs),
+}
+
+#[derive(Args)]
+struct ListArgs {
+    /// How many runs.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ShowArgs {
+    /// The run's id (as `sheaf list` shows).
+    id: i64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -232,11 +259,104 @@ fn exit_code(kind: ErrorKind) -> u8 {
     }
 }
 
+/// Records a run in the catalog. A catalog that cannot be opened or written is a warning: the
+/// backup itself matters more than its history.
+struct Recorder {
+    catalog: Option<sheaf_catalog::Catalog>,
+    id: Option<i64>,
+}
+
+impl Recorder {
+    fn begin(path: Option<&std::path::Path>, start: sheaf_catalog::RunStart) -> Recorder {
+        match sheaf_catalog::Catalog::open(path) {
+            Ok(c) => match c.begin(&start) {
+                Ok(id) => Recorder { catalog: Some(c), id: Some(id) },
+                Err(e) => {
+                    eprintln!("sheaf: warning: {e}; this run is not recorded");
+                    Recorder { catalog: None, id: None }
+                }
+            },
+            Err(e) => {
+                eprintln!("sheaf: warning: {e}; this run is not recorded");
+                Recorder { catalog: None, id: None }
+            }
+        }
+    }
+
+    fn end<T>(self, result: &Result<T, Error>, end: impl FnOnce(&T) -> sheaf_catalog::RunEnd) {
+        let (Some(c), Some(id)) = (self.catalog, self.id) else { return };
+        let r = match result {
+            Ok(v) => c.finish(id, &end(v), None),
+            Err(e) => c.finish(id, &sheaf_catalog::RunEnd::default(), Some(&e.to_string())),
+        };
+        if let Err(e) = r {
+            eprintln!("sheaf: warning: {e}");
+        }
+    }
+}
+
+fn run_end(v: &serde_json::Value) -> sheaf_catalog::RunEnd {
+    let u = |k: &str| v.get(k).and_then(|x| x.as_u64());
+    let t = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    sheaf_catalog::RunEnd {
+        backup_id: t("backup_id"),
+        system_identifier: v.pointer("/postgres/system_identifier").and_then(|x| x.as_str()).map(str::to_string),
+        seconds: v.get("seconds").and_then(|x| x.as_f64()),
+        bytes_read: u("bytes_read").or(u("bytes_stored")),
+        bytes_written: u("bytes_written"),
+        compression: t("compression"),
+        codec: t("codec"),
+        level: v.get("level").and_then(|x| x.as_i64()),
+        transfer_size: u("transfer_size"),
+        buffer_count: u("buffer_count"),
+        readers: u("readers"),
+        threads: u("threads"),
+        details: Some(v.clone()),
+    }
+}
+
 fn run(cli: Cli) -> Result<(), Error> {
+    let catalog = cli.catalog.as_deref();
     match cli.command {
-        Command::Backup(a) => backup(a),
-        Command::Restore(a) => restore(a),
-        Command::Verify(a) => verify(a),
+        Command::Backup(a) => {
+            let is_pg = a.source.starts_with("postgres://") || a.source.starts_with("postgresql://");
+            let start = sheaf_catalog::RunStart {
+                operation: "backup".into(),
+                source_kind: Some(if is_pg { "postgres" } else { "directory" }.into()),
+                source: Some(if is_pg { sheaf_pg::server::redact(&a.source) } else { a.source.clone() }),
+                label: a.label.clone(),
+                stripes: a.to.clone(),
+            };
+            let rec = Recorder::begin(catalog, start);
+            let r = backup(a);
+            rec.end(&r, run_end);
+            r.map(drop)
+        }
+        Command::Restore(a) => {
+            let start = sheaf_catalog::RunStart {
+                operation: "restore".into(),
+                source: Some(a.to.display().to_string()),
+                stripes: a.stripes.iter().map(|p| p.display().to_string()).collect(),
+                ..Default::default()
+            };
+            let rec = Recorder::begin(catalog, start);
+            let r = restore(a);
+            rec.end(&r, run_end);
+            r.map(drop)
+        }
+        Command::Verify(a) => {
+            let start = sheaf_catalog::RunStart {
+                operation: "verify".into(),
+                stripes: a.stripes.iter().map(|p| p.display().to_string()).collect(),
+                ..Default::default()
+            };
+            let rec = Recorder::begin(catalog, start);
+            let r = verify(a);
+            rec.end(&r, run_end);
+            r.map(drop)
+        }
+        Command::List(a) => list(catalog, a),
+        Command::Show(a) => show(catalog, a),
         Command::Generate(a) => generate(a),
         Command::Demo(a) => demo(a),
         Command::LoadTpch(a) => {
@@ -263,7 +383,7 @@ fn rate(bytes: u64, secs: f64) -> f64 {
     }
 }
 
-fn backup(a: BackupArgs) -> Result<(), Error> {
+fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
     let codec = CodecSpec::parse(&a.compression)?;
     let mut opts = BackupOptions::new(a.to.iter().map(|t| TargetSpec::parse(t)).collect());
     opts.codec = codec;
@@ -293,13 +413,13 @@ fn backup(a: BackupArgs) -> Result<(), Error> {
     for w in &r.warnings {
         eprintln!("sheaf: warning: {w}");
     }
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["ratio"] = serde_json::json!(r.ratio());
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_read, r.seconds));
+    if let Some(pg) = &pg {
+        v["postgres"] = pg.clone();
+    }
     if a.json {
-        let mut v = serde_json::to_value(&r).expect("report serialises");
-        v["ratio"] = serde_json::json!(r.ratio());
-        v["mib_per_second"] = serde_json::json!(rate(r.bytes_read, r.seconds));
-        if let Some(pg) = &pg {
-            v["postgres"] = pg.clone();
-        }
         println!("{v}");
     } else {
         println!(
@@ -344,10 +464,10 @@ fn backup(a: BackupArgs) -> Result<(), Error> {
             }
         }
     }
-    Ok(())
+    Ok(v)
 }
 
-fn restore(a: RestoreArgs) -> Result<(), Error> {
+fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
     let is_pg = sheaf_pg::is_postgres(&sheaf_core::BackupSet::open(&a.stripes)?);
     let r = if is_pg {
         if !a.relocate.is_empty() {
@@ -370,9 +490,9 @@ fn restore(a: RestoreArgs) -> Result<(), Error> {
         opts.threads = a.threads;
         sheaf_core::restore(&a.stripes, &opts, progress(a.json))?
     };
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
     if a.json {
-        let mut v = serde_json::to_value(&r).expect("report serialises");
-        v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
         println!("{v}");
     } else {
         println!(
@@ -386,14 +506,14 @@ fn restore(a: RestoreArgs) -> Result<(), Error> {
             r.target
         );
     }
-    Ok(())
+    Ok(v)
 }
 
-fn verify(a: VerifyArgs) -> Result<(), Error> {
+fn verify(a: VerifyArgs) -> Result<serde_json::Value, Error> {
     let r = sheaf_core::verify(&a.stripes, a.threads, progress(a.json))?;
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["ok"] = serde_json::json!(true);
     if a.json {
-        let mut v = serde_json::to_value(&r).expect("report serialises");
-        v["ok"] = serde_json::json!(true);
         println!("{v}");
     } else {
         println!(
@@ -407,7 +527,7 @@ fn verify(a: VerifyArgs) -> Result<(), Error> {
             rate(r.bytes_raw, r.seconds)
         );
     }
-    Ok(())
+    Ok(v)
 }
 
 fn generate(a: GenerateArgs) -> Result<(), Error> {
@@ -468,6 +588,55 @@ fn demo(a: DemoArgs) -> Result<(), Error> {
     }
     if rows.iter().any(|r| !r.rows_match) {
         return Err(Error::corrupt("a restored cluster's row counts differ from the source's"));
+    }
+    Ok(())
+}
+
+fn open_catalog(path: Option<&std::path::Path>) -> Result<sheaf_catalog::Catalog, Error> {
+    sheaf_catalog::Catalog::open(path).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
+}
+
+fn list(path: Option<&std::path::Path>, a: ListArgs) -> Result<(), Error> {
+    let c = open_catalog(path)?;
+    let runs = c.list(a.limit).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&runs).expect("runs serialise"));
+        return Ok(());
+    }
+    println!("{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  {}", "id", "op", "status", "started (UTC)", "codec", "read", "seconds", "ratio", "MiB/s", "backup id / error");
+    for r in &runs {
+        println!(
+            "{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  {}",
+            r.id,
+            r.operation,
+            r.status,
+            r.started_at,
+            r.compression.as_deref().unwrap_or("-"),
+            r.bytes_read.map(|b| format_size(b as u64)).unwrap_or_else(|| "-".into()),
+            r.seconds.map(|s| format!("{s:.2}")).unwrap_or_else(|| "-".into()),
+            r.ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            r.mib_per_second.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
+            r.error.as_deref().or(r.backup_id.as_deref()).unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+fn show(path: Option<&std::path::Path>, a: ShowArgs) -> Result<(), Error> {
+    let c = open_catalog(path)?;
+    let run = c
+        .show(a.id, true)
+        .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
+        .ok_or_else(|| Error::invalid(format!("no run {} in {}: see `sheaf list`", a.id, c.path().display())))?;
+    let v = serde_json::to_value(&run).expect("run serialises");
+    if a.json {
+        println!("{v}");
+    } else {
+        for (k, val) in v.as_object().expect("an object") {
+            if k != "details" && !val.is_null() {
+                println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
+            }
+        }
     }
     Ok(())
 }

@@ -9,8 +9,29 @@ use std::time::{Duration, Instant};
 
 use sheaf_core::format::{IndexEntry, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 
+/// One history catalog for this test binary, so that tests never write the user's own.
+fn catalog() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let d = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        d
+    });
+    Box::leak(d.path().join("catalog.db").into_boxed_path())
+}
+
 fn sheaf() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sheaf"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
+    c.env("SHEAF_CATALOG", catalog());
+    c
+}
+
+/// The catalog's runs whose stripes include `stripe`.
+fn runs_with(stripe: &Path) -> Vec<serde_json::Value> {
+    let o = run(&["list", "--json", "--limit", "100000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let all: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    all.into_iter().filter(|r| r["stripes"].as_array().unwrap().iter().any(|x| x.as_str() == Some(s(stripe)))).collect()
 }
 
 fn run(args: &[&str]) -> Output {
@@ -307,6 +328,11 @@ fn a_backup_killed_mid_way_leaves_nothing_restore_accepts() {
     let out = f.path("out");
     assert_fails(&run(&["restore", s(&partial), "--to", s(&out)]), 4, &["trailer"]);
     assert_not_complete(&out);
+    // The history says it failed (interrupted), never that it completed.
+    let recorded: Vec<_> = runs_with(&target).into_iter().filter(|r| r["operation"] == "backup").collect();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["status"], "failed");
+    assert!(recorded[0]["error"].as_str().unwrap().contains("interrupted"));
     // The leftover .partial blocks a new backup to the same name until removed, with advice.
     assert_fails(&run(&["backup", s(&f.src), "--to", s(&target)]), 8, &["another backup may be writing"]);
 }
@@ -342,7 +368,7 @@ fn unreadable_source_file_exits_7_and_names_it() {
     } else {
         sheaf()
     };
-    let o = cmd.args(["backup", s(&f.src), "--to", s(&target)]).output().unwrap();
+    let o = cmd.env("SHEAF_CATALOG", catalog()).args(["backup", s(&f.src), "--to", s(&target)]).output().unwrap();
     assert_fails(&o, 7, &["cannot read source file", "secret", "Permission denied"]);
     assert!(fs::read_dir(&out).unwrap().next().is_none(), "no stripe or partial left behind");
 }
@@ -368,11 +394,16 @@ fn disk_full_exits_6_and_leaves_nothing() {
 
 /// Run `script` (which may mount) as root, or in a user and mount namespace of its own otherwise.
 fn with_mounts(script: &str) -> Output {
-    if is_root() {
-        Command::new("sh").args(["-c", script]).output().unwrap()
+    let mut c = if is_root() {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
     } else {
-        Command::new("unshare").args(["--user", "--map-root-user", "--mount", "sh", "-c", script]).output().unwrap()
-    }
+        let mut c = Command::new("unshare");
+        c.args(["--user", "--map-root-user", "--mount", "sh", "-c", script]);
+        c
+    };
+    c.env("SHEAF_CATALOG", catalog()).output().unwrap()
 }
 
 #[test]
@@ -423,4 +454,44 @@ fn a_file_changing_while_read_is_reported() {
     assert!(stderr(&o).contains("warning: ") && stderr(&o).contains("growing.log"));
     // What was backed up is consistent: it verifies.
     assert!(run(&["verify", s(&f.path("c.sheaf"))]).status.success());
+}
+
+#[test]
+fn the_catalog_records_every_run_and_failures_as_failed() {
+    let f = Fixture::new();
+    let a = f.path("cat_a.sheaf");
+    let o = run(&["backup", s(&f.src), "--to", s(&a), "-c", "lz4", "--label", "nightly", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(run(&["verify", s(&a)]).status.success());
+    assert!(run(&["restore", s(&a), "--to", s(&f.path("cat_out"))]).status.success());
+    let runs = runs_with(&a);
+    let ops: Vec<(&str, &str)> = runs.iter().map(|r| (r["operation"].as_str().unwrap(), r["status"].as_str().unwrap())).collect();
+    assert_eq!(ops, vec![("restore", "complete"), ("verify", "complete"), ("backup", "complete")], "newest first");
+    let b = &runs[2];
+    assert_eq!(b["backup_id"], report["backup_id"]);
+    assert_eq!(b["label"], "nightly");
+    assert_eq!(b["compression"], "lz4");
+    assert_eq!(b["bytes_read"], report["bytes_read"]);
+    assert!(b["user_cpu_seconds"].as_f64().is_some() && b["peak_rss_bytes"].as_i64().unwrap() > 0);
+    assert_eq!(runs[1]["backup_id"], report["backup_id"], "verify knows which backup it read");
+
+    let o = run(&["show", &b["id"].to_string(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["details"]["files"], report["files"]);
+    assert_eq!(run(&["show", "999999999"]).status.code(), Some(2));
+
+    // A failed run is recorded as failed, with its error.
+    let missing = std::path::PathBuf::from("/nonexistent/sheaf/cat.sheaf");
+    assert_eq!(run(&["backup", s(&f.src), "--to", s(&missing)]).status.code(), Some(8));
+    let failed = runs_with(&missing);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["status"], "failed");
+    assert!(failed[0]["error"].as_str().unwrap().contains("does not exist"));
+
+    // An explicit --catalog wins over SHEAF_CATALOG.
+    let other = f.path("other.db");
+    assert!(run(&["--catalog", s(&other), "verify", s(&a)]).status.success());
+    assert!(other.exists());
 }

@@ -54,7 +54,12 @@ pub fn sheaf() -> Command {
     }
     let bin = p.join("sheaf");
     assert!(bin.exists(), "{} not built: run the workspace's tests (cargo test --workspace)", bin.display());
-    Command::new(bin)
+    // Never the user's own history catalog.
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let catalog = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path().join("catalog.db");
+    let mut c = Command::new(bin);
+    c.env("SHEAF_CATALOG", catalog);
+    c
 }
 
 pub fn run(cmd: &mut Command) -> Output {
