@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench-engine bench-peers clean
+.PHONY: all deps build test demo bench bench-engine bench-peers clean
 
 all: build
 
@@ -19,6 +19,10 @@ test: deps
 # A throwaway PostgreSQL cluster with TPC-H, backed up with each codec, restored, started, checked.
 demo: build
 	@scripts/demo.sh
+
+# Codec and checksum throughput on seeded data (criterion).
+bench: deps
+	$(CARGO) bench -p sheaf-core --bench codecs
 
 # NUL-target throughput on real PostgreSQL pages against the codec ceiling (needs PostgreSQL).
 bench-engine: build
