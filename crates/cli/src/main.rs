@@ -295,6 +295,18 @@ impl Recorder {
     }
 }
 
+/// Run `f`, recording it in the catalog as started, then complete or failed.
+fn recorded(
+    catalog: Option<&std::path::Path>,
+    start: sheaf_catalog::RunStart,
+    f: impl FnOnce() -> Result<serde_json::Value, Error>,
+) -> Result<(), Error> {
+    let rec = Recorder::begin(catalog, start);
+    let r = f();
+    rec.end(&r, run_end);
+    r.map(drop)
+}
+
 fn run_end(v: &serde_json::Value) -> sheaf_catalog::RunEnd {
     let u = |k: &str| v.get(k).and_then(|x| x.as_u64());
     let t = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
@@ -327,10 +339,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 label: a.label.clone(),
                 stripes: a.to.clone(),
             };
-            let rec = Recorder::begin(catalog, start);
-            let r = backup(a);
-            rec.end(&r, run_end);
-            r.map(drop)
+            recorded(catalog, start, || backup(a))
         }
         Command::Restore(a) => {
             let start = sheaf_catalog::RunStart {
@@ -339,10 +348,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 stripes: a.stripes.iter().map(|p| p.display().to_string()).collect(),
                 ..Default::default()
             };
-            let rec = Recorder::begin(catalog, start);
-            let r = restore(a);
-            rec.end(&r, run_end);
-            r.map(drop)
+            recorded(catalog, start, || restore(a))
         }
         Command::Verify(a) => {
             let start = sheaf_catalog::RunStart {
@@ -350,10 +356,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 stripes: a.stripes.iter().map(|p| p.display().to_string()).collect(),
                 ..Default::default()
             };
-            let rec = Recorder::begin(catalog, start);
-            let r = verify(a);
-            rec.end(&r, run_end);
-            r.map(drop)
+            recorded(catalog, start, || verify(a))
         }
         Command::List(a) => list(catalog, a),
         Command::Show(a) => show(catalog, a),
