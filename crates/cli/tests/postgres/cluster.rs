@@ -46,18 +46,10 @@ pub fn pg_dir(path: &Path) {
 }
 
 pub fn sheaf() -> Command {
-    // The CLI binary is built by the workspace's test run; find it beside this test binary.
-    let mut p = std::env::current_exe().unwrap();
-    p.pop();
-    if p.ends_with("deps") {
-        p.pop();
-    }
-    let bin = p.join("sheaf");
-    assert!(bin.exists(), "{} not built: run the workspace's tests (cargo test --workspace)", bin.display());
     // Never the user's own history catalog.
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     let catalog = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path().join("catalog.db");
-    let mut c = Command::new(bin);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
     c.env("SHEAF_CATALOG", catalog);
     c
 }

@@ -1,8 +1,0 @@
-//! sheaf-pg's integration suite against real PostgreSQL servers started for the purpose.
-
-mod integration {
-    pub mod cluster;
-    pub mod demo;
-    pub mod faults;
-    pub mod online;
-}
