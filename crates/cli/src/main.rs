@@ -606,7 +606,7 @@ fn list(path: Option<&std::path::Path>, a: ListArgs) -> Result<(), Error> {
         println!("{}", serde_json::to_string(&runs).expect("runs serialise"));
         return Ok(());
     }
-    println!("{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  {}", "id", "op", "status", "started (UTC)", "codec", "read", "seconds", "ratio", "MiB/s", "backup id / error");
+    println!("{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  backup id / error", "id", "op", "status", "started (UTC)", "codec", "read", "seconds", "ratio", "MiB/s");
     for r in &runs {
         println!(
             "{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  {}",

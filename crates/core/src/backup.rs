@@ -265,6 +265,9 @@ pub trait ChunkCheck: Send + Sync {
     fn check(&self, root: u16, rel: &str, abs: &Path, offset: u64, data: &[u8]) -> Vec<String>;
 }
 
+/// What [`Backup::read_listed`] reads: entries for a root, and the check their chunks get, if any.
+pub type Batch = (u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>);
+
 /// The file a checked chunk belongs to.
 struct CheckCtx {
     check: Arc<dyn ChunkCheck>,
@@ -439,7 +442,7 @@ impl Backup {
     ///
     /// # Errors
     /// The first error of any thread.
-    pub fn read_listed(&mut self, batches: Vec<(u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>)>) -> Result<()> {
+    pub fn read_listed(&mut self, batches: Vec<Batch>) -> Result<()> {
         self.check()?;
         let mut work = Vec::new();
         for (root_id, listed, check) in batches {

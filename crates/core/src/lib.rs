@@ -24,7 +24,7 @@ pub mod size;
 pub mod source;
 pub mod storage;
 
-pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, ChunkCheck, Tuning};
+pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Tuning};
 pub use codec::{CodecKind, CodecSpec};
 pub use error::{Error, ErrorKind, Result};
 pub use pipeline::{NoProgress, Progress};

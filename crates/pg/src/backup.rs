@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use sheaf_core::manifest::Root;
 use sheaf_core::source::{list_one, list_tree, Listed};
-use sheaf_core::{Backup, BackupOptions, BackupReport, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
+use sheaf_core::{Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
@@ -190,7 +190,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         warnings.push("page checksums not verified: this server was built with a non-default block or segment size".into());
     }
     let mut prefixes = vec![String::new()];
-    let mut batches: Vec<(u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>)> = Vec::new();
+    let mut batches: Vec<Batch> = Vec::new();
     let main_root = session.add_root(Root { name: String::new(), path: pgdata.display().to_string() });
     let mut tablespace_lists = Vec::new();
     for ts in &tablespaces {

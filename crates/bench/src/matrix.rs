@@ -1,0 +1,177 @@
+//! The sweep: every combination of codec, stripe count, transfer size, buffer count and target.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use sheaf_core::size::{format_size, parse_size};
+use sheaf_core::{CodecSpec, Error, Result};
+
+/// Where a run writes its stripes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchTarget {
+    /// Discard (read + compress only).
+    Nul,
+    /// Stripe files in this directory.
+    Dir(PathBuf),
+}
+
+impl std::fmt::Display for BenchTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BenchTarget::Nul => f.write_str("nul"),
+            BenchTarget::Dir(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// The lists to combine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix {
+    /// Codecs.
+    pub compression: Vec<CodecSpec>,
+    /// Stripe counts.
+    pub stripes: Vec<usize>,
+    /// Transfer sizes.
+    pub transfer_size: Vec<u64>,
+    /// Buffer counts (`None`: sheaf's default).
+    pub buffer_count: Vec<Option<usize>>,
+    /// Targets.
+    pub target: Vec<BenchTarget>,
+    /// Runs per permutation.
+    pub repeat: usize,
+}
+
+/// One combination.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Permutation {
+    /// Codec spec, e.g. `zstd:low`.
+    pub compression: String,
+    /// Stripes.
+    pub stripes: usize,
+    /// Transfer size in bytes.
+    pub transfer_size: u64,
+    /// Buffer count, or `None` for the default.
+    pub buffer_count: Option<usize>,
+    /// Target.
+    pub target: String,
+}
+
+impl Permutation {
+    /// A short name for progress lines: `zstd:low ×2 1 MiB buf=default → nul`.
+    pub fn name(&self) -> String {
+        format!(
+            "{} x{} {} buf={} -> {}",
+            self.compression,
+            self.stripes,
+            format_size(self.transfer_size),
+            self.buffer_count.map_or_else(|| "default".to_string(), |b| b.to_string()),
+            self.target
+        )
+    }
+}
+
+fn list<'a>(flag: &str, text: &'a str) -> Result<Vec<&'a str>> {
+    let items: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if items.is_empty() {
+        return Err(Error::invalid(format!("--{flag} is empty: give a comma-separated list")));
+    }
+    Ok(items)
+}
+
+impl Matrix {
+    /// Parse the flags' comma-separated lists.
+    ///
+    /// # Errors
+    /// [`sheaf_core::ErrorKind::InvalidInput`] naming the flag and the item at fault.
+    pub fn from_flags(compression: &str, stripes: &str, transfer_size: &str, buffer_count: &str, target: &str, repeat: usize) -> Result<Matrix> {
+        let compression = list("compression", compression)?.into_iter().map(CodecSpec::parse).collect::<Result<Vec<_>>>()?;
+        let stripes = list("stripes", stripes)?
+            .into_iter()
+            .map(|s| match s.parse::<usize>() {
+                Ok(n @ 1..=64) => Ok(n),
+                _ => Err(Error::invalid(format!("--stripes: '{s}' is not a stripe count from 1 to 64"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let transfer_size = list("transfer-size", transfer_size)?.into_iter().map(parse_size).collect::<Result<Vec<_>>>()?;
+        let buffer_count = list("buffer-count", buffer_count)?
+            .into_iter()
+            .map(|s| match s {
+                "default" | "auto" => Ok(None),
+                _ => s.parse::<usize>().ok().filter(|&n| n >= 2).map(Some).ok_or_else(|| {
+                    Error::invalid(format!("--buffer-count: '{s}' is not a buffer count (2 or more, or 'default')"))
+                }),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let target = list("target", target)?
+            .into_iter()
+            .map(|t| if t.eq_ignore_ascii_case("nul") { BenchTarget::Nul } else { BenchTarget::Dir(PathBuf::from(t)) })
+            .collect();
+        if repeat == 0 {
+            return Err(Error::invalid("--repeat 0: each permutation needs at least one run"));
+        }
+        Ok(Matrix { compression, stripes, transfer_size, buffer_count, target, repeat })
+    }
+
+    /// Every combination, targets outermost and codecs innermost, so that a table reads like the
+    /// seeds' (codecs side by side for each setting).
+    pub fn permutations(&self) -> Vec<Permutation> {
+        let mut out = Vec::new();
+        for t in &self.target {
+            for &s in &self.stripes {
+                for &ts in &self.transfer_size {
+                    for &b in &self.buffer_count {
+                        for c in &self.compression {
+                            out.push(Permutation {
+                                compression: c.to_string(),
+                                stripes: s,
+                                transfer_size: ts,
+                                buffer_count: b,
+                                target: t.to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs in all: permutations × repeat.
+    pub fn runs(&self) -> usize {
+        self.permutations().len() * self.repeat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_every_combination_in_a_stable_order() {
+        let m = Matrix::from_flags("lz4,zstd:low", "1,2", "64KiB,1MiB", "7,default", "nul,/tmp/b", 3).unwrap();
+        let p = m.permutations();
+        assert_eq!(p.len(), 2 * 2 * 2 * 2 * 2);
+        assert_eq!(m.runs(), 96);
+        assert_eq!(p[0], Permutation { compression: "lz4".into(), stripes: 1, transfer_size: 65536, buffer_count: Some(7), target: "nul".into() });
+        assert_eq!(p[1].compression, "zstd:low", "codecs innermost");
+        assert_eq!(p[2].buffer_count, None);
+        assert_eq!(p.last().unwrap().target, "/tmp/b", "targets outermost");
+        assert_eq!(p[0].name(), "lz4 x1 64 KiB buf=7 -> nul");
+    }
+
+    #[test]
+    fn bad_items_are_named() {
+        for (args, needle) in [
+            (("brotli", "1", "1MiB", "7", "nul"), "unknown compression"),
+            (("lz4", "0", "1MiB", "7", "nul"), "'0' is not a stripe count"),
+            (("lz4", "1", "big", "7", "nul"), "not a size"),
+            (("lz4", "1", "1MiB", "1", "nul"), "'1' is not a buffer count"),
+            (("lz4", "", "1MiB", "7", "nul"), "--stripes is empty"),
+        ] {
+            let e = Matrix::from_flags(args.0, args.1, args.2, args.3, args.4, 1).unwrap_err();
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+        assert!(Matrix::from_flags("lz4", "1", "1MiB", "7", "nul", 0).is_err());
+    }
+}
