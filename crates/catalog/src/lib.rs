@@ -224,15 +224,6 @@ fn now() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// This process's CPU seconds (user, system) and peak RSS in bytes.
-pub fn process_usage() -> (f64, f64, u64) {
-    // SAFETY: getrusage fills the struct we give it.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    (t(u.ru_utime), t(u.ru_stime), u.ru_maxrss as u64 * 1024)
-}
-
 impl Catalog {
     /// Open (creating it and its folder) the catalog at `path`, or at `SHEAF_CATALOG`, or at the
     /// default path; migrate its schema; mark runs of dead processes as failed.
@@ -327,7 +318,7 @@ impl Catalog {
     /// # Errors
     /// A database error.
     pub fn finish(&self, id: i64, end: &RunEnd, error: Option<&str>) -> Result<()> {
-        let (user, sys, rss) = process_usage();
+        let (user, sys, rss) = sheaf_core::pipeline::process_usage();
         let ratio = match (end.bytes_read, end.bytes_written) {
             (Some(r), Some(w)) if w > 0 => Some(r as f64 / w as f64),
             _ => None,

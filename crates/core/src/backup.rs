@@ -31,7 +31,7 @@ use crate::format::{
     BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, ZERO_FRAME, FRAME_HEADER_LEN,
 };
 use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
-use crate::pipeline::{is_zero, read_full, NoProgress, Pool, Progress, Shared};
+use crate::pipeline::{is_zero, read_full, Pool, Progress, Shared};
 use crate::source::{list_tree, Listed};
 use crate::storage::{StripeSink, TargetSpec};
 
@@ -968,9 +968,4 @@ fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shar
         return None;
     }
     Some(WriterOut { sink, index, pos })
-}
-
-/// A session with default progress, for library users and tests.
-pub fn backup_directory_quiet(source: &Path, opts: &BackupOptions) -> Result<BackupReport> {
-    backup_directory(source, opts, Arc::new(NoProgress))
 }

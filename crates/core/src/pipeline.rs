@@ -126,6 +126,15 @@ impl Pool {
     }
 }
 
+/// This process's CPU seconds so far (user, system) and its peak resident set in bytes.
+pub fn process_usage() -> (f64, f64, u64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    (t(u.ru_utime), t(u.ru_stime), u.ru_maxrss as u64 * 1024)
+}
+
 /// Read until `buf` is full or the reader ends; returns the bytes read.
 ///
 /// # Errors

@@ -13,10 +13,14 @@ fn main() {
     let (mut ok, mut new, mut bad) = (0u64, 0u64, 0u64);
     for l in &listed {
         let Some(rel) = is_relation_path(&l.entry.path, false) else { continue };
-        let data = std::fs::read(&l.abs).expect("read");
-        for (i, p) in data.chunks_exact(PAGE_SIZE).enumerate() {
-            let blk = rel.segment * BLOCKS_PER_SEGMENT + i as u32;
-            match verify_page(p.try_into().unwrap(), blk, u64::MAX) {
+        // Page by page: a relation segment is up to 1 GiB.
+        let mut f = std::io::BufReader::new(std::fs::File::open(&l.abs).expect("open"));
+        let mut page = [0u8; PAGE_SIZE];
+        let mut i = 0u32;
+        while std::io::Read::read_exact(&mut f, &mut page).is_ok() {
+            let blk = rel.segment * BLOCKS_PER_SEGMENT + i;
+            i += 1;
+            match verify_page(&page, blk, u64::MAX) {
                 Verdict::Ok => ok += 1,
                 Verdict::New | Verdict::Recent => new += 1,
                 Verdict::Mismatch { stored, computed } => {

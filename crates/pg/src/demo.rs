@@ -55,12 +55,9 @@ pub struct DemoRow {
 }
 
 /// User + system CPU seconds of this process so far.
-pub fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we give it.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
+fn cpu_seconds() -> f64 {
+    let (user, system, _) = sheaf_core::pipeline::process_usage();
+    user + system
 }
 
 /// Run `f`, returning its result, wall seconds and CPU percent of all cores.
