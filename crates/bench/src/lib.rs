@@ -1,10 +1,20 @@
-//! sheaf-bench: the harness the seed authors each built by hand. This crate holds its pure parts:
+//! sheaf-bench: the harness the seed authors each built by hand.
 //!
 //! - [`matrix`]: the sweep from flags (`--compression lz4,zstd:low --stripes 1,2 ...`) expanded
-//!   into permutations in a stable order;
+//!   into permutations in a stable order; [`plan`]: the same from a TOML file;
+//! - [`runner`]: each permutation's backup, verify and restore as child processes of sheaf, then
+//!   the [`peers`] (pg_basebackup, pgBackRest) on the same source; [`measure`] times each
+//!   operation until durable, with its CPU (wait4) and the host's (/proc/stat);
 //! - [`stats`]: medians and ranges across repeats;
-//! - [`report`]: the results table as CSV, JSON and Markdown, one row per permutation and tool.
+//! - [`report`]: the results table as CSV, JSON, Markdown and text; [`plot`]: SVG and PNG plots.
+//!
+//! Like the other libraries it prints nothing: progress reaches the caller as [`runner::Event`]s.
 
 pub mod matrix;
+pub mod measure;
+pub mod peers;
+pub mod plan;
+pub mod plot;
 pub mod report;
+pub mod runner;
 pub mod stats;

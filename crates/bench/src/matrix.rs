@@ -12,15 +12,44 @@ use sheaf_core::{CodecSpec, Error, Result};
 pub enum BenchTarget {
     /// Discard (read + compress only).
     Nul,
-    /// Stripe files in this directory.
-    Dir(PathBuf),
+    /// Stripe files in these directories, dealt round-robin (`/mnt/a+/mnt/b`: stripes on two
+    /// volumes).
+    Dir(Vec<PathBuf>),
+}
+
+impl BenchTarget {
+    /// Parse one `--target` item: `nul`, `DIR`, or `DIR+DIR...`.
+    ///
+    /// # Errors
+    /// An empty directory in a `+` list.
+    pub fn parse(text: &str) -> Result<BenchTarget> {
+        if text.eq_ignore_ascii_case("nul") {
+            return Ok(BenchTarget::Nul);
+        }
+        let dirs: Vec<PathBuf> = text.split('+').map(|d| PathBuf::from(d.trim())).collect();
+        if dirs.iter().any(|d| d.as_os_str().is_empty()) {
+            return Err(Error::invalid(format!("--target: '{text}' has an empty directory: give nul, DIR or DIR+DIR")));
+        }
+        Ok(BenchTarget::Dir(dirs))
+    }
+
+    /// Where stripe `k` (from 0) of `n` goes, as a file name in its directory; `None` for nul.
+    pub fn stripe_path(&self, work: &str, k: usize) -> Option<PathBuf> {
+        match self {
+            BenchTarget::Nul => None,
+            BenchTarget::Dir(dirs) => Some(dirs[k % dirs.len()].join(work).join(format!("bench_{}.sheaf", k + 1))),
+        }
+    }
 }
 
 impl std::fmt::Display for BenchTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BenchTarget::Nul => f.write_str("nul"),
-            BenchTarget::Dir(p) => write!(f, "{}", p.display()),
+            BenchTarget::Dir(dirs) => {
+                let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                f.write_str(&shown.join("+"))
+            }
         }
     }
 }
@@ -54,7 +83,7 @@ pub struct Permutation {
     /// Buffer count, or `None` for the default.
     pub buffer_count: Option<usize>,
     /// Target.
-    pub target: String,
+    pub target: BenchTarget,
 }
 
 impl Permutation {
@@ -103,10 +132,7 @@ impl Matrix {
                 }),
             })
             .collect::<Result<Vec<_>>>()?;
-        let target = list("target", target)?
-            .into_iter()
-            .map(|t| if t.eq_ignore_ascii_case("nul") { BenchTarget::Nul } else { BenchTarget::Dir(PathBuf::from(t)) })
-            .collect();
+        let target = list("target", target)?.into_iter().map(BenchTarget::parse).collect::<Result<Vec<_>>>()?;
         if repeat == 0 {
             return Err(Error::invalid("--repeat 0: each permutation needs at least one run"));
         }
@@ -127,7 +153,7 @@ impl Matrix {
                                 stripes: s,
                                 transfer_size: ts,
                                 buffer_count: b,
-                                target: t.to_string(),
+                                target: t.clone(),
                             });
                         }
                     }
@@ -153,11 +179,23 @@ mod tests {
         let p = m.permutations();
         assert_eq!(p.len(), 2 * 2 * 2 * 2 * 2);
         assert_eq!(m.runs(), 96);
-        assert_eq!(p[0], Permutation { compression: "lz4".into(), stripes: 1, transfer_size: 65536, buffer_count: Some(7), target: "nul".into() });
+        assert_eq!(p[0], Permutation { compression: "lz4".into(), stripes: 1, transfer_size: 65536, buffer_count: Some(7), target: BenchTarget::Nul });
         assert_eq!(p[1].compression, "zstd:low", "codecs innermost");
         assert_eq!(p[2].buffer_count, None);
-        assert_eq!(p.last().unwrap().target, "/tmp/b", "targets outermost");
+        assert_eq!(p.last().unwrap().target.to_string(), "/tmp/b", "targets outermost");
         assert_eq!(p[0].name(), "lz4 x1 64 KiB buf=7 -> nul");
+    }
+
+    #[test]
+    fn stripes_are_dealt_over_the_directories_of_a_target() {
+        let t = BenchTarget::parse("/mnt/a+/mnt/b").unwrap();
+        assert_eq!(t.to_string(), "/mnt/a+/mnt/b");
+        assert_eq!(t.stripe_path("w", 0).unwrap(), PathBuf::from("/mnt/a/w/bench_1.sheaf"));
+        assert_eq!(t.stripe_path("w", 1).unwrap(), PathBuf::from("/mnt/b/w/bench_2.sheaf"));
+        assert_eq!(t.stripe_path("w", 2).unwrap(), PathBuf::from("/mnt/a/w/bench_3.sheaf"));
+        assert_eq!(BenchTarget::parse("NUL").unwrap(), BenchTarget::Nul);
+        assert_eq!(BenchTarget::Nul.stripe_path("w", 0), None);
+        assert!(BenchTarget::parse("/mnt/a+").unwrap_err().to_string().contains("empty directory"));
     }
 
     #[test]

@@ -2,38 +2,53 @@
 //! Markdown: backup time, backup CPU, size, restore time, restore CPU — medians with ranges.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sheaf_core::{Error, ErrorKind, Result};
 
+use crate::runner::BenchResult;
 use crate::stats::Summary;
 
 /// One row of the table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
-    /// `sheaf`, `pg_basebackup`, `pgbackrest`.
+    /// `sheaf`, `pg_basebackup (server)`, `pg_basebackup (client)`, `pgbackrest`.
     pub tool: String,
-    /// Codec spec.
+    /// Codec spec (for a peer: the sheaf codec it was matched to).
     pub compression: String,
+    /// A peer's own options for that codec, e.g. `--compress=server-zstd:level=1,workers=2`.
+    pub settings: String,
     /// Stripes.
     pub stripes: usize,
     /// Transfer size in bytes.
     pub transfer_size: u64,
-    /// Buffer count (empty: default).
+    /// Buffer count asked for (empty: default).
     pub buffer_count: Option<usize>,
+    /// Buffer count used (the default resolved); `None` for peers.
+    pub buffers_used: Option<usize>,
     /// Target.
     pub target: String,
     /// Backup wall seconds.
     pub backup_seconds: Summary,
-    /// Backup CPU percent of all cores.
+    /// Backup CPU percent of all cores: the tool's own processes.
     pub backup_cpu_pct: Summary,
+    /// Backup CPU percent of all cores: the whole host (a server compressing for the tool counts).
+    pub backup_host_cpu_pct: Summary,
+    /// Backup peak RSS, bytes.
+    pub backup_peak_rss_bytes: Summary,
     /// Backup size in bytes.
     pub size_bytes: Summary,
-    /// Bytes read.
+    /// Bytes the backup read (for a peer: what sheaf read of the same source).
     pub bytes_read: u64,
+    /// Verify wall seconds (sheaf to disk only).
+    pub verify_seconds: Option<Summary>,
     /// Restore wall seconds (absent for a nul target).
     pub restore_seconds: Option<Summary>,
-    /// Restore CPU percent of all cores.
+    /// Restore CPU percent of all cores: the tool's own processes.
     pub restore_cpu_pct: Option<Summary>,
+    /// Restore CPU percent of all cores: the whole host.
+    pub restore_host_cpu_pct: Option<Summary>,
 }
 
 impl Row {
@@ -61,22 +76,28 @@ impl Row {
 struct Flat {
     tool: String,
     compression: String,
+    settings: String,
     stripes: usize,
     transfer_size: u64,
     buffer_count: Option<usize>,
+    buffers_used: Option<usize>,
     target: String,
     bytes_read: u64,
     backup_s_median: f64,
     backup_s_min: f64,
     backup_s_max: f64,
     backup_cpu_pct_median: f64,
+    backup_host_cpu_pct_median: f64,
+    backup_peak_rss_bytes_median: f64,
     size_bytes_median: f64,
     ratio: f64,
     backup_mb_per_s: f64,
+    verify_s_median: Option<f64>,
     restore_s_median: Option<f64>,
     restore_s_min: Option<f64>,
     restore_s_max: Option<f64>,
     restore_cpu_pct_median: Option<f64>,
+    restore_host_cpu_pct_median: Option<f64>,
     repeats: usize,
 }
 
@@ -85,22 +106,28 @@ impl From<&Row> for Flat {
         Flat {
             tool: r.tool.clone(),
             compression: r.compression.clone(),
+            settings: r.settings.clone(),
             stripes: r.stripes,
             transfer_size: r.transfer_size,
             buffer_count: r.buffer_count,
+            buffers_used: r.buffers_used,
             target: r.target.clone(),
             bytes_read: r.bytes_read,
             backup_s_median: r.backup_seconds.median,
             backup_s_min: r.backup_seconds.min,
             backup_s_max: r.backup_seconds.max,
             backup_cpu_pct_median: r.backup_cpu_pct.median,
+            backup_host_cpu_pct_median: r.backup_host_cpu_pct.median,
+            backup_peak_rss_bytes_median: r.backup_peak_rss_bytes.median,
             size_bytes_median: r.size_bytes.median,
             ratio: r.ratio(),
             backup_mb_per_s: r.backup_mb_per_s(),
+            verify_s_median: r.verify_seconds.map(|s| s.median),
             restore_s_median: r.restore_seconds.map(|s| s.median),
             restore_s_min: r.restore_seconds.map(|s| s.min),
             restore_s_max: r.restore_seconds.map(|s| s.max),
             restore_cpu_pct_median: r.restore_cpu_pct.map(|s| s.median),
+            restore_host_cpu_pct_median: r.restore_host_cpu_pct.map(|s| s.median),
             repeats: r.backup_seconds.n,
         }
     }
@@ -118,20 +145,55 @@ pub fn write_csv(rows: &[Row], out: impl Write) -> std::io::Result<()> {
     w.flush()
 }
 
-/// Write `report.json`'s content: the rows with their full summaries.
+/// Write `report.json`'s content: the rows with their full summaries (and whatever else `value`
+/// holds: [`write_all`] writes the whole [`BenchResult`]).
 ///
 /// # Errors
 /// I/O errors of `out`.
-pub fn write_json(rows: &[Row], out: impl Write) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(out, rows).map_err(std::io::Error::other)
+pub fn write_json<T: Serialize + ?Sized>(value: &T, out: impl Write) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(out, value).map_err(std::io::Error::other)
 }
 
+/// The median, and the range when it shows at this precision.
 fn range(s: &Summary, unit_digits: usize) -> String {
-    if s.n > 1 && s.min != s.max {
-        format!("{:.p$} ({:.p$}–{:.p$})", s.median, s.min, s.max, p = unit_digits)
+    let (lo, hi) = (format!("{:.p$}", s.min, p = unit_digits), format!("{:.p$}", s.max, p = unit_digits));
+    if s.n > 1 && lo != hi {
+        format!("{:.p$} ({lo}–{hi})", s.median, p = unit_digits)
     } else {
         format!("{:.p$}", s.median, p = unit_digits)
     }
+}
+
+/// The table's columns, as text cells, for the Markdown and terminal writers.
+const HEADER: [&str; 14] = [
+    "tool", "compression", "stripes", "transfer", "buffers", "target", "backup s", "MB/s", "CPU %", "host CPU %", "size MB", "ratio",
+    "restore s", "restore CPU %",
+];
+
+fn cells(r: &Row) -> [String; 14] {
+    let sheaf = r.tool == "sheaf";
+    let knob = |v: String| if sheaf { v } else { "-".to_string() };
+    let opt = |s: &Option<Summary>, f: &dyn Fn(&Summary) -> String| s.as_ref().map_or_else(|| "-".to_string(), f);
+    [
+        r.tool.clone(),
+        if sheaf || r.settings.is_empty() { r.compression.clone() } else { format!("{} ({})", r.compression, r.settings) },
+        knob(r.stripes.to_string()),
+        knob(sheaf_core::size::format_size(r.transfer_size)),
+        knob(match (r.buffer_count, r.buffers_used) {
+            (Some(b), _) => b.to_string(),
+            (None, Some(u)) => format!("default ({u})"),
+            (None, None) => "default".into(),
+        }),
+        r.target.clone(),
+        range(&r.backup_seconds, 2),
+        format!("{:.0}", r.backup_mb_per_s()),
+        format!("{:.0}", r.backup_cpu_pct.median),
+        format!("{:.0}", r.backup_host_cpu_pct.median),
+        format!("{:.1}", r.size_bytes.median / 1e6),
+        format!("{:.2}", r.ratio()),
+        opt(&r.restore_seconds, &|s| range(s, 2)),
+        opt(&r.restore_cpu_pct, &|s| format!("{:.0}", s.median)),
+    ]
 }
 
 /// Write `report.md`'s content: the seeds' table (median, min–max across repeats).
@@ -139,25 +201,144 @@ fn range(s: &Summary, unit_digits: usize) -> String {
 /// # Errors
 /// I/O errors of `out`.
 pub fn write_markdown(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
-    writeln!(out, "| tool | compression | stripes | transfer | buffers | target | backup s | backup CPU % | size MB | ratio | restore s | restore CPU % |")?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "| {} |", HEADER.join(" | "))?;
+    writeln!(out, "|{}", "---|".repeat(HEADER.len()))?;
     for r in rows {
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.2} | {} | {} |",
-            r.tool,
-            r.compression,
-            r.stripes,
-            sheaf_core::size::format_size(r.transfer_size),
-            r.buffer_count.map_or_else(|| "default".into(), |b| b.to_string()),
-            r.target,
-            range(&r.backup_seconds, 2),
-            r.backup_cpu_pct.median,
-            r.size_bytes.median / 1e6,
-            r.ratio(),
-            r.restore_seconds.as_ref().map_or_else(|| "-".into(), |s| range(s, 2)),
-            r.restore_cpu_pct.as_ref().map_or_else(|| "-".into(), |s| format!("{:.0}", s.median)),
-        )?;
+        writeln!(out, "| {} |", cells(r).join(" | "))?;
+    }
+    Ok(())
+}
+
+/// Write the table for a terminal: aligned columns, numbers right-aligned.
+///
+/// # Errors
+/// I/O errors of `out`.
+pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
+    let all: Vec<[String; 14]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
+    let width: Vec<usize> = (0..HEADER.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    for r in &all {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, v)| if c < 2 || c == 5 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) })
+            .collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    Ok(())
+}
+
+/// Write the report into `dir` (created if missing): `report.csv`, `report.json` (rows, samples
+/// and how the bench ran), `samples.csv` (every repeat), the plots (SVG and PNG), and `report.md`
+/// (how it ran, the table, the plots). Returns the files.
+///
+/// # Errors
+/// A file that cannot be written, or plots that cannot be drawn (no font): the tables are written
+/// first, so they exist even then.
+pub fn write_all(result: &BenchResult, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dir.display()), e))?;
+    let create = |name: &str| {
+        let path = dir.join(name);
+        std::fs::File::create(&path).map(|f| (std::io::BufWriter::new(f), path.clone())).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e))
+    };
+    let failed = |path: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e);
+    let mut files = Vec::new();
+    let (mut f, p) = create("report.csv")?;
+    write_csv(&result.rows, &mut f).and_then(|_| f.flush()).map_err(|e| failed(&p, e))?;
+    files.push(p);
+    let (mut f, p) = create("report.json")?;
+    write_json(result, &mut f).and_then(|_| f.flush()).map_err(|e| failed(&p, e))?;
+    files.push(p);
+    let (f, p) = create("samples.csv")?;
+    let mut w = csv::Writer::from_writer(f);
+    for s in &result.samples {
+        w.serialize(SampleLine::from(s)).map_err(|e| failed(&p, std::io::Error::other(e)))?;
+    }
+    w.flush().map_err(|e| failed(&p, e))?;
+    files.push(p);
+    let plots = crate::plot::write_plots(&result.rows, dir);
+    let (mut f, p) = create("report.md")?;
+    let drawn = plots.as_ref().map(Vec::as_slice).unwrap_or(&[]);
+    write_markdown_report(result, drawn, &mut f).and_then(|_| f.flush()).map_err(|e| failed(&p, e))?;
+    files.push(p);
+    files.extend(plots?);
+    Ok(files)
+}
+
+/// One repeat as a CSV line.
+#[derive(Serialize)]
+struct SampleLine<'a> {
+    tool: &'a str,
+    compression: &'a str,
+    settings: &'a str,
+    stripes: usize,
+    transfer_size: u64,
+    buffer_count: Option<usize>,
+    buffers_used: Option<usize>,
+    target: &'a str,
+    repeat: usize,
+    bytes_read: u64,
+    size_bytes: u64,
+    backup_s: f64,
+    backup_user_s: f64,
+    backup_system_s: f64,
+    backup_peak_rss_bytes: u64,
+    backup_host_cpu_pct: f64,
+    verify_s: Option<f64>,
+    restore_s: Option<f64>,
+    restore_user_s: Option<f64>,
+    restore_system_s: Option<f64>,
+    restore_peak_rss_bytes: Option<u64>,
+    restore_host_cpu_pct: Option<f64>,
+}
+
+impl<'a> From<&'a crate::runner::Sample> for SampleLine<'a> {
+    fn from(s: &'a crate::runner::Sample) -> Self {
+        SampleLine {
+            tool: &s.tool,
+            compression: &s.compression,
+            settings: &s.settings,
+            stripes: s.stripes,
+            transfer_size: s.transfer_size,
+            buffer_count: s.buffer_count,
+            buffers_used: s.buffers_used,
+            target: &s.target,
+            repeat: s.repeat,
+            bytes_read: s.bytes_read,
+            size_bytes: s.size_bytes,
+            backup_s: s.backup.seconds,
+            backup_user_s: s.backup.user_seconds,
+            backup_system_s: s.backup.system_seconds,
+            backup_peak_rss_bytes: s.backup.peak_rss_bytes,
+            backup_host_cpu_pct: s.backup.host_cpu_pct,
+            verify_s: s.verify.map(|c| c.seconds),
+            restore_s: s.restore.map(|c| c.seconds),
+            restore_user_s: s.restore.map(|c| c.user_seconds),
+            restore_system_s: s.restore.map(|c| c.system_seconds),
+            restore_peak_rss_bytes: s.restore.map(|c| c.peak_rss_bytes),
+            restore_host_cpu_pct: s.restore.map(|c| c.host_cpu_pct),
+        }
+    }
+}
+
+/// `report.md`: how the bench ran, the table, the plots.
+fn write_markdown_report(result: &BenchResult, plots: &[PathBuf], mut out: impl Write) -> std::io::Result<()> {
+    let i = &result.info;
+    writeln!(out, "# sheaf bench\n")?;
+    writeln!(out, "- started: {} ({:.0} s in all)", i.started, i.seconds)?;
+    writeln!(out, "- source: {}", i.source)?;
+    writeln!(out, "- machine: {} cores; CPU % is of all of them (\"CPU %\": the tool's own processes, user + system; \"host CPU %\": the whole machine, a server's work for the tool included)", i.cores)?;
+    writeln!(out, "- cache: {}", i.cache)?;
+    writeln!(out, "- every figure is the median of {} runs, with (min–max) where they differ; every operation is timed until durable (sync)", i.repeats)?;
+    writeln!(out, "- sheaf {}", i.sheaf_version)?;
+    for w in &i.warnings {
+        writeln!(out, "- warning: {w}")?;
+    }
+    writeln!(out)?;
+    write_markdown(&result.rows, &mut out)?;
+    writeln!(out)?;
+    for p in plots.iter().filter(|p| p.extension().is_some_and(|e| e == "svg")) {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        writeln!(out, "![{}]({name})\n", name.trim_end_matches(".svg").replace('_', " "))?;
     }
     Ok(())
 }
@@ -172,30 +353,62 @@ mod tests {
             Row {
                 tool: "sheaf".into(),
                 compression: "zstd:low".into(),
+                settings: String::new(),
                 stripes: 2,
                 transfer_size: 1 << 20,
                 buffer_count: None,
+                buffers_used: Some(14),
                 target: "/tmp/b, with comma".into(),
                 backup_seconds: summarize(&[2.5, 2.4, 2.9]).unwrap(),
                 backup_cpu_pct: summarize(&[90.0, 91.0, 89.0]).unwrap(),
+                backup_host_cpu_pct: summarize(&[93.0, 94.0, 92.0]).unwrap(),
+                backup_peak_rss_bytes: summarize(&[18e6, 18e6, 19e6]).unwrap(),
                 size_bytes: summarize(&[451e6, 451e6, 451e6]).unwrap(),
                 bytes_read: 1_397_000_000,
+                verify_seconds: summarize(&[1.0, 1.1, 0.9]),
                 restore_seconds: summarize(&[3.6, 3.3, 5.0]),
                 restore_cpu_pct: summarize(&[50.0, 49.0, 52.0]),
+                restore_host_cpu_pct: summarize(&[55.0, 59.0, 52.0]),
             },
             Row {
                 tool: "sheaf".into(),
                 compression: "lz4".into(),
+                settings: String::new(),
                 stripes: 1,
                 transfer_size: 65536,
                 buffer_count: Some(7),
+                buffers_used: Some(7),
                 target: "nul".into(),
                 backup_seconds: summarize(&[1.6]).unwrap(),
                 backup_cpu_pct: summarize(&[95.0]).unwrap(),
+                backup_host_cpu_pct: summarize(&[96.0]).unwrap(),
+                backup_peak_rss_bytes: summarize(&[12e6]).unwrap(),
                 size_bytes: summarize(&[587e6]).unwrap(),
                 bytes_read: 1_397_000_000,
+                verify_seconds: None,
                 restore_seconds: None,
                 restore_cpu_pct: None,
+                restore_host_cpu_pct: None,
+            },
+            Row {
+                tool: "pg_basebackup (server)".into(),
+                compression: "zstd:low".into(),
+                settings: "--compress=server-zstd:level=1,workers=2".into(),
+                stripes: 1,
+                transfer_size: 0,
+                buffer_count: None,
+                buffers_used: None,
+                target: "/tmp/b".into(),
+                backup_seconds: summarize(&[2.9, 3.0]).unwrap(),
+                backup_cpu_pct: summarize(&[10.0, 11.0]).unwrap(),
+                backup_host_cpu_pct: summarize(&[95.0, 96.0]).unwrap(),
+                backup_peak_rss_bytes: summarize(&[8e6, 8e6]).unwrap(),
+                size_bytes: summarize(&[450e6, 450e6]).unwrap(),
+                bytes_read: 1_397_000_000,
+                verify_seconds: None,
+                restore_seconds: summarize(&[4.4, 4.5]),
+                restore_cpu_pct: summarize(&[60.0, 61.0]),
+                restore_host_cpu_pct: summarize(&[62.0, 63.0]),
             },
         ]
     }
@@ -206,7 +419,7 @@ mod tests {
         write_csv(&rows(), &mut buf).unwrap();
         let mut r = csv::Reader::from_reader(&buf[..]);
         let back: Vec<Flat> = r.deserialize().collect::<Result<_, _>>().unwrap();
-        assert_eq!(back.len(), 2);
+        assert_eq!(back.len(), 3);
         assert_eq!(back[0], Flat::from(&rows()[0]));
         assert_eq!(back[0].target, "/tmp/b, with comma", "quoting survives");
         assert_eq!(back[0].backup_s_median, 2.5);
@@ -228,9 +441,25 @@ mod tests {
         write_markdown(&rows(), &mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 4);
+        assert_eq!(lines.len(), 5);
         assert!(lines[2].contains("| 2.50 (2.40–2.90) |") && lines[2].contains("| 3.60 (3.30–5.00) |"), "{}", lines[2]);
+        assert!(lines[2].contains("| default (14) |"), "{}", lines[2]);
         assert!(lines[3].contains("| nul |") && lines[3].ends_with("| - | - |"), "{}", lines[3]);
-        assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![13; 4], "every line has all columns");
+        assert!(lines[4].contains("| zstd:low (--compress=server-zstd:level=1,workers=2) | - | - | - |"), "peers have no sheaf knobs: {}", lines[4]);
+        assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![15; 5], "every line has all columns");
+    }
+
+    #[test]
+    fn text_table_aligns_columns() {
+        let mut buf = Vec::new();
+        write_text(&rows(), &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with("tool") && lines[1].starts_with("sheaf"));
+        // The backup-seconds column ends at the same character in every line.
+        let end = |l: &str, needle: &str| l.char_indices().find(|(i, _)| l[*i..].starts_with(needle)).map(|(i, _)| l[..i].chars().count() + needle.chars().count());
+        assert_eq!(end(lines[0], "backup s"), end(lines[1], "2.50 (2.40–2.90)"), "{text}");
+        assert_eq!(end(lines[0], "backup s"), end(lines[2], "1.60"), "{text}");
     }
 }

@@ -67,6 +67,21 @@ sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/t
     /// started and checked; prints the table the seed authors built by hand (make demo runs it).
     #[command(after_help = "Installs Debian's postgresql first if it is missing (as root). Stops every server it started, also on Ctrl-C.")]
     Demo(DemoArgs),
+    /// The seeds' experiment as a command: every combination of codec, stripes, transfer size,
+    /// buffer count and target, each repeated; backup, verify and restore timed with their CPU;
+    /// peers measured in the same run; a table, CSV/JSON/Markdown and plots.
+    #[command(after_help = "Examples:\n  \
+sheaf bench --dataset tpch:1 --target nul,/mnt/backup --stripes 1,2 --peers pg_basebackup,pgbackrest --out report\n  \
+sheaf bench /srv/data --compression lz4,zstd:low --transfer-size 64KiB,1MiB,4MiB --buffer-count 7,27,47 --target /mnt/a+/mnt/b\n  \
+sheaf bench --plan sweep.toml --repeat 5\n\n\
+Each repeat runs `sheaf backup`, then for a disk target `sheaf verify` and `sheaf restore` (into a \
+scratch folder beside the stripes, removed after), each as a child process: its wall time until \
+durable (sync), its CPU (user + system, from wait4) as a share of all cores, its peak RSS, and the \
+whole host's CPU over the same time. The page cache stays warm unless --drop-caches. Runs are \
+recorded in the catalog. A plan file holds the same settings in TOML (compression = [\"lz4\"], \
+stripes = [1, 2], transfer-size, buffer-count, target, repeat, peers, dataset or source, out, \
+drop-caches, restore-dir); flags win over it.")]
+    Bench(BenchArgs),
     /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
     LoadTpch(LoadTpchArgs),
     /// List the runs the history catalog holds, newest first (msdb's backupset).
@@ -90,6 +105,55 @@ struct ShowArgs {
     /// The run's id (as `sheaf list` shows).
     id: i64,
     /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// What to back up: a directory or a postgres:// URL. Or use --dataset.
+    source: Option<String>,
+    /// tpch:SCALE: a throwaway PostgreSQL cluster loaded with TPC-H (1 is about 1.4 GB on disk),
+    /// removed afterwards.
+    #[arg(long, value_name = "tpch:SCALE")]
+    dataset: Option<String>,
+    /// A TOML plan with any of these settings; flags win over it.
+    #[arg(long, value_name = "FILE")]
+    plan: Option<PathBuf>,
+    /// Codecs, comma-separated [default: lz4,deflate:1,zstd:low,zstd:medium,zstd:high].
+    #[arg(long, short = 'c', value_name = "LIST")]
+    compression: Option<String>,
+    /// Stripe counts [default: 1].
+    #[arg(long, value_name = "LIST")]
+    stripes: Option<String>,
+    /// Transfer sizes (MAXTRANSFERSIZE) [default: 1MiB].
+    #[arg(long, value_name = "LIST")]
+    transfer_size: Option<String>,
+    /// Buffer counts (BUFFERCOUNT), or `default` [default: default].
+    #[arg(long, value_name = "LIST")]
+    buffer_count: Option<String>,
+    /// Targets: `nul` (read + compress only) and directories; DIR+DIR deals the stripes over
+    /// several directories (volumes) [default: nul].
+    #[arg(long, value_name = "LIST")]
+    target: Option<String>,
+    /// Runs per permutation [default: 3].
+    #[arg(long, value_name = "N")]
+    repeat: Option<usize>,
+    /// Peers to measure in the same run, when installed: pg_basebackup (server- and client-side
+    /// compression), pgbackrest (needs --dataset, whose WAL it archives). PostgreSQL sources only.
+    #[arg(long, value_name = "LIST")]
+    peers: Option<String>,
+    /// Drop the page cache before every operation (root; not in most containers).
+    #[arg(long)]
+    drop_caches: bool,
+    /// Directory for report.csv, report.json, report.md, samples.csv and the plots
+    /// [default: ./sheaf-bench-<UTC time>].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Where restores go (a scratch folder in it, removed after) [default: beside the stripes].
+    #[arg(long, value_name = "DIR")]
+    restore_dir: Option<PathBuf>,
+    /// Print the results as JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
 }
@@ -362,6 +426,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Show(a) => show(catalog, a),
         Command::Generate(a) => generate(a),
         Command::Demo(a) => demo(a),
+        Command::Bench(a) => bench(catalog, a),
         Command::LoadTpch(a) => {
             let counts = sheaf_pg::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
             println!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
@@ -551,14 +616,90 @@ fn generate(a: GenerateArgs) -> Result<(), Error> {
     Ok(())
 }
 
-fn demo(a: DemoArgs) -> Result<(), Error> {
-    // pg_ctl detaches its servers from the terminal: stop them ourselves on Ctrl-C.
-    let _ = ctrlc::set_handler(|| {
+/// On Ctrl-C: stop the scratch servers we started (pg_ctl detaches them from the terminal, so
+/// they would outlive us) and remove the bench's work folders, then exit 130.
+fn stop_scratch_on_interrupt(what: &'static str) {
+    let _ = ctrlc::set_handler(move || {
         INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-        eprintln!("sheaf: interrupted; stopping the servers the demo started");
+        eprintln!("sheaf: interrupted; stopping the servers the {what} started");
         sheaf_pg::scratch::stop_all();
+        sheaf_bench::runner::cleanup();
         std::process::exit(130);
     });
+}
+
+fn duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, s % 3600 / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
+    use sheaf_bench::runner::Event;
+    stop_scratch_on_interrupt("bench");
+    let plan = match &a.plan {
+        Some(p) => sheaf_bench::plan::Plan::load(p)?,
+        None => sheaf_bench::plan::Plan::default(),
+    };
+    let flags = sheaf_bench::plan::Flags {
+        source: a.source,
+        dataset: a.dataset,
+        compression: a.compression,
+        stripes: a.stripes,
+        transfer_size: a.transfer_size,
+        buffer_count: a.buffer_count,
+        target: a.target,
+        repeat: a.repeat,
+        peers: a.peers,
+        drop_caches: a.drop_caches,
+        out: a.out,
+        restore_dir: a.restore_dir,
+    };
+    let r = sheaf_bench::plan::resolve(flags, plan)?;
+    let out = r.out.clone().unwrap_or_else(|| PathBuf::from(format!("sheaf-bench-{}", sheaf_core::time::utc_now().replace(':', ""))));
+    let sheaf = std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))?;
+    let opts = sheaf_bench::runner::BenchOptions {
+        matrix: r.matrix,
+        source: r.source,
+        peers: r.peers,
+        drop_caches: r.drop_caches,
+        sheaf,
+        catalog: catalog.map(std::path::Path::to_path_buf),
+        restore_dir: r.restore_dir,
+    };
+    let note = |e: Event| match e {
+        Event::Note(n) => eprintln!("sheaf bench: {n}"),
+        Event::Warning(w) => eprintln!("sheaf: warning: {w}"),
+        Event::Run { index, total, what, repeat, repeats, eta } => eprintln!(
+            "sheaf bench: [{index}/{total}{}] {what} (run {repeat} of {repeats})",
+            eta.map_or_else(String::new, |d| format!(", {} left", duration(d)))
+        ),
+    };
+    let result = sheaf_bench::runner::run(&opts, &note)?;
+    let written = sheaf_bench::report::write_all(&result, &out);
+    if a.json {
+        println!("{}", serde_json::to_string(&result).expect("results serialise"));
+    } else {
+        let mut table = Vec::new();
+        sheaf_bench::report::write_text(&result.rows, &mut table).expect("a table in memory");
+        print!("{}", String::from_utf8_lossy(&table));
+        println!(
+            "(median of {} runs, (min-max) where they differ; CPU % of all {} cores; cache {})",
+            result.info.repeats, result.info.cores, result.info.cache
+        );
+    }
+    let files = written?;
+    eprintln!("sheaf bench: wrote {} files to {} (report.md, report.csv, report.json, samples.csv, plots)", files.len(), out.display());
+    Ok(())
+}
+
+fn demo(a: DemoArgs) -> Result<(), Error> {
+    stop_scratch_on_interrupt("demo");
     if !(a.scale > 0.0 && a.scale <= 100.0) {
         return Err(Error::invalid(format!("--scale {}: give a TPC-H scale factor such as 0.1 or 1", a.scale)));
     }

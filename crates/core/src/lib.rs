@@ -23,6 +23,7 @@ pub mod set;
 pub mod size;
 pub mod source;
 pub mod storage;
+pub mod time;
 
 pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Tuning};
 pub use codec::{CodecKind, CodecSpec};

@@ -1,0 +1,188 @@
+//! Measuring one operation: a child process's wall time, its own CPU (user + system of the process
+//! tree, from `wait4`), its peak RSS, and the whole host's CPU over the same interval (from
+//! `/proc/stat`), which also counts work done for it by others, such as a PostgreSQL server
+//! compressing for pg_basebackup.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::{Error, ErrorKind, Result};
+
+/// What one operation cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Wall seconds, including the final `sync` (every operation is timed until durable).
+    pub seconds: f64,
+    /// User CPU seconds of the process and the children it waited for.
+    pub user_seconds: f64,
+    /// System CPU seconds, likewise.
+    pub system_seconds: f64,
+    /// Largest resident set of the process or any of its children, bytes.
+    pub peak_rss_bytes: u64,
+    /// The host's busy share of all cores over the operation, percent.
+    pub host_cpu_pct: f64,
+}
+
+impl Cost {
+    /// (user + system) / (wall × cores), percent: the operation's own CPU.
+    pub fn cpu_pct(&self, cores: usize) -> f64 {
+        crate::stats::cpu_percent(self.user_seconds, self.system_seconds, self.seconds, cores)
+    }
+}
+
+/// What a finished child left.
+#[derive(Debug)]
+pub struct Finished {
+    /// Its exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+    /// Its cost.
+    pub cost: Cost,
+}
+
+impl Finished {
+    /// Whether it exited with 0.
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// An error naming `what` with the child's exit status and the tail of its stderr.
+    pub fn failure(&self, what: &str) -> Error {
+        let tail: Vec<&str> = self.stderr.lines().rev().take(6).collect();
+        let status = self.code.map_or_else(|| "was killed by a signal".to_string(), |c| format!("exited with {c}"));
+        let kind = match self.code {
+            Some(2) => ErrorKind::InvalidInput,
+            Some(6) => ErrorKind::NoSpace,
+            _ => ErrorKind::Io,
+        };
+        Error::new(kind, format!("{what} {status}: {}", tail.into_iter().rev().collect::<Vec<_>>().join("\n")))
+    }
+}
+
+/// Busy and total jiffies of all CPUs, from the first line of `/proc/stat`.
+fn host_jiffies() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    if v.len() < 5 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v[3] + v[4];
+    Some((total - idle, total))
+}
+
+/// Flush every dirty page of every filesystem, so that the next operation starts with nothing
+/// dirty and one that does not flush (a tar extract) pays for its own writes.
+pub fn sync_all() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+/// Drop the page cache, dentries and inodes (needs root): a cold-cache run.
+///
+/// # Errors
+/// When `/proc/sys/vm/drop_caches` cannot be written, with what to do.
+pub fn drop_caches() -> Result<()> {
+    sync_all();
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("--drop-caches: cannot write /proc/sys/vm/drop_caches ({e}): run as root on a host (not a container) that allows it, or leave the cache warm"),
+        )
+    })
+}
+
+/// Run `cmd` to the end, with stdout and stderr captured, then `sync`; measure all of it.
+///
+/// # Errors
+/// When it cannot be started.
+pub fn run(mut cmd: Command) -> Result<Finished> {
+    let shown = format!("{cmd:?}");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let host0 = host_jiffies();
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("cannot start {shown}: {e}")))?;
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    // Both pipes drain at once, so a child that fills one while we read the other cannot stall.
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let mut stdout = Vec::new();
+    let _ = out.read_to_end(&mut stdout);
+    let stderr = err_reader.join().unwrap_or_default();
+    // std's Child has no rusage: reap it ourselves with wait4. Its rusage includes the children it
+    // waited for (a shell's pipeline, pgBackRest's worker processes).
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: wait4 fills the status and rusage it is given; the pid is our unreaped child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = loop {
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break r;
+    };
+    if r != pid {
+        return Err(Error::new(ErrorKind::Io, format!("wait4 on {shown}: {}", std::io::Error::last_os_error())));
+    }
+    sync_all();
+    let seconds = t0.elapsed().as_secs_f64();
+    let host_cpu_pct = match (host0, host_jiffies()) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => 100.0 * (b1 - b0) as f64 / (t1 - t0) as f64,
+        _ => 0.0,
+    };
+    let tv = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    let code = if libc::WIFEXITED(status) { Some(libc::WEXITSTATUS(status)) } else { None };
+    Ok(Finished {
+        code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        cost: Cost {
+            seconds,
+            user_seconds: tv(ru.ru_utime),
+            system_seconds: tv(ru.ru_stime),
+            peak_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+            host_cpu_pct,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_a_child_and_its_children() {
+        // A shell whose child burns CPU and touches 64 MiB: both must be counted.
+        let mut c = Command::new("sh");
+        c.args(["-c", "head -c 67108864 /dev/zero | sha256sum >/dev/null; dd if=/dev/zero of=/dev/null bs=64M count=1 2>/dev/null; echo out; echo err >&2; exit 3"]);
+        let f = run(c).unwrap();
+        assert_eq!(f.code, Some(3));
+        assert!(!f.ok());
+        assert_eq!(f.stdout, "out\n");
+        assert_eq!(f.stderr, "err\n");
+        assert!(f.cost.seconds > 0.0);
+        assert!(f.cost.user_seconds + f.cost.system_seconds > 0.0, "{:?}", f.cost);
+        assert!(f.cost.peak_rss_bytes >= 60 << 20, "peak RSS of a child that held 64 MiB: {:?}", f.cost);
+        assert!((0.0..=100.0).contains(&f.cost.host_cpu_pct));
+        let e = f.failure("the test shell");
+        assert!(e.to_string().contains("exited with 3: err"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_program_is_named() {
+        let e = run(Command::new("/nonexistent/sheaf-nope")).unwrap_err();
+        assert!(e.to_string().contains("sheaf-nope"), "{e}");
+    }
+}

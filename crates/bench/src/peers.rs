@@ -1,0 +1,245 @@
+//! The peers sheaf is measured against in the same run: pg_basebackup (server-side and client-side
+//! compression, tar format) and pgBackRest, each given the settings that match a sheaf codec.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sheaf_core::codec::CodecKind;
+use sheaf_core::{CodecSpec, Error, Result};
+
+/// A peer tool as `--peers` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// pg_basebackup, measured with server-side and with client-side compression.
+    PgBasebackup,
+    /// pgBackRest, on a repository it archives WAL into.
+    PgBackRest,
+}
+
+impl Peer {
+    /// Parse `--peers`: `pg_basebackup,pgbackrest` (or `none`).
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn parse_list(text: &str) -> Result<Vec<Peer>> {
+        let mut out = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let p = match item.to_ascii_lowercase().as_str() {
+                "none" => continue,
+                "pg_basebackup" | "pgbasebackup" => Peer::PgBasebackup,
+                "pgbackrest" => Peer::PgBackRest,
+                _ => return Err(Error::invalid(format!("--peers: unknown peer '{item}': give pg_basebackup, pgbackrest, or none"))),
+            };
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The program to look for.
+    pub fn program(self) -> &'static str {
+        match self {
+            Peer::PgBasebackup => "pg_basebackup",
+            Peer::PgBackRest => "pgbackrest",
+        }
+    }
+}
+
+/// One peer configuration, as a row of the report: a tool and the settings matching a sheaf codec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerRun {
+    /// `pg_basebackup (server)`, `pg_basebackup (client)` or `pgbackrest`.
+    pub tool: &'static str,
+    /// The sheaf codec matched.
+    pub codec: String,
+    /// The peer's own options, as given to it.
+    pub options: Vec<String>,
+    /// For pg_basebackup: the decompressor for its tar files (`zstd -dc`...), `None` for plain tar.
+    pub decompress: Option<&'static str>,
+}
+
+impl PeerRun {
+    /// The options as one string, for the report.
+    pub fn settings(&self) -> String {
+        self.options.join(" ")
+    }
+}
+
+/// pg_basebackup's `--compress` for a codec, on `side` (`server` or `client`), and the command that
+/// decompresses its tar files. deflate maps to gzip (levels 1–9), zstd keeps its level and uses
+/// `workers` threads, as sheaf uses every core.
+fn basebackup_compress(codec: &CodecSpec, side: &str, workers: usize) -> (String, Option<&'static str>) {
+    match codec.kind {
+        CodecKind::None => ("none".to_string(), None),
+        CodecKind::Lz4 => (format!("{side}-lz4"), Some("lz4 -dc")),
+        CodecKind::Deflate => (format!("{side}-gzip:level={}", codec.level.clamp(1, 9)), Some("gzip -dc")),
+        CodecKind::Zstd => (format!("{side}-zstd:level={},workers={workers}", codec.level), Some("zstd -dc")),
+    }
+}
+
+/// pgBackRest's `--compress-type`/`--compress-level` for a codec.
+fn backrest_compress(codec: &CodecSpec) -> Vec<String> {
+    match codec.kind {
+        CodecKind::None => vec!["--compress-type=none".into()],
+        CodecKind::Lz4 => vec!["--compress-type=lz4".into()],
+        CodecKind::Deflate => vec!["--compress-type=gz".into(), format!("--compress-level={}", codec.level.clamp(0, 9))],
+        CodecKind::Zstd => vec!["--compress-type=zst".into(), format!("--compress-level={}", codec.level)],
+    }
+}
+
+/// The peer runs for `codec`: pg_basebackup twice (server- and client-side; once for `none`),
+/// pgBackRest once; `workers` is the parallelism each gets (sheaf's compressor threads).
+pub fn runs_for(peers: &[Peer], codec: &CodecSpec, workers: usize) -> Vec<PeerRun> {
+    let mut out = Vec::new();
+    for p in peers {
+        match p {
+            Peer::PgBasebackup => {
+                for (tool, side) in [("pg_basebackup (server)", "server"), ("pg_basebackup (client)", "client")] {
+                    let (compress, decompress) = basebackup_compress(codec, side, workers);
+                    if compress == "none" && side == "client" {
+                        continue;
+                    }
+                    out.push(PeerRun {
+                        tool: if compress == "none" { "pg_basebackup" } else { tool },
+                        codec: codec.to_string(),
+                        options: vec![format!("--compress={compress}")],
+                        decompress,
+                    });
+                }
+            }
+            Peer::PgBackRest => {
+                let mut options = backrest_compress(codec);
+                options.push(format!("--process-max={workers}"));
+                out.push(PeerRun { tool: "pgbackrest", codec: codec.to_string(), options, decompress: None });
+            }
+        }
+    }
+    out
+}
+
+/// Whether `program` is on PATH (or, for PostgreSQL's tools, in the server's bin directory).
+pub fn find(program: &str) -> Option<PathBuf> {
+    if let Some(bin) = sheaf_pg::scratch::bin_dir() {
+        let p = bin.join(program);
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.is_file()))
+}
+
+/// pg_basebackup of the server at `url` into `out` (tar format, WAL fetched into it, fast
+/// checkpoint, fsync'd as it does by default).
+pub fn basebackup_command(bin: &Path, url: &str, out: &Path, run: &PeerRun) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["-d", url, "-D"]).arg(out).args(["-Ft", "-X", "fetch", "-c", "fast"]).args(&run.options);
+    c
+}
+
+/// Extract pg_basebackup's tar files in `out` into `target` (base.tar) and `target.ts/NAME` (a
+/// tablespace's NAME.tar), through the decompressor.
+pub fn basebackup_restore_command(out: &Path, target: &Path, run: &PeerRun) -> Command {
+    const SCRIPT: &str = r#"set -e
+out=$1; target=$2; dec=$3
+for f in "$out"/*.tar*; do
+  n=$(basename "$f"); n=${n%%.tar*}
+  case "$n" in backup_manifest) continue;; esac
+  if [ "$n" = base ]; then d=$target; else d=$target.ts/$n; mkdir -p "$d"; fi
+  if [ -z "$dec" ]; then tar -x -f "$f" -C "$d"; else $dec "$f" | tar -x -C "$d"; fi
+done"#;
+    let mut c = Command::new("sh");
+    c.args(["-c", SCRIPT, "sh"]).arg(out).arg(target).arg(run.decompress.unwrap_or(""));
+    c
+}
+
+/// A pgBackRest setup for one repository: its config file and stanza `bench`.
+pub struct BackRest {
+    /// The config file.
+    pub config: PathBuf,
+    /// The repository.
+    pub repo: PathBuf,
+}
+
+impl BackRest {
+    /// The config for a server with data directory `pgdata`, socket directory `sock` and `port`,
+    /// repository `repo`; logs and locks under `state`. WAL is pushed with lz4 so that archiving
+    /// between runs stays cheap.
+    pub fn config_text(pgdata: &Path, sock: &Path, port: u16, repo: &Path, state: &Path) -> String {
+        format!(
+            "[global]\nrepo1-path={}\nlog-path={}\nlock-path={}\nlog-level-console=warn\nlog-level-file=off\nstart-fast=y\n\
+             [global:archive-push]\ncompress-type=lz4\n\
+             [bench]\npg1-path={}\npg1-port={port}\npg1-socket-path={}\n",
+            repo.display(),
+            state.display(),
+            state.display(),
+            pgdata.display(),
+            sock.display()
+        )
+    }
+
+    /// `pgbackrest --config=... --stanza=bench ARGS`, as the server's user.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = sheaf_pg::scratch::as_server_user("pgbackrest");
+        c.arg(format!("--config={}", self.config.display())).arg("--stanza=bench").args(args);
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec(s: &str) -> CodecSpec {
+        CodecSpec::parse(s).unwrap()
+    }
+
+    #[test]
+    fn peers_parse_and_name_the_unknown() {
+        assert_eq!(Peer::parse_list("pg_basebackup, pgbackrest,pg_basebackup").unwrap(), vec![Peer::PgBasebackup, Peer::PgBackRest]);
+        assert_eq!(Peer::parse_list("none").unwrap(), vec![]);
+        assert!(Peer::parse_list("barman").unwrap_err().to_string().contains("unknown peer 'barman'"));
+    }
+
+    #[test]
+    fn each_codec_maps_to_the_matching_peer_settings() {
+        let all = [Peer::PgBasebackup, Peer::PgBackRest];
+        let r = runs_for(&all, &codec("zstd:low"), 2);
+        let s: Vec<(&str, String)> = r.iter().map(|r| (r.tool, r.settings())).collect();
+        assert_eq!(
+            s,
+            vec![
+                ("pg_basebackup (server)", "--compress=server-zstd:level=1,workers=2".to_string()),
+                ("pg_basebackup (client)", "--compress=client-zstd:level=1,workers=2".to_string()),
+                ("pgbackrest", "--compress-type=zst --compress-level=1 --process-max=2".to_string()),
+            ]
+        );
+        assert_eq!(r[0].decompress, Some("zstd -dc"));
+        let r = runs_for(&all, &codec("deflate:12"), 4);
+        assert_eq!(r[0].settings(), "--compress=server-gzip:level=9");
+        assert_eq!(r[2].settings(), "--compress-type=gz --compress-level=9 --process-max=4");
+        let r = runs_for(&all, &codec("lz4"), 2);
+        assert_eq!((r[1].settings(), r[1].decompress), ("--compress=client-lz4".to_string(), Some("lz4 -dc")));
+        let r = runs_for(&all, &codec("none"), 2);
+        assert_eq!(r.len(), 2, "one pg_basebackup run without compression: {r:?}");
+        assert_eq!((r[0].tool, r[0].settings(), r[0].decompress), ("pg_basebackup", "--compress=none".to_string(), None));
+        assert_eq!(r[1].settings(), "--compress-type=none --process-max=2");
+    }
+
+    #[test]
+    fn tar_restore_extracts_base_and_tablespaces_through_the_decompressor() {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, target) = (dir.path().join("out"), dir.path().join("restored"));
+        std::fs::create_dir_all(out.join("src/ts")).unwrap();
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(out.join("src/PG_VERSION"), "15\n").unwrap();
+        std::fs::write(out.join("src/ts/file"), "ts\n").unwrap();
+        let sh = |cmd: &str| assert!(Command::new("sh").arg("-c").arg(cmd).current_dir(&out).status().unwrap().success(), "{cmd}");
+        sh("tar -cf - -C src PG_VERSION | gzip -1 > base.tar.gz && tar -cf - -C src/ts file | gzip -1 > 16384.tar.gz && echo '{}' > backup_manifest");
+        let run = runs_for(&[Peer::PgBasebackup], &codec("deflate:1"), 1).remove(0);
+        let f = crate::measure::run(basebackup_restore_command(&out, &target, &run)).unwrap();
+        assert!(f.ok(), "{}", f.stderr);
+        assert_eq!(std::fs::read_to_string(target.join("PG_VERSION")).unwrap(), "15\n");
+        assert_eq!(std::fs::read_to_string(dir.path().join("restored.ts/16384/file")).unwrap(), "ts\n");
+    }
+}

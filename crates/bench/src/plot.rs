@@ -1,0 +1,482 @@
+//! The seeds' plots, drawn with plotters as SVG and PNG: backup size against backup time per codec
+//! (peers included), throughput against stripes, transfer size and buffer count, and CPU % per
+//! codec. Text needs a TrueType font: the system's DejaVu Sans or Liberation Sans, or `SHEAF_FONT`.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use sheaf_core::size::format_size;
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::report::Row;
+
+/// Okabe–Ito: distinguishable by most colour-blind readers, and in greyscale print.
+const COLORS: [(u8, u8, u8); 8] = [(0, 114, 178), (230, 159, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (213, 94, 0), (0, 0, 0), (240, 228, 66)];
+
+fn color(i: usize) -> RGBColor {
+    let (r, g, b) = COLORS[i % COLORS.len()];
+    RGBColor(r, g, b)
+}
+
+const FONT_PATHS: [&str; 6] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+];
+
+/// Register a sans-serif font with plotters, once.
+fn font() -> Result<()> {
+    static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let candidates: Vec<PathBuf> = std::env::var_os("SHEAF_FONT").map(PathBuf::from).into_iter().chain(FONT_PATHS.iter().map(PathBuf::from)).collect();
+        let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
+            "no TrueType font for the plots' text: install one (Debian: apt-get install fonts-dejavu-core) or set SHEAF_FONT=/path/to/font.ttf".to_string()
+        })?;
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read font {}: {e}", path.display()))?;
+        // plotters keeps fonts for the life of the process.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| format!("{} is not a TrueType font (SHEAF_FONT?)", path.display()))
+    })
+    .clone()
+    .map_err(|e| Error::new(ErrorKind::InvalidInput, e))
+}
+
+/// A series of points: one codec, or one peer.
+struct Series {
+    name: String,
+    points: Vec<(f64, f64)>,
+    peer: bool,
+}
+
+/// An x–y chart.
+struct XyChart {
+    file: &'static str,
+    title: String,
+    x_label: String,
+    y_label: String,
+    lines: bool,
+    /// x axis from zero (else padded around the data).
+    x_from_zero: bool,
+    x_format: Box<dyn Fn(f64) -> String>,
+    /// How many x labels at most (few for a discrete knob, so that ticks fall on its values).
+    x_labels: usize,
+    /// Where the legend goes.
+    legend: SeriesLabelPosition,
+    series: Vec<Series>,
+}
+
+/// A grouped bar chart: categories, and two values per category.
+struct Bars {
+    file: &'static str,
+    title: String,
+    y_label: String,
+    categories: Vec<String>,
+    groups: [(String, Vec<f64>); 2],
+}
+
+fn de<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+fn span(values: impl Iterator<Item = f64> + Clone, from_zero: bool) -> (f64, f64) {
+    let lo = values.clone().fold(f64::INFINITY, f64::min);
+    let hi = values.fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if from_zero {
+        return (0.0, if hi > 0.0 { hi * 1.15 } else { 1.0 });
+    }
+    let pad = if hi > lo { (hi - lo) * 0.08 } else { 0.5 };
+    (lo - pad, hi + pad)
+}
+
+fn draw_xy<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &XyChart) -> std::result::Result<(), String> {
+    root.fill(&WHITE).map_err(de)?;
+    let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (x0, x1) = span(xs, c.x_from_zero);
+    let (y0, y1) = span(ys, true);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(18)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(de)?;
+    let fmt = &c.x_format;
+    chart
+        .configure_mesh()
+        .x_desc(c.x_label.as_str())
+        .y_desc(c.y_label.as_str())
+        .x_label_formatter(&|v| fmt(*v))
+        .y_label_formatter(&|v| plain(*v))
+        .x_labels(c.x_labels)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(de)?;
+    for (i, s) in c.series.iter().enumerate() {
+        let col = color(i);
+        let mut pts = s.points.clone();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if c.lines && pts.len() > 1 {
+            chart.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(de)?;
+        }
+        if s.peer {
+            chart
+                .draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 8, col.filled())))
+                .map_err(de)?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 7, col.filled()));
+        } else {
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 5, col.filled())))
+                .map_err(de)?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 5, col.filled()));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(c.legend.clone())
+        .draw()
+        .map_err(de)?;
+    root.present().map_err(de)
+}
+
+fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Bars) -> std::result::Result<(), String> {
+    root.fill(&WHITE).map_err(de)?;
+    // A segmented range includes its end: n categories are 0..n-1.
+    let n = c.categories.len().max(1) as i32;
+    let (_, y1) = span(c.groups.iter().flat_map(|g| g.1.iter().copied()), true);
+    let y1 = y1 * 1.2;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(18)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..y1)
+        .map_err(de)?;
+    let names = &c.categories;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("codec")
+        .y_desc(c.y_label.as_str())
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|v| plain(*v))
+        .light_line_style(WHITE.mix(0.0))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(de)?;
+    for (g, (name, values)) in c.groups.iter().enumerate() {
+        let col = color(g);
+        chart
+            .draw_series(values.iter().enumerate().map(|(i, &v)| {
+                let i = i as i32;
+                let (a, b) = if g == 0 { (SegmentValue::Exact(i), SegmentValue::CenterOf(i)) } else { (SegmentValue::CenterOf(i), SegmentValue::Exact(i + 1)) };
+                let mut r = Rectangle::new([(a, 0.0), (b, v)], col.filled());
+                r.set_margin(0, 0, if g == 0 { 8 } else { 1 }, if g == 0 { 1 } else { 8 });
+                r
+            }))
+            .map_err(de)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(de)?;
+    root.present().map_err(de)
+}
+
+const SIZE: (u32, u32) = (1000, 620);
+
+/// Draw both formats of one chart into `dir`; returns the files.
+fn render(dir: &Path, file: &str, draw: &dyn Fn(&Path, bool) -> std::result::Result<(), String>) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (ext, svg) in [("svg", true), ("png", false)] {
+        let path = dir.join(format!("{file}.{ext}"));
+        draw(&path, svg).map_err(|e| Error::new(ErrorKind::Target, format!("cannot draw {}: {e}", path.display())))?;
+        out.push(path);
+    }
+    Ok(out)
+}
+
+fn render_xy(dir: &Path, c: &XyChart) -> Result<Vec<PathBuf>> {
+    render(dir, c.file, &|path, svg| {
+        if svg {
+            draw_xy(SVGBackend::new(path, SIZE).into_drawing_area(), c)
+        } else {
+            draw_xy(BitMapBackend::new(path, SIZE).into_drawing_area(), c)
+        }
+    })
+}
+
+fn render_bars(dir: &Path, c: &Bars) -> Result<Vec<PathBuf>> {
+    render(dir, c.file, &|path, svg| {
+        if svg {
+            draw_bars(SVGBackend::new(path, SIZE).into_drawing_area(), c)
+        } else {
+            draw_bars(BitMapBackend::new(path, SIZE).into_drawing_area(), c)
+        }
+    })
+}
+
+/// A tick value without trailing zeros: 0.02, 2.5, 40.
+fn plain(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".to_string() } else { s.to_string() }
+}
+
+/// An integer knob's tick: its value, or nothing between values.
+fn integer(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-6 {
+        format!("{v:.0}")
+    } else {
+        String::new()
+    }
+}
+
+/// Lines of sheaf throughput against one knob, the other knobs held at the first row's values.
+/// The knob's values are evenly spaced (its distinct values in order: 1, 2, 4, 8 stripes or 64 KiB,
+/// 1 MiB, 4 MiB read like a log axis) and labelled by `label`.
+fn knob_chart(rows: &[Row], file: &'static str, knob: &str, x_label: &str, x: fn(&Row) -> Option<f64>, same: fn(&Row, &Row) -> bool, label: fn(f64) -> String) -> XyChart {
+    let sheaf: Vec<&Row> = rows.iter().filter(|r| r.tool == "sheaf").collect();
+    let base = sheaf.first().copied();
+    let mut targets: Vec<&str> = sheaf.iter().map(|r| r.target.as_str()).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    let chosen: Vec<&Row> = sheaf.iter().copied().filter(|r| base.is_some_and(|b| same(r, b))).collect();
+    let mut values: Vec<f64> = chosen.iter().filter_map(|r| x(r)).collect();
+    values.sort_by(f64::total_cmp);
+    values.dedup();
+    let mut series: Vec<Series> = Vec::new();
+    for r in chosen {
+        let name = if targets.len() > 1 { format!("{} -> {}", r.compression, r.target) } else { r.compression.clone() };
+        let Some(index) = x(r).and_then(|v| values.iter().position(|&u| u == v)) else { continue };
+        let p = (index as f64, r.backup_mb_per_s());
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(p),
+            None => series.push(Series { name, points: vec![p], peer: false }),
+        }
+    }
+    let held = base.map(|b| match knob {
+        "stripes" => format!("transfer {}, buffers {}", format_size(b.transfer_size), buffers(b)),
+        "transfer size" => format!("{} stripe(s), buffers {}", b.stripes, buffers(b)),
+        _ => format!("{} stripe(s), transfer {}", b.stripes, format_size(b.transfer_size)),
+    });
+    let n = values.len();
+    XyChart {
+        file,
+        title: format!("sheaf backup throughput vs {knob} ({})", held.unwrap_or_default()),
+        x_label: x_label.into(),
+        y_label: "backup throughput (MB/s, median)".into(),
+        lines: true,
+        x_from_zero: false,
+        x_format: Box::new(move |v| {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n { label(values[i as usize]) } else { String::new() }
+        }),
+        x_labels: n + 1,
+        legend: SeriesLabelPosition::LowerRight,
+        series,
+    }
+}
+
+fn buffers(r: &Row) -> String {
+    r.buffer_count.map_or_else(|| "default".to_string(), |b| b.to_string())
+}
+
+/// Draw every plot of `rows` into `dir` as SVG and PNG; returns the files written.
+///
+/// # Errors
+/// No font for the text, or a file that cannot be written.
+pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
+    font()?;
+    let mut files = Vec::new();
+    let repeats = rows.first().map_or(0, |r| r.backup_seconds.n);
+
+    // Size against time: sheaf per codec, each peer as one series.
+    let mut series: Vec<Series> = Vec::new();
+    for r in rows {
+        let peer = r.tool != "sheaf";
+        let name = if peer { r.tool.clone() } else { format!("sheaf {}", r.compression) };
+        let p = (r.backup_seconds.median, r.size_bytes.median / 1e6);
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(p),
+            None => series.push(Series { name, points: vec![p], peer }),
+        }
+    }
+    files.extend(render_xy(
+        dir,
+        &XyChart {
+            file: "size_vs_backup_time",
+            title: format!("Backup size vs backup time (median of {repeats}; lower left is better)"),
+            x_label: "backup time (s)".into(),
+            y_label: "backup size (MB)".into(),
+            lines: false,
+            x_from_zero: true,
+            x_format: Box::new(plain),
+            x_labels: 10,
+            legend: SeriesLabelPosition::UpperRight,
+            series,
+        },
+    )?);
+
+    files.extend(render_xy(
+        dir,
+        &knob_chart(
+            rows,
+            "throughput_vs_stripes",
+            "stripes",
+            "stripes (files written in parallel)",
+            |r| Some(r.stripes as f64),
+            |r, b| r.transfer_size == b.transfer_size && r.buffer_count == b.buffer_count,
+            integer,
+        ),
+    )?);
+    files.extend(render_xy(
+        dir,
+        &knob_chart(
+            rows,
+            "throughput_vs_transfer_size",
+            "transfer size",
+            "transfer size (MAXTRANSFERSIZE)",
+            |r| (r.transfer_size > 0).then_some(r.transfer_size as f64),
+            |r, b| r.stripes == b.stripes && r.buffer_count == b.buffer_count,
+            |v| format_size(v as u64),
+        ),
+    )?);
+    files.extend(render_xy(
+        dir,
+        &knob_chart(
+            rows,
+            "throughput_vs_buffer_count",
+            "buffer count",
+            "buffers in flight (BUFFERCOUNT; the default as resolved)",
+            |r| r.buffers_used.or(r.buffer_count).map(|b| b as f64),
+            |r, b| r.stripes == b.stripes && r.transfer_size == b.transfer_size,
+            integer,
+        ),
+    )?);
+
+    // CPU per codec: sheaf at the first settings, to the first disk target if there is one.
+    let sheaf: Vec<&Row> = rows.iter().filter(|r| r.tool == "sheaf").collect();
+    let chosen: Vec<&Row> = match sheaf.iter().find(|r| r.restore_seconds.is_some()).or(sheaf.first()) {
+        Some(b) => sheaf.iter().copied().filter(|r| r.target == b.target && r.stripes == b.stripes && r.transfer_size == b.transfer_size && r.buffer_count == b.buffer_count).collect(),
+        None => Vec::new(),
+    };
+    let cores = "of all cores";
+    files.extend(render_bars(
+        dir,
+        &Bars {
+            file: "cpu_per_codec",
+            title: format!(
+                "sheaf CPU per codec ({})",
+                chosen.first().map_or_else(String::new, |b| format!("{} stripe(s) -> {}, median of {repeats}", b.stripes, b.target))
+            ),
+            y_label: format!("CPU % {cores} (user + system)"),
+            categories: chosen.iter().map(|r| r.compression.clone()).collect(),
+            groups: [
+                ("backup".into(), chosen.iter().map(|r| r.backup_cpu_pct.median).collect()),
+                ("restore".into(), chosen.iter().map(|r| r.restore_cpu_pct.map_or(0.0, |s| s.median)).collect()),
+            ],
+        },
+    )?);
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::summarize;
+
+    fn row(tool: &str, codec: &str, stripes: usize, ts: u64, secs: f64, size: f64, target: &str) -> Row {
+        let s = |v: f64| summarize(&[v, v * 1.1, v * 0.9]).unwrap();
+        Row {
+            tool: tool.into(),
+            compression: codec.into(),
+            settings: String::new(),
+            stripes,
+            transfer_size: ts,
+            buffer_count: None,
+            buffers_used: Some(10),
+            target: target.into(),
+            backup_seconds: s(secs),
+            backup_cpu_pct: s(80.0),
+            backup_host_cpu_pct: s(85.0),
+            backup_peak_rss_bytes: s(20e6),
+            size_bytes: s(size),
+            bytes_read: 1_000_000_000,
+            verify_seconds: None,
+            restore_seconds: (target != "nul").then(|| s(secs * 1.5)),
+            restore_cpu_pct: (target != "nul").then(|| s(40.0)),
+            restore_host_cpu_pct: None,
+        }
+    }
+
+    #[test]
+    fn every_plot_is_written_in_both_formats() {
+        let mut rows = Vec::new();
+        for target in ["nul", "/tmp/x"] {
+            for stripes in [1, 2] {
+                for ts in [65536, 1 << 20] {
+                    for (codec, secs, size) in [("lz4", 1.5, 600e6), ("zstd:low", 2.5, 450e6)] {
+                        rows.push(row("sheaf", codec, stripes, ts, secs / stripes as f64, size, target));
+                    }
+                }
+            }
+        }
+        rows.push(row("pgbackrest", "zstd:low", 1, 0, 6.0, 451e6, "/tmp/x"));
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_plots(&rows, dir.path()).unwrap();
+        assert_eq!(files.len(), 10);
+        for f in &files {
+            let len = std::fs::metadata(f).unwrap().len();
+            assert!(len > 3000, "{} is {len} bytes", f.display());
+        }
+        let svg = std::fs::read_to_string(dir.path().join("cpu_per_codec.svg")).unwrap();
+        for text in ["backup", "restore", "lz4", "zstd:low", "CPU % of all cores"] {
+            assert!(svg.contains(text), "the CPU plot lacks '{text}'");
+        }
+        assert!(svg.matches("<rect").count() >= 4, "two bars per codec");
+        let svg = std::fs::read_to_string(dir.path().join("size_vs_backup_time.svg")).unwrap();
+        for text in ["backup time (s)", "backup size (MB)", "sheaf lz4", "pgbackrest", "Backup size vs backup time"] {
+            assert!(svg.contains(text), "the size plot lacks '{text}'");
+        }
+        let svg = std::fs::read_to_string(dir.path().join("throughput_vs_transfer_size.svg")).unwrap();
+        assert!(svg.contains("64 KiB") && svg.contains("1 MiB"), "transfer sizes label the x axis");
+        assert!(svg.contains("lz4 -&gt; /tmp/x") || svg.contains("lz4 -> /tmp/x"), "one line per codec and target");
+        let png = std::fs::read(dir.path().join("cpu_per_codec.png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+
+    #[test]
+    fn ticks_are_labelled_plainly() {
+        assert_eq!(plain(2.0), "2");
+        assert_eq!(plain(0.02), "0.02");
+        assert_eq!(plain(2.5), "2.5");
+        assert_eq!(integer(7.0), "7");
+        assert_eq!(integer(7.5), "");
+    }
+}

@@ -1,0 +1,768 @@
+//! The runner: every permutation of the matrix, each repeat a backup, a verify and a restore (to
+//! disk targets), each operation a child process of sheaf measured on its own; then the peers,
+//! timed the same way. Every operation starts with nothing dirty (or a dropped cache) and is
+//! timed until durable.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
+use sheaf_pg::scratch::{self, ScratchCluster};
+
+use crate::matrix::{BenchTarget, Matrix, Permutation};
+use crate::measure::{self, Cost, Finished};
+use crate::peers::{self, BackRest, Peer, PeerRun};
+use crate::report::Row;
+use crate::stats::summarize;
+
+/// What to back up.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// A directory tree.
+    Path(PathBuf),
+    /// A running PostgreSQL server (libpq URL).
+    Url(String),
+    /// A throwaway cluster loaded with TPC-H at this scale, torn down afterwards.
+    Tpch(f64),
+}
+
+impl Source {
+    /// Parse a positional source or `--dataset tpch:SCALE`.
+    ///
+    /// # Errors
+    /// Neither or both given, or a dataset that is not `tpch:SCALE`.
+    pub fn from_args(source: Option<&str>, dataset: Option<&str>) -> Result<Source> {
+        match (source, dataset) {
+            (Some(_), Some(_)) => Err(Error::invalid("give a source or --dataset, not both")),
+            (None, None) => Err(Error::invalid(
+                "nothing to back up: give a source (a directory or a postgres:// URL) or --dataset tpch:SCALE (a throwaway cluster loaded with TPC-H)",
+            )),
+            (Some(s), None) if s.starts_with("postgres://") || s.starts_with("postgresql://") => Ok(Source::Url(s.to_string())),
+            (Some(s), None) => Ok(Source::Path(PathBuf::from(s))),
+            (None, Some(d)) => {
+                let scale = d.strip_prefix("tpch:").and_then(|s| s.parse::<f64>().ok()).filter(|s| *s > 0.0 && *s <= 100.0);
+                scale.map(Source::Tpch).ok_or_else(|| Error::invalid(format!("--dataset '{d}': give tpch:SCALE, e.g. tpch:1 (about 1 GB) or tpch:0.01")))
+            }
+        }
+    }
+
+    /// How the report names it (no password).
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Path(p) => p.display().to_string(),
+            Source::Url(u) => sheaf_pg::server::redact(u),
+            Source::Tpch(s) => format!("TPC-H scale {s} in a throwaway PostgreSQL cluster"),
+        }
+    }
+}
+
+/// Everything a bench needs.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// The sweep.
+    pub matrix: Matrix,
+    /// What to back up.
+    pub source: Source,
+    /// Peers to measure on the same source.
+    pub peers: Vec<Peer>,
+    /// Drop the page cache before every operation (root only).
+    pub drop_caches: bool,
+    /// The sheaf executable whose operations are measured.
+    pub sheaf: PathBuf,
+    /// The catalog the runs are recorded in (else the children's default).
+    pub catalog: Option<PathBuf>,
+    /// Where restores go (else a scratch folder beside each target's stripes).
+    pub restore_dir: Option<PathBuf>,
+}
+
+/// What the runner tells its caller.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// Something is being prepared.
+    Note(&'a str),
+    /// Something did not go as asked but the bench goes on (a peer missing or failing).
+    Warning(&'a str),
+    /// A run starts: `index` from 1 of `total`, `eta` once one run has finished.
+    Run {
+        /// Which run, from 1.
+        index: usize,
+        /// Runs in all.
+        total: usize,
+        /// Tool and permutation.
+        what: &'a str,
+        /// Which repeat, from 1.
+        repeat: usize,
+        /// Repeats per permutation.
+        repeats: usize,
+        /// Time left, estimated from the runs so far.
+        eta: Option<Duration>,
+    },
+}
+
+/// One repeat of one permutation or peer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sample {
+    /// Tool.
+    pub tool: String,
+    /// sheaf codec (matched, for a peer).
+    pub compression: String,
+    /// A peer's options.
+    pub settings: String,
+    /// Stripes.
+    pub stripes: usize,
+    /// Transfer size.
+    pub transfer_size: u64,
+    /// Buffer count asked for.
+    pub buffer_count: Option<usize>,
+    /// Buffer count used.
+    pub buffers_used: Option<usize>,
+    /// Target.
+    pub target: String,
+    /// Which repeat, from 1.
+    pub repeat: usize,
+    /// Bytes read from the source.
+    pub bytes_read: u64,
+    /// Bytes of the backup.
+    pub size_bytes: u64,
+    /// The backup.
+    pub backup: Cost,
+    /// The verify (sheaf to disk).
+    pub verify: Option<Cost>,
+    /// The restore (disk targets).
+    pub restore: Option<Cost>,
+}
+
+/// How the bench ran: what a reader of the report needs to judge it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// When it started (UTC).
+    pub started: String,
+    /// The source.
+    pub source: String,
+    /// Cores (CPU % is of all of them).
+    pub cores: usize,
+    /// `warm` or `dropped before every operation`.
+    pub cache: String,
+    /// Repeats per permutation.
+    pub repeats: usize,
+    /// sheaf's version.
+    pub sheaf_version: String,
+    /// Seconds the whole bench took.
+    pub seconds: f64,
+    /// Warnings (peers skipped or failing).
+    pub warnings: Vec<String>,
+}
+
+/// The bench's results.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// How it ran.
+    pub info: RunInfo,
+    /// One row per permutation and tool, in run order.
+    pub rows: Vec<Row>,
+    /// Every repeat.
+    pub samples: Vec<Sample>,
+}
+
+/// Work directories to remove if the bench is interrupted (signal handlers cannot unwind).
+static WORK_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn work_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove every work directory of running benches: for a Ctrl-C handler.
+pub fn cleanup() {
+    for d in std::mem::take(&mut *work_dirs()) {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// A work directory `NAME` in `parent`, created now and removed on drop (or by [`cleanup`]).
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn create(parent: &Path, name: &str) -> Result<WorkDir> {
+        let path = parent.join(name);
+        if path.exists() {
+            return Err(Error::new(ErrorKind::Target, format!("{} exists: remove it, or it is another bench's", path.display())));
+        }
+        std::fs::create_dir_all(&path).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", path.display()), e))?;
+        work_dirs().push(path.clone());
+        // Peers run as the server's user (pgBackRest) and must reach into it.
+        set_mode(&path, 0o755)?;
+        Ok(WorkDir(path))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        work_dirs().retain(|d| d != &self.0);
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(ErrorKind::Target, format!("chmod {}", path.display()), e))
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(ErrorKind::Target, format!("cannot remove {}", path.display()), e)),
+    }
+}
+
+/// Bytes of all files under `path`.
+fn tree_bytes(path: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(path) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The prepared source: what children are pointed at, and the cluster when we made one.
+struct Prepared {
+    arg: String,
+    cluster: Option<ScratchCluster>,
+    url: Option<String>,
+}
+
+/// The peer set-up on a throwaway cluster: pgBackRest's state directory.
+struct BackRestHome {
+    dir: tempfile::TempDir,
+}
+
+fn prepare_source(opts: &BenchOptions, backrest: bool, note: &dyn Fn(Event)) -> Result<(Prepared, Option<BackRestHome>)> {
+    match &opts.source {
+        Source::Path(p) => {
+            if !p.is_dir() {
+                return Err(Error::new(ErrorKind::Source, format!("{} is not a directory: give a directory, a postgres:// URL or --dataset tpch:SCALE", p.display())));
+            }
+            Ok((Prepared { arg: p.display().to_string(), cluster: None, url: None }, None))
+        }
+        Source::Url(u) => Ok((Prepared { arg: u.clone(), cluster: None, url: Some(u.clone()) }, None)),
+        Source::Tpch(scale) => {
+            note(Event::Note("starting a throwaway PostgreSQL cluster (installing Debian's postgresql if missing)"));
+            // pgBackRest needs the WAL archived through it; archiving stays off otherwise. During
+            // the load the archiver discards (only WAL from each backup's start matters), and
+            // pgBackRest takes over once the data is in.
+            let settings: &[&str] = if backrest { &["archive_mode = on", "archive_command = 'true'"] } else { &[] };
+            let cluster = ScratchCluster::create(None, &[], settings)?;
+            cluster.query("postgres", "CREATE DATABASE tpch")?;
+            note(Event::Note(&format!("loading TPC-H scale {scale} (tpchgen)")));
+            sheaf_pg::tpch::load(&cluster.url("tpch"), *scale, &|t| note(Event::Note(&format!("  {t}"))))?;
+            // Settle the pages (hint bits, visibility map) so that every run reads the same bytes.
+            cluster.query("tpch", "VACUUM ANALYZE")?;
+            cluster.query("postgres", "CHECKPOINT")?;
+            let home = if backrest {
+                let dir = tempfile::Builder::new().prefix("sheaf-bench-pgbackrest.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "temp dir", e))?;
+                scratch::server_dir(dir.path())?;
+                set_mode(dir.path(), 0o755)?;
+                Some(BackRestHome { dir })
+            } else {
+                None
+            };
+            let url = cluster.url("postgres");
+            Ok((Prepared { arg: url.clone(), cluster: Some(cluster), url: Some(url) }, home))
+        }
+    }
+}
+
+/// Wait until the cluster's archiver has nothing left to push, so that no run pays for the
+/// previous one's WAL.
+fn archiver_idle(cluster: &ScratchCluster) -> Result<()> {
+    let status = cluster.data.join("pg_wal/archive_status");
+    for _ in 0..2400 {
+        let ready = std::fs::read_dir(&status).map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".ready"))).unwrap_or(false);
+        if !ready {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(Error::new(ErrorKind::Source, "the cluster's WAL archiver (pgBackRest archive-push) did not catch up in 10 minutes"))
+}
+
+/// Runs so far, for the ETA.
+struct Clock {
+    start: Instant,
+    done: usize,
+    total: usize,
+}
+
+impl Clock {
+    fn eta(&self) -> Option<Duration> {
+        (self.done > 0).then(|| self.start.elapsed().mul_f64((self.total - self.done) as f64 / self.done as f64))
+    }
+}
+
+/// The parts of `sheaf backup --json` the bench uses.
+fn backup_figures(f: &Finished) -> Result<(u64, u64, usize)> {
+    let v: serde_json::Value = serde_json::from_str(f.stdout.trim())
+        .map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e}): {}", f.stdout)))?;
+    let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).ok_or_else(|| Error::new(ErrorKind::Io, format!("sheaf backup --json lacks {k}")));
+    Ok((n("bytes_read")?, n("bytes_written")?, n("buffer_count")? as usize))
+}
+
+/// Before an operation: nothing dirty, the archiver idle, the cache dropped if asked.
+fn settle(opts: &BenchOptions, cluster: Option<&ScratchCluster>, archiving: bool) -> Result<()> {
+    if let (Some(c), true) = (cluster, archiving) {
+        archiver_idle(c)?;
+    }
+    if opts.drop_caches {
+        measure::drop_caches()
+    } else {
+        measure::sync_all();
+        Ok(())
+    }
+}
+
+struct Ctx<'a> {
+    opts: &'a BenchOptions,
+    src: &'a Prepared,
+    archiving: bool,
+    work_name: String,
+    note: &'a dyn Fn(Event),
+    clock: Clock,
+}
+
+impl Ctx<'_> {
+    fn sheaf(&self) -> Command {
+        let mut c = Command::new(&self.opts.sheaf);
+        if let Some(cat) = &self.opts.catalog {
+            c.arg("--catalog").arg(cat);
+        }
+        c
+    }
+
+    fn settle(&self) -> Result<()> {
+        settle(self.opts, self.src.cluster.as_ref(), self.archiving)
+    }
+
+    fn announce(&mut self, what: &str, repeat: usize) {
+        let ev = Event::Run { index: self.clock.done + 1, total: self.clock.total, what, repeat, repeats: self.opts.matrix.repeat, eta: self.clock.eta() };
+        (self.note)(ev);
+    }
+
+    fn restore_dir(&self, target_dir: &Path) -> PathBuf {
+        self.opts.restore_dir.clone().unwrap_or_else(|| target_dir.join(&self.work_name)).join("restore")
+    }
+
+    /// One repeat of a sheaf permutation.
+    fn sheaf_run(&mut self, p: &Permutation, repeat: usize) -> Result<Sample> {
+        let stripes: Vec<String> = (0..p.stripes)
+            .map(|k| p.target.stripe_path(&self.work_name, k).map_or_else(|| "nul".to_string(), |s| s.display().to_string()))
+            .collect();
+        let mut c = self.sheaf();
+        c.arg("backup").arg(&self.src.arg);
+        for s in &stripes {
+            c.arg("--to").arg(s);
+        }
+        c.args(["-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"])
+            .arg(format!("sheaf bench: {}, run {repeat}", p.name()));
+        if let Some(b) = p.buffer_count {
+            c.args(["--buffer-count", &b.to_string()]);
+        }
+        self.settle()?;
+        let b = measure::run(c)?;
+        if !b.ok() {
+            return Err(b.failure(&format!("sheaf backup ({})", p.name())));
+        }
+        let (bytes_read, size_bytes, buffers_used) = backup_figures(&b)?;
+        let (mut verify, mut restore) = (None, None);
+        if let BenchTarget::Dir(dirs) = &p.target {
+            let mut c = self.sheaf();
+            c.args(["verify", &stripes[0], "--json"]);
+            self.settle()?;
+            let v = measure::run(c)?;
+            if !v.ok() {
+                return Err(v.failure(&format!("sheaf verify ({})", p.name())));
+            }
+            verify = Some(v.cost);
+            let dest = self.restore_dir(&dirs[0]);
+            remove(&dest)?;
+            let mut c = self.sheaf();
+            c.args(["restore", &stripes[0], "--json", "--to"]).arg(&dest);
+            self.settle()?;
+            let r = measure::run(c)?;
+            remove(&dest)?;
+            if !r.ok() {
+                return Err(r.failure(&format!("sheaf restore ({})", p.name())));
+            }
+            restore = Some(r.cost);
+            for s in &stripes {
+                let _ = std::fs::remove_file(s);
+            }
+        }
+        Ok(Sample {
+            tool: "sheaf".into(),
+            compression: p.compression.clone(),
+            settings: String::new(),
+            stripes: p.stripes,
+            transfer_size: p.transfer_size,
+            buffer_count: p.buffer_count,
+            buffers_used: Some(buffers_used),
+            target: p.target.to_string(),
+            repeat,
+            bytes_read,
+            size_bytes,
+            backup: b.cost,
+            verify,
+            restore,
+        })
+    }
+
+    /// One repeat of pg_basebackup into `dir`, restored by extracting its tar files.
+    fn basebackup_run(&mut self, bin: &Path, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
+        let url = self.src.url.as_deref().expect("peers need a PostgreSQL source");
+        let out = dir.join(&self.work_name).join("pg_basebackup");
+        remove(&out)?;
+        self.settle()?;
+        let b = measure::run(peers::basebackup_command(bin, url, &out, run))?;
+        if !b.ok() {
+            let _ = remove(&out);
+            return Err(b.failure(&format!("pg_basebackup {} (run {repeat})", run.settings())));
+        }
+        let size = tree_bytes(&out);
+        let dest = self.restore_dir(dir);
+        remove(&dest)?;
+        std::fs::create_dir_all(&dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))?;
+        self.settle()?;
+        let r = measure::run(peers::basebackup_restore_command(&out, &dest, run))?;
+        let restored = dest.join("PG_VERSION").exists();
+        remove(&dest)?;
+        remove(&dest.with_extension("ts"))?;
+        remove(&out)?;
+        if !r.ok() || !restored {
+            return Err(r.failure(&format!("extracting pg_basebackup's tar files ({})", run.settings())));
+        }
+        Ok((size, b.cost, r.cost))
+    }
+
+    /// One repeat of pgBackRest: a full backup into the repository, then a restore.
+    fn backrest_run(&mut self, br: &BackRest, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
+        let mut args: Vec<&str> = vec!["backup", "--type=full", "--repo1-retention-full=1"];
+        args.extend(run.options.iter().map(String::as_str));
+        self.settle()?;
+        let b = measure::run(br.command(&args))?;
+        if !b.ok() {
+            return Err(b.failure(&format!("pgbackrest backup {} (run {repeat})", run.settings())));
+        }
+        let info = measure::run(br.command(&["info", "--output=json"]))?;
+        let size = backrest_size(&info.stdout).ok_or_else(|| Error::new(ErrorKind::Io, format!("pgbackrest info printed no backup size: {}", info.stdout)))?;
+        let dest = self.restore_dir(dir);
+        remove(&dest)?;
+        scratch::server_dir(&dest)?;
+        let process_max: Vec<&str> = run.options.iter().filter(|o| o.starts_with("--process-max")).map(String::as_str).collect();
+        let pg1 = format!("--pg1-path={}", dest.display());
+        let mut args = vec!["restore", pg1.as_str()];
+        args.extend(process_max);
+        self.settle()?;
+        let r = measure::run(br.command(&args))?;
+        let restored = dest.join("PG_VERSION").exists();
+        remove(&dest)?;
+        if !r.ok() || !restored {
+            return Err(r.failure(&format!("pgbackrest restore ({})", run.settings())));
+        }
+        Ok((size, b.cost, r.cost))
+    }
+}
+
+/// The repository size of the newest backup in `pgbackrest info --output=json`.
+fn backrest_size(json: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    v.get(0)?.get("backup")?.as_array()?.last()?.pointer("/info/repository/size")?.as_u64()
+}
+
+/// Set up pgBackRest on the cluster with its repository in `repo`: config, archive_command, stanza.
+fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path) -> Result<BackRest> {
+    scratch::server_dir(repo)?;
+    let config = home.join("pgbackrest.conf");
+    let text = BackRest::config_text(&cluster.data, &cluster.sock, cluster.port, repo, home);
+    std::fs::write(&config, text).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", config.display()), e))?;
+    set_mode(&config, 0o644)?;
+    let br = BackRest { config: config.clone(), repo: repo.to_path_buf() };
+    let cmd = format!("pgbackrest --config={} --stanza=bench archive-push %p", config.display());
+    cluster.query("postgres", &format!("ALTER SYSTEM SET archive_command = '{}'", cmd.replace('\'', "''")))?;
+    cluster.query("postgres", "SELECT pg_reload_conf()")?;
+    let f = measure::run(br.command(&["stanza-create"]))?;
+    if !f.ok() {
+        return Err(f.failure("pgbackrest stanza-create"));
+    }
+    cluster.query("postgres", "SELECT pg_switch_wal()")?;
+    Ok(br)
+}
+
+/// Run the bench. `note` hears progress; the library prints nothing.
+///
+/// # Errors
+/// Bad options, the source or a target unusable, or a sheaf operation failing (peers failing are
+/// warnings: their rows are left out).
+pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
+    let started = Instant::now();
+    let started_at = sheaf_core::time::utc_now();
+    let mut warnings: Vec<String> = Vec::new();
+    let warn = |w: String, warnings: &mut Vec<String>| {
+        note(Event::Warning(&w));
+        warnings.push(w);
+    };
+    if opts.drop_caches {
+        measure::drop_caches()?;
+    }
+    let dir_targets: Vec<PathBuf> = {
+        let mut v: Vec<PathBuf> = Vec::new();
+        for t in &opts.matrix.target {
+            if let BenchTarget::Dir(d) = t {
+                if !v.contains(&d[0]) {
+                    v.push(d[0].clone());
+                }
+            }
+        }
+        v
+    };
+    // Peers: only those that apply and are installed.
+    let mut peers: Vec<Peer> = Vec::new();
+    for &p in &opts.peers {
+        let why = match (&opts.source, p) {
+            (Source::Path(_), _) => Some("it backs up PostgreSQL servers, and the source is a directory".to_string()),
+            (Source::Url(_), Peer::PgBackRest) => Some("it must archive the server's WAL, which sheaf sets up only on the clusters it makes (--dataset tpch:SCALE)".to_string()),
+            _ if dir_targets.is_empty() => Some("peers write to disk: give a directory in --target".to_string()),
+            _ if peers::find(p.program()).is_none() => Some(format!("{} is not installed (Debian: apt-get install {})", p.program(), if p == Peer::PgBackRest { "pgbackrest" } else { "postgresql-client" })),
+            _ => None,
+        };
+        match why {
+            Some(why) => warn(format!("peer {} skipped: {why}", p.program()), &mut warnings),
+            None => peers.push(p),
+        }
+    }
+    let backrest = peers.contains(&Peer::PgBackRest);
+    let (src, home) = prepare_source(opts, backrest, note)?;
+    let work_name = format!("sheaf-bench-{}", std::process::id());
+    let mut works: Vec<WorkDir> = Vec::new();
+    let parents = opts.matrix.target.iter().flat_map(|t| match t {
+        BenchTarget::Dir(dirs) => dirs.clone(),
+        BenchTarget::Nul => Vec::new(),
+    });
+    for d in parents.chain(opts.restore_dir.clone()) {
+        if !works.iter().any(|w| w.0 == d.join(&work_name)) {
+            works.push(WorkDir::create(&d, &work_name)?);
+        }
+    }
+    let cores = sheaf_core::backup::available_cores();
+    let codecs: Vec<CodecSpec> = opts.matrix.compression.clone();
+    let peer_runs: Vec<PeerRun> = codecs.iter().flat_map(|c| peers::runs_for(&peers, c, cores)).collect();
+    let perms = opts.matrix.permutations();
+    let total = (perms.len() + peer_runs.len() * dir_targets.len()) * opts.matrix.repeat;
+    let mut ctx = Ctx {
+        opts,
+        src: &src,
+        archiving: backrest,
+        work_name: work_name.clone(),
+        note,
+        clock: Clock { start: Instant::now(), done: 0, total },
+    };
+    let mut samples = Vec::new();
+    for p in &perms {
+        for r in 1..=opts.matrix.repeat {
+            ctx.announce(&format!("sheaf {}", p.name()), r);
+            samples.push(ctx.sheaf_run(p, r)?);
+            ctx.clock.done += 1;
+        }
+    }
+    let sheaf_read: Vec<f64> = samples.iter().map(|s| s.bytes_read as f64).collect();
+    let source_bytes = summarize(&sheaf_read).map_or(0, |s| s.median as u64);
+    let basebackup = peers::find("pg_basebackup");
+    for dir in &dir_targets {
+        let br = match (&home, &src.cluster) {
+            (Some(h), Some(c)) => match backrest_setup(c, h.dir.path(), &dir.join(&work_name).join("pgbackrest")) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    warn(format!("peer pgbackrest skipped on {}: {e}", dir.display()), &mut warnings);
+                    None
+                }
+            },
+            _ => None,
+        };
+        for run in &peer_runs {
+            let mut failed = false;
+            for r in 1..=opts.matrix.repeat {
+                ctx.announce(&format!("{} {} ({}) -> {}", run.tool, run.codec, run.settings(), dir.display()), r);
+                ctx.clock.done += 1;
+                if failed {
+                    continue;
+                }
+                let result = if run.tool == "pgbackrest" {
+                    match &br {
+                        Some(br) => ctx.backrest_run(br, run, dir, r),
+                        None => continue,
+                    }
+                } else {
+                    ctx.basebackup_run(basebackup.as_deref().expect("checked above"), run, dir, r)
+                };
+                match result {
+                    Ok((size, backup, restore)) => samples.push(Sample {
+                        tool: run.tool.to_string(),
+                        compression: run.codec.clone(),
+                        settings: run.settings(),
+                        stripes: 1,
+                        transfer_size: 0,
+                        buffer_count: None,
+                        buffers_used: None,
+                        target: dir.display().to_string(),
+                        repeat: r,
+                        bytes_read: source_bytes,
+                        size_bytes: size,
+                        backup,
+                        verify: None,
+                        restore: Some(restore),
+                    }),
+                    Err(e) => {
+                        failed = true;
+                        samples.retain(|s| !(s.tool == run.tool && s.settings == run.settings() && s.target == dir.display().to_string()));
+                        warn(format!("{} {} left out: {e}", run.tool, run.settings()), &mut warnings);
+                    }
+                }
+            }
+        }
+    }
+    drop(works);
+    drop(src);
+    let rows = rows(&samples, cores);
+    Ok(BenchResult {
+        info: RunInfo {
+            started: started_at,
+            source: opts.source.describe(),
+            cores,
+            cache: if opts.drop_caches { "dropped before every operation".into() } else { "warm (each operation starts after sync, nothing dirty)".into() },
+            repeats: opts.matrix.repeat,
+            sheaf_version: env!("CARGO_PKG_VERSION").to_string(),
+            seconds: started.elapsed().as_secs_f64(),
+            warnings,
+        },
+        rows,
+        samples,
+    })
+}
+
+/// Group the samples into rows (medians and ranges), in the order they first ran.
+pub fn rows(samples: &[Sample], cores: usize) -> Vec<Row> {
+    type Key = (String, String, String, usize, u64, Option<usize>, String);
+    let key = |s: &Sample| -> Key { (s.tool.clone(), s.compression.clone(), s.settings.clone(), s.stripes, s.transfer_size, s.buffer_count, s.target.clone()) };
+    let mut order: Vec<Key> = Vec::new();
+    for s in samples {
+        let k = key(s);
+        if !order.contains(&k) {
+            order.push(k);
+        }
+    }
+    order
+        .into_iter()
+        .filter_map(|k| {
+            let g: Vec<&Sample> = samples.iter().filter(|s| key(s) == k).collect();
+            let of = |f: &dyn Fn(&Sample) -> f64| summarize(&g.iter().map(|s| f(s)).collect::<Vec<_>>());
+            let of_opt = |f: &dyn Fn(&Sample) -> Option<f64>| {
+                let v: Option<Vec<f64>> = g.iter().map(|s| f(s)).collect();
+                v.and_then(|v| summarize(&v))
+            };
+            let first = g[0];
+            let mut used: Vec<usize> = g.iter().filter_map(|s| s.buffers_used).collect();
+            used.sort_unstable();
+            Some(Row {
+                tool: first.tool.clone(),
+                compression: first.compression.clone(),
+                settings: first.settings.clone(),
+                stripes: first.stripes,
+                transfer_size: first.transfer_size,
+                buffer_count: first.buffer_count,
+                buffers_used: used.get(used.len() / 2).copied(),
+                target: first.target.clone(),
+                backup_seconds: of(&|s| s.backup.seconds)?,
+                backup_cpu_pct: of(&|s| s.backup.cpu_pct(cores))?,
+                backup_host_cpu_pct: of(&|s| s.backup.host_cpu_pct)?,
+                backup_peak_rss_bytes: of(&|s| s.backup.peak_rss_bytes as f64)?,
+                size_bytes: of(&|s| s.size_bytes as f64)?,
+                bytes_read: first.bytes_read,
+                verify_seconds: of_opt(&|s| s.verify.map(|c| c.seconds)),
+                restore_seconds: of_opt(&|s| s.restore.map(|c| c.seconds)),
+                restore_cpu_pct: of_opt(&|s| s.restore.map(|c| c.cpu_pct(cores))),
+                restore_host_cpu_pct: of_opt(&|s| s.restore.map(|c| c.host_cpu_pct)),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_with_clear_errors() {
+        assert_eq!(Source::from_args(Some("/srv/data"), None).unwrap(), Source::Path("/srv/data".into()));
+        assert_eq!(Source::from_args(Some("postgres://u:pw@h/db"), None).unwrap().describe(), sheaf_pg::server::redact("postgres://u:pw@h/db"));
+        assert_eq!(Source::from_args(None, Some("tpch:0.5")).unwrap(), Source::Tpch(0.5));
+        for (s, d, needle) in [
+            (None, Some("tpch:0"), "give tpch:SCALE"),
+            (None, Some("tpcds:1"), "give tpch:SCALE"),
+            (Some("/x"), Some("tpch:1"), "not both"),
+            (None, None, "nothing to back up"),
+        ] {
+            assert!(Source::from_args(s, d).unwrap_err().to_string().contains(needle), "{s:?} {d:?}");
+        }
+    }
+
+    fn sample(tool: &str, repeat: usize, secs: f64, restore: Option<f64>) -> Sample {
+        let cost = |s: f64| Cost { seconds: s, user_seconds: s, system_seconds: 0.0, peak_rss_bytes: 1 << 20, host_cpu_pct: 60.0 };
+        Sample {
+            tool: tool.into(),
+            compression: "lz4".into(),
+            settings: String::new(),
+            stripes: 2,
+            transfer_size: 1 << 20,
+            buffer_count: None,
+            buffers_used: Some(14),
+            target: "/t".into(),
+            repeat,
+            bytes_read: 1000,
+            size_bytes: 500 + repeat as u64,
+            backup: cost(secs),
+            verify: None,
+            restore: restore.map(cost),
+        }
+    }
+
+    #[test]
+    fn samples_group_into_rows_with_medians_in_run_order() {
+        let s = vec![
+            sample("sheaf", 1, 3.0, Some(1.0)),
+            sample("pgbackrest", 1, 9.0, Some(5.0)),
+            sample("sheaf", 2, 1.0, Some(2.0)),
+            sample("sheaf", 3, 2.0, Some(4.0)),
+        ];
+        let r = rows(&s, 2);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].tool, "sheaf");
+        assert_eq!(r[1].tool, "pgbackrest");
+        assert_eq!((r[0].backup_seconds.median, r[0].backup_seconds.min, r[0].backup_seconds.max, r[0].backup_seconds.n), (2.0, 1.0, 3.0, 3));
+        assert_eq!(r[0].restore_seconds.unwrap().median, 2.0);
+        assert_eq!(r[0].size_bytes.median, 502.0);
+        assert_eq!(r[0].backup_cpu_pct.median, 50.0, "one core busy of two");
+        assert_eq!(r[0].buffers_used, Some(14));
+        assert_eq!(r[0].verify_seconds, None);
+    }
+
+    #[test]
+    fn backrest_size_reads_the_newest_backup() {
+        let json = r#"[{"name":"bench","backup":[{"info":{"repository":{"size":10}}},{"info":{"repository":{"size":42}}}]}]"#;
+        assert_eq!(backrest_size(json), Some(42));
+        assert_eq!(backrest_size("[]"), None);
+        assert_eq!(backrest_size("not json"), None);
+    }
+}
