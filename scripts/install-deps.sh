@@ -16,6 +16,12 @@ command -v mount >/dev/null || need+=(mount)
 # The PostgreSQL tests start throwaway clusters with Debian's server, pgbench and pg_amcheck.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 ls /usr/lib/postgresql/*/bin/pg_amcheck >/dev/null 2>&1 || need+=(postgresql-client)
+# sheaf bench's peer tests: pgBackRest, and the decompressors that extract pg_basebackup's tars.
+command -v pgbackrest >/dev/null || need+=(pgbackrest)
+command -v zstd >/dev/null || need+=(zstd)
+command -v lz4 >/dev/null || need+=(lz4)
+# The plots' text: plotters draws with a TrueType font from the system.
+ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2

@@ -495,3 +495,70 @@ fn the_catalog_records_every_run_and_failures_as_failed() {
     assert!(run(&["--catalog", s(&other), "verify", s(&a)]).status.success());
     assert!(other.exists());
 }
+
+#[test]
+fn bench_of_a_directory_from_a_plan_with_flags_over_it() {
+    let f = Fixture::new();
+    let (target, out) = (f.path("bench_target"), f.path("bench_out"));
+    fs::create_dir(&target).unwrap();
+    let plan = f.path("plan.toml");
+    fs::write(
+        &plan,
+        format!("source = {:?}\ncompression = [\"lz4\", \"zstd:high\"]\nstripes = [1, 2]\ntransfer-size = [\"64KiB\"]\nbuffer-count = [\"default\"]\ntarget = [\"nul\", {:?}]\nrepeat = 3\n", s(&f.src), s(&target)),
+    )
+    .unwrap();
+    // --repeat and --peers on the command line win over the plan; pg_basebackup cannot back up a directory.
+    let o = run(&["bench", "--plan", s(&plan), "--repeat", "2", "--peers", "pg_basebackup", "--out", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning: peer pg_basebackup skipped: it backs up PostgreSQL servers"), "{}", stderr(&o));
+    let table = stdout(&o);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("tool") && lines[0].contains("backup s") && lines[0].contains("restore CPU %"), "{table}");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("sheaf ")).count(), 8, "2 codecs x 2 stripe counts x 2 targets: {table}");
+    let report: serde_json::Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    assert!(rows.iter().all(|r| r["backup_seconds"]["n"] == 2), "--repeat 2 won over the plan's 3");
+    let ratio = |codec: &str| {
+        let r = rows.iter().find(|r| r["compression"] == codec).unwrap();
+        r["bytes_read"].as_f64().unwrap() / r["size_bytes"]["median"].as_f64().unwrap()
+    };
+    assert!(ratio("zstd:high") > ratio("lz4"), "zstd:high compresses the fixture better than lz4");
+    for r in rows {
+        let disk = r["target"] != "nul";
+        assert_eq!(r["restore_seconds"].is_object(), disk, "{r}");
+        assert_eq!(r["verify_seconds"].is_object(), disk, "{r}");
+        assert_eq!(r["transfer_size"], 65536);
+    }
+    for name in ["report.csv", "report.md", "samples.csv", "size_vs_backup_time.png", "cpu_per_codec.svg"] {
+        assert!(fs::metadata(out.join(name)).map(|m| m.len()).unwrap_or(0) > 100, "{name}");
+    }
+    assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "the bench leaves nothing in its target");
+    assert!(fs::read_dir(&f.src).unwrap().count() > 0, "the source is untouched");
+}
+
+#[test]
+fn bench_mistakes_are_named() {
+    let f = Fixture::new();
+    let plan = f.path("bad.toml");
+    fs::write(&plan, "stripe = [1]\n").unwrap();
+    assert_fails(&run(&["bench", s(&f.src), "--plan", s(&plan)]), 2, &["unknown field `stripe`"]);
+    assert_fails(&run(&["bench"]), 2, &["nothing to back up", "--dataset tpch:SCALE"]);
+    assert_fails(&run(&["bench", s(&f.src), "--stripes", "1,x"]), 2, &["--stripes: 'x' is not a stripe count"]);
+    assert_fails(&run(&["bench", "--dataset", "tpch"]), 2, &["give tpch:SCALE"]);
+    assert_fails(&run(&["bench", s(&f.src), "--peers", "barman"]), 2, &["unknown peer 'barman'"]);
+    assert_fails(&run(&["bench", s(&f.path("missing")), "--repeat", "1", "--out", s(&f.path("o"))]), 7, &["is not a directory"]);
+}
+
+#[test]
+fn bench_drops_caches_when_allowed_and_says_so_when_not() {
+    let f = Fixture::new();
+    let out = f.path("cold");
+    let o = run(&["bench", s(&f.src), "-c", "lz4", "--repeat", "1", "--drop-caches", "--json", "--out", s(&out)]);
+    if o.status.success() {
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["info"]["cache"], "dropped before every operation");
+    } else {
+        assert_fails(&o, 2, &["--drop-caches: cannot write /proc/sys/vm/drop_caches"]);
+    }
+}

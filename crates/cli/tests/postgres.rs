@@ -2,6 +2,7 @@
 //! the binary so that cargo always rebuilds it before they run.
 
 mod postgres {
+    pub mod bench;
     pub mod cluster;
     pub mod demo;
     pub mod faults;

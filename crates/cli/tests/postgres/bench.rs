@@ -1,0 +1,83 @@
+//! `sheaf bench --dataset tpch:SCALE` on a small real cluster, with its peers: every permutation
+//! and peer measured, the report files and plots written, the runs in the catalog, nothing left.
+
+use std::os::unix::fs::PermissionsExt;
+
+use super::cluster::{run, sheaf};
+
+#[test]
+fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    // pgBackRest runs as postgres and keeps its repository under the target.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (target, out, catalog) = (dir.path().join("target"), dir.path().join("report"), dir.path().join("catalog.db"));
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(sheaf()
+        .arg("--catalog")
+        .arg(&catalog)
+        .args(["bench", "--dataset", "tpch:0.01", "-c", "lz4,zstd:low", "--stripes", "1,2", "--repeat", "2", "--peers", "pg_basebackup,pgbackrest"])
+        .arg("--target")
+        .arg(format!("nul,{}", target.display()))
+        .arg("--out")
+        .arg(&out));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "every peer ran: {stderr}");
+    assert!(stderr.contains("[1/28] sheaf lz4 x1 1 MiB buf=default -> nul (run 1 of 2)"), "progress names permutation and repeat: {stderr}");
+    assert!(stderr.contains("[2/28, ") && stderr.contains("s left] sheaf lz4 x1 1 MiB buf=default -> nul (run 2 of 2)"), "progress gives an ETA: {stderr}");
+
+    // 2 codecs x 2 stripe counts x 2 targets for sheaf; per codec pg_basebackup server- and
+    // client-side and pgBackRest.
+    let mut csv = csv::Reader::from_path(out.join("report.csv")).unwrap();
+    let rows: Vec<std::collections::HashMap<String, String>> = csv.deserialize().collect::<Result<_, _>>().unwrap();
+    assert_eq!(rows.len(), 8 + 6, "{rows:#?}");
+    let f = |r: &std::collections::HashMap<String, String>, k: &str| r[k].parse::<f64>().unwrap_or_else(|_| panic!("{k} = '{}'", r[k]));
+    let tools: Vec<&str> = rows.iter().map(|r| r["tool"].as_str()).collect();
+    for t in ["sheaf", "pg_basebackup (server)", "pg_basebackup (client)", "pgbackrest"] {
+        assert!(tools.contains(&t), "{t} in {tools:?}");
+    }
+    for r in &rows {
+        assert!(f(r, "backup_s_median") > 0.0 && f(r, "size_bytes_median") > 1e6, "{r:?}");
+        assert_eq!(f(r, "repeats"), 2.0);
+        let to_disk = r["target"] != "nul";
+        assert_eq!(!r["restore_s_median"].is_empty(), to_disk, "restores are timed for disk targets only: {r:?}");
+        if r["tool"] == "sheaf" {
+            assert!(f(r, "bytes_read") > 10e6, "{r:?}");
+            assert_eq!(!r["verify_s_median"].is_empty(), to_disk, "{r:?}");
+            assert!(f(r, "backup_peak_rss_bytes_median") > 1e6, "{r:?}");
+        }
+    }
+    // The same data, the same codec: sizes agree across tools within reason.
+    let size = |tool: &str, codec: &str| f(rows.iter().find(|r| r["tool"] == tool && r["compression"] == codec).unwrap(), "size_bytes_median");
+    for codec in ["lz4", "zstd:low"] {
+        let (s, b) = (size("sheaf", codec), size("pgbackrest", codec));
+        assert!(s / b > 0.7 && s / b < 1.4, "{codec}: sheaf {s} vs pgBackRest {b}");
+    }
+    assert!(size("sheaf", "zstd:low") < size("sheaf", "lz4"), "zstd:low compresses better than lz4");
+
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["samples"].as_array().unwrap().len(), 28);
+    assert_eq!(json["rows"].as_array().unwrap().len(), 14);
+    assert!(json["info"]["cache"].as_str().unwrap().starts_with("warm"));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| tool | compression | stripes |") && md.contains("![size vs backup time](size_vs_backup_time.svg)"), "{md}");
+    for plot in ["size_vs_backup_time", "throughput_vs_stripes", "throughput_vs_transfer_size", "throughput_vs_buffer_count", "cpu_per_codec"] {
+        for ext in ["svg", "png"] {
+            let len = std::fs::metadata(out.join(format!("{plot}.{ext}"))).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 2000, "{plot}.{ext}: {len} bytes");
+        }
+    }
+    let svg = std::fs::read_to_string(out.join("size_vs_backup_time.svg")).unwrap();
+    assert!(svg.contains("pgbackrest") && svg.contains("pg_basebackup (server)"), "peers are plotted");
+
+    // Every sheaf operation is in the catalog, complete.
+    let list = run(sheaf().arg("--catalog").arg(&catalog).args(["list", "--json", "--limit", "1000"]));
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).unwrap();
+    let count = |op: &str| runs.iter().filter(|r| r["operation"] == op && r["status"] == "complete").count();
+    assert_eq!((count("backup"), count("verify"), count("restore")), (16, 8, 8), "{runs:#?}");
+    assert_eq!(runs.len(), 32, "no failed runs");
+    // Stripes, restores and pgBackRest's repository are gone.
+    let left: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "left in the target: {left:?}");
+}
