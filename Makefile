@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench bench-engine bench-peers clean
+.PHONY: all deps build test demo bench bench-engine bench-report clean
 
 all: build
 
@@ -28,9 +28,10 @@ bench: deps
 bench-engine: build
 	@scripts/bench-engine.sh
 
-# sheaf against pg_basebackup and pgBackRest on TPC-H (installs pgbackrest; needs root).
-bench-peers: build
-	@scripts/bench-peers.sh
+# The example report (docs/bench/tpch-sf1/): sheaf bench on TPC-H scale 1, every codec at 1 and 2
+# stripes to NUL and to disk, with pg_basebackup and pgBackRest (make deps installs them).
+bench-report: build
+	target/release/sheaf bench --plan docs/bench/tpch-sf1.toml --out $${OUT:-tpch-sf1-report}
 
 clean:
 	$(CARGO) clean

@@ -19,7 +19,7 @@ pub struct Cost {
     pub user_seconds: f64,
     /// System CPU seconds, likewise.
     pub system_seconds: f64,
-    /// Largest resident set of the process or any of its children, bytes.
+    /// Largest resident set of the process or any of its descendants, bytes (sampled every 10 ms).
     pub peak_rss_bytes: u64,
     /// The host's busy share of all cores over the operation, percent.
     pub host_cpu_pct: f64,
@@ -78,6 +78,13 @@ fn host_jiffies() -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
+/// The largest `VmHWM` among `pid` and its descendants (0 when none can be read).
+fn tree_peak_rss(pid: u32) -> u64 {
+    let own = sheaf_core::pipeline::peak_rss(pid).unwrap_or(0);
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children.split_whitespace().filter_map(|c| c.parse().ok()).map(tree_peak_rss).fold(own, u64::max)
+}
+
 /// Flush every dirty page of every filesystem, so that the next operation starts with nothing
 /// dirty and one that does not flush (a tar extract) pays for its own writes.
 pub fn sync_all() {
@@ -117,12 +124,31 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
         let _ = err.read_to_end(&mut s);
         s
     });
+    // ru_maxrss would also count our own size (Linux keeps the forking process's high-water mark
+    // until exec): sample the peak of the child's and its descendants' own address spaces instead.
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(tree_peak_rss(pid));
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            peak
+        })
+    };
     let mut stdout = Vec::new();
     let _ = out.read_to_end(&mut stdout);
     let stderr = err_reader.join().unwrap_or_default();
+    // The pipes close at exit: one last sample can still find a child that closed them early.
+    let last = tree_peak_rss(pid);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sampled = sampler.join().unwrap_or(0).max(last);
     // std's Child has no rusage: reap it ourselves with wait4. Its rusage includes the children it
     // waited for (a shell's pipeline, pgBackRest's worker processes).
-    let pid = child.id() as libc::pid_t;
+    let pid = pid as libc::pid_t;
     let mut status = 0;
     // SAFETY: wait4 fills the status and rusage it is given; the pid is our unreaped child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -152,7 +178,7 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
             seconds,
             user_seconds: tv(ru.ru_utime),
             system_seconds: tv(ru.ru_stime),
-            peak_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+            peak_rss_bytes: if sampled > 0 { sampled } else { ru.ru_maxrss.max(0) as u64 * 1024 },
             host_cpu_pct,
         },
     })
@@ -164,9 +190,9 @@ mod tests {
 
     #[test]
     fn measures_a_child_and_its_children() {
-        // A shell whose child burns CPU and touches 64 MiB: both must be counted.
+        // A shell whose children burn CPU and hold 64 MiB: both must be counted.
         let mut c = Command::new("sh");
-        c.args(["-c", "head -c 67108864 /dev/zero | sha256sum >/dev/null; dd if=/dev/zero of=/dev/null bs=64M count=1 2>/dev/null; echo out; echo err >&2; exit 3"]);
+        c.args(["-c", "head -c 67108864 /dev/zero | sha256sum >/dev/null; dd if=/dev/zero of=/dev/null bs=64M count=16 2>/dev/null; echo out; echo err >&2; exit 3"]);
         let f = run(c).unwrap();
         assert_eq!(f.code, Some(3));
         assert!(!f.ok());
@@ -178,6 +204,17 @@ mod tests {
         assert!((0.0..=100.0).contains(&f.cost.host_cpu_pct));
         let e = f.failure("the test shell");
         assert!(e.to_string().contains("exited with 3: err"), "{e}");
+    }
+
+    #[test]
+    fn a_child_is_not_charged_for_its_parent() {
+        // This process grows by 256 MiB; a small child must not report it (ru_maxrss would).
+        let big = vec![1u8; 256 << 20];
+        let mut c = Command::new("sh");
+        c.args(["-c", "sleep 0.2"]);
+        let f = run(c).unwrap();
+        assert!(big.iter().step_by(4096).all(|&b| b == 1));
+        assert!(f.cost.peak_rss_bytes > 0 && f.cost.peak_rss_bytes < 64 << 20, "{:?}", f.cost);
     }
 
     #[test]

@@ -12,8 +12,9 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::report::Row;
 
-/// Okabe–Ito: distinguishable by most colour-blind readers, and in greyscale print.
-const COLORS: [(u8, u8, u8); 8] = [(0, 114, 178), (230, 159, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (213, 94, 0), (0, 0, 0), (240, 228, 66)];
+/// Okabe–Ito (distinguishable by most colour-blind readers), with grey for its yellow, which is
+/// too faint on white.
+const COLORS: [(u8, u8, u8); 8] = [(0, 114, 178), (230, 159, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (213, 94, 0), (0, 0, 0), (120, 120, 120)];
 
 fn color(i: usize) -> RGBColor {
     let (r, g, b) = COLORS[i % COLORS.len()];
@@ -50,7 +51,25 @@ fn font() -> Result<()> {
 struct Series {
     name: String,
     points: Vec<(f64, f64)>,
-    peer: bool,
+    /// Colour index (one per codec or peer).
+    color: usize,
+    /// Marker: 0 circle, 1 triangle, 2 square, 3 cross (one per target, or peers apart).
+    marker: usize,
+}
+
+/// Width of the legend panel at the right of an x–y chart.
+const LEGEND_WIDTH: u32 = 270;
+
+/// Draw marker `m` at backend coordinates `p` (legend panel).
+fn legend_mark<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, m: usize, p: (i32, i32), c: RGBColor) -> std::result::Result<(), String> {
+    let style = c.filled();
+    match m % 4 {
+        0 => area.draw(&Circle::new(p, 5, style)),
+        1 => area.draw(&TriangleMarker::new(p, 7, style)),
+        2 => area.draw(&Rectangle::new([(p.0 - 5, p.1 - 5), (p.0 + 5, p.1 + 5)], style)),
+        _ => area.draw(&Cross::new(p, 5, c.stroke_width(2))),
+    }
+    .map_err(de)
 }
 
 /// An x–y chart.
@@ -65,8 +84,6 @@ struct XyChart {
     x_format: Box<dyn Fn(f64) -> String>,
     /// How many x labels at most (few for a discrete knob, so that ticks fall on its values).
     x_labels: usize,
-    /// Where the legend goes.
-    legend: SeriesLabelPosition,
     series: Vec<Series>,
 }
 
@@ -98,12 +115,13 @@ fn span(values: impl Iterator<Item = f64> + Clone, from_zero: bool) -> (f64, f64
 
 fn draw_xy<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &XyChart) -> std::result::Result<(), String> {
     root.fill(&WHITE).map_err(de)?;
+    let root = root.margin(10, 0, 0, 0).titled(&c.title, ("sans-serif", 22)).map_err(de)?;
+    let (plot, legend) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
     let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let (x0, x1) = span(xs, c.x_from_zero);
     let (y0, y1) = span(ys, true);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&c.title, ("sans-serif", 22))
+    let mut chart = ChartBuilder::on(&plot)
         .margin(18)
         .x_label_area_size(48)
         .y_label_area_size(72)
@@ -122,35 +140,28 @@ fn draw_xy<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &XyChart) -> std
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(de)?;
-    for (i, s) in c.series.iter().enumerate() {
-        let col = color(i);
+    for s in &c.series {
+        let col = color(s.color);
         let mut pts = s.points.clone();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         if c.lines && pts.len() > 1 {
             chart.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(de)?;
         }
-        if s.peer {
-            chart
-                .draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 8, col.filled())))
-                .map_err(de)?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 7, col.filled()));
-        } else {
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 5, col.filled())))
-                .map_err(de)?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| Circle::new((x + 8, y), 5, col.filled()));
+        let style = col.filled();
+        match s.marker % 4 {
+            0 => chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, style))).map(drop),
+            1 => chart.draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 7, style))).map(drop),
+            2 => chart.draw_series(pts.iter().map(|&p| EmptyElement::at(p) + Rectangle::new([(-5, -5), (5, 5)], style))).map(drop),
+            _ => chart.draw_series(pts.iter().map(|&p| Cross::new(p, 5, col.stroke_width(2)))).map(drop),
         }
-    }
-    chart
-        .configure_series_labels()
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(c.legend.clone())
-        .draw()
         .map_err(de)?;
+    }
+    // The legend has a panel of its own, so that it never hides a point.
+    for (i, s) in c.series.iter().enumerate() {
+        let y = 40 + 24 * i as i32;
+        legend_mark(&legend, s.marker, (14, y), color(s.color))?;
+        legend.draw_text(&s.name, &("sans-serif", 14).into_font().color(&BLACK), (30, y - 8)).map_err(de)?;
+    }
     root.present().map_err(de)
 }
 
@@ -261,29 +272,37 @@ fn integer(v: f64) -> String {
 /// The knob's values are evenly spaced (its distinct values in order: 1, 2, 4, 8 stripes or 64 KiB,
 /// 1 MiB, 4 MiB read like a log axis) and labelled by `label`.
 fn knob_chart(rows: &[Row], file: &'static str, knob: &str, x_label: &str, x: fn(&Row) -> Option<f64>, same: fn(&Row, &Row) -> bool, label: fn(f64) -> String) -> XyChart {
-    let sheaf: Vec<&Row> = rows.iter().filter(|r| r.tool == "sheaf").collect();
+    let sheaf: Vec<&Row> = rows.iter().filter(|r| r.setting.tool == "sheaf").collect();
     let base = sheaf.first().copied();
-    let mut targets: Vec<&str> = sheaf.iter().map(|r| r.target.as_str()).collect();
+    let mut targets: Vec<&str> = sheaf.iter().map(|r| r.setting.target.as_str()).collect();
     targets.sort_unstable();
     targets.dedup();
     let chosen: Vec<&Row> = sheaf.iter().copied().filter(|r| base.is_some_and(|b| same(r, b))).collect();
     let mut values: Vec<f64> = chosen.iter().filter_map(|r| x(r)).collect();
     values.sort_by(f64::total_cmp);
     values.dedup();
+    let mut codecs: Vec<&str> = Vec::new();
     let mut series: Vec<Series> = Vec::new();
     for r in chosen {
-        let name = if targets.len() > 1 { format!("{} -> {}", r.compression, r.target) } else { r.compression.clone() };
+        let name = if targets.len() > 1 { format!("{} -> {}", r.setting.compression, r.setting.target) } else { r.setting.compression.clone() };
         let Some(index) = x(r).and_then(|v| values.iter().position(|&u| u == v)) else { continue };
         let p = (index as f64, r.backup_mb_per_s());
+        if !codecs.contains(&r.setting.compression.as_str()) {
+            codecs.push(&r.setting.compression);
+        }
+        let color = codecs.iter().position(|c| *c == r.setting.compression).unwrap_or(0);
+        let marker = targets.iter().position(|t| *t == r.setting.target).unwrap_or(0);
         match series.iter_mut().find(|s| s.name == name) {
             Some(s) => s.points.push(p),
-            None => series.push(Series { name, points: vec![p], peer: false }),
+            None => series.push(Series { name, points: vec![p], color, marker }),
         }
     }
+    // Group the legend by target, then codec.
+    series.sort_by_key(|s| (s.marker, s.color));
     let held = base.map(|b| match knob {
-        "stripes" => format!("transfer {}, buffers {}", format_size(b.transfer_size), buffers(b)),
-        "transfer size" => format!("{} stripe(s), buffers {}", b.stripes, buffers(b)),
-        _ => format!("{} stripe(s), transfer {}", b.stripes, format_size(b.transfer_size)),
+        "stripes" => format!("transfer {}, buffers {}", format_size(b.setting.transfer_size), buffers(b)),
+        "transfer size" => format!("{} stripe(s), buffers {}", b.setting.stripes, buffers(b)),
+        _ => format!("{} stripe(s), transfer {}", b.setting.stripes, format_size(b.setting.transfer_size)),
     });
     let n = values.len();
     XyChart {
@@ -298,13 +317,12 @@ fn knob_chart(rows: &[Row], file: &'static str, knob: &str, x_label: &str, x: fn
             if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n { label(values[i as usize]) } else { String::new() }
         }),
         x_labels: n + 1,
-        legend: SeriesLabelPosition::LowerRight,
         series,
     }
 }
 
 fn buffers(r: &Row) -> String {
-    r.buffer_count.map_or_else(|| "default".to_string(), |b| b.to_string())
+    r.setting.buffer_count.map_or_else(|| "default".to_string(), |b| b.to_string())
 }
 
 /// Draw every plot of `rows` into `dir` as SVG and PNG; returns the files written.
@@ -319,12 +337,14 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     // Size against time: sheaf per codec, each peer as one series.
     let mut series: Vec<Series> = Vec::new();
     for r in rows {
-        let peer = r.tool != "sheaf";
-        let name = if peer { r.tool.clone() } else { format!("sheaf {}", r.compression) };
+        let peer = r.setting.tool != "sheaf";
+        let name = if peer { r.setting.tool.clone() } else { format!("sheaf {}", r.setting.compression) };
         let p = (r.backup_seconds.median, r.size_bytes.median / 1e6);
+        let next = series.len();
         match series.iter_mut().find(|s| s.name == name) {
             Some(s) => s.points.push(p),
-            None => series.push(Series { name, points: vec![p], peer }),
+            // sheaf's codecs as circles, each peer a marker of its own.
+            None => series.push(Series { name, points: vec![p], color: next, marker: if peer { 1 + series.iter().filter(|s| s.marker > 0).count() } else { 0 } }),
         }
     }
     files.extend(render_xy(
@@ -338,7 +358,6 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             x_from_zero: true,
             x_format: Box::new(plain),
             x_labels: 10,
-            legend: SeriesLabelPosition::UpperRight,
             series,
         },
     )?);
@@ -350,8 +369,8 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             "throughput_vs_stripes",
             "stripes",
             "stripes (files written in parallel)",
-            |r| Some(r.stripes as f64),
-            |r, b| r.transfer_size == b.transfer_size && r.buffer_count == b.buffer_count,
+            |r| Some(r.setting.stripes as f64),
+            |r, b| r.setting.transfer_size == b.setting.transfer_size && r.setting.buffer_count == b.setting.buffer_count,
             integer,
         ),
     )?);
@@ -362,8 +381,8 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             "throughput_vs_transfer_size",
             "transfer size",
             "transfer size (MAXTRANSFERSIZE)",
-            |r| (r.transfer_size > 0).then_some(r.transfer_size as f64),
-            |r, b| r.stripes == b.stripes && r.buffer_count == b.buffer_count,
+            |r| (r.setting.transfer_size > 0).then_some(r.setting.transfer_size as f64),
+            |r, b| r.setting.stripes == b.setting.stripes && r.setting.buffer_count == b.setting.buffer_count,
             |v| format_size(v as u64),
         ),
     )?);
@@ -374,16 +393,16 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             "throughput_vs_buffer_count",
             "buffer count",
             "buffers in flight (BUFFERCOUNT; the default as resolved)",
-            |r| r.buffers_used.or(r.buffer_count).map(|b| b as f64),
-            |r, b| r.stripes == b.stripes && r.transfer_size == b.transfer_size,
+            |r| r.buffers_used.or(r.setting.buffer_count).map(|b| b as f64),
+            |r, b| r.setting.stripes == b.setting.stripes && r.setting.transfer_size == b.setting.transfer_size,
             integer,
         ),
     )?);
 
     // CPU per codec: sheaf at the first settings, to the first disk target if there is one.
-    let sheaf: Vec<&Row> = rows.iter().filter(|r| r.tool == "sheaf").collect();
+    let sheaf: Vec<&Row> = rows.iter().filter(|r| r.setting.tool == "sheaf").collect();
     let chosen: Vec<&Row> = match sheaf.iter().find(|r| r.restore_seconds.is_some()).or(sheaf.first()) {
-        Some(b) => sheaf.iter().copied().filter(|r| r.target == b.target && r.stripes == b.stripes && r.transfer_size == b.transfer_size && r.buffer_count == b.buffer_count).collect(),
+        Some(b) => sheaf.iter().copied().filter(|r| r.setting.target == b.setting.target && r.setting.stripes == b.setting.stripes && r.setting.transfer_size == b.setting.transfer_size && r.setting.buffer_count == b.setting.buffer_count).collect(),
         None => Vec::new(),
     };
     let cores = "of all cores";
@@ -393,10 +412,10 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             file: "cpu_per_codec",
             title: format!(
                 "sheaf CPU per codec ({})",
-                chosen.first().map_or_else(String::new, |b| format!("{} stripe(s) -> {}, median of {repeats}", b.stripes, b.target))
+                chosen.first().map_or_else(String::new, |b| format!("{} stripe(s) -> {}, median of {repeats}", b.setting.stripes, b.setting.target))
             ),
             y_label: format!("CPU % {cores} (user + system)"),
-            categories: chosen.iter().map(|r| r.compression.clone()).collect(),
+            categories: chosen.iter().map(|r| r.setting.compression.clone()).collect(),
             groups: [
                 ("backup".into(), chosen.iter().map(|r| r.backup_cpu_pct.median).collect()),
                 ("restore".into(), chosen.iter().map(|r| r.restore_cpu_pct.map_or(0.0, |s| s.median)).collect()),
@@ -409,19 +428,14 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Setting;
     use crate::stats::summarize;
 
     fn row(tool: &str, codec: &str, stripes: usize, ts: u64, secs: f64, size: f64, target: &str) -> Row {
         let s = |v: f64| summarize(&[v, v * 1.1, v * 0.9]).unwrap();
         Row {
-            tool: tool.into(),
-            compression: codec.into(),
-            settings: String::new(),
-            stripes,
-            transfer_size: ts,
-            buffer_count: None,
+            setting: Setting { tool: tool.into(), compression: codec.into(), settings: String::new(), stripes, transfer_size: ts, buffer_count: None, target: target.into() },
             buffers_used: Some(10),
-            target: target.into(),
             backup_seconds: s(secs),
             backup_cpu_pct: s(80.0),
             backup_host_cpu_pct: s(85.0),

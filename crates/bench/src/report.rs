@@ -10,25 +10,33 @@ use sheaf_core::{Error, ErrorKind, Result};
 use crate::runner::BenchResult;
 use crate::stats::Summary;
 
-/// One row of the table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Row {
+/// What a row (and each of its samples) measured: a tool and its settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
     /// `sheaf`, `pg_basebackup (server)`, `pg_basebackup (client)`, `pgbackrest`.
     pub tool: String,
     /// Codec spec (for a peer: the sheaf codec it was matched to).
     pub compression: String,
     /// A peer's own options for that codec, e.g. `--compress=server-zstd:level=1,workers=2`.
     pub settings: String,
-    /// Stripes.
+    /// Stripes (1 for a peer).
     pub stripes: usize,
-    /// Transfer size in bytes.
+    /// Transfer size in bytes (0 for a peer).
     pub transfer_size: u64,
-    /// Buffer count asked for (empty: default).
+    /// Buffer count asked for (`None`: default).
     pub buffer_count: Option<usize>,
-    /// Buffer count used (the default resolved); `None` for peers.
-    pub buffers_used: Option<usize>,
     /// Target.
     pub target: String,
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Which tool with which settings.
+    #[serde(flatten)]
+    pub setting: Setting,
+    /// Buffer count used (the default resolved); `None` for peers.
+    pub buffers_used: Option<usize>,
     /// Backup wall seconds.
     pub backup_seconds: Summary,
     /// Backup CPU percent of all cores: the tool's own processes.
@@ -104,14 +112,14 @@ struct Flat {
 impl From<&Row> for Flat {
     fn from(r: &Row) -> Flat {
         Flat {
-            tool: r.tool.clone(),
-            compression: r.compression.clone(),
-            settings: r.settings.clone(),
-            stripes: r.stripes,
-            transfer_size: r.transfer_size,
-            buffer_count: r.buffer_count,
+            tool: r.setting.tool.clone(),
+            compression: r.setting.compression.clone(),
+            settings: r.setting.settings.clone(),
+            stripes: r.setting.stripes,
+            transfer_size: r.setting.transfer_size,
+            buffer_count: r.setting.buffer_count,
             buffers_used: r.buffers_used,
-            target: r.target.clone(),
+            target: r.setting.target.clone(),
             bytes_read: r.bytes_read,
             backup_s_median: r.backup_seconds.median,
             backup_s_min: r.backup_seconds.min,
@@ -171,20 +179,20 @@ const HEADER: [&str; 14] = [
 ];
 
 fn cells(r: &Row) -> [String; 14] {
-    let sheaf = r.tool == "sheaf";
+    let sheaf = r.setting.tool == "sheaf";
     let knob = |v: String| if sheaf { v } else { "-".to_string() };
     let opt = |s: &Option<Summary>, f: &dyn Fn(&Summary) -> String| s.as_ref().map_or_else(|| "-".to_string(), f);
     [
-        r.tool.clone(),
-        if sheaf || r.settings.is_empty() { r.compression.clone() } else { format!("{} ({})", r.compression, r.settings) },
-        knob(r.stripes.to_string()),
-        knob(sheaf_core::size::format_size(r.transfer_size)),
-        knob(match (r.buffer_count, r.buffers_used) {
+        r.setting.tool.clone(),
+        if sheaf || r.setting.settings.is_empty() { r.setting.compression.clone() } else { format!("{} ({})", r.setting.compression, r.setting.settings) },
+        knob(r.setting.stripes.to_string()),
+        knob(sheaf_core::size::format_size(r.setting.transfer_size)),
+        knob(match (r.setting.buffer_count, r.buffers_used) {
             (Some(b), _) => b.to_string(),
             (None, Some(u)) => format!("default ({u})"),
             (None, None) => "default".into(),
         }),
-        r.target.clone(),
+        r.setting.target.clone(),
         range(&r.backup_seconds, 2),
         format!("{:.0}", r.backup_mb_per_s()),
         format!("{:.0}", r.backup_cpu_pct.median),
@@ -294,14 +302,14 @@ struct SampleLine<'a> {
 impl<'a> From<&'a crate::runner::Sample> for SampleLine<'a> {
     fn from(s: &'a crate::runner::Sample) -> Self {
         SampleLine {
-            tool: &s.tool,
-            compression: &s.compression,
-            settings: &s.settings,
-            stripes: s.stripes,
-            transfer_size: s.transfer_size,
-            buffer_count: s.buffer_count,
+            tool: &s.setting.tool,
+            compression: &s.setting.compression,
+            settings: &s.setting.settings,
+            stripes: s.setting.stripes,
+            transfer_size: s.setting.transfer_size,
+            buffer_count: s.setting.buffer_count,
             buffers_used: s.buffers_used,
-            target: &s.target,
+            target: &s.setting.target,
             repeat: s.repeat,
             bytes_read: s.bytes_read,
             size_bytes: s.size_bytes,
@@ -351,14 +359,16 @@ mod tests {
     fn rows() -> Vec<Row> {
         vec![
             Row {
-                tool: "sheaf".into(),
-                compression: "zstd:low".into(),
-                settings: String::new(),
-                stripes: 2,
-                transfer_size: 1 << 20,
-                buffer_count: None,
+                setting: Setting {
+                    tool: "sheaf".into(),
+                    compression: "zstd:low".into(),
+                    settings: String::new(),
+                    stripes: 2,
+                    transfer_size: 1 << 20,
+                    buffer_count: None,
+                    target: "/tmp/b, with comma".into(),
+                },
                 buffers_used: Some(14),
-                target: "/tmp/b, with comma".into(),
                 backup_seconds: summarize(&[2.5, 2.4, 2.9]).unwrap(),
                 backup_cpu_pct: summarize(&[90.0, 91.0, 89.0]).unwrap(),
                 backup_host_cpu_pct: summarize(&[93.0, 94.0, 92.0]).unwrap(),
@@ -371,14 +381,16 @@ mod tests {
                 restore_host_cpu_pct: summarize(&[55.0, 59.0, 52.0]),
             },
             Row {
-                tool: "sheaf".into(),
-                compression: "lz4".into(),
-                settings: String::new(),
-                stripes: 1,
-                transfer_size: 65536,
-                buffer_count: Some(7),
+                setting: Setting {
+                    tool: "sheaf".into(),
+                    compression: "lz4".into(),
+                    settings: String::new(),
+                    stripes: 1,
+                    transfer_size: 65536,
+                    buffer_count: Some(7),
+                    target: "nul".into(),
+                },
                 buffers_used: Some(7),
-                target: "nul".into(),
                 backup_seconds: summarize(&[1.6]).unwrap(),
                 backup_cpu_pct: summarize(&[95.0]).unwrap(),
                 backup_host_cpu_pct: summarize(&[96.0]).unwrap(),
@@ -391,14 +403,16 @@ mod tests {
                 restore_host_cpu_pct: None,
             },
             Row {
-                tool: "pg_basebackup (server)".into(),
-                compression: "zstd:low".into(),
-                settings: "--compress=server-zstd:level=1,workers=2".into(),
-                stripes: 1,
-                transfer_size: 0,
-                buffer_count: None,
+                setting: Setting {
+                    tool: "pg_basebackup (server)".into(),
+                    compression: "zstd:low".into(),
+                    settings: "--compress=server-zstd:level=1,workers=2".into(),
+                    stripes: 1,
+                    transfer_size: 0,
+                    buffer_count: None,
+                    target: "/tmp/b".into(),
+                },
                 buffers_used: None,
-                target: "/tmp/b".into(),
                 backup_seconds: summarize(&[2.9, 3.0]).unwrap(),
                 backup_cpu_pct: summarize(&[10.0, 11.0]).unwrap(),
                 backup_host_cpu_pct: summarize(&[95.0, 96.0]).unwrap(),

@@ -14,7 +14,7 @@ use sheaf_pg::scratch::{self, ScratchCluster};
 use crate::matrix::{BenchTarget, Matrix, Permutation};
 use crate::measure::{self, Cost, Finished};
 use crate::peers::{self, BackRest, Peer, PeerRun};
-use crate::report::Row;
+use crate::report::{Row, Setting};
 use crate::stats::summarize;
 
 /// What to back up.
@@ -104,22 +104,11 @@ pub enum Event<'a> {
 /// One repeat of one permutation or peer.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sample {
-    /// Tool.
-    pub tool: String,
-    /// sheaf codec (matched, for a peer).
-    pub compression: String,
-    /// A peer's options.
-    pub settings: String,
-    /// Stripes.
-    pub stripes: usize,
-    /// Transfer size.
-    pub transfer_size: u64,
-    /// Buffer count asked for.
-    pub buffer_count: Option<usize>,
+    /// Which tool with which settings.
+    #[serde(flatten)]
+    pub setting: Setting,
     /// Buffer count used.
     pub buffers_used: Option<usize>,
-    /// Target.
-    pub target: String,
     /// Which repeat, from 1.
     pub repeat: usize,
     /// Bytes read from the source.
@@ -403,14 +392,16 @@ impl Ctx<'_> {
             }
         }
         Ok(Sample {
-            tool: "sheaf".into(),
-            compression: p.compression.clone(),
-            settings: String::new(),
-            stripes: p.stripes,
-            transfer_size: p.transfer_size,
-            buffer_count: p.buffer_count,
+            setting: Setting {
+                tool: "sheaf".into(),
+                compression: p.compression.clone(),
+                settings: String::new(),
+                stripes: p.stripes,
+                transfer_size: p.transfer_size,
+                buffer_count: p.buffer_count,
+                target: p.target.to_string(),
+            },
             buffers_used: Some(buffers_used),
-            target: p.target.to_string(),
             repeat,
             bytes_read,
             size_bytes,
@@ -597,6 +588,15 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
             _ => None,
         };
         for run in &peer_runs {
+            let setting = Setting {
+                tool: run.tool.to_string(),
+                compression: run.codec.clone(),
+                settings: run.settings(),
+                stripes: 1,
+                transfer_size: 0,
+                buffer_count: None,
+                target: dir.display().to_string(),
+            };
             let mut failed = false;
             for r in 1..=opts.matrix.repeat {
                 ctx.announce(&format!("{} {} ({}) -> {}", run.tool, run.codec, run.settings(), dir.display()), r);
@@ -614,14 +614,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
                 };
                 match result {
                     Ok((size, backup, restore)) => samples.push(Sample {
-                        tool: run.tool.to_string(),
-                        compression: run.codec.clone(),
-                        settings: run.settings(),
-                        stripes: 1,
-                        transfer_size: 0,
-                        buffer_count: None,
+                        setting: setting.clone(),
                         buffers_used: None,
-                        target: dir.display().to_string(),
                         repeat: r,
                         bytes_read: source_bytes,
                         size_bytes: size,
@@ -631,7 +625,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
                     }),
                     Err(e) => {
                         failed = true;
-                        samples.retain(|s| !(s.tool == run.tool && s.settings == run.settings() && s.target == dir.display().to_string()));
+                        samples.retain(|s| s.setting != setting);
                         warn(format!("{} {} left out: {e}", run.tool, run.settings()), &mut warnings);
                     }
                 }
@@ -659,42 +653,32 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
 
 /// Group the samples into rows (medians and ranges), in the order they first ran.
 pub fn rows(samples: &[Sample], cores: usize) -> Vec<Row> {
-    type Key = (String, String, String, usize, u64, Option<usize>, String);
-    let key = |s: &Sample| -> Key { (s.tool.clone(), s.compression.clone(), s.settings.clone(), s.stripes, s.transfer_size, s.buffer_count, s.target.clone()) };
-    let mut order: Vec<Key> = Vec::new();
+    let mut order: Vec<&Setting> = Vec::new();
     for s in samples {
-        let k = key(s);
-        if !order.contains(&k) {
-            order.push(k);
+        if !order.contains(&&s.setting) {
+            order.push(&s.setting);
         }
     }
     order
         .into_iter()
-        .filter_map(|k| {
-            let g: Vec<&Sample> = samples.iter().filter(|s| key(s) == k).collect();
+        .filter_map(|setting| {
+            let g: Vec<&Sample> = samples.iter().filter(|s| &s.setting == setting).collect();
             let of = |f: &dyn Fn(&Sample) -> f64| summarize(&g.iter().map(|s| f(s)).collect::<Vec<_>>());
             let of_opt = |f: &dyn Fn(&Sample) -> Option<f64>| {
                 let v: Option<Vec<f64>> = g.iter().map(|s| f(s)).collect();
                 v.and_then(|v| summarize(&v))
             };
-            let first = g[0];
             let mut used: Vec<usize> = g.iter().filter_map(|s| s.buffers_used).collect();
             used.sort_unstable();
             Some(Row {
-                tool: first.tool.clone(),
-                compression: first.compression.clone(),
-                settings: first.settings.clone(),
-                stripes: first.stripes,
-                transfer_size: first.transfer_size,
-                buffer_count: first.buffer_count,
+                setting: setting.clone(),
                 buffers_used: used.get(used.len() / 2).copied(),
-                target: first.target.clone(),
                 backup_seconds: of(&|s| s.backup.seconds)?,
                 backup_cpu_pct: of(&|s| s.backup.cpu_pct(cores))?,
                 backup_host_cpu_pct: of(&|s| s.backup.host_cpu_pct)?,
                 backup_peak_rss_bytes: of(&|s| s.backup.peak_rss_bytes as f64)?,
                 size_bytes: of(&|s| s.size_bytes as f64)?,
-                bytes_read: first.bytes_read,
+                bytes_read: g[0].bytes_read,
                 verify_seconds: of_opt(&|s| s.verify.map(|c| c.seconds)),
                 restore_seconds: of_opt(&|s| s.restore.map(|c| c.seconds)),
                 restore_cpu_pct: of_opt(&|s| s.restore.map(|c| c.cpu_pct(cores))),
@@ -726,14 +710,8 @@ mod tests {
     fn sample(tool: &str, repeat: usize, secs: f64, restore: Option<f64>) -> Sample {
         let cost = |s: f64| Cost { seconds: s, user_seconds: s, system_seconds: 0.0, peak_rss_bytes: 1 << 20, host_cpu_pct: 60.0 };
         Sample {
-            tool: tool.into(),
-            compression: "lz4".into(),
-            settings: String::new(),
-            stripes: 2,
-            transfer_size: 1 << 20,
-            buffer_count: None,
+            setting: Setting { tool: tool.into(), compression: "lz4".into(), settings: String::new(), stripes: 2, transfer_size: 1 << 20, buffer_count: None, target: "/t".into() },
             buffers_used: Some(14),
-            target: "/t".into(),
             repeat,
             bytes_read: 1000,
             size_bytes: 500 + repeat as u64,
@@ -753,8 +731,8 @@ mod tests {
         ];
         let r = rows(&s, 2);
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0].tool, "sheaf");
-        assert_eq!(r[1].tool, "pgbackrest");
+        assert_eq!(r[0].setting.tool, "sheaf");
+        assert_eq!(r[1].setting.tool, "pgbackrest");
         assert_eq!((r[0].backup_seconds.median, r[0].backup_seconds.min, r[0].backup_seconds.max, r[0].backup_seconds.n), (2.0, 1.0, 3.0, 3));
         assert_eq!(r[0].restore_seconds.unwrap().median, 2.0);
         assert_eq!(r[0].size_bytes.median, 502.0);

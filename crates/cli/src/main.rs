@@ -156,6 +156,10 @@ struct BenchArgs {
     /// Print the results as JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Run nothing: write the table, report files and plots again from the report.json of an
+    /// earlier bench (into --out).
+    #[arg(long, value_name = "REPORT_JSON", conflicts_with_all = ["source", "dataset", "plan"])]
+    from: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -660,8 +664,15 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
         out: a.out,
         restore_dir: a.restore_dir,
     };
+    let default_out = || PathBuf::from(format!("sheaf-bench-{}", sheaf_core::time::utc_now().replace(':', "")));
+    if let Some(from) = &a.from {
+        let text = std::fs::read(from).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read {}", from.display()), e))?;
+        let result: sheaf_bench::runner::BenchResult = serde_json::from_slice(&text)
+            .map_err(|e| Error::invalid(format!("{} is not a sheaf bench report.json: {e}", from.display())))?;
+        return bench_output(&result, &flags.out.unwrap_or_else(default_out), a.json);
+    }
     let r = sheaf_bench::plan::resolve(flags, plan)?;
-    let out = r.out.clone().unwrap_or_else(|| PathBuf::from(format!("sheaf-bench-{}", sheaf_core::time::utc_now().replace(':', ""))));
+    let out = r.out.clone().unwrap_or_else(default_out);
     let sheaf = std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))?;
     let opts = sheaf_bench::runner::BenchOptions {
         matrix: r.matrix,
@@ -681,9 +692,14 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
         ),
     };
     let result = sheaf_bench::runner::run(&opts, &note)?;
-    let written = sheaf_bench::report::write_all(&result, &out);
-    if a.json {
-        println!("{}", serde_json::to_string(&result).expect("results serialise"));
+    bench_output(&result, &out, a.json)
+}
+
+/// Print the table (or JSON) and write the report files and plots into `out`.
+fn bench_output(result: &sheaf_bench::runner::BenchResult, out: &std::path::Path, json: bool) -> Result<(), Error> {
+    let written = sheaf_bench::report::write_all(result, out);
+    if json {
+        println!("{}", serde_json::to_string(result).expect("results serialise"));
     } else {
         let mut table = Vec::new();
         sheaf_bench::report::write_text(&result.rows, &mut table).expect("a table in memory");

@@ -132,7 +132,20 @@ pub fn process_usage() -> (f64, f64, u64) {
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
     let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    (t(u.ru_utime), t(u.ru_stime), u.ru_maxrss as u64 * 1024)
+    // ru_maxrss also counts the memory of the process that forked us, up to our exec (Linux keeps
+    // the old address space's high-water mark): a sheaf started by a large parent would report
+    // the parent's size. VmHWM is the peak of our own address space.
+    let peak = peak_rss(std::process::id()).unwrap_or(u.ru_maxrss.max(0) as u64 * 1024);
+    (t(u.ru_utime), t(u.ru_stime), peak)
+}
+
+/// The peak resident set of process `pid`'s address space since its exec (`VmHWM` in
+/// `/proc/PID/status`), in bytes; `None` when it cannot be read (not Linux, or gone).
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Read until `buf` is full or the reader ends; returns the bytes read.
