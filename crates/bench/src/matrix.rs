@@ -100,8 +100,14 @@ impl Permutation {
     }
 }
 
+/// The items of a comma-separated list, each once, in order.
 fn list<'a>(flag: &str, text: &'a str) -> Result<Vec<&'a str>> {
-    let items: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let mut items: Vec<&str> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if !items.contains(&item) {
+            items.push(item);
+        }
+    }
     if items.is_empty() {
         return Err(Error::invalid(format!("--{flag} is empty: give a comma-separated list")));
     }
@@ -122,7 +128,18 @@ impl Matrix {
                 _ => Err(Error::invalid(format!("--stripes: '{s}' is not a stripe count from 1 to 64"))),
             })
             .collect::<Result<Vec<_>>>()?;
-        let transfer_size = list("transfer-size", transfer_size)?.into_iter().map(parse_size).collect::<Result<Vec<_>>>()?;
+        use sheaf_core::backup::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
+        let transfer_size = list("transfer-size", transfer_size)?
+            .into_iter()
+            .map(|t| match parse_size(t)? {
+                n @ MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE => Ok(n),
+                _ => Err(Error::invalid(format!(
+                    "--transfer-size: '{t}' is out of range: give {} to {}",
+                    format_size(MIN_TRANSFER_SIZE),
+                    format_size(MAX_TRANSFER_SIZE)
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
         let buffer_count = list("buffer-count", buffer_count)?
             .into_iter()
             .map(|s| match s {
@@ -187,6 +204,12 @@ mod tests {
     }
 
     #[test]
+    fn repeated_items_count_once() {
+        let m = Matrix::from_flags("lz4,zstd:low,lz4", "1,1", "1MiB", "default", "nul,nul", 2).unwrap();
+        assert_eq!(m.permutations().len(), 2);
+    }
+
+    #[test]
     fn stripes_are_dealt_over_the_directories_of_a_target() {
         let t = BenchTarget::parse("/mnt/a+/mnt/b").unwrap();
         assert_eq!(t.to_string(), "/mnt/a+/mnt/b");
@@ -204,6 +227,7 @@ mod tests {
             (("brotli", "1", "1MiB", "7", "nul"), "unknown compression"),
             (("lz4", "0", "1MiB", "7", "nul"), "'0' is not a stripe count"),
             (("lz4", "1", "big", "7", "nul"), "not a size"),
+            (("lz4", "1", "32MiB", "7", "nul"), "'32MiB' is out of range: give 64 KiB to 16 MiB"),
             (("lz4", "1", "1MiB", "1", "nul"), "'1' is not a buffer count"),
             (("lz4", "", "1MiB", "7", "nul"), "--stripes is empty"),
         ] {

@@ -19,7 +19,8 @@ pub struct Cost {
     pub user_seconds: f64,
     /// System CPU seconds, likewise.
     pub system_seconds: f64,
-    /// Largest resident set of the process or any of its descendants, bytes (sampled every 10 ms).
+    /// Peak memory, bytes: the largest sum of resident sets over the process and its descendants,
+    /// sampled every 10 ms (the process's own high-water mark if larger); 0 if it ended first.
     pub peak_rss_bytes: u64,
     /// The host's busy share of all cores over the operation, percent.
     pub host_cpu_pct: f64,
@@ -64,25 +65,78 @@ impl Finished {
     }
 }
 
-/// Busy and total jiffies of all CPUs, from the first line of `/proc/stat`.
-fn host_jiffies() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().next()?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    if v.len() < 5 {
-        return None;
-    }
-    // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v[3] + v[4];
-    Some((total - idle, total))
+/// The CPUs this process may run on (its affinity set), which `cores` counts too.
+fn allowed_cpus() -> &'static [usize] {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| {
+        // SAFETY: sched_getaffinity fills the set it is given.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
+        if !ok {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+    })
 }
 
-/// The largest `VmHWM` among `pid` and its descendants (0 when none can be read).
-fn tree_peak_rss(pid: u32) -> u64 {
-    let own = sheaf_core::pipeline::peak_rss(pid).unwrap_or(0);
+/// Busy and total jiffies of the CPUs this process may use, from `/proc/stat`.
+fn host_jiffies() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpus = allowed_cpus();
+    let (mut busy, mut total) = (0, 0);
+    for line in text.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")) {
+        let mut f = line.split_whitespace();
+        let Some(id) = f.next().and_then(|n| n[3..].parse::<usize>().ok()) else { continue };
+        if !cpus.is_empty() && !cpus.contains(&id) {
+            continue;
+        }
+        let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
+        if v.len() < 5 {
+            continue;
+        }
+        // user nice system idle iowait irq softirq steal (guest time is already in user).
+        let t: u64 = v.iter().take(8).sum();
+        busy += t - v[3] - v[4];
+        total += t;
+    }
+    (total > 0).then_some((busy, total))
+}
+
+/// The child being measured, so that an interrupted bench can stop it (0: none).
+static CURRENT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Stop the operation being measured (SIGTERM), for an interrupt handler.
+pub fn stop_current() {
+    let pid = CURRENT.swap(0, std::sync::atomic::Ordering::SeqCst);
+    if pid != 0 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    }
+}
+
+/// The resident set (`VmRSS`, or with `peak` the high-water mark `VmHWM`) of `pid` in bytes.
+fn rss(pid: u32, peak: bool) -> u64 {
+    let key = if peak { "VmHWM:" } else { "VmRSS:" };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).map_or(0, |k| k * 1024)
+}
+
+/// `pid` and its descendants.
+fn tree(pid: u32, out: &mut Vec<u32>) {
+    out.push(pid);
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    children.split_whitespace().filter_map(|c| c.parse().ok()).map(tree_peak_rss).fold(own, u64::max)
+    for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+        tree(c, out);
+    }
+}
+
+/// One sample of a process tree's memory: the sum of its processes' resident sets (pgBackRest's
+/// workers, a pipeline's stages), or the root's own high-water mark if that is larger.
+fn tree_rss(pid: u32) -> u64 {
+    let mut pids = Vec::new();
+    tree(pid, &mut pids);
+    let sum: u64 = pids.iter().map(|&p| rss(p, false)).sum();
+    sum.max(rss(pid, true))
 }
 
 /// Flush every dirty page of every filesystem, so that the next operation starts with nothing
@@ -125,15 +179,16 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
         s
     });
     // ru_maxrss would also count our own size (Linux keeps the forking process's high-water mark
-    // until exec): sample the peak of the child's and its descendants' own address spaces instead.
+    // until exec): sample the child's and its descendants' own address spaces instead.
     let pid = child.id();
+    CURRENT.store(pid, std::sync::atomic::Ordering::SeqCst);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let done = done.clone();
         std::thread::spawn(move || {
             let mut peak = 0;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                peak = peak.max(tree_peak_rss(pid));
+                peak = peak.max(tree_rss(pid));
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             peak
@@ -143,7 +198,7 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
     let _ = out.read_to_end(&mut stdout);
     let stderr = err_reader.join().unwrap_or_default();
     // The pipes close at exit: one last sample can still find a child that closed them early.
-    let last = tree_peak_rss(pid);
+    let last = tree_rss(pid);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let sampled = sampler.join().unwrap_or(0).max(last);
     // std's Child has no rusage: reap it ourselves with wait4. Its rusage includes the children it
@@ -159,6 +214,7 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
         }
         break r;
     };
+    CURRENT.store(0, std::sync::atomic::Ordering::SeqCst);
     if r != pid {
         return Err(Error::new(ErrorKind::Io, format!("wait4 on {shown}: {}", std::io::Error::last_os_error())));
     }
@@ -178,7 +234,7 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
             seconds,
             user_seconds: tv(ru.ru_utime),
             system_seconds: tv(ru.ru_stime),
-            peak_rss_bytes: if sampled > 0 { sampled } else { ru.ru_maxrss.max(0) as u64 * 1024 },
+            peak_rss_bytes: sampled,
             host_cpu_pct,
         },
     })
@@ -201,6 +257,7 @@ mod tests {
         assert!(f.cost.seconds > 0.0);
         assert!(f.cost.user_seconds + f.cost.system_seconds > 0.0, "{:?}", f.cost);
         assert!(f.cost.peak_rss_bytes >= 60 << 20, "peak RSS of a child that held 64 MiB: {:?}", f.cost);
+        assert!(f.cost.peak_rss_bytes < 200 << 20, "not the test process's size: {:?}", f.cost);
         assert!((0.0..=100.0).contains(&f.cost.host_cpu_pct));
         let e = f.failure("the test shell");
         assert!(e.to_string().contains("exited with 3: err"), "{e}");

@@ -335,8 +335,10 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     let repeats = rows.first().map_or(0, |r| r.backup_seconds.n);
 
     // Size against time: sheaf per codec, each peer as one series.
+    // Peers write to disk: so do the sheaf points beside them, when there are any.
+    let to_disk = rows.iter().any(|r| r.setting.tool == "sheaf" && r.setting.target != "nul");
     let mut series: Vec<Series> = Vec::new();
-    for r in rows {
+    for r in rows.iter().filter(|r| !to_disk || r.setting.target != "nul") {
         let peer = r.setting.tool != "sheaf";
         let name = if peer { r.setting.tool.clone() } else { format!("sheaf {}", r.setting.compression) };
         let p = (r.backup_seconds.median, r.size_bytes.median / 1e6);
@@ -351,7 +353,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         dir,
         &XyChart {
             file: "size_vs_backup_time",
-            title: format!("Backup size vs backup time (median of {repeats}; lower left is better)"),
+            title: format!("Backup size vs backup time{} (median of {repeats}; lower left is better)", if to_disk { ", to disk" } else { ", to nul" }),
             x_label: "backup time (s)".into(),
             y_label: "backup size (MB)".into(),
             lines: false,
@@ -446,6 +448,7 @@ mod tests {
             restore_seconds: (target != "nul").then(|| s(secs * 1.5)),
             restore_cpu_pct: (target != "nul").then(|| s(40.0)),
             restore_host_cpu_pct: None,
+            restore_peak_rss_bytes: None,
         }
     }
 
@@ -475,7 +478,7 @@ mod tests {
         }
         assert!(svg.matches("<rect").count() >= 4, "two bars per codec");
         let svg = std::fs::read_to_string(dir.path().join("size_vs_backup_time.svg")).unwrap();
-        for text in ["backup time (s)", "backup size (MB)", "sheaf lz4", "pgbackrest", "Backup size vs backup time"] {
+        for text in ["backup time (s)", "backup size (MB)", "sheaf lz4", "pgbackrest", "Backup size vs backup time, to disk"] {
             assert!(svg.contains(text), "the size plot lacks '{text}'");
         }
         let svg = std::fs::read_to_string(dir.path().join("throughput_vs_transfer_size.svg")).unwrap();

@@ -57,6 +57,8 @@ pub struct Row {
     pub restore_cpu_pct: Option<Summary>,
     /// Restore CPU percent of all cores: the whole host.
     pub restore_host_cpu_pct: Option<Summary>,
+    /// Restore peak RSS, bytes.
+    pub restore_peak_rss_bytes: Option<Summary>,
 }
 
 impl Row {
@@ -106,6 +108,7 @@ struct Flat {
     restore_s_max: Option<f64>,
     restore_cpu_pct_median: Option<f64>,
     restore_host_cpu_pct_median: Option<f64>,
+    restore_peak_rss_bytes_median: Option<f64>,
     repeats: usize,
 }
 
@@ -136,6 +139,7 @@ impl From<&Row> for Flat {
             restore_s_max: r.restore_seconds.map(|s| s.max),
             restore_cpu_pct_median: r.restore_cpu_pct.map(|s| s.median),
             restore_host_cpu_pct_median: r.restore_host_cpu_pct.map(|s| s.median),
+            restore_peak_rss_bytes_median: r.restore_peak_rss_bytes.map(|s| s.median),
             repeats: r.backup_seconds.n,
         }
     }
@@ -173,12 +177,12 @@ fn range(s: &Summary, unit_digits: usize) -> String {
 }
 
 /// The table's columns, as text cells, for the Markdown and terminal writers.
-const HEADER: [&str; 14] = [
-    "tool", "compression", "stripes", "transfer", "buffers", "target", "backup s", "MB/s", "CPU %", "host CPU %", "size MB", "ratio",
-    "restore s", "restore CPU %",
+const HEADER: [&str; 16] = [
+    "tool", "compression", "stripes", "transfer", "buffers", "target", "backup s", "MB/s", "CPU %", "host CPU %", "RSS MiB", "size MB",
+    "ratio", "verify s", "restore s", "restore CPU %",
 ];
 
-fn cells(r: &Row) -> [String; 14] {
+fn cells(r: &Row) -> [String; 16] {
     let sheaf = r.setting.tool == "sheaf";
     let knob = |v: String| if sheaf { v } else { "-".to_string() };
     let opt = |s: &Option<Summary>, f: &dyn Fn(&Summary) -> String| s.as_ref().map_or_else(|| "-".to_string(), f);
@@ -197,8 +201,10 @@ fn cells(r: &Row) -> [String; 14] {
         format!("{:.0}", r.backup_mb_per_s()),
         format!("{:.0}", r.backup_cpu_pct.median),
         format!("{:.0}", r.backup_host_cpu_pct.median),
+        format!("{:.0}", r.backup_peak_rss_bytes.median / (1 << 20) as f64),
         format!("{:.1}", r.size_bytes.median / 1e6),
         format!("{:.2}", r.ratio()),
+        opt(&r.verify_seconds, &|s| format!("{:.2}", s.median)),
         opt(&r.restore_seconds, &|s| range(s, 2)),
         opt(&r.restore_cpu_pct, &|s| format!("{:.0}", s.median)),
     ]
@@ -222,7 +228,7 @@ pub fn write_markdown(rows: &[Row], mut out: impl Write) -> std::io::Result<()> 
 /// # Errors
 /// I/O errors of `out`.
 pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
-    let all: Vec<[String; 14]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
+    let all: Vec<[String; 16]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
     let width: Vec<usize> = (0..HEADER.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for r in &all {
         let line: Vec<String> = r
@@ -379,6 +385,7 @@ mod tests {
                 restore_seconds: summarize(&[3.6, 3.3, 5.0]),
                 restore_cpu_pct: summarize(&[50.0, 49.0, 52.0]),
                 restore_host_cpu_pct: summarize(&[55.0, 59.0, 52.0]),
+                restore_peak_rss_bytes: summarize(&[11e6, 11e6, 12e6]),
             },
             Row {
                 setting: Setting {
@@ -401,6 +408,7 @@ mod tests {
                 restore_seconds: None,
                 restore_cpu_pct: None,
                 restore_host_cpu_pct: None,
+                restore_peak_rss_bytes: None,
             },
             Row {
                 setting: Setting {
@@ -423,6 +431,7 @@ mod tests {
                 restore_seconds: summarize(&[4.4, 4.5]),
                 restore_cpu_pct: summarize(&[60.0, 61.0]),
                 restore_host_cpu_pct: summarize(&[62.0, 63.0]),
+                restore_peak_rss_bytes: summarize(&[30e6, 31e6]),
             },
         ]
     }
@@ -458,9 +467,10 @@ mod tests {
         assert_eq!(lines.len(), 5);
         assert!(lines[2].contains("| 2.50 (2.40–2.90) |") && lines[2].contains("| 3.60 (3.30–5.00) |"), "{}", lines[2]);
         assert!(lines[2].contains("| default (14) |"), "{}", lines[2]);
-        assert!(lines[3].contains("| nul |") && lines[3].ends_with("| - | - |"), "{}", lines[3]);
+        assert!(lines[3].contains("| nul |") && lines[3].ends_with("| - | - | - |"), "{}", lines[3]);
+        assert!(lines[2].contains("| 17 | 451.0 | 3.10 | 1.00 |"), "RSS MiB, size, ratio, verify: {}", lines[2]);
         assert!(lines[4].contains("| zstd:low (--compress=server-zstd:level=1,workers=2) | - | - | - |"), "peers have no sheaf knobs: {}", lines[4]);
-        assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![15; 5], "every line has all columns");
+        assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![17; 5], "every line has all columns");
     }
 
     #[test]

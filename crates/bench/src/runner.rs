@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
+use sheaf_core::{Error, ErrorKind, Result};
 use sheaf_pg::scratch::{self, ScratchCluster};
 
 use crate::matrix::{BenchTarget, Matrix, Permutation};
@@ -162,8 +162,11 @@ fn work_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Remove every work directory of running benches: for a Ctrl-C handler.
+/// Stop the operation being measured and remove every work directory of running benches: for an
+/// interrupt handler (signal handlers cannot unwind).
 pub fn cleanup() {
+    measure::stop_current();
+    std::thread::sleep(Duration::from_millis(300));
     for d in std::mem::take(&mut *work_dirs()) {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -173,16 +176,19 @@ pub fn cleanup() {
 struct WorkDir(PathBuf);
 
 impl WorkDir {
+    /// `parent` must exist (a mistyped target is an error, not a new folder); `name` must not
+    /// (created atomically, never through a planted link).
     fn create(parent: &Path, name: &str) -> Result<WorkDir> {
-        let path = parent.join(name);
-        if path.exists() {
-            return Err(Error::new(ErrorKind::Target, format!("{} exists: remove it, or it is another bench's", path.display())));
+        if !parent.is_dir() {
+            return Err(Error::new(ErrorKind::Target, format!("{} is not a directory: create it, or name another --target or --restore-dir", parent.display())));
         }
-        std::fs::create_dir_all(&path).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", path.display()), e))?;
-        work_dirs().push(path.clone());
+        let path = parent.join(name);
+        std::fs::create_dir(&path).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", path.display()), e))?;
+        let dir = WorkDir(path);
+        work_dirs().push(dir.0.clone());
         // Peers run as the server's user (pgBackRest) and must reach into it.
-        set_mode(&path, 0o755)?;
-        Ok(WorkDir(path))
+        set_mode(&dir.0, 0o755)?;
+        Ok(dir)
     }
 }
 
@@ -225,12 +231,7 @@ struct Prepared {
     url: Option<String>,
 }
 
-/// The peer set-up on a throwaway cluster: pgBackRest's state directory.
-struct BackRestHome {
-    dir: tempfile::TempDir,
-}
-
-fn prepare_source(opts: &BenchOptions, backrest: bool, note: &dyn Fn(Event)) -> Result<(Prepared, Option<BackRestHome>)> {
+fn prepare_source(opts: &BenchOptions, backrest: bool, work_name: &str, note: &dyn Fn(Event)) -> Result<(Prepared, Option<WorkDir>)> {
     match &opts.source {
         Source::Path(p) => {
             if !p.is_dir() {
@@ -246,17 +247,19 @@ fn prepare_source(opts: &BenchOptions, backrest: bool, note: &dyn Fn(Event)) -> 
             // pgBackRest takes over once the data is in.
             let settings: &[&str] = if backrest { &["archive_mode = on", "archive_command = 'true'"] } else { &[] };
             let cluster = ScratchCluster::create(None, &[], settings)?;
+            note(Event::Note(&format!("cluster in {} on port {}", cluster.data.display(), cluster.port)));
             cluster.query("postgres", "CREATE DATABASE tpch")?;
             note(Event::Note(&format!("loading TPC-H scale {scale} (tpchgen)")));
             sheaf_pg::tpch::load(&cluster.url("tpch"), *scale, &|t| note(Event::Note(&format!("  {t}"))))?;
             // Settle the pages (hint bits, visibility map) so that every run reads the same bytes.
             cluster.query("tpch", "VACUUM ANALYZE")?;
             cluster.query("postgres", "CHECKPOINT")?;
+            // pgBackRest's config, logs and locks.
             let home = if backrest {
-                let dir = tempfile::Builder::new().prefix("sheaf-bench-pgbackrest.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "temp dir", e))?;
-                scratch::server_dir(dir.path())?;
-                set_mode(dir.path(), 0o755)?;
-                Some(BackRestHome { dir })
+                let dir = WorkDir::create(&std::env::temp_dir(), &format!("{work_name}-pgbackrest"))?;
+                scratch::server_dir(&dir.0)?;
+                set_mode(&dir.0, 0o755)?;
+                Some(dir)
             } else {
                 None
             };
@@ -341,8 +344,10 @@ impl Ctx<'_> {
         (self.note)(ev);
     }
 
+    /// Where a restore goes: always inside this bench's own work folder (in --restore-dir, or
+    /// beside the stripes), never a path of the user's.
     fn restore_dir(&self, target_dir: &Path) -> PathBuf {
-        self.opts.restore_dir.clone().unwrap_or_else(|| target_dir.join(&self.work_name)).join("restore")
+        self.opts.restore_dir.as_deref().unwrap_or(target_dir).join(&self.work_name).join("restore")
     }
 
     /// One repeat of a sheaf permutation.
@@ -478,31 +483,72 @@ fn backrest_size(json: &str) -> Option<u64> {
     v.get(0)?.get("backup")?.as_array()?.last()?.pointer("/info/repository/size")?.as_u64()
 }
 
-/// Set up pgBackRest on the cluster with its repository in `repo`: config, archive_command, stanza.
+/// Set up pgBackRest on the cluster with its repository in `repo`: config and stanza, then WAL
+/// archiving through it. On failure archiving is back to discarding, so nothing waits on it.
 fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path) -> Result<BackRest> {
-    scratch::server_dir(repo)?;
-    let config = home.join("pgbackrest.conf");
-    let text = BackRest::config_text(&cluster.data, &cluster.sock, cluster.port, repo, home);
-    std::fs::write(&config, text).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", config.display()), e))?;
-    set_mode(&config, 0o644)?;
-    let br = BackRest { config: config.clone(), repo: repo.to_path_buf() };
-    let cmd = format!("pgbackrest --config={} --stanza=bench archive-push %p", config.display());
-    cluster.query("postgres", &format!("ALTER SYSTEM SET archive_command = '{}'", cmd.replace('\'', "''")))?;
-    cluster.query("postgres", "SELECT pg_reload_conf()")?;
-    let f = measure::run(br.command(&["stanza-create"]))?;
-    if !f.ok() {
-        return Err(f.failure("pgbackrest stanza-create"));
+    let setup = || -> Result<BackRest> {
+        scratch::server_dir(repo)?;
+        let config = home.join("pgbackrest.conf");
+        let text = BackRest::config_text(&cluster.data, &cluster.sock, cluster.port, repo, home);
+        std::fs::write(&config, text).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", config.display()), e))?;
+        set_mode(&config, 0o644)?;
+        let br = BackRest { config: config.clone(), repo: repo.to_path_buf() };
+        let f = measure::run(br.command(&["stanza-create"]))?;
+        if !f.ok() {
+            return Err(f.failure("pgbackrest stanza-create"));
+        }
+        let cmd = format!("pgbackrest --config={} --stanza=bench archive-push %p", config.display());
+        cluster.query("postgres", &format!("ALTER SYSTEM SET archive_command = '{}'", cmd.replace('\'', "''")))?;
+        cluster.query("postgres", "SELECT pg_reload_conf()")?;
+        cluster.query("postgres", "SELECT pg_switch_wal()")?;
+        Ok(br)
+    };
+    setup().inspect_err(|_| backrest_teardown(cluster))
+}
+
+/// Archiving back to discarding (pgBackRest's runs on this target are over, or failed).
+fn backrest_teardown(cluster: &ScratchCluster) {
+    let _ = cluster.query("postgres", "ALTER SYSTEM SET archive_command = 'true'");
+    let _ = cluster.query("postgres", "SELECT pg_reload_conf()");
+}
+
+/// A bench that ran, completely or not.
+#[derive(Debug)]
+pub struct Outcome {
+    /// What was measured (all of it, or up to the failure).
+    pub result: BenchResult,
+    /// The sheaf operation that failed and stopped the sweep; the result holds the runs before it.
+    pub failure: Option<Error>,
+}
+
+/// Refuse a target or restore folder inside a directory source: the backup would read its own
+/// stripes, and restores would land in the data.
+fn check_overlap(opts: &BenchOptions) -> Result<()> {
+    let Source::Path(src) = &opts.source else { return Ok(()) };
+    let Ok(src) = src.canonicalize() else { return Ok(()) };
+    let dirs = opts.matrix.target.iter().flat_map(|t| match t {
+        BenchTarget::Dir(d) => d.clone(),
+        BenchTarget::Nul => Vec::new(),
+    });
+    for d in dirs.chain(opts.restore_dir.clone()) {
+        if d.canonicalize().is_ok_and(|d| d.starts_with(&src)) {
+            return Err(Error::invalid(format!(
+                "{} is inside the source {}: the backups would read their own stripes; choose a folder outside it",
+                d.display(),
+                src.display()
+            )));
+        }
     }
-    cluster.query("postgres", "SELECT pg_switch_wal()")?;
-    Ok(br)
+    Ok(())
 }
 
 /// Run the bench. `note` hears progress; the library prints nothing.
 ///
 /// # Errors
-/// Bad options, the source or a target unusable, or a sheaf operation failing (peers failing are
-/// warnings: their rows are left out).
-pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
+/// Bad options, or the source or a target unusable before anything ran. A sheaf operation that
+/// fails later stops the sweep and comes back in [`Outcome::failure`] with the runs before it;
+/// peers that fail are warnings, their rows left out.
+pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     let started = Instant::now();
     let started_at = sheaf_core::time::utc_now();
     let mut warnings: Vec<String> = Vec::new();
@@ -513,17 +559,19 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
     if opts.drop_caches {
         measure::drop_caches()?;
     }
-    let dir_targets: Vec<PathBuf> = {
-        let mut v: Vec<PathBuf> = Vec::new();
-        for t in &opts.matrix.target {
-            if let BenchTarget::Dir(d) = t {
-                if !v.contains(&d[0]) {
-                    v.push(d[0].clone());
-                }
+    check_overlap(opts)?;
+    let mut dir_targets: Vec<PathBuf> = Vec::new();
+    for t in &opts.matrix.target {
+        if let BenchTarget::Dir(d) = t {
+            if !dir_targets.contains(&d[0]) {
+                dir_targets.push(d[0].clone());
             }
         }
-        v
-    };
+    }
+    if matches!(opts.source, Source::Tpch(_)) && opts.peers.contains(&Peer::PgBasebackup) {
+        // Installing PostgreSQL brings pg_basebackup: before looking for it.
+        scratch::ensure_installed()?;
+    }
     // Peers: only those that apply and are installed.
     let mut peers: Vec<Peer> = Vec::new();
     for &p in &opts.peers {
@@ -539,9 +587,10 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
             None => peers.push(p),
         }
     }
-    let backrest = peers.contains(&Peer::PgBackRest);
-    let (src, home) = prepare_source(opts, backrest, note)?;
-    let work_name = format!("sheaf-bench-{}", std::process::id());
+    // Unique across hosts sharing a target and across runs of this process.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let work_name = format!("sheaf-bench-{}-{nanos:08x}", std::process::id());
+    // Work folders first: a missing target fails before a cluster is built and loaded.
     let mut works: Vec<WorkDir> = Vec::new();
     let parents = opts.matrix.target.iter().flat_map(|t| match t {
         BenchTarget::Dir(dirs) => dirs.clone(),
@@ -552,9 +601,13 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
             works.push(WorkDir::create(&d, &work_name)?);
         }
     }
+    let backrest = peers.contains(&Peer::PgBackRest);
+    let (src, home) = prepare_source(opts, backrest, &work_name, note)?;
     let cores = sheaf_core::backup::available_cores();
-    let codecs: Vec<CodecSpec> = opts.matrix.compression.clone();
-    let peer_runs: Vec<PeerRun> = codecs.iter().flat_map(|c| peers::runs_for(&peers, c, cores)).collect();
+    // pg_basebackup's runs before pgBackRest's, so that none of them shares the machine with
+    // pgBackRest's WAL archiving.
+    let mut peer_runs: Vec<PeerRun> = opts.matrix.compression.iter().flat_map(|c| peers::runs_for(&peers, c, cores)).collect();
+    peer_runs.sort_by_key(|r| r.tool == "pgbackrest");
     let perms = opts.matrix.permutations();
     let total = (perms.len() + peer_runs.len() * dir_targets.len()) * opts.matrix.repeat;
     let mut ctx = Ctx {
@@ -566,27 +619,25 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
         clock: Clock { start: Instant::now(), done: 0, total },
     };
     let mut samples = Vec::new();
-    for p in &perms {
+    let mut failure = None;
+    'sweep: for p in &perms {
         for r in 1..=opts.matrix.repeat {
             ctx.announce(&format!("sheaf {}", p.name()), r);
-            samples.push(ctx.sheaf_run(p, r)?);
+            match ctx.sheaf_run(p, r) {
+                Ok(s) => samples.push(s),
+                Err(e) => {
+                    failure = Some(e);
+                    break 'sweep;
+                }
+            }
             ctx.clock.done += 1;
         }
     }
     let sheaf_read: Vec<f64> = samples.iter().map(|s| s.bytes_read as f64).collect();
     let source_bytes = summarize(&sheaf_read).map_or(0, |s| s.median as u64);
     let basebackup = peers::find("pg_basebackup");
-    for dir in &dir_targets {
-        let br = match (&home, &src.cluster) {
-            (Some(h), Some(c)) => match backrest_setup(c, h.dir.path(), &dir.join(&work_name).join("pgbackrest")) {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    warn(format!("peer pgbackrest skipped on {}: {e}", dir.display()), &mut warnings);
-                    None
-                }
-            },
-            _ => None,
-        };
+    for dir in dir_targets.iter().filter(|_| failure.is_none()) {
+        let mut backrest_ready: Option<Option<BackRest>> = None;
         for run in &peer_runs {
             let setting = Setting {
                 tool: run.tool.to_string(),
@@ -597,20 +648,34 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
                 buffer_count: None,
                 target: dir.display().to_string(),
             };
-            let mut failed = false;
+            let br = if run.tool == "pgbackrest" {
+                // Set up on the first of its runs on this target, after pg_basebackup's.
+                let ready = backrest_ready.get_or_insert_with(|| match (&home, &src.cluster) {
+                    (Some(h), Some(c)) => match backrest_setup(c, &h.0, &dir.join(&work_name).join("pgbackrest")) {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            warn(format!("peer pgbackrest skipped on {}: {e}", dir.display()), &mut warnings);
+                            None
+                        }
+                    },
+                    _ => None,
+                });
+                match ready {
+                    Some(b) => Some(&*b),
+                    None => {
+                        ctx.clock.done += opts.matrix.repeat;
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             for r in 1..=opts.matrix.repeat {
                 ctx.announce(&format!("{} {} ({}) -> {}", run.tool, run.codec, run.settings(), dir.display()), r);
                 ctx.clock.done += 1;
-                if failed {
-                    continue;
-                }
-                let result = if run.tool == "pgbackrest" {
-                    match &br {
-                        Some(br) => ctx.backrest_run(br, run, dir, r),
-                        None => continue,
-                    }
-                } else {
-                    ctx.basebackup_run(basebackup.as_deref().expect("checked above"), run, dir, r)
+                let result = match br {
+                    Some(br) => ctx.backrest_run(br, run, dir, r),
+                    None => ctx.basebackup_run(basebackup.as_deref().expect("checked above"), run, dir, r),
                 };
                 match result {
                     Ok((size, backup, restore)) => samples.push(Sample {
@@ -624,30 +689,41 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<BenchResult> {
                         restore: Some(restore),
                     }),
                     Err(e) => {
-                        failed = true;
                         samples.retain(|s| s.setting != setting);
                         warn(format!("{} {} left out: {e}", run.tool, run.settings()), &mut warnings);
+                        ctx.clock.done += opts.matrix.repeat - r;
+                        break;
                     }
                 }
             }
         }
+        if let (Some(Some(_)), Some(c)) = (&backrest_ready, &src.cluster) {
+            backrest_teardown(c);
+        }
     }
     drop(works);
     drop(src);
+    drop(home);
+    if let Some(e) = &failure {
+        warnings.push(format!("the sweep stopped early: {e}"));
+    }
     let rows = rows(&samples, cores);
-    Ok(BenchResult {
-        info: RunInfo {
-            started: started_at,
-            source: opts.source.describe(),
-            cores,
-            cache: if opts.drop_caches { "dropped before every operation".into() } else { "warm (each operation starts after sync, nothing dirty)".into() },
-            repeats: opts.matrix.repeat,
-            sheaf_version: env!("CARGO_PKG_VERSION").to_string(),
-            seconds: started.elapsed().as_secs_f64(),
-            warnings,
+    Ok(Outcome {
+        result: BenchResult {
+            info: RunInfo {
+                started: started_at,
+                source: opts.source.describe(),
+                cores,
+                cache: if opts.drop_caches { "dropped before every operation".into() } else { "warm (each operation starts after sync, nothing dirty)".into() },
+                repeats: opts.matrix.repeat,
+                sheaf_version: env!("CARGO_PKG_VERSION").to_string(),
+                seconds: started.elapsed().as_secs_f64(),
+                warnings,
+            },
+            rows,
+            samples,
         },
-        rows,
-        samples,
+        failure,
     })
 }
 
@@ -683,6 +759,7 @@ pub fn rows(samples: &[Sample], cores: usize) -> Vec<Row> {
                 restore_seconds: of_opt(&|s| s.restore.map(|c| c.seconds)),
                 restore_cpu_pct: of_opt(&|s| s.restore.map(|c| c.cpu_pct(cores))),
                 restore_host_cpu_pct: of_opt(&|s| s.restore.map(|c| c.host_cpu_pct)),
+                restore_peak_rss_bytes: of_opt(&|s| s.restore.map(|c| c.peak_rss_bytes as f64)),
             })
         })
         .collect()

@@ -626,8 +626,8 @@ fn stop_scratch_on_interrupt(what: &'static str) {
     let _ = ctrlc::set_handler(move || {
         INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         eprintln!("sheaf: interrupted; stopping the servers the {what} started");
-        sheaf_pg::scratch::stop_all();
         sheaf_bench::runner::cleanup();
+        sheaf_pg::scratch::stop_all();
         std::process::exit(130);
     });
 }
@@ -691,8 +691,10 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
             eta.map_or_else(String::new, |d| format!(", {} left", duration(d)))
         ),
     };
-    let result = sheaf_bench::runner::run(&opts, &note)?;
-    bench_output(&result, &out, a.json)
+    let outcome = sheaf_bench::runner::run(&opts, &note)?;
+    // What ran before a failure is written all the same, marked as stopped early.
+    bench_output(&outcome.result, &out, a.json)?;
+    outcome.failure.map_or(Ok(()), Err)
 }
 
 /// Print the table (or JSON) and write the report files and plots into `out`.

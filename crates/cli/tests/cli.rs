@@ -554,11 +554,73 @@ fn bench_mistakes_are_named() {
 fn bench_drops_caches_when_allowed_and_says_so_when_not() {
     let f = Fixture::new();
     let out = f.path("cold");
+    let allowed = fs::OpenOptions::new().write(true).open("/proc/sys/vm/drop_caches").is_ok();
     let o = run(&["bench", s(&f.src), "-c", "lz4", "--repeat", "1", "--drop-caches", "--json", "--out", s(&out)]);
-    if o.status.success() {
+    if allowed {
+        assert!(o.status.success(), "{}", stderr(&o));
         let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(r["info"]["cache"], "dropped before every operation");
     } else {
         assert_fails(&o, 2, &["--drop-caches: cannot write /proc/sys/vm/drop_caches"]);
     }
+}
+
+#[test]
+fn bench_restores_inside_a_folder_of_its_own_in_restore_dir() {
+    let f = Fixture::new();
+    let (target, elsewhere) = (f.path("t"), f.path("elsewhere"));
+    fs::create_dir_all(&target).unwrap();
+    // A user's folders named like the bench's scratch: never touched.
+    for sentinel in ["restore/keep.txt", "restore.ts/keep.txt"] {
+        let p = elsewhere.join(sentinel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, "mine").unwrap();
+    }
+    let o = run(&["bench", s(&f.src), "-c", "lz4", "--repeat", "1", "--target", s(&target), "--restore-dir", s(&elsewhere), "--out", s(&f.path("o"))]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&fs::read(f.path("o/report.json")).unwrap()).unwrap();
+    assert!(report["rows"][0]["restore_seconds"]["median"].as_f64().unwrap() > 0.0);
+    for sentinel in ["restore/keep.txt", "restore.ts/keep.txt"] {
+        assert_eq!(fs::read_to_string(elsewhere.join(sentinel)).unwrap(), "mine");
+    }
+    let mut left: Vec<String> = fs::read_dir(&elsewhere).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["restore", "restore.ts"], "the bench's own folder is gone");
+}
+
+#[test]
+fn bench_refuses_targets_it_should_not_use() {
+    let f = Fixture::new();
+    let inside = f.src.join("bench_out");
+    fs::create_dir_all(&inside).unwrap();
+    assert_fails(&run(&["bench", s(&f.src), "--target", s(&inside), "--repeat", "1"]), 2, &["is inside the source", "choose a folder outside it"]);
+    fs::remove_dir(&inside).unwrap();
+    let missing = f.path("no/such/dir");
+    assert_fails(&run(&["bench", s(&f.src), "--target", &format!("nul,{}", s(&missing)), "--repeat", "1"]), 8, &["is not a directory: create it"]);
+    assert!(!missing.exists(), "a mistyped target is not created");
+    assert_fails(&run(&["bench", s(&f.src), "--transfer-size", "1MiB,32MiB"]), 2, &["'32MiB' is out of range"]);
+}
+
+#[test]
+fn a_bench_that_fails_mid_way_writes_what_it_measured_and_exits_with_the_failure() {
+    let f = Fixture::new();
+    sheaf_core::datagen::write_file(&f.src.join("big.dat"), 4 << 20, 9, 0.0).unwrap();
+    let (mnt, out) = (f.path("small_fs"), f.path("partial"));
+    fs::create_dir_all(&mnt).unwrap();
+    // nul runs first and succeeds; the 1 MiB tmpfs then fills up.
+    let script = format!(
+        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} bench {src} -c none --repeat 1 --target nul,{m} --out {o}; rc=$?; ls -A {m}; umount {m}; exit $rc",
+        m = s(&mnt),
+        bin = env!("CARGO_BIN_EXE_sheaf"),
+        src = s(&f.src),
+        o = s(&out)
+    );
+    let o = with_mounts(&script);
+    assert_fails(&o, 6, &["No space left on device"]);
+    assert_eq!(stdout(&o).lines().filter(|l| l.starts_with("sheaf ")).count(), 1, "the nul row is printed: {}", stdout(&o));
+    assert!(!stdout(&o).contains("sheaf-bench-"), "the work folder is not left on the full filesystem: {}", stdout(&o));
+    let report: serde_json::Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["rows"].as_array().unwrap().len(), 1);
+    assert!(report["info"]["warnings"][0].as_str().unwrap().contains("the sweep stopped early"), "{}", report["info"]);
+    assert!(fs::read_to_string(out.join("report.md")).unwrap().contains("the sweep stopped early"));
 }

@@ -23,6 +23,9 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
         .arg(&out));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
+    let cluster = stderr.lines().find_map(|l| l.strip_prefix("sheaf bench: cluster in ")).map(|l| std::path::PathBuf::from(l.split(" on port ").next().unwrap()));
+    let cluster = cluster.unwrap_or_else(|| panic!("the bench names its cluster: {stderr}"));
+    assert!(!cluster.exists(), "the throwaway cluster {} is removed", cluster.display());
     assert!(!stderr.contains("warning"), "every peer ran: {stderr}");
     assert!(stderr.contains("[1/28] sheaf lz4 x1 1 MiB buf=default -> nul (run 1 of 2)"), "progress names permutation and repeat: {stderr}");
     assert!(stderr.contains("[2/28, ") && stderr.contains("s left] sheaf lz4 x1 1 MiB buf=default -> nul (run 2 of 2)"), "progress gives an ETA: {stderr}");
