@@ -632,6 +632,18 @@ fn stop_scratch_on_interrupt(what: &'static str) {
     });
 }
 
+/// `v`, unless an interrupt came: then the handler is stopping servers and removing folders and
+/// will exit the process, so this thread waits for it rather than print, write or return (which
+/// would end the process under the handler).
+fn unless_interrupted<T>(v: T) -> T {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    v
+}
+
 fn duration(d: std::time::Duration) -> String {
     let s = d.as_secs();
     if s >= 3600 {
@@ -691,7 +703,7 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
             eta.map_or_else(String::new, |d| format!(", {} left", duration(d)))
         ),
     };
-    let outcome = sheaf_bench::runner::run(&opts, &note)?;
+    let outcome = unless_interrupted(sheaf_bench::runner::run(&opts, &note))?;
     // What ran before a failure is written all the same, marked as stopped early.
     bench_output(&outcome.result, &out, a.json)?;
     outcome.failure.map_or(Ok(()), Err)
@@ -723,7 +735,7 @@ fn demo(a: DemoArgs) -> Result<(), Error> {
     }
     let codecs = a.compression.split(',').map(|c| CodecSpec::parse(c.trim())).collect::<Result<Vec<_>, _>>()?;
     let opts = sheaf_pg::demo::DemoOptions { scale: a.scale, codecs, stripes: a.stripes.max(1) };
-    let rows = sheaf_pg::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}"))?;
+    let rows = unless_interrupted(sheaf_pg::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}")))?;
     if a.json {
         println!("{}", serde_json::to_string(&rows).expect("rows serialise"));
     } else {

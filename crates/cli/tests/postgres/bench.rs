@@ -84,3 +84,46 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
     let left: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "left in the target: {left:?}");
 }
+
+#[test]
+fn an_interrupted_bench_stops_its_server_and_removes_its_folders() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = sheaf()
+        .args(["bench", "--dataset", "tpch:0.01", "-c", "lz4", "--repeat", "50", "--target"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut data = None;
+    // Interrupt in the middle of the sweep, with a backup or restore running.
+    loop {
+        let line = lines.next().expect("the bench ended before its runs").unwrap();
+        if let Some(rest) = line.strip_prefix("sheaf bench: cluster in ") {
+            data = Some(std::path::PathBuf::from(rest.split(" on port ").next().unwrap()));
+        }
+        if line.contains("[5/50") {
+            break;
+        }
+    }
+    let data = data.expect("the bench names its cluster");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(130), "exit status after SIGTERM");
+    assert!(!data.exists(), "the cluster directory is removed");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "no stripes, restores or report left: {left:?}");
+    let t0 = std::time::Instant::now();
+    loop {
+        let procs = std::process::Command::new("pgrep").args(["-a", "-f", data.to_str().unwrap()]).output().unwrap();
+        if procs.stdout.is_empty() {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 10, "server left running: {}", String::from_utf8_lossy(&procs.stdout));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
