@@ -535,6 +535,15 @@ fn bench_of_a_directory_from_a_plan_with_flags_over_it() {
     }
     assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "the bench leaves nothing in its target");
     assert!(fs::read_dir(&f.src).unwrap().count() > 0, "the source is untouched");
+
+    // --from redraws the same table and files from report.json, running nothing.
+    let again = f.path("bench_again");
+    let o = run(&["bench", "--from", s(&out.join("report.json")), "--out", s(&again)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), table, "the same table");
+    assert_eq!(fs::read_to_string(again.join("report.csv")).unwrap(), fs::read_to_string(out.join("report.csv")).unwrap(), "figures survive report.json exactly");
+    assert!(fs::metadata(again.join("throughput_vs_stripes.svg")).unwrap().len() > 1000);
+    assert_fails(&run(&["bench", "--from", s(&out.join("report.csv"))]), 2, &["is not a sheaf bench report.json"]);
 }
 
 #[test]
