@@ -102,15 +102,41 @@ fn host_jiffies() -> Option<(u64, u64)> {
     (total > 0).then_some((busy, total))
 }
 
-/// The child being measured, so that an interrupted bench can stop it (0: none).
-static CURRENT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// The child being measured, and whether the bench is stopping (then no new child starts).
+struct Running {
+    stopping: bool,
+    pid: u32,
+}
 
-/// Stop the operation being measured (SIGTERM), for an interrupt handler.
+static RUNNING: std::sync::Mutex<Running> = std::sync::Mutex::new(Running { stopping: false, pid: 0 });
+
+fn running() -> std::sync::MutexGuard<'static, Running> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stop measuring, for an interrupt handler: no new operation starts, and the one running is
+/// stopped (SIGTERM, then SIGKILL after 5 s) and waited for, so that nothing writes into the work
+/// folders once this returns.
 pub fn stop_current() {
-    let pid = CURRENT.swap(0, std::sync::atomic::Ordering::SeqCst);
-    if pid != 0 {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    let pid = {
+        let mut r = running();
+        r.stopping = true;
+        r.pid
+    };
+    if pid == 0 {
+        return;
+    }
+    // SAFETY: signalling our own child, which is not reaped until `run` clears `pid`.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    let t0 = Instant::now();
+    while running().pid == pid {
+        if t0.elapsed() > std::time::Duration::from_secs(5) {
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(10) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -169,7 +195,17 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let host0 = host_jiffies();
     let t0 = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("cannot start {shown}: {e}")))?;
+    let mut child = {
+        // Checked and registered under one lock, so that an interrupt either sees this child or
+        // stops it from starting.
+        let mut r = running();
+        if r.stopping {
+            return Err(Error::new(ErrorKind::Cancelled, "interrupted"));
+        }
+        let child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("cannot start {shown}: {e}")))?;
+        r.pid = child.id();
+        child
+    };
     let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
     // Both pipes drain at once, so a child that fills one while we read the other cannot stall.
@@ -181,7 +217,6 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
     // ru_maxrss would also count our own size (Linux keeps the forking process's high-water mark
     // until exec): sample the child's and its descendants' own address spaces instead.
     let pid = child.id();
-    CURRENT.store(pid, std::sync::atomic::Ordering::SeqCst);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let done = done.clone();
@@ -214,7 +249,7 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
         }
         break r;
     };
-    CURRENT.store(0, std::sync::atomic::Ordering::SeqCst);
+    running().pid = 0;
     if r != pid {
         return Err(Error::new(ErrorKind::Io, format!("wait4 on {shown}: {}", std::io::Error::last_os_error())));
     }

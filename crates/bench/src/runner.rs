@@ -166,9 +166,16 @@ fn work_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 /// interrupt handler (signal handlers cannot unwind).
 pub fn cleanup() {
     measure::stop_current();
-    std::thread::sleep(Duration::from_millis(300));
-    for d in std::mem::take(&mut *work_dirs()) {
-        let _ = std::fs::remove_dir_all(d);
+    let dirs = work_dirs().clone();
+    for d in dirs {
+        // The bench's own thread may be removing it too (its run just failed): retry until gone.
+        for _ in 0..100 {
+            if std::fs::symlink_metadata(&d).is_err() {
+                break;
+            }
+            let _ = std::fs::remove_dir_all(&d);
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
