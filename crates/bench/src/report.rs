@@ -436,11 +436,17 @@ mod tests {
         ]
     }
 
+    /// What a writer writes, as text.
+    fn written(write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+        let mut buf = Vec::new();
+        write(&mut buf).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
     #[test]
     fn csv_parses_back() {
-        let mut buf = Vec::new();
-        write_csv(&rows(), &mut buf).unwrap();
-        let mut r = csv::Reader::from_reader(&buf[..]);
+        let text = written(|b| write_csv(&rows(), b));
+        let mut r = csv::Reader::from_reader(text.as_bytes());
         let back: Vec<Flat> = r.deserialize().collect::<Result<_, _>>().unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(back[0], Flat::from(&rows()[0]));
@@ -452,17 +458,13 @@ mod tests {
 
     #[test]
     fn json_parses_back() {
-        let mut buf = Vec::new();
-        write_json(&rows(), &mut buf).unwrap();
-        let back: Vec<Row> = serde_json::from_slice(&buf).unwrap();
+        let back: Vec<Row> = serde_json::from_str(&written(|b| write_json(&rows(), b))).unwrap();
         assert_eq!(back, rows());
     }
 
     #[test]
     fn markdown_has_a_row_per_result_with_ranges() {
-        let mut buf = Vec::new();
-        write_markdown(&rows(), &mut buf).unwrap();
-        let text = String::from_utf8(buf).unwrap();
+        let text = written(|b| write_markdown(&rows(), b));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 5);
         assert!(lines[2].contains("| 2.50 (2.40–2.90) |") && lines[2].contains("| 3.60 (3.30–5.00) |"), "{}", lines[2]);
@@ -475,9 +477,7 @@ mod tests {
 
     #[test]
     fn text_table_aligns_columns() {
-        let mut buf = Vec::new();
-        write_text(&rows(), &mut buf).unwrap();
-        let text = String::from_utf8(buf).unwrap();
+        let text = written(|b| write_text(&rows(), b));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4);
         assert!(lines[0].starts_with("tool") && lines[1].starts_with("sheaf"));
