@@ -76,8 +76,8 @@ sheaf bench /srv/data --compression lz4,zstd:low --transfer-size 64KiB,1MiB,4MiB
 sheaf bench --plan sweep.toml --repeat 5\n\n\
 Each repeat runs `sheaf backup`, then for a disk target `sheaf verify` and `sheaf restore` (into a \
 scratch folder beside the stripes, removed after), each as a child process: its wall time until \
-durable (sync), its CPU (user + system, from wait4) as a share of all cores, its peak RSS, and the \
-whole host's CPU over the same time. The page cache stays warm unless --drop-caches. Runs are \
+durable (sync), its CPU (user + system, from wait4) as a share of all cores, its peak memory (the \
+process tree's resident sets, sampled), and the whole host's CPU over the same time. The page cache stays warm unless --drop-caches. Runs are \
 recorded in the catalog. A plan file holds the same settings in TOML (compression = [\"lz4\"], \
 stripes = [1, 2], transfer-size, buffer-count, target, repeat, peers, dataset or source, out, \
 drop-caches, restore-dir); flags win over it.")]
@@ -132,8 +132,9 @@ struct BenchArgs {
     /// Buffer counts (BUFFERCOUNT), or `default` [default: default].
     #[arg(long, value_name = "LIST")]
     buffer_count: Option<String>,
-    /// Targets: `nul` (read + compress only) and directories; DIR+DIR deals the stripes over
-    /// several directories (volumes) [default: nul].
+    /// Targets: `nul` (read + compress only) and existing directories (the bench works in a folder
+    /// of its own inside each, removed after); DIR+DIR deals the stripes over several directories
+    /// (volumes) [default: nul].
     #[arg(long, value_name = "LIST")]
     target: Option<String>,
     /// Runs per permutation [default: 3].
