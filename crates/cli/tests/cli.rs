@@ -380,16 +380,20 @@ fn disk_full_exits_6_and_leaves_nothing() {
     let mnt = f.path("small_fs");
     fs::create_dir_all(&mnt).unwrap();
     let target = mnt.join("x.sheaf");
-    let script = format!(
-        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} backup {src} --to {t} -c none; rc=$?; ls -A {m}; umount {m}; exit $rc",
-        m = s(&mnt),
-        bin = env!("CARGO_BIN_EXE_sheaf"),
-        src = s(&f.src),
-        t = s(&target)
-    );
-    let o = with_mounts(&script);
+    let o = on_small_tmpfs(&mnt, &format!("backup {} --to {} -c none", s(&f.src), s(&target)));
     assert_fails(&o, 6, &["x.sheaf", "No space left on device", "the device or quota is full"]);
     assert_eq!(stdout(&o).trim(), "", "the full filesystem holds no stripe and no partial afterwards");
+}
+
+/// Run `sheaf ARGS` with a 1 MiB tmpfs mounted at `mnt`; its exit status is the result's, and
+/// what is left on the tmpfs afterwards is listed at the end of stdout.
+fn on_small_tmpfs(mnt: &Path, args: &str) -> Output {
+    let script = format!(
+        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} {args}; rc=$?; ls -A {m}; umount {m}; exit $rc",
+        m = s(mnt),
+        bin = env!("CARGO_BIN_EXE_sheaf"),
+    );
+    with_mounts(&script)
 }
 
 /// Run `script` (which may mount) as root, or in a user and mount namespace of its own otherwise.
@@ -413,13 +417,7 @@ fn restore_into_a_full_disk_exits_6_and_removes_what_it_wrote() {
     let st = f.backup("set", 2);
     let mnt = f.path("small_fs");
     fs::create_dir_all(&mnt).unwrap();
-    let script = format!(
-        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} restore {st} --to {m}; rc=$?; ls -A {m}; umount {m}; exit $rc",
-        m = s(&mnt),
-        bin = env!("CARGO_BIN_EXE_sheaf"),
-        st = s(&st[0]),
-    );
-    let o = with_mounts(&script);
+    let o = on_small_tmpfs(&mnt, &format!("restore {} --to {}", s(&st[0]), s(&mnt)));
     assert_fails(&o, 6, &["No space left on device", "what it wrote was removed"]);
     assert_eq!(stdout(&o).trim(), "", "the full filesystem is left empty");
 }
@@ -617,14 +615,7 @@ fn a_bench_that_fails_mid_way_writes_what_it_measured_and_exits_with_the_failure
     let (mnt, out) = (f.path("small_fs"), f.path("partial"));
     fs::create_dir_all(&mnt).unwrap();
     // nul runs first and succeeds; the 1 MiB tmpfs then fills up.
-    let script = format!(
-        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} bench {src} -c none --repeat 1 --target nul,{m} --out {o}; rc=$?; ls -A {m}; umount {m}; exit $rc",
-        m = s(&mnt),
-        bin = env!("CARGO_BIN_EXE_sheaf"),
-        src = s(&f.src),
-        o = s(&out)
-    );
-    let o = with_mounts(&script);
+    let o = on_small_tmpfs(&mnt, &format!("bench {} -c none --repeat 1 --target nul,{} --out {}", s(&f.src), s(&mnt), s(&out)));
     assert_fails(&o, 6, &["No space left on device"]);
     assert_eq!(stdout(&o).lines().filter(|l| l.starts_with("sheaf ")).count(), 1, "the nul row is printed: {}", stdout(&o));
     assert!(!stdout(&o).contains("sheaf-bench-"), "the work folder is not left on the full filesystem: {}", stdout(&o));
