@@ -140,13 +140,6 @@ pub fn stop_current() {
     }
 }
 
-/// The resident set (`VmRSS`, or with `peak` the high-water mark `VmHWM`) of `pid` in bytes.
-fn rss(pid: u32, peak: bool) -> u64 {
-    let key = if peak { "VmHWM:" } else { "VmRSS:" };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).map_or(0, |k| k * 1024)
-}
-
 /// `pid` and its descendants.
 fn tree(pid: u32, out: &mut Vec<u32>) {
     out.push(pid);
@@ -161,6 +154,7 @@ fn tree(pid: u32, out: &mut Vec<u32>) {
 fn tree_rss(pid: u32) -> u64 {
     let mut pids = Vec::new();
     tree(pid, &mut pids);
+    let rss = |p: u32, peak: bool| sheaf_core::pipeline::resident(p, peak).unwrap_or(0);
     let sum: u64 = pids.iter().map(|&p| rss(p, false)).sum();
     sum.max(rss(pid, true))
 }

@@ -155,10 +155,8 @@ done"#;
 
 /// A pgBackRest setup for one repository: its config file and stanza `bench`.
 pub struct BackRest {
-    /// The config file.
+    /// The config file (it names the repository).
     pub config: PathBuf,
-    /// The repository.
-    pub repo: PathBuf,
 }
 
 impl BackRest {

@@ -221,35 +221,40 @@ fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Bars) -> std:
 
 const SIZE: (u32, u32) = (1000, 620);
 
-/// Draw both formats of one chart into `dir`; returns the files.
-fn render(dir: &Path, file: &str, draw: &dyn Fn(&Path, bool) -> std::result::Result<(), String>) -> Result<Vec<PathBuf>> {
+/// A chart that draws itself on any plotters backend.
+trait Chart {
+    fn file(&self) -> &'static str;
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> std::result::Result<(), String>;
+}
+
+impl Chart for XyChart {
+    fn file(&self) -> &'static str {
+        self.file
+    }
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
+        draw_xy(root, self)
+    }
+}
+
+impl Chart for Bars {
+    fn file(&self) -> &'static str {
+        self.file
+    }
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
+        draw_bars(root, self)
+    }
+}
+
+/// Draw `c` into `dir` as SVG and PNG; returns the files.
+fn render(dir: &Path, c: &impl Chart) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for (ext, svg) in [("svg", true), ("png", false)] {
-        let path = dir.join(format!("{file}.{ext}"));
-        draw(&path, svg).map_err(|e| Error::new(ErrorKind::Target, format!("cannot draw {}: {e}", path.display())))?;
+    for ext in ["svg", "png"] {
+        let path = dir.join(format!("{}.{ext}", c.file()));
+        let drawn = if ext == "svg" { c.draw(SVGBackend::new(&path, SIZE).into_drawing_area()) } else { c.draw(BitMapBackend::new(&path, SIZE).into_drawing_area()) };
+        drawn.map_err(|e| Error::new(ErrorKind::Target, format!("cannot draw {}: {e}", path.display())))?;
         out.push(path);
     }
     Ok(out)
-}
-
-fn render_xy(dir: &Path, c: &XyChart) -> Result<Vec<PathBuf>> {
-    render(dir, c.file, &|path, svg| {
-        if svg {
-            draw_xy(SVGBackend::new(path, SIZE).into_drawing_area(), c)
-        } else {
-            draw_xy(BitMapBackend::new(path, SIZE).into_drawing_area(), c)
-        }
-    })
-}
-
-fn render_bars(dir: &Path, c: &Bars) -> Result<Vec<PathBuf>> {
-    render(dir, c.file, &|path, svg| {
-        if svg {
-            draw_bars(SVGBackend::new(path, SIZE).into_drawing_area(), c)
-        } else {
-            draw_bars(BitMapBackend::new(path, SIZE).into_drawing_area(), c)
-        }
-    })
 }
 
 /// A tick value without trailing zeros: 0.02, 2.5, 40.
@@ -349,7 +354,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             None => series.push(Series { name, points: vec![p], color: next, marker: if peer { 1 + series.iter().filter(|s| s.marker > 0).count() } else { 0 } }),
         }
     }
-    files.extend(render_xy(
+    files.extend(render(
         dir,
         &XyChart {
             file: "size_vs_backup_time",
@@ -364,7 +369,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         },
     )?);
 
-    files.extend(render_xy(
+    files.extend(render(
         dir,
         &knob_chart(
             rows,
@@ -376,7 +381,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             integer,
         ),
     )?);
-    files.extend(render_xy(
+    files.extend(render(
         dir,
         &knob_chart(
             rows,
@@ -388,7 +393,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             |v| format_size(v as u64),
         ),
     )?);
-    files.extend(render_xy(
+    files.extend(render(
         dir,
         &knob_chart(
             rows,
@@ -408,7 +413,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         None => Vec::new(),
     };
     let cores = "of all cores";
-    files.extend(render_bars(
+    files.extend(render(
         dir,
         &Bars {
             file: "cpu_per_codec",

@@ -499,7 +499,7 @@ fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path) -> Result<
         let text = BackRest::config_text(&cluster.data, &cluster.sock, cluster.port, repo, home);
         std::fs::write(&config, text).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", config.display()), e))?;
         set_mode(&config, 0o644)?;
-        let br = BackRest { config: config.clone(), repo: repo.to_path_buf() };
+        let br = BackRest { config: config.clone() };
         let f = measure::run(br.command(&["stanza-create"]))?;
         if !f.ok() {
             return Err(f.failure("pgbackrest stanza-create"));

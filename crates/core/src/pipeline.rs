@@ -135,16 +135,16 @@ pub fn process_usage() -> (f64, f64, u64) {
     // ru_maxrss also counts the memory of the process that forked us, up to our exec (Linux keeps
     // the old address space's high-water mark): a sheaf started by a large parent would report
     // the parent's size. VmHWM is the peak of our own address space.
-    let peak = peak_rss(std::process::id()).unwrap_or(u.ru_maxrss.max(0) as u64 * 1024);
+    let peak = resident(std::process::id(), true).unwrap_or(u.ru_maxrss.max(0) as u64 * 1024);
     (t(u.ru_utime), t(u.ru_stime), peak)
 }
 
-/// The peak resident set of process `pid`'s address space since its exec (`VmHWM` in
-/// `/proc/PID/status`), in bytes; `None` when it cannot be read (not Linux, or gone).
-pub fn peak_rss(pid: u32) -> Option<u64> {
+/// Process `pid`'s resident set in bytes from `/proc/PID/status`: now (`VmRSS`), or with `peak`
+/// its high-water mark since exec (`VmHWM`); `None` when it cannot be read (not Linux, or gone).
+pub fn resident(pid: u32, peak: bool) -> Option<u64> {
+    let key = if peak { "VmHWM:" } else { "VmRSS:" };
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let kib: u64 = status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
 
