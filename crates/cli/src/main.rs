@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use sheaf_core::size::{format_size, parse_size};
-use sheaf_core::{BackupOptions, CodecSpec, Error, ErrorKind, Progress, RestoreOptions, TargetSpec};
+use sheaf_core::{BackupOptions, BackupSet, CodecSpec, Error, ErrorKind, Location, Progress, RestoreOptions};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -213,8 +213,9 @@ struct BackupArgs {
     /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
     /// (online and consistent; sheaf must run on the database host).
     source: String,
-    /// A stripe: a file path, or `nul` to discard the output. Repeat for more stripes (up to 64),
-    /// ideally on different volumes; each stripe has its own writer.
+    /// A stripe: a file path, s3://BUCKET/PREFIX/NAME.sheaf (an object), or `nul` to discard the
+    /// output. Repeat for more stripes (up to 64), ideally on different volumes or buckets; each
+    /// stripe has its own writer. Files and objects mix.
     #[arg(long = "to", value_name = "TARGET", required = true)]
     to: Vec<String>,
     /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
@@ -257,13 +258,73 @@ struct BackupArgs {
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+/// How to reach s3:// locations. Credentials come only from the environment (AWS_ACCESS_KEY_ID,
+/// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the AWS profile files, never from flags.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Object storage (s3://)")]
+struct S3Args {
+    /// Endpoint of an S3-compatible store, e.g. http://127.0.0.1:9000 (MinIO). Default: AWS, or
+    /// AWS_ENDPOINT_URL, or endpoint_url in the profile.
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// Region. Default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1.
+    #[arg(long, value_name = "REGION")]
+    s3_region: Option<String>,
+    /// Allow a plain-HTTP endpoint (requests and data unencrypted on the wire).
+    #[arg(long)]
+    s3_allow_http: bool,
+    /// Path-style addressing (ENDPOINT/BUCKET/KEY). The default with --s3-endpoint; AWS itself is
+    /// addressed by host (BUCKET.s3.REGION.amazonaws.com).
+    #[arg(long)]
+    s3_path_style: bool,
+    /// Profile in ~/.aws/credentials and ~/.aws/config. Default: AWS_PROFILE, else default.
+    #[arg(long, value_name = "NAME")]
+    s3_profile: Option<String>,
+    /// Upload part size, 5MiB .. 5GiB; raised automatically so that no stripe object needs more than
+    /// 10,000 parts. Each stripe holds (parts in flight + 1) parts in memory, counted in the budget.
+    #[arg(long, value_name = "SIZE", default_value = "16MiB")]
+    s3_part_size: String,
+    /// Parts uploading at once, per stripe.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    s3_parts_in_flight: usize,
+    /// Ranged GETs in flight per stripe when reading (8 MiB each).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    s3_read_ahead: usize,
+}
+
+impl S3Args {
+    fn schemes(&self) -> Result<sheaf_s3::S3Schemes, Error> {
+        let o = sheaf_s3::S3Options {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            allow_http: self.s3_allow_http,
+            path_style: self.s3_path_style.then_some(true),
+            profile: self.s3_profile.clone(),
+            part_size: parse_size(&self.s3_part_size)?,
+            parts_in_flight: self.s3_parts_in_flight,
+            read_ahead: self.s3_read_ahead,
+            ..Default::default()
+        };
+        o.check()?;
+        Ok(sheaf_s3::S3Schemes::new(o))
+    }
+}
+
+/// Parse every location once; `s3://` ones go to `schemes`.
+fn locations(texts: &[String], schemes: &sheaf_s3::S3Schemes) -> Result<Vec<Location>, Error> {
+    texts.iter().map(|t| Location::parse(t, schemes)).collect()
 }
 
 #[derive(Args)]
 struct RestoreArgs {
-    /// Stripe files of the backup; one is enough when the others are beside it.
+    /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
+    /// beside it (same folder or prefix) or where the backup wrote them.
     #[arg(required = true, value_name = "STRIPE")]
-    stripes: Vec<PathBuf>,
+    stripes: Vec<String>,
     /// Directory to restore into; created if missing, refused if not empty (see --force).
     #[arg(long = "to", value_name = "DIR")]
     to: PathBuf,
@@ -275,6 +336,11 @@ struct RestoreArgs {
     /// pg_tblspc and tablespace_map follow. Repeatable.
     #[arg(long, value_name = "OLD=NEW")]
     tablespace: Vec<String>,
+    /// Restore trees the backup holds outside its main directory (tablespaces) to the absolute
+    /// paths they had when backed up. Without it sheaf writes only under --to and where a
+    /// --relocate or --tablespace says, and names any tree left unmapped.
+    #[arg(long)]
+    original_paths: bool,
     /// Restore into a non-empty directory: everything in it is removed first, so the result is
     /// exactly the backup (SQL Server's WITH REPLACE).
     #[arg(long)]
@@ -285,19 +351,24 @@ struct RestoreArgs {
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    s3: S3Args,
 }
 
 #[derive(Args)]
 struct VerifyArgs {
-    /// Stripe files of the backup; one is enough when the others are beside it.
+    /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
+    /// beside it or where the backup wrote them.
     #[arg(required = true, value_name = "STRIPE")]
-    stripes: Vec<PathBuf>,
+    stripes: Vec<String>,
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    s3: S3Args,
 }
 
 /// Set by the Ctrl-C handler: whatever fails after it is the interruption's doing.
@@ -414,7 +485,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             let start = sheaf_catalog::RunStart {
                 operation: "restore".into(),
                 source: Some(a.to.display().to_string()),
-                stripes: a.stripes.iter().map(|p| p.display().to_string()).collect(),
+                stripes: a.stripes.clone(),
                 ..Default::default()
             };
             recorded(catalog, start, || restore(a))
@@ -422,7 +493,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Verify(a) => {
             let start = sheaf_catalog::RunStart {
                 operation: "verify".into(),
-                stripes: a.stripes.iter().map(|p| p.display().to_string()).collect(),
+                stripes: a.stripes.clone(),
                 ..Default::default()
             };
             recorded(catalog, start, || verify(a))
@@ -458,7 +529,8 @@ fn rate(bytes: u64, secs: f64) -> f64 {
 
 fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
     let codec = CodecSpec::parse(&a.compression)?;
-    let mut opts = BackupOptions::new(a.to.iter().map(|t| TargetSpec::parse(t)).collect());
+    let schemes = a.s3.schemes()?;
+    let mut opts = BackupOptions::new(locations(&a.to, &schemes)?);
     opts.codec = codec;
     opts.transfer_size = parse_size(&a.transfer_size)?;
     opts.buffer_count = a.buffer_count;
@@ -506,10 +578,15 @@ fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
             r.stripes,
             if r.stripes == 1 { "" } else { "s" }
         );
+        let uploads = if r.target_memory_bytes > 0 {
+            format!(" + {} of upload parts", format_size(r.target_memory_bytes))
+        } else {
+            String::new()
+        };
         println!(
-            "memory: {} buffers × {} = {} ({}; {} reader{}, {} compressor thread{})",
+            "memory: {} buffers × {}{uploads} = {} ({}; {} reader{}, {} compressor thread{})",
             r.buffer_count,
-            format_size(r.memory_budget_bytes / r.buffer_count.max(1) as u64),
+            format_size(r.buffer_len),
             format_size(r.memory_budget_bytes),
             r.compression,
             r.readers,
@@ -541,7 +618,9 @@ fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
 }
 
 fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
-    let is_pg = sheaf_pg::is_postgres(&sheaf_core::BackupSet::open(&a.stripes)?);
+    let schemes = a.s3.schemes()?;
+    let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
+    let is_pg = sheaf_pg::is_postgres(&set);
     let r = if is_pg {
         if !a.relocate.is_empty() {
             return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
@@ -550,9 +629,10 @@ fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
             target: a.to.clone(),
             tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
             force: a.force,
+            original_paths: a.original_paths,
             threads: a.threads,
         };
-        sheaf_pg::restore_postgres(&a.stripes, &opts, progress(a.json))?
+        sheaf_pg::restore_postgres(&set, &opts, progress(a.json))?
     } else {
         if !a.tablespace.is_empty() {
             return Err(Error::invalid("--tablespace applies to PostgreSQL backups; this one is of a directory (use --relocate)"));
@@ -560,8 +640,9 @@ fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
         let mut opts = RestoreOptions::new(&a.to);
         opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
         opts.force = a.force;
+        opts.original_paths = a.original_paths;
         opts.threads = a.threads;
-        sheaf_core::restore(&a.stripes, &opts, progress(a.json))?
+        sheaf_core::restore(&set, &opts, progress(a.json))?
     };
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
@@ -583,7 +664,9 @@ fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
 }
 
 fn verify(a: VerifyArgs) -> Result<serde_json::Value, Error> {
-    let r = sheaf_core::verify(&a.stripes, a.threads, progress(a.json))?;
+    let schemes = a.s3.schemes()?;
+    let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
+    let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);
     if a.json {

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! readers (one per device) ─► jobs ─► compressors (one per core) ─► frames ─► writers (one per stripe)
-//!        ▲  take a buffer                 swap with a spare buffer              return the buffer │
+//!        ▲  take a buffer                 swap with a spare buffer       dropping returns the buffer │
 //!        └────────────────────────────────── pool: buffer_count × buffer_len ◄──────────────────┘
 //! ```
 //! Each compressor keeps one spare buffer; it compresses a chunk into the spare and sends the spare
@@ -31,9 +31,9 @@ use crate::format::{
     BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, ZERO_FRAME, FRAME_HEADER_LEN,
 };
 use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
-use crate::pipeline::{is_zero, read_full, Pool, Progress, Shared};
+use crate::pipeline::{is_zero, read_full, Pool, PoolBuf, Progress, Shared};
 use crate::source::{list_tree, Listed};
-use crate::storage::{StripeSink, TargetSpec};
+use crate::storage::{Location, StripeSink};
 
 /// Smallest transfer size.
 pub const MIN_TRANSFER_SIZE: u64 = 64 << 10;
@@ -50,7 +50,7 @@ pub const MAX_FINDINGS: usize = 1000;
 #[derive(Clone, Debug)]
 pub struct BackupOptions {
     /// One entry per stripe.
-    pub targets: Vec<TargetSpec>,
+    pub targets: Vec<Location>,
     /// Codec and level.
     pub codec: CodecSpec,
     /// Chunk size.
@@ -66,11 +66,14 @@ pub struct BackupOptions {
     pub label: Option<String>,
     /// Replace existing stripe files.
     pub overwrite: bool,
+    /// About how many bytes the source holds, when known: sizes upload parts so that no stripe
+    /// object needs too many, and the memory they take.
+    pub expected_bytes: Option<u64>,
 }
 
 impl BackupOptions {
     /// Defaults for these targets: `zstd:low`, 1 MiB chunks, automatic buffers, readers and threads.
-    pub fn new(targets: Vec<TargetSpec>) -> Self {
+    pub fn new(targets: Vec<Location>) -> Self {
         BackupOptions {
             targets,
             codec: CodecSpec::default(),
@@ -80,6 +83,7 @@ impl BackupOptions {
             threads: None,
             label: None,
             overwrite: false,
+            expected_bytes: None,
         }
     }
 }
@@ -97,8 +101,16 @@ pub struct Tuning {
     pub transfer_size: usize,
     /// Bytes per buffer: the transfer size, or the codec's worst-case output if larger (lz4).
     pub buffer_len: usize,
-    /// `buffer_count × buffer_len`: the most chunk data in memory at once.
+    /// What the targets hold outside the pool, all stripes together (upload parts in flight).
+    pub target_memory_bytes: u64,
+    /// `buffer_count × buffer_len + target_memory_bytes`: the most data in memory at once.
     pub memory_budget_bytes: u64,
+}
+
+/// About how much one stripe will hold: the source's size spread over the stripes (compression only
+/// makes it less), or 0 when unknown.
+fn stripe_share(opts: &BackupOptions) -> u64 {
+    opts.expected_bytes.unwrap_or(0).div_ceil(opts.targets.len().max(1) as u64)
 }
 
 /// Cores available to this process.
@@ -160,13 +172,16 @@ impl Tuning {
             None => cores.min(buffer_count - 1),
         };
         let buffer_len = opts.codec.buffer_len(ts as usize);
+        let per_stripe = stripe_share(opts);
+        let target_memory_bytes: u64 = opts.targets.iter().map(|t| t.store().sink_memory(per_stripe)).sum();
         Ok(Tuning {
             threads,
             readers,
             buffer_count,
             transfer_size: ts as usize,
             buffer_len,
-            memory_budget_bytes: (buffer_count * buffer_len) as u64,
+            target_memory_bytes,
+            memory_budget_bytes: (buffer_count * buffer_len) as u64 + target_memory_bytes,
         })
     }
 }
@@ -202,7 +217,11 @@ pub struct BackupReport {
     pub readers: usize,
     /// Compressor threads.
     pub threads: usize,
-    /// `buffer_count × buffer_len` (see [`Tuning`]).
+    /// Bytes per buffer (see [`Tuning`]).
+    pub buffer_len: u64,
+    /// Upload parts in flight, all stripes together (see [`Tuning`]).
+    pub target_memory_bytes: u64,
+    /// `buffer_count × buffer_len + target_memory_bytes`.
     pub memory_budget_bytes: u64,
     /// Regular files backed up.
     pub files: usize,
@@ -240,8 +259,12 @@ pub fn backup_directory(source: &Path, opts: &BackupOptions, progress: Arc<dyn P
     let mut warnings = Vec::new();
     let listed = list_tree(&abs, 0, &mut warnings)?;
     let devices = count_devices(&listed);
-    let tuning = Tuning::resolve(opts, devices)?;
-    let mut b = Backup::start(opts, tuning, progress)?;
+    let mut opts = opts.clone();
+    if opts.expected_bytes.is_none() {
+        opts.expected_bytes = Some(listed.iter().filter(|l| l.entry.kind == EntryKind::File).map(|l| l.entry.size).sum());
+    }
+    let tuning = Tuning::resolve(&opts, devices)?;
+    let mut b = Backup::start(&opts, tuning, progress)?;
     b.warnings.extend(warnings);
     b.add_tree(Root { name: String::new(), path: abs.display().to_string() }, listed)?;
     b.finish(serde_json::json!({ "kind": "directory" }))
@@ -280,14 +303,14 @@ struct Job {
     file_id: u32,
     offset: u64,
     len: usize,
-    buf: Vec<u8>,
+    buf: PoolBuf,
     check: Option<Arc<CheckCtx>>,
 }
 
 struct Frame {
     header: FrameHeader,
     /// The payload buffer (`header.stored_len` bytes of it are the payload); none for a zero frame.
-    buf: Option<Vec<u8>>,
+    buf: Option<PoolBuf>,
 }
 
 struct WriterOut {
@@ -332,16 +355,8 @@ impl Backup {
     pub fn start(opts: &BackupOptions, tuning: Tuning, progress: Arc<dyn Progress>) -> Result<Backup> {
         let mut seen = std::collections::HashSet::new();
         for t in &opts.targets {
-            if let TargetSpec::File(p) = t {
-                // Same folder (links and `..` resolved) and same name is the same stripe.
-                let dir = match p.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
-                let key = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()).join(p.file_name().unwrap_or_default());
-                if !seen.insert(key) {
-                    return Err(Error::invalid(format!("target {} is given twice: each stripe needs its own file", p.display())));
-                }
+            if !seen.insert(t.identity()) {
+                return Err(Error::invalid(format!("target {t} is given twice: each stripe needs its own file or object")));
             }
         }
         let id = BackupId::random()?;
@@ -349,7 +364,7 @@ impl Backup {
         let stripe_count = opts.targets.len();
         let mut sinks = Vec::with_capacity(stripe_count);
         for (k, t) in opts.targets.iter().enumerate() {
-            let mut sink = t.create(opts.overwrite)?;
+            let mut sink = t.create(opts.overwrite, stripe_share(opts))?;
             let header = StripeHeader {
                 version: FORMAT_VERSION,
                 stripe_index: k as u16,
@@ -372,16 +387,16 @@ impl Backup {
 
         let mut compressors = Vec::with_capacity(tuning.threads);
         for _ in 0..tuning.threads {
-            let (rx, tx, shared, pool) = (job_rx.clone(), frame_tx.clone(), shared.clone(), pool.clone());
+            let (rx, tx, shared) = (job_rx.clone(), frame_tx.clone(), shared.clone());
             let (spec, size) = (opts.codec, tuning.buffer_len);
-            compressors.push(thread::spawn(move || compress_loop(spec, size, &rx, &tx, &shared, &pool)));
+            compressors.push(thread::spawn(move || compress_loop(spec, size, &rx, &tx, &shared)));
         }
         drop(frame_tx);
         let writers = sinks
             .into_iter()
             .map(|sink| {
-                let (rx, shared, pool) = (frame_rx.clone(), shared.clone(), pool.clone());
-                thread::spawn(move || write_loop(sink, &rx, &shared, &pool))
+                let (rx, shared) = (frame_rx.clone(), shared.clone());
+                thread::spawn(move || write_loop(sink, &rx, &shared))
             })
             .collect();
 
@@ -587,7 +602,7 @@ impl Backup {
                 .opts
                 .targets
                 .iter()
-                .map(|t| StripeRef { name: t.file_name(), path: stripe_path(t) })
+                .map(|t| StripeRef { name: t.file_name(), path: t.display() })
                 .collect(),
             options: OptionsUsed {
                 compression: self.opts.codec.to_string(),
@@ -638,7 +653,7 @@ impl Backup {
             bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
             seconds: self.started.elapsed().as_secs_f64(),
             stripes: outs.len(),
-            targets: self.opts.targets.iter().map(TargetSpec::display).collect(),
+            targets: self.opts.targets.iter().map(Location::display).collect(),
             codec: self.opts.codec.kind.name().into(),
             compression: self.opts.codec.to_string(),
             level: self.opts.codec.level,
@@ -646,6 +661,8 @@ impl Backup {
             buffer_count: self.tuning.buffer_count,
             readers: self.tuning.readers,
             threads: self.tuning.threads,
+            buffer_len: self.tuning.buffer_len as u64,
+            target_memory_bytes: self.tuning.target_memory_bytes,
             memory_budget_bytes: self.tuning.memory_budget_bytes,
             files: manifest.file_count(),
             entries: manifest.entries.len(),
@@ -670,13 +687,6 @@ impl Backup {
             entry.crc32c = sum;
         }
         Ok(())
-    }
-}
-
-fn stripe_path(t: &TargetSpec) -> String {
-    match t {
-        TargetSpec::Null => "nul".into(),
-        TargetSpec::File(p) => std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string(),
     }
 }
 
@@ -763,7 +773,7 @@ struct ReadOutcome {
     warning: Option<String>,
 }
 
-fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Vec<ReadOutcome> {
+fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
     for w in files {
         if shared.is_cancelled() {
@@ -780,7 +790,7 @@ fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool
     out
 }
 
-fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool) -> Result<ReadOutcome> {
+fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
     let (file_id, path) = (w.file_id, w.path.as_path());
     // No following a link swapped in since listing, no hanging on a FIFO.
     let opened = std::fs::OpenOptions::new()
@@ -827,7 +837,6 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool)
         let want = (size - offset).min(ts as u64) as usize;
         let got = read_full(&mut file, &mut buf[..want]).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
         if got == 0 {
-            pool.give(buf);
             shrank = true;
             break;
         }
@@ -856,7 +865,7 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Pool)
     Ok(ReadOutcome { file_id, size: offset, vanished: false, warning })
 }
 
-fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared, pool: &Pool) -> CompressStats {
+fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {
     let mut stats = CompressStats::default();
     let mut compressor = match spec.compressor() {
         Ok(c) => c,
@@ -868,7 +877,6 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
     let mut spare = if spec.kind == CodecKind::None { Vec::new() } else { vec![0u8; size] };
     for job in rx {
         if shared.is_cancelled() {
-            pool.give(job.buf);
             continue;
         }
         let raw = &job.buf[..job.len];
@@ -898,7 +906,6 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
         };
         let frame = if is_zero(raw) {
             stats.zero += 1;
-            pool.give(job.buf);
             Frame { header, buf: None }
         } else {
             let room = compressor.room(job.len).min(spare.len());
@@ -907,7 +914,9 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
                     header.codec = compressor.kind() as u8;
                     header.stored_len = n as u32;
                     header.stored_crc = crc32c::crc32c(&spare[..n]);
-                    let payload = std::mem::replace(&mut spare, job.buf);
+                    // The chunk's buffer becomes the spare; the guard carries the payload on.
+                    let mut payload = job.buf;
+                    payload.swap_vec(&mut spare);
                     Frame { header, buf: Some(payload) }
                 }
                 Ok(None) => {
@@ -919,7 +928,6 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
                 }
                 Err(e) => {
                     shared.fail(e);
-                    pool.give(job.buf);
                     continue;
                 }
             }
@@ -931,14 +939,11 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
     stats
 }
 
-fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shared, pool: &Pool) -> Option<WriterOut> {
+fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
     let mut index = Vec::new();
     let mut pos = HEADER_LEN as u64;
     for frame in rx {
         if shared.is_cancelled() {
-            if let Some(b) = frame.buf {
-                pool.give(b);
-            }
             continue;
         }
         let h = frame.header;
@@ -946,9 +951,7 @@ fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shar
         if let (Ok(()), Some(b)) = (&result, &frame.buf) {
             result = sink.write_all(&b[..h.stored_len as usize]);
         }
-        if let Some(b) = frame.buf {
-            pool.give(b);
-        }
+        drop(frame.buf);
         if let Err(e) = result {
             shared.fail(e);
             continue;

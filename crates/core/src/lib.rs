@@ -6,7 +6,7 @@
 //! - [`restore`]: [`restore()`] with [`RestoreOptions`].
 //! - [`codec`]: [`CodecSpec`] and the codec factory.
 //! - [`format`]: the on-disk stripe format; [`manifest`]: what a backup holds.
-//! - [`storage`]: where stripes go ([`TargetSpec`], [`StripeSink`], [`StripeSource`]).
+//! - [`storage`]: where stripes go ([`Location`], [`Store`], [`StripeSink`], [`StripeSource`]).
 //!
 //! The library never prints or exits; progress goes through the [`Progress`] trait and failures are
 //! [`Error`]s with an [`ErrorKind`].
@@ -31,4 +31,4 @@ pub use error::{Error, ErrorKind, Result};
 pub use pipeline::{NoProgress, Progress};
 pub use restore::{restore, RestoreOptions, RestoreReport};
 pub use set::{verify, BackupSet, VerifyReport};
-pub use storage::{StripeSink, StripeSource, TargetSpec};
+pub use storage::{Location, LocalOnly, Schemes, Store, StripeSink, StripeSource};

@@ -140,7 +140,30 @@ impl Manifest {
     pub fn from_stored_bytes(b: &[u8]) -> Result<Self> {
         let mut d = zstd::stream::read::Decoder::new(b)
             .map_err(|e| Error::corrupt(format!("manifest: does not decompress: {e}")))?;
-        serde_json::from_reader(&mut d).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))
+        let m: Manifest =
+            serde_json::from_reader(&mut d).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))?;
+        m.check_references()?;
+        Ok(m)
+    }
+
+    /// Every reference inside the manifest points at something it has: each entry's root exists,
+    /// and the set has at least one stripe. Readers index by these numbers.
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`] naming the first entry that refers to nothing.
+    pub fn check_references(&self) -> Result<()> {
+        if self.stripes.is_empty() {
+            return Err(Error::corrupt("manifest: the set lists no stripe"));
+        }
+        if let Some(e) = self.entries.iter().find(|e| e.root as usize >= self.roots.len()) {
+            return Err(Error::corrupt(format!(
+                "manifest: entry '{}' names root {} but the backup has {} root(s); refusing it",
+                e.path,
+                e.root,
+                self.roots.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Number of regular files.
@@ -312,5 +335,15 @@ mod tests {
         let b = m.to_stored_bytes().unwrap();
         assert_eq!(Manifest::from_stored_bytes(&b).unwrap(), m);
         assert_eq!(Manifest::from_stored_bytes(&b[..b.len() / 2]).unwrap_err().kind(), crate::ErrorKind::Corrupt);
+
+        // An entry that names a root the manifest lacks is refused, not indexed out of bounds.
+        let mut bad = m.clone();
+        bad.entries[0].root = 3;
+        let e = Manifest::from_stored_bytes(&bad.to_stored_bytes().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Corrupt);
+        assert!(e.message().contains("names root 3") && e.message().contains("1 root"), "{e}");
+        let mut bad = m;
+        bad.stripes.clear();
+        assert_eq!(Manifest::from_stored_bytes(&bad.to_stored_bytes().unwrap()).unwrap_err().kind(), crate::ErrorKind::Corrupt);
     }
 }

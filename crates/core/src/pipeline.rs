@@ -3,9 +3,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::error::Error;
 
@@ -26,6 +25,9 @@ impl Progress for NoProgress {}
 /// State every thread of one operation shares: the first error, a cancel flag, counters.
 pub(crate) struct Shared {
     cancelled: AtomicBool,
+    /// Dropped on cancel: whoever waits on `stopped` wakes at once (no polling).
+    stop: Mutex<Option<Sender<()>>>,
+    stopped: Receiver<()>,
     error: Mutex<Option<Error>>,
     pub(crate) progress: Arc<dyn Progress>,
     pub(crate) bytes: AtomicU64,
@@ -35,8 +37,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(progress: Arc<dyn Progress>) -> Arc<Self> {
+        let (stop, stopped) = bounded(0);
         Arc::new(Shared {
             cancelled: AtomicBool::new(false),
+            stop: Mutex::new(Some(stop)),
+            stopped,
             error: Mutex::new(None),
             progress,
             bytes: AtomicU64::new(0),
@@ -50,12 +55,14 @@ impl Shared {
         if slot.is_none() {
             *slot = Some(e);
         }
-        self.cancelled.store(true, Ordering::SeqCst);
+        drop(slot);
+        self.cancel();
     }
 
     /// Cancel without an error of our own (the caller gave up).
     pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
+        self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -72,9 +79,11 @@ impl Shared {
     }
 }
 
-/// At most `cap` buffers of `size` bytes, allocated on first need and recycled. `take` blocks while
-/// all are in use: this is what bounds the memory of a pipeline to `cap × size`.
-pub(crate) struct Pool {
+/// At most `cap` buffers of `size` bytes, allocated on first need and recycled. Taking blocks while
+/// all are in use: this is what bounds the memory of a pipeline to `cap × size`. A buffer is a
+/// [`PoolBuf`] guard that goes back when dropped, on every path (an upload that fails, a thread
+/// that stops early), so nothing has to give buffers back by hand and the bound always holds.
+pub struct Pool {
     tx: Sender<Vec<u8>>,
     rx: Receiver<Vec<u8>>,
     allocated: AtomicUsize,
@@ -83,46 +92,122 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(cap: usize, size: usize) -> Arc<Self> {
+    /// A pool of at most `cap` (at least 1) buffers of `size` bytes.
+    pub fn new(cap: usize, size: usize) -> Arc<Self> {
         let (tx, rx) = bounded(cap.max(1));
-        Arc::new(Pool { tx, rx, allocated: AtomicUsize::new(0), cap, size })
+        Arc::new(Pool { tx, rx, allocated: AtomicUsize::new(0), cap: cap.max(1), size })
     }
 
-    /// A buffer of `size` bytes, or `None` once `shared` is cancelled.
-    pub(crate) fn take(&self, shared: &Shared) -> Option<Vec<u8>> {
+    /// Bytes per buffer.
+    pub fn buffer_len(&self) -> usize {
+        self.size
+    }
+
+    /// The most memory the pool's buffers can take.
+    pub fn bound_bytes(&self) -> u64 {
+        (self.cap * self.size) as u64
+    }
+
+    fn ready(self: &Arc<Self>) -> Option<PoolBuf> {
+        if let Ok(b) = self.rx.try_recv() {
+            return Some(self.guard(b));
+        }
+        let n = self.allocated.load(Ordering::Relaxed);
+        if n < self.cap && self.allocated.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+            return Some(self.guard(vec![0u8; self.size]));
+        }
+        None
+    }
+
+    fn guard(self: &Arc<Self>, buf: Vec<u8>) -> PoolBuf {
+        let len = buf.len();
+        PoolBuf { buf, len, pool: self.clone() }
+    }
+
+    /// A buffer, or `None` once `shared` is cancelled (it wakes the wait).
+    pub(crate) fn take(self: &Arc<Self>, shared: &Shared) -> Option<PoolBuf> {
         loop {
             if shared.is_cancelled() {
                 return None;
             }
-            if let Ok(b) = self.rx.try_recv() {
+            if let Some(b) = self.ready() {
                 return Some(b);
             }
-            let n = self.allocated.load(Ordering::Relaxed);
-            if n < self.cap
-                && self.allocated.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
-            {
-                return Some(vec![0u8; self.size]);
-            }
-            // A buffer dropped by a failing thread never comes back; the timeout lets us see the
-            // cancel flag instead of waiting forever.
-            match self.rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(b) => return Some(b),
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return None,
+            crossbeam_channel::select! {
+                recv(self.rx) -> b => match b {
+                    Ok(b) => return Some(self.guard(b)),
+                    Err(_) => return None,
+                },
+                recv(shared.stopped) -> _ => return None,
             }
         }
     }
 
-    /// Return a buffer.
-    pub(crate) fn give(&self, b: Vec<u8>) {
-        // Never full: at most `cap` buffers exist.
-        let _ = self.tx.try_send(b);
+    /// A buffer, waiting as long as it takes: for holders whose buffers always come back (an
+    /// uploader's parts return when the request ends, however it ends).
+    pub fn take_wait(self: &Arc<Self>) -> PoolBuf {
+        loop {
+            if let Some(b) = self.ready() {
+                return b;
+            }
+            if let Ok(b) = self.rx.recv() {
+                return self.guard(b);
+            }
+        }
     }
 
     /// Buffers allocated so far (for tests and reports).
-    #[cfg(test)]
-    pub(crate) fn allocated(&self) -> usize {
+    pub fn allocated(&self) -> usize {
         self.allocated.load(Ordering::Relaxed)
+    }
+}
+
+/// A buffer of a [`Pool`]; it returns to the pool when dropped. It derefs to its first `len` bytes
+/// (all of it until [`PoolBuf::set_len`]).
+pub struct PoolBuf {
+    buf: Vec<u8>,
+    len: usize,
+    pool: Arc<Pool>,
+}
+
+impl PoolBuf {
+    /// Show only the first `len` bytes (at most the buffer's size).
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.buf.len());
+    }
+
+    /// Exchange the memory inside with `other`, which must be as large (a compressor's spare):
+    /// the guard keeps counting one buffer.
+    pub(crate) fn swap_vec(&mut self, other: &mut Vec<u8>) {
+        debug_assert!(other.len() >= self.pool.size);
+        std::mem::swap(&mut self.buf, other);
+        self.len = self.buf.len();
+    }
+}
+
+impl std::ops::Deref for PoolBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for PoolBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+}
+
+impl AsRef<[u8]> for PoolBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for PoolBuf {
+    fn drop(&mut self) {
+        // Never full: at most `cap` buffers exist.
+        let _ = self.pool.tx.try_send(std::mem::take(&mut self.buf));
     }
 }
 
@@ -195,12 +280,30 @@ mod tests {
         let a = pool.take(&shared).unwrap();
         let b = pool.take(&shared).unwrap();
         assert_eq!(pool.allocated(), 2);
-        pool.give(a);
+        drop(a);
         let c = pool.take(&shared).unwrap();
-        assert_eq!(pool.allocated(), 2, "a returned buffer is reused, not a new one made");
-        shared.cancel();
-        assert!(pool.take(&shared).is_none(), "a cancelled take returns instead of waiting forever");
+        assert_eq!(pool.allocated(), 2, "a dropped buffer is reused, not a new one made");
+        // A taker waiting on a full pool wakes when another thread cancels: no polling, no hang.
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| pool.take(&shared).is_none());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            shared.cancel();
+            assert!(waiter.join().unwrap(), "a cancelled take returns instead of waiting forever");
+        });
         drop((b, c));
+    }
+
+    #[test]
+    fn buffers_come_back_from_other_threads_on_drop() {
+        let pool = Pool::new(1, 8);
+        let mut a = pool.take_wait();
+        a.set_len(3);
+        assert_eq!(a.len(), 3);
+        let t = std::thread::spawn(move || drop(a));
+        let b = pool.take_wait();
+        t.join().unwrap();
+        assert_eq!(b.len(), 8, "a returned buffer is whole again");
+        assert_eq!(pool.allocated(), 1);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::error::{io_at, Error, ErrorKind, Result};
-use crate::manifest::{Entry, EntryKind, Manifest};
+use crate::manifest::{Entry, EntryKind, Manifest, Root};
 use crate::pipeline::Progress;
 use crate::set::{scan, BackupSet, ChunkSink};
 use crate::storage::local::sync_dir;
@@ -36,6 +36,10 @@ pub struct RestoreOptions {
     /// Restore into non-empty directories: their contents are removed first, so that the result is
     /// exactly the backup (no stale file survives).
     pub force: bool,
+    /// Restore the backup's other roots (tablespaces, say) to the absolute paths they had at backup
+    /// time. Without it, sheaf writes outside `target` only where a relocation says so, and refuses
+    /// a set with an unmapped root: a set made elsewhere could name any folder on this machine.
+    pub original_paths: bool,
     /// Decompressor threads (default: one per core).
     pub threads: Option<usize>,
 }
@@ -43,7 +47,7 @@ pub struct RestoreOptions {
 impl RestoreOptions {
     /// Restore into `target` with defaults.
     pub fn new(target: impl Into<PathBuf>) -> Self {
-        RestoreOptions { target: target.into(), relocate: Vec::new(), force: false, threads: None }
+        RestoreOptions { target: target.into(), relocate: Vec::new(), force: false, original_paths: false, threads: None }
     }
 }
 
@@ -88,12 +92,11 @@ pub struct RestoreReport {
 /// # Errors
 /// Any problem opening or reading the set (naming stripe and region), a non-empty target without
 /// `force`, a relocation that matches nothing, or an I/O failure writing the target.
-pub fn restore(stripes: &[PathBuf], opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
     let t0 = Instant::now();
-    let set = BackupSet::open(stripes)?;
     let plan = Plan::new(&set.manifest, opts)?;
     let prepared = plan.prepare_roots(opts.force)?;
-    let result = plan.run(&set, opts, progress);
+    let result = plan.run(set, opts, progress);
     if let Err(e) = result {
         return Err(plan.clean_up_after(e, &prepared));
     }
@@ -130,6 +133,7 @@ impl<'m> Plan<'m> {
         validate_paths(manifest)?;
         let mut used = vec![false; opts.relocate.len()];
         let mut dest = Vec::with_capacity(manifest.entries.len());
+        let mut unmapped: Vec<&Root> = Vec::new();
         for e in &manifest.entries {
             if e.vanished {
                 dest.push(None);
@@ -165,7 +169,12 @@ impl<'m> Plan<'m> {
                         opts.target.join(&e.path)
                     }
                 }
-                None => PathBuf::from(&original),
+                None => {
+                    if !opts.original_paths && !unmapped.iter().any(|r| std::ptr::eq(*r, root)) {
+                        unmapped.push(root);
+                    }
+                    PathBuf::from(&original)
+                }
             };
             dest.push(Some(p));
         }
@@ -174,6 +183,18 @@ impl<'m> Plan<'m> {
             return Err(Error::invalid(format!(
                 "--relocate {old}={}: nothing in the backup is under '{old}' (or a more specific --relocate takes all of it); give a path inside the backup or an original absolute path",
                 new.display()
+            )));
+        }
+        if !unmapped.is_empty() {
+            let what: Vec<String> = unmapped
+                .iter()
+                .map(|r| format!("'{}' (at {} when backed up)", r.name, r.path))
+                .collect();
+            let first = &unmapped[0].path;
+            return Err(Error::invalid(format!(
+                "the backup holds {} outside its main directory: {}; sheaf writes outside --to only where told: map each with --relocate {first}=NEW_DIR, or pass --original-paths to restore them where they were",
+                if unmapped.len() == 1 { "a tree" } else { "trees" },
+                what.join(", ")
             )));
         }
         let mut seen = HashSet::new();

@@ -7,7 +7,7 @@
 //! checks each frame against the index and both checksums, decompresses in parallel and hands each
 //! chunk to a sink.
 
-use std::path::{Path, PathBuf};
+use std::io::Read;
 use std::sync::Arc;
 use std::thread;
 
@@ -18,13 +18,13 @@ use crate::codec::DecompressorSet;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
-use crate::pipeline::{zero_crc, Pool, Progress, Shared};
-use crate::storage::{open_source, StripeSource};
+use crate::pipeline::{zero_crc, Pool, PoolBuf, Progress, Shared};
+use crate::storage::{from_io, Location, Schemes, StripeSource};
 
 /// One opened stripe.
 pub struct OpenStripe {
     /// Where it is.
-    pub path: PathBuf,
+    pub location: Location,
     /// Its header.
     pub header: StripeHeader,
     /// Its trailer.
@@ -42,17 +42,18 @@ pub struct BackupSet {
     pub manifest: Manifest,
 }
 
-fn at(path: &Path) -> impl Fn(Error) -> Error + '_ {
-    move |e| e.context(format!("stripe {}", path.display()))
+fn at(loc: &Location) -> impl Fn(Error) -> Error + '_ {
+    move |e| e.context(format!("stripe {loc}"))
 }
 
-fn open_stripe(path: &Path) -> Result<(OpenStripe, Vec<u8>)> {
-    let src = open_source(path)?;
+fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
+    let path = loc;
+    let src = loc.open()?;
     let len = src.len();
     if len < (HEADER_LEN + TRAILER_LEN) as u64 {
         return Err(Error::incomplete(format!(
             "stripe {}: {len} bytes is too short to be a stripe (truncated, or its backup never finished)",
-            path.display()
+            path
         )));
     }
     let mut hb = [0u8; HEADER_LEN];
@@ -65,7 +66,7 @@ fn open_stripe(path: &Path) -> Result<(OpenStripe, Vec<u8>)> {
         || trailer.stripe_index != header.stripe_index
         || trailer.stripe_count != header.stripe_count
     {
-        return Err(Error::corrupt(format!("stripe {}: trailer and header disagree on backup id or stripe number", path.display())));
+        return Err(Error::corrupt(format!("stripe {}: trailer and header disagree on backup id or stripe number", path)));
     }
     let index_end = trailer.index_offset.checked_add(trailer.index_len);
     let manifest_end = trailer.manifest_offset.checked_add(trailer.manifest_len);
@@ -73,23 +74,23 @@ fn open_stripe(path: &Path) -> Result<(OpenStripe, Vec<u8>)> {
         || index_end != Some(trailer.manifest_offset)
         || manifest_end != Some(len - TRAILER_LEN as u64)
     {
-        return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", path.display())));
+        return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", path)));
     }
     let mut ib = vec![0u8; trailer.index_len as usize];
     src.read_exact_at(&mut ib, trailer.index_offset)?;
     if crc32c::crc32c(&ib) != trailer.index_crc {
-        return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", path.display())));
+        return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", path)));
     }
     let index = IndexEntry::decode_all(&ib).map_err(at(path))?;
     if index.len() as u64 != trailer.frame_count {
-        return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", path.display(), index.len(), trailer.frame_count)));
+        return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", path, index.len(), trailer.frame_count)));
     }
     let mut mb = vec![0u8; trailer.manifest_len as usize];
     src.read_exact_at(&mut mb, trailer.manifest_offset)?;
     if crc32c::crc32c(&mb) != trailer.manifest_crc {
-        return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", path.display())));
+        return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", path)));
     }
-    Ok((OpenStripe { path: path.to_path_buf(), header, trailer, index, source: src }, mb))
+    Ok((OpenStripe { location: loc.clone(), header, trailer, index, source: src }, mb))
 }
 
 impl BackupSet {
@@ -99,12 +100,12 @@ impl BackupSet {
     /// # Errors
     /// [`crate::ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`crate::ErrorKind::Corrupt`]
     /// for a damaged region (both also for stripes of different sets).
-    pub fn open(given: &[PathBuf]) -> Result<BackupSet> {
+    pub fn open(given: &[Location], schemes: &dyn Schemes) -> Result<BackupSet> {
         if given.is_empty() {
             return Err(Error::invalid("no stripe given: name at least one stripe file of the backup"));
         }
         let mut slots: Vec<Option<OpenStripe>> = Vec::new();
-        let mut manifest: Option<(Manifest, Vec<u8>, PathBuf)> = None;
+        let mut manifest: Option<(Manifest, Vec<u8>, Location)> = None;
         for p in given {
             let (s, mb) = open_stripe(p)?;
             let (m, first_mb, first_path) = match &manifest {
@@ -120,7 +121,7 @@ impl BackupSet {
             check_member(&s, m, &mb, first_mb, first_path)?;
             let k = s.header.stripe_index as usize;
             if slots[k].is_some() {
-                return Err(Error::invalid(format!("stripe {} of the set is given twice (again as {})", k + 1, p.display())));
+                return Err(Error::invalid(format!("stripe {} of the set is given twice (again as {p})", k + 1)));
             }
             slots[k] = Some(s);
         }
@@ -133,13 +134,19 @@ impl BackupSet {
                 continue;
             }
             let r = &manifest.stripes[k];
-            let mut looked = Vec::new();
-            let mut candidates: Vec<PathBuf> = given.iter().filter_map(|g| g.parent().map(|d| d.join(&r.name))).collect();
-            candidates.push(PathBuf::from(&r.path));
-            candidates.dedup();
+            let mut looked: Vec<String> = Vec::new();
+            // Beside each given stripe (same folder or prefix), then where the backup wrote it.
+            let mut candidates: Vec<Location> = given.iter().map(|g| g.sibling(&r.name)).collect();
+            if let Ok(original) = Location::parse(&r.path, schemes) {
+                candidates.push(original);
+            }
             for c in candidates {
-                looked.push(c.display().to_string());
-                if !c.exists() {
+                let shown = c.display();
+                if looked.contains(&shown) {
+                    continue;
+                }
+                looked.push(shown);
+                if !c.exists()? {
                     continue;
                 }
                 let (s, mb) = open_stripe(&c)?;
@@ -177,7 +184,7 @@ impl BackupSet {
             TileFault::Gap { entry, at, expected, stripe } => Error::corrupt(format!(
                 "file {}: chunk at offset {at} (stripe {}) does not follow byte {expected}: the index is inconsistent",
                 entries[entry].path,
-                self.stripes[stripe].path.display()
+                self.stripes[stripe].location
             )),
             TileFault::Coverage { entry, covered } => match entries.get(entry) {
                 Some(e) => Error::corrupt(format!("file {}: its chunks cover {covered} of {} bytes: the set is inconsistent", e.path, e.size)),
@@ -203,21 +210,20 @@ impl BackupSet {
     }
 }
 
-fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Path) -> Result<()> {
+fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Location) -> Result<()> {
     if s.header.backup_id.to_hex() != m.backup_id {
         return Err(Error::incomplete(format!(
-            "stripe {} belongs to backup {}, not to backup {} of {}: do not mix stripes of different backups",
-            s.path.display(),
+            "stripe {} belongs to backup {}, not to backup {} of {first}: do not mix stripes of different backups",
+            s.location,
             s.header.backup_id.to_hex(),
-            m.backup_id,
-            first.display()
+            m.backup_id
         )));
     }
     if s.header.stripe_count as usize != m.stripes.len() || s.header.stripe_index as usize >= m.stripes.len() {
-        return Err(Error::corrupt(format!("stripe {}: stripe number does not fit the set", s.path.display())));
+        return Err(Error::corrupt(format!("stripe {}: stripe number does not fit the set", s.location)));
     }
     if mb != first_mb {
-        return Err(Error::corrupt(format!("stripe {}: manifest differs from that of {}", s.path.display(), first.display())));
+        return Err(Error::corrupt(format!("stripe {}: manifest differs from that of {first}", s.location)));
     }
     Ok(())
 }
@@ -232,7 +238,7 @@ struct Encoded {
     stripe: usize,
     frame: usize,
     header: FrameHeader,
-    buf: Option<Vec<u8>>,
+    buf: Option<PoolBuf>,
 }
 
 /// Read, check and decompress every frame; hand chunks to `sink`. Returns the number of frames.
@@ -256,8 +262,8 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
         drop(tx);
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                let (rx, shared, pool) = (rx.clone(), &shared, &pool);
-                s.spawn(move || decode_loop(set, ts, &rx, shared, pool, sink))
+                let (rx, shared) = (rx.clone(), &shared);
+                s.spawn(move || decode_loop(set, ts, &rx, shared, sink))
             })
             .collect();
         workers
@@ -281,24 +287,24 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     Ok(frames)
 }
 
-fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Pool) -> Result<()> {
+fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Arc<Pool>) -> Result<()> {
+    // Frames are contiguous from the header to the index: one sequential stream, which stores with
+    // latency (objects) read ahead of us, bounded.
+    let mut stream = s.source.stream(HEADER_LEN as u64, s.trailer.index_offset)?;
     let mut expect_pos = HEADER_LEN as u64;
     for (i, e) in s.index.iter().enumerate() {
         if shared.is_cancelled() {
             return Ok(());
         }
         let here = |what: &str| {
-            Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.path.display(), i + 1, e.frame_pos))
+            Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.location, i + 1, e.frame_pos))
         };
         if e.frame_pos != expect_pos || e.raw_len as usize > ts || e.stored_len as usize > ts {
             return Err(here("the index places it where no frame can be (index inconsistent)"));
         }
         let Some(mut buf) = pool.take(shared) else { return Ok(()) };
         let n = FRAME_HEADER_LEN + e.stored_len as usize;
-        if let Err(err) = s.source.read_exact_at(&mut buf[..n], e.frame_pos) {
-            pool.give(buf);
-            return Err(err);
-        }
+        stream.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
         if header.file_id != e.file_id
             || header.offset != e.offset
@@ -306,16 +312,10 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
             || header.stored_len != e.stored_len
             || header.raw_crc != e.raw_crc
         {
-            pool.give(buf);
             return Err(here("frame header disagrees with the index"));
         }
         expect_pos += n as u64;
-        let buf = if header.stored_len == 0 {
-            pool.give(buf);
-            None
-        } else {
-            Some(buf)
-        };
+        let buf = (header.stored_len != 0).then_some(buf);
         if tx.send(Encoded { stripe: k, frame: i, header, buf }).is_err() {
             return Ok(());
         }
@@ -323,7 +323,7 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
     if expect_pos != s.trailer.index_offset {
         return Err(Error::corrupt(format!(
             "stripe {}: frames end at byte {expect_pos} but the index starts at {} (index inconsistent)",
-            s.path.display(),
+            s.location,
             s.trailer.index_offset
         )));
     }
@@ -335,7 +335,6 @@ fn decode_loop(
     ts: usize,
     rx: &crossbeam_channel::Receiver<Encoded>,
     shared: &Shared,
-    pool: &Pool,
     sink: &dyn ChunkSink,
 ) -> u64 {
     let mut decoders = DecompressorSet::default();
@@ -343,15 +342,10 @@ fn decode_loop(
     let mut frames = 0;
     for job in rx {
         if shared.is_cancelled() {
-            if let Some(b) = job.buf {
-                pool.give(b);
-            }
             continue;
         }
         let r = decode_one(set, &job, &mut decoders, &mut out, sink);
-        if let Some(b) = job.buf {
-            pool.give(b);
-        }
+        drop(job.buf);
         match r {
             Ok(()) => {
                 frames += 1;
@@ -370,7 +364,7 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoders: &mut DecompressorSet, ou
     let here = |what: &str| {
         Error::corrupt(format!(
             "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}): {what}",
-            s.path.display(),
+            s.location,
             job.frame + 1,
             s.index[job.frame].frame_pos,
             h.raw_len,
@@ -433,10 +427,9 @@ impl ChunkSink for Discard {
 ///
 /// # Errors
 /// The first problem found, naming the stripe and region.
-pub fn verify(stripes: &[PathBuf], threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<VerifyReport> {
+pub fn verify(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<VerifyReport> {
     let t0 = std::time::Instant::now();
-    let set = BackupSet::open(stripes)?;
-    let frames = scan(&set, threads, progress, &Discard)?;
+    let frames = scan(set, threads, progress, &Discard)?;
     Ok(VerifyReport {
         backup_id: set.manifest.backup_id.clone(),
         stripes: set.stripes.len(),

@@ -1,66 +1,246 @@
-//! Where stripes go and come from. The write side ([`StripeSink`]) and the read side
-//! ([`StripeSource`]) are separate small traits; each target kind is one file (`storage/local.rs`,
-//! `storage/null.rs`). Capabilities are data ([`TargetSpec::is_null`]), not downcasts.
+//! Where stripes go and come from.
+//!
+//! ```text
+//!  text ──Location::parse──► Location { store, name }     capabilities as data
+//!  /mnt/a/x.sheaf | nul | s3://b/p/x.sheaf                 Store: create → StripeSink
+//!                                                                 open   → StripeSource
+//!                                                                 exists / list / delete
+//! ```
+//! A [`Location`] is parsed once: a [`Store`] (a filesystem, the null target, a bucket, memory)
+//! and a name inside it. Everything else — writing a stripe, opening one, finding its siblings
+//! ("the other stripes beside this one") — goes through the store, so a new kind of storage joins by
+//! implementing [`Store`] and passing the conformance suite ([`conformance`]). Kinds core does not
+//! know (`s3://`) come from a [`Schemes`] the caller hands in. Each kind is one file
+//! (`storage/local.rs`, `storage/null.rs`, `storage/memory.rs`; S3 lives in the `sheaf-s3` crate).
 
+pub mod conformance;
 pub(crate) mod local;
+mod memory;
 mod null;
 
-use std::path::{Path, PathBuf};
+use std::fmt;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
-pub use local::{LocalSink, LocalSource};
-pub use null::NullSink;
+pub use local::{LocalSink, LocalSource, LocalStore};
+pub use memory::MemoryStore;
+pub use null::{NullSink, NullStore};
 
-/// A backup target as given on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TargetSpec {
-    /// A stripe file at this path.
-    File(PathBuf),
-    /// Discard everything (SQL Server's `DISK='NUL'`): measures read + compress.
-    Null,
+/// What a store can do, as data (callers never downcast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Stripes written here can be read back (false for `nul`).
+    pub readable: bool,
+    /// A stripe appears under its final name only once whole (a rename, a completed upload).
+    pub atomic_publish: bool,
+    /// `list` works.
+    pub list: bool,
 }
 
-impl TargetSpec {
-    /// `nul` / `NUL` / `nul:` is the null target; anything else is a file path.
-    pub fn parse(text: &str) -> TargetSpec {
-        match text.to_ascii_lowercase().as_str() {
-            "nul" | "nul:" => TargetSpec::Null,
-            _ => TargetSpec::File(PathBuf::from(text)),
-        }
+/// Where stripes live: a filesystem, a bucket, memory, or nowhere (`nul`). Names are the store's
+/// own (`/`-separated keys, or paths for the filesystem).
+pub trait Store: Send + Sync + fmt::Debug {
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+    /// The location text of `name`, for messages and the manifest (never holding a secret).
+    fn describe(&self, name: &str) -> String;
+    /// Memory a stripe being written here holds outside the backup's buffer pool (upload parts in
+    /// flight), when the stripe is expected to hold about `expected_bytes`.
+    fn sink_memory(&self, _expected_bytes: u64) -> u64 {
+        0
     }
-
-    /// Whether stripes written here can be read back.
-    pub fn is_null(&self) -> bool {
-        matches!(self, TargetSpec::Null)
-    }
-
-    /// Create the sink for stripe `index`. For a file: refuses an existing file unless `overwrite`,
-    /// and writes under a temporary name until [`StripeSink::publish`].
+    /// Start writing stripe `name` under a temporary name; it becomes visible only through
+    /// [`StripeSink::publish`]. `expected_bytes` sizes upload parts where that matters.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Target`] when the folder is missing, the file exists, or it cannot be created.
-    pub fn create(&self, overwrite: bool) -> Result<Box<dyn StripeSink>> {
-        match self {
-            TargetSpec::Null => Ok(Box::new(NullSink::default())),
-            TargetSpec::File(p) => Ok(Box::new(LocalSink::create(p, overwrite)?)),
+    /// [`ErrorKind::Target`] when `name` exists and `overwrite` is false, or the place is unusable.
+    fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>>;
+    /// Open a published stripe.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] when it does not exist; I/O errors otherwise.
+    fn open(&self, name: &str) -> Result<Box<dyn StripeSource>>;
+    /// Whether a published stripe `name` exists.
+    ///
+    /// # Errors
+    /// When the store cannot be asked.
+    fn exists(&self, name: &str) -> Result<bool>;
+    /// Published names that start with `prefix`, sorted.
+    ///
+    /// # Errors
+    /// When the store cannot be listed.
+    fn list(&self, prefix: &str) -> Result<Vec<String>>;
+    /// Remove `name`; removing a missing name is not an error.
+    ///
+    /// # Errors
+    /// When it exists and cannot be removed.
+    fn delete(&self, name: &str) -> Result<()>;
+    /// A key equal for two names of the same stripe; by default what [`Store::describe`] says.
+    fn identity(&self, name: &str) -> String {
+        self.describe(name)
+    }
+    /// The name of `sibling` in the same folder or prefix as `name`.
+    fn sibling(&self, name: &str, sibling: &str) -> String {
+        match name.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{sibling}"),
+            None => sibling.to_string(),
         }
     }
+}
 
-    /// Display name for messages and the manifest.
+/// Makes stores for URL schemes core does not know (`s3://BUCKET/KEY`). The CLI hands one in that
+/// knows S3; [`LocalOnly`] knows none.
+pub trait Schemes: Send + Sync {
+    /// The store for `scheme://bucket/...` and the name of `key` inside it.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a scheme it does not handle; configuration errors.
+    fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)>;
+}
+
+/// Knows files and `nul` only.
+pub struct LocalOnly;
+
+impl Schemes for LocalOnly {
+    fn resolve(&self, scheme: &str, _: &str, _: &str) -> Result<(Arc<dyn Store>, String)> {
+        Err(Error::invalid(format!("{scheme}:// locations need sheaf's command line (built with S3 support); this caller knows only files and nul")))
+    }
+}
+
+/// One stripe's place: a store and a name in it. Parsed once from what the user typed.
+#[derive(Clone, Debug)]
+pub struct Location {
+    store: Arc<dyn Store>,
+    name: String,
+}
+
+impl Location {
+    /// Parse `nul` (SQL Server's `DISK='NUL'`), a file path, or `SCHEME://BUCKET/KEY` (handed to
+    /// `schemes`).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for an empty text, a URL without bucket or key, or an unknown
+    /// scheme.
+    pub fn parse(text: &str, schemes: &dyn Schemes) -> Result<Location> {
+        if text.is_empty() {
+            return Err(Error::invalid("an empty location: give a file path, nul, or s3://BUCKET/KEY"));
+        }
+        if matches!(text.to_ascii_lowercase().as_str(), "nul" | "nul:") {
+            return Ok(Location::null());
+        }
+        if let Some(path) = text.strip_prefix("file://") {
+            return Ok(Location::file(path));
+        }
+        if let Some((scheme, rest)) = text.split_once("://") {
+            if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-') {
+                return Ok(Location::file(text));
+            }
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
+                return Err(Error::invalid(format!(
+                    "location {text}: write {scheme}://BUCKET/PREFIX/NAME.sheaf (a bucket and an object name)"
+                )));
+            }
+            if key.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+                return Err(Error::invalid(format!("location {text}: the object name has an empty, '.' or '..' part")));
+            }
+            let (store, name) = schemes.resolve(&scheme.to_ascii_lowercase(), bucket, key)?;
+            return Ok(Location { store, name });
+        }
+        Ok(Location::file(text))
+    }
+
+    /// A stripe file at `path`.
+    pub fn file(path: impl Into<PathBuf>) -> Location {
+        let path: PathBuf = path.into();
+        Location { store: Arc::new(LocalStore), name: path.to_string_lossy().into_owned() }
+    }
+
+    /// The null target: stripes are counted and discarded.
+    pub fn null() -> Location {
+        Location { store: Arc::new(NullStore), name: "nul".into() }
+    }
+
+    /// `name` in `store`.
+    pub fn new(store: Arc<dyn Store>, name: impl Into<String>) -> Location {
+        Location { store, name: name.into() }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The name inside the store.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What it can do.
+    pub fn capabilities(&self) -> Capabilities {
+        self.store.capabilities()
+    }
+
+    /// Whether stripes written here cannot be read back (`nul`).
+    pub fn is_null(&self) -> bool {
+        !self.capabilities().readable
+    }
+
+    /// Where it is, for messages and the manifest (a path made absolute, or a URL).
     pub fn display(&self) -> String {
-        match self {
-            TargetSpec::Null => "nul".into(),
-            TargetSpec::File(p) => p.display().to_string(),
-        }
+        self.store.describe(&self.name)
     }
 
-    /// File name (no folder), as stored in the manifest.
+    /// The last part of the name (a file name, an object's base name), as stored in the manifest.
     pub fn file_name(&self) -> String {
-        match self {
-            TargetSpec::Null => "nul".into(),
-            TargetSpec::File(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        self.name.rsplit('/').next().unwrap_or_default().to_string()
+    }
+
+    /// The stripe called `name` beside this one (same folder, same prefix).
+    pub fn sibling(&self, name: &str) -> Location {
+        Location { store: self.store.clone(), name: self.store.sibling(&self.name, name) }
+    }
+
+    /// Start writing a stripe here; see [`Store::create`].
+    ///
+    /// # Errors
+    /// As [`Store::create`].
+    pub fn create(&self, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
+        self.store.create(&self.name, overwrite, expected_bytes)
+    }
+
+    /// Open the published stripe here; see [`Store::open`].
+    ///
+    /// # Errors
+    /// As [`Store::open`]; reading back from `nul` is refused.
+    pub fn open(&self) -> Result<Box<dyn StripeSource>> {
+        if self.is_null() {
+            return Err(Error::invalid("a backup to nul wrote nothing: there is nothing to read back"));
         }
+        self.store.open(&self.name)
+    }
+
+    /// Whether a published stripe is here.
+    ///
+    /// # Errors
+    /// As [`Store::exists`].
+    pub fn exists(&self) -> Result<bool> {
+        self.store.exists(&self.name)
+    }
+
+    /// A key that is equal for two locations naming the same stripe (links and `..` resolved
+    /// where the store can).
+    pub fn identity(&self) -> String {
+        self.store.identity(&self.name)
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display())
     }
 }
 
@@ -73,7 +253,7 @@ pub trait StripeSink: Send {
     /// # Errors
     /// [`crate::ErrorKind::Target`] or [`crate::ErrorKind::NoSpace`].
     fn write_all(&mut self, buf: &[u8]) -> Result<()>;
-    /// Flush and make durable.
+    /// Flush and make durable what can be made durable before publishing.
     ///
     /// # Errors
     /// As `write_all`.
@@ -89,7 +269,7 @@ pub trait StripeSink: Send {
     fn written(&self) -> u64;
 }
 
-/// The read side of one stripe: positional reads of a known length.
+/// The read side of one stripe: positional reads of a known length, and sequential streams.
 pub trait StripeSource: Send + Sync {
     /// Total length in bytes.
     fn len(&self) -> u64;
@@ -103,16 +283,59 @@ pub trait StripeSource: Send + Sync {
     /// [`crate::ErrorKind::Incomplete`] when the stripe ends before `offset + buf.len()`, else I/O.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     /// Where it is, for messages.
-    fn location(&self) -> &Path;
+    fn location(&self) -> &str;
+    /// Bytes `start..end` in order. Stores with latency read ahead (bounded); the default reads
+    /// straight into the caller's buffers with [`StripeSource::read_exact_at`].
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] when `end` is past the stripe's length.
+    fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
+        if end > self.len() || start > end {
+            return Err(Error::incomplete(format!(
+                "stripe {}: needs bytes {start}..{end} but is only {} bytes long (truncated)",
+                self.location(),
+                self.len()
+            )));
+        }
+        Ok(Box::new(Positional { src: self, pos: start, end }))
+    }
 }
 
-/// Open a stripe for reading.
-///
-/// # Errors
-/// [`crate::ErrorKind::Incomplete`] when it does not exist; I/O errors otherwise.
-pub fn open_source(path: &Path) -> Result<Box<dyn StripeSource>> {
-    if path.as_os_str().eq_ignore_ascii_case("nul") {
-        return Err(Error::invalid("a backup to nul wrote nothing: there is nothing to read back"));
+/// Reads a range through positional reads, no copy in between.
+struct Positional<'a, S: StripeSource + ?Sized> {
+    src: &'a S,
+    pos: u64,
+    end: u64,
+}
+
+impl<S: StripeSource + ?Sized> Read for Positional<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (self.end - self.pos).min(buf.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        self.src.read_exact_at(&mut buf[..n], self.pos).map_err(into_io)?;
+        self.pos += n as u64;
+        Ok(n)
     }
-    Ok(Box::new(LocalSource::open(path)?))
+}
+
+/// Carry a sheaf [`Error`] through an `io::Read`; [`from_io`] takes it back out.
+pub fn into_io(e: Error) -> std::io::Error {
+    std::io::Error::other(e)
+}
+
+/// The sheaf [`Error`] inside an `io::Error` made by [`into_io`], or the I/O error as such.
+pub fn from_io(e: std::io::Error, what: impl FnOnce() -> String) -> Error {
+    if e.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+        match e.into_inner().map(|inner| inner.downcast::<Error>()) {
+            Some(Ok(inner)) => return *inner,
+            Some(Err(other)) => return Error::new(ErrorKind::Io, format!("{}: {other}", what())),
+            None => unreachable!("checked above"),
+        }
+    }
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return Error::incomplete(format!("{}: ends early (truncated)", what()));
+    }
+    Error::io(ErrorKind::Io, what(), e)
 }

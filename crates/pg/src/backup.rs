@@ -170,6 +170,11 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         )));
     }
     // For sizing the pipeline only: the list that counts is read after pg_backup_start.
+    let mut opts = opts.clone();
+    if opts.expected_bytes.is_none() {
+        opts.expected_bytes = Some(server.databases_size()?);
+    }
+    let opts = &opts;
     let tuning = Tuning::resolve(opts, 1 + server.tablespaces()?.len())?;
     let mut session = Backup::start(opts, tuning, progress)?;
 

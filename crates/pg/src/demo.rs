@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sheaf_core::{BackupOptions, CodecSpec, Error, ErrorKind, NoProgress, Result, TargetSpec};
+use sheaf_core::{BackupOptions, BackupSet, CodecSpec, Error, ErrorKind, LocalOnly, Location, NoProgress, Result};
 
 use crate::scratch::ScratchCluster;
 use crate::{backup_postgres, restore_postgres, tpch, PgBackupOptions, PgRestoreOptions};
@@ -92,14 +92,14 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(|e| Error::io(ErrorKind::Target, "chmod", e))?;
         let stripes: Vec<_> = (1..=opts.stripes).map(|k| dir.join(format!("tpch_{k}.sheaf"))).collect();
-        let mut bo = BackupOptions::new(stripes.iter().cloned().map(TargetSpec::File).collect());
+        let mut bo = BackupOptions::new(stripes.iter().map(Location::file).collect());
         bo.codec = *codec;
         bo.label = Some(format!("sheaf demo {codec}"));
         let pg = PgBackupOptions { url: source.url("postgres"), ..Default::default() };
         let (b, backup_s, backup_cpu) = measured(|| backup_postgres(&pg, &bo, Arc::new(NoProgress)))?;
         let restored = dir.join("data");
         let ro = PgRestoreOptions { target: restored.clone(), ..Default::default() };
-        let (_, restore_s, restore_cpu) = measured(|| restore_postgres(&stripes[..1], &ro, Arc::new(NoProgress)))?;
+        let (_, restore_s, restore_cpu) = measured(|| restore_postgres(&BackupSet::open(&[Location::file(&stripes[0])], &LocalOnly)?, &ro, Arc::new(NoProgress)))?;
         let rows_match = {
             let copy = ScratchCluster::over(&restored, &source.sock)?;
             let got = tpch::counts(&copy.url("tpch"))?;

@@ -7,6 +7,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 
 use sheaf_core::{BackupSet, Error, ErrorKind, Progress, RestoreOptions, RestoreReport, Result};
@@ -22,6 +23,8 @@ pub struct PgRestoreOptions {
     pub tablespaces: Vec<(String, PathBuf)>,
     /// Replace what is in the target directories.
     pub force: bool,
+    /// Restore unmapped tablespaces to where they were at backup time (else each needs a mapping).
+    pub original_paths: bool,
     /// Decompressor threads.
     pub threads: Option<usize>,
 }
@@ -44,9 +47,8 @@ fn running_postmaster(dir: &Path) -> Option<i32> {
 /// # Errors
 /// A running server in the target, a tablespace mapping that names no tablespace, an unmapped
 /// tablespace whose original place is not empty, and everything [`sheaf_core::restore`] refuses.
-pub fn restore_postgres(stripes: &[PathBuf], opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
-    let set = BackupSet::open(stripes)?;
-    if !is_postgres(&set) {
+pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+    if !is_postgres(set) {
         return Err(Error::invalid("this backup is not of a PostgreSQL cluster: restore it without --tablespace"));
     }
     if let Some(pid) = running_postmaster(&opts.target) {
@@ -81,6 +83,12 @@ pub fn restore_postgres(stripes: &[PathBuf], opts: &PgRestoreOptions, progress: 
             continue;
         }
         let original = PathBuf::from(&ts.location);
+        if !opts.original_paths {
+            return Err(Error::invalid(format!(
+                "the backup holds tablespace {} (oid {}), which was at {}; sheaf writes outside --to only where told: map it with --tablespace {}=NEW_DIR, or pass --original-paths to restore it where it was",
+                ts.name, ts.oid, ts.location, ts.location
+            )));
+        }
         // Refused even with --force, which empties the restore's targets: this is most likely the
         // source cluster's live tablespace. Overwriting it takes an explicit --tablespace X=X.
         let busy = fs::read_dir(&original).map(|mut d| d.next().is_some()).unwrap_or(false);
@@ -95,17 +103,18 @@ pub fn restore_postgres(stripes: &[PathBuf], opts: &PgRestoreOptions, progress: 
         }
         places.push((ts.clone(), original));
     }
-    drop(set);
 
     let mut core = RestoreOptions::new(&opts.target);
     core.force = opts.force;
     core.threads = opts.threads;
+    // Every tablespace has its place now, each one the user named or allowed.
+    core.original_paths = places.iter().any(|(ts, new)| Path::new(&ts.location) == new.as_path());
     core.relocate = places
         .iter()
         .filter(|(ts, new)| Path::new(&ts.location) != new.as_path())
         .map(|(ts, new)| (ts.location.clone(), new.clone()))
         .collect();
-    let report = sheaf_core::restore(stripes, &core, progress)?;
+    let report = sheaf_core::restore(set, &core, progress)?;
     // Until the links and tablespace_map point at the new places, starting this directory would
     // write into the old ones: keep it marked incomplete meanwhile.
     let marker = opts.target.join(sheaf_core::restore::INCOMPLETE_MARKER);

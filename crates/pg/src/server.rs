@@ -229,6 +229,15 @@ impl Server {
         })
     }
 
+    /// Bytes of all databases together (an estimate of the backup's size, for sizing upload parts).
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn databases_size(&mut self) -> Result<u64> {
+        let row = self.one("sizing the databases", "SELECT coalesce(sum(pg_database_size(oid)), 0)::int8 FROM pg_database WHERE datallowconn")?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
     /// Tablespaces other than pg_default and pg_global.
     ///
     /// # Errors

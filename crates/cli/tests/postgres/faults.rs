@@ -96,9 +96,16 @@ fn restore_refuses_a_running_cluster_and_an_unmapped_busy_tablespace() {
     assert!(stderr(&o).contains("is running on") && stderr(&o).contains("pg_ctl stop"), "{}", stderr(&o));
     assert_eq!(c.sql("postgres", "SELECT x FROM t"), "1", "the running cluster is untouched");
 
-    // The tablespace's original place is in use by the source: say how to map it.
+    // An unmapped tablespace is written nowhere unless the user says where: name both ways.
     let new = c.base.path().join("new");
     let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("--tablespace {}=NEW_DIR", ts_dir.display())), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--original-paths"), "{}", stderr(&o));
+    assert!(!new.exists() || std::fs::read_dir(&new).unwrap().next().is_none());
+
+    // Asked for its original place, which the source still uses: say how to map it.
+    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new.to_str().unwrap(), "--original-paths"]));
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(stderr(&o).contains(&format!("--tablespace {}=NEW_DIR", ts_dir.display())), "{}", stderr(&o));
     assert!(!new.exists() || std::fs::read_dir(&new).unwrap().next().is_none());
@@ -107,7 +114,7 @@ fn restore_refuses_a_running_cluster_and_an_unmapped_busy_tablespace() {
     std::fs::create_dir_all(&new).unwrap();
     std::fs::write(new.join("old"), b"x").unwrap();
     let before = std::fs::read_dir(&ts_dir).unwrap().count();
-    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new.to_str().unwrap(), "--force"]));
+    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", new.to_str().unwrap(), "--force", "--original-paths"]));
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(&ts_dir).unwrap().count(), before, "the source's tablespace is untouched");
     assert_eq!(c.sql("postgres", "SELECT x FROM t"), "1");

@@ -86,8 +86,11 @@ struct Libdeflate(libdeflater::Compressor);
 
 impl Compressor for Libdeflate {
     fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<Option<usize>> {
-        // libdeflate returns InsufficientSpace when the output does not fit: store raw.
-        Ok(self.0.deflate_compress(src, dst).ok().filter(|&n| n < src.len()))
+        // libdeflate's only error is InsufficientSpace: the output does not fit, so store raw.
+        match self.0.deflate_compress(src, dst) {
+            Ok(n) => Ok(Some(n).filter(|&n| n < src.len())),
+            Err(libdeflater::CompressionError::InsufficientSpace) => Ok(None),
+        }
     }
     fn kind(&self) -> CodecKind {
         CodecKind::Deflate

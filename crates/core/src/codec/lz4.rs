@@ -12,8 +12,13 @@ pub(super) fn room(raw_len: usize) -> usize {
 
 impl Compressor for Lz4 {
     fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<Option<usize>> {
-        // lz4_flex reports lack of room as an error; that is our "store raw".
-        Ok(lz4_flex::block::compress_into(src, dst).ok().filter(|&n| n < src.len()))
+        // Lack of room is lz4_flex's only error, and our "store raw"; a larger output stores raw too.
+        match lz4_flex::block::compress_into(src, dst) {
+            Ok(n) => Ok(Some(n).filter(|&n| n < src.len())),
+            Err(lz4_flex::block::CompressError::OutputTooSmall) => Ok(None),
+            // The enum is non-exhaustive: a failure lz4_flex may add later fails the backup.
+            Err(e) => Err(Error::new(crate::ErrorKind::Io, format!("lz4 compression failed: {e}"))),
+        }
     }
     fn kind(&self) -> CodecKind {
         CodecKind::Lz4

@@ -9,10 +9,82 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{StripeSink, StripeSource};
+use super::{Capabilities, StripeSink, StripeSource, Store};
 use crate::error::{io_at, Error, ErrorKind, Result};
 
 const WRITE_BUFFER: usize = 256 * 1024;
+
+/// The local filesystem: names are paths (relative ones to the working directory).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalStore;
+
+impl Store for LocalStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { readable: true, atomic_publish: true, list: true }
+    }
+
+    fn describe(&self, name: &str) -> String {
+        std::path::absolute(name).map(|p| p.display().to_string()).unwrap_or_else(|_| name.to_string())
+    }
+
+    fn identity(&self, name: &str) -> String {
+        // Same folder (links and `..` resolved) and same name is the same stripe.
+        let p = Path::new(name);
+        let dir = parent_dir(p);
+        let dir = fs::canonicalize(&dir).unwrap_or(dir);
+        dir.join(p.file_name().unwrap_or_default()).display().to_string()
+    }
+
+    fn create(&self, name: &str, overwrite: bool, _expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
+        Ok(Box::new(LocalSink::create(Path::new(name), overwrite)?))
+    }
+
+    fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
+        Ok(Box::new(LocalSource::open(Path::new(name))?))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        match fs::metadata(name) {
+            Ok(m) => Ok(m.is_file()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_at(ErrorKind::Io, "cannot look at", Path::new(name), e)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let (dir, base) = match prefix.rsplit_once('/') {
+            Some((d, b)) => (if d.is_empty() { "/" } else { d }, b),
+            None => (".", prefix),
+        };
+        let rd = match fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_at(ErrorKind::Io, "cannot list", Path::new(dir), e)),
+        };
+        let mut out = Vec::new();
+        for item in rd {
+            let item = item.map_err(|e| io_at(ErrorKind::Io, "cannot list", Path::new(dir), e))?;
+            let n = item.file_name().to_string_lossy().into_owned();
+            // A .partial is never a published stripe.
+            if n.starts_with(base) && !n.ends_with(".partial") && item.file_type().is_ok_and(|t| t.is_file()) {
+                out.push(match prefix.rsplit_once('/') {
+                    Some((d, _)) => format!("{d}/{n}"),
+                    None => n,
+                });
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        match fs::remove_file(name) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_at(ErrorKind::Target, "cannot remove", Path::new(name), e)),
+        }
+    }
+}
 
 /// Writes one stripe file.
 pub struct LocalSink {
@@ -175,6 +247,7 @@ impl Drop for LocalSink {
 /// Reads one stripe file.
 pub struct LocalSource {
     path: PathBuf,
+    shown: String,
     file: File,
     len: u64,
 }
@@ -193,7 +266,7 @@ impl LocalSource {
             }
         })?;
         let len = file.metadata().map_err(|e| io_at(ErrorKind::Io, "cannot stat stripe", path, e))?.len();
-        Ok(LocalSource { path: path.to_path_buf(), file, len })
+        Ok(LocalSource { path: path.to_path_buf(), shown: path.display().to_string(), file, len })
     }
 }
 
@@ -213,7 +286,7 @@ impl StripeSource for LocalSource {
         }
         self.file.read_exact_at(buf, offset).map_err(|e| io_at(ErrorKind::Io, "cannot read stripe", &self.path, e))
     }
-    fn location(&self) -> &Path {
-        &self.path
+    fn location(&self) -> &str {
+        &self.shown
     }
 }

@@ -1,7 +1,41 @@
 //! The null target: counts bytes and keeps none.
 
-use super::StripeSink;
-use crate::error::Result;
+use super::{Capabilities, StripeSink, StripeSource, Store};
+use crate::error::{Error, Result};
+
+/// SQL Server's `DISK='NUL'`: every stripe is counted and discarded; nothing can be read back.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NullStore;
+
+impl Store for NullStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { readable: false, atomic_publish: true, list: false }
+    }
+    fn describe(&self, _: &str) -> String {
+        "nul".into()
+    }
+    fn identity(&self, _: &str) -> String {
+        // Any number of nul targets may be given: each is its own stripe.
+        format!("nul#{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+    fn create(&self, _: &str, _: bool, _: u64) -> Result<Box<dyn StripeSink>> {
+        Ok(Box::new(NullSink::default()))
+    }
+    fn open(&self, _: &str) -> Result<Box<dyn StripeSource>> {
+        Err(Error::invalid("a backup to nul wrote nothing: there is nothing to read back"))
+    }
+    fn exists(&self, _: &str) -> Result<bool> {
+        Ok(false)
+    }
+    fn list(&self, _: &str) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    fn delete(&self, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Discards everything written; `written()` still counts.
 #[derive(Default)]

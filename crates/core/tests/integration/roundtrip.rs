@@ -6,7 +6,21 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sheaf_core::datagen::{compare_trees, make_shapes_tree};
-use sheaf_core::{backup_directory, restore, verify, BackupOptions, CodecSpec, NoProgress, RestoreOptions, TargetSpec};
+use sheaf_core::{backup_directory, BackupOptions, BackupSet, CodecSpec, LocalOnly, Location, NoProgress, RestoreOptions};
+
+fn open(stripes: &[PathBuf]) -> sheaf_core::Result<BackupSet> {
+    BackupSet::open(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly)
+}
+
+/// Restore from stripe files.
+fn restore(stripes: &[PathBuf], o: &RestoreOptions, p: Arc<NoProgress>) -> sheaf_core::Result<sheaf_core::RestoreReport> {
+    sheaf_core::restore(&open(stripes)?, o, p)
+}
+
+/// Verify stripe files.
+fn verify(stripes: &[PathBuf], threads: Option<usize>, p: Arc<NoProgress>) -> sheaf_core::Result<sheaf_core::VerifyReport> {
+    sheaf_core::verify(&open(stripes)?, threads, p)
+}
 
 const TRANSFER_SIZES: [u64; 3] = [64 << 10, 1 << 20, 16 << 20];
 const STRIPES: [usize; 3] = [1, 2, 7];
@@ -31,8 +45,8 @@ fn round_trip(codec: &str) {
         let src = tree(ts);
         for stripes in STRIPES {
             let work = tempfile::tempdir().unwrap();
-            let targets: Vec<TargetSpec> =
-                (0..stripes).map(|k| TargetSpec::File(work.path().join(format!("b_{k}.sheaf")))).collect();
+            let targets: Vec<Location> =
+                (0..stripes).map(|k| Location::file(work.path().join(format!("b_{k}.sheaf")))).collect();
             let mut opts = BackupOptions::new(targets);
             opts.codec = spec;
             opts.transfer_size = ts;
@@ -90,7 +104,7 @@ fn relocation_moves_a_subtree_and_nothing_else() {
     let src = tree(64 << 10);
     let work = tempfile::tempdir().unwrap();
     let stripe = work.path().join("r.sheaf");
-    backup_directory(&src, &BackupOptions::new(vec![TargetSpec::File(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    backup_directory(&src, &BackupOptions::new(vec![Location::file(stripe.clone())]), Arc::new(NoProgress)).unwrap();
     let out = work.path().join("main");
     let moved = work.path().join("elsewhere/large");
     let mut o = RestoreOptions::new(&out);
@@ -121,7 +135,7 @@ fn relocation_moves_a_subtree_and_nothing_else() {
 #[test]
 fn null_target_counts_but_writes_nothing() {
     let src = tree(64 << 10);
-    let mut opts = BackupOptions::new(vec![TargetSpec::Null, TargetSpec::Null]);
+    let mut opts = BackupOptions::new(vec![Location::null(), Location::null()]);
     opts.codec = CodecSpec::parse("lz4").unwrap();
     opts.transfer_size = 64 << 10;
     let r = backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
@@ -134,7 +148,7 @@ fn restore_refuses_non_empty_target_unless_forced() {
     let src = tree(64 << 10);
     let work = tempfile::tempdir().unwrap();
     let stripe = work.path().join("f.sheaf");
-    backup_directory(&src, &BackupOptions::new(vec![TargetSpec::File(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    backup_directory(&src, &BackupOptions::new(vec![Location::file(stripe.clone())]), Arc::new(NoProgress)).unwrap();
     let out = work.path().join("busy");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("precious"), b"keep me").unwrap();
@@ -158,7 +172,7 @@ fn zero_chunks_restore_as_holes_and_data_is_preallocated() {
     let src = tree(64 << 10);
     let work = tempfile::tempdir().unwrap();
     let stripe = work.path().join("z.sheaf");
-    let mut o = BackupOptions::new(vec![TargetSpec::File(stripe.clone())]);
+    let mut o = BackupOptions::new(vec![Location::file(stripe.clone())]);
     o.transfer_size = 64 << 10;
     backup_directory(&src, &o, Arc::new(NoProgress)).unwrap();
     let out = work.path().join("out");
@@ -176,7 +190,7 @@ fn the_most_specific_relocation_wins_and_overlaps_are_refused() {
     let src = tree(64 << 10);
     let work = tempfile::tempdir().unwrap();
     let stripe = work.path().join("r.sheaf");
-    backup_directory(&src, &BackupOptions::new(vec![TargetSpec::File(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    backup_directory(&src, &BackupOptions::new(vec![Location::file(stripe.clone())]), Arc::new(NoProgress)).unwrap();
     // An absolute OLD for the parent, a relative OLD for the child: the child is more specific.
     let (a, b) = (work.path().join("A"), work.path().join("B"));
     let mut o = RestoreOptions::new(work.path().join("main"));
@@ -197,7 +211,7 @@ fn the_most_specific_relocation_wins_and_overlaps_are_refused() {
 fn a_manifest_path_that_escapes_the_target_is_refused() {
     let work = tempfile::tempdir().unwrap();
     let stripe = work.path().join("evil.sheaf");
-    let opts = BackupOptions::new(vec![TargetSpec::File(stripe.clone())]);
+    let opts = BackupOptions::new(vec![Location::file(stripe.clone())]);
     let tuning = sheaf_core::Tuning::resolve(&opts, 1).unwrap();
     let mut b = sheaf_core::Backup::start(&opts, tuning, Arc::new(NoProgress)).unwrap();
     let mut warnings = vec![];
@@ -212,4 +226,60 @@ fn a_manifest_path_that_escapes_the_target_is_refused() {
     assert_eq!(e.kind(), sheaf_core::ErrorKind::Corrupt);
     assert!(e.to_string().contains("not a plain relative path"), "{e}");
     assert!(!work.path().join("deep/escaped").exists());
+}
+
+/// A set made elsewhere whose second root names a folder on this machine (here a "victim" folder
+/// with a precious file): restore writes only under --to unless that root is mapped or
+/// --original-paths is given, and --force empties only the folders it was told of.
+#[test]
+fn a_root_outside_the_target_is_written_only_when_mapped_or_allowed() {
+    let work = tempfile::tempdir().unwrap();
+    let victim = work.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("precious"), b"keep me").unwrap();
+    let stripe = work.path().join("crafted.sheaf");
+    let opts = BackupOptions::new(vec![Location::file(stripe.clone())]);
+    let tuning = sheaf_core::Tuning::resolve(&opts, 1).unwrap();
+    let mut b = sheaf_core::Backup::start(&opts, tuning, Arc::new(NoProgress)).unwrap();
+    let (main, other) = (work.path().join("main"), work.path().join("other"));
+    std::fs::create_dir(&main).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("planted"), b"from the crafted set").unwrap();
+    let mut w = vec![];
+    let listed = sheaf_core::source::list_tree(&main, 0, &mut w).unwrap();
+    b.add_tree(sheaf_core::manifest::Root { name: String::new(), path: main.display().to_string() }, listed).unwrap();
+    // The second root claims to have been at the victim's path.
+    let listed = sheaf_core::source::list_tree(&other, 0, &mut w).unwrap();
+    b.add_tree(sheaf_core::manifest::Root { name: "ts".into(), path: victim.display().to_string() }, listed).unwrap();
+    b.finish(serde_json::json!({})).unwrap();
+
+    let out = work.path().join("out");
+    for force in [false, true] {
+        let mut o = RestoreOptions::new(&out);
+        o.force = force;
+        let e = restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_err();
+        assert_eq!(e.kind(), sheaf_core::ErrorKind::InvalidInput, "force={force}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("--relocate {}=NEW_DIR", victim.display())) && text.contains("--original-paths"), "{text}");
+        assert_eq!(std::fs::read(victim.join("precious")).unwrap(), b"keep me", "force={force}: the victim is untouched");
+        assert!(!victim.join("planted").exists());
+        assert!(!out.exists(), "nothing is written anywhere before the plan is accepted");
+    }
+
+    // Mapped: it goes where it was told, and the victim is untouched.
+    let moved = work.path().join("moved");
+    let mut o = RestoreOptions::new(&out);
+    o.relocate = vec![(victim.display().to_string(), moved.clone())];
+    restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap();
+    assert_eq!(std::fs::read(moved.join("planted")).unwrap(), b"from the crafted set");
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);
+
+    // Explicitly allowed: the original path, and --force empties it as asked.
+    let mut o = RestoreOptions::new(work.path().join("out2"));
+    o.original_paths = true;
+    let e = restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_err();
+    assert_eq!(e.kind(), sheaf_core::ErrorKind::TargetNotEmpty, "{e}");
+    o.force = true;
+    restore(&[stripe], &o, Arc::new(NoProgress)).unwrap();
+    assert!(!victim.join("precious").exists() && victim.join("planted").exists());
 }

@@ -1,9 +1,9 @@
 //! Throughput knobs: defaults, ranges, and the memory budget they imply.
 
-use sheaf_core::{BackupOptions, CodecSpec, ErrorKind, TargetSpec, Tuning};
+use sheaf_core::{BackupOptions, CodecSpec, ErrorKind, Location, Tuning};
 
 fn opts(stripes: usize) -> BackupOptions {
-    BackupOptions::new((0..stripes).map(|_| TargetSpec::Null).collect())
+    BackupOptions::new((0..stripes).map(|_| Location::null()).collect())
 }
 
 #[test]
@@ -51,13 +51,13 @@ fn smallest_pipeline_still_completes() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 5).unwrap();
-    let mut o = BackupOptions::new(vec![TargetSpec::File(d.path().join("a")), TargetSpec::File(d.path().join("b"))]);
+    let mut o = BackupOptions::new(vec![Location::file(d.path().join("a")), Location::file(d.path().join("b"))]);
     o.transfer_size = 64 << 10;
     o.buffer_count = Some(2);
     o.threads = Some(1);
     let r = sheaf_core::backup_directory(&src, &o, std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
     assert_eq!(r.buffer_count, 2);
     let out = d.path().join("out");
-    sheaf_core::restore(&[d.path().join("a")], &sheaf_core::RestoreOptions::new(&out), std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
+    sheaf_core::restore(&sheaf_core::BackupSet::open(&[Location::file(d.path().join("a"))], &sheaf_core::LocalOnly).unwrap(), &sheaf_core::RestoreOptions::new(&out), std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
     sheaf_core::datagen::compare_trees(&src, &out).unwrap();
 }

@@ -1,0 +1,126 @@
+//! The conformance suite every [`Store`] passes: local files, `nul` (the write side), memory and S3
+//! run these same cases (restic's backend suite, object_store's `integration.rs`). Each case panics
+//! with the store's name and what broke; call [`check_store`] from a test.
+
+use super::{Location, Store};
+use crate::error::ErrorKind;
+use std::io::Read;
+use std::sync::Arc;
+
+/// Deterministic, not compressible by accident, not periodic at any power of two.
+pub fn payload(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Run every case against `store`, with names under `base` (a folder for files, a key prefix for
+/// objects; it must hold nothing else). `big` is the size of the large case, chosen by the caller to
+/// span several upload parts where the store has parts.
+///
+/// # Panics
+/// On the first case that fails, naming it.
+pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
+    let caps = store.capabilities();
+    let kind = format!("{:?}", store);
+    let at = |n: &str| Location::new(store.clone(), format!("{base}/{n}"));
+    let listed = |prefix: &str| store.list(&format!("{base}/{prefix}")).unwrap_or_else(|e| panic!("{kind}: list: {e}"));
+
+    // A stripe written in pieces publishes whole and reads back exactly, by position and as a stream.
+    let loc = at("whole.sheaf");
+    let data = payload(big);
+    let mut sink = loc.create(false, data.len() as u64).unwrap_or_else(|e| panic!("{kind}: create: {e}"));
+    for part in data.chunks(333_333) {
+        sink.write_all(part).unwrap_or_else(|e| panic!("{kind}: write: {e}"));
+    }
+    assert_eq!(sink.written(), data.len() as u64, "{kind}: written counts every byte");
+    if caps.readable && caps.atomic_publish {
+        assert!(!loc.exists().unwrap(), "{kind}: a stripe is invisible before it is published");
+        assert!(listed("whole").is_empty(), "{kind}: nor listed");
+    }
+    sink.sync().unwrap_or_else(|e| panic!("{kind}: sync: {e}"));
+    sink.publish().unwrap_or_else(|e| panic!("{kind}: publish: {e}"));
+    drop(sink);
+    if !caps.readable {
+        assert_eq!(loc.open().err().map(|e| e.kind()), Some(ErrorKind::InvalidInput), "{kind}: nothing to read back");
+        return;
+    }
+    assert!(loc.exists().unwrap(), "{kind}: published stripe exists");
+    if caps.list {
+        assert_eq!(listed(""), vec![format!("{base}/whole.sheaf")], "{kind}: list shows the published name only");
+    }
+    let src = loc.open().unwrap_or_else(|e| panic!("{kind}: open: {e}"));
+    assert_eq!(src.len(), data.len() as u64, "{kind}: length");
+    let mut back = vec![0u8; 1000];
+    let mid = data.len() / 2;
+    src.read_exact_at(&mut back, mid as u64).unwrap();
+    assert_eq!(&back[..], &data[mid..mid + 1000], "{kind}: positional read");
+    let e = src.read_exact_at(&mut back, data.len() as u64 - 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Incomplete, "{kind}: reading past the end: {e}");
+    let mut all = Vec::new();
+    src.stream(7, data.len() as u64).unwrap().read_to_end(&mut all).unwrap_or_else(|e| panic!("{kind}: stream: {e}"));
+    assert!(all == data[7..], "{kind}: the stream gives every byte in order");
+    let e = src.stream(0, data.len() as u64 + 1).err().expect("past the end");
+    assert_eq!(e.kind(), ErrorKind::Incomplete, "{kind}: a stream past the end: {e}");
+    assert!(src.location().contains("whole.sheaf"), "{kind}: location names the stripe: {}", src.location());
+    drop(src);
+
+    // The sibling of a stripe is in the same folder or prefix.
+    let sib = loc.sibling("other.sheaf");
+    assert_eq!(sib.name(), format!("{base}/other.sheaf"), "{kind}: sibling");
+    assert!(!sib.exists().unwrap());
+
+    // An existing stripe is refused without overwrite, replaced with it.
+    let e = loc.create(false, 10).err().expect("refused");
+    assert_eq!(e.kind(), ErrorKind::Target, "{kind}: {e}");
+    assert!(e.to_string().contains("--overwrite"), "{kind}: the error names the fix: {e}");
+    let mut s = loc.create(true, 10).unwrap();
+    s.write_all(b"second").unwrap();
+    s.publish().unwrap();
+    drop(s);
+    let src = loc.open().unwrap();
+    let mut b = vec![0u8; 6];
+    src.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"second", "{kind}: overwritten");
+    drop(src);
+
+    // Dropped unpublished: nothing appears, nothing is left.
+    {
+        let mut s = at("dropped.sheaf").create(false, 1 << 20).unwrap();
+        s.write_all(&data[..data.len().min(1 << 20)]).unwrap();
+    }
+    assert!(!at("dropped.sheaf").exists().unwrap(), "{kind}: dropped without publish");
+    assert!(listed("dropped").is_empty(), "{kind}: dropped leaves nothing listed");
+
+    // Discarded after publishing: gone.
+    let mut s = at("discarded.sheaf").create(false, 3).unwrap();
+    s.write_all(b"abc").unwrap();
+    s.publish().unwrap();
+    s.discard();
+    drop(s);
+    assert!(!at("discarded.sheaf").exists().unwrap(), "{kind}: discard removes a published stripe");
+
+    // An empty stripe is still a stripe.
+    let mut s = at("empty.sheaf").create(false, 0).unwrap();
+    s.publish().unwrap();
+    drop(s);
+    assert_eq!(at("empty.sheaf").open().unwrap().len(), 0, "{kind}: empty stripe");
+
+    // Missing: a clear Incomplete; deleting it is no error; delete removes.
+    let e = at("missing.sheaf").open().err().expect("missing");
+    assert_eq!(e.kind(), ErrorKind::Incomplete, "{kind}: {e}");
+    assert!(e.to_string().contains("missing.sheaf"), "{kind}: names it: {e}");
+    store.delete(&format!("{base}/missing.sheaf")).unwrap();
+    store.delete(loc.name()).unwrap();
+    store.delete(&format!("{base}/empty.sheaf")).unwrap();
+    assert!(!loc.exists().unwrap(), "{kind}: deleted");
+    if caps.list {
+        assert!(listed("").is_empty(), "{kind}: nothing left: {:?}", listed(""));
+    }
+}

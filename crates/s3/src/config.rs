@@ -1,0 +1,348 @@
+//! Where S3 settings come from, in order: flags ([`S3Options`]), the standard AWS environment
+//! variables, the AWS profile files, defaults.
+//!
+//! | setting | flag | environment | profile file |
+//! |---|---|---|---|
+//! | endpoint | `--s3-endpoint` | `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT` | `endpoint_url` (config) |
+//! | region | `--s3-region` | `AWS_REGION`, `AWS_DEFAULT_REGION` | `region` (config); else `us-east-1` |
+//! | plain HTTP | `--s3-allow-http` | `AWS_ALLOW_HTTP=true` | |
+//! | path-style | `--s3-path-style` | `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false` | default with an endpoint |
+//! | credentials | none, by design | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | `aws_access_key_id`, … (credentials, then config) |
+//!
+//! The profile is `AWS_PROFILE` (or `--s3-profile`), else `default`; the files are
+//! `AWS_SHARED_CREDENTIALS_FILE` (`~/.aws/credentials`) and `AWS_CONFIG_FILE` (`~/.aws/config`,
+//! where sections read `[profile NAME]`). Secrets never leave [`Resolved`], whose `Debug` hides them.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sheaf_core::{Error, Result};
+
+/// S3's smallest part (all but the last).
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+/// S3's largest part.
+pub const MAX_PART_SIZE: u64 = 5 << 30;
+/// S3's most parts in one upload.
+pub const MAX_PARTS: u64 = 10_000;
+/// Default part size.
+pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
+
+/// What the command line says about S3. `None` means "from the environment or profile".
+#[derive(Clone, Debug)]
+pub struct S3Options {
+    /// Endpoint URL, e.g. `http://127.0.0.1:9000` (MinIO); none for AWS.
+    pub endpoint: Option<String>,
+    /// Region.
+    pub region: Option<String>,
+    /// Allow `http://` endpoints.
+    pub allow_http: bool,
+    /// Path-style addressing (`ENDPOINT/BUCKET/KEY`) instead of virtual-hosted (`BUCKET.ENDPOINT/KEY`).
+    pub path_style: Option<bool>,
+    /// Profile in the AWS files.
+    pub profile: Option<String>,
+    /// Upload part size; raised so that no stripe needs more than [`MAX_PARTS`] parts.
+    pub part_size: u64,
+    /// Parts uploading at once, per stripe.
+    pub parts_in_flight: usize,
+    /// Ranged GETs in flight per stripe while reading.
+    pub read_ahead: usize,
+    /// Bytes per ranged GET.
+    pub read_block: u64,
+    /// Retries of one request (429, 5xx, timeouts, resets), with exponential backoff and jitter.
+    pub max_retries: usize,
+    /// The longest one request is retried for.
+    pub retry_timeout: Duration,
+    /// One request's time limit.
+    pub request_timeout: Duration,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            endpoint: None,
+            region: None,
+            allow_http: false,
+            path_style: None,
+            profile: None,
+            part_size: DEFAULT_PART_SIZE,
+            parts_in_flight: 2,
+            read_ahead: 4,
+            read_block: 8 << 20,
+            max_retries: 8,
+            retry_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Settings resolved from every source. `Debug` shows no secret.
+#[derive(Clone, Default)]
+pub struct Resolved {
+    /// Endpoint URL, if not AWS.
+    pub endpoint: Option<String>,
+    /// Region.
+    pub region: String,
+    /// Plain HTTP allowed.
+    pub allow_http: bool,
+    /// Path-style addressing.
+    pub path_style: bool,
+    pub(crate) access_key_id: Option<String>,
+    pub(crate) secret_access_key: Option<String>,
+    pub(crate) session_token: Option<String>,
+    /// Where the credentials came from, for messages ("environment", "profile default in ...").
+    pub credentials_from: String,
+}
+
+impl fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolved")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("allow_http", &self.allow_http)
+            .field("path_style", &self.path_style)
+            .field("credentials_from", &self.credentials_from)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The process environment, as [`S3Options::resolve`] reads it.
+pub fn process_env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+impl S3Options {
+    /// The part size for a stripe of about `expected` bytes: the configured size, raised (to whole
+    /// MiB) so that the stripe fits in [`MAX_PARTS`] parts with room to spare.
+    pub fn part_size_for(&self, expected: u64) -> u64 {
+        let needed = expected.div_ceil(MAX_PARTS * 9 / 10).next_multiple_of(1 << 20);
+        self.part_size.max(needed).min(MAX_PART_SIZE)
+    }
+
+    /// Check the numbers.
+    ///
+    /// # Errors
+    /// [`sheaf_core::ErrorKind::InvalidInput`] naming the flag and the range.
+    pub fn check(&self) -> Result<()> {
+        if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&self.part_size) {
+            return Err(Error::invalid(format!(
+                "--s3-part-size {}: S3 parts are 5MiB .. 5GiB (default 16MiB)",
+                sheaf_core::size::format_size(self.part_size)
+            )));
+        }
+        if self.parts_in_flight == 0 || self.parts_in_flight > 64 {
+            return Err(Error::invalid(format!("--s3-parts-in-flight {}: use 1 .. 64 (default 2)", self.parts_in_flight)));
+        }
+        if self.read_ahead == 0 || self.read_ahead > 64 {
+            return Err(Error::invalid(format!("--s3-read-ahead {}: use 1 .. 64 (default 4)", self.read_ahead)));
+        }
+        Ok(())
+    }
+
+    /// Combine flags, `env` and the profile files.
+    ///
+    /// # Errors
+    /// [`sheaf_core::ErrorKind::InvalidInput`] for a plain-HTTP endpoint without `--s3-allow-http`,
+    /// an unreadable profile file, a named profile that does not exist, or no credentials at all.
+    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved> {
+        self.check()?;
+        let profile_name = self.profile.clone().or_else(|| env("AWS_PROFILE")).unwrap_or_else(|| "default".into());
+        let home = env("HOME").map(PathBuf::from);
+        let file = |var: &str, rel: &str| env(var).map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(rel)));
+        let credentials_file = file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+        let config_file = file("AWS_CONFIG_FILE", ".aws/config");
+        let creds = read_profile(credentials_file.as_ref(), &profile_name, false)?;
+        let conf = read_profile(config_file.as_ref(), &profile_name, true)?;
+        if (self.profile.is_some() || env("AWS_PROFILE").is_some()) && creds.is_none() && conf.is_none() {
+            return Err(Error::invalid(format!(
+                "AWS profile '{profile_name}' is in neither {} nor {}: check the name (--s3-profile or AWS_PROFILE)",
+                shown(&credentials_file),
+                shown(&config_file)
+            )));
+        }
+        let from_profile = |key: &str| {
+            creds.as_ref().and_then(|p| p.get(key)).or_else(|| conf.as_ref().and_then(|p| p.get(key)))
+        };
+
+        let endpoint = self
+            .endpoint
+            .clone()
+            .or_else(|| env("AWS_ENDPOINT_URL_S3"))
+            .or_else(|| env("AWS_ENDPOINT_URL"))
+            .or_else(|| env("AWS_ENDPOINT"))
+            .or_else(|| from_profile("endpoint_url"))
+            .map(|e| e.trim_end_matches('/').to_string());
+        let region = self
+            .region
+            .clone()
+            .or_else(|| env("AWS_REGION"))
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .or_else(|| from_profile("region"))
+            .unwrap_or_else(|| "us-east-1".into());
+        let allow_http = self.allow_http || env("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if let Some(e) = &endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(Error::invalid(format!("S3 endpoint '{e}': give a URL, e.g. https://s3.example.com or http://127.0.0.1:9000")));
+            }
+            if e.starts_with("http://") && !allow_http {
+                return Err(Error::invalid(format!(
+                    "S3 endpoint {e} is plain HTTP: pass --s3-allow-http (or set AWS_ALLOW_HTTP=true) to send requests unencrypted"
+                )));
+            }
+        }
+        let path_style = self.path_style.unwrap_or_else(|| match env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") {
+            Some(v) => !v.eq_ignore_ascii_case("true"),
+            // Other stores (MinIO, Ceph, versitygw) are addressed by path; AWS by host.
+            None => endpoint.is_some(),
+        });
+
+        let (access_key_id, secret_access_key, session_token, credentials_from) =
+            match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+                (Some(k), Some(s)) => (Some(k), Some(s), env("AWS_SESSION_TOKEN"), "the environment".to_string()),
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(Error::invalid(
+                        "only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set: set both, or neither to use a profile",
+                    ))
+                }
+                (None, None) => match (from_profile("aws_access_key_id"), from_profile("aws_secret_access_key")) {
+                    (Some(k), Some(s)) => (
+                        Some(k),
+                        Some(s),
+                        from_profile("aws_session_token"),
+                        format!("profile '{profile_name}' in {}", shown(&credentials_file)),
+                    ),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put them under [{profile_name}] in {} (AWS_PROFILE picks another profile)",
+                            shown(&credentials_file)
+                        )))
+                    }
+                },
+            };
+        Ok(Resolved { endpoint, region, allow_http, path_style, access_key_id, secret_access_key, session_token, credentials_from })
+    }
+}
+
+fn shown(p: &Option<PathBuf>) -> String {
+    p.as_ref().map_or_else(|| "~/.aws/credentials".into(), |p| p.display().to_string())
+}
+
+/// One profile's keys from an INI-style AWS file.
+struct Profile(Vec<(String, String)>);
+
+impl Profile {
+    fn get(&self, key: &str) -> Option<String> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+}
+
+/// Read profile `name` from `path`; `None` when the file or the section is missing. In the config
+/// file sections other than `default` read `[profile NAME]`.
+fn read_profile(path: Option<&PathBuf>, name: &str, config: bool) -> Result<Option<Profile>> {
+    let Some(path) = path else { return Ok(None) };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(sheaf_core::ErrorKind::InvalidInput, format!("cannot read AWS profile file {}", path.display()), e)),
+    };
+    Ok(parse_profile(&text, name, config))
+}
+
+fn parse_profile(text: &str, name: &str, config: bool) -> Option<Profile> {
+    let wanted = if config && name != "default" { format!("profile {name}") } else { name.to_string() };
+    let mut inside = false;
+    let mut found = false;
+    let mut keys = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = section.trim() == wanted;
+            found |= inside;
+            continue;
+        }
+        if inside {
+            if let Some((k, v)) = line.split_once('=') {
+                keys.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+    }
+    found.then_some(Profile(keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn flags_beat_environment_beats_profile() {
+        let d = tempfile::tempdir().unwrap();
+        let creds = d.path().join("credentials");
+        let conf = d.path().join("config");
+        std::fs::write(&creds, "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = SDEFAULT\n\n[backup]\naws_access_key_id=AKBACKUP\naws_secret_access_key=SBACKUP\n").unwrap();
+        std::fs::write(&conf, "[profile backup]\nregion = eu-west-3\nendpoint_url = https://s3.backup.example\n").unwrap();
+        let c = creds.to_str().unwrap();
+        let f = conf.to_str().unwrap();
+
+        let env = env_of(&[("AWS_SHARED_CREDENTIALS_FILE", c), ("AWS_CONFIG_FILE", f), ("AWS_PROFILE", "backup")]);
+        let r = S3Options::default().resolve(&env).unwrap();
+        assert_eq!(r.access_key_id.as_deref(), Some("AKBACKUP"));
+        assert_eq!(r.region, "eu-west-3");
+        assert_eq!(r.endpoint.as_deref(), Some("https://s3.backup.example"));
+        assert!(r.path_style, "an endpoint means path-style by default");
+        assert!(r.credentials_from.contains("profile 'backup'"));
+
+        let env = env_of(&[
+            ("AWS_SHARED_CREDENTIALS_FILE", c),
+            ("AWS_CONFIG_FILE", f),
+            ("AWS_ACCESS_KEY_ID", "AKENV"),
+            ("AWS_SECRET_ACCESS_KEY", "SENV"),
+            ("AWS_REGION", "ap-south-1"),
+        ]);
+        let o = S3Options { region: Some("us-west-2".into()), ..Default::default() };
+        let r = o.resolve(&env).unwrap();
+        assert_eq!((r.access_key_id.as_deref(), r.region.as_str()), (Some("AKENV"), "us-west-2"));
+        assert_eq!(r.endpoint, None);
+        assert!(!r.path_style, "AWS itself is addressed by host");
+        let shown = format!("{r:?}");
+        assert!(!shown.contains("SENV") && !shown.contains("AKENV"), "Debug hides credentials: {shown}");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let none = env_of(&[("HOME", "/nonexistent")]);
+        let e = S3Options::default().resolve(&none).unwrap_err();
+        assert!(e.to_string().contains("no S3 credentials") && e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
+        let keys = env_of(&[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b")]);
+        let o = S3Options { endpoint: Some("http://127.0.0.1:9000".into()), ..Default::default() };
+        assert!(o.resolve(&keys).unwrap_err().to_string().contains("--s3-allow-http"));
+        let o = S3Options { endpoint: Some("http://127.0.0.1:9000".into()), allow_http: true, ..Default::default() };
+        assert!(o.resolve(&keys).is_ok());
+        let o = S3Options { endpoint: Some("127.0.0.1:9000".into()), ..Default::default() };
+        assert!(o.resolve(&keys).unwrap_err().to_string().contains("give a URL"));
+        let half = env_of(&[("AWS_ACCESS_KEY_ID", "a")]);
+        assert!(S3Options::default().resolve(&half).unwrap_err().to_string().contains("only one of"));
+        let o = S3Options { part_size: 1 << 20, ..Default::default() };
+        assert!(o.resolve(&keys).unwrap_err().to_string().contains("--s3-part-size"));
+        let o = S3Options { profile: Some("nope".into()), ..Default::default() };
+        assert!(o.resolve(&env_of(&[("HOME", "/nonexistent")])).unwrap_err().to_string().contains("profile 'nope'"));
+    }
+
+    #[test]
+    fn part_size_grows_to_fit_ten_thousand_parts() {
+        let o = S3Options::default();
+        assert_eq!(o.part_size_for(0), 16 << 20);
+        assert_eq!(o.part_size_for(100 << 30), 16 << 20, "100 GiB fits in 6400 parts of 16 MiB");
+        let p = o.part_size_for(1 << 40);
+        assert!(p > 16 << 20 && (1u64 << 40).div_ceil(p) <= MAX_PARTS && p % (1 << 20) == 0, "{p}");
+        assert_eq!(o.part_size_for(u64::MAX / 2), MAX_PART_SIZE);
+    }
+}

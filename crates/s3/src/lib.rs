@@ -1,0 +1,68 @@
+//! sheaf-s3: stripes as objects in any S3-compatible store (AWS S3, MinIO, Ceph RGW, versitygw,
+//! Garage), SQL Server's `BACKUP TO URL`.
+//!
+//! - [`S3Options`]: endpoint, region, addressing, part size and concurrency, as flags give them;
+//!   credentials only ever come from the environment or the AWS profile files (see [`config`]), so
+//!   no secret is on a command line, in a process title, in the manifest or in the catalog.
+//! - [`S3Schemes`]: the [`Schemes`] the CLI hands to `Location::parse`, so `s3://BUCKET/KEY` becomes
+//!   a [`sheaf_core::Location`] in an [`S3Store`] like any file.
+//! - [`S3Store`] (`store.rs`): each stripe is one object, written by multipart upload with a bounded
+//!   number of parts in flight (their buffers counted in the backup's memory budget), visible only
+//!   once complete; read by ranged GETs with bounded read-ahead, pinned to the object's ETag.
+
+pub mod config;
+mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sheaf_core::{Error, ErrorKind, Result, Schemes, Store};
+
+pub use config::{S3Options, MAX_PARTS, MIN_PART_SIZE};
+pub use store::S3Store;
+
+/// Resolves `s3://BUCKET/KEY` locations; one store per bucket, one async runtime for all of them
+/// (started on first use, so a run without S3 starts no threads).
+pub struct S3Schemes {
+    options: S3Options,
+    runtime: OnceLock<Arc<tokio::runtime::Runtime>>,
+    stores: Mutex<HashMap<String, Arc<S3Store>>>,
+}
+
+impl S3Schemes {
+    /// Stores configured by `options` (flags), the environment and the profile files.
+    pub fn new(options: S3Options) -> Self {
+        S3Schemes { options, runtime: OnceLock::new(), stores: Mutex::new(HashMap::new()) }
+    }
+
+    fn runtime(&self) -> Result<Arc<tokio::runtime::Runtime>> {
+        if let Some(rt) = self.runtime.get() {
+            return Ok(rt.clone());
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sheaf-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io(ErrorKind::Io, "cannot start the S3 client's threads", e))?;
+        Ok(self.runtime.get_or_init(|| Arc::new(rt)).clone())
+    }
+}
+
+impl Schemes for S3Schemes {
+    fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)> {
+        if scheme != "s3" {
+            return Err(Error::invalid(format!(
+                "{scheme}:// is not a location sheaf knows: use a file path, nul, or s3://BUCKET/KEY"
+            )));
+        }
+        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = stores.get(bucket) {
+            return Ok((s.clone(), key.to_string()));
+        }
+        let resolved = self.options.resolve(&config::process_env)?;
+        let store = Arc::new(S3Store::new(bucket, &resolved, &self.options, self.runtime()?)?);
+        stores.insert(bucket.to_string(), store.clone());
+        Ok((store, key.to_string()))
+    }
+}

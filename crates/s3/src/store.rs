@@ -1,0 +1,499 @@
+//! One bucket as a [`Store`]: stripes are objects.
+//!
+//! Writing: a multipart upload per stripe. Bytes fill a part buffer from a small pool of
+//! `parts_in_flight + 1` buffers; a full part is handed to the upload as a payload that owns its
+//! pool guard, so the buffer returns when the request ends, however it ends (success, failure after
+//! the retries, abort). The writer waits while `parts_in_flight` parts are uploading: memory per
+//! stripe is bounded by `(parts_in_flight + 1) × part_size`, which [`Store::sink_memory`] reports
+//! for the budget. The object exists only once the upload completes ([`StripeSink::publish`]);
+//! a sink dropped before that aborts its upload, so a failed backup leaves no object under a final
+//! name and no open upload. (A killed process leaves an open upload, never an object; a bucket
+//! lifecycle rule that aborts incomplete uploads cleans those up.)
+//!
+//! Reading: `HEAD` for the length and ETag, then ranged GETs pinned to that ETag (`If-Match`), so an
+//! object replaced while being read is named, not mixed. [`StripeSource::stream`] keeps
+//! `read_ahead` GETs of `read_block` bytes in flight.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::Read;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+};
+use sheaf_core::pipeline::{Pool, PoolBuf};
+use sheaf_core::storage::{into_io, Capabilities, StripeSink, StripeSource};
+use sheaf_core::{Error, ErrorKind, Result, Store};
+use tokio::runtime::{Handle, Runtime};
+use tokio::task::JoinHandle;
+
+use crate::config::{Resolved, S3Options, MAX_PARTS};
+
+/// A bucket of an S3-compatible store.
+pub struct S3Store {
+    bucket: String,
+    endpoint: String,
+    client: Arc<AmazonS3>,
+    runtime: Arc<Runtime>,
+    options: S3Options,
+}
+
+impl fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the client: it holds the credentials.
+        write!(f, "S3Store(s3://{} at {})", self.bucket, self.endpoint)
+    }
+}
+
+/// What went wrong, in words a DBA can act on, with the kind that picks the exit code.
+fn map_err(e: object_store::Error, what: &str, writing: bool) -> Error {
+    use object_store::Error as E;
+    let text = e.to_string();
+    let side = if writing { ErrorKind::Target } else { ErrorKind::Io };
+    match e {
+        E::NotFound { .. } if writing => {
+            Error::new(ErrorKind::Target, format!("{what}: the bucket does not exist (create it first, or check the name and endpoint): {text}"))
+        }
+        E::NotFound { .. } => Error::incomplete(format!("{what} does not exist")),
+        E::PermissionDenied { .. } => Error::new(
+            side,
+            format!("{what}: access denied: the credentials lack permission on this bucket (check its policy): {text}"),
+        ),
+        E::Unauthenticated { .. } => Error::new(
+            side,
+            format!("{what}: the server rejected the credentials (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile, and the clock): {text}"),
+        ),
+        E::Precondition { .. } => {
+            Error::incomplete(format!("{what}: the object changed while it was being read (it was replaced): read it again"))
+        }
+        _ if text.contains("NoSuchBucket") => {
+            Error::new(side, format!("{what}: the bucket does not exist (create it first, or check the name and endpoint): {text}"))
+        }
+        _ if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") => Error::new(
+            side,
+            format!("{what}: the server rejected the credentials (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile): {text}"),
+        ),
+        _ if text.contains("AccessDenied") => Error::new(side, format!("{what}: access denied: {text}")),
+        _ if text.contains("Quota") || text.contains("EntityTooLarge") => {
+            Error::new(ErrorKind::NoSpace, format!("{what}: the bucket's quota or size limit is reached: {text}"))
+        }
+        _ => Error::new(side, format!("{what}: {text}")),
+    }
+}
+
+impl S3Store {
+    /// A store for `bucket`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] when the client cannot be configured.
+    pub fn new(bucket: &str, r: &Resolved, options: &S3Options, runtime: Arc<Runtime>) -> Result<Self> {
+        let retry = RetryConfig {
+            backoff: BackoffConfig { init_backoff: std::time::Duration::from_millis(100), max_backoff: std::time::Duration::from_secs(10), base: 2.0 },
+            max_retries: options.max_retries,
+            retry_timeout: options.retry_timeout,
+        };
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_region(&r.region)
+            .with_allow_http(r.allow_http)
+            .with_virtual_hosted_style_request(!r.path_style)
+            .with_retry(retry)
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(r.allow_http)
+                    .with_timeout(options.request_timeout)
+                    .with_connect_timeout(std::time::Duration::from_secs(10)),
+            );
+        if let Some(e) = &r.endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let (Some(k), Some(s)) = (&r.access_key_id, &r.secret_access_key) {
+            b = b.with_access_key_id(k).with_secret_access_key(s);
+        }
+        if let Some(t) = &r.session_token {
+            b = b.with_token(t);
+        }
+        let client = b.build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?;
+        let endpoint = r.endpoint.clone().unwrap_or_else(|| format!("AWS {}", r.region));
+        Ok(S3Store { bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone() })
+    }
+
+    fn path(&self, name: &str) -> Result<Path> {
+        Path::parse(name).map_err(|e| Error::invalid(format!("s3://{}/{name}: not a usable object name: {e}", self.bucket)))
+    }
+
+    fn handle(&self) -> &Handle {
+        self.runtime.handle()
+    }
+}
+
+impl Store for S3Store {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { readable: true, atomic_publish: true, list: true }
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("s3://{}/{name}", self.bucket)
+    }
+
+    fn sink_memory(&self, expected_bytes: u64) -> u64 {
+        (self.options.parts_in_flight as u64 + 1) * self.options.part_size_for(expected_bytes)
+    }
+
+    fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        if !overwrite && self.exists(name)? {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("target {shown} already exists: remove it, choose another name, or pass --overwrite"),
+            ));
+        }
+        let client = self.client.clone();
+        let p = path.clone();
+        let upload = self
+            .handle()
+            .block_on(async move { client.put_multipart(&p).await })
+            .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), true))?;
+        let part_size = self.options.part_size_for(expected_bytes) as usize;
+        Ok(Box::new(S3Sink {
+            handle: self.handle().clone(),
+            client: self.client.clone(),
+            path,
+            shown,
+            upload: Some(upload),
+            pool: Pool::new(self.options.parts_in_flight + 1, part_size),
+            current: None,
+            filled: 0,
+            in_flight: VecDeque::new(),
+            max_in_flight: self.options.parts_in_flight,
+            parts: 0,
+            written: 0,
+            published: false,
+            overwrite,
+        }))
+    }
+
+    fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        let p = path.clone();
+        let meta = self
+            .handle()
+            .block_on(async move { client.head(&p).await })
+            .map_err(|e| map_err(e, &format!("stripe {shown}"), false))?;
+        Ok(Box::new(S3Source {
+            handle: self.handle().clone(),
+            client: self.client.clone(),
+            path,
+            shown,
+            len: meta.size,
+            etag: meta.e_tag,
+            read_ahead: self.options.read_ahead,
+            block: self.options.read_block,
+        }))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        match self.handle().block_on(async move { client.head(&path).await }) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(map_err(e, &format!("cannot look at {}", self.describe(name)), false)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        // object_store lists by whole path segments: list the folder, then filter by the prefix.
+        let dir = prefix.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        let dir_path = if dir.is_empty() { None } else { Some(self.path(dir)?) };
+        let client = self.client.clone();
+        let items: Vec<_> = self.handle().block_on(async move { client.list(dir_path.as_ref()).collect::<Vec<_>>().await });
+        let mut out = Vec::new();
+        for item in items {
+            let meta = item.map_err(|e| map_err(e, &format!("cannot list s3://{}/{prefix}", self.bucket), false))?;
+            let key = meta.location.to_string();
+            if key.starts_with(prefix) {
+                out.push(key);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        match self.handle().block_on(async move { client.delete(&path).await }) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), true)),
+        }
+    }
+}
+
+type PartResult = std::result::Result<(), object_store::Error>;
+
+/// One stripe being uploaded.
+struct S3Sink {
+    handle: Handle,
+    client: Arc<AmazonS3>,
+    path: Path,
+    shown: String,
+    upload: Option<Box<dyn MultipartUpload>>,
+    pool: Arc<Pool>,
+    current: Option<PoolBuf>,
+    filled: usize,
+    in_flight: VecDeque<JoinHandle<PartResult>>,
+    max_in_flight: usize,
+    parts: u64,
+    written: u64,
+    published: bool,
+    overwrite: bool,
+}
+
+impl S3Sink {
+    fn part_failed(&self, e: object_store::Error) -> Error {
+        map_err(e, &format!("uploading part of {}", self.shown), true)
+    }
+
+    /// Wait for the oldest part in flight; its buffer is back in the pool once its request ended.
+    fn wait_oldest(&mut self) -> Result<()> {
+        let Some(h) = self.in_flight.pop_front() else { return Ok(()) };
+        match self.handle.block_on(h) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.part_failed(e)),
+            Err(e) => Err(Error::new(ErrorKind::Target, format!("uploading part of {}: the upload task failed: {e}", self.shown))),
+        }
+    }
+
+    /// Send the part being filled.
+    fn send_part(&mut self) -> Result<()> {
+        let Some(mut buf) = self.current.take() else { return Ok(()) };
+        buf.set_len(self.filled);
+        self.filled = 0;
+        self.parts += 1;
+        if self.parts > MAX_PARTS {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!(
+                    "{} needs more than {MAX_PARTS} parts of {}: give a larger --s3-part-size, or more stripes",
+                    self.shown,
+                    sheaf_core::size::format_size(self.pool.buffer_len() as u64)
+                ),
+            ));
+        }
+        let upload = self.upload.as_mut().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
+        // The payload owns the guard: the buffer goes back when the request is done with it.
+        let part = upload.put_part(PutPayload::from_bytes(Bytes::from_owner(buf)));
+        self.in_flight.push_back(self.handle.spawn(part));
+        while self.in_flight.len() >= self.max_in_flight {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        for h in self.in_flight.drain(..) {
+            h.abort();
+        }
+        if let Some(mut upload) = self.upload.take() {
+            let _ = self.handle.block_on(async move { upload.abort().await });
+        }
+    }
+}
+
+impl StripeSink for S3Sink {
+    fn write_all(&mut self, mut buf: &[u8]) -> Result<()> {
+        while !buf.is_empty() {
+            if self.current.is_none() {
+                self.current = Some(self.pool.take_wait());
+            }
+            let cur = self.current.as_mut().expect("just set");
+            let n = (cur.len() - self.filled).min(buf.len());
+            cur[self.filled..self.filled + n].copy_from_slice(&buf[..n]);
+            self.filled += n;
+            self.written += n as u64;
+            buf = &buf[n..];
+            if self.filled == cur.len() {
+                self.send_part()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        if self.filled > 0 {
+            self.send_part()?;
+        }
+        while !self.in_flight.is_empty() {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self) -> Result<()> {
+        self.sync()?;
+        if !self.overwrite {
+            let (client, path) = (self.client.clone(), self.path.clone());
+            if self.handle.block_on(async move { client.head(&path).await }).is_ok() {
+                return Err(Error::new(
+                    ErrorKind::Target,
+                    format!("target {} appeared while the backup ran: remove it, or pass --overwrite", self.shown),
+                ));
+            }
+        }
+        let mut upload = self.upload.take().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
+        let done = self.handle.block_on(async { upload.complete().await });
+        match done {
+            Ok(_) => {
+                self.published = true;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.handle.block_on(async move { upload.abort().await });
+                Err(map_err(e, &format!("cannot complete the upload of {}", self.shown), true))
+            }
+        }
+    }
+
+    fn discard(&mut self) {
+        self.abort();
+        if self.published {
+            let (client, path) = (self.client.clone(), self.path.clone());
+            let _ = self.handle.block_on(async move { client.delete(&path).await });
+            self.published = false;
+        }
+    }
+
+    fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+impl Drop for S3Sink {
+    fn drop(&mut self) {
+        if !self.published {
+            self.discard();
+        }
+    }
+}
+
+/// One stripe object being read.
+struct S3Source {
+    handle: Handle,
+    client: Arc<AmazonS3>,
+    path: Path,
+    shown: String,
+    len: u64,
+    etag: Option<String>,
+    read_ahead: usize,
+    block: u64,
+}
+
+impl S3Source {
+    fn get(&self, range: Range<u64>) -> JoinHandle<BytesResult> {
+        let (client, path) = (self.client.clone(), self.path.clone());
+        let opts = GetOptions { range: Some(GetRange::Bounded(range)), if_match: self.etag.clone(), ..Default::default() };
+        self.handle.spawn(async move { client.get_opts(&path, opts).await?.bytes().await })
+    }
+
+    fn wait(&self, h: JoinHandle<BytesResult>, want: u64, at: u64) -> Result<Bytes> {
+        let b = match self.handle.block_on(h) {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return Err(map_err(e, &format!("reading stripe {}", self.shown), false)),
+            Err(e) => return Err(Error::new(ErrorKind::Io, format!("reading stripe {}: the read task failed: {e}", self.shown))),
+        };
+        if b.len() as u64 != want {
+            return Err(Error::incomplete(format!(
+                "stripe {}: asked for {want} bytes at {at}, got {} (the object changed or is truncated)",
+                self.shown,
+                b.len()
+            )));
+        }
+        Ok(b)
+    }
+
+    fn past_end(&self, start: u64, end: u64) -> Error {
+        Error::incomplete(format!("stripe {}: needs bytes {start}..{end} but is only {} bytes long (truncated)", self.shown, self.len))
+    }
+}
+
+type BytesResult = std::result::Result<Bytes, object_store::Error>;
+
+impl StripeSource for S3Source {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.len).ok_or_else(|| self.past_end(offset, offset.saturating_add(buf.len() as u64)))?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let b = self.wait(self.get(offset..end), buf.len() as u64, offset)?;
+        buf.copy_from_slice(&b);
+        Ok(())
+    }
+
+    fn location(&self) -> &str {
+        &self.shown
+    }
+
+    fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
+        if end > self.len || start > end {
+            return Err(self.past_end(start, end));
+        }
+        Ok(Box::new(ReadAhead { src: self, next: start, end, pending: VecDeque::new(), current: Bytes::new() }))
+    }
+}
+
+/// Sequential reads with up to `read_ahead` ranged GETs in flight.
+struct ReadAhead<'a> {
+    src: &'a S3Source,
+    /// Next byte to request.
+    next: u64,
+    end: u64,
+    pending: VecDeque<(JoinHandle<BytesResult>, u64, u64)>,
+    current: Bytes,
+}
+
+impl ReadAhead<'_> {
+    fn fill(&mut self) {
+        while self.pending.len() < self.src.read_ahead && self.next < self.end {
+            let to = (self.next + self.src.block).min(self.end);
+            self.pending.push_back((self.src.get(self.next..to), to - self.next, self.next));
+            self.next = to;
+        }
+    }
+}
+
+impl Read for ReadAhead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.current.is_empty() {
+            self.fill();
+            let Some((h, want, at)) = self.pending.pop_front() else { return Ok(0) };
+            self.current = self.src.wait(h, want, at).map_err(into_io)?;
+            self.fill();
+        }
+        let n = self.current.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+impl Drop for ReadAhead<'_> {
+    fn drop(&mut self) {
+        for (h, _, _) in self.pending.drain(..) {
+            h.abort();
+        }
+    }
+}
