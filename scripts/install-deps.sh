@@ -23,6 +23,16 @@ command -v lz4 >/dev/null || need+=(lz4)
 # The plots' text: plotters draws with a TrueType font from the system.
 ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 
+# The S3 tests run against a real MinIO on 127.0.0.1, built once from source with Go (go install)
+# into ~/.cache/sheaf/bin; SHEAF_MINIO names another binary.
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+minio_bin="${HOME}/.cache/sheaf/bin/minio"
+want_minio=0
+if [ -z "${SHEAF_MINIO:-}" ] && [ ! -x "$minio_bin" ] && ! command -v minio >/dev/null; then
+  want_minio=1
+  command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
   exit 1
@@ -34,4 +44,11 @@ if ((${#need[@]})); then
   echo "install-deps: installing ${need[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ((want_minio)); then
+  export PATH="$PATH:/usr/local/go/bin"
+  echo "install-deps: building MinIO ($MINIO_VERSION) with go install; a few minutes, once" >&2
+  mkdir -p "$(dirname "$minio_bin")"
+  GOBIN="$(dirname "$minio_bin")" GOFLAGS=-mod=mod go install "github.com/minio/minio@$MINIO_VERSION"
 fi

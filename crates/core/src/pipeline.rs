@@ -126,20 +126,16 @@ impl Pool {
 
     /// A buffer, or `None` once `shared` is cancelled (it wakes the wait).
     pub(crate) fn take(self: &Arc<Self>, shared: &Shared) -> Option<PoolBuf> {
-        loop {
-            if shared.is_cancelled() {
-                return None;
-            }
-            if let Some(b) = self.ready() {
-                return Some(b);
-            }
-            crossbeam_channel::select! {
-                recv(self.rx) -> b => match b {
-                    Ok(b) => return Some(self.guard(b)),
-                    Err(_) => return None,
-                },
-                recv(shared.stopped) -> _ => return None,
-            }
+        if shared.is_cancelled() {
+            return None;
+        }
+        if let Some(b) = self.ready() {
+            return Some(b);
+        }
+        // All `cap` buffers exist and are in use: wait for one to come back, or for a cancel.
+        crossbeam_channel::select! {
+            recv(self.rx) -> b => b.ok().map(|b| self.guard(b)),
+            recv(shared.stopped) -> _ => None,
         }
     }
 

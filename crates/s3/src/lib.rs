@@ -12,6 +12,8 @@
 
 pub mod config;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -21,10 +23,14 @@ use sheaf_core::{Error, ErrorKind, Result, Schemes, Store};
 pub use config::{S3Options, MAX_PARTS, MIN_PART_SIZE};
 pub use store::S3Store;
 
+/// Reads one environment variable (the process's, or a test's).
+type Env = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Resolves `s3://BUCKET/KEY` locations; one store per bucket, one async runtime for all of them
 /// (started on first use, so a run without S3 starts no threads).
 pub struct S3Schemes {
     options: S3Options,
+    env: Env,
     runtime: OnceLock<Arc<tokio::runtime::Runtime>>,
     stores: Mutex<HashMap<String, Arc<S3Store>>>,
 }
@@ -32,7 +38,12 @@ pub struct S3Schemes {
 impl S3Schemes {
     /// Stores configured by `options` (flags), the environment and the profile files.
     pub fn new(options: S3Options) -> Self {
-        S3Schemes { options, runtime: OnceLock::new(), stores: Mutex::new(HashMap::new()) }
+        Self::with_env(options, config::process_env)
+    }
+
+    /// Stores configured by `options` and an environment other than the process's (tests).
+    pub fn with_env(options: S3Options, env: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        S3Schemes { options, env: Box::new(env), runtime: OnceLock::new(), stores: Mutex::new(HashMap::new()) }
     }
 
     fn runtime(&self) -> Result<Arc<tokio::runtime::Runtime>> {
@@ -60,7 +71,7 @@ impl Schemes for S3Schemes {
         if let Some(s) = stores.get(bucket) {
             return Ok((s.clone(), key.to_string()));
         }
-        let resolved = self.options.resolve(&config::process_env)?;
+        let resolved = self.options.resolve(&self.env)?;
         let store = Arc::new(S3Store::new(bucket, &resolved, &self.options, self.runtime()?)?);
         stores.insert(bucket.to_string(), store.clone());
         Ok((store, key.to_string()))

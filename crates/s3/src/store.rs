@@ -63,7 +63,7 @@ fn map_err(e: object_store::Error, what: &str, writing: bool) -> Error {
         E::NotFound { .. } => Error::incomplete(format!("{what} does not exist")),
         E::PermissionDenied { .. } => Error::new(
             side,
-            format!("{what}: access denied: the credentials lack permission on this bucket (check its policy): {text}"),
+            format!("{what}: access denied (403): the credentials are wrong, or lack permission on this bucket (check the keys, the profile and the bucket's policy): {text}"),
         ),
         E::Unauthenticated { .. } => Error::new(
             side,
@@ -149,18 +149,28 @@ impl Store for S3Store {
     fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
         let shown = self.describe(name);
         let path = self.path(name)?;
-        if !overwrite && self.exists(name)? {
+        // Starting the upload first gives the server's own words for a missing bucket or bad
+        // credentials (a HEAD's 403 has no body to tell them apart).
+        let client = self.client.clone();
+        let p = path.clone();
+        let mut upload = self
+            .handle()
+            .block_on(async move { client.put_multipart(&p).await })
+            .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), true))?;
+        let exists = match self.exists(name) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = self.handle().block_on(async { upload.abort().await });
+                return Err(Error::new(ErrorKind::Target, e.message()));
+            }
+        };
+        if exists && !overwrite {
+            let _ = self.handle().block_on(async { upload.abort().await });
             return Err(Error::new(
                 ErrorKind::Target,
                 format!("target {shown} already exists: remove it, choose another name, or pass --overwrite"),
             ));
         }
-        let client = self.client.clone();
-        let p = path.clone();
-        let upload = self
-            .handle()
-            .block_on(async move { client.put_multipart(&p).await })
-            .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), true))?;
         let part_size = self.options.part_size_for(expected_bytes) as usize;
         Ok(Box::new(S3Sink {
             handle: self.handle().clone(),

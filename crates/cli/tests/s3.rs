@@ -1,0 +1,228 @@
+//! `sheaf` against a real S3-compatible server (MinIO on 127.0.0.1, started per test): stripes as
+//! objects, mixed with files; any one stripe finds the others; deleted, truncated and replaced
+//! objects named by verify; permanent errors fail cleanly with no object and no open upload; a
+//! backup killed mid-upload leaves no object under a final name; no secret anywhere.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sheaf_core::{Location, Schemes};
+use sheaf_s3::testing::{Minio, SECRET_KEY};
+
+struct Env {
+    minio: Minio,
+    dir: tempfile::TempDir,
+    src: PathBuf,
+}
+
+impl Env {
+    /// A server with buckets `bk1` and `bk2`, and a source tree of every file shape (64 KiB chunks)
+    /// plus a 24 MiB file that compresses little, so that stripes span several 5 MiB parts.
+    fn new() -> Env {
+        let minio = Minio::start();
+        minio.create_bucket("bk1");
+        minio.create_bucket("bk2");
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 7).unwrap();
+        sheaf_core::datagen::write_file(&src.join("big.dat"), 24 << 20, 5, 0.2).unwrap();
+        Env { minio, dir, src }
+    }
+
+    fn sheaf(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
+        c.env("SHEAF_CATALOG", self.dir.path().join("catalog.db")).env("HOME", self.dir.path()).stdin(Stdio::null());
+        for (k, v) in self.minio.env() {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.sheaf().args(args).output().expect("run sheaf")
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Read and write objects directly (to damage them) through sheaf's own store.
+    fn object(&self, url: &str) -> Location {
+        let env = self.minio.env();
+        let schemes = sheaf_s3::S3Schemes::with_env(self.minio.options(), move |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()));
+        let leaked: &'static sheaf_s3::S3Schemes = Box::leak(Box::new(schemes));
+        Location::parse(url, leaked as &dyn Schemes).unwrap()
+    }
+
+    fn backup(&self, to: &[&str], extra: &[&str]) -> Output {
+        let mut args = vec!["backup", s(&self.src), "--s3-part-size", "5MiB", "--json"];
+        for t in to {
+            args.extend(["--to", t]);
+        }
+        args.extend(extra);
+        self.run(&args)
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+    assert!(!err.contains(SECRET_KEY), "a secret in a message: {err}");
+}
+
+fn read_all(loc: &Location) -> Vec<u8> {
+    let src = loc.open().unwrap();
+    let mut b = vec![0u8; src.len() as usize];
+    src.read_exact_at(&mut b, 0).unwrap();
+    b
+}
+
+fn put(loc: &Location, bytes: &[u8]) {
+    let mut sink = loc.create(true, bytes.len() as u64).unwrap();
+    sink.write_all(bytes).unwrap();
+    sink.publish().unwrap();
+}
+
+#[test]
+fn stripes_in_two_buckets_and_a_file_back_up_verify_and_restore_byte_identical() {
+    let e = Env::new();
+    let file = e.path("d_3.sheaf");
+    let o = e.backup(&["s3://bk1/nightly/d_1.sheaf", "s3://bk2/nightly/d_2.sheaf", s(&file)], &["-c", "lz4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["stripes"], 3);
+    assert_eq!(r["targets"][0], "s3://bk1/nightly/d_1.sheaf");
+    // Two S3 stripes of (2 in flight + 1) 5 MiB parts are in the budget.
+    assert_eq!(r["target_memory_bytes"], 2 * 3 * (5 << 20), "{r}");
+    assert_eq!(e.minio.objects("bk1"), vec!["nightly/d_1.sheaf"]);
+    assert_eq!(e.minio.objects("bk2"), vec!["nightly/d_2.sheaf"]);
+    assert!(e.minio.open_uploads("bk1").is_empty() && e.minio.open_uploads("bk2").is_empty());
+
+    // Any one stripe finds the others: the file finds both objects, an object finds the file.
+    for one in ["s3://bk1/nightly/d_1.sheaf", s(&file)] {
+        let v = e.run(&["verify", one, "--json"]);
+        assert!(v.status.success(), "verify from {one}: {}", stderr(&v));
+        let v: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+        assert_eq!(v["stripes"], 3);
+    }
+    let out = e.path("restored");
+    let o = e.run(&["restore", "s3://bk2/nightly/d_2.sheaf", "--to", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&e.src, &out).unwrap();
+
+    // No secret in the catalog, nor in what sheaf printed.
+    let list = e.run(&["list", "--json"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("s3://bk1/nightly/d_1.sheaf"), "{text}");
+    assert!(!text.contains(SECRET_KEY), "the catalog holds a secret");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains(SECRET_KEY));
+    let db = std::fs::read(e.dir.path().join("catalog.db")).unwrap();
+    assert!(!db.windows(SECRET_KEY.len()).any(|w| w == SECRET_KEY.as_bytes()), "the catalog file holds a secret");
+}
+
+#[test]
+fn verify_names_a_deleted_truncated_or_replaced_object() {
+    let e = Env::new();
+    let (one, two) = ("s3://bk1/set/x_1.sheaf", "s3://bk1/set/x_2.sheaf");
+    let o = e.backup(&[one, two], &["-c", "lz4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let obj = e.object(two);
+    let good = read_all(&obj);
+
+    // Truncated: the footer is gone.
+    put(&obj, &good[..good.len() / 2]);
+    let v = e.run(&["verify", one]);
+    assert!(matches!(v.status.code(), Some(3) | Some(4)), "{}", stderr(&v));
+    assert!(stderr(&v).contains("s3://bk1/set/x_2.sheaf"), "{}", stderr(&v));
+
+    // Replaced: one byte among the frames differs.
+    let mut bad = good.clone();
+    bad[good.len() / 3] ^= 0x40;
+    put(&obj, &bad);
+    let v = e.run(&["verify", one]);
+    assert_fails(&v, 3, &["s3://bk1/set/x_2.sheaf", "frame"]);
+
+    // Deleted.
+    obj.store().delete(obj.name()).unwrap();
+    let v = e.run(&["verify", one]);
+    assert_fails(&v, 4, &["x_2.sheaf", "missing"]);
+    let out = e.path("out");
+    assert_fails(&e.run(&["restore", one, "--to", s(&out)]), 4, &["x_2.sheaf"]);
+    assert!(!out.exists());
+
+    // Put back: whole again.
+    put(&obj, &good);
+    let v = e.run(&["verify", one]);
+    assert!(v.status.success(), "{}", stderr(&v));
+}
+
+#[test]
+fn permanent_errors_fail_at_once_with_no_object_and_no_open_upload() {
+    let e = Env::new();
+    let file = e.path("f.sheaf");
+    // A missing bucket, beside a good object and a file: nothing of the set is left anywhere.
+    let o = e.backup(&["s3://bk1/p/a.sheaf", "s3://nosuch/p/b.sheaf", s(&file)], &[]);
+    assert_fails(&o, 8, &["s3://nosuch/p/b.sheaf", "bucket does not exist"]);
+    assert!(e.minio.objects("bk1").is_empty() && e.minio.open_uploads("bk1").is_empty(), "{:?}", e.minio.open_uploads("bk1"));
+    assert!(!file.exists() && !e.path("f.sheaf.partial").exists());
+
+    // Wrong credentials: named, not printed.
+    let o = e.sheaf().env("AWS_SECRET_ACCESS_KEY", "not-the-secret").args(["backup", s(&e.src), "--to", "s3://bk1/p/a.sheaf"]).output().unwrap();
+    assert_fails(&o, 8, &["credentials"]);
+    assert!(!stderr(&o).contains("not-the-secret"));
+    assert!(e.minio.objects("bk1").is_empty());
+
+    // No credentials at all, a plain-HTTP endpoint not allowed: named before anything runs.
+    let o = e.sheaf().env_remove("AWS_ACCESS_KEY_ID").env_remove("AWS_SECRET_ACCESS_KEY").args(["backup", s(&e.src), "--to", "s3://bk1/p/a.sheaf"]).output().unwrap();
+    assert_fails(&o, 2, &["no S3 credentials", "AWS_ACCESS_KEY_ID"]);
+    let o = e.sheaf().env_remove("AWS_ALLOW_HTTP").args(["backup", s(&e.src), "--to", "s3://bk1/p/a.sheaf"]).output().unwrap();
+    assert_fails(&o, 2, &["--s3-allow-http"]);
+
+    // An existing object is not replaced without --overwrite.
+    assert!(e.backup(&["s3://bk1/p/a.sheaf"], &[]).status.success());
+    assert_fails(&e.backup(&["s3://bk1/p/a.sheaf"], &[]), 8, &["already exists", "--overwrite"]);
+    assert!(e.backup(&["s3://bk1/p/a.sheaf"], &["--overwrite"]).status.success());
+    assert!(e.minio.open_uploads("bk1").is_empty());
+
+    // The catalog records the failures as failed.
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&e.run(&["list", "--json"]).stdout).unwrap();
+    assert!(list.iter().filter(|r| r["status"] == "failed").count() >= 3, "{list:?}");
+}
+
+#[test]
+fn a_backup_killed_mid_upload_leaves_no_object_under_a_final_name() {
+    let e = Env::new();
+    sheaf_core::datagen::write_file(&e.src.join("slow.dat"), 48 << 20, 3, 0.3).unwrap();
+    let mut child = e
+        .sheaf()
+        .args(["backup", s(&e.src), "--to", "s3://bk1/k/killed.sheaf", "-c", "zstd:19", "--threads", "1", "--buffer-count", "3", "--s3-part-size", "5MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while e.minio.open_uploads("bk1").is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the backup never started uploading");
+        assert!(child.try_wait().unwrap().is_none(), "the backup finished before it could be killed; make it slower");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let a part or two go up, then kill it.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "the backup finished before it could be killed; make it slower");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(e.minio.objects("bk1").is_empty(), "a killed backup left an object: {:?}", e.minio.objects("bk1"));
+    assert_fails(&e.run(&["verify", "s3://bk1/k/killed.sheaf"]), 4, &["does not exist"]);
+}
