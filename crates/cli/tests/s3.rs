@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use sheaf_core::{Location, Schemes};
-use sheaf_s3::testing::{Minio, SECRET_KEY};
+use sheaf_s3::testing::{FaultProxy, Faults, Minio, SECRET_KEY};
 
 struct Env {
     minio: Minio,
@@ -225,4 +225,47 @@ fn a_backup_killed_mid_upload_leaves_no_object_under_a_final_name() {
     child.wait().unwrap();
     assert!(e.minio.objects("bk1").is_empty(), "a killed backup left an object: {:?}", e.minio.objects("bk1"));
     assert_fails(&e.run(&["verify", "s3://bk1/k/killed.sheaf"]), 4, &["does not exist"]);
+}
+
+#[test]
+fn slowdowns_server_errors_resets_and_slow_answers_are_retried_and_restore_byte_identical() {
+    let e = Env::new();
+    let faults = Faults { slow_down: 0.12, server_error: 0.08, reset: 0.08, slow: 0.05, deny_parts: false, seed: 42 };
+    let proxy = FaultProxy::start(&e.minio.addr, faults);
+    let via = |args: &[&str]| e.sheaf().env("AWS_ENDPOINT_URL", proxy.endpoint()).args(args).output().unwrap();
+    let mut args = vec!["backup", s(&e.src), "-c", "lz4", "--s3-part-size", "5MiB"];
+    args.extend(["--to", "s3://bk1/f/a_1.sheaf", "--to", "s3://bk1/f/a_2.sheaf"]);
+    let o = via(&args);
+    assert!(o.status.success(), "backup through faults: {}", stderr(&o));
+    let out = e.path("out");
+    let o = via(&["restore", "s3://bk1/f/a_2.sheaf", "--to", s(&out), "--s3-read-ahead", "3"]);
+    assert!(o.status.success(), "restore through faults: {}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&e.src, &out).unwrap();
+    let o = via(&["verify", "s3://bk1/f/a_1.sheaf"]);
+    assert!(o.status.success(), "verify through faults: {}", stderr(&o));
+    let c = &proxy.counts;
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(n(&c.slow_down) > 0 && n(&c.server_error) > 0 && n(&c.reset) > 0 && n(&c.slow) > 0, "every fault was injected: {c:?}");
+    assert_eq!(e.minio.objects("bk1"), vec!["f/a_1.sheaf", "f/a_2.sheaf"]);
+    assert!(e.minio.open_uploads("bk1").is_empty(), "{:?}", e.minio.open_uploads("bk1"));
+}
+
+#[test]
+fn a_permanent_403_on_parts_fails_the_backup_and_aborts_every_upload() {
+    let e = Env::new();
+    let proxy = FaultProxy::start(&e.minio.addr, Faults { deny_parts: true, ..Default::default() });
+    let file = e.path("f.sheaf");
+    let o = e
+        .sheaf()
+        .env("AWS_ENDPOINT_URL", proxy.endpoint())
+        .args(["backup", s(&e.src), "--to", "s3://bk1/d/a.sheaf", "--to", "s3://bk2/d/b.sheaf", "--to", s(&file), "--s3-part-size", "5MiB"])
+        .output()
+        .unwrap();
+    assert_fails(&o, 8, &["access denied"]);
+    assert!(proxy.injected() > 0);
+    for b in ["bk1", "bk2"] {
+        assert!(e.minio.objects(b).is_empty(), "{b}: {:?}", e.minio.objects(b));
+        assert!(e.minio.open_uploads(b).is_empty(), "{b}: uploads left open: {:?}", e.minio.open_uploads(b));
+    }
+    assert!(!file.exists() && !e.path("f.sheaf.partial").exists());
 }

@@ -5,11 +5,16 @@
 //! Besides what sheaf itself does through `object_store`, tests need two calls it never makes:
 //! creating a bucket and listing the multipart uploads left open (to prove that a failed backup
 //! aborted its own). They are signed here with AWS Signature V4 over a plain HTTP/1.1 request.
+//!
+//! [`FaultProxy`] sits between sheaf and the server and injects what object storage does on a bad
+//! day: 503 SlowDown, 500s, connections reset mid-part, slow answers, a permanent 403.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
@@ -79,7 +84,7 @@ impl Minio {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // lost the port race: try another
                 }
-                if matches!(http(&addr, "GET", "/minio/health/live", "", &[]), Ok((200, _))) {
+                if matches!(http(&addr, "GET", "/minio/health/ready", "", &[]), Ok((200, _))) {
                     return Minio { child, addr, _data: data };
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -116,8 +121,17 @@ impl Minio {
     /// # Panics
     /// When the server refuses.
     pub fn create_bucket(&self, bucket: &str) {
-        let (status, body) = self.signed("PUT", &format!("/{bucket}"), "").expect("create bucket");
-        assert_eq!(status, 200, "create bucket {bucket}: {body}");
+        // A server that says it is ready may still answer 503 "not initialized" for a moment.
+        let t0 = Instant::now();
+        loop {
+            let (status, body) = self.signed("PUT", &format!("/{bucket}"), "").expect("create bucket");
+            if status == 503 && t0.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            assert_eq!(status, 200, "create bucket {bucket}: {body}");
+            return;
+        }
     }
 
     /// Keys of the multipart uploads open in `bucket`.
@@ -193,4 +207,200 @@ fn http(addr: &str, method: &str, path: &str, query: &str, headers: &[(&str, &st
     let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((status, body))
+}
+
+/// What a [`FaultProxy`] does to requests, as shares of them (drawn from a seeded generator).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// Answer `503 SlowDown` (S3's throttling).
+    pub slow_down: f64,
+    /// Answer `500 InternalError`.
+    pub server_error: f64,
+    /// Close the connection while the request body is half read (a reset mid-part).
+    pub reset: f64,
+    /// Wait this share of requests 300 ms before forwarding (a slow server).
+    pub slow: f64,
+    /// Answer `403 AccessDenied` to every part upload (a permanent error after the upload began).
+    pub deny_parts: bool,
+    /// Seed of the draws.
+    pub seed: u64,
+}
+
+/// How many requests each fault hit, and how many went through.
+#[derive(Debug, Default)]
+pub struct FaultCounts {
+    /// 503 answers.
+    pub slow_down: AtomicU64,
+    /// 500 answers.
+    pub server_error: AtomicU64,
+    /// Connections closed mid-request.
+    pub reset: AtomicU64,
+    /// Delayed requests.
+    pub slow: AtomicU64,
+    /// 403 answers.
+    pub denied: AtomicU64,
+    /// Requests forwarded to the server.
+    pub forwarded: AtomicU64,
+}
+
+/// An HTTP proxy on 127.0.0.1 between sheaf and a server, injecting [`Faults`]. One request per
+/// connection (it answers `Connection: close`), which keeps it small; clients simply reconnect.
+pub struct FaultProxy {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// What it did.
+    pub counts: Arc<FaultCounts>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FaultProxy {
+    /// Listen on a free port and forward to `upstream` (`127.0.0.1:PORT`).
+    ///
+    /// # Panics
+    /// When it cannot listen.
+    pub fn start(upstream: &str, faults: Faults) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let addr = listener.local_addr().expect("address").to_string();
+        let counts = Arc::new(FaultCounts::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let rng = Arc::new(Mutex::new(faults.seed | 1));
+        let (c, s, up) = (counts.clone(), stop.clone(), upstream.to_string());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (c, up, rng) = (c.clone(), up.clone(), rng.clone());
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &up, faults, &rng, &c);
+                });
+            }
+        });
+        FaultProxy { addr, counts, stop, thread: Some(thread) }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Faults injected so far, all kinds.
+    pub fn injected(&self) -> u64 {
+        let c = &self.counts;
+        [&c.slow_down, &c.server_error, &c.reset, &c.slow, &c.denied].iter().map(|a| a.load(Ordering::SeqCst)).sum()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn draw(rng: &Mutex<u64>) -> f64 {
+    let mut x = rng.lock().unwrap_or_else(|p| p.into_inner());
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    (*x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn s3_error(status: &str, code: &str) -> String {
+    let body = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>");
+    format!("HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+}
+
+fn serve(mut client: TcpStream, upstream: &str, f: Faults, rng: &Mutex<u64>, counts: &FaultCounts) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // The request head, and whatever of the body came with it.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    let head_end = loop {
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > 1 << 20 {
+            return Ok(());
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default().to_string();
+    let mut length = 0usize;
+    let mut kept = Vec::new();
+    for l in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = l.split_once(':').unwrap_or((l, ""));
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        if !name.eq_ignore_ascii_case("connection") {
+            kept.push(l.to_string());
+        }
+    }
+    let mut body = buf[head_end..].to_vec();
+    let mut fill = |client: &mut TcpStream, body: &mut Vec<u8>, upto: usize| -> std::io::Result<()> {
+        while body.len() < upto {
+            let want = (upto - body.len()).min(chunk.len());
+            let n = client.read(&mut chunk[..want])?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+        Ok(())
+    };
+    let is_part = request_line.starts_with("PUT ") && request_line.contains("partNumber=");
+    if f.deny_parts && is_part {
+        fill(&mut client, &mut body, length)?;
+        counts.denied.fetch_add(1, Ordering::SeqCst);
+        return client.write_all(s3_error("403 Forbidden", "AccessDenied").as_bytes());
+    }
+    let x = draw(rng);
+    let mut edge = f.slow_down;
+    if x < edge {
+        fill(&mut client, &mut body, length)?;
+        counts.slow_down.fetch_add(1, Ordering::SeqCst);
+        return client.write_all(s3_error("503 Slow Down", "SlowDown").as_bytes());
+    }
+    edge += f.server_error;
+    if x < edge {
+        fill(&mut client, &mut body, length)?;
+        counts.server_error.fetch_add(1, Ordering::SeqCst);
+        return client.write_all(s3_error("500 Internal Server Error", "InternalError").as_bytes());
+    }
+    edge += f.reset;
+    if x < edge && length > 0 {
+        fill(&mut client, &mut body, length / 2)?;
+        counts.reset.fetch_add(1, Ordering::SeqCst);
+        return client.shutdown(std::net::Shutdown::Both);
+    }
+    edge += f.slow;
+    if x < edge {
+        counts.slow.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    fill(&mut client, &mut body, length)?;
+    let mut server = TcpStream::connect(upstream)?;
+    let mut out = format!("{request_line}\r\n");
+    for k in &kept {
+        out.push_str(k);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    server.write_all(out.as_bytes())?;
+    server.write_all(&body)?;
+    counts.forwarded.fetch_add(1, Ordering::SeqCst);
+    std::io::copy(&mut server, &mut client)?;
+    client.shutdown(std::net::Shutdown::Write)
 }
