@@ -15,16 +15,26 @@ pub enum BenchTarget {
     /// Stripe files in these directories, dealt round-robin (`/mnt/a+/mnt/b`: stripes on two
     /// volumes).
     Dir(Vec<PathBuf>),
+    /// Stripe objects under this prefix (`s3://BUCKET/PREFIX`), reached as the environment says
+    /// (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+    S3(String),
 }
 
 impl BenchTarget {
-    /// Parse one `--target` item: `nul`, `DIR`, or `DIR+DIR...`.
+    /// Parse one `--target` item: `nul`, `DIR`, `DIR+DIR...` or `s3://BUCKET[/PREFIX]`.
     ///
     /// # Errors
-    /// An empty directory in a `+` list.
+    /// An empty directory in a `+` list, an `s3://` without a bucket.
     pub fn parse(text: &str) -> Result<BenchTarget> {
         if text.eq_ignore_ascii_case("nul") {
             return Ok(BenchTarget::Nul);
+        }
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let rest = rest.trim_end_matches('/');
+            if rest.is_empty() || rest.starts_with('/') {
+                return Err(Error::invalid(format!("--target: '{text}' has no bucket: give s3://BUCKET or s3://BUCKET/PREFIX")));
+            }
+            return Ok(BenchTarget::S3(format!("s3://{rest}")));
         }
         let dirs: Vec<PathBuf> = text.split('+').map(|d| PathBuf::from(d.trim())).collect();
         if dirs.iter().any(|d| d.as_os_str().is_empty()) {
@@ -33,11 +43,21 @@ impl BenchTarget {
         Ok(BenchTarget::Dir(dirs))
     }
 
-    /// Where stripe `k` (from 0) of `n` goes, as a file name in its directory; `None` for nul.
-    pub fn stripe_path(&self, work: &str, k: usize) -> Option<PathBuf> {
+    /// Where stripe `k` (from 0) goes: a file in its directory's work folder, or an object under
+    /// the prefix's; `None` for nul.
+    pub fn stripe_location(&self, work: &str, k: usize) -> Option<String> {
         match self {
             BenchTarget::Nul => None,
-            BenchTarget::Dir(dirs) => Some(dirs[k % dirs.len()].join(work).join(format!("bench_{}.sheaf", k + 1))),
+            BenchTarget::Dir(dirs) => Some(dirs[k % dirs.len()].join(work).join(format!("bench_{}.sheaf", k + 1)).display().to_string()),
+            BenchTarget::S3(prefix) => Some(format!("{prefix}/{work}/bench_{}.sheaf", k + 1)),
+        }
+    }
+
+    /// Directories it writes into (none for nul and object storage).
+    pub fn dirs(&self) -> &[PathBuf] {
+        match self {
+            BenchTarget::Dir(d) => d,
+            _ => &[],
         }
     }
 }
@@ -46,6 +66,7 @@ impl std::fmt::Display for BenchTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BenchTarget::Nul => f.write_str("nul"),
+            BenchTarget::S3(prefix) => f.write_str(prefix),
             BenchTarget::Dir(dirs) => {
                 let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
                 f.write_str(&shown.join("+"))
@@ -213,11 +234,16 @@ mod tests {
     fn stripes_are_dealt_over_the_directories_of_a_target() {
         let t = BenchTarget::parse("/mnt/a+/mnt/b").unwrap();
         assert_eq!(t.to_string(), "/mnt/a+/mnt/b");
-        assert_eq!(t.stripe_path("w", 0).unwrap(), PathBuf::from("/mnt/a/w/bench_1.sheaf"));
-        assert_eq!(t.stripe_path("w", 1).unwrap(), PathBuf::from("/mnt/b/w/bench_2.sheaf"));
-        assert_eq!(t.stripe_path("w", 2).unwrap(), PathBuf::from("/mnt/a/w/bench_3.sheaf"));
+        assert_eq!(t.stripe_location("w", 0).unwrap(), "/mnt/a/w/bench_1.sheaf");
+        assert_eq!(t.stripe_location("w", 1).unwrap(), "/mnt/b/w/bench_2.sheaf");
+        assert_eq!(t.stripe_location("w", 2).unwrap(), "/mnt/a/w/bench_3.sheaf");
+        let s3 = BenchTarget::parse("s3://bucket/runs/").unwrap();
+        assert_eq!(s3.to_string(), "s3://bucket/runs");
+        assert_eq!(s3.stripe_location("w", 1).unwrap(), "s3://bucket/runs/w/bench_2.sheaf");
+        assert!(s3.dirs().is_empty());
+        assert!(BenchTarget::parse("s3://").is_err());
         assert_eq!(BenchTarget::parse("NUL").unwrap(), BenchTarget::Nul);
-        assert_eq!(BenchTarget::Nul.stripe_path("w", 0), None);
+        assert_eq!(BenchTarget::Nul.stripe_location("w", 0), None);
         assert!(BenchTarget::parse("/mnt/a+").unwrap_err().to_string().contains("empty directory"));
     }
 

@@ -360,7 +360,7 @@ impl Ctx<'_> {
     /// One repeat of a sheaf permutation.
     fn sheaf_run(&mut self, p: &Permutation, repeat: usize) -> Result<Sample> {
         let stripes: Vec<String> = (0..p.stripes)
-            .map(|k| p.target.stripe_path(&self.work_name, k).map_or_else(|| "nul".to_string(), |s| s.display().to_string()))
+            .map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string()))
             .collect();
         let mut c = self.sheaf();
         c.arg("backup").arg(&self.src.arg);
@@ -379,7 +379,7 @@ impl Ctx<'_> {
         }
         let (bytes_read, size_bytes, buffers_used) = backup_figures(&b)?;
         let (mut verify, mut restore) = (None, None);
-        if let BenchTarget::Dir(dirs) = &p.target {
+        if p.target != BenchTarget::Nul {
             let mut c = self.sheaf();
             c.args(["verify", &stripes[0], "--json"]);
             self.settle()?;
@@ -388,7 +388,8 @@ impl Ctx<'_> {
                 return Err(v.failure(&format!("sheaf verify ({})", p.name())));
             }
             verify = Some(v.cost);
-            let dest = self.restore_dir(&dirs[0]);
+            // Objects restore into --restore-dir, else the temporary folder.
+            let dest = self.restore_dir(p.target.dirs().first().map_or_else(std::env::temp_dir, Clone::clone).as_path());
             remove(&dest)?;
             let mut c = self.sheaf();
             c.args(["restore", &stripes[0], "--json", "--to"]).arg(&dest);
@@ -399,9 +400,7 @@ impl Ctx<'_> {
                 return Err(r.failure(&format!("sheaf restore ({})", p.name())));
             }
             restore = Some(r.cost);
-            for s in &stripes {
-                let _ = std::fs::remove_file(s);
-            }
+            remove_stripes(&p.target, &stripes);
         }
         Ok(Sample {
             setting: Setting {
@@ -528,15 +527,32 @@ pub struct Outcome {
     pub failure: Option<Error>,
 }
 
+/// Remove a run's stripes: files, or objects through sheaf's own S3 store (configured by the
+/// environment, as the measured children were). Best effort: a leftover is named by the next run's
+/// "already exists".
+fn remove_stripes(target: &BenchTarget, stripes: &[String]) {
+    match target {
+        BenchTarget::Dir(_) => stripes.iter().for_each(|s| {
+            let _ = std::fs::remove_file(s);
+        }),
+        BenchTarget::S3(_) => {
+            let schemes = sheaf_s3::S3Schemes::new(sheaf_s3::S3Options::default());
+            for s in stripes {
+                if let Ok(l) = sheaf_core::Location::parse(s, &schemes) {
+                    let _ = l.store().delete(l.name());
+                }
+            }
+        }
+        BenchTarget::Nul => {}
+    }
+}
+
 /// Refuse a target or restore folder inside a directory source: the backup would read its own
 /// stripes, and restores would land in the data.
 fn check_overlap(opts: &BenchOptions) -> Result<()> {
     let Source::Path(src) = &opts.source else { return Ok(()) };
     let Ok(src) = src.canonicalize() else { return Ok(()) };
-    let dirs = opts.matrix.target.iter().flat_map(|t| match t {
-        BenchTarget::Dir(d) => d.clone(),
-        BenchTarget::Nul => Vec::new(),
-    });
+    let dirs = opts.matrix.target.iter().flat_map(|t| t.dirs().to_vec());
     for d in dirs.chain(opts.restore_dir.clone()) {
         if d.canonicalize().is_ok_and(|d| d.starts_with(&src)) {
             return Err(Error::invalid(format!(
@@ -599,11 +615,11 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     let work_name = format!("sheaf-bench-{}-{nanos:08x}", std::process::id());
     // Work folders first: a missing target fails before a cluster is built and loaded.
     let mut works: Vec<WorkDir> = Vec::new();
-    let parents = opts.matrix.target.iter().flat_map(|t| match t {
-        BenchTarget::Dir(dirs) => dirs.clone(),
-        BenchTarget::Nul => Vec::new(),
-    });
-    for d in parents.chain(opts.restore_dir.clone()) {
+    let parents = opts.matrix.target.iter().flat_map(|t| t.dirs().to_vec());
+    // Restores from object storage land in --restore-dir, else the temporary folder.
+    let s3_restores = opts.matrix.target.iter().any(|t| matches!(t, BenchTarget::S3(_))) && opts.restore_dir.is_none();
+    let restores = opts.restore_dir.clone().or_else(|| s3_restores.then(std::env::temp_dir));
+    for d in parents.chain(restores) {
         if !works.iter().any(|w| w.0 == d.join(&work_name)) {
             works.push(WorkDir::create(&d, &work_name)?);
         }

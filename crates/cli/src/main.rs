@@ -132,9 +132,10 @@ struct BenchArgs {
     /// Buffer counts (BUFFERCOUNT), or `default` [default: default].
     #[arg(long, value_name = "LIST")]
     buffer_count: Option<String>,
-    /// Targets: `nul` (read + compress only) and existing directories (the bench works in a folder
-    /// of its own inside each, removed after); DIR+DIR deals the stripes over several directories
-    /// (volumes) [default: nul].
+    /// Targets: `nul` (read + compress only), existing directories (the bench works in a folder
+    /// of its own inside each, removed after), DIR+DIR to deal the stripes over several
+    /// directories (volumes), and s3://BUCKET/PREFIX (objects under a prefix of their own, removed
+    /// after; reached as AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... say) [default: nul].
     #[arg(long, value_name = "LIST")]
     target: Option<String>,
     /// Runs per permutation [default: 3].

@@ -269,3 +269,23 @@ fn a_permanent_403_on_parts_fails_the_backup_and_aborts_every_upload() {
     }
     assert!(!file.exists() && !e.path("f.sheaf.partial").exists());
 }
+
+#[test]
+fn bench_runs_the_matrix_against_object_storage_and_cleans_up() {
+    let e = Env::new();
+    let out = e.path("report");
+    let o = e.run(&["bench", s(&e.src), "--target", "nul,s3://bk1/bench", "-c", "lz4,zstd:low", "--stripes", "1,2", "--repeat", "1", "--out", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut rd = csv::Reader::from_path(out.join("report.csv")).unwrap();
+    let headers = rd.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name} in {headers:?}"));
+    let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), 8, "2 codecs × 2 stripe counts × 2 targets");
+    let s3_rows: Vec<_> = rows.iter().filter(|r| &r[col("target")] == "s3://bk1/bench").collect();
+    assert_eq!(s3_rows.len(), 4);
+    for r in s3_rows {
+        assert!(!r[col("restore_s_median")].is_empty() && !r[col("verify_s_median")].is_empty(), "objects are verified and restored: {r:?}");
+    }
+    assert!(e.minio.objects("bk1").is_empty(), "the bench removes its objects: {:?}", e.minio.objects("bk1"));
+    assert!(e.minio.open_uploads("bk1").is_empty());
+}
