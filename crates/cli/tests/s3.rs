@@ -289,3 +289,24 @@ fn bench_runs_the_matrix_against_object_storage_and_cleans_up() {
     assert!(e.minio.objects("bk1").is_empty(), "the bench removes its objects: {:?}", e.minio.objects("bk1"));
     assert!(e.minio.open_uploads("bk1").is_empty());
 }
+
+/// The printed budget holds with uploads in flight: peak resident memory (VmHWM, as the catalog
+/// records it) stays within the budget plus a fixed overhead (the program, the HTTP client, the
+/// allocator's slack), on a source several times larger than the budget.
+#[test]
+fn peak_memory_stays_within_the_budget_with_parts_in_flight() {
+    let e = Env::new();
+    sheaf_core::datagen::write_file(&e.src.join("more.dat"), 256 << 20, 9, 0.1).unwrap();
+    let o = e.run(&["backup", s(&e.src), "-c", "lz4", "--to", "s3://bk1/m/a.sheaf", "--to", "s3://bk2/m/b.sheaf", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let budget = r["memory_budget_bytes"].as_u64().unwrap();
+    let parts = r["target_memory_bytes"].as_u64().unwrap();
+    assert_eq!(parts, 2 * 3 * (16 << 20), "two stripes, (2 in flight + 1) parts of 16 MiB: {r}");
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&e.run(&["list", "--json"]).stdout).unwrap();
+    let run = list.iter().find(|x| x["backup_id"] == r["backup_id"]).expect("recorded");
+    let peak = run["peak_rss_bytes"].as_u64().unwrap();
+    const OVERHEAD: u64 = 48 << 20;
+    assert!(peak <= budget + OVERHEAD, "peak RSS {} MiB exceeds the budget {} MiB + {} MiB", peak >> 20, budget >> 20, OVERHEAD >> 20);
+    assert!(r["bytes_read"].as_u64().unwrap() > 2 * budget, "the source is larger than the budget, so the bound is tested");
+}
