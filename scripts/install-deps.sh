@@ -13,6 +13,8 @@ command -v make >/dev/null || need+=(make)
 command -v cc >/dev/null || need+=(gcc)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
+# The HTTPS test of S3 makes a self-signed certificate.
+command -v openssl >/dev/null || need+=(openssl)
 # The PostgreSQL tests start throwaway clusters with Debian's server, pgbench and pg_amcheck.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 ls /usr/lib/postgresql/*/bin/pg_amcheck >/dev/null 2>&1 || need+=(postgresql-client)

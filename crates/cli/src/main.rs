@@ -285,6 +285,10 @@ struct S3Args {
     /// Profile in ~/.aws/credentials and ~/.aws/config. Default: AWS_PROFILE, else default.
     #[arg(long, value_name = "NAME")]
     s3_profile: Option<String>,
+    /// PEM certificates to trust besides the system's, for an HTTPS endpoint with a private CA or a
+    /// self-signed certificate. Default: AWS_CA_BUNDLE, or ca_bundle in the profile.
+    #[arg(long, value_name = "FILE")]
+    s3_ca_bundle: Option<PathBuf>,
     /// Upload part size, 5MiB .. 5GiB; raised automatically so that no stripe object needs more than
     /// 10,000 parts. Each stripe holds (parts in flight + 1) parts in memory, counted in the budget.
     #[arg(long, value_name = "SIZE", default_value = "16MiB")]
@@ -305,6 +309,7 @@ impl S3Args {
             allow_http: self.s3_allow_http,
             path_style: self.s3_path_style.then_some(true),
             profile: self.s3_profile.clone(),
+            ca_bundle: self.s3_ca_bundle.clone(),
             part_size: parse_size(&self.s3_part_size)?,
             parts_in_flight: self.s3_parts_in_flight,
             read_ahead: self.s3_read_ahead,

@@ -310,3 +310,31 @@ fn peak_memory_stays_within_the_budget_with_parts_in_flight() {
     assert!(peak <= budget + OVERHEAD, "peak RSS {} MiB exceeds the budget {} MiB + {} MiB", peak >> 20, budget >> 20, OVERHEAD >> 20);
     assert!(r["bytes_read"].as_u64().unwrap() > 2 * budget, "the source is larger than the budget, so the bound is tested");
 }
+
+#[test]
+fn https_with_a_private_ca_works_and_an_untrusted_certificate_is_refused() {
+    let m = Minio::start_tls(&["tls"]);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 3).unwrap();
+    let sheaf = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
+        c.env("SHEAF_CATALOG", dir.path().join("catalog.db")).env("HOME", dir.path()).stdin(Stdio::null());
+        for (k, v) in m.env() {
+            c.env(k, v);
+        }
+        c
+    };
+    let o = sheaf().args(["backup", s(&src), "--to", "s3://tls/a.sheaf"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.path().join("out");
+    let o = sheaf().args(["restore", "s3://tls/a.sheaf", "--to", s(&out)]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&src, &out).unwrap();
+    // Without the CA the server's certificate is not trusted: named, and nothing is written.
+    let o = sheaf().env_remove("AWS_CA_BUNDLE").args(["backup", s(&src), "--to", "s3://tls/b.sheaf"]).output().unwrap();
+    assert_fails(&o, 8, &["s3://tls/b.sheaf"]);
+    assert!(stderr(&o).to_lowercase().contains("certificate"), "{}", stderr(&o));
+    let o = sheaf().args(["verify", "s3://tls/b.sheaf"]).output().unwrap();
+    assert_fails(&o, 4, &["does not exist"]);
+}

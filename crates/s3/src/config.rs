@@ -7,6 +7,7 @@
 //! | region | `--s3-region` | `AWS_REGION`, `AWS_DEFAULT_REGION` | `region` (config); else `us-east-1` |
 //! | plain HTTP | `--s3-allow-http` | `AWS_ALLOW_HTTP=true` | |
 //! | path-style | `--s3-path-style` | `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false` | default with an endpoint |
+//! | CA bundle (HTTPS with a private CA) | `--s3-ca-bundle` | `AWS_CA_BUNDLE` | `ca_bundle` (config) |
 //! | credentials | none, by design | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | `aws_access_key_id`, … (credentials, then config) |
 //!
 //! The profile is `AWS_PROFILE` (or `--s3-profile`), else `default`; the files are
@@ -41,6 +42,8 @@ pub struct S3Options {
     pub path_style: Option<bool>,
     /// Profile in the AWS files.
     pub profile: Option<String>,
+    /// PEM file of certificates to trust besides the system's (a private CA, a self-signed server).
+    pub ca_bundle: Option<PathBuf>,
     /// Upload part size; raised so that no stripe needs more than [`MAX_PARTS`] parts.
     pub part_size: u64,
     /// Parts uploading at once, per stripe.
@@ -65,6 +68,7 @@ impl Default for S3Options {
             allow_http: false,
             path_style: None,
             profile: None,
+            ca_bundle: None,
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: 2,
             read_ahead: 4,
@@ -87,6 +91,8 @@ pub struct Resolved {
     pub allow_http: bool,
     /// Path-style addressing.
     pub path_style: bool,
+    /// Extra certificates to trust.
+    pub ca_bundle: Option<PathBuf>,
     pub(crate) access_key_id: Option<String>,
     pub(crate) secret_access_key: Option<String>,
     pub(crate) session_token: Option<String>,
@@ -101,6 +107,7 @@ impl fmt::Debug for Resolved {
             .field("region", &self.region)
             .field("allow_http", &self.allow_http)
             .field("path_style", &self.path_style)
+            .field("ca_bundle", &self.ca_bundle)
             .field("credentials_from", &self.credentials_from)
             .finish_non_exhaustive()
     }
@@ -219,7 +226,8 @@ impl S3Options {
                     }
                 },
             };
-        Ok(Resolved { endpoint, region, allow_http, path_style, access_key_id, secret_access_key, session_token, credentials_from })
+        let ca_bundle = self.ca_bundle.clone().or_else(|| env("AWS_CA_BUNDLE").map(PathBuf::from)).or_else(|| from_profile("ca_bundle").map(PathBuf::from));
+        Ok(Resolved { endpoint, region, allow_http, path_style, ca_bundle, access_key_id, secret_access_key, session_token, credentials_from })
     }
 }
 

@@ -25,7 +25,7 @@ use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+    BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use sheaf_core::pipeline::{Pool, PoolBuf};
 use sheaf_core::storage::{into_io, Capabilities, StripeSink, StripeSource};
@@ -54,7 +54,17 @@ impl fmt::Debug for S3Store {
 /// What went wrong, in words a DBA can act on, with the kind that picks the exit code.
 fn map_err(e: object_store::Error, what: &str, writing: bool) -> Error {
     use object_store::Error as E;
-    let text = e.to_string();
+    // The whole chain: "error sending request" alone hides the cause (a certificate, a refusal).
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
     let side = if writing { ErrorKind::Target } else { ErrorKind::Io };
     match e {
         E::NotFound { .. } if writing => {
@@ -98,18 +108,29 @@ impl S3Store {
             max_retries: options.max_retries,
             retry_timeout: options.retry_timeout,
         };
+        let mut client_options = ClientOptions::new()
+            .with_allow_http(r.allow_http)
+            .with_timeout(options.request_timeout)
+            .with_connect_timeout(std::time::Duration::from_secs(10));
+        if let Some(path) = &r.ca_bundle {
+            let pem = std::fs::read(path)
+                .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read the CA bundle {} (--s3-ca-bundle or AWS_CA_BUNDLE)", path.display()), e))?;
+            let certs = Certificate::from_pem_bundle(&pem)
+                .map_err(|e| Error::invalid(format!("CA bundle {}: not PEM certificates: {e}", path.display())))?;
+            if certs.is_empty() {
+                return Err(Error::invalid(format!("CA bundle {} holds no certificate", path.display())));
+            }
+            for c in certs {
+                client_options = client_options.with_root_certificate(c);
+            }
+        }
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(&r.region)
             .with_allow_http(r.allow_http)
             .with_virtual_hosted_style_request(!r.path_style)
             .with_retry(retry)
-            .with_client_options(
-                ClientOptions::new()
-                    .with_allow_http(r.allow_http)
-                    .with_timeout(options.request_timeout)
-                    .with_connect_timeout(std::time::Duration::from_secs(10)),
-            );
+            .with_client_options(client_options);
         if let Some(e) = &r.endpoint {
             b = b.with_endpoint(e);
         }

@@ -54,6 +54,8 @@ pub struct Minio {
     /// `127.0.0.1:PORT`.
     pub addr: String,
     _data: tempfile::TempDir,
+    /// The certificate it serves HTTPS with (its own CA), if started with [`Minio::start_tls`].
+    pub ca: Option<PathBuf>,
 }
 
 impl Minio {
@@ -63,12 +65,15 @@ impl Minio {
     /// When MinIO is not installed (run `make deps`) or does not come up in 60 s.
     pub fn start() -> Minio {
         let bin = minio_binary().expect("MinIO is not installed: run `make deps` (scripts/install-deps.sh builds it with go install)");
-        let data = tempfile::tempdir().expect("tempdir");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data_path = dir.path().join("data");
+        std::fs::create_dir(&data_path).expect("data dir");
+        let data = dir;
         for _ in 0..5 {
             let (port, console) = (free_port(), free_port());
             let addr = format!("127.0.0.1:{port}");
             let mut child = Command::new(&bin)
-                .args(["server", data.path().to_str().unwrap(), "--quiet", "--address", &addr, "--console-address", &format!("127.0.0.1:{console}")])
+                .args(["server", data_path.to_str().unwrap(), "--quiet", "--address", &addr, "--console-address", &format!("127.0.0.1:{console}")])
                 .env("MINIO_ROOT_USER", ACCESS_KEY)
                 .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
                 .env("MINIO_BROWSER", "off")
@@ -85,7 +90,7 @@ impl Minio {
                     break; // lost the port race: try another
                 }
                 if matches!(http(&addr, "GET", "/minio/health/ready", "", &[]), Ok((200, _))) {
-                    return Minio { child, addr, _data: data };
+                    return Minio { child, addr, _data: data, ca: None };
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -95,25 +100,88 @@ impl Minio {
         panic!("MinIO did not come up on 127.0.0.1 within 60 s");
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// A server answering HTTPS only, with a self-signed certificate for 127.0.0.1 (made with
+    /// `openssl`), holding `buckets`. Its certificate is in [`Minio::ca`]. The calls this module
+    /// signs itself (create bucket, list uploads) speak plain HTTP, so the buckets are made first,
+    /// over HTTP, and the server is then restarted on the same data with TLS.
+    ///
+    /// # Panics
+    /// As [`Minio::start`], or when `openssl` fails.
+    pub fn start_tls(buckets: &[&str]) -> Minio {
+        let mut plain = Minio::start();
+        for b in buckets {
+            plain.create_bucket(b);
+        }
+        let _ = plain.child.kill();
+        let _ = plain.child.wait();
+        let certs = plain._data.path().join(".certs");
+        std::fs::create_dir_all(&certs).expect("certs dir");
+        // A CA, and a server certificate for 127.0.0.1 signed by it (TLS libraries refuse a CA
+        // certificate used as the server's own).
+        let ext = certs.join("server.ext");
+        std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n").expect("ext file");
+        let p = |n: &str| certs.join(n).display().to_string();
+        let steps: [Vec<String>; 3] = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=sheaf test CA", "-keyout", &p("ca.key"), "-out", &p("ca.crt")].map(String::from).to_vec(),
+            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", &p("private.key"), "-out", &p("server.csr")].map(String::from).to_vec(),
+            ["x509", "-req", "-in", &p("server.csr"), "-CA", &p("ca.crt"), "-CAkey", &p("ca.key"), "-CAcreateserial", "-days", "2", "-extfile", &p("server.ext"), "-out", &p("public.crt")].map(String::from).to_vec(),
+        ];
+        for args in steps {
+            let ok = Command::new("openssl").args(&args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+            assert!(ok, "openssl {args:?} failed (make deps installs openssl)");
+        }
+        // MinIO reads only public.crt and private.key from the folder; the CA lives beside it.
+        let ca = plain._data.path().join("ca.crt");
+        std::fs::rename(certs.join("ca.crt"), &ca).expect("move the CA out");
+        let bin = minio_binary().expect("MinIO");
+        let data = plain._data.path().join("data");
+        let console = free_port();
+        plain.child = Command::new(bin)
+            .args(["server", data.to_str().unwrap(), "--quiet", "--address", &plain.addr, "--console-address", &format!("127.0.0.1:{console}")])
+            .arg("--certs-dir")
+            .arg(&certs)
+            .env("MINIO_ROOT_USER", ACCESS_KEY)
+            .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+            .env("MINIO_BROWSER", "off")
+            .env("MINIO_UPDATE", "off")
+            .env("MINIO_CI_CD", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("restart minio with TLS");
+        let t0 = Instant::now();
+        while TcpStream::connect(&plain.addr).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "MinIO with TLS did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        plain.ca = Some(ca);
+        plain
+    }
+
+    /// `http://127.0.0.1:PORT`, or `https://` when started with TLS.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", if self.ca.is_some() { "https" } else { "http" }, self.addr)
     }
 
     /// Options that reach this server.
     pub fn options(&self) -> S3Options {
-        S3Options { endpoint: Some(self.endpoint()), allow_http: true, ..Default::default() }
+        S3Options { endpoint: Some(self.endpoint()), allow_http: self.ca.is_none(), ca_bundle: self.ca.clone(), ..Default::default() }
     }
 
     /// The environment a `sheaf` process needs to reach it with the right credentials.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
             ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
             ("AWS_REGION", REGION.into()),
             ("AWS_ENDPOINT_URL", self.endpoint()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-        ]
+        ];
+        match &self.ca {
+            Some(ca) => env.push(("AWS_CA_BUNDLE", ca.display().to_string())),
+            None => env.push(("AWS_ALLOW_HTTP", "true".into())),
+        }
+        env
     }
 
     /// Create `bucket`.
