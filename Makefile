@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench bench-engine bench-report clean
+.PHONY: all deps build test demo bench bench-engine bench-report bench-s3 clean
 
 all: build
 
@@ -32,6 +32,11 @@ bench-engine: build
 # stripes to NUL and to disk, with pg_basebackup and pgBackRest (make deps installs them).
 bench-report: build
 	target/release/sheaf bench --plan docs/bench/tpch-sf1.toml --out $${OUT:-tpch-sf1-report}
+
+# Object storage (docs/bench/s3-sf1/): sheaf to a local MinIO over HTTPS against local disk, the
+# upload ceiling (mc cp) and pgBackRest's S3 repository, on TPC-H scale 1.
+bench-s3: build
+	OUT=$${OUT:-s3-report} scripts/bench-s3.sh
 
 clean:
 	$(CARGO) clean

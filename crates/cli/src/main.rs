@@ -51,13 +51,16 @@ enum Command {
 sheaf backup /srv/data --to /mnt/a/data_1.sheaf --to /mnt/b/data_2.sheaf\n  \
 sheaf backup /srv/data --to nul --compression lz4 --json        # throughput of read + compress alone\n  \
 sheaf backup /srv/data --to d.sheaf --compression zstd:high --transfer-size 4MiB --buffer-count 16\n  \
-sheaf backup 'postgres://postgres@/postgres?host=/run/postgresql' --to /mnt/a/pg_1.sheaf --to /mnt/b/pg_2.sheaf")]
+sheaf backup 'postgres://postgres@/postgres?host=/run/postgresql' --to /mnt/a/pg_1.sheaf --to /mnt/b/pg_2.sheaf\n  \
+sheaf backup /srv/data --to s3://backups/data/d_1.sheaf --to s3://backups/data/d_2.sheaf   # credentials from AWS_* or ~/.aws\n  \
+sheaf backup /srv/data --to s3://backups/d.sheaf --s3-endpoint https://minio.example:9000   # any S3-compatible store")]
     Backup(BackupArgs),
     /// Restore a backup set into a directory (any one stripe finds the others beside it).
     #[command(after_help = "Examples:\n  \
 sheaf restore /mnt/a/data_1.sheaf --to /srv/restored\n  \
 sheaf restore a.sheaf b.sheaf --to /srv/new --relocate big/table=/mnt/fast/table\n  \
-sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/ts1   # then: pg_ctl start -D /srv/pg/new")]
+sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/ts1   # then: pg_ctl start -D /srv/pg/new\n  \
+sheaf restore s3://backups/data/d_1.sheaf --to /srv/restored                        # finds d_2.sheaf under the same prefix")]
     Restore(RestoreArgs),
     /// Read every stripe, check every checksum and decompress, writing nothing (RESTORE VERIFYONLY).
     Verify(VerifyArgs),

@@ -354,7 +354,9 @@ impl Backup {
     /// [`ErrorKind::Target`] when a stripe cannot be created; nothing is left behind.
     pub fn start(opts: &BackupOptions, tuning: Tuning, progress: Arc<dyn Progress>) -> Result<Backup> {
         let mut seen = std::collections::HashSet::new();
-        for t in &opts.targets {
+        // Any number of nul targets may be given (each discards its own stripe); a file or object
+        // given twice would be two stripes in one place.
+        for t in opts.targets.iter().filter(|t| !t.is_null()) {
             if !seen.insert(t.identity()) {
                 return Err(Error::invalid(format!("target {t} is given twice: each stripe needs its own file or object")));
             }

@@ -14,10 +14,6 @@ impl Store for NullStore {
     fn describe(&self, _: &str) -> String {
         "nul".into()
     }
-    fn identity(&self, _: &str) -> String {
-        // Any number of nul targets may be given: each is its own stripe.
-        format!("nul#{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    }
     fn create(&self, _: &str, _: bool, _: u64) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(NullSink::default()))
     }
@@ -34,8 +30,6 @@ impl Store for NullStore {
         Ok(())
     }
 }
-
-static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Discards everything written; `written()` still counts.
 #[derive(Default)]
