@@ -299,7 +299,7 @@ struct S3Args {
     /// Parts uploading at once, per stripe.
     #[arg(long, value_name = "N", default_value_t = 2)]
     s3_parts_in_flight: usize,
-    /// Ranged GETs in flight per stripe when reading (8 MiB each).
+    /// Ranged GETs in flight per stripe when reading (4 MiB each).
     #[arg(long, value_name = "N", default_value_t = 4)]
     s3_read_ahead: usize,
 }

@@ -72,7 +72,7 @@ impl Default for S3Options {
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: 2,
             read_ahead: 4,
-            read_block: 8 << 20,
+            read_block: 4 << 20,
             max_retries: 8,
             retry_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(60),
