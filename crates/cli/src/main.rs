@@ -540,6 +540,7 @@ fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
     let codec = CodecSpec::parse(&a.compression)?;
     let schemes = a.s3.schemes()?;
     let mut opts = BackupOptions::new(locations(&a.to, &schemes)?);
+    opts.stop = Some(stop_on_interrupt());
     opts.codec = codec;
     opts.transfer_size = parse_size(&a.transfer_size)?;
     opts.buffer_count = a.buffer_count;
@@ -711,6 +712,21 @@ fn generate(a: GenerateArgs) -> Result<(), Error> {
         .map_err(|e| Error::io(ErrorKind::Target, format!("cannot write data set in {}", a.dir.display()), e))?;
     println!("generated {} in {} files under {} in {:.1} s", format_size(written), a.files + 100, a.dir.display(), t0.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// On Ctrl-C (or SIGTERM, SIGHUP): ask the running backup to stop, so that it removes its
+/// `.partial` files and aborts its uploads on the way out (exit 130). A second signal exits at once.
+fn stop_on_interrupt() -> Arc<std::sync::atomic::AtomicBool> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        eprintln!("sheaf: interrupted; removing what the backup wrote (again to quit at once)");
+    });
+    stop
 }
 
 /// On Ctrl-C: stop the scratch servers we started (pg_ctl detaches them from the terminal, so

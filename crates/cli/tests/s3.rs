@@ -338,3 +338,31 @@ fn https_with_a_private_ca_works_and_an_untrusted_certificate_is_refused() {
     let o = sheaf().args(["verify", "s3://tls/b.sheaf"]).output().unwrap();
     assert_fails(&o, 4, &["does not exist"]);
 }
+
+#[test]
+fn an_interrupted_backup_removes_its_partial_file_and_aborts_its_uploads() {
+    let e = Env::new();
+    sheaf_core::datagen::write_file(&e.src.join("slow.dat"), 48 << 20, 3, 0.3).unwrap();
+    let file = e.path("i.sheaf");
+    let child = e
+        .sheaf()
+        .args(["backup", s(&e.src), "--to", "s3://bk1/i/a.sheaf", "--to", s(&file), "-c", "zstd:19", "--threads", "1", "--buffer-count", "3", "--s3-part-size", "5MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while e.minio.open_uploads("bk1").is_empty() || !e.path("i.sheaf.partial").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the backup never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: kill(2) on our own child's pid; SIGINT is what Ctrl-C sends.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));
+    assert!(e.minio.objects("bk1").is_empty(), "{:?}", e.minio.objects("bk1"));
+    assert!(e.minio.open_uploads("bk1").is_empty(), "Ctrl-C aborts the uploads: {:?}", e.minio.open_uploads("bk1"));
+    assert!(!file.exists() && !e.path("i.sheaf.partial").exists(), "and removes the .partial");
+}

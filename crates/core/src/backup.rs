@@ -69,6 +69,9 @@ pub struct BackupOptions {
     /// About how many bytes the source holds, when known: sizes upload parts so that no stripe
     /// object needs too many, and the memory they take.
     pub expected_bytes: Option<u64>,
+    /// Set it to stop the backup (Ctrl-C): readers stop at the next chunk, and the session fails
+    /// with [`ErrorKind::Cancelled`], removing every stripe it wrote and aborting every upload.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl BackupOptions {
@@ -84,6 +87,7 @@ impl BackupOptions {
             label: None,
             overwrite: false,
             expected_bytes: None,
+            stop: None,
         }
     }
 }
@@ -381,7 +385,7 @@ impl Backup {
             sinks.push(sink);
         }
 
-        let shared = Shared::new(progress);
+        let shared = Shared::stoppable(progress, opts.stop.clone());
         // Compressors each keep one buffer; readers may hold the rest.
         let pool = Pool::new(tuning.buffer_count - tuning.threads, tuning.buffer_len);
         let (job_tx, job_rx) = bounded::<Job>(tuning.buffer_count);

@@ -25,6 +25,8 @@ impl Progress for NoProgress {}
 /// State every thread of one operation shares: the first error, a cancel flag, counters.
 pub(crate) struct Shared {
     cancelled: AtomicBool,
+    /// Set by the caller to stop (Ctrl-C): seen like our own cancel.
+    stop_asked: Option<Arc<AtomicBool>>,
     /// Dropped on cancel: whoever waits on `stopped` wakes at once (no polling).
     stop: Mutex<Option<Sender<()>>>,
     stopped: Receiver<()>,
@@ -37,9 +39,15 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(progress: Arc<dyn Progress>) -> Arc<Self> {
+        Self::stoppable(progress, None)
+    }
+
+    /// As [`Shared::new`], also cancelled once `stop_asked` is set.
+    pub(crate) fn stoppable(progress: Arc<dyn Progress>, stop_asked: Option<Arc<AtomicBool>>) -> Arc<Self> {
         let (stop, stopped) = bounded(0);
         Arc::new(Shared {
             cancelled: AtomicBool::new(false),
+            stop_asked,
             stop: Mutex::new(Some(stop)),
             stopped,
             error: Mutex::new(None),
@@ -66,7 +74,7 @@ impl Shared {
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
+        self.cancelled.load(Ordering::Relaxed) || self.stop_asked.as_ref().is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
     pub(crate) fn take_error(&self) -> Option<Error> {

@@ -290,14 +290,23 @@ pub trait StripeSource: Send + Sync {
     /// # Errors
     /// [`ErrorKind::Incomplete`] when `end` is past the stripe's length.
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        if end > self.len() || start > end {
-            return Err(Error::incomplete(format!(
-                "stripe {}: needs bytes {start}..{end} but is only {} bytes long (truncated)",
-                self.location(),
-                self.len()
-            )));
-        }
-        Ok(Box::new(Positional { src: self, pos: start, end }))
+        let range = checked_range(self.location(), start, end.saturating_sub(start), self.len())?;
+        Ok(Box::new(Positional { src: self, pos: range.start, end: range.end }))
+    }
+}
+
+/// `offset .. offset + n` when a stripe of `len` bytes holds it; else the error that names the stripe
+/// as truncated. Every source checks its reads with it.
+///
+/// # Errors
+/// [`ErrorKind::Incomplete`].
+pub fn checked_range(location: &str, offset: u64, n: u64, len: u64) -> Result<std::ops::Range<u64>> {
+    match offset.checked_add(n) {
+        Some(end) if end <= len => Ok(offset..end),
+        _ => Err(Error::incomplete(format!(
+            "stripe {location}: needs bytes {offset}..{} but is only {len} bytes long (truncated)",
+            offset.saturating_add(n)
+        ))),
     }
 }
 

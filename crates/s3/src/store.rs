@@ -28,7 +28,7 @@ use object_store::{
     BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use sheaf_core::pipeline::{Pool, PoolBuf};
-use sheaf_core::storage::{into_io, Capabilities, StripeSink, StripeSource};
+use sheaf_core::storage::{checked_range, into_io, Capabilities, StripeSink, StripeSource};
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinHandle;
@@ -458,9 +458,6 @@ impl S3Source {
         Ok(b)
     }
 
-    fn past_end(&self, start: u64, end: u64) -> Error {
-        Error::incomplete(format!("stripe {}: needs bytes {start}..{end} but is only {} bytes long (truncated)", self.shown, self.len))
-    }
 }
 
 type BytesResult = std::result::Result<Bytes, object_store::Error>;
@@ -471,11 +468,11 @@ impl StripeSource for S3Source {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.len).ok_or_else(|| self.past_end(offset, offset.saturating_add(buf.len() as u64)))?;
+        let range = checked_range(&self.shown, offset, buf.len() as u64, self.len)?;
         if buf.is_empty() {
             return Ok(());
         }
-        let b = self.wait(self.get(offset..end), buf.len() as u64, offset)?;
+        let b = self.wait(self.get(range), buf.len() as u64, offset)?;
         buf.copy_from_slice(&b);
         Ok(())
     }
@@ -485,10 +482,8 @@ impl StripeSource for S3Source {
     }
 
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        if end > self.len || start > end {
-            return Err(self.past_end(start, end));
-        }
-        Ok(Box::new(ReadAhead { src: self, next: start, end, pending: VecDeque::new(), current: Bytes::new() }))
+        let range = checked_range(&self.shown, start, end.saturating_sub(start), self.len)?;
+        Ok(Box::new(ReadAhead { src: self, next: range.start, end: range.end, pending: VecDeque::new(), current: Bytes::new() }))
     }
 }
 

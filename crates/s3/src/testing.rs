@@ -72,18 +72,7 @@ impl Minio {
         for _ in 0..5 {
             let (port, console) = (free_port(), free_port());
             let addr = format!("127.0.0.1:{port}");
-            let mut child = Command::new(&bin)
-                .args(["server", data_path.to_str().unwrap(), "--quiet", "--address", &addr, "--console-address", &format!("127.0.0.1:{console}")])
-                .env("MINIO_ROOT_USER", ACCESS_KEY)
-                .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
-                .env("MINIO_BROWSER", "off")
-                .env("MINIO_UPDATE", "off")
-                .env("MINIO_CI_CD", "1")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start minio");
+            let mut child = spawn(&bin, &data_path, &addr, console, None);
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(60) {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -136,20 +125,7 @@ impl Minio {
         let bin = minio_binary().expect("MinIO");
         let data = plain._data.path().join("data");
         let console = free_port();
-        plain.child = Command::new(bin)
-            .args(["server", data.to_str().unwrap(), "--quiet", "--address", &plain.addr, "--console-address", &format!("127.0.0.1:{console}")])
-            .arg("--certs-dir")
-            .arg(&certs)
-            .env("MINIO_ROOT_USER", ACCESS_KEY)
-            .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
-            .env("MINIO_BROWSER", "off")
-            .env("MINIO_UPDATE", "off")
-            .env("MINIO_CI_CD", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("restart minio with TLS");
+        plain.child = spawn(&bin, &data, &plain.addr, console, Some(&certs));
         let t0 = Instant::now();
         while TcpStream::connect(&plain.addr).is_err() {
             assert!(t0.elapsed() < Duration::from_secs(60), "MinIO with TLS did not listen within 60 s");
@@ -246,6 +222,26 @@ impl Drop for Minio {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A MinIO serving `data` on `addr` with the test credentials; HTTPS with the certificates in
+/// `certs`, if given.
+fn spawn(bin: &std::path::Path, data: &std::path::Path, addr: &str, console: u16, certs: Option<&std::path::Path>) -> Child {
+    let mut c = Command::new(bin);
+    c.arg("server").arg(data).args(["--quiet", "--address", addr, "--console-address", &format!("127.0.0.1:{console}")]);
+    if let Some(certs) = certs {
+        c.arg("--certs-dir").arg(certs);
+    }
+    c.env("MINIO_ROOT_USER", ACCESS_KEY)
+        .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+        .env("MINIO_BROWSER", "off")
+        .env("MINIO_UPDATE", "off")
+        .env("MINIO_CI_CD", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start minio")
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {

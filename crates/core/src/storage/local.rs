@@ -275,15 +275,7 @@ impl StripeSource for LocalSource {
         self.len
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.len) {
-            return Err(Error::incomplete(format!(
-                "stripe {}: needs bytes {}..{} but is only {} bytes long (truncated)",
-                self.path.display(),
-                offset,
-                offset.saturating_add(buf.len() as u64),
-                self.len
-            )));
-        }
+        super::checked_range(&self.shown, offset, buf.len() as u64, self.len)?;
         self.file.read_exact_at(buf, offset).map_err(|e| io_at(ErrorKind::Io, "cannot read stripe", &self.path, e))
     }
     fn location(&self) -> &str {

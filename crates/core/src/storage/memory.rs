@@ -105,17 +105,8 @@ impl StripeSource for MemorySource {
         self.data.len() as u64
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.len());
-        let Some(end) = end else {
-            return Err(Error::incomplete(format!(
-                "stripe {}: needs bytes {}..{} but is only {} bytes long (truncated)",
-                self.shown,
-                offset,
-                offset.saturating_add(buf.len() as u64),
-                self.len()
-            )));
-        };
-        buf.copy_from_slice(&self.data[offset as usize..end as usize]);
+        let r = super::checked_range(&self.shown, offset, buf.len() as u64, self.len())?;
+        buf.copy_from_slice(&self.data[r.start as usize..r.end as usize]);
         Ok(())
     }
     fn location(&self) -> &str {
