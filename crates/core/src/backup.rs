@@ -111,10 +111,10 @@ pub struct Tuning {
     pub memory_budget_bytes: u64,
 }
 
-/// About how much one stripe will hold: the source's size spread over the stripes (compression only
-/// makes it less), or 0 when unknown.
-fn stripe_share(opts: &BackupOptions) -> u64 {
-    opts.expected_bytes.unwrap_or(0).div_ceil(opts.targets.len().max(1) as u64)
+/// The most one stripe may hold: the whole source (writers take frames from one queue, so a fast
+/// stripe can take far more than its share; compression only makes it less), or 0 when unknown.
+fn stripe_bound(opts: &BackupOptions) -> u64 {
+    opts.expected_bytes.unwrap_or(0)
 }
 
 /// Cores available to this process.
@@ -176,7 +176,7 @@ impl Tuning {
             None => cores.min(buffer_count - 1),
         };
         let buffer_len = opts.codec.buffer_len(ts as usize);
-        let per_stripe = stripe_share(opts);
+        let per_stripe = stripe_bound(opts);
         let target_memory_bytes: u64 = opts.targets.iter().map(|t| t.store().sink_memory(per_stripe)).sum();
         Ok(Tuning {
             threads,
@@ -370,7 +370,7 @@ impl Backup {
         let stripe_count = opts.targets.len();
         let mut sinks = Vec::with_capacity(stripe_count);
         for (k, t) in opts.targets.iter().enumerate() {
-            let mut sink = t.create(opts.overwrite, stripe_share(opts))?;
+            let mut sink = t.create(opts.overwrite, stripe_bound(opts))?;
             let header = StripeHeader {
                 version: FORMAT_VERSION,
                 stripe_index: k as u16,

@@ -302,8 +302,11 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         if e.frame_pos != expect_pos || e.raw_len as usize > ts || e.stored_len as usize > ts {
             return Err(here("the index places it where no frame can be (index inconsistent)"));
         }
-        let Some(mut buf) = pool.take(shared) else { return Ok(()) };
         let n = FRAME_HEADER_LEN + e.stored_len as usize;
+        if e.frame_pos + n as u64 > s.trailer.index_offset {
+            return Err(here("the index says it runs into the index itself (index inconsistent)"));
+        }
+        let Some(mut buf) = pool.take(shared) else { return Ok(()) };
         stream.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
         if header.file_id != e.file_id

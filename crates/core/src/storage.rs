@@ -290,7 +290,10 @@ pub trait StripeSource: Send + Sync {
     /// # Errors
     /// [`ErrorKind::Incomplete`] when `end` is past the stripe's length.
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        let range = checked_range(self.location(), start, end.saturating_sub(start), self.len())?;
+        if end < start {
+            return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.location())));
+        }
+        let range = checked_range(self.location(), start, end - start, self.len())?;
         Ok(Box::new(Positional { src: self, pos: range.start, end: range.end }))
     }
 }

@@ -107,13 +107,11 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
     let mut core = RestoreOptions::new(&opts.target);
     core.force = opts.force;
     core.threads = opts.threads;
-    // Every tablespace has its place now, each one the user named or allowed.
-    core.original_paths = places.iter().any(|(ts, new)| Path::new(&ts.location) == new.as_path());
-    core.relocate = places
-        .iter()
-        .filter(|(ts, new)| Path::new(&ts.location) != new.as_path())
-        .map(|(ts, new)| (ts.location.clone(), new.clone()))
-        .collect();
+    // Every tablespace has its place now, each one the user named or allowed, and each goes to the
+    // core as a mapping (X=X included): a root the manifest holds that is not one of these is still
+    // refused there, whatever else was allowed.
+    core.original_paths = opts.original_paths;
+    core.relocate = places.iter().map(|(ts, new)| (ts.location.clone(), new.clone())).collect();
     let report = sheaf_core::restore(set, &core, progress)?;
     // Until the links and tablespace_map point at the new places, starting this directory would
     // write into the old ones: keep it marked incomplete meanwhile.

@@ -42,6 +42,7 @@ pub struct S3Store {
     client: Arc<AmazonS3>,
     runtime: Arc<Runtime>,
     options: S3Options,
+    redact: Redact,
 }
 
 impl fmt::Debug for S3Store {
@@ -51,8 +52,50 @@ impl fmt::Debug for S3Store {
     }
 }
 
+/// Which side of a request failed: it decides the exit code and what "not found" means.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// Starting an upload: not found means no such bucket.
+    Create,
+    /// Parts, completion, deletes: not found means the upload (or bucket) went away.
+    Write,
+    /// HEAD and GET.
+    Read,
+}
+
+/// Values that must never appear in a message (the secret key, a session token), and the parts of
+/// S3 error bodies that can quote signed headers (AWS's SignatureDoesNotMatch echoes the canonical
+/// request, token included).
+#[derive(Clone, Default)]
+pub(crate) struct Redact(Arc<Vec<String>>);
+
+impl Redact {
+    fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for tag in ["CanonicalRequest", "CanonicalRequestBytes", "StringToSign", "StringToSignBytes"] {
+            let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+            let mut kept = String::with_capacity(out.len());
+            let mut rest = out.as_str();
+            while let Some(a) = rest.find(&open) {
+                kept.push_str(&rest[..a]);
+                kept.push_str(&open);
+                kept.push_str("(removed)");
+                kept.push_str(&close);
+                // An unclosed element is cut to the end.
+                rest = rest[a..].find(&close).map_or("", |b| &rest[a + b + close.len()..]);
+            }
+            kept.push_str(rest);
+            out = kept;
+        }
+        for secret in self.0.iter().filter(|s| s.len() >= 4) {
+            out = out.replace(secret.as_str(), "(redacted)");
+        }
+        out
+    }
+}
+
 /// What went wrong, in words a DBA can act on, with the kind that picks the exit code.
-fn map_err(e: object_store::Error, what: &str, writing: bool) -> Error {
+fn map_err(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> Error {
     use object_store::Error as E;
     // The whole chain: "error sending request" alone hides the cause (a certificate, a refusal).
     let mut text = e.to_string();
@@ -65,35 +108,37 @@ fn map_err(e: object_store::Error, what: &str, writing: bool) -> Error {
         }
         cause = c.source();
     }
-    let side = if writing { ErrorKind::Target } else { ErrorKind::Io };
+    let text = redact.scrub(&text);
+    let kind = if side == Side::Read { ErrorKind::Io } else { ErrorKind::Target };
+    const NO_BUCKET: &str = "the bucket does not exist (create it first, or check the name and endpoint)";
     match e {
-        E::NotFound { .. } if writing => {
-            Error::new(ErrorKind::Target, format!("{what}: the bucket does not exist (create it first, or check the name and endpoint): {text}"))
-        }
+        E::NotFound { .. } if side == Side::Create => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
+        E::NotFound { .. } if side == Side::Write => Error::new(
+            kind,
+            format!("{what}: the upload or its bucket no longer exists (a lifecycle rule that aborts uploads, or someone removed it): {text}"),
+        ),
         E::NotFound { .. } => Error::incomplete(format!("{what} does not exist")),
         E::PermissionDenied { .. } => Error::new(
-            side,
+            kind,
             format!("{what}: access denied (403): the credentials are wrong, or lack permission on this bucket (check the keys, the profile and the bucket's policy): {text}"),
         ),
         E::Unauthenticated { .. } => Error::new(
-            side,
+            kind,
             format!("{what}: the server rejected the credentials (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile, and the clock): {text}"),
         ),
         E::Precondition { .. } => {
             Error::incomplete(format!("{what}: the object changed while it was being read (it was replaced): read it again"))
         }
-        _ if text.contains("NoSuchBucket") => {
-            Error::new(side, format!("{what}: the bucket does not exist (create it first, or check the name and endpoint): {text}"))
-        }
+        _ if text.contains("NoSuchBucket") => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
         _ if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") => Error::new(
-            side,
+            kind,
             format!("{what}: the server rejected the credentials (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile): {text}"),
         ),
-        _ if text.contains("AccessDenied") => Error::new(side, format!("{what}: access denied: {text}")),
+        _ if text.contains("AccessDenied") => Error::new(kind, format!("{what}: access denied: {text}")),
         _ if text.contains("Quota") || text.contains("EntityTooLarge") => {
             Error::new(ErrorKind::NoSpace, format!("{what}: the bucket's quota or size limit is reached: {text}"))
         }
-        _ => Error::new(side, format!("{what}: {text}")),
+        _ => Error::new(kind, format!("{what}: {text}")),
     }
 }
 
@@ -148,7 +193,8 @@ impl S3Store {
         }
         let client = b.build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?;
         let endpoint = r.endpoint.clone().unwrap_or_else(|| format!("AWS {}", r.region));
-        Ok(S3Store { bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone() })
+        let secrets = [r.secret_access_key.clone(), r.session_token.clone()].into_iter().flatten().collect();
+        Ok(S3Store { bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets)) })
     }
 
     fn path(&self, name: &str) -> Result<Path> {
@@ -183,7 +229,7 @@ impl Store for S3Store {
         let mut upload = self
             .handle()
             .block_on(async move { client.put_multipart(&p).await })
-            .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), true))?;
+            .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
         let exists = match self.exists(name) {
             Ok(x) => x,
             Err(e) => {
@@ -200,6 +246,7 @@ impl Store for S3Store {
         }
         let part_size = self.options.part_size_for(expected_bytes) as usize;
         Ok(Box::new(S3Sink {
+            redact: self.redact.clone(),
             handle: self.handle().clone(),
             client: self.client.clone(),
             path,
@@ -225,8 +272,9 @@ impl Store for S3Store {
         let meta = self
             .handle()
             .block_on(async move { client.head(&p).await })
-            .map_err(|e| map_err(e, &format!("stripe {shown}"), false))?;
+            .map_err(|e| map_err(e, &format!("stripe {shown}"), Side::Read, &self.redact))?;
         Ok(Box::new(S3Source {
+            redact: self.redact.clone(),
             handle: self.handle().clone(),
             client: self.client.clone(),
             path,
@@ -244,7 +292,7 @@ impl Store for S3Store {
         match self.handle().block_on(async move { client.head(&path).await }) {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(map_err(e, &format!("cannot look at {}", self.describe(name)), false)),
+            Err(e) => Err(map_err(e, &format!("cannot look at {}", self.describe(name)), Side::Read, &self.redact)),
         }
     }
 
@@ -256,7 +304,7 @@ impl Store for S3Store {
         let items: Vec<_> = self.handle().block_on(async move { client.list(dir_path.as_ref()).collect::<Vec<_>>().await });
         let mut out = Vec::new();
         for item in items {
-            let meta = item.map_err(|e| map_err(e, &format!("cannot list s3://{}/{prefix}", self.bucket), false))?;
+            let meta = item.map_err(|e| map_err(e, &format!("cannot list s3://{}/{prefix}", self.bucket), Side::Read, &self.redact))?;
             let key = meta.location.to_string();
             if key.starts_with(prefix) {
                 out.push(key);
@@ -271,7 +319,7 @@ impl Store for S3Store {
         let client = self.client.clone();
         match self.handle().block_on(async move { client.delete(&path).await }) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), true)),
+            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
         }
     }
 }
@@ -280,6 +328,7 @@ type PartResult = std::result::Result<(), object_store::Error>;
 
 /// One stripe being uploaded.
 struct S3Sink {
+    redact: Redact,
     handle: Handle,
     client: Arc<AmazonS3>,
     path: Path,
@@ -298,7 +347,7 @@ struct S3Sink {
 
 impl S3Sink {
     fn part_failed(&self, e: object_store::Error) -> Error {
-        map_err(e, &format!("uploading part of {}", self.shown), true)
+        map_err(e, &format!("uploading part of {}", self.shown), Side::Write, &self.redact)
     }
 
     /// Wait for the oldest part in flight; its buffer is back in the pool once its request ended.
@@ -338,8 +387,12 @@ impl S3Sink {
     }
 
     fn abort(&mut self) {
-        for h in self.in_flight.drain(..) {
-            h.abort();
+        // Cancel the parts in flight and wait until they have stopped, so that none lands after
+        // the abort below and keeps storage (their buffers return to the pool as they drop).
+        let parts: Vec<_> = self.in_flight.drain(..).collect();
+        parts.iter().for_each(JoinHandle::abort);
+        for h in parts {
+            let _ = self.handle.block_on(h);
         }
         if let Some(mut upload) = self.upload.take() {
             let _ = self.handle.block_on(async move { upload.abort().await });
@@ -395,8 +448,18 @@ impl StripeSink for S3Sink {
                 Ok(())
             }
             Err(e) => {
+                // The server may have completed it and the answer been lost (a retry then finds no
+                // such upload): an object of exactly our size under the name, which was not there
+                // when we started, is ours and whole.
+                let (client, path) = (self.client.clone(), self.path.clone());
+                if let Ok(meta) = self.handle.block_on(async move { client.head(&path).await }) {
+                    if meta.size == self.written && !self.overwrite {
+                        self.published = true;
+                        return Ok(());
+                    }
+                }
                 let _ = self.handle.block_on(async move { upload.abort().await });
-                Err(map_err(e, &format!("cannot complete the upload of {}", self.shown), true))
+                Err(map_err(e, &format!("cannot complete the upload of {}", self.shown), Side::Write, &self.redact))
             }
         }
     }
@@ -425,6 +488,7 @@ impl Drop for S3Sink {
 
 /// One stripe object being read.
 struct S3Source {
+    redact: Redact,
     handle: Handle,
     client: Arc<AmazonS3>,
     path: Path,
@@ -445,7 +509,7 @@ impl S3Source {
     fn wait(&self, h: JoinHandle<BytesResult>, want: u64, at: u64) -> Result<Bytes> {
         let b = match self.handle.block_on(h) {
             Ok(Ok(b)) => b,
-            Ok(Err(e)) => return Err(map_err(e, &format!("reading stripe {}", self.shown), false)),
+            Ok(Err(e)) => return Err(map_err(e, &format!("reading stripe {}", self.shown), Side::Read, &self.redact)),
             Err(e) => return Err(Error::new(ErrorKind::Io, format!("reading stripe {}: the read task failed: {e}", self.shown))),
         };
         if b.len() as u64 != want {
@@ -482,7 +546,10 @@ impl StripeSource for S3Source {
     }
 
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        let range = checked_range(&self.shown, start, end.saturating_sub(start), self.len)?;
+        if end < start {
+            return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.shown)));
+        }
+        let range = checked_range(&self.shown, start, end - start, self.len)?;
         Ok(Box::new(ReadAhead { src: self, next: range.start, end: range.end, pending: VecDeque::new(), current: Bytes::new() }))
     }
 }
@@ -527,5 +594,31 @@ impl Drop for ReadAhead<'_> {
         for (h, _, _) in self.pending.drain(..) {
             h.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_lose_signed_headers_and_secrets() {
+        let r = Redact(Arc::new(vec!["SeCrEtKeY123".into(), "FQoGZXIvYXdzEToken".into()]));
+        let body = "<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>AKIAEXAMPLE</AWSAccessKeyId>\
+            <StringToSign>AWS4-HMAC-SHA256\n20261122T000000Z</StringToSign><CanonicalRequest>PUT\n/b/k\n\
+            x-amz-security-token:FQoGZXIvYXdzEToken\n</CanonicalRequest><CanonicalRequestBytes>50 55</CanonicalRequestBytes>\
+            <Message>key SeCrEtKeY123</Message></Error>";
+        let out = r.scrub(body);
+        assert!(!out.contains("FQoGZXIvYXdzEToken") && !out.contains("SeCrEtKeY123"), "{out}");
+        assert!(!out.contains("x-amz-security-token") && !out.contains("20261122T000000Z") && !out.contains("50 55"), "{out}");
+        assert!(out.contains("SignatureDoesNotMatch") && out.contains("<CanonicalRequest>(removed)</CanonicalRequest>"), "{out}");
+        // An element cut short by a truncated body is removed to the end.
+        assert_eq!(r.scrub("a<StringToSign>xyz"), "a<StringToSign>(removed)</StringToSign>");
+
+        let e = object_store::Error::Generic { store: "S3", source: body.into() };
+        let mapped = map_err(e, "uploading part of s3://b/k", Side::Write, &r);
+        assert_eq!(mapped.kind(), ErrorKind::Target);
+        let text = mapped.to_string();
+        assert!(text.contains("rejected the credentials") && !text.contains("FQoGZXIvYXdzEToken"), "{text}");
     }
 }

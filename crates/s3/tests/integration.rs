@@ -54,3 +54,31 @@ fn missing_bucket_and_wrong_credentials_fail_cleanly() {
     assert!(!e.to_string().contains("wrong-secret"), "no secret in messages: {e}");
     assert!(m.open_uploads("real").is_empty() && m.objects("real").is_empty());
 }
+
+#[test]
+fn an_object_replaced_while_it_is_read_is_named_not_mixed() {
+    let m = Minio::start();
+    m.create_bucket("pin");
+    let s = schemes(&m, m.options());
+    let loc = Location::parse("s3://pin/x.sheaf", &s).unwrap();
+    let write = |byte: u8| {
+        let mut sink = loc.create(true, 1 << 20).unwrap();
+        sink.write_all(&vec![byte; 1 << 20]).unwrap();
+        sink.publish().unwrap();
+    };
+    write(1);
+    let src = loc.open().unwrap();
+    let mut b = [0u8; 16];
+    src.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(b, [1u8; 16]);
+    write(2); // same length, other bytes: only the ETag tells
+    let e = src.read_exact_at(&mut b, 100).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Incomplete, "{e}");
+    assert!(e.to_string().contains("changed while it was being read"), "{e}");
+    let mut all = Vec::new();
+    let e = std::io::Read::read_to_end(&mut src.stream(0, 1 << 20).unwrap(), &mut all).unwrap_err();
+    assert!(e.to_string().contains("changed while it was being read"), "{e}");
+    // Opened again, it reads the new bytes.
+    loc.open().unwrap().read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(b, [2u8; 16]);
+}

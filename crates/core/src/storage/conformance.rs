@@ -20,6 +20,10 @@ pub fn payload(len: usize) -> Vec<u8> {
         .collect()
 }
 
+fn src_again(loc: &Location) -> Box<dyn super::StripeSource> {
+    loc.open().expect("open")
+}
+
 /// Run every case against `store`, with names under `base` (a folder for files, a key prefix for
 /// objects; it must hold nothing else). `big` is the size of the large case, chosen by the caller to
 /// span several upload parts where the store has parts.
@@ -71,6 +75,9 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     assert!(src.location().contains("whole.sheaf"), "{kind}: location names the stripe: {}", src.location());
     drop(src);
 
+    // A stream runs forwards only.
+    assert!(src_again(&loc).stream(10, 5).is_err(), "{kind}: a backwards stream is refused");
+
     // The sibling of a stripe is in the same folder or prefix.
     let sib = loc.sibling("other.sheaf");
     assert_eq!(sib.name(), format!("{base}/other.sheaf"), "{kind}: sibling");
@@ -90,10 +97,11 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     assert_eq!(&b, b"second", "{kind}: overwritten");
     drop(src);
 
-    // Dropped unpublished: nothing appears, nothing is left.
+    // Dropped unpublished after all of `big` (parts still uploading, where a store has parts):
+    // nothing appears, nothing is left.
     {
-        let mut s = at("dropped.sheaf").create(false, 1 << 20).unwrap();
-        s.write_all(&data[..data.len().min(1 << 20)]).unwrap();
+        let mut s = at("dropped.sheaf").create(false, data.len() as u64).unwrap();
+        s.write_all(&data).unwrap();
     }
     assert!(!at("dropped.sheaf").exists().unwrap(), "{kind}: dropped without publish");
     assert!(listed("dropped").is_empty(), "{kind}: dropped leaves nothing listed");
