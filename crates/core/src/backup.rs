@@ -241,6 +241,10 @@ pub struct BackupReport {
     pub warnings: Vec<String>,
     /// What a [`ChunkCheck`] found (e.g. page checksum failures), also in the manifest.
     pub check_failures: Vec<String>,
+    /// Files that changed while read, when the source expects it ([`Backup::expect_changes`]).
+    pub changed_files: Vec<String>,
+    /// Files that vanished before they were read, likewise.
+    pub vanished_files: Vec<String>,
 }
 
 impl BackupReport {
@@ -340,6 +344,10 @@ pub struct Backup {
     entries: Vec<Entry>,
     /// Warnings gathered so far; sources may add their own.
     pub warnings: Vec<String>,
+    /// Whether files changing and vanishing while read is normal (see [`Backup::expect_changes`]).
+    changes_expected: bool,
+    changed_files: Vec<String>,
+    vanished_files: Vec<String>,
     shared: Arc<Shared>,
     pool: Arc<Pool>,
     job_tx: Option<Sender<Job>>,
@@ -415,12 +423,22 @@ impl Backup {
             roots: Vec::new(),
             entries: Vec::new(),
             warnings: Vec::new(),
+            changes_expected: false,
+            changed_files: Vec::new(),
+            vanished_files: Vec::new(),
             shared,
             pool,
             job_tx: Some(job_tx),
             compressors,
             writers,
         })
+    }
+
+    /// The source is live and its files changing and vanishing while read is normal (a running
+    /// database, whose WAL makes them consistent): instead of a warning per file, one line says how
+    /// many, and the manifest and report list them.
+    pub fn expect_changes(&mut self) {
+        self.changes_expected = true;
     }
 
     /// The set's id.
@@ -509,7 +527,13 @@ impl Backup {
             let e = &mut self.entries[o.file_id as usize];
             e.size = o.size;
             e.vanished = o.vanished;
-            self.warnings.extend(o.warning);
+            if self.changes_expected && (o.vanished || o.changed) {
+                let root = &self.roots[e.root as usize].name;
+                let shown = if root.is_empty() { e.path.clone() } else { format!("{root}/{}", e.path) };
+                if o.vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
+            } else {
+                self.warnings.extend(o.warning);
+            }
         }
         self.check()
     }
@@ -592,6 +616,14 @@ impl Backup {
             Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
         })?;
         let findings = std::mem::take(&mut *self.shared.findings.lock().unwrap_or_else(|p| p.into_inner()));
+        if !self.changed_files.is_empty() || !self.vanished_files.is_empty() {
+            self.warnings.push(format!(
+                "{} file{} changed and {} vanished while being read, as they do in a running database; WAL replay makes them consistent (listed in --json and the manifest)",
+                self.changed_files.len(),
+                if self.changed_files.len() == 1 { "" } else { "s" },
+                self.vanished_files.len()
+            ));
+        }
         // On an error here the sinks are dropped unpublished, which removes them.
         let source = decide(&findings)?;
 
@@ -623,6 +655,8 @@ impl Backup {
             bytes_read: self.shared.bytes.load(std::sync::atomic::Ordering::Relaxed),
             warnings: std::mem::take(&mut self.warnings),
             check_failures: findings.clone(),
+            changed_files: std::mem::take(&mut self.changed_files),
+            vanished_files: std::mem::take(&mut self.vanished_files),
             source,
         };
         let stored = manifest.to_stored_bytes()?;
@@ -676,6 +710,8 @@ impl Backup {
             zero_chunks: stats.zero,
             raw_chunks: stats.raw,
             warnings: manifest.warnings,
+            changed_files: manifest.changed_files,
+            vanished_files: manifest.vanished_files,
             check_failures: findings,
         })
     }
@@ -776,6 +812,8 @@ struct ReadOutcome {
     file_id: u32,
     size: u64,
     vanished: bool,
+    /// It changed (size or mtime) or shrank while read.
+    changed: bool,
     warning: Option<String>,
 }
 
@@ -868,7 +906,7 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
             offset
         )
     });
-    Ok(ReadOutcome { file_id, size: offset, vanished: false, warning })
+    Ok(ReadOutcome { file_id, size: offset, vanished: false, changed: changed || shrank, warning })
 }
 
 fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {

@@ -118,6 +118,13 @@ pub struct Manifest {
     /// What checks found while reading (e.g. PostgreSQL page checksum failures, with file and block).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub check_failures: Vec<String>,
+    /// From a source that expects it (a running database, whose WAL makes them consistent): files
+    /// that changed while being read, named once here instead of one warning each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_files: Vec<String>,
+    /// Likewise, files that vanished between listing and reading (dropped tables and databases).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vanished_files: Vec<String>,
     /// Facts about the source (e.g. PostgreSQL's system identifier and LSNs); free-form.
     #[serde(default)]
     pub source: serde_json::Value,
@@ -330,6 +337,8 @@ mod tests {
             bytes_read: 3,
             warnings: vec![],
             check_failures: vec![],
+            changed_files: vec![],
+            vanished_files: vec![],
             source: serde_json::json!({"kind": "directory"}),
         };
         let b = m.to_stored_bytes().unwrap();

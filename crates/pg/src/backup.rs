@@ -177,6 +177,8 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let opts = &opts;
     let tuning = Tuning::resolve(opts, 1 + server.tablespaces()?.len())?;
     let mut session = Backup::start(opts, tuning, progress)?;
+    // Tables and databases are written, created and dropped while we read: WAL replay repairs them.
+    session.expect_changes();
 
     let slot = pg.slot.clone().unwrap_or_else(|| format!("sheaf_{}", std::process::id()));
     server.create_slot(&slot)?;
