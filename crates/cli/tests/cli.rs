@@ -418,7 +418,8 @@ fn restore_into_a_full_disk_exits_6_and_removes_what_it_wrote() {
     let mnt = f.path("small_fs");
     fs::create_dir_all(&mnt).unwrap();
     let o = on_small_tmpfs(&mnt, &format!("restore {} --to {}", s(&st[0]), s(&mnt)));
-    assert_fails(&o, 6, &["No space left on device", "what it wrote was removed"]);
+    // Refused before a byte is written: the data cannot fit, and the message says how much.
+    assert_fails(&o, 6, &["No space left on device", "the restore writes 4", "free", "what it wrote was removed"]);
     assert_eq!(stdout(&o).trim(), "", "the full filesystem is left empty");
 }
 

@@ -265,7 +265,47 @@ impl<'m> Plan<'m> {
         Ok(Prepared { was_empty })
     }
 
+    /// Refuse, before writing a byte, a restore whose data cannot fit: per filesystem, the bytes
+    /// its files will hold (holes excluded) against what is free there. Metadata is not counted, so
+    /// a write can still find the disk full; that fails and is cleaned up the same way.
+    fn check_space(&self, set: &BackupSet) -> Result<()> {
+        let bytes = data_bytes(set, self.manifest.entries.len());
+        let mut need: Vec<(u64, u64, &Path)> = Vec::new(); // (device, bytes, a root on it)
+        for r in &self.roots {
+            if let Some((dev, _)) = free_space(r) {
+                if !need.iter().any(|n| n.0 == dev) {
+                    need.push((dev, 0, r));
+                }
+            }
+        }
+        for ((e, d), b) in self.manifest.entries.iter().zip(&self.dest).zip(bytes) {
+            let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
+            let root = self.roots.iter().filter(|r| d.starts_with(r)).max_by_key(|r| r.as_os_str().len());
+            let Some(dev) = root.and_then(|r| free_space(r)).map(|f| f.0) else { continue };
+            if let Some(n) = need.iter_mut().find(|n| n.0 == dev) {
+                n.1 += b;
+            }
+        }
+        for (_, bytes, root) in need {
+            let Some((_, free)) = free_space(root) else { continue };
+            if bytes > free {
+                return Err(Error::io(
+                    ErrorKind::NoSpace,
+                    format!(
+                        "the restore writes {} to the filesystem of {}, which has {} free",
+                        crate::size::format_size(bytes),
+                        root.display(),
+                        crate::size::format_size(free)
+                    ),
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<()> {
+        self.check_space(set)?;
         let entries = &self.manifest.entries;
         // Directories first (parents before children: the listing is in tree order), owner-writable
         // until the end so that their contents can be created.
@@ -382,7 +422,6 @@ struct Writer<'a> {
     entries: &'a [Entry],
     dest: &'a [Option<PathBuf>],
     slots: Vec<FileSlot>,
-    data_ranges: std::collections::HashMap<u32, Vec<(u64, u64)>>,
     as_root: bool,
 }
 
@@ -396,10 +435,10 @@ impl<'a> Writer<'a> {
             .into_iter()
             .map(|c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
             .collect();
-        Writer { entries, dest, slots, data_ranges: data_ranges(set), as_root }
+        Writer { entries, dest, slots, as_root }
     }
 
-    /// Create, size and preallocate the file for entry `id`.
+    /// Create and size the file for entry `id`.
     fn create(&self, id: usize, path: &Path) -> Result<fs::File> {
         // Its directory exists: every parent is a directory entry (validate_paths), made first.
         let f = OpenOptions::new()
@@ -409,13 +448,11 @@ impl<'a> Writer<'a> {
             .mode_0600()
             .open(path)
             .map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
-        // Sized up front: chunks land by position, and all-zero chunks need no write.
+        // Sized up front: chunks land by position, and all-zero chunks need no write. No
+        // fallocate: converting its unwritten extents as chunks land cost 0.5-5.6 s of system time
+        // per GiB on ext4 here (restore median 2.37 s with it, 1.05 s without); free space is
+        // checked up front instead (Plan::check_space).
         f.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
-        let ranges = self.data_ranges.get(&(id as u32)).map(Vec::as_slice).unwrap_or_default();
-        // One chunk's write allocates as well as a reservation would; bigger files are reserved.
-        if ranges.iter().map(|r| r.1).sum::<u64>() > 1 << 20 {
-            preallocate(&f, path, ranges)?;
-        }
         self.slots[id].created.store(true, Ordering::Release);
         Ok(f)
     }
@@ -458,44 +495,25 @@ impl ChunkSink for Writer<'_> {
     }
 }
 
-/// Per file, the merged byte ranges that hold data (not zero frames), from every stripe's index.
-fn data_ranges(set: &BackupSet) -> std::collections::HashMap<u32, Vec<(u64, u64)>> {
-    let mut chunks: Vec<(u32, u64, u64)> = set
-        .stripes
-        .iter()
-        .flat_map(|s| s.index.iter())
-        .filter(|e| e.stored_len > 0)
-        .map(|e| (e.file_id, e.offset, e.raw_len as u64))
-        .collect();
-    chunks.sort_unstable();
-    let mut out: std::collections::HashMap<u32, Vec<(u64, u64)>> = Default::default();
-    for (file, off, len) in chunks {
-        let ranges = out.entry(file).or_default();
-        match ranges.last_mut() {
-            Some(last) if last.0 + last.1 == off => last.1 += len,
-            _ => ranges.push((off, len)),
+/// Per file, the bytes that will be written (zero frames stay holes), from every stripe's index.
+fn data_bytes(set: &BackupSet, files: usize) -> Vec<u64> {
+    let mut out = vec![0u64; files];
+    for e in set.stripes.iter().flat_map(|s| s.index.iter()).filter(|e| e.stored_len > 0) {
+        if let Some(b) = out.get_mut(e.file_id as usize) {
+            *b += u64::from(e.raw_len);
         }
     }
     out
 }
 
-/// Reserve space for the ranges that will be written, so that a full disk shows before data is
-/// written and files are laid out contiguously; holes (zero frames) stay holes. Filesystems that
-/// cannot preallocate are left to allocate as they write.
-fn preallocate(f: &fs::File, path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    for &(off, len) in ranges {
-        // SAFETY: valid fd; KEEP_SIZE leaves the length set by set_len alone.
-        let r = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
-        if r != 0 {
-            let err = std::io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Ok(()),
-                _ => return Err(io_at(ErrorKind::Target, "cannot reserve space for", path, err)),
-            }
-        }
-    }
-    Ok(())
+/// Bytes free to this user on the filesystem of `dir`, and its device; `None` if it cannot say.
+fn free_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(dir).ok()?.dev();
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid C string and a zeroed struct for statvfs to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then(|| (dev, st.f_bavail as u64 * st.f_frsize as u64))
 }
 
 /// Entries may only name plain relative paths, and every entry's parent must be a directory entry

@@ -167,7 +167,7 @@ fn restore_refuses_non_empty_target_unless_forced() {
 
 
 #[test]
-fn zero_chunks_restore_as_holes_and_data_is_preallocated() {
+fn zero_chunks_restore_as_holes_and_data_is_allocated() {
     use std::os::unix::fs::MetadataExt;
     let src = tree(64 << 10);
     let work = tempfile::tempdir().unwrap();
