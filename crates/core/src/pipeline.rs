@@ -111,11 +111,6 @@ impl Pool {
         self.size
     }
 
-    /// The most memory the pool's buffers can take.
-    pub fn bound_bytes(&self) -> u64 {
-        (self.cap * self.size) as u64
-    }
-
     fn ready(self: &Arc<Self>) -> Option<PoolBuf> {
         if let Ok(b) = self.rx.try_recv() {
             return Some(self.guard(b));

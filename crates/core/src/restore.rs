@@ -270,18 +270,17 @@ impl<'m> Plan<'m> {
     /// a write can still find the disk full; that fails and is cleaned up the same way.
     fn check_space(&self, set: &BackupSet) -> Result<()> {
         let bytes = data_bytes(set, self.manifest.entries.len());
+        // Each root's filesystem, asked once: (root, device), and per device the bytes it receives.
+        let roots: Vec<(&Path, u64)> = self.roots.iter().filter_map(|r| free_space(r).map(|(dev, _)| (r.as_path(), dev))).collect();
         let mut need: Vec<(u64, u64, &Path)> = Vec::new(); // (device, bytes, a root on it)
-        for r in &self.roots {
-            if let Some((dev, _)) = free_space(r) {
-                if !need.iter().any(|n| n.0 == dev) {
-                    need.push((dev, 0, r));
-                }
+        for &(r, dev) in &roots {
+            if !need.iter().any(|n| n.0 == dev) {
+                need.push((dev, 0, r));
             }
         }
         for ((e, d), b) in self.manifest.entries.iter().zip(&self.dest).zip(bytes) {
             let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
-            let root = self.roots.iter().filter(|r| d.starts_with(r)).max_by_key(|r| r.as_os_str().len());
-            let Some(dev) = root.and_then(|r| free_space(r)).map(|f| f.0) else { continue };
+            let Some(&(_, dev)) = roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { continue };
             if let Some(n) = need.iter_mut().find(|n| n.0 == dev) {
                 n.1 += b;
             }

@@ -47,26 +47,25 @@ fn at(loc: &Location) -> impl Fn(Error) -> Error + '_ {
 }
 
 fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
-    let path = loc;
     let src = loc.open()?;
     let len = src.len();
     if len < (HEADER_LEN + TRAILER_LEN) as u64 {
         return Err(Error::incomplete(format!(
             "stripe {}: {len} bytes is too short to be a stripe (truncated, or its backup never finished)",
-            path
+            loc
         )));
     }
     let mut hb = [0u8; HEADER_LEN];
     src.read_exact_at(&mut hb, 0)?;
-    let header = StripeHeader::decode(&hb).map_err(at(path))?;
+    let header = StripeHeader::decode(&hb).map_err(at(loc))?;
     let mut tb = [0u8; TRAILER_LEN];
     src.read_exact_at(&mut tb, len - TRAILER_LEN as u64)?;
-    let trailer = Trailer::decode(&tb).map_err(at(path))?;
+    let trailer = Trailer::decode(&tb).map_err(at(loc))?;
     if trailer.backup_id != header.backup_id
         || trailer.stripe_index != header.stripe_index
         || trailer.stripe_count != header.stripe_count
     {
-        return Err(Error::corrupt(format!("stripe {}: trailer and header disagree on backup id or stripe number", path)));
+        return Err(Error::corrupt(format!("stripe {}: trailer and header disagree on backup id or stripe number", loc)));
     }
     let index_end = trailer.index_offset.checked_add(trailer.index_len);
     let manifest_end = trailer.manifest_offset.checked_add(trailer.manifest_len);
@@ -74,21 +73,21 @@ fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
         || index_end != Some(trailer.manifest_offset)
         || manifest_end != Some(len - TRAILER_LEN as u64)
     {
-        return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", path)));
+        return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", loc)));
     }
     let mut ib = vec![0u8; trailer.index_len as usize];
     src.read_exact_at(&mut ib, trailer.index_offset)?;
     if crc32c::crc32c(&ib) != trailer.index_crc {
-        return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", path)));
+        return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", loc)));
     }
-    let index = IndexEntry::decode_all(&ib).map_err(at(path))?;
+    let index = IndexEntry::decode_all(&ib).map_err(at(loc))?;
     if index.len() as u64 != trailer.frame_count {
-        return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", path, index.len(), trailer.frame_count)));
+        return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", loc, index.len(), trailer.frame_count)));
     }
     let mut mb = vec![0u8; trailer.manifest_len as usize];
     src.read_exact_at(&mut mb, trailer.manifest_offset)?;
     if crc32c::crc32c(&mb) != trailer.manifest_crc {
-        return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", path)));
+        return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", loc)));
     }
     Ok((OpenStripe { location: loc.clone(), header, trailer, index, source: src }, mb))
 }
