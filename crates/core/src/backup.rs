@@ -25,13 +25,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::Serialize;
 
-use crate::codec::{CodecKind, CodecSpec};
+use crate::codec::CodecSpec;
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{
-    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, ZERO_FRAME, FRAME_HEADER_LEN,
+    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, FRAME_HEADER_LEN,
 };
 use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
-use crate::pipeline::{is_zero, read_full, Pool, PoolBuf, Progress, Shared};
+use crate::frame::{FrameEncoder, Payload};
+use crate::pipeline::{read_full, Pool, PoolBuf, Progress, Shared};
 use crate::source::{list_tree, Listed};
 use crate::storage::{Location, StripeSink};
 
@@ -911,14 +912,13 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
 
 fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {
     let mut stats = CompressStats::default();
-    let mut compressor = match spec.compressor() {
-        Ok(c) => c,
+    let mut encoder = match FrameEncoder::new(spec, size) {
+        Ok(e) => e,
         Err(e) => {
             shared.fail(e);
             return stats;
         }
     };
-    let mut spare = if spec.kind == CodecKind::None { Vec::new() } else { vec![0u8; size] };
     for job in rx {
         if shared.is_cancelled() {
             continue;
@@ -938,42 +938,26 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
                 }
             }
         }
-        let raw_crc = crc32c::crc32c(raw);
-        let mut header = FrameHeader {
-            file_id: job.file_id,
-            offset: job.offset,
-            raw_len: job.len as u32,
-            stored_len: 0,
-            codec: ZERO_FRAME,
-            raw_crc,
-            stored_crc: 0,
-        };
-        let frame = if is_zero(raw) {
-            stats.zero += 1;
-            Frame { header, buf: None }
-        } else {
-            let room = compressor.room(job.len).min(spare.len());
-            match compressor.compress(raw, &mut spare[..room]) {
-                Ok(Some(n)) => {
-                    header.codec = compressor.kind() as u8;
-                    header.stored_len = n as u32;
-                    header.stored_crc = crc32c::crc32c(&spare[..n]);
-                    // The chunk's buffer becomes the spare; the guard carries the payload on.
-                    let mut payload = job.buf;
-                    payload.swap_vec(&mut spare);
-                    Frame { header, buf: Some(payload) }
-                }
-                Ok(None) => {
-                    stats.raw += u64::from(spec.kind != CodecKind::None);
-                    header.codec = CodecKind::None as u8;
-                    header.stored_len = job.len as u32;
-                    header.stored_crc = raw_crc;
-                    Frame { header, buf: Some(job.buf) }
-                }
-                Err(e) => {
-                    shared.fail(e);
-                    continue;
-                }
+        let frame = match encoder.encode(job.file_id, job.offset, raw) {
+            Ok((header, Payload::Zero)) => {
+                stats.zero += 1;
+                Frame { header, buf: None }
+            }
+            Ok((header, Payload::Raw)) => {
+                stats.raw += u64::from(encoder.compresses());
+                Frame { header, buf: Some(job.buf) }
+            }
+            Ok((header, Payload::Packed(_))) => {
+                // The chunk's buffer becomes the encoder's output; the guard carries the payload on.
+                let (mut payload, mut spare) = (job.buf, Vec::new());
+                encoder.swap_output(&mut spare);
+                payload.swap_vec(&mut spare);
+                encoder.swap_output(&mut spare);
+                Frame { header, buf: Some(payload) }
+            }
+            Err(e) => {
+                shared.fail(e);
+                continue;
             }
         };
         if tx.send(frame).is_err() {

@@ -12,10 +12,12 @@
 //! [`Error`]s with an [`ErrorKind`].
 
 pub mod backup;
+pub mod blob;
 pub mod codec;
 pub mod datagen;
 pub mod error;
 pub mod format;
+pub mod frame;
 pub mod manifest;
 pub mod pipeline;
 pub mod restore;

@@ -236,7 +236,7 @@ pub fn resident(pid: u32, peak: bool) -> Option<u64> {
 ///
 /// # Errors
 /// The reader's errors other than `Interrupted`.
-pub fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub fn read_full<R: std::io::Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {

@@ -14,11 +14,11 @@ use std::thread;
 use crossbeam_channel::bounded;
 
 use crate::backup::available_cores;
-use crate::codec::DecompressorSet;
+use crate::frame::FrameDecoder;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
-use crate::pipeline::{zero_crc, Pool, PoolBuf, Progress, Shared};
+use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
 use crate::storage::{from_io, Location, Schemes, StripeSource};
 
 /// One opened stripe.
@@ -339,14 +339,14 @@ fn decode_loop(
     shared: &Shared,
     sink: &dyn ChunkSink,
 ) -> u64 {
-    let mut decoders = DecompressorSet::default();
+    let mut decoder = FrameDecoder::new();
     let mut out = vec![0u8; ts];
     let mut frames = 0;
     for job in rx {
         if shared.is_cancelled() {
             continue;
         }
-        let r = decode_one(set, &job, &mut decoders, &mut out, sink);
+        let r = decode_one(set, &job, &mut decoder, &mut out, sink);
         drop(job.buf);
         match r {
             Ok(()) => {
@@ -359,11 +359,11 @@ fn decode_loop(
     frames
 }
 
-fn decode_one(set: &BackupSet, job: &Encoded, decoders: &mut DecompressorSet, out: &mut [u8], sink: &dyn ChunkSink) -> Result<()> {
+fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, out: &mut [u8], sink: &dyn ChunkSink) -> Result<()> {
     let h = &job.header;
     let s = &set.stripes[job.stripe];
     let entry = &set.manifest.entries[h.file_id as usize];
-    let here = |what: &str| {
+    let here = |what: String| {
         Error::corrupt(format!(
             "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}): {what}",
             s.location,
@@ -374,28 +374,9 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoders: &mut DecompressorSet, ou
             entry.path
         ))
     };
-    let raw_len = h.raw_len as usize;
-    match (h.codec_kind().map_err(|e| here(e.message()))?, &job.buf) {
-        (None, _) => {
-            if zero_crc(raw_len) != h.raw_crc {
-                return Err(here("zero frame's checksum is not that of zeros"));
-            }
-            sink.chunk(h.file_id, h.offset, raw_len, None)
-        }
-        (Some(kind), Some(buf)) => {
-            let stored = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
-            if crc32c::crc32c(stored) != h.stored_crc {
-                return Err(here("payload checksum mismatch (the stored bytes are damaged)"));
-            }
-            let raw = &mut out[..raw_len];
-            decoders.decompress(kind, stored, raw).map_err(|e| here(e.message()))?;
-            if crc32c::crc32c(raw) != h.raw_crc {
-                return Err(here("decompressed bytes do not match their checksum"));
-            }
-            sink.chunk(h.file_id, h.offset, raw_len, Some(raw))
-        }
-        (Some(_), None) => Err(here("frame has a codec but no payload")),
-    }
+    let stored = job.buf.as_ref().map(|b| &b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
+    let raw = decoder.decode(h, stored, out).map_err(here)?;
+    sink.chunk(h.file_id, h.offset, h.raw_len as usize, raw)
 }
 
 /// What a verify reports.

@@ -68,16 +68,28 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// # Errors
     /// When the store cannot be asked.
     fn exists(&self, name: &str) -> Result<bool>;
-    /// Published names that start with `prefix`, sorted.
+    /// Published names that start with `prefix` (at any depth: `a/` lists `a/b/c` too), sorted, with
+    /// their sizes.
     ///
     /// # Errors
     /// When the store cannot be listed.
-    fn list(&self, prefix: &str) -> Result<Vec<String>>;
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>>;
     /// Remove `name`; removing a missing name is not an error.
     ///
     /// # Errors
     /// When it exists and cannot be removed.
     fn delete(&self, name: &str) -> Result<()>;
+    /// Make sure `name` can be created: its folders, for a filesystem (nothing for object stores,
+    /// which have no folders). Stripes given with `--to` are not prepared: a missing folder there is
+    /// more likely a typo than a wish.
+    ///
+    /// # Errors
+    /// When a folder cannot be made.
+    fn prepare(&self, _name: &str) -> Result<()> {
+        Ok(())
+    }
+    /// Remove the folder `dir` if it is empty (filesystems; nothing for object stores).
+    fn prune(&self, _dir: &str) {}
     /// A key equal for two names of the same stripe; by default what [`Store::describe`] says.
     fn identity(&self, name: &str) -> String {
         self.describe(name)
@@ -89,6 +101,15 @@ pub trait Store: Send + Sync + fmt::Debug {
             None => sibling.to_string(),
         }
     }
+}
+
+/// A published object and its size, as [`Store::list`] gives them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stored {
+    /// Its name in the store.
+    pub name: String,
+    /// Its length in bytes.
+    pub size: u64,
 }
 
 /// Makes stores for URL schemes core does not know (`s3://BUCKET/KEY`). The CLI hands one in that

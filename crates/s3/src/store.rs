@@ -28,7 +28,7 @@ use object_store::{
     BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use sheaf_core::pipeline::{Pool, PoolBuf};
-use sheaf_core::storage::{checked_range, into_io, Capabilities, StripeSink, StripeSource};
+use sheaf_core::storage::{checked_range, into_io, Capabilities, Stored, StripeSink, StripeSource};
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinHandle;
@@ -296,7 +296,7 @@ impl Store for S3Store {
         }
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
         // object_store lists by whole path segments: list the folder, then filter by the prefix.
         let dir = prefix.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         let dir_path = if dir.is_empty() { None } else { Some(self.path(dir)?) };
@@ -307,7 +307,7 @@ impl Store for S3Store {
             let meta = item.map_err(|e| map_err(e, &format!("cannot list s3://{}/{prefix}", self.bucket), Side::Read, &self.redact))?;
             let key = meta.location.to_string();
             if key.starts_with(prefix) {
-                out.push(key);
+                out.push(Stored { name: key, size: meta.size });
             }
         }
         out.sort();

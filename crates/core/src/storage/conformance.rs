@@ -34,7 +34,9 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     let caps = store.capabilities();
     let kind = format!("{:?}", store);
     let at = |n: &str| Location::new(store.clone(), format!("{base}/{n}"));
-    let listed = |prefix: &str| store.list(&format!("{base}/{prefix}")).unwrap_or_else(|e| panic!("{kind}: list: {e}"));
+    let listed = |prefix: &str| -> Vec<String> {
+        store.list(&format!("{base}/{prefix}")).unwrap_or_else(|e| panic!("{kind}: list: {e}")).into_iter().map(|o| o.name).collect()
+    };
 
     // A stripe written in pieces publishes whole and reads back exactly, by position and as a stream.
     let loc = at("whole.sheaf");
@@ -119,6 +121,30 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     s.publish().unwrap();
     drop(s);
     assert_eq!(at("empty.sheaf").open().unwrap().len(), 0, "{kind}: empty stripe");
+
+    // Names with folders in them (a repository's layout) are listed at any depth, with sizes.
+    if caps.list {
+        for (n, len) in [("deep/a/one", 5usize), ("deep/a/two", 7), ("deep/b/c/three", 0), ("deeper", 1)] {
+            store.prepare(&format!("{base}/{n}")).unwrap_or_else(|e| panic!("{kind}: prepare: {e}"));
+            let mut s = at(n).create(false, len as u64).unwrap();
+            s.write_all(&data[..len]).unwrap();
+            s.publish().unwrap();
+        }
+        let deep = store.list(&format!("{base}/deep/")).unwrap_or_else(|e| panic!("{kind}: list: {e}"));
+        let got: Vec<(String, u64)> = deep.into_iter().map(|o| (o.name, o.size)).collect();
+        let want: Vec<(String, u64)> = [("deep/a/one", 5), ("deep/a/two", 7), ("deep/b/c/three", 0)]
+            .iter()
+            .map(|(n, l)| (format!("{base}/{n}"), *l))
+            .collect();
+        assert_eq!(got, want, "{kind}: a listing reaches into folders and gives sizes");
+        assert_eq!(listed("deep").len(), 4, "{kind}: a prefix that is not a whole folder name matches too");
+        for n in ["deep/a/one", "deep/a/two", "deep/b/c/three", "deeper"] {
+            store.delete(&format!("{base}/{n}")).unwrap();
+        }
+        for d in ["deep/a", "deep/b/c", "deep/b", "deep"] {
+            store.prune(&format!("{base}/{d}"));
+        }
+    }
 
     // Missing: a clear Incomplete; deleting it is no error; delete removes.
     let e = at("missing.sheaf").open().err().expect("missing");

@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{Capabilities, StripeSink, StripeSource, Store};
+use super::{Capabilities, Store, Stored, StripeSink, StripeSource};
 use crate::error::{io_at, Error, ErrorKind, Result};
 
 const WRITE_BUFFER: usize = 256 * 1024;
@@ -51,30 +51,29 @@ impl Store for LocalStore {
         }
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
         let (dir, base) = match prefix.rsplit_once('/') {
             Some((d, b)) => (if d.is_empty() { "/" } else { d }, b),
             None => (".", prefix),
         };
-        let rd = match fs::read_dir(dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_at(ErrorKind::Io, "cannot list", Path::new(dir), e)),
-        };
         let mut out = Vec::new();
-        for item in rd {
-            let item = item.map_err(|e| io_at(ErrorKind::Io, "cannot list", Path::new(dir), e))?;
-            let n = item.file_name().to_string_lossy().into_owned();
-            // A .partial is never a published stripe.
-            if n.starts_with(base) && !n.ends_with(".partial") && item.file_type().is_ok_and(|t| t.is_file()) {
-                out.push(match prefix.rsplit_once('/') {
-                    Some((d, _)) => format!("{d}/{n}"),
-                    None => n,
-                });
-            }
-        }
-        out.sort();
+        // Names as given: `d/n` when the prefix had a folder, bare `n` when it had none.
+        let shown = |n: &str| match prefix.rsplit_once('/') {
+            Some((d, _)) => format!("{d}/{n}"),
+            None => n.to_string(),
+        };
+        list_into(Path::new(dir), base, &shown, &mut out)?;
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    fn prepare(&self, name: &str) -> Result<()> {
+        let dir = parent_dir(Path::new(name));
+        fs::create_dir_all(&dir).map_err(|e| io_at(ErrorKind::Target, "cannot create folder", &dir, e))
+    }
+
+    fn prune(&self, dir: &str) {
+        let _ = fs::remove_dir(dir);
     }
 
     fn delete(&self, name: &str) -> Result<()> {
@@ -84,6 +83,31 @@ impl Store for LocalStore {
             Err(e) => Err(io_at(ErrorKind::Target, "cannot remove", Path::new(name), e)),
         }
     }
+}
+
+/// Files in `dir` whose names start with `base`, and everything below folders whose names do, as
+/// `shown(relative name)`. A `.partial` is never a published stripe.
+fn list_into(dir: &Path, base: &str, shown: &dyn Fn(&str) -> String, out: &mut Vec<Stored>) -> Result<()> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_at(ErrorKind::Io, "cannot list", dir, e)),
+    };
+    for item in rd {
+        let item = item.map_err(|e| io_at(ErrorKind::Io, "cannot list", dir, e))?;
+        let n = item.file_name().to_string_lossy().into_owned();
+        if !n.starts_with(base) {
+            continue;
+        }
+        let Ok(meta) = item.metadata() else { continue };
+        if meta.is_dir() {
+            let inner = |rest: &str| shown(&format!("{n}/{rest}"));
+            list_into(&item.path(), "", &inner, out)?;
+        } else if meta.is_file() && !n.ends_with(".partial") {
+            out.push(Stored { name: shown(&n), size: meta.len() });
+        }
+    }
+    Ok(())
 }
 
 /// Writes one stripe file.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Capabilities, StripeSink, StripeSource, Store};
+use super::{Capabilities, Store, Stored, StripeSink, StripeSource};
 use crate::error::{Error, ErrorKind, Result};
 
 type Objects = Arc<Mutex<BTreeMap<String, Arc<Vec<u8>>>>>;
@@ -49,8 +49,8 @@ impl Store for MemoryStore {
     fn exists(&self, name: &str) -> Result<bool> {
         Ok(self.objects().contains_key(name))
     }
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.objects().keys().filter(|k| k.starts_with(prefix)).cloned().collect())
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
+        Ok(self.objects().iter().filter(|(k, _)| k.starts_with(prefix)).map(|(k, v)| Stored { name: k.clone(), size: v.len() as u64 }).collect())
     }
     fn delete(&self, name: &str) -> Result<()> {
         self.objects().remove(name);

@@ -23,7 +23,7 @@ impl Store for NullStore {
     fn exists(&self, _: &str) -> Result<bool> {
         Ok(false)
     }
-    fn list(&self, _: &str) -> Result<Vec<String>> {
+    fn list(&self, _: &str) -> Result<Vec<super::Stored>> {
         Ok(Vec::new())
     }
     fn delete(&self, _: &str) -> Result<()> {
