@@ -2,6 +2,10 @@
 //! summary, and maps errors to exit codes. All the work is in `sheaf-core`.
 
 mod progress;
+mod repo;
+mod settings;
+
+use settings::Settings;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +44,11 @@ struct Cli {
     /// else $XDG_DATA_HOME/sheaf/catalog.db (~/.local/share/sheaf/catalog.db).
     #[arg(long, global = true, value_name = "PATH")]
     catalog: Option<PathBuf>,
+    /// Config file (TOML: repo, compression, s3-endpoint, ...; see sheaf config). Default:
+    /// SHEAF_CONFIG, else ~/.config/sheaf/sheaf.toml over /etc/sheaf/sheaf.toml. Flags and SHEAF_*
+    /// variables win over it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -87,6 +96,35 @@ drop-caches, restore-dir); flags win over it.")]
     Bench(BenchArgs),
     /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
     LoadTpch(LoadTpchArgs),
+    /// Create a repository for a cluster: a folder or s3://BUCKET/PREFIX where sheaf keeps its
+    /// backups and archived WAL (point-in-time recovery, retention).
+    #[command(after_help = "Example:\n  \
+sheaf init --repo /srv/sheaf 'postgres://postgres@/postgres?host=/run/postgresql'\n\n\
+Then in postgresql.conf: archive_mode = on, archive_command = 'sheaf wal-push %p --repo /srv/sheaf'\n\
+(or put repo = \"/srv/sheaf\" in /etc/sheaf/sheaf.toml and write just 'sheaf wal-push %p').")]
+    Init(repo::InitArgs),
+    /// Archive one WAL file into the repository (archive_command = 'sheaf wal-push %p').
+    #[command(after_help = "Compressed (zstd:low unless told), checksummed and stored under a temporary name, then \
+published; exit 0 only once it is durable. A file archived already with the same content is success \
+(the archiver retries after a crash); different content under an archived name is refused and never \
+overwritten. A segment of another cluster is refused.")]
+    WalPush(repo::WalPushArgs),
+    /// Restore one WAL file from the repository (restore_command = 'sheaf wal-fetch %f %p'); exit 1
+    /// without a word when the archive does not hold it, as PostgreSQL expects at its end.
+    WalFetch(repo::WalFetchArgs),
+    /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
+    /// per timeline, gaps, totals.
+    Info(repo::InfoArgs),
+    /// Remove old backups and the WAL no kept backup needs, by policy.
+    #[command(after_help = "Examples:\n  \
+sheaf expire --keep-full 2               # the two newest backups and the WAL from the older one on\n  \
+sheaf expire --keep-within 14d --dry-run # what recovery to any moment of the last 14 days needs\n\n\
+Never removes the newest finished backup, nor WAL a kept backup needs to be consistent or to reach \
+any moment after it; history files always stay. Backups left unfinished by a crash are removed; one \
+still being written is left alone.")]
+    Expire(repo::ExpireArgs),
+    /// The settings in force (flags aside) and where each comes from; secrets masked.
+    Config(repo::ConfigArgs),
     /// List the runs the history catalog holds, newest first (msdb's backupset).
     List(ListArgs),
     /// Show one run of the history catalog, with its full report.
@@ -220,12 +258,21 @@ struct BackupArgs {
     /// A stripe: a file path, s3://BUCKET/PREFIX/NAME.sheaf (an object), or `nul` to discard the
     /// output. Repeat for more stripes (up to 64), ideally on different volumes or buckets; each
     /// stripe has its own writer. Files and objects mix.
-    #[arg(long = "to", value_name = "TARGET", required = true)]
+    #[arg(long = "to", value_name = "TARGET", conflicts_with = "repo")]
     to: Vec<String>,
+    /// Back up into this repository instead (a PostgreSQL server's, made with sheaf init): the set
+    /// goes under its backups/, recorded for sheaf info, restore --repo and expire. Default when no
+    /// --to is given: SHEAF_REPO, else repo in the config file.
+    #[arg(long, value_name = "REPO")]
+    repo: Option<String>,
+    /// Stripes of a backup into a repository [default: 1].
+    #[arg(long, value_name = "N", requires = "repo")]
+    stripes: Option<usize>,
     /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
-    /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7.
-    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]", default_value = "zstd:low")]
-    compression: String,
+    /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:
+    /// SHEAF_COMPRESSION, the config file, else zstd:low.
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
+    compression: Option<String>,
     /// Chunk size (SQL Server's MAXTRANSFERSIZE), 64KiB .. 16MiB. The unit of reading, compressing,
     /// checksumming and restoring.
     #[arg(long, value_name = "SIZE", default_value = "1MiB")]
@@ -305,14 +352,49 @@ struct S3Args {
 }
 
 impl S3Args {
-    fn schemes(&self) -> Result<sheaf_s3::S3Schemes, Error> {
+    /// The S3 settings in force: these flags over `SHEAF_S3_*` over the config file.
+    fn resolved(&self, settings: &Settings) -> Result<S3Args, Error> {
+        let mut a = self.clone();
+        a.s3_endpoint = settings.value("s3-endpoint", a.s3_endpoint);
+        a.s3_region = settings.value("s3-region", a.s3_region);
+        a.s3_profile = settings.value("s3-profile", a.s3_profile);
+        a.s3_ca_bundle = settings.value("s3-ca-bundle", a.s3_ca_bundle.map(|p| p.display().to_string())).map(PathBuf::from);
+        a.s3_allow_http = settings.switch("s3-allow-http", a.s3_allow_http)?;
+        a.s3_path_style = settings.switch("s3-path-style", a.s3_path_style)?;
+        Ok(a)
+    }
+
+    /// The same settings as flags, for a command sheaf writes for later (restore_command).
+    fn as_flags(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        let mut add = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                f.push(format!("--{k}"));
+                f.push(v);
+            }
+        };
+        add("s3-endpoint", self.s3_endpoint.clone());
+        add("s3-region", self.s3_region.clone());
+        add("s3-profile", self.s3_profile.clone());
+        add("s3-ca-bundle", self.s3_ca_bundle.as_ref().map(|p| p.display().to_string()));
+        if self.s3_allow_http {
+            f.push("--s3-allow-http".into());
+        }
+        if self.s3_path_style {
+            f.push("--s3-path-style".into());
+        }
+        f
+    }
+
+    fn schemes(&self, settings: &Settings) -> Result<sheaf_s3::S3Schemes, Error> {
+        let r = self.resolved(settings)?;
         let o = sheaf_s3::S3Options {
-            endpoint: self.s3_endpoint.clone(),
-            region: self.s3_region.clone(),
-            allow_http: self.s3_allow_http,
-            path_style: self.s3_path_style.then_some(true),
-            profile: self.s3_profile.clone(),
-            ca_bundle: self.s3_ca_bundle.clone(),
+            endpoint: r.s3_endpoint.clone(),
+            region: r.s3_region.clone(),
+            allow_http: r.s3_allow_http,
+            path_style: r.s3_path_style.then_some(true),
+            profile: r.s3_profile.clone(),
+            ca_bundle: r.s3_ca_bundle.clone(),
             part_size: parse_size(&self.s3_part_size)?,
             parts_in_flight: self.s3_parts_in_flight,
             read_ahead: self.s3_read_ahead,
@@ -331,8 +413,8 @@ fn locations(texts: &[String], schemes: &sheaf_s3::S3Schemes) -> Result<Vec<Loca
 #[derive(Args)]
 struct RestoreArgs {
     /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
-    /// beside it (same folder or prefix) or where the backup wrote them.
-    #[arg(required = true, value_name = "STRIPE")]
+    /// beside it (same folder or prefix) or where the backup wrote them. None with --repo.
+    #[arg(value_name = "STRIPE")]
     stripes: Vec<String>,
     /// Directory to restore into; created if missing, refused if not empty (see --force).
     #[arg(long = "to", value_name = "DIR")]
@@ -361,15 +443,19 @@ struct RestoreArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
+    recovery: repo::RecoveryArgs,
+    #[command(flatten)]
     s3: S3Args,
 }
 
 #[derive(Args)]
 struct VerifyArgs {
     /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
-    /// beside it or where the backup wrote them.
-    #[arg(required = true, value_name = "STRIPE")]
+    /// beside it or where the backup wrote them. None with --repo: every backup in it and the WAL.
+    #[arg(value_name = "STRIPE")]
     stripes: Vec<String>,
+    #[command(flatten)]
+    repo: repo::RepoArg,
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
@@ -478,6 +564,8 @@ fn run_end(v: &serde_json::Value) -> sheaf_catalog::RunEnd {
 
 fn run(cli: Cli) -> Result<(), Error> {
     let catalog = cli.catalog.as_deref();
+    let settings = Settings::load(cli.config.as_deref())?;
+    let settings = &settings;
     match cli.command {
         Command::Backup(a) => {
             let is_pg = a.source.starts_with("postgres://") || a.source.starts_with("postgresql://");
@@ -486,9 +574,9 @@ fn run(cli: Cli) -> Result<(), Error> {
                 source_kind: Some(if is_pg { "postgres" } else { "directory" }.into()),
                 source: Some(if is_pg { sheaf_pg::server::redact(&a.source) } else { a.source.clone() }),
                 label: a.label.clone(),
-                stripes: a.to.clone(),
+                stripes: if a.to.is_empty() { settings.value("repo", a.repo.clone()).into_iter().collect() } else { a.to.clone() },
             };
-            recorded(catalog, start, || backup(a))
+            recorded(catalog, start, || backup(a, settings))
         }
         Command::Restore(a) => {
             let start = sheaf_catalog::RunStart {
@@ -497,7 +585,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 stripes: a.stripes.clone(),
                 ..Default::default()
             };
-            recorded(catalog, start, || restore(a))
+            recorded(catalog, start, || restore(a, settings))
         }
         Command::Verify(a) => {
             let start = sheaf_catalog::RunStart {
@@ -505,8 +593,21 @@ fn run(cli: Cli) -> Result<(), Error> {
                 stripes: a.stripes.clone(),
                 ..Default::default()
             };
-            recorded(catalog, start, || verify(a))
+            recorded(catalog, start, || verify(a, settings))
         }
+        Command::Init(a) => repo::init(a, settings),
+        Command::WalPush(a) => repo::wal_push(a, settings),
+        Command::WalFetch(a) => {
+            if repo::wal_fetch(a, settings)? {
+                Ok(())
+            } else {
+                // Not in the archive: PostgreSQL takes a quiet non-zero exit for the archive's end.
+                std::process::exit(1)
+            }
+        }
+        Command::Info(a) => repo::info(a, settings),
+        Command::Expire(a) => repo::expire(a, settings),
+        Command::Config(a) => repo::config(a, settings),
         Command::List(a) => list(catalog, a),
         Command::Show(a) => show(catalog, a),
         Command::Generate(a) => generate(a),
@@ -536,9 +637,16 @@ fn rate(bytes: u64, secs: f64) -> f64 {
     }
 }
 
-fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
-    let codec = CodecSpec::parse(&a.compression)?;
-    let schemes = a.s3.schemes()?;
+fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
+    let codec = match settings.get("compression", a.compression.clone()) {
+        Some((v, origin)) => CodecSpec::parse(&v).map_err(|e| e.context(format!("compression from {origin}")))?,
+        None => CodecSpec::default(),
+    };
+    let schemes = a.s3.schemes(settings)?;
+    let into_repo = a.to.is_empty();
+    if into_repo && settings.value("repo", a.repo.clone()).is_none() {
+        return Err(Error::invalid("say where the backup goes: --to TARGET (repeat for stripes), or --repo REPO (or SHEAF_REPO, or repo in the config file)"));
+    }
     let mut opts = BackupOptions::new(locations(&a.to, &schemes)?);
     opts.stop = Some(stop_on_interrupt());
     opts.codec = codec;
@@ -556,10 +664,21 @@ fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
             slot: a.slot.clone(),
             spread_checkpoint: a.checkpoint == "spread",
             ignore_checksum_failures: a.ignore_checksum_failures,
+            expect_system_identifier: None,
         };
-        let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
-        (r.report, Some(r.postgres))
+        if into_repo {
+            let (r, record) = repo::backup_into(&repo::RepoArg { repo: a.repo.clone() }, &a.s3, settings, &pg, &opts, a.stripes, progress(a.json))?;
+            let mut postgres = r.postgres;
+            postgres["repository_id"] = serde_json::json!(record.id);
+            (r.report, Some(postgres))
+        } else {
+            let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
+            (r.report, Some(r.postgres))
+        }
     } else {
+        if into_repo {
+            return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
+        }
         if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures {
             return Err(Error::invalid("--pgdata, --slot and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
         }
@@ -605,6 +724,9 @@ fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
             if r.threads == 1 { "" } else { "s" },
         );
         println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
+        if let Some(id) = pg.as_ref().and_then(|p| p.get("repository_id")).and_then(|v| v.as_str()) {
+            println!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
+        }
         if let Some(pg) = &pg {
             let f = |k: &str| pg.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_default();
             println!(
@@ -627,8 +749,44 @@ fn backup(a: BackupArgs) -> Result<serde_json::Value, Error> {
     Ok(v)
 }
 
-fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
-    let schemes = a.s3.schemes()?;
+fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
+    if a.stripes.is_empty() {
+        if !a.relocate.is_empty() {
+            return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
+        }
+        let opts = sheaf_pg::PgRestoreOptions {
+            target: a.to.clone(),
+            tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
+            force: a.force,
+            original_paths: a.original_paths,
+            threads: a.threads,
+        };
+        let (r, plan) = repo::restore_from(&a.recovery, &a.s3, settings, opts, progress(a.json))?;
+        let mut v = serde_json::to_value(&r).expect("report serialises");
+        v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+        v["repository_backup"] = serde_json::json!(plan.backup.id);
+        v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
+        if a.json {
+            println!("{v}");
+        } else {
+            println!(
+                "restored backup {} ({} files, {:.1} MiB) in {:.2} s to {}; recovery follows timeline {} through the archive{}",
+                plan.backup.id,
+                r.files,
+                mib(r.bytes_written),
+                r.seconds,
+                r.target,
+                plan.timeline,
+                plan.archive_end.as_deref().map(|e| format!(" (it ends at {e})")).unwrap_or_default()
+            );
+            println!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
+        }
+        return Ok(v);
+    }
+    if a.recovery.any_target() || a.recovery.repo.repo.is_some() {
+        return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
+    }
+    let schemes = a.s3.schemes(settings)?;
     let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
     let is_pg = sheaf_pg::is_postgres(&set);
     let r = if is_pg {
@@ -673,8 +831,14 @@ fn restore(a: RestoreArgs) -> Result<serde_json::Value, Error> {
     Ok(v)
 }
 
-fn verify(a: VerifyArgs) -> Result<serde_json::Value, Error> {
-    let schemes = a.s3.schemes()?;
+fn verify(a: VerifyArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
+    if a.stripes.is_empty() {
+        return repo::verify_repo(&a.repo, &a.s3, settings, a.threads, a.json);
+    }
+    if a.repo.repo.is_some() {
+        return Err(Error::invalid("give stripes or --repo, not both"));
+    }
+    let schemes = a.s3.schemes(settings)?;
     let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
     let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");

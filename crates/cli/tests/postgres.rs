@@ -7,4 +7,5 @@ mod postgres {
     pub mod demo;
     pub mod faults;
     pub mod online;
+    pub mod repo;
 }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod format;
 pub mod frame;
 pub mod manifest;
+pub mod repo;
 pub mod pipeline;
 pub mod restore;
 pub mod set;

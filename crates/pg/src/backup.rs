@@ -40,6 +40,8 @@ pub struct PgBackupOptions {
     pub spread_checkpoint: bool,
     /// Keep a backup that found page checksum failures (they are still recorded).
     pub ignore_checksum_failures: bool,
+    /// Refuse a cluster with another system identifier (a repository's), before writing anything.
+    pub expect_system_identifier: Option<String>,
 }
 
 /// A finished PostgreSQL backup: the engine's report and the facts recorded in the manifest.
@@ -151,6 +153,15 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     }
     let mut server = Server::connect(&pg.url)?;
     let facts = server.check()?;
+    if let Some(want) = &pg.expect_system_identifier {
+        if *want != facts.system_identifier {
+            return Err(Error::invalid(format!(
+                "{} is cluster {}, but the repository holds cluster {want}: each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...); check --repo, SHEAF_REPO or the config file",
+                server.url(),
+                facts.system_identifier
+            )));
+        }
+    }
     let pgdata = match (&pg.pgdata, &facts.data_directory) {
         (Some(p), _) => p.clone(),
         (None, Some(d)) => PathBuf::from(d),

@@ -5,11 +5,16 @@
 //! - [`server`]: the connection, its checks, and the backup functions.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
+//! - [`repo`]: a cluster's repository (backups, records, retention); [`archive`]: WAL push and
+//!   fetch; [`pitr`]: point-in-time recovery from it.
 
+pub mod archive;
 pub mod backup;
 pub mod checksum;
 pub mod demo;
 pub mod layout;
+pub mod pitr;
+pub mod repo;
 pub mod restore;
 pub mod scratch;
 pub mod server;

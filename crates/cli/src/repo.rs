@@ -1,0 +1,502 @@
+//! The repository's commands: `init`, `wal-push`, `wal-fetch`, `info`, `expire`, `config`, and the
+//! `--repo` side of `backup`, `restore` and `verify`. Flags are parsed here; the work is in
+//! `sheaf_pg::{repo, archive, pitr}`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use sheaf_core::repo::Repo;
+use sheaf_core::size::format_size;
+use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Location};
+use sheaf_pg::repo::{BackupRecord, Found, RepoMeta};
+
+use crate::settings::{Settings, KEYS};
+use crate::S3Args;
+
+/// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.
+#[derive(Args, Clone, Default)]
+pub struct RepoArg {
+    /// The repository: a folder or s3://BUCKET/PREFIX. Default: SHEAF_REPO, else `repo` in the
+    /// config file.
+    #[arg(long, value_name = "REPO")]
+    pub repo: Option<String>,
+}
+
+impl RepoArg {
+    /// The repository's location text, or the error that says where to give it.
+    pub fn text(&self, settings: &Settings) -> Result<String, Error> {
+        settings.value("repo", self.repo.clone()).ok_or_else(|| {
+            Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX, set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
+        })
+    }
+
+    /// The repository and what it holds.
+    pub fn open(&self, settings: &Settings, s3: &S3Args) -> Result<(Repo, RepoMeta), Error> {
+        let schemes = s3.schemes(settings)?;
+        let repo = Repo::at(&self.text(settings)?, &schemes)?;
+        let meta = sheaf_pg::repo::open(&repo)?;
+        Ok((repo, meta))
+    }
+}
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// The cluster the repository is for (its system identifier is recorded), as a libpq URL.
+    pub url: String,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct WalPushArgs {
+    /// The WAL file to archive: PostgreSQL's %p (archive_command = 'sheaf wal-push %p').
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Codec for archived WAL. Default: SHEAF_COMPRESSION, the config file, else zstd:low.
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
+    pub compression: Option<String>,
+    /// Print what was done as JSON (archive_command output goes to the server log).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct WalFetchArgs {
+    /// The WAL file PostgreSQL wants: %f (restore_command = 'sheaf wal-fetch %f %p').
+    pub name: String,
+    /// Where to put it: %p.
+    pub dest: PathBuf,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct ExpireArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Keep the newest N finished backups.
+    #[arg(long, value_name = "N")]
+    pub keep_full: Option<usize>,
+    /// Keep what recovers to any moment this far back (e.g. 14d, 36h, 90m): every backup that ends
+    /// inside it, and the newest one before it.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within: Option<String>,
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct ConfigArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The `--repo` side of `sheaf restore`: which backup, and where recovery stops.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "From a repository (point-in-time recovery)")]
+pub struct RecoveryArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The backup: an id as `sheaf info` lists it, or `latest`. Default: the newest that is
+    /// consistent before the target.
+    #[arg(long, value_name = "ID")]
+    pub set: Option<String>,
+    /// Recover to this moment, with its zone: '2026-11-22 10:15:00+00'.
+    #[arg(long, value_name = "TIMESTAMP")]
+    pub target_time: Option<String>,
+    /// Recover to this LSN, e.g. 0/3000060.
+    #[arg(long, value_name = "LSN")]
+    pub target_lsn: Option<String>,
+    /// Recover to a restore point made with pg_create_restore_point('NAME').
+    #[arg(long, value_name = "NAME")]
+    pub target_name: Option<String>,
+    /// `immediate`: stop as soon as the backup is consistent.
+    #[arg(long, value_name = "immediate", value_parser = ["immediate"])]
+    pub target: Option<String>,
+    /// What the server does at the target: promote (open for writes on a new timeline), pause
+    /// (read-only, to look first: then SELECT pg_wal_replay_resume()), or shutdown.
+    #[arg(long, value_name = "ACTION", default_value = "promote", value_parser = ["promote", "pause", "shutdown"])]
+    pub target_action: String,
+    /// The timeline to follow: latest, current (the backup's) or a number.
+    #[arg(long, value_name = "TIMELINE", default_value = "latest")]
+    pub target_timeline: String,
+}
+
+impl RecoveryArgs {
+    /// Whether any repository-only flag was given.
+    pub fn any_target(&self) -> bool {
+        self.set.is_some() || self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target.is_some()
+    }
+}
+
+fn codec(settings: &Settings, flag: Option<String>) -> Result<CodecSpec, Error> {
+    match settings.get("compression", flag) {
+        Some((v, origin)) => CodecSpec::parse(&v).map_err(|e| e.context(format!("compression from {origin}"))),
+        None => Ok(CodecSpec::default()),
+    }
+}
+
+pub fn init(a: InitArgs, settings: &Settings) -> Result<(), Error> {
+    let schemes = a.s3.schemes(settings)?;
+    let repo = Repo::at(&a.repo.text(settings)?, &schemes)?;
+    let meta = sheaf_pg::repo::init(&repo, &a.url)?;
+    println!(
+        "created repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
+        repo.display(),
+        meta.system_identifier,
+        meta.server_version,
+        format_size(meta.wal_segment_size)
+    );
+    println!("next: archive_command = 'sheaf wal-push %p --repo {}' and archive_mode = on, then sheaf backup {} --repo {}", repo.display(), sheaf_pg::server::redact(&a.url), repo.display());
+    Ok(())
+}
+
+pub fn wal_push(a: WalPushArgs, settings: &Settings) -> Result<(), Error> {
+    let spec = codec(settings, a.compression.clone())?;
+    let (repo, meta) = a.repo.open(settings, &a.s3)?;
+    let t0 = std::time::Instant::now();
+    let pushed = sheaf_pg::archive::push(&repo, &meta, &a.path, spec)?;
+    if a.json {
+        let mut v = serde_json::to_value(&pushed).expect("report serialises");
+        v["seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());
+        println!("{v}");
+    } else if pushed.already {
+        eprintln!("sheaf: {} was archived already with the same content", pushed.name);
+    }
+    Ok(())
+}
+
+/// `Ok(false)`: not in the archive (exit 1 quietly, as PostgreSQL expects at the archive's end).
+pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
+    let (repo, meta) = a.repo.open(settings, &a.s3)?;
+    Ok(sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest)?.is_some())
+}
+
+pub fn info(a: InfoArgs, settings: &Settings) -> Result<(), Error> {
+    let (repo, meta) = a.repo.open(settings, &a.s3)?;
+    let found = sheaf_pg::repo::backups(&repo)?;
+    let files = sheaf_pg::repo::archived(&repo, &meta)?;
+    let ranges = sheaf_pg::repo::ranges(&files);
+    let wal_bytes: u64 = files.iter().map(|(_, s)| s).sum();
+    let backup_bytes: u64 = found.iter().filter_map(|f| if let Found::Complete(r) = f { Some(r.bytes_written) } else { None }).sum();
+    let gaps: Vec<serde_json::Value> = ranges
+        .windows(2)
+        .filter(|w| w[0].timeline == w[1].timeline)
+        .map(|w| serde_json::json!({"timeline": w[0].timeline, "after": w[0].last, "before": w[1].first}))
+        .collect();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
+                "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes,
+            })
+        );
+        return Ok(());
+    }
+    println!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
+    println!();
+    println!("{:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>6} {:<10} {:>3}  label", "backup", "start (UTC)", "stop (UTC)", "tl", "LSN start .. stop", "read", "stored", "ratio", "codec", "str");
+    for f in &found {
+        match f {
+            Found::Complete(r) => println!(
+                "{:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
+                r.id,
+                r.start_time,
+                r.stop_time,
+                r.timeline,
+                format!("{} .. {}", r.start_lsn, r.stop_lsn),
+                format_size(r.bytes_read),
+                format_size(r.bytes_written),
+                r.ratio(),
+                r.compression,
+                r.stripes.len(),
+                r.label.as_deref().unwrap_or("")
+            ),
+            Found::Unfinished { id, running, .. } => {
+                println!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
+            }
+        }
+    }
+    println!();
+    if ranges.is_empty() {
+        println!("WAL archive: empty (set archive_command = 'sheaf wal-push %p' and archive_mode = on)");
+    }
+    for r in &ranges {
+        println!("WAL timeline {}: {} .. {} ({} segments)", r.timeline, r.first, r.last, r.segments);
+    }
+    for g in &gaps {
+        println!("WAL GAP on timeline {}: nothing between {} and {}: recovery cannot cross it", g["timeline"], g["after"].as_str().unwrap_or(""), g["before"].as_str().unwrap_or(""));
+    }
+    let n = found.iter().filter(|f| matches!(f, Found::Complete(_))).count();
+    println!(
+        "total: {n} backup{} ({}), {} WAL files ({})",
+        if n == 1 { "" } else { "s" },
+        format_size(backup_bytes),
+        files.len(),
+        format_size(wal_bytes)
+    );
+    Ok(())
+}
+
+/// `14d`, `36h`, `90m`, `600s`, `2w` in seconds.
+pub fn parse_duration(text: &str) -> Result<i64, Error> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: i64 = n.parse().map_err(|_| Error::invalid(format!("--keep-within '{text}': write a number and a unit, e.g. 14d, 36h, 90m")))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" | "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(Error::invalid(format!("--keep-within '{text}': units are s, m, h, d, w (e.g. 14d)"))),
+    };
+    if n == 0 {
+        return Err(Error::invalid(format!("--keep-within '{text}': give a span longer than zero")));
+    }
+    Ok(n * mult)
+}
+
+pub fn expire(a: ExpireArgs, settings: &Settings) -> Result<(), Error> {
+    let (repo, meta) = a.repo.open(settings, &a.s3)?;
+    let keep = sheaf_pg::repo::Retention { keep_full: a.keep_full, keep_within: a.keep_within.as_deref().map(parse_duration).transpose()? };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let plan = sheaf_pg::repo::plan_expire(&repo, &meta, &keep, now)?;
+    if !a.dry_run {
+        sheaf_pg::repo::expire(&repo, &plan)?;
+    }
+    if a.json {
+        let mut v = serde_json::to_value(&plan).expect("plan serialises");
+        v["dry_run"] = serde_json::json!(a.dry_run);
+        println!("{v}");
+        return Ok(());
+    }
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    println!(
+        "{verb} {} backup{}{}, {} WAL files ({}); kept {} backup{} ({}) and WAL from {}",
+        plan.removed.len(),
+        if plan.removed.len() == 1 { "" } else { "s" },
+        if plan.removed.is_empty() { String::new() } else { format!(" ({})", plan.removed.join(", ")) },
+        plan.wal_removed,
+        format_size(plan.wal_bytes),
+        plan.kept.len(),
+        if plan.kept.len() == 1 { "" } else { "s" },
+        plan.kept.join(", "),
+        plan.wal_kept_from.as_deref().unwrap_or("the start (no backup to anchor it)")
+    );
+    if !plan.unfinished.is_empty() {
+        println!("{verb} unfinished backup{} left by a crash: {}", if plan.unfinished.len() == 1 { "" } else { "s" }, plan.unfinished.join(", "));
+    }
+    if !plan.running.is_empty() {
+        println!("left alone, still being written: {}", plan.running.join(", "));
+    }
+    println!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
+    Ok(())
+}
+
+pub fn config(a: ConfigArgs, settings: &Settings) -> Result<(), Error> {
+    type Row<'a> = (String, Option<(String, String)>, &'a str);
+    let rows: Vec<Row> = KEYS
+        .iter()
+        .map(|(k, what)| (k.to_string(), settings.get(k, None).map(|(v, o)| (v, o.to_string())), *what))
+        .collect();
+    let files: Vec<String> = settings.files().map(|p| p.display().to_string()).collect();
+    let aws: Vec<(&str, String)> = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_PROFILE"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (*k, if k.contains("SECRET") || k.contains("TOKEN") || k.contains("KEY_ID") { mask(&v) } else { v })))
+        .collect();
+    if a.json {
+        let settings: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(k, v, _)| (k.clone(), v.as_ref().map_or(serde_json::Value::Null, |(v, o)| serde_json::json!({"value": v, "from": o}))))
+            .collect();
+        let aws: serde_json::Map<String, serde_json::Value> = aws.into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+        println!("{}", serde_json::json!({"files": files, "settings": settings, "aws_environment": aws}));
+        return Ok(());
+    }
+    println!("config files read: {}", if files.is_empty() { "none (/etc/sheaf/sheaf.toml, ~/.config/sheaf/sheaf.toml)".to_string() } else { files.join(", ") });
+    for (k, v, what) in &rows {
+        match v {
+            Some((v, o)) => println!("{k:<14} = {v:<40} from {o}"),
+            None => println!("{k:<14}   {:<40} ({what})", "(not set)"),
+        }
+    }
+    for (k, v) in aws {
+        println!("{k:<22} {v}  (environment, read by the S3 client)");
+    }
+    Ok(())
+}
+
+fn mask(v: &str) -> String {
+    if v.len() <= 4 {
+        "****".into()
+    } else {
+        format!("{}****", &v[..2])
+    }
+}
+
+/// `sheaf backup ... --repo`: the set goes under the repository's `backups/`.
+pub fn backup_into(
+    repo_arg: &RepoArg,
+    s3: &S3Args,
+    settings: &Settings,
+    pg: &sheaf_pg::PgBackupOptions,
+    opts: &sheaf_core::BackupOptions,
+    stripes: Option<usize>,
+    progress: std::sync::Arc<dyn sheaf_core::Progress>,
+) -> Result<(sheaf_pg::PgBackupReport, BackupRecord), Error> {
+    let (repo, meta) = repo_arg.open(settings, s3)?;
+    let stripes = match settings.get("stripes", stripes.map(|s| s.to_string())) {
+        Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64")))?,
+        None => 1,
+    };
+    sheaf_pg::repo::backup_to_repo(&repo, &meta, pg, opts, stripes, progress)
+}
+
+/// `sheaf restore --repo`: choose the backup, check the archive reaches the target, restore, and
+/// write the recovery settings.
+pub fn restore_from(
+    r: &RecoveryArgs,
+    s3: &S3Args,
+    settings: &Settings,
+    opts: sheaf_pg::PgRestoreOptions,
+    progress: std::sync::Arc<dyn sheaf_core::Progress>,
+) -> Result<(sheaf_core::RestoreReport, sheaf_pg::pitr::Plan), Error> {
+    let (repo, meta) = r.repo.open(settings, s3)?;
+    let records = sheaf_pg::repo::complete(&repo)?;
+    let chosen = r.set.as_deref().map(|id| sheaf_pg::repo::pick(&records, id)).transpose()?;
+    let target = sheaf_pg::pitr::target_from(r.target_time.as_deref(), r.target_lsn.as_deref(), r.target_name.as_deref(), r.target.is_some())?;
+    let recovery = sheaf_pg::pitr::Recovery { target, action: r.target_action.clone(), timeline: r.target_timeline.clone() };
+    let plan = sheaf_pg::pitr::plan(&repo, &meta, &records, chosen, &recovery)?;
+    let schemes = s3.schemes(settings)?;
+    let stripes: Vec<Location> = plan.backup.stripes.iter().map(|n| repo.location(n)).collect();
+    let set = BackupSet::open(&stripes, &schemes)?;
+    if set.manifest.backup_id != plan.backup.backup_id {
+        return Err(Error::corrupt(format!(
+            "backup {}: its stripes hold backup {}, its record says {} (the repository is damaged)",
+            plan.backup.id, set.manifest.backup_id, plan.backup.backup_id
+        )));
+    }
+    let report = sheaf_pg::restore_postgres(&set, &opts, progress)?;
+    let command = restore_command(&repo, settings, s3)?;
+    sheaf_pg::pitr::write_recovery(&opts.target, &command, &recovery)?;
+    Ok((report, plan))
+}
+
+/// The restore_command a restored cluster runs: this sheaf, by absolute path, with the settings
+/// that found the repository (no secrets: credentials stay in the environment or ~/.aws).
+fn restore_command(repo: &Repo, settings: &Settings, s3: &S3Args) -> Result<String, Error> {
+    let exe = std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))?;
+    let q = sheaf_pg::pitr::shell_quote;
+    let mut parts = vec![q(&exe.display().to_string()), "wal-fetch".into(), "%f".into(), "%p".into()];
+    if let Some(c) = &settings.explicit {
+        let c = std::path::absolute(c).unwrap_or_else(|_| c.clone());
+        parts.push("--config".into());
+        parts.push(q(&c.display().to_string()));
+    }
+    parts.push("--repo".into());
+    parts.push(q(repo.display()));
+    for f in s3.resolved(settings)?.as_flags() {
+        parts.push(q(&f));
+    }
+    Ok(parts.join(" "))
+}
+
+/// `sheaf verify --repo`: every finished backup read and checked, every archived WAL file read and
+/// checked, and the WAL each backup needs from its start to the end of its timeline present.
+pub fn verify_repo(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, threads: Option<usize>, json: bool) -> Result<serde_json::Value, Error> {
+    let t0 = std::time::Instant::now();
+    let (repo, meta) = repo_arg.open(settings, s3)?;
+    let schemes = s3.schemes(settings)?;
+    let found = sheaf_pg::repo::backups(&repo)?;
+    let files = sheaf_pg::repo::archived(&repo, &meta)?;
+    let mut problems = Vec::new();
+    let mut checked = Vec::new();
+    for f in &found {
+        let Found::Complete(r) = f else { continue };
+        let stripes: Vec<Location> = r.stripes.iter().map(|n| repo.location(n)).collect();
+        let outcome = BackupSet::open(&stripes, &schemes).and_then(|set| sheaf_core::verify(&set, threads, std::sync::Arc::new(sheaf_core::NoProgress)));
+        match outcome {
+            Ok(v) => checked.push(serde_json::json!({"id": r.id, "frames": v.frames, "bytes": v.bytes_raw})),
+            Err(e) => problems.push(format!("backup {}: {e}", r.id)),
+        }
+        if let (Some(start), Some(last)) = (
+            sheaf_pg::archive::WalFile::parse(&r.start_wal, meta.wal_segment_size),
+            files.iter().filter(|(w, _)| w.timeline == r.timeline && w.kind == sheaf_pg::archive::WalKind::Segment).map(|(w, _)| w.segno).max(),
+        ) {
+            let gaps = sheaf_pg::repo::missing(&files, r.timeline, start.segno, last, meta.wal_segment_size);
+            if !gaps.is_empty() {
+                problems.push(format!(
+                    "backup {}: {} WAL segment{} missing after its start ({}{}): recovery from it stops there",
+                    r.id,
+                    gaps.len(),
+                    if gaps.len() == 1 { " is" } else { "s are" },
+                    gaps.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                    if gaps.len() > 3 { ", ..." } else { "" }
+                ));
+            }
+        }
+    }
+    let mut wal_bytes = 0;
+    for (w, _) in &files {
+        let object = sheaf_pg::archive::object_name(&w.name);
+        let r = repo.open(&object).and_then(|src| sheaf_core::blob::read_blob(src.as_ref(), &mut |_| Ok(())));
+        match r {
+            Ok(info) => wal_bytes += info.raw_len,
+            Err(e) => problems.push(format!("WAL {}: {e}", w.name)),
+        }
+    }
+    let v = serde_json::json!({
+        "repo": repo.display(), "backups": checked, "wal_files": files.len(), "wal_bytes": wal_bytes,
+        "problems": problems, "seconds": t0.elapsed().as_secs_f64(), "ok": problems.is_empty(),
+    });
+    if json {
+        println!("{v}");
+    } else {
+        for p in &problems {
+            eprintln!("sheaf: {p}");
+        }
+        println!(
+            "verified repository {}: {} backup{}, {} WAL files ({}) in {:.2} s; {}",
+            repo.display(),
+            checked.len(),
+            if checked.len() == 1 { "" } else { "s" },
+            files.len(),
+            format_size(wal_bytes),
+            t0.elapsed().as_secs_f64(),
+            if problems.is_empty() { "every checksum matches and the WAL each backup needs is there".to_string() } else { format!("{} problem{}", problems.len(), if problems.len() == 1 { "" } else { "s" }) }
+        );
+    }
+    if let Some(first) = problems.first() {
+        let kind = if problems.iter().any(|p| p.contains("missing")) { ErrorKind::Incomplete } else { ErrorKind::Corrupt };
+        return Err(Error::new(kind, format!("the repository has {} problem{}; the first: {first}", problems.len(), if problems.len() == 1 { "" } else { "s" })));
+    }
+    Ok(v)
+}

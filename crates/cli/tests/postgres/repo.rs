@@ -1,0 +1,210 @@
+//! A repository on a real cluster: WAL archived by `sheaf wal-push`, backups into it, and
+//! point-in-time recovery to a time, a restore point, an LSN and the end, each restored cluster
+//! started and holding exactly the rows committed before its target.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::cluster::{pg_dir, run, sheaf, stderr, Cluster};
+
+fn ok(o: Output, what: &str) -> String {
+    assert!(o.status.success(), "{what}: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A cluster archiving into `repo` with `sheaf wal-push`.
+fn archiving(repo: &Path, extra: &[&str]) -> Cluster {
+    let cmd = format!("archive_command = '{} wal-push %p --repo {}'", env!("CARGO_BIN_EXE_sheaf"), repo.display());
+    let mut settings = vec!["archive_mode = on", cmd.as_str(), "archive_timeout = 0"];
+    settings.extend_from_slice(extra);
+    Cluster::new(&[], &settings)
+}
+
+fn repo_dir() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::Builder::new().prefix("sheaf-repo.").tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let repo = d.path().join("repo");
+    pg_dir(&repo);
+    (d, repo)
+}
+
+/// Switch to a new segment and wait until the archiver has pushed the one just finished.
+fn archive_now(c: &Cluster) -> String {
+    let seg = c.sql("postgres", "SELECT pg_walfile_name(pg_switch_wal())");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (last, failed) = {
+            let r = c.sql("postgres", "SELECT coalesce(last_archived_wal, ''), coalesce(last_failed_wal, '') FROM pg_stat_archiver");
+            let mut p = r.split('|').map(str::to_string);
+            (p.next().unwrap_or_default(), p.next().unwrap_or_default())
+        };
+        if !last.is_empty() && last >= seg {
+            return seg;
+        }
+        assert!(Instant::now() < deadline, "{seg} not archived in 60 s (last {last}, failed {failed}); server log: {}", std::fs::read_to_string(c.log()).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn utc_now(c: &Cluster) -> String {
+    c.sql("postgres", "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') || 'Z'")
+}
+
+/// Restore from the repository into `dir` with `args`, start it with archiving off (an inspection
+/// copy), wait for recovery to end, and return it.
+fn recover(c: &Cluster, repo: &Path, dir: &Path, args: &[&str]) -> Cluster {
+    let mut cmd = sheaf();
+    cmd.args(["restore", "--repo", repo.to_str().unwrap(), "--to", dir.to_str().unwrap()]).args(args);
+    ok(run(&mut cmd), &format!("restore {args:?}"));
+    let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
+    assert!(auto.contains("restore_command = ") && auto.contains("wal-fetch %f %p"), "{auto}");
+    assert!(dir.join("recovery.signal").exists());
+    std::fs::OpenOptions::new().append(true).open(dir.join("postgresql.auto.conf")).and_then(|mut f| std::io::Write::write_all(&mut f, b"archive_mode = off\n")).unwrap();
+    let sock = dir.parent().unwrap().join(format!("sock-{}", dir.file_name().unwrap().to_str().unwrap()));
+    pg_dir(&sock);
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let r = Cluster::over(dir, &sock);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while r.query("postgres", "SELECT pg_is_in_recovery()").ok().as_deref() != Some("f") {
+        assert!(Instant::now() < deadline, "recovery did not end: {}", std::fs::read_to_string(r.log()).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = c;
+    r
+}
+
+fn batches(c: &Cluster) -> String {
+    c.sql("app", "SELECT string_agg(b || ':' || n, ',' ORDER BY b) FROM (SELECT batch b, count(*) n FROM t GROUP BY batch) x")
+}
+
+fn pgbench_invariant(c: &Cluster) -> (String, String) {
+    let r = c.sql(
+        "app",
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)",
+    );
+    let mut p = r.split('|').map(str::to_string);
+    (p.next().unwrap(), p.next().unwrap())
+}
+
+#[test]
+fn point_in_time_recovery_to_a_time_a_name_an_lsn_and_the_end() {
+    let (base, repo) = repo_dir();
+    let c = archiving(&repo, &[]);
+    let r = repo.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
+    let again = run(sheaf().args(["init", "--repo", r, &c.url("postgres")]));
+    assert_eq!(again.status.code(), Some(5), "a second init is refused: {}", stderr(&again));
+
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+    ok(run(c.tool("pgbench").args(["-i", "-s", "1", "-q", "app"])), "pgbench -i");
+    // A write load the whole time from the backup on.
+    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let backup = ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--stripes", "2", "--json"])), "backup --repo");
+    let report: serde_json::Value = serde_json::from_str(&backup).unwrap();
+    let id = report["postgres"]["repository_id"].as_str().unwrap().to_string();
+
+    let insert = |b: i32| c.sql("app", &format!("INSERT INTO t (id, batch) SELECT g, {b} FROM generate_series(1, 100) g"));
+    insert(1);
+    std::thread::sleep(Duration::from_millis(300));
+    let t1 = utc_now(&c);
+    std::thread::sleep(Duration::from_millis(300));
+    insert(2);
+    c.sql("app", "SELECT pg_create_restore_point('after_two')");
+    insert(3);
+    let lsn3 = c.sql("app", "SELECT pg_current_wal_insert_lsn()");
+    insert(4);
+    // runuser's child outlives a kill of runuser: end the load from the server's side.
+    let _ = load.kill();
+    let _ = load.wait();
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
+    std::thread::sleep(Duration::from_millis(300));
+    let invariant = pgbench_invariant(&c);
+    let last = archive_now(&c);
+
+    // The repository says what it holds.
+    let info: serde_json::Value = serde_json::from_str(&ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info")).unwrap();
+    assert_eq!(info["backups"].as_array().unwrap().len(), 1, "{info}");
+    assert_eq!(info["backups"][0]["id"], id.as_str());
+    assert_eq!(info["gaps"].as_array().unwrap().len(), 0, "{info}");
+    assert_eq!(info["wal"][0]["last"], last.as_str(), "{info}");
+    let text = ok(run(sheaf().args(["info", "--repo", r])), "info");
+    assert!(text.contains(&id) && text.contains("WAL timeline 1:"), "{text}");
+    ok(run(sheaf().args(["verify", "--repo", r])), "verify --repo");
+
+    let at = |n: &str| base.path().join(n);
+    let r1 = recover(&c, &repo, &at("by_time"), &["--target-time", &t1]);
+    assert_eq!(batches(&r1), "1:100", "to the time");
+    drop(r1);
+    let r2 = recover(&c, &repo, &at("by_name"), &["--target-name", "after_two"]);
+    assert_eq!(batches(&r2), "1:100,2:100", "to the restore point");
+    drop(r2);
+    let r3 = recover(&c, &repo, &at("by_lsn"), &["--target-lsn", &lsn3, "--set", &id]);
+    assert_eq!(batches(&r3), "1:100,2:100,3:100", "to the LSN");
+    drop(r3);
+    let r4 = recover(&c, &repo, &at("to_end"), &[]);
+    assert_eq!(batches(&r4), "1:100,2:100,3:100,4:100", "to the end");
+    assert_eq!(pgbench_invariant(&r4), invariant, "the pgbench balances agree with the source's");
+    assert_eq!(r4.sql("app", "SELECT sum(abalance) = (SELECT sum(delta) FROM pgbench_history) FROM pgbench_accounts"), "t");
+    drop(r4);
+
+    // Targets the archive cannot reach are refused before a byte is written.
+    let before = run(sheaf().args(["restore", "--repo", r, "--to", at("early").to_str().unwrap(), "--target-time", "2000-01-01 00:00:00Z"]));
+    assert_eq!(before.status.code(), Some(2), "{}", stderr(&before));
+    assert!(stderr(&before).contains("no backup is consistent before the target"), "{}", stderr(&before));
+    let after = run(sheaf().args(["restore", "--repo", r, "--to", at("late").to_str().unwrap(), "--target-time", "2099-01-01 00:00:00Z"]));
+    assert_eq!(after.status.code(), Some(2), "{}", stderr(&after));
+    assert!(stderr(&after).contains("past the end of the archive") && stderr(&after).contains("pg_switch_wal"), "{}", stderr(&after));
+    assert!(!at("early").exists() && !at("late").exists(), "nothing written for a refused target");
+}
+
+#[test]
+fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
+    let (base, repo) = repo_dir();
+    let c = archiving(&repo, &[]);
+    let r = repo.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE TABLE x AS SELECT g FROM generate_series(1, 1000) g");
+    let seg = archive_now(&c);
+    let wal = c.data.join("pg_wal").join(&seg);
+    let copy = base.path().join(&seg);
+    std::fs::copy(&wal, &copy).unwrap();
+
+    // The same segment again: success, said so.
+    let again = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r]));
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(stderr(&again).contains("archived already with the same content"), "{}", stderr(&again));
+
+    // Different content under its name: refused, the archived one untouched.
+    let mut bytes = std::fs::read(&copy).unwrap();
+    bytes[100_000] ^= 0xFF;
+    std::fs::write(&copy, &bytes).unwrap();
+    let conflict = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r]));
+    assert_eq!(conflict.status.code(), Some(8), "{}", stderr(&conflict));
+    assert!(stderr(&conflict).contains("already holds a different") && stderr(&conflict).contains("refusing to overwrite"), "{}", stderr(&conflict));
+    let fetched = base.path().join("fetched");
+    ok(run(sheaf().args(["wal-fetch", &seg, fetched.to_str().unwrap(), "--repo", r])), "wal-fetch");
+    assert!(std::fs::read(&fetched).unwrap() == std::fs::read(&wal).unwrap(), "the archived segment is the original");
+
+    // Not in the archive: exit 1 without a word.
+    let missing = run(sheaf().args(["wal-fetch", "0000000100000000000000FF", base.path().join("nope").to_str().unwrap(), "--repo", r]));
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).is_empty(), "quiet: {}", stderr(&missing));
+
+    // Another cluster's segment, and a backup of another cluster: refused, naming both.
+    let other = Cluster::new(&[], &[]);
+    let theirs = other.sql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    let foreign = run(sheaf().args(["wal-push", other.data.join("pg_wal").join(&theirs).to_str().unwrap(), "--repo", r]));
+    assert_eq!(foreign.status.code(), Some(2), "{}", stderr(&foreign));
+    assert!(stderr(&foreign).contains("is of cluster") && stderr(&foreign).contains("repository of its own"), "{}", stderr(&foreign));
+    let wrong = run(sheaf().args(["backup", &other.url("postgres"), "--repo", r]));
+    assert_eq!(wrong.status.code(), Some(2), "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("the repository holds cluster"), "{}", stderr(&wrong));
+    assert!(!repo.join("backups").exists() || std::fs::read_dir(repo.join("backups")).unwrap().next().is_none(), "nothing written for a foreign backup");
+
+    // No repository there: named, with the fix.
+    let none = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", base.path().join("absent").to_str().unwrap()]));
+    assert_eq!(none.status.code(), Some(2));
+    assert!(stderr(&none).contains("there is no sheaf repository") && stderr(&none).contains("sheaf init"), "{}", stderr(&none));
+}

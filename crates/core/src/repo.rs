@@ -1,0 +1,242 @@
+//! A repository: a folder or an object prefix where sheaf lays out backups and archived files
+//! itself, written only through the [`Store`] (so the same code runs on disks and buckets).
+//!
+//! ```text
+//!  REPO/repo.json            what it holds (kind, system identifier, ...), written once at init
+//!  REPO/backups/ID.json      a finished backup's record; published after every stripe is
+//!  REPO/backups/ID.lock      a backup being written (host, pid, start), removed when it ends
+//!  REPO/backups/ID/ID_k.sheaf  its stripes
+//!  REPO/wal/TTTTTTTT/NAME.wal  archived WAL files by timeline (segments, .history, .backup, .partial)
+//! ```
+//! Everything but stripes is a [`crate::blob`]: checksummed, published whole. What a record means
+//! is the caller's business (PostgreSQL's lives in sheaf-pg); this module knows places and bytes.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::blob::{read_blob, write_blob, BlobInfo};
+use crate::codec::{CodecKind, CodecSpec};
+use crate::error::{Error, ErrorKind, Result};
+use crate::storage::{Location, Schemes, Store, Stored};
+
+/// The repository's description, `repo.json`.
+pub const META: &str = "repo.json";
+
+/// A repository at a place. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Repo {
+    store: Arc<dyn Store>,
+    /// Names inside the store start with `root/` (empty for a bucket's top).
+    root: String,
+    shown: String,
+}
+
+impl Repo {
+    /// The repository at `text`: a folder, or `s3://BUCKET/PREFIX` (through `schemes`). Nothing is
+    /// read yet.
+    ///
+    /// # Errors
+    /// An empty or unusable location, `nul`.
+    pub fn at(text: &str, schemes: &dyn Schemes) -> Result<Repo> {
+        let trimmed = text.trim_end_matches('/');
+        if trimmed.is_empty() {
+            return Err(Error::invalid("an empty repository location: give a folder or s3://BUCKET/PREFIX (--repo, SHEAF_REPO or repo in the config file)"));
+        }
+        let meta = Location::parse(&format!("{trimmed}/{META}"), schemes)?;
+        if meta.is_null() {
+            return Err(Error::invalid("nul cannot hold a repository: give a folder or s3://BUCKET/PREFIX"));
+        }
+        let name = meta.name();
+        let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();
+        let shown = meta.display().strip_suffix(&format!("/{META}")).map(str::to_string).unwrap_or_else(|| trimmed.to_string());
+        Ok(Repo { store: meta.store().clone(), root, shown })
+    }
+
+    /// Where it is, for messages (a path made absolute, or a URL; never a secret).
+    pub fn display(&self) -> &str {
+        &self.shown
+    }
+
+    /// The store's name of `rel`.
+    pub fn name(&self, rel: &str) -> String {
+        if self.root.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{}/{rel}", self.root)
+        }
+    }
+
+    /// `rel` as a [`Location`] (for stripes).
+    pub fn location(&self, rel: &str) -> Location {
+        Location::new(self.store.clone(), self.name(rel))
+    }
+
+    /// Make sure `rel` can be created (its folders, on a filesystem).
+    ///
+    /// # Errors
+    /// When a folder cannot be made.
+    pub fn prepare(&self, rel: &str) -> Result<()> {
+        self.store.prepare(&self.name(rel))
+    }
+
+    /// Whether `rel` exists.
+    ///
+    /// # Errors
+    /// When the store cannot be asked.
+    pub fn exists(&self, rel: &str) -> Result<bool> {
+        self.store.exists(&self.name(rel))
+    }
+
+    /// Store what `content` yields as `rel`, compressed with `spec`, checksummed, published whole.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Target`] when it exists and `overwrite` is false; write errors.
+    pub fn put(&self, rel: &str, content: &mut dyn Read, spec: CodecSpec, overwrite: bool, what: &str) -> Result<BlobInfo> {
+        self.prepare(rel)?;
+        let sink = self.store.create(&self.name(rel), overwrite, 0)?;
+        write_blob(sink, content, spec, what)
+    }
+
+    /// Store `value` as JSON at `rel`.
+    ///
+    /// # Errors
+    /// As [`Repo::put`].
+    pub fn put_json<T: Serialize>(&self, rel: &str, value: &T, overwrite: bool) -> Result<()> {
+        let text = serde_json::to_vec_pretty(value).map_err(|e| Error::invalid(format!("{rel}: {e}")))?;
+        let plain = CodecSpec { kind: CodecKind::None, level: 0, named: None };
+        self.put(rel, &mut &text[..], plain, overwrite, rel).map(drop)
+    }
+
+    /// Read the JSON at `rel`, checked.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] when missing; [`ErrorKind::Corrupt`] when damaged or not what was
+    /// expected.
+    pub fn get_json<T: DeserializeOwned>(&self, rel: &str) -> Result<T> {
+        let src = self.store.open(&self.name(rel))?;
+        let mut text = Vec::new();
+        read_blob(src.as_ref(), &mut |c| {
+            text.extend_from_slice(c);
+            if text.len() > 64 << 20 {
+                return Err(Error::corrupt(format!("{}: a record over 64 MiB (damaged?)", self.describe(rel))));
+            }
+            Ok(())
+        })?;
+        serde_json::from_slice(&text).map_err(|e| Error::corrupt(format!("{}: not the record expected: {e}", self.describe(rel))))
+    }
+
+    /// Open `rel` for reading.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] when missing.
+    pub fn open(&self, rel: &str) -> Result<Box<dyn crate::StripeSource>> {
+        self.store.open(&self.name(rel))
+    }
+
+    /// Published objects under `rel_prefix`, names relative to the repository, sorted.
+    ///
+    /// # Errors
+    /// When the store cannot be listed.
+    pub fn list(&self, rel_prefix: &str) -> Result<Vec<Stored>> {
+        let skip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
+        Ok(self
+            .store
+            .list(&self.name(rel_prefix))?
+            .into_iter()
+            .filter_map(|o| Some(Stored { name: o.name.get(skip..)?.to_string(), size: o.size }))
+            .collect())
+    }
+
+    /// Remove `rel` (missing is fine).
+    ///
+    /// # Errors
+    /// When it exists and cannot be removed.
+    pub fn delete(&self, rel: &str) -> Result<()> {
+        self.store.delete(&self.name(rel))
+    }
+
+    /// Remove the folder `rel` if empty (filesystems).
+    pub fn prune(&self, rel: &str) {
+        self.store.prune(&self.name(rel));
+    }
+
+    /// `rel` as the user reads it.
+    pub fn describe(&self, rel: &str) -> String {
+        self.store.describe(&self.name(rel))
+    }
+
+    /// Read `repo.json`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] when there is no repository here, naming how to make one.
+    pub fn meta<T: DeserializeOwned>(&self) -> Result<T> {
+        match self.get_json(META) {
+            Err(e) if e.kind() == ErrorKind::Incomplete && !self.exists(META).unwrap_or(true) => Err(Error::invalid(format!(
+                "there is no sheaf repository at {}: create one with `sheaf init --repo {} postgres://...`, or check --repo (or SHEAF_REPO, or repo in the config file)",
+                self.shown, self.shown
+            ))),
+            r => r,
+        }
+    }
+
+    /// Create the repository: write `repo.json`, refusing a place that already holds one.
+    ///
+    /// # Errors
+    /// [`ErrorKind::TargetNotEmpty`] when a repository (or anything else) is there already; write
+    /// errors, naming the place.
+    pub fn init<T: Serialize>(&self, meta: &T) -> Result<()> {
+        if self.exists(META)? {
+            return Err(Error::new(
+                ErrorKind::TargetNotEmpty,
+                format!("{} already holds a sheaf repository: use it as it is, or choose another place", self.shown),
+            ));
+        }
+        let other = self.list("")?;
+        if let Some(o) = other.first() {
+            return Err(Error::new(
+                ErrorKind::TargetNotEmpty,
+                format!("{} is not empty (it holds {}, and {} more): a repository needs a place of its own", self.shown, o.name, other.len() - 1),
+            ));
+        }
+        self.put_json(META, meta, false).map_err(|e| e.context(format!("cannot create a repository at {}", self.shown)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::LocalOnly;
+
+    #[test]
+    fn a_repository_is_made_once_and_keeps_records() {
+        let d = tempfile::tempdir().unwrap();
+        let place = d.path().join("repo");
+        let repo = Repo::at(place.to_str().unwrap(), &LocalOnly).unwrap();
+        let e = repo.meta::<serde_json::Value>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("sheaf init"), "{e}");
+        repo.init(&serde_json::json!({"system_identifier": "7"})).unwrap();
+        let again = repo.init(&serde_json::json!({})).unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::TargetNotEmpty);
+        let m: serde_json::Value = repo.meta().unwrap();
+        assert_eq!(m["system_identifier"], "7");
+        repo.put("wal/00000001/a.wal", &mut &b"abc"[..], CodecSpec::default(), false, "a").unwrap();
+        repo.put_json("backups/x.json", &serde_json::json!({"id": "x"}), false).unwrap();
+        let names: Vec<String> = repo.list("").unwrap().into_iter().map(|o| o.name).collect();
+        assert_eq!(names, vec!["backups/x.json", "repo.json", "wal/00000001/a.wal"]);
+        assert!(repo.put("wal/00000001/a.wal", &mut &b"abd"[..], CodecSpec::default(), false, "a").is_err(), "no silent replace");
+        repo.delete("wal/00000001/a.wal").unwrap();
+        repo.prune("wal/00000001");
+        assert!(!place.join("wal/00000001").exists());
+
+        // Another place with something in it is not taken for a repository.
+        let busy = d.path().join("busy");
+        std::fs::create_dir(&busy).unwrap();
+        std::fs::write(busy.join("mine.txt"), b"x").unwrap();
+        let e = Repo::at(busy.to_str().unwrap(), &LocalOnly).unwrap().init(&serde_json::json!({})).unwrap_err();
+        assert!(e.to_string().contains("mine.txt"), "{e}");
+    }
+}

@@ -1,0 +1,385 @@
+//! Point-in-time recovery from a repository: pick the newest backup that is consistent before the
+//! target, on the target's timeline or one of its ancestors before they parted; restore it; write
+//! `restore_command`, the target and `recovery.signal`, so that `pg_ctl start` replays to the
+//! target with no manual step. What can be known before starting is checked here (a target before
+//! every backup, past the end of the archive, gaps in the WAL between); the rest PostgreSQL reports.
+
+use std::io::Write;
+use std::path::Path;
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::archive::{object_name, segment_name, WalFile, WalKind};
+use crate::repo::{archived, missing, BackupRecord, RepoMeta};
+use crate::server::{format_lsn, parse_lsn};
+
+/// Where recovery stops.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// The end of the archive.
+    End,
+    /// As soon as the backup is consistent.
+    Immediate,
+    /// A moment: the text as given (PostgreSQL reads it) and milliseconds since the epoch.
+    Time(String, i64),
+    /// An LSN.
+    Lsn(u64),
+    /// A restore point made with `pg_create_restore_point`.
+    Name(String),
+}
+
+/// How to recover.
+#[derive(Clone, Debug)]
+pub struct Recovery {
+    /// Where to stop.
+    pub target: Target,
+    /// `promote`, `pause` or `shutdown` once there.
+    pub action: String,
+    /// `latest`, `current` or a number.
+    pub timeline: String,
+}
+
+/// Parse `2026-11-22 10:15:00+00`, `2026-11-22T10:15:00.123Z`, `... UTC`, `... +01:00`, into
+/// milliseconds since the epoch. A zone is required: without one the server's own zone would
+/// decide, which sheaf cannot know.
+///
+/// # Errors
+/// What is wrong with the text, with an example.
+pub fn parse_time(text: &str) -> Result<i64> {
+    let bad = |why: &str| {
+        Error::invalid(format!("--target-time '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'"))
+    };
+    let t = text.trim();
+    if t.len() < 19 {
+        return Err(bad("too short"));
+    }
+    let num = |s: &str| s.parse::<i64>().map_err(|_| bad("not a date and time"));
+    let b = t.as_bytes();
+    if b[4] != b'-' || b[7] != b'-' || !(b[10] == b' ' || b[10] == b'T') || b[13] != b':' || b[16] != b':' {
+        return Err(bad("not a date and time"));
+    }
+    let (y, mo, d, h, mi, s) = (num(&t[0..4])?, num(&t[5..7])?, num(&t[8..10])?, num(&t[11..13])?, num(&t[14..16])?, num(&t[17..19])?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return Err(bad("a field is out of range"));
+    }
+    let mut rest = &t[19..];
+    let mut ms = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits: String = frac.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            return Err(bad("a '.' without digits"));
+        }
+        ms = num(&format!("{:0<3}", &digits[..digits.len().min(3)]))?;
+        rest = &frac[digits.len()..];
+    }
+    let zone = rest.trim();
+    let offset_min = match zone {
+        "Z" | "z" | "UTC" | "utc" | "GMT" | "+00" | "-00" => 0,
+        "" => return Err(bad("no time zone (the server's zone would decide); add Z, +00 or an offset like +01:00")),
+        z if z.starts_with('+') || z.starts_with('-') => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let digits: String = z[1..].chars().filter(|c| *c != ':').collect();
+            let (hh, mm) = match digits.len() {
+                2 => (num(&digits)?, 0),
+                4 => (num(&digits[..2])?, num(&digits[2..])?),
+                _ => return Err(bad("an offset must be +HH, +HHMM or +HH:MM")),
+            };
+            if hh > 15 || mm > 59 {
+                return Err(bad("offset out of range"));
+            }
+            sign * (hh * 60 + mm)
+        }
+        _ => return Err(bad("a time zone sheaf does not read (use Z, UTC or an offset such as +01:00)")),
+    };
+    // Days since the epoch (Howard Hinnant's days_from_civil).
+    let yy = if mo <= 2 { y - 1 } else { y };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_min * 60;
+    Ok(secs * 1000 + ms)
+}
+
+/// Milliseconds since the epoch as PostgreSQL reads a UTC time: `2026-11-22 10:15:00.250+00`.
+pub fn pg_time(ms: i64) -> String {
+    let t = sheaf_core::time::utc(ms.div_euclid(1000));
+    format!("{} {}.{:03}+00", &t[..10], &t[11..19], ms.rem_euclid(1000))
+}
+
+/// Parse a target from the flags' values: at most one of them.
+///
+/// # Errors
+/// More than one target, or a value that does not parse.
+pub fn target_from(time: Option<&str>, lsn: Option<&str>, name: Option<&str>, immediate: bool) -> Result<Target> {
+    let n = usize::from(time.is_some()) + usize::from(lsn.is_some()) + usize::from(name.is_some()) + usize::from(immediate);
+    if n > 1 {
+        return Err(Error::invalid("give one recovery target: --target-time, --target-lsn, --target-name or --target immediate"));
+    }
+    Ok(match (time, lsn, name) {
+        (Some(t), _, _) => Target::Time(t.to_string(), parse_time(t)?),
+        (_, Some(l), _) => Target::Lsn(parse_lsn(l).ok_or_else(|| Error::invalid(format!("--target-lsn '{l}': write an LSN as PostgreSQL shows it, e.g. 0/3000060")))?),
+        (_, _, Some(n)) if n.is_empty() || n.contains('\0') => return Err(Error::invalid("--target-name: give the name given to pg_create_restore_point")),
+        (_, _, Some(n)) => Target::Name(n.to_string()),
+        _ if immediate => Target::Immediate,
+        _ => Target::End,
+    })
+}
+
+/// A timeline's ancestry from its history file: `(timeline, switch LSN)` for each ancestor,
+/// oldest first; the timeline itself runs on from the last switch.
+fn ancestry(repo: &Repo, timeline: u32) -> Result<Vec<(u32, u64)>> {
+    if timeline <= 1 {
+        return Ok(Vec::new());
+    }
+    let name = format!("{timeline:08X}.history");
+    let src = match repo.open(&object_name(&name)) {
+        Ok(s) => s,
+        Err(e) if e.kind() == ErrorKind::Incomplete => {
+            return Err(Error::new(
+                ErrorKind::Incomplete,
+                format!("the archive lacks {name}, the history of timeline {timeline}: is archive_command set on the promoted server?"),
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let mut text = Vec::new();
+    sheaf_core::blob::read_blob(src.as_ref(), &mut |c| {
+        text.extend_from_slice(c);
+        Ok(())
+    })?;
+    let mut out = Vec::new();
+    for line in String::from_utf8_lossy(&text).lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut f = line.split_whitespace();
+        if let (Some(t), Some(l)) = (f.next().and_then(|t| t.parse().ok()), f.next().and_then(parse_lsn)) {
+            out.push((t, l));
+        }
+    }
+    Ok(out)
+}
+
+/// What recovery will do: the backup, the timeline it ends on, the checks' findings.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    /// The backup restored.
+    pub backup: BackupRecord,
+    /// The timeline recovery follows.
+    pub timeline: u32,
+    /// The last archived segment recovery can reach.
+    pub archive_end: Option<String>,
+}
+
+/// Choose the backup for `recovery` among `records` (oldest first), or check the one the user
+/// chose, and check that the archive can reach the target.
+///
+/// # Errors
+/// A target before every backup, past the end of the archive, a gap in the WAL from the backup to
+/// the target, a timeline the archive does not know; each names the cause and the fix.
+pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Option<&BackupRecord>, recovery: &Recovery) -> Result<Plan> {
+    let seg = meta.wal_segment_size;
+    let files = archived(repo, meta)?;
+    let newest_tli = files.iter().map(|(w, _)| w.timeline).chain(records.iter().map(|r| r.timeline)).max().unwrap_or(1);
+    let timeline = match recovery.timeline.as_str() {
+        "latest" => newest_tli,
+        "current" => chosen.or(records.last()).map_or(1, |r| r.timeline),
+        n => n.parse::<u32>().map_err(|_| Error::invalid(format!("--target-timeline {n}: give latest, current or a timeline number")))?,
+    };
+    let history = ancestry(repo, timeline)?;
+    // A backup on this timeline, or on an ancestor and consistent before the switch away from it.
+    let on_path = |r: &BackupRecord| {
+        r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn() <= *switch)
+    };
+    let fits = |r: &BackupRecord| match &recovery.target {
+        Target::Time(_, ms) => r.stop_unix * 1000 <= *ms,
+        Target::Lsn(l) => r.stop_lsn() <= *l,
+        _ => true,
+    };
+    let backup = match chosen {
+        Some(r) => {
+            if !on_path(r) {
+                return Err(Error::invalid(format!(
+                    "backup {} is on timeline {}, which timeline {timeline} does not descend from at that point: choose another backup, or --target-timeline {}",
+                    r.id, r.timeline, r.timeline
+                )));
+            }
+            if !fits(r) {
+                return Err(Error::invalid(format!(
+                    "backup {} is consistent only at {} (LSN {}), after the target: choose an older backup (sheaf info lists them) or a later target",
+                    r.id, r.stop_time, r.stop_lsn
+                )));
+            }
+            r.clone()
+        }
+        None => match records.iter().rev().find(|r| on_path(r) && fits(r)) {
+            Some(r) => r.clone(),
+            None => {
+                let oldest = records.iter().find(|r| on_path(r));
+                return Err(match oldest {
+                    None => Error::new(ErrorKind::Incomplete, format!("the repository holds no finished backup on timeline {timeline} or its ancestors: take one with sheaf backup --repo")),
+                    Some(o) => Error::invalid(format!(
+                        "no backup is consistent before the target: the oldest one ({}) is consistent only at {} (LSN {}); recovery cannot reach an earlier moment. Choose a later target",
+                        o.id, o.stop_time, o.stop_lsn
+                    )),
+                });
+            }
+        },
+    };
+
+    // The archive from the backup's start to its end on the path to `timeline`.
+    let start = WalFile::parse(&backup.start_wal, seg).ok_or_else(|| Error::corrupt(format!("backup {}: bad start WAL name {}", backup.id, backup.start_wal)))?;
+    let segs_on = |t: u32| files.iter().filter(move |(w, _)| w.kind == WalKind::Segment && w.timeline == t).map(|(w, _)| w.segno);
+    let mut path: Vec<(u32, u64, u64)> = Vec::new(); // (timeline, first segno, last segno needed)
+    let mut from = start.segno;
+    for (t, switch) in history.iter().skip_while(|(t, _)| *t != backup.timeline) {
+        let last = switch.saturating_sub(1) / seg;
+        path.push((*t, from, last));
+        from = switch / seg;
+    }
+    let end_on_target = segs_on(timeline).max();
+    let last = end_on_target.unwrap_or(from.saturating_sub(1));
+    path.push((timeline, from, last.max(from.saturating_sub(1))));
+    let mut gaps = Vec::new();
+    for (t, a, b) in &path {
+        if a <= b {
+            gaps.extend(missing(&files, *t, *a, *b, seg));
+        }
+    }
+    if !gaps.is_empty() {
+        let shown: Vec<&str> = gaps.iter().take(5).map(String::as_str).collect();
+        return Err(Error::new(
+            ErrorKind::Incomplete,
+            format!(
+                "the archive has a gap: {} segment{} missing between backup {} and the end of the archive ({}{}); recovery would stop there. Recover to a target before the gap, or take a new backup",
+                gaps.len(),
+                if gaps.len() == 1 { " is" } else { "s are" },
+                backup.id,
+                shown.join(", "),
+                if gaps.len() > 5 { ", ..." } else { "" }
+            ),
+        ));
+    }
+    let archive_end = end_on_target.map(|s| segment_name(timeline, s, seg));
+    // The archive's end against the target.
+    let end_lsn = end_on_target.map_or(0, |s| (s + 1) * seg);
+    match &recovery.target {
+        Target::Lsn(l) if *l > end_lsn.max(backup.stop_lsn()) => {
+            return Err(Error::invalid(format!(
+                "the target LSN {} is past the end of the archive ({} ends at {}): recovery would stop short. If the server runs, SELECT pg_switch_wal() archives the current segment; or choose an earlier target",
+                format_lsn(*l),
+                archive_end.as_deref().unwrap_or("the backup"),
+                format_lsn(end_lsn.max(backup.stop_lsn()))
+            )))
+        }
+        Target::Time(text, ms) => {
+            // Every record in a segment was written before the segment was archived: a target
+            // later than the newest segment's archiving is beyond what the archive holds.
+            let newest_ms = match &archive_end {
+                Some(n) => {
+                    let src = repo.open(&object_name(n))?;
+                    sheaf_core::blob::blob_info(src.as_ref())?.created_unix_ms
+                }
+                None => backup.stop_unix * 1000,
+            };
+            if *ms > newest_ms {
+                return Err(Error::invalid(format!(
+                    "the target time {text} is past the end of the archive: its newest segment ({}) was archived at {}, so WAL after that is not in it and recovery would stop short. If the server runs, SELECT pg_switch_wal() archives the current segment; or choose an earlier target",
+                    archive_end.as_deref().unwrap_or("none"),
+                    sheaf_core::time::utc(newest_ms / 1000)
+                )));
+            }
+        }
+        _ => {}
+    }
+    Ok(Plan { backup, timeline, archive_end })
+}
+
+/// Quote `s` for a POSIX shell inside a PostgreSQL string literal.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-:=@%+,".contains(&b)) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Write the recovery settings into `data`'s postgresql.auto.conf and create recovery.signal.
+///
+/// # Errors
+/// I/O errors naming the file.
+pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -> Result<()> {
+    let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let mut conf = format!(
+        "\n# Added by sheaf restore at {}: recovery from the repository (remove after recovery ends).\nrestore_command = {}\nrecovery_target_timeline = {}\n",
+        sheaf_core::time::utc_now(),
+        lit(restore_command),
+        lit(&recovery.timeline)
+    );
+    match &recovery.target {
+        Target::End => {}
+        Target::Immediate => conf.push_str("recovery_target = 'immediate'\n"),
+        // Normalised to UTC: the server parses it, and takes fewer spellings than sheaf does.
+        Target::Time(_, ms) => conf.push_str(&format!("recovery_target_time = {}\n", lit(&pg_time(*ms)))),
+        Target::Lsn(l) => conf.push_str(&format!("recovery_target_lsn = {}\n", lit(&format_lsn(*l)))),
+        Target::Name(n) => conf.push_str(&format!("recovery_target_name = {}\n", lit(n))),
+    }
+    if recovery.target != Target::End {
+        conf.push_str(&format!("recovery_target_action = {}\n", lit(&recovery.action)));
+    }
+    let auto = data.join("postgresql.auto.conf");
+    let io = |p: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e);
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&auto).map_err(|e| io(&auto, e))?;
+    f.write_all(conf.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| io(&auto, e))?;
+    let signal = data.join("recovery.signal");
+    std::fs::File::create(&signal).and_then(|f| f.sync_all()).map_err(|e| io(&signal, e))?;
+    // Restored as root, the data directory belongs to the server's user: so must the signal.
+    if let Ok(m) = std::fs::metadata(data) {
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::chown(&signal, Some(m.uid()), Some(m.gid()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_with_zones() {
+        let base = parse_time("2026-11-21 10:30:45Z").unwrap();
+        assert_eq!(base, 1_795_257_045_000);
+        assert_eq!(parse_time("2026-11-21T10:30:45+00").unwrap(), base);
+        assert_eq!(parse_time("2026-11-21 11:30:45+01:00").unwrap(), base);
+        assert_eq!(parse_time("2026-11-21 05:30:45-0500").unwrap(), base);
+        assert_eq!(parse_time("2026-11-21 10:30:45.25 UTC").unwrap(), base + 250);
+        assert_eq!(parse_time("2000-02-29 00:00:00Z").unwrap(), 951_782_400_000);
+        for bad in ["2026-11-21 10:30:45", "2026-13-01 00:00:00Z", "yesterday", "2026-11-21 10:30:45 CET"] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+        assert!(parse_time("2026-11-21 10:30:45").unwrap_err().to_string().contains("zone"));
+    }
+
+    #[test]
+    fn times_for_postgres() {
+        assert_eq!(pg_time(1_795_257_045_250), "2026-11-21 10:30:45.250+00");
+        assert_eq!(parse_time(&pg_time(1_795_257_045_250)).unwrap(), 1_795_257_045_250);
+    }
+
+    #[test]
+    fn one_target_at_most() {
+        assert!(target_from(Some("2026-11-21 10:30:45Z"), Some("0/1"), None, false).is_err());
+        assert_eq!(target_from(None, Some("1/A0"), None, false).unwrap(), Target::Lsn((1 << 32) | 0xA0));
+        assert_eq!(target_from(None, None, None, false).unwrap(), Target::End);
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("/usr/bin/sheaf"), "/usr/bin/sheaf");
+        assert_eq!(shell_quote("/my dir/it's"), "'/my dir/it'\\''s'");
+    }
+}
