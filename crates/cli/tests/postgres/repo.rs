@@ -54,13 +54,21 @@ fn utc_now(c: &Cluster) -> String {
 /// Restore from the repository into `dir` with `args`, start it with archiving off (an inspection
 /// copy), wait for recovery to end, and return it.
 fn recover(c: &Cluster, repo: &Path, dir: &Path, args: &[&str]) -> Cluster {
+    recover_with(c, repo, dir, args, false)
+}
+
+/// As [`recover`]; with `archive`, the restored cluster keeps archiving into the repository (its
+/// new timeline's history and WAL go there).
+fn recover_with(c: &Cluster, repo: &Path, dir: &Path, args: &[&str], archive: bool) -> Cluster {
     let mut cmd = sheaf();
     cmd.args(["restore", "--repo", repo.to_str().unwrap(), "--to", dir.to_str().unwrap()]).args(args);
     ok(run(&mut cmd), &format!("restore {args:?}"));
     let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
     assert!(auto.contains("restore_command = ") && auto.contains("wal-fetch %f %p"), "{auto}");
     assert!(dir.join("recovery.signal").exists());
-    std::fs::OpenOptions::new().append(true).open(dir.join("postgresql.auto.conf")).and_then(|mut f| std::io::Write::write_all(&mut f, b"archive_mode = off\n")).unwrap();
+    if !archive {
+        std::fs::OpenOptions::new().append(true).open(dir.join("postgresql.auto.conf")).and_then(|mut f| std::io::Write::write_all(&mut f, b"archive_mode = off\n")).unwrap();
+    }
     let sock = dir.parent().unwrap().join(format!("sock-{}", dir.file_name().unwrap().to_str().unwrap()));
     pg_dir(&sock);
     std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -207,4 +215,88 @@ fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
     let none = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", base.path().join("absent").to_str().unwrap()]));
     assert_eq!(none.status.code(), Some(2));
     assert!(stderr(&none).contains("there is no sheaf repository") && stderr(&none).contains("sheaf init"), "{}", stderr(&none));
+}
+
+#[test]
+fn timelines_retention_and_gaps() {
+    let (base, repo) = repo_dir();
+    let c = archiving(&repo, &[]);
+    let r = repo.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+    let insert = |c: &Cluster, b: i32| c.sql("app", &format!("INSERT INTO t (id, batch) SELECT g, {b} FROM generate_series(1, 100) g"));
+    let id_of = |out: String| -> String {
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["postgres"]["repository_id"].as_str().unwrap().to_string()
+    };
+    let first = id_of(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--json"])), "backup 1"));
+    insert(&c, 1);
+    archive_now(&c);
+    std::thread::sleep(Duration::from_millis(1100)); // ids are by the second
+    let second = id_of(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--json"])), "backup 2"));
+    assert_ne!(first, second);
+    insert(&c, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    let mid = utc_now(&c);
+    std::thread::sleep(Duration::from_millis(300));
+    insert(&c, 3);
+    archive_now(&c);
+
+    // Back to the middle, promoted onto timeline 2, which archives into the same repository.
+    let p = recover_with(&c, &repo, &base.path().join("branch"), &["--target-time", &mid], true);
+    assert_eq!(batches(&p), "1:100,2:100");
+    assert_eq!(p.sql("postgres", "SELECT timeline_id FROM pg_control_checkpoint()"), "2");
+    insert(&p, 5);
+    archive_now(&p);
+    assert!(repo.join("wal/00000002/00000002.history.wal").exists(), "the new timeline's history is archived");
+    drop(p);
+
+    // The latest timeline by default: from backup 2 on timeline 1, across the switch, to timeline 2's end.
+    let q = recover(&c, &repo, &base.path().join("on_two"), &[]);
+    assert_eq!(batches(&q), "1:100,2:100,5:100", "timeline 2");
+    drop(q);
+    let one = recover(&c, &repo, &base.path().join("on_one"), &["--target-timeline", "1"]);
+    assert_eq!(batches(&one), "1:100,2:100,3:100", "timeline 1 to its end");
+    drop(one);
+
+    // Retention: a dry run removes nothing; then the older backup and the WAL before the newer go.
+    let dry: serde_json::Value = serde_json::from_str(&ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--dry-run", "--json"])), "dry run")).unwrap();
+    assert_eq!(dry["removed"], serde_json::json!([first.clone()]), "{dry}");
+    assert!(dry["wal_removed"].as_u64().unwrap() >= 1, "{dry}");
+    assert!(repo.join(format!("backups/{first}.json")).exists(), "a dry run removes nothing");
+    let done: serde_json::Value = serde_json::from_str(&ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire")).unwrap();
+    assert_eq!(done["kept"], serde_json::json!([second.clone()]));
+    assert!(!repo.join(format!("backups/{first}.json")).exists() && !repo.join(format!("backups/{first}")).exists());
+    assert!(repo.join("wal/00000002/00000002.history.wal").exists(), "history files stay");
+    let kept_from = done["wal_kept_from"].as_str().unwrap().to_string();
+    let oldest_left = std::fs::read_dir(repo.join("wal/00000001")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).min().unwrap();
+    assert!(oldest_left.starts_with(&kept_from), "WAL from the kept backup's start on: {oldest_left} vs {kept_from}");
+    // What is kept still recovers to the end of the archive.
+    let after = recover(&c, &repo, &base.path().join("after_expire"), &[]);
+    assert_eq!(batches(&after), "1:100,2:100,5:100");
+    drop(after);
+    let never = run(sheaf().args(["expire", "--repo", r, "--keep-full", "0"]));
+    assert_eq!(never.status.code(), Some(2), "{}", stderr(&never));
+
+    // A gap in the archive: named by info, verify and restore, which writes nothing.
+    insert(&c, 6);
+    archive_now(&c);
+    insert(&c, 7);
+    archive_now(&c);
+    let mut segs: Vec<PathBuf> =
+        std::fs::read_dir(repo.join("wal/00000001")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().len() == "000000010000000000000001.wal".len()).collect();
+    segs.sort();
+    assert!(segs.len() >= 3, "{segs:?}");
+    let hole = segs[1].clone();
+    std::fs::remove_file(&hole).unwrap();
+    let info = ok(run(sheaf().args(["info", "--repo", r])), "info");
+    assert!(info.contains("WAL GAP on timeline 1"), "{info}");
+    let verify = run(sheaf().args(["verify", "--repo", r]));
+    assert_eq!(verify.status.code(), Some(4), "{}", stderr(&verify));
+    assert!(stderr(&verify).contains("missing"), "{}", stderr(&verify));
+    let gap = run(sheaf().args(["restore", "--repo", r, "--to", base.path().join("gap").to_str().unwrap(), "--target-timeline", "1"]));
+    assert_eq!(gap.status.code(), Some(4), "{}", stderr(&gap));
+    assert!(stderr(&gap).contains("the archive has a gap"), "{}", stderr(&gap));
+    assert!(!base.path().join("gap").exists());
 }
