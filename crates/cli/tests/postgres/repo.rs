@@ -300,3 +300,62 @@ fn timelines_retention_and_gaps() {
     assert!(stderr(&gap).contains("the archive has a gap"), "{}", stderr(&gap));
     assert!(!base.path().join("gap").exists());
 }
+
+#[test]
+fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
+    let (base, repo) = repo_dir();
+    let c = archiving(&repo, &[]);
+    let r = repo.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+    ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r])), "backup");
+
+    // The repository goes away: archiving fails, PostgreSQL keeps the segments and retries.
+    let away = base.path().join("away");
+    std::fs::rename(&repo, &away).unwrap();
+    for b in 1..=3 {
+        c.sql("app", &format!("INSERT INTO t (id, batch) SELECT g, {b} FROM generate_series(1, 100) g"));
+        c.sql("postgres", "SELECT pg_switch_wal()");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.sql("postgres", "SELECT failed_count FROM pg_stat_archiver") == "0" {
+        assert!(Instant::now() < deadline, "archiving never failed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(c.log()).unwrap();
+    assert!(log.contains("there is no sheaf repository"), "the server log says why: {log}");
+    let pending = std::fs::read_dir(c.data.join("pg_wal/archive_status")).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".ready")).count();
+    assert!(pending >= 3, "segments wait in pg_wal: {pending}");
+    // Back: everything is archived and recovers.
+    std::fs::rename(&away, &repo).unwrap();
+    archive_now(&c);
+    let back = recover(&c, &repo, &base.path().join("after_outage"), &[]);
+    assert_eq!(batches(&back), "1:100,2:100,3:100", "nothing written during the outage is lost");
+    drop(back);
+
+    // A push killed mid-write leaves nothing that looks archived; the retry succeeds.
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 9 FROM generate_series(1, 200000) g");
+    let seg = c.sql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    c.sql("postgres", "CHECKPOINT");
+    let copy = base.path().join(&seg);
+    std::fs::copy(c.data.join("pg_wal").join(&seg), &copy).unwrap();
+    let object = repo.join(format!("wal/00000001/{seg}.wal"));
+    let partial = repo.join(format!("wal/00000001/{seg}.wal.partial"));
+    let mut child = sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r, "-c", "zstd:19"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    while std::fs::metadata(&partial).map(|m| m.len() == 0).unwrap_or(true) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the push never started writing");
+        assert!(child.try_wait().unwrap().is_none(), "the push ended before it could be killed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!object.exists(), "no object under the final name");
+    let missing = run(sheaf().args(["wal-fetch", &seg, base.path().join("f1").to_str().unwrap(), "--repo", r]));
+    assert_eq!(missing.status.code(), Some(1), "a killed push is not archived");
+    ok(run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r])), "the retry");
+    assert!(!partial.exists());
+    ok(run(sheaf().args(["wal-fetch", &seg, base.path().join("f2").to_str().unwrap(), "--repo", r])), "fetch");
+    assert!(std::fs::read(base.path().join("f2")).unwrap() == std::fs::read(&copy).unwrap());
+}

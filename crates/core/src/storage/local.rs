@@ -1,7 +1,8 @@
 //! Stripe files on a local or mounted filesystem.
 //!
-//! A stripe is written as `NAME.partial` (created exclusively, so two backups never share one),
-//! fsynced, then renamed to `NAME` and the folder fsynced. A crash leaves only a `.partial`, which
+//! A stripe is written as `NAME.partial` (locked while written, so two writers never share one, and
+//! one left by a killed writer is taken over rather than blocking the next), fsynced, then renamed
+//! to `NAME` and the folder fsynced. A crash leaves only a `.partial`, which
 //! restore never takes for a stripe: it has no trailer and is not the name the manifest gives.
 
 use std::fs::{self, File, OpenOptions};
@@ -174,19 +175,18 @@ impl LocalSink {
             ));
         }
         let partial = partial_name(path);
-        let file = OpenOptions::new().write(true).create_new(true).open(&partial).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::new(
-                    ErrorKind::Target,
-                    format!(
-                        "{} exists: another backup may be writing this target, or one was killed; remove it if none is running",
-                        partial.display()
-                    ),
-                )
-            } else {
-                io_at(ErrorKind::Target, "cannot create", &partial, e)
-            }
-        })?;
+        // The writer holds an exclusive lock on its .partial for as long as it writes; the kernel
+        // drops it when the process ends however it ends. A .partial nobody holds was left by a
+        // killed writer and is taken over; one that is held belongs to a writer still at work.
+        let file = OpenOptions::new().write(true).create(true).truncate(false).open(&partial).map_err(|e| io_at(ErrorKind::Target, "cannot create", &partial, e))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!("{} is being written by another process (a backup or wal-push to the same name): wait for it, or choose another name", partial.display()),
+            ));
+        }
+        file.set_len(0).map_err(|e| io_at(ErrorKind::Target, "cannot truncate", &partial, e))?;
         Ok(LocalSink {
             path: path.to_path_buf(),
             partial,

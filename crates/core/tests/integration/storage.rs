@@ -36,6 +36,26 @@ fn a_local_stripe_is_written_under_a_temporary_name() {
 }
 
 #[test]
+fn a_partial_held_by_a_writer_is_refused_and_one_left_by_a_dead_writer_taken_over() {
+    let d = tempfile::tempdir().unwrap();
+    let t = Location::file(d.path().join("s.sheaf"));
+    let mut first = t.create(false, 0).unwrap();
+    first.write_all(b"first").unwrap();
+    let e = t.create(false, 0).err().expect("a live writer's .partial is not shared");
+    assert_eq!(e.kind(), ErrorKind::Target);
+    assert!(e.to_string().contains("being written by another process"), "{e}");
+    first.publish().unwrap();
+    drop(first);
+    // A .partial nobody holds (its writer was killed): taken over, its old bytes gone.
+    std::fs::write(d.path().join("t.sheaf.partial"), b"stale bytes of a killed writer").unwrap();
+    let t2 = Location::file(d.path().join("t.sheaf"));
+    let mut s = t2.create(false, 0).unwrap();
+    s.write_all(b"new").unwrap();
+    s.publish().unwrap();
+    assert_eq!(std::fs::read(d.path().join("t.sheaf")).unwrap(), b"new");
+}
+
+#[test]
 fn missing_folder_is_a_clear_target_error() {
     let e = Location::file("/nonexistent/sheaf/dir/x.sheaf").create(false, 0).err().expect("refused");
     assert_eq!(e.kind(), ErrorKind::Target);
