@@ -265,8 +265,8 @@ struct BackupArgs {
     /// --to is given: SHEAF_REPO, else repo in the config file.
     #[arg(long, value_name = "REPO")]
     repo: Option<String>,
-    /// Stripes of a backup into a repository [default: 1].
-    #[arg(long, value_name = "N", requires = "repo")]
+    /// Stripes of a backup into a repository. Default: SHEAF_STRIPES, the config file, else 1.
+    #[arg(long, value_name = "N", conflicts_with = "to")]
     stripes: Option<usize>,
     /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
     /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:

@@ -537,3 +537,80 @@ mod tests {
         assert_eq!(missing(&files, 1, 3, 6, seg), vec![archive::segment_name(1, 5, seg)]);
     }
 }
+
+#[cfg(test)]
+mod expire_tests {
+    use super::*;
+    use sheaf_core::repo::Repo;
+    use sheaf_core::LocalOnly;
+
+    fn record(id: &str, stop_unix: i64, start_wal: &str) -> BackupRecord {
+        BackupRecord {
+            id: id.into(),
+            backup_id: format!("{id}-set"),
+            label: None,
+            start_time: String::new(),
+            stop_time: String::new(),
+            start_unix: stop_unix - 10,
+            stop_unix,
+            start_lsn: "0/0".into(),
+            stop_lsn: "0/0".into(),
+            timeline: 1,
+            start_wal: start_wal.into(),
+            stop_wal: start_wal.into(),
+            bytes_read: 0,
+            bytes_written: 0,
+            compression: "zstd:low".into(),
+            stripes: vec![format!("backups/{id}/{id}_1.sheaf")],
+            server_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn expire_spares_a_running_backup_and_removes_one_left_by_a_crash() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &LocalOnly).unwrap();
+        let seg = 16 << 20;
+        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new() };
+        repo.init(&meta).unwrap();
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        for (id, stop, wal) in [("a", 1000, 2u64), ("b", 2000, 4), ("c", 3000, 6)] {
+            let r = record(id, stop, &archive::segment_name(1, wal, seg));
+            put(&r.stripes[0]);
+            repo.put_json(&format!("backups/{id}.json"), &r, false).unwrap();
+        }
+        for s in 1..=7 {
+            put(&archive::object_name(&archive::segment_name(1, s, seg)));
+        }
+        put(&archive::object_name("00000002.history"));
+        // Being written by this very process (alive), and one whose writer is gone.
+        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500 };
+        repo.put_json("backups/d.lock", &live, false).unwrap();
+        put("backups/d/d_1.sheaf");
+        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400 };
+        repo.put_json("backups/e.lock", &dead, false).unwrap();
+        put("backups/e/e_1.sheaf");
+
+        let keep = Retention { keep_full: Some(2), keep_within: None };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["b", "c"]);
+        assert_eq!(plan.removed, vec!["a"]);
+        assert_eq!(plan.running, vec!["d"], "a backup still being written is left alone");
+        assert_eq!(plan.unfinished, vec!["e"], "one left by a crash goes");
+        assert_eq!(plan.wal_removed, 3, "segments 1..3: before b's start (4)");
+        expire(&repo, &plan).unwrap();
+        let left: Vec<String> = repo.list("").unwrap().into_iter().map(|o| o.name).collect();
+        assert!(left.contains(&"backups/d.lock".to_string()) && left.contains(&"backups/d/d_1.sheaf".to_string()), "{left:?}");
+        assert!(!left.iter().any(|n| n.starts_with("backups/e") || n.starts_with("backups/a")), "{left:?}");
+        assert!(left.contains(&archive::object_name("00000002.history")), "history stays");
+        assert!(left.contains(&archive::object_name(&archive::segment_name(1, 4, seg))));
+        assert!(!left.contains(&archive::object_name(&archive::segment_name(1, 3, seg))));
+
+        // Time-based: the window [3500, 4000] holds no backup end; the newest before it (c) stays.
+        let keep = Retention { keep_full: None, keep_within: Some(500) };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["c"]);
+        assert_eq!(plan.removed, vec!["b"]);
+        assert!(plan_expire(&repo, &meta, &Retention::default(), 4000).is_err(), "a policy is required");
+    }
+}

@@ -359,3 +359,61 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     ok(run(sheaf().args(["wal-fetch", &seg, base.path().join("f2").to_str().unwrap(), "--repo", r])), "fetch");
     assert!(std::fs::read(base.path().join("f2")).unwrap() == std::fs::read(&copy).unwrap());
 }
+
+#[test]
+fn a_repository_in_a_bucket_archives_backs_up_and_recovers() {
+    let minio = sheaf_s3::testing::Minio::start();
+    minio.create_bucket("pitr");
+    let base = tempfile::Builder::new().prefix("sheaf-s3repo.").tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Settings in one file, so that archive_command stays short; credentials from the environment.
+    let config = base.path().join("sheaf.toml");
+    std::fs::write(&config, format!("repo = \"s3://pitr/cluster-a\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
+    std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let creds: String = minio.env().iter().filter(|(k, _)| k.starts_with("AWS_ACCESS") || k.starts_with("AWS_SECRET") || *k == "AWS_REGION").map(|(k, v)| format!("{k}={v} ")).collect();
+    let archive = format!("archive_command = 'env {creds}SHEAF_CONFIG={} {} wal-push %p'", config.display(), env!("CARGO_BIN_EXE_sheaf"));
+    let c = Cluster::new(&[], &["archive_mode = on", archive.as_str()]);
+    let cli = || {
+        let mut s = sheaf();
+        s.env("SHEAF_CONFIG", &config);
+        for (k, v) in minio.env() {
+            s.env(k, v);
+        }
+        s
+    };
+    let shown = ok(run(cli().args(["config"])), "config");
+    assert!(shown.contains("s3://pitr/cluster-a") && shown.contains(config.to_str().unwrap()), "{shown}");
+    assert!(!shown.contains(sheaf_s3::testing::SECRET_KEY), "no secret shown: {shown}");
+    ok(run(cli().args(["init", &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+    ok(run(cli().args(["backup", &c.url("postgres"), "--stripes", "2"])), "backup into the bucket");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 100) g");
+    let last = archive_now(&c);
+    let objects = minio.objects("pitr");
+    assert!(objects.iter().any(|o| o.ends_with(&format!("wal/00000001/{last}.wal"))), "{objects:?}");
+    assert_eq!(objects.iter().filter(|o| o.ends_with(".sheaf")).count(), 2, "two stripes: {objects:?}");
+    let info: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["info", "--json"])), "info")).unwrap();
+    assert_eq!(info["backups"].as_array().unwrap().len(), 1);
+    ok(run(cli().args(["verify"])), "verify the repository");
+
+    let dir = base.path().join("restored");
+    ok(run(cli().args(["restore", "--to", dir.to_str().unwrap()])), "restore from the bucket");
+    let auto_path = dir.join("postgresql.auto.conf");
+    let auto = std::fs::read_to_string(&auto_path).unwrap();
+    assert!(auto.contains("--repo s3://pitr/cluster-a") && auto.contains("--config"), "{auto}");
+    assert!(!auto.contains(sheaf_s3::testing::SECRET_KEY), "no secret written: {auto}");
+    // The server's environment carries the credentials, as it would with a profile or IAM role.
+    std::fs::write(&auto_path, auto.replace("restore_command = '", &format!("restore_command = 'env {creds}"))).unwrap();
+    std::fs::OpenOptions::new().append(true).open(&auto_path).and_then(|mut f| std::io::Write::write_all(&mut f, b"archive_mode = off\n")).unwrap();
+    let sock = base.path().join("sock2");
+    pg_dir(&sock);
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let r = Cluster::over(&dir, &sock);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while r.query("postgres", "SELECT pg_is_in_recovery()").ok().as_deref() != Some("f") {
+        assert!(Instant::now() < deadline, "recovery did not end: {}", std::fs::read_to_string(r.log()).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(batches(&r), "1:100");
+}
