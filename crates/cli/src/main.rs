@@ -69,7 +69,9 @@ sheaf backup /srv/data --to s3://backups/d.sheaf --s3-endpoint https://minio.exa
 sheaf restore /mnt/a/data_1.sheaf --to /srv/restored\n  \
 sheaf restore a.sheaf b.sheaf --to /srv/new --relocate big/table=/mnt/fast/table\n  \
 sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/ts1   # then: pg_ctl start -D /srv/pg/new\n  \
-sheaf restore s3://backups/data/d_1.sheaf --to /srv/restored                        # finds d_2.sheaf under the same prefix")]
+sheaf restore s3://backups/data/d_1.sheaf --to /srv/restored                        # finds d_2.sheaf under the same prefix\n  \
+sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-time '2026-11-22 10:15:00+00'  # point in time; then pg_ctl start\n  \
+sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-name before_upgrade --target-action pause")]
     Restore(RestoreArgs),
     /// Read every stripe, check every checksum and decompress, writing nothing (RESTORE VERIFYONLY).
     Verify(VerifyArgs),
