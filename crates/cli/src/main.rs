@@ -640,10 +640,7 @@ fn rate(bytes: u64, secs: f64) -> f64 {
 }
 
 fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
-    let codec = match settings.get("compression", a.compression.clone()) {
-        Some((v, origin)) => CodecSpec::parse(&v).map_err(|e| e.context(format!("compression from {origin}")))?,
-        None => CodecSpec::default(),
-    };
+    let codec = repo::codec(settings, a.compression.clone())?;
     let schemes = a.s3.schemes(settings)?;
     let into_repo = a.to.is_empty();
     if into_repo && settings.value("repo", a.repo.clone()).is_none() {
@@ -751,18 +748,23 @@ fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error
     Ok(v)
 }
 
+/// A PostgreSQL restore's options from the flags (from stripes or from a repository alike).
+fn pg_restore_options(a: &RestoreArgs) -> Result<sheaf_pg::PgRestoreOptions, Error> {
+    if !a.relocate.is_empty() {
+        return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
+    }
+    Ok(sheaf_pg::PgRestoreOptions {
+        target: a.to.clone(),
+        tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
+        force: a.force,
+        original_paths: a.original_paths,
+        threads: a.threads,
+    })
+}
+
 fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
     if a.stripes.is_empty() {
-        if !a.relocate.is_empty() {
-            return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
-        }
-        let opts = sheaf_pg::PgRestoreOptions {
-            target: a.to.clone(),
-            tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
-            force: a.force,
-            original_paths: a.original_paths,
-            threads: a.threads,
-        };
+        let opts = pg_restore_options(&a)?;
         let (r, plan) = repo::restore_from(&a.recovery, &a.s3, settings, opts, progress(a.json))?;
         let mut v = serde_json::to_value(&r).expect("report serialises");
         v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
@@ -792,16 +794,7 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
     let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
     let is_pg = sheaf_pg::is_postgres(&set);
     let r = if is_pg {
-        if !a.relocate.is_empty() {
-            return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
-        }
-        let opts = sheaf_pg::PgRestoreOptions {
-            target: a.to.clone(),
-            tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
-            force: a.force,
-            original_paths: a.original_paths,
-            threads: a.threads,
-        };
+        let opts = pg_restore_options(&a)?;
         sheaf_pg::restore_postgres(&set, &opts, progress(a.json))?
     } else {
         if !a.tablespace.is_empty() {

@@ -154,7 +154,8 @@ impl RecoveryArgs {
     }
 }
 
-fn codec(settings: &Settings, flag: Option<String>) -> Result<CodecSpec, Error> {
+/// The codec in force: the flag, `SHEAF_COMPRESSION`, the config file, else zstd:low.
+pub fn codec(settings: &Settings, flag: Option<String>) -> Result<CodecSpec, Error> {
     match settings.get("compression", flag) {
         Some((v, origin)) => CodecSpec::parse(&v).map_err(|e| e.context(format!("compression from {origin}"))),
         None => Ok(CodecSpec::default()),
@@ -438,6 +439,7 @@ pub fn verify_repo(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, threads
     let found = sheaf_pg::repo::backups(&repo)?;
     let files = sheaf_pg::repo::archived(&repo, &meta)?;
     let mut problems = Vec::new();
+    let mut wal_missing = false;
     let mut checked = Vec::new();
     for f in &found {
         let Found::Complete(r) = f else { continue };
@@ -453,6 +455,7 @@ pub fn verify_repo(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, threads
         ) {
             let gaps = sheaf_pg::repo::missing(&files, r.timeline, start.segno, last, meta.wal_segment_size);
             if !gaps.is_empty() {
+                wal_missing = true;
                 problems.push(format!(
                     "backup {}: {} WAL segment{} missing after its start ({}{}): recovery from it stops there",
                     r.id,
@@ -495,7 +498,7 @@ pub fn verify_repo(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, threads
         );
     }
     if let Some(first) = problems.first() {
-        let kind = if problems.iter().any(|p| p.contains("missing")) { ErrorKind::Incomplete } else { ErrorKind::Corrupt };
+        let kind = if wal_missing { ErrorKind::Incomplete } else { ErrorKind::Corrupt };
         return Err(Error::new(kind, format!("the repository has {} problem{}; the first: {first}", problems.len(), if problems.len() == 1 { "" } else { "s" })));
     }
     Ok(v)

@@ -186,7 +186,6 @@ pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()
     let mut decoder = FrameDecoder::new();
     let mut stored = vec![0u8; BLOB_CHUNK];
     let mut raw = vec![0u8; BLOB_CHUNK];
-    let zeros = vec![0u8; BLOB_CHUNK];
     while pos < end {
         let here = |what: &str| Error::corrupt(format!("{at}: frame at byte {pos}: {what}"));
         let mut hb = [0u8; FRAME_HEADER_LEN];
@@ -205,8 +204,13 @@ pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()
         } else {
             None
         };
-        let chunk = decoder.decode(&h, payload, &mut raw).map_err(|e| here(&e))?;
-        let chunk = chunk.unwrap_or(&zeros[..h.raw_len as usize]);
+        let chunk = match decoder.decode(&h, payload, &mut raw).map_err(|e| here(&e))? {
+            Some(c) => c,
+            None => {
+                raw[..h.raw_len as usize].fill(0);
+                &raw[..h.raw_len as usize]
+            }
+        };
         whole = crc32c::crc32c_append(whole, chunk);
         out(chunk)?;
         offset += u64::from(h.raw_len);

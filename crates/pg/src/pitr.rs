@@ -197,7 +197,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
         r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn() <= *switch)
     };
     let fits = |r: &BackupRecord| match &recovery.target {
-        Target::Time(_, ms) => r.stop_unix * 1000 <= *ms,
+        Target::Time(_, ms) => r.stop_ms <= *ms,
         Target::Lsn(l) => r.stop_lsn() <= *l,
         _ => true,
     };
@@ -243,8 +243,9 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
         from = switch / seg;
     }
     let end_on_target = segs_on(timeline).max();
-    let last = end_on_target.unwrap_or(from.saturating_sub(1));
-    path.push((timeline, from, last.max(from.saturating_sub(1))));
+    if let Some(end) = end_on_target {
+        path.push((timeline, from, end));
+    }
     let mut gaps = Vec::new();
     for (t, a, b) in &path {
         if a <= b {
@@ -285,7 +286,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
                     let src = repo.open(&object_name(n))?;
                     sheaf_core::blob::blob_info(src.as_ref())?.created_unix_ms
                 }
-                None => backup.stop_unix * 1000,
+                None => backup.stop_ms,
             };
             if *ms > newest_ms {
                 return Err(Error::invalid(format!(

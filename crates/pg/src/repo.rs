@@ -49,6 +49,9 @@ pub struct BackupRecord {
     pub start_unix: i64,
     /// Seconds since the epoch.
     pub stop_unix: i64,
+    /// The stop in milliseconds since the epoch, taken after the backup ended: a target time at or
+    /// after it is consistent with this backup.
+    pub stop_ms: i64,
     /// Where WAL replay starts (the checkpoint's redo point) and where the copy is consistent.
     pub start_lsn: String,
     /// See `start_lsn`.
@@ -190,7 +193,8 @@ pub fn backup_to_repo(
     let result = result.and_then(|r| {
         let p = &r.postgres;
         let s = |k: &str| p.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-        let stop_unix = now_unix();
+        let stop_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let stop_unix = stop_ms / 1000;
         let record = BackupRecord {
             id: id.clone(),
             backup_id: r.report.backup_id.clone(),
@@ -199,6 +203,7 @@ pub fn backup_to_repo(
             stop_time: sheaf_core::time::utc(stop_unix),
             start_unix,
             stop_unix,
+            stop_ms,
             start_lsn: s("start_lsn"),
             stop_lsn: s("stop_lsn"),
             timeline: p.get("timeline").and_then(|v| v.as_u64()).unwrap_or(1) as u32,
@@ -259,8 +264,6 @@ pub fn backups(repo: &Repo) -> Result<Vec<Found>> {
     for o in &listed {
         let rest = &o.name["backups/".len()..];
         let id = rest.split(['/', '.']).next().unwrap_or_default();
-        let id = id.strip_suffix(".json").unwrap_or(id);
-        // An id like 20261122-101500Z_1 never arises: stripes live in a folder named after it.
         if !id.is_empty() && !ids.iter().any(|i| i == id) {
             ids.push(id.to_string());
         }
@@ -355,9 +358,7 @@ pub fn ranges(files: &[(WalFile, u64)]) -> Vec<WalRange> {
     out
 }
 
-/// The segments missing between `from` and `to` (inclusive) on `timeline`, given what is archived;
-/// a history of timelines is followed backwards: a segment may come from the parent timeline
-/// before the switch point (`switch` maps a timeline to its parent and first segment of its own).
+/// The segments missing between `from` and `to` (inclusive) on `timeline`, given what is archived.
 pub fn missing(files: &[(WalFile, u64)], timeline: u32, from: u64, to: u64, seg_size: u64) -> Vec<String> {
     let have: std::collections::HashSet<(u32, u64)> =
         files.iter().filter(|(w, _)| w.kind == WalKind::Segment).map(|(w, _)| (w.timeline, w.segno)).collect();
@@ -553,6 +554,7 @@ mod expire_tests {
             stop_time: String::new(),
             start_unix: stop_unix - 10,
             stop_unix,
+            stop_ms: stop_unix * 1000,
             start_lsn: "0/0".into(),
             stop_lsn: "0/0".into(),
             timeline: 1,

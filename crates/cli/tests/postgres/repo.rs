@@ -53,16 +53,22 @@ fn utc_now(c: &Cluster) -> String {
 
 /// Restore from the repository into `dir` with `args`, start it with archiving off (an inspection
 /// copy), wait for recovery to end, and return it.
-fn recover(c: &Cluster, repo: &Path, dir: &Path, args: &[&str]) -> Cluster {
-    recover_with(c, repo, dir, args, false)
+fn recover(repo: &Path, dir: &Path, args: &[&str]) -> Cluster {
+    recover_with(repo, dir, args, false)
 }
 
 /// As [`recover`]; with `archive`, the restored cluster keeps archiving into the repository (its
 /// new timeline's history and WAL go there).
-fn recover_with(c: &Cluster, repo: &Path, dir: &Path, args: &[&str], archive: bool) -> Cluster {
+fn recover_with(repo: &Path, dir: &Path, args: &[&str], archive: bool) -> Cluster {
     let mut cmd = sheaf();
     cmd.args(["restore", "--repo", repo.to_str().unwrap(), "--to", dir.to_str().unwrap()]).args(args);
     ok(run(&mut cmd), &format!("restore {args:?}"));
+    start_restored(dir, archive)
+}
+
+/// Start the cluster restored into `dir` (archiving off unless `archive`) and wait until recovery
+/// has ended; the restore must have written restore_command and recovery.signal.
+fn start_restored(dir: &Path, archive: bool) -> Cluster {
     let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
     assert!(auto.contains("restore_command = ") && auto.contains("wal-fetch %f %p"), "{auto}");
     assert!(dir.join("recovery.signal").exists());
@@ -78,8 +84,18 @@ fn recover_with(c: &Cluster, repo: &Path, dir: &Path, args: &[&str], archive: bo
         assert!(Instant::now() < deadline, "recovery did not end: {}", std::fs::read_to_string(r.log()).unwrap_or_default());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let _ = c;
     r
+}
+
+/// A directory repository, a cluster archiving into it, `init` done, and database `app` with table
+/// `t (id, batch, at)`.
+fn setup() -> (tempfile::TempDir, PathBuf, Cluster) {
+    let (base, repo) = repo_dir();
+    let c = archiving(&repo, &[]);
+    ok(run(sheaf().args(["init", "--repo", repo.to_str().unwrap(), &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+    (base, repo, c)
 }
 
 fn batches(c: &Cluster) -> String {
@@ -97,15 +113,10 @@ fn pgbench_invariant(c: &Cluster) -> (String, String) {
 
 #[test]
 fn point_in_time_recovery_to_a_time_a_name_an_lsn_and_the_end() {
-    let (base, repo) = repo_dir();
-    let c = archiving(&repo, &[]);
+    let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
     let again = run(sheaf().args(["init", "--repo", r, &c.url("postgres")]));
     assert_eq!(again.status.code(), Some(5), "a second init is refused: {}", stderr(&again));
-
-    c.sql("postgres", "CREATE DATABASE app");
-    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
     ok(run(c.tool("pgbench").args(["-i", "-s", "1", "-q", "app"])), "pgbench -i");
     // A write load the whole time from the backup on.
     let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
@@ -142,16 +153,16 @@ fn point_in_time_recovery_to_a_time_a_name_an_lsn_and_the_end() {
     ok(run(sheaf().args(["verify", "--repo", r])), "verify --repo");
 
     let at = |n: &str| base.path().join(n);
-    let r1 = recover(&c, &repo, &at("by_time"), &["--target-time", &t1]);
+    let r1 = recover(&repo, &at("by_time"), &["--target-time", &t1]);
     assert_eq!(batches(&r1), "1:100", "to the time");
     drop(r1);
-    let r2 = recover(&c, &repo, &at("by_name"), &["--target-name", "after_two"]);
+    let r2 = recover(&repo, &at("by_name"), &["--target-name", "after_two"]);
     assert_eq!(batches(&r2), "1:100,2:100", "to the restore point");
     drop(r2);
-    let r3 = recover(&c, &repo, &at("by_lsn"), &["--target-lsn", &lsn3, "--set", &id]);
+    let r3 = recover(&repo, &at("by_lsn"), &["--target-lsn", &lsn3, "--set", &id]);
     assert_eq!(batches(&r3), "1:100,2:100,3:100", "to the LSN");
     drop(r3);
-    let r4 = recover(&c, &repo, &at("to_end"), &[]);
+    let r4 = recover(&repo, &at("to_end"), &[]);
     assert_eq!(batches(&r4), "1:100,2:100,3:100,4:100", "to the end");
     assert_eq!(pgbench_invariant(&r4), invariant, "the pgbench balances agree with the source's");
     assert_eq!(r4.sql("app", "SELECT sum(abalance) = (SELECT sum(delta) FROM pgbench_history) FROM pgbench_accounts"), "t");
@@ -169,10 +180,8 @@ fn point_in_time_recovery_to_a_time_a_name_an_lsn_and_the_end() {
 
 #[test]
 fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
-    let (base, repo) = repo_dir();
-    let c = archiving(&repo, &[]);
+    let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
     c.sql("postgres", "CREATE TABLE x AS SELECT g FROM generate_series(1, 1000) g");
     let seg = archive_now(&c);
     let wal = c.data.join("pg_wal").join(&seg);
@@ -219,12 +228,8 @@ fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
 
 #[test]
 fn timelines_retention_and_gaps() {
-    let (base, repo) = repo_dir();
-    let c = archiving(&repo, &[]);
+    let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
-    c.sql("postgres", "CREATE DATABASE app");
-    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
     let insert = |c: &Cluster, b: i32| c.sql("app", &format!("INSERT INTO t (id, batch) SELECT g, {b} FROM generate_series(1, 100) g"));
     let id_of = |out: String| -> String {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -244,7 +249,7 @@ fn timelines_retention_and_gaps() {
     archive_now(&c);
 
     // Back to the middle, promoted onto timeline 2, which archives into the same repository.
-    let p = recover_with(&c, &repo, &base.path().join("branch"), &["--target-time", &mid], true);
+    let p = recover_with(&repo, &base.path().join("branch"), &["--target-time", &mid], true);
     assert_eq!(batches(&p), "1:100,2:100");
     assert_eq!(p.sql("postgres", "SELECT timeline_id FROM pg_control_checkpoint()"), "2");
     insert(&p, 5);
@@ -253,10 +258,10 @@ fn timelines_retention_and_gaps() {
     drop(p);
 
     // The latest timeline by default: from backup 2 on timeline 1, across the switch, to timeline 2's end.
-    let q = recover(&c, &repo, &base.path().join("on_two"), &[]);
+    let q = recover(&repo, &base.path().join("on_two"), &[]);
     assert_eq!(batches(&q), "1:100,2:100,5:100", "timeline 2");
     drop(q);
-    let one = recover(&c, &repo, &base.path().join("on_one"), &["--target-timeline", "1"]);
+    let one = recover(&repo, &base.path().join("on_one"), &["--target-timeline", "1"]);
     assert_eq!(batches(&one), "1:100,2:100,3:100", "timeline 1 to its end");
     drop(one);
 
@@ -273,7 +278,7 @@ fn timelines_retention_and_gaps() {
     let oldest_left = std::fs::read_dir(repo.join("wal/00000001")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).min().unwrap();
     assert!(oldest_left.starts_with(&kept_from), "WAL from the kept backup's start on: {oldest_left} vs {kept_from}");
     // What is kept still recovers to the end of the archive.
-    let after = recover(&c, &repo, &base.path().join("after_expire"), &[]);
+    let after = recover(&repo, &base.path().join("after_expire"), &[]);
     assert_eq!(batches(&after), "1:100,2:100,5:100");
     drop(after);
     let never = run(sheaf().args(["expire", "--repo", r, "--keep-full", "0"]));
@@ -303,12 +308,8 @@ fn timelines_retention_and_gaps() {
 
 #[test]
 fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
-    let (base, repo) = repo_dir();
-    let c = archiving(&repo, &[]);
+    let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
-    c.sql("postgres", "CREATE DATABASE app");
-    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
     ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r])), "backup");
 
     // The repository goes away: archiving fails, PostgreSQL keeps the segments and retries.
@@ -330,7 +331,7 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     // Back: everything is archived and recovers.
     std::fs::rename(&away, &repo).unwrap();
     archive_now(&c);
-    let back = recover(&c, &repo, &base.path().join("after_outage"), &[]);
+    let back = recover(&repo, &base.path().join("after_outage"), &[]);
     assert_eq!(batches(&back), "1:100,2:100,3:100", "nothing written during the outage is lost");
     drop(back);
 
@@ -405,15 +406,6 @@ fn a_repository_in_a_bucket_archives_backs_up_and_recovers() {
     assert!(!auto.contains(sheaf_s3::testing::SECRET_KEY), "no secret written: {auto}");
     // The server's environment carries the credentials, as it would with a profile or IAM role.
     std::fs::write(&auto_path, auto.replace("restore_command = '", &format!("restore_command = 'env {creds}"))).unwrap();
-    std::fs::OpenOptions::new().append(true).open(&auto_path).and_then(|mut f| std::io::Write::write_all(&mut f, b"archive_mode = off\n")).unwrap();
-    let sock = base.path().join("sock2");
-    pg_dir(&sock);
-    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let r = Cluster::over(&dir, &sock);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while r.query("postgres", "SELECT pg_is_in_recovery()").ok().as_deref() != Some("f") {
-        assert!(Instant::now() < deadline, "recovery did not end: {}", std::fs::read_to_string(r.log()).unwrap_or_default());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let r = start_restored(&dir, false);
     assert_eq!(batches(&r), "1:100");
 }
