@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench bench-engine bench-report bench-s3 clean
+.PHONY: all deps build test demo bench bench-engine bench-report bench-s3 bench-archive clean
 
 all: build
 
@@ -37,6 +37,10 @@ bench-report: build
 # upload ceiling (mc cp) and pgBackRest's S3 repository, on TPC-H scale 1.
 bench-s3: build
 	OUT=$${OUT:-s3-report} scripts/bench-s3.sh
+
+# WAL archiving and recovery against cp and pgBackRest (issue 9): OUT/archive.csv.
+bench-archive: build
+	OUT=$${OUT:-archive-report} scripts/bench-archive.sh
 
 clean:
 	$(CARGO) clean
