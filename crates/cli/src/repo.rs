@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sheaf_core::repo::Repo;
-use sheaf_core::size::format_size;
+use sheaf_core::size::{format_size, parse_size};
 use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Location};
 use sheaf_pg::repo::{BackupRecord, Found, RepoMeta};
+use sheaf_pg::spool::Spool;
 
 use crate::settings::{Settings, KEYS};
 use crate::S3Args;
@@ -58,11 +59,51 @@ pub struct WalPushArgs {
     /// Codec for archived WAL. Default: SHEAF_COMPRESSION, the config file, else zstd:low.
     #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
     pub compression: Option<String>,
+    /// Look-ahead: push this segment and up to N-1 `.ready` ones after it at once, so the
+    /// archiver's next calls return at once. Default: SHEAF_PARALLEL, the config file, else 4.
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    /// When a push fails and more than SIZE of WAL waits in pg_wal, report success anyway so
+    /// PostgreSQL can recycle the segment, keeping pg_wal from filling the disk. The segment is then
+    /// NOT archived: recovery cannot pass it until the next backup (the gap is recorded and shown
+    /// by sheaf info). Default: no bound (archiving waits, pg_wal grows).
+    #[arg(long, value_name = "SIZE")]
+    pub queue_max: Option<String>,
+    #[command(flatten)]
+    pub spool: SpoolArg,
     /// Print what was done as JSON (archive_command output goes to the server log).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// Where look-ahead and prefetch keep their files.
+#[derive(Args, Clone, Default)]
+pub struct SpoolArg {
+    /// Spool folder for look-ahead markers and prefetched WAL. Default: SHEAF_SPOOL, the config
+    /// file, else .sheaf inside pg_wal (same filesystem, so prefetched segments are renamed into
+    /// place).
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+}
+
+impl SpoolArg {
+    fn get(&self, settings: &Settings, wal_dir: &std::path::Path, repo: &Repo) -> Spool {
+        let base = settings.value("spool", self.spool.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
+        Spool::new(base.as_deref(), wal_dir, repo)
+    }
+}
+
+/// `--parallel`, else the `parallel` setting, else 4.
+fn parallel(settings: &Settings, flag: Option<usize>) -> Result<usize, Error> {
+    match settings.get("parallel", flag.map(|n| n.to_string())) {
+        None => Ok(4),
+        Some((v, origin)) => match v.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(Error::invalid(format!("parallel from {origin}: '{v}' is not a count of 1 or more"))),
+        },
+    }
 }
 
 #[derive(Args)]
@@ -73,6 +114,19 @@ pub struct WalFetchArgs {
     pub dest: PathBuf,
     #[command(flatten)]
     pub repo: RepoArg,
+    /// Prefetch: after serving a segment, keep the next N fetched and checked in the spool by a
+    /// background process, so replay never waits on the repository. 1 turns it off. Default:
+    /// SHEAF_PARALLEL, the config file, else 4.
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    #[command(flatten)]
+    pub spool: SpoolArg,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Run as the background prefetcher (started by wal-fetch itself).
+    #[arg(long, hide = true)]
+    pub prefetch: bool,
     #[command(flatten)]
     pub s3: S3Args,
 }
@@ -177,25 +231,131 @@ pub fn init(a: InitArgs, settings: &Settings) -> Result<(), Error> {
     Ok(())
 }
 
+/// The folder PostgreSQL's %p lives in (pg_wal, as archive_command and restore_command see it).
+fn wal_dir(p: &std::path::Path) -> &std::path::Path {
+    p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."))
+}
+
 pub fn wal_push(a: WalPushArgs, settings: &Settings) -> Result<(), Error> {
     let spec = codec(settings, a.compression.clone())?;
-    let (repo, meta) = a.repo.open(settings, &a.s3)?;
+    let parallel = parallel(settings, a.parallel)?;
+    let queue_max = match settings.get("queue-max", a.queue_max.clone()) {
+        Some((v, origin)) => Some(parse_size(&v).map_err(|e| e.context(format!("queue-max from {origin}")))?),
+        None => None,
+    };
+    let repo = Repo::at(&a.repo.text(settings)?, &a.s3.schemes(settings)?)?;
+    let wal_dir = wal_dir(&a.path);
+    let spool = a.spool.get(settings, wal_dir, &repo);
     let t0 = std::time::Instant::now();
-    let pushed = sheaf_pg::archive::push(&repo, &meta, &a.path, spec)?;
+    let outcome = sheaf_pg::repo::open(&repo).and_then(|meta| sheaf_pg::spool::push_ahead(&repo, &meta, &spool, &a.path, spec, parallel));
+    let report = match outcome {
+        Ok(r) => r,
+        Err(e) => return drop_or_fail(e, queue_max, &a.path, &spool),
+    };
+    match sheaf_pg::spool::publish_dropped(&repo, &spool) {
+        Ok(0) => {}
+        Ok(n) => eprintln!(
+            "sheaf: WARNING: the repository is reachable again; {n} WAL file(s) dropped by queue-max while it was not are recorded in it (sheaf info lists them). Take a new backup: recovery cannot cross the gap."
+        ),
+        Err(e) => eprintln!("sheaf: WARNING: cannot record WAL dropped by queue-max in the repository yet: {e}"),
+    }
+    for f in &report.ahead_failed {
+        eprintln!("sheaf: look-ahead push of {} failed; the archiver will ask for it again: {}", f.name, f.error);
+    }
+    if let Some(e) = &report.spool_error {
+        eprintln!("sheaf: look-ahead is off: {e}");
+    }
     if a.json {
-        let mut v = serde_json::to_value(&pushed).expect("report serialises");
+        let mut v = serde_json::to_value(&report).expect("report serialises");
         v["seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());
         println!("{v}");
-    } else if pushed.already {
-        eprintln!("sheaf: {} was archived already with the same content", pushed.name);
+    } else if report.pushed.first().is_some_and(|p| p.already) {
+        eprintln!("sheaf: {} was archived already with the same content", report.name);
     }
+    Ok(())
+}
+
+/// A failed push under `--queue-max`: when more WAL than the bound waits in pg_wal, drop the file
+/// (report success, so PostgreSQL recycles it), say so loudly in the server log, and record it.
+fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &std::path::Path, spool: &Spool) -> Result<(), Error> {
+    let Some(max) = queue_max else { return Err(e) };
+    let Ok((files, bytes)) = sheaf_pg::spool::pending_wal(wal_dir(path)) else { return Err(e) };
+    if bytes <= max {
+        return Err(e.context(format!("{} of WAL waits in pg_wal ({files} files), under queue-max {}", format_size(bytes), format_size(max))));
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let d = sheaf_pg::spool::Dropped {
+        name: name.clone(),
+        at: sheaf_core::time::utc_now(),
+        pending_bytes: bytes,
+        queue_max: max,
+        error: e.to_string(),
+    };
+    let recorded = match sheaf_pg::spool::record_dropped(spool, &d) {
+        Ok(()) => format!("recorded in {}", spool.dir().display()),
+        Err(re) => format!("and NOT recorded ({re})"),
+    };
+    eprintln!(
+        "sheaf: WARNING: {name} DROPPED from the archive, {recorded}: {} of WAL waits in pg_wal ({files} files), over queue-max {}, and the push failed: {e}. Point-in-time recovery cannot pass {name}; once the repository is back, take a new backup.",
+        format_size(bytes),
+        format_size(max)
+    );
     Ok(())
 }
 
 /// `Ok(false)`: not in the archive (exit 1 quietly, as PostgreSQL expects at the archive's end).
 pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
+    let parallel = parallel(settings, a.parallel)?;
     let (repo, meta) = a.repo.open(settings, &a.s3)?;
-    Ok(sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest)?.is_some())
+    let spool = (parallel > 1).then(|| a.spool.get(settings, wal_dir(&a.dest), &repo));
+    if a.prefetch {
+        let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
+        let r = sheaf_pg::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
+        if a.json {
+            println!("{}", serde_json::to_value(&r).expect("report serialises"));
+        }
+        return Ok(true);
+    }
+    let Some(got) = sheaf_pg::spool::fetch_spooled(&repo, &meta, spool.as_ref(), &a.name, &a.dest)? else { return Ok(false) };
+    if let Some(spool) = &spool {
+        let segment = sheaf_pg::archive::WalFile::parse(&a.name, meta.wal_segment_size).is_some_and(|w| w.kind == sheaf_pg::archive::WalKind::Segment);
+        if segment {
+            if let Err(e) = start_prefetcher(&a, &repo, settings, parallel, spool) {
+                eprintln!("sheaf: prefetch is off: {e}");
+            }
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_value(&got).expect("report serialises"));
+    }
+    Ok(true)
+}
+
+/// Start `sheaf wal-fetch --prefetch` in the background, detached from PostgreSQL's startup
+/// process (it exits at once if one is running already; its errors go to prefetch.log in the spool).
+fn start_prefetcher(a: &WalFetchArgs, repo: &Repo, settings: &Settings, parallel: usize, spool: &Spool) -> Result<(), Error> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))?;
+    std::fs::create_dir_all(spool.dir()).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", spool.dir().display()), e))?;
+    let log_path = spool.dir().join("prefetch.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", log_path.display()), e))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(c) = &settings.explicit {
+        cmd.arg("--config").arg(std::path::absolute(c).unwrap_or_else(|_| c.clone()));
+    }
+    cmd.arg("wal-fetch").arg(&a.name).arg(std::path::absolute(&a.dest).unwrap_or_else(|_| a.dest.clone()));
+    cmd.args(["--prefetch", "--parallel", &parallel.to_string(), "--repo", repo.display()]);
+    cmd.arg("--spool").arg(spool_base(spool));
+    cmd.args(a.s3.resolved(settings)?.as_flags());
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log).process_group(0);
+    cmd.spawn().map_err(|e| Error::io(ErrorKind::Io, "cannot start the WAL prefetcher", e))?;
+    Ok(())
+}
+
+/// The folder a spool was made under (its parent), for the prefetcher to find the same one.
+fn spool_base(spool: &Spool) -> PathBuf {
+    let base = spool.dir().parent().unwrap_or(spool.dir());
+    std::path::absolute(base).unwrap_or_else(|_| base.to_path_buf())
 }
 
 pub fn info(a: InfoArgs, settings: &Settings) -> Result<(), Error> {
@@ -205,6 +365,7 @@ pub fn info(a: InfoArgs, settings: &Settings) -> Result<(), Error> {
     let ranges = sheaf_pg::repo::ranges(&files);
     let wal_bytes: u64 = files.iter().map(|(_, s)| s).sum();
     let backup_bytes: u64 = found.iter().filter_map(|f| if let Found::Complete(r) = f { Some(r.bytes_written) } else { None }).sum();
+    let dropped = sheaf_pg::spool::dropped(&repo)?;
     let gaps: Vec<serde_json::Value> = ranges
         .windows(2)
         .filter(|w| w[0].timeline == w[1].timeline)
@@ -215,7 +376,7 @@ pub fn info(a: InfoArgs, settings: &Settings) -> Result<(), Error> {
             "{}",
             serde_json::json!({
                 "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
-                "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes,
+                "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped,
             })
         );
         return Ok(());
@@ -253,6 +414,9 @@ pub fn info(a: InfoArgs, settings: &Settings) -> Result<(), Error> {
     }
     for g in &gaps {
         println!("WAL GAP on timeline {}: nothing between {} and {}: recovery cannot cross it", g["timeline"], g["after"].as_str().unwrap_or(""), g["before"].as_str().unwrap_or(""));
+    }
+    for d in &dropped {
+        println!("WAL DROPPED: {} at {} by wal-push --queue-max {} ({} waiting): {}", d.name, d.at, format_size(d.queue_max), format_size(d.pending_bytes), d.error);
     }
     let n = found.iter().filter(|f| matches!(f, Found::Complete(_))).count();
     println!(

@@ -17,6 +17,7 @@ pub mod pitr;
 pub mod repo;
 pub mod restore;
 pub mod scratch;
+pub mod spool;
 pub mod server;
 pub mod tpch;
 

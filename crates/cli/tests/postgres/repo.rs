@@ -409,3 +409,140 @@ fn a_repository_in_a_bucket_archives_backs_up_and_recovers() {
     let r = start_restored(&dir, false);
     assert_eq!(batches(&r), "1:100");
 }
+
+/// `.ready` files waiting in the cluster's pg_wal.
+fn ready(c: &Cluster) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(c.data.join("pg_wal/archive_status"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_suffix(".ready").map(str::to_string))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `sheaf ARGS` as the server's user in its data directory, as archive_command runs it.
+fn as_archiver(c: &Cluster, args: &[&str]) -> Output {
+    let mut cmd = sheaf_pg::scratch::as_server_user(env!("CARGO_BIN_EXE_sheaf"));
+    run(cmd.current_dir(&c.data).args(args))
+}
+
+fn json(out: String) -> serde_json::Value {
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn wal_push_looks_ahead_and_wal_fetch_prefetches() {
+    let (base, repo) = repo_dir();
+    let r = repo.to_str().unwrap();
+    // The archiver fails on purpose, so finished segments wait as .ready.
+    let mut c = Cluster::new(&[], &["archive_mode = on", "archive_command = 'false'", "archive_timeout = 0"]);
+    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
+    let mut segs = Vec::new();
+    for i in 0..5 {
+        c.sql("postgres", &format!("CREATE TABLE t{i} AS SELECT g FROM generate_series(1, 1000) g"));
+        segs.push(c.sql("postgres", "SELECT pg_walfile_name(pg_switch_wal())"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !segs.iter().all(|s| ready(&c).contains(s)) {
+        assert!(Instant::now() < deadline, "segments never became .ready: {:?}", ready(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let archived = |s: &str| repo.join(format!("wal/00000001/{s}.wal")).exists();
+    let push = |seg: &str| json(ok(as_archiver(&c, &["wal-push", &format!("pg_wal/{seg}"), "--repo", r, "--parallel", "3", "--json"]), "wal-push"));
+
+    // One call pushes the asked-for segment and the next two .ready ones.
+    let first = push(&segs[0]);
+    let names: Vec<&str> = first["pushed"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, [&segs[0], &segs[1], &segs[2]], "{first}");
+    assert_eq!(first["from_spool"], false);
+    assert!(archived(&segs[2]) && !archived(&segs[3]));
+    // The archiver's next call returns at once: the segment is known pushed.
+    let second = push(&segs[1]);
+    assert_eq!(second["from_spool"], true, "{second}");
+    assert!(second["pushed"].as_array().unwrap().is_empty());
+    // A marker vouches only for the file as it was pushed: touched since, it is checked again
+    // (same content: already archived), and the look-ahead goes on.
+    ok(run(std::process::Command::new("touch").arg(c.data.join("pg_wal").join(&segs[2]))), "touch");
+    let third = push(&segs[2]);
+    assert_eq!(third["from_spool"], false, "{third}");
+    assert_eq!(third["pushed"][0]["already"], true, "{third}");
+    assert!(archived(&segs[3]) && archived(&segs[4]), "{third}");
+
+    // PostgreSQL's own archiver takes over and catches up.
+    c.sql("postgres", &format!("ALTER SYSTEM SET archive_command = '{} wal-push %p --repo {r}'", env!("CARGO_BIN_EXE_sheaf")));
+    c.sql("postgres", "SELECT pg_reload_conf()");
+    let last = archive_now(&c);
+    assert!(ready(&c).is_empty(), "{:?}", ready(&c));
+    assert!(archived(&last));
+    c.stop();
+
+    // Prefetch: serving one segment starts a prefetcher that fetches the next ones, checked.
+    let dest = base.path().join("recovering");
+    std::fs::create_dir(&dest).unwrap();
+    let fetch = |seg: &str, n: &str| run(sheaf().args(["wal-fetch", seg, dest.join("RECOVERYXLOG").to_str().unwrap(), "--repo", r, "--parallel", n, "--json"]));
+    let got = json(ok(fetch(&segs[0], "3"), "wal-fetch"));
+    assert_eq!(got["from_spool"], false, "{got}");
+    let spool = std::fs::read_dir(dest.join(".sheaf")).unwrap().next().unwrap().unwrap().path().join("in");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !segs[1..4].iter().all(|s| spool.join(s).exists()) {
+        let log = std::fs::read_to_string(spool.parent().unwrap().join("prefetch.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "the prefetcher did not fetch {:?}: {log}", &segs[1..4]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let served = json(ok(fetch(&segs[1], "3"), "wal-fetch from the spool"));
+    assert_eq!(served["from_spool"], true, "{served}");
+    let from_spool = std::fs::read(dest.join("RECOVERYXLOG")).unwrap();
+    let direct = base.path().join("direct");
+    ok(run(sheaf().args(["wal-fetch", &segs[1], direct.to_str().unwrap(), "--repo", r, "--parallel", "1"])), "wal-fetch without prefetch");
+    assert!(from_spool == std::fs::read(&direct).unwrap(), "the spooled segment is the archived one");
+    assert!(!spool.join(&segs[1]).exists(), "served segments leave the spool");
+    // Past the archive's end: a quiet miss, with or without prefetch.
+    let miss = fetch("0000000100000000000000FF", "3");
+    assert_eq!(miss.status.code(), Some(1), "{}", stderr(&miss));
+    assert!(stderr(&miss).is_empty(), "{}", stderr(&miss));
+}
+
+#[test]
+fn queue_max_drops_wal_while_the_repository_is_away_and_says_so() {
+    let (base, repo) = repo_dir();
+    let r = repo.to_str().unwrap();
+    // 16 MB segments: at most two may wait.
+    let cmd = format!("archive_command = '{} wal-push %p --repo {r} --queue-max 40MB'", env!("CARGO_BIN_EXE_sheaf"));
+    let c = Cluster::new(&[], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
+    ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE TABLE t (id int, batch int)");
+    ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r])), "backup");
+    archive_now(&c);
+
+    let away = base.path().join("away");
+    std::fs::rename(&repo, &away).unwrap();
+    for b in 1..=6 {
+        c.sql("postgres", &format!("INSERT INTO t SELECT g, {b} FROM generate_series(1, 100) g"));
+        c.sql("postgres", "SELECT pg_switch_wal()");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The archiver drops the oldest until no more than the bound waits; the rest wait.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ready(&c).len() > 2 {
+        assert!(Instant::now() < deadline, "pg_wal kept {:?}; log: {}", ready(&c), std::fs::read_to_string(c.log()).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = std::fs::read_to_string(c.log()).unwrap();
+    assert!(log.contains("DROPPED from the archive") && log.contains("over queue-max") && log.contains("take a new backup"), "{log}");
+    assert!(log.contains("there is no sheaf repository"), "the cause is named: {log}");
+
+    // Back: what waited is archived, the drops are recorded in the repository and named by info,
+    // and recovery refuses to cross the gap.
+    std::fs::rename(&away, &repo).unwrap();
+    archive_now(&c);
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    let dropped = info["dropped"].as_array().unwrap();
+    assert!(dropped.len() >= 3, "{info}");
+    assert!(dropped.iter().all(|d| d["queue_max"] == 40_000_000 && !repo.join(format!("wal/00000001/{}.wal", d["name"].as_str().unwrap())).exists()), "{info}");
+    assert!(!info["gaps"].as_array().unwrap().is_empty(), "{info}");
+    let text = ok(run(sheaf().args(["info", "--repo", r])), "info");
+    assert!(text.contains("WAL DROPPED") && text.contains("WAL GAP"), "{text}");
+    let gap = run(sheaf().args(["restore", "--repo", r, "--to", base.path().join("gap").to_str().unwrap()]));
+    assert_eq!(gap.status.code(), Some(4), "{}", stderr(&gap));
+    assert!(stderr(&gap).contains("the archive has a gap"), "{}", stderr(&gap));
+}

@@ -1,0 +1,508 @@
+//! The archiver's look-ahead, its drop record, and recovery's prefetch, kept in a local spool.
+//!
+//! - **Look-ahead** ([`push_ahead`]): when PostgreSQL asks for one segment and more are `.ready`
+//!   behind it, one call pushes up to `parallel` of them at once and leaves a marker for each extra
+//!   one (`out/NAME.ok`: the file's size, mtime and inode when it was pushed). The archiver's next
+//!   calls find their marker and return at once. A marker whose file changed is ignored.
+//! - **Queue bound** ([`pending_wal`], [`record_dropped`]): when a push fails and more WAL than the
+//!   bound waits in pg_wal, the caller reports success so PostgreSQL can recycle the segment; the
+//!   loss is recorded in the spool (`dropped/NAME.json`) and published to the repository
+//!   (`dropped/NAME.json`) by the next push that gets through, where `sheaf info` shows it.
+//! - **Prefetch** ([`fetch_spooled`], [`prefetch`]): recovery asks for segments one at a time;
+//!   after each, a background prefetcher keeps the next `parallel` segments fetched and checked in
+//!   `in/`, so the next call is a rename. Each file is written under a temporary name and renamed,
+//!   so a name in `in/` is always whole.
+//!
+//! The spool lives by default in `pg_wal/.sheaf/` (one folder per repository, by a hash of its
+//! location): on the same filesystem as pg_wal, so a prefetched segment is renamed into place, and
+//! gone with the cluster whose files it describes. PostgreSQL ignores it; base backups leave out
+//! pg_wal's contents.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::blob::BlobInfo;
+use sheaf_core::repo::Repo;
+use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
+
+use crate::archive::{fetch, push, segment_name, Pushed, WalFile, WalKind};
+use crate::repo::RepoMeta;
+
+/// One repository's spool.
+#[derive(Clone, Debug)]
+pub struct Spool {
+    dir: PathBuf,
+}
+
+fn io(what: String, e: std::io::Error) -> Error {
+    Error::io(ErrorKind::Io, what, e)
+}
+
+/// FNV-1a, 64 bits: a stable name for a repository's folder (not a security boundary).
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+impl Spool {
+    /// The spool for `repo`: under `base` (the `spool` setting) if given, else `WAL_DIR/.sheaf`.
+    pub fn new(base: Option<&Path>, wal_dir: &Path, repo: &Repo) -> Spool {
+        let base = base.map_or_else(|| wal_dir.join(".sheaf"), Path::to_path_buf);
+        Spool { dir: base.join(format!("{:016x}", fnv(repo.display()))) }
+    }
+
+    /// Its folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn sub(&self, part: &str) -> Result<PathBuf> {
+        let d = self.dir.join(part);
+        fs::create_dir_all(&d).map_err(|e| io(format!("cannot create the spool folder {} (set spool = \"DIR\" or --spool to move it)", d.display()), e))?;
+        Ok(d)
+    }
+}
+
+/// Write `bytes` to `path` through a temporary name, so readers see all of it or nothing.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let r = File::create(&tmp).and_then(|mut f| f.write_all(bytes)).and_then(|()| fs::rename(&tmp, path));
+    r.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io(format!("cannot write {}", path.display()), e)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Look-ahead.
+
+/// What a pushed file looked like, so a marker is only trusted for that very file.
+#[derive(Serialize, Deserialize, PartialEq, Eq, Debug)]
+struct Stamp {
+    len: u64,
+    mtime_ns: i128,
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> std::io::Result<Stamp> {
+    let m = fs::metadata(path)?;
+    Ok(Stamp { len: m.len(), mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()), ino: m.ino() })
+}
+
+/// A look-ahead push that did not get through (the archiver retries it itself).
+#[derive(Clone, Debug, Serialize)]
+pub struct AheadFailure {
+    /// The file.
+    pub name: String,
+    /// Why.
+    pub error: String,
+}
+
+/// What [`push_ahead`] did.
+#[derive(Clone, Debug, Serialize)]
+pub struct PushReport {
+    /// The file PostgreSQL asked for.
+    pub name: String,
+    /// True when an earlier call had pushed it already (its marker was found).
+    pub from_spool: bool,
+    /// What was pushed now: the asked-for file first, then the look-ahead.
+    pub pushed: Vec<Pushed>,
+    /// Look-ahead pushes that failed.
+    pub ahead_failed: Vec<AheadFailure>,
+    /// The spool could not be used (look-ahead was skipped); the push itself went on.
+    pub spool_error: Option<String>,
+}
+
+/// The `.ready` segments in `wal_dir` after `name`, oldest first.
+fn ready_after(wal_dir: &Path, name: &str, seg_size: u64) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(wal_dir.join("archive_status")) else { return Vec::new() };
+    let mut v: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".ready").map(str::to_string))
+        .filter(|n| n.as_str() > name && WalFile::parse(n, seg_size).is_some_and(|w| w.kind == WalKind::Segment))
+        .collect();
+    v.sort();
+    v
+}
+
+impl Spool {
+    /// Whether an earlier call pushed the file at `path` (the same file, unchanged). The marker is
+    /// consumed either way.
+    fn take_pushed(&self, name: &str, path: &Path) -> bool {
+        let marker = self.dir.join("out").join(format!("{name}.ok"));
+        let Ok(text) = fs::read(&marker) else { return false };
+        let _ = fs::remove_file(&marker);
+        let Ok(recorded) = serde_json::from_slice::<Stamp>(&text) else { return false };
+        stamp(path).is_ok_and(|now| now == recorded)
+    }
+
+    fn mark_pushed(&self, name: &str, st: &Stamp) -> Result<()> {
+        let out = self.sub("out")?;
+        write_whole(&out.join(format!("{name}.ok")), &serde_json::to_vec(st).expect("serialises"))
+    }
+
+    /// Markers whose file is gone from pg_wal (the archiver will never ask for them again).
+    fn forget_stale(&self, wal_dir: &Path) {
+        let Ok(dir) = fs::read_dir(self.dir.join("out")) else { return };
+        for e in dir.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.strip_suffix(".ok").is_some_and(|seg| !wal_dir.join(seg).exists()) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Archive the file at `path`, and with `parallel > 1` the `.ready` segments after it at the same
+/// time (look-ahead), leaving markers so the archiver's next calls return at once.
+///
+/// # Errors
+/// The asked-for file's push failed ([`push`]'s errors). Look-ahead failures are reported, not
+/// raised: the archiver will ask for those files itself.
+pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let mut report = PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None };
+    if spool.take_pushed(&name, path) {
+        report.from_spool = true;
+        return Ok(report);
+    }
+    let wal_dir = path.parent().unwrap_or(Path::new("."));
+    let is_segment = WalFile::parse(&name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment);
+    let mut todo = vec![path.to_path_buf()];
+    if parallel > 1 && is_segment {
+        if let Err(e) = spool.sub("out") {
+            report.spool_error = Some(e.to_string());
+        } else {
+            spool.forget_stale(wal_dir);
+            let ahead = ready_after(wal_dir, &name, meta.wal_segment_size);
+            todo.extend(ahead.iter().filter(|n| !spool.dir.join("out").join(format!("{n}.ok")).exists()).take(parallel - 1).map(|n| wal_dir.join(n)));
+        }
+    }
+    // One thread per file (at most `parallel`); each stamps its file before pushing it, so a
+    // marker never vouches for bytes that changed after they were read.
+    let results: Vec<(Option<Stamp>, Result<Pushed>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = todo
+            .iter()
+            .map(|p| {
+                s.spawn(move || {
+                    let st = stamp(p).ok();
+                    (st, push(repo, meta, p, codec))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a push thread panicked")).collect()
+    });
+    let mut results = results.into_iter().zip(&todo);
+    let ((_, first), _) = results.next().expect("the asked-for file");
+    for ((st, r), p) in results {
+        let n = p.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        match (r, st) {
+            (Ok(done), Some(st)) => {
+                if let Err(e) = spool.mark_pushed(&n, &st) {
+                    report.spool_error = Some(e.to_string());
+                }
+                report.pushed.push(done);
+            }
+            (Ok(done), None) => report.pushed.push(done),
+            (Err(e), _) => report.ahead_failed.push(AheadFailure { name: n, error: e.to_string() }),
+        }
+    }
+    report.pushed.insert(0, first?);
+    Ok(report)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queue bound.
+
+/// WAL waiting to be archived in `wal_dir`: the `.ready` files and their bytes.
+///
+/// # Errors
+/// The status folder cannot be read.
+pub fn pending_wal(wal_dir: &Path) -> Result<(usize, u64)> {
+    let status = wal_dir.join("archive_status");
+    let dir = fs::read_dir(&status).map_err(|e| io(format!("cannot read {}", status.display()), e))?;
+    let (mut files, mut bytes) = (0, 0);
+    for e in dir.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if let Some(f) = n.strip_suffix(".ready") {
+            files += 1;
+            bytes += fs::metadata(wal_dir.join(f)).map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    Ok((files, bytes))
+}
+
+/// A WAL file left out of the archive because the queue bound tripped.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Dropped {
+    /// The file's name.
+    pub name: String,
+    /// When, RFC 3339 UTC.
+    pub at: String,
+    /// WAL waiting in pg_wal then.
+    pub pending_bytes: u64,
+    /// The bound.
+    pub queue_max: u64,
+    /// Why the push failed.
+    pub error: String,
+}
+
+/// Record in the spool that `d` was dropped; [`publish_dropped`] carries it to the repository.
+///
+/// # Errors
+/// The spool cannot be written.
+pub fn record_dropped(spool: &Spool, d: &Dropped) -> Result<()> {
+    let dir = spool.sub("dropped")?;
+    write_whole(&dir.join(format!("{}.json", d.name)), &serde_json::to_vec_pretty(d).expect("serialises"))
+}
+
+/// Copy the spool's drop records into the repository (`dropped/NAME.json`) and forget them
+/// locally. Returns how many.
+///
+/// # Errors
+/// The repository cannot be written.
+pub fn publish_dropped(repo: &Repo, spool: &Spool) -> Result<usize> {
+    let Ok(dir) = fs::read_dir(spool.dir.join("dropped")) else { return Ok(0) };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let Ok(text) = fs::read(e.path()) else { continue };
+        let Ok(d) = serde_json::from_slice::<Dropped>(&text) else { continue };
+        repo.put_json(&format!("dropped/{}.json", d.name), &d, true)?;
+        let _ = fs::remove_file(e.path());
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The drop records in the repository, oldest name first.
+///
+/// # Errors
+/// The repository cannot be listed or read.
+pub fn dropped(repo: &Repo) -> Result<Vec<Dropped>> {
+    let mut v = Vec::new();
+    for s in repo.list("dropped/")? {
+        if s.name.ends_with(".json") {
+            v.push(repo.get_json::<Dropped>(&s.name)?);
+        }
+    }
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetch.
+
+/// What [`fetch_spooled`] did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fetched {
+    /// The file.
+    pub name: String,
+    /// Served from the prefetch spool.
+    pub from_spool: bool,
+    /// The object read now (None when served from the spool).
+    pub info: Option<BlobInfo>,
+}
+
+fn tmp_name(name: &str) -> String {
+    format!(".{name}.sheaf-fetch")
+}
+
+/// An exclusive, non-blocking lock on `path`: `Ok(None)` when another process holds it.
+fn try_lock(path: &Path) -> Result<Option<File>> {
+    let f = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| io(format!("cannot open {}", path.display()), e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(None);
+    }
+    Ok(Some(f))
+}
+
+impl Spool {
+    /// Move the prefetched `name` to `dest`, if the spool holds it.
+    fn take_fetched(&self, name: &str, dest: &Path) -> Result<bool> {
+        let at = self.dir.join("in").join(name);
+        match fs::rename(&at, dest) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                // A spool on another filesystem: copy, then let go of the spooled one.
+                let tmp = dest.with_file_name(tmp_name(name));
+                fs::copy(&at, &tmp).and_then(|_| fs::rename(&tmp, dest)).map_err(|e| {
+                    let _ = fs::remove_file(&tmp);
+                    io(format!("cannot copy {} to {}", at.display(), dest.display()), e)
+                })?;
+                let _ = fs::remove_file(&at);
+                Ok(true)
+            }
+            Err(e) => Err(io(format!("cannot move {} to {}", at.display(), dest.display()), e)),
+        }
+    }
+
+    /// While a running prefetcher is fetching `name`, wait for it (at most `limit`).
+    fn await_in_flight(&self, name: &str, limit: Duration) {
+        let dir = self.dir.join("in");
+        let t0 = Instant::now();
+        while dir.join(tmp_name(name)).exists() && t0.elapsed() < limit {
+            // The prefetcher holds the lock for as long as it runs; a crashed one leaves its
+            // temporary file behind but not the lock.
+            match try_lock(&dir.join(".lock")) {
+                Ok(Some(_free)) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The newest file recovery asked for, so the prefetcher knows where to look ahead from.
+    fn want(&self, name: &str) -> Result<()> {
+        let dir = self.sub("in")?;
+        write_whole(&dir.join(".want"), name.as_bytes())
+    }
+}
+
+/// Restore archived `name` to `dest` as [`fetch`] does, served from the spool when the prefetcher
+/// has it; with a spool, `name` becomes the point the prefetcher reads ahead from. `Ok(None)` when
+/// the archive does not hold it.
+///
+/// # Errors
+/// As [`fetch`], and the spool's I/O.
+pub fn fetch_spooled(repo: &Repo, meta: &RepoMeta, spool: Option<&Spool>, name: &str, dest: &Path) -> Result<Option<Fetched>> {
+    let Some(spool) = spool else {
+        return Ok(fetch(repo, meta, name, dest)?.map(|info| Fetched { name: name.to_string(), from_spool: false, info: Some(info) }));
+    };
+    spool.await_in_flight(name, Duration::from_secs(120));
+    let got = if spool.take_fetched(name, dest)? {
+        Some(Fetched { name: name.to_string(), from_spool: true, info: None })
+    } else {
+        fetch(repo, meta, name, dest)?.map(|info| Fetched { name: name.to_string(), from_spool: false, info: Some(info) })
+    };
+    if got.is_some() && WalFile::parse(name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment) {
+        spool.want(name)?;
+    }
+    Ok(got)
+}
+
+/// What a prefetcher did before it stopped.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PrefetchReport {
+    /// Segments fetched into the spool.
+    pub fetched: usize,
+    /// The first segment the archive did not hold, if it got there.
+    pub end: Option<String>,
+    /// Fetches that failed.
+    pub errors: Vec<String>,
+    /// False when another prefetcher was running already (this one did nothing).
+    pub ran: bool,
+}
+
+/// Keep the `parallel` segments after the newest one recovery asked for fetched into the spool,
+/// until recovery has asked for nothing new for `idle`, or the archive ends.
+///
+/// # Errors
+/// The spool cannot be used.
+pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, idle: Duration) -> Result<PrefetchReport> {
+    let dir = spool.sub("in")?;
+    let mut report = PrefetchReport::default();
+    let Some(_lock) = try_lock(&dir.join(".lock"))? else { return Ok(report) };
+    report.ran = true;
+    // Left by a prefetcher that was killed: nobody else writes them while we hold the lock.
+    for e in fs::read_dir(&dir).map_err(|e| io(format!("cannot read {}", dir.display()), e))?.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".sheaf-fetch") {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    let seg = meta.wal_segment_size;
+    let (mut last_want, mut since) = (String::new(), Instant::now());
+    loop {
+        let want = fs::read_to_string(dir.join(".want")).unwrap_or_default();
+        let Some(w) = WalFile::parse(want.trim(), seg).filter(|w| w.kind == WalKind::Segment) else { return Ok(report) };
+        if want != last_want {
+            (last_want, since) = (want.clone(), Instant::now());
+        }
+        let window: Vec<String> = (1..=parallel as u64).map(|i| segment_name(w.timeline, w.segno + i, seg)).collect();
+        // What recovery is past, or on another timeline, is of no more use.
+        for e in fs::read_dir(&dir).map_err(|e| io(format!("cannot read {}", dir.display()), e))?.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if WalFile::parse(&n, seg).is_some() && !window.contains(&n) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        let missing: Vec<&String> = window.iter().filter(|n| !dir.join(n).exists()).collect();
+        if missing.is_empty() {
+            if since.elapsed() > idle {
+                return Ok(report);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        let results: Vec<(&String, Result<Option<BlobInfo>>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = missing
+                .iter()
+                .map(|n| {
+                    let at = dir.join(n);
+                    s.spawn(move || (*n, fetch(repo, meta, n, &at)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a fetch thread panicked")).collect()
+        });
+        let mut stop = false;
+        for (n, r) in results {
+            match r {
+                Ok(Some(_)) => report.fetched += 1,
+                Ok(None) => {
+                    // The archive's end (for now): recovery will ask, get a quiet miss, and the
+                    // next successful fetch starts a new prefetcher.
+                    if report.end.as_ref().is_none_or(|e| n < e) {
+                        report.end = Some(n.clone());
+                    }
+                    stop = true;
+                }
+                Err(e) => {
+                    report.errors.push(format!("{n}: {e}"));
+                    stop = true;
+                }
+            }
+        }
+        if stop {
+            return Ok(report);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spool_folder_is_stable_per_repository() {
+        assert_eq!(fnv("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv("/r/one"), fnv("/r/two"));
+    }
+
+    #[test]
+    fn ready_after_lists_later_segments_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("archive_status")).unwrap();
+        for n in ["000000010000000000000003", "000000010000000000000001", "000000010000000000000002", "00000002.history", "000000010000000000000004.00000028.backup"] {
+            File::create(d.path().join("archive_status").join(format!("{n}.ready"))).unwrap();
+        }
+        File::create(d.path().join("archive_status").join("000000010000000000000005.done")).unwrap();
+        assert_eq!(ready_after(d.path(), "000000010000000000000001", 16 << 20), ["000000010000000000000002", "000000010000000000000003"]);
+    }
+
+    #[test]
+    fn a_marker_vouches_only_for_the_file_it_stamped() {
+        let d = tempfile::tempdir().unwrap();
+        let spool = Spool { dir: d.path().join("spool") };
+        let f = d.path().join("000000010000000000000001");
+        fs::write(&f, b"one").unwrap();
+        spool.mark_pushed("000000010000000000000001", &stamp(&f).unwrap()).unwrap();
+        assert!(spool.take_pushed("000000010000000000000001", &f));
+        assert!(!spool.take_pushed("000000010000000000000001", &f), "consumed");
+        spool.mark_pushed("000000010000000000000001", &stamp(&f).unwrap()).unwrap();
+        fs::write(&f, b"changed!").unwrap();
+        assert!(!spool.take_pushed("000000010000000000000001", &f), "the file changed since");
+    }
+}
