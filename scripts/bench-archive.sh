@@ -2,13 +2,17 @@
 # WAL archiving benchmark (not a test), issue 9. For each archiver, a fresh cluster under pgbench at
 # full speed (synchronous_commit off, so WAL comes as fast as it can) for DURATION seconds with
 # archive_mode on:
-#   cp (the floor), sheaf wal-push (zstd:low, one segment per call), pgBackRest archive-push (sync,
-#   zst level 1) and pgBackRest with archive-async=y, process-max 2.
+#   cp (the floor), sheaf wal-push (zstd:low) one segment per call (--parallel 1) and with
+#   look-ahead (--parallel 4), pgBackRest archive-push (sync, zst level 1) and pgBackRest with
+#   archive-async=y, process-max 2.
 # Sampled every 0.5 s: .ready files pending (the archiver's lag). Reported: WAL segments written,
 # segments archived per second during the run, the most .ready pending, host CPU busy %, pgbench tps.
-# Then a bulk load (BULK_ROWS rows of ~300 bytes: about 2 GB of WAL) is archived too, and all that
-# WAL is recovered from each archive onto a base backup taken before the run: cp, sheaf wal-fetch,
-# pgBackRest archive-get (async, process-max 2); seconds until recovery ends.
+# Then a bulk load (BULK_ROWS rows of ~300 bytes: about 2 GB of WAL, written far faster than
+# pgbench writes) is archived too, sampled every 0.2 s: the most .ready pending during it and the
+# seconds from its end until the archive holds all of it. All that WAL is then recovered from each
+# archive onto a base backup taken before the run: cp, sheaf wal-fetch without and with prefetch,
+# pgBackRest archive-get (async, process-max 2); seconds until recovery ends. With cp, the same WAL
+# is also replayed straight from pg_wal (no restore_command at all): the replay floor.
 #
 #   DURATION=60 SCALE=10 OUT=archive-report scripts/bench-archive.sh
 set -euo pipefail
@@ -18,7 +22,7 @@ DURATION=${DURATION:-60}
 SCALE=${SCALE:-10}
 BULK_ROWS=${BULK_ROWS:-6000000}
 OUT=$(realpath -m "${OUT:-archive-report}")
-MODES=${MODES:-cp sheaf pgbackrest pgbackrest-async}
+MODES=${MODES:-cp sheaf sheaf-ahead pgbackrest pgbackrest-async}
 sheaf=$PWD/target/release/sheaf
 command -v pgbackrest >/dev/null || scripts/install-deps.sh
 pgbin=$(pg_bin_dir)
@@ -34,7 +38,7 @@ cleanup() {
 trap cleanup EXIT
 
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
-echo "mode,wal_segments,archived_in_run,segments_per_s,max_ready,cpu_busy_pct,pgbench_tps,recovery_segments,recovery_s" > "$OUT/archive.csv"
+echo "mode,wal_segments,archived_in_run,segments_per_s,max_ready,cpu_busy_pct,pgbench_tps,recovery_segments,recovery_s,bulk_max_ready,bulk_drain_s,replay_floor_crash_s,replay_floor_archive_s" > "$OUT/archive.csv"
 
 for mode in $MODES; do
   d=$work/$mode
@@ -70,8 +74,9 @@ EOF
   chown postgres "$d/pgbackrest.conf"
   case $mode in
     cp) cmd="test ! -f $d/arch/%f && cp %p $d/arch/%f"; get="cp $d/arch/%f %p" ;;
-    sheaf) as_pg "$sheaf" init --repo "$d/arch/repo" "$url" >/dev/null
-           cmd="$sheaf wal-push %p --repo $d/arch/repo"; get="$sheaf wal-fetch %f %p --repo $d/arch/repo" ;;
+    sheaf*) as_pg "$sheaf" init --repo "$d/arch/repo" "$url" >/dev/null
+           n=$([ "$mode" = sheaf-ahead ] && echo 4 || echo 1)
+           cmd="$sheaf wal-push %p --repo $d/arch/repo --parallel $n"; get="$sheaf wal-fetch %f %p --repo $d/arch/repo --parallel $n" ;;
     pgbackrest*) as_pg pgbackrest --config="$d/pgbackrest.conf" --stanza=bench stanza-create >/dev/null
            cmd="pgbackrest --config=$d/pgbackrest.conf --stanza=bench archive-push %p"
            get="pgbackrest --config=$d/pgbackrest.conf --stanza=bench --pg1-path=$d/rec archive-get %f \"%p\"" ;;
@@ -99,12 +104,24 @@ EOF
   cpu=$(awk -v a="$b0" -v b="$b1" -v c="$t0" -v e="$t1" 'BEGIN {printf "%.0f", 100*(b-a)/(e-c)}')
   rate=$(awk -v a="$archived" -v t="$DURATION" 'BEGIN {printf "%.2f", a/t}')
   # WAL for recovery to chew on, then drain: everything archived before recovery is timed.
-  psql -c "CREATE TABLE bulk AS SELECT g, repeat(md5(g::text), 8) AS pad FROM generate_series(1, $BULK_ROWS) g" >/dev/null
-  rec_segs=$(psql -c "SELECT ((pg_current_wal_lsn() - '$lsn0') / (16*1024*1024))::int")
-  last=$(psql -c "SELECT pg_walfile_name(pg_switch_wal())")
-  for _ in $(seq 1200); do
-    [ "$(psql -c "SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")" = t ] && break; sleep 0.5
+  psql -c "CREATE TABLE bulk AS SELECT g, repeat(md5(g::text), 8) AS pad FROM generate_series(1, $BULK_ROWS) g" >/dev/null &
+  bulk=$!
+  bulk_max=0
+  while kill -0 $bulk 2>/dev/null; do
+    n=$(ls "$d/data/pg_wal/archive_status" | grep -c '\.ready$' || true)
+    [ "$n" -gt "$bulk_max" ] && bulk_max=$n
+    sleep 0.2
   done
+  wait $bulk
+  rec_segs=$(psql -c "SELECT ((pg_current_wal_lsn() - '$lsn0') / (16*1024*1024))::int")
+  s=$(date +%s.%N)
+  last=$(psql -c "SELECT pg_walfile_name(pg_switch_wal())")
+  for _ in $(seq 12000); do
+    n=$(ls "$d/data/pg_wal/archive_status" | grep -c '\.ready$' || true)
+    [ "$n" -gt "$bulk_max" ] && bulk_max=$n
+    [ "$(psql -c "SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")" = t ] && break; sleep 0.05
+  done
+  drain_s=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b-a}')
   as_pg "$pgbin/pg_ctl" -D "$d/data" -m fast -w stop >/dev/null
   in_archive=$(find "$d/arch" -type f -name '0000000*' | wc -l)
   if [ "$in_archive" -lt "$rec_segs" ]; then
@@ -126,9 +143,38 @@ EOF
     if [ "$restored" -lt $((rec_segs - 2)) ]; then
       echo "bench-archive: $mode recovery restored $restored of $rec_segs segments from the archive: see $d/log/rec.log" >&2; exit 1
     fi
+    rows=$(as_pg "$pgbin/psql" -X -qAt -h "$d/sock" -p "$rport" -U postgres -c 'SELECT count(*) FROM bulk')
+    if [ "$rows" != "$BULK_ROWS" ]; then
+      echo "bench-archive: $mode recovery holds $rows of $BULK_ROWS rows: see $d/log/rec.log" >&2; exit 1
+    fi
     as_pg "$pgbin/pg_ctl" -D "$d/rec" -m immediate -w stop >/dev/null
   fi
-  echo "$mode,$segs,$archived,$rate,$maxready,$cpu,$tps,$rec_segs,$rec_s" | tee -a "$OUT/archive.csv"
+  # Replay floors: the same WAL already in pg_wal. "crash": no recovery.signal, crash recovery from
+  # backup_label reads pg_wal to its end (no restartpoints on the way). "archive": recovery.signal
+  # and restore_command = 'false', so PostgreSQL recovers from the archive as for the rows above,
+  # each segment's restore_command costing one fork, and reads pg_wal when it fails.
+  floor_s=""; afloor_s=""
+  if [ "$mode" = cp ]; then
+    for kind in crash archive; do
+      rm -rf "$d/rec"; cp -a "$d/base" "$d/rec"
+      cp "$d"/arch/0000000* "$d/rec/pg_wal/"
+      rport=$(free_port)
+      printf "archive_mode = off\nport = %s\nunix_socket_directories = '%s'\n" "$rport" "$d/sock" >> "$d/rec/postgresql.auto.conf"
+      if [ $kind = archive ]; then echo "restore_command = 'false'" >> "$d/rec/postgresql.auto.conf"; touch "$d/rec/recovery.signal"; fi
+      chown -R postgres "$d/rec"; sync
+      s=$(date +%s.%N)
+      as_pg "$pgbin/pg_ctl" -D "$d/rec" -l "$d/log/floor-$kind.log" -w -t 3600 start >/dev/null
+      until [ "$(as_pg "$pgbin/psql" -X -qAt -h "$d/sock" -p "$rport" -U postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; do sleep 0.1; done
+      t=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b-a}')
+      if [ $kind = crash ]; then floor_s=$t; else afloor_s=$t; fi
+      rows=$(as_pg "$pgbin/psql" -X -qAt -h "$d/sock" -p "$rport" -U postgres -c 'SELECT count(*) FROM bulk')
+      if [ "$rows" != "$BULK_ROWS" ]; then
+        echo "bench-archive: the $kind replay floor recovered $rows of $BULK_ROWS rows: see $d/log/floor-$kind.log" >&2; exit 1
+      fi
+      as_pg "$pgbin/pg_ctl" -D "$d/rec" -m immediate -w stop >/dev/null
+    done
+  fi
+  echo "$mode,$segs,$archived,$rate,$maxready,$cpu,$tps,$rec_segs,$rec_s,$bulk_max,$drain_s,$floor_s,$afloor_s" | tee -a "$OUT/archive.csv"
   rm -rf "$d/base" "$d/rec" "$d/data"
 done
 echo "bench-archive: wrote $OUT/archive.csv" >&2

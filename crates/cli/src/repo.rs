@@ -306,27 +306,39 @@ fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &std::path::Path, spool:
 /// `Ok(false)`: not in the archive (exit 1 quietly, as PostgreSQL expects at the archive's end).
 pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
     let parallel = parallel(settings, a.parallel)?;
-    let (repo, meta) = a.repo.open(settings, &a.s3)?;
+    let repo = Repo::at(&a.repo.text(settings)?, &a.s3.schemes(settings)?)?;
     let spool = (parallel > 1).then(|| a.spool.get(settings, wal_dir(&a.dest), &repo));
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
+        let meta = sheaf_pg::repo::open(&repo)?;
         let r = sheaf_pg::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
         if a.json {
             println!("{}", serde_json::to_value(&r).expect("report serialises"));
         }
         return Ok(true);
     }
-    let Some(got) = sheaf_pg::spool::fetch_spooled(&repo, &meta, spool.as_ref(), &a.name, &a.dest)? else { return Ok(false) };
-    if let Some(spool) = &spool {
-        let segment = sheaf_pg::archive::WalFile::parse(&a.name, meta.wal_segment_size).is_some_and(|w| w.kind == sheaf_pg::archive::WalKind::Segment);
-        if segment {
-            if let Err(e) = start_prefetcher(&a, &repo, settings, parallel, spool) {
-                eprintln!("sheaf: prefetch is off: {e}");
-            }
+    // A prefetched segment is a rename: no repository access at all.
+    let t0 = std::time::Instant::now();
+    let from_spool = match &spool {
+        Some(s) => s.serve(&a.name, &a.dest)?,
+        None => false,
+    };
+    let info = if from_spool {
+        None
+    } else {
+        let meta = sheaf_pg::repo::open(&repo)?;
+        match sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest)? {
+            Some(info) => Some(info),
+            None => return Ok(false),
+        }
+    };
+    if let Some(spool) = spool.as_ref().filter(|s| sheaf_pg::spool::is_segment_name(&a.name) && !s.prefetcher_running()) {
+        if let Err(e) = start_prefetcher(&a, &repo, settings, parallel, spool) {
+            eprintln!("sheaf: prefetch is off: {e}");
         }
     }
     if a.json {
-        println!("{}", serde_json::to_value(&got).expect("report serialises"));
+        println!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
     }
     Ok(true)
 }

@@ -8,7 +8,7 @@
 //!   bound waits in pg_wal, the caller reports success so PostgreSQL can recycle the segment; the
 //!   loss is recorded in the spool (`dropped/NAME.json`) and published to the repository
 //!   (`dropped/NAME.json`) by the next push that gets through, where `sheaf info` shows it.
-//! - **Prefetch** ([`fetch_spooled`], [`prefetch`]): recovery asks for segments one at a time;
+//! - **Prefetch** ([`Spool::serve`], [`prefetch`]): recovery asks for segments one at a time;
 //!   after each, a background prefetcher keeps the next `parallel` segments fetched and checked in
 //!   `in/`, so the next call is a rename. Each file is written under a temporary name and renamed,
 //!   so a name in `in/` is always whole.
@@ -294,17 +294,6 @@ pub fn dropped(repo: &Repo) -> Result<Vec<Dropped>> {
 // ---------------------------------------------------------------------------------------------
 // Prefetch.
 
-/// What [`fetch_spooled`] did.
-#[derive(Clone, Debug, Serialize)]
-pub struct Fetched {
-    /// The file.
-    pub name: String,
-    /// Served from the prefetch spool.
-    pub from_spool: bool,
-    /// The object read now (None when served from the spool).
-    pub info: Option<BlobInfo>,
-}
-
 fn tmp_name(name: &str) -> String {
     format!(".{name}.sheaf-fetch")
 }
@@ -362,26 +351,33 @@ impl Spool {
     }
 }
 
-/// Restore archived `name` to `dest` as [`fetch`] does, served from the spool when the prefetcher
-/// has it; with a spool, `name` becomes the point the prefetcher reads ahead from. `Ok(None)` when
-/// the archive does not hold it.
-///
-/// # Errors
-/// As [`fetch`], and the spool's I/O.
-pub fn fetch_spooled(repo: &Repo, meta: &RepoMeta, spool: Option<&Spool>, name: &str, dest: &Path) -> Result<Option<Fetched>> {
-    let Some(spool) = spool else {
-        return Ok(fetch(repo, meta, name, dest)?.map(|info| Fetched { name: name.to_string(), from_spool: false, info: Some(info) }));
-    };
-    spool.await_in_flight(name, Duration::from_secs(120));
-    let got = if spool.take_fetched(name, dest)? {
-        Some(Fetched { name: name.to_string(), from_spool: true, info: None })
-    } else {
-        fetch(repo, meta, name, dest)?.map(|info| Fetched { name: name.to_string(), from_spool: false, info: Some(info) })
-    };
-    if got.is_some() && WalFile::parse(name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment) {
-        spool.want(name)?;
+impl Spool {
+    /// Serve `name` to `dest` from the prefetch spool, if the prefetcher has it (waiting for it
+    /// while it is being fetched). A segment asked for becomes the point the prefetcher reads
+    /// ahead from, whether served here or not. Needs no repository access: a hit is a rename.
+    ///
+    /// # Errors
+    /// The spool's I/O.
+    pub fn serve(&self, name: &str, dest: &Path) -> Result<bool> {
+        // Said first, so the prefetcher neither fetches this one (its window starts after it) nor
+        // removes it while it is taken (it keeps the newest asked-for segment).
+        if is_segment_name(name) {
+            self.want(name)?;
+        }
+        self.await_in_flight(name, Duration::from_secs(120));
+        self.take_fetched(name, dest)
     }
-    Ok(got)
+
+    /// Whether a prefetcher holds this spool.
+    pub fn prefetcher_running(&self) -> bool {
+        let lock = self.dir.join("in").join(".lock");
+        lock.exists() && matches!(try_lock(&lock), Ok(None))
+    }
+}
+
+/// A whole segment's name: 24 upper-case hex digits.
+pub fn is_segment_name(name: &str) -> bool {
+    name.len() == 24 && name.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
 }
 
 /// What a prefetcher did before it stopped.
@@ -422,10 +418,11 @@ pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, id
             (last_want, since) = (want.clone(), Instant::now());
         }
         let window: Vec<String> = (1..=parallel as u64).map(|i| segment_name(w.timeline, w.segno + i, seg)).collect();
-        // What recovery is past, or on another timeline, is of no more use.
+        // What recovery is past, or on another timeline, is of no more use; the newest asked-for
+        // segment may be being taken right now.
         for e in fs::read_dir(&dir).map_err(|e| io(format!("cannot read {}", dir.display()), e))?.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if WalFile::parse(&n, seg).is_some() && !window.contains(&n) {
+            if WalFile::parse(&n, seg).is_some() && !window.contains(&n) && n != w.name {
                 let _ = fs::remove_file(e.path());
             }
         }
