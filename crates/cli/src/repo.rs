@@ -312,6 +312,9 @@ pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
         let meta = sheaf_pg::repo::open(&repo)?;
         let r = sheaf_pg::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
+        for e in &r.errors {
+            eprintln!("sheaf: prefetch: {e}");
+        }
         if a.json {
             println!("{}", serde_json::to_value(&r).expect("report serialises"));
         }
@@ -327,7 +330,7 @@ pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
         None
     } else {
         let meta = sheaf_pg::repo::open(&repo)?;
-        match sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest)? {
+        match sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest, false)? {
             Some(info) => Some(info),
             None => return Ok(false),
         }

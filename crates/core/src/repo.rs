@@ -79,7 +79,25 @@ impl Repo {
     /// # Errors
     /// When a folder cannot be made.
     pub fn prepare(&self, rel: &str) -> Result<()> {
-        self.store.prepare(&self.name(rel))
+        self.store.prepare(&self.name(rel)).map_err(|e| self.writable_hint(e))
+    }
+
+    /// A permission error, with who lacks the permission and the fix.
+    fn writable_hint(&self, e: Error) -> Error {
+        let denied = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>()).is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
+        if !denied {
+            return e;
+        }
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        Error::new(
+            e.kind(),
+            format!(
+                "{}: the repository {} is not writable by this user (uid {uid}); for archive_command that is the user PostgreSQL runs as: give it write access (chown -R, or a group with write permission)",
+                e.message(),
+                self.shown
+            ),
+        )
     }
 
     /// Whether `rel` exists.
@@ -96,8 +114,8 @@ impl Repo {
     /// [`ErrorKind::Target`] when it exists and `overwrite` is false; write errors.
     pub fn put(&self, rel: &str, content: &mut dyn Read, spec: CodecSpec, overwrite: bool, what: &str) -> Result<BlobInfo> {
         self.prepare(rel)?;
-        let sink = self.store.create(&self.name(rel), overwrite, 0)?;
-        write_blob(sink, content, spec, what)
+        let sink = self.store.create(&self.name(rel), overwrite, 0).map_err(|e| self.writable_hint(e))?;
+        write_blob(sink, content, spec, what).map_err(|e| self.writable_hint(e))
     }
 
     /// Store `value` as JSON at `rel`.

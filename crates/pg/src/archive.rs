@@ -167,11 +167,13 @@ pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Resu
 
 /// Restore archived `name` (PostgreSQL's `%f`) to `dest` (`%p`), checked, written under a temporary
 /// name and renamed. `Ok(None)` when the archive does not hold it (the end of the archive, as
-/// PostgreSQL expects to find it).
+/// PostgreSQL expects to find it). With `durable`, the file is on disk before it is renamed: the
+/// prefetcher does so, because PostgreSQL fsyncs every restored segment as it keeps it in pg_wal,
+/// and that fsync then finds nothing left to write.
 ///
 /// # Errors
 /// A name PostgreSQL does not ask for, damage in the object, I/O on `dest`.
-pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path) -> Result<Option<BlobInfo>> {
+pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
     WalFile::parse(name, meta.wal_segment_size)
         .ok_or_else(|| Error::invalid(format!("{name}: not a WAL file name (restore_command passes %f, then %p)")))?;
     let object = object_name(name);
@@ -185,6 +187,7 @@ pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path) -> Result<Op
     let mut file = File::create(&tmp).map_err(|e| io("cannot create", e))?;
     let r = copy_blob(src.as_ref(), &mut file, &tmp.display().to_string())
         .and_then(|info| file.flush().map_err(|e| io("cannot write", e)).map(|()| info))
+        .and_then(|info| if durable { file.sync_data().map_err(|e| io("cannot sync", e)).map(|()| info) } else { Ok(info) })
         .and_then(|info| std::fs::rename(&tmp, dest).map_err(|e| io("cannot rename", e)).map(|()| info));
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -439,7 +439,7 @@ pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, id
                 .iter()
                 .map(|n| {
                     let at = dir.join(n);
-                    s.spawn(move || (*n, fetch(repo, meta, n, &at)))
+                    s.spawn(move || (*n, fetch(repo, meta, n, &at, true)))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a fetch thread panicked")).collect()

@@ -84,6 +84,13 @@ fn start_restored(dir: &Path, archive: bool) -> Cluster {
         assert!(Instant::now() < deadline, "recovery did not end: {}", std::fs::read_to_string(r.log()).unwrap_or_default());
         std::thread::sleep(Duration::from_millis(200));
     }
+    // wal-fetch prefetched (the default) and its background prefetcher met no error.
+    let spools: Vec<PathBuf> = std::fs::read_dir(dir.join("pg_wal/.sheaf")).map(|d| d.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
+    assert!(!spools.is_empty(), "no prefetch spool in {}", dir.display());
+    for s in spools {
+        let log = std::fs::read_to_string(s.join("prefetch.log")).unwrap_or_default();
+        assert!(log.is_empty(), "prefetcher errors: {log}");
+    }
     r
 }
 
@@ -334,6 +341,25 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     let back = recover(&repo, &base.path().join("after_outage"), &[]);
     assert_eq!(batches(&back), "1:100,2:100,3:100", "nothing written during the outage is lost");
     drop(back);
+
+    // Not writable by the server's user: the push fails naming who and the fix; once fixed, the
+    // waiting segment is archived.
+    let timeline = repo.join("wal/00000001");
+    std::fs::set_permissions(&timeline, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let failed = |c: &Cluster| c.sql("postgres", "SELECT failed_count FROM pg_stat_archiver").parse::<u64>().unwrap();
+    let before = failed(&c);
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 4 FROM generate_series(1, 100) g");
+    let waiting = c.sql("postgres", "SELECT pg_walfile_name(pg_switch_wal())");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while failed(&c) == before {
+        assert!(Instant::now() < deadline, "archiving into a read-only repository never failed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(c.log()).unwrap();
+    assert!(log.contains("is not writable by this user") && log.contains("the user PostgreSQL runs as"), "{log}");
+    std::fs::set_permissions(&timeline, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    archive_now(&c);
+    assert!(timeline.join(format!("{waiting}.wal")).exists());
 
     // A push killed mid-write leaves nothing that looks archived; the retry succeeds.
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 9 FROM generate_series(1, 200000) g");
