@@ -7,9 +7,9 @@
 #   archive-async=y, process-max 2.
 # Sampled every 0.5 s: .ready files pending (the archiver's lag). Reported: WAL segments written,
 # segments archived per second during the run, the most .ready pending, host CPU busy %, pgbench tps.
-# Then a bulk load (BULK_ROWS rows of ~300 bytes: about 2 GB of WAL, written far faster than
-# pgbench writes) is archived too, sampled every 0.2 s: the most .ready pending during it and the
-# seconds from its end until the archive holds all of it. All that WAL is then recovered from each
+# Then a bulk load (BULK_ROWS rows of ~300 bytes: about 2 GB of WAL) is written with archiving
+# paused, and archiving switched back on: the backlog (.ready files) and the seconds until the
+# archive holds all of it (catch-up, where look-ahead and async pushing matter). All that WAL is then recovered from each
 # archive onto a base backup taken before the run: cp, sheaf wal-fetch without and with prefetch,
 # pgBackRest archive-get (async, process-max 2); seconds until recovery ends. With cp, the same WAL
 # is also replayed straight from pg_wal (no restore_command at all): the replay floor.
@@ -38,7 +38,7 @@ cleanup() {
 trap cleanup EXIT
 
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
-echo "mode,wal_segments,archived_in_run,segments_per_s,max_ready,cpu_busy_pct,pgbench_tps,recovery_segments,recovery_s,bulk_max_ready,bulk_drain_s,replay_floor_crash_s,replay_floor_archive_s" > "$OUT/archive.csv"
+echo "mode,wal_segments,archived_in_run,segments_per_s,max_ready,cpu_busy_pct,pgbench_tps,recovery_segments,recovery_s,backlog_segments,backlog_drain_s,replay_floor_crash_s,replay_floor_archive_s" > "$OUT/archive.csv"
 
 for mode in $MODES; do
   d=$work/$mode
@@ -104,21 +104,17 @@ EOF
   cpu=$(awk -v a="$b0" -v b="$b1" -v c="$t0" -v e="$t1" 'BEGIN {printf "%.0f", 100*(b-a)/(e-c)}')
   rate=$(awk -v a="$archived" -v t="$DURATION" 'BEGIN {printf "%.2f", a/t}')
   # WAL for recovery to chew on, then drain: everything archived before recovery is timed.
-  psql -c "CREATE TABLE bulk AS SELECT g, repeat(md5(g::text), 8) AS pad FROM generate_series(1, $BULK_ROWS) g" >/dev/null &
-  bulk=$!
-  bulk_max=0
-  while kill -0 $bulk 2>/dev/null; do
-    n=$(ls "$d/data/pg_wal/archive_status" | grep -c '\.ready$' || true)
-    [ "$n" -gt "$bulk_max" ] && bulk_max=$n
-    sleep 0.2
-  done
-  wait $bulk
+  # Catch-up: archiving paused (an empty archive_command: PostgreSQL keeps the WAL and waits) while
+  # the bulk load writes, then switched back on; timed until the archive holds all of it.
+  psql -c "ALTER SYSTEM SET archive_command = ''" -c "SELECT pg_reload_conf()" >/dev/null
+  psql -c "CREATE TABLE bulk AS SELECT g, repeat(md5(g::text), 8) AS pad FROM generate_series(1, $BULK_ROWS) g" >/dev/null
   rec_segs=$(psql -c "SELECT ((pg_current_wal_lsn() - '$lsn0') / (16*1024*1024))::int")
-  s=$(date +%s.%N)
   last=$(psql -c "SELECT pg_walfile_name(pg_switch_wal())")
+  sleep 1
+  backlog=$(ls "$d/data/pg_wal/archive_status" | grep -c '\.ready$' || true)
+  s=$(date +%s.%N)
+  psql -c "ALTER SYSTEM SET archive_command = '$cmd'" -c "SELECT pg_reload_conf()" >/dev/null
   for _ in $(seq 12000); do
-    n=$(ls "$d/data/pg_wal/archive_status" | grep -c '\.ready$' || true)
-    [ "$n" -gt "$bulk_max" ] && bulk_max=$n
     [ "$(psql -c "SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")" = t ] && break; sleep 0.05
   done
   drain_s=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b-a}')
@@ -174,7 +170,7 @@ EOF
       as_pg "$pgbin/pg_ctl" -D "$d/rec" -m immediate -w stop >/dev/null
     done
   fi
-  echo "$mode,$segs,$archived,$rate,$maxready,$cpu,$tps,$rec_segs,$rec_s,$bulk_max,$drain_s,$floor_s,$afloor_s" | tee -a "$OUT/archive.csv"
+  echo "$mode,$segs,$archived,$rate,$maxready,$cpu,$tps,$rec_segs,$rec_s,$backlog,$drain_s,$floor_s,$afloor_s" | tee -a "$OUT/archive.csv"
   rm -rf "$d/base" "$d/rec" "$d/data"
 done
 echo "bench-archive: wrote $OUT/archive.csv" >&2
