@@ -441,6 +441,11 @@ struct RestoreArgs {
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Write through the page cache. By default files are written with direct I/O (O_DIRECT),
+    /// which skips a copy and the cache's lock contention, wherever the filesystem allows it
+    /// (tmpfs does not: sheaf falls back by itself).
+    #[arg(long)]
+    buffered_io: bool,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
@@ -759,6 +764,7 @@ fn pg_restore_options(a: &RestoreArgs) -> Result<sheaf_pg::PgRestoreOptions, Err
         force: a.force,
         original_paths: a.original_paths,
         threads: a.threads,
+        buffered_io: a.buffered_io,
     })
 }
 
@@ -805,6 +811,7 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
         opts.force = a.force;
         opts.original_paths = a.original_paths;
         opts.threads = a.threads;
+        opts.buffered = a.buffered_io;
         sheaf_core::restore(&set, &opts, progress(a.json))?
     };
     let mut v = serde_json::to_value(&r).expect("report serialises");

@@ -11,6 +11,7 @@
 //! The library never prints or exits; progress goes through the [`Progress`] trait and failures are
 //! [`Error`]s with an [`ErrorKind`].
 
+pub mod aligned;
 pub mod backup;
 pub mod blob;
 pub mod codec;

@@ -340,7 +340,8 @@ fn decode_loop(
     sink: &dyn ChunkSink,
 ) -> u64 {
     let mut decoder = FrameDecoder::new();
-    let mut out = vec![0u8; ts];
+    // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
+    let mut out = crate::aligned::AlignedBuf::new(ts);
     let mut frames = 0;
     for job in rx {
         if shared.is_cancelled() {

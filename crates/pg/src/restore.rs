@@ -27,6 +27,8 @@ pub struct PgRestoreOptions {
     pub original_paths: bool,
     /// Decompressor threads.
     pub threads: Option<usize>,
+    /// Write through the page cache instead of with direct I/O.
+    pub buffered_io: bool,
 }
 
 /// Whether a manifest's source is PostgreSQL.
@@ -107,6 +109,7 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
     let mut core = RestoreOptions::new(&opts.target);
     core.force = opts.force;
     core.threads = opts.threads;
+    core.buffered = opts.buffered_io;
     // Every tablespace has its place now, each one the user named or allowed, and each goes to the
     // core as a mapping (X=X included): a root the manifest holds that is not one of these is still
     // refused there, whatever else was allowed.
