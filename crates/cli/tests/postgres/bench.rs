@@ -28,6 +28,10 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
     assert!(!cluster.exists(), "the throwaway cluster {} is removed", cluster.display());
     assert!(!stderr.contains("warning"), "every peer ran: {stderr}");
     assert!(stderr.contains("[1/28] sheaf lz4 x1 1 MiB buf=default -> nul (run 1 of 2)"), "progress names permutation and repeat: {stderr}");
+    // A warm cache is made before the first timed run, not assumed.
+    let warm = stderr.find("sheaf bench: cache warm: read ").unwrap_or_else(|| panic!("no warm-up: {stderr}"));
+    assert!(warm < stderr.find("[1/28]").unwrap(), "the warm-up comes first: {stderr}");
+    assert!(stderr[warm..].lines().next().unwrap().contains("MiB in "), "{stderr}");
     assert!(stderr.contains("[2/28, ") && stderr.contains("s left] sheaf lz4 x1 1 MiB buf=default -> nul (run 2 of 2)"), "progress gives an ETA: {stderr}");
 
     // 2 codecs x 2 stripe counts x 2 targets for sheaf; per codec pg_basebackup server- and
@@ -78,8 +82,10 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
     let list = run(sheaf().arg("--catalog").arg(&catalog).args(["list", "--json", "--limit", "1000"]));
     let runs: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).unwrap();
     let count = |op: &str| runs.iter().filter(|r| r["operation"] == op && r["status"] == "complete").count();
-    assert_eq!((count("backup"), count("verify"), count("restore")), (16, 8, 8), "{runs:#?}");
-    assert_eq!(runs.len(), 32, "no failed runs");
+    // 16 timed backups and the untimed warm-up, labelled as such.
+    assert_eq!((count("backup"), count("verify"), count("restore")), (17, 8, 8), "{runs:#?}");
+    assert_eq!(runs.len(), 33, "no failed runs");
+    assert_eq!(runs.iter().filter(|r| r["label"].as_str().is_some_and(|l| l.contains("warm-up (untimed)"))).count(), 1, "{runs:#?}");
     // Stripes, restores and pgBackRest's repository are gone.
     let left: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "left in the target: {left:?}");
