@@ -613,6 +613,9 @@ impl Backup {
         if let Some(e) = self.shared.take_error() {
             return Err(e);
         }
+        if self.shared.is_cancelled() {
+            return Err(Error::new(ErrorKind::Cancelled, "backup cancelled"));
+        }
         let mut outs: Vec<WriterOut> = outs.into_iter().collect::<Option<_>>().ok_or_else(|| {
             Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
         })?;

@@ -18,7 +18,8 @@ use std::io::{Read, Write};
 
 use crate::codec::{CodecKind, CodecSpec};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{FrameHeader, FORMAT_VERSION, FRAME_HEADER_LEN};
+use crate::format::{u32_at, u64_at, FrameHeader, FORMAT_VERSION, FRAME_HEADER_LEN};
+use crate::time::now_ms;
 use crate::frame::{FrameDecoder, FrameEncoder, Payload};
 use crate::pipeline::read_full;
 use crate::storage::{from_io, StripeSink, StripeSource};
@@ -47,18 +48,6 @@ pub struct BlobInfo {
     pub codec: String,
     /// When it was written, milliseconds since the epoch.
     pub created_unix_ms: i64,
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Compress everything `content` yields into `sink` as a blob, make it durable and publish it.
@@ -184,14 +173,16 @@ pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()
     let mut pos = BLOB_HEADER_LEN as u64;
     let (mut offset, mut whole) = (0u64, 0u32);
     let mut decoder = FrameDecoder::new();
-    let mut stored = vec![0u8; BLOB_CHUNK];
-    let mut raw = vec![0u8; BLOB_CHUNK];
+    // Sized to the content: a small record costs no 1 MiB buffers.
+    let cap = usize::try_from(info.raw_len).unwrap_or(BLOB_CHUNK).clamp(1, BLOB_CHUNK);
+    let mut stored = vec![0u8; cap];
+    let mut raw = vec![0u8; cap];
     while pos < end {
         let here = |what: &str| Error::corrupt(format!("{at}: frame at byte {pos}: {what}"));
         let mut hb = [0u8; FRAME_HEADER_LEN];
         stream.read_exact(&mut hb).map_err(|e| from_io(e, || format!("{at}: frame at byte {pos}")))?;
         let h = FrameHeader::decode(&hb).map_err(|e| here(e.message()))?;
-        if h.offset != offset || h.file_id != 0 || h.raw_len as usize > BLOB_CHUNK || h.stored_len as usize > BLOB_CHUNK {
+        if h.offset != offset || h.file_id != 0 || h.raw_len as usize > cap || h.stored_len as usize > cap {
             return Err(here("frame out of place (the object is damaged)"));
         }
         let n = h.stored_len as usize;
@@ -201,6 +192,8 @@ pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()
         let payload = if h.codec_kind().map_err(|e| here(e.message()))?.is_some() {
             stream.read_exact(&mut stored[..n]).map_err(|e| from_io(e, || format!("{at}: frame at byte {pos}")))?;
             Some(&stored[..n])
+        } else if n != 0 {
+            return Err(here("zero frame carries a payload (the object is damaged)"));
         } else {
             None
         };

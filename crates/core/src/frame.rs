@@ -107,7 +107,8 @@ impl FrameDecoder {
         let raw_len = h.raw_len as usize;
         let kind = h.codec_kind().map_err(|e| e.message().to_string())?;
         match (kind, stored) {
-            (None, _) => {
+            (None, Some(_)) => Err("zero frame carries a payload (the frame header is damaged)".into()),
+            (None, None) => {
                 if zero_crc(raw_len) != h.raw_crc {
                     return Err("zero frame's checksum is not that of zeros".into());
                 }

@@ -89,6 +89,9 @@ pub struct RestoreReport {
     pub seconds: f64,
     /// Decompressor threads.
     pub threads: usize,
+    /// Files were written with direct I/O (O_DIRECT) throughout; false when written buffered
+    /// (`--buffered-io`, a transfer size not a multiple of 4 KiB, or a filesystem that refused it).
+    pub direct_io: bool,
 }
 
 /// Restore the set `stripes` belong to.
@@ -100,10 +103,10 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
     let t0 = Instant::now();
     let plan = Plan::new(&set.manifest, opts)?;
     let prepared = plan.prepare_roots(opts.force)?;
-    let result = plan.run(set, opts, progress);
-    if let Err(e) = result {
-        return Err(plan.clean_up_after(e, &prepared));
-    }
+    let direct_io = match plan.run(set, opts, progress) {
+        Ok(d) => d,
+        Err(e) => return Err(plan.clean_up_after(e, &prepared)),
+    };
     Ok(RestoreReport {
         backup_id: set.manifest.backup_id.clone(),
         target: opts.target.display().to_string(),
@@ -114,6 +117,7 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
         bytes_read: set.stored_bytes(),
         seconds: t0.elapsed().as_secs_f64(),
         threads: opts.threads.unwrap_or_else(crate::backup::available_cores),
+        direct_io,
     })
 }
 
@@ -307,7 +311,8 @@ impl<'m> Plan<'m> {
         Ok(())
     }
 
-    fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<()> {
+    /// Returns whether files were written with direct I/O to the end.
+    fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<bool> {
         self.check_space(set)?;
         let entries = &self.manifest.entries;
         // Directories first (parents before children: the listing is in tree order), owner-writable
@@ -372,7 +377,7 @@ impl<'m> Plan<'m> {
         for r in &self.roots {
             sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
         }
-        Ok(())
+        Ok(writer.direct.load(Ordering::Relaxed))
     }
 
     fn clean_up_after(&self, e: Error, prepared: &Prepared) -> Error {
@@ -415,8 +420,10 @@ impl Mode0600 for OpenOptions {
 /// A file being written, and how.
 struct OpenFile {
     file: fs::File,
-    /// Opened with O_DIRECT: every write aligned (see [`write_direct`]).
+    /// Opened with O_DIRECT: written by [`write_direct`].
     direct: bool,
+    /// A tail was written padded past the file's end: trim it when the file is done.
+    padded: AtomicBool,
 }
 
 /// Where one file stands during the scan.
@@ -493,14 +500,21 @@ impl ChunkSink for Writer<'_> {
             h.clone()
         };
         if let (Some(data), Some(f)) = (data, &handle) {
-            let r = if f.direct { write_direct(&f.file, data, offset) } else { f.file.write_all_at(data, offset) };
-            r.map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
+            if f.direct {
+                match write_direct(&f.file, data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))? {
+                    Written::Direct => {}
+                    Written::Padded => f.padded.store(true, Ordering::Release),
+                    Written::Buffered => self.direct.store(false, Ordering::Relaxed),
+                }
+            } else {
+                f.file.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
+            }
         }
         drop(handle);
         // The chunk that brings the count to zero comes after every other chunk's write.
         if slot.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             if let Some(f) = slot.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                if f.direct {
+                if f.padded.load(Ordering::Acquire) {
                     // A tail written padded to the block ran past the end: back to the true size.
                     f.file.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
                 }
@@ -517,38 +531,73 @@ impl ChunkSink for Writer<'_> {
 fn open_output(o: &OpenOptions, path: &Path, direct: &AtomicBool, open_direct: &dyn Fn(&Path) -> std::io::Result<fs::File>) -> std::io::Result<OpenFile> {
     if direct.load(Ordering::Relaxed) {
         match open_direct(path) {
-            Ok(file) => return Ok(OpenFile { file, direct: true }),
+            Ok(file) => return Ok(OpenFile { file, direct: true, padded: AtomicBool::new(false) }),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => direct.store(false, Ordering::Relaxed),
             Err(e) => return Err(e),
         }
     }
-    Ok(OpenFile { file: o.open(path)?, direct: false })
+    Ok(OpenFile { file: o.open(path)?, direct: false, padded: AtomicBool::new(false) })
 }
 
 thread_local! {
-    /// Each writer thread's aligned copy for chunks that are not aligned as they come (a raw
-    /// frame's bytes sit after its header; a file's tail is padded to the block).
-    static BOUNCE: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+    /// Each writer thread's one aligned block, for a file's last, partial block.
+    static TAIL: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Write `data` at `offset` (a multiple of [`ALIGN`]) to a file opened with O_DIRECT: as it is
-/// when aligned, else through an aligned copy padded with zeros to the block (the caller trims the
-/// file to its size at the end).
-fn write_direct(f: &fs::File, data: &[u8], offset: u64) -> std::io::Result<()> {
-    if is_aligned(data, offset) {
-        return f.write_all_at(data, offset);
-    }
-    let padded = data.len().next_multiple_of(ALIGN);
-    BOUNCE.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.as_ref().is_none_or(|buf| buf.len() < padded) {
-            *b = Some(AlignedBuf::new(padded));
+/// How [`write_direct`] wrote.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Direct, as it was.
+    Direct,
+    /// Direct, its last block padded past the end: the caller trims the file when it is done.
+    Padded,
+    /// Through the page cache: not aligned after all, or refused (EINVAL). The file's descriptor
+    /// has dropped O_DIRECT.
+    Buffered,
+}
+
+/// Write `data` at `offset` to a file opened with O_DIRECT. Chunks arrive from the decompressor's
+/// page-aligned buffer at multiples of the transfer size: the whole blocks go as they are, and a
+/// last partial block goes through a one-block copy padded with zeros.
+fn write_direct(f: &fs::File, data: &[u8], offset: u64) -> std::io::Result<Written> {
+    let whole = data.len() / ALIGN * ALIGN;
+    if is_aligned(&data[..whole], offset) {
+        let r = (|| -> std::io::Result<Written> {
+            if whole > 0 {
+                f.write_all_at(&data[..whole], offset)?;
+            }
+            if whole == data.len() {
+                return Ok(Written::Direct);
+            }
+            TAIL.with(|t| {
+                let mut t = t.borrow_mut();
+                let block = t.get_or_insert_with(|| AlignedBuf::new(ALIGN));
+                let rest = &data[whole..];
+                block[..rest.len()].copy_from_slice(rest);
+                block[rest.len()..].fill(0);
+                f.write_all_at(block, offset + whole as u64)
+            })?;
+            Ok(Written::Padded)
+        })();
+        match r {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            r => return r,
         }
-        let buf = b.as_mut().expect("just made");
-        buf[..data.len()].copy_from_slice(data);
-        buf[data.len()..padded].fill(0);
-        f.write_all_at(&buf[..padded], offset)
-    })
+    }
+    buffered_from_now_on(f)?;
+    f.write_all_at(data, offset).map(|()| Written::Buffered)
+}
+
+/// Drop O_DIRECT from `f` (every thread writing that file then goes through the page cache).
+fn buffered_from_now_on(f: &fs::File) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own; F_GETFL/F_SETFL touch only its status flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Per file, the bytes that will be written (zero frames stay holes), from every stripe's index.
@@ -757,13 +806,18 @@ mod tests {
         };
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         // Unaligned address and length (a raw frame after its header, a file's tail).
-        write_direct(&f, &data[1..], 0).unwrap();
+        // Whole blocks as they are, the tail padded: the file runs to the block until trimmed.
+        let mut b = AlignedBuf::new(10_000);
+        b.copy_from_slice(&data);
+        assert_eq!(write_direct(&f, &b, 0).unwrap(), Written::Padded);
+        assert_eq!(fs::metadata(&p).unwrap().len(), 12_288);
+        f.set_len(10_000).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), data);
+        assert_eq!(write_direct(&f, &b[..8192], 0).unwrap(), Written::Direct, "whole blocks need no trim");
+        // Not aligned (an address off the block): through the page cache, exactly.
+        assert_eq!(write_direct(&f, &data[1..], 0).unwrap(), Written::Buffered);
         f.set_len(9_999).unwrap();
         assert_eq!(fs::read(&p).unwrap(), &data[1..]);
-        let mut b = AlignedBuf::new(8192);
-        b.copy_from_slice(&data[..8192]);
-        write_direct(&f, &b, 8192).unwrap();
-        assert_eq!(&fs::read(&p).unwrap()[8192..], &data[..8192]);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 
-pub use local::{LocalSink, LocalSource, LocalStore};
+pub use local::{try_lock_exclusive, LocalSink, LocalSource, LocalStore};
 pub use memory::MemoryStore;
 pub use null::{NullSink, NullStore};
 

@@ -2,8 +2,12 @@
 
 /// The current time in UTC, to the second: `2026-11-21T08:30:00Z`.
 pub fn utc_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
-    utc(secs)
+    utc(now_ms().div_euclid(1000))
+}
+
+/// Milliseconds since 1970-01-01 UTC (0 on a clock before it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Seconds since 1970-01-01 in UTC as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -150,7 +150,7 @@ pub fn foreign(repo: &Repo, meta: &RepoMeta, what: &str, theirs: &str) -> Error 
 }
 
 fn now_unix() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    sheaf_core::time::now_ms().div_euclid(1000)
 }
 
 fn host_name() -> String {
@@ -193,7 +193,7 @@ pub fn backup_to_repo(
     let result = result.and_then(|r| {
         let p = &r.postgres;
         let s = |k: &str| p.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-        let stop_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let stop_ms = sheaf_core::time::now_ms();
         let stop_unix = stop_ms / 1000;
         let record = BackupRecord {
             id: id.clone(),

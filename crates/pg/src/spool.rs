@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sheaf_core::blob::BlobInfo;
 use sheaf_core::repo::Repo;
+use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::archive::{fetch, push, segment_name, Pushed, WalFile, WalKind};
@@ -301,11 +302,8 @@ fn tmp_name(name: &str) -> String {
 /// An exclusive, non-blocking lock on `path`: `Ok(None)` when another process holds it.
 fn try_lock(path: &Path) -> Result<Option<File>> {
     let f = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| io(format!("cannot open {}", path.display()), e))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Ok(None);
-    }
-    Ok(Some(f))
+    let locked = try_lock_exclusive(&f).map_err(|e| io(format!("cannot lock {}", path.display()), e))?;
+    Ok(locked.then_some(f))
 }
 
 impl Spool {

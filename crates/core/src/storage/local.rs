@@ -142,6 +142,34 @@ fn rename_into_place(from: &Path, to: &Path, overwrite: bool) -> std::io::Result
     }
 }
 
+/// Take an exclusive, non-blocking `flock` on `file`: `Ok(false)` when another process holds it.
+/// A filesystem without flock (some network and FUSE ones) counts as unlocked: the lock guards
+/// against a second writer, and without it sheaf behaves as before it had one.
+///
+/// # Errors
+/// Any other failure of `flock`.
+pub fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a descriptor the caller owns; released when it is closed.
+    if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(file), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => Ok(true),
+        _ => Err(e),
+    }
+}
+
+/// Whether the open `file` is still the one named `path`.
+fn still_named(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 fn partial_name(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(".partial");
@@ -178,14 +206,25 @@ impl LocalSink {
         // The writer holds an exclusive lock on its .partial for as long as it writes; the kernel
         // drops it when the process ends however it ends. A .partial nobody holds was left by a
         // killed writer and is taken over; one that is held belongs to a writer still at work.
-        let file = OpenOptions::new().write(true).create(true).truncate(false).open(&partial).map_err(|e| io_at(ErrorKind::Target, "cannot create", &partial, e))?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(Error::new(
-                ErrorKind::Target,
-                format!("{} is being written by another process (a backup or wal-push to the same name): wait for it, or choose another name", partial.display()),
-            ));
-        }
+        let mut tries = 0;
+        let file = loop {
+            let file = OpenOptions::new().write(true).create(true).truncate(false).open(&partial).map_err(|e| io_at(ErrorKind::Target, "cannot create", &partial, e))?;
+            if !try_lock_exclusive(&file).map_err(|e| io_at(ErrorKind::Target, "cannot lock", &partial, e))? {
+                return Err(Error::new(
+                    ErrorKind::Target,
+                    format!("{} is being written by another process (a backup or wal-push to the same name): wait for it, or choose another name", partial.display()),
+                ));
+            }
+            // The file locked must still be the one under the name: a writer that held it may have
+            // published (renamed) or discarded (unlinked) it between our open and our lock.
+            if still_named(&file, &partial) {
+                break file;
+            }
+            tries += 1;
+            if tries == 8 {
+                return Err(Error::new(ErrorKind::Target, format!("{} keeps being replaced by another writer: choose another name", partial.display())));
+            }
+        };
         file.set_len(0).map_err(|e| io_at(ErrorKind::Target, "cannot truncate", &partial, e))?;
         Ok(LocalSink {
             path: path.to_path_buf(),
@@ -231,7 +270,8 @@ impl StripeSink for LocalSink {
 
     fn publish(&mut self) -> Result<()> {
         self.sync()?;
-        self.file = None;
+        // The lock is held (the file open) until the rename is done: released earlier, another
+        // writer could take the .partial over and truncate what is being published.
         rename_into_place(&self.partial, &self.path, self.overwrite).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 Error::new(
@@ -243,12 +283,16 @@ impl StripeSink for LocalSink {
             }
         })?;
         self.published = true;
+        self.file = None;
         sync_dir(&parent_dir(&self.path)).map_err(|e| io_at(ErrorKind::Target, "cannot fsync folder of", &self.path, e))
     }
 
     fn discard(&mut self) {
+        // Unlinked while still locked, so no other writer can take over a name about to vanish.
+        if self.file.is_some() {
+            let _ = fs::remove_file(&self.partial);
+        }
         self.file = None;
-        let _ = fs::remove_file(&self.partial);
         if self.published {
             let _ = fs::remove_file(&self.path);
             self.published = false;

@@ -306,8 +306,24 @@ fn direct_buffered_and_tmpfs_restores_agree() {
             let mut o = RestoreOptions::new(&out);
             o.buffered = buffered;
             let what = format!("ts={ts} into {} (buffered: {buffered})", out.display());
-            restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let r = restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{what}: {e}"));
             compare_trees(&src, &out).unwrap_or_else(|e| panic!("{what}: restored tree differs: {e}"));
+            // Direct exactly where it can be: asked for, a block-multiple transfer size, and a
+            // filesystem that takes O_DIRECT.
+            let can = !buffered && ts % 4096 == 0 && takes_direct_io(out.parent().unwrap());
+            assert_eq!(r.direct_io, can, "{what}");
         }
     }
+}
+
+/// Whether the filesystem of `dir` accepts O_DIRECT writes of an aligned block.
+fn takes_direct_io(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let p = dir.join(".direct-probe");
+    let ok = std::fs::OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(&p).is_ok_and(|f| {
+        let block = sheaf_core::aligned::AlignedBuf::new(4096);
+        f.write_all_at(&block, 0).is_ok()
+    });
+    let _ = std::fs::remove_file(&p);
+    ok
 }
