@@ -112,7 +112,9 @@ published; exit 0 only once it is durable. A file archived already with the same
 overwritten. A segment of another cluster is refused.")]
     WalPush(repo::WalPushArgs),
     /// Restore one WAL file from the repository (restore_command = 'sheaf wal-fetch %f %p'); exit 1
-    /// without a word when the archive does not hold it, as PostgreSQL expects at its end.
+    /// without a word when the archive does not hold it, as PostgreSQL expects at its end. Any other
+    /// failure (a damaged object, an unreachable repository) exits 255, which stops recovery rather
+    /// than ending it early; in standby mode the usual exit codes, and the standby retries.
     WalFetch(repo::WalFetchArgs),
     /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
     /// per timeline, gaps, totals.
@@ -604,14 +606,20 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Init(a) => repo::init(a, settings),
         Command::WalPush(a) => repo::wal_push(a, settings),
-        Command::WalFetch(a) => {
-            if repo::wal_fetch(a, settings)? {
-                Ok(())
-            } else {
-                // Not in the archive: PostgreSQL takes a quiet non-zero exit for the archive's end.
-                std::process::exit(1)
+        Command::WalFetch(a) => match repo::wal_fetch(a, settings) {
+            Ok(true) => Ok(()),
+            // Not in the archive: PostgreSQL takes a quiet non-zero exit for the archive's end.
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("sheaf: error: {e}");
+                // PostgreSQL reads any exit below 126 as "not in the archive" and, outside standby
+                // mode, ends recovery there and promotes: a damaged or unreachable archive would
+                // cut recovery short without a word. 255 makes it stop instead; a standby
+                // (standby.signal in the data directory, its working directory) retries by itself.
+                let standby = std::path::Path::new("standby.signal").exists();
+                std::process::exit(if standby { i32::from(exit_code(e.kind())) } else { 255 })
             }
-        }
+        },
         Command::Info(a) => repo::info(a, settings),
         Command::Expire(a) => repo::expire(a, settings),
         Command::Config(a) => repo::config(a, settings),

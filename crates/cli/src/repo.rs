@@ -89,19 +89,23 @@ pub struct SpoolArg {
 }
 
 impl SpoolArg {
-    fn get(&self, settings: &Settings, wal_dir: &std::path::Path, repo: &Repo) -> Spool {
+    /// The spool of this repository: one per location and endpoint, so that a marker never vouches
+    /// for another repository.
+    fn get(&self, settings: &Settings, wal_dir: &std::path::Path, repo: &Repo, s3: &S3Args) -> Result<Spool, Error> {
         let base = settings.value("spool", self.spool.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
-        Spool::new(base.as_deref(), wal_dir, repo)
+        let endpoint = s3.resolved(settings)?.s3_endpoint.unwrap_or_default();
+        Ok(Spool::new(base.as_deref(), wal_dir, &format!("{} {endpoint}", repo.display())))
     }
 }
 
-/// `--parallel`, else the `parallel` setting, else 4.
+/// `--parallel`, else the `parallel` setting, else 4. At most 64: each is a thread, and for
+/// wal-fetch a segment kept in pg_wal's filesystem.
 fn parallel(settings: &Settings, flag: Option<usize>) -> Result<usize, Error> {
     match settings.get("parallel", flag.map(|n| n.to_string())) {
         None => Ok(4),
         Some((v, origin)) => match v.parse::<usize>() {
-            Ok(n) if n >= 1 => Ok(n),
-            _ => Err(Error::invalid(format!("parallel from {origin}: '{v}' is not a count of 1 or more"))),
+            Ok(n) if (1..=64).contains(&n) => Ok(n),
+            _ => Err(Error::invalid(format!("parallel from {origin}: '{v}': give 1 to 64"))),
         },
     }
 }
@@ -245,14 +249,21 @@ pub fn wal_push(a: WalPushArgs, settings: &Settings) -> Result<(), Error> {
     };
     let repo = Repo::at(&a.repo.text(settings)?, &a.s3.schemes(settings)?)?;
     let wal_dir = wal_dir(&a.path);
-    let spool = a.spool.get(settings, wal_dir, &repo);
+    let spool = a.spool.get(settings, wal_dir, &repo, &a.s3)?;
     let t0 = std::time::Instant::now();
-    let outcome = sheaf_pg::repo::open(&repo).and_then(|meta| sheaf_pg::spool::push_ahead(&repo, &meta, &spool, &a.path, spec, parallel));
-    let report = match outcome {
-        Ok(r) => r,
-        Err(e) => return drop_or_fail(e, queue_max, &a.path, &spool),
+    // Pushed already by an earlier call's look-ahead: answered without the repository, so an
+    // outage that starts now cannot fail (or, under --queue-max, drop) what is archived.
+    let report = if spool.take_pushed(&a.path) {
+        let name = a.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        sheaf_pg::spool::PushReport { name, from_spool: true, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None }
+    } else {
+        let outcome = sheaf_pg::repo::open(&repo).and_then(|meta| sheaf_pg::spool::push_ahead(&repo, &meta, &spool, &a.path, spec, parallel));
+        match outcome {
+            Ok(r) => r,
+            Err(e) => return drop_or_fail(e, queue_max, &a.path, &spool),
+        }
     };
-    match sheaf_pg::spool::publish_dropped(&repo, &spool) {
+    match if report.from_spool { Ok(0) } else { sheaf_pg::spool::publish_dropped(&repo, &spool) } {
         Ok(0) => {}
         Ok(n) => eprintln!(
             "sheaf: WARNING: the repository is reachable again; {n} WAL file(s) dropped by queue-max while it was not are recorded in it (sheaf info lists them). Take a new backup: recovery cannot cross the gap."
@@ -279,11 +290,15 @@ pub fn wal_push(a: WalPushArgs, settings: &Settings) -> Result<(), Error> {
 /// (report success, so PostgreSQL recycles it), say so loudly in the server log, and record it.
 fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &std::path::Path, spool: &Spool) -> Result<(), Error> {
     let Some(max) = queue_max else { return Err(e) };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // Only whole segments free space; a history or backup file is tiny and recovery needs it.
+    if !sheaf_pg::spool::is_segment_name(&name) {
+        return Err(e);
+    }
     let Ok((files, bytes)) = sheaf_pg::spool::pending_wal(wal_dir(path)) else { return Err(e) };
     if bytes <= max {
         return Err(e.context(format!("{} of WAL waits in pg_wal ({files} files), under queue-max {}", format_size(bytes), format_size(max))));
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let d = sheaf_pg::spool::Dropped {
         name: name.clone(),
         at: sheaf_core::time::utc_now(),
@@ -307,7 +322,7 @@ fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &std::path::Path, spool:
 pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
     let parallel = parallel(settings, a.parallel)?;
     let repo = Repo::at(&a.repo.text(settings)?, &a.s3.schemes(settings)?)?;
-    let spool = (parallel > 1).then(|| a.spool.get(settings, wal_dir(&a.dest), &repo));
+    let spool = if parallel > 1 { Some(a.spool.get(settings, wal_dir(&a.dest), &repo, &a.s3)?) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
         let meta = sheaf_pg::repo::open(&repo)?;
@@ -322,8 +337,12 @@ pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
     }
     // A prefetched segment is a rename: no repository access at all.
     let t0 = std::time::Instant::now();
+    // The spool only speeds things up: trouble with it means a fetch from the repository.
     let from_spool = match &spool {
-        Some(s) => s.serve(&a.name, &a.dest)?,
+        Some(s) => s.serve(&a.name, &a.dest).unwrap_or_else(|e| {
+            eprintln!("sheaf: prefetch spool not used: {e}");
+            false
+        }),
         None => false,
     };
     let info = if from_spool {
@@ -353,7 +372,7 @@ fn start_prefetcher(a: &WalFetchArgs, repo: &Repo, settings: &Settings, parallel
     let exe = std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))?;
     std::fs::create_dir_all(spool.dir()).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", spool.dir().display()), e))?;
     let log_path = spool.dir().join("prefetch.log");
-    let log = std::fs::File::create(&log_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", log_path.display()), e))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", log_path.display()), e))?;
     let mut cmd = std::process::Command::new(exe);
     if let Some(c) = &settings.explicit {
         cmd.arg("--config").arg(std::path::absolute(c).unwrap_or_else(|_| c.clone()));
@@ -584,8 +603,10 @@ pub fn restore_from(
             plan.backup.id, set.manifest.backup_id, plan.backup.backup_id
         )));
     }
-    let report = sheaf_pg::restore_postgres(&set, &opts, progress)?;
+    // Built before the long restore: a restored cluster without its recovery settings would not
+    // recover.
     let command = restore_command(&repo, settings, s3)?;
+    let report = sheaf_pg::restore_postgres(&set, &opts, progress)?;
     sheaf_pg::pitr::write_recovery(&opts.target, &command, &recovery)?;
     Ok((report, plan))
 }

@@ -165,6 +165,11 @@ pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Resu
     Ok(Pushed { name, already: false, info: Some(info) })
 }
 
+/// The temporary name [`fetch`] writes `name` under, beside it.
+pub fn fetch_tmp_name(name: &str) -> String {
+    format!(".{name}.sheaf-fetch")
+}
+
 /// Restore archived `name` (PostgreSQL's `%f`) to `dest` (`%p`), checked, written under a temporary
 /// name and renamed. `Ok(None)` when the archive does not hold it (the end of the archive, as
 /// PostgreSQL expects to find it). With `durable`, the file is on disk before it is renamed: the
@@ -182,7 +187,7 @@ pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: boo
         Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
         Err(e) => return Err(e),
     };
-    let tmp = dest.with_file_name(format!(".{}.sheaf-fetch", dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal")));
+    let tmp = dest.with_file_name(fetch_tmp_name(dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal")));
     let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", tmp.display()), e);
     let mut file = File::create(&tmp).map_err(|e| io("cannot create", e))?;
     let r = copy_blob(src.as_ref(), &mut file, &tmp.display().to_string())

@@ -51,6 +51,9 @@ pub fn parse_time(text: &str) -> Result<i64> {
         Error::invalid(format!("--target-time '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'"))
     };
     let t = text.trim();
+    if !t.is_ascii() {
+        return Err(bad("not a date and time"));
+    }
     if t.len() < 19 {
         return Err(bad("too short"));
     }
@@ -60,7 +63,14 @@ pub fn parse_time(text: &str) -> Result<i64> {
         return Err(bad("not a date and time"));
     }
     let (y, mo, d, h, mi, s) = (num(&t[0..4])?, num(&t[5..7])?, num(&t[8..10])?, num(&t[11..13])?, num(&t[14..16])?, num(&t[17..19])?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in_month = match mo {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&mo) || !(1..=days_in_month).contains(&d) || h > 23 || mi > 59 || s > 60 {
         return Err(bad("a field is out of range"));
     }
     let mut rest = &t[19..];
@@ -186,20 +196,21 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     let seg = meta.wal_segment_size;
     let files = archived(repo, meta)?;
     let newest_tli = files.iter().map(|(w, _)| w.timeline).chain(records.iter().map(|r| r.timeline)).max().unwrap_or(1);
+    let fits = |r: &BackupRecord| match &recovery.target {
+        Target::Time(_, ms) => r.stop_ms <= *ms,
+        Target::Lsn(l) => r.stop_lsn() <= *l,
+        _ => true,
+    };
     let timeline = match recovery.timeline.as_str() {
         "latest" => newest_tli,
-        "current" => chosen.or(records.last()).map_or(1, |r| r.timeline),
+        // The timeline of the backup that will be restored, as PostgreSQL reads 'current'.
+        "current" => chosen.or_else(|| records.iter().rev().find(|r| fits(r))).or(records.last()).map_or(1, |r| r.timeline),
         n => n.parse::<u32>().map_err(|_| Error::invalid(format!("--target-timeline {n}: give latest, current or a timeline number")))?,
     };
     let history = ancestry(repo, timeline)?;
     // A backup on this timeline, or on an ancestor and consistent before the switch away from it.
     let on_path = |r: &BackupRecord| {
         r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn() <= *switch)
-    };
-    let fits = |r: &BackupRecord| match &recovery.target {
-        Target::Time(_, ms) => r.stop_ms <= *ms,
-        Target::Lsn(l) => r.stop_lsn() <= *l,
-        _ => true,
     };
     let backup = match chosen {
         Some(r) => {
@@ -238,8 +249,12 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     let mut path: Vec<(u32, u64, u64)> = Vec::new(); // (timeline, first segno, last segno needed)
     let mut from = start.segno;
     for (t, switch) in history.iter().skip_while(|(t, _)| *t != backup.timeline) {
-        let last = switch.saturating_sub(1) / seg;
-        path.push((*t, from, last));
+        // The segment holding the switch is read from the next timeline (which begins in it), so
+        // the old one is needed only up to the segment before; its own copy of the switch segment
+        // is often archived only as .partial.
+        if let Some(last) = (switch / seg).checked_sub(1) {
+            path.push((*t, from, last));
+        }
         from = switch / seg;
     }
     let end_on_target = segs_on(timeline).max();
@@ -359,7 +374,7 @@ mod tests {
         assert_eq!(parse_time("2026-11-21 05:30:45-0500").unwrap(), base);
         assert_eq!(parse_time("2026-11-21 10:30:45.25 UTC").unwrap(), base + 250);
         assert_eq!(parse_time("2000-02-29 00:00:00Z").unwrap(), 951_782_400_000);
-        for bad in ["2026-11-21 10:30:45", "2026-13-01 00:00:00Z", "yesterday", "2026-11-21 10:30:45 CET"] {
+        for bad in ["2026-11-21 10:30:45", "2026-13-01 00:00:00Z", "yesterday", "2026-11-21 10:30:45 CET", "2026-02-29 00:00:00Z", "2026-04-31 00:00:00Z", "2026-11-21 10:30:€Z"] {
             assert!(parse_time(bad).is_err(), "{bad}");
         }
         assert!(parse_time("2026-11-21 10:30:45").unwrap_err().to_string().contains("zone"));

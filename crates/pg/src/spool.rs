@@ -30,7 +30,7 @@ use sheaf_core::repo::Repo;
 use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
-use crate::archive::{fetch, push, segment_name, Pushed, WalFile, WalKind};
+use crate::archive::{fetch, fetch_tmp_name as tmp_name, push, segment_name, Pushed, WalFile, WalKind};
 use crate::repo::RepoMeta;
 
 /// One repository's spool.
@@ -49,10 +49,11 @@ fn fnv(text: &str) -> u64 {
 }
 
 impl Spool {
-    /// The spool for `repo`: under `base` (the `spool` setting) if given, else `WAL_DIR/.sheaf`.
-    pub fn new(base: Option<&Path>, wal_dir: &Path, repo: &Repo) -> Spool {
+    /// The spool for the repository `key` names (its location and, for S3, the endpoint): under
+    /// `base` (the `spool` setting) if given, else `WAL_DIR/.sheaf`.
+    pub fn new(base: Option<&Path>, wal_dir: &Path, key: &str) -> Spool {
         let base = base.map_or_else(|| wal_dir.join(".sheaf"), Path::to_path_buf);
-        Spool { dir: base.join(format!("{:016x}", fnv(repo.display()))) }
+        Spool { dir: base.join(format!("{:016x}", fnv(key))) }
     }
 
     /// Its folder.
@@ -129,9 +130,10 @@ fn ready_after(wal_dir: &Path, name: &str, seg_size: u64) -> Vec<String> {
 }
 
 impl Spool {
-    /// Whether an earlier call pushed the file at `path` (the same file, unchanged). The marker is
-    /// consumed either way.
-    fn take_pushed(&self, name: &str, path: &Path) -> bool {
+    /// Whether an earlier call pushed the file at `path` (the same file, unchanged): then the
+    /// archiver's call is answered with no repository access. The marker is consumed either way.
+    pub fn take_pushed(&self, path: &Path) -> bool {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return false };
         let marker = self.dir.join("out").join(format!("{name}.ok"));
         let Ok(text) = fs::read(&marker) else { return false };
         let _ = fs::remove_file(&marker);
@@ -157,7 +159,8 @@ impl Spool {
 }
 
 /// Archive the file at `path`, and with `parallel > 1` the `.ready` segments after it at the same
-/// time (look-ahead), leaving markers so the archiver's next calls return at once.
+/// time (look-ahead), leaving markers so the archiver's next calls return at once (the caller asks
+/// [`Spool::take_pushed`] first).
 ///
 /// # Errors
 /// The asked-for file's push failed ([`push`]'s errors). Look-ahead failures are reported, not
@@ -165,10 +168,6 @@ impl Spool {
 pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let mut report = PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None };
-    if spool.take_pushed(&name, path) {
-        report.from_spool = true;
-        return Ok(report);
-    }
     let wal_dir = path.parent().unwrap_or(Path::new("."));
     let is_segment = WalFile::parse(&name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment);
     let mut todo = vec![path.to_path_buf()];
@@ -295,9 +294,6 @@ pub fn dropped(repo: &Repo) -> Result<Vec<Dropped>> {
 // ---------------------------------------------------------------------------------------------
 // Prefetch.
 
-fn tmp_name(name: &str) -> String {
-    format!(".{name}.sheaf-fetch")
-}
 
 /// An exclusive, non-blocking lock on `path`: `Ok(None)` when another process holds it.
 fn try_lock(path: &Path) -> Result<Option<File>> {
@@ -427,6 +423,10 @@ pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, id
         let missing: Vec<&String> = window.iter().filter(|n| !dir.join(n).exists()).collect();
         if missing.is_empty() {
             if since.elapsed() > idle {
+                // Recovery has ended (or stopped asking): what is left would stay in pg_wal.
+                for n in &window {
+                    let _ = fs::remove_file(dir.join(n));
+                }
                 return Ok(report);
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -494,10 +494,10 @@ mod tests {
         let f = d.path().join("000000010000000000000001");
         fs::write(&f, b"one").unwrap();
         spool.mark_pushed("000000010000000000000001", &stamp(&f).unwrap()).unwrap();
-        assert!(spool.take_pushed("000000010000000000000001", &f));
-        assert!(!spool.take_pushed("000000010000000000000001", &f), "consumed");
+        assert!(spool.take_pushed(&f));
+        assert!(!spool.take_pushed(&f), "consumed");
         spool.mark_pushed("000000010000000000000001", &stamp(&f).unwrap()).unwrap();
         fs::write(&f, b"changed!").unwrap();
-        assert!(!spool.take_pushed("000000010000000000000001", &f), "the file changed since");
+        assert!(!spool.take_pushed(&f), "the file changed since");
     }
 }

@@ -211,6 +211,18 @@ fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
     ok(run(sheaf().args(["wal-fetch", &seg, fetched.to_str().unwrap(), "--repo", r])), "wal-fetch");
     assert!(std::fs::read(&fetched).unwrap() == std::fs::read(&wal).unwrap(), "the archived segment is the original");
 
+    // A damaged object stops recovery (exit 255) instead of looking like the archive's end.
+    let object = repo.join(format!("wal/00000001/{seg}.wal"));
+    let good = std::fs::read(&object).unwrap();
+    let mut bad = good.clone();
+    bad[200] ^= 0x55;
+    std::fs::write(&object, &bad).unwrap();
+    let damaged = run(sheaf().args(["wal-fetch", &seg, base.path().join("damaged").to_str().unwrap(), "--repo", r, "--parallel", "1"]));
+    assert_eq!(damaged.status.code(), Some(255), "{}", stderr(&damaged));
+    assert!(stderr(&damaged).contains("damaged") || stderr(&damaged).contains("checksum"), "{}", stderr(&damaged));
+    assert!(!base.path().join("damaged").exists(), "nothing under %p");
+    std::fs::write(&object, &good).unwrap();
+
     // Not in the archive: exit 1 without a word.
     let missing = run(sheaf().args(["wal-fetch", "0000000100000000000000FF", base.path().join("nope").to_str().unwrap(), "--repo", r]));
     assert_eq!(missing.status.code(), Some(1));
