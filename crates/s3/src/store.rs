@@ -259,6 +259,7 @@ impl Store for S3Store {
             max_in_flight: self.options.parts_in_flight,
             parts: 0,
             written: 0,
+            tail: Vec::with_capacity(2 * TAIL_KEPT),
             published: false,
             overwrite,
         }))
@@ -341,9 +342,15 @@ struct S3Sink {
     max_in_flight: usize,
     parts: u64,
     written: u64,
+    /// The last bytes written (a stripe's or blob's trailer, which names its content), to know
+    /// our own object when a completion's answer was lost.
+    tail: Vec<u8>,
     published: bool,
     overwrite: bool,
 }
+
+/// How many of the last bytes written [`S3Sink`] keeps.
+const TAIL_KEPT: usize = 64;
 
 impl S3Sink {
     fn part_failed(&self, e: object_store::Error) -> Error {
@@ -402,6 +409,10 @@ impl S3Sink {
 
 impl StripeSink for S3Sink {
     fn write_all(&mut self, mut buf: &[u8]) -> Result<()> {
+        let keep = &buf[buf.len().saturating_sub(TAIL_KEPT)..];
+        self.tail.extend_from_slice(keep);
+        let excess = self.tail.len().saturating_sub(TAIL_KEPT);
+        self.tail.drain(..excess);
         while !buf.is_empty() {
             if self.current.is_none() {
                 self.current = Some(self.pool.take_wait());
@@ -449,14 +460,23 @@ impl StripeSink for S3Sink {
             }
             Err(e) => {
                 // The server may have completed it and the answer been lost (a retry then finds no
-                // such upload): an object of exactly our size under the name, which was not there
-                // when we started, is ours and whole.
+                // such upload): an object of exactly our size that ends with exactly our last bytes
+                // (its trailer: backup id or content checksum), not there when we started, is ours.
                 let (client, path) = (self.client.clone(), self.path.clone());
-                if let Ok(meta) = self.handle.block_on(async move { client.head(&path).await }) {
-                    if meta.size == self.written && !self.overwrite {
-                        self.published = true;
-                        return Ok(());
+                let (size, tail) = (self.written, self.tail.clone());
+                let ours = self.handle.block_on(async move {
+                    let meta = client.head(&path).await.ok()?;
+                    if meta.size != size {
+                        return Some(false);
                     }
+                    let range = size - tail.len() as u64..size;
+                    let opts = GetOptions { range: Some(GetRange::Bounded(range)), if_match: meta.e_tag, ..Default::default() };
+                    let got = client.get_opts(&path, opts).await.ok()?.bytes().await.ok()?;
+                    Some(got[..] == tail[..])
+                });
+                if ours == Some(true) && !self.overwrite {
+                    self.published = true;
+                    return Ok(());
                 }
                 let _ = self.handle.block_on(async move { upload.abort().await });
                 Err(map_err(e, &format!("cannot complete the upload of {}", self.shown), Side::Write, &self.redact))
