@@ -251,6 +251,10 @@ struct GenerateArgs {
     /// Seed: the same seed gives the same bytes.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Many small files instead, COUNTxSIZE (e.g. 100000x8KiB), 1,000 to a folder; --size and
+    /// --files do not apply.
+    #[arg(long, value_name = "COUNTxSIZE")]
+    small: Option<String>,
 }
 
 #[derive(Args)]
@@ -882,9 +886,15 @@ fn generate(a: GenerateArgs) -> Result<(), Error> {
         ));
     }
     let t0 = std::time::Instant::now();
-    let written = sheaf_core::datagen::make_dataset(&a.dir, total, a.files, a.repeat, a.seed)
-        .map_err(|e| Error::io(ErrorKind::Target, format!("cannot write data set in {}", a.dir.display()), e))?;
-    println!("generated {} in {} files under {} in {:.1} s", format_size(written), a.files + 100, a.dir.display(), t0.elapsed().as_secs_f64());
+    let cannot = |e| Error::io(ErrorKind::Target, format!("cannot write data set in {}", a.dir.display()), e);
+    let (written, files) = match &a.small {
+        Some(spec) => {
+            let (count, size) = sheaf_core::datagen::parse_files_spec(spec)?;
+            (sheaf_core::datagen::make_small_files(&a.dir, count, size, a.repeat, a.seed).map_err(cannot)?, count)
+        }
+        None => (sheaf_core::datagen::make_dataset(&a.dir, total, a.files, a.repeat, a.seed).map_err(cannot)?, a.files + 100),
+    };
+    println!("generated {} in {files} files under {} in {:.1} s", format_size(written), a.dir.display(), t0.elapsed().as_secs_f64());
     Ok(())
 }
 

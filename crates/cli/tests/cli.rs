@@ -241,7 +241,7 @@ struct Regions {
 fn regions(stripe: &Path) -> Regions {
     let bytes = fs::read(stripe).unwrap();
     let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..]).unwrap();
-    let index = IndexEntry::decode_all(&bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize]).unwrap();
+    let index = IndexEntry::decode_all(&bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize], sheaf_core::format::FORMAT_VERSION).unwrap();
     let with_payload = index.iter().find(|e| e.stored_len > 16).expect("a frame with a payload");
     Regions {
         header: 20,

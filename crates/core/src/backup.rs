@@ -28,11 +28,12 @@ use serde::Serialize;
 use crate::codec::CodecSpec;
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{
-    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, HEADER_LEN, FRAME_HEADER_LEN,
+    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
+    MAX_ZERO_FRAME,
 };
 use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
 use crate::frame::{FrameEncoder, Payload};
-use crate::pipeline::{read_full, Pool, PoolBuf, Progress, Shared};
+use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
 use crate::source::{list_tree, Listed};
 use crate::storage::{Location, StripeSink};
 
@@ -44,6 +45,9 @@ pub const MAX_TRANSFER_SIZE: u64 = 16 << 20;
 pub const DEFAULT_TRANSFER_SIZE: u64 = 1 << 20;
 /// Most stripes in one set.
 pub const MAX_STRIPES: usize = 64;
+/// Files smaller than this are packed: several files' bytes share one chunk, so one compressor
+/// call and one frame header serve many of them.
+pub const PACK_LIMIT: u64 = 64 << 10;
 /// Most check findings recorded in one backup.
 pub const MAX_FINDINGS: usize = 1000;
 
@@ -312,20 +316,44 @@ struct Job {
     file_id: u32,
     offset: u64,
     len: usize,
-    buf: PoolBuf,
+    /// The chunk's bytes; none for a hole of a sparse file (`len` zeros, never read).
+    buf: Option<PoolBuf>,
     check: Option<Arc<CheckCtx>>,
+    /// A packed chunk: the files whose bytes lie back to back in `buf` (empty otherwise).
+    members: Vec<Member>,
+}
+
+/// One small file in a packed chunk.
+struct Member {
+    file_id: u32,
+    /// Where its bytes start in the chunk.
+    at: u32,
+    len: u32,
+    check: Option<Arc<CheckCtx>>,
+}
+
+/// A packed frame's chunk of one file, for the index.
+struct Part {
+    file_id: u32,
+    at: u32,
+    len: u32,
+    crc: u32,
 }
 
 struct Frame {
     header: FrameHeader,
     /// The payload buffer (`header.stored_len` bytes of it are the payload); none for a zero frame.
     buf: Option<PoolBuf>,
+    /// A packed frame's chunks (empty otherwise).
+    parts: Vec<Part>,
 }
 
 struct WriterOut {
     sink: Box<dyn StripeSink>,
     index: Vec<IndexEntry>,
     pos: u64,
+    /// Frames written (a packed frame has several index entries).
+    frames: u64,
 }
 
 #[derive(Default)]
@@ -349,6 +377,8 @@ pub struct Backup {
     changes_expected: bool,
     changed_files: Vec<String>,
     vanished_files: Vec<String>,
+    /// The first name of each multiply-linked file seen: (device, inode) to its entry position.
+    first_names: std::collections::HashMap<(u64, u64), u32>,
     shared: Arc<Shared>,
     pool: Arc<Pool>,
     job_tx: Option<Sender<Job>>,
@@ -427,6 +457,7 @@ impl Backup {
             changes_expected: false,
             changed_files: Vec::new(),
             vanished_files: Vec::new(),
+            first_names: Default::default(),
             shared,
             pool,
             job_tx: Some(job_tx),
@@ -492,6 +523,16 @@ impl Backup {
             for mut l in listed {
                 l.entry.root = root_id;
                 let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
+                if l.entry.kind == EntryKind::File && l.nlink > 1 {
+                    // Another name of a file already listed: its bytes are stored once.
+                    if let Some(&first) = self.first_names.get(&(l.dev, l.ino)) {
+                        l.entry.kind = EntryKind::Hardlink;
+                        l.entry.link = Some(first);
+                        l.entry.size = 0;
+                    } else {
+                        self.first_names.insert((l.dev, l.ino), file_id);
+                    }
+                }
                 if l.entry.kind == EntryKind::File {
                     let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
                         Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
@@ -503,15 +544,26 @@ impl Backup {
         }
         let total: u64 = work.iter().map(|w| w.size).sum();
         self.shared.progress.begin("backup", total);
-        let groups = group_for_readers(work, self.opts.readers);
+        // Small files are packed, and read by several threads even on one device: for them the
+        // time goes to opening and stat'ing, not to the disk.
+        let (small, large): (Vec<Work>, Vec<Work>) = work.into_iter().partition(|w| w.size < PACK_LIMIT);
+        let mut groups: Vec<(bool, Vec<Work>)> = group_for_readers(large, self.opts.readers).into_iter().map(|g| (false, g)).collect();
+        let small_readers = self.opts.readers.unwrap_or_else(|| available_cores().max(self.tuning.readers)).max(1);
+        let per = small.len().div_ceil(small_readers).max(1);
+        let mut small = small;
+        while !small.is_empty() {
+            let rest = small.split_off(per.min(small.len()));
+            groups.push((true, std::mem::replace(&mut small, rest)));
+        }
         let job_tx = self.job_tx.as_ref().expect("session open");
         let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
             let handles: Vec<_> = groups
                 .iter()
-                .map(|g| {
+                .map(|(packed, g)| {
                     let (tx, shared, pool) = (job_tx.clone(), &self.shared, &self.pool);
                     let ts = self.tuning.transfer_size;
-                    s.spawn(move || read_files(g, ts, &tx, shared, pool))
+                    let packed = *packed;
+                    s.spawn(move || if packed { read_small(g, ts, &tx, shared, pool) } else { read_files(g, ts, &tx, shared, pool) })
                 })
                 .collect();
             handles
@@ -534,6 +586,14 @@ impl Backup {
                 if o.vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
             } else {
                 self.warnings.extend(o.warning);
+            }
+        }
+        // A hard link whose file vanished before it was read has nothing to name.
+        for i in 0..self.entries.len() {
+            if let (EntryKind::Hardlink, Some(first)) = (self.entries[i].kind, self.entries[i].link) {
+                if self.entries.get(first as usize).is_some_and(|f| f.vanished) {
+                    self.entries[i].vanished = true;
+                }
             }
         }
         self.check()
@@ -567,12 +627,13 @@ impl Backup {
             crc32c: None,
             target: None,
             vanished: false,
+            ..Default::default()
         });
         let tx = self.job_tx.as_ref().expect("session open");
         for (i, chunk) in data.chunks(self.tuning.transfer_size).enumerate() {
             let Some(mut buf) = self.pool.take(&self.shared) else { break };
             buf[..chunk.len()].copy_from_slice(chunk);
-            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf, check: None };
+            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf: Some(buf), check: None, members: Vec::new() };
             if tx.send(job).is_err() {
                 break;
             }
@@ -689,7 +750,7 @@ impl Backup {
                 return Err(e);
             }
         }
-        let frames: u64 = outs.iter().map(|o| o.index.len() as u64).sum();
+        let frames: u64 = outs.iter().map(|o| o.frames).sum();
         Ok(BackupReport {
             backup_id: self.id.to_hex(),
             label: manifest.label.clone(),
@@ -838,22 +899,23 @@ fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool
     out
 }
 
-fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
+/// Open a listed file for reading and stat it, or say what happened to it instead.
+fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata), ReadOutcome>> {
     let (file_id, path) = (w.file_id, w.path.as_path());
     // No following a link swapped in since listing, no hanging on a FIFO.
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path);
-    let mut file = match opened {
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(ReadOutcome {
+            return Ok(Err(ReadOutcome {
                 file_id,
                 vanished: true,
                 warning: Some(format!("{} vanished before it was read; it is not in the backup", path.display())),
                 ..Default::default()
-            })
+            }))
         }
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(Error::new(
@@ -863,54 +925,224 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
         }
         Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
     };
-    let stat = |f: &File| f.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e));
-    let before = stat(&file)?;
+    let before = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e))?;
     if !before.file_type().is_file() {
         return Err(Error::new(
             ErrorKind::Source,
             format!("{} is no longer a regular file (it changed while the backup ran)", path.display()),
         ));
     }
-    // The size at open is what we copy: a file that grows meanwhile is reported, not chased.
-    let size = before.len();
-    // SAFETY: advisory only; the fd is valid.
-    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
-    let mut offset = 0u64;
-    let mut shrank = false;
-    while offset < size {
-        if shared.is_cancelled() {
-            return Ok(ReadOutcome { file_id, size: offset, ..Default::default() });
-        }
-        let Some(mut buf) = pool.take(shared) else { return Ok(ReadOutcome { file_id, size: offset, ..Default::default() }) };
-        let want = (size - offset).min(ts as u64) as usize;
-        let got = read_full(&mut file, &mut buf[..want]).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
-        if got == 0 {
-            shrank = true;
-            break;
-        }
-        if tx.send(Job { file_id, offset, len: got, buf, check: w.check.clone() }).is_err() {
-            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
-            break;
-        }
-        shared.count(got as u64);
-        offset += got as u64;
-        if got < want {
-            shrank = true;
-            break;
-        }
-    }
-    let after = stat(&file)?;
+    Ok(Ok((file, before)))
+}
+
+/// What reading a file came to, from its stat at open and the bytes read: changed (size or mtime)
+/// or shrank while read, with a warning saying so.
+fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank: bool) -> Result<ReadOutcome> {
+    let after = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
     let changed = after.len() != before.len() || after.mtime() != before.mtime() || after.mtime_nsec() != before.mtime_nsec();
     let warning = (changed || shrank).then(|| {
         format!(
             "{} changed while being read (size {} at open, {} after; {} bytes backed up)",
-            path.display(),
+            w.path.display(),
             before.len(),
             after.len(),
-            offset
+            read
         )
     });
-    Ok(ReadOutcome { file_id, size: offset, vanished: false, changed: changed || shrank, warning })
+    Ok(ReadOutcome { file_id: w.file_id, size: read, vanished: false, changed: changed || shrank, warning })
+}
+
+/// `pread` until `buf` is full or the file ends.
+fn read_full_at(f: &File, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// `lseek(SEEK_DATA or SEEK_HOLE)` from `offset`: `Ok(None)` when no data follows (ENXIO);
+/// `Err` when the filesystem cannot say (then the file is read as all data).
+fn seek(f: &File, offset: u64, whence: libc::c_int) -> std::result::Result<Option<u64>, ()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on a descriptor we own.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), offset as libc::off_t, whence) };
+    if r >= 0 {
+        return Ok(Some(r as u64));
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENXIO) => Ok(None),
+        _ => Err(()),
+    }
+}
+
+fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
+    let (file_id, path) = (w.file_id, w.path.as_path());
+    let (file, before) = match open_source(w)? {
+        Ok(x) => x,
+        Err(gone) => return Ok(gone),
+    };
+    // The size at open is what we copy: a file that grows meanwhile is reported, not chased.
+    let size = before.len();
+    // SAFETY: advisory only; the fd is valid.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+    let stopped = |offset| Ok(ReadOutcome { file_id, size: offset, ..Default::default() });
+    let send = |job: Job| {
+        let ok = tx.send(job).is_ok();
+        if !ok {
+            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
+        }
+        ok
+    };
+    let mut offset = 0u64;
+    let mut shrank = false;
+    // Sparse files are read by their data extents; holes become zero frames without a read.
+    let mut sparse = true;
+    'file: while offset < size {
+        let mut end = size;
+        if sparse {
+            match seek(&file, offset, libc::SEEK_DATA) {
+                Ok(data) => {
+                    let data = data.unwrap_or(size).min(size);
+                    while offset < data {
+                        if shared.is_cancelled() {
+                            return stopped(offset);
+                        }
+                        let len = (data - offset).min(MAX_ZERO_FRAME as u64);
+                        if !send(Job { file_id, offset, len: len as usize, buf: None, check: None, members: Vec::new() }) {
+                            break 'file;
+                        }
+                        shared.count(len);
+                        offset += len;
+                    }
+                    if offset >= size {
+                        break;
+                    }
+                    end = seek(&file, offset, libc::SEEK_HOLE).ok().flatten().unwrap_or(size).clamp(offset, size);
+                    if end == offset {
+                        // Data and hole at once: the file is changing under us. Read a chunk.
+                        end = size.min(offset + ts as u64);
+                    }
+                }
+                Err(()) => sparse = false,
+            }
+        }
+        while offset < end {
+            if shared.is_cancelled() {
+                return stopped(offset);
+            }
+            let Some(mut buf) = pool.take(shared) else { return stopped(offset) };
+            let want = (end - offset).min(ts as u64) as usize;
+            let got = read_full_at(&file, &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
+            if got == 0 {
+                shrank = true;
+                break 'file;
+            }
+            if !send(Job { file_id, offset, len: got, buf: Some(buf), check: w.check.clone(), members: Vec::new() }) {
+                break 'file;
+            }
+            shared.count(got as u64);
+            offset += got as u64;
+            if got < want {
+                shrank = true;
+                break 'file;
+            }
+        }
+    }
+    outcome(w, &file, &before, offset, shrank)
+}
+
+/// Read small files into shared chunks: each file's bytes follow the previous file's in one pool
+/// buffer, and a full buffer goes to the compressors as one packed chunk. A file that has grown
+/// past [`PACK_LIMIT`] since listing is read on its own.
+fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+    let mut out = Vec::with_capacity(files.len());
+    let mut pack: Option<(PoolBuf, Vec<Member>, usize)> = None;
+    let flush = |pack: &mut Option<(PoolBuf, Vec<Member>, usize)>| -> bool {
+        let Some((buf, members, used)) = pack.take() else { return true };
+        if members.is_empty() {
+            return true;
+        }
+        let job = Job { file_id: members[0].file_id, offset: 0, len: used, buf: Some(buf), check: None, members };
+        if tx.send(job).is_err() {
+            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
+            return false;
+        }
+        true
+    };
+    for w in files {
+        if shared.is_cancelled() {
+            break;
+        }
+        let r = (|| -> Result<Option<ReadOutcome>> {
+            let (file, before) = match open_source(w)? {
+                Ok(x) => x,
+                Err(gone) => return Ok(Some(gone)),
+            };
+            let size = before.len();
+            if size >= PACK_LIMIT {
+                drop(file);
+                return read_one(w, ts, tx, shared, pool).map(Some);
+            }
+            if size == 0 {
+                return outcome(w, &file, &before, 0, false).map(Some);
+            }
+            let size = size as usize;
+            if pack.as_ref().is_some_and(|p| p.2 + size > ts) && !flush(&mut pack) {
+                return Ok(None);
+            }
+            if pack.is_none() {
+                let Some(buf) = pool.take(shared) else { return Ok(None) };
+                pack = Some((buf, Vec::new(), 0));
+            }
+            let (buf, members, used) = pack.as_mut().expect("just made");
+            let got = read_full_at(&file, &mut buf[*used..*used + size], 0)
+                .map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
+            if got > 0 {
+                members.push(Member { file_id: w.file_id, at: *used as u32, len: got as u32, check: w.check.clone() });
+                *used += got;
+                shared.count(got as u64);
+            }
+            outcome(w, &file, &before, got as u64, got < size).map(Some)
+        })();
+        match r {
+            Ok(Some(o)) => out.push(o),
+            Ok(None) => break,
+            Err(e) => {
+                shared.fail(e);
+                break;
+            }
+        }
+    }
+    if !shared.is_cancelled() {
+        flush(&mut pack);
+    }
+    out
+}
+
+fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
+    let findings = c.check.check(c.root, &c.rel, &c.abs, offset, raw);
+    if findings.is_empty() {
+        return;
+    }
+    let mut all = shared.findings.lock().unwrap_or_else(|p| p.into_inner());
+    for f in findings {
+        // Keep the record bounded; the count past the cap is still reported.
+        if all.len() < MAX_FINDINGS {
+            all.push(f);
+        } else if all.len() == MAX_FINDINGS {
+            all.push("... and more findings past the first 1000".into());
+        }
+    }
 }
 
 fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {
@@ -926,43 +1158,60 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
         if shared.is_cancelled() {
             continue;
         }
-        let raw = &job.buf[..job.len];
-        if let Some(c) = &job.check {
-            let findings = c.check.check(c.root, &c.rel, &c.abs, job.offset, raw);
-            if !findings.is_empty() {
-                let mut all = shared.findings.lock().unwrap_or_else(|p| p.into_inner());
-                for f in findings {
-                    // Keep the record bounded; the count past the cap is still reported.
-                    if all.len() < MAX_FINDINGS {
-                        all.push(f);
-                    } else if all.len() == MAX_FINDINGS {
-                        all.push("... and more findings past the first 1000".into());
-                    }
-                }
+        let Some(buf) = job.buf else {
+            stats.zero += 1;
+            let header = FrameEncoder::hole(job.file_id, job.offset, job.len as u32);
+            if tx.send(Frame { header, buf: None, parts: Vec::new() }).is_err() {
+                break;
             }
+            continue;
+        };
+        let raw = &buf[..job.len];
+        if let Some(c) = &job.check {
+            run_check(c, job.offset, raw, shared);
         }
-        let frame = match encoder.encode(job.file_id, job.offset, raw) {
+        let mut parts = Vec::with_capacity(job.members.len());
+        let mut raw_crc = 0;
+        for m in &job.members {
+            let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
+            if let Some(c) = &m.check {
+                run_check(c, 0, bytes, shared);
+            }
+            let crc = crc32c::crc32c(bytes);
+            raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
+            parts.push(Part { file_id: m.file_id, at: m.at, len: m.len, crc });
+        }
+        let encoded = if parts.is_empty() {
+            encoder.encode(job.file_id, job.offset, raw)
+        } else {
+            encoder.encode_checked(job.file_id, job.offset, raw, raw_crc)
+        };
+        let frame = match encoded {
             Ok((header, Payload::Zero)) => {
                 stats.zero += 1;
-                Frame { header, buf: None }
+                Frame { header, buf: None, parts }
             }
             Ok((header, Payload::Raw)) => {
                 stats.raw += u64::from(encoder.compresses());
-                Frame { header, buf: Some(job.buf) }
+                Frame { header, buf: Some(buf), parts }
             }
             Ok((header, Payload::Packed(_))) => {
                 // The chunk's buffer becomes the encoder's output; the guard carries the payload on.
-                let (mut payload, mut spare) = (job.buf, Vec::new());
+                let (mut payload, mut spare) = (buf, Vec::new());
                 encoder.swap_output(&mut spare);
                 payload.swap_vec(&mut spare);
                 encoder.swap_output(&mut spare);
-                Frame { header, buf: Some(payload) }
+                Frame { header, buf: Some(payload), parts }
             }
             Err(e) => {
                 shared.fail(e);
                 continue;
             }
         };
+        let mut frame = frame;
+        if !frame.parts.is_empty() {
+            frame.header.flags = FLAG_PACKED;
+        }
         if tx.send(frame).is_err() {
             break;
         }
@@ -973,6 +1222,7 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
 fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
     let mut index = Vec::new();
     let mut pos = HEADER_LEN as u64;
+    let mut frames = 0;
     for frame in rx {
         if shared.is_cancelled() {
             continue;
@@ -982,24 +1232,41 @@ fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shar
         if let (Ok(()), Some(b)) = (&result, &frame.buf) {
             result = sink.write_all(&b[..h.stored_len as usize]);
         }
-        drop(frame.buf);
+        let Frame { buf, parts, .. } = frame;
+        drop(buf);
+        let frame = Frame { header: h, buf: None, parts };
         if let Err(e) = result {
             shared.fail(e);
             continue;
         }
-        index.push(IndexEntry {
-            file_id: h.file_id,
-            offset: h.offset,
-            frame_pos: pos,
-            raw_len: h.raw_len,
-            stored_len: h.stored_len,
-            raw_crc: h.raw_crc,
-        });
+        if frame.parts.is_empty() {
+            index.push(IndexEntry {
+                file_id: h.file_id,
+                offset: h.offset,
+                frame_pos: pos,
+                raw_len: h.raw_len,
+                stored_len: h.stored_len,
+                raw_crc: h.raw_crc,
+                frame_off: 0,
+            });
+        }
+        for p in &frame.parts {
+            index.push(IndexEntry {
+                file_id: p.file_id,
+                offset: 0,
+                frame_pos: pos,
+                raw_len: p.len,
+                stored_len: h.stored_len,
+                raw_crc: p.crc,
+                frame_off: p.at,
+            });
+        }
         pos += (FRAME_HEADER_LEN + h.stored_len as usize) as u64;
+        frames += 1;
     }
     if shared.is_cancelled() {
         sink.discard();
         return None;
     }
-    Some(WriterOut { sink, index, pos })
+    Some(WriterOut { sink, index, pos, frames })
 }

@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 
 use crate::codec::{CodecKind, CodecSpec};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{u32_at, u64_at, FrameHeader, FORMAT_VERSION, FRAME_HEADER_LEN};
+use crate::format::{u32_at, u64_at, FrameHeader, FRAME_HEADER_LEN};
 use crate::time::now_ms;
 use crate::frame::{FrameDecoder, FrameEncoder, Payload};
 use crate::pipeline::read_full;
@@ -32,6 +32,8 @@ pub const BLOB_END: &[u8; 8] = b"SHEAFBND";
 pub const BLOB_HEADER_LEN: usize = 64;
 /// Trailer length.
 pub const BLOB_TRAILER_LEN: usize = 48;
+/// Version of the blob layout (independent of the stripe format's version).
+pub const BLOB_VERSION: u16 = 1;
 /// Chunk size of blobs: WAL segments are 16 MiB by default, so 16 frames.
 pub const BLOB_CHUNK: usize = 1 << 20;
 
@@ -68,7 +70,7 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
     let created = now_ms();
     let mut h = [0u8; BLOB_HEADER_LEN];
     h[0..8].copy_from_slice(BLOB_MAGIC);
-    h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[8..10].copy_from_slice(&BLOB_VERSION.to_le_bytes());
     h[10..12].copy_from_slice(&(BLOB_HEADER_LEN as u16).to_le_bytes());
     h[12] = spec.kind as u8;
     h[13] = spec.level as i8 as u8;
@@ -134,8 +136,8 @@ pub fn blob_info(src: &dyn StripeSource) -> Result<BlobInfo> {
         return Err(Error::corrupt(format!("{at}: header checksum mismatch (the header is damaged)")));
     }
     let version = u16::from_le_bytes([h[8], h[9]]);
-    if version > FORMAT_VERSION {
-        return Err(Error::invalid(format!("{at}: written by a newer sheaf (format {version}, this one reads up to {FORMAT_VERSION}): upgrade sheaf")));
+    if version > BLOB_VERSION {
+        return Err(Error::invalid(format!("{at}: written by a newer sheaf (format {version}, this one reads up to {BLOB_VERSION}): upgrade sheaf")));
     }
     let kind = CodecKind::from_id(h[12]).ok_or_else(|| Error::corrupt(format!("{at}: unknown codec id {}", h[12])))?;
     let mut t = [0u8; BLOB_TRAILER_LEN];

@@ -1,11 +1,14 @@
-//! The stripe format, version 1. Little-endian throughout; every region has its own crc32c so a
-//! flipped byte is named by region. See `docs/format.md` for the prose description.
+//! The stripe format, version 2 (version 1 is still read). Little-endian throughout; every region
+//! has its own crc32c so a flipped byte is named by region. See `docs/format.md` for the prose
+//! description.
 //!
 //! ```text
 //! stripe := header frame* index manifest trailer
 //! header  (64 B)  magic "SHEAF\0ST", version, stripe k of N, backup id, codec, transfer size, crc
-//! frame   (40 B header + stored bytes)  file id, offset, raw len, stored len, codec, crcs, header crc
-//! index   (32 B per frame)  file id, offset, frame position, raw len, stored len, raw crc
+//! frame   (40 B header + stored bytes)  file id, offset, raw len, stored len, codec, flags, crcs,
+//!         header crc; a packed frame holds several small files' bytes back to back
+//! index   (36 B per chunk; 32 in version 1)  file id, offset, frame position, raw len, stored len,
+//!         raw crc, offset in the frame's raw bytes (the chunks of one packed frame share its position)
 //! manifest  zstd-compressed JSON, identical in every stripe of a set
 //! trailer (80 B)  index and manifest offsets, lengths and crcs, frame count, backup id, crc, magic
 //! ```
@@ -13,8 +16,13 @@
 use crate::codec::CodecKind;
 use crate::error::{Error, Result};
 
-/// Current format version; readers refuse newer ones.
-pub const FORMAT_VERSION: u16 = 1;
+/// Current format version; readers refuse newer ones. Version 2 added packed frames (several
+/// files' bytes in one frame) and the index's offset-in-frame field.
+pub const FORMAT_VERSION: u16 = 2;
+/// Oldest format version this sheaf still reads.
+pub const OLDEST_FORMAT_VERSION: u16 = 1;
+/// Frame flag: the frame packs chunks of several files; the index lists them.
+pub const FLAG_PACKED: u8 = 1;
 /// Header magic.
 pub const HEADER_MAGIC: &[u8; 8] = b"SHEAF\0ST";
 /// Trailer magic, the last 8 bytes of a complete stripe.
@@ -25,8 +33,22 @@ pub const FRAME_MAGIC: &[u8; 4] = b"SFRM";
 pub const HEADER_LEN: usize = 64;
 /// Frame header length in bytes.
 pub const FRAME_HEADER_LEN: usize = 40;
-/// Index entry length in bytes.
-pub const INDEX_ENTRY_LEN: usize = 32;
+/// Index entry length in bytes (version 2).
+pub const INDEX_ENTRY_LEN: usize = 36;
+/// Index entry length in bytes in version 1, which had no offset-in-frame field.
+pub const INDEX_ENTRY_LEN_V1: usize = 32;
+/// Largest zero frame: a hole of a sparse file (or a run of zeros) needs no payload, so it is not
+/// bound by the transfer size.
+pub const MAX_ZERO_FRAME: u32 = 1 << 30;
+
+/// Index entry length of format `version`.
+pub fn index_entry_len(version: u16) -> usize {
+    if version >= 2 {
+        INDEX_ENTRY_LEN
+    } else {
+        INDEX_ENTRY_LEN_V1
+    }
+}
 /// Trailer length in bytes.
 pub const TRAILER_LEN: usize = 80;
 /// Codec id of a frame that stands for an all-zero chunk and has no payload.
@@ -129,6 +151,9 @@ impl StripeHeader {
                 "header: format version {version} is newer than this sheaf understands ({FORMAT_VERSION}); upgrade sheaf"
             )));
         }
+        if version < OLDEST_FORMAT_VERSION {
+            return Err(Error::corrupt(format!("header: format version {version} does not exist (the header is damaged)")));
+        }
         if b[34] != 0 {
             return Err(Error::invalid(format!("header: cipher {} is not supported by this sheaf", b[34])));
         }
@@ -159,6 +184,8 @@ pub struct FrameHeader {
     pub stored_len: u32,
     /// Codec id of the payload, or [`ZERO_FRAME`].
     pub codec: u8,
+    /// [`FLAG_PACKED`] or 0 (version 1 frames have 0).
+    pub flags: u8,
     /// crc32c of the raw bytes.
     pub raw_crc: u32,
     /// crc32c of the stored bytes.
@@ -175,6 +202,7 @@ impl FrameHeader {
         b[16..20].copy_from_slice(&self.raw_len.to_le_bytes());
         b[20..24].copy_from_slice(&self.stored_len.to_le_bytes());
         b[24] = self.codec;
+        b[25] = self.flags;
         b[28..32].copy_from_slice(&self.raw_crc.to_le_bytes());
         b[32..36].copy_from_slice(&self.stored_crc.to_le_bytes());
         let crc = crc32c::crc32c(&b[..36]);
@@ -199,6 +227,7 @@ impl FrameHeader {
             raw_len: u32_at(b, 16),
             stored_len: u32_at(b, 20),
             codec: b[24],
+            flags: b[25],
             raw_crc: u32_at(b, 28),
             stored_crc: u32_at(b, 32),
         })
@@ -218,7 +247,8 @@ impl FrameHeader {
     }
 }
 
-/// One index entry: where a chunk's frame sits in this stripe.
+/// One index entry: where a chunk's frame sits in this stripe. A packed frame has one entry per
+/// chunk it holds, adjacent in the index, sharing `frame_pos` and `stored_len`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEntry {
     /// File id.
@@ -233,10 +263,12 @@ pub struct IndexEntry {
     pub stored_len: u32,
     /// crc32c of the raw bytes.
     pub raw_crc: u32,
+    /// Where the chunk starts in its frame's raw bytes (0 unless the frame is packed).
+    pub frame_off: u32,
 }
 
 impl IndexEntry {
-    /// Append the encoding to `out`.
+    /// Append the (current version's) encoding to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.file_id.to_le_bytes());
         out.extend_from_slice(&self.offset.to_le_bytes());
@@ -244,17 +276,20 @@ impl IndexEntry {
         out.extend_from_slice(&self.raw_len.to_le_bytes());
         out.extend_from_slice(&self.stored_len.to_le_bytes());
         out.extend_from_slice(&self.raw_crc.to_le_bytes());
+        out.extend_from_slice(&self.frame_off.to_le_bytes());
     }
 
-    /// Decode a whole index region (its crc is checked by the caller against the trailer).
+    /// Decode a whole index region of format `version` (its crc is checked by the caller against
+    /// the trailer).
     ///
     /// # Errors
     /// [`crate::ErrorKind::Corrupt`] when the length is not a whole number of entries.
-    pub fn decode_all(b: &[u8]) -> Result<Vec<IndexEntry>> {
-        if b.len() % INDEX_ENTRY_LEN != 0 {
-            return Err(Error::corrupt(format!("index: length {} is not a multiple of {INDEX_ENTRY_LEN}", b.len())));
+    pub fn decode_all(b: &[u8], version: u16) -> Result<Vec<IndexEntry>> {
+        let len = index_entry_len(version);
+        if b.len() % len != 0 {
+            return Err(Error::corrupt(format!("index: length {} is not a multiple of {len}", b.len())));
         }
-        Ok(b.chunks_exact(INDEX_ENTRY_LEN)
+        Ok(b.chunks_exact(len)
             .map(|e| IndexEntry {
                 file_id: u32_at(e, 0),
                 offset: u64_at(e, 4),
@@ -262,6 +297,7 @@ impl IndexEntry {
                 raw_len: u32_at(e, 20),
                 stored_len: u32_at(e, 24),
                 raw_crc: u32_at(e, 28),
+                frame_off: if len > 32 { u32_at(e, 32) } else { 0 },
             })
             .collect())
     }
@@ -388,7 +424,7 @@ mod tests {
 
     #[test]
     fn frame_header_round_trip_and_flips() {
-        let f = FrameHeader { file_id: 9, offset: 1 << 33, raw_len: 65536, stored_len: 100, codec: 3, raw_crc: 1, stored_crc: 2 };
+        let f = FrameHeader { file_id: 9, offset: 1 << 33, raw_len: 65536, stored_len: 100, codec: 3, flags: FLAG_PACKED, raw_crc: 1, stored_crc: 2 };
         let b = f.encode();
         assert_eq!(FrameHeader::decode(&b).unwrap(), f);
         for i in 0..FRAME_HEADER_LEN {
@@ -429,12 +465,15 @@ mod tests {
 
     #[test]
     fn index_round_trip() {
-        let e = IndexEntry { file_id: 3, offset: 4096, frame_pos: 64, raw_len: 10, stored_len: 5, raw_crc: 77 };
+        let e = IndexEntry { file_id: 3, offset: 4096, frame_pos: 64, raw_len: 10, stored_len: 5, raw_crc: 77, frame_off: 9 };
         let mut v = Vec::new();
         e.encode_into(&mut v);
         e.encode_into(&mut v);
-        assert_eq!(IndexEntry::decode_all(&v).unwrap(), vec![e, e]);
-        assert!(IndexEntry::decode_all(&v[..33]).is_err());
+        assert_eq!(IndexEntry::decode_all(&v, FORMAT_VERSION).unwrap(), vec![e, e]);
+        assert!(IndexEntry::decode_all(&v[..37], FORMAT_VERSION).is_err());
+        // Version 1 entries are the first 32 bytes, with no offset in the frame.
+        let v1: Vec<u8> = v[..32].to_vec();
+        assert_eq!(IndexEntry::decode_all(&v1, 1).unwrap(), vec![IndexEntry { frame_off: 0, ..e }]);
     }
 
     #[test]

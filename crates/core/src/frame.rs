@@ -46,9 +46,17 @@ impl FrameEncoder {
     /// # Errors
     /// A codec failure (not lack of room: a chunk that does not shrink is stored raw).
     pub fn encode(&mut self, file_id: u32, offset: u64, raw: &[u8]) -> Result<(FrameHeader, Payload)> {
-        let raw_crc = crc32c::crc32c(raw);
+        self.encode_checked(file_id, offset, raw, crc32c::crc32c(raw))
+    }
+
+    /// [`FrameEncoder::encode`] when the caller already has the crc32c of `raw` (a packed chunk,
+    /// whose files' checksums combine to it).
+    ///
+    /// # Errors
+    /// As [`FrameEncoder::encode`].
+    pub fn encode_checked(&mut self, file_id: u32, offset: u64, raw: &[u8], raw_crc: u32) -> Result<(FrameHeader, Payload)> {
         let mut header =
-            FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, raw_crc, stored_crc: 0 };
+            FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, flags: 0, raw_crc, stored_crc: 0 };
         if is_zero(raw) {
             return Ok((header, Payload::Zero));
         }
@@ -65,6 +73,12 @@ impl FrameEncoder {
         header.stored_len = raw.len() as u32;
         header.stored_crc = raw_crc;
         Ok((header, Payload::Raw))
+    }
+
+    /// The zero frame for `len` bytes of a hole (a sparse file's, read by its extents) at `offset`
+    /// of file `file_id`: no payload, no bytes to read. `len` is at most [`crate::format::MAX_ZERO_FRAME`].
+    pub fn hole(file_id: u32, offset: u64, len: u32) -> FrameHeader {
+        FrameHeader { file_id, offset, raw_len: len, stored_len: 0, codec: ZERO_FRAME, flags: 0, raw_crc: zero_crc(len as usize), stored_crc: 0 }
     }
 
     /// The compressed bytes of the last [`Payload::Packed`] frame (its first `n` bytes).

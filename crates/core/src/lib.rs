@@ -15,6 +15,7 @@ pub mod aligned;
 pub mod backup;
 pub mod blob;
 pub mod codec;
+pub mod crc;
 pub mod datagen;
 pub mod error;
 pub mod format;

@@ -7,24 +7,58 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// The kind of a manifest entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// A regular file; its bytes are in the frames.
+    #[default]
     File,
     /// A directory (kept even when empty).
     Dir,
     /// A symbolic link; `target` holds where it points.
     Symlink,
+    /// Another name of a regular file backed up earlier in the list (`link` is its position): its
+    /// bytes are stored once, and a restore makes a hard link.
+    Hardlink,
+    /// A named pipe (FIFO): recreated empty.
+    Fifo,
 }
 
-/// One file, directory or symlink, relative to one of the backup's roots.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Optional byte strings stored as lower-case hex (names that are not UTF-8).
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_str(&b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let Some(t) = Option::<String>::deserialize(d)? else { return Ok(None) };
+        if t.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("hex bytes of odd length"));
+        }
+        (0..t.len())
+            .step_by(2)
+            .map(|i| t.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| serde::de::Error::custom("not hex")))
+            .collect::<Result<Vec<u8>, _>>()
+            .map(Some)
+    }
+}
+
+/// One file, directory, symlink, hard link or FIFO, relative to one of the backup's roots.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// Index into [`Manifest::roots`].
     pub root: u16,
-    /// Path relative to the root, `/`-separated; `""` is the root itself.
+    /// Path relative to the root, `/`-separated; `""` is the root itself. For a name that is not
+    /// UTF-8 this is for display only (invalid bytes replaced) and `path_bytes` holds the name.
     pub path: String,
+    /// The path's bytes when they are not UTF-8 (Linux allows any byte but `/` and NUL in a name).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_bytes")]
+    pub path_bytes: Option<Vec<u8>>,
     /// Kind.
     pub kind: EntryKind,
     /// Permission bits (`st_mode & 0o7777`).
@@ -41,12 +75,43 @@ pub struct Entry {
     /// crc32c of the whole file content (files only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc32c: Option<u32>,
-    /// Link target (symlinks only).
+    /// Link target (symlinks only); for display only when `target_bytes` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The link target's bytes when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_bytes")]
+    pub target_bytes: Option<Vec<u8>>,
+    /// Hard links only: the position in the entries of the regular file this is another name of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<u32>,
     /// The file disappeared between listing and reading; it is not restored.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vanished: bool,
+}
+
+impl Entry {
+    /// The path's bytes, relative to its root.
+    pub fn path_bytes(&self) -> &[u8] {
+        self.path_bytes.as_deref().unwrap_or(self.path.as_bytes())
+    }
+
+    /// Set the path from bytes: as is when UTF-8, else a display form plus the bytes.
+    pub fn set_path_bytes(&mut self, b: Vec<u8>) {
+        (self.path, self.path_bytes) = display_and_bytes(b);
+    }
+
+    /// The symlink target's bytes.
+    pub fn target_bytes(&self) -> Option<&[u8]> {
+        self.target_bytes.as_deref().or(self.target.as_deref().map(str::as_bytes))
+    }
+}
+
+/// A string for `b` (invalid UTF-8 replaced), and `b` itself when that string is not exactly it.
+pub fn display_and_bytes(b: Vec<u8>) -> (String, Option<Vec<u8>>) {
+    match String::from_utf8(b) {
+        Ok(s) => (s, None),
+        Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), Some(e.into_bytes())),
+    }
 }
 
 /// A source root: a directory whose tree was backed up.
@@ -245,7 +310,7 @@ pub fn file_checksums(entries: &[Entry], mut chunks: Vec<ChunkRef>) -> Result<Ve
             if c.offset != covered {
                 return Err(TileFault::Gap { entry: id, at: c.offset, expected: covered, stripe: c.stripe });
             }
-            crc = crc32c::crc32c_combine(crc, c.crc, c.len as usize);
+            crc = if covered == 0 { c.crc } else { crate::crc::combine(crc, c.crc, c.len.into()) };
             covered += c.len as u64;
         }
         if covered != entry.size {
@@ -276,6 +341,7 @@ mod tests {
             crc32c: None,
             target: None,
             vanished: false,
+            ..Default::default()
         }
     }
 
@@ -333,6 +399,7 @@ mod tests {
                 crc32c: Some(9),
                 target: None,
                 vanished: false,
+                ..Default::default()
             }],
             bytes_read: 3,
             warnings: vec![],

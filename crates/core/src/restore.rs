@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -148,19 +149,21 @@ impl<'m> Plan<'m> {
                 continue;
             }
             let root = &manifest.roots[e.root as usize];
-            let logical = if root.name.is_empty() { e.path.clone() } else { join_rel(&root.name, &e.path) };
-            let original = join_rel(&root.path, &e.path);
-            let root_depth = depth(&root.path);
+            let rel = e.path_bytes();
+            let logical = if root.name.is_empty() { rel.to_vec() } else { join_rel(root.name.as_bytes(), rel) };
+            let original = join_rel(root.path.as_bytes(), rel);
+            let root_depth = depth(root.path.as_bytes());
             // The most specific relocation wins, counting path components below the backup's root
             // whichever way OLD was written.
             let mut best: Option<(usize, usize, PathBuf)> = None;
             for (i, (old, new)) in opts.relocate.iter().enumerate() {
+                let old = old.as_bytes();
                 let hit = strip_prefix(&logical, old)
                     .map(|rest| (depth(old), rest))
                     .or_else(|| strip_prefix(&original, old).map(|rest| (depth(old).saturating_sub(root_depth), rest)));
                 if let Some((d, rest)) = hit {
                     if best.as_ref().is_none_or(|b| d > b.0) {
-                        let p = if rest.is_empty() { new.clone() } else { new.join(rest) };
+                        let p = if rest.is_empty() { new.clone() } else { new.join(OsStr::from_bytes(rest)) };
                         best = Some((d, i, p));
                     }
                 }
@@ -171,17 +174,17 @@ impl<'m> Plan<'m> {
                     p
                 }
                 None if e.root == 0 => {
-                    if e.path.is_empty() {
+                    if rel.is_empty() {
                         opts.target.clone()
                     } else {
-                        opts.target.join(&e.path)
+                        opts.target.join(OsStr::from_bytes(rel))
                     }
                 }
                 None => {
                     if !opts.original_paths && !unmapped.iter().any(|r| std::ptr::eq(*r, root)) {
                         unmapped.push(root);
                     }
-                    PathBuf::from(&original)
+                    PathBuf::from(OsStr::from_bytes(&original))
                 }
             };
             dest.push(Some(p));
@@ -315,6 +318,8 @@ impl<'m> Plan<'m> {
     fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<bool> {
         self.check_space(set)?;
         let entries = &self.manifest.entries;
+        // SAFETY: geteuid cannot fail.
+        let as_root = unsafe { libc::geteuid() } == 0;
         // Directories first (parents before children: the listing is in tree order), owner-writable
         // until the end so that their contents can be created.
         for (e, d) in entries.iter().zip(&self.dest) {
@@ -334,17 +339,29 @@ impl<'m> Plan<'m> {
                 remove_any(d)?;
             }
             ensure_parent(d)?;
-            std::os::unix::fs::symlink(e.target.as_deref().unwrap_or_default(), d)
+            std::os::unix::fs::symlink(OsStr::from_bytes(e.target_bytes().unwrap_or_default()), d)
                 .map_err(|e| io_at(ErrorKind::Target, "cannot create symlink", d, e))?;
         }
+        for (e, d) in entries.iter().zip(&self.dest) {
+            let (Some(d), EntryKind::Fifo) = (d, e.kind) else { continue };
+            if fs::symlink_metadata(d).is_ok() {
+                remove_any(d)?;
+            }
+            let c = c_path(d)?;
+            // SAFETY: a valid C string.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                return Err(io_at(ErrorKind::Target, "cannot create FIFO", d, std::io::Error::last_os_error()));
+            }
+            apply_metadata(e, d, as_root)?;
+        }
 
-        let as_root = unsafe { libc::geteuid() } == 0;
         // Files are created by the first of their chunks to arrive, on every core, and finished
         // (owner, mode, times) by the last; files without chunks are made here after.
         let direct = !opts.buffered && set.stripes[0].header.transfer_size as usize % ALIGN == 0;
         let writer = Writer::new(set, entries, &self.dest, as_root, direct);
         scan(set, opts.threads, progress, &writer)?;
         writer.finish_untouched()?;
+        self.link_hard_links(as_root)?;
 
         // Durable contents, then metadata of links, then directories deepest first.
         let files: Vec<&Path> = entries
@@ -378,6 +395,28 @@ impl<'m> Plan<'m> {
             sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
         }
         Ok(writer.direct.load(Ordering::Relaxed))
+    }
+
+    /// Hard links, once the files they name are whole: linked where both names land on one
+    /// filesystem, else (relocated apart) copied.
+    fn link_hard_links(&self, as_root: bool) -> Result<()> {
+        let entries = &self.manifest.entries;
+        for (e, d) in entries.iter().zip(&self.dest) {
+            let (Some(d), EntryKind::Hardlink, Some(first)) = (d, e.kind, e.link) else { continue };
+            let Some(to) = &self.dest[first as usize] else { continue };
+            if fs::symlink_metadata(d).is_ok() {
+                remove_any(d)?;
+            }
+            match fs::hard_link(to, d) {
+                Ok(()) => {}
+                Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
+                    fs::copy(to, d).map_err(|err| io_at(ErrorKind::Target, "cannot copy (for a hard link across filesystems)", d, err))?;
+                    apply_metadata(&entries[first as usize], d, as_root)?;
+                }
+                Err(err) => return Err(io_at(ErrorKind::Target, "cannot create hard link", d, err)),
+            }
+        }
+        Ok(())
     }
 
     fn clean_up_after(&self, e: Error, prepared: &Prepared) -> Error {
@@ -458,19 +497,28 @@ impl<'a> Writer<'a> {
         Writer { entries, dest, slots, as_root, direct: AtomicBool::new(direct) }
     }
 
-    /// Create and size the file for entry `id`: with direct I/O while the filesystem takes it.
-    fn create(&self, id: usize, path: &Path) -> Result<OpenFile> {
+    /// Create and size the file for entry `id`: with direct I/O while the filesystem takes it, for
+    /// files of a chunk or more (small files were packed: their bytes are not aligned, and the page
+    /// cache with one syncfs at the end beats a synchronous write each). `first` is the length of
+    /// the chunk that creates it: when that is the whole file, no sizing is needed.
+    fn create(&self, id: usize, path: &Path, first: Option<usize>) -> Result<OpenFile> {
         // Its directory exists: every parent is a directory entry (validate_paths), made first.
         let mut o = OpenOptions::new();
         o.write(true).create(true).truncate(true).mode_0600();
+        let size = self.entries[id].size;
         let direct = |p: &Path| o.clone().custom_flags(libc::O_DIRECT).open(p);
-        let f = open_output(&o, path, &self.direct, &direct).map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
+        let never = AtomicBool::new(false);
+        let use_direct = if size >= crate::backup::PACK_LIMIT { &self.direct } else { &never };
+        let f = open_output(&o, path, use_direct, &direct).map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
+        self.slots[id].created.store(true, Ordering::Release);
+        if first.is_some_and(|n| n as u64 == size) {
+            return Ok(f);
+        }
         // Sized up front: chunks land by position, and all-zero chunks need no write. No
         // fallocate: in 9 interleaved A/B pairs on ext4 here, every system-time spike (2.5-7.4 s
         // for 1-1.4 GiB) came with it, none without (at most 1.2 s); free space is checked up
         // front instead (Plan::check_space).
-        f.file.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
-        self.slots[id].created.store(true, Ordering::Release);
+        f.file.set_len(size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
         Ok(f)
     }
 
@@ -479,8 +527,8 @@ impl<'a> Writer<'a> {
         for (id, (e, d)) in self.entries.iter().zip(self.dest).enumerate() {
             let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
             if !self.slots[id].created.load(Ordering::Acquire) {
-                drop(self.create(id, d)?);
-                apply_metadata(e, d, self.as_root)?;
+                let f = self.create(id, d, None)?;
+                apply_metadata_fd(e, &f.file, d, self.as_root)?;
             }
         }
         Ok(())
@@ -495,7 +543,7 @@ impl ChunkSink for Writer<'_> {
         let handle = {
             let mut h = slot.handle.lock().unwrap_or_else(|p| p.into_inner());
             if h.is_none() && !slot.created.load(Ordering::Acquire) {
-                *h = Some(Arc::new(self.create(id, path)?));
+                *h = Some(Arc::new(self.create(id, path, data.map(<[u8]>::len))?));
             }
             h.clone()
         };
@@ -513,13 +561,16 @@ impl ChunkSink for Writer<'_> {
         drop(handle);
         // The chunk that brings the count to zero comes after every other chunk's write.
         if slot.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(f) = slot.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                if f.padded.load(Ordering::Acquire) {
-                    // A tail written padded to the block ran past the end: back to the true size.
-                    f.file.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+            match slot.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(f) => {
+                    if f.padded.load(Ordering::Acquire) {
+                        // A tail written padded to the block ran past the end: back to the true size.
+                        f.file.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+                    }
+                    apply_metadata_fd(&self.entries[id], &f.file, path, self.as_root)?;
                 }
+                None => apply_metadata(&self.entries[id], path, self.as_root)?,
             }
-            apply_metadata(&self.entries[id], path, self.as_root)?;
         }
         Ok(())
     }
@@ -625,36 +676,45 @@ fn free_space(dir: &Path) -> Option<(u64, u64)> {
 /// of the same root: nothing a backup holds can make a restore write outside its targets, whether
 /// through `..`, an absolute path, or a symlink standing where a directory should be.
 fn validate_paths(m: &Manifest) -> Result<()> {
-    let bad = |p: &str| Error::corrupt(format!("manifest: entry path '{p}' is not a plain relative path; refusing to restore"));
-    let mut dirs: HashSet<(u16, &str)> = HashSet::new();
-    for e in &m.entries {
-        if !e.path.is_empty() {
-            if e.path.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
-                return Err(bad(&e.path));
+    let bad = |e: &Entry| Error::corrupt(format!("manifest: entry path '{}' is not a plain relative path; refusing to restore", e.path));
+    let mut dirs: HashSet<(u16, &[u8])> = HashSet::new();
+    for (i, e) in m.entries.iter().enumerate() {
+        let p = e.path_bytes();
+        if !p.is_empty() {
+            if p.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..") || p.contains(&0) {
+                return Err(bad(e));
             }
-            let parent = e.path.rsplit_once('/').map_or("", |(d, _)| d);
+            let parent = p.iter().rposition(|&b| b == b'/').map_or(&p[..0], |at| &p[..at]);
             if !dirs.contains(&(e.root, parent)) {
                 return Err(Error::corrupt(format!(
-                    "manifest: '{}' comes before, or without, its directory '{parent}'; refusing to restore",
-                    e.path
+                    "manifest: '{}' comes before, or without, its directory '{}'; refusing to restore",
+                    e.path,
+                    String::from_utf8_lossy(parent)
                 )));
             }
         }
-        if e.kind == EntryKind::Dir {
-            dirs.insert((e.root, e.path.as_str()));
+        match e.kind {
+            EntryKind::Dir => {
+                dirs.insert((e.root, p));
+            }
+            // A hard link names a regular file listed before it.
+            EntryKind::Hardlink if !e.link.is_some_and(|l| (l as usize) < i && m.entries[l as usize].kind == EntryKind::File) => {
+                return Err(Error::corrupt(format!("manifest: hard link '{}' names no regular file before it; refusing to restore", e.path)));
+            }
+            _ => {}
         }
     }
     for r in &m.roots {
         if r.name.split('/').any(|c| c == "..") {
-            return Err(bad(&r.name));
+            return Err(Error::corrupt(format!("manifest: root name '{}' is not a plain relative path; refusing to restore", r.name)));
         }
     }
     Ok(())
 }
 
 /// Components below `/` of a `/`-separated path.
-fn depth(p: &str) -> usize {
-    p.split('/').filter(|c| !c.is_empty()).count()
+fn depth(p: &[u8]) -> usize {
+    p.split(|&b| b == b'/').filter(|c| !c.is_empty()).count()
 }
 
 /// Remove everything inside `dir` (for `--force`), never `/` itself.
@@ -670,21 +730,25 @@ fn clear_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn join_rel(base: &str, rel: &str) -> String {
-    if rel.is_empty() {
-        base.to_string()
-    } else {
-        format!("{}/{rel}", base.trim_end_matches('/'))
+fn join_rel(base: &[u8], rel: &[u8]) -> Vec<u8> {
+    let mut out = base.to_vec();
+    if !rel.is_empty() {
+        while out.last() == Some(&b'/') {
+            out.pop();
+        }
+        out.push(b'/');
+        out.extend_from_slice(rel);
     }
+    out
 }
 
 /// `path` with `prefix` removed if `prefix` is a whole-component prefix.
-fn strip_prefix<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+fn strip_prefix<'a>(path: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
     let rest = path.strip_prefix(prefix)?;
     if rest.is_empty() {
         Some(rest)
     } else {
-        rest.strip_prefix('/')
+        rest.strip_prefix(b"/")
     }
 }
 
@@ -751,8 +815,37 @@ fn fsync_all(files: &[&Path], threads: usize) -> Result<()> {
     })
 }
 
+fn c_path(p: &Path) -> Result<std::ffi::CString> {
+    std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::invalid(format!("path {} holds a NUL byte", p.display())))
+}
+
+/// Owner, mode and modification time of a file being written, through its descriptor (no walk
+/// of its path): owner first, since a change of owner clears set-id bits.
+fn apply_metadata_fd(e: &Entry, f: &fs::File, p: &Path, as_root: bool) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: calls on a descriptor we own, with a two-element timespec array.
+    unsafe {
+        if as_root && libc::fchown(fd, e.uid, e.gid) != 0 {
+            return Err(io_at(ErrorKind::Target, "cannot set owner of", p, std::io::Error::last_os_error()));
+        }
+        if libc::fchmod(fd, e.mode as libc::mode_t) != 0 {
+            return Err(io_at(ErrorKind::Target, "cannot set mode of", p, std::io::Error::last_os_error()));
+        }
+        let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, mtime_spec(e)];
+        if libc::futimens(fd, times.as_ptr()) != 0 {
+            return Err(io_at(ErrorKind::Target, "cannot set times of", p, std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+fn mtime_spec(e: &Entry) -> libc::timespec {
+    libc::timespec { tv_sec: e.mtime_ns.div_euclid(1_000_000_000) as _, tv_nsec: e.mtime_ns.rem_euclid(1_000_000_000) as _ }
+}
+
 fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::invalid("path with NUL byte"))?;
+    let c = c_path(p)?;
     if as_root {
         // SAFETY: valid C string; lchown does not follow links.
         if unsafe { libc::lchown(c.as_ptr(), e.uid, e.gid) } != 0 {
@@ -762,8 +855,7 @@ fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
     if e.kind != EntryKind::Symlink {
         fs::set_permissions(p, fs::Permissions::from_mode(e.mode)).map_err(|err| io_at(ErrorKind::Target, "cannot set mode of", p, err))?;
     }
-    let ts = libc::timespec { tv_sec: e.mtime_ns.div_euclid(1_000_000_000) as _, tv_nsec: e.mtime_ns.rem_euclid(1_000_000_000) as _ };
-    let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, ts];
+    let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, mtime_spec(e)];
     // SAFETY: valid C string and a two-element timespec array.
     if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
         return Err(io_at(ErrorKind::Target, "cannot set times of", p, std::io::Error::last_os_error()));
@@ -831,8 +923,8 @@ mod tests {
 
     #[test]
     fn prefix_is_whole_components() {
-        assert_eq!(strip_prefix("base/1/2", "base/1"), Some("2"));
-        assert_eq!(strip_prefix("base/1", "base/1"), Some(""));
-        assert_eq!(strip_prefix("base/12", "base/1"), None);
+        assert_eq!(strip_prefix(b"base/1/2", b"base/1"), Some(&b"2"[..]));
+        assert_eq!(strip_prefix(b"base/1", b"base/1"), Some(&b""[..]));
+        assert_eq!(strip_prefix(b"base/12", b"base/1"), None);
     }
 }

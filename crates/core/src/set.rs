@@ -16,10 +16,25 @@ use crossbeam_channel::bounded;
 use crate::backup::available_cores;
 use crate::frame::FrameDecoder;
 use crate::error::{Error, Result};
-use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
+use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, MAX_ZERO_FRAME, TRAILER_LEN};
 use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
 use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
 use crate::storage::{from_io, Location, Schemes, StripeSource};
+
+/// The frames of an index: runs of adjacent entries that share a frame position (a packed frame
+/// has one entry per chunk it holds), as `(first entry, entries)`.
+pub fn frames_of(index: &[IndexEntry]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        if i >= index.len() {
+            return None;
+        }
+        let pos = index[i].frame_pos;
+        let n = index[i..].iter().take_while(|e| e.frame_pos == pos).count();
+        i += n;
+        Some((i - n, n))
+    })
+}
 
 /// One opened stripe.
 pub struct OpenStripe {
@@ -80,7 +95,7 @@ fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
     if crc32c::crc32c(&ib) != trailer.index_crc {
         return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", loc)));
     }
-    let index = IndexEntry::decode_all(&ib).map_err(at(loc))?;
+    let index = IndexEntry::decode_all(&ib, header.version).map_err(at(loc))?;
     if index.len() as u64 != trailer.frame_count {
         return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", loc, index.len(), trailer.frame_count)));
     }
@@ -235,7 +250,11 @@ pub(crate) trait ChunkSink: Sync {
 
 struct Encoded {
     stripe: usize,
+    /// Frame number in the stripe (from 0), for messages.
     frame: usize,
+    /// Its first index entry, and how many it has (more than one when packed).
+    first: usize,
+    parts: usize,
     header: FrameHeader,
     buf: Option<PoolBuf>,
 }
@@ -279,7 +298,7 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     if let Some(e) = shared.take_error() {
         return Err(e);
     }
-    let expected: u64 = set.stripes.iter().map(|s| s.index.len() as u64).sum();
+    let expected: u64 = set.stripes.iter().map(|s| frames_of(&s.index).count() as u64).sum();
     if frames != expected {
         return Err(Error::new(crate::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));
     }
@@ -291,14 +310,18 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
     // latency (objects) read ahead of us, bounded.
     let mut stream = s.source.stream(HEADER_LEN as u64, s.trailer.index_offset)?;
     let mut expect_pos = HEADER_LEN as u64;
-    for (i, e) in s.index.iter().enumerate() {
+    for (i, (first, parts)) in frames_of(&s.index).enumerate() {
         if shared.is_cancelled() {
             return Ok(());
         }
+        let e = &s.index[first];
+        let members = &s.index[first..first + parts];
         let here = |what: &str| {
             Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.location, i + 1, e.frame_pos))
         };
-        if e.frame_pos != expect_pos || e.raw_len as usize > ts || e.stored_len as usize > ts {
+        // A zero frame has no payload, so it is not bound by the chunk size (a sparse file's hole).
+        let raw_max = if e.stored_len == 0 { MAX_ZERO_FRAME as usize } else { ts };
+        if e.frame_pos != expect_pos || e.raw_len as usize > raw_max || e.stored_len as usize > ts {
             return Err(here("the index places it where no frame can be (index inconsistent)"));
         }
         let n = FRAME_HEADER_LEN + e.stored_len as usize;
@@ -308,17 +331,24 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         let Some(mut buf) = pool.take(shared) else { return Ok(()) };
         stream.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
-        if header.file_id != e.file_id
-            || header.offset != e.offset
-            || header.raw_len != e.raw_len
-            || header.stored_len != e.stored_len
-            || header.raw_crc != e.raw_crc
-        {
+        let agrees = if header.flags & FLAG_PACKED != 0 {
+            packed_agrees(&header, members)
+        } else {
+            parts == 1
+                && header.flags == 0
+                && e.frame_off == 0
+                && header.file_id == e.file_id
+                && header.offset == e.offset
+                && header.raw_len == e.raw_len
+                && header.stored_len == e.stored_len
+                && header.raw_crc == e.raw_crc
+        };
+        if !agrees {
             return Err(here("frame header disagrees with the index"));
         }
         expect_pos += n as u64;
         let buf = (header.stored_len != 0).then_some(buf);
-        if tx.send(Encoded { stripe: k, frame: i, header, buf }).is_err() {
+        if tx.send(Encoded { stripe: k, frame: i, first, parts, header, buf }).is_err() {
             return Ok(());
         }
     }
@@ -330,6 +360,21 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         )));
     }
     Ok(())
+}
+
+/// A packed frame's index entries tile its raw bytes in order, start with the file its header
+/// names, share its stored length and combine to its raw checksum: so once the frame's own
+/// checksums hold, every chunk in it is proven without a pass of its own.
+fn packed_agrees(h: &FrameHeader, members: &[IndexEntry]) -> bool {
+    let (mut at, mut crc) = (0u64, 0u32);
+    for m in members {
+        if u64::from(m.frame_off) != at || m.stored_len != h.stored_len || m.raw_len == 0 {
+            return false;
+        }
+        at += u64::from(m.raw_len);
+        crc = crate::crc::combine(crc, m.raw_crc, m.raw_len.into());
+    }
+    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset) && at == u64::from(h.raw_len) && crc == h.raw_crc
 }
 
 fn decode_loop(
@@ -365,11 +410,12 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, out: &
     let s = &set.stripes[job.stripe];
     let entry = &set.manifest.entries[h.file_id as usize];
     let here = |what: String| {
+        let packed = if job.parts > 1 { format!(", packed with {} more files", job.parts - 1) } else { String::new() };
         Error::corrupt(format!(
-            "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}): {what}",
+            "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}{packed}): {what}",
             s.location,
             job.frame + 1,
-            s.index[job.frame].frame_pos,
+            s.index[job.first].frame_pos,
             h.raw_len,
             h.offset,
             entry.path
@@ -377,7 +423,14 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, out: &
     };
     let stored = job.buf.as_ref().map(|b| &b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
     let raw = decoder.decode(h, stored, out).map_err(here)?;
-    sink.chunk(h.file_id, h.offset, h.raw_len as usize, raw)
+    if h.flags & FLAG_PACKED == 0 {
+        return sink.chunk(h.file_id, h.offset, h.raw_len as usize, raw);
+    }
+    for m in &s.index[job.first..job.first + job.parts] {
+        let (at, len) = (m.frame_off as usize, m.raw_len as usize);
+        sink.chunk(m.file_id, m.offset, len, raw.map(|r| &r[at..at + len]))?;
+    }
+    Ok(())
 }
 
 /// What a verify reports.

@@ -1,9 +1,10 @@
-//! Listing a source tree: every directory, regular file and symlink below a root, without following
-//! links, in a stable order. Special files (sockets, FIFOs, devices) cannot be backed up as bytes and
-//! are reported.
+//! Listing a source tree: every directory, regular file, symlink and FIFO below a root, without
+//! following links, in a stable order (by name bytes). Names are taken as bytes: any name Linux
+//! allows is kept. Sockets and devices cannot be backed up as bytes and are reported.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_at, Error, ErrorKind, Result};
@@ -18,13 +19,16 @@ pub struct Listed {
     pub abs: PathBuf,
     /// `st_dev`, so that each device gets its own reader.
     pub dev: u64,
+    /// `st_ino`, with `dev` what makes two names one file (hard links).
+    pub ino: u64,
+    /// `st_nlink`: more than 1 for a regular file with other names.
+    pub nlink: u64,
 }
 
 /// List `root` recursively. The root itself is the entry with path `""`.
 ///
 /// # Errors
-/// [`ErrorKind::Source`] when the root is missing or not a directory, or a directory cannot be read;
-/// [`ErrorKind::InvalidInput`] for a name that is not UTF-8.
+/// [`ErrorKind::Source`] when the root is missing or not a directory, or a directory cannot be read.
 pub fn list_tree(root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
     let meta = fs::symlink_metadata(root).map_err(|e| io_at(ErrorKind::Source, "cannot read source", root, e))?;
     if !meta.is_dir() {
@@ -34,25 +38,28 @@ pub fn list_tree(root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Resul
         ));
     }
     let mut out = vec![listed(root, String::new(), root_id, &meta)?];
-    walk(root, "", root_id, &mut out, warnings)?;
+    walk(root, b"", root_id, &mut out, warnings)?;
     Ok(out)
 }
 
-fn walk(dir: &Path, rel: &str, root_id: u16, out: &mut Vec<Listed>, warnings: &mut Vec<String>) -> Result<()> {
+fn walk(dir: &Path, rel: &[u8], root_id: u16, out: &mut Vec<Listed>, warnings: &mut Vec<String>) -> Result<()> {
     let rd = fs::read_dir(dir).map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?;
-    let mut names = Vec::new();
+    let mut items = Vec::new();
     for item in rd {
         let item = item.map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?;
-        names.push(item.file_name());
+        // fstatat on the directory: no walk of the whole path per name.
+        items.push((item.file_name(), item.metadata()));
     }
-    names.sort();
-    for name in names {
+    items.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    for (name, meta) in items {
         let abs = dir.join(&name);
-        let name = name.into_string().map_err(|n| {
-            Error::invalid(format!("file name {n:?} in {} is not UTF-8; sheaf stores UTF-8 names only", dir.display()))
-        })?;
-        let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-        let meta = match fs::symlink_metadata(&abs) {
+        let mut rel_name = Vec::with_capacity(rel.len() + 1 + name.len());
+        if !rel.is_empty() {
+            rel_name.extend_from_slice(rel);
+            rel_name.push(b'/');
+        }
+        rel_name.extend_from_slice(name.as_bytes());
+        let meta = match meta {
             Ok(m) => m,
             // Gone between listing and stat: nothing to back up, and not an error for a live source.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -62,17 +69,20 @@ fn walk(dir: &Path, rel: &str, root_id: u16, out: &mut Vec<Listed>, warnings: &m
             Err(e) => return Err(io_at(ErrorKind::Source, "cannot stat", &abs, e)),
         };
         let ft = meta.file_type();
-        if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
-            warnings.push(format!("skipped special file {} (sockets, FIFOs and devices hold no data to back up)", abs.display()));
+        if !(ft.is_dir() || ft.is_file() || ft.is_symlink() || ft.is_fifo()) {
+            warnings.push(format!("skipped special file {} (sockets and devices hold no data to back up)", abs.display()));
             continue;
         }
-        out.push(listed(&abs, rel.clone(), root_id, &meta)?);
+        let l = listed_bytes(&abs, rel_name, root_id, &meta)?;
+        let rel = l.entry.path_bytes().to_vec();
+        out.push(l);
         if ft.is_dir() {
+            let before = out.len();
             match walk(&abs, &rel, root_id, out, warnings) {
                 // A directory dropped while we list it (a database being dropped): say so, go on.
                 Err(_) if !abs.exists() => {
                     warnings.push(format!("{} vanished while the tree was listed", abs.display()));
-                    out.retain(|l| !(l.entry.root == root_id && (l.entry.path == rel || l.entry.path.starts_with(&format!("{rel}/")))));
+                    out.truncate(before - 1);
                 }
                 r => r?,
             }
@@ -91,35 +101,34 @@ pub fn list_one(abs: &Path, rel: String, root: u16) -> Result<Listed> {
 }
 
 fn listed(abs: &Path, rel: String, root: u16, meta: &fs::Metadata) -> Result<Listed> {
+    listed_bytes(abs, rel.into_bytes(), root, meta)
+}
+
+fn listed_bytes(abs: &Path, rel: Vec<u8>, root: u16, meta: &fs::Metadata) -> Result<Listed> {
     let ft = meta.file_type();
-    let (kind, target) = if ft.is_symlink() {
-        let t = fs::read_link(abs).map_err(|e| io_at(ErrorKind::Source, "cannot read link", abs, e))?;
-        let t = t.into_os_string().into_string().map_err(|t| {
-            Error::invalid(format!("symlink {} points to {t:?}, which is not UTF-8", abs.display()))
-        })?;
-        (EntryKind::Symlink, Some(t))
-    } else if ft.is_dir() {
-        (EntryKind::Dir, None)
-    } else {
-        (EntryKind::File, None)
+    let mut entry = Entry {
+        root,
+        mode: meta.mode() & 0o7777,
+        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        ..Default::default()
     };
-    Ok(Listed {
-        entry: Entry {
-            root,
-            path: rel,
-            kind,
-            mode: meta.mode() & 0o7777,
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            uid: meta.uid(),
-            gid: meta.gid(),
-            size: if kind == EntryKind::File { meta.len() } else { 0 },
-            crc32c: None,
-            target,
-            vanished: false,
-        },
-        abs: abs.to_path_buf(),
-        dev: meta.dev(),
-    })
+    entry.set_path_bytes(rel);
+    if ft.is_symlink() {
+        let t = fs::read_link(abs).map_err(|e| io_at(ErrorKind::Source, "cannot read link", abs, e))?;
+        entry.kind = EntryKind::Symlink;
+        let (shown, bytes) = crate::manifest::display_and_bytes(t.into_os_string().into_vec());
+        (entry.target, entry.target_bytes) = (Some(shown), bytes);
+    } else if ft.is_dir() {
+        entry.kind = EntryKind::Dir;
+    } else if ft.is_fifo() {
+        entry.kind = EntryKind::Fifo;
+    } else {
+        entry.kind = EntryKind::File;
+        entry.size = meta.len();
+    }
+    Ok(Listed { entry, abs: abs.to_path_buf(), dev: meta.dev(), ino: meta.ino(), nlink: meta.nlink() })
 }
 
 #[cfg(test)]

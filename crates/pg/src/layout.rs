@@ -173,9 +173,12 @@ mod tests {
                 crc32c: None,
                 target: None,
                 vanished: false,
+                ..Default::default()
             },
             abs: path.into(),
             dev: 0,
+            ino: 0,
+            nlink: 1,
         }
     }
 
