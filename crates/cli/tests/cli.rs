@@ -230,6 +230,8 @@ fn truncated_stripe_is_incomplete() {
 }
 
 struct Regions {
+    packed_header: Option<u64>,
+    packed_payload: Option<u64>,
     header: u64,
     frame_header: u64,
     payload: u64,
@@ -243,7 +245,11 @@ fn regions(stripe: &Path) -> Regions {
     let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..]).unwrap();
     let index = IndexEntry::decode_all(&bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize], sheaf_core::format::FORMAT_VERSION).unwrap();
     let with_payload = index.iter().find(|e| e.stored_len > 16).expect("a frame with a payload");
+    // A packed frame: several small files' chunks share its position.
+    let packed = index.windows(2).find(|w| w[0].frame_pos == w[1].frame_pos && w[0].stored_len > 16).map(|w| w[0]);
     Regions {
+        packed_header: packed.map(|p| p.frame_pos + 9),
+        packed_payload: packed.map(|p| p.frame_pos + FRAME_HEADER_LEN as u64 + p.stored_len as u64 / 2),
         header: 20,
         frame_header: with_payload.frame_pos + 9,
         payload: with_payload.frame_pos + FRAME_HEADER_LEN as u64 + with_payload.stored_len as u64 / 2,
@@ -265,26 +271,31 @@ fn a_flipped_byte_in_any_region_is_caught_and_named() {
     let pristine = f.backup("pristine", 2);
     let r = regions(&pristine[1]);
     assert!(r.header < HEADER_LEN as u64);
-    for (name, at, needle) in [
-        ("header", r.header, "header: checksum mismatch"),
-        ("frame header", r.frame_header, "frame header: checksum mismatch"),
-        ("payload", r.payload, "payload checksum mismatch"),
-        ("index", r.index, "index: checksum mismatch"),
-        ("manifest", r.manifest, "manifest: checksum mismatch"),
-        ("trailer", r.trailer, "trailer: checksum mismatch"),
+    // The small files went into packed frames, in whichever stripe took them.
+    let (packed_in, p) = (0..2).map(|k| (k, regions(&pristine[k]))).find(|(_, r)| r.packed_header.is_some()).expect("a packed frame");
+    for (name, stripe, at, needle) in [
+        ("header", 1, r.header, "header: checksum mismatch"),
+        ("frame header", 1, r.frame_header, "frame header: checksum mismatch"),
+        ("payload", 1, r.payload, "payload checksum mismatch"),
+        ("packed frame header", packed_in, p.packed_header.unwrap(), "frame header: checksum mismatch"),
+        ("packed payload", packed_in, p.packed_payload.unwrap(), "payload checksum mismatch"),
+        ("index", 1, r.index, "index: checksum mismatch"),
+        ("manifest", 1, r.manifest, "manifest: checksum mismatch"),
+        ("trailer", 1, r.trailer, "trailer: checksum mismatch"),
     ] {
         let dir = f.path(&format!("case_{}", name.replace(' ', "_")));
         fs::create_dir_all(&dir).unwrap();
         for p in &pristine {
             fs::copy(p, dir.join(p.file_name().unwrap())).unwrap();
         }
-        let (a, b) = (dir.join("b_0.sheaf"), dir.join("b_1.sheaf"));
-        flip(&b, at);
+        let a = dir.join("b_0.sheaf");
+        let damaged = format!("b_{stripe}.sheaf");
+        flip(&dir.join(&damaged), at);
         let o = run(&["verify", s(&a)]);
-        assert_fails(&o, 3, &["b_1.sheaf", needle]);
+        assert_fails(&o, 3, &[&damaged, needle]);
         let out = dir.join("restored");
         let o = run(&["restore", s(&a), "--to", s(&out)]);
-        assert_fails(&o, 3, &["b_1.sheaf", needle]);
+        assert_fails(&o, 3, &[&damaged, needle]);
         assert_not_complete(&out);
     }
 }

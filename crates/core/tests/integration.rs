@@ -1,6 +1,7 @@
 //! sheaf-core's integration suite: one binary, one module per concern.
 
 mod integration {
+    pub mod compat;
     pub mod roundtrip;
     pub mod storage;
     pub mod tuning;

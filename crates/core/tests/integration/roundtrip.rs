@@ -179,6 +179,10 @@ fn zero_chunks_restore_as_holes_and_data_is_allocated() {
     restore(&[stripe], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
     let sparse = std::fs::metadata(out.join("sparse")).unwrap();
     assert!(sparse.blocks() * 512 < sparse.len() / 2, "holes stay holes: {} blocks for {} bytes", sparse.blocks(), sparse.len());
+    for name in ["sparse_head", "sparse_tail"] {
+        let m = std::fs::metadata(out.join(name)).unwrap();
+        assert!(m.blocks() * 512 < m.len() / 2, "{name}: holes stay holes: {} blocks for {} bytes", m.blocks(), m.len());
+    }
     let zeros = std::fs::metadata(out.join("zeros")).unwrap();
     assert!(zeros.blocks() * 512 < zeros.len() / 2, "an all-zero file restores sparse");
     let large = std::fs::metadata(out.join("large/large.dat")).unwrap();
@@ -326,4 +330,33 @@ fn takes_direct_io(dir: &std::path::Path) -> bool {
     });
     let _ = std::fs::remove_file(&p);
     ok
+}
+
+#[test]
+fn a_sparse_gigabyte_is_read_by_its_extents_and_restored_sparse() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // 1 GiB + 1 byte with one byte of data in the middle: a hole at the start and at the end.
+    let f = std::fs::File::create(src.join("huge")).unwrap();
+    f.set_len((1 << 30) + 1).unwrap();
+    f.write_all_at(b"x", 600 << 20).unwrap();
+    drop(f);
+    if std::fs::metadata(src.join("huge")).unwrap().blocks() * 512 > 1 << 20 {
+        return eprintln!("skipped: this filesystem does not keep holes");
+    }
+    let stripe = work.path().join("s.sheaf");
+    let r = backup_directory(&src, &BackupOptions::new(vec![Location::file(stripe.clone())]), Arc::new(NoProgress)).unwrap();
+    assert_eq!(r.bytes_read, (1 << 30) + 1, "holes count as read");
+    // Not 1,025 chunks of zeros: a zero frame per hole (each up to 1 GiB) and one frame of data.
+    assert!(r.frames <= 4, "{} frames for one byte of data", r.frames);
+    let out = work.path().join("out");
+    restore(&[stripe], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
+    let m = std::fs::metadata(out.join("huge")).unwrap();
+    assert_eq!(m.len(), (1 << 30) + 1);
+    assert!(m.blocks() * 512 <= 2 << 20, "restored sparse: {} blocks", m.blocks());
+    let mut b = [0u8; 3];
+    std::fs::File::open(out.join("huge")).unwrap().read_exact_at(&mut b, (600 << 20) - 1).unwrap();
+    assert_eq!(&b, b"\0x\0");
 }
