@@ -1,5 +1,6 @@
 //! The peers sheaf is measured against in the same run: pg_basebackup (server-side and client-side
-//! compression, tar format) and pgBackRest, each given the settings that match a sheaf codec.
+//! compression, tar format) and pgBackRest for PostgreSQL sources, tar piped through the codec's
+//! own command-line tool for directory sources; each given the settings that match a sheaf codec.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,10 +15,12 @@ pub enum Peer {
     PgBasebackup,
     /// pgBackRest, on a repository it archives WAL into.
     PgBackRest,
+    /// `tar -cf - | zstd` (or lz4, gzip) for directory sources, restored with `zstd -dc | tar -x`.
+    Tar,
 }
 
 impl Peer {
-    /// Parse `--peers`: `pg_basebackup,pgbackrest` (or `none`).
+    /// Parse `--peers`: `pg_basebackup,pgbackrest,tar` (or `none`).
     ///
     /// # Errors
     /// An unknown name.
@@ -28,7 +31,8 @@ impl Peer {
                 "none" => continue,
                 "pg_basebackup" | "pgbasebackup" => Peer::PgBasebackup,
                 "pgbackrest" => Peer::PgBackRest,
-                _ => return Err(Error::invalid(format!("--peers: unknown peer '{item}': give pg_basebackup, pgbackrest, or none"))),
+                "tar" => Peer::Tar,
+                _ => return Err(Error::invalid(format!("--peers: unknown peer '{item}': give pg_basebackup, pgbackrest, tar, or none"))),
             };
             if !out.contains(&p) {
                 out.push(p);
@@ -42,6 +46,7 @@ impl Peer {
         match self {
             Peer::PgBasebackup => "pg_basebackup",
             Peer::PgBackRest => "pgbackrest",
+            Peer::Tar => "tar",
         }
     }
 }
@@ -60,8 +65,11 @@ pub struct PeerRun {
 }
 
 impl PeerRun {
-    /// The options as one string, for the report.
+    /// The options as one string, for the report (tar's: the pipe).
     pub fn settings(&self) -> String {
+        if self.tool == "tar" {
+            return self.options.first().map_or_else(|| "tar -cf".to_string(), |c| format!("tar -cf - | {c}"));
+        }
         self.options.join(" ")
     }
 }
@@ -76,6 +84,43 @@ fn basebackup_compress(codec: &CodecSpec, side: &str, workers: usize) -> (String
         CodecKind::Deflate => (format!("{side}-gzip:level={}", codec.level.clamp(1, 9)), Some("gzip -dc")),
         CodecKind::Zstd => (format!("{side}-zstd:level={},workers={workers}", codec.level), Some("zstd -dc")),
     }
+}
+
+/// The compressor tar's output goes through for a codec (none: plain tar), at the same level, with
+/// `workers` threads where the tool has them (zstd), and the matching decompressor.
+fn tar_compress(codec: &CodecSpec, workers: usize) -> (Option<String>, Option<&'static str>) {
+    match codec.kind {
+        CodecKind::None => (None, None),
+        CodecKind::Lz4 => (Some("lz4 -1 -q".into()), Some("lz4 -dc")),
+        CodecKind::Deflate => (Some(format!("gzip -{}", codec.level.clamp(1, 9))), Some("gzip -dc")),
+        CodecKind::Zstd if codec.level < 0 => (Some(format!("zstd -q --fast={} -T{workers}", -codec.level)), Some("zstd -dc")),
+        CodecKind::Zstd => {
+            let ultra = if codec.level > 19 { " --ultra" } else { "" };
+            (Some(format!("zstd -q{ultra} -{} -T{workers}", codec.level.max(1))), Some("zstd -dc"))
+        }
+    }
+}
+
+/// `tar -cf - -C SRC . | COMPRESS > OUT` (plain tar without a codec).
+pub fn tar_backup_command(src: &Path, out: &Path, run: &PeerRun) -> Command {
+    let mut c = Command::new("bash");
+    let script = match run.options.first() {
+        Some(comp) => format!("set -eo pipefail; tar -cf - -C \"$1\" . | {comp} > \"$2\""),
+        None => "set -e; tar -cf \"$2\" -C \"$1\" .".to_string(),
+    };
+    c.args(["-c", &script, "bash"]).arg(src).arg(out);
+    c
+}
+
+/// `DECOMPRESS < OUT | tar -xf - -C TARGET` (plain tar without a codec).
+pub fn tar_restore_command(out: &Path, target: &Path, run: &PeerRun) -> Command {
+    let mut c = Command::new("bash");
+    let script = match run.decompress {
+        Some(dec) => format!("set -eo pipefail; {dec} < \"$1\" | tar -xf - -C \"$2\""),
+        None => "set -e; tar -xf \"$1\" -C \"$2\"".to_string(),
+    };
+    c.args(["-c", &script, "bash"]).arg(out).arg(target);
+    c
 }
 
 /// pgBackRest's `--compress-type`/`--compress-level` for a codec.
@@ -112,6 +157,10 @@ pub fn runs_for(peers: &[Peer], codec: &CodecSpec, workers: usize) -> Vec<PeerRu
                 let mut options = backrest_compress(codec);
                 options.push(format!("--process-max={workers}"));
                 out.push(PeerRun { tool: "pgbackrest", codec: codec.to_string(), options, decompress: None });
+            }
+            Peer::Tar => {
+                let (compress, decompress) = tar_compress(codec, workers);
+                out.push(PeerRun { tool: "tar", codec: codec.to_string(), options: compress.into_iter().collect(), decompress });
             }
         }
     }
@@ -222,6 +271,31 @@ mod tests {
         assert_eq!(r.len(), 2, "one pg_basebackup run without compression: {r:?}");
         assert_eq!((r[0].tool, r[0].settings(), r[0].decompress), ("pg_basebackup", "--compress=none".to_string(), None));
         assert_eq!(r[1].settings(), "--compress-type=none --process-max=2");
+    }
+
+    #[test]
+    fn the_tar_peer_round_trips_a_tree_through_each_codec_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        std::fs::write(src.join("d/f"), "hello tar\n").unwrap();
+        let r = runs_for(&[Peer::Tar], &codec("zstd:low"), 2);
+        assert_eq!((r[0].tool, r[0].settings(), r[0].decompress), ("tar", "tar -cf - | zstd -q -1 -T2".to_string(), Some("zstd -dc")));
+        assert_eq!(runs_for(&[Peer::Tar], &codec("zstd:-3"), 2)[0].settings(), "tar -cf - | zstd -q --fast=3 -T2");
+        assert_eq!(runs_for(&[Peer::Tar], &codec("deflate:6"), 2)[0].settings(), "tar -cf - | gzip -6");
+        for c in ["none", "deflate:1", "zstd:low"] {
+            let run = runs_for(&[Peer::Tar], &codec(c), 2).remove(0);
+            let (out, target) = (dir.path().join(format!("{c}.tar")), dir.path().join(format!("restored-{c}")));
+            std::fs::create_dir_all(&target).unwrap();
+            let b = crate::measure::run(tar_backup_command(&src, &out, &run)).unwrap();
+            assert!(b.ok(), "{c}: {}", b.stderr);
+            let r = crate::measure::run(tar_restore_command(&out, &target, &run)).unwrap();
+            assert!(r.ok(), "{c}: {}", r.stderr);
+            assert_eq!(std::fs::read_to_string(target.join("d/f")).unwrap(), "hello tar\n", "{c}");
+        }
+        // A failing compressor fails the run (pipefail), not an empty archive passing for one.
+        let bad = PeerRun { tool: "tar", codec: "x".into(), options: vec!["false".into()], decompress: Some("cat") };
+        assert!(!crate::measure::run(tar_backup_command(&src, &dir.path().join("bad"), &bad)).unwrap().ok());
     }
 
     #[test]

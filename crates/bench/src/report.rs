@@ -218,7 +218,9 @@ pub fn write_markdown(rows: &[Row], mut out: impl Write) -> std::io::Result<()> 
     writeln!(out, "| {} |", HEADER.join(" | "))?;
     writeln!(out, "|{}", "---|".repeat(HEADER.len()))?;
     for r in rows {
-        writeln!(out, "| {} |", cells(r).join(" | "))?;
+        // A cell may hold a pipe (tar's settings): escaped, it stays one cell.
+        let cells: Vec<String> = cells(r).iter().map(|c| c.replace('|', "\\|")).collect();
+        writeln!(out, "| {} |", cells.join(" | "))?;
     }
     Ok(())
 }
@@ -473,6 +475,12 @@ mod tests {
         assert!(lines[2].contains("| 17 | 451.0 | 3.10 | 1.00 |"), "RSS MiB, size, ratio, verify: {}", lines[2]);
         assert!(lines[4].contains("| zstd:low (--compress=server-zstd:level=1,workers=2) | - | - | - |"), "peers have no sheaf knobs: {}", lines[4]);
         assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![17; 5], "every line has all columns");
+        let mut piped = rows();
+        piped[2].setting.settings = "tar -cf - | zstd -1".into();
+        let text = written(|b| write_markdown(&piped, b));
+        let line = text.lines().nth(4).unwrap();
+        assert!(line.contains("tar -cf - \\| zstd -1"), "{line}");
+        assert_eq!(line.matches('|').count() - line.matches("\\|").count(), 17, "a pipe in a cell does not split it: {line}");
     }
 
     #[test]

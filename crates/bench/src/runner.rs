@@ -26,13 +26,21 @@ pub enum Source {
     Url(String),
     /// A throwaway cluster loaded with TPC-H at this scale, torn down afterwards.
     Tpch(f64),
+    /// `files:COUNTxSIZE`: COUNT generated files of SIZE bytes (seeded, 1,000 to a folder), removed
+    /// afterwards: the many-small-files case (schema-per-tenant clusters, mail spools).
+    Files {
+        /// How many files.
+        count: u64,
+        /// Bytes each.
+        size: u64,
+    },
 }
 
 impl Source {
-    /// Parse a positional source or `--dataset tpch:SCALE`.
+    /// Parse a positional source or `--dataset tpch:SCALE` / `files:COUNTxSIZE`.
     ///
     /// # Errors
-    /// Neither or both given, or a dataset that is not `tpch:SCALE`.
+    /// Neither or both given, or a dataset that is neither.
     pub fn from_args(source: Option<&str>, dataset: Option<&str>) -> Result<Source> {
         match (source, dataset) {
             (Some(_), Some(_)) => Err(Error::invalid("give a source or --dataset, not both")),
@@ -41,9 +49,13 @@ impl Source {
             )),
             (Some(s), None) if s.starts_with("postgres://") || s.starts_with("postgresql://") => Ok(Source::Url(s.to_string())),
             (Some(s), None) => Ok(Source::Path(PathBuf::from(s))),
+            (None, Some(d)) if d.starts_with("files:") => {
+                let (count, size) = sheaf_core::datagen::parse_files_spec(&d["files:".len()..]).map_err(|e| Error::invalid(format!("--dataset {d}: {}", e.message())))?;
+                Ok(Source::Files { count, size })
+            }
             (None, Some(d)) => {
                 let scale = d.strip_prefix("tpch:").and_then(|s| s.parse::<f64>().ok()).filter(|s| *s > 0.0 && *s <= 100.0);
-                scale.map(Source::Tpch).ok_or_else(|| Error::invalid(format!("--dataset '{d}': give tpch:SCALE, e.g. tpch:1 (about 1 GB) or tpch:0.01")))
+                scale.map(Source::Tpch).ok_or_else(|| Error::invalid(format!("--dataset '{d}': give tpch:SCALE, e.g. tpch:1 (about 1 GB) or tpch:0.01, or files:COUNTxSIZE, e.g. files:100000x8KiB")))
             }
         }
     }
@@ -54,6 +66,7 @@ impl Source {
             Source::Path(p) => p.display().to_string(),
             Source::Url(u) => sheaf_pg::server::redact(u),
             Source::Tpch(s) => format!("TPC-H scale {s} in a throwaway PostgreSQL cluster"),
+            Source::Files { count, size } => format!("{count} generated files of {} (seeded text, 1,000 to a folder)", sheaf_core::size::format_size(*size)),
         }
     }
 }
@@ -247,6 +260,15 @@ fn prepare_source(opts: &BenchOptions, backrest: bool, work_name: &str, note: &d
             Ok((Prepared { arg: p.display().to_string(), cluster: None, url: None }, None))
         }
         Source::Url(u) => Ok((Prepared { arg: u.clone(), cluster: None, url: Some(u.clone()) }, None)),
+        Source::Files { count, size } => {
+            // Beside the first directory target (the disk being measured), else in the temporary folder.
+            let parent = opts.matrix.target.iter().find_map(|t| t.dirs().first().cloned()).unwrap_or_else(std::env::temp_dir);
+            let dir = WorkDir::create(&parent, &format!("{work_name}-files"))?;
+            note(Event::Note(&format!("generating {count} files of {} in {}", sheaf_core::size::format_size(*size), dir.0.display())));
+            sheaf_core::datagen::make_small_files(&dir.0, *count, *size, 0.6, 1)
+                .map_err(|e| Error::io(ErrorKind::Target, format!("cannot generate files in {}", dir.0.display()), e))?;
+            Ok((Prepared { arg: dir.0.display().to_string(), cluster: None, url: None }, Some(dir)))
+        }
         Source::Tpch(scale) => {
             note(Event::Note("starting a throwaway PostgreSQL cluster (installing Debian's postgresql if missing)"));
             // pgBackRest needs the WAL archived through it; archiving stays off otherwise. During
@@ -468,6 +490,32 @@ impl Ctx<'_> {
         Ok((size, b.cost, r.cost))
     }
 
+    /// One repeat of tar through the codec's tool into `dir`, restored with the decompressor into
+    /// a fresh folder; both timed until durable, as sheaf's runs are.
+    fn tar_run(&mut self, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
+        let out = dir.join(&self.work_name).join("tar.out");
+        let _ = std::fs::remove_file(&out);
+        self.settle()?;
+        let b = measure::run(peers::tar_backup_command(Path::new(&self.src.arg), &out, run))?;
+        if !b.ok() {
+            let _ = std::fs::remove_file(&out);
+            return Err(b.failure(&format!("{} (run {repeat})", run.settings())));
+        }
+        let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        let dest = self.restore_dir(dir);
+        remove(&dest)?;
+        std::fs::create_dir_all(&dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))?;
+        self.settle()?;
+        let r = measure::run(peers::tar_restore_command(&out, &dest, run))?;
+        let restored = std::fs::read_dir(&dest).map(|mut d| d.next().is_some()).unwrap_or(false);
+        remove(&dest)?;
+        let _ = std::fs::remove_file(&out);
+        if !r.ok() || !restored {
+            return Err(r.failure(&format!("extracting tar ({})", run.settings())));
+        }
+        Ok((size, b.cost, r.cost))
+    }
+
     /// One repeat of pgBackRest: a full backup into the repository, then a restore.
     fn backrest_run(&mut self, br: &BackRest, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
         let mut args: Vec<&str> = vec!["backup", "--type=full"];
@@ -618,10 +666,19 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     let mut peers: Vec<Peer> = Vec::new();
     for &p in &opts.peers {
         let why = match (&opts.source, p) {
-            (Source::Path(_), _) => Some("it backs up PostgreSQL servers, and the source is a directory".to_string()),
+            (Source::Path(_) | Source::Files { .. }, Peer::PgBasebackup | Peer::PgBackRest) => Some("it backs up PostgreSQL servers, and the source is a directory".to_string()),
+            (Source::Url(_) | Source::Tpch(_), Peer::Tar) => Some("it is measured on directory sources (a running server's files are not consistent to tar)".to_string()),
             (Source::Url(_), Peer::PgBackRest) => Some("it must archive the server's WAL, which sheaf sets up only on the clusters it makes (--dataset tpch:SCALE)".to_string()),
             _ if dir_targets.is_empty() => Some("peers write to disk: give a directory in --target".to_string()),
-            _ if peers::find(p.program()).is_none() => Some(format!("{} is not installed (Debian: apt-get install {})", p.program(), if p == Peer::PgBackRest { "pgbackrest" } else { "postgresql-client" })),
+            _ if peers::find(p.program()).is_none() => Some(format!(
+                "{} is not installed (Debian: apt-get install {})",
+                p.program(),
+                match p {
+                    Peer::PgBackRest => "pgbackrest",
+                    Peer::Tar => "tar",
+                    Peer::PgBasebackup => "postgresql-client",
+                }
+            )),
             _ => None,
         };
         match why {
@@ -718,6 +775,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                 ctx.clock.done += 1;
                 let result = match br {
                     Some(br) => ctx.backrest_run(br, run, dir, r),
+                    None if run.tool == "tar" => ctx.tar_run(run, dir, r),
                     None => ctx.basebackup_run(basebackup.as_deref().expect("checked above"), run, dir, r),
                 };
                 match result {
@@ -817,6 +875,8 @@ mod tests {
         assert_eq!(Source::from_args(Some("/srv/data"), None).unwrap(), Source::Path("/srv/data".into()));
         assert_eq!(Source::from_args(Some("postgres://u:pw@h/db"), None).unwrap().describe(), sheaf_pg::server::redact("postgres://u:pw@h/db"));
         assert_eq!(Source::from_args(None, Some("tpch:0.5")).unwrap(), Source::Tpch(0.5));
+        assert_eq!(Source::from_args(None, Some("files:100000x8KiB")).unwrap(), Source::Files { count: 100_000, size: 8192 });
+        assert!(Source::from_args(None, Some("files:many")).unwrap_err().to_string().contains("COUNTxSIZE"));
         for (s, d, needle) in [
             (None, Some("tpch:0"), "give tpch:SCALE"),
             (None, Some("tpcds:1"), "give tpch:SCALE"),

@@ -87,7 +87,8 @@ sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-name before_upgrade --
     #[command(after_help = "Examples:\n  \
 sheaf bench --dataset tpch:1 --target nul,/mnt/backup --stripes 1,2 --peers pg_basebackup,pgbackrest --out report\n  \
 sheaf bench /srv/data --compression lz4,zstd:low --transfer-size 64KiB,1MiB,4MiB --buffer-count 7,27,47 --target /mnt/a+/mnt/b\n  \
-sheaf bench --plan sweep.toml --repeat 5\n\n\
+sheaf bench --plan sweep.toml --repeat 5\n  \
+sheaf bench --dataset files:100000x8KiB -c zstd:1 --target /var/tmp --peers tar --repeat 3\n\n\
 Each repeat runs `sheaf backup`, then for a disk target `sheaf verify` and `sheaf restore` (into a \
 scratch folder beside the stripes, removed after), each as a child process: its wall time until \
 durable (sync), its CPU (user + system, from wait4) as a share of all cores, its peak memory (the \
@@ -159,8 +160,10 @@ struct BenchArgs {
     /// What to back up: a directory or a postgres:// URL. Or use --dataset.
     source: Option<String>,
     /// tpch:SCALE: a throwaway PostgreSQL cluster loaded with TPC-H (1 is about 1.4 GB on disk),
-    /// removed afterwards.
-    #[arg(long, value_name = "tpch:SCALE")]
+    /// removed afterwards. files:COUNTxSIZE: that many generated files (seeded text, 1,000 to a
+    /// folder, beside the first directory target), e.g. files:100000x8KiB; measure it with
+    /// --peers tar.
+    #[arg(long, value_name = "tpch:SCALE|files:COUNTxSIZE")]
     dataset: Option<String>,
     /// A TOML plan with any of these settings; flags win over it.
     #[arg(long, value_name = "FILE")]
@@ -187,7 +190,9 @@ struct BenchArgs {
     #[arg(long, value_name = "N")]
     repeat: Option<usize>,
     /// Peers to measure in the same run, when installed: pg_basebackup (server- and client-side
-    /// compression), pgbackrest (needs --dataset, whose WAL it archives). PostgreSQL sources only.
+    /// compression) and pgbackrest (needs --dataset tpch:SCALE, whose WAL it archives) for
+    /// PostgreSQL sources; tar (piped through zstd, lz4 or gzip at the same level and threads) for
+    /// directory sources.
     #[arg(long, value_name = "LIST")]
     peers: Option<String>,
     /// Drop the page cache before every operation (root; not in most containers).
@@ -447,9 +452,10 @@ struct RestoreArgs {
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Write through the page cache. By default files are written with direct I/O (O_DIRECT),
-    /// which skips a copy and the cache's lock contention, wherever the filesystem allows it
-    /// (tmpfs does not: sheaf falls back by itself).
+    /// Write through the page cache. By default files of 64 KiB or more are written with direct
+    /// I/O (O_DIRECT), which skips a copy and the cache's lock contention, wherever the filesystem
+    /// allows it (where it does not, sheaf falls back by itself); smaller files always go through
+    /// the cache and one syncfs makes them durable.
     #[arg(long)]
     buffered_io: bool,
     /// Print one JSON object with the results instead of the summary.

@@ -10,7 +10,7 @@
 const POLY: u32 = 0x82F6_3B78;
 
 /// `a × b mod POLY`, both reflected (bit 31 is x^0).
-fn mult_mod(a: u32, mut b: u32) -> u32 {
+const fn mult_mod(a: u32, mut b: u32) -> u32 {
     let mut m = 1u32 << 31;
     let mut p = 0u32;
     loop {
@@ -31,21 +31,7 @@ const fn powers() -> [u32; 67] {
     t[0] = 1 << 30; // x^1
     let mut k = 1;
     while k < 67 {
-        // Square t[k-1] (mult_mod as a const loop).
-        let (a, mut b) = (t[k - 1], t[k - 1]);
-        let mut m = 1u32 << 31;
-        let mut p = 0u32;
-        loop {
-            if a & m != 0 {
-                p ^= b;
-                if a & (m - 1) == 0 {
-                    break;
-                }
-            }
-            m >>= 1;
-            b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
-        }
-        t[k] = p;
+        t[k] = mult_mod(t[k - 1], t[k - 1]);
         k += 1;
     }
     t

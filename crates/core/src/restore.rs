@@ -1,5 +1,5 @@
 //! Restore: parallel read of every stripe, parallel decompression, positional writes into files
-//! sized up front, then owners, modes, times and fsync. `--relocate OLD=NEW` moves a subtree (SQL
+//! sized up front, hard links and FIFOs, then owners, modes, times and fsync. `--relocate OLD=NEW` moves a subtree (SQL
 //! Server's WITH MOVE). A target that already holds data is refused unless forced, and a forced
 //! restore empties it first (WITH REPLACE: the result is exactly the backup). While a restore runs
 //! every target root holds [`INCOMPLETE_MARKER`]; a failed restore removes what it wrote where it
@@ -90,8 +90,10 @@ pub struct RestoreReport {
     pub seconds: f64,
     /// Decompressor threads.
     pub threads: usize,
-    /// Files were written with direct I/O (O_DIRECT) throughout; false when written buffered
-    /// (`--buffered-io`, a transfer size not a multiple of 4 KiB, or a filesystem that refused it).
+    /// Files of 64 KiB or more were written with direct I/O (O_DIRECT) throughout; false when
+    /// written buffered (`--buffered-io`, a transfer size not a multiple of 4 KiB, or a filesystem
+    /// that refused it). Smaller files (packed in the set) are always written buffered and made
+    /// durable with one `syncfs`.
     pub direct_io: bool,
 }
 
