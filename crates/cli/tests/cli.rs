@@ -233,8 +233,8 @@ struct Regions {
     packed_header: Option<u64>,
     packed_payload: Option<u64>,
     header: u64,
-    frame_header: u64,
-    payload: u64,
+    frame_header: Option<u64>,
+    payload: Option<u64>,
     index: u64,
     manifest: u64,
     trailer: u64,
@@ -244,15 +244,18 @@ fn regions(stripe: &Path) -> Regions {
     let bytes = fs::read(stripe).unwrap();
     let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..]).unwrap();
     let index = IndexEntry::decode_all(&bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize], sheaf_core::format::FORMAT_VERSION).unwrap();
-    let with_payload = index.iter().find(|e| e.stored_len > 16).expect("a frame with a payload");
+    // A plain (not packed) frame with a payload, if this stripe took one.
+    let with_payload = index.iter().enumerate().find(|(i, e)| {
+        e.stored_len > 16 && index.get(i + 1).is_none_or(|n| n.frame_pos != e.frame_pos) && (*i == 0 || index[i - 1].frame_pos != e.frame_pos)
+    }).map(|(_, e)| *e);
     // A packed frame: several small files' chunks share its position.
     let packed = index.windows(2).find(|w| w[0].frame_pos == w[1].frame_pos && w[0].stored_len > 16).map(|w| w[0]);
     Regions {
         packed_header: packed.map(|p| p.frame_pos + 9),
         packed_payload: packed.map(|p| p.frame_pos + FRAME_HEADER_LEN as u64 + p.stored_len as u64 / 2),
         header: 20,
-        frame_header: with_payload.frame_pos + 9,
-        payload: with_payload.frame_pos + FRAME_HEADER_LEN as u64 + with_payload.stored_len as u64 / 2,
+        frame_header: with_payload.map(|p| p.frame_pos + 9),
+        payload: with_payload.map(|p| p.frame_pos + FRAME_HEADER_LEN as u64 + p.stored_len as u64 / 2),
         index: t.index_offset + 5,
         manifest: t.manifest_offset + t.manifest_len / 2,
         trailer: bytes.len() as u64 - 20,
@@ -271,12 +274,14 @@ fn a_flipped_byte_in_any_region_is_caught_and_named() {
     let pristine = f.backup("pristine", 2);
     let r = regions(&pristine[1]);
     assert!(r.header < HEADER_LEN as u64);
-    // The small files went into packed frames, in whichever stripe took them.
+    // Frames go to whichever stripe's writer is free: find a plain frame and a packed one (the
+    // small files) wherever they went.
     let (packed_in, p) = (0..2).map(|k| (k, regions(&pristine[k]))).find(|(_, r)| r.packed_header.is_some()).expect("a packed frame");
+    let (plain_in, q) = (0..2).map(|k| (k, regions(&pristine[k]))).find(|(_, r)| r.frame_header.is_some()).expect("a plain frame");
     for (name, stripe, at, needle) in [
         ("header", 1, r.header, "header: checksum mismatch"),
-        ("frame header", 1, r.frame_header, "frame header: checksum mismatch"),
-        ("payload", 1, r.payload, "payload checksum mismatch"),
+        ("frame header", plain_in, q.frame_header.unwrap(), "frame header: checksum mismatch"),
+        ("payload", plain_in, q.payload.unwrap(), "payload checksum mismatch"),
         ("packed frame header", packed_in, p.packed_header.unwrap(), "frame header: checksum mismatch"),
         ("packed payload", packed_in, p.packed_payload.unwrap(), "payload checksum mismatch"),
         ("index", 1, r.index, "index: checksum mismatch"),
