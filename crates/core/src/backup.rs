@@ -550,10 +550,13 @@ impl Backup {
         let mut groups: Vec<(bool, Vec<Work>)> = group_for_readers(large, self.opts.readers).into_iter().map(|g| (false, g)).collect();
         let small_readers = self.opts.readers.unwrap_or_else(|| available_cores().max(self.tuning.readers)).max(1);
         let per = small.len().div_ceil(small_readers).max(1);
-        let mut small = small;
-        while !small.is_empty() {
-            let rest = small.split_off(per.min(small.len()));
-            groups.push((true, std::mem::replace(&mut small, rest)));
+        let mut small = small.into_iter();
+        loop {
+            let slice: Vec<Work> = small.by_ref().take(per).collect();
+            if slice.is_empty() {
+                break;
+            }
+            groups.push((true, slice));
         }
         let job_tx = self.job_tx.as_ref().expect("session open");
         let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
@@ -1090,7 +1093,12 @@ fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool
             };
             let size = before.len();
             if size >= PACK_LIMIT {
+                // Grown since listing: read on its own. The pack goes first, so that this thread
+                // never holds a buffer while it waits for another (a pool of one would deadlock).
                 drop(file);
+                if !flush(&mut pack) {
+                    return Ok(None);
+                }
                 return read_one(w, ts, tx, shared, pool).map(Some);
             }
             if size == 0 {

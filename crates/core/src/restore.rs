@@ -509,9 +509,12 @@ impl<'a> Writer<'a> {
         o.write(true).create(true).truncate(true).mode_0600();
         let size = self.entries[id].size;
         let direct = |p: &Path| o.clone().custom_flags(libc::O_DIRECT).open(p);
-        let never = AtomicBool::new(false);
-        let use_direct = if size >= crate::backup::PACK_LIMIT { &self.direct } else { &never };
-        let f = open_output(&o, path, use_direct, &direct).map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
+        let f = if size >= crate::backup::PACK_LIMIT {
+            open_output(&o, path, &self.direct, &direct)
+        } else {
+            o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false) })
+        };
+        let f = f.map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
         self.slots[id].created.store(true, Ordering::Release);
         if first.is_some_and(|n| n as u64 == size) {
             return Ok(f);

@@ -61,3 +61,41 @@ fn smallest_pipeline_still_completes() {
     sheaf_core::restore(&sheaf_core::BackupSet::open(&[Location::file(d.path().join("a"))], &sheaf_core::LocalOnly).unwrap(), &sheaf_core::RestoreOptions::new(&out), std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
     sheaf_core::datagen::compare_trees(&src, &out).unwrap();
 }
+
+/// A file listed small (to be packed) that has grown past the packing limit when it is read is
+/// read on its own, whole, even with a pool of one buffer: the reader hands on the pack it holds
+/// before it takes a buffer for the grown file (holding one while waiting for another would hang).
+#[test]
+fn a_small_file_grown_since_listing_is_read_whole_with_a_pool_of_one() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), vec![b'a'; 3000]).unwrap();
+    std::fs::write(src.join("b"), vec![b'b'; 2000]).unwrap();
+    let listed = sheaf_core::source::list_tree(&src, 0, &mut Vec::new()).unwrap();
+    let grown: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(src.join("b"), &grown).unwrap();
+    let stripe = d.path().join("s.sheaf");
+    let mut o = BackupOptions::new(vec![Location::file(&stripe)]);
+    o.transfer_size = 64 << 10;
+    o.buffer_count = Some(2);
+    o.threads = Some(1);
+    o.readers = Some(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = sheaf_core::manifest::Root { name: String::new(), path: src.display().to_string() };
+    std::thread::spawn(move || {
+        let r = (|| {
+            let mut b = sheaf_core::Backup::start(&o, Tuning::resolve(&o, 1)?, std::sync::Arc::new(sheaf_core::NoProgress))?;
+            b.add_tree(root, listed)?;
+            b.finish(serde_json::json!({}))
+        })();
+        let _ = tx.send(r);
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the backup hung: a reader held the only buffer while waiting for another").unwrap();
+    assert_eq!(r.bytes_read, 3000 + 300_000);
+    let out = d.path().join("out");
+    let set = sheaf_core::BackupSet::open(&[Location::file(&stripe)], &sheaf_core::LocalOnly).unwrap();
+    sheaf_core::restore(&set, &sheaf_core::RestoreOptions::new(&out), std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
+    assert_eq!(std::fs::read(out.join("b")).unwrap(), grown);
+    assert_eq!(std::fs::read(out.join("a")).unwrap(), vec![b'a'; 3000]);
+}
