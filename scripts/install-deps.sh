@@ -18,7 +18,8 @@ command -v openssl >/dev/null || need+=(openssl)
 # The PostgreSQL tests start throwaway clusters with Debian's server, pgbench and pg_amcheck.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 ls /usr/lib/postgresql/*/bin/pg_amcheck >/dev/null 2>&1 || need+=(postgresql-client)
-# sheaf bench's peer tests: pgBackRest, and the decompressors that extract pg_basebackup's tars.
+# sheaf bench's peer tests: pgBackRest, and the tools that make and extract pg_basebackup's and the
+# tar peer's archives (tar and gzip come with every Debian).
 command -v pgbackrest >/dev/null || need+=(pgbackrest)
 command -v zstd >/dev/null || need+=(zstd)
 command -v lz4 >/dev/null || need+=(lz4)
