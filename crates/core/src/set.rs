@@ -477,3 +477,45 @@ pub fn verify(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progres
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packed frame of three files and its index entries, as a backup writes them.
+    fn packed() -> (FrameHeader, Vec<IndexEntry>) {
+        let files: [&[u8]; 3] = [b"first file", b"second", b"third and last"];
+        let mut entries = Vec::new();
+        let (mut at, mut crc) = (0u32, 0u32);
+        for (i, f) in files.iter().enumerate() {
+            let c = crc32c::crc32c(f);
+            entries.push(IndexEntry { file_id: 5 + i as u32, offset: 0, frame_pos: 64, raw_len: f.len() as u32, stored_len: 20, raw_crc: c, frame_off: at });
+            at += f.len() as u32;
+            crc = crate::crc::combine(crc, c, f.len() as u64);
+        }
+        assert_eq!(crc, crc32c::crc32c(&files.concat()));
+        let h = FrameHeader { file_id: 5, offset: 0, raw_len: at, stored_len: 20, codec: 3, flags: FLAG_PACKED, raw_crc: crc, stored_crc: 0 };
+        (h, entries)
+    }
+
+    #[test]
+    fn a_packed_frames_index_entries_must_tile_it_and_combine_to_its_checksum() {
+        let (h, e) = packed();
+        assert!(packed_agrees(&h, &e));
+        assert_eq!(frames_of(&e).collect::<Vec<_>>(), vec![(0, 3)]);
+        let broken: [(&str, fn(&mut FrameHeader, &mut Vec<IndexEntry>)); 7] = [
+            ("a gap", |_, e| e[1].frame_off += 1),
+            ("a member missing", |_, e| drop(e.pop())),
+            ("another member's checksum", |_, e| e[2].raw_crc ^= 1),
+            ("members swapped", |_, e| e.swap(0, 1)),
+            ("a different first file", |h, _| h.file_id = 6),
+            ("another stored length", |_, e| e[1].stored_len = 21),
+            ("an empty member", |_, e| e.push(IndexEntry { raw_len: 0, frame_off: 30, ..e[0] })),
+        ];
+        for (what, damage) in broken {
+            let (mut h, mut e) = packed();
+            damage(&mut h, &mut e);
+            assert!(!packed_agrees(&h, &e), "{what} not caught");
+        }
+    }
+}

@@ -360,3 +360,32 @@ fn a_sparse_gigabyte_is_read_by_its_extents_and_restored_sparse() {
     std::fs::File::open(out.join("huge")).unwrap().read_exact_at(&mut b, (600 << 20) - 1).unwrap();
     assert_eq!(&b, b"\0x\0");
 }
+
+/// A hard link must name a regular file listed before it; a set that says otherwise (damaged, or
+/// made to mislead) is refused before anything is written.
+#[test]
+fn a_hard_link_to_nothing_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"data").unwrap();
+    for (what, link) in [("forward", Some(9)), ("to a directory", Some(0)), ("missing", None)] {
+        let stripe = work.path().join(format!("{}.sheaf", what.replace(' ', "_")));
+        let opts = BackupOptions::new(vec![Location::file(stripe.clone())]);
+        let mut b = sheaf_core::Backup::start(&opts, sheaf_core::Tuning::resolve(&opts, 1).unwrap(), Arc::new(NoProgress)).unwrap();
+        let mut listed = sheaf_core::source::list_tree(&src, 0, &mut vec![]).unwrap();
+        let mut bad = listed[1].clone();
+        bad.entry.path = "g".into();
+        bad.entry.kind = sheaf_core::manifest::EntryKind::Hardlink;
+        bad.entry.link = link;
+        bad.entry.size = 0;
+        listed.push(bad);
+        b.add_tree(sheaf_core::manifest::Root { name: String::new(), path: src.display().to_string() }, listed).unwrap();
+        b.finish(serde_json::json!({})).unwrap();
+        let out = work.path().join(format!("out-{what}"));
+        let e = restore(&[stripe], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap_err();
+        assert_eq!(e.kind(), sheaf_core::ErrorKind::Corrupt, "{what}");
+        assert!(e.to_string().contains("hard link 'g' names no regular file before it"), "{what}: {e}");
+        assert!(!out.join("f").exists(), "{what}: nothing written");
+    }
+}
