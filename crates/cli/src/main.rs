@@ -458,6 +458,12 @@ struct RestoreArgs {
     /// the cache and one syncfs makes them durable.
     #[arg(long)]
     buffered_io: bool,
+    /// Write each direct chunk synchronously from the thread that decompressed it, instead of
+    /// keeping writes in flight on an io_uring while the next chunks decompress. For comparison:
+    /// where the kernel offers no io_uring (disabled, or refused by a container's sandbox) sheaf
+    /// writes synchronously by itself.
+    #[arg(long)]
+    sync_writes: bool,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
@@ -783,6 +789,7 @@ fn pg_restore_options(a: &RestoreArgs) -> Result<sheaf_pg::PgRestoreOptions, Err
         original_paths: a.original_paths,
         threads: a.threads,
         buffered_io: a.buffered_io,
+        sync_writes: a.sync_writes,
     })
 }
 
@@ -830,6 +837,7 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
         opts.original_paths = a.original_paths;
         opts.threads = a.threads;
         opts.buffered = a.buffered_io;
+        opts.sync_writes = a.sync_writes;
         sheaf_core::restore(&set, &opts, progress(a.json))?
     };
     let mut v = serde_json::to_value(&r).expect("report serialises");

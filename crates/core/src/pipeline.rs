@@ -87,19 +87,38 @@ impl Shared {
     }
 }
 
+/// Memory a [`Pool`] hands out: a plain vector, or an [`AlignedBuf`](crate::aligned::AlignedBuf)
+/// where the bytes go to disk with direct I/O.
+pub trait Buffer: std::ops::DerefMut<Target = [u8]> + Send + 'static {
+    /// `len` zero bytes.
+    fn zeroed(len: usize) -> Self;
+}
+
+impl Buffer for Vec<u8> {
+    fn zeroed(len: usize) -> Self {
+        vec![0; len]
+    }
+}
+
+impl Buffer for crate::aligned::AlignedBuf {
+    fn zeroed(len: usize) -> Self {
+        crate::aligned::AlignedBuf::new(len)
+    }
+}
+
 /// At most `cap` buffers of `size` bytes, allocated on first need and recycled. Taking blocks while
 /// all are in use: this is what bounds the memory of a pipeline to `cap × size`. A buffer is a
 /// [`PoolBuf`] guard that goes back when dropped, on every path (an upload that fails, a thread
 /// that stops early), so nothing has to give buffers back by hand and the bound always holds.
-pub struct Pool {
-    tx: Sender<Vec<u8>>,
-    rx: Receiver<Vec<u8>>,
+pub struct Pool<B: Buffer = Vec<u8>> {
+    tx: Sender<B>,
+    rx: Receiver<B>,
     allocated: AtomicUsize,
     cap: usize,
     size: usize,
 }
 
-impl Pool {
+impl<B: Buffer> Pool<B> {
     /// A pool of at most `cap` (at least 1) buffers of `size` bytes.
     pub fn new(cap: usize, size: usize) -> Arc<Self> {
         let (tx, rx) = bounded(cap.max(1));
@@ -111,24 +130,24 @@ impl Pool {
         self.size
     }
 
-    fn ready(self: &Arc<Self>) -> Option<PoolBuf> {
+    fn ready(self: &Arc<Self>) -> Option<PoolBuf<B>> {
         if let Ok(b) = self.rx.try_recv() {
             return Some(self.guard(b));
         }
         let n = self.allocated.load(Ordering::Relaxed);
         if n < self.cap && self.allocated.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
-            return Some(self.guard(vec![0u8; self.size]));
+            return Some(self.guard(B::zeroed(self.size)));
         }
         None
     }
 
-    fn guard(self: &Arc<Self>, buf: Vec<u8>) -> PoolBuf {
+    fn guard(self: &Arc<Self>, buf: B) -> PoolBuf<B> {
         let len = buf.len();
-        PoolBuf { buf, len, pool: self.clone() }
+        PoolBuf { buf: std::mem::ManuallyDrop::new(buf), len, pool: self.clone() }
     }
 
     /// A buffer, or `None` once `shared` is cancelled (it wakes the wait).
-    pub(crate) fn take(self: &Arc<Self>, shared: &Shared) -> Option<PoolBuf> {
+    pub(crate) fn take(self: &Arc<Self>, shared: &Shared) -> Option<PoolBuf<B>> {
         if shared.is_cancelled() {
             return None;
         }
@@ -144,7 +163,7 @@ impl Pool {
 
     /// A buffer, waiting as long as it takes: for holders whose buffers always come back (an
     /// uploader's parts return when the request ends, however it ends).
-    pub fn take_wait(self: &Arc<Self>) -> PoolBuf {
+    pub fn take_wait(self: &Arc<Self>) -> PoolBuf<B> {
         loop {
             if let Some(b) = self.ready() {
                 return b;
@@ -163,50 +182,55 @@ impl Pool {
 
 /// A buffer of a [`Pool`]; it returns to the pool when dropped. It derefs to its first `len` bytes
 /// (all of it until [`PoolBuf::set_len`]).
-pub struct PoolBuf {
-    buf: Vec<u8>,
+pub struct PoolBuf<B: Buffer = Vec<u8>> {
+    /// Taken out only in `drop`, to go back to the pool.
+    buf: std::mem::ManuallyDrop<B>,
     len: usize,
-    pool: Arc<Pool>,
+    pool: Arc<Pool<B>>,
 }
 
-impl PoolBuf {
+impl<B: Buffer> PoolBuf<B> {
     /// Show only the first `len` bytes (at most the buffer's size).
     pub fn set_len(&mut self, len: usize) {
         self.len = len.min(self.buf.len());
     }
+}
 
+impl PoolBuf<Vec<u8>> {
     /// Exchange the memory inside with `other`, which must be as large (a compressor's spare):
     /// the guard keeps counting one buffer.
     pub(crate) fn swap_vec(&mut self, other: &mut Vec<u8>) {
         debug_assert!(other.len() >= self.pool.size);
-        std::mem::swap(&mut self.buf, other);
+        std::mem::swap(&mut *self.buf, other);
         self.len = self.buf.len();
     }
 }
 
-impl std::ops::Deref for PoolBuf {
+impl<B: Buffer> std::ops::Deref for PoolBuf<B> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.buf[..self.len]
     }
 }
 
-impl std::ops::DerefMut for PoolBuf {
+impl<B: Buffer> std::ops::DerefMut for PoolBuf<B> {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.buf[..self.len]
     }
 }
 
-impl AsRef<[u8]> for PoolBuf {
+impl<B: Buffer> AsRef<[u8]> for PoolBuf<B> {
     fn as_ref(&self) -> &[u8] {
         self
     }
 }
 
-impl Drop for PoolBuf {
+impl<B: Buffer> Drop for PoolBuf<B> {
     fn drop(&mut self) {
+        // SAFETY: `buf` is never used again: this is the guard's end.
+        let buf = unsafe { std::mem::ManuallyDrop::take(&mut self.buf) };
         // Never full: at most `cap` buffers exist.
-        let _ = self.pool.tx.try_send(std::mem::take(&mut self.buf));
+        let _ = self.pool.tx.try_send(buf);
     }
 }
 
@@ -283,7 +307,7 @@ mod tests {
     #[test]
     fn pool_bounds_allocation_and_recycles() {
         let shared = Shared::new(Arc::new(NoProgress));
-        let pool = Pool::new(2, 16);
+        let pool = Pool::<Vec<u8>>::new(2, 16);
         let a = pool.take(&shared).unwrap();
         let b = pool.take(&shared).unwrap();
         assert_eq!(pool.allocated(), 2);
@@ -302,7 +326,7 @@ mod tests {
 
     #[test]
     fn buffers_come_back_from_other_threads_on_drop() {
-        let pool = Pool::new(1, 8);
+        let pool = Pool::<Vec<u8>>::new(1, 8);
         let mut a = pool.take_wait();
         a.set_len(3);
         assert_eq!(a.len(), 3);

@@ -18,6 +18,7 @@ use crate::frame::FrameDecoder;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, MAX_ZERO_FRAME, TRAILER_LEN};
 use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
+use crate::aligned::AlignedBuf;
 use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
 use crate::storage::{from_io, Location, Schemes, StripeSource};
 
@@ -242,10 +243,38 @@ fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first:
     Ok(())
 }
 
-/// Receives each verified, decompressed chunk.
+/// A decompressed chunk in an aligned buffer of its own, back in the pool when dropped.
+pub(crate) type Decoded = PoolBuf<AlignedBuf>;
+
+/// Receives each verified, decompressed chunk, through one [`Lane`] per decompressor thread.
 pub(crate) trait ChunkSink: Sync {
+    /// The calling decompressor thread's lane.
+    ///
+    /// # Errors
+    /// What stops the sink from taking chunks at all.
+    fn lane(&self) -> Result<Box<dyn Lane + '_>>;
+
+    /// How many [`Decoded`] buffers one lane may hold at once (they are added to the pool).
+    fn holds(&self) -> usize {
+        0
+    }
+}
+
+/// One decompressor thread's way into a [`ChunkSink`].
+pub(crate) trait Lane {
     /// `data` is the chunk's raw bytes, or `None` for an all-zero chunk of `len` bytes.
-    fn chunk(&self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()>;
+    fn chunk(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()>;
+
+    /// A whole frame's chunk in its own buffer (not one of a packed frame's): the lane may keep it
+    /// (a write in flight) and return at once. By default, as [`Lane::chunk`].
+    fn owned(&mut self, file_id: u32, offset: u64, data: Decoded) -> Result<()> {
+        self.chunk(file_id, offset, data.len(), Some(&data))
+    }
+
+    /// No more chunks: finish what the lane still holds.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 struct Encoded {
@@ -267,6 +296,8 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     let shared = Shared::new(progress);
     shared.progress.begin("read", set.raw_bytes());
     let pool = Pool::new(buffers, FRAME_HEADER_LEN + ts);
+    // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
+    let out = Pool::<AlignedBuf>::new(threads * (1 + sink.holds()), ts);
     let (tx, rx) = bounded::<Encoded>(buffers);
     let frames = thread::scope(|s| {
         for (k, stripe) in set.stripes.iter().enumerate() {
@@ -280,8 +311,8 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
         drop(tx);
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                let (rx, shared) = (rx.clone(), &shared);
-                s.spawn(move || decode_loop(set, ts, &rx, shared, sink))
+                let (rx, shared, out) = (rx.clone(), &shared, &out);
+                s.spawn(move || decode_loop(set, &rx, shared, out, sink))
             })
             .collect();
         workers
@@ -379,20 +410,27 @@ fn packed_agrees(h: &FrameHeader, members: &[IndexEntry]) -> bool {
 
 fn decode_loop(
     set: &BackupSet,
-    ts: usize,
     rx: &crossbeam_channel::Receiver<Encoded>,
     shared: &Shared,
+    out: &Arc<Pool<AlignedBuf>>,
     sink: &dyn ChunkSink,
 ) -> u64 {
+    let mut lane = match sink.lane() {
+        Ok(l) => l,
+        Err(e) => {
+            shared.fail(e);
+            return 0;
+        }
+    };
     let mut decoder = FrameDecoder::new();
-    // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
-    let mut out = crate::aligned::AlignedBuf::new(ts);
     let mut frames = 0;
     for job in rx {
         if shared.is_cancelled() {
             continue;
         }
-        let r = decode_one(set, &job, &mut decoder, &mut out, sink);
+        // Waits while the sink holds every other buffer (writes queued behind a slow disk).
+        let Some(out) = out.take(shared) else { continue };
+        let r = decode_one(set, &job, &mut decoder, out, lane.as_mut());
         drop(job.buf);
         match r {
             Ok(()) => {
@@ -402,10 +440,14 @@ fn decode_loop(
             Err(e) => shared.fail(e),
         }
     }
+    // Writes still in flight count as done only once they are.
+    if let Err(e) = lane.finish() {
+        shared.fail(e);
+    }
     frames
 }
 
-fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, out: &mut [u8], sink: &dyn ChunkSink) -> Result<()> {
+fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, mut out: Decoded, sink: &mut dyn Lane) -> Result<()> {
     let h = &job.header;
     let s = &set.stripes[job.stripe];
     let entry = &set.manifest.entries[h.file_id as usize];
@@ -422,9 +464,13 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, out: &
         ))
     };
     let stored = job.buf.as_ref().map(|b| &b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
-    let raw = decoder.decode(h, stored, out).map_err(here)?;
+    let raw = decoder.decode(h, stored, &mut out).map_err(here)?;
     if h.flags & FLAG_PACKED == 0 {
-        return sink.chunk(h.file_id, h.offset, h.raw_len as usize, raw);
+        if raw.is_none() {
+            return sink.chunk(h.file_id, h.offset, h.raw_len as usize, None);
+        }
+        out.set_len(h.raw_len as usize);
+        return sink.owned(h.file_id, h.offset, out);
     }
     for m in &s.index[job.first..job.first + job.parts] {
         let (at, len) = (m.frame_off as usize, m.raw_len as usize);
@@ -454,7 +500,12 @@ pub struct VerifyReport {
 
 struct Discard;
 impl ChunkSink for Discard {
-    fn chunk(&self, _: u32, _: u64, _: usize, _: Option<&[u8]>) -> Result<()> {
+    fn lane(&self) -> Result<Box<dyn Lane + '_>> {
+        Ok(Box::new(Discard))
+    }
+}
+impl Lane for Discard {
+    fn chunk(&mut self, _: u32, _: u64, _: usize, _: Option<&[u8]>) -> Result<()> {
         Ok(())
     }
 }

@@ -29,6 +29,8 @@ pub struct PgRestoreOptions {
     pub threads: Option<usize>,
     /// Write through the page cache instead of with direct I/O.
     pub buffered_io: bool,
+    /// Write synchronously instead of through io_uring.
+    pub sync_writes: bool,
 }
 
 /// Whether a manifest's source is PostgreSQL.
@@ -110,6 +112,7 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
     core.force = opts.force;
     core.threads = opts.threads;
     core.buffered = opts.buffered_io;
+    core.sync_writes = opts.sync_writes;
     // Every tablespace has its place now, each one the user named or allowed, and each goes to the
     // core as a mapping (X=X included): a root the manifest holds that is not one of these is still
     // refused there, whatever else was allowed.

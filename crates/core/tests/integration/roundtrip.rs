@@ -288,7 +288,7 @@ fn a_root_outside_the_target_is_written_only_when_mapped_or_allowed() {
     assert!(!victim.join("precious").exists() && victim.join("planted").exists());
 }
 
-/// Direct I/O (the default), buffered writes, tmpfs (/dev/shm, where there is one: kernels before
+/// Direct I/O (the default, through io_uring, and synchronous), buffered writes, tmpfs (/dev/shm, where there is one: kernels before
 /// 6.6 refuse O_DIRECT there, and the restore falls back by itself) and a transfer size that is not
 /// a multiple of the block (which writes buffered) all restore the same tree.
 #[test]
@@ -301,23 +301,44 @@ fn direct_buffered_and_tmpfs_restores_agree() {
         opts.codec = CodecSpec::parse("zstd:low").unwrap();
         opts.transfer_size = ts;
         backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
-        let mut places = vec![(work.path().join("direct"), false), (work.path().join("buffered"), true)];
+        // (folder, buffered, synchronous writes instead of io_uring)
+        let mut places = vec![(work.path().join("direct"), false, false), (work.path().join("buffered"), true, false), (work.path().join("sync"), false, true)];
         let shm = tempfile::Builder::new().prefix("sheaf-tmpfs.").tempdir_in("/dev/shm").ok();
         if let Some(d) = &shm {
-            places.push((d.path().join("restored"), false));
+            places.push((d.path().join("restored"), false, false));
         }
-        for (out, buffered) in places {
+        for (out, buffered, sync_writes) in places {
             let mut o = RestoreOptions::new(&out);
             o.buffered = buffered;
-            let what = format!("ts={ts} into {} (buffered: {buffered})", out.display());
+            o.sync_writes = sync_writes;
+            let what = format!("ts={ts} into {} (buffered: {buffered}, synchronous writes: {sync_writes})", out.display());
             let r = restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{what}: {e}"));
             compare_trees(&src, &out).unwrap_or_else(|e| panic!("{what}: restored tree differs: {e}"));
             // Direct exactly where it can be: asked for, a block-multiple transfer size, and a
             // filesystem that takes O_DIRECT.
             let can = !buffered && ts % 4096 == 0 && takes_direct_io(out.parent().unwrap());
             assert_eq!(r.direct_io, can, "{what}");
+            // io_uring carried the direct writes unless told not to (or the kernel has none).
+            if !can || sync_writes {
+                assert!(!r.io_uring, "{what}");
+            } else if uring_available() {
+                assert!(r.io_uring, "{what}");
+            }
         }
     }
+}
+
+/// Whether this kernel lets us set up an io_uring (it may be disabled, or refused by a sandbox).
+fn uring_available() -> bool {
+    // struct io_uring_params is 120 bytes; zeroed asks for nothing special.
+    let mut params = [0u8; 120];
+    // SAFETY: io_uring_setup writes at most the params struct it is given.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
+    if fd >= 0 {
+        // SAFETY: the descriptor was just returned to us.
+        unsafe { libc::close(fd as i32) };
+    }
+    fd >= 0
 }
 
 /// Whether the filesystem of `dir` accepts O_DIRECT writes of an aligned block.
