@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::aligned::{is_aligned, AlignedBuf, ALIGN};
+use crate::aligned::{is_aligned, ALIGN};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::manifest::{Entry, EntryKind, Manifest, Root};
 use crate::pipeline::Progress;
@@ -324,7 +324,6 @@ impl<'m> Plan<'m> {
         Ok(())
     }
 
-    /// Returns whether files were written with direct I/O to the end.
     /// Returns whether direct I/O held throughout, and whether io_uring carried writes.
     fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool)> {
         self.check_space(set)?;
@@ -577,10 +576,8 @@ impl Writer<'_> {
 
     fn write(&self, f: &OpenFile, path: &Path, data: &[u8], offset: u64) -> Result<()> {
         if f.direct {
-            match write_direct(&f.file, data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))? {
-                Written::Direct => {}
-                Written::Padded => f.padded.store(true, Ordering::Release),
-                Written::Buffered => self.direct.store(false, Ordering::Relaxed),
+            if !write_direct(&f.file, data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))? {
+                self.direct.store(false, Ordering::Relaxed);
             }
         } else {
             f.file.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
@@ -629,9 +626,8 @@ struct InFlight {
     id: usize,
     offset: u64,
     file: Arc<OpenFile>,
+    /// The chunk, a file's last one zero-padded to the block.
     data: Decoded,
-    /// The chunk's own length (`data` may run on, zero-padded to the block).
-    len: usize,
 }
 
 /// One decompressor thread's writes. Packed chunks (small files, through the page cache) and
@@ -676,20 +672,18 @@ impl<'w, 'a> WriteLane<'w, 'a> {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// A completed write: finish it synchronously if the kernel wrote short or refused direct
-    /// I/O after all (EINVAL), then count the chunk.
+    /// A completed write: what the kernel did not write (a short write, or all of it where it
+    /// refused direct I/O after all: EINVAL) is written synchronously, falling back to the page
+    /// cache as [`write_direct`] does; then the chunk counts.
     fn settle(&self, w: InFlight, res: i32) -> Result<()> {
         let path = self.writer.dest[w.id].as_deref().expect("only restored files are written");
-        let data = &w.data[..w.len];
-        if res == -libc::EINVAL {
-            buffered_from_now_on(&w.file.file).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
-            self.writer.direct.store(false, Ordering::Relaxed);
-            w.file.file.write_all_at(data, w.offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
-        } else if res < 0 {
-            return Err(io_at(ErrorKind::Target, "cannot write", path, std::io::Error::from_raw_os_error(-res)));
-        } else if (res as usize) < data.len() {
-            let n = res as usize;
-            self.writer.write(&w.file, path, &data[n..], w.offset + n as u64)?;
+        let written = match res {
+            r if r == -libc::EINVAL => 0,
+            r if r < 0 => return Err(io_at(ErrorKind::Target, "cannot write", path, std::io::Error::from_raw_os_error(-r))),
+            r => r as usize,
+        };
+        if written < w.data.len() {
+            self.writer.write(&w.file, path, &w.data[written..], w.offset + written as u64)?;
         }
         drop(w.data);
         self.writer.done(w.id, path)
@@ -714,28 +708,26 @@ impl Lane for WriteLane<'_, '_> {
         let Some(file) = self.writer.handle(id, path, Some(data.len()))? else {
             return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", path.display())));
         };
+        // A direct file's last, partial block goes out zero-padded to the block, in the chunk's own
+        // buffer (a whole number of blocks long: direct I/O needs a transfer size that is); the
+        // file is trimmed back when it is done.
         let len = data.len();
-        // A last partial block goes out zero-padded to the block (the buffer is a whole number of
-        // blocks long); the file is trimmed back when it is done.
-        let padded = len.next_multiple_of(ALIGN);
-        if padded != len {
-            data.set_len(padded);
+        if file.direct && len % ALIGN != 0 {
+            data.set_len(len.next_multiple_of(ALIGN));
             data[len..].fill(0);
+            file.padded.store(true, Ordering::Release);
         }
-        if self.ring.is_none() || !file.direct || !is_aligned(&data, offset) || padded > u32::MAX as usize {
-            self.writer.write(&file, path, &data[..len], offset)?;
+        if self.ring.is_none() || !file.direct || !is_aligned(&data, offset) || data.len() > u32::MAX as usize {
+            self.writer.write(&file, path, &data, offset)?;
             drop(file);
             return self.writer.done(id, path);
-        }
-        if padded != len {
-            file.padded.store(true, Ordering::Release);
         }
         if self.busy == IN_FLIGHT {
             self.reap(1)?;
         }
         let key = self.flight.iter().position(Option::is_none).expect("a free slot after reaping");
         use std::os::unix::io::AsRawFd;
-        let op = io_uring::opcode::Write::new(io_uring::types::Fd(file.file.as_raw_fd()), data.as_ptr(), padded as u32)
+        let op = io_uring::opcode::Write::new(io_uring::types::Fd(file.file.as_raw_fd()), data.as_ptr(), data.len() as u32)
             .offset(offset)
             .build()
             .user_data(key as u64);
@@ -743,7 +735,7 @@ impl Lane for WriteLane<'_, '_> {
         // SAFETY: the buffer and the descriptor live in `flight` until the kernel reports the write
         // complete (`reap`), and the lane waits for every write before it is dropped.
         unsafe { ring.submission().push(&op) }.map_err(|_| Error::new(ErrorKind::Io, "internal: io_uring submission queue full"))?;
-        self.flight[key] = Some(InFlight { id, offset, file, data, len });
+        self.flight[key] = Some(InFlight { id, offset, file, data });
         self.busy += 1;
         self.writer.uring_used.store(true, Ordering::Relaxed);
         if let Err(e) = ring.submit() {
@@ -815,53 +807,19 @@ fn open_output(o: &OpenOptions, path: &Path, direct: &AtomicBool, open_direct: &
     Ok(OpenFile { file: o.open(path)?, direct: false, padded: AtomicBool::new(false) })
 }
 
-thread_local! {
-    /// Each writer thread's one aligned block, for a file's last, partial block.
-    static TAIL: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
-}
-
-/// How [`write_direct`] wrote.
-#[derive(Debug, PartialEq, Eq)]
-enum Written {
-    /// Direct, as it was.
-    Direct,
-    /// Direct, its last block padded past the end: the caller trims the file when it is done.
-    Padded,
-    /// Through the page cache: not aligned after all, or refused (EINVAL). The file's descriptor
-    /// has dropped O_DIRECT.
-    Buffered,
-}
-
-/// Write `data` at `offset` to a file opened with O_DIRECT. Chunks arrive from the decompressor's
-/// page-aligned buffer at multiples of the transfer size: the whole blocks go as they are, and a
-/// last partial block goes through a one-block copy padded with zeros.
-fn write_direct(f: &fs::File, data: &[u8], offset: u64) -> std::io::Result<Written> {
-    let whole = data.len() / ALIGN * ALIGN;
-    if is_aligned(&data[..whole], offset) {
-        let r = (|| -> std::io::Result<Written> {
-            if whole > 0 {
-                f.write_all_at(&data[..whole], offset)?;
-            }
-            if whole == data.len() {
-                return Ok(Written::Direct);
-            }
-            TAIL.with(|t| {
-                let mut t = t.borrow_mut();
-                let block = t.get_or_insert_with(|| AlignedBuf::new(ALIGN));
-                let rest = &data[whole..];
-                block[..rest.len()].copy_from_slice(rest);
-                block[rest.len()..].fill(0);
-                f.write_all_at(block, offset + whole as u64)
-            })?;
-            Ok(Written::Padded)
-        })();
-        match r {
+/// Write `data` at `offset` to a file opened with O_DIRECT: as it is where it is aligned (whole
+/// blocks from an aligned buffer at a block offset: a decompressor's chunk, its tail padded), else,
+/// or where the kernel refuses it (EINVAL), through the page cache from then on. Returns whether
+/// it stayed direct.
+fn write_direct(f: &fs::File, data: &[u8], offset: u64) -> std::io::Result<bool> {
+    if is_aligned(data, offset) {
+        match f.write_all_at(data, offset) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            r => return r,
+            r => return r.map(|()| true),
         }
     }
     buffered_from_now_on(f)?;
-    f.write_all_at(data, offset).map(|()| Written::Buffered)
+    f.write_all_at(data, offset).map(|()| false)
 }
 
 /// Drop O_DIRECT from `f` (every thread writing that file then goes through the page cache).
@@ -1091,6 +1049,7 @@ fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aligned::AlignedBuf;
 
     #[test]
     fn a_filesystem_refusing_direct_io_gets_buffered_writes() {
@@ -1113,7 +1072,7 @@ mod tests {
     }
 
     #[test]
-    fn direct_writes_pad_unaligned_chunks() {
+    fn direct_writes_go_direct_only_when_aligned() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("f");
         let f = match OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(&p) {
@@ -1122,17 +1081,17 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        // Unaligned address and length (a raw frame after its header, a file's tail).
-        // Whole blocks as they are, the tail padded: the file runs to the block until trimmed.
-        let mut b = AlignedBuf::new(10_000);
-        b.copy_from_slice(&data);
-        assert_eq!(write_direct(&f, &b, 0).unwrap(), Written::Padded);
+        // Whole blocks from an aligned buffer go direct.
+        let mut b = AlignedBuf::new(12_288);
+        b[..10_000].copy_from_slice(&data);
+        assert!(write_direct(&f, &b[..8192], 0).unwrap(), "whole aligned blocks stay direct");
+        assert!(write_direct(&f, &b, 0).unwrap(), "a tail padded to the block stays direct");
         assert_eq!(fs::metadata(&p).unwrap().len(), 12_288);
         f.set_len(10_000).unwrap();
         assert_eq!(fs::read(&p).unwrap(), data);
-        assert_eq!(write_direct(&f, &b[..8192], 0).unwrap(), Written::Direct, "whole blocks need no trim");
-        // Not aligned (an address off the block): through the page cache, exactly.
-        assert_eq!(write_direct(&f, &data[1..], 0).unwrap(), Written::Buffered);
+        // Not aligned (an address off the block, a length short of it): through the page cache,
+        // exactly, and buffered from then on.
+        assert!(!write_direct(&f, &data[1..], 0).unwrap());
         f.set_len(9_999).unwrap();
         assert_eq!(fs::read(&p).unwrap(), &data[1..]);
     }
