@@ -291,6 +291,11 @@ pub fn compare_trees(a: &Path, b: &Path) -> Result<(), String> {
         if ma.mode() != mb.mode() {
             return Err(format!("{rel}: mode {:o} vs {:o}", ma.mode(), mb.mode()));
         }
+        // Only root restores owners (anyone else's files are their own).
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 && (ma.uid(), ma.gid()) != (mb.uid(), mb.gid()) {
+            return Err(format!("{rel}: owner {}:{} vs {}:{}", ma.uid(), ma.gid(), mb.uid(), mb.gid()));
+        }
         if (ma.mtime(), ma.mtime_nsec()) != (mb.mtime(), mb.mtime_nsec()) {
             return Err(format!("{rel}: mtime {}.{} vs {}.{}", ma.mtime(), ma.mtime_nsec(), mb.mtime(), mb.mtime_nsec()));
         }

@@ -213,7 +213,7 @@ impl Manifest {
         let mut d = zstd::stream::read::Decoder::new(b)
             .map_err(|e| Error::corrupt(format!("manifest: does not decompress: {e}")))?;
         let m: Manifest =
-            serde_json::from_reader(&mut d).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))?;
+            serde_json::from_reader(std::io::BufReader::with_capacity(64 << 10, &mut d)).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))?;
         m.check_references()?;
         Ok(m)
     }

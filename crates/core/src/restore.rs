@@ -327,6 +327,7 @@ impl<'m> Plan<'m> {
     /// Returns whether direct I/O held throughout, and whether io_uring carried writes.
     fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool)> {
         self.check_space(set)?;
+        let durable = Durable::open(&self.roots);
         let entries = &self.manifest.entries;
         // SAFETY: geteuid cannot fail.
         let as_root = unsafe { libc::geteuid() } == 0;
@@ -368,8 +369,15 @@ impl<'m> Plan<'m> {
         // Files are created by the first of their chunks to arrive, on every core, and finished
         // (owner, mode, times) by the last; files without chunks are made here after.
         let direct = !opts.buffered && set.stripes[0].header.transfer_size as usize % ALIGN == 0;
-        let writer = Writer::new(set, entries, &self.dest, as_root, direct, !opts.sync_writes);
-        scan(set, opts.threads, progress, &writer)?;
+        let (kick, wake) = crossbeam_channel::bounded(1);
+        let writer = Writer::new(set, entries, &self.dest, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
+        std::thread::scope(|s| {
+            s.spawn(|| durable.flush_while(&wake));
+            let r = scan(set, opts.threads, progress, &writer);
+            // Its last sender gone, the flusher ends.
+            writer.flush.lock().unwrap_or_else(|p| p.into_inner()).take();
+            r
+        })?;
         writer.finish_untouched()?;
         self.link_hard_links(as_root)?;
 
@@ -379,26 +387,37 @@ impl<'m> Plan<'m> {
             .zip(&self.dest)
             .filter_map(|(e, d)| (e.kind == EntryKind::File).then_some(d.as_deref()).flatten())
             .collect();
-        make_durable(&self.roots, &files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
+        let synced = durable.sync()?;
+        if !synced {
+            fsync_all(&files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
+        }
         for (e, d) in entries.iter().zip(&self.dest) {
             if let (Some(d), EntryKind::Symlink) = (d, e.kind) {
                 apply_metadata(e, d, as_root)?;
             }
         }
-        // Directories deepest first. Each is opened before its mode is set (a mode without owner
-        // read would stop us opening it after), then its metadata set and it made durable. The
-        // markers go first so that they do not disturb a root's mtime, but only once every file's
-        // data is durable.
+        // Directories deepest first. The markers go first so that they do not disturb a root's
+        // mtime, but only once every file's data is durable. Then one more syncfs, or each
+        // directory is opened before its mode is set (a mode without owner read would stop us
+        // opening it after), its metadata set and it fsynced.
         let mut dirs: Vec<(&Entry, &PathBuf)> =
             entries.iter().zip(&self.dest).filter_map(|(e, d)| d.as_ref().filter(|_| e.kind == EntryKind::Dir).map(|d| (e, d))).collect();
         dirs.sort_by_key(|(_, d)| std::cmp::Reverse(d.components().count()));
-        let handles: Vec<fs::File> =
-            dirs.iter().map(|(_, d)| fs::File::open(d).map_err(|e| io_at(ErrorKind::Target, "cannot open directory", d, e))).collect::<Result<_>>()?;
+        let handles: Vec<fs::File> = if synced {
+            Vec::new()
+        } else {
+            dirs.iter().map(|(_, d)| fs::File::open(d).map_err(|e| io_at(ErrorKind::Target, "cannot open directory", d, e))).collect::<Result<_>>()?
+        };
         for m in &self.markers {
             fs::remove_file(m).map_err(|e| io_at(ErrorKind::Target, "cannot remove", m, e))?;
         }
-        for ((e, d), h) in dirs.iter().zip(&handles) {
+        for (e, d) in &dirs {
             apply_metadata(e, d, as_root)?;
+        }
+        if synced && durable.sync()? {
+            return Ok((writer.direct.load(Ordering::Relaxed), writer.uring_used.load(Ordering::Relaxed)));
+        }
+        for ((_, d), h) in dirs.iter().zip(&handles) {
             h.sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", d, e))?;
         }
         for r in &self.roots {
@@ -457,15 +476,6 @@ impl<'m> Plan<'m> {
     }
 }
 
-trait Mode0600 {
-    fn mode_0600(&mut self) -> &mut Self;
-}
-impl Mode0600 for OpenOptions {
-    fn mode_0600(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
-    }
-}
-
 /// A file being written, and how.
 struct OpenFile {
     file: fs::File,
@@ -473,6 +483,65 @@ struct OpenFile {
     direct: bool,
     /// A tail was written padded past the file's end: trim it when the file is done.
     padded: AtomicBool,
+    /// Made by this restore (O_EXCL) with the mode [`Inherit::open_mode`] gave it.
+    fresh: bool,
+}
+
+/// What a file this restore creates already has, so that setting it again can be skipped: with
+/// tens of thousands of small files, each owner or mode change is a journalled inode update
+/// (GNU tar sets both on every file).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Inherit {
+    /// The process's umask, where a new file's mode is the requested one less it: not where a
+    /// root has a default ACL (that, not the umask, decides the mode of what is made under it).
+    umask: Option<u32>,
+    /// Owner and group a new file gets (our effective ids, as no directory is set-group-ID while
+    /// the restore runs); `None` where we cannot tell.
+    owner: Option<(u32, u32)>,
+}
+
+impl Inherit {
+    /// Ask the system, for files made under `roots`.
+    fn probe(roots: &[PathBuf]) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: getxattr with a null buffer of length 0 only asks for the size.
+        let has_default_acl = |r: &Path| {
+            c_path(r).is_ok_and(|c| unsafe { libc::getxattr(c.as_ptr(), c"system.posix_acl_default".as_ptr(), std::ptr::null_mut(), 0) } >= 0)
+        };
+        let acl = roots.iter().any(|r| has_default_acl(r));
+        let setgid = roots.iter().any(|r| fs::metadata(r).map_or(true, |m| m.mode() & libc::S_ISGID != 0));
+        let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        });
+        // SAFETY: getters that cannot fail.
+        let ids = unsafe { (libc::geteuid(), libc::getegid()) };
+        Inherit { umask: umask.filter(|_| !acl), owner: (!setgid).then_some(ids) }
+    }
+
+    /// Nothing is known: every file gets its owner and mode set.
+    #[cfg(test)]
+    const NONE: Inherit = Inherit { umask: None, owner: None };
+
+    /// The mode to create a file of entry `e` with: its own permission bits where the umask is
+    /// known (the directories above are owner-only until the end, so nobody else reaches it
+    /// meanwhile), else owner-only.
+    fn open_mode(&self, e: &Entry) -> u32 {
+        if self.umask.is_some() {
+            e.mode & 0o777
+        } else {
+            0o600
+        }
+    }
+
+    /// Whether a file of entry `e`, created fresh, already has `e`'s mode.
+    fn has_mode(&self, e: &Entry) -> bool {
+        self.umask.is_some_and(|u| e.mode & 0o7777 == e.mode & 0o777 & !u)
+    }
+
+    /// Whether a file created fresh already has `e`'s owner and group.
+    fn has_owner(&self, e: &Entry) -> bool {
+        self.owner == Some((e.uid, e.gid))
+    }
 }
 
 /// Where one file stands during the scan.
@@ -492,16 +561,31 @@ struct Writer<'a> {
     /// Per entry: every byte of it is data (no chunk is a hole).
     dense: Vec<bool>,
     as_root: bool,
+    inherit: Inherit,
     /// Direct I/O still in use: cleared for good by the first filesystem that refuses it.
     direct: AtomicBool,
     /// Direct writes go through an io_uring per decompressor thread, where the kernel offers one.
     uring: bool,
     /// Some write went through io_uring.
     uring_used: AtomicBool,
+    /// Bytes written through the page cache so far.
+    buffered: std::sync::atomic::AtomicU64,
+    /// Wakes the flusher every [`FLUSH_EVERY`] of them; taken when the scan ends.
+    flush: Mutex<Option<crossbeam_channel::Sender<()>>>,
 }
 
 impl<'a> Writer<'a> {
-    fn new(set: &BackupSet, entries: &'a [Entry], dest: &'a [Option<PathBuf>], as_root: bool, direct: bool, uring: bool) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        set: &BackupSet,
+        entries: &'a [Entry],
+        dest: &'a [Option<PathBuf>],
+        as_root: bool,
+        inherit: Inherit,
+        direct: bool,
+        uring: bool,
+        flush: crossbeam_channel::Sender<()>,
+    ) -> Self {
         let mut counts = vec![0u32; entries.len()];
         for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
             counts[e.file_id as usize] += 1;
@@ -511,7 +595,19 @@ impl<'a> Writer<'a> {
             .map(|c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
             .collect();
         let dense = data_bytes(set, entries.len()).into_iter().zip(entries).map(|(b, e)| b == e.size).collect();
-        Writer { entries, dest, slots, dense, as_root, direct: AtomicBool::new(direct), uring, uring_used: AtomicBool::new(false) }
+        Writer {
+            entries,
+            dest,
+            slots,
+            dense,
+            as_root,
+            inherit,
+            direct: AtomicBool::new(direct),
+            uring,
+            uring_used: AtomicBool::new(false),
+            buffered: Default::default(),
+            flush: Mutex::new(Some(flush)),
+        }
     }
 
     /// Create and size the file for entry `id`: with direct I/O while the filesystem takes it, for
@@ -520,14 +616,27 @@ impl<'a> Writer<'a> {
     /// the chunk that creates it: when that is the whole file, no sizing is needed.
     fn create(&self, id: usize, path: &Path, first: Option<usize>) -> Result<OpenFile> {
         // Its directory exists: every parent is a directory entry (validate_paths), made first.
+        // Nothing is there (the target was empty or emptied, and no two entries share a path), so
+        // it is made new; should something be there after all, it is truncated and its owner and
+        // mode set as for any file.
+        let e = &self.entries[id];
         let mut o = OpenOptions::new();
-        o.write(true).create(true).truncate(true).mode_0600();
-        let size = self.entries[id].size;
-        let direct = |p: &Path| o.clone().custom_flags(libc::O_DIRECT).open(p);
-        let f = if size >= crate::backup::PACK_LIMIT {
-            open_output(&o, path, &self.direct, &direct)
-        } else {
-            o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false) })
+        o.write(true).create_new(true).mode(self.inherit.open_mode(e));
+        let size = e.size;
+        let open = |o: &OpenOptions| {
+            let direct = |p: &Path| o.clone().custom_flags(libc::O_DIRECT).open(p);
+            if size >= crate::backup::PACK_LIMIT {
+                open_output(o, path, &self.direct, &direct)
+            } else {
+                o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false), fresh: true })
+            }
+        };
+        let f = match open(&o) {
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                o.create_new(false).create(true).truncate(true);
+                open(&o).map(|f| OpenFile { fresh: false, ..f })
+            }
+            r => r,
         };
         let f = f.map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
         self.slots[id].created.store(true, Ordering::Release);
@@ -555,7 +664,7 @@ impl<'a> Writer<'a> {
             let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
             if !self.slots[id].created.load(Ordering::Acquire) {
                 let f = self.create(id, d, None)?;
-                apply_metadata_fd(e, &f.file, d, self.as_root)?;
+                self.finish_file(e, &f, d)?;
             }
         }
         Ok(())
@@ -581,6 +690,14 @@ impl Writer<'_> {
             }
         } else {
             f.file.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
+            let n = data.len() as u64;
+            let before = self.buffered.fetch_add(n, Ordering::Relaxed);
+            if before / FLUSH_EVERY != (before + n) / FLUSH_EVERY {
+                if let Some(tx) = &*self.flush.lock().unwrap_or_else(|p| p.into_inner()) {
+                    // Already woken and not yet started: nothing more to do.
+                    let _ = tx.try_send(());
+                }
+            }
         }
         Ok(())
     }
@@ -599,10 +716,24 @@ impl Writer<'_> {
                     // A tail written padded to the block ran past the end: back to the true size.
                     f.file.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
                 }
-                apply_metadata_fd(&self.entries[id], &f.file, path, self.as_root)
+                self.finish_file(&self.entries[id], &f, path)
             }
             None => apply_metadata(&self.entries[id], path, self.as_root),
         }
+    }
+}
+
+impl Writer<'_> {
+    /// A file whose every byte is written: its owner and mode (where it has not had them since it
+    /// was made) and times. (Starting each small file's write-back here, with sync_file_range,
+    /// was measured slower: 100,000 separate 8 KiB writes instead of the merged ones a syncfs
+    /// makes, 5.7 s against 4.5 s.)
+    fn finish_file(&self, e: &Entry, f: &OpenFile, path: &Path) -> Result<()> {
+        let fresh = |has: bool| f.fresh && has;
+        let chown = self.as_root && !fresh(self.inherit.has_owner(e));
+        // Set-ID bits, which a change of owner clears, always mean a chmod after it.
+        let chmod = !fresh(self.inherit.has_mode(e));
+        apply_metadata_fd(e, &f.file, path, chown, chmod)
     }
 }
 
@@ -799,12 +930,12 @@ fn preallocate(f: &fs::File, size: u64) -> bool {
 fn open_output(o: &OpenOptions, path: &Path, direct: &AtomicBool, open_direct: &dyn Fn(&Path) -> std::io::Result<fs::File>) -> std::io::Result<OpenFile> {
     if direct.load(Ordering::Relaxed) {
         match open_direct(path) {
-            Ok(file) => return Ok(OpenFile { file, direct: true, padded: AtomicBool::new(false) }),
+            Ok(file) => return Ok(OpenFile { file, direct: true, padded: AtomicBool::new(false), fresh: true }),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => direct.store(false, Ordering::Relaxed),
             Err(e) => return Err(e),
         }
     }
-    Ok(OpenFile { file: o.open(path)?, direct: false, padded: AtomicBool::new(false) })
+    Ok(OpenFile { file: o.open(path)?, direct: false, padded: AtomicBool::new(false), fresh: true })
 }
 
 /// Write `data` at `offset` to a file opened with O_DIRECT: as it is where it is aligned (whole
@@ -950,30 +1081,75 @@ fn remove_any(p: &Path) -> Result<()> {
     r.map_err(|e| io_at(ErrorKind::Target, "cannot remove", p, e))
 }
 
-/// Make every restored file durable: one `syncfs` per filesystem the roots are on (thousands of
-/// small files cost one call, as PostgreSQL's `--sync-method=syncfs`), or, where that fails,
-/// an fsync per file.
-fn make_durable(roots: &[PathBuf], files: &[&Path], threads: usize) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::MetadataExt;
-    let mut devices = HashSet::new();
-    let mut all_synced = true;
-    for r in roots {
-        let Ok(dir) = fs::File::open(r) else {
-            all_synced = false;
-            continue;
-        };
-        let dev = dir.metadata().map(|m| m.dev()).unwrap_or(0);
-        if devices.insert(dev) {
-            // SAFETY: a valid fd.
-            all_synced &= unsafe { libc::syncfs(dir.as_raw_fd()) } == 0;
+/// The filesystems a restore writes to, opened before its first write: a write-back error is
+/// reported to every descriptor open when it happened, so one opened at the end could miss an
+/// error from before (the kernel's own write-back during the scan, say).
+struct Durable {
+    /// A directory on each filesystem, once per filesystem, and its path.
+    dirs: Vec<(fs::File, PathBuf)>,
+    /// Every root was opened: a syncfs of `dirs` covers everything restored (it all lies in
+    /// directories this restore made under the roots).
+    whole: bool,
+}
+
+/// Bytes written through the page cache between two early write-backs ([`Durable::flush_while`]).
+const FLUSH_EVERY: u64 = 32 << 20;
+
+impl Durable {
+    fn open(roots: &[PathBuf]) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let mut devices = HashSet::new();
+        let mut dirs = Vec::new();
+        let mut whole = true;
+        for r in roots {
+            match fs::File::open(r) {
+                Ok(d) => {
+                    if devices.insert(d.metadata().map(|m| m.dev()).unwrap_or(0)) {
+                        dirs.push((d, r.clone()));
+                    }
+                }
+                Err(_) => whole = false,
+            }
+        }
+        Durable { dirs, whole }
+    }
+
+    /// Everything written so far durable: one `syncfs` per filesystem (thousands of small files
+    /// cost one call, as PostgreSQL's `--sync-method=syncfs`). False where that does not cover
+    /// it all: the caller fsyncs each file then.
+    ///
+    /// # Errors
+    /// A write-back error on a filesystem (EIO, ENOSPC): some restored data did not reach it.
+    fn sync(&self) -> Result<bool> {
+        use std::os::fd::AsRawFd;
+        if !self.whole {
+            return Ok(false);
+        }
+        for (d, _) in &self.dirs {
+            // SAFETY: a descriptor we own.
+            if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+                return Err(Error::io(ErrorKind::Target, "cannot write restored files back to disk (syncfs): some of their data may not have reached it", std::io::Error::last_os_error()));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Until `wake` closes, write back what is dirty each time it is woken ([`FLUSH_EVERY`] bytes
+    /// written through the page cache): the disk works while the scan goes on, instead of after
+    /// it on one thread (100,000 files of 8 KiB: a 1.5 s final syncfs on this machine), and dirty
+    /// memory stays bounded. Through descriptors of its own (not duplicates, which would share
+    /// the error cursor): an error here is for the final [`Durable::sync`] to report (each open
+    /// file sees it once).
+    fn flush_while(&self, wake: &crossbeam_channel::Receiver<()>) {
+        use std::os::fd::AsRawFd;
+        let own: Vec<fs::File> = self.dirs.iter().filter_map(|(_, p)| fs::File::open(p).ok()).collect();
+        for () in wake {
+            for d in &own {
+                // SAFETY: a descriptor we own; the result is the final sync's to report.
+                unsafe { libc::syncfs(d.as_raw_fd()) };
+            }
         }
     }
-    // Every restored path lies under one of the roots, in directories this restore made.
-    if all_synced {
-        return Ok(());
-    }
-    fsync_all(files, threads)
 }
 
 fn fsync_all(files: &[&Path], threads: usize) -> Result<()> {
@@ -1004,15 +1180,17 @@ fn c_path(p: &Path) -> Result<std::ffi::CString> {
 
 /// Owner, mode and modification time of a file being written, through its descriptor (no walk
 /// of its path): owner first, since a change of owner clears set-id bits.
-fn apply_metadata_fd(e: &Entry, f: &fs::File, p: &Path, as_root: bool) -> Result<()> {
+/// Owner (`chown`: as root, where the file may not have it yet; changing it clears set-ID bits, so
+/// the mode follows), mode (`chmod`) and times of the open file `f`.
+fn apply_metadata_fd(e: &Entry, f: &fs::File, p: &Path, chown: bool, chmod: bool) -> Result<()> {
     use std::os::fd::AsRawFd;
     let fd = f.as_raw_fd();
     // SAFETY: calls on a descriptor we own, with a two-element timespec array.
     unsafe {
-        if as_root && libc::fchown(fd, e.uid, e.gid) != 0 {
+        if chown && libc::fchown(fd, e.uid, e.gid) != 0 {
             return Err(io_at(ErrorKind::Target, "cannot set owner of", p, std::io::Error::last_os_error()));
         }
-        if libc::fchmod(fd, e.mode as libc::mode_t) != 0 {
+        if chmod && libc::fchmod(fd, e.mode as libc::mode_t) != 0 {
             return Err(io_at(ErrorKind::Target, "cannot set mode of", p, std::io::Error::last_os_error()));
         }
         let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, mtime_spec(e)];
@@ -1050,6 +1228,32 @@ fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
 mod tests {
     use super::*;
     use crate::aligned::AlignedBuf;
+
+    #[test]
+    fn a_new_files_mode_and_owner_are_trusted_only_where_certain() {
+        let e = |mode: u32, uid: u32, gid: u32| Entry { mode: 0o100000 | mode, uid, gid, ..Entry::default() };
+        let known = Inherit { umask: Some(0o022), owner: Some((0, 0)) };
+        assert_eq!(known.open_mode(&e(0o4755, 0, 0)), 0o755, "set-ID bits never on creation");
+        for (mode, has) in [(0o644, true), (0o600, true), (0o400, true), (0o000, true), (0o666, false), (0o664, false), (0o4755, false), (0o2750, false), (0o1644, false)] {
+            assert_eq!(known.has_mode(&e(mode, 0, 0)), has, "{mode:o} under umask 022");
+        }
+        assert!(Inherit { umask: Some(0), ..known }.has_mode(&e(0o666, 0, 0)));
+        assert!(known.has_owner(&e(0o644, 0, 0)) && !known.has_owner(&e(0o644, 0, 1)) && !known.has_owner(&e(0o644, 26, 0)));
+        // Unknown (a default ACL, a set-group-ID root): owner-only on creation, everything set.
+        assert_eq!(Inherit::NONE.open_mode(&e(0o644, 0, 0)), 0o600);
+        assert!(!Inherit::NONE.has_mode(&e(0o600, 0, 0)) && !Inherit::NONE.has_owner(&e(0o600, 0, 0)));
+    }
+
+    #[test]
+    fn a_set_group_id_root_makes_the_owner_unknown() {
+        let d = tempfile::tempdir().unwrap();
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let plain = Inherit::probe(&[d.path().to_path_buf()]);
+        // SAFETY: getters that cannot fail.
+        assert_eq!(plain.owner, Some(unsafe { (libc::geteuid(), libc::getegid()) }));
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o2755)).unwrap();
+        assert_eq!(Inherit::probe(&[d.path().to_path_buf()]).owner, None);
+    }
 
     #[test]
     fn a_filesystem_refusing_direct_io_gets_buffered_writes() {
