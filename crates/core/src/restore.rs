@@ -977,7 +977,7 @@ fn data_bytes(set: &BackupSet, files: usize) -> Vec<u64> {
 }
 
 /// Bytes free to this user on the filesystem of `dir`, and its device; `None` if it cannot say.
-fn free_space(dir: &Path) -> Option<(u64, u64)> {
+pub fn free_space(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let dev = fs::metadata(dir).ok()?.dev();
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
