@@ -38,19 +38,100 @@ pub fn list_tree(root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Resul
         ));
     }
     let mut out = vec![listed(root, String::new(), root_id, &meta)?];
-    walk(root, b"", root_id, &mut out, warnings)?;
+    let mut listings = read_levels(root, crate::backup::available_cores());
+    walk(root, b"", root_id, &mut out, warnings, &mut listings)?;
     Ok(out)
 }
 
-fn walk(dir: &Path, rel: &[u8], root_id: u16, out: &mut Vec<Listed>, warnings: &mut Vec<String>) -> Result<()> {
-    let rd = fs::read_dir(dir).map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?;
-    let mut items = Vec::new();
-    for item in rd {
-        let item = item.map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?;
-        // fstatat on the directory: no walk of the whole path per name.
-        items.push((item.file_name(), item.metadata()));
+/// A directory's names, each with its metadata (not following links) or why it has none, sorted by
+/// name bytes; or why the directory could not be read.
+type Listing = std::io::Result<Vec<(std::ffi::OsString, std::io::Result<fs::Metadata>)>>;
+
+/// Directories read at once at most: each stays open until its names are stat'ed.
+const DIRS_AT_ONCE: usize = 256;
+
+/// Every directory under `root` (itself included), read a level at a time on `threads` threads:
+/// with tens of thousands of files, the `fstatat` per name is most of a listing, and one thread
+/// left the other cores idle before the first file was read (100,000 files: 0.35 s). The stats of
+/// one level are shared out whatever directory they are in, so one large directory (a database's
+/// thousands of relations) is spread over the cores too.
+fn read_levels(root: &Path, threads: usize) -> std::collections::HashMap<PathBuf, Listing> {
+    let mut listings = std::collections::HashMap::new();
+    let mut level = vec![root.to_path_buf()];
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for dirs in level.chunks(DIRS_AT_ONCE) {
+            for (dir, listing) in dirs.iter().zip(read_dirs(dirs, threads)) {
+                if let Ok(items) = &listing {
+                    next.extend(items.iter().filter(|(_, m)| m.as_ref().is_ok_and(fs::Metadata::is_dir)).map(|(name, _)| dir.join(name)));
+                }
+                listings.insert(dir.clone(), listing);
+            }
+        }
+        level = next;
     }
-    items.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    listings
+}
+
+/// Read `dirs` and stat every name in them (`fstatat` on the open directory), on `threads` threads.
+fn read_dirs(dirs: &[PathBuf], threads: usize) -> Vec<Listing> {
+    let names: Vec<std::io::Result<Vec<fs::DirEntry>>> = on_threads(dirs, threads, |d| fs::read_dir(d)?.collect());
+    let all: Vec<&fs::DirEntry> = names.iter().flat_map(|n| n.iter().flatten()).collect();
+    let mut metas = on_threads(&all, threads, |e| e.metadata()).into_iter();
+    names
+        .into_iter()
+        .map(|n| {
+            let mut items: Vec<_> = n?.into_iter().map(|e| (e.file_name(), metas.next().expect("one stat per name"))).collect();
+            items.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            Ok(items)
+        })
+        .collect()
+}
+
+/// `f` of each item, in order, computed on up to `threads` threads taking items as they go.
+fn on_threads<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    // Small batches: few atomic operations, and the threads still end together.
+    const BATCH: usize = 64;
+    let next = AtomicUsize::new(0);
+    let mut parts: Vec<(usize, Vec<R>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut got = Vec::new();
+                    loop {
+                        let at = next.fetch_add(BATCH, Ordering::Relaxed);
+                        if at >= items.len() {
+                            return got;
+                        }
+                        got.push((at, items[at..(at + BATCH).min(items.len())].iter().map(&f).collect::<Vec<R>>()));
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().expect("a listing thread panicked")).collect()
+    });
+    parts.sort_unstable_by_key(|p| p.0);
+    parts.into_iter().flat_map(|p| p.1).collect()
+}
+
+fn walk(
+    dir: &Path,
+    rel: &[u8],
+    root_id: u16,
+    out: &mut Vec<Listed>,
+    warnings: &mut Vec<String>,
+    listings: &mut std::collections::HashMap<PathBuf, Listing>,
+) -> Result<()> {
+    let items = match listings.remove(dir) {
+        Some(l) => l.map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?,
+        // Every directory walked was seen as one when its level was read.
+        None => return Err(Error::new(ErrorKind::Source, format!("internal: {} was not read with its level", dir.display()))),
+    };
     for (name, meta) in items {
         let abs = dir.join(&name);
         let mut rel_name = Vec::with_capacity(rel.len() + 1 + name.len());
@@ -78,7 +159,7 @@ fn walk(dir: &Path, rel: &[u8], root_id: u16, out: &mut Vec<Listed>, warnings: &
         out.push(l);
         if ft.is_dir() {
             let before = out.len();
-            match walk(&abs, &rel, root_id, out, warnings) {
+            match walk(&abs, &rel, root_id, out, warnings, listings) {
                 // A directory dropped while we list it (a database being dropped): say so, go on.
                 Err(_) if !abs.exists() => {
                     warnings.push(format!("{} vanished while the tree was listed", abs.display()));
@@ -134,6 +215,35 @@ fn listed_bytes(abs: &Path, rel: Vec<u8>, root: u16, meta: &fs::Metadata) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_threads_list_what_one_does_in_the_same_order() {
+        let d = tempfile::tempdir().unwrap();
+        // One large directory, many small ones, three levels, names that sort differently as
+        // bytes than as numbers.
+        for i in 0..300 {
+            fs::write(d.path().join(format!("f{i}")), b"x").unwrap();
+        }
+        for i in 0..40 {
+            let sub = d.path().join(format!("d{i}/e{}", i % 3));
+            fs::create_dir_all(&sub).unwrap();
+            fs::write(sub.join("g"), b"y").unwrap();
+        }
+        let paths = |threads| {
+            let mut listings = read_levels(d.path(), threads);
+            let mut out = Vec::new();
+            walk(d.path(), b"", 0, &mut out, &mut Vec::new(), &mut listings).unwrap();
+            assert!(listings.is_empty(), "every directory read is walked");
+            out.into_iter().map(|l| l.entry.path).collect::<Vec<_>>()
+        };
+        let one = paths(1);
+        assert_eq!(one.len(), 300 + 40 * 3);
+        let mut sorted = one.clone();
+        sorted.sort_by(|a, b| a.split('/').cmp(b.split('/')));
+        assert_eq!(one, sorted, "tree order, by name bytes");
+        assert_eq!(paths(3), one);
+        assert_eq!(on_threads(&(0..1000).collect::<Vec<u32>>(), 3, |i| i * 2), (0..1000).map(|i| i * 2).collect::<Vec<_>>());
+    }
 
     #[test]
     fn lists_files_dirs_links_in_order() {
