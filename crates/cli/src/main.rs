@@ -319,11 +319,36 @@ struct BackupArgs {
     /// PostgreSQL: keep a backup that found page checksum failures (they are recorded and listed).
     #[arg(long)]
     ignore_checksum_failures: bool,
+    #[command(flatten)]
+    rate: RateArgs,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     s3: S3Args,
+}
+
+/// `--max-rate`, for the commands that move a backup's bytes.
+#[derive(Args)]
+struct RateArgs {
+    /// Hold the bytes written to all stripes together (backup), or read from them (restore,
+    /// verify), to RATE per second, e.g. 100MiB: a backup that leaves the server's disks and the
+    /// network room for its own work. Any 5 seconds carry at most about 5 % more. Default: no limit.
+    #[arg(long, value_name = "RATE")]
+    max_rate: Option<String>,
+}
+
+impl RateArgs {
+    /// The shared limit, if one was asked for.
+    fn limit(&self) -> Result<Option<std::sync::Arc<sheaf_core::storage::RateLimit>>, Error> {
+        self.max_rate
+            .as_deref()
+            .map(|t| {
+                let bytes = parse_size(t).map_err(|e| Error::invalid(format!("--max-rate {t}: {} (bytes per second, e.g. 100MiB)", e.message())))?;
+                sheaf_core::storage::RateLimit::new(bytes)
+            })
+            .transpose()
+    }
 }
 
 /// How to reach s3:// locations. Credentials come only from the environment (AWS_ACCESS_KEY_ID,
@@ -419,8 +444,9 @@ impl S3Args {
 }
 
 /// Parse every location once; `s3://` ones go to `schemes`.
-fn locations(texts: &[String], schemes: &sheaf_s3::S3Schemes) -> Result<Vec<Location>, Error> {
-    texts.iter().map(|t| Location::parse(t, schemes)).collect()
+/// The stripes `texts` name, held to `rate` where one is given (`--max-rate`: one limit for all).
+fn locations(texts: &[String], schemes: &sheaf_s3::S3Schemes, rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>) -> Result<Vec<Location>, Error> {
+    texts.iter().map(|t| Location::parse(t, schemes).map(|l| rate.map_or_else(|| l.clone(), |r| l.throttled(r)))).collect()
 }
 
 #[derive(Args)]
@@ -464,6 +490,8 @@ struct RestoreArgs {
     /// writes synchronously by itself.
     #[arg(long)]
     sync_writes: bool,
+    #[command(flatten)]
+    rate: RateArgs,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
@@ -484,6 +512,8 @@ struct VerifyArgs {
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    #[command(flatten)]
+    rate: RateArgs,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
     json: bool,
@@ -675,7 +705,8 @@ fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error
     if into_repo && settings.value("repo", a.repo.clone()).is_none() {
         return Err(Error::invalid("say where the backup goes: --to TARGET (repeat for stripes), or --repo REPO (or SHEAF_REPO, or repo in the config file)"));
     }
-    let mut opts = BackupOptions::new(locations(&a.to, &schemes)?);
+    let max_rate = a.rate.limit()?;
+    let mut opts = BackupOptions::new(locations(&a.to, &schemes, max_rate.as_ref())?);
     opts.stop = Some(stop_on_interrupt());
     opts.codec = codec;
     opts.transfer_size = parse_size(&a.transfer_size)?;
@@ -695,7 +726,7 @@ fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error
             expect_system_identifier: None,
         };
         if into_repo {
-            let (r, record) = repo::backup_into(&repo::RepoArg { repo: a.repo.clone() }, &a.s3, settings, &pg, &opts, a.stripes, progress(a.json))?;
+            let (r, record) = repo::backup_into(&repo::RepoArg { repo: a.repo.clone() }, &a.s3, settings, &pg, &opts, a.stripes, max_rate.as_ref(), progress(a.json))?;
             let mut postgres = r.postgres;
             postgres["repository_id"] = serde_json::json!(record.id);
             (r.report, Some(postgres))
@@ -796,7 +827,7 @@ fn pg_restore_options(a: &RestoreArgs) -> Result<sheaf_pg::PgRestoreOptions, Err
 fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
     if a.stripes.is_empty() {
         let opts = pg_restore_options(&a)?;
-        let (r, plan) = repo::restore_from(&a.recovery, &a.s3, settings, opts, progress(a.json))?;
+        let (r, plan) = repo::restore_from(&a.recovery, &a.s3, settings, opts, a.rate.limit()?.as_ref(), progress(a.json))?;
         let mut v = serde_json::to_value(&r).expect("report serialises");
         v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
         v["repository_backup"] = serde_json::json!(plan.backup.id);
@@ -822,7 +853,7 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
         return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
     }
     let schemes = a.s3.schemes(settings)?;
-    let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
+    let set = BackupSet::open(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes)?;
     let is_pg = sheaf_pg::is_postgres(&set);
     let r = if is_pg {
         let opts = pg_restore_options(&a)?;
@@ -861,13 +892,13 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
 
 fn verify(a: VerifyArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
     if a.stripes.is_empty() {
-        return repo::verify_repo(&a.repo, &a.s3, settings, a.threads, a.json);
+        return repo::verify_repo(&a.repo, &a.s3, settings, a.threads, a.rate.limit()?.as_ref(), a.json);
     }
     if a.repo.repo.is_some() {
         return Err(Error::invalid("give stripes or --repo, not both"));
     }
     let schemes = a.s3.schemes(settings)?;
-    let set = BackupSet::open(&locations(&a.stripes, &schemes)?, &schemes)?;
+    let set = BackupSet::open(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes)?;
     let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);

@@ -31,10 +31,18 @@ impl RepoArg {
         })
     }
 
-    /// The repository and what it holds.
+    /// The repository and what it holds, its bytes held to `rate` where one is given.
     pub fn open(&self, settings: &Settings, s3: &S3Args) -> Result<(Repo, RepoMeta), Error> {
+        self.open_at(settings, s3, None)
+    }
+
+    /// [`RepoArg::open`] with every byte to and from the repository held to `rate` (`--max-rate`).
+    pub fn open_at(&self, settings: &Settings, s3: &S3Args, rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>) -> Result<(Repo, RepoMeta), Error> {
         let schemes = s3.schemes(settings)?;
-        let repo = Repo::at(&self.text(settings)?, &schemes)?;
+        let mut repo = Repo::at(&self.text(settings)?, &schemes)?;
+        if let Some(limit) = rate {
+            repo = repo.throttled(limit);
+        }
         let meta = sheaf_pg::repo::open(&repo)?;
         Ok((repo, meta))
     }
@@ -569,9 +577,10 @@ pub fn backup_into(
     pg: &sheaf_pg::PgBackupOptions,
     opts: &sheaf_core::BackupOptions,
     stripes: Option<usize>,
+    rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>,
     progress: std::sync::Arc<dyn sheaf_core::Progress>,
 ) -> Result<(sheaf_pg::PgBackupReport, BackupRecord), Error> {
-    let (repo, meta) = repo_arg.open(settings, s3)?;
+    let (repo, meta) = repo_arg.open_at(settings, s3, rate)?;
     let stripes = match settings.get("stripes", stripes.map(|s| s.to_string())) {
         Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64")))?,
         None => 1,
@@ -586,9 +595,10 @@ pub fn restore_from(
     s3: &S3Args,
     settings: &Settings,
     opts: sheaf_pg::PgRestoreOptions,
+    rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>,
     progress: std::sync::Arc<dyn sheaf_core::Progress>,
 ) -> Result<(sheaf_core::RestoreReport, sheaf_pg::pitr::Plan), Error> {
-    let (repo, meta) = r.repo.open(settings, s3)?;
+    let (repo, meta) = r.repo.open_at(settings, s3, rate)?;
     let records = sheaf_pg::repo::complete(&repo)?;
     let chosen = r.set.as_deref().map(|id| sheaf_pg::repo::pick(&records, id)).transpose()?;
     let target = sheaf_pg::pitr::target_from(r.target_time.as_deref(), r.target_lsn.as_deref(), r.target_name.as_deref(), r.target.is_some())?;
@@ -632,9 +642,16 @@ fn restore_command(repo: &Repo, settings: &Settings, s3: &S3Args) -> Result<Stri
 
 /// `sheaf verify --repo`: every finished backup read and checked, every archived WAL file read and
 /// checked, and the WAL each backup needs from its start to the end of its timeline present.
-pub fn verify_repo(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, threads: Option<usize>, json: bool) -> Result<serde_json::Value, Error> {
+pub fn verify_repo(
+    repo_arg: &RepoArg,
+    s3: &S3Args,
+    settings: &Settings,
+    threads: Option<usize>,
+    rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>,
+    json: bool,
+) -> Result<serde_json::Value, Error> {
     let t0 = std::time::Instant::now();
-    let (repo, meta) = repo_arg.open(settings, s3)?;
+    let (repo, meta) = repo_arg.open_at(settings, s3, rate)?;
     let schemes = s3.schemes(settings)?;
     let found = sheaf_pg::repo::backups(&repo)?;
     let files = sheaf_pg::repo::archived(&repo, &meta)?;

@@ -644,3 +644,29 @@ fn a_bench_that_fails_mid_way_writes_what_it_measured_and_exits_with_the_failure
     assert!(report["info"]["warnings"][0].as_str().unwrap().contains("the sweep stopped early"), "{}", report["info"]);
     assert!(fs::read_to_string(out.join("report.md")).unwrap().contains("the sweep stopped early"));
 }
+
+/// `--max-rate` on backup, verify and restore: the result is the same tree, a throttled backup
+/// takes at least its bytes' worth of time at the rate (a lower bound set by sleeping, not a speed
+/// claim), and a rate that cannot work is named.
+#[test]
+fn max_rate_holds_backup_and_restore_to_a_rate() {
+    let f = Fixture::new();
+    let stripe = f.path("b.sheaf");
+    let t0 = Instant::now();
+    let o = run(&["backup", s(&f.src), "--to", s(&stripe), "-c", "none", "--max-rate", "1MiB", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let written = fs::metadata(&stripe).unwrap().len();
+    // From a standing start, a burst of 0.1 s at most goes unpaid.
+    let floor = Duration::from_secs_f64((written as f64 / (1 << 20) as f64 - 0.15).max(0.0));
+    assert!(written > 512 << 10, "the fixture is big enough to be held back ({written} bytes)");
+    assert!(t0.elapsed() >= floor, "{written} bytes in {:?} at 1 MiB/s", t0.elapsed());
+    let o = run(&["verify", s(&stripe), "--max-rate", "1GiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = f.path("out");
+    let o = run(&["restore", s(&stripe), "--to", s(&out), "--max-rate", "1GiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&f.src, &out).unwrap();
+    assert_fails(&run(&["backup", s(&f.src), "--to", s(&f.path("z.sheaf")), "--max-rate", "0"]), 2, &["--max-rate 0 would never write a byte"]);
+    assert_fails(&run(&["restore", s(&stripe), "--to", s(&f.path("o2")), "--max-rate", "fast"]), 2, &["--max-rate fast", "e.g. 100MiB"]);
+    assert!(!f.path("z.sheaf").exists() && !f.path("o2").exists(), "nothing started");
+}

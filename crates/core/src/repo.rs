@@ -55,6 +55,13 @@ impl Repo {
         Ok(Repo { store: meta.store().clone(), root, shown })
     }
 
+    /// This repository with every byte written to it or read from it held to `limit`
+    /// (`--max-rate`).
+    pub fn throttled(mut self, limit: &Arc<crate::storage::RateLimit>) -> Repo {
+        self.store = Arc::new(crate::storage::Throttled::new(self.store, limit.clone()));
+        self
+    }
+
     /// Where it is, for messages (a path made absolute, or a URL; never a secret).
     pub fn display(&self) -> &str {
         &self.shown

@@ -12,11 +12,13 @@
 //! implementing [`Store`] and passing the conformance suite ([`conformance`]). Kinds core does not
 //! know (`s3://`) come from a [`Schemes`] the caller hands in. Each kind is one file
 //! (`storage/local.rs`, `storage/null.rs`, `storage/memory.rs`; S3 lives in the `sheaf-s3` crate).
+//! [`Throttled`] (`--max-rate`) wraps any of them.
 
 pub mod conformance;
 pub(crate) mod local;
 mod memory;
 mod null;
+pub mod throttle;
 
 use std::fmt;
 use std::io::Read;
@@ -28,6 +30,7 @@ use crate::error::{Error, ErrorKind, Result};
 pub use local::{try_lock_exclusive, LocalSink, LocalSource, LocalStore};
 pub use memory::MemoryStore;
 pub use null::{NullSink, NullStore};
+pub use throttle::{RateLimit, Throttled};
 
 /// What a store can do, as data (callers never downcast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,6 +221,12 @@ impl Location {
     /// The last part of the name (a file name, an object's base name), as stored in the manifest.
     pub fn file_name(&self) -> String {
         self.name.rsplit('/').next().unwrap_or_default().to_string()
+    }
+
+    /// This location with every byte written to it or read from it, and from its siblings, held
+    /// to `limit` (shared with whatever else holds it): `--max-rate`.
+    pub fn throttled(&self, limit: &Arc<RateLimit>) -> Location {
+        Location { store: Arc::new(Throttled::new(self.store.clone(), limit.clone())), name: self.name.clone() }
     }
 
     /// The stripe called `name` beside this one (same folder, same prefix).

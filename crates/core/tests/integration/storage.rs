@@ -20,6 +20,15 @@ fn memory_conforms() {
 }
 
 #[test]
+fn a_throttled_store_conforms() {
+    use sheaf_core::storage::{RateLimit, Throttled};
+    let d = tempfile::tempdir().unwrap();
+    let limit = RateLimit::new(1 << 30).unwrap();
+    check_store(Arc::new(Throttled::new(Arc::new(LocalStore), limit.clone())), d.path().to_str().unwrap(), 3 << 20);
+    check_store(Arc::new(Throttled::new(Arc::new(MemoryStore::new()), limit)), "prefix/sub", 3 << 20);
+}
+
+#[test]
 fn nul_conforms_on_the_write_side() {
     check_store(Arc::new(NullStore), "nowhere", 1 << 20);
 }
