@@ -570,6 +570,7 @@ fn mask(v: &str) -> String {
 }
 
 /// `sheaf backup ... --repo`: the set goes under the repository's `backups/`.
+#[allow(clippy::too_many_arguments)]
 pub fn backup_into(
     repo_arg: &RepoArg,
     s3: &S3Args,
