@@ -297,6 +297,16 @@ pub trait StripeSink: Send {
     fn discard(&mut self);
     /// Bytes written so far.
     fn written(&self) -> u64;
+    /// Reserve room for about `bytes` up front (`--preallocate`, SQL Server's default where trace
+    /// flag 3042 is off), trimmed to what was written when the stripe is synced. Returns whether
+    /// anything was reserved: stores without the notion (objects, memory, `nul`) and filesystems
+    /// that cannot (or have not the room) grow the stripe as it is written, as by default.
+    ///
+    /// # Errors
+    /// Only what stops the stripe being written at all.
+    fn reserve(&mut self, _bytes: u64) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The read side of one stripe: positional reads of a known length, and sequential streams.

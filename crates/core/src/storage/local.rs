@@ -122,6 +122,8 @@ pub struct LocalSink {
     written: u64,
     /// Bytes of the file whose write-back has been started.
     kicked: u64,
+    /// Room was reserved past what is written: trim before the final fsync.
+    reserved: bool,
     published: bool,
     overwrite: bool,
 }
@@ -237,6 +239,7 @@ impl LocalSink {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             written: 0,
             kicked: 0,
+            reserved: false,
             published: false,
             overwrite,
         })
@@ -283,9 +286,29 @@ impl StripeSink for LocalSink {
 
     fn sync(&mut self) -> Result<()> {
         let path = self.partial.clone();
+        let (written, reserved) = (self.written, self.reserved);
         let f = self.file()?;
         f.flush().map_err(|e| io_at(ErrorKind::Target, "cannot write stripe", &path, e))?;
+        if reserved {
+            // Give back the room reserved and not used.
+            f.get_ref().set_len(written).map_err(|e| io_at(ErrorKind::Target, "cannot trim stripe", &path, e))?;
+        }
         f.get_ref().sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync stripe", &path, e))
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<bool> {
+        use std::os::fd::AsRawFd;
+        let Ok(len) = libc::off_t::try_from(bytes) else { return Ok(false) };
+        if len == 0 {
+            return Ok(false);
+        }
+        let f = self.file()?;
+        // SAFETY: fallocate on a descriptor we own. Mode 0 also sets the size; sync trims it.
+        // Refused (no room for the estimate, or a filesystem without fallocate): the stripe grows
+        // as written, as it does by default.
+        let ok = unsafe { libc::fallocate(f.get_ref().as_raw_fd(), 0, 0, len) } == 0;
+        self.reserved |= ok;
+        Ok(ok)
     }
 
     fn publish(&mut self) -> Result<()> {

@@ -145,6 +145,9 @@ impl StripeSink for ThrottledSink {
     fn written(&self) -> u64 {
         self.inner.written()
     }
+    fn reserve(&mut self, bytes: u64) -> Result<bool> {
+        self.inner.reserve(bytes)
+    }
 }
 
 struct ThrottledSource {
