@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench bench-engine bench-report bench-s3 bench-archive clean
+.PHONY: all deps build test demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
 
 all: build
 
@@ -19,6 +19,11 @@ test: deps
 # A throwaway PostgreSQL cluster with TPC-H, backed up with each codec, restored, started, checked.
 demo: build
 	@scripts/demo.sh
+
+# The stripe and manifest readers under libFuzzer, RUNS executions each (default 10^6; nightly
+# and cargo-fuzz, installed if missing). Findings go to fuzz/artifacts/ and become tests.
+fuzz: build
+	@scripts/fuzz.sh
 
 # Codec and checksum throughput on seeded data (criterion).
 bench: deps

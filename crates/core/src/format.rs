@@ -158,6 +158,12 @@ impl StripeHeader {
             return Err(Error::invalid(format!("header: cipher {} is not supported by this sheaf", b[34])));
         }
         let codec = CodecKind::from_id(b[32]).ok_or_else(|| Error::corrupt(format!("header: unknown codec id {}", b[32])))?;
+        // Readers size their buffers by it: a damaged value must not ask for gigabytes (found by
+        // fuzzing: a transfer size of 2 GiB made verify allocate that per buffer).
+        let transfer_size = u32_at(b, 36);
+        if !(crate::backup::MIN_TRANSFER_SIZE..=crate::backup::MAX_TRANSFER_SIZE).contains(&u64::from(transfer_size)) {
+            return Err(Error::corrupt(format!("header: transfer size {transfer_size} is outside 64 KiB .. 16 MiB (the header is damaged)")));
+        }
         Ok(StripeHeader {
             version,
             stripe_index: u16_at(b, 12),
@@ -165,10 +171,34 @@ impl StripeHeader {
             backup_id: BackupId(b[16..32].try_into().expect("16 bytes")),
             codec,
             level: b[33] as i8,
-            transfer_size: u32_at(b, 36),
+            transfer_size,
             created_unix_ms: i64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
         })
     }
+}
+
+/// Recompute a whole stripe's own checksums in place: the header's, and, where the trailer places
+/// them inside `stripe`, the index region's, the manifest region's and the trailer's. For fuzzing
+/// and fault tests: damage made this way gets past those checks to the parsers behind them.
+pub fn reseal(stripe: &mut [u8]) {
+    if stripe.len() >= HEADER_LEN {
+        let c = crc32c::crc32c(&stripe[..60]);
+        stripe[60..64].copy_from_slice(&c.to_le_bytes());
+    }
+    if stripe.len() < HEADER_LEN + TRAILER_LEN {
+        return;
+    }
+    let t = stripe.len() - TRAILER_LEN;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    let region = |off: u64, len: u64| off.checked_add(len).filter(|&end| end <= t as u64).map(|end| off as usize..end as usize);
+    for (at, crc_at) in [(0, 40), (16, 44)] {
+        if let Some(r) = region(u64_at(stripe, t + at), u64_at(stripe, t + at + 8)) {
+            let c = crc32c::crc32c(&stripe[r]);
+            stripe[t + crc_at..t + crc_at + 4].copy_from_slice(&c.to_le_bytes());
+        }
+    }
+    let c = crc32c::crc32c(&stripe[t..t + 68]);
+    stripe[t + 68..t + 72].copy_from_slice(&c.to_le_bytes());
 }
 
 /// What a frame header says about the chunk that follows it.
@@ -419,6 +449,32 @@ mod tests {
             let mut bad = b;
             bad[i] ^= 0x10;
             assert!(StripeHeader::decode(&bad).is_err(), "flip at {i} not caught");
+        }
+    }
+
+    #[test]
+    fn reseal_makes_damaged_regions_pass_their_checksums_again() {
+        let t = Trailer { index_offset: 64, index_len: 8, manifest_offset: 72, manifest_len: 8, frame_count: 0, index_crc: 0, manifest_crc: 0, stripe_index: 0, stripe_count: 1, backup_id: BackupId([1; 16]) };
+        let mut s = header().encode().to_vec();
+        s.extend_from_slice(&[5u8; 16]);
+        s.extend_from_slice(&t.encode());
+        s[3] ^= 1; // the magic stays damaged: only checksums are resealed
+        s[70] ^= 1; // index
+        s[75] ^= 1; // manifest
+        reseal(&mut s);
+        assert!(crc32c::crc32c(&s[..60]) == u32_at(&s, 60));
+        let tr = Trailer::decode(&s[s.len() - TRAILER_LEN..]).unwrap();
+        assert_eq!((tr.index_crc, tr.manifest_crc), (crc32c::crc32c(&s[64..72]), crc32c::crc32c(&s[72..80])));
+    }
+
+    #[test]
+    fn a_transfer_size_no_backup_can_have_is_refused() {
+        for (ts, ok) in [(64 << 10, true), (16 << 20, true), ((64 << 10) - 1, false), ((16 << 20) + 1, false), (u32::MAX, false), (0, false)] {
+            let b = StripeHeader { transfer_size: ts, ..header() }.encode();
+            match StripeHeader::decode(&b) {
+                Ok(h) => assert!(ok && h.transfer_size == ts, "{ts} accepted"),
+                Err(e) => assert!(!ok && e.message().contains("transfer size"), "{ts}: {}", e.message()),
+            }
         }
     }
 
