@@ -453,7 +453,10 @@ impl S3Args {
 /// Parse every location once; `s3://` ones go to `schemes`.
 /// The stripes `texts` name, held to `rate` where one is given (`--max-rate`: one limit for all).
 fn locations(texts: &[String], schemes: &sheaf_s3::S3Schemes, rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>) -> Result<Vec<Location>, Error> {
-    texts.iter().map(|t| Location::parse(t, schemes).map(|l| rate.map_or_else(|| l.clone(), |r| l.throttled(r)))).collect()
+    texts.iter().map(|t| Location::parse(t, schemes).map(|l| match rate {
+        Some(r) => l.throttled(r),
+        None => l,
+    })).collect()
 }
 
 #[derive(Args)]

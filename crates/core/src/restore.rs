@@ -382,13 +382,13 @@ impl<'m> Plan<'m> {
         self.link_hard_links(as_root)?;
 
         // Durable contents, then metadata of links, then directories deepest first.
-        let files: Vec<&Path> = entries
-            .iter()
-            .zip(&self.dest)
-            .filter_map(|(e, d)| (e.kind == EntryKind::File).then_some(d.as_deref()).flatten())
-            .collect();
         let synced = durable.sync()?;
         if !synced {
+            let files: Vec<&Path> = entries
+                .iter()
+                .zip(&self.dest)
+                .filter_map(|(e, d)| (e.kind == EntryKind::File).then_some(d.as_deref()).flatten())
+                .collect();
             fsync_all(&files, opts.threads.unwrap_or_else(crate::backup::available_cores))?;
         }
         for (e, d) in entries.iter().zip(&self.dest) {
@@ -414,14 +414,15 @@ impl<'m> Plan<'m> {
         for (e, d) in &dirs {
             apply_metadata(e, d, as_root)?;
         }
-        if synced && durable.sync()? {
-            return Ok((writer.direct.load(Ordering::Relaxed), writer.uring_used.load(Ordering::Relaxed)));
-        }
-        for ((_, d), h) in dirs.iter().zip(&handles) {
-            h.sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", d, e))?;
-        }
-        for r in &self.roots {
-            sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
+        if synced {
+            durable.sync()?;
+        } else {
+            for ((_, d), h) in dirs.iter().zip(&handles) {
+                h.sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", d, e))?;
+            }
+            for r in &self.roots {
+                sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
+            }
         }
         Ok((writer.direct.load(Ordering::Relaxed), writer.uring_used.load(Ordering::Relaxed)))
     }
