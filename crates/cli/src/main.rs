@@ -332,6 +332,8 @@ struct BackupArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
+    keys: repo::KeyArgs,
+    #[command(flatten)]
     s3: S3Args,
 }
 
@@ -556,6 +558,7 @@ fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::NoSpace => 6,
         ErrorKind::Source => 7,
         ErrorKind::Target => 8,
+        ErrorKind::Key => 9,
     }
 }
 
@@ -726,6 +729,14 @@ fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error
     opts.label = a.label;
     opts.overwrite = a.overwrite;
     opts.preallocate = a.preallocate;
+    if !into_repo {
+        // A set of its own: a fresh KDF (salt) for this backup. Into a repository, its own KDF.
+        opts.encryption = a
+            .keys
+            .keys(settings)?
+            .map(|keys| keys.fresh_kdf().map(|kdf| sheaf_core::crypto::Encryption { keys, kdf }))
+            .transpose()?;
+    }
     let is_pg = a.source.starts_with("postgres://") || a.source.starts_with("postgresql://");
     let (r, pg) = if is_pg {
         let pg = sheaf_pg::PgBackupOptions {
@@ -737,7 +748,7 @@ fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error
             expect_system_identifier: None,
         };
         if into_repo {
-            let (r, record) = repo::backup_into(&repo::RepoArg { repo: a.repo.clone() }, &a.s3, settings, &pg, &opts, a.stripes, max_rate.as_ref(), progress(a.json))?;
+            let (r, record) = repo::backup_into(&repo::RepoArg { repo: a.repo.clone(), keys: a.keys.clone() }, &a.s3, settings, &pg, &opts, a.stripes, max_rate.as_ref(), progress(a.json))?;
             let mut postgres = r.postgres;
             postgres["repository_id"] = serde_json::json!(record.id);
             (r.report, Some(postgres))
@@ -864,7 +875,8 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
         return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
     }
     let schemes = a.s3.schemes(settings)?;
-    let set = BackupSet::open(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes)?;
+    let keys = a.recovery.repo.keys.keys(settings)?;
+    let set = BackupSet::open_with(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes, keys.as_deref())?;
     let is_pg = sheaf_pg::is_postgres(&set);
     let r = if is_pg {
         let opts = pg_restore_options(&a)?;
@@ -909,7 +921,8 @@ fn verify(a: VerifyArgs, settings: &Settings) -> Result<serde_json::Value, Error
         return Err(Error::invalid("give stripes or --repo, not both"));
     }
     let schemes = a.s3.schemes(settings)?;
-    let set = BackupSet::open(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes)?;
+    let keys = a.repo.keys.keys(settings)?;
+    let set = BackupSet::open_with(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes, keys.as_deref())?;
     let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);

@@ -21,6 +21,72 @@ pub struct RepoArg {
     /// config file.
     #[arg(long, value_name = "REPO")]
     pub repo: Option<String>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+}
+
+/// The secret an encrypted backup or repository is read and written with. Never a flag's value:
+/// a key or passphrase on the command line would show in `ps` and shell history.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "Encryption (AES-256-GCM after compression)")]
+pub struct KeyArgs {
+    /// Encrypt with the key in FILE: 32 random bytes (or 64 hex digits). Make one with
+    /// `head -c 32 /dev/urandom > FILE` and keep a copy away from the backups: without it nothing
+    /// can be restored. Also needed to restore, verify or read an encrypted repository. Default:
+    /// SHEAF_ENCRYPTION_KEY_FILE, else encryption-key-file in the config file.
+    #[arg(long, value_name = "FILE")]
+    pub encryption_key_file: Option<PathBuf>,
+    /// Encrypt with the passphrase in FILE (its first line), stretched with Argon2id (64 MiB, 3
+    /// passes) and a salt of the backup's or repository's own. SHEAF_PASSPHRASE in the environment
+    /// gives the passphrase itself. Default: SHEAF_PASSPHRASE_FILE, else passphrase-file in the
+    /// config file.
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
+}
+
+impl KeyArgs {
+    fn files(&self, settings: &Settings) -> (Option<PathBuf>, Option<PathBuf>) {
+        let path = |key: &str, flag: &Option<PathBuf>| settings.value(key, flag.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
+        (path("encryption-key-file", &self.encryption_key_file), path("passphrase-file", &self.passphrase_file))
+    }
+
+    /// The keys given, if any: a key file, a passphrase file, or SHEAF_PASSPHRASE (one of them).
+    pub fn keys(&self, settings: &Settings) -> Result<Option<std::sync::Arc<sheaf_core::Keys>>, Error> {
+        let (key_file, pass_file) = self.files(settings);
+        let env = std::env::var_os("SHEAF_PASSPHRASE").filter(|v| !v.is_empty());
+        let given = usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(env.is_some());
+        if given > 1 {
+            return Err(Error::new(
+                ErrorKind::Key,
+                "more than one secret given (an encryption key file, a passphrase file, SHEAF_PASSPHRASE): give one",
+            ));
+        }
+        let keys = if let Some(f) = key_file {
+            sheaf_core::Keys::from_key_file(&f)?
+        } else if let Some(f) = pass_file {
+            let text = std::fs::read(&f).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the passphrase file {}", f.display()), e))?;
+            let line = text.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+            sheaf_core::Keys::from_passphrase(line).map_err(|e| Error::new(ErrorKind::Key, format!("{}: {}", f.display(), e.message())))?
+        } else if let Some(v) = env {
+            use std::os::unix::ffi::OsStringExt;
+            sheaf_core::Keys::from_passphrase(v.into_vec())?
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(std::sync::Arc::new(keys)))
+    }
+
+    /// Flags that give the same secret to another sheaf (restore_command): the files by absolute
+    /// path. `None` when the secret came from SHEAF_PASSPHRASE, which no flag can carry safely.
+    pub fn flags(&self, settings: &Settings) -> Option<Vec<String>> {
+        let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
+        match self.files(settings) {
+            (Some(k), _) => Some(vec!["--encryption-key-file".into(), abs(k)]),
+            (_, Some(p)) => Some(vec!["--passphrase-file".into(), abs(p)]),
+            _ if std::env::var_os("SHEAF_PASSPHRASE").is_some_and(|v| !v.is_empty()) => None,
+            _ => Some(Vec::new()),
+        }
+    }
 }
 
 impl RepoArg {
@@ -39,7 +105,7 @@ impl RepoArg {
     /// [`RepoArg::open`] with every byte to and from the repository held to `rate` (`--max-rate`).
     pub fn open_at(&self, settings: &Settings, s3: &S3Args, rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>) -> Result<(Repo, RepoMeta), Error> {
         let schemes = s3.schemes(settings)?;
-        let mut repo = Repo::at(&self.text(settings)?, &schemes)?;
+        let mut repo = Repo::at(&self.text(settings)?, &schemes)?.with_keys(self.keys.keys(settings)?);
         if let Some(limit) = rate {
             repo = repo.throttled(limit);
         }
@@ -607,7 +673,7 @@ pub fn restore_from(
     let plan = sheaf_pg::pitr::plan(&repo, &meta, &records, chosen, &recovery)?;
     let schemes = s3.schemes(settings)?;
     let stripes: Vec<Location> = plan.backup.stripes.iter().map(|n| repo.location(n)).collect();
-    let set = BackupSet::open(&stripes, &schemes)?;
+    let set = BackupSet::open_with(&stripes, &schemes, repo.keys())?;
     if set.manifest.backup_id != plan.backup.backup_id {
         return Err(Error::corrupt(format!(
             "backup {}: its stripes hold backup {}, its record says {} (the repository is damaged)",
@@ -616,7 +682,7 @@ pub fn restore_from(
     }
     // Built before the long restore: a restored cluster without its recovery settings would not
     // recover.
-    let command = restore_command(&repo, settings, s3)?;
+    let command = restore_command(&repo, settings, s3, &r.repo.keys)?;
     let report = sheaf_pg::restore_postgres(&set, &opts, progress)?;
     sheaf_pg::pitr::write_recovery(&opts.target, &command, &recovery)?;
     Ok((report, plan))
@@ -624,7 +690,7 @@ pub fn restore_from(
 
 /// The restore_command a restored cluster runs: this sheaf, by absolute path, with the settings
 /// that found the repository (no secrets: credentials stay in the environment or ~/.aws).
-fn restore_command(repo: &Repo, settings: &Settings, s3: &S3Args) -> Result<String, Error> {
+fn restore_command(repo: &Repo, settings: &Settings, s3: &S3Args, keys: &KeyArgs) -> Result<String, Error> {
     let exe = std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))?;
     let q = sheaf_pg::pitr::shell_quote;
     let mut parts = vec![q(&exe.display().to_string()), "wal-fetch".into(), "%f".into(), "%p".into()];
@@ -637,6 +703,17 @@ fn restore_command(repo: &Repo, settings: &Settings, s3: &S3Args) -> Result<Stri
     parts.push(q(repo.display()));
     for f in s3.resolved(settings)?.as_flags() {
         parts.push(q(&f));
+    }
+    if repo.keys().is_some() {
+        match keys.flags(settings) {
+            Some(flags) => parts.extend(flags.iter().map(|f| q(f))),
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Key,
+                    "the restored server's restore_command needs the passphrase too, and SHEAF_PASSPHRASE cannot be written into its settings: give the passphrase with --passphrase-file FILE (a file the server's user can read), or a key file",
+                ))
+            }
+        }
     }
     Ok(parts.join(" "))
 }
@@ -662,7 +739,7 @@ pub fn verify_repo(
     for f in &found {
         let Found::Complete(r) = f else { continue };
         let stripes: Vec<Location> = r.stripes.iter().map(|n| repo.location(n)).collect();
-        let outcome = BackupSet::open(&stripes, &schemes).and_then(|set| sheaf_core::verify(&set, threads, std::sync::Arc::new(sheaf_core::NoProgress)));
+        let outcome = BackupSet::open_with(&stripes, &schemes, repo.keys()).and_then(|set| sheaf_core::verify(&set, threads, std::sync::Arc::new(sheaf_core::NoProgress)));
         match outcome {
             Ok(v) => checked.push(serde_json::json!({"id": r.id, "frames": v.frames, "bytes": v.bytes_raw})),
             Err(e) => problems.push(format!("backup {}: {e}", r.id)),
@@ -688,7 +765,7 @@ pub fn verify_repo(
     let mut wal_bytes = 0;
     for (w, _) in &files {
         let object = sheaf_pg::archive::object_name(&w.name);
-        let r = repo.open(&object).and_then(|src| sheaf_core::blob::read_blob(src.as_ref(), &mut |_| Ok(())));
+        let r = repo.open(&object).and_then(|src| sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |_| Ok(())));
         match r {
             Ok(info) => wal_bytes += info.raw_len,
             Err(e) => problems.push(format!("WAL {}: {e}", w.name)),

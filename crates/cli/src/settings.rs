@@ -15,7 +15,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("parallel", "wal-push: segments pushed at once (look-ahead); wal-fetch: segments fetched ahead"),
     ("queue-max", "wal-push: most WAL waiting in pg_wal before segments are dropped from the archive"),
     ("spool", "where wal-push and wal-fetch keep their look-ahead"),
-    ("key-file", "encryption key file (for encrypted repositories)"),
+    ("encryption-key-file", "encryption key file: 32 random bytes (see --encryption-key-file)"),
+    ("passphrase-file", "file holding the encryption passphrase (see --passphrase-file)"),
     ("s3-endpoint", "S3-compatible endpoint URL"),
     ("s3-region", "S3 region"),
     ("s3-profile", "AWS profile for credentials"),
@@ -139,10 +140,10 @@ fn read(path: &Path) -> Result<toml::Table, Error> {
     let table: toml::Table = text.parse().map_err(|e| Error::invalid(format!("config file {} is not valid TOML: {e}", path.display())))?;
     for (k, v) in &table {
         if !KEYS.iter().any(|(known, _)| known == k) {
-            let secretish = ["secret", "password", "access-key", "token"].iter().any(|s| k.contains(s));
+            let secretish = ["secret", "password", "passphrase", "access-key", "token"].iter().any(|s| k.contains(s));
             return Err(Error::invalid(if secretish {
                 format!(
-                    "config file {}: '{k}': sheaf takes no secrets in its config; S3 credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws/credentials (s3-profile picks a profile)",
+                    "config file {}: '{k}': sheaf takes no secrets in its config (a passphrase goes in passphrase-file or SHEAF_PASSPHRASE); S3 credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws/credentials (s3-profile picks a profile)",
                     path.display()
                 )
             } else {

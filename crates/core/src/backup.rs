@@ -28,11 +28,11 @@ use serde::Serialize;
 use crate::codec::CodecSpec;
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{
-    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN,
+    BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FORMAT_VERSION, FRAME_HEADER_LEN,
     MAX_ZERO_FRAME,
 };
 use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
-use crate::frame::{FrameEncoder, Payload};
+use crate::frame::{FrameEncoder, Payload, Sealing};
 use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
 use crate::source::{list_tree, Listed};
 use crate::storage::{Location, StripeSink};
@@ -81,6 +81,9 @@ pub struct BackupOptions {
     /// Set it to stop the backup (Ctrl-C): readers stop at the next chunk, and the session fails
     /// with [`ErrorKind::Cancelled`], removing every stripe it wrote and aborting every upload.
     pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Encrypt (AES-256-GCM after compression) with these keys, the master key made as this KDF
+    /// says (a fresh one per backup for a set, the repository's own in a repository).
+    pub encryption: Option<crate::crypto::Encryption>,
 }
 
 impl BackupOptions {
@@ -98,6 +101,7 @@ impl BackupOptions {
             preallocate: false,
             expected_bytes: None,
             stop: None,
+            encryption: None,
         }
     }
 }
@@ -215,6 +219,8 @@ pub struct BackupReport {
     pub seconds: f64,
     /// Stripe count.
     pub stripes: usize,
+    /// `aes-256-gcm`, or `none`.
+    pub encryption: String,
     /// Where each stripe went.
     pub targets: Vec<String>,
     /// Codec family.
@@ -351,6 +357,8 @@ struct Frame {
     buf: Option<PoolBuf>,
     /// A packed frame's chunks (empty otherwise).
     parts: Vec<Part>,
+    /// crc32c of the raw bytes (a sealed frame's header does not show it).
+    raw_crc: u32,
 }
 
 struct WriterOut {
@@ -386,6 +394,8 @@ pub struct Backup {
     first_names: std::collections::HashMap<(u64, u64), u32>,
     shared: Arc<Shared>,
     pool: Arc<Pool>,
+    /// The set's data key, for its index and manifest (frames are sealed by the compressors).
+    cipher: Option<Arc<crate::crypto::Cipher>>,
     job_tx: Option<Sender<Job>>,
     compressors: Vec<JoinHandle<CompressStats>>,
     writers: Vec<JoinHandle<Option<WriterOut>>>,
@@ -411,6 +421,14 @@ impl Backup {
         }
         let id = BackupId::random()?;
         let now = SystemTime::now();
+        // One data key for the whole set: its key block goes into every stripe's header.
+        let (key_block, seal) = match &opts.encryption {
+            Some(e) => {
+                let (block, cipher) = e.keys.seal(e.kdf)?;
+                (Some(block), Some(Sealing::new(cipher)))
+            }
+            None => (None, None),
+        };
         let stripe_count = opts.targets.len();
         let mut sinks = Vec::with_capacity(stripe_count);
         for (k, t) in opts.targets.iter().enumerate() {
@@ -427,9 +445,10 @@ impl Backup {
                 level: opts.codec.level as i8,
                 transfer_size: tuning.transfer_size as u32,
                 created_unix_ms: unix_ms(now),
+                key_block,
             };
             sink.write_all(&header.encode())?;
-            sinks.push(sink);
+            sinks.push((sink, header.len() as u64));
         }
 
         let shared = Shared::stoppable(progress, opts.stop.clone());
@@ -441,15 +460,15 @@ impl Backup {
         let mut compressors = Vec::with_capacity(tuning.threads);
         for _ in 0..tuning.threads {
             let (rx, tx, shared) = (job_rx.clone(), frame_tx.clone(), shared.clone());
-            let (spec, size) = (opts.codec, tuning.buffer_len);
-            compressors.push(thread::spawn(move || compress_loop(spec, size, &rx, &tx, &shared)));
+            let (spec, size, seal) = (opts.codec, tuning.buffer_len, seal.clone());
+            compressors.push(thread::spawn(move || compress_loop(spec, size, seal, &rx, &tx, &shared)));
         }
         drop(frame_tx);
         let writers = sinks
             .into_iter()
-            .map(|sink| {
+            .map(|(sink, start)| {
                 let (rx, shared) = (frame_rx.clone(), shared.clone());
-                thread::spawn(move || write_loop(sink, &rx, &shared))
+                thread::spawn(move || write_loop(sink, start, &rx, &shared))
             })
             .collect();
 
@@ -468,6 +487,7 @@ impl Backup {
             first_names: Default::default(),
             shared,
             pool,
+            cipher: seal.as_ref().map(|s| s.cipher.clone()),
             job_tx: Some(job_tx),
             compressors,
             writers,
@@ -735,7 +755,11 @@ impl Backup {
             vanished_files: std::mem::take(&mut self.vanished_files),
             source,
         };
-        let stored = manifest.to_stored_bytes()?;
+        let mut stored = manifest.to_stored_bytes()?;
+        if let Some(c) = &self.cipher {
+            // Sealed once: every stripe carries the same bytes, as unencrypted sets do.
+            stored = c.seal_region(crate::crypto::NONCE_MANIFEST, 0, &stored);
+        }
         let stripe_count = outs.len() as u16;
 
         // Footers in parallel: each stripe's fsync is independent.
@@ -744,9 +768,9 @@ impl Backup {
                 .iter_mut()
                 .enumerate()
                 .map(|(k, out)| {
-                    let stored = &stored;
+                    let (stored, cipher) = (&stored, self.cipher.as_deref());
                     let id = self.id;
-                    s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored))
+                    s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored, cipher))
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "footer writer panicked")))).collect()
@@ -769,6 +793,7 @@ impl Backup {
             bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
             seconds: self.started.elapsed().as_secs_f64(),
             stripes: outs.len(),
+            encryption: if self.cipher.is_some() { "aes-256-gcm" } else { "none" }.into(),
             targets: self.opts.targets.iter().map(Location::display).collect(),
             codec: self.opts.codec.kind.name().into(),
             compression: self.opts.codec.to_string(),
@@ -825,10 +850,14 @@ impl Drop for Backup {
     }
 }
 
-fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u8]) -> Result<()> {
+fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u8], cipher: Option<&crate::crypto::Cipher>) -> Result<()> {
     let mut index = Vec::with_capacity(out.index.len() * crate::format::INDEX_ENTRY_LEN);
     for e in &out.index {
         e.encode_into(&mut index);
+    }
+    if let Some(c) = cipher {
+        // The index holds every chunk's raw checksum, a fingerprint of the plaintext.
+        index = c.seal_region(crate::crypto::NONCE_INDEX, u64::from(k), &index);
     }
     let trailer = Trailer {
         index_offset: out.pos,
@@ -1161,10 +1190,10 @@ fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
     }
 }
 
-fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {
+fn compress_loop(spec: CodecSpec, size: usize, seal: Option<Sealing>, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {
     let mut stats = CompressStats::default();
     let mut encoder = match FrameEncoder::new(spec, size) {
-        Ok(e) => e,
+        Ok(e) => e.sealed(seal, size),
         Err(e) => {
             shared.fail(e);
             return stats;
@@ -1177,7 +1206,7 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
         let Some(buf) = job.buf else {
             stats.zero += 1;
             let header = FrameEncoder::hole(job.file_id, job.offset, job.len as u32);
-            if tx.send(Frame { header, buf: None, parts: Vec::new() }).is_err() {
+            if tx.send(Frame { header, buf: None, parts: Vec::new(), raw_crc: header.raw_crc }).is_err() {
                 break;
             }
             continue;
@@ -1187,7 +1216,7 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
             run_check(c, job.offset, raw, shared);
         }
         let mut parts = Vec::with_capacity(job.members.len());
-        let mut raw_crc = 0;
+        let mut raw_crc = if job.members.is_empty() { crc32c::crc32c(raw) } else { 0 };
         for m in &job.members {
             let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
             if let Some(c) = &m.check {
@@ -1197,37 +1226,32 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
             raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
             parts.push(Part { file_id: m.file_id, at: m.at, len: m.len, crc });
         }
-        let encoded = if parts.is_empty() {
-            encoder.encode(job.file_id, job.offset, raw)
-        } else {
-            encoder.encode_checked(job.file_id, job.offset, raw, raw_crc)
-        };
+        let flags = if parts.is_empty() { 0 } else { FLAG_PACKED };
+        let encoded = encoder.encode_checked(job.file_id, job.offset, raw, raw_crc, flags);
         let frame = match encoded {
             Ok((header, Payload::Zero)) => {
                 stats.zero += 1;
-                Frame { header, buf: None, parts }
+                Frame { header, buf: None, parts, raw_crc }
             }
             Ok((header, Payload::Raw)) => {
                 stats.raw += u64::from(encoder.compresses());
-                Frame { header, buf: Some(buf), parts }
+                Frame { header, buf: Some(buf), parts, raw_crc }
             }
             Ok((header, Payload::Packed(_))) => {
+                // Sealed frames are all "packed" into the encoder's output, stored raw or not.
+                stats.raw += u64::from(encoder.compresses() && header.codec == crate::codec::CodecKind::None as u8);
                 // The chunk's buffer becomes the encoder's output; the guard carries the payload on.
                 let (mut payload, mut spare) = (buf, Vec::new());
                 encoder.swap_output(&mut spare);
                 payload.swap_vec(&mut spare);
                 encoder.swap_output(&mut spare);
-                Frame { header, buf: Some(payload), parts }
+                Frame { header, buf: Some(payload), parts, raw_crc }
             }
             Err(e) => {
                 shared.fail(e);
                 continue;
             }
         };
-        let mut frame = frame;
-        if !frame.parts.is_empty() {
-            frame.header.flags = FLAG_PACKED;
-        }
         if tx.send(frame).is_err() {
             break;
         }
@@ -1235,9 +1259,9 @@ fn compress_loop(spec: CodecSpec, size: usize, rx: &Receiver<Job>, tx: &Sender<F
     stats
 }
 
-fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
+fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
     let mut index = Vec::new();
-    let mut pos = HEADER_LEN as u64;
+    let mut pos = start;
     let mut frames = 0;
     for frame in rx {
         if shared.is_cancelled() {
@@ -1248,25 +1272,24 @@ fn write_loop(mut sink: Box<dyn StripeSink>, rx: &Receiver<Frame>, shared: &Shar
         if let (Ok(()), Some(b)) = (&result, &frame.buf) {
             result = sink.write_all(&b[..h.stored_len as usize]);
         }
-        let Frame { buf, parts, .. } = frame;
+        let Frame { buf, parts, raw_crc, .. } = frame;
         drop(buf);
-        let frame = Frame { header: h, buf: None, parts };
         if let Err(e) = result {
             shared.fail(e);
             continue;
         }
-        if frame.parts.is_empty() {
+        if parts.is_empty() {
             index.push(IndexEntry {
                 file_id: h.file_id,
                 offset: h.offset,
                 frame_pos: pos,
                 raw_len: h.raw_len,
                 stored_len: h.stored_len,
-                raw_crc: h.raw_crc,
+                raw_crc,
                 frame_off: 0,
             });
         }
-        for p in &frame.parts {
+        for p in &parts {
             index.push(IndexEntry {
                 file_id: p.file_id,
                 offset: 0,

@@ -5,8 +5,10 @@
 //!
 //! ```text
 //! blob    := header frame* trailer
-//! header  (64 B)  magic "SHEAF\0BL", version, header length, codec, level, chunk size,
-//!                 created (ms since the epoch), crc32c of bytes 0..60
+//! header  (64 B)  magic "SHEAF\0BL", version, header length, codec, level, cipher, chunk size,
+//!                 created (ms since the epoch), crc32c of bytes 0..60; when encrypted, a 96-byte
+//!                 key block follows (crypto.rs), every frame is sealed and the trailer's content
+//!                 checksum is masked with a value of the object's own key
 //! frame   (40 B header + stored bytes)  as in a stripe; file id 0, offsets contiguous from 0
 //! trailer (48 B)  raw length, frame count, crc32c of the whole raw content, crc32c of bytes
 //!                 0..36, magic "SHEAFBND"
@@ -17,10 +19,11 @@
 use std::io::{Read, Write};
 
 use crate::codec::{CodecKind, CodecSpec};
+use crate::crypto::{Encryption, KeyBlock, Keys, CIPHER_AES256GCM, CIPHER_NONE, FRAME_OVERHEAD, KEY_BLOCK_LEN};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{u32_at, u64_at, FrameHeader, FRAME_HEADER_LEN};
 use crate::time::now_ms;
-use crate::frame::{FrameDecoder, FrameEncoder, Payload};
+use crate::frame::{FrameDecoder, FrameEncoder, Payload, Sealing};
 use crate::pipeline::read_full;
 use crate::storage::{from_io, StripeSink, StripeSource};
 
@@ -50,6 +53,11 @@ pub struct BlobInfo {
     pub codec: String,
     /// When it was written, milliseconds since the epoch.
     pub created_unix_ms: i64,
+    /// Whether it is encrypted (its crc is then masked until it is read with its key).
+    pub encrypted: bool,
+    /// How to make its key, when encrypted.
+    #[serde(skip)]
+    pub key_block: Option<KeyBlock>,
 }
 
 /// Compress everything `content` yields into `sink` as a blob, make it durable and publish it.
@@ -58,29 +66,35 @@ pub struct BlobInfo {
 /// # Errors
 /// Reading `content` (as [`ErrorKind::Source`]), codec failures, and the sink's errors. Nothing is
 /// published on error (the sink is discarded).
-pub fn write_blob(mut sink: Box<dyn StripeSink>, content: &mut dyn Read, spec: CodecSpec, what: &str) -> Result<BlobInfo> {
-    let r = write_into(sink.as_mut(), content, spec, what);
+pub fn write_blob(mut sink: Box<dyn StripeSink>, content: &mut dyn Read, spec: CodecSpec, what: &str, enc: Option<&Encryption>) -> Result<BlobInfo> {
+    let r = write_into(sink.as_mut(), content, spec, what, enc);
     if r.is_err() {
         sink.discard();
     }
     r
 }
 
-fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec, what: &str) -> Result<BlobInfo> {
+fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec, what: &str, enc: Option<&Encryption>) -> Result<BlobInfo> {
     let created = now_ms();
+    let sealed = enc.map(|e| e.keys.seal(e.kdf)).transpose()?;
+    let header_len = BLOB_HEADER_LEN + if sealed.is_some() { KEY_BLOCK_LEN } else { 0 };
     let mut h = [0u8; BLOB_HEADER_LEN];
     h[0..8].copy_from_slice(BLOB_MAGIC);
     h[8..10].copy_from_slice(&BLOB_VERSION.to_le_bytes());
-    h[10..12].copy_from_slice(&(BLOB_HEADER_LEN as u16).to_le_bytes());
+    h[10..12].copy_from_slice(&(header_len as u16).to_le_bytes());
     h[12] = spec.kind as u8;
     h[13] = spec.level as i8 as u8;
+    h[14] = if sealed.is_some() { CIPHER_AES256GCM } else { CIPHER_NONE };
     h[16..20].copy_from_slice(&(BLOB_CHUNK as u32).to_le_bytes());
     h[20..28].copy_from_slice(&created.to_le_bytes());
     let crc = crc32c::crc32c(&h[..60]);
     h[60..64].copy_from_slice(&crc.to_le_bytes());
     sink.write_all(&h)?;
-
-    let mut encoder = FrameEncoder::new(spec, spec.buffer_len(BLOB_CHUNK))?;
+    if let Some((block, _)) = &sealed {
+        sink.write_all(&block.encode())?;
+    }
+    let out_len = spec.buffer_len(BLOB_CHUNK);
+    let mut encoder = FrameEncoder::new(spec, out_len)?.sealed(sealed.as_ref().map(|(_, c)| Sealing::new(c.clone())), out_len);
     let mut buf = vec![0u8; BLOB_CHUNK];
     let (mut offset, mut frames, mut whole) = (0u64, 0u64, 0u32);
     loop {
@@ -106,7 +120,9 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
     let mut t = [0u8; BLOB_TRAILER_LEN];
     t[0..8].copy_from_slice(&offset.to_le_bytes());
     t[8..16].copy_from_slice(&frames.to_le_bytes());
-    t[16..20].copy_from_slice(&whole.to_le_bytes());
+    // Sealed, the content's checksum would fingerprint it in the clear: it is masked.
+    let mask = sealed.as_ref().map_or(0, |(_, c)| c.crc_mask());
+    t[16..20].copy_from_slice(&(whole ^ mask).to_le_bytes());
     let crc = crc32c::crc32c(&t[..36]);
     t[36..40].copy_from_slice(&crc.to_le_bytes());
     t[40..48].copy_from_slice(BLOB_END);
@@ -114,7 +130,15 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
     let stored_len = sink.written();
     sink.sync()?;
     sink.publish()?;
-    Ok(BlobInfo { raw_len: offset, stored_len, crc: whole, codec: spec.to_string(), created_unix_ms: created })
+    Ok(BlobInfo {
+        raw_len: offset,
+        stored_len,
+        crc: whole,
+        codec: spec.to_string(),
+        created_unix_ms: created,
+        encrypted: sealed.is_some(),
+        key_block: sealed.map(|(b, _)| b),
+    })
 }
 
 /// Read and check a blob's header and trailer (two small reads), without its frames.
@@ -140,6 +164,20 @@ pub fn blob_info(src: &dyn StripeSource) -> Result<BlobInfo> {
         return Err(Error::invalid(format!("{at}: written by a newer sheaf (format {version}, this one reads up to {BLOB_VERSION}): upgrade sheaf")));
     }
     let kind = CodecKind::from_id(h[12]).ok_or_else(|| Error::corrupt(format!("{at}: unknown codec id {}", h[12])))?;
+    let key_block = match h[14] {
+        CIPHER_NONE => None,
+        CIPHER_AES256GCM if len >= (BLOB_HEADER_LEN + KEY_BLOCK_LEN + BLOB_TRAILER_LEN) as u64 => {
+            let mut k = [0u8; KEY_BLOCK_LEN];
+            src.read_exact_at(&mut k, BLOB_HEADER_LEN as u64)?;
+            Some(KeyBlock::decode(&k).map_err(|e| e.context(at.to_string()))?)
+        }
+        CIPHER_AES256GCM => return Err(Error::incomplete(format!("{at}: too short for an encrypted sheaf object (truncated)"))),
+        c => return Err(Error::invalid(format!("{at}: cipher {c} is not known to this sheaf: upgrade sheaf"))),
+    };
+    let header_len = BLOB_HEADER_LEN + if key_block.is_some() { KEY_BLOCK_LEN } else { 0 };
+    if usize::from(u16::from_le_bytes([h[10], h[11]])) != header_len {
+        return Err(Error::corrupt(format!("{at}: header length does not match its cipher (the header is damaged)")));
+    }
     let mut t = [0u8; BLOB_TRAILER_LEN];
     src.read_exact_at(&mut t, len - BLOB_TRAILER_LEN as u64)?;
     if &t[40..48] != BLOB_END {
@@ -158,6 +196,8 @@ pub fn blob_info(src: &dyn StripeSource) -> Result<BlobInfo> {
         crc: u32_at(&t, 16),
         codec,
         created_unix_ms: i64::from_le_bytes(h[20..28].try_into().expect("8 bytes")),
+        encrypted: key_block.is_some(),
+        key_block,
     })
 }
 
@@ -167,24 +207,39 @@ pub fn blob_info(src: &dyn StripeSource) -> Result<BlobInfo> {
 /// # Errors
 /// [`ErrorKind::Corrupt`] / [`ErrorKind::Incomplete`] naming the object and what does not match;
 /// `out`'s errors as [`ErrorKind::Target`].
-pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<BlobInfo> {
-    let info = blob_info(src)?;
+pub fn read_blob(src: &dyn StripeSource, keys: Option<&Keys>, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<BlobInfo> {
+    let mut info = blob_info(src)?;
     let at = src.location().to_string();
+    let cipher = match (&info.key_block, keys) {
+        (None, _) => None,
+        (Some(block), Some(keys)) => Some(keys.open(block).map_err(|e| e.context(at.clone()))?),
+        (Some(block), None) => {
+            return Err(Error::new(ErrorKind::Key, format!("{at} is encrypted: give {} to read it", block.kdf.needs())));
+        }
+    };
+    if let Some(c) = &cipher {
+        info.crc ^= c.crc_mask();
+    }
+    let start = (BLOB_HEADER_LEN + if cipher.is_some() { KEY_BLOCK_LEN } else { 0 }) as u64;
     let end = src.len() - BLOB_TRAILER_LEN as u64;
-    let mut stream = src.stream(BLOB_HEADER_LEN as u64, end)?;
-    let mut pos = BLOB_HEADER_LEN as u64;
+    if start > end {
+        return Err(Error::incomplete(format!("{at}: too short for its header (truncated)")));
+    }
+    let mut stream = src.stream(start, end)?;
+    let mut pos = start;
     let (mut offset, mut whole) = (0u64, 0u32);
-    let mut decoder = FrameDecoder::new();
+    let overhead = if cipher.is_some() { FRAME_OVERHEAD } else { 0 };
+    let mut decoder = FrameDecoder::new(cipher);
     // Sized to the content: a small record costs no 1 MiB buffers.
     let cap = usize::try_from(info.raw_len).unwrap_or(BLOB_CHUNK).clamp(1, BLOB_CHUNK);
-    let mut stored = vec![0u8; cap];
+    let mut stored = vec![0u8; cap + overhead];
     let mut raw = vec![0u8; cap];
     while pos < end {
         let here = |what: &str| Error::corrupt(format!("{at}: frame at byte {pos}: {what}"));
         let mut hb = [0u8; FRAME_HEADER_LEN];
         stream.read_exact(&mut hb).map_err(|e| from_io(e, || format!("{at}: frame at byte {pos}")))?;
         let h = FrameHeader::decode(&hb).map_err(|e| here(e.message()))?;
-        if h.offset != offset || h.file_id != 0 || h.raw_len as usize > cap || h.stored_len as usize > cap {
+        if h.offset != offset || h.file_id != 0 || h.raw_len as usize > cap || h.stored_len as usize > cap + overhead {
             return Err(here("frame out of place (the object is damaged)"));
         }
         let n = h.stored_len as usize;
@@ -193,13 +248,13 @@ pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()
         }
         let payload = if h.codec_kind().map_err(|e| here(e.message()))?.is_some() {
             stream.read_exact(&mut stored[..n]).map_err(|e| from_io(e, || format!("{at}: frame at byte {pos}")))?;
-            Some(&stored[..n])
+            Some(&mut stored[..n])
         } else if n != 0 {
             return Err(here("zero frame carries a payload (the object is damaged)"));
         } else {
             None
         };
-        let chunk = match decoder.decode(&h, payload, &mut raw).map_err(|e| here(&e))? {
+        let chunk = match decoder.decode(&h, payload, &mut raw).map_err(|e| here(&e))?.0 {
             Some(c) => c,
             None => {
                 raw[..h.raw_len as usize].fill(0);
@@ -224,8 +279,8 @@ pub fn read_blob(src: &dyn StripeSource, out: &mut dyn FnMut(&[u8]) -> Result<()
 ///
 /// # Errors
 /// As [`read_blob`]; write errors as [`ErrorKind::Target`].
-pub fn copy_blob(src: &dyn StripeSource, dest: &mut dyn Write, dest_name: &str) -> Result<BlobInfo> {
-    read_blob(src, &mut |chunk| dest.write_all(chunk).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {dest_name}"), e)))
+pub fn copy_blob(src: &dyn StripeSource, keys: Option<&Keys>, dest: &mut dyn Write, dest_name: &str) -> Result<BlobInfo> {
+    read_blob(src, keys, &mut |chunk| dest.write_all(chunk).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {dest_name}"), e)))
 }
 
 /// Whether the blob's content equals what `content` yields, byte for byte (the blob is checked on
@@ -233,10 +288,10 @@ pub fn copy_blob(src: &dyn StripeSource, dest: &mut dyn Write, dest_name: &str) 
 ///
 /// # Errors
 /// As [`read_blob`]; reading `content` as [`ErrorKind::Source`].
-pub fn same_content(src: &dyn StripeSource, content: &mut dyn Read, what: &str) -> Result<bool> {
+pub fn same_content(src: &dyn StripeSource, keys: Option<&Keys>, content: &mut dyn Read, what: &str) -> Result<bool> {
     let mut same = true;
     let mut mine = vec![0u8; BLOB_CHUNK];
-    read_blob(src, &mut |chunk| {
+    read_blob(src, keys, &mut |chunk| {
         if same {
             let n = read_full(content, &mut mine[..chunk.len()]).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {what}"), e))?;
             same = n == chunk.len() && &mine[..n] == chunk;
@@ -259,13 +314,13 @@ mod tests {
 
     fn put(store: &Arc<MemoryStore>, name: &str, content: &[u8], codec: &str) -> BlobInfo {
         let loc = Location::new(store.clone(), name);
-        write_blob(loc.create(false, 0).unwrap(), &mut &content[..], CodecSpec::parse(codec).unwrap(), name).unwrap()
+        write_blob(loc.create(false, 0).unwrap(), &mut &content[..], CodecSpec::parse(codec).unwrap(), name, None).unwrap()
     }
 
     fn get(store: &Arc<MemoryStore>, name: &str) -> Result<Vec<u8>> {
         let src = Location::new(store.clone(), name).open()?;
         let mut out = Vec::new();
-        copy_blob(src.as_ref(), &mut out, "memory")?;
+        copy_blob(src.as_ref(), None, &mut out, "memory")?;
         Ok(out)
     }
 
@@ -295,15 +350,15 @@ mod tests {
                 assert_eq!(info.raw_len, n as u64);
                 assert_eq!(get(&store, &name).unwrap(), data, "{name}");
                 let src = Location::new(store.clone(), &name[..]).open().unwrap();
-                assert!(same_content(src.as_ref(), &mut &data[..], "x").unwrap());
+                assert!(same_content(src.as_ref(), None, &mut &data[..], "x").unwrap());
                 let mut other = data.clone();
                 other.push(1);
-                assert!(!same_content(src.as_ref(), &mut &other[..], "x").unwrap(), "longer is not the same");
+                assert!(!same_content(src.as_ref(), None, &mut &other[..], "x").unwrap(), "longer is not the same");
                 if n > 0 {
                     other.truncate(n);
                     other[n / 2] ^= 0x40;
-                    assert!(!same_content(src.as_ref(), &mut &other[..], "x").unwrap(), "a flipped byte is not the same");
-                    assert!(!same_content(src.as_ref(), &mut &data[..n - 1], "x").unwrap(), "shorter is not the same");
+                    assert!(!same_content(src.as_ref(), None, &mut &other[..], "x").unwrap(), "a flipped byte is not the same");
+                    assert!(!same_content(src.as_ref(), None, &mut &data[..n - 1], "x").unwrap(), "shorter is not the same");
                 }
                 let meta = blob_info(src.as_ref()).unwrap();
                 assert_eq!(meta.raw_len, n as u64);

@@ -24,6 +24,9 @@ pub enum ErrorKind {
     TargetNotEmpty,
     /// Any other I/O failure.
     Io,
+    /// Encryption keys: an encrypted backup and no key or passphrase, the wrong one, or a key file
+    /// that is not one.
+    Key,
     /// The operation was cancelled (another thread failed first, or the caller asked).
     Cancelled,
 }

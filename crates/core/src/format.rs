@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! stripe := header frame* index manifest trailer
-//! header  (64 B)  magic "SHEAF\0ST", version, stripe k of N, backup id, codec, transfer size, crc
+//! header  (64 B)  magic "SHEAF\0ST", version, header length, stripe k of N, backup id, codec,
+//!         cipher, transfer size, crc; when encrypted, a 96-byte key block follows (crypto.rs)
 //! frame   (40 B header + stored bytes)  file id, offset, raw len, stored len, codec, flags, crcs,
 //!         header crc; a packed frame holds several small files' bytes back to back
 //! index   (36 B per chunk; 32 in version 1)  file id, offset, frame position, raw len, stored len,
@@ -14,6 +15,7 @@
 //! ```
 
 use crate::codec::CodecKind;
+use crate::crypto::{KeyBlock, CIPHER_AES256GCM, CIPHER_NONE, KEY_BLOCK_LEN};
 use crate::error::{Error, Result};
 
 /// Current format version; readers refuse newer ones. Version 2 added packed frames (several
@@ -112,29 +114,54 @@ pub struct StripeHeader {
     pub transfer_size: u32,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_unix_ms: i64,
+    /// How to make the key, when the stripe is encrypted (it follows the fixed header).
+    pub key_block: Option<KeyBlock>,
 }
 
 impl StripeHeader {
-    /// Encode with checksum.
-    pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
+    /// Bytes from the start of the stripe to its first frame: the header and any key block.
+    pub fn len(&self) -> usize {
+        HEADER_LEN + if self.key_block.is_some() { KEY_BLOCK_LEN } else { 0 }
+    }
+
+    /// Whether the stripe is encrypted.
+    pub fn encrypted(&self) -> bool {
+        self.key_block.is_some()
+    }
+
+    /// How many bytes the whole header has, from its first [`HEADER_LEN`] bytes (which
+    /// [`StripeHeader::decode`] still checks): read that many before decoding.
+    pub fn len_from(first: &[u8]) -> usize {
+        if first.len() > 34 && first[34] != CIPHER_NONE {
+            HEADER_LEN + KEY_BLOCK_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Encode with checksum ([`StripeHeader::len`] bytes).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; self.len()];
         b[0..8].copy_from_slice(HEADER_MAGIC);
         b[8..10].copy_from_slice(&self.version.to_le_bytes());
-        b[10..12].copy_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+        b[10..12].copy_from_slice(&(self.len() as u16).to_le_bytes());
         b[12..14].copy_from_slice(&self.stripe_index.to_le_bytes());
         b[14..16].copy_from_slice(&self.stripe_count.to_le_bytes());
         b[16..32].copy_from_slice(&self.backup_id.0);
         b[32] = self.codec as u8;
         b[33] = self.level as u8;
-        b[34] = 0; // cipher: none (reserved for encryption)
+        b[34] = if self.key_block.is_some() { CIPHER_AES256GCM } else { CIPHER_NONE };
         b[36..40].copy_from_slice(&self.transfer_size.to_le_bytes());
         b[40..48].copy_from_slice(&self.created_unix_ms.to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
+        if let Some(k) = &self.key_block {
+            b[HEADER_LEN..].copy_from_slice(&k.encode());
+        }
         b
     }
 
-    /// Decode and check magic, checksum and version.
+    /// Decode and check magic, checksum and version; `b` holds [`StripeHeader::len_from`] bytes.
     ///
     /// # Errors
     /// [`crate::ErrorKind::Corrupt`] naming what does not match.
@@ -154,8 +181,15 @@ impl StripeHeader {
         if version < OLDEST_FORMAT_VERSION {
             return Err(Error::corrupt(format!("header: format version {version} does not exist (the header is damaged)")));
         }
-        if b[34] != 0 {
-            return Err(Error::invalid(format!("header: cipher {} is not supported by this sheaf", b[34])));
+        let key_block = match b[34] {
+            CIPHER_NONE => None,
+            CIPHER_AES256GCM if b.len() >= HEADER_LEN + KEY_BLOCK_LEN => Some(KeyBlock::decode(&b[HEADER_LEN..])?),
+            CIPHER_AES256GCM => return Err(Error::corrupt("header: the key block is missing (truncated)")),
+            c => return Err(Error::invalid(format!("header: cipher {c} is not supported by this sheaf: upgrade sheaf"))),
+        };
+        let len = HEADER_LEN + if key_block.is_some() { KEY_BLOCK_LEN } else { 0 };
+        if usize::from(u16_at(b, 10)) != len {
+            return Err(Error::corrupt(format!("header: length {} where {len} was expected (the header is damaged)", u16_at(b, 10))));
         }
         let codec = CodecKind::from_id(b[32]).ok_or_else(|| Error::corrupt(format!("header: unknown codec id {}", b[32])))?;
         // Readers size their buffers by it: a damaged value must not ask for gigabytes (found by
@@ -173,6 +207,7 @@ impl StripeHeader {
             level: b[33] as i8,
             transfer_size,
             created_unix_ms: i64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
+            key_block,
         })
     }
 }
@@ -438,17 +473,27 @@ mod tests {
             level: -5,
             transfer_size: 1 << 20,
             created_unix_ms: 1_700_000_000_000,
+            key_block: None,
         }
     }
 
     #[test]
     fn header_round_trip_and_every_flipped_byte_is_caught() {
-        let b = header().encode();
-        assert_eq!(StripeHeader::decode(&b).unwrap(), header());
-        for i in 0..HEADER_LEN {
-            let mut bad = b;
-            bad[i] ^= 0x10;
-            assert!(StripeHeader::decode(&bad).is_err(), "flip at {i} not caught");
+        let keys = crate::crypto::Keys::from_passphrase(b"p".to_vec()).unwrap().with_argon2(64, 1, 1).unwrap();
+        let (block, _) = keys.seal(keys.fresh_kdf().unwrap()).unwrap();
+        for h in [header(), StripeHeader { key_block: Some(block), ..header() }] {
+            let b = h.encode();
+            assert_eq!(b.len(), h.len());
+            assert_eq!(StripeHeader::len_from(&b[..HEADER_LEN]), h.len());
+            assert_eq!(StripeHeader::decode(&b).unwrap(), h);
+            for i in 0..b.len() {
+                let mut bad = b.clone();
+                bad[i] ^= 0x10;
+                assert!(StripeHeader::decode(&bad).is_err(), "flip at {i} not caught");
+            }
+            if h.encrypted() {
+                assert!(StripeHeader::decode(&b[..HEADER_LEN]).unwrap_err().message().contains("key block"));
+            }
         }
     }
 

@@ -7,7 +7,11 @@
 //!  FrameHeader + payload ──FrameDecoder──► raw chunk       (stored crc, then codec, then raw crc)
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use crate::codec::{CodecKind, CodecSpec, Compressor, DecompressorSet};
+use crate::crypto::{Cipher, FRAME_OVERHEAD, NONCE_FRAMES, TAG_LEN};
 use crate::error::Result;
 use crate::format::{FrameHeader, ZERO_FRAME};
 use crate::pipeline::{is_zero, zero_crc};
@@ -19,8 +23,31 @@ pub enum Payload {
     Zero,
     /// Stored as is: the payload is the raw chunk itself.
     Raw,
-    /// Compressed: the payload is [`FrameEncoder::output`]'s first `n` bytes.
+    /// Compressed (or sealed): the payload is [`FrameEncoder::output`]'s first `n` bytes.
     Packed(usize),
+}
+
+/// Encryption of frames: one data key, and the counter that numbers every frame sealed under it
+/// (shared by all of a backup's encoders, so no nonce repeats).
+#[derive(Clone, Debug)]
+pub struct Sealing {
+    /// The data key's cipher.
+    pub cipher: Arc<Cipher>,
+    /// The next frame's number.
+    pub counter: Arc<AtomicU64>,
+}
+
+impl Sealing {
+    /// Sealing with `cipher`, frames numbered from 0.
+    pub fn new(cipher: Arc<Cipher>) -> Sealing {
+        Sealing { cipher, counter: Arc::new(AtomicU64::new(0)) }
+    }
+}
+
+/// The bytes of a frame header that its sealed payload authenticates: everything but the
+/// checksums, which are made after sealing (and the raw one is inside the payload).
+fn sealed_aad(h: &FrameHeader) -> [u8; 28] {
+    h.encode()[..28].try_into().expect("28 bytes")
 }
 
 /// Compresses chunks into frames. One per thread; it keeps the codec's state and an output buffer.
@@ -28,6 +55,7 @@ pub struct FrameEncoder {
     compressor: Box<dyn Compressor>,
     kind: CodecKind,
     out: Vec<u8>,
+    seal: Option<Sealing>,
 }
 
 impl FrameEncoder {
@@ -38,7 +66,18 @@ impl FrameEncoder {
     /// When the codec cannot be set up.
     pub fn new(spec: CodecSpec, out_len: usize) -> Result<Self> {
         let out = if spec.kind == CodecKind::None { Vec::new() } else { vec![0u8; out_len] };
-        Ok(FrameEncoder { compressor: spec.compressor()?, kind: spec.kind, out })
+        Ok(FrameEncoder { compressor: spec.compressor()?, kind: spec.kind, out, seal: None })
+    }
+
+    /// This encoder, sealing every payload it makes (AES-256-GCM after compression): the payload
+    /// becomes the frame's number, then the sealed raw checksum and stored bytes, then the tag.
+    /// The frame header keeps no raw checksum in the clear.
+    pub fn sealed(mut self, seal: Option<Sealing>, out_len: usize) -> Self {
+        if seal.is_some() && self.out.len() < out_len {
+            self.out = vec![0u8; out_len];
+        }
+        self.seal = seal;
+        self
     }
 
     /// Encode `raw`, the bytes at `offset` of file `file_id`.
@@ -46,33 +85,63 @@ impl FrameEncoder {
     /// # Errors
     /// A codec failure (not lack of room: a chunk that does not shrink is stored raw).
     pub fn encode(&mut self, file_id: u32, offset: u64, raw: &[u8]) -> Result<(FrameHeader, Payload)> {
-        self.encode_checked(file_id, offset, raw, crc32c::crc32c(raw))
+        self.encode_checked(file_id, offset, raw, crc32c::crc32c(raw), 0)
     }
 
     /// [`FrameEncoder::encode`] when the caller already has the crc32c of `raw` (a packed chunk,
-    /// whose files' checksums combine to it).
+    /// whose files' checksums combine to it), with the frame's `flags`.
     ///
     /// # Errors
     /// As [`FrameEncoder::encode`].
-    pub fn encode_checked(&mut self, file_id: u32, offset: u64, raw: &[u8], raw_crc: u32) -> Result<(FrameHeader, Payload)> {
+    pub fn encode_checked(&mut self, file_id: u32, offset: u64, raw: &[u8], raw_crc: u32, flags: u8) -> Result<(FrameHeader, Payload)> {
         let mut header =
-            FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, flags: 0, raw_crc, stored_crc: 0 };
+            FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, flags, raw_crc, stored_crc: 0 };
         if is_zero(raw) {
             return Ok((header, Payload::Zero));
         }
-        if self.kind != CodecKind::None {
-            let room = self.compressor.room(raw.len()).min(self.out.len());
-            if let Some(n) = self.compressor.compress(raw, &mut self.out[..room])? {
-                header.codec = self.compressor.kind() as u8;
-                header.stored_len = n as u32;
-                header.stored_crc = crc32c::crc32c(&self.out[..n]);
-                return Ok((header, Payload::Packed(n)));
+        let Some(seal) = &self.seal else {
+            if self.kind != CodecKind::None {
+                let room = self.compressor.room(raw.len()).min(self.out.len());
+                if let Some(n) = self.compressor.compress(raw, &mut self.out[..room])? {
+                    header.codec = self.compressor.kind() as u8;
+                    header.stored_len = n as u32;
+                    header.stored_crc = crc32c::crc32c(&self.out[..n]);
+                    return Ok((header, Payload::Packed(n)));
+                }
             }
+            header.codec = CodecKind::None as u8;
+            header.stored_len = raw.len() as u32;
+            header.stored_crc = raw_crc;
+            return Ok((header, Payload::Raw));
+        };
+        // Sealed: [number 8][raw crc 4][stored bytes][tag 16], the middle two encrypted.
+        let body_at = 12;
+        let room = self.out.len() - FRAME_OVERHEAD;
+        let mut packed = None;
+        if self.kind != CodecKind::None {
+            let room = self.compressor.room(raw.len()).min(room);
+            packed = self.compressor.compress(raw, &mut self.out[body_at..body_at + room])?;
         }
-        header.codec = CodecKind::None as u8;
-        header.stored_len = raw.len() as u32;
-        header.stored_crc = raw_crc;
-        Ok((header, Payload::Raw))
+        let n = match packed {
+            Some(n) => {
+                header.codec = self.compressor.kind() as u8;
+                n
+            }
+            None => {
+                self.out[body_at..body_at + raw.len()].copy_from_slice(raw);
+                header.codec = CodecKind::None as u8;
+                raw.len()
+            }
+        };
+        let number = seal.counter.fetch_add(1, Ordering::Relaxed);
+        header.stored_len = (n + FRAME_OVERHEAD) as u32;
+        header.raw_crc = 0;
+        self.out[0..8].copy_from_slice(&number.to_le_bytes());
+        self.out[8..12].copy_from_slice(&raw_crc.to_le_bytes());
+        let tag = seal.cipher.seal(NONCE_FRAMES, number, &sealed_aad(&header), &mut self.out[8..body_at + n]);
+        self.out[body_at + n..body_at + n + TAG_LEN].copy_from_slice(&tag);
+        header.stored_crc = crc32c::crc32c(&self.out[..n + FRAME_OVERHEAD]);
+        Ok((header, Payload::Packed(n + FRAME_OVERHEAD)))
     }
 
     /// The zero frame for `len` bytes of a hole (a sparse file's, read by its extents) at `offset`
@@ -102,22 +171,25 @@ impl FrameEncoder {
 #[derive(Default)]
 pub struct FrameDecoder {
     decoders: DecompressorSet,
+    cipher: Option<Arc<Cipher>>,
 }
 
 impl FrameDecoder {
-    /// A decoder.
-    pub fn new() -> Self {
-        Self::default()
+    /// A decoder of frames sealed with `cipher`, or of plain ones.
+    pub fn new(cipher: Option<Arc<Cipher>>) -> Self {
+        FrameDecoder { decoders: DecompressorSet::default(), cipher }
     }
 
     /// Check and expand a frame whose header was already decoded: the stored bytes against their
-    /// checksum, then the codec, then the raw bytes against theirs. `stored` is the payload
-    /// (`None` for a zero frame); `out` must hold at least `raw_len` bytes. Returns the raw chunk,
-    /// or `None` for a zero frame (the caller writes zeros or leaves a hole).
+    /// checksum, then (sealed) their authentication, then the codec, then the raw bytes against
+    /// their checksum. `stored` is the payload (`None` for a zero frame), opened in place when
+    /// sealed; `out` must hold at least `raw_len` bytes. Returns the raw chunk (`None` for a zero
+    /// frame: the caller writes zeros or leaves a hole) and its crc32c, which a sealed frame keeps
+    /// inside its payload.
     ///
     /// # Errors
     /// What does not match, as a short phrase for the caller to place (stripe, frame, file).
-    pub fn decode<'a>(&mut self, h: &FrameHeader, stored: Option<&[u8]>, out: &'a mut [u8]) -> std::result::Result<Option<&'a [u8]>, String> {
+    pub fn decode<'a>(&mut self, h: &FrameHeader, stored: Option<&mut [u8]>, out: &'a mut [u8]) -> std::result::Result<(Option<&'a [u8]>, u32), String> {
         let raw_len = h.raw_len as usize;
         let kind = h.codec_kind().map_err(|e| e.message().to_string())?;
         match (kind, stored) {
@@ -126,7 +198,7 @@ impl FrameDecoder {
                 if zero_crc(raw_len) != h.raw_crc {
                     return Err("zero frame's checksum is not that of zeros".into());
                 }
-                Ok(None)
+                Ok((None, h.raw_crc))
             }
             (Some(kind), Some(stored)) => {
                 if stored.len() != h.stored_len as usize {
@@ -138,12 +210,25 @@ impl FrameDecoder {
                 if out.len() < raw_len {
                     return Err(format!("frame of {raw_len} raw bytes is larger than the chunk size"));
                 }
+                let (body, raw_crc) = match &self.cipher {
+                    None => (&*stored, h.raw_crc),
+                    Some(cipher) => {
+                        if stored.len() < FRAME_OVERHEAD || h.raw_crc != 0 {
+                            return Err("not a sealed frame, in an encrypted backup (the frame is damaged or was replaced)".into());
+                        }
+                        let number = u64::from_le_bytes(stored[0..8].try_into().expect("8 bytes"));
+                        let end = stored.len() - TAG_LEN;
+                        let (sealed, tag) = stored[8..].split_at_mut(end - 8);
+                        cipher.open(NONCE_FRAMES, number, &sealed_aad(h), sealed, tag)?;
+                        (&sealed[4..], u32::from_le_bytes(sealed[0..4].try_into().expect("4 bytes")))
+                    }
+                };
                 let raw = &mut out[..raw_len];
-                self.decoders.decompress(kind, stored, raw).map_err(|e| e.message().to_string())?;
-                if crc32c::crc32c(raw) != h.raw_crc {
+                self.decoders.decompress(kind, body, raw).map_err(|e| e.message().to_string())?;
+                if crc32c::crc32c(raw) != raw_crc {
                     return Err("decompressed bytes do not match their checksum".into());
                 }
-                Ok(Some(raw))
+                Ok((Some(raw), raw_crc))
             }
             (Some(_), None) => Err("frame has a codec but no payload".into()),
         }
@@ -155,8 +240,13 @@ mod tests {
     use super::*;
 
     fn round_trip(spec: &str, raw: &[u8]) -> Payload {
+        round_trip_sealed(spec, raw, None)
+    }
+
+    fn round_trip_sealed(spec: &str, raw: &[u8], cipher: Option<Arc<Cipher>>) -> Payload {
         let spec = CodecSpec::parse(spec).unwrap();
-        let mut enc = FrameEncoder::new(spec, spec.buffer_len(1 << 16)).unwrap();
+        let len = spec.buffer_len(1 << 16);
+        let mut enc = FrameEncoder::new(spec, len).unwrap().sealed(cipher.clone().map(Sealing::new), len);
         let (h, p) = enc.encode(3, 4096, raw).unwrap();
         let stored: Option<Vec<u8>> = match p {
             Payload::Zero => None,
@@ -164,16 +254,30 @@ mod tests {
             Payload::Packed(n) => Some(enc.output()[..n].to_vec()),
         };
         let mut out = vec![0u8; 1 << 16];
-        let mut dec = FrameDecoder::new();
-        let got = dec.decode(&h, stored.as_deref(), &mut out).unwrap();
+        let mut dec = FrameDecoder::new(cipher.clone());
+        let mut payload = stored.clone();
+        let (got, crc) = dec.decode(&h, payload.as_deref_mut(), &mut out).unwrap();
+        assert_eq!(crc, crc32c::crc32c(raw));
         match got {
             None => assert!(raw.iter().all(|&b| b == 0)),
             Some(r) => assert_eq!(r, raw),
         }
         if let Some(mut bad) = stored {
             if !bad.is_empty() {
+                if cipher.is_some() {
+                    assert!(!bad.windows(64.min(raw.len())).any(|w| raw.windows(w.len()).next() == Some(w)), "plaintext in the clear");
+                    // Altered with its checksum made good again: the seal still catches it.
+                    let mut forged = bad.clone();
+                    forged[20] ^= 1;
+                    let h2 = FrameHeader { stored_crc: crc32c::crc32c(&forged), ..h };
+                    assert!(dec.decode(&h2, Some(&mut forged), &mut out).unwrap_err().contains("authentication"));
+                    // A header moved to another offset: the seal covers it.
+                    let mut same = bad.clone();
+                    let moved = FrameHeader { offset: h.offset + 1, ..h };
+                    assert!(dec.decode(&moved, Some(&mut same), &mut out).unwrap_err().contains("authentication"));
+                }
                 bad[0] ^= 1;
-                assert!(dec.decode(&h, Some(&bad), &mut out).unwrap_err().contains("checksum"));
+                assert!(dec.decode(&h, Some(&mut bad), &mut out).unwrap_err().contains("checksum"));
             }
         }
         p
@@ -189,5 +293,18 @@ mod tests {
         assert_eq!(round_trip("none", &text), Payload::Raw);
         assert_eq!(round_trip("zstd:low", &noise), Payload::Raw, "noise does not shrink: stored raw");
         assert_eq!(round_trip("zstd:low", &[0u8; 8192]), Payload::Zero);
+    }
+
+    #[test]
+    fn sealed_frames_round_trip_and_hide_their_bytes() {
+        let keys = crate::crypto::Keys::from_passphrase(b"p".to_vec()).unwrap().with_argon2(64, 1, 1).unwrap();
+        let (_, cipher) = keys.seal(keys.fresh_kdf().unwrap()).unwrap();
+        let text: Vec<u8> = (0..60_000u32).map(|i| b"postgres pages "[(i % 15) as usize]).collect();
+        let noise: Vec<u8> = crate::storage::conformance::payload(60_000);
+        for spec in ["zstd:low", "lz4", "deflate:1", "none"] {
+            assert!(matches!(round_trip_sealed(spec, &text, Some(cipher.clone())), Payload::Packed(_)), "{spec}");
+            assert!(matches!(round_trip_sealed(spec, &noise, Some(cipher.clone())), Payload::Packed(_)), "{spec}");
+        }
+        assert_eq!(round_trip_sealed("zstd:low", &[0u8; 8192], Some(cipher)), Payload::Zero);
     }
 }

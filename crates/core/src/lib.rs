@@ -16,6 +16,7 @@ pub mod backup;
 pub mod blob;
 pub mod codec;
 pub mod crc;
+pub mod crypto;
 pub mod datagen;
 pub mod error;
 pub mod format;
@@ -32,6 +33,7 @@ pub mod time;
 
 pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Tuning};
 pub use codec::{CodecKind, CodecSpec};
+pub use crypto::Keys;
 pub use error::{Error, ErrorKind, Result};
 pub use pipeline::{NoProgress, Progress};
 pub use restore::{restore, RestoreOptions, RestoreReport};

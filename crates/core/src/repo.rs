@@ -10,15 +10,21 @@
 //! ```
 //! Everything but stripes is a [`crate::blob`]: checksummed, published whole. What a record means
 //! is the caller's business (PostgreSQL's lives in sheaf-pg); this module knows places and bytes.
+//!
+//! An encrypted repository is one whose `repo.json` is encrypted: that object's key block is the
+//! repository's (its KDF, salt and cost), and every object and backup written to it later uses the
+//! same KDF with a data key of its own. So the passphrase is stretched once per process, and a
+//! wrong one is refused before anything is written.
 
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::blob::{read_blob, write_blob, BlobInfo};
 use crate::codec::{CodecKind, CodecSpec};
+use crate::crypto::{Encryption, Kdf, Keys};
 use crate::error::{Error, ErrorKind, Result};
 use crate::storage::{Location, Schemes, Store, Stored};
 
@@ -32,6 +38,9 @@ pub struct Repo {
     /// Names inside the store start with `root/` (empty for a bucket's top).
     root: String,
     shown: String,
+    keys: Option<Arc<Keys>>,
+    /// The repository's KDF once read from `repo.json` (`None`: not encrypted).
+    kdf: Arc<OnceLock<Option<Kdf>>>,
 }
 
 impl Repo {
@@ -52,7 +61,53 @@ impl Repo {
         let name = meta.name();
         let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();
         let shown = meta.display().strip_suffix(&format!("/{META}")).map(str::to_string).unwrap_or_else(|| trimmed.to_string());
-        Ok(Repo { store: meta.store().clone(), root, shown })
+        Ok(Repo { store: meta.store().clone(), root, shown, keys: None, kdf: Arc::new(OnceLock::new()) })
+    }
+
+    /// This repository, read and written with `keys` (its key file or passphrase), if any.
+    pub fn with_keys(mut self, keys: Option<Arc<Keys>>) -> Repo {
+        self.keys = keys;
+        self
+    }
+
+    /// The keys given.
+    pub fn keys(&self) -> Option<&Keys> {
+        self.keys.as_deref()
+    }
+
+    /// What new objects and backups are encrypted with: `None` for a repository that is not
+    /// encrypted. Reads (and checks the keys against) `repo.json` once.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`] for an encrypted repository and no keys or the wrong ones, and for keys
+    /// given to one that is not encrypted (nothing would be); reading `repo.json`.
+    pub fn encryption(&self) -> Result<Option<Encryption>> {
+        let kdf = match self.kdf.get() {
+            Some(k) => *k,
+            None => {
+                let src = self.store.open(&self.name(META))?;
+                let info = crate::blob::blob_info(src.as_ref())?;
+                if let (Some(block), Some(keys)) = (&info.key_block, self.keys()) {
+                    keys.open(block).map_err(|e| e.context(format!("repository {}", self.shown)))?;
+                }
+                *self.kdf.get_or_init(|| info.key_block.map(|b| b.kdf))
+            }
+        };
+        match (kdf, &self.keys) {
+            (Some(kdf), Some(keys)) => Ok(Some(Encryption { keys: keys.clone(), kdf })),
+            (None, None) => Ok(None),
+            (Some(kdf), None) => Err(Error::new(
+                ErrorKind::Key,
+                format!("the repository {} is encrypted: give {}", self.shown, kdf.needs()),
+            )),
+            (None, Some(_)) => Err(Error::new(
+                ErrorKind::Key,
+                format!(
+                    "the repository {} is not encrypted, and a key or passphrase was given: nothing would be encrypted; drop it (--encryption-key-file, --passphrase-file, SHEAF_PASSPHRASE), or make an encrypted repository with `sheaf init` and one of them",
+                    self.shown
+                ),
+            )),
+        }
     }
 
     /// This repository with every byte written to it or read from it held to `limit`
@@ -121,8 +176,9 @@ impl Repo {
     /// [`ErrorKind::Target`] when it exists and `overwrite` is false; write errors.
     pub fn put(&self, rel: &str, content: &mut dyn Read, spec: CodecSpec, overwrite: bool, what: &str) -> Result<BlobInfo> {
         self.prepare(rel)?;
+        let enc = self.encryption()?;
         let sink = self.store.create(&self.name(rel), overwrite, 0).map_err(|e| self.writable_hint(e))?;
-        write_blob(sink, content, spec, what).map_err(|e| self.writable_hint(e))
+        write_blob(sink, content, spec, what, enc.as_ref()).map_err(|e| self.writable_hint(e))
     }
 
     /// Store `value` as JSON at `rel`.
@@ -143,7 +199,7 @@ impl Repo {
     pub fn get_json<T: DeserializeOwned>(&self, rel: &str) -> Result<T> {
         let src = self.store.open(&self.name(rel))?;
         let mut text = Vec::new();
-        read_blob(src.as_ref(), &mut |c| {
+        read_blob(src.as_ref(), self.keys(), &mut |c| {
             text.extend_from_slice(c);
             if text.len() > 64 << 20 {
                 return Err(Error::corrupt(format!("{}: a record over 64 MiB (damaged?)", self.describe(rel))));
@@ -226,6 +282,9 @@ impl Repo {
                 format!("{} is not empty (it holds {}, and {} more): a repository needs a place of its own", self.shown, o.name, other.len() - 1),
             ));
         }
+        // repo.json is written before the KDF is known to anyone else: it is chosen here.
+        let kdf = self.keys.as_ref().map(|k| k.fresh_kdf()).transpose()?;
+        let _ = self.kdf.set(kdf);
         self.put_json(META, meta, false).map_err(|e| e.context(format!("cannot create a repository at {}", self.shown)))
     }
 }

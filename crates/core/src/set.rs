@@ -14,8 +14,9 @@ use std::thread;
 use crossbeam_channel::bounded;
 
 use crate::backup::available_cores;
+use crate::crypto::{Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
 use crate::frame::FrameDecoder;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, MAX_ZERO_FRAME, TRAILER_LEN};
 use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
 use crate::aligned::AlignedBuf;
@@ -48,6 +49,7 @@ pub struct OpenStripe {
     /// Its frame index.
     pub index: Vec<IndexEntry>,
     source: Box<dyn StripeSource>,
+    cipher: Option<Arc<Cipher>>,
 }
 
 /// A complete, consistent backup set ready to read.
@@ -56,13 +58,15 @@ pub struct BackupSet {
     pub stripes: Vec<OpenStripe>,
     /// The manifest (identical in every stripe).
     pub manifest: Manifest,
+    /// The data key, when the set is encrypted.
+    cipher: Option<Arc<Cipher>>,
 }
 
 fn at(loc: &Location) -> impl Fn(Error) -> Error + '_ {
     move |e| e.context(format!("stripe {loc}"))
 }
 
-fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
+fn open_stripe(loc: &Location, keys: Option<&Keys>) -> Result<(OpenStripe, Vec<u8>)> {
     let src = loc.open()?;
     let len = src.len();
     if len < (HEADER_LEN + TRAILER_LEN) as u64 {
@@ -71,9 +75,24 @@ fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
             loc
         )));
     }
-    let mut hb = [0u8; HEADER_LEN];
+    let mut hb = vec![0u8; HEADER_LEN];
     src.read_exact_at(&mut hb, 0)?;
+    let whole = StripeHeader::len_from(&hb);
+    if whole > HEADER_LEN && len >= (whole + TRAILER_LEN) as u64 {
+        hb.resize(whole, 0);
+        src.read_exact_at(&mut hb[HEADER_LEN..], HEADER_LEN as u64)?;
+    }
     let header = StripeHeader::decode(&hb).map_err(at(loc))?;
+    let cipher = match (&header.key_block, keys) {
+        (None, _) => None,
+        (Some(block), Some(keys)) => Some(keys.open(block).map_err(at(loc))?),
+        (Some(block), None) => {
+            return Err(Error::new(
+                ErrorKind::Key,
+                format!("stripe {loc}: the backup is encrypted: give {} to read it", block.kdf.needs()),
+            ))
+        }
+    };
     let mut tb = [0u8; TRAILER_LEN];
     src.read_exact_at(&mut tb, len - TRAILER_LEN as u64)?;
     let trailer = Trailer::decode(&tb).map_err(at(loc))?;
@@ -85,7 +104,7 @@ fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
     }
     let index_end = trailer.index_offset.checked_add(trailer.index_len);
     let manifest_end = trailer.manifest_offset.checked_add(trailer.manifest_len);
-    if trailer.index_offset < HEADER_LEN as u64
+    if trailer.index_offset < header.len() as u64
         || index_end != Some(trailer.manifest_offset)
         || manifest_end != Some(len - TRAILER_LEN as u64)
     {
@@ -96,6 +115,12 @@ fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
     if crc32c::crc32c(&ib) != trailer.index_crc {
         return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", loc)));
     }
+    if let Some(c) = &cipher {
+        let n = c
+            .open_region(NONCE_INDEX, u64::from(header.stripe_index), &mut ib)
+            .map_err(|e| Error::corrupt(format!("stripe {loc}: index: {e}")))?;
+        ib.truncate(n);
+    }
     let index = IndexEntry::decode_all(&ib, header.version).map_err(at(loc))?;
     if index.len() as u64 != trailer.frame_count {
         return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", loc, index.len(), trailer.frame_count)));
@@ -105,7 +130,7 @@ fn open_stripe(loc: &Location) -> Result<(OpenStripe, Vec<u8>)> {
     if crc32c::crc32c(&mb) != trailer.manifest_crc {
         return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", loc)));
     }
-    Ok((OpenStripe { location: loc.clone(), header, trailer, index, source: src }, mb))
+    Ok((OpenStripe { location: loc.clone(), header, trailer, index, source: src, cipher }, mb))
 }
 
 impl BackupSet {
@@ -116,17 +141,26 @@ impl BackupSet {
     /// [`crate::ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`crate::ErrorKind::Corrupt`]
     /// for a damaged region (both also for stripes of different sets).
     pub fn open(given: &[Location], schemes: &dyn Schemes) -> Result<BackupSet> {
+        Self::open_with(given, schemes, None)
+    }
+
+    /// [`BackupSet::open`] with the keys of an encrypted set (ignored for a set that is not).
+    ///
+    /// # Errors
+    /// As [`BackupSet::open`]; [`ErrorKind::Key`] for an encrypted set without keys or with the
+    /// wrong ones, before any frame is read.
+    pub fn open_with(given: &[Location], schemes: &dyn Schemes, keys: Option<&Keys>) -> Result<BackupSet> {
         if given.is_empty() {
             return Err(Error::invalid("no stripe given: name at least one stripe file of the backup"));
         }
         let mut slots: Vec<Option<OpenStripe>> = Vec::new();
         let mut manifest: Option<(Manifest, Vec<u8>, Location)> = None;
         for p in given {
-            let (s, mb) = open_stripe(p)?;
+            let (s, mb) = open_stripe(p, keys)?;
             let (m, first_mb, first_path) = match &manifest {
                 Some(x) => (&x.0, &x.1, &x.2),
                 None => {
-                    let m = Manifest::from_stored_bytes(&mb).map_err(at(p))?;
+                    let m = open_manifest(&s, &mb)?;
                     slots.resize_with(m.stripes.len(), || None);
                     manifest = Some((m, mb.clone(), p.clone()));
                     let x = manifest.as_ref().expect("just set");
@@ -164,7 +198,7 @@ impl BackupSet {
                 if !c.exists()? {
                     continue;
                 }
-                let (s, mb) = open_stripe(&c)?;
+                let (s, mb) = open_stripe(&c, keys)?;
                 check_member(&s, &manifest, &mb, &first_mb, &first_path)?;
                 if s.header.stripe_index as usize == k {
                     slots[k] = Some(s);
@@ -181,7 +215,12 @@ impl BackupSet {
                 )));
             }
         }
-        let set = BackupSet { stripes: slots.into_iter().map(|s| s.expect("all found")).collect(), manifest };
+        let stripes: Vec<OpenStripe> = slots.into_iter().map(|s| s.expect("all found")).collect();
+        if stripes.iter().any(|s| s.cipher.is_some() != stripes[0].cipher.is_some()) {
+            return Err(Error::corrupt("some stripes of the set are encrypted and some are not (a header is damaged)"));
+        }
+        let cipher = stripes[0].cipher.clone();
+        let set = BackupSet { stripes, manifest, cipher };
         set.check_coverage()?;
         Ok(set)
     }
@@ -214,6 +253,11 @@ impl BackupSet {
         Ok(())
     }
 
+    /// Whether the set is encrypted.
+    pub fn encrypted(&self) -> bool {
+        self.cipher.is_some()
+    }
+
     /// Raw bytes in all frames.
     pub fn raw_bytes(&self) -> u64 {
         self.stripes.iter().flat_map(|s| s.index.iter()).map(|e| e.raw_len as u64).sum()
@@ -223,6 +267,13 @@ impl BackupSet {
     pub fn stored_bytes(&self) -> u64 {
         self.stripes.iter().map(|s| s.source.len()).sum()
     }
+}
+
+fn open_manifest(s: &OpenStripe, mb: &[u8]) -> Result<Manifest> {
+    let Some(c) = &s.cipher else { return Manifest::from_stored_bytes(mb).map_err(at(&s.location)) };
+    let mut plain = mb.to_vec();
+    let n = c.open_region(NONCE_MANIFEST, 0, &mut plain).map_err(|e| Error::corrupt(format!("stripe {}: manifest: {e}", s.location)))?;
+    Manifest::from_stored_bytes(&plain[..n]).map_err(at(&s.location))
 }
 
 fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Location) -> Result<()> {
@@ -295,7 +346,7 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     let buffers = set.stripes.len() * 4 + 2 * threads;
     let shared = Shared::new(progress);
     shared.progress.begin("read", set.raw_bytes());
-    let pool = Pool::new(buffers, FRAME_HEADER_LEN + ts);
+    let pool = Pool::new(buffers, FRAME_HEADER_LEN + ts + FRAME_OVERHEAD);
     // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
     let out = Pool::<AlignedBuf>::new(threads * (1 + sink.holds()), ts);
     let (tx, rx) = bounded::<Encoded>(buffers);
@@ -339,8 +390,13 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
 fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Arc<Pool>) -> Result<()> {
     // Frames are contiguous from the header to the index: one sequential stream, which stores with
     // latency (objects) read ahead of us, bounded.
-    let mut stream = s.source.stream(HEADER_LEN as u64, s.trailer.index_offset)?;
-    let mut expect_pos = HEADER_LEN as u64;
+    let start = s.header.len() as u64;
+    let mut stream = s.source.stream(start, s.trailer.index_offset)?;
+    let mut expect_pos = start;
+    // A sealed frame adds its number, tag and raw checksum to the stored bytes, and keeps the raw
+    // checksum out of its header: the decoder checks it against the index once opened.
+    let sealed = s.cipher.is_some();
+    let stored_max = ts + if sealed { FRAME_OVERHEAD } else { 0 };
     for (i, (first, parts)) in frames_of(&s.index).enumerate() {
         if shared.is_cancelled() {
             return Ok(());
@@ -352,7 +408,7 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         };
         // A zero frame has no payload, so it is not bound by the chunk size (a sparse file's hole).
         let raw_max = if e.stored_len == 0 { MAX_ZERO_FRAME as usize } else { ts };
-        if e.frame_pos != expect_pos || e.raw_len as usize > raw_max || e.stored_len as usize > ts {
+        if e.frame_pos != expect_pos || e.raw_len as usize > raw_max || e.stored_len as usize > stored_max {
             return Err(here("the index places it where no frame can be (index inconsistent)"));
         }
         let n = FRAME_HEADER_LEN + e.stored_len as usize;
@@ -362,8 +418,9 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         let Some(mut buf) = pool.take(shared) else { return Ok(()) };
         stream.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
+        let crc_shown = if sealed && header.stored_len != 0 { None } else { Some(header.raw_crc) };
         let agrees = if header.flags & FLAG_PACKED != 0 {
-            packed_agrees(&header, members)
+            packed_agrees(&header, members, crc_shown)
         } else {
             parts == 1
                 && header.flags == 0
@@ -372,7 +429,7 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
                 && header.offset == e.offset
                 && header.raw_len == e.raw_len
                 && header.stored_len == e.stored_len
-                && header.raw_crc == e.raw_crc
+                && crc_shown.is_none_or(|c| c == e.raw_crc)
         };
         if !agrees {
             return Err(here("frame header disagrees with the index"));
@@ -396,16 +453,22 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
 /// A packed frame's index entries tile its raw bytes in order, start with the file its header
 /// names, share its stored length and combine to its raw checksum: so once the frame's own
 /// checksums hold, every chunk in it is proven without a pass of its own.
-fn packed_agrees(h: &FrameHeader, members: &[IndexEntry]) -> bool {
-    let (mut at, mut crc) = (0u64, 0u32);
+fn packed_agrees(h: &FrameHeader, members: &[IndexEntry], crc: Option<u32>) -> bool {
+    let mut at = 0u64;
     for m in members {
         if u64::from(m.frame_off) != at || m.stored_len != h.stored_len || m.raw_len == 0 {
             return false;
         }
         at += u64::from(m.raw_len);
-        crc = crate::crc::combine(crc, m.raw_crc, m.raw_len.into());
     }
-    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset) && at == u64::from(h.raw_len) && crc == h.raw_crc
+    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset)
+        && at == u64::from(h.raw_len)
+        && crc.is_none_or(|c| c == index_crc(members))
+}
+
+/// The raw checksum a frame's index entries give it (its one entry's, or its members' combined).
+fn index_crc(members: &[IndexEntry]) -> u32 {
+    members.iter().fold(0, |crc, m| crate::crc::combine(crc, m.raw_crc, m.raw_len.into()))
 }
 
 fn decode_loop(
@@ -422,15 +485,15 @@ fn decode_loop(
             return 0;
         }
     };
-    let mut decoder = FrameDecoder::new();
+    let mut decoder = FrameDecoder::new(set.cipher.clone());
     let mut frames = 0;
-    for job in rx {
+    for mut job in rx {
         if shared.is_cancelled() {
             continue;
         }
         // Waits while the sink holds every other buffer (writes queued behind a slow disk).
         let Some(out) = out.take(shared) else { continue };
-        let r = decode_one(set, &job, &mut decoder, out, lane.as_mut());
+        let r = decode_one(set, &mut job, &mut decoder, out, lane.as_mut());
         drop(job.buf);
         match r {
             Ok(()) => {
@@ -447,7 +510,7 @@ fn decode_loop(
     frames
 }
 
-fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, mut out: Decoded, sink: &mut dyn Lane) -> Result<()> {
+fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mut out: Decoded, sink: &mut dyn Lane) -> Result<()> {
     let h = &job.header;
     let s = &set.stripes[job.stripe];
     let entry = &set.manifest.entries[h.file_id as usize];
@@ -463,8 +526,13 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, mut ou
             entry.path
         ))
     };
-    let stored = job.buf.as_ref().map(|b| &b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
-    let raw = decoder.decode(h, stored, &mut out).map_err(here)?;
+    let stored = job.buf.as_mut().map(|b| &mut b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
+    let (raw, crc) = decoder.decode(h, stored, &mut out).map_err(here)?;
+    let members = &s.index[job.first..job.first + job.parts];
+    if set.cipher.is_some() && crc != index_crc(members) {
+        // Shown in the clear, the checksum was compared when the frame was read; sealed, now.
+        return Err(here("frame disagrees with the index (the index or the frame was replaced)".into()));
+    }
     if h.flags & FLAG_PACKED == 0 {
         if raw.is_none() {
             return sink.chunk(h.file_id, h.offset, h.raw_len as usize, None);
@@ -472,7 +540,7 @@ fn decode_one(set: &BackupSet, job: &Encoded, decoder: &mut FrameDecoder, mut ou
         out.set_len(h.raw_len as usize);
         return sink.owned(h.file_id, h.offset, out);
     }
-    for m in &s.index[job.first..job.first + job.parts] {
+    for m in members {
         let (at, len) = (m.frame_off as usize, m.raw_len as usize);
         sink.chunk(m.file_id, m.offset, len, raw.map(|r| &r[at..at + len]))?;
     }
@@ -552,7 +620,7 @@ mod tests {
     #[test]
     fn a_packed_frames_index_entries_must_tile_it_and_combine_to_its_checksum() {
         let (h, e) = packed();
-        assert!(packed_agrees(&h, &e));
+        assert!(packed_agrees(&h, &e, Some(h.raw_crc)));
         assert_eq!(frames_of(&e).collect::<Vec<_>>(), vec![(0, 3)]);
         type Damage = fn(&mut FrameHeader, &mut Vec<IndexEntry>);
         let broken: [(&str, Damage); 7] = [
@@ -567,7 +635,7 @@ mod tests {
         for (what, damage) in broken {
             let (mut h, mut e) = packed();
             damage(&mut h, &mut e);
-            assert!(!packed_agrees(&h, &e), "{what} not caught");
+            assert!(!packed_agrees(&h, &e, Some(h.raw_crc)), "{what} not caught");
         }
     }
 }

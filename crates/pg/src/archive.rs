@@ -150,7 +150,7 @@ pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Resu
     let open = || File::open(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot open {}", path.display()), e));
     if repo.exists(&object)? {
         let src = repo.open(&object)?;
-        if same_content(src.as_ref(), &mut open()?, &name)? {
+        if same_content(src.as_ref(), repo.keys(), &mut open()?, &name)? {
             return Ok(Pushed { name, already: true, info: None });
         }
         return Err(Error::new(
@@ -190,7 +190,7 @@ pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: boo
     let tmp = dest.with_file_name(fetch_tmp_name(dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal")));
     let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", tmp.display()), e);
     let mut file = File::create(&tmp).map_err(|e| io("cannot create", e))?;
-    let r = copy_blob(src.as_ref(), &mut file, &tmp.display().to_string())
+    let r = copy_blob(src.as_ref(), repo.keys(), &mut file, &tmp.display().to_string())
         .and_then(|info| file.flush().map_err(|e| io("cannot write", e)).map(|()| info))
         .and_then(|info| if durable { file.sync_data().map_err(|e| io("cannot sync", e)).map(|()| info) } else { Ok(info) })
         .and_then(|info| std::fs::rename(&tmp, dest).map_err(|e| io("cannot rename", e)).map(|()| info));

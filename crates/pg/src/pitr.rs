@@ -157,7 +157,7 @@ fn ancestry(repo: &Repo, timeline: u32) -> Result<Vec<(u32, u64)>> {
         Err(e) => return Err(e),
     };
     let mut text = Vec::new();
-    sheaf_core::blob::read_blob(src.as_ref(), &mut |c| {
+    sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |c| {
         text.extend_from_slice(c);
         Ok(())
     })?;

@@ -182,6 +182,8 @@ pub fn backup_to_repo(
     let names: Vec<String> = (1..=stripes).map(|k| format!("backups/{id}/{id}_{k}.sheaf")).collect();
     let mut opts = opts.clone();
     opts.targets = names.iter().map(|n| repo.location(n)).collect();
+    // The repository's KDF, with a data key of the backup's own.
+    opts.encryption = repo.encryption()?;
     for n in &names {
         repo.prepare(n)?;
     }

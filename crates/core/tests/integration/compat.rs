@@ -12,7 +12,7 @@ use sheaf_core::{BackupSet, CodecKind, LocalOnly, Location, NoProgress, RestoreO
 /// Write a one-stripe version 1 set holding `files` (name, bytes) in chunks of `ts`, raw frames.
 fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
     let id = BackupId([9; 16]);
-    let header = StripeHeader { version: 1, stripe_index: 0, stripe_count: 1, backup_id: id, codec: CodecKind::None, level: 0, transfer_size: ts as u32, created_unix_ms: 1 };
+    let header = StripeHeader { version: 1, stripe_index: 0, stripe_count: 1, backup_id: id, codec: CodecKind::None, level: 0, transfer_size: ts as u32, created_unix_ms: 1, key_block: None };
     let mut out = header.encode().to_vec();
     let mut index = Vec::new();
     let mut entries = vec![Entry { kind: EntryKind::Dir, mode: 0o755, ..Default::default() }];

@@ -1,0 +1,482 @@
+//! Encryption at rest: AES-256-GCM after compression, keys from a key file or a passphrase.
+//!
+//! ```text
+//!  key file (32 bytes) ─────────────────────────┐
+//!  passphrase ──Argon2id(kdf salt, m, t, p)─────┴─► master key
+//!  master key ──HKDF-SHA256(data salt)──► data key (AES-256-GCM), key check, content-crc mask
+//! ```
+//!
+//! Every stripe and every repository object carries a [`KeyBlock`] in the clear: how the master key
+//! is made (the KDF, its salt and parameters), a fresh random 32-byte data salt, and a key check.
+//! The data salt makes each backup's (and each object's) data key its own, so the nonces inside
+//! one (a counter per frame, fixed numbers for the index and the manifest) can never repeat under
+//! a key. The key check lets a wrong key be named before any byte is decrypted.
+//!
+//! Nothing here is hand-made cryptography: AES-GCM, Argon2id and HKDF come from RustCrypto; this
+//! module only decides which bytes go where. Key bytes live in [`Zeroizing`] buffers and are
+//! never formatted (`Debug` prints nothing of them).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use aes_gcm::aead::AeadInPlace;
+use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
+use hkdf::Hkdf;
+use sha2::Sha256;
+use zeroize::Zeroizing;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Cipher id in a header: none.
+pub const CIPHER_NONE: u8 = 0;
+/// Cipher id in a header: AES-256-GCM.
+pub const CIPHER_AES256GCM: u8 = 1;
+/// Length of an encoded [`KeyBlock`].
+pub const KEY_BLOCK_LEN: usize = 96;
+/// GCM tag length.
+pub const TAG_LEN: usize = 16;
+/// What sealing adds to a frame's payload: the nonce counter (8), the raw checksum (4), the tag.
+pub const FRAME_OVERHEAD: usize = 8 + 4 + TAG_LEN;
+/// Nonce domain of frames (the counter is stored in the frame).
+pub const NONCE_FRAMES: u32 = 0;
+/// Nonce domain of a stripe's index (the counter is the stripe number).
+pub const NONCE_INDEX: u32 = 1;
+/// Nonce domain of the manifest (counter 0).
+pub const NONCE_MANIFEST: u32 = 2;
+
+const KEY_BLOCK_MAGIC: &[u8; 4] = b"SKEY";
+const KDF_KEY_FILE: u8 = 1;
+const KDF_ARGON2ID: u8 = 2;
+/// Argon2id cost for new passphrase-protected backups: 64 MiB, 3 passes, 1 lane (RFC 9106's
+/// second recommendation, with one lane for small machines).
+pub const ARGON2_DEFAULT: (u32, u32, u32) = (64 * 1024, 3, 1);
+/// Bounds a reader accepts, so that a damaged or hostile header cannot ask for gigabytes or hours.
+const ARGON2_MAX_M_KIB: u32 = 4 << 20;
+const ARGON2_MAX_T: u32 = 64;
+const ARGON2_MAX_P: u32 = 16;
+
+/// How the master key is made.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kdf {
+    /// The key file's 32 bytes are the master key.
+    KeyFile,
+    /// Argon2id over the passphrase.
+    Argon2id {
+        /// Memory in KiB.
+        m_kib: u32,
+        /// Passes.
+        t: u32,
+        /// Lanes.
+        p: u32,
+        /// Salt.
+        salt: [u8; 16],
+    },
+}
+
+impl Kdf {
+    /// Words for messages: which kind of secret opens it.
+    pub fn needs(&self) -> &'static str {
+        match self {
+            Kdf::KeyFile => "a key file (--encryption-key-file)",
+            Kdf::Argon2id { .. } => "a passphrase (SHEAF_PASSPHRASE or --passphrase-file)",
+        }
+    }
+}
+
+/// What a reader needs, besides the secret, to make and check the key; stored in the clear.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct KeyBlock {
+    /// How the master key is made.
+    pub kdf: Kdf,
+    /// This backup's (or object's) own salt for its data key.
+    pub data_salt: [u8; 32],
+    /// A value derived from the keys, to tell a wrong secret from damage.
+    pub check: [u8; 16],
+}
+
+impl KeyBlock {
+    /// Encode with its own checksum.
+    pub fn encode(&self) -> [u8; KEY_BLOCK_LEN] {
+        let mut b = [0u8; KEY_BLOCK_LEN];
+        b[0..4].copy_from_slice(KEY_BLOCK_MAGIC);
+        b[4] = 1; // layout version
+        b[5] = CIPHER_AES256GCM;
+        match self.kdf {
+            Kdf::KeyFile => b[6] = KDF_KEY_FILE,
+            Kdf::Argon2id { m_kib, t, p, salt } => {
+                b[6] = KDF_ARGON2ID;
+                b[8..12].copy_from_slice(&m_kib.to_le_bytes());
+                b[12..16].copy_from_slice(&t.to_le_bytes());
+                b[16..20].copy_from_slice(&p.to_le_bytes());
+                b[20..36].copy_from_slice(&salt);
+            }
+        }
+        b[36..68].copy_from_slice(&self.data_salt);
+        b[68..84].copy_from_slice(&self.check);
+        let crc = crc32c::crc32c(&b[..92]);
+        b[92..96].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and check.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Corrupt`] for a damaged block or parameters no sheaf writes.
+    pub fn decode(b: &[u8]) -> Result<KeyBlock> {
+        if b.len() < KEY_BLOCK_LEN || &b[0..4] != KEY_BLOCK_MAGIC {
+            return Err(Error::corrupt("key block: bad magic (the header is damaged)"));
+        }
+        if crc32c::crc32c(&b[..92]) != u32::from_le_bytes(b[92..96].try_into().expect("4 bytes")) {
+            return Err(Error::corrupt("key block: checksum mismatch (the header is damaged)"));
+        }
+        if b[4] != 1 || b[5] != CIPHER_AES256GCM {
+            return Err(Error::invalid(format!("key block: layout {} / cipher {} is not known to this sheaf: upgrade sheaf", b[4], b[5])));
+        }
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let kdf = match b[6] {
+            KDF_KEY_FILE => Kdf::KeyFile,
+            KDF_ARGON2ID => {
+                let (m_kib, t, p) = (word(8), word(12), word(16));
+                if !(8..=ARGON2_MAX_M_KIB).contains(&m_kib) || !(1..=ARGON2_MAX_T).contains(&t) || !(1..=ARGON2_MAX_P).contains(&p) || m_kib < 8 * p {
+                    return Err(Error::corrupt(format!("key block: Argon2id cost m={m_kib} KiB t={t} p={p} is outside what sheaf writes (damaged)")));
+                }
+                Kdf::Argon2id { m_kib, t, p, salt: b[20..36].try_into().expect("16 bytes") }
+            }
+            k => return Err(Error::corrupt(format!("key block: unknown key derivation {k} (damaged)"))),
+        };
+        Ok(KeyBlock { kdf, data_salt: b[36..68].try_into().expect("32 bytes"), check: b[68..84].try_into().expect("16 bytes") })
+    }
+}
+
+/// The secret a user gave.
+enum Secret {
+    Key(Zeroizing<[u8; 32]>),
+    Passphrase(Zeroizing<Vec<u8>>),
+}
+
+/// The user's secret, and the master keys made from it so far (Argon2id runs once per salt and
+/// parameters, however many stripes or objects share them).
+pub struct Keys {
+    secret: Secret,
+    argon2: (u32, u32, u32),
+    masters: Mutex<Vec<(Kdf, Zeroizing<[u8; 32]>)>>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.secret {
+            Secret::Key(_) => "Keys(key file)",
+            Secret::Passphrase(_) => "Keys(passphrase)",
+        })
+    }
+}
+
+fn key_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Key, message)
+}
+
+fn random<const N: usize>() -> Result<[u8; N]> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| Error::new(ErrorKind::Io, format!("the system's random source failed: {e}")))?;
+    Ok(b)
+}
+
+impl Keys {
+    /// Keys from a key file: exactly 32 bytes, or 64 hex digits (a newline after them is fine).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`] when the file cannot be read or holds anything else; the message never
+    /// quotes the file's content.
+    pub fn from_key_file(path: &Path) -> Result<Keys> {
+        let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the key file {}", path.display()), e))?);
+        let mut key = Zeroizing::new([0u8; 32]);
+        let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        if bytes.len() == 32 {
+            key.copy_from_slice(&bytes);
+        } else if text.len() == 64 && text.iter().all(u8::is_ascii_hexdigit) {
+            for (i, k) in key.iter_mut().enumerate() {
+                let hex = |c: u8| (c as char).to_digit(16).expect("checked hex") as u8;
+                *k = hex(text[2 * i]) << 4 | hex(text[2 * i + 1]);
+            }
+        } else {
+            return Err(key_error(format!(
+                "the key file {} holds {} bytes: a key is 32 random bytes (or 64 hex digits); make one with `head -c 32 /dev/urandom > {}` and keep a copy apart from the backups",
+                path.display(),
+                bytes.len(),
+                path.display()
+            )));
+        }
+        Ok(Keys { secret: Secret::Key(key), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) })
+    }
+
+    /// Keys from a passphrase (one trailing newline is dropped, as files and `echo` add one).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`] for an empty passphrase.
+    pub fn from_passphrase(mut pass: Vec<u8>) -> Result<Keys> {
+        if pass.last() == Some(&b'\n') {
+            pass.pop();
+        }
+        let pass = Zeroizing::new(pass);
+        if pass.is_empty() {
+            return Err(key_error("the passphrase is empty: set SHEAF_PASSPHRASE or --passphrase-file to a non-empty one"));
+        }
+        Ok(Keys { secret: Secret::Passphrase(pass), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) })
+    }
+
+    /// The same keys with another Argon2id cost for what they encrypt from now on (memory KiB,
+    /// passes, lanes). Readers take the cost from the key block, so any cost opens.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] outside the bounds readers accept.
+    pub fn with_argon2(mut self, m_kib: u32, t: u32, p: u32) -> Result<Keys> {
+        if !(8..=ARGON2_MAX_M_KIB).contains(&m_kib) || !(1..=ARGON2_MAX_T).contains(&t) || !(1..=ARGON2_MAX_P).contains(&p) || m_kib < 8 * p {
+            return Err(Error::invalid(format!("Argon2id cost m={m_kib} KiB t={t} p={p}: memory 8 KiB·lanes .. 4 GiB, passes 1..64, lanes 1..16")));
+        }
+        self.argon2 = (m_kib, t, p);
+        Ok(self)
+    }
+
+    /// A new way to make the master key: the key file itself, or Argon2id with a fresh salt.
+    ///
+    /// # Errors
+    /// When the random source fails.
+    pub fn fresh_kdf(&self) -> Result<Kdf> {
+        Ok(match self.secret {
+            Secret::Key(_) => Kdf::KeyFile,
+            Secret::Passphrase(_) => {
+                let (m_kib, t, p) = self.argon2;
+                Kdf::Argon2id { m_kib, t, p, salt: random()? }
+            }
+        })
+    }
+
+    fn master(&self, kdf: &Kdf) -> Result<Zeroizing<[u8; 32]>> {
+        match (&self.secret, kdf) {
+            (Secret::Key(k), Kdf::KeyFile) => Ok(k.clone()),
+            (Secret::Passphrase(pass), Kdf::Argon2id { m_kib, t, p, salt }) => {
+                let mut cache = self.masters.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((_, m)) = cache.iter().find(|(k, _)| k == kdf) {
+                    return Ok(m.clone());
+                }
+                let params = argon2::Params::new(*m_kib, *t, *p, Some(32)).map_err(|e| Error::corrupt(format!("key block: Argon2id parameters: {e}")))?;
+                let mut out = Zeroizing::new([0u8; 32]);
+                argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params)
+                    .hash_password_into(pass, salt, out.as_mut())
+                    .map_err(|e| key_error(format!("Argon2id failed: {e}")))?;
+                cache.push((*kdf, out.clone()));
+                Ok(out)
+            }
+            (_, kdf) => Err(key_error(format!("it was encrypted with {}, and that was not given", kdf.needs()))),
+        }
+    }
+
+    /// A new key block under `kdf` (from [`Keys::fresh_kdf`], or a repository's) and its cipher.
+    ///
+    /// # Errors
+    /// When the random source fails, or `kdf` needs the other kind of secret.
+    pub fn seal(&self, kdf: Kdf) -> Result<(KeyBlock, Arc<Cipher>)> {
+        let data_salt = random()?;
+        let derived = Derived::new(&self.master(&kdf)?, &data_salt);
+        Ok((KeyBlock { kdf, data_salt, check: derived.check }, Arc::new(derived.cipher)))
+    }
+
+    /// The cipher of what `block` describes, once the key check holds.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`]: the other kind of secret is needed, or this one is not the right one.
+    pub fn open(&self, block: &KeyBlock) -> Result<Arc<Cipher>> {
+        let derived = Derived::new(&self.master(&block.kdf)?, &block.data_salt);
+        if derived.check != block.check {
+            return Err(key_error(match block.kdf {
+                Kdf::KeyFile => "wrong key: the key file given is not the one this was encrypted with",
+                Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
+            }));
+        }
+        Ok(Arc::new(derived.cipher))
+    }
+}
+
+/// What to encrypt with: the user's secret, and how the master key is made from it (a fresh KDF
+/// per `--to` backup, the repository's own in a repository).
+#[derive(Clone, Debug)]
+pub struct Encryption {
+    /// The user's secret.
+    pub keys: Arc<Keys>,
+    /// How the master key is made from it.
+    pub kdf: Kdf,
+}
+
+struct Derived {
+    cipher: Cipher,
+    check: [u8; 16],
+}
+
+impl Derived {
+    fn new(master: &Zeroizing<[u8; 32]>, data_salt: &[u8; 32]) -> Derived {
+        let hk = Hkdf::<Sha256>::new(Some(data_salt), master.as_ref());
+        let mut key = Zeroizing::new([0u8; 32]);
+        let (mut check, mut mask) = ([0u8; 16], [0u8; 4]);
+        hk.expand(b"sheaf/1 aes-256-gcm data key", key.as_mut()).expect("32 bytes is a valid HKDF length");
+        hk.expand(b"sheaf/1 key check", &mut check).expect("16 bytes is a valid HKDF length");
+        hk.expand(b"sheaf/1 content checksum mask", &mut mask).expect("4 bytes is a valid HKDF length");
+        let aead = Aes256Gcm::new_from_slice(key.as_ref()).expect("a 32-byte key");
+        Derived { cipher: Cipher { aead, crc_mask: u32::from_le_bytes(mask) }, check }
+    }
+}
+
+/// One data key's AES-256-GCM.
+pub struct Cipher {
+    aead: Aes256Gcm,
+    crc_mask: u32,
+}
+
+impl std::fmt::Debug for Cipher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cipher(aes-256-gcm)")
+    }
+}
+
+fn nonce(domain: u32, counter: u64) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n[0..4].copy_from_slice(&domain.to_le_bytes());
+    n[4..12].copy_from_slice(&counter.to_le_bytes());
+    n
+}
+
+impl Cipher {
+    /// Encrypt `buf` in place under nonce `(domain, counter)` with `aad` authenticated alongside;
+    /// returns the tag.
+    pub fn seal(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
+        let tag = self
+            .aead
+            .encrypt_in_place_detached(Nonce::from_slice(&nonce(domain, counter)), aad, buf)
+            .expect("AES-GCM seals any buffer under 64 GiB");
+        tag.into()
+    }
+
+    /// Decrypt `buf` in place, checking `tag`.
+    ///
+    /// # Errors
+    /// A short phrase when the bytes, the associated data or the tag were altered.
+    pub fn open(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8], tag: &[u8]) -> std::result::Result<(), String> {
+        if tag.len() != TAG_LEN {
+            return Err("authentication tag missing".into());
+        }
+        self.aead
+            .decrypt_in_place_detached(Nonce::from_slice(&nonce(domain, counter)), aad, buf, Tag::from_slice(tag))
+            .map_err(|_| "authentication failed: the bytes were altered (or belong to another backup)".to_string())
+    }
+
+    /// Seal a whole region (`plain`) into a new buffer: ciphertext then tag.
+    pub fn seal_region(&self, domain: u32, counter: u64, plain: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(plain.len() + TAG_LEN);
+        out.extend_from_slice(plain);
+        let tag = self.seal(domain, counter, &[], &mut out);
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    /// Open a region sealed by [`Cipher::seal_region`], in place; returns the plaintext's length.
+    ///
+    /// # Errors
+    /// As [`Cipher::open`], and for a region shorter than a tag.
+    pub fn open_region(&self, domain: u32, counter: u64, sealed: &mut [u8]) -> std::result::Result<usize, String> {
+        let n = sealed.len().checked_sub(TAG_LEN).ok_or("shorter than its authentication tag")?;
+        let (body, tag) = sealed.split_at_mut(n);
+        self.open(domain, counter, &[], body, tag)?;
+        Ok(n)
+    }
+
+    /// A keyed mask for a checksum that would otherwise fingerprint the plaintext in the clear
+    /// (a repository object's whole-content crc): the value stored is `crc ^ mask`. Each object
+    /// has its own data key, so the mask is used once.
+    pub fn crc_mask(&self) -> u32 {
+        self.crc_mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passphrase(p: &str) -> Keys {
+        Keys::from_passphrase(p.as_bytes().to_vec()).unwrap().with_argon2(64, 1, 1).unwrap()
+    }
+
+    #[test]
+    fn a_sealed_block_opens_with_its_secret_only() {
+        let keys = passphrase("correct horse");
+        let kdf = keys.fresh_kdf().unwrap();
+        let (block, cipher) = keys.seal(kdf).unwrap();
+        assert_eq!(KeyBlock::decode(&block.encode()).unwrap(), block);
+        let mut buf = b"pages and pages".to_vec();
+        let tag = cipher.seal(NONCE_FRAMES, 7, b"hdr", &mut buf);
+        assert_ne!(&buf[..], b"pages and pages");
+
+        let again = keys.open(&block).unwrap();
+        let mut copy = buf.clone();
+        again.open(NONCE_FRAMES, 7, b"hdr", &mut copy, &tag).unwrap();
+        assert_eq!(&copy[..], b"pages and pages");
+        // Another nonce, other associated data, a flipped byte: all refused.
+        assert!(again.open(NONCE_FRAMES, 8, b"hdr", &mut buf.clone(), &tag).is_err());
+        assert!(again.open(NONCE_FRAMES, 7, b"hdx", &mut buf.clone(), &tag).is_err());
+        let mut flipped = buf.clone();
+        flipped[3] ^= 1;
+        assert!(again.open(NONCE_FRAMES, 7, b"hdr", &mut flipped, &tag).is_err());
+
+        let wrong = passphrase("correct hors3").open(&block).unwrap_err();
+        assert_eq!(wrong.kind(), ErrorKind::Key);
+        assert!(wrong.message().contains("wrong passphrase"), "{wrong}");
+        let d = tempfile::tempdir().unwrap();
+        let kf = d.path().join("k");
+        std::fs::write(&kf, [9u8; 32]).unwrap();
+        let other_kind = Keys::from_key_file(&kf).unwrap().open(&block).unwrap_err();
+        assert!(other_kind.message().contains("passphrase"), "{other_kind}");
+    }
+
+    #[test]
+    fn key_files_are_32_bytes_or_64_hex_digits_and_never_quoted() {
+        let d = tempfile::tempdir().unwrap();
+        let raw = d.path().join("raw");
+        std::fs::write(&raw, [0xabu8; 32]).unwrap();
+        let hex = d.path().join("hex");
+        std::fs::write(&hex, format!("{}\n", "ab".repeat(32))).unwrap();
+        let (a, b) = (Keys::from_key_file(&raw).unwrap(), Keys::from_key_file(&hex).unwrap());
+        let (block, _) = a.seal(Kdf::KeyFile).unwrap();
+        b.open(&block).expect("the same key written two ways");
+        let short = d.path().join("short");
+        std::fs::write(&short, b"hunter2-secret").unwrap();
+        let e = Keys::from_key_file(&short).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Key);
+        assert!(e.message().contains("32 random bytes") && !e.to_string().contains("hunter2"), "{e}");
+        assert!(!format!("{a:?}").contains("ab"), "Debug shows no key bytes");
+        assert!(Keys::from_passphrase(b"\n".to_vec()).is_err());
+    }
+
+    #[test]
+    fn every_backup_gets_its_own_data_key() {
+        let keys = passphrase("p");
+        let kdf = keys.fresh_kdf().unwrap();
+        let (b1, c1) = keys.seal(kdf).unwrap();
+        let (b2, c2) = keys.seal(kdf).unwrap();
+        assert_ne!(b1.data_salt, b2.data_salt);
+        let (mut x, mut y) = (vec![0u8; 32], vec![0u8; 32]);
+        c1.seal(NONCE_FRAMES, 0, &[], &mut x);
+        c2.seal(NONCE_FRAMES, 0, &[], &mut y);
+        assert_ne!(x, y, "same nonce, different keys");
+        assert_eq!(keys.masters.lock().unwrap().len(), 1, "Argon2id ran once for one salt");
+    }
+
+    #[test]
+    fn damaged_key_blocks_are_refused() {
+        let keys = passphrase("p");
+        let (block, _) = keys.seal(keys.fresh_kdf().unwrap()).unwrap();
+        let b = block.encode();
+        for i in 0..KEY_BLOCK_LEN {
+            let mut bad = b;
+            bad[i] ^= 4;
+            assert!(KeyBlock::decode(&bad).is_err(), "flip at {i}");
+        }
+    }
+}
