@@ -88,6 +88,8 @@ pub struct BenchOptions {
     pub catalog: Option<PathBuf>,
     /// Where restores go (else a scratch folder beside each target's stripes).
     pub restore_dir: Option<PathBuf>,
+    /// Flags that give sheaf's runs their encryption secret (a key or passphrase file), if any.
+    pub key_args: Vec<String>,
 }
 
 /// What the runner tells its caller.
@@ -422,6 +424,13 @@ impl Ctx<'_> {
         c
     }
 
+    /// [`Ctx::sheaf`] for an operation on the bench's sets: with the encryption secret's flags.
+    fn sheaf_op(&self, op: &str) -> Command {
+        let mut c = self.sheaf();
+        c.arg(op).args(&self.opts.key_args);
+        c
+    }
+
     fn settle(&self) -> Result<()> {
         settle(self.opts, self.src.cluster.as_ref(), self.archiving)
     }
@@ -461,8 +470,8 @@ impl Ctx<'_> {
         let stripes: Vec<String> = (0..p.stripes)
             .map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string()))
             .collect();
-        let mut c = self.sheaf();
-        c.arg("backup").arg(&self.src.arg);
+        let mut c = self.sheaf_op("backup");
+        c.arg(&self.src.arg);
         for s in &stripes {
             c.arg("--to").arg(s);
         }
@@ -479,8 +488,8 @@ impl Ctx<'_> {
         let (bytes_read, size_bytes, buffers_used) = backup_figures(&b)?;
         let (mut verify, mut restore) = (None, None);
         if p.target != BenchTarget::Nul {
-            let mut c = self.sheaf();
-            c.args(["verify", &stripes[0], "--json"]);
+            let mut c = self.sheaf_op("verify");
+            c.args([&stripes[0], "--json"]);
             self.settle()?;
             let v = measure::run(c)?;
             if !v.ok() {
@@ -490,8 +499,8 @@ impl Ctx<'_> {
             // Objects restore into --restore-dir, else the temporary folder.
             let dest = self.restore_dir(p.target.dirs().first().map_or_else(std::env::temp_dir, Clone::clone).as_path());
             let free = self.trash.make_room(&dest, self.note)?;
-            let mut c = self.sheaf();
-            c.args(["restore", &stripes[0], "--json", "--to"]).arg(&dest);
+            let mut c = self.sheaf_op("restore");
+            c.args([&stripes[0], "--json", "--to"]).arg(&dest);
             self.settle()?;
             let r = measure::run(c)?;
             self.trash.set_aside(&dest, free)?;

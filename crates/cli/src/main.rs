@@ -212,6 +212,10 @@ struct BenchArgs {
     /// earlier bench (into --out).
     #[arg(long, value_name = "REPORT_JSON", conflicts_with_all = ["source", "dataset", "plan"])]
     from: Option<PathBuf>,
+    /// Encrypted runs: sheaf's backups, verifies and restores use this secret (peers do not
+    /// encrypt).
+    #[command(flatten)]
+    keys: repo::KeyArgs,
 }
 
 #[derive(Args)]
@@ -686,7 +690,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Show(a) => show(catalog, a),
         Command::Generate(a) => generate(a),
         Command::Demo(a) => demo(a),
-        Command::Bench(a) => bench(catalog, a),
+        Command::Bench(a) => bench(catalog, a, settings),
         Command::LoadTpch(a) => {
             let counts = sheaf_pg::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
             println!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
@@ -1017,7 +1021,7 @@ fn duration(d: std::time::Duration) -> String {
     }
 }
 
-fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
+fn bench(catalog: Option<&std::path::Path>, a: BenchArgs, settings: &Settings) -> Result<(), Error> {
     use sheaf_bench::runner::Event;
     stop_scratch_on_interrupt("bench");
     let plan = match &a.plan {
@@ -1056,6 +1060,12 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs) -> Result<(), Error> {
         sheaf,
         catalog: catalog.map(std::path::Path::to_path_buf),
         restore_dir: r.restore_dir,
+        key_args: match a.keys.keys(settings)? {
+            // Checked here, so that a bad key file stops the bench before its first run; the
+            // runs get the file's name (SHEAF_PASSPHRASE they inherit), never the secret.
+            Some(_) => a.keys.flags(settings).unwrap_or_default(),
+            None => Vec::new(),
+        },
     };
     let note = |e: Event| match e {
         Event::Note(n) => eprintln!("sheaf bench: {n}"),

@@ -670,3 +670,91 @@ fn max_rate_holds_backup_and_restore_to_a_rate() {
     assert_fails(&run(&["restore", s(&stripe), "--to", s(&f.path("o2")), "--max-rate", "fast"]), 2, &["--max-rate fast", "e.g. 100MiB"]);
     assert!(!f.path("z.sheaf").exists() && !f.path("o2").exists(), "nothing started");
 }
+
+/// Encrypted sets from the command line: each way of giving the secret, exit 9 for every key
+/// problem before anything is written, and the secret nowhere: not in the output, the JSON, the
+/// stripes, the catalog, the bench's reports or the process's command line.
+#[test]
+fn encryption_from_the_command_line_keeps_its_secret() {
+    const PASS: &str = "Tr0ub4dor&3-not-in-any-output";
+    let f = Fixture::new();
+    let stripe = f.path("e.sheaf");
+    let with_pass = |args: &[&str]| sheaf().args(args).env("SHEAF_PASSPHRASE", PASS).stdin(Stdio::null()).output().unwrap();
+    let o = with_pass(&["backup", s(&f.src), "--to", s(&stripe), "--to", s(&f.path("e2.sheaf")), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["encryption"], "aes-256-gcm");
+    let leaks = |what: &str, bytes: &[u8]| assert!(!bytes.windows(PASS.len()).any(|w| w == PASS.as_bytes()), "the passphrase is in {what}");
+    leaks("stdout", &o.stdout);
+    leaks("stderr", &o.stderr);
+    leaks("the stripe", &fs::read(&stripe).unwrap());
+
+    // No secret, the wrong one, the other kind: exit 9, nothing restored.
+    let out = f.path("out");
+    assert_fails(&run(&["restore", s(&stripe), "--to", s(&out)]), 9, &["encrypted", "SHEAF_PASSPHRASE"]);
+    let o = sheaf().args(["restore", s(&stripe), "--to", s(&out)]).env("SHEAF_PASSPHRASE", "wrong").output().unwrap();
+    assert_fails(&o, 9, &["wrong passphrase"]);
+    let key = f.path("key");
+    fs::write(&key, [5u8; 32]).unwrap();
+    assert_fails(&run(&["verify", s(&stripe), "--encryption-key-file", s(&key)]), 9, &["passphrase"]);
+    assert!(!out.exists(), "a refused restore makes nothing");
+
+    // Mistakes with the secret itself.
+    let short = f.path("short.key");
+    fs::write(&short, "my-password\n").unwrap();
+    let o = run(&["backup", s(&f.src), "--to", s(&f.path("x.sheaf")), "--encryption-key-file", s(&short)]);
+    assert_fails(&o, 9, &["32 random bytes", "head -c 32 /dev/urandom"]);
+    assert!(!stderr(&o).contains("my-password"), "the key file's content is never quoted");
+    let o = with_pass(&["backup", s(&f.src), "--to", s(&f.path("x.sheaf")), "--encryption-key-file", s(&key)]);
+    assert_fails(&o, 9, &["more than one secret"]);
+    let empty = f.path("empty.pass");
+    fs::write(&empty, "\n").unwrap();
+    assert_fails(&run(&["backup", s(&f.src), "--to", s(&f.path("x.sheaf")), "--passphrase-file", s(&empty)]), 9, &["empty"]);
+    assert!(!f.path("x.sheaf").exists());
+    let conf = f.path("sheaf.toml");
+    fs::write(&conf, format!("passphrase = \"{PASS}\"\n")).unwrap();
+    let o = run(&["--config", s(&conf), "verify", s(&stripe)]);
+    assert_fails(&o, 2, &["no secrets in its config", "passphrase-file"]);
+    leaks("a refused config's message", &o.stderr);
+
+    // A passphrase file gives the same secret (its first line).
+    let pass_file = f.path("pass");
+    fs::write(&pass_file, format!("{PASS}\n")).unwrap();
+    let o = run(&["restore", s(&stripe), "--to", s(&out), "--passphrase-file", s(&pass_file)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&f.src, &out).unwrap();
+
+    // A key file: a slow backup, whose command line is read while it runs.
+    let slow = f.path("slow.sheaf");
+    let mut child = sheaf()
+        .args(["backup", s(&f.src), "--to", s(&slow), "--encryption-key-file", s(&key), "-c", "none", "--max-rate", "2MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let cmdline = fs::read(format!("/proc/{}/cmdline", child.id())).unwrap_or_default();
+    assert!(child.wait().unwrap().success());
+    assert!(!cmdline.is_empty() && !cmdline.windows(32).any(|w| w == [5u8; 32]), "the key in the process's command line");
+    let o = run(&["verify", s(&slow), "--encryption-key-file", s(&key), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // The catalog holds the runs, never the secret.
+    assert!(!runs_with(&stripe).is_empty());
+    leaks("the catalog", &fs::read(catalog()).unwrap());
+    let o = run(&["list", "--json", "--limit", "100000"]);
+    leaks("sheaf list", &o.stdout);
+
+    // The bench, with the secret from the environment: encrypted runs, and its reports clean.
+    let bench_out = f.path("bench");
+    let target = f.path("bench-target");
+    fs::create_dir_all(&target).unwrap();
+    let o = with_pass(&["bench", s(&f.src), "-c", "lz4", "--repeat", "1", "--target", s(&target), "--out", s(&bench_out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    leaks("the bench's stdout", &o.stdout);
+    leaks("the bench's stderr", &o.stderr);
+    for e in fs::read_dir(&bench_out).unwrap() {
+        let p = e.unwrap().path();
+        leaks(&p.display().to_string(), &fs::read(&p).unwrap());
+    }
+}

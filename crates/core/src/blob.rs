@@ -367,6 +367,52 @@ mod tests {
     }
 
     #[test]
+    fn encrypted_blobs_open_with_their_key_only_and_hide_content_and_checksum() {
+        let store = Arc::new(MemoryStore::new());
+        let keys = Arc::new(Keys::from_passphrase(b"wal secret".to_vec()).unwrap().with_argon2(64, 1, 1).unwrap());
+        let enc = Encryption { kdf: keys.fresh_kdf().unwrap(), keys: keys.clone() };
+        let data: Vec<u8> = b"segment ".iter().cycle().take(3 * BLOB_CHUNK + 99).copied().collect();
+        for codec in ["none", "zstd:low"] {
+            let name = format!("enc-{codec}");
+            let loc = Location::new(store.clone(), &name[..]);
+            let info = write_blob(loc.create(false, 0).unwrap(), &mut &data[..], CodecSpec::parse(codec).unwrap(), "x", Some(&enc)).unwrap();
+            assert!(info.encrypted);
+            let src = loc.open().unwrap();
+            let mut raw = vec![0u8; src.len() as usize];
+            src.read_exact_at(&mut raw, 0).unwrap();
+            assert!(!raw.windows(16).any(|w| w == &data[..16]), "{codec}: content in the clear");
+            let shown = blob_info(src.as_ref()).unwrap();
+            assert_ne!(shown.crc, crc32c::crc32c(&data), "{codec}: the content's checksum in the clear");
+
+            let mut out = Vec::new();
+            let got = copy_blob(src.as_ref(), Some(&keys), &mut out, "x").unwrap();
+            assert_eq!(out, data);
+            assert_eq!(got.crc, crc32c::crc32c(&data));
+            assert!(same_content(src.as_ref(), Some(&keys), &mut &data[..], "x").unwrap());
+
+            let e = copy_blob(src.as_ref(), None, &mut Vec::new(), "x").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Key, "{e}");
+            let wrong = Keys::from_passphrase(b"wal secreT".to_vec()).unwrap();
+            let e = copy_blob(src.as_ref(), Some(&wrong), &mut Vec::new(), "x").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Key, "{e}");
+
+            // Every flipped byte is caught, as damage (never read back as content).
+            for at in (0..raw.len()).step_by(raw.len() / 97) {
+                let mut bad = raw.clone();
+                bad[at] ^= 0x08;
+                let bname = format!("bad-{codec}-{at}");
+                let mut s = Location::new(store.clone(), &bname[..]).create(false, 0).unwrap();
+                s.write_all(&bad).unwrap();
+                s.publish().unwrap();
+                drop(s);
+                let src = Location::new(store.clone(), &bname[..]).open().unwrap();
+                let e = copy_blob(src.as_ref(), Some(&keys), &mut Vec::new(), "x").expect_err("damage must be caught");
+                assert!(matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::Incomplete | ErrorKind::InvalidInput | ErrorKind::Key), "{at}: {e}");
+            }
+        }
+    }
+
+    #[test]
     fn every_damage_is_caught() {
         let store = Arc::new(MemoryStore::new());
         let data = content(2 * BLOB_CHUNK + 5000);

@@ -12,16 +12,16 @@
 //! one (a counter per frame, fixed numbers for the index and the manifest) can never repeat under
 //! a key. The key check lets a wrong key be named before any byte is decrypted.
 //!
-//! Nothing here is hand-made cryptography: AES-GCM, Argon2id and HKDF come from RustCrypto; this
-//! module only decides which bytes go where. Key bytes live in [`Zeroizing`] buffers and are
-//! never formatted (`Debug` prints nothing of them).
+//! Nothing here is hand-made cryptography: AES-256-GCM comes from ring, Argon2id and HKDF from
+//! RustCrypto; this module only decides which bytes go where. Key bytes live in [`Zeroizing`]
+//! buffers and are never formatted (`Debug` prints nothing of them); ring's expanded key schedule
+//! is not wiped on drop.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
 use hkdf::Hkdf;
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use sha2::Sha256;
 use zeroize::Zeroizing;
 
@@ -320,14 +320,14 @@ impl Derived {
         hk.expand(b"sheaf/1 aes-256-gcm data key", key.as_mut()).expect("32 bytes is a valid HKDF length");
         hk.expand(b"sheaf/1 key check", &mut check).expect("16 bytes is a valid HKDF length");
         hk.expand(b"sheaf/1 content checksum mask", &mut mask).expect("4 bytes is a valid HKDF length");
-        let aead = Aes256Gcm::new_from_slice(key.as_ref()).expect("a 32-byte key");
+        let aead = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key.as_ref()).expect("a 32-byte key"));
         Derived { cipher: Cipher { aead, crc_mask: u32::from_le_bytes(mask) }, check }
     }
 }
 
 /// One data key's AES-256-GCM.
 pub struct Cipher {
-    aead: Aes256Gcm,
+    aead: LessSafeKey,
     crc_mask: u32,
 }
 
@@ -350,9 +350,9 @@ impl Cipher {
     pub fn seal(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
         let tag = self
             .aead
-            .encrypt_in_place_detached(Nonce::from_slice(&nonce(domain, counter)), aad, buf)
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce(domain, counter)), Aad::from(aad), buf)
             .expect("AES-GCM seals any buffer under 64 GiB");
-        tag.into()
+        tag.as_ref().try_into().expect("a 16-byte tag")
     }
 
     /// Decrypt `buf` in place, checking `tag`.
@@ -360,11 +360,10 @@ impl Cipher {
     /// # Errors
     /// A short phrase when the bytes, the associated data or the tag were altered.
     pub fn open(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8], tag: &[u8]) -> std::result::Result<(), String> {
-        if tag.len() != TAG_LEN {
-            return Err("authentication tag missing".into());
-        }
+        let tag = Tag::try_from(tag).map_err(|_| "authentication tag missing".to_string())?;
         self.aead
-            .decrypt_in_place_detached(Nonce::from_slice(&nonce(domain, counter)), aad, buf, Tag::from_slice(tag))
+            .open_in_place_separate_tag(Nonce::assume_unique_for_key(nonce(domain, counter)), Aad::from(aad), tag, buf, 0..)
+            .map(drop)
             .map_err(|_| "authentication failed: the bytes were altered (or belong to another backup)".to_string())
     }
 

@@ -2,6 +2,7 @@
 
 mod integration {
     pub mod compat;
+    pub mod encryption;
     pub mod fuzzed;
     pub mod roundtrip;
     pub mod storage;

@@ -1,0 +1,149 @@
+//! Encrypted sets: they round trip with their secret only, show nothing of the files in the
+//! clear, refuse a missing or wrong secret before writing a byte, and name every altered region
+//! even when the altered bytes' checksums were made good again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sheaf_core::crypto::{Encryption, Keys};
+use sheaf_core::datagen::{compare_trees, make_shapes_tree};
+use sheaf_core::format::{FrameHeader, Trailer, FRAME_HEADER_LEN, TRAILER_LEN};
+use sheaf_core::{backup_directory, BackupOptions, BackupSet, ErrorKind, LocalOnly, Location, NoProgress, RestoreOptions};
+
+const MARK: &[u8] = b"sheaf-plaintext-marker-7f3a";
+
+fn keys(pass: &str) -> Arc<Keys> {
+    // A low Argon2id cost keeps the test quick; readers take the cost from the key block.
+    Arc::new(Keys::from_passphrase(pass.as_bytes().to_vec()).unwrap().with_argon2(256, 1, 1).unwrap())
+}
+
+fn open(stripes: &[PathBuf], keys: Option<&Keys>) -> sheaf_core::Result<BackupSet> {
+    BackupSet::open_with(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly, keys)
+}
+
+/// A shapes tree plus files whose names and bytes carry a marker, backed up encrypted in 2 stripes.
+fn encrypted_set(dir: &Path, codec: &str) -> (PathBuf, Vec<PathBuf>) {
+    let src = dir.join("src");
+    make_shapes_tree(&src, 64 << 10, 3).unwrap();
+    let marked = src.join("marked");
+    std::fs::create_dir_all(&marked).unwrap();
+    for i in 0..40 {
+        let text: Vec<u8> = MARK.iter().chain(b" row ").cycle().take(300 + i * 50).copied().collect();
+        std::fs::write(marked.join(format!("{}-{i}", String::from_utf8_lossy(MARK))), text).unwrap();
+    }
+    let stripes: Vec<PathBuf> = (0..2).map(|k| dir.join(format!("e_{k}.sheaf"))).collect();
+    let mut opts = BackupOptions::new(stripes.iter().map(Location::file).collect());
+    opts.codec = sheaf_core::CodecSpec::parse(codec).unwrap();
+    opts.transfer_size = 64 << 10;
+    let k = keys("correct horse battery");
+    opts.encryption = Some(Encryption { kdf: k.fresh_kdf().unwrap(), keys: k });
+    let r = backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
+    assert_eq!(r.encryption, "aes-256-gcm");
+    (src, stripes)
+}
+
+#[test]
+fn encrypted_sets_round_trip_with_their_secret_only_and_show_nothing() {
+    for codec in ["zstd:low", "lz4", "none"] {
+        let d = tempfile::tempdir().unwrap();
+        let (src, stripes) = encrypted_set(d.path(), codec);
+        for s in &stripes {
+            let bytes = std::fs::read(s).unwrap();
+            assert!(!bytes.windows(MARK.len()).any(|w| w == MARK), "{codec}: a file's name or bytes in the clear in {}", s.display());
+            assert!(!bytes.windows(7).any(|w| w == b"marked/"), "{codec}: the manifest's names in the clear");
+        }
+
+        let none = open(&stripes, None).err().expect("no secret");
+        assert_eq!(none.kind(), ErrorKind::Key, "{none}");
+        assert!(none.to_string().contains("passphrase"), "{none}");
+        let wrong = open(&stripes, Some(&keys("correct horse batterY"))).err().expect("wrong secret");
+        assert_eq!(wrong.kind(), ErrorKind::Key, "{wrong}");
+        assert!(wrong.to_string().contains("wrong passphrase"), "{wrong}");
+
+        let right = keys("correct horse battery");
+        let set = open(&stripes[..1], Some(&right)).unwrap();
+        assert!(set.encrypted());
+        sheaf_core::verify(&set, Some(2), Arc::new(NoProgress)).unwrap();
+        let out = d.path().join("out");
+        sheaf_core::restore(&set, &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
+        compare_trees(&src, &out).unwrap_or_else(|e| panic!("{codec}: {e}"));
+    }
+}
+
+/// Offsets of the frames of a stripe that carry a payload, from its frame headers.
+fn payload_frames(bytes: &[u8], start: usize, end: usize) -> Vec<usize> {
+    let mut at = start;
+    let mut found = Vec::new();
+    while at < end {
+        let h = FrameHeader::decode(&bytes[at..at + FRAME_HEADER_LEN]).unwrap();
+        if h.stored_len > 0 {
+            found.push(at);
+        }
+        at += FRAME_HEADER_LEN + h.stored_len as usize;
+    }
+    found
+}
+
+#[test]
+fn altered_regions_are_named_even_with_their_checksums_made_good() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, stripes) = encrypted_set(d.path(), "zstd:low");
+    let good = std::fs::read(&stripes[0]).unwrap();
+    let t = Trailer::decode(&good[good.len() - TRAILER_LEN..]).unwrap();
+    let header_len = 64 + sheaf_core::crypto::KEY_BLOCK_LEN;
+    let frames = payload_frames(&good, header_len, t.index_offset as usize);
+    assert!(frames.len() > 3);
+
+    let k = keys("correct horse battery");
+    let check = |bytes: Vec<u8>, expect: &str| {
+        std::fs::write(&stripes[0], &bytes).unwrap();
+        let r = open(&stripes, Some(&k)).and_then(|set| sheaf_core::verify(&set, Some(1), Arc::new(NoProgress)));
+        let e = r.err().unwrap_or_else(|| panic!("{expect}: not caught"));
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{expect}: {e}");
+        assert!(e.to_string().contains(expect), "wanted '{expect}' in: {e}");
+        assert!(e.to_string().contains("authentication failed"), "{expect}: {e}");
+    };
+    // A frame's sealed bytes, its stored checksum and header checksum recomputed.
+    for &f in &frames[..3] {
+        let mut bad = good.clone();
+        let mut h = FrameHeader::decode(&bad[f..f + FRAME_HEADER_LEN]).unwrap();
+        let p = f + FRAME_HEADER_LEN;
+        bad[p + 20] ^= 0x01;
+        h.stored_crc = crc32c::crc32c(&bad[p..p + h.stored_len as usize]);
+        bad[f..f + FRAME_HEADER_LEN].copy_from_slice(&h.encode());
+        check(bad, "frame");
+    }
+    // A frame header moved to another offset of its file (the seal covers the header).
+    let mut bad = good.clone();
+    let f = frames[1];
+    let mut h = FrameHeader::decode(&bad[f..f + FRAME_HEADER_LEN]).unwrap();
+    h.offset ^= 1 << 40;
+    bad[f..f + FRAME_HEADER_LEN].copy_from_slice(&h.encode());
+    std::fs::write(&stripes[0], &bad).unwrap();
+    assert!(open(&stripes, Some(&k)).and_then(|s| sheaf_core::verify(&s, Some(1), Arc::new(NoProgress))).is_err(), "a moved frame header");
+    // The index and the manifest, resealed.
+    for (region, at) in [("index", t.index_offset as usize + 5), ("manifest", t.manifest_offset as usize + 7)] {
+        let mut bad = good.clone();
+        bad[at] ^= 0x40;
+        sheaf_core::format::reseal(&mut bad);
+        check(bad, region);
+    }
+    std::fs::write(&stripes[0], &good).unwrap();
+    sheaf_core::verify(&open(&stripes, Some(&k)).unwrap(), Some(1), Arc::new(NoProgress)).unwrap();
+}
+
+#[test]
+fn a_wrong_secret_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, stripes) = encrypted_set(d.path(), "lz4");
+    let e = open(&stripes, Some(&keys("nope"))).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Key);
+    // The set is refused at open: restore never starts, so its target is never made.
+    assert!(!d.path().join("out").exists());
+    // A key file where a passphrase was used: named as such.
+    let kf = d.path().join("k");
+    std::fs::write(&kf, [1u8; 32]).unwrap();
+    let e = open(&stripes, Some(&Keys::from_key_file(&kf).unwrap())).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Key);
+    assert!(e.to_string().contains("passphrase"), "{e}");
+}
