@@ -97,6 +97,11 @@ impl RepoArg {
         })
     }
 
+    /// The repository's place, with the keys given (nothing is read yet).
+    pub fn place(&self, settings: &Settings, schemes: &dyn sheaf_core::Schemes) -> Result<Repo, Error> {
+        Ok(Repo::at(&self.text(settings)?, schemes)?.with_keys(self.keys.keys(settings)?))
+    }
+
     /// The repository and what it holds, its bytes held to `rate` where one is given.
     pub fn open(&self, settings: &Settings, s3: &S3Args) -> Result<(Repo, RepoMeta), Error> {
         self.open_at(settings, s3, None)
@@ -105,7 +110,7 @@ impl RepoArg {
     /// [`RepoArg::open`] with every byte to and from the repository held to `rate` (`--max-rate`).
     pub fn open_at(&self, settings: &Settings, s3: &S3Args, rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>) -> Result<(Repo, RepoMeta), Error> {
         let schemes = s3.schemes(settings)?;
-        let mut repo = Repo::at(&self.text(settings)?, &schemes)?.with_keys(self.keys.keys(settings)?);
+        let mut repo = self.place(settings, &schemes)?;
         if let Some(limit) = rate {
             repo = repo.throttled(limit);
         }
@@ -296,15 +301,19 @@ pub fn codec(settings: &Settings, flag: Option<String>) -> Result<CodecSpec, Err
 
 pub fn init(a: InitArgs, settings: &Settings) -> Result<(), Error> {
     let schemes = a.s3.schemes(settings)?;
-    let repo = Repo::at(&a.repo.text(settings)?, &schemes)?;
+    let repo = a.repo.place(settings, &schemes)?;
     let meta = sheaf_pg::repo::init(&repo, &a.url)?;
     println!(
-        "created repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
+        "created {}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
+        if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
         repo.display(),
         meta.system_identifier,
         meta.server_version,
         format_size(meta.wal_segment_size)
     );
+    if repo.keys().is_some() {
+        println!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");
+    }
     println!("next: archive_command = 'sheaf wal-push %p --repo {}' and archive_mode = on, then sheaf backup {} --repo {}", repo.display(), sheaf_pg::server::redact(&a.url), repo.display());
     Ok(())
 }
@@ -321,7 +330,7 @@ pub fn wal_push(a: WalPushArgs, settings: &Settings) -> Result<(), Error> {
         Some((v, origin)) => Some(parse_size(&v).map_err(|e| e.context(format!("queue-max from {origin}")))?),
         None => None,
     };
-    let repo = Repo::at(&a.repo.text(settings)?, &a.s3.schemes(settings)?)?;
+    let repo = a.repo.place(settings, &a.s3.schemes(settings)?)?;
     let wal_dir = wal_dir(&a.path);
     let spool = a.spool.get(settings, wal_dir, &repo, &a.s3)?;
     let t0 = std::time::Instant::now();
@@ -395,7 +404,7 @@ fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &std::path::Path, spool:
 /// `Ok(false)`: not in the archive (exit 1 quietly, as PostgreSQL expects at the archive's end).
 pub fn wal_fetch(a: WalFetchArgs, settings: &Settings) -> Result<bool, Error> {
     let parallel = parallel(settings, a.parallel)?;
-    let repo = Repo::at(&a.repo.text(settings)?, &a.s3.schemes(settings)?)?;
+    let repo = a.repo.place(settings, &a.s3.schemes(settings)?)?;
     let spool = if parallel > 1 { Some(a.spool.get(settings, wal_dir(&a.dest), &repo, &a.s3)?) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
@@ -455,6 +464,8 @@ fn start_prefetcher(a: &WalFetchArgs, repo: &Repo, settings: &Settings, parallel
     cmd.args(["--prefetch", "--parallel", &parallel.to_string(), "--repo", repo.display()]);
     cmd.arg("--spool").arg(spool_base(spool));
     cmd.args(a.s3.resolved(settings)?.as_flags());
+    // The secret's file, if one was named (SHEAF_PASSPHRASE the prefetcher inherits).
+    cmd.args(a.repo.keys.flags(settings).unwrap_or_default());
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log).process_group(0);
     cmd.spawn().map_err(|e| Error::io(ErrorKind::Io, "cannot start the WAL prefetcher", e))?;
     Ok(())

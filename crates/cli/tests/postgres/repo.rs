@@ -402,16 +402,25 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     assert!(std::fs::read(base.path().join("f2")).unwrap() == std::fs::read(&copy).unwrap());
 }
 
+/// Also encrypted: the passphrase file is named in the config, so archive_command, the backup,
+/// the restore and the restored server's restore_command all read it; without it nothing opens.
 #[test]
-fn a_repository_in_a_bucket_archives_backs_up_and_recovers() {
+fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     let minio = sheaf_s3::testing::Minio::start();
     minio.create_bucket("pitr");
     let base = tempfile::Builder::new().prefix("sheaf-s3repo.").tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // Settings in one file, so that archive_command stays short; credentials from the environment.
     let config = base.path().join("sheaf.toml");
-    std::fs::write(&config, format!("repo = \"s3://pitr/cluster-a\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
+    let plain = format!("repo = \"s3://pitr/cluster-a\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint());
+    // Readable by the server's user, which runs archive_command (0600 and owned by it in real use).
+    let pass = base.path().join("passphrase");
+    std::fs::write(&pass, "archive and backups, one secret\n").unwrap();
+    std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(&config, format!("{plain}passphrase-file = \"{}\"\n", pass.display())).unwrap();
     std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let keyless = base.path().join("keyless.toml");
+    std::fs::write(&keyless, &plain).unwrap();
     let creds: String = minio.env().iter().filter(|(k, _)| k.starts_with("AWS_ACCESS") || k.starts_with("AWS_SECRET") || *k == "AWS_REGION").map(|(k, v)| format!("{k}={v} ")).collect();
     let archive = format!("archive_command = 'env {creds}SHEAF_CONFIG={} {} wal-push %p'", config.display(), env!("CARGO_BIN_EXE_sheaf"));
     let c = Cluster::new(&[], &["archive_mode = on", archive.as_str()]);
@@ -438,12 +447,20 @@ fn a_repository_in_a_bucket_archives_backs_up_and_recovers() {
     let info: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["info", "--json"])), "info")).unwrap();
     assert_eq!(info["backups"].as_array().unwrap().len(), 1);
     ok(run(cli().args(["verify"])), "verify the repository");
+    // Without the passphrase, or with another, the repository does not open: exit 9.
+    let o = run(cli().env("SHEAF_CONFIG", &keyless).args(["info"]));
+    assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
+    assert!(stderr(&o).contains("encrypted"), "{}", stderr(&o));
+    let o = run(cli().env("SHEAF_CONFIG", &keyless).env("SHEAF_PASSPHRASE", "guess").args(["backup", &c.url("postgres")]));
+    assert_eq!(o.status.code(), Some(9), "a wrong passphrase writes nothing: {}", stderr(&o));
+    assert_eq!(minio.objects("pitr").iter().filter(|o| o.ends_with(".sheaf")).count(), 2, "no stripe of the refused backup");
 
     let dir = base.path().join("restored");
     ok(run(cli().args(["restore", "--to", dir.to_str().unwrap()])), "restore from the bucket");
     let auto_path = dir.join("postgresql.auto.conf");
     let auto = std::fs::read_to_string(&auto_path).unwrap();
-    assert!(auto.contains("--repo s3://pitr/cluster-a") && auto.contains("--config"), "{auto}");
+    assert!(auto.contains("--repo s3://pitr/cluster-a") && auto.contains("--config") && auto.contains("--passphrase-file"), "{auto}");
+    assert!(!auto.contains("one secret"), "the passphrase itself is never written: {auto}");
     assert!(!auto.contains(sheaf_s3::testing::SECRET_KEY), "no secret written: {auto}");
     // The server's environment carries the credentials, as it would with a profile or IAM role.
     std::fs::write(&auto_path, auto.replace("restore_command = '", &format!("restore_command = 'env {creds}"))).unwrap();
