@@ -25,7 +25,8 @@ Exit codes:
   5  the restore target is not empty (use --force)
   6  the target device is full
   7  the source cannot be read
-  8  the target cannot be written";
+  8  the target cannot be written
+  9  encryption key: missing, wrong, or not a key (the backup or repository is encrypted)";
 
 #[derive(Parser)]
 #[command(
@@ -808,6 +809,14 @@ fn backup(a: BackupArgs, settings: &Settings) -> Result<serde_json::Value, Error
             r.threads,
             if r.threads == 1 { "" } else { "s" },
         );
+        if let Some(levels) = &r.auto_levels {
+            let total: u64 = levels.values().sum::<u64>().max(1);
+            let shares: Vec<String> = levels.iter().map(|(l, n)| format!("{l} ({:.0} %)", *n as f64 * 100.0 / total as f64)).collect();
+            println!("auto chose zstd level {} of the chunks", shares.join(", "));
+        }
+        if r.encryption != "none" {
+            println!("encrypted with {}", r.encryption.to_uppercase());
+        }
         println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
         if let Some(id) = pg.as_ref().and_then(|p| p.get("repository_id")).and_then(|v| v.as_str()) {
             println!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");

@@ -229,6 +229,9 @@ pub struct BackupReport {
     pub compression: String,
     /// Numeric level.
     pub level: i32,
+    /// `auto` only: chunks compressed at each zstd level it chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_levels: Option<std::collections::BTreeMap<i32, u64>>,
     /// Chunk size.
     pub transfer_size: u64,
     /// Buffers.
@@ -396,6 +399,8 @@ pub struct Backup {
     pool: Arc<Pool>,
     /// The set's data key, for its index and manifest (frames are sealed by the compressors).
     cipher: Option<Arc<crate::crypto::Cipher>>,
+    /// `auto`'s level, shared by the compressors.
+    auto: Option<Arc<AutoLevel>>,
     job_tx: Option<Sender<Job>>,
     compressors: Vec<JoinHandle<CompressStats>>,
     writers: Vec<JoinHandle<Option<WriterOut>>>,
@@ -448,7 +453,7 @@ impl Backup {
                 key_block,
             };
             sink.write_all(&header.encode())?;
-            sinks.push((sink, header.len() as u64));
+            sinks.push((sink, header.encoded_len() as u64));
         }
 
         let shared = Shared::stoppable(progress, opts.stop.clone());
@@ -458,10 +463,11 @@ impl Backup {
         let (frame_tx, frame_rx) = bounded::<Frame>(tuning.buffer_count);
 
         let mut compressors = Vec::with_capacity(tuning.threads);
+        let auto = opts.codec.is_auto().then(|| Arc::new(AutoLevel::new(tuning.buffer_count - tuning.threads)));
         for _ in 0..tuning.threads {
             let (rx, tx, shared) = (job_rx.clone(), frame_tx.clone(), shared.clone());
-            let (spec, size, seal) = (opts.codec, tuning.buffer_len, seal.clone());
-            compressors.push(thread::spawn(move || compress_loop(spec, size, seal, &rx, &tx, &shared)));
+            let (spec, size, seal, auto) = (opts.codec, tuning.buffer_len, seal.clone(), auto.clone());
+            compressors.push(thread::spawn(move || compress_loop(spec, size, seal, auto.as_deref(), &rx, &tx, &shared)));
         }
         drop(frame_tx);
         let writers = sinks
@@ -488,6 +494,7 @@ impl Backup {
             shared,
             pool,
             cipher: seal.as_ref().map(|s| s.cipher.clone()),
+            auto,
             job_tx: Some(job_tx),
             compressors,
             writers,
@@ -814,6 +821,7 @@ impl Backup {
             changed_files: manifest.changed_files,
             vanished_files: manifest.vanished_files,
             check_failures: findings,
+            auto_levels: self.auto.as_ref().map(|a| a.levels()),
         })
     }
 
@@ -1190,8 +1198,81 @@ fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
     }
 }
 
-fn compress_loop(spec: CodecSpec, size: usize, seal: Option<Sealing>, rx: &Receiver<Job>, tx: &Sender<Frame>, shared: &Shared) -> CompressStats {
+/// `--compression auto`: the zstd level, steered chunk by chunk from the pipeline's own pressure.
+/// Frames piling up for the writers (a slow target, or `--max-rate`) mean the compressors have
+/// time to spare: a level up costs nothing. Chunks piling up for the compressors while the writers
+/// starve mean the CPU is the bottleneck: a level down. A read-bound backup leaves both queues
+/// short and the level where it is. One step at a time, at most every [`AUTO_SETTLE`], so a
+/// change shows in the queues before the next.
+pub(crate) struct AutoLevel {
+    step: std::sync::atomic::AtomicUsize,
+    last_change: std::sync::Mutex<Instant>,
+    /// Chunks compressed at each step.
+    chunks: Vec<std::sync::atomic::AtomicU64>,
+    /// The pipeline's buffers: what a queue is measured against.
+    buffers: usize,
+}
+
+/// The levels `auto` moves over: zstd low (1) to past high (7).
+pub const AUTO_LEVELS: [i32; 9] = [1, 2, 3, 4, 5, 6, 7, 9, 12];
+/// Least time between two level changes.
+pub const AUTO_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl AutoLevel {
+    pub(crate) fn new(buffers: usize) -> AutoLevel {
+        AutoLevel {
+            step: Default::default(),
+            last_change: std::sync::Mutex::new(Instant::now()),
+            chunks: AUTO_LEVELS.iter().map(|_| Default::default()).collect(),
+            buffers: buffers.max(1),
+        }
+    }
+
+    /// The level for the next chunk, given `waiting_out` frames queued for the writers and
+    /// `waiting_in` chunks queued for the compressors.
+    pub(crate) fn next(&self, waiting_out: usize, waiting_in: usize) -> i32 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut step = self.step.load(Relaxed);
+        let writers_behind = waiting_out * 4 >= self.buffers * 3;
+        let compressors_behind = waiting_out * 4 <= self.buffers && waiting_in * 2 >= self.buffers;
+        if writers_behind || compressors_behind {
+            if let Ok(mut last) = self.last_change.try_lock() {
+                if last.elapsed() >= AUTO_SETTLE {
+                    let want = if writers_behind { (step + 1).min(AUTO_LEVELS.len() - 1) } else { step.saturating_sub(1) };
+                    if want != step {
+                        step = want;
+                        self.step.store(step, Relaxed);
+                        *last = Instant::now();
+                    }
+                }
+            }
+        }
+        self.chunks[step].fetch_add(1, Relaxed);
+        AUTO_LEVELS[step]
+    }
+
+    /// Chunks compressed at each level used.
+    pub(crate) fn levels(&self) -> std::collections::BTreeMap<i32, u64> {
+        AUTO_LEVELS
+            .iter()
+            .zip(&self.chunks)
+            .map(|(&l, n)| (l, n.load(std::sync::atomic::Ordering::Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+}
+
+fn compress_loop(
+    spec: CodecSpec,
+    size: usize,
+    seal: Option<Sealing>,
+    auto: Option<&AutoLevel>,
+    rx: &Receiver<Job>,
+    tx: &Sender<Frame>,
+    shared: &Shared,
+) -> CompressStats {
     let mut stats = CompressStats::default();
+    let mut level = spec.level;
     let mut encoder = match FrameEncoder::new(spec, size) {
         Ok(e) => e.sealed(seal, size),
         Err(e) => {
@@ -1225,6 +1306,16 @@ fn compress_loop(spec: CodecSpec, size: usize, seal: Option<Sealing>, rx: &Recei
             let crc = crc32c::crc32c(bytes);
             raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
             parts.push(Part { file_id: m.file_id, at: m.at, len: m.len, crc });
+        }
+        if let Some(auto) = auto {
+            let want = auto.next(tx.len(), rx.len());
+            if want != level {
+                if let Err(e) = encoder.set_level(want) {
+                    shared.fail(e);
+                    continue;
+                }
+                level = want;
+            }
         }
         let flags = if parts.is_empty() { 0 } else { FLAG_PACKED };
         let encoded = encoder.encode_checked(job.file_id, job.offset, raw, raw_crc, flags);

@@ -80,7 +80,7 @@ impl Default for CodecSpec {
     }
 }
 
-const CODEC_HELP: &str = "codecs: none, lz4, deflate[:0-12] (default 1), zstd[:low|medium|high|-7..22] (default low)";
+const CODEC_HELP: &str = "codecs: none, lz4, deflate[:0-12] (default 1), zstd[:low|medium|high|-7..22] (default low), auto (zstd, its level steered by the pipeline)";
 
 impl CodecSpec {
     /// Parse a codec spec.
@@ -109,6 +109,8 @@ impl CodecSpec {
                 Err(Error::invalid(format!("{name} takes no level (got '{text}'); {CODEC_HELP}")))
             }
             "none" => Ok(CodecSpec { kind: CodecKind::None, level: 0, named: None }),
+            "auto" if level.is_some() => Err(Error::invalid(format!("auto takes no level (got '{text}'): it chooses zstd levels itself; {CODEC_HELP}"))),
+            "auto" => Ok(CodecSpec::auto()),
             "lz4" => Ok(CodecSpec { kind: CodecKind::Lz4, level: 0, named: None }),
             "deflate" => {
                 let level = if level.is_some() { numeric(0, 12, "0..12")? } else { 1 };
@@ -150,9 +152,23 @@ impl CodecSpec {
     }
 }
 
+impl CodecSpec {
+    /// `auto`: zstd, starting at low, its level raised while the writers are the bottleneck and
+    /// lowered while the compressors are (see `crate::backup`'s `AutoLevel`).
+    pub fn auto() -> CodecSpec {
+        CodecSpec { kind: CodecKind::Zstd, level: ZSTD_LOW, named: Some("auto") }
+    }
+
+    /// Whether this is `auto`.
+    pub fn is_auto(&self) -> bool {
+        self.named == Some("auto")
+    }
+}
+
 impl fmt::Display for CodecSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.kind, self.named) {
+            (_, Some("auto")) => f.write_str("auto"),
             (CodecKind::None | CodecKind::Lz4, _) => f.write_str(self.kind.name()),
             (_, Some(n)) => write!(f, "{}:{n}", self.kind.name()),
             (_, None) => write!(f, "{}:{}", self.kind.name(), self.level),
@@ -177,6 +193,14 @@ pub trait Compressor: Send {
     /// when the output would exceed the input; lz4_flex wants its worst case up front.
     fn room(&self, raw_len: usize) -> usize {
         raw_len
+    }
+
+    /// Compress from now on at `level` (codecs without levels ignore it).
+    ///
+    /// # Errors
+    /// A level the codec refuses.
+    fn set_level(&mut self, _level: i32) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -255,6 +279,10 @@ mod tests {
         assert_eq!(CodecSpec::parse("lz4").unwrap().kind, CodecKind::Lz4);
         assert_eq!(CodecSpec::parse("none").unwrap().to_string(), "none");
         assert_eq!(CodecSpec::default().to_string(), "zstd:low");
+        let auto = CodecSpec::parse("AUTO").unwrap();
+        assert!(auto.is_auto() && auto.kind == CodecKind::Zstd && auto.level == ZSTD_LOW);
+        assert_eq!(auto.to_string(), "auto");
+        assert!(CodecSpec::parse("auto:3").unwrap_err().to_string().contains("auto takes no level"));
     }
 
     #[test]

@@ -51,8 +51,8 @@ const KDF_ARGON2ID: u8 = 2;
 /// second recommendation, with one lane for small machines).
 pub const ARGON2_DEFAULT: (u32, u32, u32) = (64 * 1024, 3, 1);
 /// Bounds a reader accepts, so that a damaged or hostile header cannot ask for gigabytes or hours.
-const ARGON2_MAX_M_KIB: u32 = 4 << 20;
-const ARGON2_MAX_T: u32 = 64;
+const ARGON2_MAX_M_KIB: u32 = 1 << 20;
+const ARGON2_MAX_T: u32 = 16;
 const ARGON2_MAX_P: u32 = 16;
 
 /// How the master key is made.
@@ -209,6 +209,11 @@ impl Keys {
         Ok(Keys { secret: Secret::Key(key), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) })
     }
 
+    /// Keys from a key held in memory (a library caller's own key management).
+    pub fn from_key(key: [u8; 32]) -> Keys {
+        Keys { secret: Secret::Key(Zeroizing::new(key)), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) }
+    }
+
     /// Keys from a passphrase (one trailing newline is dropped, as files and `echo` add one).
     ///
     /// # Errors
@@ -231,7 +236,7 @@ impl Keys {
     /// [`ErrorKind::InvalidInput`] outside the bounds readers accept.
     pub fn with_argon2(mut self, m_kib: u32, t: u32, p: u32) -> Result<Keys> {
         if !(8..=ARGON2_MAX_M_KIB).contains(&m_kib) || !(1..=ARGON2_MAX_T).contains(&t) || !(1..=ARGON2_MAX_P).contains(&p) || m_kib < 8 * p {
-            return Err(Error::invalid(format!("Argon2id cost m={m_kib} KiB t={t} p={p}: memory 8 KiB·lanes .. 4 GiB, passes 1..64, lanes 1..16")));
+            return Err(Error::invalid(format!("Argon2id cost m={m_kib} KiB t={t} p={p}: memory 8 KiB·lanes .. 1 GiB, passes 1..16, lanes 1..16")));
         }
         self.argon2 = (m_kib, t, p);
         Ok(self)

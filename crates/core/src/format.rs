@@ -120,7 +120,7 @@ pub struct StripeHeader {
 
 impl StripeHeader {
     /// Bytes from the start of the stripe to its first frame: the header and any key block.
-    pub fn len(&self) -> usize {
+    pub fn encoded_len(&self) -> usize {
         HEADER_LEN + if self.key_block.is_some() { KEY_BLOCK_LEN } else { 0 }
     }
 
@@ -139,12 +139,12 @@ impl StripeHeader {
         }
     }
 
-    /// Encode with checksum ([`StripeHeader::len`] bytes).
+    /// Encode with checksum ([`StripeHeader::encoded_len`] bytes).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; self.len()];
+        let mut b = vec![0u8; self.encoded_len()];
         b[0..8].copy_from_slice(HEADER_MAGIC);
         b[8..10].copy_from_slice(&self.version.to_le_bytes());
-        b[10..12].copy_from_slice(&(self.len() as u16).to_le_bytes());
+        b[10..12].copy_from_slice(&(self.encoded_len() as u16).to_le_bytes());
         b[12..14].copy_from_slice(&self.stripe_index.to_le_bytes());
         b[14..16].copy_from_slice(&self.stripe_count.to_le_bytes());
         b[16..32].copy_from_slice(&self.backup_id.0);
@@ -483,8 +483,8 @@ mod tests {
         let (block, _) = keys.seal(keys.fresh_kdf().unwrap()).unwrap();
         for h in [header(), StripeHeader { key_block: Some(block), ..header() }] {
             let b = h.encode();
-            assert_eq!(b.len(), h.len());
-            assert_eq!(StripeHeader::len_from(&b[..HEADER_LEN]), h.len());
+            assert_eq!(b.len(), h.encoded_len());
+            assert_eq!(StripeHeader::len_from(&b[..HEADER_LEN]), h.encoded_len());
             assert_eq!(StripeHeader::decode(&b).unwrap(), h);
             for i in 0..b.len() {
                 let mut bad = b.clone();

@@ -161,6 +161,14 @@ impl FrameEncoder {
         std::mem::swap(&mut self.out, other);
     }
 
+    /// Compress from now on at `level` (`auto` steers zstd's level chunk by chunk).
+    ///
+    /// # Errors
+    /// A level the codec refuses.
+    pub fn set_level(&mut self, level: i32) -> Result<()> {
+        self.compressor.set_level(level)
+    }
+
     /// Whether this encoder compresses at all (`none` does not).
     pub fn compresses(&self) -> bool {
         self.kind != CodecKind::None

@@ -141,7 +141,9 @@ impl Repo {
     /// # Errors
     /// When a folder cannot be made.
     pub fn prepare(&self, rel: &str) -> Result<()> {
-        self.store.prepare(&self.name(rel)).map_err(|e| self.writable_hint(e))
+        // Only `init` (writing repo.json) may make the repository's own folder.
+        let below = (rel != META && !self.root.is_empty()).then_some(self.root.as_str());
+        self.store.prepare(&self.name(rel), below).map_err(|e| self.writable_hint(e))
     }
 
     /// A permission error, with who lacks the permission and the fix.
@@ -315,6 +317,13 @@ mod tests {
         repo.delete("wal/00000001/a.wal").unwrap();
         repo.prune("wal/00000001");
         assert!(!place.join("wal/00000001").exists());
+
+        // A repository moved away while open is not made again where it was.
+        let moved = d.path().join("moved");
+        std::fs::rename(&place, &moved).unwrap();
+        let e = repo.put("wal/00000002/b.wal", &mut &b"abc"[..], CodecSpec::default(), false, "b").unwrap_err();
+        assert!(e.to_string().contains("is gone"), "{e}");
+        assert!(!place.exists(), "the old place stays empty");
 
         // Another place with something in it is not taken for a repository.
         let busy = d.path().join("busy");

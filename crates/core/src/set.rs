@@ -104,7 +104,7 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>) -> Result<(OpenStripe, Vec<u
     }
     let index_end = trailer.index_offset.checked_add(trailer.index_len);
     let manifest_end = trailer.manifest_offset.checked_add(trailer.manifest_len);
-    if trailer.index_offset < header.len() as u64
+    if trailer.index_offset < header.encoded_len() as u64
         || index_end != Some(trailer.manifest_offset)
         || manifest_end != Some(len - TRAILER_LEN as u64)
     {
@@ -390,7 +390,7 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
 fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Arc<Pool>) -> Result<()> {
     // Frames are contiguous from the header to the index: one sequential stream, which stores with
     // latency (objects) read ahead of us, bounded.
-    let start = s.header.len() as u64;
+    let start = s.header.encoded_len() as u64;
     let mut stream = s.source.stream(start, s.trailer.index_offset)?;
     let mut expect_pos = start;
     // A sealed frame adds its number, tag and raw checksum to the stored bytes, and keeps the raw

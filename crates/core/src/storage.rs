@@ -84,11 +84,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn delete(&self, name: &str) -> Result<()>;
     /// Make sure `name` can be created: its folders, for a filesystem (nothing for object stores,
     /// which have no folders). Stripes given with `--to` are not prepared: a missing folder there is
-    /// more likely a typo than a wish.
+    /// more likely a typo than a wish. With `below` (a repository's root), only folders under it
+    /// are made and it must still exist.
     ///
     /// # Errors
-    /// When a folder cannot be made.
-    fn prepare(&self, _name: &str) -> Result<()> {
+    /// When a folder cannot be made; [`crate::ErrorKind::Incomplete`] when `below` is gone.
+    fn prepare(&self, _name: &str, _below: Option<&str>) -> Result<()> {
         Ok(())
     }
     /// Remove the folder `dir` if it is empty (filesystems; nothing for object stores).

@@ -1,6 +1,7 @@
 //! sheaf-core's integration suite: one binary, one module per concern.
 
 mod integration {
+    pub mod auto;
     pub mod compat;
     pub mod encryption;
     pub mod fuzzed;

@@ -32,6 +32,9 @@ impl Compressor for ZstdCompressor {
     fn kind(&self) -> CodecKind {
         CodecKind::Zstd
     }
+    fn set_level(&mut self, level: i32) -> Result<()> {
+        self.0.set_compression_level(level).map_err(|e| Error::invalid(format!("zstd level {level}: {e}")))
+    }
 }
 
 fn is_dst_too_small(code: usize) -> bool {

@@ -125,7 +125,7 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     // Names with folders in them (a repository's layout) are listed at any depth, with sizes.
     if caps.list {
         for (n, len) in [("deep/a/one", 5usize), ("deep/a/two", 7), ("deep/b/c/three", 0), ("deeper", 1)] {
-            store.prepare(&format!("{base}/{n}")).unwrap_or_else(|e| panic!("{kind}: prepare: {e}"));
+            store.prepare(&format!("{base}/{n}"), None).unwrap_or_else(|e| panic!("{kind}: prepare: {e}"));
             let mut s = at(n).create(false, len as u64).unwrap();
             s.write_all(&data[..len]).unwrap();
             s.publish().unwrap();

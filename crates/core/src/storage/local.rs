@@ -71,9 +71,29 @@ impl Store for LocalStore {
         Ok(out)
     }
 
-    fn prepare(&self, name: &str) -> Result<()> {
+    fn prepare(&self, name: &str, below: Option<&str>) -> Result<()> {
         let dir = parent_dir(Path::new(name));
-        fs::create_dir_all(&dir).map_err(|e| io_at(ErrorKind::Target, "cannot create folder", &dir, e))
+        let Some((root, rel)) = below.map(Path::new).and_then(|r| Some((r, dir.strip_prefix(r).ok()?))) else {
+            return fs::create_dir_all(&dir).map_err(|e| io_at(ErrorKind::Target, "cannot create folder", &dir, e));
+        };
+        // One level at a time from a root that must still be there: a repository moved or removed
+        // while a writer had it open is not made again, empty, where it was.
+        let mut at = root.to_path_buf();
+        for c in rel.components() {
+            at.push(c);
+            match fs::create_dir(&at) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !root.exists() => {
+                    return Err(Error::new(
+                        ErrorKind::Incomplete,
+                        format!("{} is gone (moved or removed while in use?): not making it again", root.display()),
+                    ))
+                }
+                Err(e) => return Err(io_at(ErrorKind::Target, "cannot create folder", &at, e)),
+            }
+        }
+        Ok(())
     }
 
     fn prune(&self, dir: &str) {

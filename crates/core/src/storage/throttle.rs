@@ -109,8 +109,8 @@ impl Store for Throttled {
     fn delete(&self, name: &str) -> Result<()> {
         self.inner.delete(name)
     }
-    fn prepare(&self, name: &str) -> Result<()> {
-        self.inner.prepare(name)
+    fn prepare(&self, name: &str, below: Option<&str>) -> Result<()> {
+        self.inner.prepare(name, below)
     }
     fn prune(&self, dir: &str) {
         self.inner.prune(dir)
