@@ -189,7 +189,9 @@ impl Tuning {
             Some(t) => t,
             None => cores.min(buffer_count - 1),
         };
-        let buffer_len = opts.codec.buffer_len(ts as usize);
+        // Encrypted, a buffer also holds a frame's sealing (its number, raw checksum and tag).
+        let sealing = if opts.encryption.is_some() { crate::crypto::FRAME_OVERHEAD } else { 0 };
+        let buffer_len = opts.codec.buffer_len(ts as usize) + sealing;
         let per_stripe = stripe_bound(opts);
         let target_memory_bytes: u64 = opts.targets.iter().map(|t| t.store().sink_memory(per_stripe)).sum();
         Ok(Tuning {

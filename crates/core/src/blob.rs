@@ -93,7 +93,7 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
     if let Some((block, _)) = &sealed {
         sink.write_all(&block.encode())?;
     }
-    let out_len = spec.buffer_len(BLOB_CHUNK);
+    let out_len = spec.buffer_len(BLOB_CHUNK) + if sealed.is_some() { FRAME_OVERHEAD } else { 0 };
     let mut encoder = FrameEncoder::new(spec, out_len)?.sealed(sealed.as_ref().map(|(_, c)| Sealing::new(c.clone())), out_len);
     let mut buf = vec![0u8; BLOB_CHUNK];
     let (mut offset, mut frames, mut whole) = (0u64, 0u64, 0u32);

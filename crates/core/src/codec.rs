@@ -133,12 +133,10 @@ impl CodecSpec {
     /// Bytes a pipeline buffer needs so that it can hold a chunk of `transfer_size` raw bytes or a
     /// compressor's output for one.
     pub fn buffer_len(&self, transfer_size: usize) -> usize {
-        // Room for sealing too, so that an encrypting encoder can swap buffers with the pool.
-        crate::crypto::FRAME_OVERHEAD
-            + match self.kind {
-                CodecKind::Lz4 => lz4::room(transfer_size),
-                _ => transfer_size,
-            }
+        match self.kind {
+            CodecKind::Lz4 => lz4::room(transfer_size),
+            _ => transfer_size,
+        }
     }
 
     /// A compressor for this spec. Each thread makes its own; instances keep their working state.

@@ -71,7 +71,8 @@ impl FrameEncoder {
 
     /// This encoder, sealing every payload it makes (AES-256-GCM after compression): the payload
     /// becomes the frame's number, then the sealed raw checksum and stored bytes, then the tag.
-    /// The frame header keeps no raw checksum in the clear.
+    /// The frame header keeps no raw checksum in the clear. `out_len` must then have room for
+    /// [`FRAME_OVERHEAD`] more bytes than the chunk.
     pub fn sealed(mut self, seal: Option<Sealing>, out_len: usize) -> Self {
         if seal.is_some() && self.out.len() < out_len {
             self.out = vec![0u8; out_len];
@@ -253,7 +254,7 @@ mod tests {
 
     fn round_trip_sealed(spec: &str, raw: &[u8], cipher: Option<Arc<Cipher>>) -> Payload {
         let spec = CodecSpec::parse(spec).unwrap();
-        let len = spec.buffer_len(1 << 16);
+        let len = spec.buffer_len(1 << 16) + FRAME_OVERHEAD;
         let mut enc = FrameEncoder::new(spec, len).unwrap().sealed(cipher.clone().map(Sealing::new), len);
         let (h, p) = enc.encode(3, 4096, raw).unwrap();
         let stored: Option<Vec<u8>> = match p {
