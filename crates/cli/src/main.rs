@@ -1192,6 +1192,12 @@ fn show(path: Option<&std::path::Path>, a: ShowArgs) -> Result<(), Error> {
                 println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
             }
         }
+        // From the full report: what the columns do not hold.
+        for k in ["encryption", "auto_levels"] {
+            if let Some(val) = v.pointer(&format!("/details/{k}")).filter(|x| !x.is_null()) {
+                println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
+            }
+        }
     }
     Ok(())
 }

@@ -762,3 +762,26 @@ fn encryption_from_the_command_line_keeps_its_secret() {
         leaks(&p.display().to_string(), &fs::read(&p).unwrap());
     }
 }
+
+/// `-c auto` reports the levels it chose in the summary, --json and the catalog.
+#[test]
+fn auto_reports_its_levels_everywhere() {
+    let f = Fixture::new();
+    let stripe = f.path("auto.sheaf");
+    let o = run(&["backup", s(&f.src), "--to", s(&stripe), "-c", "auto"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("auto chose zstd level 1 ("), "{}", stdout(&o));
+    let o = run(&["backup", s(&f.src), "--to", s(&f.path("auto2.sheaf")), "-c", "auto", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["compression"], "auto");
+    let chunks: u64 = v["auto_levels"].as_object().expect("auto_levels").values().map(|n| n.as_u64().unwrap()).sum();
+    assert!(chunks > 0 && chunks <= v["frames"].as_u64().unwrap(), "{v}");
+    let runs = runs_with(&stripe);
+    let id = runs[0]["id"].to_string();
+    let shown = stdout(&run(&["show", &id]));
+    assert!(shown.contains("compression: auto") && shown.contains("auto_levels: {\"1\":"), "{shown}");
+    assert_fails(&run(&["backup", s(&f.src), "--to", "nul", "-c", "auto:5"]), 2, &["auto takes no level"]);
+    let o = run(&["restore", s(&stripe), "--to", s(&f.path("out"))]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sheaf_core::datagen::compare_trees(&f.src, &f.path("out")).unwrap();
+}
