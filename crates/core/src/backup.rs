@@ -465,7 +465,7 @@ impl Backup {
         let (frame_tx, frame_rx) = bounded::<Frame>(tuning.buffer_count);
 
         let mut compressors = Vec::with_capacity(tuning.threads);
-        let auto = opts.codec.is_auto().then(|| Arc::new(AutoLevel::new(tuning.buffer_count - tuning.threads)));
+        let auto = opts.codec.is_auto().then(|| Arc::new(AutoLevel::new(tuning.threads)));
         for _ in 0..tuning.threads {
             let (rx, tx, shared) = (job_rx.clone(), frame_tx.clone(), shared.clone());
             let (spec, size, seal, auto) = (opts.codec, tuning.buffer_len, seal.clone(), auto.clone());
@@ -1201,54 +1201,81 @@ fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
 }
 
 /// `--compression auto`: the zstd level, steered chunk by chunk from the pipeline's own pressure.
-/// Frames piling up for the writers (a slow target, or `--max-rate`) mean the compressors have
-/// time to spare: a level up costs nothing. Chunks piling up for the compressors while the writers
-/// starve mean the CPU is the bottleneck: a level down. A read-bound backup leaves both queues
-/// short and the level where it is. One step at a time, at most every [`AUTO_SETTLE`], so a
-/// change shows in the queues before the next.
+/// Over windows of at least [`AUTO_SETTLE`] it watches two things: how much of their time the
+/// compressors spent waiting for a chunk, and how often a frame was waiting for the writers.
+/// Compressors idle while frames wait: the output (a slow target, `--max-rate`) holds the pipeline
+/// up and the compressors have time to spare, so a level up costs nothing. Compressors hardly ever
+/// idle: the CPU is the bottleneck, so a level down (to zstd:low at the least). Compressors idle
+/// with nothing waiting for the writers: the reader is the bottleneck, and the level stays. One
+/// step per window at most, so each change shows before the next. (Frames waiting alone say too
+/// little: on a machine whose cores are all compressing, the writer thread waits for a core too.)
 pub(crate) struct AutoLevel {
     step: std::sync::atomic::AtomicUsize,
-    last_change: std::sync::Mutex<Instant>,
+    window: std::sync::Mutex<AutoWindow>,
     /// Chunks compressed at each step.
     chunks: Vec<std::sync::atomic::AtomicU64>,
-    /// The pipeline's buffers: what a queue is measured against.
-    buffers: usize,
+    threads: u32,
+}
+
+/// What the compressors saw since `started`.
+struct AutoWindow {
+    started: Instant,
+    /// Time the compressors spent waiting for chunks, all together.
+    idle: std::time::Duration,
+    /// Looks at the writers' queue, and how many found a frame waiting.
+    out_busy: usize,
+    samples: usize,
+}
+
+impl AutoWindow {
+    fn new() -> AutoWindow {
+        AutoWindow { started: Instant::now(), idle: std::time::Duration::ZERO, out_busy: 0, samples: 0 }
+    }
 }
 
 /// The levels `auto` moves over: zstd low (1) to past high (7).
 pub const AUTO_LEVELS: [i32; 9] = [1, 2, 3, 4, 5, 6, 7, 9, 12];
-/// Least time between two level changes.
+/// Least time over which the pipeline is watched before a level change.
 pub const AUTO_SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl AutoLevel {
-    pub(crate) fn new(buffers: usize) -> AutoLevel {
+    pub(crate) fn new(threads: usize) -> AutoLevel {
         AutoLevel {
             step: Default::default(),
-            last_change: std::sync::Mutex::new(Instant::now()),
+            window: std::sync::Mutex::new(AutoWindow::new()),
             chunks: AUTO_LEVELS.iter().map(|_| Default::default()).collect(),
-            buffers: buffers.max(1),
+            threads: threads.max(1) as u32,
         }
     }
 
-    /// The level for the next chunk, given `waiting_out` frames queued for the writers and
-    /// `waiting_in` chunks queued for the compressors.
-    pub(crate) fn next(&self, waiting_out: usize, waiting_in: usize) -> i32 {
+    /// The level for the next chunk, from a compressor that waited `idle` for it and sees
+    /// `waiting_out` frames queued for the writers.
+    pub(crate) fn next(&self, idle: std::time::Duration, waiting_out: usize) -> i32 {
         use std::sync::atomic::Ordering::Relaxed;
         let mut step = self.step.load(Relaxed);
-        let writers_behind = waiting_out * 4 >= self.buffers * 3;
-        let compressors_behind = waiting_out * 4 <= self.buffers && waiting_in * 2 >= self.buffers;
-        if writers_behind || compressors_behind {
-            if let Ok(mut last) = self.last_change.try_lock() {
-                if last.elapsed() >= AUTO_SETTLE {
-                    let want = if writers_behind { (step + 1).min(AUTO_LEVELS.len() - 1) } else { step.saturating_sub(1) };
-                    if want != step {
-                        step = want;
-                        self.step.store(step, Relaxed);
-                        *last = Instant::now();
-                    }
-                }
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        w.idle += idle;
+        w.out_busy += usize::from(waiting_out > 0);
+        w.samples += 1;
+        let span = w.started.elapsed();
+        if span >= AUTO_SETTLE && w.samples >= 4 {
+            // Idle share of the compressors' time; frames waiting at half the looks or more.
+            let idle_share = w.idle.as_secs_f64() / (span.as_secs_f64() * f64::from(self.threads));
+            let output_bound = w.out_busy * 2 >= w.samples;
+            let want = if idle_share >= 0.15 && output_bound {
+                (step + 1).min(AUTO_LEVELS.len() - 1)
+            } else if idle_share < 0.05 {
+                step.saturating_sub(1)
+            } else {
+                step
+            };
+            if want != step {
+                step = want;
+                self.step.store(step, Relaxed);
             }
+            *w = AutoWindow::new();
         }
+        drop(w);
         self.chunks[step].fetch_add(1, Relaxed);
         AUTO_LEVELS[step]
     }
@@ -1282,7 +1309,11 @@ fn compress_loop(
             return stats;
         }
     };
-    for job in rx {
+    loop {
+        // How long this compressor waits for a chunk: `auto`'s measure of spare time.
+        let waited = Instant::now();
+        let Ok(job) = rx.recv() else { break };
+        let idle = waited.elapsed();
         if shared.is_cancelled() {
             continue;
         }
@@ -1310,7 +1341,7 @@ fn compress_loop(
             parts.push(Part { file_id: m.file_id, at: m.at, len: m.len, crc });
         }
         if let Some(auto) = auto {
-            let want = auto.next(tx.len(), rx.len());
+            let want = auto.next(idle, tx.len());
             if want != level {
                 if let Err(e) = encoder.set_level(want) {
                     shared.fail(e);
