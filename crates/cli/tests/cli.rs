@@ -753,7 +753,7 @@ fn encryption_from_the_command_line_keeps_its_secret() {
     let bench_out = f.path("bench");
     let target = f.path("bench-target");
     fs::create_dir_all(&target).unwrap();
-    let o = with_pass(&["bench", s(&f.src), "-c", "lz4", "--repeat", "1", "--target", s(&target), "--out", s(&bench_out), "--json"]);
+    let o = with_pass(&["bench", s(&f.src), "-c", "auto", "--repeat", "1", "--target", s(&target), "--out", s(&bench_out), "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     leaks("the bench's stdout", &o.stdout);
     leaks("the bench's stderr", &o.stderr);

@@ -466,6 +466,10 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     std::fs::write(&auto_path, auto.replace("restore_command = '", &format!("restore_command = 'env {creds}"))).unwrap();
     let r = start_restored(&dir, false);
     assert_eq!(batches(&r), "1:100");
+    for log in [c.log(), r.log()] {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(!text.contains("one secret"), "the passphrase in the server log {}", log.display());
+    }
 }
 
 /// `.ready` files waiting in the cluster's pg_wal.
