@@ -199,6 +199,11 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // List only now: everything created before the start LSN is on disk and listed, tablespaces
     // included. In-place tablespaces (a relative location) live inside the data directory.
     let tablespaces: Vec<_> = server.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
+    // The catalogs as the files are listed: which database and relation each file is, for
+    // restoring or extracting less than everything. Relations created or rewritten during the
+    // backup come back by WAL replay, not through this list.
+    let mut catalog_warnings = Vec::new();
+    let databases = server.catalog(&pg.url, &mut catalog_warnings)?;
     let mut warnings = Vec::new();
     let (main, dropped) = layout::filter(list_tree(&pgdata, 0, &mut warnings)?, false);
     // pg_control is read last, after pg_backup_stop, where a torn copy cannot slip in.
@@ -232,6 +237,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         batches.push((id, listed, as_check()));
     }
     session.warnings.extend(warnings);
+    session.warnings.extend(catalog_warnings);
     session.read_listed(batches)?;
 
     let stop = server.backup_stop()?;
@@ -313,6 +319,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         "excluded_entries": dropped,
         "backup_label": stop.backup_label,
         "tablespace_map": stop.tablespace_map,
+        "databases": databases,
     });
     let ignore = pg.ignore_checksum_failures;
     let report = session.finish_with(|failures| {
@@ -353,6 +360,11 @@ fn report_facts(report: &BackupReport, facts: &serde_json::Value) -> serde_json:
     if let Some(o) = v.as_object_mut() {
         o.remove("backup_label");
         o.remove("tablespace_map");
+        // The relation lists stay in the manifest; the report names the databases.
+        if let Some(dbs) = o.get("databases").and_then(|d| d.as_array()).cloned() {
+            let names: Vec<serde_json::Value> = dbs.iter().filter_map(|d| d.get("name").cloned()).collect();
+            o.insert("databases".into(), serde_json::Value::Array(names));
+        }
         o.insert("checksum_failures".into(), serde_json::json!(report.check_failures));
     }
     v

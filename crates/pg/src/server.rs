@@ -37,6 +37,36 @@ pub struct Tablespace {
     pub location: String,
 }
 
+/// A database as the catalogs described it when the backup started: what `--db-include`,
+/// `extract --relation` and `lab` find relations by.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct DatabaseInfo {
+    /// Its name.
+    pub name: String,
+    /// Its OID (the name of its folder under base/ or a tablespace).
+    pub oid: u32,
+    /// Its default tablespace's OID.
+    pub tablespace: u32,
+    /// False for a database that takes no connections (template0): its relations are not listed.
+    pub connectable: bool,
+    /// Its relations with storage.
+    pub relations: Vec<RelationInfo>,
+}
+
+/// A relation with files of its own.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RelationInfo {
+    /// Schema.
+    pub schema: String,
+    /// Name.
+    pub name: String,
+    /// `pg_class.relkind`: r table, i index, t TOAST table, m materialized view, S sequence, ...
+    pub kind: String,
+    /// Its main fork's path from the data directory (`base/DB/FILENODE`, or under `pg_tblspc/`),
+    /// as `pg_relation_filepath` gives it; other forks and segments add `_fsm`, `.1`, ...
+    pub path: String,
+}
+
 /// What `pg_backup_stop` returns.
 #[derive(Clone, Debug)]
 pub struct StopInfo {
@@ -104,6 +134,27 @@ pub fn redact(url: &str) -> String {
 pub struct Server {
     client: Client,
     url: String,
+}
+
+/// The relations with storage of database `db`, through `url` with `db` swapped in.
+fn relations_of(url: &str, db: &str) -> Result<Vec<RelationInfo>> {
+    let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", redact(url))))?;
+    if config.get_password().is_none() {
+        if let Ok(pw) = std::env::var("PGPASSWORD") {
+            config.password(pw);
+        }
+    }
+    config.dbname(db).application_name("sheaf").connect_timeout(std::time::Duration::from_secs(10));
+    let mut client = config.connect(NoTls).map_err(|e| db_err(&format!("cannot connect to database {db} to list its relations"), e))?;
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_relation_filepath(c.oid) \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE pg_relation_filepath(c.oid) IS NOT NULL ORDER BY 1, 2",
+            &[],
+        )
+        .map_err(|e| db_err(&format!("listing the relations of database {db}"), e))?;
+    Ok(rows.iter().map(|r| RelationInfo { schema: r.get(0), name: r.get(1), kind: r.get(2), path: r.get(3) }).collect())
 }
 
 impl Server {
@@ -236,6 +287,33 @@ impl Server {
     pub fn databases_size(&mut self) -> Result<u64> {
         let row = self.one("sizing the databases", "SELECT coalesce(sum(pg_database_size(oid)), 0)::int8 FROM pg_database WHERE datallowconn")?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// Every database, and for each that takes connections, its relations with storage (reached
+    /// with this server's URL, the database swapped in). A database that cannot be read (dropped
+    /// meanwhile, or closed to this role) is listed without relations, and said in `warnings`.
+    ///
+    /// # Errors
+    /// A database error listing the databases.
+    pub fn catalog(&mut self, url: &str, warnings: &mut Vec<String>) -> Result<Vec<DatabaseInfo>> {
+        let rows = self
+            .client
+            .query("SELECT datname::text, oid::int8, dattablespace::int8, datallowconn FROM pg_database ORDER BY oid", &[])
+            .map_err(|e| db_err("listing databases", e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (name, oid, tablespace, connectable): (String, i64, i64, bool) = (r.get(0), r.get(1), r.get(2), r.get(3));
+            let relations = if connectable {
+                relations_of(url, &name).unwrap_or_else(|e| {
+                    warnings.push(format!("the relations of database {name} are not recorded ({e}): --db-include and extract cannot find them by name"));
+                    Vec::new()
+                })
+            } else {
+                Vec::new()
+            };
+            out.push(DatabaseInfo { name, oid: oid as u32, tablespace: tablespace as u32, connectable, relations });
+        }
+        Ok(out)
     }
 
     /// Tablespaces other than pg_default and pg_global.

@@ -64,6 +64,24 @@ fn online_backup_under_pgbench_restores_relocated_and_starts_consistent() {
     assert_eq!(pg["checksum_failures"].as_array().unwrap().len(), 0);
     assert_eq!(pg["tablespaces"].as_array().unwrap().len(), 1);
     assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0", "the slot is gone");
+    let names: Vec<&str> = pg["databases"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    for db in ["postgres", "template0", "template1", "app", "bench"] {
+        assert!(names.contains(&db), "the report names database {db}: {names:?}");
+    }
+
+    // The manifest maps databases and relations to their files, as the catalogs said.
+    let set = sheaf_core::BackupSet::open(&[sheaf_core::Location::file(out.join("pg_1.sheaf"))], &sheaf_core::LocalOnly).unwrap();
+    let dbs = &set.manifest.source["databases"];
+    let app = dbs.as_array().unwrap().iter().find(|d| d["name"] == "app").expect("app recorded");
+    assert_eq!(app["oid"].to_string(), c.sql("postgres", "SELECT oid FROM pg_database WHERE datname = 'app'"));
+    let rel = |name: &str| app["relations"].as_array().unwrap().iter().find(|r| r["schema"] == "public" && r["name"] == name).cloned().unwrap_or_else(|| panic!("{name} recorded"));
+    let big_rel = rel("big");
+    assert_eq!(big_rel["kind"], "r");
+    assert_eq!(big_rel["path"].as_str().unwrap(), c.sql("app", "SELECT pg_relation_filepath('big')"));
+    assert!(set.manifest.entries.iter().any(|e| e.path == big_rel["path"].as_str().unwrap()), "its file is in the backup");
+    assert!(rel("in_ts")["path"].as_str().unwrap().starts_with("pg_tblspc/"), "a relation in a tablespace");
+    let t0 = dbs.as_array().unwrap().iter().find(|d| d["name"] == "template0").unwrap();
+    assert_eq!(t0["connectable"], false);
 
     // Restore elsewhere, tablespace moved too, and start it beside the source.
     let new_data = c.base.path().join("restored/data");
