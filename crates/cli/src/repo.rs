@@ -666,6 +666,15 @@ pub fn backup_into(
     sheaf_pg::repo::backup_to_repo(&repo, &meta, pg, opts, stripes, progress)
 }
 
+/// A backup of the repository, opened (its id as `sheaf info` lists it, or `latest`).
+pub fn open_backup(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, id: &str) -> Result<BackupSet, Error> {
+    let (repo, _) = repo_arg.open(settings, s3)?;
+    let records = sheaf_pg::repo::complete(&repo)?;
+    let record = sheaf_pg::repo::pick(&records, id)?;
+    let stripes: Vec<Location> = record.stripes.iter().map(|n| repo.location(n)).collect();
+    BackupSet::open_with(&stripes, &s3.schemes(settings)?, repo.keys())
+}
+
 /// `sheaf restore --repo`: choose the backup, check the archive reaches the target, restore, and
 /// write the recovery settings.
 pub fn restore_from(

@@ -5,6 +5,7 @@ mod postgres {
     pub mod bench;
     pub mod cluster;
     pub mod demo;
+    pub mod extract;
     pub mod faults;
     pub mod online;
     pub mod repo;

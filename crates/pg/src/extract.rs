@@ -1,0 +1,262 @@
+//! `sheaf extract`: one relation's files, or one 8 KiB page of it, out of a backup, as they were
+//! when backed up, reading only the frames that hold them. Page-level forensics: the page comes
+//! checked by its frames' checksums and, where the cluster had data checksums, by its own.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use sheaf_core::manifest::EntryKind;
+use sheaf_core::{BackupSet, Error, ErrorKind, Result};
+
+use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
+use crate::server::{parse_lsn, DatabaseInfo, RelationInfo};
+
+/// Blocks in one segment file of a relation (1 GiB of 8 KiB pages, PostgreSQL's default).
+pub const RELSEG_BLOCKS: u64 = 131_072;
+
+/// What to extract.
+#[derive(Clone, Debug)]
+pub struct ExtractOptions {
+    /// `SCHEMA.NAME` or `NAME` (any schema, when only one has it).
+    pub relation: String,
+    /// The database; by default the one database that has the relation.
+    pub database: Option<String>,
+    /// One block (page) of the main fork instead of the relation's files.
+    pub block: Option<u64>,
+    /// The folder to write into (made if missing).
+    pub dest: PathBuf,
+}
+
+/// One page's verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct PageReport {
+    /// Block number in the relation.
+    pub block: u64,
+    /// The page's LSN.
+    pub lsn: String,
+    /// `ok`, `new` (all zeros, never written), `recent` (written while the backup ran, so WAL
+    /// replay rewrites it; its checksum is not judged), `mismatch`, or `not checked` (the
+    /// cluster has no data checksums).
+    pub checksum: String,
+}
+
+/// What was extracted.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExtractReport {
+    /// The database.
+    pub database: String,
+    /// `schema.name`.
+    pub relation: String,
+    /// Its main fork's path in the data directory.
+    pub path: String,
+    /// Files written.
+    pub files: Vec<String>,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Bytes read from the stripes.
+    pub bytes_read: u64,
+    /// Bytes of the whole set, for comparison.
+    pub set_bytes: u64,
+    /// The page, with `--block`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page: Option<PageReport>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// The databases and relations the backup recorded.
+///
+/// # Errors
+/// A set that is not a PostgreSQL backup, or one made before sheaf recorded them.
+pub fn catalog(set: &BackupSet) -> Result<Vec<DatabaseInfo>> {
+    if !crate::is_postgres(set) {
+        return Err(Error::invalid("this backup is of a directory, not of a PostgreSQL cluster: it has no relations to find"));
+    }
+    let dbs = set.manifest.source.get("databases").ok_or_else(|| {
+        Error::invalid("this backup does not record its databases and relations (made by an older sheaf): restore it, or extract files by path")
+    })?;
+    serde_json::from_value(dbs.clone()).map_err(|e| Error::corrupt(format!("the manifest's list of databases does not parse: {e}")))
+}
+
+/// Find `relation` (`SCHEMA.NAME` or `NAME`) in `database`, or in the one database that has it.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`] naming what was looked for and where, with the candidates when
+/// the name is ambiguous.
+pub fn find<'a>(dbs: &'a [DatabaseInfo], relation: &str, database: Option<&str>) -> Result<(&'a DatabaseInfo, &'a RelationInfo)> {
+    let (schema, name) = match relation.split_once('.') {
+        Some((s, n)) => (Some(s), n),
+        None => (None, relation),
+    };
+    let in_db = |d: &'a DatabaseInfo| d.relations.iter().filter(move |r| r.name == name && schema.is_none_or(|s| r.schema == s)).map(move |r| (d, r));
+    let found: Vec<(&DatabaseInfo, &RelationInfo)> = match database {
+        Some(db) => {
+            let d = dbs.iter().find(|d| d.name == db).ok_or_else(|| {
+                Error::invalid(format!("the backup has no database {db}; it has {}", dbs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")))
+            })?;
+            in_db(d).collect()
+        }
+        None => dbs.iter().flat_map(in_db).collect(),
+    };
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(Error::invalid(format!(
+            "no relation {relation} in {} of the backup (names are as the catalogs spell them, e.g. public.orders)",
+            database.map_or_else(|| "any database".to_string(), |d| format!("database {d}"))
+        ))),
+        many => Err(Error::invalid(format!(
+            "{relation} is more than one relation: {}; say which with SCHEMA.NAME and --database",
+            many.iter().map(|(d, r)| format!("{}.{} in {}", r.schema, r.name, d.name)).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// An entry's path from the data directory (tablespace roots are named `pg_tblspc/OID`).
+fn data_path(set: &BackupSet, e: &sheaf_core::manifest::Entry) -> String {
+    let root = &set.manifest.roots[e.root as usize].name;
+    if root.is_empty() {
+        e.path.clone()
+    } else if e.path.is_empty() {
+        root.clone()
+    } else {
+        format!("{root}/{}", e.path)
+    }
+}
+
+/// The files of the relation whose main fork is at `path`: its segments and other forks, as
+/// `(entry position, data-directory path)`, in path order.
+fn files_of(set: &BackupSet, path: &str) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = set
+        .manifest
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == EntryKind::File && !e.vanished)
+        .map(|(i, e)| (i as u32, data_path(set, e)))
+        .filter(|(_, p)| p == path || p.strip_prefix(path).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('_')))
+        .collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out
+}
+
+/// Extract the relation (or one page of it) into `opts.dest`.
+///
+/// # Errors
+/// A relation the backup does not record, a block past its end, damage in the frames read
+/// ([`ErrorKind::Corrupt`]), writing the destination ([`ErrorKind::Target`]).
+pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> {
+    let t0 = Instant::now();
+    let dbs = catalog(set)?;
+    let (db, rel) = find(&dbs, &opts.relation, opts.database.as_deref())?;
+    let files = files_of(set, &rel.path);
+    if files.is_empty() {
+        return Err(Error::incomplete(format!(
+            "{}.{} ({}) has no file in the backup: it was created or rewritten while the backup ran (WAL replay brings it back), or it is an unlogged relation's",
+            rel.schema, rel.name, rel.path
+        )));
+    }
+    std::fs::create_dir_all(&opts.dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", opts.dest.display()), e))?;
+    let base = rel.path.rsplit('/').next().unwrap_or(&rel.path).to_string();
+    let mut report = ExtractReport {
+        database: db.name.clone(),
+        relation: format!("{}.{}", rel.schema, rel.name),
+        path: rel.path.clone(),
+        files: Vec::new(),
+        bytes_written: 0,
+        bytes_read: 0,
+        set_bytes: set.stored_bytes(),
+        page: None,
+        seconds: 0.0,
+    };
+    match opts.block {
+        Some(block) => {
+            let seg = block / RELSEG_BLOCKS;
+            let seg_path = if seg == 0 { rel.path.clone() } else { format!("{}.{seg}", rel.path) };
+            let id = files.iter().find(|(_, p)| *p == seg_path).map(|(i, _)| *i);
+            let mut page = Box::new([0u8; PAGE_SIZE]);
+            let offset = (block % RELSEG_BLOCKS) * PAGE_SIZE as u64;
+            let Some(id) = id.filter(|&i| set.manifest.entries[i as usize].size >= offset + PAGE_SIZE as u64) else {
+                let blocks: u64 = files.iter().filter(|(_, p)| *p == rel.path || p.strip_prefix(&rel.path).is_some_and(|r| r.starts_with('.'))).map(|(i, _)| set.manifest.entries[*i as usize].size / PAGE_SIZE as u64).sum();
+                return Err(Error::invalid(format!("block {block} is past the end of {}: it had {blocks} blocks when backed up", report.relation)));
+            };
+            let mut f = set.file(id)?;
+            f.read_at(offset, &mut page[..])?;
+            report.bytes_read = f.bytes_read;
+            let start_lsn = set.manifest.source.get("start_lsn").and_then(|v| v.as_str()).and_then(parse_lsn).unwrap_or(u64::MAX);
+            let checksums = set.manifest.source.get("data_checksums").and_then(|v| v.as_bool()).unwrap_or(false);
+            let facts = crate::checksum::page_facts(&page);
+            let verdict = match verify_page(&page, block as u32, start_lsn) {
+                _ if !checksums => "not checked".to_string(),
+                Verdict::Ok => "ok".into(),
+                Verdict::New => "new".into(),
+                Verdict::Recent => "recent".into(),
+                Verdict::Mismatch { stored, computed } => format!("mismatch (the page says {stored:#06x}, its bytes give {computed:#06x})"),
+            };
+            let name = format!("{base}.block{block}");
+            write_file(&opts.dest.join(&name), &page[..])?;
+            report.files.push(name);
+            report.bytes_written = PAGE_SIZE as u64;
+            report.page = Some(PageReport { block, lsn: crate::server::format_lsn(facts.lsn), checksum: verdict });
+        }
+        None => {
+            let mut buf = vec![0u8; set.stripes[0].header.transfer_size as usize];
+            for (id, path) in &files {
+                let name = path.rsplit('/').next().unwrap_or(path).to_string();
+                let dest = opts.dest.join(&name);
+                let mut f = set.file(*id)?;
+                let mut out = std::fs::File::create(&dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))?;
+                let (mut at, size, mut crc) = (0u64, f.size(), 0u32);
+                while at < size {
+                    let n = (size - at).min(buf.len() as u64) as usize;
+                    f.read_at(at, &mut buf[..n])?;
+                    crc = crc32c::crc32c_append(crc, &buf[..n]);
+                    out.write_all(&buf[..n]).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", dest.display()), e))?;
+                    at += n as u64;
+                }
+                out.sync_all().map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", dest.display()), e))?;
+                if let Some(want) = set.manifest.entries[*id as usize].crc32c {
+                    if want != crc {
+                        return Err(Error::corrupt(format!("{path}: its bytes do not match the file's checksum in the manifest")));
+                    }
+                }
+                report.bytes_read += f.bytes_read;
+                report.bytes_written += size;
+                report.files.push(name);
+            }
+        }
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |e| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e);
+    let mut f = std::fs::File::create(path).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel(schema: &str, name: &str, path: &str) -> RelationInfo {
+        RelationInfo { schema: schema.into(), name: name.into(), kind: "r".into(), path: path.into() }
+    }
+
+    #[test]
+    fn relations_are_found_by_name_and_ambiguity_is_named() {
+        let dbs = vec![
+            DatabaseInfo { name: "a".into(), oid: 5, tablespace: 1663, connectable: true, relations: vec![rel("public", "t", "base/5/1"), rel("x", "t", "base/5/2")] },
+            DatabaseInfo { name: "b".into(), oid: 6, tablespace: 1663, connectable: true, relations: vec![rel("public", "u", "base/6/3")] },
+        ];
+        assert_eq!(find(&dbs, "u", None).unwrap().1.path, "base/6/3");
+        assert_eq!(find(&dbs, "x.t", None).unwrap().1.path, "base/5/2");
+        let e = find(&dbs, "t", None).unwrap_err().to_string();
+        assert!(e.contains("public.t in a") && e.contains("x.t in a"), "{e}");
+        assert!(find(&dbs, "u", Some("a")).unwrap_err().to_string().contains("database a"));
+        assert!(find(&dbs, "u", Some("zz")).unwrap_err().to_string().contains("has no database zz"));
+    }
+}
