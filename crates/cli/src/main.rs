@@ -516,6 +516,12 @@ struct RestoreArgs {
     /// Directory to restore into; created if missing, refused if not empty (see --force).
     #[arg(long = "to", value_name = "DIR")]
     to: PathBuf,
+    /// Restore only what matches PATTERN (repeatable): a glob on paths as the backup holds them
+    /// (base/16384/16385*, pg_tblspc/..., or relative to a directory backup's root; * and ? within
+    /// a name, ** across folders); a folder that matches comes whole. Only the frames that hold
+    /// those files are read. Not a cluster that starts: files, for inspection or copying back.
+    #[arg(long, value_name = "PATTERN")]
+    only: Vec<String>,
     /// Put what was under OLD (a path inside the backup, or an original absolute path) under NEW
     /// instead (SQL Server's WITH MOVE). Repeatable.
     #[arg(long, value_name = "OLD=NEW")]
@@ -902,6 +908,9 @@ fn pg_restore_options(a: &RestoreArgs) -> Result<sheaf_pg::PgRestoreOptions, Err
 }
 
 fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
+    if !a.only.is_empty() {
+        return restore_only(a, settings);
+    }
     if a.stripes.is_empty() {
         let opts = pg_restore_options(&a)?;
         let (r, plan) = repo::restore_from(&a.recovery, &a.s3, settings, opts, a.rate.limit()?.as_ref(), progress(a.json))?;
@@ -963,6 +972,46 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
             r.seconds,
             rate(r.bytes_written, r.seconds),
             r.target
+        );
+    }
+    Ok(v)
+}
+
+/// `restore --only`: the matching files of any backup (from stripes or a repository), as files.
+fn restore_only(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
+    if !a.tablespace.is_empty() || a.recovery.any_target() {
+        return Err(Error::invalid("--only restores files, not a cluster: --tablespace and the --target flags do not apply (use --relocate to place a tree elsewhere)"));
+    }
+    let set = if a.stripes.is_empty() {
+        repo::open_backup(&a.recovery.repo, &a.s3, settings, a.recovery.set.as_deref().unwrap_or("latest"))?
+    } else {
+        let schemes = a.s3.schemes(settings)?;
+        let keys = a.recovery.repo.keys.keys(settings)?;
+        BackupSet::open_with(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes, keys.as_deref())?
+    };
+    let mut opts = RestoreOptions::new(&a.to);
+    opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
+    opts.force = a.force;
+    opts.original_paths = a.original_paths;
+    opts.threads = a.threads;
+    opts.buffered = a.buffered_io;
+    opts.sync_writes = a.sync_writes;
+    opts.only = a.only.clone();
+    let r = sheaf_core::restore(&set, &opts, progress(a.json))?;
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "restored {} files ({:.1} MiB) matching {} in {:.2} s to {}; read {} of the set's {}",
+            r.files,
+            mib(r.bytes_written),
+            a.only.join(", "),
+            r.seconds,
+            r.target,
+            format_size(r.bytes_read),
+            format_size(r.set_bytes)
         );
     }
     Ok(v)

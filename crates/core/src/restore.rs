@@ -51,12 +51,26 @@ pub struct RestoreOptions {
     /// on an io_uring (for comparison; without io_uring in the kernel, or refused by a sandbox,
     /// sheaf writes synchronously by itself).
     pub sync_writes: bool,
+    /// Restore only the entries whose path (as the backup holds it: `base/16384/16385`,
+    /// `pg_tblspc/OID/...`, or relative to a directory backup's root), or a folder above it,
+    /// matches one of these globs (`*` and `?` within a name, `**` across folders). Empty: all.
+    /// Only the frames that hold the chosen files are read.
+    pub only: Vec<String>,
 }
 
 impl RestoreOptions {
     /// Restore into `target` with defaults.
     pub fn new(target: impl Into<PathBuf>) -> Self {
-        RestoreOptions { target: target.into(), relocate: Vec::new(), force: false, original_paths: false, threads: None, buffered: false, sync_writes: false }
+        RestoreOptions {
+            target: target.into(),
+            relocate: Vec::new(),
+            force: false,
+            original_paths: false,
+            threads: None,
+            buffered: false,
+            sync_writes: false,
+            only: Vec::new(),
+        }
     }
 }
 
@@ -88,8 +102,11 @@ pub struct RestoreReport {
     pub entries: usize,
     /// Raw bytes restored.
     pub bytes_written: u64,
-    /// Bytes read from stripes.
+    /// Bytes of frames read from the stripes (all of them, or with `only`, those that hold the
+    /// chosen files).
     pub bytes_read: u64,
+    /// Bytes of the whole set.
+    pub set_bytes: u64,
     /// Wall time.
     pub seconds: f64,
     /// Decompressor threads.
@@ -113,23 +130,83 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
     let t0 = Instant::now();
     let plan = Plan::new(&set.manifest, opts)?;
     let prepared = plan.prepare_roots(opts.force)?;
-    let (direct_io, io_uring) = match plan.run(set, opts, progress) {
+    let (direct_io, io_uring, scanned) = match plan.run(set, opts, progress) {
         Ok(d) => d,
         Err(e) => return Err(plan.clean_up_after(e, &prepared)),
     };
+    let restored = || set.manifest.entries.iter().zip(&plan.dest).filter(|(_, d)| d.is_some()).map(|(e, _)| e);
     Ok(RestoreReport {
         backup_id: set.manifest.backup_id.clone(),
         target: opts.target.display().to_string(),
         stripes: set.stripes.len(),
-        files: set.manifest.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).count(),
-        entries: set.manifest.entries.len(),
-        bytes_written: set.raw_bytes(),
-        bytes_read: set.stored_bytes(),
+        files: restored().filter(|e| e.kind == EntryKind::File).count(),
+        entries: restored().count(),
+        bytes_written: restored().filter(|e| e.kind == EntryKind::File).map(|e| e.size).sum(),
+        bytes_read: scanned.bytes_read,
+        set_bytes: set.stored_bytes(),
         seconds: t0.elapsed().as_secs_f64(),
         threads: opts.threads.unwrap_or_else(crate::backup::available_cores),
         direct_io,
         io_uring,
     })
+}
+
+/// With `only` globs, which entries to restore: those whose path (or a folder above it) matches,
+/// and the folders above them; `None` for everything.
+///
+/// # Errors
+/// A glob that does not parse, or one that matches nothing in the backup.
+fn choose(manifest: &Manifest, only: &[String]) -> Result<Option<Vec<bool>>> {
+    if only.is_empty() {
+        return Ok(None);
+    }
+    let globs = only
+        .iter()
+        .map(|g| glob::Pattern::new(g.trim_end_matches('/')).map_err(|e| Error::invalid(format!("--only '{g}': {e}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let how = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
+    let path_of = |e: &Entry| {
+        let root = &manifest.roots[e.root as usize].name;
+        match (root.is_empty(), e.path.is_empty()) {
+            (true, _) => e.path.clone(),
+            (false, true) => root.clone(),
+            (false, false) => format!("{root}/{}", e.path),
+        }
+    };
+    let mut hit = vec![false; globs.len()];
+    let mut chosen = vec![false; manifest.entries.len()];
+    let mut above: HashSet<String> = HashSet::new();
+    for (i, e) in manifest.entries.iter().enumerate() {
+        let p = path_of(e);
+        if p.is_empty() {
+            continue;
+        }
+        // The path itself, then each folder above it.
+        let mut candidates = vec![p.as_str()];
+        candidates.extend(p.match_indices('/').map(|(at, _)| &p[..at]));
+        for (k, g) in globs.iter().enumerate() {
+            if candidates.iter().any(|c| g.matches_with(c, how)) {
+                hit[k] = true;
+                chosen[i] = true;
+            }
+        }
+        if chosen[i] {
+            above.extend(p.match_indices('/').map(|(at, _)| p[..at].to_string()));
+            above.insert(String::new());
+        }
+    }
+    if let Some(k) = hit.iter().position(|h| !h) {
+        return Err(Error::invalid(format!(
+            "--only '{}' matches nothing in the backup: paths are as the backup holds them, e.g. base/16384/16385 or pg_tblspc/16390/... for PostgreSQL, or relative to the directory backed up",
+            only[k]
+        )));
+    }
+    for (i, e) in manifest.entries.iter().enumerate() {
+        if e.kind == EntryKind::Dir && above.contains(&path_of(e)) {
+            chosen[i] = true;
+        }
+    }
+    Ok(Some(chosen))
 }
 
 struct Plan<'m> {
@@ -150,11 +227,12 @@ struct Prepared {
 impl<'m> Plan<'m> {
     fn new(manifest: &'m Manifest, opts: &RestoreOptions) -> Result<Self> {
         validate_paths(manifest)?;
+        let chosen = choose(manifest, &opts.only)?;
         let mut used = vec![false; opts.relocate.len()];
         let mut dest = Vec::with_capacity(manifest.entries.len());
         let mut unmapped: Vec<&Root> = Vec::new();
-        for e in &manifest.entries {
-            if e.vanished {
+        for (i, e) in manifest.entries.iter().enumerate() {
+            if e.vanished || chosen.as_ref().is_some_and(|c| !c[i]) {
                 dest.push(None);
                 continue;
             }
@@ -199,7 +277,7 @@ impl<'m> Plan<'m> {
             };
             dest.push(Some(p));
         }
-        if let Some(i) = used.iter().position(|u| !u) {
+        if let Some(i) = used.iter().position(|u| !u).filter(|_| chosen.is_none()) {
             let (old, new) = &opts.relocate[i];
             return Err(Error::invalid(format!(
                 "--relocate {old}={}: nothing in the backup is under '{old}' (or a more specific --relocate takes all of it); give a path inside the backup or an original absolute path",
@@ -233,7 +311,9 @@ impl<'m> Plan<'m> {
             let relocated = manifest.entries.iter().zip(&dest).any(|(e, d)| {
                 e.root as usize == k && e.path.is_empty() && d.as_deref() != Some(Path::new(&root.path))
             });
-            if !relocated {
+            // With --only, a root none of whose entries is restored is not touched.
+            let used = manifest.entries.iter().zip(&dest).any(|(e, d)| e.root as usize == k && d.is_some());
+            if !relocated && used {
                 roots.push(PathBuf::from(&root.path));
             }
         }
@@ -325,7 +405,7 @@ impl<'m> Plan<'m> {
     }
 
     /// Returns whether direct I/O held throughout, and whether io_uring carried writes.
-    fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool)> {
+    fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, crate::set::Scanned)> {
         self.check_space(set)?;
         let durable = Durable::open(&self.roots);
         let entries = &self.manifest.entries;
@@ -371,7 +451,7 @@ impl<'m> Plan<'m> {
         let direct = !opts.buffered && set.stripes[0].header.transfer_size as usize % ALIGN == 0;
         let (kick, wake) = crossbeam_channel::bounded(1);
         let writer = Writer::new(set, entries, &self.dest, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
-        std::thread::scope(|s| {
+        let scanned = std::thread::scope(|s| {
             s.spawn(|| durable.flush_while(&wake));
             let r = scan(set, opts.threads, progress, &writer);
             // Its last sender gone, the flusher ends.
@@ -424,7 +504,7 @@ impl<'m> Plan<'m> {
                 sync_dir(r).map_err(|e| io_at(ErrorKind::Target, "cannot fsync directory", r, e))?;
             }
         }
-        Ok((writer.direct.load(Ordering::Relaxed), writer.uring_used.load(Ordering::Relaxed)))
+        Ok((writer.direct.load(Ordering::Relaxed), writer.uring_used.load(Ordering::Relaxed), scanned))
     }
 
     /// Hard links, once the files they name are whole: linked where both names land on one
@@ -745,6 +825,10 @@ impl ChunkSink for Writer<'_> {
 
     fn holds(&self) -> usize {
         IN_FLIGHT
+    }
+
+    fn wants(&self, file_id: u32) -> bool {
+        self.dest.get(file_id as usize).is_some_and(Option::is_some)
     }
 }
 

@@ -423,6 +423,21 @@ pub(crate) trait ChunkSink: Sync {
     fn holds(&self) -> usize {
         0
     }
+
+    /// Whether chunks of file `file_id` are wanted: a frame none of whose chunks is wanted is not
+    /// read at all (restoring less than everything).
+    fn wants(&self, _file_id: u32) -> bool {
+        true
+    }
+}
+
+/// What a scan did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Scanned {
+    /// Frames read and handed on.
+    pub frames: u64,
+    /// Bytes read from the stripes (frame headers and payloads; the opening reads aside).
+    pub bytes_read: u64,
 }
 
 /// One decompressor thread's way into a [`ChunkSink`].
@@ -453,8 +468,8 @@ struct Encoded {
     buf: Option<PoolBuf>,
 }
 
-/// Read, check and decompress every frame; hand chunks to `sink`. Returns the number of frames.
-pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, sink: &dyn ChunkSink) -> Result<u64> {
+/// Read, check and decompress every frame the sink wants; hand chunks to `sink`.
+pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, sink: &dyn ChunkSink) -> Result<Scanned> {
     let ts = set.stripes[0].header.transfer_size as usize;
     let threads = threads.unwrap_or_else(available_cores).max(1);
     let buffers = set.stripes.len() * 4 + 2 * threads;
@@ -464,11 +479,13 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
     let out = Pool::<AlignedBuf>::new(threads * (1 + sink.holds()), ts);
     let (tx, rx) = bounded::<Encoded>(buffers);
+    // Frames sent on, and their bytes.
+    let sent = &(std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0));
     let frames = thread::scope(|s| {
         for (k, stripe) in set.stripes.iter().enumerate() {
             let (tx, shared, pool) = (tx.clone(), &shared, &pool);
             s.spawn(move || {
-                if let Err(e) = read_stripe(k, stripe, ts, &tx, shared, pool) {
+                if let Err(e) = read_stripe(k, stripe, ts, &tx, shared, pool, sink, sent) {
                     shared.fail(e);
                 }
             });
@@ -494,18 +511,29 @@ pub(crate) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     if let Some(e) = shared.take_error() {
         return Err(e);
     }
-    let expected: u64 = set.stripes.iter().map(|s| frames_of(&s.index).count() as u64).sum();
+    let expected = sent.0.load(std::sync::atomic::Ordering::Relaxed);
     if frames != expected {
         return Err(Error::new(crate::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));
     }
-    Ok(frames)
+    Ok(Scanned { frames, bytes_read: sent.1.load(std::sync::atomic::Ordering::Relaxed) })
 }
 
-fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Sender<Encoded>, shared: &Shared, pool: &Arc<Pool>) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn read_stripe(
+    k: usize,
+    s: &OpenStripe,
+    ts: usize,
+    tx: &crossbeam_channel::Sender<Encoded>,
+    shared: &Shared,
+    pool: &Arc<Pool>,
+    sink: &dyn ChunkSink,
+    sent: &(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
+) -> Result<()> {
     // Frames are contiguous from the header to the index: one sequential stream, which stores with
-    // latency (objects) read ahead of us, bounded.
+    // latency (objects) read ahead of us, bounded. A run of frames nobody wants is stepped over:
+    // the stream starts again at the next wanted one.
     let start = s.header.encoded_len() as u64;
-    let mut stream = s.source.stream(start, s.trailer.index_offset)?;
+    let mut stream: Option<(Box<dyn Read + Send>, u64)> = None;
     let mut expect_pos = start;
     // A sealed frame adds its number, tag and raw checksum to the stored bytes, and keeps the raw
     // checksum out of its header: the decoder checks it against the index once opened.
@@ -529,8 +557,19 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         if e.frame_pos + n as u64 > s.trailer.index_offset {
             return Err(here("the index says it runs into the index itself (index inconsistent)"));
         }
+        if !members.iter().any(|m| sink.wants(m.file_id)) {
+            expect_pos += n as u64;
+            continue;
+        }
         let Some(mut buf) = pool.take(shared) else { return Ok(()) };
-        stream.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
+        let (reader, at) = match stream.take() {
+            Some((r, at)) if at == e.frame_pos => (r, at),
+            _ => (s.source.stream(e.frame_pos, s.trailer.index_offset)?, e.frame_pos),
+        };
+        let mut reader = reader;
+        reader.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
+        stream = Some((reader, at + n as u64));
+        sent.1.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
         let crc_shown = if sealed && header.stored_len != 0 { None } else { Some(header.raw_crc) };
         let agrees = if header.flags & FLAG_PACKED != 0 {
@@ -550,6 +589,7 @@ fn read_stripe(k: usize, s: &OpenStripe, ts: usize, tx: &crossbeam_channel::Send
         }
         expect_pos += n as u64;
         let buf = (header.stored_len != 0).then_some(buf);
+        sent.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if tx.send(Encoded { stripe: k, frame: i, first, parts, header, buf }).is_err() {
             return Ok(());
         }
@@ -699,7 +739,7 @@ impl Lane for Discard {
 /// The first problem found, naming the stripe and region.
 pub fn verify(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<VerifyReport> {
     let t0 = std::time::Instant::now();
-    let frames = scan(set, threads, progress, &Discard)?;
+    let frames = scan(set, threads, progress, &Discard)?.frames;
     Ok(VerifyReport {
         backup_id: set.manifest.backup_id.clone(),
         stripes: set.stripes.len(),

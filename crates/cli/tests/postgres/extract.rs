@@ -57,6 +57,21 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     let text = run(sheaf().args(["extract", stripe.to_str().unwrap(), "--relation", "orders", "--block", "0", "--to", out.to_str().unwrap()]));
     assert!(String::from_utf8_lossy(&text.stdout).contains("checksum ok"), "{}", String::from_utf8_lossy(&text.stdout));
 
+    // restore --only: the relation's files (every fork) as the source holds them, and the folders
+    // above them, nothing else, reading a small share of the set.
+    let only = dir.join("only");
+    let o = json(&run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", only.to_str().unwrap(), "--only", &format!("{path}*"), "--json"])));
+    assert_eq!(o["files"].as_u64().unwrap() as usize, files.len(), "{o}");
+    for f in &files {
+        let mut src = c.data.join(&path);
+        src.set_file_name(f);
+        let mut got = only.join(&path);
+        got.set_file_name(f);
+        assert!(std::fs::read(&got).unwrap() == std::fs::read(&src).unwrap(), "{f}");
+    }
+    assert_eq!(std::fs::read_dir(&only).unwrap().count(), 1, "only base/ at the top");
+    assert!(o["bytes_read"].as_u64().unwrap() * 3 < o["set_bytes"].as_u64().unwrap(), "{o}");
+
     // Mistakes are named.
     let past = run(sheaf().args(["extract", stripe.to_str().unwrap(), "--relation", "orders", "--block", &(blocks + 5).to_string(), "--to", out.to_str().unwrap()]));
     assert_eq!(past.status.code(), Some(2));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sheaf_core::crypto::{Encryption, Keys};
 use sheaf_core::datagen::make_shapes_tree;
 use sheaf_core::manifest::EntryKind;
-use sheaf_core::{backup_directory, BackupOptions, BackupSet, ErrorKind, LocalOnly, Location, NoProgress};
+use sheaf_core::{backup_directory, BackupOptions, BackupSet, ErrorKind, LocalOnly, Location, NoProgress, RestoreOptions};
 
 fn set_of(src: &Path, dir: &Path, keys: Option<Arc<Keys>>) -> BackupSet {
     let stripes: Vec<Location> = (0..2).map(|k| Location::file(dir.join(format!("p_{k}.sheaf")))).collect();
@@ -84,4 +84,56 @@ fn a_damaged_frame_is_named_when_read_in_part() {
     let err = f.read_at(e.offset, &mut [0u8; 16]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt);
     assert!(err.to_string().contains("checksum") && err.to_string().contains(&format!("frame at byte {}", e.frame_pos)), "{err}");
+}
+
+#[test]
+fn only_restores_the_matching_files_reading_only_their_frames() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    for (dir, n) in [("a", 6), ("b", 6), ("b/deep", 3)] {
+        std::fs::create_dir_all(src.join(dir)).unwrap();
+        for i in 0..n {
+            sheaf_core::datagen::write_file(&src.join(format!("{dir}/f{i}.dat")), 300_000 + i * 1000, i, 0.5).unwrap();
+        }
+    }
+    std::fs::write(src.join("b/small.txt"), b"small").unwrap();
+    for keys in [None, Some(Arc::new(Keys::from_key([3; 32])))] {
+        let dir = d.path().join(if keys.is_some() { "enc" } else { "plain" });
+        std::fs::create_dir_all(&dir).unwrap();
+        let set = set_of(&src, &dir, keys);
+        let out = dir.join("out");
+        let mut o = RestoreOptions::new(&out);
+        o.only = vec!["a/f1.dat".into(), "b/deep".into(), "b/*.txt".into()];
+        let r = sheaf_core::restore(&set, &o, Arc::new(NoProgress)).unwrap();
+        let mut got: Vec<String> = walk(&out);
+        got.sort();
+        assert_eq!(got, ["a", "a/f1.dat", "b", "b/deep", "b/deep/f0.dat", "b/deep/f1.dat", "b/deep/f2.dat", "b/small.txt"]);
+        for f in ["a/f1.dat", "b/deep/f2.dat", "b/small.txt"] {
+            assert!(std::fs::read(out.join(f)).unwrap() == std::fs::read(src.join(f)).unwrap(), "{f}");
+        }
+        assert_eq!(r.files, 5);
+        assert!(r.bytes_read * 2 < r.set_bytes, "read {} of {}", r.bytes_read, r.set_bytes);
+
+        let mut bad = RestoreOptions::new(dir.join("out2"));
+        bad.only = vec!["c/*".into()];
+        let e = sheaf_core::restore(&set, &bad, Arc::new(NoProgress)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("--only 'c/*' matches nothing"), "{e}");
+        assert!(!dir.join("out2").exists(), "a refused restore makes nothing");
+    }
+}
+
+fn walk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out
 }
