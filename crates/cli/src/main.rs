@@ -522,6 +522,11 @@ struct RestoreArgs {
     /// those files are read. Not a cluster that starts: files, for inspection or copying back.
     #[arg(long, value_name = "PATTERN")]
     only: Vec<String>,
+    /// PostgreSQL: restore only this database whole (repeatable; postgres, template0 and template1
+    /// always come whole). The others' files come back as sparse files of zeros, unread, so that
+    /// the cluster starts; drop them then (DROP DATABASE). As pgBackRest's --db-include.
+    #[arg(long, value_name = "NAME")]
+    db_include: Vec<String>,
     /// Put what was under OLD (a path inside the backup, or an original absolute path) under NEW
     /// instead (SQL Server's WITH MOVE). Repeatable.
     #[arg(long, value_name = "OLD=NEW")]
@@ -904,6 +909,7 @@ fn pg_restore_options(a: &RestoreArgs) -> Result<sheaf_pg::PgRestoreOptions, Err
         threads: a.threads,
         buffered_io: a.buffered_io,
         sync_writes: a.sync_writes,
+        db_include: a.db_include.clone(),
     })
 }
 
@@ -946,8 +952,8 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
         let opts = pg_restore_options(&a)?;
         sheaf_pg::restore_postgres(&set, &opts, progress(a.json))?
     } else {
-        if !a.tablespace.is_empty() {
-            return Err(Error::invalid("--tablespace applies to PostgreSQL backups; this one is of a directory (use --relocate)"));
+        if !a.tablespace.is_empty() || !a.db_include.is_empty() {
+            return Err(Error::invalid("--tablespace and --db-include apply to PostgreSQL backups; this one is of a directory (use --relocate, or --only)"));
         }
         let mut opts = RestoreOptions::new(&a.to);
         opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
@@ -979,6 +985,9 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
 
 /// `restore --only`: the matching files of any backup (from stripes or a repository), as files.
 fn restore_only(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Error> {
+    if !a.db_include.is_empty() {
+        return Err(Error::invalid("--only restores files and --db-include a cluster: give one of them"));
+    }
     if !a.tablespace.is_empty() || a.recovery.any_target() {
         return Err(Error::invalid("--only restores files, not a cluster: --tablespace and the --target flags do not apply (use --relocate to place a tree elsewhere)"));
     }

@@ -56,6 +56,10 @@ pub struct RestoreOptions {
     /// matches one of these globs (`*` and `?` within a name, `**` across folders). Empty: all.
     /// Only the frames that hold the chosen files are read.
     pub only: Vec<String>,
+    /// Files under these folders (paths as the backup holds them, e.g. `base/16384`) come back
+    /// as sparse files of their backed-up size, all zeros, without a byte of them read: the
+    /// databases `--db-include` leaves out, which the restored cluster can then drop.
+    pub hollow: Vec<String>,
 }
 
 impl RestoreOptions {
@@ -70,6 +74,7 @@ impl RestoreOptions {
             buffered: false,
             sync_writes: false,
             only: Vec::new(),
+            hollow: Vec::new(),
         }
     }
 }
@@ -134,7 +139,7 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
         Ok(d) => d,
         Err(e) => return Err(plan.clean_up_after(e, &prepared)),
     };
-    let restored = || set.manifest.entries.iter().zip(&plan.dest).filter(|(_, d)| d.is_some()).map(|(e, _)| e);
+    let restored = || set.manifest.entries.iter().zip(&plan.dest).zip(&plan.hollow).filter(|((_, d), h)| d.is_some() && !**h).map(|((e, _), _)| e);
     Ok(RestoreReport {
         backup_id: set.manifest.backup_id.clone(),
         target: opts.target.display().to_string(),
@@ -151,6 +156,17 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
     })
 }
 
+/// An entry's path as the backup holds it: under its root's name (`pg_tblspc/OID/...` for a
+/// tablespace), or as is under the main root.
+fn logical_path(manifest: &Manifest, e: &Entry) -> String {
+    let root = &manifest.roots[e.root as usize].name;
+    match (root.is_empty(), e.path.is_empty()) {
+        (true, _) => e.path.clone(),
+        (false, true) => root.clone(),
+        (false, false) => format!("{root}/{}", e.path),
+    }
+}
+
 /// With `only` globs, which entries to restore: those whose path (or a folder above it) matches,
 /// and the folders above them; `None` for everything.
 ///
@@ -165,14 +181,7 @@ fn choose(manifest: &Manifest, only: &[String]) -> Result<Option<Vec<bool>>> {
         .map(|g| glob::Pattern::new(g.trim_end_matches('/')).map_err(|e| Error::invalid(format!("--only '{g}': {e}"))))
         .collect::<Result<Vec<_>>>()?;
     let how = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
-    let path_of = |e: &Entry| {
-        let root = &manifest.roots[e.root as usize].name;
-        match (root.is_empty(), e.path.is_empty()) {
-            (true, _) => e.path.clone(),
-            (false, true) => root.clone(),
-            (false, false) => format!("{root}/{}", e.path),
-        }
-    };
+    let path_of = |e: &Entry| logical_path(manifest, e);
     let mut hit = vec![false; globs.len()];
     let mut chosen = vec![false; manifest.entries.len()];
     let mut above: HashSet<String> = HashSet::new();
@@ -213,6 +222,8 @@ struct Plan<'m> {
     manifest: &'m Manifest,
     /// Destination of each entry (None: not restored).
     dest: Vec<Option<PathBuf>>,
+    /// Per entry: a file restored as zeros of its size, unread ([`RestoreOptions::hollow`]).
+    hollow: Vec<bool>,
     /// Folders that receive a tree: the target and each relocation or extra root.
     roots: Vec<PathBuf>,
     /// One incomplete-marker per root.
@@ -320,7 +331,15 @@ impl<'m> Plan<'m> {
         let mut seen = HashSet::new();
         roots.retain(|r| seen.insert(r.clone()));
         let markers = roots.iter().map(|r| r.join(INCOMPLETE_MARKER)).collect();
-        Ok(Plan { manifest, dest, roots, markers })
+        let hollow = manifest
+            .entries
+            .iter()
+            .map(|e| {
+                let p = logical_path(manifest, e);
+                e.kind == EntryKind::File && opts.hollow.iter().any(|h| p.strip_prefix(h.trim_end_matches('/')).is_some_and(|rest| rest.starts_with('/')))
+            })
+            .collect();
+        Ok(Plan { manifest, dest, hollow, roots, markers })
     }
 
     /// Refuse non-empty roots unless forced (then empty them); create missing ones; write markers.
@@ -379,8 +398,8 @@ impl<'m> Plan<'m> {
                 need.push((dev, 0, r));
             }
         }
-        for ((e, d), b) in self.manifest.entries.iter().zip(&self.dest).zip(bytes) {
-            let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
+        for (((e, d), b), &h) in self.manifest.entries.iter().zip(&self.dest).zip(bytes).zip(&self.hollow) {
+            let (Some(d), EntryKind::File, false) = (d, e.kind, h) else { continue };
             let Some(&(_, dev)) = roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { continue };
             if let Some(n) = need.iter_mut().find(|n| n.0 == dev) {
                 n.1 += b;
@@ -450,7 +469,7 @@ impl<'m> Plan<'m> {
         // (owner, mode, times) by the last; files without chunks are made here after.
         let direct = !opts.buffered && set.stripes[0].header.transfer_size as usize % ALIGN == 0;
         let (kick, wake) = crossbeam_channel::bounded(1);
-        let writer = Writer::new(set, entries, &self.dest, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
+        let writer = Writer::new(set, entries, &self.dest, &self.hollow, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
         let scanned = std::thread::scope(|s| {
             s.spawn(|| durable.flush_while(&wake));
             let r = scan(set, opts.threads, progress, &writer);
@@ -638,6 +657,8 @@ struct FileSlot {
 struct Writer<'a> {
     entries: &'a [Entry],
     dest: &'a [Option<PathBuf>],
+    /// Per entry: restored as zeros, its chunks not wanted.
+    hollow: &'a [bool],
     slots: Vec<FileSlot>,
     /// Per entry: every byte of it is data (no chunk is a hole).
     dense: Vec<bool>,
@@ -661,6 +682,7 @@ impl<'a> Writer<'a> {
         set: &BackupSet,
         entries: &'a [Entry],
         dest: &'a [Option<PathBuf>],
+        hollow: &'a [bool],
         as_root: bool,
         inherit: Inherit,
         direct: bool,
@@ -675,10 +697,12 @@ impl<'a> Writer<'a> {
             .into_iter()
             .map(|c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
             .collect();
-        let dense = data_bytes(set, entries.len()).into_iter().zip(entries).map(|(b, e)| b == e.size).collect();
+        // A hollow file is only sized, so that it stays sparse.
+        let dense = data_bytes(set, entries.len()).into_iter().zip(entries).zip(hollow).map(|((b, e), &h)| b == e.size && !h).collect();
         Writer {
             entries,
             dest,
+            hollow,
             slots,
             dense,
             as_root,
@@ -828,7 +852,8 @@ impl ChunkSink for Writer<'_> {
     }
 
     fn wants(&self, file_id: u32) -> bool {
-        self.dest.get(file_id as usize).is_some_and(Option::is_some)
+        let id = file_id as usize;
+        self.dest.get(id).is_some_and(Option::is_some) && !self.hollow.get(id).copied().unwrap_or(false)
     }
 }
 
@@ -909,7 +934,8 @@ impl<'w, 'a> WriteLane<'w, 'a> {
 impl Lane for WriteLane<'_, '_> {
     fn chunk(&mut self, file_id: u32, offset: u64, _len: usize, data: Option<&[u8]>) -> Result<()> {
         let id = file_id as usize;
-        let Some(path) = &self.writer.dest[id] else { return Ok(()) };
+        // A hollow file's chunks (in a packed frame read for another file) are dropped too.
+        let Some(path) = self.writer.dest[id].as_ref().filter(|_| !self.writer.hollow[id]) else { return Ok(()) };
         let handle = self.writer.handle(id, path, data.map(<[u8]>::len))?;
         if let (Some(data), Some(f)) = (data, &handle) {
             self.writer.write(f, path, data, offset)?;
@@ -920,7 +946,7 @@ impl Lane for WriteLane<'_, '_> {
 
     fn owned(&mut self, file_id: u32, offset: u64, mut data: Decoded) -> Result<()> {
         let id = file_id as usize;
-        let Some(path) = &self.writer.dest[id] else { return Ok(()) };
+        let Some(path) = self.writer.dest[id].as_ref().filter(|_| !self.writer.hollow[id]) else { return Ok(()) };
         let Some(file) = self.writer.handle(id, path, Some(data.len()))? else {
             return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", path.display())));
         };

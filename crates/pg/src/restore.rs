@@ -31,6 +31,42 @@ pub struct PgRestoreOptions {
     pub buffered_io: bool,
     /// Write synchronously instead of through io_uring.
     pub sync_writes: bool,
+    /// Restore only these databases whole (and the system ones: postgres, template0, template1);
+    /// the others' files come back as sparse files of zeros, so that the cluster starts and they
+    /// can be dropped (pgBackRest's `--db-include`). Empty: all.
+    pub db_include: Vec<String>,
+}
+
+/// The databases that always come whole under `--db-include`.
+pub const SYSTEM_DATABASES: [&str; 3] = ["postgres", "template0", "template1"];
+
+/// The folders whose files `--db-include` restores as zeros: each left-out database's folder under
+/// base/ and under every tablespace.
+///
+/// # Errors
+/// A database the backup does not hold (naming those it does), or a backup that does not record
+/// its databases.
+pub fn left_out_folders(set: &BackupSet, include: &[String]) -> Result<Vec<String>> {
+    let dbs = crate::extract::catalog(set)?;
+    for name in include {
+        if !dbs.iter().any(|d| &d.name == name) {
+            return Err(Error::invalid(format!(
+                "--db-include {name}: the backup has no such database; it has {}",
+                dbs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    let tablespaces: Vec<Tablespace> =
+        serde_json::from_value(set.manifest.source.get("tablespaces").cloned().unwrap_or_default()).unwrap_or_default();
+    let version_dir = set.manifest.source.get("tablespace_version_dir").and_then(|v| v.as_str()).unwrap_or_default();
+    let mut out = Vec::new();
+    for d in dbs.iter().filter(|d| !include.contains(&d.name) && !SYSTEM_DATABASES.contains(&d.name.as_str())) {
+        out.push(format!("base/{}", d.oid));
+        for ts in &tablespaces {
+            out.push(format!("pg_tblspc/{}/{version_dir}/{}", ts.oid, d.oid));
+        }
+    }
+    Ok(out)
 }
 
 /// Whether a manifest's source is PostgreSQL.
@@ -109,6 +145,9 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
     }
 
     let mut core = RestoreOptions::new(&opts.target);
+    if !opts.db_include.is_empty() {
+        core.hollow = left_out_folders(set, &opts.db_include)?;
+    }
     core.force = opts.force;
     core.threads = opts.threads;
     core.buffered = opts.buffered_io;

@@ -80,3 +80,50 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     assert_eq!(none.status.code(), Some(2));
     assert!(stderr(&none).contains("no relation nosuch"), "{}", stderr(&none));
 }
+
+/// `--db-include`: a cluster that starts with the chosen database whole, the system ones too, and
+/// the others as sparse zeros that can be dropped.
+#[test]
+fn db_include_restores_a_cluster_that_starts_with_the_others_droppable() {
+    let c = Cluster::new(&[], &[]);
+    for db in ["d1", "d2", "d3"] {
+        c.sql("postgres", &format!("CREATE DATABASE {db}"));
+        c.sql(db, "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 50000) g");
+        c.sql(db, "CREATE INDEX ON t (id)");
+    }
+    let dir = c.base.path().join("x");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stripe = dir.join("b.sheaf");
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--to", stripe.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let oid = |db: &str| c.sql("postgres", &format!("SELECT oid FROM pg_database WHERE datname = '{db}'"));
+    let (d2, d3) = (oid("d2"), oid("d3"));
+
+    let bad = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", dir.join("n").to_str().unwrap(), "--db-include", "nosuch"]));
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("no such database") && stderr(&bad).contains("d2"), "{}", stderr(&bad));
+
+    let data = dir.join("data");
+    let full = json(&run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", dir.join("full").to_str().unwrap(), "--json"])));
+    let r = json(&run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", data.to_str().unwrap(), "--db-include", "d2", "--json"])));
+    assert!(r["bytes_read"].as_u64().unwrap() < full["bytes_read"].as_u64().unwrap(), "the left-out databases are not read: {r}");
+    // d3's relation files: their size, no blocks (sparse zeros).
+    let mut sizes = 0;
+    for e in std::fs::read_dir(data.join(format!("base/{d3}"))).unwrap() {
+        let m = e.unwrap().metadata().unwrap();
+        sizes += m.len();
+        assert_eq!(std::os::unix::fs::MetadataExt::blocks(&m), 0, "sparse");
+    }
+    assert!(sizes > 1 << 20, "sized as backed up: {sizes}");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let restored = Cluster::over(&data, &c.sock);
+    assert_eq!(restored.sql("d2", "SELECT count(*) FROM t"), "50000");
+    let amcheck = run(restored.tool("pg_amcheck").args(["--install-missing", "-d", "d2", "-d", "postgres"]));
+    assert!(amcheck.status.success(), "pg_amcheck: {}{}", String::from_utf8_lossy(&amcheck.stdout), stderr(&amcheck));
+    restored.sql("postgres", "DROP DATABASE d3");
+    restored.sql("postgres", "DROP DATABASE d1");
+    assert_eq!(restored.sql("postgres", "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database"), "d2,postgres,template0,template1");
+    assert!(!data.join(format!("base/{d3}")).exists());
+    let d2_blocks: u64 = std::fs::read_dir(data.join(format!("base/{d2}"))).unwrap().map(|e| std::os::unix::fs::MetadataExt::blocks(&e.unwrap().metadata().unwrap())).sum();
+    assert!(d2_blocks > 0, "the included database is data, not holes");
+}
