@@ -8,8 +8,11 @@
 //! - [`stats`]: medians and ranges across repeats;
 //! - [`report`]: the results table as CSV, JSON, Markdown and text; [`plot`]: SVG and PNG plots.
 //!
+//! - [`lab`]: seed 003's question, what a codec costs per scan, page fetch and update.
+//!
 //! Like the other libraries it prints nothing: progress reaches the caller as [`runner::Event`]s.
 
+pub mod lab;
 pub mod matrix;
 pub mod measure;
 pub mod peers;

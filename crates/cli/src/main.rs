@@ -135,6 +135,16 @@ still being written is left alone.")]
     List(ListArgs),
     /// Show one run of the history catalog, with its full report.
     Show(ShowArgs),
+    /// What a codec costs per access on your own pages (seed 003's question): ratio, full scan,
+    /// single-page fetch and in-place update, for each codec and unit size, as multiples of raw.
+    #[command(after_help = "Examples:\n  \
+sheaf lab --url 'postgres://postgres@/tpch?host=/run/postgresql' --relation public.lineitem\n  \
+sheaf lab /backups/pg_1.sheaf --relation lineitem --database tpch -c lz4,zstd:low --unit 8KiB,1MiB\n  \
+sheaf lab --file /var/lib/postgresql/15/main/base/16384/16402 --threads 2 --out lab-report\n\n\
+In memory, on a sample of the relation's pages (--sample, from its start): each unit is compressed \
+on its own; a scan decompresses every unit, a fetch the unit that holds one random page, an update \
+decompresses it, changes a tuple's bytes and compresses it again. Medians of --repeat runs.")]
+    Lab(LabArgs),
     /// Write one relation's files, or one 8 KiB page of it, out of a PostgreSQL backup, as they were
     /// backed up, reading only the frames that hold them.
     #[command(after_help = "Examples:\n  \
@@ -145,6 +155,53 @@ A page comes checked by its frames' checksums and, where the cluster had data ch
 writes the page for inspection and exits 3). Relations are found by the names the catalogs had when \
 the backup started.")]
     Extract(ExtractArgs),
+}
+
+#[derive(Args)]
+struct LabArgs {
+    /// A backup's stripes (files or s3:// objects) to take the relation from (with --relation).
+    #[arg(value_name = "STRIPE")]
+    stripes: Vec<String>,
+    /// A relation file (a PostgreSQL data file, or any file of 8 KiB pages).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["stripes", "url"])]
+    file: Option<PathBuf>,
+    /// A running server (on this host: its files are read directly), with --relation.
+    #[arg(long, value_name = "URL", conflicts_with = "stripes")]
+    url: Option<String>,
+    /// The relation, SCHEMA.NAME (with --url or stripes).
+    #[arg(long, value_name = "NAME")]
+    relation: Option<String>,
+    /// Its database, for a backup (default: the one that has it).
+    #[arg(long, value_name = "DB")]
+    database: Option<String>,
+    /// Codecs to compare with raw [default: lz4,deflate:1,zstd:low,zstd:medium,zstd:high].
+    #[arg(long, short = 'c', value_name = "LIST")]
+    compression: Option<String>,
+    /// Unit sizes, each a multiple of 8 KiB [default: 8KiB,64KiB,1MiB].
+    #[arg(long, value_name = "LIST")]
+    unit: Option<String>,
+    /// How much of the relation to measure on, from its start (held in memory).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    sample: String,
+    /// Timed runs of each measurement; the median is kept.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    repeat: usize,
+    /// Cores for the full scan.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+    /// Random pages fetched, and updated, per run.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    accesses: usize,
+    /// Also write lab.csv and lab.json into DIR.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    repo: repo::RepoArg,
+    #[command(flatten)]
+    s3: S3Args,
 }
 
 #[derive(Args)]
@@ -742,6 +799,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::List(a) => list(catalog, a),
         Command::Show(a) => show(catalog, a),
         Command::Extract(a) => extract(a, settings),
+        Command::Lab(a) => lab(a, settings),
         Command::Generate(a) => generate(a),
         Command::Demo(a) => demo(a),
         Command::Bench(a) => bench(catalog, a, settings),
@@ -1273,6 +1331,84 @@ fn list(path: Option<&std::path::Path>, a: ListArgs) -> Result<(), Error> {
             r.mib_per_second.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
             r.error.as_deref().or(r.backup_id.as_deref()).unwrap_or("")
         );
+    }
+    Ok(())
+}
+
+fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
+    let sample = parse_size(&a.sample)? as usize / sheaf_bench::lab::PAGE * sheaf_bench::lab::PAGE;
+    if sample == 0 {
+        return Err(Error::invalid(format!("--sample {}: give at least 8KiB", a.sample)));
+    }
+    let read_file = |path: &std::path::Path| -> Result<Vec<u8>, Error> {
+        use std::io::Read;
+        let f = std::fs::File::open(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot open {}", path.display()), e))?;
+        let mut v = Vec::new();
+        f.take(sample as u64).read_to_end(&mut v).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e))?;
+        Ok(v)
+    };
+    let (what, mut pages) = match (&a.file, &a.url, a.stripes.is_empty()) {
+        (Some(f), _, _) => (f.display().to_string(), read_file(f)?),
+        (None, Some(url), _) => {
+            let rel = a.relation.as_deref().ok_or_else(|| Error::invalid("--url needs --relation SCHEMA.NAME"))?;
+            let path = sheaf_pg::server::Server::connect(url)?.relation_file(rel)?;
+            (format!("{rel} ({})", path.display()), read_file(&path)?)
+        }
+        (None, None, false) => {
+            let rel = a.relation.as_deref().ok_or_else(|| Error::invalid("a backup needs --relation NAME"))?;
+            let schemes = a.s3.schemes(settings)?;
+            let set = BackupSet::open_with(&locations(&a.stripes, &schemes, None)?, &schemes, a.repo.keys.keys(settings)?.as_deref())?;
+            let dbs = sheaf_pg::extract::catalog(&set)?;
+            let (db, r) = sheaf_pg::extract::find(&dbs, rel, a.database.as_deref())?;
+            let id = set
+                .manifest
+                .entries
+                .iter()
+                .position(|e| e.root == 0 && e.path == r.path)
+                .ok_or_else(|| Error::incomplete(format!("{}.{} ({}) has no file in the backup", r.schema, r.name, r.path)))?;
+            let mut f = set.file(id as u32)?;
+            let n = (f.size() as usize).min(sample);
+            let mut v = vec![0u8; n];
+            f.read_at(0, &mut v)?;
+            (format!("{}.{} in database {} of backup {}", r.schema, r.name, db.name, set.manifest.backup_id), v)
+        }
+        (None, None, true) => return Err(Error::invalid("give the pages: --file PATH, --url URL --relation NAME, or a backup's STRIPE with --relation NAME")),
+    };
+    pages.truncate(pages.len() / sheaf_bench::lab::PAGE * sheaf_bench::lab::PAGE);
+    if pages.is_empty() {
+        return Err(Error::invalid(format!("{what} holds no whole 8 KiB page")));
+    }
+    let mut opts = sheaf_bench::lab::LabOptions { repeat: a.repeat.max(1), threads: a.threads.max(1), accesses: a.accesses.max(1), ..Default::default() };
+    if let Some(list) = &a.compression {
+        opts.codecs = list.split(',').map(CodecSpec::parse).collect::<Result<_, _>>()?;
+    }
+    if let Some(list) = &a.unit {
+        opts.units = list.split(',').map(|u| parse_size(u).map(|b| b as usize)).collect::<Result<_, _>>()?;
+    }
+    let rows = sheaf_bench::lab::run(&pages, &opts)?;
+    let v = serde_json::json!({ "source": what, "sample_bytes": pages.len(), "threads": opts.threads, "repeat": opts.repeat, "rows": rows });
+    if let Some(out) = &a.out {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
+        let write = |name: &str, text: String| {
+            let p = out.join(name);
+            std::fs::write(&p, text).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e))
+        };
+        write("lab.json", serde_json::to_string_pretty(&v).expect("serialises"))?;
+        let mut csv = String::from("codec,unit,ratio,scan_mb_s,scan_x,fetch_p50_us,fetch_p99_us,fetch_x,update_us,update_x\n");
+        for r in &rows {
+            csv.push_str(&format!(
+                "{},{},{:.4},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}\n",
+                r.codec, r.unit, r.ratio, r.scan_mb_s, r.scan_x, r.fetch_p50_us, r.fetch_p99_us, r.fetch_x, r.update_us, r.update_x
+            ));
+        }
+        write("lab.csv", csv)?;
+    }
+    if a.json {
+        println!("{v}");
+    } else {
+        println!("{what}: {} of pages ({} pages), scan on {} core{}, median of {}", format_size(pages.len() as u64), pages.len() / sheaf_bench::lab::PAGE, opts.threads, if opts.threads == 1 { "" } else { "s" }, opts.repeat);
+        print!("{}", sheaf_bench::lab::table(&rows));
+        println!("(× = cost as a multiple of raw pages: copying them for scan and fetch, changing one in place for update)");
     }
     Ok(())
 }

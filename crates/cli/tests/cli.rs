@@ -785,3 +785,34 @@ fn auto_reports_its_levels_everywhere() {
     assert!(o.status.success(), "{}", stderr(&o));
     sheaf_core::datagen::compare_trees(&f.src, &f.path("out")).unwrap();
 }
+
+/// `sheaf lab` on a file of pages: the seed's table, CSV and JSON, and mistakes named.
+#[test]
+fn lab_measures_codecs_on_a_file_of_pages() {
+    let f = Fixture::new();
+    let pages = f.path("rel");
+    let mut bytes = Vec::new();
+    for i in 0..64u32 {
+        let mut p = vec![0u8; 8192];
+        for (j, b) in p.iter_mut().enumerate().skip(24) {
+            *b = b"row 42, shipped by rail; "[(j + i as usize) % 25];
+        }
+        bytes.extend_from_slice(&p);
+    }
+    fs::write(&pages, &bytes).unwrap();
+    let out = f.path("lab");
+    let o = run(&["lab", "--file", s(&pages), "-c", "lz4,zstd:low", "--unit", "8KiB,64KiB", "--repeat", "1", "--accesses", "50", "--out", s(&out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "none, then 2 codecs x 2 units: {v}");
+    assert!(rows.iter().skip(1).all(|r| r["ratio"].as_f64().unwrap() > 2.0), "{v}");
+    assert_eq!(v["sample_bytes"], 64 * 8192);
+    let csv = fs::read_to_string(out.join("lab.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 6);
+    assert!(out.join("lab.json").exists());
+    let table = run(&["lab", "--file", s(&pages), "-c", "lz4", "--unit", "8KiB", "--repeat", "1", "--accesses", "20"]);
+    assert!(stdout(&table).contains("fetch p50") && stdout(&table).contains("lz4"), "{}", stdout(&table));
+    assert_fails(&run(&["lab", "--file", s(&pages), "--unit", "10000"]), 2, &["multiple of 8 KiB"]);
+    assert_fails(&run(&["lab"]), 2, &["--file PATH"]);
+}

@@ -316,6 +316,22 @@ impl Server {
         Ok(out)
     }
 
+    /// The main fork's file of relation `name` (`SCHEMA.NAME` or a name on the search path), as a
+    /// path on this host: the data directory joined with `pg_relation_filepath`.
+    ///
+    /// # Errors
+    /// A relation that does not exist or has no storage, or a role that may not read the data
+    /// directory's location.
+    pub fn relation_file(&mut self, name: &str) -> Result<std::path::PathBuf> {
+        let row = self
+            .client
+            .query_one("SELECT current_setting('data_directory'), pg_relation_filepath(to_regclass($1))", &[&name])
+            .map_err(|e| db_err(&format!("finding relation {name}"), e))?;
+        let (dir, rel): (String, Option<String>) = (row.get(0), row.get(1));
+        let rel = rel.ok_or_else(|| Error::invalid(format!("no relation {name} with storage in this database (give SCHEMA.NAME, and the database in the URL)")))?;
+        Ok(std::path::Path::new(&dir).join(rel))
+    }
+
     /// Tablespaces other than pg_default and pg_global.
     ///
     /// # Errors

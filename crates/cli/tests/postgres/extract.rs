@@ -25,6 +25,13 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     let stripe = dir.join("b_1.sheaf");
     let o = run(sheaf().args(["backup", &c.url("postgres"), "--to", stripe.to_str().unwrap(), "--to", dir.join("b_2.sheaf").to_str().unwrap()]));
     assert!(o.status.success(), "{}", stderr(&o));
+    // The lab on the running server's relation, and on the backup's copy of it.
+    let lab = json(&run(sheaf().args(["lab", "--url", &c.url("shop"), "--relation", "public.orders", "-c", "lz4", "--unit", "8KiB", "--repeat", "1", "--accesses", "50", "--json"])));
+    assert_eq!(lab["rows"].as_array().unwrap().len(), 2, "{lab}");
+    assert_eq!(lab["sample_bytes"].as_u64().unwrap(), blocks * 8192);
+    let lab = json(&run(sheaf().args(["lab", stripe.to_str().unwrap(), "--relation", "orders", "-c", "zstd:low", "--unit", "64KiB", "--repeat", "1", "--accesses", "50", "--json"])));
+    assert!(lab["rows"][1]["ratio"].as_f64().unwrap() > 1.5, "{lab}");
+
     // The source, stopped: its files are what a static table's backup holds.
     c.stop();
     let source = std::fs::read(c.data.join(&path)).unwrap();
