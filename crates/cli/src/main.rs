@@ -168,6 +168,14 @@ struct LabArgs {
     /// A running server (on this host: its files are read directly), with --relation.
     #[arg(long, value_name = "URL", conflicts_with = "stripes")]
     url: Option<String>,
+    /// The database lab instead, on this server: a generated table with wide text, made three
+    /// times (TOAST compression pglz, lz4, and none: STORAGE EXTERNAL) in the URL's database and
+    /// dropped after; a full scan, seeks by key and in-place updates timed on each.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["stripes", "file", "url"])]
+    db_url: Option<String>,
+    /// Database lab: rows in the generated table (about 2.3 KB of text each).
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    rows: u32,
     /// The relation, SCHEMA.NAME (with --url or stripes).
     #[arg(long, value_name = "NAME")]
     relation: Option<String>,
@@ -1336,6 +1344,24 @@ fn list(path: Option<&std::path::Path>, a: ListArgs) -> Result<(), Error> {
 }
 
 fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
+    if let Some(url) = &a.db_url {
+        let opts = sheaf_pg::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1) };
+        let rows = sheaf_pg::dblab::run(url, &opts)?;
+        let v = serde_json::json!({ "source": sheaf_pg::server::redact(url), "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
+        if let Some(out) = &a.out {
+            std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
+            let p = out.join("dblab.json");
+            std::fs::write(&p, serde_json::to_string_pretty(&v).expect("serialises")).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e))?;
+        }
+        if a.json {
+            println!("{v}");
+        } else {
+            println!("database lab on {}: {} rows of wide text, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
+            print!("{}", sheaf_pg::dblab::table(&rows));
+            println!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
+        }
+        return Ok(());
+    }
     let sample = parse_size(&a.sample)? as usize / sheaf_bench::lab::PAGE * sheaf_bench::lab::PAGE;
     if sample == 0 {
         return Err(Error::invalid(format!("--sample {}: give at least 8KiB", a.sample)));

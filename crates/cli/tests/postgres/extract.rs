@@ -32,6 +32,15 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     let lab = json(&run(sheaf().args(["lab", stripe.to_str().unwrap(), "--relation", "orders", "-c", "zstd:low", "--unit", "64KiB", "--repeat", "1", "--accesses", "50", "--json"])));
     assert!(lab["rows"][1]["ratio"].as_f64().unwrap() > 1.5, "{lab}");
 
+    // The database lab: TOAST pglz, lz4 and none, each smaller than none where compressed, and
+    // its scratch tables gone after.
+    let db = json(&run(sheaf().args(["lab", "--db-url", &c.url("postgres"), "--rows", "500", "--repeat", "1", "--accesses", "20", "--json"])));
+    let rows = db["database_lab"].as_array().unwrap();
+    let methods: Vec<&str> = rows.iter().map(|r| r["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["none", "pglz", "lz4"], "{db}");
+    assert!(rows[1..].iter().all(|r| r["ratio"].as_f64().unwrap() > 1.2 && r["update_us"].as_f64().unwrap() > 0.0), "{db}");
+    assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_class WHERE relname LIKE 'sheaf_lab%'"), "0");
+
     // The source, stopped: its files are what a static table's backup holds.
     c.stop();
     let source = std::fs::read(c.data.join(&path)).unwrap();

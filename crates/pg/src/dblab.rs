@@ -1,0 +1,188 @@
+//! The database lab: seed 003's experiment in PostgreSQL's own form. The same table is made
+//! three times: with its wide text column TOAST-compressed by `pglz`, by `lz4`, and not at all
+//! (`STORAGE EXTERNAL`). Each copy then gets a full scan that reads every value, singleton seeks
+//! by key, and in-place updates that change a value's bytes (so it is decompressed, changed and
+//! compressed again). Everything is timed on a warm cache and repeated; each cost is also given
+//! as a multiple of the uncompressed table's, with the size each copy takes.
+
+use std::time::Instant;
+
+use postgres::{Client, NoTls};
+use serde::Serialize;
+use sheaf_core::{Error, ErrorKind, Result};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct DbLabOptions {
+    /// Rows in the generated table (about 2.3 KB of text each).
+    pub rows: u32,
+    /// Timed runs of each measurement (median kept).
+    pub repeat: usize,
+    /// Seeks, and updates, per run.
+    pub accesses: usize,
+}
+
+impl Default for DbLabOptions {
+    fn default() -> Self {
+        DbLabOptions { rows: 50_000, repeat: 3, accesses: 500 }
+    }
+}
+
+/// One storage method.
+#[derive(Clone, Debug, Serialize)]
+pub struct DbLabRow {
+    /// `none` (STORAGE EXTERNAL), `pglz` or `lz4`.
+    pub method: String,
+    /// The table with its TOAST table, bytes.
+    pub size_bytes: u64,
+    /// The uncompressed table's size over this one's.
+    pub ratio: f64,
+    /// Full scan reading every value, milliseconds.
+    pub scan_ms: f64,
+    /// As a multiple of the uncompressed table's.
+    pub scan_x: f64,
+    /// Singleton seek by key, microseconds, median.
+    pub seek_us: f64,
+    /// As a multiple.
+    pub seek_x: f64,
+    /// In-place update of one value, microseconds, median.
+    pub update_us: f64,
+    /// As a multiple.
+    pub update_x: f64,
+}
+
+fn err(what: &str) -> impl Fn(postgres::Error) -> Error + '_ {
+    move |e| {
+        let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
+        Error::new(ErrorKind::Source, format!("database lab: {what}: {detail}"))
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Run the database lab on the server at `url` (its database gets three scratch tables,
+/// `sheaf_lab_none`, `sheaf_lab_pglz` and `sheaf_lab_lz4`, dropped at the end).
+///
+/// # Errors
+/// A server that cannot be reached, lacks the privileges to create tables, or any query failing.
+pub fn run(url: &str, opts: &DbLabOptions) -> Result<Vec<DbLabRow>> {
+    let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", crate::server::redact(url))))?;
+    if config.get_password().is_none() {
+        if let Ok(pw) = std::env::var("PGPASSWORD") {
+            config.password(pw);
+        }
+    }
+    config.application_name("sheaf lab");
+    let mut c = config.connect(NoTls).map_err(err("connecting"))?;
+    let lz4 = c.simple_query("CREATE TEMP TABLE sheaf_lab_probe (t text COMPRESSION lz4); DROP TABLE sheaf_lab_probe").is_ok();
+    let mut methods = vec!["none", "pglz"];
+    if lz4 {
+        methods.push("lz4");
+    }
+    let result = measure(&mut c, &methods, opts);
+    for m in &methods {
+        let _ = c.simple_query(&format!("DROP TABLE IF EXISTS sheaf_lab_{m}"));
+    }
+    result
+}
+
+fn measure(c: &mut Client, methods: &[&str], opts: &DbLabOptions) -> Result<Vec<DbLabRow>> {
+    let mut raw: Vec<(String, u64, f64, f64, f64)> = Vec::new();
+    for m in methods {
+        let t = format!("sheaf_lab_{m}");
+        let column = match *m {
+            "none" => "payload text".to_string(),
+            other => format!("payload text COMPRESSION {other}"),
+        };
+        c.batch_execute(&format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, n int NOT NULL, {column})")).map_err(err("creating the tables"))?;
+        if *m == "none" {
+            c.batch_execute(&format!("ALTER TABLE {t} ALTER COLUMN payload SET STORAGE EXTERNAL")).map_err(err("creating the tables"))?;
+        }
+        // Wide text like a log or a comments column: words from a small vocabulary, numbers and
+        // a short digest per line, about 2.3 KB a row, so TOASTed, and compressed where the
+        // method says.
+        c.batch_execute(&format!(
+            "INSERT INTO {t} SELECT g, g, (SELECT string_agg('order ' || ((g * 31 + k * 17) % 5000) || ' shipped via ' \
+             || (ARRAY['AIR', 'RAIL', 'TRUCK', 'SHIP', 'MAIL'])[1 + (g + k) % 5] || ' ref ' || left(md5((g * 40 + k)::text), 8), '; ') \
+             FROM generate_series(1, 60) k) FROM generate_series(1, {}) g",
+            opts.rows
+        ))
+        .map_err(err("filling the tables"))?;
+        c.batch_execute(&format!("VACUUM ANALYZE {t}")).map_err(err("vacuuming the tables"))?;
+        let size: i64 = c.query_one(&format!("SELECT pg_total_relation_size('{t}')"), &[]).map_err(err("sizing"))?.get(0);
+        let scan_sql = format!("SELECT sum(length(payload))::int8 FROM {t}");
+        c.query_one(&scan_sql, &[]).map_err(err("warming the cache"))?;
+        let seek = c.prepare(&format!("SELECT length(payload) FROM {t} WHERE id = $1")).map_err(err("preparing"))?;
+        // Change one character in place: the value is detoasted, decompressed, changed and
+        // compressed again (n is NOT NULL int, as in the seed, and moves along).
+        let update = c.prepare(&format!("UPDATE {t} SET payload = overlay(payload placing 'x' from 40 for 1), n = n + 1 WHERE id = $1")).map_err(err("preparing"))?;
+        let (mut scans, mut seeks, mut updates) = (Vec::new(), Vec::new(), Vec::new());
+        let mut x: u64 = 0x5eed;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % u64::from(opts.rows)) as i32 + 1
+        };
+        for _ in 0..opts.repeat.max(1) {
+            let t0 = Instant::now();
+            c.query_one(&scan_sql, &[]).map_err(err("scanning"))?;
+            scans.push(t0.elapsed().as_secs_f64());
+            let mut lat = Vec::with_capacity(opts.accesses);
+            for _ in 0..opts.accesses {
+                let id = next();
+                let t0 = Instant::now();
+                c.query_one(&seek, &[&id]).map_err(err("seeking"))?;
+                lat.push(t0.elapsed().as_secs_f64());
+            }
+            seeks.push(median(lat));
+            let mut lat = Vec::with_capacity(opts.accesses);
+            for _ in 0..opts.accesses {
+                let id = next();
+                let t0 = Instant::now();
+                c.execute(&update, &[&id]).map_err(err("updating"))?;
+                lat.push(t0.elapsed().as_secs_f64());
+            }
+            updates.push(median(lat));
+        }
+        raw.push((m.to_string(), size as u64, median(scans), median(seeks), median(updates)));
+    }
+    let base = raw.first().cloned().ok_or_else(|| Error::invalid("no storage method to measure"))?;
+    Ok(raw
+        .into_iter()
+        .map(|(method, size, scan, seek, update)| DbLabRow {
+            method,
+            size_bytes: size,
+            ratio: base.1 as f64 / size as f64,
+            scan_ms: scan * 1e3,
+            scan_x: scan / base.2,
+            seek_us: seek * 1e6,
+            seek_x: seek / base.3,
+            update_us: update * 1e6,
+            update_x: update / base.4,
+        })
+        .collect())
+}
+
+/// The seed's table for the database lab.
+pub fn table(rows: &[DbLabRow]) -> String {
+    let mut out = format!("{:<6} {:>10} {:>6} {:>10} {:>7} {:>10} {:>7} {:>10} {:>9}\n", "TOAST", "size", "ratio", "scan", "scan ×", "seek", "seek ×", "update", "update ×");
+    for r in rows {
+        out.push_str(&format!(
+            "{:<6} {:>10} {:>6.2} {:>8.1}ms {:>7.2} {:>8.1}µs {:>7.2} {:>8.1}µs {:>9.2}\n",
+            r.method,
+            sheaf_core::size::format_size(r.size_bytes),
+            r.ratio,
+            r.scan_ms,
+            r.scan_x,
+            r.seek_us,
+            r.seek_x,
+            r.update_us,
+            r.update_x
+        ));
+    }
+    out
+}
