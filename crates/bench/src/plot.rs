@@ -330,6 +330,73 @@ fn buffers(r: &Row) -> String {
     r.setting.buffer_count.map_or_else(|| "default".to_string(), |b| b.to_string())
 }
 
+/// `sheaf lab`'s plots into `dir`:
+/// - `lab-cost`: each codec's cost per access against the ratio it buys, as log10 of the multiple
+///   of raw (circle: scan, triangle: fetch, square: update; one colour per codec, a point per unit);
+/// - `lab-fetch`: single-page fetch latency against the unit size, a line per codec.
+///
+/// # Errors
+/// No font for the text, or a file that cannot be written.
+pub fn write_lab_plots(rows: &[crate::lab::LabRow], dir: &Path) -> Result<Vec<PathBuf>> {
+    font()?;
+    let mut codecs: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.codec != "none") {
+        if !codecs.contains(&r.codec.as_str()) {
+            codecs.push(&r.codec);
+        }
+    }
+    let mut units: Vec<usize> = rows.iter().filter(|r| r.codec != "none").map(|r| r.unit).collect();
+    units.sort_unstable();
+    units.dedup();
+    let mut cost = Vec::new();
+    for (ci, c) in codecs.iter().enumerate() {
+        for (m, what, pick) in [(0, "scan", (|r: &crate::lab::LabRow| r.scan_x) as fn(&crate::lab::LabRow) -> f64), (1, "fetch", |r| r.fetch_x), (2, "update", |r| r.update_x)] {
+            let points = rows.iter().filter(|r| r.codec == *c).map(|r| (r.ratio, pick(r).max(1e-3).log10())).collect();
+            cost.push(Series { name: format!("{c} {what}"), points, color: ci, marker: m });
+        }
+    }
+    let mut files = render(
+        dir,
+        &XyChart {
+            file: "lab-cost",
+            title: "What a codec costs per access, against the ratio it buys".into(),
+            x_label: "compression ratio".into(),
+            y_label: "cost, log10 of the multiple of raw".into(),
+            lines: false,
+            x_from_zero: false,
+            x_format: Box::new(plain),
+            x_labels: 8,
+            series: cost,
+        },
+    )?;
+    let fetch = codecs
+        .iter()
+        .enumerate()
+        .map(|(ci, c)| Series {
+            name: c.to_string(),
+            points: rows.iter().filter(|r| r.codec == *c).filter_map(|r| units.iter().position(|&u| u == r.unit).map(|i| (i as f64, r.fetch_p50_us))).collect(),
+            color: ci,
+            marker: 0,
+        })
+        .collect();
+    let labels: Vec<String> = units.iter().map(|&u| format_size(u as u64)).collect();
+    files.extend(render(
+        dir,
+        &XyChart {
+            file: "lab-fetch",
+            title: "Single-page fetch latency against the unit compressed".into(),
+            x_label: "unit".into(),
+            y_label: "fetch p50, µs".into(),
+            lines: true,
+            x_from_zero: true,
+            x_format: Box::new(move |v| if (v - v.round()).abs() < 1e-6 { labels.get(v.round() as usize).cloned().unwrap_or_default() } else { String::new() }),
+            x_labels: units.len().max(2),
+            series: fetch,
+        },
+    )?);
+    Ok(files)
+}
+
 /// Draw every plot of `rows` into `dir` as SVG and PNG; returns the files written.
 ///
 /// # Errors

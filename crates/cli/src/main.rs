@@ -200,7 +200,7 @@ struct LabArgs {
     /// Random pages fetched, and updated, per run.
     #[arg(long, value_name = "N", default_value_t = 2000)]
     accesses: usize,
-    /// Also write lab.csv and lab.json into DIR.
+    /// Also write lab.csv, lab.json and the plots (lab-cost, lab-fetch: SVG and PNG) into DIR.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print JSON instead of the table.
@@ -1428,6 +1428,7 @@ fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
             ));
         }
         write("lab.csv", csv)?;
+        sheaf_bench::plot::write_lab_plots(&rows, out)?;
     }
     if a.json {
         println!("{v}");

@@ -811,6 +811,11 @@ fn lab_measures_codecs_on_a_file_of_pages() {
     let csv = fs::read_to_string(out.join("lab.csv")).unwrap();
     assert_eq!(csv.lines().count(), 6);
     assert!(out.join("lab.json").exists());
+    for plot in ["lab-cost.svg", "lab-cost.png", "lab-fetch.svg", "lab-fetch.png"] {
+        assert!(fs::metadata(out.join(plot)).unwrap().len() > 1000, "{plot}");
+    }
+    let svg = fs::read_to_string(out.join("lab-fetch.svg")).unwrap();
+    assert!(svg.contains("zstd:low") && svg.contains("64 KiB"), "the legend and the unit labels");
     let table = run(&["lab", "--file", s(&pages), "-c", "lz4", "--unit", "8KiB", "--repeat", "1", "--accesses", "20"]);
     assert!(stdout(&table).contains("fetch p50") && stdout(&table).contains("lz4"), "{}", stdout(&table));
     assert_fails(&run(&["lab", "--file", s(&pages), "--unit", "10000"]), 2, &["multiple of 8 KiB"]);
