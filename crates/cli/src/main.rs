@@ -168,12 +168,13 @@ struct LabArgs {
     /// A running server (on this host: its files are read directly), with --relation.
     #[arg(long, value_name = "URL", conflicts_with = "stripes")]
     url: Option<String>,
-    /// The database lab instead, on this server: a generated table with wide text, made three
-    /// times (TOAST compression pglz, lz4, and none: STORAGE EXTERNAL) in the URL's database and
-    /// dropped after; a full scan, seeks by key and in-place updates timed on each.
+    /// The database lab instead, on this server: a table made three times (TOAST compression
+    /// pglz, lz4, and none: STORAGE EXTERNAL) in the URL's database and dropped after, from up to
+    /// --rows rows of --relation (your table) or generated wide text; a full scan, seeks by key
+    /// and in-place updates timed on each.
     #[arg(long, value_name = "URL", conflicts_with_all = ["stripes", "file", "url"])]
     db_url: Option<String>,
-    /// Database lab: rows in the generated table (about 2.3 KB of text each).
+    /// Database lab: rows copied from --relation, or generated (about 2.3 KB of text each).
     #[arg(long, value_name = "N", default_value_t = 50_000)]
     rows: u32,
     /// The relation, SCHEMA.NAME (with --url or stripes).
@@ -1345,9 +1346,9 @@ fn list(path: Option<&std::path::Path>, a: ListArgs) -> Result<(), Error> {
 
 fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
     if let Some(url) = &a.db_url {
-        let opts = sheaf_pg::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1) };
+        let opts = sheaf_pg::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
         let rows = sheaf_pg::dblab::run(url, &opts)?;
-        let v = serde_json::json!({ "source": sheaf_pg::server::redact(url), "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
+        let v = serde_json::json!({ "source": sheaf_pg::server::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
         if let Some(out) = &a.out {
             std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
             let p = out.join("dblab.json");
@@ -1356,7 +1357,8 @@ fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
         if a.json {
             println!("{v}");
         } else {
-            println!("database lab on {}: {} rows of wide text, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
+            let what = opts.table.as_deref().map_or_else(|| "rows of generated wide text".to_string(), |t| format!("rows at most of {t}"));
+            println!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
             print!("{}", sheaf_pg::dblab::table(&rows));
             println!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
         }
