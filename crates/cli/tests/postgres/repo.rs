@@ -455,6 +455,15 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     assert_eq!(o.status.code(), Some(9), "a wrong passphrase writes nothing: {}", stderr(&o));
     assert_eq!(minio.objects("pitr").iter().filter(|o| o.ends_with(".sheaf")).count(), 2, "no stripe of the refused backup");
 
+    // Less than everything, from the encrypted bucket: one relation, and its files by glob.
+    let out = base.path().join("extracted");
+    let e: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["extract", "--relation", "t", "--database", "app", "--to", out.to_str().unwrap(), "--json"])), "extract from the bucket")).unwrap();
+    assert_eq!(e["relation"], "public.t", "{e}");
+    let path = e["path"].as_str().unwrap().to_string();
+    let only = base.path().join("only");
+    ok(run(cli().args(["restore", "--only", &format!("{path}*"), "--to", only.to_str().unwrap()])), "restore --only from the bucket");
+    assert!(only.join(&path).exists(), "{path}");
+
     let dir = base.path().join("restored");
     ok(run(cli().args(["restore", "--to", dir.to_str().unwrap()])), "restore from the bucket");
     let auto_path = dir.join("postgresql.auto.conf");
