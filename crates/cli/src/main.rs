@@ -163,7 +163,7 @@ struct LabArgs {
     #[arg(value_name = "STRIPE")]
     stripes: Vec<String>,
     /// A relation file (a PostgreSQL data file, or any file of 8 KiB pages).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["stripes", "url"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["stripes", "url", "relation", "database"])]
     file: Option<PathBuf>,
     /// A running server (on this host: its files are read directly), with --relation.
     #[arg(long, value_name = "URL", conflicts_with = "stripes")]
@@ -172,7 +172,7 @@ struct LabArgs {
     /// pglz, lz4, and none: STORAGE EXTERNAL) in the URL's database and dropped after, from up to
     /// --rows rows of --relation (your table) or generated wide text; a full scan, seeks by key
     /// and in-place updates timed on each.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["stripes", "file", "url"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["stripes", "file", "url", "compression", "unit"])]
     db_url: Option<String>,
     /// Database lab: rows copied from --relation, or generated (about 2.3 KB of text each).
     #[arg(long, value_name = "N", default_value_t = 50_000)]
@@ -566,6 +566,32 @@ impl S3Args {
 
 /// Parse every location once; `s3://` ones go to `schemes`.
 /// The stripes `texts` name, held to `rate` where one is given (`--max-rate`: one limit for all).
+/// The backup set the stripes given on the command line belong to, read with the keys given (an
+/// encrypted set needs them) and held to `rate` (`--max-rate`).
+fn open_stripes(
+    stripes: &[String],
+    s3: &S3Args,
+    settings: &Settings,
+    keys: &repo::KeyArgs,
+    rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>,
+) -> Result<BackupSet, Error> {
+    let schemes = s3.schemes(settings)?;
+    BackupSet::open_with(&locations(stripes, &schemes, rate)?, &schemes, keys.keys(settings)?.as_deref())
+}
+
+/// The core restore's options from the flags (a directory backup, or `--only`).
+fn core_restore_options(a: &RestoreArgs) -> Result<RestoreOptions, Error> {
+    let mut opts = RestoreOptions::new(&a.to);
+    opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
+    opts.force = a.force;
+    opts.original_paths = a.original_paths;
+    opts.threads = a.threads;
+    opts.buffered = a.buffered_io;
+    opts.sync_writes = a.sync_writes;
+    opts.only = a.only.clone();
+    Ok(opts)
+}
+
 fn locations(texts: &[String], schemes: &sheaf_s3::S3Schemes, rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>) -> Result<Vec<Location>, Error> {
     texts.iter().map(|t| Location::parse(t, schemes).map(|l| match rate {
         Some(r) => l.throttled(r),
@@ -1011,9 +1037,7 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
     if a.recovery.any_target() || a.recovery.repo.repo.is_some() {
         return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
     }
-    let schemes = a.s3.schemes(settings)?;
-    let keys = a.recovery.repo.keys.keys(settings)?;
-    let set = BackupSet::open_with(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes, keys.as_deref())?;
+    let set = open_stripes(&a.stripes, &a.s3, settings, &a.recovery.repo.keys, a.rate.limit()?.as_ref())?;
     let is_pg = sheaf_pg::is_postgres(&set);
     let r = if is_pg {
         let opts = pg_restore_options(&a)?;
@@ -1022,14 +1046,7 @@ fn restore(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value, Err
         if !a.tablespace.is_empty() || !a.db_include.is_empty() {
             return Err(Error::invalid("--tablespace and --db-include apply to PostgreSQL backups; this one is of a directory (use --relocate, or --only)"));
         }
-        let mut opts = RestoreOptions::new(&a.to);
-        opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
-        opts.force = a.force;
-        opts.original_paths = a.original_paths;
-        opts.threads = a.threads;
-        opts.buffered = a.buffered_io;
-        opts.sync_writes = a.sync_writes;
-        sheaf_core::restore(&set, &opts, progress(a.json))?
+        sheaf_core::restore(&set, &core_restore_options(&a)?, progress(a.json))?
     };
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
@@ -1058,22 +1075,13 @@ fn restore_only(a: RestoreArgs, settings: &Settings) -> Result<serde_json::Value
     if !a.tablespace.is_empty() || a.recovery.any_target() {
         return Err(Error::invalid("--only restores files, not a cluster: --tablespace and the --target flags do not apply (use --relocate to place a tree elsewhere)"));
     }
+    let limit = a.rate.limit()?;
     let set = if a.stripes.is_empty() {
-        repo::open_backup(&a.recovery.repo, &a.s3, settings, a.recovery.set.as_deref().unwrap_or("latest"))?
+        repo::open_backup(&a.recovery.repo, &a.s3, settings, a.recovery.set.as_deref().unwrap_or("latest"), limit.as_ref())?
     } else {
-        let schemes = a.s3.schemes(settings)?;
-        let keys = a.recovery.repo.keys.keys(settings)?;
-        BackupSet::open_with(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes, keys.as_deref())?
+        open_stripes(&a.stripes, &a.s3, settings, &a.recovery.repo.keys, limit.as_ref())?
     };
-    let mut opts = RestoreOptions::new(&a.to);
-    opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
-    opts.force = a.force;
-    opts.original_paths = a.original_paths;
-    opts.threads = a.threads;
-    opts.buffered = a.buffered_io;
-    opts.sync_writes = a.sync_writes;
-    opts.only = a.only.clone();
-    let r = sheaf_core::restore(&set, &opts, progress(a.json))?;
+    let r = sheaf_core::restore(&set, &core_restore_options(&a)?, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
     if a.json {
@@ -1100,9 +1108,7 @@ fn verify(a: VerifyArgs, settings: &Settings) -> Result<serde_json::Value, Error
     if a.repo.repo.is_some() {
         return Err(Error::invalid("give stripes or --repo, not both"));
     }
-    let schemes = a.s3.schemes(settings)?;
-    let keys = a.repo.keys.keys(settings)?;
-    let set = BackupSet::open_with(&locations(&a.stripes, &schemes, a.rate.limit()?.as_ref())?, &schemes, keys.as_deref())?;
+    let set = open_stripes(&a.stripes, &a.s3, settings, &a.repo.keys, a.rate.limit()?.as_ref())?;
     let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);
@@ -1384,17 +1390,10 @@ fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
         }
         (None, None, false) => {
             let rel = a.relation.as_deref().ok_or_else(|| Error::invalid("a backup needs --relation NAME"))?;
-            let schemes = a.s3.schemes(settings)?;
-            let set = BackupSet::open_with(&locations(&a.stripes, &schemes, None)?, &schemes, a.repo.keys.keys(settings)?.as_deref())?;
+            let set = open_stripes(&a.stripes, &a.s3, settings, &a.repo.keys, None)?;
             let dbs = sheaf_pg::extract::catalog(&set)?;
             let (db, r) = sheaf_pg::extract::find(&dbs, rel, a.database.as_deref())?;
-            let id = set
-                .manifest
-                .entries
-                .iter()
-                .position(|e| e.root == 0 && e.path == r.path)
-                .ok_or_else(|| Error::incomplete(format!("{}.{} ({}) has no file in the backup", r.schema, r.name, r.path)))?;
-            let mut f = set.file(id as u32)?;
+            let mut f = set.file(sheaf_pg::extract::main_fork(&set, r)?)?;
             let n = (f.size() as usize).min(sample);
             let mut v = vec![0u8; n];
             f.read_at(0, &mut v)?;
@@ -1444,13 +1443,12 @@ fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
 
 fn extract(a: ExtractArgs, settings: &Settings) -> Result<(), Error> {
     let set = if a.stripes.is_empty() {
-        repo::open_backup(&a.repo, &a.s3, settings, &a.set)?
+        repo::open_backup(&a.repo, &a.s3, settings, &a.set, None)?
     } else {
         if a.repo.repo.is_some() {
             return Err(Error::invalid("give stripes or --repo, not both"));
         }
-        let schemes = a.s3.schemes(settings)?;
-        BackupSet::open_with(&locations(&a.stripes, &schemes, None)?, &schemes, a.repo.keys.keys(settings)?.as_deref())?
+        open_stripes(&a.stripes, &a.s3, settings, &a.repo.keys, None)?
     };
     let opts = sheaf_pg::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone() };
     let r = sheaf_pg::extract::extract(&set, &opts)?;

@@ -667,8 +667,14 @@ pub fn backup_into(
 }
 
 /// A backup of the repository, opened (its id as `sheaf info` lists it, or `latest`).
-pub fn open_backup(repo_arg: &RepoArg, s3: &S3Args, settings: &Settings, id: &str) -> Result<BackupSet, Error> {
-    let (repo, _) = repo_arg.open(settings, s3)?;
+pub fn open_backup(
+    repo_arg: &RepoArg,
+    s3: &S3Args,
+    settings: &Settings,
+    id: &str,
+    rate: Option<&std::sync::Arc<sheaf_core::storage::RateLimit>>,
+) -> Result<BackupSet, Error> {
+    let (repo, _) = repo_arg.open_at(settings, s3, rate)?;
     let records = sheaf_pg::repo::complete(&repo)?;
     let record = sheaf_pg::repo::pick(&records, id)?;
     let stripes: Vec<Location> = record.stripes.iter().map(|n| repo.location(n)).collect();

@@ -18,6 +18,7 @@
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -1210,27 +1211,18 @@ fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
 /// step per window at most, so each change shows before the next. (Frames waiting alone say too
 /// little: on a machine whose cores are all compressing, the writer thread waits for a core too.)
 pub(crate) struct AutoLevel {
-    step: std::sync::atomic::AtomicUsize,
-    window: std::sync::Mutex<AutoWindow>,
+    step: AtomicUsize,
     /// Chunks compressed at each step.
-    chunks: Vec<std::sync::atomic::AtomicU64>,
-    threads: u32,
-}
-
-/// What the compressors saw since `started`.
-struct AutoWindow {
-    started: Instant,
-    /// Time the compressors spent waiting for chunks, all together.
-    idle: std::time::Duration,
-    /// Looks at the writers' queue, and how many found a frame waiting.
-    out_busy: usize,
-    samples: usize,
-}
-
-impl AutoWindow {
-    fn new() -> AutoWindow {
-        AutoWindow { started: Instant::now(), idle: std::time::Duration::ZERO, out_busy: 0, samples: 0 }
-    }
+    chunks: Vec<AtomicU64>,
+    threads: u64,
+    /// The window: when it started (ns after `epoch`), the compressors' waiting time in it, and
+    /// the looks at the writers' queue and how many found a frame waiting. Atomics, so that a
+    /// chunk costs no lock; the compressor that closes a window claims it with one exchange.
+    epoch: Instant,
+    started_ns: AtomicU64,
+    idle_ns: AtomicU64,
+    out_busy: AtomicU64,
+    samples: AtomicU64,
 }
 
 /// The levels `auto` moves over: zstd low (1) to past high (7).
@@ -1242,26 +1234,31 @@ impl AutoLevel {
     pub(crate) fn new(threads: usize) -> AutoLevel {
         AutoLevel {
             step: Default::default(),
-            window: std::sync::Mutex::new(AutoWindow::new()),
             chunks: AUTO_LEVELS.iter().map(|_| Default::default()).collect(),
-            threads: threads.max(1) as u32,
+            threads: threads.max(1) as u64,
+            epoch: Instant::now(),
+            started_ns: Default::default(),
+            idle_ns: Default::default(),
+            out_busy: Default::default(),
+            samples: Default::default(),
         }
     }
 
     /// The level for the next chunk, from a compressor that waited `idle` for it and sees
     /// `waiting_out` frames queued for the writers.
     pub(crate) fn next(&self, idle: std::time::Duration, waiting_out: usize) -> i32 {
-        use std::sync::atomic::Ordering::Relaxed;
+        self.idle_ns.fetch_add(idle.as_nanos() as u64, Relaxed);
+        self.out_busy.fetch_add(u64::from(waiting_out > 0), Relaxed);
+        let samples = self.samples.fetch_add(1, Relaxed) + 1;
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let started = self.started_ns.load(Relaxed);
+        let span = now.saturating_sub(started);
         let mut step = self.step.load(Relaxed);
-        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
-        w.idle += idle;
-        w.out_busy += usize::from(waiting_out > 0);
-        w.samples += 1;
-        let span = w.started.elapsed();
-        if span >= AUTO_SETTLE && w.samples >= 4 {
+        if span >= AUTO_SETTLE.as_nanos() as u64 && samples >= 4 && self.started_ns.compare_exchange(started, now, Relaxed, Relaxed).is_ok() {
+            let (idle, busy, samples) = (self.idle_ns.swap(0, Relaxed), self.out_busy.swap(0, Relaxed), self.samples.swap(0, Relaxed));
             // Idle share of the compressors' time; frames waiting at half the looks or more.
-            let idle_share = w.idle.as_secs_f64() / (span.as_secs_f64() * f64::from(self.threads));
-            let output_bound = w.out_busy * 2 >= w.samples;
+            let idle_share = idle as f64 / (span as f64 * self.threads as f64);
+            let output_bound = busy * 2 >= samples;
             let want = if idle_share >= 0.15 && output_bound {
                 (step + 1).min(AUTO_LEVELS.len() - 1)
             } else if idle_share < 0.05 {
@@ -1273,9 +1270,7 @@ impl AutoLevel {
                 step = want;
                 self.step.store(step, Relaxed);
             }
-            *w = AutoWindow::new();
         }
-        drop(w);
         self.chunks[step].fetch_add(1, Relaxed);
         AUTO_LEVELS[step]
     }
@@ -1285,7 +1280,7 @@ impl AutoLevel {
         AUTO_LEVELS
             .iter()
             .zip(&self.chunks)
-            .map(|(&l, n)| (l, n.load(std::sync::atomic::Ordering::Relaxed)))
+            .map(|(&l, n)| (l, n.load(Relaxed)))
             .filter(|&(_, n)| n > 0)
             .collect()
     }

@@ -210,13 +210,7 @@ pub fn blob_info(src: &dyn StripeSource) -> Result<BlobInfo> {
 pub fn read_blob(src: &dyn StripeSource, keys: Option<&Keys>, out: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<BlobInfo> {
     let mut info = blob_info(src)?;
     let at = src.location().to_string();
-    let cipher = match (&info.key_block, keys) {
-        (None, _) => None,
-        (Some(block), Some(keys)) => Some(keys.open(block).map_err(|e| e.context(at.clone()))?),
-        (Some(block), None) => {
-            return Err(Error::new(ErrorKind::Key, format!("{at} is encrypted: give {} to read it", block.kdf.needs())));
-        }
-    };
+    let cipher = crate::crypto::cipher_for(info.key_block.as_ref(), keys, &at)?;
     if let Some(c) = &cipher {
         info.crc ^= c.crc_mask();
     }

@@ -312,6 +312,19 @@ pub struct Encryption {
     pub kdf: Kdf,
 }
 
+/// The cipher of what `block` (if any) says is encrypted, with `keys`; `what` names it in errors.
+/// Nothing encrypted: `None`, whatever keys were given.
+///
+/// # Errors
+/// [`ErrorKind::Key`]: encrypted and no keys given, or the wrong ones.
+pub fn cipher_for(block: Option<&KeyBlock>, keys: Option<&Keys>, what: &str) -> Result<Option<Arc<Cipher>>> {
+    match (block, keys) {
+        (None, _) => Ok(None),
+        (Some(block), Some(keys)) => keys.open(block).map(Some).map_err(|e| e.context(what.to_string())),
+        (Some(block), None) => Err(key_error(format!("{what} is encrypted: give {} to read it", block.kdf.needs()))),
+    }
+}
+
 struct Derived {
     cipher: Cipher,
     check: [u8; 16],

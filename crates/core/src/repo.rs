@@ -201,13 +201,17 @@ impl Repo {
     pub fn get_json<T: DeserializeOwned>(&self, rel: &str) -> Result<T> {
         let src = self.store.open(&self.name(rel))?;
         let mut text = Vec::new();
-        read_blob(src.as_ref(), self.keys(), &mut |c| {
+        let info = read_blob(src.as_ref(), self.keys(), &mut |c| {
             text.extend_from_slice(c);
             if text.len() > 64 << 20 {
                 return Err(Error::corrupt(format!("{}: a record over 64 MiB (damaged?)", self.describe(rel))));
             }
             Ok(())
         })?;
+        if rel == META {
+            // Read (and its key checked) already: what `encryption` would read again.
+            let _ = self.kdf.set(info.key_block.map(|b| b.kdf));
+        }
         serde_json::from_slice(&text).map_err(|e| Error::corrupt(format!("{}: not the record expected: {e}", self.describe(rel))))
     }
 

@@ -16,7 +16,7 @@ use crossbeam_channel::bounded;
 use crate::backup::available_cores;
 use crate::crypto::{Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
 use crate::frame::FrameDecoder;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, MAX_ZERO_FRAME, TRAILER_LEN};
 use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
 use crate::aligned::AlignedBuf;
@@ -83,16 +83,7 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>) -> Result<(OpenStripe, Vec<u
         src.read_exact_at(&mut hb[HEADER_LEN..], HEADER_LEN as u64)?;
     }
     let header = StripeHeader::decode(&hb).map_err(at(loc))?;
-    let cipher = match (&header.key_block, keys) {
-        (None, _) => None,
-        (Some(block), Some(keys)) => Some(keys.open(block).map_err(at(loc))?),
-        (Some(block), None) => {
-            return Err(Error::new(
-                ErrorKind::Key,
-                format!("stripe {loc}: the backup is encrypted: give {} to read it", block.kdf.needs()),
-            ))
-        }
-    };
+    let cipher = crate::crypto::cipher_for(header.key_block.as_ref(), keys, &format!("stripe {loc}"))?;
     let mut tb = [0u8; TRAILER_LEN];
     src.read_exact_at(&mut tb, len - TRAILER_LEN as u64)?;
     let trailer = Trailer::decode(&tb).map_err(at(loc))?;

@@ -203,22 +203,16 @@ fn measure(c: &mut Client, methods: &[&str], opts: &DbLabOptions) -> Result<Vec<
             let t0 = Instant::now();
             c.query_one(&scan_sql, &[]).map_err(err("scanning"))?;
             scans.push(t0.elapsed().as_secs_f64());
-            let mut lat = Vec::with_capacity(opts.accesses);
-            for _ in 0..opts.accesses {
-                let id = next();
-                let t0 = Instant::now();
-                c.query_one(&seek, &[&id]).map_err(err("seeking"))?;
-                lat.push(t0.elapsed().as_secs_f64());
+            for (statement, what, out) in [(&seek, "seeking", &mut seeks), (&update, "updating", &mut updates)] {
+                let mut lat = Vec::with_capacity(opts.accesses);
+                for _ in 0..opts.accesses {
+                    let id = next();
+                    let t0 = Instant::now();
+                    c.execute(statement, &[&id]).map_err(err(what))?;
+                    lat.push(t0.elapsed().as_secs_f64());
+                }
+                out.push(median(lat));
             }
-            seeks.push(median(lat));
-            let mut lat = Vec::with_capacity(opts.accesses);
-            for _ in 0..opts.accesses {
-                let id = next();
-                let t0 = Instant::now();
-                c.execute(&update, &[&id]).map_err(err("updating"))?;
-                lat.push(t0.elapsed().as_secs_f64());
-            }
-            updates.push(median(lat));
         }
         raw.push((m.to_string(), size as u64, median(scans), median(seeks), median(updates)));
     }

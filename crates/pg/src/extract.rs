@@ -141,6 +141,22 @@ fn files_of(set: &BackupSet, path: &str) -> Vec<(u32, String)> {
     out
 }
 
+/// The entry holding the first segment of `rel`'s main fork.
+///
+/// # Errors
+/// [`ErrorKind::Incomplete`] when the backup has no such file (the relation was made or rewritten
+/// while it ran, or is unlogged).
+pub fn main_fork(set: &BackupSet, rel: &RelationInfo) -> Result<u32> {
+    files_of(set, &rel.path).into_iter().find(|(_, p)| *p == rel.path).map(|(id, _)| id).ok_or_else(|| missing(rel))
+}
+
+fn missing(rel: &RelationInfo) -> Error {
+    Error::incomplete(format!(
+        "{}.{} ({}) has no file in the backup: it was created or rewritten while the backup ran (WAL replay brings it back), or it is an unlogged relation's",
+        rel.schema, rel.name, rel.path
+    ))
+}
+
 /// Extract the relation (or one page of it) into `opts.dest`.
 ///
 /// # Errors
@@ -152,10 +168,7 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
     let (db, rel) = find(&dbs, &opts.relation, opts.database.as_deref())?;
     let files = files_of(set, &rel.path);
     if files.is_empty() {
-        return Err(Error::incomplete(format!(
-            "{}.{} ({}) has no file in the backup: it was created or rewritten while the backup ran (WAL replay brings it back), or it is an unlogged relation's",
-            rel.schema, rel.name, rel.path
-        )));
+        return Err(missing(rel));
     }
     std::fs::create_dir_all(&opts.dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", opts.dest.display()), e))?;
     let base = rel.path.rsplit('/').next().unwrap_or(&rel.path).to_string();
