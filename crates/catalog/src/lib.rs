@@ -14,23 +14,39 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-/// What went wrong with the catalog.
-#[derive(Debug)]
-pub struct CatalogError(pub String);
+pub use sheaf_core::{Error, Result};
+use sheaf_core::ErrorKind;
 
-impl std::fmt::Display for CatalogError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// A failure of SQLite (or of the file system under it) while doing `what`: the cause kept, and
+/// transient where SQLite says the database is busy or locked by another sheaf (the busy timeout
+/// ran out), since trying again then may succeed.
+fn err(what: &str, e: impl Into<Cause>) -> Error {
+    let (source, transient) = match e.into() {
+        Cause::Sql(e) => {
+            let busy = matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked));
+            (Box::new(e) as sheaf_core::error::Source, busy)
+        }
+        Cause::Io(e) => (Box::new(e) as sheaf_core::error::Source, false),
+    };
+    Error::new(ErrorKind::Io, format!("catalog: {what}")).with_source(source).transient(transient)
+}
+
+/// What a catalog operation can fail on.
+enum Cause {
+    Sql(rusqlite::Error),
+    Io(std::io::Error),
+}
+
+impl From<rusqlite::Error> for Cause {
+    fn from(e: rusqlite::Error) -> Self {
+        Cause::Sql(e)
     }
 }
 
-impl std::error::Error for CatalogError {}
-
-/// Result alias.
-pub type Result<T> = std::result::Result<T, CatalogError>;
-
-fn err(what: &str, e: impl std::fmt::Display) -> CatalogError {
-    CatalogError(format!("catalog: {what}: {e}"))
+impl From<std::io::Error> for Cause {
+    fn from(e: std::io::Error) -> Self {
+        Cause::Io(e)
+    }
 }
 
 /// The schema, one migration per version; `PRAGMA user_version` says how many have run.
@@ -222,7 +238,7 @@ impl Catalog {
             Some(p) => p.to_path_buf(),
             None => match std::env::var_os("SHEAF_CATALOG").filter(|v| !v.is_empty()) {
                 Some(p) => PathBuf::from(p),
-                None => default_path().ok_or_else(|| CatalogError("catalog: no HOME or XDG_DATA_HOME; give --catalog PATH".into()))?,
+                None => default_path().ok_or_else(|| Error::new(ErrorKind::Io, "catalog: no HOME or XDG_DATA_HOME; give --catalog PATH"))?,
             },
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -245,11 +261,14 @@ impl Catalog {
     fn migrate(&mut self) -> Result<()> {
         let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| err("schema version", e))?;
         if version > schema_version() {
-            return Err(CatalogError(format!(
-                "catalog {} has schema version {version}, newer than this sheaf's {}: upgrade sheaf or use another --catalog",
-                self.path.display(),
-                schema_version()
-            )));
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "catalog {} has schema version {version}, newer than this sheaf's {}: upgrade sheaf or use another --catalog",
+                    self.path.display(),
+                    schema_version()
+                ),
+            ));
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = self.conn.transaction().map_err(|e| err("migration", e))?;
@@ -266,8 +285,7 @@ impl Catalog {
         let running: Vec<(i64, i64)> =
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| err("reading runs", e))?.flatten().collect();
         for (id, pid) in running {
-            // SAFETY: signal 0 only tests existence.
-            let alive = unsafe { libc::kill(pid as i32, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+            let alive = u32::try_from(pid).is_ok_and(sheaf_core::host::process_alive);
             if !alive {
                 self.conn
                     .execute(
@@ -305,7 +323,7 @@ impl Catalog {
     /// # Errors
     /// A database error.
     pub fn finish(&self, id: i64, end: &RunEnd, error: Option<&str>) -> Result<()> {
-        let (user, sys, rss) = sheaf_core::pipeline::process_usage();
+        let (user, sys, rss) = sheaf_core::host::process_usage();
         let ratio = match (end.bytes_read, end.bytes_written) {
             (Some(r), Some(w)) if w > 0 => Some(r as f64 / w as f64),
             _ => None,

@@ -93,8 +93,8 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
     if let Some((block, _)) = &sealed {
         sink.write_all(&block.encode())?;
     }
-    let out_len = spec.buffer_len(BLOB_CHUNK) + if sealed.is_some() { FRAME_OVERHEAD } else { 0 };
-    let mut encoder = FrameEncoder::new(spec, out_len)?.sealed(sealed.as_ref().map(|(_, c)| Sealing::new(c.clone())), out_len);
+    let mut out = vec![0u8; FrameEncoder::out_len(spec, BLOB_CHUNK, sealed.is_some())];
+    let mut encoder = FrameEncoder::new(spec)?.sealed(sealed.as_ref().map(|(_, c)| Sealing::new(c.clone())));
     let mut buf = vec![0u8; BLOB_CHUNK];
     let (mut offset, mut frames, mut whole) = (0u64, 0u64, 0u32);
     loop {
@@ -104,12 +104,12 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
         }
         let raw = &buf[..n];
         whole = crc32c::crc32c_append(whole, raw);
-        let (header, payload) = encoder.encode(0, offset, raw)?;
+        let (header, payload) = encoder.encode(0, offset, raw, &mut out)?;
         sink.write_all(&header.encode())?;
         match payload {
             Payload::Zero => {}
             Payload::Raw => sink.write_all(raw)?,
-            Payload::Packed(k) => sink.write_all(&encoder.output()[..k])?,
+            Payload::Packed(k) => sink.write_all(&out[..k])?,
         }
         offset += n as u64;
         frames += 1;

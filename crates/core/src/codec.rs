@@ -152,7 +152,7 @@ impl CodecSpec {
 
 impl CodecSpec {
     /// `auto`: zstd, starting at low, its level raised while the writers are the bottleneck and
-    /// lowered while the compressors are (see `crate::backup`'s `AutoLevel`).
+    /// lowered while the compressors are (see `AutoLevel` in backup/auto.rs).
     pub fn auto() -> CodecSpec {
         CodecSpec { kind: CodecKind::Zstd, level: ZSTD_LOW, named: Some("auto") }
     }

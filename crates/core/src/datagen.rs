@@ -123,7 +123,6 @@ pub fn parse_files_spec(text: &str) -> crate::Result<(u64, u64)> {
 /// # Errors
 /// I/O errors.
 pub fn make_small_files(root: &Path, count: u64, size: u64, repeat: f64, seed: u64) -> std::io::Result<u64> {
-    use std::os::fd::AsRawFd;
     let mut rng = Rng::new(seed);
     let mut buf = vec![0u8; size as usize];
     for i in 0..count {
@@ -135,10 +134,7 @@ pub fn make_small_files(root: &Path, count: u64, size: u64, repeat: f64, seed: u
         fs::write(dir.join(format!("f{i:06}")), &buf)?;
     }
     let d = File::open(root)?;
-    // SAFETY: a valid descriptor.
-    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    rustix::fs::syncfs(&d)?;
     Ok(count * size)
 }
 
@@ -218,11 +214,7 @@ pub fn make_shapes_tree(root: &Path, chunk: u64, seed: u64) -> std::io::Result<u
     // A FIFO (recreated, never read), and names Linux allows that are not UTF-8 or hold a newline.
     {
         use std::os::unix::ffi::OsStrExt;
-        let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        // SAFETY: a valid C string.
-        if unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        rustix::fs::mkfifoat(rustix::fs::CWD, root.join("fifo"), rustix::fs::Mode::from_raw_mode(0o640))?;
         let odd = root.join(std::ffi::OsStr::from_bytes(b"odd_\xff\xfe_dir"));
         fs::create_dir_all(&odd)?;
         write_file(&odd.join(std::ffi::OsStr::from_bytes(b"latin1_\xe9t\xe9")), 2000, seed ^ 10, 0.5)?;
@@ -249,13 +241,9 @@ pub fn make_shapes_tree(root: &Path, chunk: u64, seed: u64) -> std::io::Result<u
 }
 
 fn set_mtime(p: &Path, sec: i64, nsec: i64) -> std::io::Result<()> {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
-    let t = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, libc::timespec { tv_sec: sec as _, tv_nsec: nsec as _ }];
-    // SAFETY: valid C string and two timespecs.
-    if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    use rustix::fs::{AtFlags, Timespec, Timestamps, CWD, UTIME_OMIT};
+    let t = Timestamps { last_access: Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT }, last_modification: Timespec { tv_sec: sec, tv_nsec: nsec as _ } };
+    Ok(rustix::fs::utimensat(CWD, p, &t, AtFlags::SYMLINK_NOFOLLOW)?)
 }
 
 /// Compare two trees: same entries, kinds, bytes (streamed), modes, modification times and link
@@ -293,7 +281,7 @@ pub fn compare_trees(a: &Path, b: &Path) -> Result<(), String> {
         }
         // Only root restores owners (anyone else's files are their own).
         // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 && (ma.uid(), ma.gid()) != (mb.uid(), mb.gid()) {
+        if crate::host::is_root() && (ma.uid(), ma.gid()) != (mb.uid(), mb.gid()) {
             return Err(format!("{rel}: owner {}:{} vs {}:{}", ma.uid(), ma.gid(), mb.uid(), mb.gid()));
         }
         if (ma.mtime(), ma.mtime_nsec()) != (mb.mtime(), mb.mtime_nsec()) {

@@ -1,5 +1,8 @@
 //! One public error type: a [`ErrorKind`] that callers (the CLI) map to exit codes, a message that
-//! names the thing at fault and, where it helps, the fix, and the underlying I/O error if any.
+//! names the thing at fault and, where it helps, the fix, the cause it came from (an I/O error, an
+//! object store's or SQLite's), and whether trying again may help ([`Error::is_transient`]): set
+//! by whoever knows, the I/O helper from the error's kind and each store from its client's error
+//! variants, never from the text.
 
 use std::fmt;
 use std::io;
@@ -31,12 +34,16 @@ pub enum ErrorKind {
     Cancelled,
 }
 
-/// sheaf's error: a kind, a human message, and an optional cause.
+/// The cause an [`Error`] keeps.
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// sheaf's error: a kind, a human message, an optional cause, and whether it is transient.
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
-    source: Option<io::Error>,
+    source: Option<Source>,
+    transient: bool,
 }
 
 /// Result alias used across the crate.
@@ -45,15 +52,30 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), source: None }
+        Error { kind, message: message.into(), source: None, transient: false }
     }
 
     /// An error caused by an I/O failure. `ENOSPC` and `EDQUOT` become [`ErrorKind::NoSpace`] whatever `kind` says,
-    /// because "disk full" needs its own advice.
+    /// because "disk full" needs its own advice; an interrupted, timed-out or would-block failure
+    /// is transient.
     pub fn io(kind: ErrorKind, message: impl Into<String>, source: io::Error) -> Self {
         let full = matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT));
         let kind = if full { ErrorKind::NoSpace } else { kind };
-        Error { kind, message: message.into(), source: Some(source) }
+        let transient = matches!(source.kind(), io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock);
+        Error { kind, message: message.into(), source: Some(Box::new(source)), transient }
+    }
+
+    /// This error, caused by `source` (shown after the message, and kept for callers to inspect).
+    pub fn with_source(mut self, source: impl Into<Source>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// This error, marked as transient (`true`: trying again may succeed: a timeout, a busy
+    /// database, a connection reset) or permanent.
+    pub fn transient(mut self, transient: bool) -> Self {
+        self.transient = transient;
+        self
     }
 
     /// Shorthand for [`ErrorKind::InvalidInput`].
@@ -81,12 +103,15 @@ impl Error {
         &self.message
     }
 
-    /// Whether trying again may succeed (a transient I/O condition), as opposed to a permanent fault.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.source.as_ref().map(io::Error::kind),
-            Some(io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock)
-        )
+    /// Whether trying again may succeed (a timeout, a busy server or database), as opposed to a
+    /// permanent fault that needs a change first. The CLI says so when it reports the error.
+    pub fn is_transient(&self) -> bool {
+        self.transient
+    }
+
+    /// The I/O error this came from, if it came from one.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        self.source.as_ref().and_then(|s| s.downcast_ref::<io::Error>())
     }
 
     /// Prefix the message with more context, keeping kind and cause.
@@ -111,7 +136,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_ref().map(|e| e as _)
+        self.source.as_ref().map(|e| &**e as _)
     }
 }
 
@@ -138,6 +163,20 @@ mod tests {
         let e = Error::corrupt("bad crc").context("stripe x");
         assert_eq!(e.message(), "stripe x: bad crc");
         assert_eq!(e.kind(), ErrorKind::Corrupt);
-        assert!(!e.is_retryable());
+        assert!(!e.is_transient());
+    }
+
+    #[test]
+    fn the_cause_is_kept_and_transience_follows_it() {
+        let timed_out = Error::io(ErrorKind::Io, "reading x", io::Error::from(io::ErrorKind::TimedOut));
+        assert!(timed_out.is_transient());
+        assert_eq!(timed_out.io_error().map(io::Error::kind), Some(io::ErrorKind::TimedOut));
+        let denied = Error::io(ErrorKind::Target, "writing y", io::Error::from_raw_os_error(libc::EACCES));
+        assert!(!denied.is_transient() && denied.io_error().is_some());
+        // Any cause, not only I/O: shown after the message, kept for callers, context kept too.
+        let e = Error::new(ErrorKind::Io, "catalog: cannot record").with_source("database is locked").transient(true).context("backup");
+        assert_eq!(e.to_string(), "backup: catalog: cannot record: database is locked");
+        assert!(e.is_transient() && e.io_error().is_none());
+        assert_eq!(std::error::Error::source(&e).map(ToString::to_string).as_deref(), Some("database is locked"));
     }
 }

@@ -56,6 +56,18 @@ pub const TRAILER_LEN: usize = 80;
 /// Codec id of a frame that stands for an all-zero chunk and has no payload.
 pub const ZERO_FRAME: u8 = 0xFF;
 
+/// Smallest transfer size (chunk size) a set may have.
+pub const MIN_TRANSFER_SIZE: u64 = 64 << 10;
+/// Largest transfer size.
+pub const MAX_TRANSFER_SIZE: u64 = 16 << 20;
+/// Default transfer size (SQL Server's MAXTRANSFERSIZE default is 1 MiB too).
+pub const DEFAULT_TRANSFER_SIZE: u64 = 1 << 20;
+/// Most stripes in one set.
+pub const MAX_STRIPES: usize = 64;
+/// Files smaller than this are packed: several files' bytes share one chunk, so one compressor
+/// call and one frame header serve many of them (and a restore knows such files are not aligned).
+pub const PACK_LIMIT: u64 = 64 << 10;
+
 /// A 128-bit random backup id shared by every stripe of a set.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BackupId(pub [u8; 16]);
@@ -195,7 +207,7 @@ impl StripeHeader {
         // Readers size their buffers by it: a damaged value must not ask for gigabytes (found by
         // fuzzing: a transfer size of 2 GiB made verify allocate that per buffer).
         let transfer_size = u32_at(b, 36);
-        if !(crate::backup::MIN_TRANSFER_SIZE..=crate::backup::MAX_TRANSFER_SIZE).contains(&u64::from(transfer_size)) {
+        if !(MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE).contains(&u64::from(transfer_size)) {
             return Err(Error::corrupt(format!("header: transfer size {transfer_size} is outside 64 KiB .. 16 MiB (the header is damaged)")));
         }
         Ok(StripeHeader {

@@ -23,7 +23,7 @@ pub enum Payload {
     Zero,
     /// Stored as is: the payload is the raw chunk itself.
     Raw,
-    /// Compressed (or sealed): the payload is [`FrameEncoder::output`]'s first `n` bytes.
+    /// Compressed (or sealed): the payload is the first `n` bytes of the output buffer handed in.
     Packed(usize),
 }
 
@@ -50,51 +50,60 @@ fn sealed_aad(h: &FrameHeader) -> [u8; 28] {
     h.encode()[..28].try_into().expect("28 bytes")
 }
 
-/// Compresses chunks into frames. One per thread; it keeps the codec's state and an output buffer.
+/// Compresses chunks into frames. One per thread; it keeps the codec's state. The frame's payload
+/// is written into a buffer the caller hands in (a pipeline's pool buffer, so that the compressed
+/// bytes travel on in it without a copy).
 pub struct FrameEncoder {
     compressor: Box<dyn Compressor>,
     kind: CodecKind,
-    out: Vec<u8>,
     seal: Option<Sealing>,
 }
 
 impl FrameEncoder {
-    /// An encoder whose output buffer has `out_len` bytes: `spec.buffer_len(chunk)` for chunks of
-    /// up to `chunk` bytes (what a pipeline's pool buffers hold, so the two can be swapped).
+    /// An encoder for `spec`.
     ///
     /// # Errors
     /// When the codec cannot be set up.
-    pub fn new(spec: CodecSpec, out_len: usize) -> Result<Self> {
-        let out = if spec.kind == CodecKind::None { Vec::new() } else { vec![0u8; out_len] };
-        Ok(FrameEncoder { compressor: spec.compressor()?, kind: spec.kind, out, seal: None })
+    pub fn new(spec: CodecSpec) -> Result<Self> {
+        Ok(FrameEncoder { compressor: spec.compressor()?, kind: spec.kind, seal: None })
     }
 
     /// This encoder, sealing every payload it makes (AES-256-GCM after compression): the payload
     /// becomes the frame's number, then the sealed raw checksum and stored bytes, then the tag.
-    /// The frame header keeps no raw checksum in the clear. `out_len` must then have room for
-    /// [`FRAME_OVERHEAD`] more bytes than the chunk.
-    pub fn sealed(mut self, seal: Option<Sealing>, out_len: usize) -> Self {
-        if seal.is_some() && self.out.len() < out_len {
-            self.out = vec![0u8; out_len];
-        }
+    /// The frame header keeps no raw checksum in the clear.
+    pub fn sealed(mut self, seal: Option<Sealing>) -> Self {
         self.seal = seal;
         self
     }
 
-    /// Encode `raw`, the bytes at `offset` of file `file_id`.
+    /// How many bytes the output buffer needs for chunks of up to `chunk` bytes: the codec's
+    /// worst case ([`CodecSpec::buffer_len`]), and when sealing [`FRAME_OVERHEAD`] more.
+    pub fn out_len(spec: CodecSpec, chunk: usize, sealed: bool) -> usize {
+        spec.buffer_len(chunk) + if sealed { FRAME_OVERHEAD } else { 0 }
+    }
+
+    /// Whether encoding ever writes into the output buffer (`none`, unsealed, never does: its
+    /// payload is the raw chunk itself).
+    pub fn writes_output(&self) -> bool {
+        self.kind != CodecKind::None || self.seal.is_some()
+    }
+
+    /// Encode `raw`, the bytes at `offset` of file `file_id`, into `out` (of
+    /// [`FrameEncoder::out_len`] bytes).
     ///
     /// # Errors
     /// A codec failure (not lack of room: a chunk that does not shrink is stored raw).
-    pub fn encode(&mut self, file_id: u32, offset: u64, raw: &[u8]) -> Result<(FrameHeader, Payload)> {
-        self.encode_checked(file_id, offset, raw, crc32c::crc32c(raw), 0)
+    pub fn encode(&mut self, file_id: u32, offset: u64, raw: &[u8], out: &mut [u8]) -> Result<(FrameHeader, Payload)> {
+        self.encode_checked(file_id, offset, raw, crc32c::crc32c(raw), 0, out)
     }
 
     /// [`FrameEncoder::encode`] when the caller already has the crc32c of `raw` (a packed chunk,
     /// whose files' checksums combine to it), with the frame's `flags`.
     ///
     /// # Errors
-    /// As [`FrameEncoder::encode`].
-    pub fn encode_checked(&mut self, file_id: u32, offset: u64, raw: &[u8], raw_crc: u32, flags: u8) -> Result<(FrameHeader, Payload)> {
+    /// As [`FrameEncoder::encode`]; a sealed frame whose `out` has no room for the chunk stored
+    /// raw is refused (a caller's sizing fault).
+    pub fn encode_checked(&mut self, file_id: u32, offset: u64, raw: &[u8], raw_crc: u32, flags: u8, out: &mut [u8]) -> Result<(FrameHeader, Payload)> {
         let mut header =
             FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, flags, raw_crc, stored_crc: 0 };
         if is_zero(raw) {
@@ -102,11 +111,11 @@ impl FrameEncoder {
         }
         let Some(seal) = &self.seal else {
             if self.kind != CodecKind::None {
-                let room = self.compressor.room(raw.len()).min(self.out.len());
-                if let Some(n) = self.compressor.compress(raw, &mut self.out[..room])? {
+                let room = self.compressor.room(raw.len()).min(out.len());
+                if let Some(n) = self.compressor.compress(raw, &mut out[..room])? {
                     header.codec = self.compressor.kind() as u8;
                     header.stored_len = n as u32;
-                    header.stored_crc = crc32c::crc32c(&self.out[..n]);
+                    header.stored_crc = crc32c::crc32c(&out[..n]);
                     return Ok((header, Payload::Packed(n)));
                 }
             }
@@ -117,11 +126,18 @@ impl FrameEncoder {
         };
         // Sealed: [number 8][raw crc 4][stored bytes][tag 16], the middle two encrypted.
         let body_at = 12;
-        let room = self.out.len() - FRAME_OVERHEAD;
+        let Some(room) = out.len().checked_sub(FRAME_OVERHEAD).filter(|&r| r >= raw.len()) else {
+            return Err(crate::error::Error::invalid(format!(
+                "internal: a sealed frame of {} bytes needs an output buffer of {} bytes, not {}",
+                raw.len(),
+                raw.len() + FRAME_OVERHEAD,
+                out.len()
+            )));
+        };
         let mut packed = None;
         if self.kind != CodecKind::None {
             let room = self.compressor.room(raw.len()).min(room);
-            packed = self.compressor.compress(raw, &mut self.out[body_at..body_at + room])?;
+            packed = self.compressor.compress(raw, &mut out[body_at..body_at + room])?;
         }
         let n = match packed {
             Some(n) => {
@@ -129,7 +145,7 @@ impl FrameEncoder {
                 n
             }
             None => {
-                self.out[body_at..body_at + raw.len()].copy_from_slice(raw);
+                out[body_at..body_at + raw.len()].copy_from_slice(raw);
                 header.codec = CodecKind::None as u8;
                 raw.len()
             }
@@ -137,11 +153,11 @@ impl FrameEncoder {
         let number = seal.counter.fetch_add(1, Ordering::Relaxed);
         header.stored_len = (n + FRAME_OVERHEAD) as u32;
         header.raw_crc = 0;
-        self.out[0..8].copy_from_slice(&number.to_le_bytes());
-        self.out[8..12].copy_from_slice(&raw_crc.to_le_bytes());
-        let tag = seal.cipher.seal(NONCE_FRAMES, number, &sealed_aad(&header), &mut self.out[8..body_at + n]);
-        self.out[body_at + n..body_at + n + TAG_LEN].copy_from_slice(&tag);
-        header.stored_crc = crc32c::crc32c(&self.out[..n + FRAME_OVERHEAD]);
+        out[0..8].copy_from_slice(&number.to_le_bytes());
+        out[8..12].copy_from_slice(&raw_crc.to_le_bytes());
+        let tag = seal.cipher.seal(NONCE_FRAMES, number, &sealed_aad(&header), &mut out[8..body_at + n]);
+        out[body_at + n..body_at + n + TAG_LEN].copy_from_slice(&tag);
+        header.stored_crc = crc32c::crc32c(&out[..n + FRAME_OVERHEAD]);
         Ok((header, Payload::Packed(n + FRAME_OVERHEAD)))
     }
 
@@ -149,17 +165,6 @@ impl FrameEncoder {
     /// of file `file_id`: no payload, no bytes to read. `len` is at most [`crate::format::MAX_ZERO_FRAME`].
     pub fn hole(file_id: u32, offset: u64, len: u32) -> FrameHeader {
         FrameHeader { file_id, offset, raw_len: len, stored_len: 0, codec: ZERO_FRAME, flags: 0, raw_crc: zero_crc(len as usize), stored_crc: 0 }
-    }
-
-    /// The compressed bytes of the last [`Payload::Packed`] frame (its first `n` bytes).
-    pub fn output(&self) -> &[u8] {
-        &self.out
-    }
-
-    /// Trade the output buffer for `other` (of at least the same length), so that a pipeline can
-    /// pass the compressed bytes on without copying them.
-    pub fn swap_output(&mut self, other: &mut Vec<u8>) {
-        std::mem::swap(&mut self.out, other);
     }
 
     /// Compress from now on at `level` (`auto` steers zstd's level chunk by chunk).
@@ -254,13 +259,13 @@ mod tests {
 
     fn round_trip_sealed(spec: &str, raw: &[u8], cipher: Option<Arc<Cipher>>) -> Payload {
         let spec = CodecSpec::parse(spec).unwrap();
-        let len = spec.buffer_len(1 << 16) + FRAME_OVERHEAD;
-        let mut enc = FrameEncoder::new(spec, len).unwrap().sealed(cipher.clone().map(Sealing::new), len);
-        let (h, p) = enc.encode(3, 4096, raw).unwrap();
+        let mut buf = vec![0u8; FrameEncoder::out_len(spec, 1 << 16, cipher.is_some())];
+        let mut enc = FrameEncoder::new(spec).unwrap().sealed(cipher.clone().map(Sealing::new));
+        let (h, p) = enc.encode(3, 4096, raw, &mut buf).unwrap();
         let stored: Option<Vec<u8>> = match p {
             Payload::Zero => None,
             Payload::Raw => Some(raw.to_vec()),
-            Payload::Packed(n) => Some(enc.output()[..n].to_vec()),
+            Payload::Packed(n) => Some(buf[..n].to_vec()),
         };
         let mut out = vec![0u8; 1 << 16];
         let mut dec = FrameDecoder::new(cipher.clone());

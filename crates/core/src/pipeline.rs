@@ -196,16 +196,6 @@ impl<B: Buffer> PoolBuf<B> {
     }
 }
 
-impl PoolBuf<Vec<u8>> {
-    /// Exchange the memory inside with `other`, which must be as large (a compressor's spare):
-    /// the guard keeps counting one buffer.
-    pub(crate) fn swap_vec(&mut self, other: &mut Vec<u8>) {
-        debug_assert!(other.len() >= self.pool.size);
-        std::mem::swap(&mut *self.buf, other);
-        self.len = self.buf.len();
-    }
-}
-
 impl<B: Buffer> std::ops::Deref for PoolBuf<B> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -234,28 +224,6 @@ impl<B: Buffer> Drop for PoolBuf<B> {
     }
 }
 
-/// This process's CPU seconds so far (user, system) and its peak resident set in bytes.
-pub fn process_usage() -> (f64, f64, u64) {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    // ru_maxrss also counts the memory of the process that forked us, up to our exec (Linux keeps
-    // the old address space's high-water mark): a sheaf started by a large parent would report
-    // the parent's size. VmHWM is the peak of our own address space.
-    let peak = resident(std::process::id(), true).unwrap_or(u.ru_maxrss.max(0) as u64 * 1024);
-    (t(u.ru_utime), t(u.ru_stime), peak)
-}
-
-/// Process `pid`'s resident set in bytes from `/proc/PID/status`: now (`VmRSS`), or with `peak`
-/// its high-water mark since exec (`VmHWM`); `None` when it cannot be read (not Linux, or gone).
-pub fn resident(pid: u32, peak: bool) -> Option<u64> {
-    let key = if peak { "VmHWM:" } else { "VmRSS:" };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: u64 = status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Read until `buf` is full or the reader ends; returns the bytes read.
 ///
 /// # Errors
@@ -275,6 +243,8 @@ pub fn read_full<R: std::io::Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> std::i
 
 /// Whether every byte is zero (an unwritten or sparse region).
 pub(crate) fn is_zero(b: &[u8]) -> bool {
+    // Word by word where aligned: the test runs on every chunk a backup reads.
+    // SAFETY: every bit pattern is a valid u128, and align_to puts only aligned whole words in `mid`.
     let (pre, mid, post) = unsafe { b.align_to::<u128>() };
     pre.iter().all(|&x| x == 0) && mid.iter().all(|&x| x == 0) && post.iter().all(|&x| x == 0)
 }

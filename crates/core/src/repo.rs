@@ -152,8 +152,7 @@ impl Repo {
         if !denied {
             return e;
         }
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
+        let uid = crate::host::effective_ids().0;
         Error::new(
             e.kind(),
             format!(

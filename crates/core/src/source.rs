@@ -38,7 +38,7 @@ pub fn list_tree(root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Resul
         ));
     }
     let mut out = vec![listed(root, String::new(), root_id, &meta)?];
-    let mut listings = read_levels(root, crate::backup::available_cores());
+    let mut listings = read_levels(root, crate::host::available_cores());
     walk(root, b"", root_id, &mut out, warnings, &mut listings)?;
     Ok(out)
 }

@@ -94,8 +94,30 @@ impl Redact {
     }
 }
 
-/// What went wrong, in words a DBA can act on, with the kind that picks the exit code.
+/// Whether a failure of the object store may pass if tried again, by the client's error variants
+/// (never the text): a connection that failed or was cut, a request that timed out. The client
+/// retried these already (with backoff, within its budget); the caller may still try later.
+fn is_transient(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind as K;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(h) = c.downcast_ref::<object_store::client::HttpError>() {
+            return matches!(h.kind(), K::Connect | K::Request | K::Timeout | K::Interrupted);
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// What went wrong, in words a DBA can act on, with the kind that picks the exit code and whether
+/// it is transient. The message holds the whole cause chain, scrubbed of secrets; the raw cause is
+/// not kept beside it, since it would show them again.
 fn map_err(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> Error {
+    let transient = is_transient(&e);
+    classify(e, what, side, redact).transient(transient)
+}
+
+fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> Error {
     use object_store::Error as E;
     // The whole chain: "error sending request" alone hides the cause (a certificate, a refusal).
     let mut text = e.to_string();

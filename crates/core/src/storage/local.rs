@@ -153,19 +153,12 @@ fn rename_into_place(from: &Path, to: &Path, overwrite: bool) -> std::io::Result
     if overwrite {
         return fs::rename(from, to);
     }
-    use std::os::unix::ffi::OsStrExt;
-    let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    // SAFETY: valid C strings; renameat2 with AT_FDCWD behaves like rename plus the flag.
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
         // Filesystems without RENAME_NOREPLACE: the existence check at create time stands.
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => fs::rename(from, to),
-        _ => Err(e),
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => fs::rename(from, to),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -176,15 +169,13 @@ fn rename_into_place(from: &Path, to: &Path, overwrite: bool) -> std::io::Result
 /// # Errors
 /// Any other failure of `flock`.
 pub fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
-    // SAFETY: flock on a descriptor the caller owns; released when it is closed.
-    if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(file), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EWOULDBLOCK) => Ok(false),
-        Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => Ok(true),
-        _ => Err(e),
+    use rustix::io::Errno;
+    // Released when the descriptor is closed.
+    match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(Errno::WOULDBLOCK) => Ok(false),
+        Err(Errno::NOLCK | Errno::OPNOTSUPP | Errno::NOSYS) => Ok(true),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -295,7 +286,8 @@ impl StripeSink for LocalSink {
         let in_file = written - f.buffer().len() as u64;
         if in_file >= kicked + WRITE_BACK_EVERY {
             use std::os::fd::AsRawFd;
-            // SAFETY: on a descriptor we own; a hint, whose failure the final fsync would report.
+            // rustix has no sync_file_range. SAFETY: a plain system call on a descriptor we own,
+            // with no memory passed; a hint, whose failure the final fsync would report.
             unsafe {
                 libc::sync_file_range(f.get_ref().as_raw_fd(), kicked as libc::off64_t, (in_file - kicked) as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE)
             };
@@ -317,16 +309,13 @@ impl StripeSink for LocalSink {
     }
 
     fn reserve(&mut self, bytes: u64) -> Result<bool> {
-        use std::os::fd::AsRawFd;
-        let Ok(len) = libc::off_t::try_from(bytes) else { return Ok(false) };
-        if len == 0 {
+        if bytes == 0 || i64::try_from(bytes).is_err() {
             return Ok(false);
         }
         let f = self.file()?;
-        // SAFETY: fallocate on a descriptor we own. Mode 0 also sets the size; sync trims it.
-        // Refused (no room for the estimate, or a filesystem without fallocate): the stripe grows
-        // as written, as it does by default.
-        let ok = unsafe { libc::fallocate(f.get_ref().as_raw_fd(), 0, 0, len) } == 0;
+        // Mode 0 also sets the size; sync trims it. Refused (no room for the estimate, or a
+        // filesystem without fallocate): the stripe grows as written, as it does by default.
+        let ok = rustix::fs::fallocate(f.get_ref(), rustix::fs::FallocateFlags::empty(), 0, bytes).is_ok();
         self.reserved |= ok;
         Ok(ok)
     }

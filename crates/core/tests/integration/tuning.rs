@@ -8,7 +8,7 @@ fn opts(stripes: usize) -> BackupOptions {
 
 #[test]
 fn default_buffer_count_follows_the_rule_of_thumb() {
-    let cores = sheaf_core::backup::available_cores();
+    let cores = sheaf_core::host::available_cores();
     let t = Tuning::resolve(&opts(4), 1).unwrap();
     // I/O buffers: stripes × 4 + 2 × readers = 18, at least 2 × threads; plus a spare per thread.
     assert_eq!(t.buffer_count, 18usize.max(2 * cores) + cores);

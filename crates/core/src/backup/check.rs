@@ -1,0 +1,49 @@
+//! The hook a source plugs into the compressors: [`ChunkCheck`] looks at the chunks of the files
+//! it chooses while they are in memory anyway (PostgreSQL's page checksums), on every compressor
+//! thread, and its findings are kept, bounded, for [`super::Backup::finish_with`] to judge.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::pipeline::Shared;
+use crate::source::Listed;
+
+/// Most check findings recorded in one backup.
+pub const MAX_FINDINGS: usize = 1000;
+
+/// Checks the chunks of chosen files while they pass through the compressors, in parallel and on
+/// bytes already in memory (PostgreSQL's page checksums). Findings go to
+/// [`Backup::finish_with`], which decides what they mean.
+pub trait ChunkCheck: Send + Sync {
+    /// Whether the file at `rel` under root `root` is to be checked.
+    fn wants(&self, root: u16, rel: &str) -> bool;
+    /// Check the chunk at `offset` of that file; return findings, empty when all is well.
+    fn check(&self, root: u16, rel: &str, abs: &Path, offset: u64, data: &[u8]) -> Vec<String>;
+}
+
+/// What [`Backup::read_listed`] reads: entries for a root, and the check their chunks get, if any.
+pub type Batch = (u16, Vec<Listed>, Option<Arc<dyn ChunkCheck>>);
+
+/// The file a checked chunk belongs to.
+pub(super) struct CheckCtx {
+    pub(super) check: Arc<dyn ChunkCheck>,
+    pub(super) root: u16,
+    pub(super) rel: String,
+    pub(super) abs: PathBuf,
+}
+
+pub(super) fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
+    let findings = c.check.check(c.root, &c.rel, &c.abs, offset, raw);
+    if findings.is_empty() {
+        return;
+    }
+    let mut all = shared.findings.lock().unwrap_or_else(|p| p.into_inner());
+    for f in findings {
+        // Keep the record bounded; the count past the cap is still reported.
+        if all.len() < MAX_FINDINGS {
+            all.push(f);
+        } else if all.len() == MAX_FINDINGS {
+            all.push("... and more findings past the first 1000".into());
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The compressors, one per core: each takes the next chunk, runs the source's checks on it, and
+//! encodes it into its spare pool buffer, which goes on to the writers as the frame's payload
+//! while the chunk's own buffer becomes the next spare.
+
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::auto::AutoLevel;
+use super::check::run_check;
+use super::read::Job;
+use crate::format::{FrameHeader, FLAG_PACKED};
+use crate::frame::{FrameEncoder, Payload};
+use crate::pipeline::{PoolBuf, Shared};
+
+/// A packed frame's chunk of one file, for the index.
+pub(super) struct Part {
+    pub(super) file_id: u32,
+    pub(super) at: u32,
+    pub(super) len: u32,
+    pub(super) crc: u32,
+}
+
+/// A frame on its way to the writers.
+pub(super) struct Frame {
+    pub(super) header: FrameHeader,
+    /// The payload buffer (`header.stored_len` bytes of it are the payload); none for a zero frame.
+    pub(super) buf: Option<PoolBuf>,
+    /// A packed frame's chunks (empty otherwise).
+    pub(super) parts: Vec<Part>,
+    /// crc32c of the raw bytes (a sealed frame's header does not show it).
+    pub(super) raw_crc: u32,
+}
+
+/// What one compressor did, for the report.
+#[derive(Default)]
+pub(super) struct CompressStats {
+    pub(super) zero: u64,
+    pub(super) raw: u64,
+}
+
+/// One compressor: `encoder` at `level` to start with, and its `spare` pool buffer to encode
+/// into (none where the encoder never writes output: `none`, unsealed, sends the chunk as is).
+pub(super) fn compress_loop(
+    mut encoder: FrameEncoder,
+    mut level: i32,
+    mut spare: Option<PoolBuf>,
+    auto: Option<&AutoLevel>,
+    rx: &Receiver<Job>,
+    tx: &Sender<Frame>,
+    shared: &Shared,
+) -> CompressStats {
+    let mut stats = CompressStats::default();
+    loop {
+        // How long this compressor waits for a chunk: `auto`'s measure of spare time.
+        let waited = Instant::now();
+        let Ok(job) = rx.recv() else { break };
+        let idle = waited.elapsed();
+        if shared.is_cancelled() {
+            continue;
+        }
+        let Some(buf) = job.buf else {
+            stats.zero += 1;
+            let header = FrameEncoder::hole(job.file_id, job.offset, job.len as u32);
+            if tx.send(Frame { header, buf: None, parts: Vec::new(), raw_crc: header.raw_crc }).is_err() {
+                break;
+            }
+            continue;
+        };
+        let raw = &buf[..job.len];
+        if let Some(c) = &job.check {
+            run_check(c, job.offset, raw, shared);
+        }
+        let mut parts = Vec::with_capacity(job.members.len());
+        let mut raw_crc = if job.members.is_empty() { crc32c::crc32c(raw) } else { 0 };
+        for m in &job.members {
+            let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
+            if let Some(c) = &m.check {
+                run_check(c, 0, bytes, shared);
+            }
+            let crc = crc32c::crc32c(bytes);
+            raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
+            parts.push(Part { file_id: m.file_id, at: m.at, len: m.len, crc });
+        }
+        if let Some(auto) = auto {
+            let want = auto.next(idle, tx.len());
+            if want != level {
+                if let Err(e) = encoder.set_level(want) {
+                    shared.fail(e);
+                    continue;
+                }
+                level = want;
+            }
+        }
+        let flags = if parts.is_empty() { 0 } else { FLAG_PACKED };
+        let out = spare.as_deref_mut().unwrap_or_default();
+        let encoded = encoder.encode_checked(job.file_id, job.offset, raw, raw_crc, flags, out);
+        let frame = match encoded {
+            Ok((header, Payload::Zero)) => {
+                stats.zero += 1;
+                Frame { header, buf: None, parts, raw_crc }
+            }
+            Ok((header, Payload::Raw)) => {
+                stats.raw += u64::from(encoder.compresses());
+                Frame { header, buf: Some(buf), parts, raw_crc }
+            }
+            Ok((header, Payload::Packed(_))) => {
+                // Sealed frames are all "packed" into the output, stored raw or not.
+                stats.raw += u64::from(encoder.compresses() && header.codec == crate::codec::CodecKind::None as u8);
+                // The spare carries the payload on; the chunk's buffer is the next spare.
+                let payload = std::mem::replace(spare.as_mut().expect("an encoder that writes output has a spare"), buf);
+                Frame { header, buf: Some(payload), parts, raw_crc }
+            }
+            Err(e) => {
+                shared.fail(e);
+                continue;
+            }
+        };
+        if tx.send(frame).is_err() {
+            break;
+        }
+    }
+    stats
+}

@@ -1,0 +1,330 @@
+//! The readers: each takes a buffer from the pool, reads the next chunk of its files into it and
+//! queues it for the compressors. Large files are read by their data extents (holes become zero
+//! frames without a read), one reader per root and device by default; small files are packed back
+//! to back into shared chunks by several readers at once.
+
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use rustix::fs::SeekFrom;
+
+use super::check::CheckCtx;
+use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT};
+use crate::pipeline::{Pool, PoolBuf, Shared};
+
+/// A chunk on its way to the compressors.
+pub(super) struct Job {
+    pub(super) file_id: u32,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+    /// The chunk's bytes; none for a hole of a sparse file (`len` zeros, never read).
+    pub(super) buf: Option<PoolBuf>,
+    pub(super) check: Option<Arc<CheckCtx>>,
+    /// A packed chunk: the files whose bytes lie back to back in `buf` (empty otherwise).
+    pub(super) members: Vec<Member>,
+}
+
+/// One small file in a packed chunk.
+pub(super) struct Member {
+    pub(super) file_id: u32,
+    /// Where its bytes start in the chunk.
+    pub(super) at: u32,
+    pub(super) len: u32,
+    pub(super) check: Option<Arc<CheckCtx>>,
+}
+
+/// A file to read.
+pub(super) struct Work {
+    pub(super) file_id: u32,
+    pub(super) path: PathBuf,
+    /// Root and device: the unit that gets its own reader by default.
+    pub(super) dev: (u16, u64),
+    pub(super) size: u64,
+    pub(super) check: Option<Arc<CheckCtx>>,
+}
+
+/// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
+/// `readers` groups of about equal bytes.
+pub(super) fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<Vec<Work>> {
+    match readers {
+        None => {
+            let mut by_dev: std::collections::BTreeMap<(u16, u64), Vec<Work>> = Default::default();
+            for w in work {
+                by_dev.entry(w.dev).or_default().push(w);
+            }
+            by_dev.into_values().collect()
+        }
+        Some(n) => {
+            let mut groups: Vec<(u64, Vec<Work>)> = (0..n).map(|_| (0, Vec::new())).collect();
+            let mut sorted = work;
+            sorted.sort_by_key(|w| std::cmp::Reverse(w.size));
+            for w in sorted {
+                let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
+                g.0 += w.size.max(1);
+                g.1.push(w);
+            }
+            groups.into_iter().map(|g| g.1).filter(|g| !g.is_empty()).collect()
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct ReadOutcome {
+    pub(super) file_id: u32,
+    pub(super) size: u64,
+    pub(super) vanished: bool,
+    /// It changed (size or mtime) or shrank while read.
+    pub(super) changed: bool,
+    pub(super) warning: Option<String>,
+}
+
+pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+    let mut out = Vec::with_capacity(files.len());
+    for w in files {
+        if shared.is_cancelled() {
+            break;
+        }
+        match read_one(w, ts, tx, shared, pool) {
+            Ok(o) => out.push(o),
+            Err(e) => {
+                shared.fail(e);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Open a listed file for reading and stat it, or say what happened to it instead.
+fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata), ReadOutcome>> {
+    let (file_id, path) = (w.file_id, w.path.as_path());
+    // No following a link swapped in since listing, no hanging on a FIFO.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Err(ReadOutcome {
+                file_id,
+                vanished: true,
+                warning: Some(format!("{} vanished before it was read; it is not in the backup", path.display())),
+                ..Default::default()
+            }))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!("{} became a symbolic link while the backup ran", path.display()),
+            ))
+        }
+        Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
+    };
+    let before = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e))?;
+    if !before.file_type().is_file() {
+        return Err(Error::new(
+            ErrorKind::Source,
+            format!("{} is no longer a regular file (it changed while the backup ran)", path.display()),
+        ));
+    }
+    Ok(Ok((file, before)))
+}
+
+/// What reading a file came to, from its stat at open and the bytes read: changed (size or mtime)
+/// or shrank while read, with a warning saying so.
+fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank: bool) -> Result<ReadOutcome> {
+    let after = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
+    let changed = after.len() != before.len() || after.mtime() != before.mtime() || after.mtime_nsec() != before.mtime_nsec();
+    let warning = (changed || shrank).then(|| {
+        format!(
+            "{} changed while being read (size {} at open, {} after; {} bytes backed up)",
+            w.path.display(),
+            before.len(),
+            after.len(),
+            read
+        )
+    });
+    Ok(ReadOutcome { file_id: w.file_id, size: read, vanished: false, changed: changed || shrank, warning })
+}
+
+/// `pread` until `buf` is full or the file ends.
+fn read_full_at(f: &File, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Where the next data (`SeekFrom::Data`) or hole (`SeekFrom::Hole`) is: `Ok(None)` when no data
+/// follows (ENXIO); `Err` when the filesystem cannot say (then the file is read as all data).
+fn seek(f: &File, to: SeekFrom) -> std::result::Result<Option<u64>, ()> {
+    match rustix::fs::seek(f, to) {
+        Ok(at) => Ok(Some(at)),
+        Err(rustix::io::Errno::NXIO) => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
+fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
+    let (file_id, path) = (w.file_id, w.path.as_path());
+    let (file, before) = match open_source(w)? {
+        Ok(x) => x,
+        Err(gone) => return Ok(gone),
+    };
+    // The size at open is what we copy: a file that grows meanwhile is reported, not chased.
+    let size = before.len();
+    // Advisory only: a filesystem that ignores it reads the same bytes.
+    let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+    let stopped = |offset| Ok(ReadOutcome { file_id, size: offset, ..Default::default() });
+    let send = |job: Job| {
+        let ok = tx.send(job).is_ok();
+        if !ok {
+            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
+        }
+        ok
+    };
+    let mut offset = 0u64;
+    let mut shrank = false;
+    // Sparse files are read by their data extents; holes become zero frames without a read.
+    let mut sparse = true;
+    'file: while offset < size {
+        let mut end = size;
+        if sparse {
+            match seek(&file, SeekFrom::Data(offset)) {
+                Ok(data) => {
+                    let data = data.unwrap_or(size).min(size);
+                    while offset < data {
+                        if shared.is_cancelled() {
+                            return stopped(offset);
+                        }
+                        let len = (data - offset).min(MAX_ZERO_FRAME as u64);
+                        if !send(Job { file_id, offset, len: len as usize, buf: None, check: None, members: Vec::new() }) {
+                            break 'file;
+                        }
+                        shared.count(len);
+                        offset += len;
+                    }
+                    if offset >= size {
+                        break;
+                    }
+                    end = seek(&file, SeekFrom::Hole(offset)).ok().flatten().unwrap_or(size).clamp(offset, size);
+                    if end == offset {
+                        // Data and hole at once: the file is changing under us. Read a chunk.
+                        end = size.min(offset + ts as u64);
+                    }
+                }
+                Err(()) => sparse = false,
+            }
+        }
+        while offset < end {
+            if shared.is_cancelled() {
+                return stopped(offset);
+            }
+            let Some(mut buf) = pool.take(shared) else { return stopped(offset) };
+            let want = (end - offset).min(ts as u64) as usize;
+            let got = read_full_at(&file, &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
+            if got == 0 {
+                shrank = true;
+                break 'file;
+            }
+            if !send(Job { file_id, offset, len: got, buf: Some(buf), check: w.check.clone(), members: Vec::new() }) {
+                break 'file;
+            }
+            shared.count(got as u64);
+            offset += got as u64;
+            if got < want {
+                shrank = true;
+                break 'file;
+            }
+        }
+    }
+    outcome(w, &file, &before, offset, shrank)
+}
+
+/// Read small files into shared chunks: each file's bytes follow the previous file's in one pool
+/// buffer, and a full buffer goes to the compressors as one packed chunk. A file that has grown
+/// past [`PACK_LIMIT`] since listing is read on its own.
+pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+    let mut out = Vec::with_capacity(files.len());
+    let mut pack: Option<(PoolBuf, Vec<Member>, usize)> = None;
+    let flush = |pack: &mut Option<(PoolBuf, Vec<Member>, usize)>| -> bool {
+        let Some((buf, members, used)) = pack.take() else { return true };
+        if members.is_empty() {
+            return true;
+        }
+        let job = Job { file_id: members[0].file_id, offset: 0, len: used, buf: Some(buf), check: None, members };
+        if tx.send(job).is_err() {
+            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
+            return false;
+        }
+        true
+    };
+    for w in files {
+        if shared.is_cancelled() {
+            break;
+        }
+        let r = (|| -> Result<Option<ReadOutcome>> {
+            let (file, before) = match open_source(w)? {
+                Ok(x) => x,
+                Err(gone) => return Ok(Some(gone)),
+            };
+            let size = before.len();
+            if size >= PACK_LIMIT {
+                // Grown since listing: read on its own. The pack goes first, so that this thread
+                // never holds a buffer while it waits for another (a pool of one would deadlock).
+                drop(file);
+                if !flush(&mut pack) {
+                    return Ok(None);
+                }
+                return read_one(w, ts, tx, shared, pool).map(Some);
+            }
+            if size == 0 {
+                return outcome(w, &file, &before, 0, false).map(Some);
+            }
+            let size = size as usize;
+            if pack.as_ref().is_some_and(|p| p.2 + size > ts) && !flush(&mut pack) {
+                return Ok(None);
+            }
+            if pack.is_none() {
+                let Some(buf) = pool.take(shared) else { return Ok(None) };
+                pack = Some((buf, Vec::new(), 0));
+            }
+            let (buf, members, used) = pack.as_mut().expect("just made");
+            let got = read_full_at(&file, &mut buf[*used..*used + size], 0)
+                .map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
+            if got > 0 {
+                members.push(Member { file_id: w.file_id, at: *used as u32, len: got as u32, check: w.check.clone() });
+                *used += got;
+                shared.count(got as u64);
+            }
+            outcome(w, &file, &before, got as u64, got < size).map(Some)
+        })();
+        match r {
+            Ok(Some(o)) => out.push(o),
+            Ok(None) => break,
+            Err(e) => {
+                shared.fail(e);
+                break;
+            }
+        }
+    }
+    if !shared.is_cancelled() {
+        flush(&mut pack);
+    }
+    out
+}

@@ -1,0 +1,511 @@
+//! A backup session: [`Backup`] creates the stripes, starts the compressor and writer threads,
+//! registers every entry, runs the readers over each batch, and at the end writes every stripe's
+//! footer and publishes the set, or, dropped unfinished, removes what it wrote.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{bounded, Sender};
+
+use super::auto::AutoLevel;
+use super::check::{Batch, CheckCtx};
+use super::compress::{compress_loop, CompressStats, Frame};
+use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
+use super::read::{group_for_readers, read_files, read_small, Job, ReadOutcome, Work};
+use super::write::{write_footer, write_loop, WriterOut};
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
+use crate::frame::{FrameEncoder, Sealing};
+use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
+use crate::pipeline::{Pool, Progress, Shared};
+use crate::source::Listed;
+use crate::storage::Location;
+
+/// A backup in progress. See the module documentation.
+pub struct Backup {
+    id: BackupId,
+    opts: BackupOptions,
+    tuning: Tuning,
+    started: Instant,
+    started_unix_ms: i64,
+    roots: Vec<Root>,
+    entries: Vec<Entry>,
+    /// Warnings gathered so far; sources may add their own.
+    pub warnings: Vec<String>,
+    /// Whether files changing and vanishing while read is normal (see [`Backup::expect_changes`]).
+    changes_expected: bool,
+    changed_files: Vec<String>,
+    vanished_files: Vec<String>,
+    /// The first name of each multiply-linked file seen: (device, inode) to its entry position.
+    first_names: std::collections::HashMap<(u64, u64), u32>,
+    shared: Arc<Shared>,
+    pool: Arc<Pool>,
+    /// The set's data key, for its index and manifest (frames are sealed by the compressors).
+    cipher: Option<Arc<crate::crypto::Cipher>>,
+    /// `auto`'s level, shared by the compressors.
+    auto: Option<Arc<AutoLevel>>,
+    job_tx: Option<Sender<Job>>,
+    compressors: Vec<JoinHandle<CompressStats>>,
+    writers: Vec<JoinHandle<Option<WriterOut>>>,
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Backup {
+    /// Create every stripe (under temporary names) and start compressor and writer threads.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Target`] when a stripe cannot be created; nothing is left behind.
+    pub fn start(opts: &BackupOptions, tuning: Tuning, progress: Arc<dyn Progress>) -> Result<Backup> {
+        let mut seen = std::collections::HashSet::new();
+        // Any number of nul targets may be given (each discards its own stripe); a file or object
+        // given twice would be two stripes in one place.
+        for t in opts.targets.iter().filter(|t| !t.is_null()) {
+            if !seen.insert(t.identity()) {
+                return Err(Error::invalid(format!("target {t} is given twice: each stripe needs its own file or object")));
+            }
+        }
+        let id = BackupId::random()?;
+        let now = SystemTime::now();
+        // One data key for the whole set: its key block goes into every stripe's header.
+        let (key_block, seal) = match &opts.encryption {
+            Some(e) => {
+                let (block, cipher) = e.keys.seal(e.kdf)?;
+                (Some(block), Some(Sealing::new(cipher)))
+            }
+            None => (None, None),
+        };
+        let stripe_count = opts.targets.len();
+        let mut sinks = Vec::with_capacity(stripe_count);
+        for (k, t) in opts.targets.iter().enumerate() {
+            let mut sink = t.create(opts.overwrite, stripe_bound(opts))?;
+            if opts.preallocate {
+                sink.reserve(stripe_bound(opts) / stripe_count as u64)?;
+            }
+            let header = StripeHeader {
+                version: FORMAT_VERSION,
+                stripe_index: k as u16,
+                stripe_count: stripe_count as u16,
+                backup_id: id,
+                codec: opts.codec.kind,
+                level: opts.codec.level as i8,
+                transfer_size: tuning.transfer_size as u32,
+                created_unix_ms: unix_ms(now),
+                key_block,
+            };
+            sink.write_all(&header.encode())?;
+            sinks.push((sink, header.encoded_len() as u64));
+        }
+
+        let shared = Shared::stoppable(progress, opts.stop.clone());
+        // Each compressor that writes output keeps one buffer of the pool as its spare, taken here
+        // before any reader runs; readers draw from the rest (`buffer_count - threads` of them).
+        let encoders = (0..tuning.threads)
+            .map(|_| Ok(FrameEncoder::new(opts.codec)?.sealed(seal.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        let spares = encoders.iter().filter(|e| e.writes_output()).count();
+        let pool = Pool::new(tuning.buffer_count - tuning.threads + spares, tuning.buffer_len);
+        let (job_tx, job_rx) = bounded::<Job>(tuning.buffer_count);
+        let (frame_tx, frame_rx) = bounded::<Frame>(tuning.buffer_count);
+
+        let mut compressors = Vec::with_capacity(tuning.threads);
+        let auto = opts.codec.is_auto().then(|| Arc::new(AutoLevel::new(tuning.threads)));
+        for encoder in encoders {
+            let spare = match encoder.writes_output() {
+                true => Some(pool.take(&shared).ok_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled"))?),
+                false => None,
+            };
+            let (rx, tx, shared, auto, level) = (job_rx.clone(), frame_tx.clone(), shared.clone(), auto.clone(), opts.codec.level);
+            compressors.push(thread::spawn(move || compress_loop(encoder, level, spare, auto.as_deref(), &rx, &tx, &shared)));
+        }
+        drop(frame_tx);
+        let writers = sinks
+            .into_iter()
+            .map(|(sink, start)| {
+                let (rx, shared) = (frame_rx.clone(), shared.clone());
+                thread::spawn(move || write_loop(sink, start, &rx, &shared))
+            })
+            .collect();
+
+        Ok(Backup {
+            id,
+            opts: opts.clone(),
+            tuning,
+            started: Instant::now(),
+            started_unix_ms: unix_ms(now),
+            roots: Vec::new(),
+            entries: Vec::new(),
+            warnings: Vec::new(),
+            changes_expected: false,
+            changed_files: Vec::new(),
+            vanished_files: Vec::new(),
+            first_names: Default::default(),
+            shared,
+            pool,
+            cipher: seal.as_ref().map(|s| s.cipher.clone()),
+            auto,
+            job_tx: Some(job_tx),
+            compressors,
+            writers,
+        })
+    }
+
+    /// The source is live and its files changing and vanishing while read is normal (a running
+    /// database, whose WAL makes them consistent): instead of a warning per file, one line says how
+    /// many, and the manifest and report list them.
+    pub fn expect_changes(&mut self) {
+        self.changes_expected = true;
+    }
+
+    /// The set's id.
+    pub fn id(&self) -> BackupId {
+        self.id
+    }
+
+    /// The resolved knobs.
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.shared.is_cancelled() {
+            return Err(self.shared.take_error().unwrap_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled")));
+        }
+        Ok(())
+    }
+
+    /// Add a listed tree under a new root and read every file in it, one reader per device (or the
+    /// configured number). Returns when every file has been read and handed to the compressors.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn add_tree(&mut self, root: Root, listed: Vec<Listed>) -> Result<()> {
+        let id = self.add_root(root);
+        self.read_listed(vec![(id, listed, None)])
+    }
+
+    /// Register a root (a tree the backup holds) and return its id.
+    pub fn add_root(&mut self, root: Root) -> u16 {
+        self.roots.push(root);
+        (self.roots.len() - 1) as u16
+    }
+
+    /// Read listed entries into their roots, all batches at once: by default one reader per root
+    /// and device (SQL Server's reader per volume; a database's tablespaces each get their own), or
+    /// the configured number of readers over everything. A batch's `check`, if any, looks at the
+    /// chunks of the files it wants. Returns when every file has been read and handed on.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn read_listed(&mut self, batches: Vec<Batch>) -> Result<()> {
+        self.check()?;
+        let mut work = Vec::new();
+        for (root_id, listed, check) in batches {
+            if root_id as usize >= self.roots.len() {
+                return Err(Error::invalid(format!("internal: root {root_id} was never added")));
+            }
+            for mut l in listed {
+                l.entry.root = root_id;
+                let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
+                if l.entry.kind == EntryKind::File && l.nlink > 1 {
+                    // Another name of a file already listed: its bytes are stored once.
+                    if let Some(&first) = self.first_names.get(&(l.dev, l.ino)) {
+                        l.entry.kind = EntryKind::Hardlink;
+                        l.entry.link = Some(first);
+                        l.entry.size = 0;
+                    } else {
+                        self.first_names.insert((l.dev, l.ino), file_id);
+                    }
+                }
+                if l.entry.kind == EntryKind::File {
+                    let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
+                        Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
+                    });
+                    work.push(Work { file_id, path: l.abs.clone(), dev: (root_id, l.dev), size: l.entry.size, check: ctx });
+                }
+                self.entries.push(l.entry);
+            }
+        }
+        let total: u64 = work.iter().map(|w| w.size).sum();
+        self.shared.progress.begin("backup", total);
+        // Small files are packed, and read by several threads even on one device: for them the
+        // time goes to opening and stat'ing, not to the disk.
+        let (small, large): (Vec<Work>, Vec<Work>) = work.into_iter().partition(|w| w.size < PACK_LIMIT);
+        let mut groups: Vec<(bool, Vec<Work>)> = group_for_readers(large, self.opts.readers).into_iter().map(|g| (false, g)).collect();
+        let small_readers = self.opts.readers.unwrap_or_else(|| crate::host::available_cores().max(self.tuning.readers)).max(1);
+        let per = small.len().div_ceil(small_readers).max(1);
+        let mut small = small.into_iter();
+        loop {
+            let slice: Vec<Work> = small.by_ref().take(per).collect();
+            if slice.is_empty() {
+                break;
+            }
+            groups.push((true, slice));
+        }
+        let job_tx = self.job_tx.as_ref().expect("session open");
+        let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
+            let handles: Vec<_> = groups
+                .iter()
+                .map(|(packed, g)| {
+                    let (tx, shared, pool) = (job_tx.clone(), &self.shared, &self.pool);
+                    let ts = self.tuning.transfer_size;
+                    let packed = *packed;
+                    s.spawn(move || if packed { read_small(g, ts, &tx, shared, pool) } else { read_files(g, ts, &tx, shared, pool) })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        self.shared.fail(Error::new(ErrorKind::Io, "a reader thread panicked"));
+                        Vec::new()
+                    })
+                })
+                .collect()
+        });
+        for o in outcomes {
+            let e = &mut self.entries[o.file_id as usize];
+            e.size = o.size;
+            e.vanished = o.vanished;
+            if self.changes_expected && (o.vanished || o.changed) {
+                let root = &self.roots[e.root as usize].name;
+                let shown = if root.is_empty() { e.path.clone() } else { format!("{root}/{}", e.path) };
+                if o.vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
+            } else {
+                self.warnings.extend(o.warning);
+            }
+        }
+        // A hard link whose file vanished before it was read has nothing to name.
+        for i in 0..self.entries.len() {
+            if let (EntryKind::Hardlink, Some(first)) = (self.entries[i].kind, self.entries[i].link) {
+                if self.entries.get(first as usize).is_some_and(|f| f.vanished) {
+                    self.entries[i].vanished = true;
+                }
+            }
+        }
+        self.check()
+    }
+
+    /// Add a file whose content is in memory (a database's backup_label, say) under `root`.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn add_bytes(&mut self, root: u16, path: &str, data: &[u8], mode: u32) -> Result<()> {
+        self.check()?;
+        let file_id = self.entries.len() as u32;
+        let mtime_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        // An in-memory file belongs to whoever owns its root (a data directory's owner, say); with
+        // no root entry, to us.
+        let (uid, gid) = self
+            .entries
+            .iter()
+            .find(|e| e.root == root && e.path.is_empty())
+            .map(|e| (e.uid, e.gid))
+            .unwrap_or_else(crate::host::real_ids);
+        self.entries.push(Entry {
+            root,
+            path: path.to_string(),
+            kind: EntryKind::File,
+            mode,
+            mtime_ns,
+            uid,
+            gid,
+            size: data.len() as u64,
+            crc32c: None,
+            target: None,
+            vanished: false,
+            ..Default::default()
+        });
+        let tx = self.job_tx.as_ref().expect("session open");
+        for (i, chunk) in data.chunks(self.tuning.transfer_size).enumerate() {
+            let Some(mut buf) = self.pool.take(&self.shared) else { break };
+            buf[..chunk.len()].copy_from_slice(chunk);
+            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf: Some(buf), check: None, members: Vec::new() };
+            if tx.send(job).is_err() {
+                break;
+            }
+            self.shared.count(chunk.len() as u64);
+        }
+        self.check()
+    }
+
+    /// Drain the pipeline, write every stripe's index, manifest and trailer, make them durable and
+    /// publish them. `source` is stored in the manifest as facts about the source.
+    ///
+    /// # Errors
+    /// The first error of any thread, or of writing footers; every stripe is then removed.
+    pub fn finish(self, source: serde_json::Value) -> Result<BackupReport> {
+        self.finish_with(|_| Ok(source))
+    }
+
+    /// [`Backup::finish`], letting `decide` see the findings of every [`ChunkCheck`] once all chunks
+    /// are through, before anything is published: it returns the source facts for the manifest, or
+    /// an error that removes every stripe.
+    ///
+    /// # Errors
+    /// As [`Backup::finish`], or `decide`'s error.
+    pub fn finish_with(mut self, decide: impl FnOnce(&[String]) -> Result<serde_json::Value>) -> Result<BackupReport> {
+        self.shared.progress.end();
+        self.job_tx = None;
+        let mut stats = CompressStats::default();
+        for h in self.compressors.drain(..) {
+            match h.join() {
+                Ok(s) => {
+                    stats.zero += s.zero;
+                    stats.raw += s.raw;
+                }
+                Err(_) => self.shared.fail(Error::new(ErrorKind::Io, "a compressor thread panicked")),
+            }
+        }
+        let outs: Vec<Option<WriterOut>> = self.writers.drain(..).map(|h| h.join().unwrap_or(None)).collect();
+        if let Some(e) = self.shared.take_error() {
+            return Err(e);
+        }
+        if self.shared.is_cancelled() {
+            return Err(Error::new(ErrorKind::Cancelled, "backup cancelled"));
+        }
+        let mut outs: Vec<WriterOut> = outs.into_iter().collect::<Option<_>>().ok_or_else(|| {
+            Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
+        })?;
+        let findings = std::mem::take(&mut *self.shared.findings.lock().unwrap_or_else(|p| p.into_inner()));
+        if !self.changed_files.is_empty() || !self.vanished_files.is_empty() {
+            self.warnings.push(format!(
+                "{} file{} changed and {} vanished while being read, as they do in a running database; WAL replay makes them consistent (listed in --json and the manifest)",
+                self.changed_files.len(),
+                if self.changed_files.len() == 1 { "" } else { "s" },
+                self.vanished_files.len()
+            ));
+        }
+        // On an error here the sinks are dropped unpublished, which removes them.
+        let source = decide(&findings)?;
+
+        self.fill_checksums(&outs)?;
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            backup_id: self.id.to_hex(),
+            label: self.opts.label.clone(),
+            tool: format!("sheaf {}", env!("CARGO_PKG_VERSION")),
+            started_unix_ms: self.started_unix_ms,
+            finished_unix_ms: unix_ms(SystemTime::now()),
+            roots: std::mem::take(&mut self.roots),
+            stripes: self
+                .opts
+                .targets
+                .iter()
+                .map(|t| StripeRef { name: t.file_name(), path: t.display() })
+                .collect(),
+            options: OptionsUsed {
+                compression: self.opts.codec.to_string(),
+                codec: self.opts.codec.kind.name().into(),
+                level: self.opts.codec.level,
+                transfer_size: self.tuning.transfer_size as u64,
+                buffer_count: self.tuning.buffer_count as u64,
+                readers: self.tuning.readers as u64,
+                threads: self.tuning.threads as u64,
+            },
+            entries: std::mem::take(&mut self.entries),
+            bytes_read: self.shared.bytes.load(std::sync::atomic::Ordering::Relaxed),
+            warnings: std::mem::take(&mut self.warnings),
+            check_failures: findings.clone(),
+            changed_files: std::mem::take(&mut self.changed_files),
+            vanished_files: std::mem::take(&mut self.vanished_files),
+            source,
+        };
+        let mut stored = manifest.to_stored_bytes()?;
+        if let Some(c) = &self.cipher {
+            // Sealed once: every stripe carries the same bytes, as unencrypted sets do.
+            stored = c.seal_region(crate::crypto::NONCE_MANIFEST, 0, &stored);
+        }
+        let stripe_count = outs.len() as u16;
+
+        // Footers in parallel: each stripe's fsync is independent.
+        let results: Vec<Result<()>> = thread::scope(|s| {
+            let hs: Vec<_> = outs
+                .iter_mut()
+                .enumerate()
+                .map(|(k, out)| {
+                    let (stored, cipher) = (&stored, self.cipher.as_deref());
+                    let id = self.id;
+                    s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored, cipher))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "footer writer panicked")))).collect()
+        });
+        if let Some(e) = results.into_iter().find_map(Result::err) {
+            outs.iter_mut().for_each(|o| o.sink.discard());
+            return Err(e);
+        }
+        for k in 0..outs.len() {
+            if let Err(e) = outs[k].sink.publish() {
+                outs.iter_mut().for_each(|o| o.sink.discard());
+                return Err(e);
+            }
+        }
+        let frames: u64 = outs.iter().map(|o| o.frames).sum();
+        Ok(BackupReport {
+            backup_id: self.id.to_hex(),
+            label: manifest.label.clone(),
+            bytes_read: manifest.bytes_read,
+            bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            stripes: outs.len(),
+            encryption: if self.cipher.is_some() { "aes-256-gcm" } else { "none" }.into(),
+            targets: self.opts.targets.iter().map(Location::display).collect(),
+            codec: self.opts.codec.kind.name().into(),
+            compression: self.opts.codec.to_string(),
+            level: self.opts.codec.level,
+            transfer_size: self.tuning.transfer_size as u64,
+            buffer_count: self.tuning.buffer_count,
+            readers: self.tuning.readers,
+            threads: self.tuning.threads,
+            buffer_len: self.tuning.buffer_len as u64,
+            target_memory_bytes: self.tuning.target_memory_bytes,
+            memory_budget_bytes: self.tuning.memory_budget_bytes,
+            files: manifest.file_count(),
+            entries: manifest.entries.len(),
+            frames,
+            zero_chunks: stats.zero,
+            raw_chunks: stats.raw,
+            warnings: manifest.warnings,
+            changed_files: manifest.changed_files,
+            vanished_files: manifest.vanished_files,
+            check_failures: findings,
+            auto_levels: self.auto.as_ref().map(|a| a.levels()),
+        })
+    }
+
+    /// Whole-file crc32c from the chunks' crcs, checking that the chunks tile each file exactly.
+    fn fill_checksums(&mut self, outs: &[WriterOut]) -> Result<()> {
+        let chunks = outs
+            .iter()
+            .enumerate()
+            .flat_map(|(k, o)| o.index.iter().map(move |e| ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k }))
+            .collect();
+        let sums = file_checksums(&self.entries, chunks)
+            .map_err(|f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}")))?;
+        for (entry, sum) in self.entries.iter_mut().zip(sums) {
+            entry.crc32c = sum;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Backup {
+    /// An unfinished session cancels its threads; their sinks remove what they wrote.
+    fn drop(&mut self) {
+        if self.compressors.is_empty() && self.writers.is_empty() {
+            return;
+        }
+        self.shared.cancel();
+        self.job_tx = None;
+        for h in self.compressors.drain(..) {
+            let _ = h.join();
+        }
+        for h in self.writers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Facts about this machine and this process that the pipelines and their callers ask for: cores,
+//! our user and group ids, whether another process is alive, the CPU and memory we have used, and
+//! the free space of a filesystem. One small room, so that no pipeline stage reaches for the
+//! operating system on its own; the calls go through rustix where it has them.
+
+use std::path::Path;
+
+/// Cores available to this process (its CPU affinity, cgroup quota aside), at least 1.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Whether we run with an effective user id of 0 (owners can be restored, and the like).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Our effective user and group ids: what a file we create is owned by.
+pub fn effective_ids() -> (u32, u32) {
+    (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
+}
+
+/// Our real user and group ids.
+pub fn real_ids() -> (u32, u32) {
+    (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw())
+}
+
+/// Whether process `pid` exists (signal 0 reaches it, or it exists but belongs to someone else).
+pub fn process_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+/// This process's CPU seconds so far (user, system) and its peak resident set in bytes.
+pub fn process_usage() -> (f64, f64, u64) {
+    // rustix has no getrusage. SAFETY: getrusage only fills the zeroed struct it is given, and
+    // RUSAGE_SELF cannot fail.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    // ru_maxrss also counts the memory of the process that forked us, up to our exec (Linux keeps
+    // the old address space's high-water mark): a sheaf started by a large parent would report
+    // the parent's size. VmHWM is the peak of our own address space.
+    let peak = resident(std::process::id(), true).unwrap_or(u.ru_maxrss.max(0) as u64 * 1024);
+    (t(u.ru_utime), t(u.ru_stime), peak)
+}
+
+/// Process `pid`'s resident set in bytes from `/proc/PID/status`: now (`VmRSS`), or with `peak`
+/// its high-water mark since exec (`VmHWM`); `None` when it cannot be read (not Linux, or gone).
+pub fn resident(pid: u32, peak: bool) -> Option<u64> {
+    let key = if peak { "VmHWM:" } else { "VmRSS:" };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes free to this user on the filesystem of `dir`, and its device; `None` if it cannot say.
+pub fn free_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some((dev, st.f_bavail.saturating_mul(st.f_frsize)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_facts_are_sane() {
+        assert!(available_cores() >= 1);
+        assert!(process_alive(std::process::id()));
+        // Past the kernel's largest pid: nobody.
+        assert!(!process_alive(4_194_305));
+        assert!(!process_alive(u32::MAX));
+        assert_eq!(is_root(), effective_ids().0 == 0);
+        let (user, system, peak) = process_usage();
+        assert!(user >= 0.0 && system >= 0.0 && peak > 0);
+        let (_, free) = free_space(Path::new("/")).expect("the root filesystem answers");
+        assert!(free > 0 || free_space(Path::new("/nonexistent/x")).is_none());
+        assert!(free_space(Path::new("/nonexistent/x")).is_none());
+    }
+}

@@ -1,0 +1,355 @@
+//! The read side of restore and verify: every stripe read as one sequential stream (one reader
+//! per stripe, stepping over runs of frames nobody wants), every frame checked against the index
+//! and both checksums, decompressed on every core into aligned pool buffers, and each chunk
+//! handed to a [`ChunkSink`] through one [`Lane`] per decompressor thread.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::thread;
+
+use crossbeam_channel::bounded;
+
+use crate::aligned::AlignedBuf;
+use crate::crypto::FRAME_OVERHEAD;
+use crate::error::{Error, Result};
+use crate::format::{FrameHeader, IndexEntry, FLAG_PACKED, FRAME_HEADER_LEN, MAX_ZERO_FRAME};
+use crate::frame::FrameDecoder;
+use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
+use crate::set::{frames_of, BackupSet, OpenStripe};
+use crate::storage::from_io;
+
+/// A decompressed chunk in an aligned buffer of its own, back in the pool when dropped.
+pub(super) type Decoded = PoolBuf<AlignedBuf>;
+
+/// Receives each verified, decompressed chunk, through one [`Lane`] per decompressor thread.
+pub(super) trait ChunkSink: Sync {
+    /// The calling decompressor thread's lane.
+    ///
+    /// # Errors
+    /// What stops the sink from taking chunks at all.
+    fn lane(&self) -> Result<Box<dyn Lane + '_>>;
+
+    /// How many [`Decoded`] buffers one lane may hold at once (they are added to the pool).
+    fn holds(&self) -> usize {
+        0
+    }
+
+    /// Whether chunks of file `file_id` are wanted: a frame none of whose chunks is wanted is not
+    /// read at all (restoring less than everything).
+    fn wants(&self, _file_id: u32) -> bool {
+        true
+    }
+}
+
+/// What a scan did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Scanned {
+    /// Frames read and handed on.
+    pub frames: u64,
+    /// Bytes read from the stripes (frame headers and payloads; the opening reads aside).
+    pub bytes_read: u64,
+}
+
+/// One decompressor thread's way into a [`ChunkSink`].
+pub(super) trait Lane {
+    /// `data` is the chunk's raw bytes, or `None` for an all-zero chunk of `len` bytes.
+    fn chunk(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()>;
+
+    /// A whole frame's chunk in its own buffer (not one of a packed frame's): the lane may keep it
+    /// (a write in flight) and return at once. By default, as [`Lane::chunk`].
+    fn owned(&mut self, file_id: u32, offset: u64, data: Decoded) -> Result<()> {
+        self.chunk(file_id, offset, data.len(), Some(&data))
+    }
+
+    /// No more chunks: finish what the lane still holds.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct Encoded {
+    stripe: usize,
+    /// Frame number in the stripe (from 0), for messages.
+    frame: usize,
+    /// Its first index entry, and how many it has (more than one when packed).
+    first: usize,
+    parts: usize,
+    header: FrameHeader,
+    buf: Option<PoolBuf>,
+}
+
+/// Read, check and decompress every frame the sink wants; hand chunks to `sink`.
+pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, sink: &dyn ChunkSink) -> Result<Scanned> {
+    let ts = set.stripes[0].header.transfer_size as usize;
+    let threads = threads.unwrap_or_else(crate::host::available_cores).max(1);
+    let buffers = set.stripes.len() * 4 + 2 * threads;
+    let shared = Shared::new(progress);
+    shared.progress.begin("read", set.raw_bytes());
+    let pool = Pool::new(buffers, FRAME_HEADER_LEN + ts + FRAME_OVERHEAD);
+    // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
+    let out = Pool::<AlignedBuf>::new(threads * (1 + sink.holds()), ts);
+    let (tx, rx) = bounded::<Encoded>(buffers);
+    // Frames sent on, and their bytes.
+    let sent = &(std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0));
+    let frames = thread::scope(|s| {
+        for (k, stripe) in set.stripes.iter().enumerate() {
+            let (tx, shared, pool) = (tx.clone(), &shared, &pool);
+            s.spawn(move || {
+                if let Err(e) = read_stripe(k, stripe, ts, &tx, shared, pool, sink, sent) {
+                    shared.fail(e);
+                }
+            });
+        }
+        drop(tx);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (rx, shared, out) = (rx.clone(), &shared, &out);
+                s.spawn(move || decode_loop(set, &rx, shared, out, sink))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    shared.fail(Error::new(crate::ErrorKind::Io, "a decompressor thread panicked"));
+                    0
+                })
+            })
+            .sum::<u64>()
+    });
+    shared.progress.end();
+    if let Some(e) = shared.take_error() {
+        return Err(e);
+    }
+    let expected = sent.0.load(std::sync::atomic::Ordering::Relaxed);
+    if frames != expected {
+        return Err(Error::new(crate::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));
+    }
+    Ok(Scanned { frames, bytes_read: sent.1.load(std::sync::atomic::Ordering::Relaxed) })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_stripe(
+    k: usize,
+    s: &OpenStripe,
+    ts: usize,
+    tx: &crossbeam_channel::Sender<Encoded>,
+    shared: &Shared,
+    pool: &Arc<Pool>,
+    sink: &dyn ChunkSink,
+    sent: &(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
+) -> Result<()> {
+    // Frames are contiguous from the header to the index: one sequential stream, which stores with
+    // latency (objects) read ahead of us, bounded. A run of frames nobody wants is stepped over:
+    // the stream starts again at the next wanted one.
+    let start = s.header.encoded_len() as u64;
+    let mut stream: Option<(Box<dyn Read + Send>, u64)> = None;
+    let mut expect_pos = start;
+    // A sealed frame adds its number, tag and raw checksum to the stored bytes, and keeps the raw
+    // checksum out of its header: the decoder checks it against the index once opened.
+    let sealed = s.cipher.is_some();
+    let stored_max = ts + if sealed { FRAME_OVERHEAD } else { 0 };
+    for (i, (first, parts)) in frames_of(&s.index).enumerate() {
+        if shared.is_cancelled() {
+            return Ok(());
+        }
+        let e = &s.index[first];
+        let members = &s.index[first..first + parts];
+        let here = |what: &str| {
+            Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.location, i + 1, e.frame_pos))
+        };
+        // A zero frame has no payload, so it is not bound by the chunk size (a sparse file's hole).
+        let raw_max = if e.stored_len == 0 { MAX_ZERO_FRAME as usize } else { ts };
+        if e.frame_pos != expect_pos || e.raw_len as usize > raw_max || e.stored_len as usize > stored_max {
+            return Err(here("the index places it where no frame can be (index inconsistent)"));
+        }
+        let n = FRAME_HEADER_LEN + e.stored_len as usize;
+        if e.frame_pos + n as u64 > s.trailer.index_offset {
+            return Err(here("the index says it runs into the index itself (index inconsistent)"));
+        }
+        if !members.iter().any(|m| sink.wants(m.file_id)) {
+            expect_pos += n as u64;
+            continue;
+        }
+        let Some(mut buf) = pool.take(shared) else { return Ok(()) };
+        let (reader, at) = match stream.take() {
+            Some((r, at)) if at == e.frame_pos => (r, at),
+            _ => (s.source.stream(e.frame_pos, s.trailer.index_offset)?, e.frame_pos),
+        };
+        let mut reader = reader;
+        reader.read_exact(&mut buf[..n]).map_err(|err| from_io(err, || format!("stripe {}: frame {} at byte {}", s.location, i + 1, e.frame_pos)))?;
+        stream = Some((reader, at + n as u64));
+        sent.1.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
+        let crc_shown = if sealed && header.stored_len != 0 { None } else { Some(header.raw_crc) };
+        let agrees = if header.flags & FLAG_PACKED != 0 {
+            packed_agrees(&header, members, crc_shown)
+        } else {
+            parts == 1
+                && header.flags == 0
+                && e.frame_off == 0
+                && header.file_id == e.file_id
+                && header.offset == e.offset
+                && header.raw_len == e.raw_len
+                && header.stored_len == e.stored_len
+                && crc_shown.is_none_or(|c| c == e.raw_crc)
+        };
+        if !agrees {
+            return Err(here("frame header disagrees with the index"));
+        }
+        expect_pos += n as u64;
+        let buf = (header.stored_len != 0).then_some(buf);
+        sent.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if tx.send(Encoded { stripe: k, frame: i, first, parts, header, buf }).is_err() {
+            return Ok(());
+        }
+    }
+    if expect_pos != s.trailer.index_offset {
+        return Err(Error::corrupt(format!(
+            "stripe {}: frames end at byte {expect_pos} but the index starts at {} (index inconsistent)",
+            s.location,
+            s.trailer.index_offset
+        )));
+    }
+    Ok(())
+}
+
+/// A packed frame's index entries tile its raw bytes in order, start with the file its header
+/// names, share its stored length and combine to its raw checksum: so once the frame's own
+/// checksums hold, every chunk in it is proven without a pass of its own.
+fn packed_agrees(h: &FrameHeader, members: &[IndexEntry], crc: Option<u32>) -> bool {
+    let mut at = 0u64;
+    for m in members {
+        if u64::from(m.frame_off) != at || m.stored_len != h.stored_len || m.raw_len == 0 {
+            return false;
+        }
+        at += u64::from(m.raw_len);
+    }
+    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset)
+        && at == u64::from(h.raw_len)
+        && crc.is_none_or(|c| c == index_crc(members))
+}
+
+/// The raw checksum a frame's index entries give it (its one entry's, or its members' combined).
+fn index_crc(members: &[IndexEntry]) -> u32 {
+    members.iter().fold(0, |crc, m| crate::crc::combine(crc, m.raw_crc, m.raw_len.into()))
+}
+
+fn decode_loop(
+    set: &BackupSet,
+    rx: &crossbeam_channel::Receiver<Encoded>,
+    shared: &Shared,
+    out: &Arc<Pool<AlignedBuf>>,
+    sink: &dyn ChunkSink,
+) -> u64 {
+    let mut lane = match sink.lane() {
+        Ok(l) => l,
+        Err(e) => {
+            shared.fail(e);
+            return 0;
+        }
+    };
+    let mut decoder = FrameDecoder::new(set.cipher.clone());
+    let mut frames = 0;
+    for mut job in rx {
+        if shared.is_cancelled() {
+            continue;
+        }
+        // Waits while the sink holds every other buffer (writes queued behind a slow disk).
+        let Some(out) = out.take(shared) else { continue };
+        let r = decode_one(set, &mut job, &mut decoder, out, lane.as_mut());
+        drop(job.buf);
+        match r {
+            Ok(()) => {
+                frames += 1;
+                shared.count(job.header.raw_len as u64);
+            }
+            Err(e) => shared.fail(e),
+        }
+    }
+    // Writes still in flight count as done only once they are.
+    if let Err(e) = lane.finish() {
+        shared.fail(e);
+    }
+    frames
+}
+
+fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mut out: Decoded, sink: &mut dyn Lane) -> Result<()> {
+    let h = &job.header;
+    let s = &set.stripes[job.stripe];
+    let entry = &set.manifest.entries[h.file_id as usize];
+    let here = |what: String| {
+        let packed = if job.parts > 1 { format!(", packed with {} more files", job.parts - 1) } else { String::new() };
+        Error::corrupt(format!(
+            "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}{packed}): {what}",
+            s.location,
+            job.frame + 1,
+            s.index[job.first].frame_pos,
+            h.raw_len,
+            h.offset,
+            entry.path
+        ))
+    };
+    let stored = job.buf.as_mut().map(|b| &mut b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
+    let (raw, crc) = decoder.decode(h, stored, &mut out).map_err(here)?;
+    let members = &s.index[job.first..job.first + job.parts];
+    if set.cipher.is_some() && crc != index_crc(members) {
+        // Shown in the clear, the checksum was compared when the frame was read; sealed, now.
+        return Err(here("frame disagrees with the index (the index or the frame was replaced)".into()));
+    }
+    if h.flags & FLAG_PACKED == 0 {
+        if raw.is_none() {
+            return sink.chunk(h.file_id, h.offset, h.raw_len as usize, None);
+        }
+        out.set_len(h.raw_len as usize);
+        return sink.owned(h.file_id, h.offset, out);
+    }
+    for m in members {
+        let (at, len) = (m.frame_off as usize, m.raw_len as usize);
+        sink.chunk(m.file_id, m.offset, len, raw.map(|r| &r[at..at + len]))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packed frame of three files and its index entries, as a backup writes them.
+    fn packed() -> (FrameHeader, Vec<IndexEntry>) {
+        let files: [&[u8]; 3] = [b"first file", b"second", b"third and last"];
+        let mut entries = Vec::new();
+        let (mut at, mut crc) = (0u32, 0u32);
+        for (i, f) in files.iter().enumerate() {
+            let c = crc32c::crc32c(f);
+            entries.push(IndexEntry { file_id: 5 + i as u32, offset: 0, frame_pos: 64, raw_len: f.len() as u32, stored_len: 20, raw_crc: c, frame_off: at });
+            at += f.len() as u32;
+            crc = crate::crc::combine(crc, c, f.len() as u64);
+        }
+        assert_eq!(crc, crc32c::crc32c(&files.concat()));
+        let h = FrameHeader { file_id: 5, offset: 0, raw_len: at, stored_len: 20, codec: 3, flags: FLAG_PACKED, raw_crc: crc, stored_crc: 0 };
+        (h, entries)
+    }
+
+    #[test]
+    fn a_packed_frames_index_entries_must_tile_it_and_combine_to_its_checksum() {
+        let (h, e) = packed();
+        assert!(packed_agrees(&h, &e, Some(h.raw_crc)));
+        assert_eq!(frames_of(&e).collect::<Vec<_>>(), vec![(0, 3)]);
+        type Damage = fn(&mut FrameHeader, &mut Vec<IndexEntry>);
+        let broken: [(&str, Damage); 7] = [
+            ("a gap", |_, e| e[1].frame_off += 1),
+            ("a member missing", |_, e| e.truncate(2)),
+            ("another member's checksum", |_, e| e[2].raw_crc ^= 1),
+            ("members swapped", |_, e| e.swap(0, 1)),
+            ("a different first file", |h, _| h.file_id = 6),
+            ("another stored length", |_, e| e[1].stored_len = 21),
+            ("an empty member", |_, e| e.push(IndexEntry { raw_len: 0, frame_off: 30, ..e[0] })),
+        ];
+        for (what, damage) in broken {
+            let (mut h, mut e) = packed();
+            damage(&mut h, &mut e);
+            assert!(!packed_agrees(&h, &e, Some(h.raw_crc)), "{what} not caught");
+        }
+    }
+}
