@@ -98,7 +98,7 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
         let pg = PgBackupOptions { url: source.url("postgres"), ..Default::default() };
         let (b, backup_s, backup_cpu) = measured(|| backup_postgres(&pg, &bo, Arc::new(NoProgress)))?;
         let restored = dir.join("data");
-        let ro = PgRestoreOptions { target: restored.clone(), ..Default::default() };
+        let ro = PgRestoreOptions::new(&restored);
         let (_, restore_s, restore_cpu) = measured(|| restore_postgres(&BackupSet::open(&[Location::file(&stripes[0])], &LocalOnly)?, &ro, Arc::new(NoProgress)))?;
         let rows_match = {
             let copy = ScratchCluster::over(&restored, &source.sock)?;
