@@ -149,7 +149,7 @@ impl Matrix {
                 _ => Err(Error::invalid(format!("--stripes: '{s}' is not a stripe count from 1 to 64"))),
             })
             .collect::<Result<Vec<_>>>()?;
-        use sheaf_core::backup::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
+        use sheaf_core::format::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
         let transfer_size = list("transfer-size", transfer_size)?
             .into_iter()
             .map(|t| match parse_size(t)? {

@@ -69,13 +69,8 @@ impl Finished {
 fn allowed_cpus() -> &'static [usize] {
     static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
     CPUS.get_or_init(|| {
-        // SAFETY: sched_getaffinity fills the set it is given.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
-        if !ok {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+        let Ok(set) = rustix::thread::sched_getaffinity(None) else { return Vec::new() };
+        (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect()
     })
 }
 
@@ -126,12 +121,13 @@ pub fn stop_current() {
     if pid == 0 {
         return;
     }
-    // SAFETY: signalling our own child, which is not reaped until `run` clears `pid`.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    // Our own child, which is not reaped until `run` clears `pid`: the pid cannot be reused.
+    let signal = |s| i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).map(|p| rustix::process::kill_process(p, s));
+    signal(rustix::process::Signal::TERM);
     let t0 = Instant::now();
     while running().pid == pid {
         if t0.elapsed() > std::time::Duration::from_secs(5) {
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            signal(rustix::process::Signal::KILL);
         }
         if t0.elapsed() > std::time::Duration::from_secs(10) {
             break;
@@ -154,7 +150,7 @@ fn tree(pid: u32, out: &mut Vec<u32>) {
 fn tree_rss(pid: u32) -> u64 {
     let mut pids = Vec::new();
     tree(pid, &mut pids);
-    let rss = |p: u32, peak: bool| sheaf_core::pipeline::resident(p, peak).unwrap_or(0);
+    let rss = |p: u32, peak: bool| sheaf_core::host::resident(p, peak).unwrap_or(0);
     let sum: u64 = pids.iter().map(|&p| rss(p, false)).sum();
     sum.max(rss(pid, true))
 }
@@ -162,8 +158,7 @@ fn tree_rss(pid: u32) -> u64 {
 /// Flush every dirty page of every filesystem, so that the next operation starts with nothing
 /// dirty and one that does not flush (a tar extract) pays for its own writes.
 pub fn sync_all() {
-    // SAFETY: sync(2) takes no arguments and cannot fail.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
 }
 
 /// Drop the page cache, dentries and inodes (needs root): a cold-cache run.
@@ -234,9 +229,11 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
     // waited for (a shell's pipeline, pgBackRest's worker processes).
     let pid = pid as libc::pid_t;
     let mut status = 0;
-    // SAFETY: wait4 fills the status and rusage it is given; the pid is our unreaped child.
+    // SAFETY: all zeros is a valid rusage (plain integers).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let r = loop {
+        // rustix has no wait4 with rusage. SAFETY: wait4 only writes the status and rusage it is
+        // given, both live locals; the pid is our own unreaped child.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;

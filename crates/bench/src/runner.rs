@@ -380,7 +380,7 @@ impl Trash {
     fn make_room(&mut self, dest: &Path, note: &dyn Fn(Event)) -> Result<Option<u64>> {
         remove(dest)?;
         let parent = dest.parent().unwrap_or(dest);
-        let free = || sheaf_core::restore::free_space(parent).map(|(_, f)| f);
+        let free = || sheaf_core::host::free_space(parent).map(|(_, f)| f);
         if !self.kept.is_empty() && free().is_some_and(|f| f < self.largest.saturating_add(self.largest / 2).saturating_add(1 << 30)) {
             for d in self.kept.drain(..) {
                 remove(&d)?;
@@ -399,7 +399,7 @@ impl Trash {
     /// After a restore into `dest` (which had `before` bytes free): set it aside until the end.
     fn set_aside(&mut self, dest: &Path, before: Option<u64>) -> Result<()> {
         let parent = dest.parent().unwrap_or(dest);
-        if let (Some(b), Some((_, after))) = (before, sheaf_core::restore::free_space(parent)) {
+        if let (Some(b), Some((_, after))) = (before, sheaf_core::host::free_space(parent)) {
             self.largest = self.largest.max(b.saturating_sub(after));
         }
         if std::fs::symlink_metadata(dest).is_err() {
@@ -769,7 +769,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     }
     let backrest = peers.contains(&Peer::PgBackRest);
     let (src, home) = prepare_source(opts, backrest, &work_name, note)?;
-    let cores = sheaf_core::backup::available_cores();
+    let cores = sheaf_core::host::available_cores();
     // pg_basebackup's runs before pgBackRest's, so that none of them shares the machine with
     // pgBackRest's WAL archiving.
     let mut peer_runs: Vec<PeerRun> = opts.matrix.compression.iter().flat_map(|c| peers::runs_for(&peers, c, cores)).collect();

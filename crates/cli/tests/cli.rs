@@ -361,8 +361,7 @@ fn a_backup_killed_mid_way_leaves_nothing_restore_accepts() {
 }
 
 fn is_root() -> bool {
-    // SAFETY: trivial libc call.
-    unsafe { libc::geteuid() == 0 }
+    sheaf_core::host::is_root()
 }
 
 #[test]

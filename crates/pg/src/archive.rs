@@ -2,7 +2,7 @@
 //! `restore_command = 'sheaf wal-fetch %f %p'`.
 //!
 //! A pushed file is compressed, checksummed and published whole ([`sheaf_core::blob`]) at
-//! `wal/TIMELINE/NAME.wal`; success is reported only once it is durable. A segment's first page
+//! `wal/TIMELINE/NAME.wal` ([`crate::repo::paths::wal_object`]); success is reported only once it is durable. A segment's first page
 //! names its cluster, which must be the repository's. Pushing what is already archived with the
 //! same content succeeds (the archiver retries after a crash); different content under the same
 //! name is refused loudly and never overwritten.
@@ -15,81 +15,9 @@ use sheaf_core::blob::{copy_blob, same_content, BlobInfo};
 use sheaf_core::repo::Repo;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
-use crate::repo::{foreign, RepoMeta};
-
-/// What kind of file PostgreSQL archives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WalKind {
-    /// A whole segment, `TTTTTTTTXXXXXXXXYYYYYYYY`.
-    Segment,
-    /// The last, partial segment of a timeline that was left at a promotion, `SEGMENT.partial`.
-    Partial,
-    /// A timeline's history, `TTTTTTTT.history`.
-    History,
-    /// A backup's history file, `SEGMENT.OFFSET.backup`.
-    Backup,
-}
-
-/// An archived file's name, understood.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WalFile {
-    /// The name PostgreSQL gives it.
-    pub name: String,
-    /// Its kind.
-    pub kind: WalKind,
-    /// Its timeline.
-    pub timeline: u32,
-    /// Segment number (log × segments per log + seg); 0 for history files.
-    pub segno: u64,
-}
-
-fn hex8(s: &str) -> Option<u32> {
-    (s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_lowercase())).then(|| u32::from_str_radix(s, 16).ok()).flatten()
-}
-
-impl WalFile {
-    /// Parse a name PostgreSQL archives; `None` for anything else.
-    pub fn parse(name: &str, seg_size: u64) -> Option<WalFile> {
-        let per = 0x1_0000_0000 / seg_size.max(1);
-        let segment = |s: &str| -> Option<(u32, u64)> {
-            if s.len() != 24 {
-                return None;
-            }
-            let (t, log, seg) = (hex8(&s[..8])?, hex8(&s[8..16])?, hex8(&s[16..])?);
-            (u64::from(seg) < per).then_some((t, u64::from(log) * per + u64::from(seg)))
-        };
-        let mk = |kind, timeline, segno| Some(WalFile { name: name.to_string(), kind, timeline, segno });
-        if let Some((t, s)) = segment(name) {
-            return mk(WalKind::Segment, t, s);
-        }
-        if let Some(base) = name.strip_suffix(".partial") {
-            let (t, s) = segment(base)?;
-            return mk(WalKind::Partial, t, s);
-        }
-        if let Some(t) = name.strip_suffix(".history").and_then(hex8) {
-            return mk(WalKind::History, t, 0);
-        }
-        if let Some(rest) = name.strip_suffix(".backup") {
-            let (seg, off) = rest.split_once('.')?;
-            hex8(off)?;
-            let (t, s) = segment(seg)?;
-            return mk(WalKind::Backup, t, s);
-        }
-        None
-    }
-}
-
-/// The segment's file name.
-pub fn segment_name(timeline: u32, segno: u64, seg_size: u64) -> String {
-    let per = 0x1_0000_0000 / seg_size;
-    format!("{timeline:08X}{:08X}{:08X}", segno / per, segno % per)
-}
-
-/// Where an archived file lives in the repository.
-pub fn object_name(name: &str) -> String {
-    format!("wal/{}/{name}.wal", name.get(..8).unwrap_or("00000000"))
-}
+use crate::repo::meta::{foreign, RepoMeta};
+use crate::repo::paths;
+use crate::wal::{WalFile, WalKind};
 
 /// What a push did.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -146,7 +74,7 @@ pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Resu
             }
         }
     }
-    let object = object_name(&name);
+    let object = paths::wal_object(&name);
     let open = || File::open(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot open {}", path.display()), e));
     if repo.exists(&object)? {
         let src = repo.open(&object)?;
@@ -181,7 +109,7 @@ pub fn fetch_tmp_name(name: &str) -> String {
 pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
     WalFile::parse(name, meta.wal_segment_size)
         .ok_or_else(|| Error::invalid(format!("{name}: not a WAL file name (restore_command passes %f, then %p)")))?;
-    let object = object_name(name);
+    let object = paths::wal_object(name);
     let src = match repo.open(&object) {
         Ok(s) => s,
         Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
@@ -198,25 +126,4 @@ pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: boo
         let _ = std::fs::remove_file(&tmp);
     }
     r.map(Some)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_postgres_archives() {
-        let seg = 16 << 20;
-        let w = WalFile::parse("0000000200000001000000FF", seg).unwrap();
-        assert_eq!((w.kind, w.timeline, w.segno), (WalKind::Segment, 2, 0x1FF));
-        assert_eq!(segment_name(2, 0x1FF, seg), "0000000200000001000000FF");
-        assert_eq!(segment_name(1, 256, seg), "000000010000000100000000");
-        assert_eq!(WalFile::parse("00000003.history", seg).unwrap().kind, WalKind::History);
-        assert_eq!(WalFile::parse("000000010000000000000003.00000028.backup", seg).unwrap().segno, 3);
-        assert_eq!(WalFile::parse("000000010000000000000005.partial", seg).unwrap().kind, WalKind::Partial);
-        for bad in ["RECOVERYXLOG", "0000000100000000000001000", "000000010000000000000100", "00000001000000000000000g", "x.history"] {
-            assert!(WalFile::parse(bad, seg).is_none(), "{bad}");
-        }
-        assert_eq!(object_name("00000002.history"), "wal/00000002/00000002.history.wal");
-    }
 }

@@ -25,7 +25,9 @@ use sheaf_core::{Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Error, 
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
+use crate::facts::ClusterFacts;
 use crate::server::{format_lsn, parse_lsn, Server};
+use crate::wal;
 
 /// What a PostgreSQL backup is asked to do, beyond the engine's options.
 #[derive(Clone, Debug, Default)]
@@ -45,13 +47,32 @@ pub struct PgBackupOptions {
 }
 
 /// A finished PostgreSQL backup: the engine's report and the facts recorded in the manifest.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug)]
 pub struct PgBackupReport {
     /// The engine's report.
-    #[serde(flatten)]
     pub report: BackupReport,
-    /// Server, LSNs, timeline, tablespaces, pages verified.
-    pub postgres: serde_json::Value,
+    /// Server, LSNs, timeline, tablespaces, pages verified: what the manifest records.
+    pub facts: ClusterFacts,
+    /// Wall time of the whole backup, connection and checks included.
+    pub seconds_total: f64,
+}
+
+impl PgBackupReport {
+    /// The facts as a backup's report gives them (`sheaf backup --json`'s `postgres`): the
+    /// manifest's, less backup_label and tablespace_map, the databases by name (their relation
+    /// lists stay in the manifest), the checksum failures listed, and the whole time.
+    pub fn postgres(&self) -> serde_json::Value {
+        let mut v = self.facts.to_value();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("backup_label");
+            o.remove("tablespace_map");
+            let names: Vec<serde_json::Value> = self.facts.databases.iter().flatten().map(|d| serde_json::json!(d.name)).collect();
+            o.insert("databases".into(), serde_json::Value::Array(names));
+            o.insert("checksum_failures".into(), serde_json::json!(self.report.check_failures));
+            o.insert("seconds_total".into(), serde_json::json!(self.seconds_total));
+        }
+        v
+    }
 }
 
 /// Verifies page checksums of relation files as their chunks pass through the compressors.
@@ -113,28 +134,6 @@ fn system_identifier_of(pgdata: &Path) -> Result<u64> {
     })?;
     let first: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
     Ok(u64::from_le_bytes(first))
-}
-
-/// WAL file names from `first` through `last` on one timeline.
-pub fn wal_segments(first: &str, last: &str, segment_size: u64) -> Result<Vec<String>> {
-    let parse = |n: &str| -> Option<(u32, u64)> {
-        if n.len() != 24 {
-            return None;
-        }
-        let tli = u32::from_str_radix(&n[..8], 16).ok()?;
-        let hi = u64::from_str_radix(&n[8..16], 16).ok()?;
-        let lo = u64::from_str_radix(&n[16..], 16).ok()?;
-        Some((tli, hi * (0x1_0000_0000 / segment_size) + lo))
-    };
-    let bad = || Error::corrupt(format!("unexpected WAL file names {first} .. {last}"));
-    let ((t1, s1), (t2, s2)) = (parse(first).ok_or_else(bad)?, parse(last).ok_or_else(bad)?);
-    if t1 != t2 || s2 < s1 {
-        return Err(Error::invalid(format!(
-            "the timeline changed during the backup ({first} .. {last}): the server was promoted or restored meanwhile; take the backup again"
-        )));
-    }
-    let per = 0x1_0000_0000 / segment_size;
-    Ok((s1..=s2).map(|s| format!("{t1:08X}{:08X}{:08X}", s / per, s % per)).collect())
 }
 
 /// Take an online backup of the server at `pg.url`.
@@ -253,7 +252,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let segments = wal_segments(&start_wal, &stop_wal, facts.wal_segment_size)?;
+    let segments = wal::segments_between(&start_wal, &stop_wal, facts.wal_segment_size)?;
     let mut wal = Vec::with_capacity(segments.len() + 1);
     for name in &segments {
         let abs = pgdata.join("pg_wal").join(name);
@@ -261,9 +260,9 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             .map_err(|e| e.context(format!("WAL file {name}, which the backup needs")))?;
         wal.push(l);
     }
-    let timeline = u32::from_str_radix(&start_wal[..8], 16).unwrap_or(1);
+    let timeline = wal::timeline_of(&start_wal);
     if timeline > 1 {
-        let name = format!("{timeline:08X}.history");
+        let name = wal::history_name(timeline);
         let abs = pgdata.join("pg_wal").join(&name);
         if abs.exists() {
             wal.push(list_one(&abs, format!("pg_wal/{name}"), 0)?);
@@ -298,29 +297,30 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         .and_then(parse_lsn);
     let verified = check.as_ref().map_or(0, |c| c.verified.load(Ordering::Relaxed));
     let skipped = check.as_ref().map_or(0, |c| c.skipped.load(Ordering::Relaxed));
-    let mut facts_json = serde_json::json!({
-        "kind": "postgres",
-        "url": server.url(),
-        "server_version": facts.version,
-        "server_version_num": facts.version_num,
-        "system_identifier": facts.system_identifier,
-        "timeline": timeline,
-        "start_lsn": format_lsn(start_lsn),
-        "stop_lsn": format_lsn(stop.lsn),
-        "checkpoint_lsn": checkpoint.map(format_lsn),
-        "start_wal_file": start_wal,
-        "stop_wal_file": stop_wal,
-        "wal_files": segments.len(),
-        "data_checksums": facts.data_checksums,
-        "pages_verified": verified,
-        "pages_not_checked": skipped,
-        "tablespaces": tablespaces,
-        "tablespace_version_dir": facts.tablespace_version_dir,
-        "excluded_entries": dropped,
-        "backup_label": stop.backup_label,
-        "tablespace_map": stop.tablespace_map,
-        "databases": databases,
-    });
+    let mut recorded = ClusterFacts {
+        kind: crate::facts::KIND.into(),
+        url: server.url().to_string(),
+        server_version: facts.version,
+        server_version_num: facts.version_num,
+        system_identifier: facts.system_identifier,
+        timeline,
+        start_lsn: format_lsn(start_lsn),
+        stop_lsn: format_lsn(stop.lsn),
+        checkpoint_lsn: checkpoint.map(format_lsn),
+        start_wal_file: start_wal,
+        stop_wal_file: stop_wal,
+        wal_files: segments.len(),
+        data_checksums: facts.data_checksums,
+        pages_verified: verified,
+        pages_not_checked: skipped,
+        tablespaces,
+        tablespace_version_dir: facts.tablespace_version_dir,
+        excluded_entries: dropped,
+        backup_label: stop.backup_label,
+        tablespace_map: stop.tablespace_map,
+        databases: Some(databases),
+        checksum_failures: 0,
+    };
     let ignore = pg.ignore_checksum_failures;
     let report = session.finish_with(|failures| {
         if !failures.is_empty() && !ignore {
@@ -331,12 +331,10 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
                 failures.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
             )));
         }
-        facts_json["checksum_failures"] = serde_json::json!(failures.len());
-        Ok(facts_json.clone())
+        recorded.checksum_failures = failures.len();
+        Ok(recorded.to_value())
     })?;
-    let mut postgres = report_facts(&report, &facts_json);
-    postgres["seconds_total"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    Ok(PgBackupReport { report, postgres })
+    Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64() })
 }
 
 /// Read a small file the server rewrites in place (pg_control) until two reads agree, so that a
@@ -353,32 +351,4 @@ fn read_settled(path: &Path) -> Result<Vec<u8>> {
         std::thread::sleep(Duration::from_millis(10));
     }
     Err(Error::new(ErrorKind::Source, format!("{} kept changing while it was read", path.display())))
-}
-
-fn report_facts(report: &BackupReport, facts: &serde_json::Value) -> serde_json::Value {
-    let mut v = facts.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("backup_label");
-        o.remove("tablespace_map");
-        // The relation lists stay in the manifest; the report names the databases.
-        if let Some(dbs) = o.get("databases").and_then(|d| d.as_array()).cloned() {
-            let names: Vec<serde_json::Value> = dbs.iter().filter_map(|d| d.get("name").cloned()).collect();
-            o.insert("databases".into(), serde_json::Value::Array(names));
-        }
-        o.insert("checksum_failures".into(), serde_json::json!(report.check_failures));
-    }
-    v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wal_segment_names_cross_log_boundaries() {
-        let s = wal_segments("0000000100000000000000FE", "000000010000000100000001", 16 << 20).unwrap();
-        assert_eq!(s, vec!["0000000100000000000000FE", "0000000100000000000000FF", "000000010000000100000000", "000000010000000100000001"]);
-        assert_eq!(wal_segments("000000010000000000000003", "000000010000000000000003", 16 << 20).unwrap().len(), 1);
-        assert!(wal_segments("000000010000000000000003", "000000020000000000000004", 16 << 20).is_err());
-    }
 }

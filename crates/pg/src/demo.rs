@@ -56,7 +56,7 @@ pub struct DemoRow {
 
 /// User + system CPU seconds of this process so far.
 fn cpu_seconds() -> f64 {
-    let (user, system, _) = sheaf_core::pipeline::process_usage();
+    let (user, system, _) = sheaf_core::host::process_usage();
     user + system
 }
 
@@ -65,7 +65,7 @@ pub fn measured<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64, f64)> {
     let (c0, t0) = (cpu_seconds(), Instant::now());
     let v = f()?;
     let wall = t0.elapsed().as_secs_f64();
-    let cores = sheaf_core::backup::available_cores() as f64;
+    let cores = sheaf_core::host::available_cores() as f64;
     Ok((v, wall, 100.0 * (cpu_seconds() - c0) / (wall * cores).max(1e-9)))
 }
 
@@ -98,7 +98,7 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
         let pg = PgBackupOptions { url: source.url("postgres"), ..Default::default() };
         let (b, backup_s, backup_cpu) = measured(|| backup_postgres(&pg, &bo, Arc::new(NoProgress)))?;
         let restored = dir.join("data");
-        let ro = PgRestoreOptions { target: restored.clone(), ..Default::default() };
+        let ro = PgRestoreOptions::new(&restored);
         let (_, restore_s, restore_cpu) = measured(|| restore_postgres(&BackupSet::open(&[Location::file(&stripes[0])], &LocalOnly)?, &ro, Arc::new(NoProgress)))?;
         let rows_match = {
             let copy = ScratchCluster::over(&restored, &source.sock)?;

@@ -11,7 +11,8 @@ use sheaf_core::manifest::EntryKind;
 use sheaf_core::{BackupSet, Error, ErrorKind, Result};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
-use crate::server::{parse_lsn, DatabaseInfo, RelationInfo};
+use crate::facts::ClusterFacts;
+use crate::server::{DatabaseInfo, RelationInfo};
 
 /// Blocks in one segment file of a relation (1 GiB of 8 KiB pages, PostgreSQL's default).
 pub const RELSEG_BLOCKS: u64 = 131_072;
@@ -66,18 +67,12 @@ pub struct ExtractReport {
     pub seconds: f64,
 }
 
-/// The databases and relations the backup recorded.
+/// The facts a PostgreSQL backup recorded, its catalogs among them ([`ClusterFacts::databases`]).
 ///
 /// # Errors
-/// A set that is not a PostgreSQL backup, or one made before sheaf recorded them.
-pub fn catalog(set: &BackupSet) -> Result<Vec<DatabaseInfo>> {
-    if !crate::is_postgres(set) {
-        return Err(Error::invalid("this backup is of a directory, not of a PostgreSQL cluster: it has no relations to find"));
-    }
-    let dbs = set.manifest.source.get("databases").ok_or_else(|| {
-        Error::invalid("this backup does not record its databases and relations (made by an older sheaf): restore it, or extract files by path")
-    })?;
-    serde_json::from_value(dbs.clone()).map_err(|e| Error::corrupt(format!("the manifest's list of databases does not parse: {e}")))
+/// A set that is not a PostgreSQL backup, or whose facts do not parse.
+pub fn catalog(set: &BackupSet) -> Result<ClusterFacts> {
+    ClusterFacts::of(set)?.ok_or_else(|| Error::invalid("this backup is of a directory, not of a PostgreSQL cluster: it has no relations to find"))
 }
 
 /// Find `relation` (`SCHEMA.NAME` or `NAME`) in `database`, or in the one database that has it.
@@ -164,8 +159,8 @@ fn missing(rel: &RelationInfo) -> Error {
 /// ([`ErrorKind::Corrupt`]), writing the destination ([`ErrorKind::Target`]).
 pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> {
     let t0 = Instant::now();
-    let dbs = catalog(set)?;
-    let (db, rel) = find(&dbs, &opts.relation, opts.database.as_deref())?;
+    let facts = catalog(set)?;
+    let (db, rel) = find(facts.databases()?, &opts.relation, opts.database.as_deref())?;
     let files = files_of(set, &rel.path);
     if files.is_empty() {
         return Err(missing(rel));
@@ -197,11 +192,9 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
             let mut f = set.file(id)?;
             f.read_at(offset, &mut page[..])?;
             report.bytes_read = f.bytes_read;
-            let start_lsn = set.manifest.source.get("start_lsn").and_then(|v| v.as_str()).and_then(parse_lsn).unwrap_or(u64::MAX);
-            let checksums = set.manifest.source.get("data_checksums").and_then(|v| v.as_bool()).unwrap_or(false);
-            let facts = crate::checksum::page_facts(&page);
-            let verdict = match verify_page(&page, block as u32, start_lsn) {
-                _ if !checksums => "not checked".to_string(),
+            let header = crate::checksum::page_facts(&page);
+            let verdict = match verify_page(&page, block as u32, facts.start_lsn()) {
+                _ if !facts.data_checksums => "not checked".to_string(),
                 Verdict::Ok => "ok".into(),
                 Verdict::New => "new".into(),
                 Verdict::Recent => "recent".into(),
@@ -211,7 +204,7 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
             write_file(&opts.dest.join(&name), &page[..])?;
             report.files.push(name);
             report.bytes_written = PAGE_SIZE as u64;
-            report.page = Some(PageReport { block, lsn: crate::server::format_lsn(facts.lsn), checksum: verdict });
+            report.page = Some(PageReport { block, lsn: crate::server::format_lsn(header.lsn), checksum: verdict });
         }
         None => {
             let mut buf = vec![0u8; set.stripes[0].header.transfer_size as usize];

@@ -2,13 +2,17 @@
 //!
 //! - [`backup`]: [`backup_postgres`], an online, consistent backup of a running cluster.
 //! - [`restore`]: [`restore_postgres`], a restore that `pg_ctl start` brings up consistent.
+//! - [`facts`]: [`ClusterFacts`], what a backup records about its cluster, read back everywhere.
 //! - [`server`]: the connection, its checks, and the backup functions.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`extract`]: one relation, or one page of it, out of a backup.
 //! - [`dblab`]: seed 003's experiment on the server: TOAST pglz, lz4 and none, per access.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
-//! - [`repo`]: a cluster's repository (backups, records, retention); [`archive`]: WAL push and
-//!   fetch; [`pitr`]: point-in-time recovery from it.
+//! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files).
+//! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
+//!   retention, verify); [`archive`]: WAL push and fetch; [`spool`]: the archiver's look-ahead
+//!   and recovery's prefetch; [`queue`]: the archiver's queue bound; [`pitr`]: point-in-time
+//!   recovery from the repository.
 
 pub mod archive;
 pub mod backup;
@@ -16,14 +20,18 @@ pub mod checksum;
 pub mod dblab;
 pub mod demo;
 pub mod extract;
+pub mod facts;
 pub mod layout;
 pub mod pitr;
+pub mod queue;
 pub mod repo;
 pub mod restore;
 pub mod scratch;
-pub mod spool;
 pub mod server;
+pub mod spool;
 pub mod tpch;
+pub mod wal;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
-pub use restore::{is_postgres, restore_postgres, PgRestoreOptions};
+pub use facts::{is_postgres, ClusterFacts};
+pub use restore::{restore_postgres, PgRestoreOptions};

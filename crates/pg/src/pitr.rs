@@ -7,12 +7,18 @@
 use std::io::Write;
 use std::path::Path;
 
-use sheaf_core::repo::Repo;
-use sheaf_core::{Error, ErrorKind, Result};
+use std::sync::Arc;
 
-use crate::archive::{object_name, segment_name, WalFile, WalKind};
-use crate::repo::{archived, missing, BackupRecord, RepoMeta};
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, ErrorKind, Progress, RestoreReport, Result, Schemes};
+
+use crate::repo::inventory::{archived, missing};
+use crate::repo::meta::RepoMeta;
+use crate::repo::paths::wal_object;
+use crate::repo::records::{complete, open_set, pick, BackupRecord};
+use crate::restore::{restore_postgres, PgRestoreOptions};
 use crate::server::{format_lsn, parse_lsn};
+use crate::wal::{history_name, segment_name, WalFile, WalKind};
 
 /// Where recovery stops.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,8 +151,8 @@ fn ancestry(repo: &Repo, timeline: u32) -> Result<Vec<(u32, u64)>> {
     if timeline <= 1 {
         return Ok(Vec::new());
     }
-    let name = format!("{timeline:08X}.history");
-    let src = match repo.open(&object_name(&name)) {
+    let name = history_name(timeline);
+    let src = match repo.open(&wal_object(&name)) {
         Ok(s) => s,
         Err(e) if e.kind() == ErrorKind::Incomplete => {
             return Err(Error::new(
@@ -298,7 +304,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
             // later than the newest segment's archiving is beyond what the archive holds.
             let newest_ms = match &archive_end {
                 Some(n) => {
-                    let src = repo.open(&object_name(n))?;
+                    let src = repo.open(&wal_object(n))?;
                     sheaf_core::blob::blob_info(src.as_ref())?.created_unix_ms
                 }
                 None => backup.stop_ms,
@@ -314,6 +320,63 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
         _ => {}
     }
     Ok(Plan { backup, timeline, archive_end })
+}
+
+/// What `restore --repo` was asked for, as given: parsed here, in the order the repository is read.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    /// The backup: an id as `sheaf info` lists it, or `latest`; by default the newest that is
+    /// consistent before the target.
+    pub set: Option<String>,
+    /// `--target-time`.
+    pub time: Option<String>,
+    /// `--target-lsn`.
+    pub lsn: Option<String>,
+    /// `--target-name`.
+    pub name: Option<String>,
+    /// `--target immediate`.
+    pub immediate: bool,
+    /// `promote`, `pause` or `shutdown` at the target.
+    pub action: String,
+    /// `latest`, `current` or a number.
+    pub timeline: String,
+}
+
+/// Restore from the repository for point-in-time recovery: choose the backup ([`plan`]), open its
+/// stripes and check they hold the backup its record names, restore it, and write the recovery
+/// settings with the `restore_command` the restored server will run. That command is built after
+/// the checks and before the long restore: a restored cluster without its recovery settings
+/// would not recover.
+///
+/// # Errors
+/// A backup or target the repository cannot serve ([`plan`]), stripes that hold another backup
+/// ([`ErrorKind::Corrupt`]: the repository is damaged), `restore_command`'s error, and everything
+/// [`restore_postgres`] refuses.
+pub fn restore(
+    repo: &Repo,
+    meta: &RepoMeta,
+    schemes: &dyn Schemes,
+    request: &Request,
+    opts: &PgRestoreOptions,
+    restore_command: impl FnOnce() -> Result<String>,
+    progress: Arc<dyn Progress>,
+) -> Result<(RestoreReport, Plan)> {
+    let records = complete(repo)?;
+    let chosen = request.set.as_deref().map(|id| pick(&records, id)).transpose()?;
+    let target = target_from(request.time.as_deref(), request.lsn.as_deref(), request.name.as_deref(), request.immediate)?;
+    let recovery = Recovery { target, action: request.action.clone(), timeline: request.timeline.clone() };
+    let plan = plan(repo, meta, &records, chosen, &recovery)?;
+    let set = open_set(repo, &plan.backup, schemes)?;
+    if set.manifest.backup_id != plan.backup.backup_id {
+        return Err(Error::corrupt(format!(
+            "backup {}: its stripes hold backup {}, its record says {} (the repository is damaged)",
+            plan.backup.id, set.manifest.backup_id, plan.backup.backup_id
+        )));
+    }
+    let command = restore_command()?;
+    let report = restore_postgres(&set, opts, progress)?;
+    write_recovery(opts.target(), &command, &recovery)?;
+    Ok((report, plan))
 }
 
 /// Quote `s` for a POSIX shell inside a PostgreSQL string literal.

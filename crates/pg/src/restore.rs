@@ -12,29 +12,35 @@ use std::sync::Arc;
 
 use sheaf_core::{BackupSet, Error, ErrorKind, Progress, RestoreOptions, RestoreReport, Result};
 
+use crate::facts::ClusterFacts;
 use crate::server::Tablespace;
 
-/// How to restore a PostgreSQL backup.
-#[derive(Clone, Debug, Default)]
+/// How to restore a PostgreSQL backup: the core's options, whose `target` is the new data
+/// directory, and what only a cluster has.
+#[derive(Clone, Debug)]
 pub struct PgRestoreOptions {
-    /// The new data directory.
-    pub target: PathBuf,
+    /// Target, force, original paths, threads, buffered and synchronous writes, as for any set.
+    /// Its `relocate` and `hollow` are set here, from `tablespaces` and `db_include`; `only`
+    /// does not apply (a cluster comes whole).
+    pub core: RestoreOptions,
     /// `(OLD, NEW)`: the tablespace at OLD (its location, name or OID) goes to NEW.
     pub tablespaces: Vec<(String, PathBuf)>,
-    /// Replace what is in the target directories.
-    pub force: bool,
-    /// Restore unmapped tablespaces to where they were at backup time (else each needs a mapping).
-    pub original_paths: bool,
-    /// Decompressor threads.
-    pub threads: Option<usize>,
-    /// Write through the page cache instead of with direct I/O.
-    pub buffered_io: bool,
-    /// Write synchronously instead of through io_uring.
-    pub sync_writes: bool,
     /// Restore only these databases whole (and the system ones: postgres, template0, template1);
     /// the others' files come back as sparse files of zeros, so that the cluster starts and they
     /// can be dropped (pgBackRest's `--db-include`). Empty: all.
     pub db_include: Vec<String>,
+}
+
+impl PgRestoreOptions {
+    /// Restore into the data directory `target` with defaults.
+    pub fn new(target: impl Into<PathBuf>) -> Self {
+        PgRestoreOptions { core: RestoreOptions::new(target), tablespaces: Vec::new(), db_include: Vec::new() }
+    }
+
+    /// The new data directory.
+    pub fn target(&self) -> &Path {
+        &self.core.target
+    }
 }
 
 /// The databases that always come whole under `--db-include`.
@@ -46,8 +52,8 @@ pub const SYSTEM_DATABASES: [&str; 3] = ["postgres", "template0", "template1"];
 /// # Errors
 /// A database the backup does not hold (naming those it does), or a backup that does not record
 /// its databases.
-pub fn left_out_folders(set: &BackupSet, include: &[String]) -> Result<Vec<String>> {
-    let dbs = crate::extract::catalog(set)?;
+pub fn left_out_folders(facts: &ClusterFacts, include: &[String]) -> Result<Vec<String>> {
+    let dbs = facts.databases()?;
     for name in include {
         if !dbs.iter().any(|d| &d.name == name) {
             return Err(Error::invalid(format!(
@@ -56,30 +62,21 @@ pub fn left_out_folders(set: &BackupSet, include: &[String]) -> Result<Vec<Strin
             )));
         }
     }
-    let tablespaces: Vec<Tablespace> =
-        serde_json::from_value(set.manifest.source.get("tablespaces").cloned().unwrap_or_default()).unwrap_or_default();
-    let version_dir = set.manifest.source.get("tablespace_version_dir").and_then(|v| v.as_str()).unwrap_or_default();
+    let version_dir = &facts.tablespace_version_dir;
     let mut out = Vec::new();
     for d in dbs.iter().filter(|d| !include.contains(&d.name) && !SYSTEM_DATABASES.contains(&d.name.as_str())) {
         out.push(format!("base/{}", d.oid));
-        for ts in &tablespaces {
+        for ts in &facts.tablespaces {
             out.push(format!("pg_tblspc/{}/{version_dir}/{}", ts.oid, d.oid));
         }
     }
     Ok(out)
 }
 
-/// Whether a manifest's source is PostgreSQL.
-pub fn is_postgres(set: &BackupSet) -> bool {
-    set.manifest.source.get("kind").and_then(|k| k.as_str()) == Some("postgres")
-}
-
 fn running_postmaster(dir: &Path) -> Option<i32> {
     let text = fs::read_to_string(dir.join("postmaster.pid")).ok()?;
     let pid: i32 = text.lines().next()?.trim().parse().ok()?;
-    // SAFETY: signal 0 only checks that the process exists; EPERM means it does, as someone else.
-    let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    alive.then_some(pid)
+    u32::try_from(pid).is_ok_and(sheaf_core::host::process_alive).then_some(pid)
 }
 
 /// Restore a PostgreSQL backup set.
@@ -88,21 +85,21 @@ fn running_postmaster(dir: &Path) -> Option<i32> {
 /// A running server in the target, a tablespace mapping that names no tablespace, an unmapped
 /// tablespace whose original place is not empty, and everything [`sheaf_core::restore`] refuses.
 pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
-    if !is_postgres(set) {
+    let Some(facts) = ClusterFacts::of(set)? else {
         return Err(Error::invalid("this backup is not of a PostgreSQL cluster: restore it without --tablespace"));
-    }
-    if let Some(pid) = running_postmaster(&opts.target) {
+    };
+    let target = opts.target();
+    if let Some(pid) = running_postmaster(target) {
         return Err(Error::new(
             ErrorKind::TargetNotEmpty,
             format!(
                 "a PostgreSQL server (pid {pid}) is running on {}: stop it (pg_ctl stop -D {}) before restoring onto it",
-                opts.target.display(),
-                opts.target.display()
+                target.display(),
+                target.display()
             ),
         ));
     }
-    let tablespaces: Vec<Tablespace> =
-        serde_json::from_value(set.manifest.source.get("tablespaces").cloned().unwrap_or_default()).unwrap_or_default();
+    let tablespaces = &facts.tablespaces;
     let mut places = Vec::new();
     for (old, new) in &opts.tablespaces {
         let ts = tablespaces.iter().find(|t| &t.location == old || &t.name == old || t.oid.to_string() == *old).ok_or_else(|| {
@@ -118,12 +115,12 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
         })?;
         places.push((ts.clone(), new.clone()));
     }
-    for ts in &tablespaces {
+    for ts in tablespaces {
         if places.iter().any(|(t, _)| t.oid == ts.oid) {
             continue;
         }
         let original = PathBuf::from(&ts.location);
-        if !opts.original_paths {
+        if !opts.core.original_paths {
             return Err(Error::invalid(format!(
                 "the backup holds tablespace {} (oid {}), which was at {}; sheaf writes outside --to only where told: map it with --tablespace {}=NEW_DIR, or pass --original-paths to restore it where it was",
                 ts.name, ts.oid, ts.location, ts.location
@@ -144,28 +141,23 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
         places.push((ts.clone(), original));
     }
 
-    let mut core = RestoreOptions::new(&opts.target);
+    let mut core = opts.core.clone();
     if !opts.db_include.is_empty() {
-        core.hollow = left_out_folders(set, &opts.db_include)?;
+        core.hollow = left_out_folders(&facts, &opts.db_include)?;
     }
-    core.force = opts.force;
-    core.threads = opts.threads;
-    core.buffered = opts.buffered_io;
-    core.sync_writes = opts.sync_writes;
     // Every tablespace has its place now, each one the user named or allowed, and each goes to the
     // core as a mapping (X=X included): a root the manifest holds that is not one of these is still
     // refused there, whatever else was allowed.
-    core.original_paths = opts.original_paths;
     core.relocate = places.iter().map(|(ts, new)| (ts.location.clone(), new.clone())).collect();
     let report = sheaf_core::restore(set, &core, progress)?;
     // Until the links and tablespace_map point at the new places, starting this directory would
     // write into the old ones: keep it marked incomplete meanwhile.
-    let marker = opts.target.join(sheaf_core::restore::INCOMPLETE_MARKER);
+    let marker = target.join(sheaf_core::restore::INCOMPLETE_MARKER);
     let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", marker.display()), e);
     fs::write(&marker, b"relinking tablespaces").map_err(|e| io("cannot write", e))?;
-    fix_up(&opts.target, &places)?;
+    fix_up(target, &places)?;
     fs::remove_file(&marker).map_err(|e| io("cannot remove", e))?;
-    fs::File::open(&opts.target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
+    fs::File::open(target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
     Ok(report)
 }
 

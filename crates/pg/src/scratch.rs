@@ -46,8 +46,7 @@ pub fn ensure_installed() -> Result<PathBuf> {
 
 /// Whether we run as root.
 pub fn is_root() -> bool {
-    // SAFETY: trivial libc call.
-    unsafe { libc::geteuid() == 0 }
+    sheaf_core::host::is_root()
 }
 
 /// The uid and gid a scratch server runs as.
@@ -56,8 +55,7 @@ pub fn is_root() -> bool {
 /// As root, when there is no `postgres` user.
 pub fn server_owner() -> Result<(u32, u32)> {
     if !is_root() {
-        // SAFETY: trivial libc calls.
-        return Ok(unsafe { (libc::geteuid(), libc::getegid()) });
+        return Ok(sheaf_core::host::effective_ids());
     }
     let id = |flag: &str| -> Result<u32> {
         let out = Command::new("id").args([flag, "postgres"]).output().map_err(|e| err(format!("id: {e}")))?;

@@ -4,10 +4,7 @@
 //!   behind it, one call pushes up to `parallel` of them at once and leaves a marker for each extra
 //!   one (`out/NAME.ok`: the file's size, mtime and inode when it was pushed). The archiver's next
 //!   calls find their marker and return at once. A marker whose file changed is ignored.
-//! - **Queue bound** ([`pending_wal`], [`record_dropped`]): when a push fails and more WAL than the
-//!   bound waits in pg_wal, the caller reports success so PostgreSQL can recycle the segment; the
-//!   loss is recorded in the spool (`dropped/NAME.json`) and published to the repository
-//!   (`dropped/NAME.json`) by the next push that gets through, where `sheaf info` shows it.
+//! - **Queue bound**: in [`crate::queue`], which keeps its drop records in the spool too.
 //! - **Prefetch** ([`Spool::serve`], [`prefetch`]): recovery asks for segments one at a time;
 //!   after each, a background prefetcher keeps the next `parallel` segments fetched and checked in
 //!   `in/`, so the next call is a rename. Each file is written under a temporary name and renamed,
@@ -30,8 +27,9 @@ use sheaf_core::repo::Repo;
 use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
-use crate::archive::{fetch, fetch_tmp_name as tmp_name, push, segment_name, Pushed, WalFile, WalKind};
-use crate::repo::RepoMeta;
+use crate::archive::{fetch, fetch_tmp_name as tmp_name, push, Pushed};
+use crate::repo::meta::RepoMeta;
+use crate::wal::{self, segment_name, WalFile, WalKind};
 
 /// One repository's spool.
 #[derive(Clone, Debug)]
@@ -61,7 +59,8 @@ impl Spool {
         &self.dir
     }
 
-    fn sub(&self, part: &str) -> Result<PathBuf> {
+    /// Its folder `part`, made if missing.
+    pub(crate) fn sub(&self, part: &str) -> Result<PathBuf> {
         let d = self.dir.join(part);
         fs::create_dir_all(&d).map_err(|e| io(format!("cannot create the spool folder {} (set spool = \"DIR\" or --spool to move it)", d.display()), e))?;
         Ok(d)
@@ -69,7 +68,7 @@ impl Spool {
 }
 
 /// Write `bytes` to `path` through a temporary name, so readers see all of it or nothing.
-fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let r = File::create(&tmp).and_then(|mut f| f.write_all(bytes)).and_then(|()| fs::rename(&tmp, path));
     r.map_err(|e| {
@@ -116,6 +115,14 @@ pub struct PushReport {
     pub ahead_failed: Vec<AheadFailure>,
     /// The spool could not be used (look-ahead was skipped); the push itself went on.
     pub spool_error: Option<String>,
+}
+
+impl PushReport {
+    /// The answer for a file an earlier call's look-ahead pushed: nothing done now.
+    pub fn from_spool(path: &Path) -> PushReport {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        PushReport { name, from_spool: true, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None }
+    }
 }
 
 /// The `.ready` segments in `wal_dir` after `name`, oldest first.
@@ -168,7 +175,7 @@ impl Spool {
 pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let mut report = PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None };
-    let wal_dir = path.parent().unwrap_or(Path::new("."));
+    let wal_dir = wal::wal_dir(path);
     let is_segment = WalFile::parse(&name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment);
     let mut todo = vec![path.to_path_buf()];
     if parallel > 1 && is_segment {
@@ -211,84 +218,6 @@ pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, code
     }
     report.pushed.insert(0, first?);
     Ok(report)
-}
-
-// ---------------------------------------------------------------------------------------------
-// The queue bound.
-
-/// WAL waiting to be archived in `wal_dir`: the `.ready` files and their bytes.
-///
-/// # Errors
-/// The status folder cannot be read.
-pub fn pending_wal(wal_dir: &Path) -> Result<(usize, u64)> {
-    let status = wal_dir.join("archive_status");
-    let dir = fs::read_dir(&status).map_err(|e| io(format!("cannot read {}", status.display()), e))?;
-    let (mut files, mut bytes) = (0, 0);
-    for e in dir.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if let Some(f) = n.strip_suffix(".ready") {
-            files += 1;
-            bytes += fs::metadata(wal_dir.join(f)).map(|m| m.len()).unwrap_or(0);
-        }
-    }
-    Ok((files, bytes))
-}
-
-/// A WAL file left out of the archive because the queue bound tripped.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Dropped {
-    /// The file's name.
-    pub name: String,
-    /// When, RFC 3339 UTC.
-    pub at: String,
-    /// WAL waiting in pg_wal then.
-    pub pending_bytes: u64,
-    /// The bound.
-    pub queue_max: u64,
-    /// Why the push failed.
-    pub error: String,
-}
-
-/// Record in the spool that `d` was dropped; [`publish_dropped`] carries it to the repository.
-///
-/// # Errors
-/// The spool cannot be written.
-pub fn record_dropped(spool: &Spool, d: &Dropped) -> Result<()> {
-    let dir = spool.sub("dropped")?;
-    write_whole(&dir.join(format!("{}.json", d.name)), &serde_json::to_vec_pretty(d).expect("serialises"))
-}
-
-/// Copy the spool's drop records into the repository (`dropped/NAME.json`) and forget them
-/// locally. Returns how many.
-///
-/// # Errors
-/// The repository cannot be written.
-pub fn publish_dropped(repo: &Repo, spool: &Spool) -> Result<usize> {
-    let Ok(dir) = fs::read_dir(spool.dir.join("dropped")) else { return Ok(0) };
-    let mut n = 0;
-    for e in dir.flatten() {
-        let Ok(text) = fs::read(e.path()) else { continue };
-        let Ok(d) = serde_json::from_slice::<Dropped>(&text) else { continue };
-        repo.put_json(&format!("dropped/{}.json", d.name), &d, true)?;
-        let _ = fs::remove_file(e.path());
-        n += 1;
-    }
-    Ok(n)
-}
-
-/// The drop records in the repository, oldest name first.
-///
-/// # Errors
-/// The repository cannot be listed or read.
-pub fn dropped(repo: &Repo) -> Result<Vec<Dropped>> {
-    let mut v = Vec::new();
-    for s in repo.list("dropped/")? {
-        if s.name.ends_with(".json") {
-            v.push(repo.get_json::<Dropped>(&s.name)?);
-        }
-    }
-    v.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(v)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,7 +284,7 @@ impl Spool {
     pub fn serve(&self, name: &str, dest: &Path) -> Result<bool> {
         // Said first, so the prefetcher neither fetches this one (its window starts after it) nor
         // removes it while it is taken (it keeps the newest asked-for segment).
-        if is_segment_name(name) {
+        if wal::is_segment_name(name) {
             self.want(name)?;
         }
         self.await_in_flight(name, Duration::from_secs(120));
@@ -367,11 +296,6 @@ impl Spool {
         let lock = self.dir.join("in").join(".lock");
         lock.exists() && matches!(try_lock(&lock), Ok(None))
     }
-}
-
-/// A whole segment's name: 24 upper-case hex digits.
-pub fn is_segment_name(name: &str) -> bool {
-    name.len() == 24 && name.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
 }
 
 /// What a prefetcher did before it stopped.

@@ -339,8 +339,7 @@ fn modes_and_owners_come_back_exactly() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("src");
     std::fs::create_dir_all(src.join("sub")).unwrap();
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = sheaf_core::host::is_root();
     let modes = [0o644, 0o600, 0o666, 0o400, 0o000, 0o4755, 0o2750, 0o1644, 0o640];
     let mut n = 0;
     for (k, mode) in modes.into_iter().enumerate() {

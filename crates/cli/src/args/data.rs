@@ -1,0 +1,238 @@
+//! The arguments of the commands that move a backup's bytes: backup, restore (from stripes or,
+//! with [`RecoveryArgs`], from a repository), verify and extract.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
+
+#[derive(Args)]
+pub struct BackupArgs {
+    /// What to back up: a directory (a stopped database's files, a filesystem snapshot), or a
+    /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
+    /// (online and consistent; sheaf must run on the database host).
+    pub source: String,
+    /// A stripe: a file path, s3://BUCKET/PREFIX/NAME.sheaf (an object), or `nul` to discard the
+    /// output. Repeat for more stripes (up to 64), ideally on different volumes or buckets; each
+    /// stripe has its own writer. Files and objects mix.
+    #[arg(long = "to", value_name = "TARGET", conflicts_with = "repo")]
+    pub to: Vec<String>,
+    /// Back up into this repository instead (a PostgreSQL server's, made with sheaf init): the set
+    /// goes under its backups/, recorded for sheaf info, restore --repo and expire. Default when no
+    /// --to is given: SHEAF_REPO, else repo in the config file.
+    #[arg(long, value_name = "REPO")]
+    pub repo: Option<String>,
+    /// Stripes of a backup into a repository. Default: SHEAF_STRIPES, the config file, else 1.
+    #[arg(long, value_name = "N", conflicts_with = "to")]
+    pub stripes: Option<usize>,
+    /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
+    /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:
+    /// SHEAF_COMPRESSION, the config file, else zstd:low.
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
+    pub compression: Option<String>,
+    /// Chunk size (SQL Server's MAXTRANSFERSIZE), 64KiB .. 16MiB. The unit of reading, compressing,
+    /// checksumming and restoring.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB")]
+    pub transfer_size: String,
+    /// Buffers in flight (SQL Server's BUFFERCOUNT), each compressor's output buffer included.
+    /// Memory for chunk data is bounded by buffer count × transfer size. Default: stripes × 4 +
+    /// 2 × readers (at least 2 × threads), plus one per compressor thread.
+    #[arg(long, value_name = "N")]
+    pub buffer_count: Option<usize>,
+    /// Reader threads. Default: one per device among the source's files.
+    #[arg(long, value_name = "N")]
+    pub readers: Option<usize>,
+    /// Compressor threads. Default: one per core.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Free text stored with the backup.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+    /// Replace stripe files that already exist.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Reserve each stripe file's estimated size (the source's size over the stripes) up front
+    /// and trim it at the end, as SQL Server does unless trace flag 3042 is on. By default a stripe
+    /// grows as it is written: on ext4, reserving first made no measurable difference
+    /// (docs/design.md). Where the filesystem cannot reserve it (or has not the room), the stripe
+    /// grows as written.
+    #[arg(long)]
+    pub preallocate: bool,
+    /// PostgreSQL: the data directory, when the server will not say or to make sure.
+    #[arg(long, value_name = "DIR")]
+    pub pgdata: Option<PathBuf>,
+    /// PostgreSQL: name of the temporary replication slot that reserves WAL (default sheaf_<pid>).
+    #[arg(long, value_name = "NAME")]
+    pub slot: Option<String>,
+    /// PostgreSQL: checkpoint at backup start, `fast` (at once) or `spread` (gentler, slower).
+    #[arg(long, value_name = "MODE", default_value = "fast", value_parser = ["fast", "spread"])]
+    pub checkpoint: String,
+    /// PostgreSQL: keep a backup that found page checksum failures (they are recorded and listed).
+    #[arg(long)]
+    pub ignore_checksum_failures: bool,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Print one JSON object with the results instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+
+#[derive(Args)]
+pub struct RestoreArgs {
+    /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
+    /// beside it (same folder or prefix) or where the backup wrote them. None with --repo.
+    #[arg(value_name = "STRIPE")]
+    pub stripes: Vec<String>,
+    /// Directory to restore into; created if missing, refused if not empty (see --force).
+    #[arg(long = "to", value_name = "DIR")]
+    pub to: PathBuf,
+    /// Restore only what matches PATTERN (repeatable): a glob on paths as the backup holds them
+    /// (base/16384/16385*, pg_tblspc/..., or relative to a directory backup's root; * and ? within
+    /// a name, ** across folders); a folder that matches comes whole. Only the frames that hold
+    /// those files are read. Not a cluster that starts: files, for inspection or copying back.
+    #[arg(long, value_name = "PATTERN")]
+    pub only: Vec<String>,
+    /// PostgreSQL: restore only this database whole (repeatable; postgres, template0 and template1
+    /// always come whole). The others' files come back as sparse files of zeros, unread, so that
+    /// the cluster starts; drop them then (DROP DATABASE). As pgBackRest's --db-include.
+    #[arg(long, value_name = "NAME")]
+    pub db_include: Vec<String>,
+    /// Put what was under OLD (a path inside the backup, or an original absolute path) under NEW
+    /// instead (SQL Server's WITH MOVE). Repeatable.
+    #[arg(long, value_name = "OLD=NEW")]
+    pub relocate: Vec<String>,
+    /// PostgreSQL: put the tablespace at OLD (its location, name or OID) at NEW instead; its link in
+    /// pg_tblspc and tablespace_map follow. Repeatable.
+    #[arg(long, value_name = "OLD=NEW")]
+    pub tablespace: Vec<String>,
+    /// Restore trees the backup holds outside its main directory (tablespaces) to the absolute
+    /// paths they had when backed up. Without it sheaf writes only under --to and where a
+    /// --relocate or --tablespace says, and names any tree left unmapped.
+    #[arg(long)]
+    pub original_paths: bool,
+    /// Restore into a non-empty directory: everything in it is removed first, so the result is
+    /// exactly the backup (SQL Server's WITH REPLACE).
+    #[arg(long)]
+    pub force: bool,
+    /// Decompressor threads. Default: one per core.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Write through the page cache. By default files of 64 KiB or more are written with direct
+    /// I/O (O_DIRECT), which skips a copy and the cache's lock contention, wherever the filesystem
+    /// allows it (where it does not, sheaf falls back by itself); smaller files always go through
+    /// the cache and one syncfs makes them durable.
+    #[arg(long)]
+    pub buffered_io: bool,
+    /// Write each direct chunk synchronously from the thread that decompressed it, instead of
+    /// keeping writes in flight on an io_uring while the next chunks decompress. For comparison:
+    /// where the kernel offers no io_uring (disabled, or refused by a container's sandbox) sheaf
+    /// writes synchronously by itself.
+    #[arg(long)]
+    pub sync_writes: bool,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Print one JSON object with the results instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub recovery: RecoveryArgs,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
+    /// beside it or where the backup wrote them. None with --repo: every backup in it and the WAL.
+    #[arg(value_name = "STRIPE")]
+    pub stripes: Vec<String>,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Decompressor threads. Default: one per core.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Print one JSON object with the results instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+
+/// The `--repo` side of `sheaf restore`: which backup, and where recovery stops.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "From a repository (point-in-time recovery)")]
+pub struct RecoveryArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The backup: an id as `sheaf info` lists it, or `latest`. Default: the newest that is
+    /// consistent before the target.
+    #[arg(long, value_name = "ID")]
+    pub set: Option<String>,
+    /// Recover to this moment, with its zone: '2026-11-22 10:15:00+00'.
+    #[arg(long, value_name = "TIMESTAMP")]
+    pub target_time: Option<String>,
+    /// Recover to this LSN, e.g. 0/3000060.
+    #[arg(long, value_name = "LSN")]
+    pub target_lsn: Option<String>,
+    /// Recover to a restore point made with pg_create_restore_point('NAME').
+    #[arg(long, value_name = "NAME")]
+    pub target_name: Option<String>,
+    /// `immediate`: stop as soon as the backup is consistent.
+    #[arg(long, value_name = "immediate", value_parser = ["immediate"])]
+    pub target: Option<String>,
+    /// What the server does at the target: promote (open for writes on a new timeline), pause
+    /// (read-only, to look first: then SELECT pg_wal_replay_resume()), or shutdown.
+    #[arg(long, value_name = "ACTION", default_value = "promote", value_parser = ["promote", "pause", "shutdown"])]
+    pub target_action: String,
+    /// The timeline to follow: latest, current (the backup's) or a number.
+    #[arg(long, value_name = "TIMELINE", default_value = "latest")]
+    pub target_timeline: String,
+}
+
+impl RecoveryArgs {
+    /// Whether any repository-only flag was given.
+    pub fn any_target(&self) -> bool {
+        self.set.is_some() || self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target.is_some()
+    }
+}
+
+#[derive(Args)]
+pub struct ExtractArgs {
+    /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
+    /// beside it. None with --repo.
+    #[arg(value_name = "STRIPE")]
+    pub stripes: Vec<String>,
+    /// The relation: SCHEMA.NAME, or NAME when only one schema (and database) has it.
+    #[arg(long, value_name = "NAME")]
+    pub relation: String,
+    /// Its database. Default: the one database that has the relation.
+    #[arg(long, value_name = "DB")]
+    pub database: Option<String>,
+    /// One block (8 KiB page) of the relation's main fork instead of its files, written as
+    /// FILENODE.blockN.
+    #[arg(long, value_name = "N")]
+    pub block: Option<u64>,
+    /// The folder to write into (made if missing).
+    #[arg(long = "to", value_name = "DIR")]
+    pub to: PathBuf,
+    /// With --repo: which backup (its id as sheaf info lists it, or latest).
+    #[arg(long, value_name = "ID", default_value = "latest")]
+    pub set: String,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Print one JSON object with the results instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+

@@ -1,0 +1,189 @@
+//! The command line as clap parses it: raw flags, nothing resolved. [`crate::context`] turns them
+//! into what the commands use (settings, schemes, keys, rate limit) once; each command's module
+//! under [`crate::commands`] reads its own arguments from here.
+//!
+//! - [`shared`]: flags several commands flatten in (S3, keys, repository, rate limit, spool).
+//! - [`data`]: backup, restore, verify, extract: the commands that move a backup's bytes.
+//! - [`repo`]: the repository's commands: init, wal-push, wal-fetch, info, expire, config.
+//! - [`tools`]: generate, demo, bench, load-tpch, lab, and the history (list, show).
+
+pub mod data;
+pub mod repo;
+pub mod shared;
+pub mod tools;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
+pub use repo::{ConfigArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs};
+pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
+pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
+
+#[derive(Parser)]
+#[command(
+    name = "sheaf",
+    version,
+    about = "Fast, parallel, compressed, striped backup and restore",
+    long_about = "Fast, parallel, compressed, striped backup and restore.\n\n\
+A backup is a set of stripes (one file per --to) that share one backup id. Chunks of \
+--transfer-size bytes are read by one reader per device, compressed on every core, and written \
+to whichever stripe is ready; every chunk carries checksums of its stored and raw bytes, and every \
+stripe carries the whole manifest, so any one stripe finds the rest.",
+    after_help = crate::exit::help()
+)]
+pub struct Cli {
+    /// History catalog (SQLite) recording every backup, restore and verify. Default: SHEAF_CATALOG,
+    /// else $XDG_DATA_HOME/sheaf/catalog.db (~/.local/share/sheaf/catalog.db).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub catalog: Option<PathBuf>,
+    /// Config file (TOML: repo, compression, s3-endpoint, ...; see sheaf config). Default:
+    /// SHEAF_CONFIG, else ~/.config/sheaf/sheaf.toml over /etc/sheaf/sheaf.toml. Flags and SHEAF_*
+    /// variables win over it.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Back up a directory tree or a running PostgreSQL server to one or more stripes (or to nul).
+    #[command(after_help = "Examples:\n  \
+sheaf backup /srv/data --to /mnt/a/data_1.sheaf --to /mnt/b/data_2.sheaf\n  \
+sheaf backup /srv/data --to nul --compression lz4 --json        # throughput of read + compress alone\n  \
+sheaf backup /srv/data --to d.sheaf --compression zstd:high --transfer-size 4MiB --buffer-count 16\n  \
+sheaf backup 'postgres://postgres@/postgres?host=/run/postgresql' --to /mnt/a/pg_1.sheaf --to /mnt/b/pg_2.sheaf\n  \
+sheaf backup /srv/data --to s3://backups/data/d_1.sheaf --to s3://backups/data/d_2.sheaf   # credentials from AWS_* or ~/.aws\n  \
+sheaf backup /srv/data --to s3://backups/d.sheaf --s3-endpoint https://minio.example:9000   # any S3-compatible store")]
+    Backup(BackupArgs),
+    /// Restore a backup set into a directory (any one stripe finds the others beside it).
+    #[command(after_help = "Examples:\n  \
+sheaf restore /mnt/a/data_1.sheaf --to /srv/restored\n  \
+sheaf restore a.sheaf b.sheaf --to /srv/new --relocate big/table=/mnt/fast/table\n  \
+sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/ts1   # then: pg_ctl start -D /srv/pg/new\n  \
+sheaf restore s3://backups/data/d_1.sheaf --to /srv/restored                        # finds d_2.sheaf under the same prefix\n  \
+sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-time '2026-11-22 10:15:00+00'  # point in time; then pg_ctl start\n  \
+sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-name before_upgrade --target-action pause")]
+    Restore(RestoreArgs),
+    /// Read every stripe, check every checksum and decompress, writing nothing (RESTORE VERIFYONLY).
+    Verify(VerifyArgs),
+    /// Write a seeded data set of known compressibility, to try sheaf on.
+    Generate(GenerateArgs),
+    /// A throwaway PostgreSQL cluster loaded with TPC-H, backed up with each codec, restored,
+    /// started and checked; prints the table the seed authors built by hand (make demo runs it).
+    #[command(after_help = "Installs Debian's postgresql first if it is missing (as root). Stops every server it started, also on Ctrl-C.")]
+    Demo(DemoArgs),
+    /// The seeds' experiment as a command: every combination of codec, stripes, transfer size,
+    /// buffer count and target, each repeated; backup, verify and restore timed with their CPU;
+    /// peers measured in the same run; a table, CSV/JSON/Markdown and plots.
+    #[command(after_help = "Examples:\n  \
+sheaf bench --dataset tpch:1 --target nul,/mnt/backup --stripes 1,2 --peers pg_basebackup,pgbackrest --out report\n  \
+sheaf bench /srv/data --compression lz4,zstd:low --transfer-size 64KiB,1MiB,4MiB --buffer-count 7,27,47 --target /mnt/a+/mnt/b\n  \
+sheaf bench --plan sweep.toml --repeat 5\n  \
+sheaf bench --dataset files:100000x8KiB -c zstd:1 --target /var/tmp --peers tar --repeat 3\n\n\
+Each repeat runs `sheaf backup`, then for a disk target `sheaf verify` and `sheaf restore` (into a \
+scratch folder beside the stripes, removed after), each as a child process: its wall time until \
+durable (sync), its CPU (user + system, from wait4) as a share of all cores, its peak memory (the \
+process tree's resident sets, sampled), and the whole host's CPU over the same time. The page cache stays warm unless --drop-caches. Runs are \
+recorded in the catalog. A plan file holds the same settings in TOML (compression = [\"lz4\"], \
+stripes = [1, 2], transfer-size, buffer-count, target, repeat, peers, dataset or source, out, \
+drop-caches, restore-dir); flags win over it.")]
+    Bench(BenchArgs),
+    /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
+    LoadTpch(LoadTpchArgs),
+    /// Create a repository for a cluster: a folder or s3://BUCKET/PREFIX where sheaf keeps its
+    /// backups and archived WAL (point-in-time recovery, retention).
+    #[command(after_help = "Example:\n  \
+sheaf init --repo /srv/sheaf 'postgres://postgres@/postgres?host=/run/postgresql'\n\n\
+Then in postgresql.conf: archive_mode = on, archive_command = 'sheaf wal-push %p --repo /srv/sheaf'\n\
+(or put repo = \"/srv/sheaf\" in /etc/sheaf/sheaf.toml and write just 'sheaf wal-push %p').")]
+    Init(InitArgs),
+    /// Archive one WAL file into the repository (archive_command = 'sheaf wal-push %p').
+    #[command(after_help = "Compressed (zstd:low unless told), checksummed and stored under a temporary name, then \
+published; exit 0 only once it is durable. A file archived already with the same content is success \
+(the archiver retries after a crash); different content under an archived name is refused and never \
+overwritten. A segment of another cluster is refused.")]
+    WalPush(WalPushArgs),
+    /// Restore one WAL file from the repository (restore_command = 'sheaf wal-fetch %f %p'); exit 1
+    /// without a word when the archive does not hold it, as PostgreSQL expects at its end. Any other
+    /// failure (a damaged object, an unreachable repository) exits 255, which stops recovery rather
+    /// than ending it early; in standby mode the usual exit codes, and the standby retries.
+    WalFetch(WalFetchArgs),
+    /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
+    /// per timeline, gaps, totals.
+    Info(InfoArgs),
+    /// Remove old backups and the WAL no kept backup needs, by policy.
+    #[command(after_help = "Examples:\n  \
+sheaf expire --keep-full 2               # the two newest backups and the WAL from the older one on\n  \
+sheaf expire --keep-within 14d --dry-run # what recovery to any moment of the last 14 days needs\n\n\
+Never removes the newest finished backup, nor WAL a kept backup needs to be consistent or to reach \
+any moment after it; history files always stay. Backups left unfinished by a crash are removed; one \
+still being written is left alone.")]
+    Expire(ExpireArgs),
+    /// The settings in force (flags aside) and where each comes from; secrets masked.
+    Config(ConfigArgs),
+    /// List the runs the history catalog holds, newest first (msdb's backupset).
+    List(ListArgs),
+    /// Show one run of the history catalog, with its full report.
+    Show(ShowArgs),
+    /// What a codec costs per access on your own pages (seed 003's question): ratio, full scan,
+    /// single-page fetch and in-place update, for each codec and unit size, as multiples of raw.
+    #[command(after_help = "Examples:\n  \
+sheaf lab --url 'postgres://postgres@/tpch?host=/run/postgresql' --relation public.lineitem\n  \
+sheaf lab /backups/pg_1.sheaf --relation lineitem --database tpch -c lz4,zstd:low --unit 8KiB,1MiB\n  \
+sheaf lab --file /var/lib/postgresql/15/main/base/16384/16402 --threads 2 --out lab-report\n\n\
+In memory, on a sample of the relation's pages (--sample, from its start): each unit is compressed \
+on its own; a scan decompresses every unit, a fetch the unit that holds one random page, an update \
+decompresses it, changes a tuple's bytes and compresses it again. Medians of --repeat runs.")]
+    Lab(LabArgs),
+    /// Write one relation's files, or one 8 KiB page of it, out of a PostgreSQL backup, as they were
+    /// backed up, reading only the frames that hold them.
+    #[command(after_help = "Examples:\n  \
+sheaf extract /backups/pg_1.sheaf --relation public.orders --database shop --to /tmp/orders\n  \
+sheaf extract --repo /srv/sheaf --set latest --relation orders --block 4711 --to /tmp/page\n\n\
+A page comes checked by its frames' checksums and, where the cluster had data checksums, by its own \
+(ok, new, recent: written while the backup ran, so WAL replay rewrites it; or mismatch, which still \
+writes the page for inspection and exits 3). Relations are found by the names the catalogs had when \
+the backup started.")]
+    Extract(ExtractArgs),
+}
+
+
+/// The flags the command given shares with others, for [`crate::context::Context`] to resolve:
+/// each left at its default where the command has no such flag.
+#[derive(Clone, Default)]
+pub struct Shared {
+    /// How to reach `s3://` locations (`None`: the command reaches none).
+    pub s3: Option<S3Args>,
+    /// The encryption secret.
+    pub keys: KeyArgs,
+    /// `--repo`.
+    pub repo: Option<String>,
+    /// `--max-rate`.
+    pub rate: RateArgs,
+    /// `--spool`.
+    pub spool: SpoolArg,
+}
+
+impl Command {
+    /// The flags this command shares with others.
+    pub fn shared(&self) -> Shared {
+        let with = |s3: &S3Args, repo: &RepoArg| Shared { s3: Some(s3.clone()), keys: repo.keys.clone(), repo: repo.repo.clone(), ..Shared::default() };
+        match self {
+            Command::Backup(a) => Shared { s3: Some(a.s3.clone()), keys: a.keys.clone(), repo: a.repo.clone(), rate: a.rate.clone(), ..Shared::default() },
+            Command::Restore(a) => Shared { rate: a.rate.clone(), ..with(&a.s3, &a.recovery.repo) },
+            Command::Verify(a) => Shared { rate: a.rate.clone(), ..with(&a.s3, &a.repo) },
+            Command::Extract(a) => with(&a.s3, &a.repo),
+            Command::Lab(a) => with(&a.s3, &a.repo),
+            Command::Init(a) => with(&a.s3, &a.repo),
+            Command::Info(a) => with(&a.s3, &a.repo),
+            Command::Expire(a) => with(&a.s3, &a.repo),
+            Command::WalPush(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
+            Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
+            Command::Bench(a) => Shared { keys: a.keys.clone(), ..Shared::default() },
+            Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) => Shared::default(),
+        }
+    }
+}

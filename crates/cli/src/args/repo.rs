@@ -1,0 +1,109 @@
+//! The arguments of the repository's commands: init, wal-push, wal-fetch, info, expire, config.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::shared::{RepoArg, S3Args, SpoolArg};
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// The cluster the repository is for (its system identifier is recorded), as a libpq URL.
+    pub url: String,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct WalPushArgs {
+    /// The WAL file to archive: PostgreSQL's %p (archive_command = 'sheaf wal-push %p').
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Codec for archived WAL. Default: SHEAF_COMPRESSION, the config file, else zstd:low.
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
+    pub compression: Option<String>,
+    /// Look-ahead: push this segment and up to N-1 `.ready` ones after it at once, so the
+    /// archiver's next calls return at once. Default: SHEAF_PARALLEL, the config file, else 4.
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    /// When a push fails and more than SIZE of WAL waits in pg_wal, report success anyway so
+    /// PostgreSQL can recycle the segment, keeping pg_wal from filling the disk. The segment is then
+    /// NOT archived: recovery cannot pass it until the next backup (the gap is recorded and shown
+    /// by sheaf info). Default: no bound (archiving waits, pg_wal grows).
+    #[arg(long, value_name = "SIZE")]
+    pub queue_max: Option<String>,
+    #[command(flatten)]
+    pub spool: SpoolArg,
+    /// Print what was done as JSON (archive_command output goes to the server log).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct WalFetchArgs {
+    /// The WAL file PostgreSQL wants: %f (restore_command = 'sheaf wal-fetch %f %p').
+    pub name: String,
+    /// Where to put it: %p.
+    pub dest: PathBuf,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Prefetch: after serving a segment, keep the next N fetched and checked in the spool by a
+    /// background process, so replay never waits on the repository. 1 turns it off. Default:
+    /// SHEAF_PARALLEL, the config file, else 4.
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    #[command(flatten)]
+    pub spool: SpoolArg,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Run as the background prefetcher (started by wal-fetch itself).
+    #[arg(long, hide = true)]
+    pub prefetch: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct ExpireArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Keep the newest N finished backups.
+    #[arg(long, value_name = "N")]
+    pub keep_full: Option<usize>,
+    /// Keep what recovers to any moment this far back (e.g. 14d, 36h, 90m): every backup that ends
+    /// inside it, and the newest one before it.
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within: Option<String>,
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct ConfigArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}

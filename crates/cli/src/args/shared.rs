@@ -1,0 +1,95 @@
+//! Flags several commands share, flattened into each: how to reach S3, the encryption secret, the
+//! repository, `--max-rate`, the spool. Raw here; resolved against the settings in
+//! [`crate::context`].
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// `--max-rate`, for the commands that move a backup's bytes.
+#[derive(Args, Clone, Default)]
+pub struct RateArgs {
+    /// Hold the bytes written to all stripes together (backup), or read from them (restore,
+    /// verify), to RATE per second, e.g. 100MiB: a backup that leaves the server's disks and the
+    /// network room for its own work. Any 5 seconds carry at most about 5 % more. Default: no limit.
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+}
+
+/// How to reach s3:// locations. Credentials come only from the environment (AWS_ACCESS_KEY_ID,
+/// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the AWS profile files, never from flags.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Object storage (s3://)")]
+pub struct S3Args {
+    /// Endpoint of an S3-compatible store, e.g. http://127.0.0.1:9000 (MinIO). Default: AWS, or
+    /// AWS_ENDPOINT_URL, or endpoint_url in the profile.
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// Region. Default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1.
+    #[arg(long, value_name = "REGION")]
+    pub s3_region: Option<String>,
+    /// Allow a plain-HTTP endpoint (requests and data unencrypted on the wire).
+    #[arg(long)]
+    pub s3_allow_http: bool,
+    /// Path-style addressing (ENDPOINT/BUCKET/KEY). The default with --s3-endpoint; AWS itself is
+    /// addressed by host (BUCKET.s3.REGION.amazonaws.com).
+    #[arg(long)]
+    pub s3_path_style: bool,
+    /// Profile in ~/.aws/credentials and ~/.aws/config. Default: AWS_PROFILE, else default.
+    #[arg(long, value_name = "NAME")]
+    pub s3_profile: Option<String>,
+    /// PEM certificates to trust besides the system's, for an HTTPS endpoint with a private CA or a
+    /// self-signed certificate. Default: AWS_CA_BUNDLE, or ca_bundle in the profile.
+    #[arg(long, value_name = "FILE")]
+    pub s3_ca_bundle: Option<PathBuf>,
+    /// Upload part size, 5MiB .. 5GiB; raised automatically so that no stripe object needs more than
+    /// 10,000 parts. Each stripe holds (parts in flight + 1) parts in memory, counted in the budget.
+    #[arg(long, value_name = "SIZE", default_value = "16MiB")]
+    pub s3_part_size: String,
+    /// Parts uploading at once, per stripe.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub s3_parts_in_flight: usize,
+    /// Ranged GETs in flight per stripe when reading (4 MiB each).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub s3_read_ahead: usize,
+}
+
+/// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.
+#[derive(Args, Clone, Default)]
+pub struct RepoArg {
+    /// The repository: a folder or s3://BUCKET/PREFIX. Default: SHEAF_REPO, else `repo` in the
+    /// config file.
+    #[arg(long, value_name = "REPO")]
+    pub repo: Option<String>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+}
+
+/// The secret an encrypted backup or repository is read and written with. Never a flag's value:
+/// a key or passphrase on the command line would show in `ps` and shell history.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "Encryption (AES-256-GCM after compression)")]
+pub struct KeyArgs {
+    /// Encrypt with the key in FILE: 32 random bytes (or 64 hex digits). Make one with
+    /// `head -c 32 /dev/urandom > FILE` and keep a copy away from the backups: without it nothing
+    /// can be restored. Also needed to restore, verify or read an encrypted repository. Default:
+    /// SHEAF_ENCRYPTION_KEY_FILE, else encryption-key-file in the config file.
+    #[arg(long, value_name = "FILE")]
+    pub encryption_key_file: Option<PathBuf>,
+    /// Encrypt with the passphrase in FILE (its first line), stretched with Argon2id (64 MiB, 3
+    /// passes) and a salt of the backup's or repository's own. SHEAF_PASSPHRASE in the environment
+    /// gives the passphrase itself. Default: SHEAF_PASSPHRASE_FILE, else passphrase-file in the
+    /// config file.
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
+}
+
+/// Where look-ahead and prefetch keep their files.
+#[derive(Args, Clone, Default)]
+pub struct SpoolArg {
+    /// Spool folder for look-ahead markers and prefetched WAL. Default: SHEAF_SPOOL, the config
+    /// file, else .sheaf inside pg_wal (same filesystem, so prefetched segments are renamed into
+    /// place).
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+}

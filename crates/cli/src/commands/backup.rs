@@ -1,0 +1,162 @@
+//! `sheaf backup`: a directory or a running PostgreSQL server, to stripes or into a repository;
+//! recorded in the history catalog.
+
+use sheaf_core::size::{format_size, parse_size};
+use sheaf_core::{BackupOptions, BackupReport, Error};
+use sheaf_pg::ClusterFacts;
+
+use crate::args::BackupArgs;
+use crate::context::{Context, Source};
+use crate::output::{mib, plural, rate};
+use crate::progress::for_terminal as progress;
+use crate::recorder::{recorded, Done};
+
+/// Run it.
+///
+/// # Errors
+/// The backup's.
+pub fn run(ctx: &Context, a: BackupArgs) -> Result<(), Error> {
+    let source = Source::of(&a.source);
+    let start = sheaf_catalog::RunStart {
+        operation: "backup".into(),
+        source_kind: Some(source.kind().into()),
+        source: Some(source.describe()),
+        label: a.label.clone(),
+        stripes: if a.to.is_empty() { ctx.repo_given().into_iter().collect() } else { a.to.clone() },
+    };
+    recorded(ctx.catalog(), start, || backup(ctx, source, a))
+}
+
+/// A PostgreSQL backup's facts as the report gives them, and where they came from.
+struct Cluster {
+    facts: ClusterFacts,
+    json: serde_json::Value,
+}
+
+fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
+    let codec = ctx.codec(a.compression.clone())?;
+    ctx.schemes()?;
+    let into_repo = a.to.is_empty();
+    if into_repo && ctx.repo_given().is_none() {
+        return Err(Error::invalid("say where the backup goes: --to TARGET (repeat for stripes), or --repo REPO (or SHEAF_REPO, or repo in the config file)"));
+    }
+    let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
+    opts.stop = Some(ctx.interrupt.stop_flag());
+    opts.codec = codec;
+    opts.transfer_size = parse_size(&a.transfer_size)?;
+    opts.buffer_count = a.buffer_count;
+    opts.readers = a.readers;
+    opts.threads = a.threads;
+    opts.label = a.label;
+    opts.overwrite = a.overwrite;
+    opts.preallocate = a.preallocate;
+    if !into_repo {
+        // A set of its own: a fresh KDF (salt) for this backup. Into a repository, its own KDF.
+        opts.encryption = ctx.keys()?.map(|keys| keys.fresh_kdf().map(|kdf| sheaf_core::crypto::Encryption { keys, kdf })).transpose()?;
+    }
+    let (r, cluster) = match &source {
+        Source::Postgres(url) => {
+            let pg = sheaf_pg::PgBackupOptions {
+                url: url.clone(),
+                pgdata: a.pgdata.clone(),
+                slot: a.slot.clone(),
+                spread_checkpoint: a.checkpoint == "spread",
+                ignore_checksum_failures: a.ignore_checksum_failures,
+                expect_system_identifier: None,
+            };
+            if into_repo {
+                let (repo, meta) = ctx.open_repo()?;
+                let stripes = match ctx.settings.get("stripes", a.stripes.map(|s| s.to_string())) {
+                    Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64")))?,
+                    None => 1,
+                };
+                let (r, record) = sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, stripes, progress(a.json))?;
+                let mut json = r.postgres();
+                json["repository_id"] = serde_json::json!(record.id);
+                (r.report, Some(Cluster { facts: r.facts, json }))
+            } else {
+                let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
+                let json = r.postgres();
+                (r.report, Some(Cluster { facts: r.facts, json }))
+            }
+        }
+        Source::Directory(dir) => {
+            if into_repo {
+                return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
+            }
+            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures {
+                return Err(Error::invalid("--pgdata, --slot and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
+            }
+            (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
+        }
+    };
+    for w in &r.warnings {
+        eprintln!("sheaf: warning: {w}");
+    }
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["ratio"] = serde_json::json!(r.ratio());
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_read, r.seconds));
+    if let Some(c) = &cluster {
+        v["postgres"] = c.json.clone();
+    }
+    if a.json {
+        println!("{v}");
+    } else {
+        summary(&r, cluster.as_ref());
+    }
+    Ok(Done { json: v, cluster: cluster.map(|c| c.facts) })
+}
+
+fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
+    println!(
+        "processed {} pages ({:.1} MiB) in {:.2} s ({:.1} MiB/s), wrote {:.1} MiB (ratio {:.2}) to {} stripe{}",
+        r.bytes_read.div_ceil(8192),
+        mib(r.bytes_read),
+        r.seconds,
+        rate(r.bytes_read, r.seconds),
+        mib(r.bytes_written),
+        r.ratio(),
+        r.stripes,
+        plural(r.stripes)
+    );
+    let uploads = if r.target_memory_bytes > 0 { format!(" + {} of upload parts", format_size(r.target_memory_bytes)) } else { String::new() };
+    println!(
+        "memory: {} buffers × {}{uploads} = {} ({}; {} reader{}, {} compressor thread{})",
+        r.buffer_count,
+        format_size(r.buffer_len),
+        format_size(r.memory_budget_bytes),
+        r.compression,
+        r.readers,
+        plural(r.readers),
+        r.threads,
+        plural(r.threads),
+    );
+    if let Some(levels) = &r.auto_levels {
+        let total: u64 = levels.values().sum::<u64>().max(1);
+        let shares: Vec<String> = levels.iter().map(|(l, n)| format!("{l} ({:.0} %)", *n as f64 * 100.0 / total as f64)).collect();
+        println!("auto chose zstd level {} of the chunks", shares.join(", "));
+    }
+    if r.encryption != "none" {
+        println!("encrypted with {}", r.encryption.to_uppercase());
+    }
+    println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
+    let Some(Cluster { facts: f, json }) = cluster else { return };
+    if let Some(id) = json.get("repository_id").and_then(|v| v.as_str()) {
+        println!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
+    }
+    println!(
+        "PostgreSQL {} (system {}), timeline {}, LSN {} .. {}, {} WAL files; page checksums: {} pages verified, {} not checked (new or written during the backup), {} failures",
+        f.server_version,
+        f.system_identifier,
+        f.timeline,
+        f.start_lsn,
+        f.stop_lsn,
+        f.wal_files,
+        f.pages_verified,
+        f.pages_not_checked,
+        r.check_failures.len()
+    );
+    for c in &r.check_failures {
+        eprintln!("sheaf: warning: checksum failure kept by --ignore-checksum-failures: {c}");
+    }
+}

@@ -1,0 +1,72 @@
+//! `sheaf list` and `sheaf show`: the runs the history catalog holds.
+
+use std::path::Path;
+
+use sheaf_core::size::format_size;
+use sheaf_core::{Error, ErrorKind};
+
+use crate::args::{ListArgs, ShowArgs};
+
+fn open_catalog(path: Option<&Path>) -> Result<sheaf_catalog::Catalog, Error> {
+    sheaf_catalog::Catalog::open(path).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
+}
+
+/// `sheaf list`.
+///
+/// # Errors
+/// A catalog that cannot be read.
+pub fn list(path: Option<&Path>, a: ListArgs) -> Result<(), Error> {
+    let c = open_catalog(path)?;
+    let runs = c.list(a.limit).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&runs).expect("runs serialise"));
+        return Ok(());
+    }
+    println!("{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  backup id / error", "id", "op", "status", "started (UTC)", "codec", "read", "seconds", "ratio", "MiB/s");
+    for r in &runs {
+        println!(
+            "{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  {}",
+            r.id,
+            r.operation,
+            r.status,
+            r.started_at,
+            r.compression.as_deref().unwrap_or("-"),
+            r.bytes_read.map(|b| format_size(b as u64)).unwrap_or_else(|| "-".into()),
+            r.seconds.map(|s| format!("{s:.2}")).unwrap_or_else(|| "-".into()),
+            r.ratio.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            r.mib_per_second.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
+            r.error.as_deref().or(r.backup_id.as_deref()).unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+
+/// `sheaf show`.
+///
+/// # Errors
+/// A catalog that cannot be read, no such run.
+pub fn show(path: Option<&Path>, a: ShowArgs) -> Result<(), Error> {
+    let c = open_catalog(path)?;
+    let run = c
+        .show(a.id, true)
+        .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
+        .ok_or_else(|| Error::invalid(format!("no run {} in {}: see `sheaf list`", a.id, c.path().display())))?;
+    let v = serde_json::to_value(&run).expect("run serialises");
+    if a.json {
+        println!("{v}");
+    } else {
+        for (k, val) in v.as_object().expect("an object") {
+            if k != "details" && !val.is_null() {
+                println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
+            }
+        }
+        // From the full report: what the columns do not hold.
+        for k in ["encryption", "auto_levels"] {
+            if let Some(val) = v.pointer(&format!("/details/{k}")).filter(|x| !x.is_null()) {
+                println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! `sheaf init`: a repository for a cluster.
+
+use sheaf_core::size::format_size;
+use sheaf_core::Error;
+
+use crate::args::InitArgs;
+use crate::context::Context;
+
+/// Run it.
+///
+/// # Errors
+/// No repository given, a cluster that cannot be reached, a place that is not empty.
+pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
+    let repo = ctx.repo()?;
+    let meta = sheaf_pg::repo::meta::init(&repo, &a.url)?;
+    println!(
+        "created {}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
+        if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
+        repo.display(),
+        meta.system_identifier,
+        meta.server_version,
+        format_size(meta.wal_segment_size)
+    );
+    if repo.keys().is_some() {
+        println!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");
+    }
+    println!("next: archive_command = 'sheaf wal-push %p --repo {}' and archive_mode = on, then sheaf backup {} --repo {}", repo.display(), sheaf_pg::server::redact(&a.url), repo.display());
+    Ok(())
+}

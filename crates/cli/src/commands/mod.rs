@@ -1,0 +1,19 @@
+//! One module per command. Each takes its own arguments and the [`crate::context::Context`],
+//! calls the library, and prints; none exits.
+
+pub mod backup;
+pub mod bench;
+pub mod config;
+pub mod demo;
+pub mod expire;
+pub mod extract;
+pub mod generate;
+pub mod history;
+pub mod info;
+pub mod init;
+pub mod lab;
+pub mod load_tpch;
+pub mod restore;
+pub mod verify;
+pub mod wal_fetch;
+pub mod wal_push;

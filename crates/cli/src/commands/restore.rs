@@ -1,0 +1,186 @@
+//! `sheaf restore`: a set from its stripes (a directory's, or a PostgreSQL cluster that starts),
+//! `--only` files of any backup, or point-in-time recovery from a repository; recorded in the
+//! history catalog.
+
+use sheaf_core::size::format_size;
+use sheaf_core::{Error, ErrorKind, RestoreOptions};
+use sheaf_pg::pitr::shell_quote as q;
+use sheaf_pg::PgRestoreOptions;
+
+use crate::args::RestoreArgs;
+use crate::context::Context;
+use crate::output::{mib, plural, rate};
+use crate::progress::for_terminal as progress;
+use crate::recorder::{recorded, Done};
+
+/// Run it.
+///
+/// # Errors
+/// The restore's.
+pub fn run(ctx: &Context, a: RestoreArgs) -> Result<(), Error> {
+    let start = sheaf_catalog::RunStart { operation: "restore".into(), source: Some(a.to.display().to_string()), stripes: a.stripes.clone(), ..Default::default() };
+    recorded(ctx.catalog(), start, || restore(ctx, a).map(Done::from))
+}
+
+/// The core restore's options from the flags: a directory backup, `--only`, or the part of a
+/// PostgreSQL restore that any set has.
+fn core_options(a: &RestoreArgs) -> Result<RestoreOptions, Error> {
+    let mut opts = RestoreOptions::new(&a.to);
+    opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
+    opts.force = a.force;
+    opts.original_paths = a.original_paths;
+    opts.threads = a.threads;
+    opts.buffered = a.buffered_io;
+    opts.sync_writes = a.sync_writes;
+    opts.only = a.only.clone();
+    Ok(opts)
+}
+
+/// A PostgreSQL restore's options from the flags (from stripes or from a repository alike).
+fn pg_options(a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
+    if !a.relocate.is_empty() {
+        return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
+    }
+    Ok(PgRestoreOptions {
+        core: core_options(a)?,
+        tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
+        db_include: a.db_include.clone(),
+    })
+}
+
+fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
+    if !a.only.is_empty() {
+        return restore_only(ctx, a);
+    }
+    if a.stripes.is_empty() {
+        return from_repo(ctx, a);
+    }
+    if a.recovery.any_target() || a.recovery.repo.repo.is_some() {
+        return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
+    }
+    let set = ctx.open_stripes(&a.stripes)?;
+    let r = if sheaf_pg::is_postgres(&set) {
+        sheaf_pg::restore_postgres(&set, &pg_options(&a)?, progress(a.json))?
+    } else {
+        if !a.tablespace.is_empty() || !a.db_include.is_empty() {
+            return Err(Error::invalid("--tablespace and --db-include apply to PostgreSQL backups; this one is of a directory (use --relocate, or --only)"));
+        }
+        sheaf_core::restore(&set, &core_options(&a)?, progress(a.json))?
+    };
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "restored {} files ({:.1} MiB) from {} stripe{} in {:.2} s ({:.1} MiB/s) to {}",
+            r.files,
+            mib(r.bytes_written),
+            r.stripes,
+            plural(r.stripes),
+            r.seconds,
+            rate(r.bytes_written, r.seconds),
+            r.target
+        );
+    }
+    Ok(v)
+}
+
+/// `restore --repo`: point-in-time recovery, planned and carried out by [`sheaf_pg::pitr::restore`].
+fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
+    let opts = pg_options(&a)?;
+    let (repo, meta) = ctx.open_repo()?;
+    let r = &a.recovery;
+    let request = sheaf_pg::pitr::Request {
+        set: r.set.clone(),
+        time: r.target_time.clone(),
+        lsn: r.target_lsn.clone(),
+        name: r.target_name.clone(),
+        immediate: r.target.is_some(),
+        action: r.target_action.clone(),
+        timeline: r.target_timeline.clone(),
+    };
+    let (r, plan) = sheaf_pg::pitr::restore(&repo, &meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, &repo), progress(a.json))?;
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    v["repository_backup"] = serde_json::json!(plan.backup.id);
+    v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "restored backup {} ({} files, {:.1} MiB) in {:.2} s to {}; recovery follows timeline {} through the archive{}",
+            plan.backup.id,
+            r.files,
+            mib(r.bytes_written),
+            r.seconds,
+            r.target,
+            plan.timeline,
+            plan.archive_end.as_deref().map(|e| format!(" (it ends at {e})")).unwrap_or_default()
+        );
+        println!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
+    }
+    Ok(v)
+}
+
+/// The restore_command a restored cluster runs: this sheaf, by absolute path, with the settings
+/// that found the repository (no secrets: credentials stay in the environment or ~/.aws).
+fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<String, Error> {
+    let exe = ctx.exe()?;
+    let mut parts = vec![q(&exe.display().to_string()), "wal-fetch".into(), "%f".into(), "%p".into()];
+    if let Some(c) = ctx.config_flag() {
+        parts.push("--config".into());
+        parts.push(q(&c.display().to_string()));
+    }
+    parts.push("--repo".into());
+    parts.push(q(repo.display()));
+    for f in ctx.s3_flags()? {
+        parts.push(q(&f));
+    }
+    if repo.keys().is_some() {
+        match ctx.key_flags() {
+            Some(flags) => parts.extend(flags.iter().map(|f| q(f))),
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Key,
+                    "the restored server's restore_command needs the passphrase too, and SHEAF_PASSPHRASE cannot be written into its settings: give the passphrase with --passphrase-file FILE (a file the server's user can read), or a key file",
+                ))
+            }
+        }
+    }
+    Ok(parts.join(" "))
+}
+
+/// `restore --only`: the matching files of any backup (from stripes or a repository), as files.
+fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
+    if !a.db_include.is_empty() {
+        return Err(Error::invalid("--only restores files and --db-include a cluster: give one of them"));
+    }
+    if !a.tablespace.is_empty() || a.recovery.any_target() {
+        return Err(Error::invalid("--only restores files, not a cluster: --tablespace and the --target flags do not apply (use --relocate to place a tree elsewhere)"));
+    }
+    let set = if a.stripes.is_empty() {
+        let (repo, _) = ctx.open_repo()?;
+        sheaf_pg::repo::records::open_backup(&repo, a.recovery.set.as_deref().unwrap_or("latest"), ctx.schemes()?)?
+    } else {
+        ctx.open_stripes(&a.stripes)?
+    };
+    let r = sheaf_core::restore(&set, &core_options(&a)?, progress(a.json))?;
+    let mut v = serde_json::to_value(&r).expect("report serialises");
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "restored {} files ({:.1} MiB) matching {} in {:.2} s to {}; read {} of the set's {}",
+            r.files,
+            mib(r.bytes_written),
+            a.only.join(", "),
+            r.seconds,
+            r.target,
+            format_size(r.bytes_read),
+            format_size(r.set_bytes)
+        );
+    }
+    Ok(v)
+}

@@ -1,0 +1,107 @@
+//! `sheaf wal-fetch`: PostgreSQL's restore_command. One file from the repository (or from the
+//! prefetch spool, a rename), and a background prefetcher started to keep the next ones ready.
+
+use std::path::PathBuf;
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, ErrorKind};
+use sheaf_pg::spool::Spool;
+use sheaf_pg::wal::{is_segment_name, wal_dir};
+
+use crate::args::WalFetchArgs;
+use crate::context::Context;
+use crate::exit::{self, Outcome};
+
+/// Run it. PostgreSQL reads any exit below 126 as "not in the archive" and, outside standby mode,
+/// ends recovery there and promotes: a damaged or unreachable archive would cut recovery short
+/// without a word. So a file the archive does not hold exits 1 quietly (the archive's end), and any
+/// other failure is printed here and exits 255, which stops recovery instead; a standby
+/// (standby.signal in the data directory, its working directory) retries by itself, so there the
+/// usual exit codes serve.
+pub fn run(ctx: &Context, a: WalFetchArgs) -> Outcome {
+    match fetch(ctx, &a) {
+        Ok(true) => Outcome::Success,
+        Ok(false) => Outcome::Status(1),
+        Err(e) => {
+            eprintln!("sheaf: error: {e}");
+            let standby = std::path::Path::new("standby.signal").exists();
+            Outcome::Status(if standby { exit::code(e.kind()) } else { 255 })
+        }
+    }
+}
+
+/// `Ok(false)`: not in the archive.
+fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
+    let parallel = ctx.parallel(a.parallel)?;
+    let repo = ctx.repo()?;
+    let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)?) } else { None };
+    if a.prefetch {
+        let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
+        let meta = sheaf_pg::repo::meta::open(&repo)?;
+        let r = sheaf_pg::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
+        for e in &r.errors {
+            eprintln!("sheaf: prefetch: {e}");
+        }
+        if a.json {
+            println!("{}", serde_json::to_value(&r).expect("report serialises"));
+        }
+        return Ok(true);
+    }
+    // A prefetched segment is a rename: no repository access at all.
+    let t0 = std::time::Instant::now();
+    // The spool only speeds things up: trouble with it means a fetch from the repository.
+    let from_spool = match &spool {
+        Some(s) => s.serve(&a.name, &a.dest).unwrap_or_else(|e| {
+            eprintln!("sheaf: prefetch spool not used: {e}");
+            false
+        }),
+        None => false,
+    };
+    let info = if from_spool {
+        None
+    } else {
+        let meta = sheaf_pg::repo::meta::open(&repo)?;
+        match sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest, false)? {
+            Some(info) => Some(info),
+            None => return Ok(false),
+        }
+    };
+    if let Some(spool) = spool.as_ref().filter(|s| is_segment_name(&a.name) && !s.prefetcher_running()) {
+        if let Err(e) = start_prefetcher(ctx, a, &repo, parallel, spool) {
+            eprintln!("sheaf: prefetch is off: {e}");
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
+    }
+    Ok(true)
+}
+
+/// Start `sheaf wal-fetch --prefetch` in the background, detached from PostgreSQL's startup
+/// process (it exits at once if one is running already; its errors go to prefetch.log in the spool).
+fn start_prefetcher(ctx: &Context, a: &WalFetchArgs, repo: &Repo, parallel: usize, spool: &Spool) -> Result<(), Error> {
+    use std::os::unix::process::CommandExt;
+    let exe = ctx.exe()?;
+    std::fs::create_dir_all(spool.dir()).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", spool.dir().display()), e))?;
+    let log_path = spool.dir().join("prefetch.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", log_path.display()), e))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(c) = ctx.config_flag() {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.arg("wal-fetch").arg(&a.name).arg(std::path::absolute(&a.dest).unwrap_or_else(|_| a.dest.clone()));
+    cmd.args(["--prefetch", "--parallel", &parallel.to_string(), "--repo", repo.display()]);
+    cmd.arg("--spool").arg(spool_base(spool));
+    cmd.args(ctx.s3_flags()?);
+    // The secret's file, if one was named (SHEAF_PASSPHRASE the prefetcher inherits).
+    cmd.args(ctx.key_flags().unwrap_or_default());
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log).process_group(0);
+    cmd.spawn().map_err(|e| Error::io(ErrorKind::Io, "cannot start the WAL prefetcher", e))?;
+    Ok(())
+}
+
+/// The folder a spool was made under (its parent), for the prefetcher to find the same one.
+fn spool_base(spool: &Spool) -> PathBuf {
+    let base = spool.dir().parent().unwrap_or(spool.dir());
+    std::path::absolute(base).unwrap_or_else(|_| base.to_path_buf())
+}

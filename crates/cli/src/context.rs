@@ -1,0 +1,367 @@
+//! The typed context a command runs in, built once from the parsed flags (ripgrep's `hiargs`):
+//! the settings (flags over `SHEAF_*` over the config file), the catalog's path, one S3 scheme
+//! set (one runtime) for every `s3://` location, the encryption secret, the `--max-rate` limit
+//! shared by every stripe, the repository; and [`Source`], what a backup reads, decided in one
+//! place. Each piece is resolved when a command first asks for it, and then kept: an error comes
+//! at the point the command meets it, as the flags' own order says.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use sheaf_core::repo::Repo;
+use sheaf_core::size::parse_size;
+use sheaf_core::storage::RateLimit;
+use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Keys, Location, Result};
+use sheaf_pg::repo::meta::RepoMeta;
+use sheaf_pg::spool::Spool;
+use sheaf_s3::S3Schemes;
+
+use crate::args::{S3Args, Shared};
+use crate::interrupt::Interrupt;
+use crate::settings::Settings;
+
+/// What a backup reads: a running PostgreSQL server (a libpq URL), or a directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `postgres://...` or `postgresql://...`.
+    Postgres(String),
+    /// Anything else: a directory.
+    Directory(PathBuf),
+}
+
+impl Source {
+    /// What `text` names.
+    pub fn of(text: &str) -> Source {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Source::Postgres(text.to_string())
+        } else {
+            Source::Directory(PathBuf::from(text))
+        }
+    }
+
+    /// `postgres` or `directory`, as the catalog records it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Source::Postgres(_) => "postgres",
+            Source::Directory(_) => "directory",
+        }
+    }
+
+    /// For messages and the catalog: the URL without its password, or the path.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Postgres(url) => sheaf_pg::server::redact(url),
+            Source::Directory(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// Everything a command needs beyond its own flags.
+pub struct Context {
+    /// The settings in force.
+    pub settings: Settings,
+    /// What an interrupt has asked for.
+    pub interrupt: Interrupt,
+    catalog: Option<PathBuf>,
+    shared: Shared,
+    schemes: OnceLock<S3Schemes>,
+    keys: OnceLock<Option<Arc<Keys>>>,
+    rate: OnceLock<Option<Arc<RateLimit>>>,
+}
+
+/// `cell`'s value, made by `make` the first time; an error is returned and nothing kept.
+fn once<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = make()?;
+    Ok(cell.get_or_init(|| v))
+}
+
+impl Context {
+    /// The context for a command with these shared flags.
+    ///
+    /// # Errors
+    /// A config file that cannot be read or holds what sheaf does not know ([`Settings::load`]).
+    pub fn new(catalog: Option<PathBuf>, config: Option<&Path>, shared: Shared, interrupt: Interrupt) -> Result<Context> {
+        let settings = Settings::load(config)?;
+        Ok(Context { settings, interrupt, catalog, shared, schemes: OnceLock::new(), keys: OnceLock::new(), rate: OnceLock::new() })
+    }
+
+    /// The history catalog's path, when `--catalog` gave one (else the catalog's default).
+    pub fn catalog(&self) -> Option<&Path> {
+        self.catalog.as_deref()
+    }
+
+    fn s3_flags_given(&self) -> &S3Args {
+        self.shared.s3.as_ref().expect("only a command with the S3 flags reaches s3:// locations")
+    }
+
+    /// The S3 settings in force: the flags over `SHEAF_S3_*` over the config file.
+    ///
+    /// # Errors
+    /// A switch whose value is not true or false.
+    pub fn s3(&self) -> Result<S3Args> {
+        let mut a = self.s3_flags_given().clone();
+        let s = &self.settings;
+        a.s3_endpoint = s.value("s3-endpoint", a.s3_endpoint);
+        a.s3_region = s.value("s3-region", a.s3_region);
+        a.s3_profile = s.value("s3-profile", a.s3_profile);
+        a.s3_ca_bundle = s.value("s3-ca-bundle", a.s3_ca_bundle.map(|p| p.display().to_string())).map(PathBuf::from);
+        a.s3_allow_http = s.switch("s3-allow-http", a.s3_allow_http)?;
+        a.s3_path_style = s.switch("s3-path-style", a.s3_path_style)?;
+        Ok(a)
+    }
+
+    /// The same S3 settings as flags, for a command sheaf writes for later (restore_command) or
+    /// starts (the prefetcher).
+    ///
+    /// # Errors
+    /// As [`Context::s3`].
+    pub fn s3_flags(&self) -> Result<Vec<String>> {
+        let r = self.s3()?;
+        let mut f = Vec::new();
+        let mut add = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                f.push(format!("--{k}"));
+                f.push(v);
+            }
+        };
+        add("s3-endpoint", r.s3_endpoint.clone());
+        add("s3-region", r.s3_region.clone());
+        add("s3-profile", r.s3_profile.clone());
+        add("s3-ca-bundle", r.s3_ca_bundle.as_ref().map(|p| p.display().to_string()));
+        if r.s3_allow_http {
+            f.push("--s3-allow-http".into());
+        }
+        if r.s3_path_style {
+            f.push("--s3-path-style".into());
+        }
+        Ok(f)
+    }
+
+    /// The one scheme set every location of this run is parsed with (one S3 runtime).
+    ///
+    /// # Errors
+    /// S3 settings out of range.
+    pub fn schemes(&self) -> Result<&S3Schemes> {
+        once(&self.schemes, || {
+            let r = self.s3()?;
+            let given = self.s3_flags_given();
+            let o = sheaf_s3::S3Options {
+                endpoint: r.s3_endpoint.clone(),
+                region: r.s3_region.clone(),
+                allow_http: r.s3_allow_http,
+                path_style: r.s3_path_style.then_some(true),
+                profile: r.s3_profile.clone(),
+                ca_bundle: r.s3_ca_bundle.clone(),
+                part_size: parse_size(&given.s3_part_size)?,
+                parts_in_flight: given.s3_parts_in_flight,
+                read_ahead: given.s3_read_ahead,
+                ..Default::default()
+            };
+            o.check()?;
+            Ok(S3Schemes::new(o))
+        })
+    }
+
+    /// The secret's files as given or set: (key file, passphrase file).
+    fn key_files(&self) -> (Option<PathBuf>, Option<PathBuf>) {
+        let k = &self.shared.keys;
+        let path = |key: &str, flag: &Option<PathBuf>| self.settings.value(key, flag.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
+        (path("encryption-key-file", &k.encryption_key_file), path("passphrase-file", &k.passphrase_file))
+    }
+
+    /// The keys given, if any: a key file, a passphrase file, or SHEAF_PASSPHRASE (one of them).
+    ///
+    /// # Errors
+    /// More than one secret, a file that cannot be read, a key that is not one.
+    pub fn keys(&self) -> Result<Option<Arc<Keys>>> {
+        once(&self.keys, || {
+            let (key_file, pass_file) = self.key_files();
+            let env = std::env::var_os("SHEAF_PASSPHRASE").filter(|v| !v.is_empty());
+            let given = usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(env.is_some());
+            if given > 1 {
+                return Err(Error::new(
+                    ErrorKind::Key,
+                    "more than one secret given (an encryption key file, a passphrase file, SHEAF_PASSPHRASE): give one",
+                ));
+            }
+            let keys = if let Some(f) = key_file {
+                Keys::from_key_file(&f)?
+            } else if let Some(f) = pass_file {
+                let text = std::fs::read(&f).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the passphrase file {}", f.display()), e))?;
+                let line = text.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+                Keys::from_passphrase(line).map_err(|e| Error::new(ErrorKind::Key, format!("{}: {}", f.display(), e.message())))?
+            } else if let Some(v) = env {
+                use std::os::unix::ffi::OsStringExt;
+                Keys::from_passphrase(v.into_vec())?
+            } else {
+                return Ok(None);
+            };
+            Ok(Some(Arc::new(keys)))
+        })
+        .cloned()
+    }
+
+    /// Flags that give the same secret to another sheaf (restore_command, the prefetcher, the
+    /// bench's runs): the files by absolute path. `None` when the secret came from
+    /// SHEAF_PASSPHRASE, which no flag can carry safely.
+    pub fn key_flags(&self) -> Option<Vec<String>> {
+        let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
+        match self.key_files() {
+            (Some(k), _) => Some(vec!["--encryption-key-file".into(), abs(k)]),
+            (_, Some(p)) => Some(vec!["--passphrase-file".into(), abs(p)]),
+            _ if std::env::var_os("SHEAF_PASSPHRASE").is_some_and(|v| !v.is_empty()) => None,
+            _ => Some(Vec::new()),
+        }
+    }
+
+    /// The `--max-rate` limit, one for every stripe and object of this run, if one was asked for.
+    ///
+    /// # Errors
+    /// A rate that is not a size.
+    pub fn rate(&self) -> Result<Option<Arc<RateLimit>>> {
+        once(&self.rate, || {
+            self.shared
+                .rate
+                .max_rate
+                .as_deref()
+                .map(|t| {
+                    let bytes = parse_size(t).map_err(|e| Error::invalid(format!("--max-rate {t}: {} (bytes per second, e.g. 100MiB)", e.message())))?;
+                    RateLimit::new(bytes)
+                })
+                .transpose()
+        })
+        .cloned()
+    }
+
+    /// The codec in force: the flag, `SHEAF_COMPRESSION`, the config file, else zstd:low.
+    ///
+    /// # Errors
+    /// A codec that does not parse, naming where it came from.
+    pub fn codec(&self, flag: Option<String>) -> Result<CodecSpec> {
+        match self.settings.get("compression", flag) {
+            Some((v, origin)) => CodecSpec::parse(&v).map_err(|e| e.context(format!("compression from {origin}"))),
+            None => Ok(CodecSpec::default()),
+        }
+    }
+
+    /// `--parallel`, else the `parallel` setting, else 4. At most 64: each is a thread, and for
+    /// wal-fetch a segment kept in pg_wal's filesystem.
+    ///
+    /// # Errors
+    /// A value that is not 1 to 64.
+    pub fn parallel(&self, flag: Option<usize>) -> Result<usize> {
+        match self.settings.get("parallel", flag.map(|n| n.to_string())) {
+            None => Ok(4),
+            Some((v, origin)) => match v.parse::<usize>() {
+                Ok(n) if (1..=64).contains(&n) => Ok(n),
+                _ => Err(Error::invalid(format!("parallel from {origin}: '{v}': give 1 to 64"))),
+            },
+        }
+    }
+
+    /// The repository's location as given or set, if any.
+    pub fn repo_given(&self) -> Option<String> {
+        self.settings.value("repo", self.shared.repo.clone())
+    }
+
+    /// The repository's location text, or the error that says where to give it.
+    ///
+    /// # Errors
+    /// None given.
+    pub fn repo_text(&self) -> Result<String> {
+        self.repo_given().ok_or_else(|| {
+            Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX, set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
+        })
+    }
+
+    /// The repository's place, with the keys given (nothing is read yet).
+    ///
+    /// # Errors
+    /// No repository given, a location that does not parse, a bad secret.
+    pub fn repo(&self) -> Result<Repo> {
+        let schemes = self.schemes()?;
+        Ok(Repo::at(&self.repo_text()?, schemes)?.with_keys(self.keys()?))
+    }
+
+    /// The repository and what it holds, every byte to and from it held to `--max-rate`.
+    ///
+    /// # Errors
+    /// As [`Context::repo`], and no PostgreSQL repository there.
+    pub fn open_repo(&self) -> Result<(Repo, RepoMeta)> {
+        let rate = self.rate()?;
+        let mut repo = self.repo()?;
+        if let Some(limit) = &rate {
+            repo = repo.throttled(limit);
+        }
+        let meta = sheaf_pg::repo::meta::open(&repo)?;
+        Ok((repo, meta))
+    }
+
+    /// The locations `texts` name (`s3://` ones through the schemes), held to `--max-rate`.
+    ///
+    /// # Errors
+    /// A location that does not parse.
+    pub fn locations(&self, texts: &[String]) -> Result<Vec<Location>> {
+        let rate = self.rate()?;
+        let schemes = self.schemes()?;
+        texts
+            .iter()
+            .map(|t| {
+                Location::parse(t, schemes).map(|l| match &rate {
+                    Some(r) => l.throttled(r),
+                    None => l,
+                })
+            })
+            .collect()
+    }
+
+    /// The backup set the stripes given on the command line belong to, read with the keys given
+    /// (an encrypted set needs them) and held to `--max-rate`.
+    ///
+    /// # Errors
+    /// As [`Context::locations`] and [`BackupSet::open_with`].
+    pub fn open_stripes(&self, texts: &[String]) -> Result<BackupSet> {
+        let stripes = self.locations(texts)?;
+        BackupSet::open_with(&stripes, self.schemes()?, self.keys()?.as_deref())
+    }
+
+    /// The spool of this repository: one per location and endpoint, so that a marker never
+    /// vouches for another repository.
+    ///
+    /// # Errors
+    /// As [`Context::s3`].
+    pub fn spool(&self, wal_dir: &Path, repo: &Repo) -> Result<Spool> {
+        let base = self.settings.value("spool", self.shared.spool.spool.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
+        let endpoint = self.s3()?.s3_endpoint.unwrap_or_default();
+        Ok(Spool::new(base.as_deref(), wal_dir, &format!("{} {endpoint}", repo.display())))
+    }
+
+    /// This sheaf's executable, for the commands it writes or starts.
+    ///
+    /// # Errors
+    /// When the system will not say.
+    pub fn exe(&self) -> Result<PathBuf> {
+        std::env::current_exe().map_err(|e| Error::io(ErrorKind::Io, "cannot find the sheaf executable", e))
+    }
+
+    /// `--config` as another sheaf needs it, by absolute path, when one was named.
+    pub fn config_flag(&self) -> Option<PathBuf> {
+        self.settings.explicit.as_ref().map(|c| std::path::absolute(c).unwrap_or_else(|_| c.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_decided_by_its_scheme() {
+        assert_eq!(Source::of("postgresql://u@h/db").kind(), "postgres");
+        assert_eq!(Source::of("postgres://u:pw@h/db").describe(), "postgres://u@h/db");
+        assert_eq!(Source::of("/srv/data"), Source::Directory(PathBuf::from("/srv/data")));
+        assert_eq!(Source::of("postgres.d").kind(), "directory");
+    }
+}

@@ -1,0 +1,50 @@
+//! Output the commands share: sizes in MiB, rates, plurals, durations.
+
+/// Bytes in MiB.
+pub fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
+}
+
+/// MiB per second (0 for no time).
+pub fn rate(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        mib(bytes) / secs
+    } else {
+        0.0
+    }
+}
+
+/// `s` unless there is one.
+pub fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// `1h02m`, `3m05s`, `42s`.
+pub fn duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, s % 3600 / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_plurals() {
+        assert_eq!(duration(std::time::Duration::from_secs(3725)), "1h02m");
+        assert_eq!(duration(std::time::Duration::from_secs(185)), "3m05s");
+        assert_eq!(duration(std::time::Duration::from_secs(42)), "42s");
+        assert_eq!((plural(1), plural(0), plural(2)), ("", "s", "s"));
+        assert_eq!(rate(1 << 20, 0.0), 0.0);
+    }
+}

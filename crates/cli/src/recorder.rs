@@ -1,0 +1,89 @@
+//! The history catalog's side of a run: recorded as started, then as complete (with its report)
+//! or failed. A catalog that cannot be opened or written is a warning: the backup itself matters
+//! more than its history.
+
+use std::path::Path;
+
+use sheaf_core::Error;
+use sheaf_pg::ClusterFacts;
+
+/// What a recorded command reports: its JSON, and the cluster's facts for a PostgreSQL backup.
+pub struct Done {
+    /// The report as `--json` prints it.
+    pub json: serde_json::Value,
+    /// What the backup recorded about the cluster.
+    pub cluster: Option<ClusterFacts>,
+}
+
+impl From<serde_json::Value> for Done {
+    fn from(json: serde_json::Value) -> Done {
+        Done { json, cluster: None }
+    }
+}
+
+/// Records a run in the catalog.
+struct Recorder {
+    catalog: Option<sheaf_catalog::Catalog>,
+    id: Option<i64>,
+}
+
+impl Recorder {
+    fn begin(path: Option<&Path>, start: sheaf_catalog::RunStart) -> Recorder {
+        match sheaf_catalog::Catalog::open(path) {
+            Ok(c) => match c.begin(&start) {
+                Ok(id) => Recorder { catalog: Some(c), id: Some(id) },
+                Err(e) => {
+                    eprintln!("sheaf: warning: {e}; this run is not recorded");
+                    Recorder { catalog: None, id: None }
+                }
+            },
+            Err(e) => {
+                eprintln!("sheaf: warning: {e}; this run is not recorded");
+                Recorder { catalog: None, id: None }
+            }
+        }
+    }
+
+    fn end(self, result: &Result<Done, Error>) {
+        let (Some(c), Some(id)) = (self.catalog, self.id) else { return };
+        let r = match result {
+            Ok(done) => c.finish(id, &run_end(done), None),
+            Err(e) => c.finish(id, &sheaf_catalog::RunEnd::default(), Some(&e.to_string())),
+        };
+        if let Err(e) = r {
+            eprintln!("sheaf: warning: {e}");
+        }
+    }
+}
+
+/// Run `f`, recording it in the catalog at `catalog` as started, then complete or failed.
+///
+/// # Errors
+/// `f`'s.
+pub fn recorded(catalog: Option<&Path>, start: sheaf_catalog::RunStart, f: impl FnOnce() -> Result<Done, Error>) -> Result<(), Error> {
+    let rec = Recorder::begin(catalog, start);
+    let r = f();
+    rec.end(&r);
+    r.map(drop)
+}
+
+fn run_end(done: &Done) -> sheaf_catalog::RunEnd {
+    let v = &done.json;
+    let u = |k: &str| v.get(k).and_then(|x| x.as_u64());
+    let t = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    sheaf_catalog::RunEnd {
+        backup_id: t("backup_id"),
+        system_identifier: done.cluster.as_ref().map(|c| c.system_identifier.clone()),
+        seconds: v.get("seconds").and_then(|x| x.as_f64()),
+        bytes_read: u("bytes_read").or(u("bytes_stored")),
+        bytes_written: u("bytes_written"),
+        compression: t("compression"),
+        codec: t("codec"),
+        level: v.get("level").and_then(|x| x.as_i64()),
+        transfer_size: u("transfer_size"),
+        buffer_count: u("buffer_count"),
+        readers: u("readers"),
+        threads: u("threads"),
+        details: Some(v.clone()),
+    }
+}

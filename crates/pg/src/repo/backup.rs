@@ -1,0 +1,99 @@
+//! A backup written into the repository: stripes under `backups/ID/`, a lock while it runs, and
+//! the record, published only after every stripe is.
+
+use std::sync::Arc;
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{BackupOptions, Error, Progress, Result};
+
+use super::meta::RepoMeta;
+use super::paths;
+use super::records::{now_unix, BackupLock, BackupRecord};
+use crate::backup::{backup_postgres, PgBackupOptions, PgBackupReport};
+
+/// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
+/// record is published only after every stripe is. `opts.targets` is ignored.
+///
+/// # Errors
+/// A cluster other than the repository's (before anything is written), and everything
+/// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
+pub fn backup_to_repo(
+    repo: &Repo,
+    meta: &RepoMeta,
+    pg: &PgBackupOptions,
+    opts: &BackupOptions,
+    stripes: usize,
+    progress: Arc<dyn Progress>,
+) -> Result<(PgBackupReport, BackupRecord)> {
+    if !(1..=64).contains(&stripes) {
+        return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
+    }
+    let start_unix = now_unix();
+    let mut id = compact_time(start_unix);
+    if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
+        id = format!("{id}-{}", std::process::id());
+    }
+    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&id, k)).collect();
+    let mut opts = opts.clone();
+    opts.targets = names.iter().map(|n| repo.location(n)).collect();
+    // The repository's KDF, with a data key of the backup's own.
+    opts.encryption = repo.encryption()?;
+    for n in &names {
+        repo.prepare(n)?;
+    }
+    let mut pg = pg.clone();
+    pg.expect_system_identifier = Some(meta.system_identifier.clone());
+    repo.put_json(&paths::lock(&id), &BackupLock::ours(&id, start_unix), false)?;
+    let result = backup_postgres(&pg, &opts, progress);
+    let result = result.and_then(|r| {
+        let f = &r.facts;
+        let stop_ms = sheaf_core::time::now_ms();
+        let stop_unix = stop_ms / 1000;
+        let record = BackupRecord {
+            id: id.clone(),
+            backup_id: r.report.backup_id.clone(),
+            label: r.report.label.clone(),
+            start_time: sheaf_core::time::utc(start_unix),
+            stop_time: sheaf_core::time::utc(stop_unix),
+            start_unix,
+            stop_unix,
+            stop_ms,
+            start_lsn: f.start_lsn.clone(),
+            stop_lsn: f.stop_lsn.clone(),
+            timeline: f.timeline,
+            start_wal: f.start_wal_file.clone(),
+            stop_wal: f.stop_wal_file.clone(),
+            bytes_read: r.report.bytes_read,
+            bytes_written: r.report.bytes_written,
+            compression: r.report.compression.clone(),
+            stripes: names.clone(),
+            server_version: f.server_version.clone(),
+        };
+        repo.put_json(&paths::record(&id), &record, false)?;
+        Ok((r, record))
+    });
+    if result.is_err() {
+        for n in &names {
+            let _ = repo.delete(n);
+        }
+        repo.prune(&paths::backup_dir(&id));
+    }
+    let _ = repo.delete(&paths::lock(&id));
+    result
+}
+
+/// `20261122-101500Z` for a time in seconds since the epoch.
+pub fn compact_time(unix: i64) -> String {
+    let t = sheaf_core::time::utc(unix); // 2026-11-22T10:15:00Z
+    format!("{}{}{}-{}{}{}Z", &t[0..4], &t[5..7], &t[8..10], &t[11..13], &t[14..16], &t[17..19])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_sort_by_time() {
+        assert_eq!(compact_time(1_795_257_045), "20261121-103045Z");
+    }
+}

@@ -1,0 +1,142 @@
+//! What the repository holds, as `sheaf info` shows it: its backups, the archived WAL per timeline
+//! in runs of consecutive segments, the gaps between runs, the WAL dropped by `--queue-max`, and
+//! totals. [`archived`] and [`missing`] are also what retention, verify and recovery read.
+
+use serde::Serialize;
+use sheaf_core::repo::Repo;
+use sheaf_core::Result;
+
+use super::meta::RepoMeta;
+use super::paths;
+use super::records::{backups, Found};
+use crate::queue::{dropped, Dropped};
+use crate::wal::{segment_name, WalFile, WalKind};
+
+/// Every archived WAL file, by name order.
+///
+/// # Errors
+/// When the repository cannot be listed.
+pub fn archived(repo: &Repo, meta: &RepoMeta) -> Result<Vec<(WalFile, u64)>> {
+    let mut out = Vec::new();
+    for o in repo.list(paths::WAL)? {
+        let Some(name) = paths::wal_name(&o.name) else { continue };
+        if let Some(w) = WalFile::parse(name, meta.wal_segment_size) {
+            out.push((w, o.size));
+        }
+    }
+    out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    Ok(out)
+}
+
+/// A run of consecutive segments on one timeline.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct WalRange {
+    /// Timeline.
+    pub timeline: u32,
+    /// First segment.
+    pub first: String,
+    /// Last segment.
+    pub last: String,
+    /// Segments in it.
+    pub segments: u64,
+}
+
+/// Consecutive runs of full segments per timeline, in order; a gap lies between two runs of one
+/// timeline.
+pub fn ranges(files: &[(WalFile, u64)]) -> Vec<WalRange> {
+    let mut segs: Vec<&WalFile> = files.iter().map(|(w, _)| w).filter(|w| w.kind == WalKind::Segment).collect();
+    segs.sort_by_key(|w| (w.timeline, w.segno));
+    let mut out: Vec<WalRange> = Vec::new();
+    let mut last: Option<&WalFile> = None;
+    for w in segs {
+        match (last, out.last_mut()) {
+            (Some(p), Some(r)) if p.timeline == w.timeline && p.segno + 1 == w.segno => {
+                r.last = w.name.clone();
+                r.segments += 1;
+            }
+            _ => out.push(WalRange { timeline: w.timeline, first: w.name.clone(), last: w.name.clone(), segments: 1 }),
+        }
+        last = Some(w);
+    }
+    out
+}
+
+/// Nothing archived between two runs of one timeline: recovery cannot cross it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct WalGap {
+    /// Timeline.
+    pub timeline: u32,
+    /// The last segment before the gap.
+    pub after: String,
+    /// The first segment after it.
+    pub before: String,
+}
+
+/// The gaps between the runs [`ranges`] found.
+pub fn gaps(ranges: &[WalRange]) -> Vec<WalGap> {
+    ranges
+        .windows(2)
+        .filter(|w| w[0].timeline == w[1].timeline)
+        .map(|w| WalGap { timeline: w[0].timeline, after: w[0].last.clone(), before: w[1].first.clone() })
+        .collect()
+}
+
+/// The segments missing between `from` and `to` (inclusive) on `timeline`, given what is archived.
+pub fn missing(files: &[(WalFile, u64)], timeline: u32, from: u64, to: u64, seg_size: u64) -> Vec<String> {
+    let have: std::collections::HashSet<(u32, u64)> =
+        files.iter().filter(|(w, _)| w.kind == WalKind::Segment).map(|(w, _)| (w.timeline, w.segno)).collect();
+    (from..=to).filter(|s| !have.contains(&(timeline, *s))).map(|s| segment_name(timeline, s, seg_size)).collect()
+}
+
+/// What the repository holds.
+#[derive(Clone, Debug)]
+pub struct Inventory {
+    /// Every backup, oldest first, finished or not.
+    pub found: Vec<Found>,
+    /// Every archived WAL file and its stored size, by name order.
+    pub files: Vec<(WalFile, u64)>,
+    /// Runs of consecutive segments per timeline.
+    pub ranges: Vec<WalRange>,
+    /// Gaps between the runs.
+    pub gaps: Vec<WalGap>,
+    /// WAL files `wal-push --queue-max` left out.
+    pub dropped: Vec<Dropped>,
+    /// Stored bytes of the archived WAL.
+    pub wal_bytes: u64,
+    /// Stored bytes of the finished backups.
+    pub backup_bytes: u64,
+}
+
+impl Inventory {
+    /// Take stock of the repository.
+    ///
+    /// # Errors
+    /// When the repository cannot be listed or a record cannot be read.
+    pub fn take(repo: &Repo, meta: &RepoMeta) -> Result<Inventory> {
+        let found = backups(repo)?;
+        let files = archived(repo, meta)?;
+        let ranges = ranges(&files);
+        let wal_bytes = files.iter().map(|(_, s)| s).sum();
+        let backup_bytes = found.iter().filter_map(Found::record).map(|r| r.bytes_written).sum();
+        let dropped = dropped(repo)?;
+        let gaps = gaps(&ranges);
+        Ok(Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_and_gaps() {
+        let seg = 16 << 20;
+        let mk = |t: u32, s: u64| (WalFile::parse(&segment_name(t, s, seg), seg).unwrap(), 1u64);
+        let files = vec![mk(1, 3), mk(1, 4), mk(1, 6), mk(2, 6), mk(2, 7)];
+        let r = ranges(&files);
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[0].segments, r[1].segments, r[2].segments), (2, 1, 2));
+        assert_eq!(missing(&files, 1, 3, 6, seg), vec![segment_name(1, 5, seg)]);
+        assert_eq!(gaps(&r), vec![WalGap { timeline: 1, after: segment_name(1, 4, seg), before: segment_name(1, 6, seg) }]);
+    }
+}

@@ -1,0 +1,18 @@
+//! A PostgreSQL cluster's repository. The places and bytes are [`sheaf_core::repo`]'s; these
+//! modules give them PostgreSQL's meaning:
+//!
+//! - [`meta`]: `repo.json` ([`meta::RepoMeta`]): which cluster, which format; open and init.
+//! - [`paths`]: where everything lives in it: records, locks, stripes, archived WAL, drop records.
+//! - [`records`]: a finished backup's record, a running one's lock, and finding them.
+//! - [`backup`]: a backup written into the repository.
+//! - [`inventory`]: what it holds, for `sheaf info`: archived WAL by timeline, gaps, totals.
+//! - [`retention`]: what `sheaf expire` removes, and removing it.
+//! - [`verify`]: `sheaf verify --repo`: every backup and archived file read and checked.
+
+pub mod backup;
+pub mod inventory;
+pub mod meta;
+pub mod paths;
+pub mod records;
+pub mod retention;
+pub mod verify;

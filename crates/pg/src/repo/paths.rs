@@ -1,0 +1,79 @@
+//! The repository's layout, in one place: every name the repository's files have, relative to its
+//! root. `repo.json` is the core's ([`sheaf_core::repo::META`]); the rest is PostgreSQL's:
+//!
+//! ```text
+//! repo.json                          the repository's meta
+//! backups/ID.json                    a finished backup's record (published last)
+//! backups/ID.lock                    a backup being written
+//! backups/ID/ID_K.sheaf              its stripes
+//! wal/TTTTTTTT/NAME.wal              an archived WAL file, by timeline
+//! dropped/NAME.json                  a WAL file wal-push --queue-max left out
+//! ```
+
+/// Where backups, their records and locks live.
+pub const BACKUPS: &str = "backups/";
+/// Where archived WAL lives.
+pub const WAL: &str = "wal/";
+/// Where the records of dropped WAL live.
+pub const DROPPED: &str = "dropped/";
+
+/// A finished backup's record.
+pub fn record(id: &str) -> String {
+    format!("{BACKUPS}{id}.json")
+}
+
+/// The lock of a backup being written.
+pub fn lock(id: &str) -> String {
+    format!("{BACKUPS}{id}.lock")
+}
+
+/// The folder of a backup's stripes.
+pub fn backup_dir(id: &str) -> String {
+    format!("{BACKUPS}{id}")
+}
+
+/// Stripe `k` (from 1) of a backup.
+pub fn stripe(id: &str, k: usize) -> String {
+    format!("{BACKUPS}{id}/{id}_{k}.sheaf")
+}
+
+/// Whether `object` belongs to backup `id` (its stripes, record or lock).
+pub fn of_backup(object: &str, id: &str) -> bool {
+    object.strip_prefix(BACKUPS).and_then(|rest| rest.strip_prefix(id)).is_some_and(|rest| rest.starts_with('/') || rest.starts_with('.'))
+}
+
+/// The backup id an object under `backups/` belongs to.
+pub fn backup_id(object: &str) -> Option<&str> {
+    let id = object.strip_prefix(BACKUPS)?.split(['/', '.']).next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// Where an archived WAL file lives.
+pub fn wal_object(name: &str) -> String {
+    format!("{WAL}{}/{name}.wal", name.get(..8).unwrap_or("00000000"))
+}
+
+/// The WAL file name an object under `wal/` holds.
+pub fn wal_name(object: &str) -> Option<&str> {
+    object.rsplit('/').next().and_then(|n| n.strip_suffix(".wal"))
+}
+
+/// The record of a WAL file dropped from the archive.
+pub fn dropped(name: &str) -> String {
+    format!("{DROPPED}{name}.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_in_the_repository() {
+        assert_eq!(wal_object("00000002.history"), "wal/00000002/00000002.history.wal");
+        assert_eq!(wal_name(&wal_object("000000010000000000000003")), Some("000000010000000000000003"));
+        assert_eq!(stripe("20261122-101500Z", 2), "backups/20261122-101500Z/20261122-101500Z_2.sheaf");
+        assert_eq!(backup_id(&stripe("a", 1)), Some("a"));
+        assert_eq!(backup_id(&record("b")), Some("b"));
+        assert!(of_backup(&lock("a"), "a") && of_backup(&stripe("a", 1), "a") && !of_backup(&stripe("ab", 1), "a"));
+    }
+}

@@ -1,0 +1,234 @@
+//! What the repository says about its backups: a finished backup's record (`backups/ID.json`),
+//! the lock a backup being written holds (`backups/ID.lock`), finding them all ([`backups`]),
+//! choosing one ([`pick`]) and opening its stripes ([`open_set`]).
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::repo::Repo;
+use sheaf_core::{BackupSet, Error, ErrorKind, Location, Result, Schemes};
+
+use super::paths;
+use crate::server::parse_lsn;
+
+/// A finished backup in the repository (`backups/ID.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BackupRecord {
+    /// The repository's name for it, `YYYYMMDD-HHMMSSZ` of its start.
+    pub id: String,
+    /// The set's backup id.
+    pub backup_id: String,
+    /// Free text.
+    pub label: Option<String>,
+    /// Start and stop, UTC, by this host's clock (the database host's).
+    pub start_time: String,
+    /// See `start_time`.
+    pub stop_time: String,
+    /// Seconds since the epoch.
+    pub start_unix: i64,
+    /// Seconds since the epoch.
+    pub stop_unix: i64,
+    /// The stop in milliseconds since the epoch, taken after the backup ended: a target time at or
+    /// after it is consistent with this backup.
+    pub stop_ms: i64,
+    /// Where WAL replay starts (the checkpoint's redo point) and where the copy is consistent.
+    pub start_lsn: String,
+    /// See `start_lsn`.
+    pub stop_lsn: String,
+    /// Timeline it was taken on.
+    pub timeline: u32,
+    /// First WAL segment it needs.
+    pub start_wal: String,
+    /// Last WAL segment it needs to be consistent.
+    pub stop_wal: String,
+    /// Bytes read from the cluster.
+    pub bytes_read: u64,
+    /// Bytes stored.
+    pub bytes_written: u64,
+    /// Codec.
+    pub compression: String,
+    /// Stripes, relative to the repository.
+    pub stripes: Vec<String>,
+    /// Server version.
+    pub server_version: String,
+}
+
+impl BackupRecord {
+    /// Where it is consistent.
+    pub fn stop_lsn(&self) -> u64 {
+        parse_lsn(&self.stop_lsn).unwrap_or(u64::MAX)
+    }
+    /// Stored / read.
+    pub fn ratio(&self) -> f64 {
+        if self.bytes_written == 0 {
+            0.0
+        } else {
+            self.bytes_read as f64 / self.bytes_written as f64
+        }
+    }
+}
+
+/// What a backup being written leaves at `backups/ID.lock`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BackupLock {
+    /// Repository id of the backup.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id on that host.
+    pub pid: u32,
+    /// Start, seconds since the epoch.
+    pub start_unix: i64,
+}
+
+pub(crate) fn now_unix() -> i64 {
+    sheaf_core::time::now_ms().div_euclid(1000)
+}
+
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}
+
+impl BackupLock {
+    /// The lock this process holds for backup `id`, begun at `start_unix`.
+    pub fn ours(id: &str, start_unix: i64) -> BackupLock {
+        BackupLock { id: id.to_string(), host: host_name(), pid: std::process::id(), start_unix }
+    }
+
+    /// Whether its writer still runs: on this host, a live process; on another, begun less than a
+    /// day ago (its process cannot be asked).
+    pub fn running(&self) -> bool {
+        if self.host == host_name() {
+            sheaf_core::host::process_alive(self.pid)
+        } else {
+            now_unix() - self.start_unix < 86_400
+        }
+    }
+}
+
+/// A backup found in the repository.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum Found {
+    /// Finished: its record.
+    Complete(Box<BackupRecord>),
+    /// Being written, or left by a crash: its lock, if any, and its objects.
+    Unfinished {
+        /// Repository id.
+        id: String,
+        /// The lock, when it is still there.
+        lock: Option<BackupLock>,
+        /// Whether its writer still runs (same host, live pid) or started less than a day ago on
+        /// another host.
+        running: bool,
+        /// Its objects (stripes, lock).
+        objects: Vec<String>,
+    },
+}
+
+impl Found {
+    /// The record, when the backup is finished.
+    pub fn record(&self) -> Option<&BackupRecord> {
+        match self {
+            Found::Complete(r) => Some(r),
+            Found::Unfinished { .. } => None,
+        }
+    }
+}
+
+/// Every backup in the repository, oldest first.
+///
+/// # Errors
+/// When the repository cannot be listed or a record cannot be read.
+pub fn backups(repo: &Repo) -> Result<Vec<Found>> {
+    let listed = repo.list(paths::BACKUPS)?;
+    let mut ids: Vec<String> = Vec::new();
+    for o in &listed {
+        if let Some(id) = paths::backup_id(&o.name) {
+            if !ids.iter().any(|i| i == id) {
+                ids.push(id.to_string());
+            }
+        }
+    }
+    ids.sort();
+    let mut out = Vec::new();
+    for id in ids {
+        let has = |name: &str| listed.iter().any(|o| o.name == name);
+        if has(&paths::record(&id)) {
+            out.push(Found::Complete(Box::new(repo.get_json(&paths::record(&id))?)));
+            continue;
+        }
+        let lock: Option<BackupLock> = if has(&paths::lock(&id)) { repo.get_json(&paths::lock(&id)).ok() } else { None };
+        let running = lock.as_ref().is_some_and(BackupLock::running);
+        let objects = listed.iter().filter(|o| paths::of_backup(&o.name, &id)).map(|o| o.name.clone()).collect();
+        out.push(Found::Unfinished { id, lock, running, objects });
+    }
+    Ok(out)
+}
+
+/// The finished backups, oldest first.
+///
+/// # Errors
+/// As [`backups`].
+pub fn complete(repo: &Repo) -> Result<Vec<BackupRecord>> {
+    Ok(backups(repo)?
+        .into_iter()
+        .filter_map(|f| match f {
+            Found::Complete(r) => Some(*r),
+            Found::Unfinished { .. } => None,
+        })
+        .collect())
+}
+
+/// The newest finished backup, or the one named.
+///
+/// # Errors
+/// None there, or no such id (listing those there are).
+pub fn pick<'a>(records: &'a [BackupRecord], id: &str) -> Result<&'a BackupRecord> {
+    if id == "latest" {
+        return records.last().ok_or_else(|| Error::new(ErrorKind::Incomplete, "the repository holds no finished backup: take one with sheaf backup --repo"));
+    }
+    records.iter().find(|r| r.id == id || r.backup_id == id).ok_or_else(|| {
+        Error::invalid(format!(
+            "no backup {id} in the repository; it holds: {}",
+            if records.is_empty() { "none".to_string() } else { records.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ") }
+        ))
+    })
+}
+
+/// The set a record names: its stripes in the repository, read with the repository's keys (and
+/// its rate limit, where it has one).
+///
+/// # Errors
+/// As [`BackupSet::open_with`]: stripes missing, damaged or of another set.
+pub fn open_set(repo: &Repo, record: &BackupRecord, schemes: &dyn Schemes) -> Result<BackupSet> {
+    let stripes: Vec<Location> = record.stripes.iter().map(|n| repo.location(n)).collect();
+    BackupSet::open_with(&stripes, schemes, repo.keys())
+}
+
+/// A finished backup of the repository, opened: its id as `sheaf info` lists it, or `latest`.
+///
+/// # Errors
+/// As [`complete`], [`pick`] and [`open_set`].
+pub fn open_backup(repo: &Repo, id: &str, schemes: &dyn Schemes) -> Result<BackupSet> {
+    let records = complete(repo)?;
+    open_set(repo, pick(&records, id)?, schemes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_of_this_process_is_running_and_one_of_a_gone_process_is_not() {
+        assert!(BackupLock::ours("a", now_unix()).running());
+        let gone = BackupLock { pid: 0x7fff_fff0, ..BackupLock::ours("b", now_unix()) };
+        assert!(!gone.running());
+        let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400 };
+        assert!(!elsewhere.running(), "another host's lock older than a day is stale");
+    }
+
+    #[test]
+    fn pick_names_what_there_is() {
+        assert_eq!(pick(&[], "latest").unwrap_err().kind(), ErrorKind::Incomplete);
+        assert!(pick(&[], "x").unwrap_err().to_string().contains("it holds: none"));
+    }
+}

@@ -1,0 +1,223 @@
+//! Retention: what `sheaf expire` removes, by policy ([`plan_expire`]), and removing it in an
+//! order a crash midway cannot hurt ([`expire`]). Never the newest finished backup, nor WAL a kept
+//! backup needs; history files always stay; a backup still being written is left alone.
+
+use serde::Serialize;
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, Result};
+
+use super::inventory::archived;
+use super::meta::RepoMeta;
+use super::paths;
+use super::records::{backups, BackupRecord, Found};
+use crate::wal::{WalFile, WalKind};
+
+/// What to keep and what to remove.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExpirePlan {
+    /// Backups kept.
+    pub kept: Vec<String>,
+    /// Finished backups removed.
+    pub removed: Vec<String>,
+    /// Unfinished backups removed (left by a crash).
+    pub unfinished: Vec<String>,
+    /// Unfinished backups left alone because their writer still runs.
+    pub running: Vec<String>,
+    /// WAL files removed.
+    pub wal_removed: u64,
+    /// Their bytes.
+    pub wal_bytes: u64,
+    /// First WAL segment kept (the oldest kept backup's start).
+    pub wal_kept_from: Option<String>,
+    /// Objects removed (or that would be, on a dry run).
+    pub objects: Vec<String>,
+    /// Bytes removed.
+    pub bytes: u64,
+}
+
+/// Retention: how much to keep.
+#[derive(Clone, Debug, Default)]
+pub struct Retention {
+    /// Keep the newest N finished backups.
+    pub keep_full: Option<usize>,
+    /// Keep what recovers to any moment in the last this many seconds: the backups that end
+    /// inside it and the newest one before it.
+    pub keep_within: Option<i64>,
+}
+
+/// Decide what `expire` removes. Never the newest finished backup, nor WAL a kept backup needs
+/// (from the oldest kept backup's start onwards, every timeline); history files always stay.
+///
+/// # Errors
+/// No retention given; the repository cannot be read.
+pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    if keep.keep_full.is_none() && keep.keep_within.is_none() {
+        return Err(Error::invalid("say what to keep: --keep-full N (the newest N backups) and/or --keep-within DURATION (e.g. 14d)"));
+    }
+    if keep.keep_full == Some(0) {
+        return Err(Error::invalid("--keep-full 0 would remove every backup: keep at least 1"));
+    }
+    let found = backups(repo)?;
+    let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
+    let mut keep_ids = std::collections::BTreeSet::new();
+    if let Some(n) = keep.keep_full {
+        for r in done.iter().rev().take(n) {
+            keep_ids.insert(r.id.clone());
+        }
+    }
+    if let Some(w) = keep.keep_within {
+        let edge = now - w;
+        for r in &done {
+            if r.stop_unix >= edge {
+                keep_ids.insert(r.id.clone());
+            }
+        }
+        // The newest backup that ends before the window: recovery to the window's first moment
+        // starts from it.
+        if let Some(r) = done.iter().rev().find(|r| r.stop_unix < edge) {
+            keep_ids.insert(r.id.clone());
+        }
+    }
+    if let Some(r) = done.last() {
+        keep_ids.insert(r.id.clone());
+    }
+    let mut plan = ExpirePlan::default();
+    let listed = repo.list(paths::BACKUPS)?;
+    let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
+    for f in &found {
+        match f {
+            Found::Complete(r) if keep_ids.contains(&r.id) => plan.kept.push(r.id.clone()),
+            Found::Complete(r) => {
+                plan.removed.push(r.id.clone());
+                for s in &r.stripes {
+                    plan.bytes += size_of(s);
+                    plan.objects.push(s.clone());
+                }
+                // The record goes last, so a crash midway leaves an unfinished backup, which the
+                // next expire removes, never a record without its stripes.
+                plan.objects.push(paths::record(&r.id));
+            }
+            Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
+            Found::Unfinished { id, objects, .. } => {
+                plan.unfinished.push(id.clone());
+                for o in objects {
+                    plan.bytes += size_of(o);
+                }
+                let (locks, rest): (Vec<&String>, Vec<&String>) = objects.iter().partition(|o| o.ends_with(".lock"));
+                plan.objects.extend(rest.into_iter().cloned());
+                plan.objects.extend(locks.into_iter().cloned());
+            }
+        }
+    }
+    let kept: Vec<&&BackupRecord> = done.iter().filter(|r| keep_ids.contains(&r.id)).collect();
+    let seg = meta.wal_segment_size;
+    // Running backups need WAL from their start, which is after every finished one's: nothing to
+    // add. With no finished backup kept there is nothing to anchor WAL to: keep all of it.
+    let oldest = kept.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).min_by_key(|w| w.segno);
+    if let Some(oldest) = oldest {
+        plan.wal_kept_from = Some(oldest.name.clone());
+        for (w, size) in archived(repo, meta)? {
+            if w.kind != WalKind::History && w.segno < oldest.segno {
+                plan.wal_removed += 1;
+                plan.wal_bytes += size;
+                plan.bytes += size;
+                plan.objects.push(paths::wal_object(&w.name));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Carry out a plan: remove its objects in order, then empty folders.
+///
+/// # Errors
+/// The first object that cannot be removed (what was removed before it stays removed; running
+/// expire again finishes the work).
+pub fn expire(repo: &Repo, plan: &ExpirePlan) -> Result<()> {
+    for o in &plan.objects {
+        repo.delete(o).map_err(|e| e.context("expire stopped; run it again to finish"))?;
+    }
+    for id in plan.removed.iter().chain(&plan.unfinished) {
+        repo.prune(&paths::backup_dir(id));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repo::records::{host_name, BackupLock};
+    use crate::wal::segment_name;
+    use sheaf_core::LocalOnly;
+
+    fn record(id: &str, stop_unix: i64, start_wal: &str) -> BackupRecord {
+        BackupRecord {
+            id: id.into(),
+            backup_id: format!("{id}-set"),
+            label: None,
+            start_time: String::new(),
+            stop_time: String::new(),
+            start_unix: stop_unix - 10,
+            stop_unix,
+            stop_ms: stop_unix * 1000,
+            start_lsn: "0/0".into(),
+            stop_lsn: "0/0".into(),
+            timeline: 1,
+            start_wal: start_wal.into(),
+            stop_wal: start_wal.into(),
+            bytes_read: 0,
+            bytes_written: 0,
+            compression: "zstd:low".into(),
+            stripes: vec![format!("backups/{id}/{id}_1.sheaf")],
+            server_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn expire_spares_a_running_backup_and_removes_one_left_by_a_crash() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &LocalOnly).unwrap();
+        let seg = 16 << 20;
+        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new() };
+        repo.init(&meta).unwrap();
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        for (id, stop, wal) in [("a", 1000, 2u64), ("b", 2000, 4), ("c", 3000, 6)] {
+            let r = record(id, stop, &segment_name(1, wal, seg));
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in 1..=7 {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+        put(&paths::wal_object("00000002.history"));
+        // Being written by this very process (alive), and one whose writer is gone.
+        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500 };
+        repo.put_json("backups/d.lock", &live, false).unwrap();
+        put("backups/d/d_1.sheaf");
+        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400 };
+        repo.put_json("backups/e.lock", &dead, false).unwrap();
+        put("backups/e/e_1.sheaf");
+
+        let keep = Retention { keep_full: Some(2), keep_within: None };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["b", "c"]);
+        assert_eq!(plan.removed, vec!["a"]);
+        assert_eq!(plan.running, vec!["d"], "a backup still being written is left alone");
+        assert_eq!(plan.unfinished, vec!["e"], "one left by a crash goes");
+        assert_eq!(plan.wal_removed, 3, "segments 1..3: before b's start (4)");
+        expire(&repo, &plan).unwrap();
+        let left: Vec<String> = repo.list("").unwrap().into_iter().map(|o| o.name).collect();
+        assert!(left.contains(&"backups/d.lock".to_string()) && left.contains(&"backups/d/d_1.sheaf".to_string()), "{left:?}");
+        assert!(!left.iter().any(|n| n.starts_with("backups/e") || n.starts_with("backups/a")), "{left:?}");
+        assert!(left.contains(&paths::wal_object("00000002.history")), "history stays");
+        assert!(left.contains(&paths::wal_object(&segment_name(1, 4, seg))));
+        assert!(!left.contains(&paths::wal_object(&segment_name(1, 3, seg))));
+
+        // Time-based: the window [3500, 4000] holds no backup end; the newest before it (c) stays.
+        let keep = Retention { keep_full: None, keep_within: Some(500) };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["c"]);
+        assert_eq!(plan.removed, vec!["b"]);
+        assert!(plan_expire(&repo, &meta, &Retention::default(), 4000).is_err(), "a policy is required");
+    }
+}

@@ -1,0 +1,117 @@
+//! `sheaf verify --repo`: every finished backup read and checked, every archived WAL file read and
+//! checked, and the WAL each backup needs from its start to the end of its timeline present.
+//! Problems are collected, not raised one by one, so that one run names them all.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, ErrorKind, NoProgress, Result, Schemes};
+
+use super::inventory::{archived, missing};
+use super::meta::RepoMeta;
+use super::paths;
+use super::records::{backups, open_set, Found};
+use crate::wal::{WalFile, WalKind};
+
+/// A backup that read back whole.
+#[derive(Clone, Debug, Serialize)]
+pub struct Checked {
+    /// Its repository id.
+    pub id: String,
+    /// Frames read and checked.
+    pub frames: u64,
+    /// Raw bytes they hold.
+    pub bytes: u64,
+}
+
+/// What [`verify`] found.
+#[derive(Clone, Debug, Serialize)]
+pub struct RepoCheck {
+    /// The backups that read back whole.
+    pub backups: Vec<Checked>,
+    /// Archived WAL files read.
+    pub wal_files: usize,
+    /// Their raw bytes (of those that read back).
+    pub wal_bytes: u64,
+    /// Every problem, one line each.
+    pub problems: Vec<String>,
+    /// Whether any problem is WAL a backup needs that is not there.
+    #[serde(skip)]
+    pub wal_missing: bool,
+}
+
+impl RepoCheck {
+    /// Whether nothing was wrong.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The error that sums the problems up, if there were any: [`ErrorKind::Incomplete`] when WAL a
+    /// backup needs is missing, else [`ErrorKind::Corrupt`].
+    pub fn failure(&self) -> Option<Error> {
+        let first = self.problems.first()?;
+        let kind = if self.wal_missing { ErrorKind::Incomplete } else { ErrorKind::Corrupt };
+        let n = self.problems.len();
+        Some(Error::new(kind, format!("the repository has {n} problem{}; the first: {first}", if n == 1 { "" } else { "s" })))
+    }
+}
+
+/// Read and check everything in the repository with `threads` decompressors.
+///
+/// # Errors
+/// Only when the repository cannot be listed or a record read; what is damaged or missing is in
+/// the [`RepoCheck`].
+pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Option<usize>) -> Result<RepoCheck> {
+    let found = backups(repo)?;
+    let files = archived(repo, meta)?;
+    let mut check = RepoCheck { backups: Vec::new(), wal_files: files.len(), wal_bytes: 0, problems: Vec::new(), wal_missing: false };
+    for r in found.iter().filter_map(Found::record) {
+        match open_set(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress))) {
+            Ok(v) => check.backups.push(Checked { id: r.id.clone(), frames: v.frames, bytes: v.bytes_raw }),
+            Err(e) => check.problems.push(format!("backup {}: {e}", r.id)),
+        }
+        if let (Some(start), Some(last)) = (
+            WalFile::parse(&r.start_wal, meta.wal_segment_size),
+            files.iter().filter(|(w, _)| w.timeline == r.timeline && w.kind == WalKind::Segment).map(|(w, _)| w.segno).max(),
+        ) {
+            let gaps = missing(&files, r.timeline, start.segno, last, meta.wal_segment_size);
+            if !gaps.is_empty() {
+                check.wal_missing = true;
+                check.problems.push(format!(
+                    "backup {}: {} WAL segment{} missing after its start ({}{}): recovery from it stops there",
+                    r.id,
+                    gaps.len(),
+                    if gaps.len() == 1 { " is" } else { "s are" },
+                    gaps.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                    if gaps.len() > 3 { ", ..." } else { "" }
+                ));
+            }
+        }
+    }
+    for (w, _) in &files {
+        let r = repo.open(&paths::wal_object(&w.name)).and_then(|src| sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |_| Ok(())));
+        match r {
+            Ok(info) => check.wal_bytes += info.raw_len,
+            Err(e) => check.problems.push(format!("WAL {}: {e}", w.name)),
+        }
+    }
+    Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_wal_outranks_damage() {
+        let mut c = RepoCheck { backups: Vec::new(), wal_files: 0, wal_bytes: 0, problems: Vec::new(), wal_missing: false };
+        assert!(c.ok() && c.failure().is_none());
+        c.problems = vec!["backup a: damaged".into(), "backup b: 2 WAL segments are missing".into()];
+        assert_eq!(c.failure().unwrap().kind(), ErrorKind::Corrupt);
+        c.wal_missing = true;
+        let e = c.failure().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Incomplete);
+        assert!(e.to_string().contains("has 2 problems; the first: backup a: damaged"), "{e}");
+    }
+}
