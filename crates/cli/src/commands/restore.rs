@@ -3,7 +3,7 @@
 //! history catalog.
 
 use sheaf_core::size::format_size;
-use sheaf_core::{Error, ErrorKind, RestoreOptions};
+use sheaf_core::{Error, ErrorKind, RestoreOptions, RestoreReport};
 use sheaf_pg::pitr::shell_quote as q;
 use sheaf_pg::PgRestoreOptions;
 
@@ -48,6 +48,13 @@ fn pg_options(a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
     })
 }
 
+/// The report as `--json` prints it: the core's, with its rate.
+fn report(r: &RestoreReport) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).expect("report serialises");
+    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    v
+}
+
 fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     if !a.only.is_empty() {
         return restore_only(ctx, a);
@@ -67,8 +74,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
         }
         sheaf_core::restore(&set, &core_options(&a)?, progress(a.json))?
     };
-    let mut v = serde_json::to_value(&r).expect("report serialises");
-    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    let v = report(&r);
     if a.json {
         println!("{v}");
     } else {
@@ -101,8 +107,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
         timeline: r.target_timeline.clone(),
     };
     let (r, plan) = sheaf_pg::pitr::restore(&repo, &meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, &repo), progress(a.json))?;
-    let mut v = serde_json::to_value(&r).expect("report serialises");
-    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    let mut v = report(&r);
     v["repository_backup"] = serde_json::json!(plan.backup.id);
     v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
     if a.json {
@@ -166,8 +171,7 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
         ctx.open_stripes(&a.stripes)?
     };
     let r = sheaf_core::restore(&set, &core_options(&a)?, progress(a.json))?;
-    let mut v = serde_json::to_value(&r).expect("report serialises");
-    v["mib_per_second"] = serde_json::json!(rate(r.bytes_written, r.seconds));
+    let v = report(&r);
     if a.json {
         println!("{v}");
     } else {
