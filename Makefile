@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
+.PHONY: all deps build test lint demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
 
 all: build
 
@@ -15,6 +15,11 @@ build: deps
 # fault tests (some mount a small tmpfs or drop privileges, which needs root or user namespaces).
 test: deps
 	$(CARGO) test --workspace --locked
+
+# Clippy (with the workspace's lints: undocumented unsafe is an error) and the import-circle check.
+lint: deps
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	@scripts/module-cycles.py
 
 # A throwaway PostgreSQL cluster with TPC-H, backed up with each codec, restored, started, checked.
 demo: build

@@ -7,12 +7,17 @@
 #
 #   SCALE=1 scripts/bench-engine.sh          # TPC-H scale factor (default 1)
 #   REPEAT=3                                 # runs per measurement; the median is reported
+#   SHEAF=path                               # the sheaf binary (default target/release/sheaf)
+#   SHEAF_BASELINE=path                      # another build measured in the same run, alternating
+#                                            # run by run with SHEAF (before/after a change)
+#   LEVELS=0                                 # skip the zstd level table (zstd -b alone, slow)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 SCALE=${SCALE:-1}
 REPEAT=${REPEAT:-3}
-sheaf=$PWD/target/release/sheaf
+sheaf=${SHEAF:-$PWD/target/release/sheaf}
+base=${SHEAF_BASELINE:-}
 cores=$(nproc)
 
 pgbin=$(pg_bin_dir)
@@ -50,8 +55,13 @@ cat "$work/all.bin" > /dev/null
 
 mbps() { python3 -c "import json,sys; r=json.load(sys.stdin); print(r['bytes_read']/r['seconds']/1e6)"; }
 
-sheaf_nul() { # codec -> median MB/s
-  for _ in $(seq "$REPEAT"); do "$sheaf" backup "$work/pgdata" --to nul -c "$1" --json | mbps; done | median
+sheaf_nul() { # codec -> median MB/s; with a baseline, "sheaf baseline" medians, runs alternated
+  local a="" b=""
+  for _ in $(seq "$REPEAT"); do
+    a="$a $("$sheaf" backup "$work/pgdata" --to nul -c "$1" --json | mbps)"
+    [ -z "$base" ] || b="$b $("$base" backup "$work/pgdata" --to nul -c "$1" --json | mbps)"
+  done
+  echo "$(echo $a | tr ' ' '\n' | median)${base:+ $(echo $b | tr ' ' '\n' | median)}"
 }
 ref_zstd() { for _ in $(seq "$REPEAT"); do zstd -b1 -e1 -B1M -i2 "$work/all.bin" 2>&1 | tr '\r' '\n' | grep -oE '[0-9.]+ MB/s' | tail -2 | head -1 | cut -d' ' -f1; done | median; }
 ref_lz4() { for _ in $(seq "$REPEAT"); do lz4 -b1 -B1048576 -i2 "$work/all.bin" 2>&1 | tr '\r' '\n' | grep -oE '[0-9.]+ MB/s' | tail -2 | head -1 | cut -d' ' -f1; done | median; }
@@ -71,13 +81,23 @@ report=$work/report.md
 {
   echo "### NUL target vs codec ceiling ($cores cores, TPC-H scale $SCALE lineitem, $((data_bytes / 1000000)) MB data directory, 1 MiB chunks, median of $REPEAT)"
   echo
-  echo "| codec | sheaf to nul (MB/s) | single-core reference (MB/s) | ceiling = $cores × reference | sheaf / ceiling |"
-  echo "|---|---|---|---|---|"
+  if [ -n "$base" ]; then
+    echo "| codec | sheaf to nul (MB/s) | baseline to nul (MB/s) | sheaf / baseline | single-core reference (MB/s) | ceiling = $cores × reference | sheaf / ceiling |"
+    echo "|---|---|---|---|---|---|---|"
+  else
+    echo "| codec | sheaf to nul (MB/s) | single-core reference (MB/s) | ceiling = $cores × reference | sheaf / ceiling |"
+    echo "|---|---|---|---|---|"
+  fi
   for pair in "lz4:ref_lz4:lz4 -b1 -B1M" "zstd:low:ref_zstd:zstd -b1 -B1M" "deflate:1:ref_igzip:igzip -1"; do
     codec=${pair%%:ref_*}; rest=${pair#*:ref_}; ref=ref_${rest%%:*}; label=${rest#*:}
-    s=$(sheaf_nul "$codec"); r=$($ref)
-    python3 -c "s,r,c=$s,$r,$cores; print(f'| $codec | {s:.0f} | {r:.0f} ($label) | {c*r:.0f} | {s/(c*r):.2f} |')"
+    read -r s b <<< "$(sheaf_nul "$codec")"; r=$($ref)
+    if [ -n "$base" ]; then
+      python3 -c "s,b,r,c=$s,$b,$r,$cores; print(f'| $codec | {s:.0f} | {b:.0f} | {s/b:.3f} | {r:.0f} ($label) | {c*r:.0f} | {s/(c*r):.2f} |')"
+    else
+      python3 -c "s,r,c=$s,$r,$cores; print(f'| $codec | {s:.0f} | {r:.0f} ($label) | {c*r:.0f} | {s/(c*r):.2f} |')"
+    fi
   done
+  if [ "${LEVELS:-1}" != 0 ]; then
   echo
   echo "### zstd levels on the same pages (zstd -b, one core, 1 MiB blocks): where low/medium/high sit"
   echo
@@ -98,6 +118,7 @@ for lvl in sorted(rows):
     r, c, d = rows[lvl]
     print(f"| {lvl} | {r} | {c} | {d} |")
 '
+  fi
   echo
   echo "### Restore and memory (zstd:low, 2 stripes on local disk)"
   echo
@@ -105,9 +126,16 @@ for lvl in sorted(rows):
   /usr/bin/time -f '%M' -o "$work/backup.rss" "$sheaf" backup "$work/pgdata" --to "$work/stripes/s1.sheaf" --to "$work/stripes/s2.sheaf" --json > "$work/backup.json"
   budget=$(python3 -c "import json; print(json.load(open('$work/backup.json'))['memory_budget_bytes'])")
   for i in $(seq "$REPEAT"); do
+    if [ -n "$base" ]; then
+      rm -rf "$work/restored"
+      "$base" restore "$work/stripes/s1.sheaf" --to "$work/restored" --json >> "$work/restore.base.json"
+    fi
     rm -rf "$work/restored"
     /usr/bin/time -f '%M' -o "$work/restore.rss.$i" "$sheaf" restore "$work/stripes/s1.sheaf" --to "$work/restored" --json
   done | python3 -c "import json,sys; print('\n'.join(str(json.loads(l)['bytes_written']/json.loads(l)['seconds']/1e6) for l in sys.stdin))" | median > "$work/restore.mbps"
+  if [ -n "$base" ]; then
+    python3 -c "import json,sys; print('\n'.join(str(json.loads(l)['bytes_written']/json.loads(l)['seconds']/1e6) for l in sys.stdin))" < "$work/restore.base.json" | median > "$work/restore.base.mbps"
+  fi
   cmp <(cd "$work/pgdata" && find . -type f -print0 | sort -z | xargs -0 cat | md5sum) \
       <(cd "$work/restored" && find . -type f -print0 | sort -z | xargs -0 cat | md5sum) >/dev/null \
       && same="identical" || same="DIFFERENT"
@@ -122,6 +150,10 @@ print("| measure | value |")
 print("|---|---|")
 print(f"| backup to disk | {b['bytes_read']/b['seconds']/1e6:.0f} MB/s, ratio {b['bytes_read']/b['bytes_written']:.2f} |")
 print(f"| restore from disk | {rest:.0f} MB/s |")
+import os
+if os.path.exists(f"{work}/restore.base.mbps"):
+    base = float(open(f"{work}/restore.base.mbps").read())
+    print(f"| restore from disk, baseline (alternated) | {base:.0f} MB/s (sheaf / baseline {rest/base:.3f}) |")
 print(f"| memory budget (buffer_count × buffer size) | {budget/2**20:.0f} MiB ({b['buffer_count']} × {b['transfer_size']//2**20} MiB) |")
 print(f"| peak RSS, backup | {rss_b/2**20:.0f} MiB |")
 print(f"| peak RSS, restore | {rss_r/2**20:.0f} MiB |")

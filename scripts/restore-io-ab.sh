@@ -11,10 +11,14 @@
 #   ZSTD_SET=/var/tmp/r10/set_1.sheaf LZ4_SET=/var/tmp/r10/lz4_1.sheaf WORK=/var/tmp/r10 REPEAT=3 \
 #     [ZSTD2_SET=/var/tmp/r10/zstd2_a.sheaf LZ4_2_SET=/var/tmp/r10/lz4x2_a.sheaf] [MODES="dd-direct zstd-direct"] \
 #     scripts/restore-io-ab.sh
+#   S=path                 the sheaf binary (default target/release/sheaf)
+#   S_BASELINE=path        another build: adds zstd-direct-base and lz4-direct-base, restored in the
+#                          same rounds (before/after a change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-S=$PWD/target/release/sheaf
+S=${S:-$PWD/target/release/sheaf}
 [ -x "$S" ] || cargo build --release --locked
+B=${S_BASELINE:-}
 : "${ZSTD_SET:?a zstd:low set}" "${LZ4_SET:?an lz4 set}" "${WORK:?a folder on the filesystem to test}"
 REPEAT=${REPEAT:-3}
 cd "$WORK"
@@ -23,6 +27,7 @@ mb=$((raw / 1048576))
 modes="dd-direct dd-fdatasync zstd-verify zstd-direct zstd-sync zstd-buffered lz4-verify lz4-direct lz4-sync lz4-buffered"
 [ -z "${ZSTD2_SET:-}" ] || modes="$modes zstd2-direct"
 [ -z "${LZ4_2_SET:-}" ] || modes="$modes lz4x2-direct"
+[ -z "$B" ] || modes="$modes zstd-direct-base lz4-direct-base"
 modes=${MODES:-$modes}
 declare -A T
 t() { local s; s=$(date +%s.%N); "$@" >/dev/null 2>&1; awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }
@@ -51,6 +56,8 @@ for i in $(seq "$REPEAT"); do
       lz4-buffered) x=$(t "$S" restore "$LZ4_SET" --to "$out" --buffered-io) ;;
       zstd2-direct) x=$(t "$S" restore "$ZSTD2_SET" --to "$out") ;;
       lz4x2-direct) x=$(t "$S" restore "$LZ4_2_SET" --to "$out") ;;
+      zstd-direct-base) x=$(t "$B" restore "$ZSTD_SET" --to "$out") ;;
+      lz4-direct-base) x=$(t "$B" restore "$LZ4_SET" --to "$out") ;;
     esac
     T[$m]="${T[$m]:-} $x"
   done
