@@ -1,4 +1,5 @@
-//! sheaf-bench: the harness the seed authors each built by hand.
+//! sheaf-bench: the harness the seed authors each built by hand, and the tooling that makes data
+//! for it, so that the engine's PostgreSQL crate carries no data generator.
 //!
 //! - [`matrix`]: the sweep from flags (`--compression lz4,zstd:low --stripes 1,2 ...`) expanded
 //!   into permutations in a stable order; [`plan`]: the same from a TOML file;
@@ -8,10 +9,15 @@
 //! - [`stats`]: medians and ranges across repeats;
 //! - [`report`]: the results table as CSV, JSON, Markdown and text; [`plot`]: SVG and PNG plots.
 //!
-//! - [`lab`]: seed 003's question, what a codec costs per scan, page fetch and update.
+//! - [`lab`]: seed 003's question, what a codec costs per scan, page fetch and update;
+//!   [`dblab`]: the same experiment through PostgreSQL (TOAST pglz, lz4 and none).
+//! - [`tpch`]: TPC-H data (tpchgen) loaded into PostgreSQL; [`demo`]: `sheaf demo`, a throwaway
+//!   cluster with TPC-H backed up with each codec, restored, started and checked.
 //!
 //! Like the other libraries it prints nothing: progress reaches the caller as [`runner::Event`]s.
 
+pub mod dblab;
+pub mod demo;
 pub mod lab;
 pub mod matrix;
 pub mod measure;
@@ -21,3 +27,4 @@ pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod stats;
+pub mod tpch;

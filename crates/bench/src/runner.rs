@@ -281,7 +281,7 @@ fn prepare_source(opts: &BenchOptions, backrest: bool, work_name: &str, note: &d
             note(Event::Note(&format!("cluster in {} on port {}", cluster.data.display(), cluster.port)));
             cluster.query("postgres", "CREATE DATABASE tpch")?;
             note(Event::Note(&format!("loading TPC-H scale {scale} (tpchgen)")));
-            sheaf_pg::tpch::load(&cluster.url("tpch"), *scale, &|t| note(Event::Note(&format!("  {t}"))))?;
+            crate::tpch::load(&cluster.url("tpch"), *scale, &|t| note(Event::Note(&format!("  {t}"))))?;
             // Settle the pages (hint bits, visibility map) so that every run reads the same bytes.
             cluster.query("tpch", "VACUUM ANALYZE")?;
             cluster.query("postgres", "CHECKPOINT")?;

@@ -839,7 +839,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Demo(a) => demo(a),
         Command::Bench(a) => bench(catalog, a, settings),
         Command::LoadTpch(a) => {
-            let counts = sheaf_pg::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
+            let counts = sheaf_bench::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
             println!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
             Ok(())
         }
@@ -1288,8 +1288,8 @@ fn demo(a: DemoArgs) -> Result<(), Error> {
         return Err(Error::invalid(format!("--scale {}: give a TPC-H scale factor such as 0.1 or 1", a.scale)));
     }
     let codecs = a.compression.split(',').map(|c| CodecSpec::parse(c.trim())).collect::<Result<Vec<_>, _>>()?;
-    let opts = sheaf_pg::demo::DemoOptions { scale: a.scale, codecs, stripes: a.stripes.max(1) };
-    let rows = unless_interrupted(sheaf_pg::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}")))?;
+    let opts = sheaf_bench::demo::DemoOptions { scale: a.scale, codecs, stripes: a.stripes.max(1) };
+    let rows = unless_interrupted(sheaf_bench::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}")))?;
     if a.json {
         println!("{}", serde_json::to_string(&rows).expect("rows serialise"));
     } else {
@@ -1352,8 +1352,8 @@ fn list(path: Option<&std::path::Path>, a: ListArgs) -> Result<(), Error> {
 
 fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
     if let Some(url) = &a.db_url {
-        let opts = sheaf_pg::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
-        let rows = sheaf_pg::dblab::run(url, &opts)?;
+        let opts = sheaf_bench::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
+        let rows = sheaf_bench::dblab::run(url, &opts)?;
         let v = serde_json::json!({ "source": sheaf_pg::server::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
         if let Some(out) = &a.out {
             std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
@@ -1365,7 +1365,7 @@ fn lab(a: LabArgs, settings: &Settings) -> Result<(), Error> {
         } else {
             let what = opts.table.as_deref().map_or_else(|| "rows of generated wide text".to_string(), |t| format!("rows at most of {t}"));
             println!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
-            print!("{}", sheaf_pg::dblab::table(&rows));
+            print!("{}", sheaf_bench::dblab::table(&rows));
             println!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
         }
         return Ok(());

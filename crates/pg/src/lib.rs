@@ -5,7 +5,6 @@
 //! - [`server`]: the connection, its checks, and the backup functions.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`extract`]: one relation, or one page of it, out of a backup.
-//! - [`dblab`]: seed 003's experiment on the server: TOAST pglz, lz4 and none, per access.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
 //! - [`repo`]: a cluster's repository (backups, records, retention); [`archive`]: WAL push and
 //!   fetch; [`pitr`]: point-in-time recovery from it.
@@ -13,8 +12,6 @@
 pub mod archive;
 pub mod backup;
 pub mod checksum;
-pub mod dblab;
-pub mod demo;
 pub mod extract;
 pub mod layout;
 pub mod pitr;
@@ -23,7 +20,6 @@ pub mod restore;
 pub mod scratch;
 pub mod spool;
 pub mod server;
-pub mod tpch;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 pub use restore::{is_postgres, restore_postgres, PgRestoreOptions};
