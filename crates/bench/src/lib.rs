@@ -6,7 +6,8 @@
 //! - [`runner`]: each permutation's backup, verify and restore as child processes of sheaf, then
 //!   the [`peers`] (pg_basebackup, pgBackRest) on the same source; [`measure`] times each
 //!   operation until durable, with its CPU (wait4) and the host's (/proc/stat);
-//! - [`stats`]: medians and ranges across repeats;
+//! - [`results`]: what a bench measured (samples, rows, how it ran), which the runner makes and
+//!   the report and plots read; [`stats`]: medians and ranges across repeats;
 //! - [`report`]: the results table as CSV, JSON, Markdown and text; [`plot`]: SVG and PNG plots.
 //!
 //! - [`lab`]: seed 003's question, what a codec costs per scan, page fetch and update;
@@ -25,6 +26,7 @@ pub mod peers;
 pub mod plan;
 pub mod plot;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod stats;
 pub mod tpch;

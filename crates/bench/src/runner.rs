@@ -7,14 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use sheaf_core::{Error, ErrorKind, Result};
 use sheaf_pg::scratch::{self, ScratchCluster};
 
 use crate::matrix::{BenchTarget, Matrix, Permutation};
 use crate::measure::{self, Cost, Finished};
 use crate::peers::{self, BackRest, Peer, PeerRun};
-use crate::report::{Row, Setting};
+use crate::results::{rows, BenchResult, RunInfo, Sample, Setting};
 use crate::stats::summarize;
 
 /// What to back up.
@@ -114,60 +113,6 @@ pub enum Event<'a> {
         /// Time left, estimated from the runs so far.
         eta: Option<Duration>,
     },
-}
-
-/// One repeat of one permutation or peer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Sample {
-    /// Which tool with which settings.
-    #[serde(flatten)]
-    pub setting: Setting,
-    /// Buffer count used.
-    pub buffers_used: Option<usize>,
-    /// Which repeat, from 1.
-    pub repeat: usize,
-    /// Bytes read from the source.
-    pub bytes_read: u64,
-    /// Bytes of the backup.
-    pub size_bytes: u64,
-    /// The backup.
-    pub backup: Cost,
-    /// The verify (sheaf to disk).
-    pub verify: Option<Cost>,
-    /// The restore (disk targets).
-    pub restore: Option<Cost>,
-}
-
-/// How the bench ran: what a reader of the report needs to judge it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunInfo {
-    /// When it started (UTC).
-    pub started: String,
-    /// The source.
-    pub source: String,
-    /// Cores (CPU % is of all of them).
-    pub cores: usize,
-    /// `warm` or `dropped before every operation`.
-    pub cache: String,
-    /// Repeats per permutation.
-    pub repeats: usize,
-    /// sheaf's version.
-    pub sheaf_version: String,
-    /// Seconds the whole bench took.
-    pub seconds: f64,
-    /// Warnings (peers skipped or failing).
-    pub warnings: Vec<String>,
-}
-
-/// The bench's results.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BenchResult {
-    /// How it ran.
-    pub info: RunInfo,
-    /// One row per permutation and tool, in run order.
-    pub rows: Vec<Row>,
-    /// Every repeat.
-    pub samples: Vec<Sample>,
 }
 
 /// Work directories to remove if the bench is interrupted (signal handlers cannot unwind).
@@ -896,44 +841,6 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     })
 }
 
-/// Group the samples into rows (medians and ranges), in the order they first ran.
-pub fn rows(samples: &[Sample], cores: usize) -> Vec<Row> {
-    let mut order: Vec<&Setting> = Vec::new();
-    for s in samples {
-        if !order.contains(&&s.setting) {
-            order.push(&s.setting);
-        }
-    }
-    order
-        .into_iter()
-        .filter_map(|setting| {
-            let g: Vec<&Sample> = samples.iter().filter(|s| &s.setting == setting).collect();
-            let of = |f: &dyn Fn(&Sample) -> f64| summarize(&g.iter().map(|s| f(s)).collect::<Vec<_>>());
-            let of_opt = |f: &dyn Fn(&Sample) -> Option<f64>| {
-                let v: Option<Vec<f64>> = g.iter().map(|s| f(s)).collect();
-                v.and_then(|v| summarize(&v))
-            };
-            let mut used: Vec<usize> = g.iter().filter_map(|s| s.buffers_used).collect();
-            used.sort_unstable();
-            Some(Row {
-                setting: setting.clone(),
-                buffers_used: used.get(used.len() / 2).copied(),
-                backup_seconds: of(&|s| s.backup.seconds)?,
-                backup_cpu_pct: of(&|s| s.backup.cpu_pct(cores))?,
-                backup_host_cpu_pct: of(&|s| s.backup.host_cpu_pct)?,
-                backup_peak_rss_bytes: of(&|s| s.backup.peak_rss_bytes as f64)?,
-                size_bytes: of(&|s| s.size_bytes as f64)?,
-                bytes_read: g[0].bytes_read,
-                verify_seconds: of_opt(&|s| s.verify.map(|c| c.seconds)),
-                restore_seconds: of_opt(&|s| s.restore.map(|c| c.seconds)),
-                restore_cpu_pct: of_opt(&|s| s.restore.map(|c| c.cpu_pct(cores))),
-                restore_host_cpu_pct: of_opt(&|s| s.restore.map(|c| c.host_cpu_pct)),
-                restore_peak_rss_bytes: of_opt(&|s| s.restore.map(|c| c.peak_rss_bytes as f64)),
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -953,40 +860,6 @@ mod tests {
         ] {
             assert!(Source::from_args(s, d).unwrap_err().to_string().contains(needle), "{s:?} {d:?}");
         }
-    }
-
-    fn sample(tool: &str, repeat: usize, secs: f64, restore: Option<f64>) -> Sample {
-        let cost = |s: f64| Cost { seconds: s, user_seconds: s, system_seconds: 0.0, peak_rss_bytes: 1 << 20, host_cpu_pct: 60.0 };
-        Sample {
-            setting: Setting { tool: tool.into(), compression: "lz4".into(), settings: String::new(), stripes: 2, transfer_size: 1 << 20, buffer_count: None, target: "/t".into() },
-            buffers_used: Some(14),
-            repeat,
-            bytes_read: 1000,
-            size_bytes: 500 + repeat as u64,
-            backup: cost(secs),
-            verify: None,
-            restore: restore.map(cost),
-        }
-    }
-
-    #[test]
-    fn samples_group_into_rows_with_medians_in_run_order() {
-        let s = vec![
-            sample("sheaf", 1, 3.0, Some(1.0)),
-            sample("pgbackrest", 1, 9.0, Some(5.0)),
-            sample("sheaf", 2, 1.0, Some(2.0)),
-            sample("sheaf", 3, 2.0, Some(4.0)),
-        ];
-        let r = rows(&s, 2);
-        assert_eq!(r.len(), 2);
-        assert_eq!(r[0].setting.tool, "sheaf");
-        assert_eq!(r[1].setting.tool, "pgbackrest");
-        assert_eq!((r[0].backup_seconds.median, r[0].backup_seconds.min, r[0].backup_seconds.max, r[0].backup_seconds.n), (2.0, 1.0, 3.0, 3));
-        assert_eq!(r[0].restore_seconds.unwrap().median, 2.0);
-        assert_eq!(r[0].size_bytes.median, 502.0);
-        assert_eq!(r[0].backup_cpu_pct.median, 50.0, "one core busy of two");
-        assert_eq!(r[0].buffers_used, Some(14));
-        assert_eq!(r[0].verify_seconds, None);
     }
 
     #[test]

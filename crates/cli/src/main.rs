@@ -1227,7 +1227,7 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs, settings: &Settings) -
     let default_out = || PathBuf::from(format!("sheaf-bench-{}", sheaf_core::time::utc_now().replace(':', "")));
     if let Some(from) = &a.from {
         let text = std::fs::read(from).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read {}", from.display()), e))?;
-        let result: sheaf_bench::runner::BenchResult = serde_json::from_slice(&text)
+        let result: sheaf_bench::results::BenchResult = serde_json::from_slice(&text)
             .map_err(|e| Error::invalid(format!("{} is not a sheaf bench report.json: {e}", from.display())))?;
         return bench_output(&result, &flags.out.unwrap_or_else(default_out), a.json);
     }
@@ -1264,7 +1264,7 @@ fn bench(catalog: Option<&std::path::Path>, a: BenchArgs, settings: &Settings) -
 }
 
 /// Print the table (or JSON) and write the report files and plots into `out`.
-fn bench_output(result: &sheaf_bench::runner::BenchResult, out: &std::path::Path, json: bool) -> Result<(), Error> {
+fn bench_output(result: &sheaf_bench::results::BenchResult, out: &std::path::Path, json: bool) -> Result<(), Error> {
     let written = sheaf_bench::report::write_all(result, out);
     if json {
         println!("{}", serde_json::to_string(result).expect("results serialise"));
