@@ -2,7 +2,8 @@
 //! for it, so that the engine's PostgreSQL crate carries no data generator.
 //!
 //! - [`matrix`]: the sweep from flags (`--compression lz4,zstd:low --stripes 1,2 ...`) expanded
-//!   into permutations in a stable order; [`plan`]: the same from a TOML file;
+//!   into permutations in a stable order; [`plan`]: the same from a TOML file; [`source`]: what
+//!   the bench backs up;
 //! - [`runner`]: each permutation's backup, verify and restore as child processes of sheaf, then
 //!   the [`peers`] (pg_basebackup, pgBackRest) on the same source; [`measure`] times each
 //!   operation until durable, with its CPU (wait4) and the host's (/proc/stat);
@@ -28,5 +29,6 @@ pub mod plot;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod source;
 pub mod stats;
 pub mod tpch;
