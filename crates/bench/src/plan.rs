@@ -22,7 +22,7 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::matrix::Matrix;
 use crate::peers::Peer;
-use crate::runner::Source;
+use crate::source::Source;
 
 /// Default codecs: the seeds' set.
 pub const DEFAULT_COMPRESSION: &str = "lz4,deflate:1,zstd:low,zstd:medium,zstd:high";

@@ -10,7 +10,8 @@ use plotters::prelude::*;
 use sheaf_core::size::format_size;
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::report::Row;
+use crate::lab::LabRow;
+use crate::results::Row;
 
 /// Okabe–Ito (distinguishable by most colour-blind readers), with grey for its yellow, which is
 /// too faint on white.
@@ -337,7 +338,7 @@ fn buffers(r: &Row) -> String {
 ///
 /// # Errors
 /// No font for the text, or a file that cannot be written.
-pub fn write_lab_plots(rows: &[crate::lab::LabRow], dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn write_lab_plots(rows: &[LabRow], dir: &Path) -> Result<Vec<PathBuf>> {
     font()?;
     let mut codecs: Vec<&str> = Vec::new();
     for r in rows.iter().filter(|r| r.codec != "none") {
@@ -350,7 +351,7 @@ pub fn write_lab_plots(rows: &[crate::lab::LabRow], dir: &Path) -> Result<Vec<Pa
     units.dedup();
     let mut cost = Vec::new();
     for (ci, c) in codecs.iter().enumerate() {
-        for (m, what, pick) in [(0, "scan", (|r: &crate::lab::LabRow| r.scan_x) as fn(&crate::lab::LabRow) -> f64), (1, "fetch", |r| r.fetch_x), (2, "update", |r| r.update_x)] {
+        for (m, what, pick) in [(0, "scan", (|r: &LabRow| r.scan_x) as fn(&LabRow) -> f64), (1, "fetch", |r| r.fetch_x), (2, "update", |r| r.update_x)] {
             let points = rows.iter().filter(|r| r.codec == *c).map(|r| (r.ratio, pick(r).max(1e-3).log10())).collect();
             cost.push(Series { name: format!("{c} {what}"), points, color: ci, marker: m });
         }
@@ -502,7 +503,7 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Setting;
+    use crate::results::Setting;
     use crate::stats::summarize;
 
     fn row(tool: &str, codec: &str, stripes: usize, ts: u64, secs: f64, size: f64, target: &str) -> Row {

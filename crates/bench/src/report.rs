@@ -7,79 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::runner::BenchResult;
+use crate::results::{BenchResult, Row, Sample};
 use crate::stats::Summary;
-
-/// What a row (and each of its samples) measured: a tool and its settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Setting {
-    /// `sheaf`, `pg_basebackup (server)`, `pg_basebackup (client)`, `pgbackrest`.
-    pub tool: String,
-    /// Codec spec (for a peer: the sheaf codec it was matched to).
-    pub compression: String,
-    /// A peer's own options for that codec, e.g. `--compress=server-zstd:level=1,workers=2`.
-    pub settings: String,
-    /// Stripes (1 for a peer).
-    pub stripes: usize,
-    /// Transfer size in bytes (0 for a peer).
-    pub transfer_size: u64,
-    /// Buffer count asked for (`None`: default).
-    pub buffer_count: Option<usize>,
-    /// Target.
-    pub target: String,
-}
-
-/// One row of the table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Row {
-    /// Which tool with which settings.
-    #[serde(flatten)]
-    pub setting: Setting,
-    /// Buffer count used (the default resolved); `None` for peers.
-    pub buffers_used: Option<usize>,
-    /// Backup wall seconds.
-    pub backup_seconds: Summary,
-    /// Backup CPU percent of all cores: the tool's own processes.
-    pub backup_cpu_pct: Summary,
-    /// Backup CPU percent of all cores: the whole host (a server compressing for the tool counts).
-    pub backup_host_cpu_pct: Summary,
-    /// Backup peak RSS, bytes.
-    pub backup_peak_rss_bytes: Summary,
-    /// Backup size in bytes.
-    pub size_bytes: Summary,
-    /// Bytes the backup read (for a peer: what sheaf read of the same source).
-    pub bytes_read: u64,
-    /// Verify wall seconds (sheaf to disk only).
-    pub verify_seconds: Option<Summary>,
-    /// Restore wall seconds (absent for a nul target).
-    pub restore_seconds: Option<Summary>,
-    /// Restore CPU percent of all cores: the tool's own processes.
-    pub restore_cpu_pct: Option<Summary>,
-    /// Restore CPU percent of all cores: the whole host.
-    pub restore_host_cpu_pct: Option<Summary>,
-    /// Restore peak RSS, bytes.
-    pub restore_peak_rss_bytes: Option<Summary>,
-}
-
-impl Row {
-    /// bytes_read / median size.
-    pub fn ratio(&self) -> f64 {
-        if self.size_bytes.median > 0.0 {
-            self.bytes_read as f64 / self.size_bytes.median
-        } else {
-            0.0
-        }
-    }
-
-    /// Backup throughput at the median time, MB/s.
-    pub fn backup_mb_per_s(&self) -> f64 {
-        if self.backup_seconds.median > 0.0 {
-            self.bytes_read as f64 / self.backup_seconds.median / 1e6
-        } else {
-            0.0
-        }
-    }
-}
 
 /// The flat record a CSV row holds.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -307,8 +236,8 @@ struct SampleLine<'a> {
     restore_host_cpu_pct: Option<f64>,
 }
 
-impl<'a> From<&'a crate::runner::Sample> for SampleLine<'a> {
-    fn from(s: &'a crate::runner::Sample) -> Self {
+impl<'a> From<&'a Sample> for SampleLine<'a> {
+    fn from(s: &'a Sample) -> Self {
         SampleLine {
             tool: &s.setting.tool,
             compression: &s.setting.compression,
@@ -362,6 +291,7 @@ fn write_markdown_report(result: &BenchResult, plots: &[PathBuf], mut out: impl 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::Setting;
     use crate::stats::summarize;
 
     fn rows() -> Vec<Row> {

@@ -6,7 +6,6 @@
 //! - [`server`]: the connection, its checks, and the backup functions.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`extract`]: one relation, or one page of it, out of a backup.
-//! - [`dblab`]: seed 003's experiment on the server: TOAST pglz, lz4 and none, per access.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
 //! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files).
 //! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
@@ -17,8 +16,6 @@
 pub mod archive;
 pub mod backup;
 pub mod checksum;
-pub mod dblab;
-pub mod demo;
 pub mod extract;
 pub mod facts;
 pub mod layout;
@@ -29,7 +26,6 @@ pub mod restore;
 pub mod scratch;
 pub mod server;
 pub mod spool;
-pub mod tpch;
 pub mod wal;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};

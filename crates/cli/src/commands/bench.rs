@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use sheaf_bench::runner::{BenchResult, Event};
+use sheaf_bench::results::BenchResult;
+use sheaf_bench::runner::Event;
 use sheaf_core::{Error, ErrorKind};
 
 use crate::args::BenchArgs;

@@ -1,5 +1,5 @@
 //! `sheaf lab`: what a codec costs per access on the user's own pages ([`sheaf_bench::lab`]), or
-//! with `--db-url` the database lab on the server ([`sheaf_pg::dblab`]).
+//! with `--db-url` the database lab on the server ([`sheaf_bench::dblab`]).
 
 use std::path::Path;
 
@@ -15,8 +15,8 @@ use crate::context::Context;
 /// Flags that do not fit together, pages that cannot be read, the lab's own failures.
 pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
     if let Some(url) = &a.db_url {
-        let opts = sheaf_pg::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
-        let rows = sheaf_pg::dblab::run(url, &opts)?;
+        let opts = sheaf_bench::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
+        let rows = sheaf_bench::dblab::run(url, &opts)?;
         let v = serde_json::json!({ "source": sheaf_pg::server::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
         if let Some(out) = &a.out {
             std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
         } else {
             let what = opts.table.as_deref().map_or_else(|| "rows of generated wide text".to_string(), |t| format!("rows at most of {t}"));
             println!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
-            print!("{}", sheaf_pg::dblab::table(&rows));
+            print!("{}", sheaf_bench::dblab::table(&rows));
             println!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
         }
         return Ok(());

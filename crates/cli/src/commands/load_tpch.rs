@@ -1,4 +1,4 @@
-//! `sheaf load-tpch`: TPC-H tables into an existing database ([`sheaf_pg::tpch`]).
+//! `sheaf load-tpch`: TPC-H tables into an existing database ([`sheaf_bench::tpch`]).
 
 use sheaf_core::Error;
 
@@ -9,7 +9,7 @@ use crate::args::LoadTpchArgs;
 /// # Errors
 /// The load's.
 pub fn run(a: LoadTpchArgs) -> Result<(), Error> {
-    let counts = sheaf_pg::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
+    let counts = sheaf_bench::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
     println!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
     Ok(())
 }

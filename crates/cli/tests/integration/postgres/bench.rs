@@ -3,7 +3,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use super::cluster::{run, sheaf};
+use super::cluster::assert_no_server_on;
+use crate::integration::common::{run, sheaf};
 
 #[test]
 fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
@@ -123,13 +124,5 @@ fn an_interrupted_bench_stops_its_server_and_removes_its_folders() {
     assert!(!data.exists(), "the cluster directory is removed");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "no stripes, restores or report left: {left:?}");
-    let t0 = std::time::Instant::now();
-    loop {
-        let procs = std::process::Command::new("pgrep").args(["-a", "-f", data.to_str().unwrap()]).output().unwrap();
-        if procs.stdout.is_empty() {
-            break;
-        }
-        assert!(t0.elapsed().as_secs() < 10, "server left running: {}", String::from_utf8_lossy(&procs.stdout));
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert_no_server_on(&data);
 }

@@ -7,8 +7,10 @@ use std::time::Instant;
 
 use sheaf_core::{BackupOptions, BackupSet, CodecSpec, Error, ErrorKind, LocalOnly, Location, NoProgress, Result};
 
-use crate::scratch::ScratchCluster;
-use crate::{backup_postgres, restore_postgres, tpch, PgBackupOptions, PgRestoreOptions};
+use sheaf_pg::scratch::ScratchCluster;
+use sheaf_pg::{backup_postgres, restore_postgres, PgBackupOptions, PgRestoreOptions};
+
+use crate::tpch;
 
 /// What to run.
 #[derive(Clone, Debug)]

@@ -3,7 +3,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use super::cluster::sheaf;
+use super::cluster::assert_no_server_on;
+use crate::integration::common::sheaf;
 
 #[test]
 fn an_interrupted_demo_stops_its_server_and_cleans_up() {
@@ -26,14 +27,5 @@ fn an_interrupted_demo_stops_its_server_and_cleans_up() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
     assert!(!data.exists(), "the demo's cluster directory is removed");
-    // An immediate shutdown removes the pid file a moment before the postmaster has exited.
-    let t0 = std::time::Instant::now();
-    loop {
-        let procs = std::process::Command::new("pgrep").args(["-a", "-f", data.to_str().unwrap()]).output().unwrap();
-        if procs.stdout.is_empty() {
-            break;
-        }
-        assert!(t0.elapsed().as_secs() < 10, "server left running on {}: {}", data.display(), String::from_utf8_lossy(&procs.stdout));
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert_no_server_on(&data);
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::cluster::{pg_dir, run, sheaf, stderr, Cluster};
+use super::cluster::{pg_dir, Cluster};
+use crate::integration::common::{run, sheaf, stderr, SHEAF};
 
 fn ok(o: Output, what: &str) -> String {
     assert!(o.status.success(), "{what}: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
@@ -15,7 +16,7 @@ fn ok(o: Output, what: &str) -> String {
 
 /// A cluster archiving into `repo` with `sheaf wal-push`.
 fn archiving(repo: &Path, extra: &[&str]) -> Cluster {
-    let cmd = format!("archive_command = '{} wal-push %p --repo {}'", env!("CARGO_BIN_EXE_sheaf"), repo.display());
+    let cmd = format!("archive_command = '{} wal-push %p --repo {}'", SHEAF, repo.display());
     let mut settings = vec!["archive_mode = on", cmd.as_str(), "archive_timeout = 0"];
     settings.extend_from_slice(extra);
     Cluster::new(&[], &settings)
@@ -422,7 +423,7 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     let keyless = base.path().join("keyless.toml");
     std::fs::write(&keyless, &plain).unwrap();
     let creds: String = minio.env().iter().filter(|(k, _)| k.starts_with("AWS_ACCESS") || k.starts_with("AWS_SECRET") || *k == "AWS_REGION").map(|(k, v)| format!("{k}={v} ")).collect();
-    let archive = format!("archive_command = 'env {creds}SHEAF_CONFIG={} {} wal-push %p'", config.display(), env!("CARGO_BIN_EXE_sheaf"));
+    let archive = format!("archive_command = 'env {creds}SHEAF_CONFIG={} {} wal-push %p'", config.display(), SHEAF);
     let c = Cluster::new(&[], &["archive_mode = on", archive.as_str()]);
     let cli = || {
         let mut s = sheaf();
@@ -493,7 +494,7 @@ fn ready(c: &Cluster) -> Vec<String> {
 
 /// `sheaf ARGS` as the server's user in its data directory, as archive_command runs it.
 fn as_archiver(c: &Cluster, args: &[&str]) -> Output {
-    let mut cmd = sheaf_pg::scratch::as_server_user(env!("CARGO_BIN_EXE_sheaf"));
+    let mut cmd = sheaf_pg::scratch::as_server_user(SHEAF);
     run(cmd.current_dir(&c.data).args(args))
 }
 
@@ -540,7 +541,7 @@ fn wal_push_looks_ahead_and_wal_fetch_prefetches() {
     assert!(archived(&segs[3]) && archived(&segs[4]), "{third}");
 
     // PostgreSQL's own archiver takes over and catches up.
-    c.sql("postgres", &format!("ALTER SYSTEM SET archive_command = '{} wal-push %p --repo {r}'", env!("CARGO_BIN_EXE_sheaf")));
+    c.sql("postgres", &format!("ALTER SYSTEM SET archive_command = '{} wal-push %p --repo {r}'", SHEAF));
     c.sql("postgres", "SELECT pg_reload_conf()");
     let last = archive_now(&c);
     assert!(ready(&c).is_empty(), "{:?}", ready(&c));
@@ -578,7 +579,7 @@ fn queue_max_drops_wal_while_the_repository_is_away_and_says_so() {
     let (base, repo) = repo_dir();
     let r = repo.to_str().unwrap();
     // 16 MB segments: at most two may wait.
-    let cmd = format!("archive_command = '{} wal-push %p --repo {r} --queue-max 40MB'", env!("CARGO_BIN_EXE_sheaf"));
+    let cmd = format!("archive_command = '{} wal-push %p --repo {r} --queue-max 40MB'", SHEAF);
     let c = Cluster::new(&[], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
     ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
     c.sql("postgres", "CREATE TABLE t (id int, batch int)");

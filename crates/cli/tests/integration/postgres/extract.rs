@@ -1,7 +1,8 @@
 //! `sheaf extract`: a relation's files and a single page out of a backup, byte for byte what the
 //! stopped source holds for a static table, reading a small share of the set.
 
-use super::cluster::{run, sheaf, stderr, Cluster};
+use super::cluster::Cluster;
+use crate::integration::common::{run, sheaf, stderr};
 
 fn json(o: &std::process::Output) -> serde_json::Value {
     assert!(o.status.success(), "{}", stderr(o));

@@ -9,22 +9,7 @@ use std::time::{Duration, Instant};
 
 use sheaf_core::format::{IndexEntry, Trailer, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
 
-/// One history catalog for this test binary, so that tests never write the user's own.
-fn catalog() -> &'static Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    let d = DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap();
-        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
-        d
-    });
-    Box::leak(d.path().join("catalog.db").into_boxed_path())
-}
-
-fn sheaf() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
-    c.env("SHEAF_CATALOG", catalog());
-    c
-}
+use super::common::{assert_fails, catalog, s, sheaf, stderr, stdout, SHEAF};
 
 /// The catalog's runs whose stripes include `stripe`.
 fn runs_with(stripe: &Path) -> Vec<serde_json::Value> {
@@ -34,20 +19,9 @@ fn runs_with(stripe: &Path) -> Vec<serde_json::Value> {
     all.into_iter().filter(|r| r["stripes"].as_array().unwrap().iter().any(|x| x.as_str() == Some(s(stripe)))).collect()
 }
 
+/// `sheaf ARGS`, run to the end.
 fn run(args: &[&str]) -> Output {
-    sheaf().args(args).stdin(Stdio::null()).output().expect("run sheaf")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    super::common::run(sheaf().args(args))
 }
 
 /// A small source tree and a pristine 3-stripe backup of it.
@@ -81,14 +55,6 @@ impl Fixture {
         let o = sheaf().args(&args).output().unwrap();
         assert!(o.status.success(), "backup failed: {}", stderr(&o));
         stripes
-    }
-}
-
-fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
     }
 }
 
@@ -385,7 +351,7 @@ fn unreadable_source_file_exits_7_and_names_it() {
     let mut cmd = if is_root() {
         // root reads anything; drop to nobody so that mode 000 means what it says.
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_sheaf")]);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", SHEAF]);
         c
     } else {
         sheaf()
@@ -413,7 +379,7 @@ fn on_small_tmpfs(mnt: &Path, args: &str) -> Output {
     let script = format!(
         "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} {args}; rc=$?; ls -A {m}; umount {m}; exit $rc",
         m = s(mnt),
-        bin = env!("CARGO_BIN_EXE_sheaf"),
+        bin = SHEAF,
     );
     with_mounts(&script)
 }

@@ -10,6 +10,18 @@ use std::time::{Duration, Instant};
 use sheaf_core::{Location, Schemes};
 use sheaf_s3::testing::{FaultProxy, Faults, Minio, SECRET_KEY};
 
+use super::common::{s, sheaf_with_catalog, stderr};
+
+/// `sheaf` for `minio`, with its catalog and home in `dir` (no profile of the user's is read).
+fn sheaf_for(minio: &Minio, dir: &Path) -> Command {
+    let mut c = sheaf_with_catalog(&dir.join("catalog.db"));
+    c.env("HOME", dir).stdin(Stdio::null());
+    for (k, v) in minio.env() {
+        c.env(k, v);
+    }
+    c
+}
+
 struct Env {
     minio: Minio,
     dir: tempfile::TempDir,
@@ -31,12 +43,7 @@ impl Env {
     }
 
     fn sheaf(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
-        c.env("SHEAF_CATALOG", self.dir.path().join("catalog.db")).env("HOME", self.dir.path()).stdin(Stdio::null());
-        for (k, v) in self.minio.env() {
-            c.env(k, v);
-        }
-        c
+        sheaf_for(&self.minio, self.dir.path())
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -65,20 +72,10 @@ impl Env {
     }
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
+/// [`super::common::assert_fails`], and no secret in the message.
 fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    super::common::assert_fails(o, code, needles);
     let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "{err}");
-    for n in needles {
-        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
-    }
     assert!(!err.contains(SECRET_KEY), "a secret in a message: {err}");
 }
 
@@ -317,14 +314,7 @@ fn https_with_a_private_ca_works_and_an_untrusted_certificate_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 3).unwrap();
-    let sheaf = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
-        c.env("SHEAF_CATALOG", dir.path().join("catalog.db")).env("HOME", dir.path()).stdin(Stdio::null());
-        for (k, v) in m.env() {
-            c.env(k, v);
-        }
-        c
-    };
+    let sheaf = || sheaf_for(&m, dir.path());
     let o = sheaf().args(["backup", s(&src), "--to", "s3://tls/a.sheaf"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = dir.path().join("out");

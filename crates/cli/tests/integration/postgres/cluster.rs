@@ -1,8 +1,7 @@
-//! The test side of [`sheaf_pg::scratch`]: panicking shorthands, and the `sheaf` binary.
+//! The test side of [`sheaf_pg::scratch`]: panicking shorthands for the clusters the tests start.
 
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
 use sheaf_pg::scratch::ScratchCluster;
 
@@ -45,19 +44,16 @@ pub fn pg_dir(path: &Path) {
     server_dir(path).unwrap_or_else(|e| panic!("{e}"));
 }
 
-pub fn sheaf() -> Command {
-    // Never the user's own history catalog.
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    let catalog = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path().join("catalog.db");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sheaf"));
-    c.env("SHEAF_CATALOG", catalog);
-    c
-}
-
-pub fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null()).output().unwrap()
-}
-
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+/// No server process left on `data`: an immediate shutdown removes the pid file a moment before
+/// the postmaster has exited, so this waits up to 10 s.
+pub fn assert_no_server_on(data: &Path) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let procs = std::process::Command::new("pgrep").args(["-a", "-f", data.to_str().unwrap()]).output().unwrap();
+        if procs.stdout.is_empty() {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 10, "server left running on {}: {}", data.display(), String::from_utf8_lossy(&procs.stdout));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

@@ -2,7 +2,8 @@
 
 use std::process::Stdio;
 
-use super::cluster::{pg_dir, run, sheaf, stderr, Cluster};
+use super::cluster::{pg_dir, Cluster};
+use crate::integration::common::{run, sheaf, stderr};
 
 fn pgbench_invariant(c: &Cluster, db: &str) -> Vec<String> {
     c.sql(

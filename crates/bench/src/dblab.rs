@@ -113,7 +113,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// # Errors
 /// A server that cannot be reached, lacks the privileges to create tables, or any query failing.
 pub fn run(url: &str, opts: &DbLabOptions) -> Result<Vec<DbLabRow>> {
-    let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", crate::server::redact(url))))?;
+    let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", sheaf_pg::server::redact(url))))?;
     if config.get_password().is_none() {
         if let Ok(pw) = std::env::var("PGPASSWORD") {
             config.password(pw);

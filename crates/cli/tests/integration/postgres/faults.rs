@@ -1,6 +1,7 @@
 //! Bad input and faults: each ends with a clear message and the server as it was.
 
-use super::cluster::{run, sheaf, stderr, Cluster};
+use super::cluster::Cluster;
+use crate::integration::common::{run, sheaf, stderr};
 
 fn backup(url: &str, dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let mut c = sheaf();

@@ -1,0 +1,85 @@
+//! The bench's work folders: created where the user pointed, removed on drop, and removed by
+//! [`cleanup`] from an interrupt handler, which cannot unwind to the drops.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::measure;
+
+/// Work directories to remove if the bench is interrupted (signal handlers cannot unwind).
+static WORK_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn work_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stop the operation being measured and remove every work directory of running benches: for an
+/// interrupt handler (signal handlers cannot unwind).
+pub fn cleanup() {
+    measure::stop_current();
+    let dirs = work_dirs().clone();
+    for d in dirs {
+        // The bench's own thread may be removing it too (its run just failed): retry until gone.
+        for _ in 0..100 {
+            if std::fs::symlink_metadata(&d).is_err() {
+                break;
+            }
+            let _ = std::fs::remove_dir_all(&d);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A work directory `NAME` in `parent`, created now and removed on drop (or by [`cleanup`]).
+pub(super) struct WorkDir(pub(super) PathBuf);
+
+impl WorkDir {
+    /// `parent` must exist (a mistyped target is an error, not a new folder); `name` must not
+    /// (created atomically, never through a planted link).
+    pub(super) fn create(parent: &Path, name: &str) -> Result<WorkDir> {
+        if !parent.is_dir() {
+            return Err(Error::new(ErrorKind::Target, format!("{} is not a directory: create it, or name another --target or --restore-dir", parent.display())));
+        }
+        let path = parent.join(name);
+        std::fs::create_dir(&path).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", path.display()), e))?;
+        let dir = WorkDir(path);
+        work_dirs().push(dir.0.clone());
+        // Peers run as the server's user (pgBackRest) and must reach into it.
+        set_mode(&dir.0, 0o755)?;
+        Ok(dir)
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        work_dirs().retain(|d| d != &self.0);
+    }
+}
+
+pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(ErrorKind::Target, format!("chmod {}", path.display()), e))
+}
+
+pub(super) fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(ErrorKind::Target, format!("cannot remove {}", path.display()), e)),
+    }
+}
+
+/// Bytes of all files under `path`.
+pub(super) fn tree_bytes(path: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(path) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}

@@ -1,0 +1,60 @@
+//! What every module of the suite needs: the `sheaf` binary with a history catalog of the suite's
+//! own (never the user's), and shorthands for its output.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+pub const SHEAF: &str = env!("CARGO_BIN_EXE_sheaf");
+
+/// One history catalog for the whole suite, in a folder anyone may write (some tests run sheaf as
+/// another user).
+pub fn catalog() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let d = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        d
+    });
+    Box::leak(d.path().join("catalog.db").into_boxed_path())
+}
+
+/// `sheaf`, recording into `catalog`.
+pub fn sheaf_with_catalog(catalog: &Path) -> Command {
+    let mut c = Command::new(SHEAF);
+    c.env("SHEAF_CATALOG", catalog);
+    c
+}
+
+/// `sheaf`, recording into the suite's [`catalog`].
+pub fn sheaf() -> Command {
+    sheaf_with_catalog(catalog())
+}
+
+/// Run `cmd` to the end with nothing on its standard input.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run sheaf")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `o` failed with exit `code`, and its message holds every one of `needles`.
+pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+}

@@ -1,0 +1,9 @@
+//! The `sheaf` binary against real PostgreSQL servers started for the purpose.
+
+pub mod bench;
+pub mod cluster;
+pub mod demo;
+pub mod extract;
+pub mod faults;
+pub mod online;
+pub mod repo;
