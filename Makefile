@@ -14,6 +14,7 @@ build: deps
 # The whole suite: unit tests, the round-trip matrix, the storage conformance suite and the CLI
 # fault tests (some mount a small tmpfs or drop privileges, which needs root or user namespaces).
 test: deps
+	@scripts/module-cycles.py
 	$(CARGO) test --workspace --locked
 
 # Clippy (with the workspace's lints: undocumented unsafe is an error) and the import-circle check.

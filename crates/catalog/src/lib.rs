@@ -504,4 +504,19 @@ mod tests {
         assert_eq!(n.len(), 20, "{n}");
         assert!(n.ends_with('Z') && n.as_bytes()[4] == b'-' && n.as_bytes()[10] == b'T', "{n}");
     }
+
+    #[test]
+    fn a_busy_or_locked_database_is_transient_and_keeps_its_cause() {
+        let sql = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        for code in [rusqlite::ffi::SQLITE_BUSY, rusqlite::ffi::SQLITE_LOCKED] {
+            let e = err("recording the run", sql(code));
+            assert!(e.is_transient(), "{e}");
+            assert!(e.to_string().starts_with("catalog: recording the run: "), "{e}");
+            assert!(std::error::Error::source(&e).is_some());
+        }
+        let corrupt = err("reading runs", sql(rusqlite::ffi::SQLITE_CORRUPT));
+        assert!(!corrupt.is_transient());
+        assert_eq!(corrupt.kind(), ErrorKind::Io);
+        assert!(!err("cannot create /x", std::io::Error::from(std::io::ErrorKind::PermissionDenied)).is_transient());
+    }
 }

@@ -663,4 +663,21 @@ mod tests {
         let text = mapped.to_string();
         assert!(text.contains("rejected the credentials") && !text.contains("FQoGZXIvYXdzEToken"), "{text}");
     }
+
+    #[test]
+    fn transience_comes_from_the_clients_error_kind_not_the_text() {
+        use object_store::client::{HttpError, HttpErrorKind as K};
+        let http = |kind, text: &str| object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(HttpError::new(kind, std::io::Error::other(text.to_string()))),
+        };
+        let r = Redact::default();
+        for kind in [K::Connect, K::Request, K::Timeout, K::Interrupted] {
+            assert!(map_err(http(kind, "reset"), "reading s3://b/k", Side::Read, &r).is_transient(), "{kind:?}");
+        }
+        // A timeout named in a body is not one: only the kind counts.
+        assert!(!map_err(http(K::Decode, "operation timed out"), "reading s3://b/k", Side::Read, &r).is_transient());
+        let denied = object_store::Error::PermissionDenied { path: "k".into(), source: "timed out".into() };
+        assert!(!map_err(denied, "reading s3://b/k", Side::Read, &r).is_transient());
+    }
 }

@@ -114,9 +114,10 @@ impl Backup {
         let mut compressors = Vec::with_capacity(tuning.threads);
         let auto = opts.codec.is_auto().then(|| Arc::new(AutoLevel::new(tuning.threads)));
         for encoder in encoders {
-            let spare = match encoder.writes_output() {
-                true => Some(pool.take(&shared).ok_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled"))?),
-                false => None,
+            let spare = if encoder.writes_output() {
+                Some(pool.take(&shared).ok_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled"))?)
+            } else {
+                None
             };
             let (rx, tx, shared, auto, level) = (job_rx.clone(), frame_tx.clone(), shared.clone(), auto.clone(), opts.codec.level);
             compressors.push(thread::spawn(move || compress_loop(encoder, level, spare, auto.as_deref(), &rx, &tx, &shared)));
@@ -506,6 +507,45 @@ impl Drop for Backup {
         }
         for h in self.writers.drain(..) {
             let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::CodecSpec;
+    use crate::pipeline::NoProgress;
+    use crate::storage::LocalOnly;
+
+    /// Every chunk buffer a backup allocates comes from its one pool: readers and compressors'
+    /// spares together never exceed `buffer_count`, and a codec that writes no output (`none`)
+    /// keeps no spares at all.
+    #[test]
+    fn buffers_stay_within_the_count_spares_included() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        for i in 0..4 {
+            crate::datagen::write_file(&src.join(format!("f{i}")), 3 << 20, i, 0.5).unwrap();
+        }
+        for (codec, spares) in [("zstd:low", 2), ("none", 0)] {
+            let mut opts = BackupOptions::new(vec![Location::parse("nul", &LocalOnly).unwrap()]);
+            opts.codec = CodecSpec::parse(codec).unwrap();
+            opts.transfer_size = 64 << 10;
+            opts.threads = Some(2);
+            opts.buffer_count = Some(5);
+            let tuning = Tuning::resolve(&opts, 1).unwrap();
+            let mut b = Backup::start(&opts, tuning, Arc::new(NoProgress)).unwrap();
+            let pool = b.pool.clone();
+            assert_eq!(pool.allocated(), spares, "{codec}: spares are taken before any reader runs");
+            let listed = crate::source::list_tree(&src, 0, &mut Vec::new()).unwrap();
+            b.add_tree(Root { name: String::new(), path: src.display().to_string() }, listed).unwrap();
+            let r = b.finish(serde_json::json!({})).unwrap();
+            assert_eq!(r.bytes_read, 12 << 20);
+            // Readers had `buffer_count - threads` of them; the spares come on top.
+            assert!(pool.allocated() <= tuning.buffer_count - tuning.threads + spares, "{codec}: {} buffers", pool.allocated());
+            assert!(pool.allocated() > spares, "{codec}: the readers used the pool");
         }
     }
 }

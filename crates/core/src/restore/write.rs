@@ -47,8 +47,7 @@ impl Inherit {
     /// Ask the system, for files made under `roots`.
     pub(super) fn probe(roots: &[PathBuf]) -> Self {
         use std::os::unix::fs::MetadataExt;
-        // An empty buffer only asks for the attribute's size: it exists or not.
-        let has_default_acl = |r: &Path| rustix::fs::getxattr(r, "system.posix_acl_default", &mut [0u8; 0][..]).is_ok();
+        let has_default_acl = |r: &Path| rustix::fs::getxattr_query(r, "system.posix_acl_default").is_ok();
         let acl = roots.iter().any(|r| has_default_acl(r));
         let setgid = roots.iter().any(|r| fs::metadata(r).map_or(true, |m| m.mode() & libc::S_ISGID != 0));
         let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
