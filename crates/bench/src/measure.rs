@@ -232,8 +232,9 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
     // SAFETY: all zeros is a valid rusage (plain integers).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let r = loop {
-        // rustix has no wait4 with rusage. SAFETY: wait4 only writes the status and rusage it is
-        // given, both live locals; the pid is our own unreaped child.
+        // (rustix has no wait4 with rusage.)
+        // SAFETY: wait4 only writes the status and rusage it is given, both live locals; the pid
+        // is our own unreaped child.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;

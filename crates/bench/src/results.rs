@@ -207,5 +207,4 @@ mod tests {
         assert_eq!(r[0].buffers_used, Some(14));
         assert_eq!(r[0].verify_seconds, None);
     }
-
 }

@@ -35,7 +35,7 @@ impl Source {
             (None, None) => Err(Error::invalid(
                 "nothing to back up: give a source (a directory or a postgres:// URL) or --dataset tpch:SCALE (a throwaway cluster loaded with TPC-H)",
             )),
-            (Some(s), None) if s.starts_with("postgres://") || s.starts_with("postgresql://") => Ok(Source::Url(s.to_string())),
+            (Some(s), None) if sheaf_pg::server::is_url(s) => Ok(Source::Url(s.to_string())),
             (Some(s), None) => Ok(Source::Path(PathBuf::from(s))),
             (None, Some(d)) if d.starts_with("files:") => {
                 let (count, size) = sheaf_core::datagen::parse_files_spec(&d["files:".len()..]).map_err(|e| Error::invalid(format!("--dataset {d}: {}", e.message())))?;

@@ -32,7 +32,7 @@ pub enum Source {
 impl Source {
     /// What `text` names.
     pub fn of(text: &str) -> Source {
-        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        if sheaf_pg::server::is_url(text) {
             Source::Postgres(text.to_string())
         } else {
             Source::Directory(PathBuf::from(text))

@@ -62,6 +62,15 @@ impl Outcome {
     }
 }
 
+/// Say what went wrong on stderr, and, where the error is transient (a timeout, a busy server or
+/// database, as the store or the catalog found), that running the command again may succeed.
+pub fn report(e: &sheaf_core::Error) {
+    eprintln!("sheaf: error: {e}");
+    if e.is_transient() {
+        eprintln!("sheaf: this looks transient: running the command again may succeed");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

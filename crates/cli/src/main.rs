@@ -31,11 +31,7 @@ fn main() -> ExitCode {
         Ok(outcome) => outcome.code(),
         Err(_) if interrupt.came() => exit::INTERRUPTED,
         Err(e) => {
-            eprintln!("sheaf: error: {e}");
-            if e.is_transient() {
-                // The store or the catalog said so (a timeout, a busy server or database).
-                eprintln!("sheaf: this looks transient: running the command again may succeed");
-            }
+            exit::report(&e);
             exit::code(e.kind())
         }
     };

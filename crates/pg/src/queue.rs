@@ -62,7 +62,7 @@ pub struct DropNotice {
 
 /// The queue in pg_wal when a push failed over the bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Over {
+struct Over {
     /// `.ready` files waiting.
     pub files: usize,
     /// Their bytes.
@@ -78,7 +78,7 @@ pub struct Over {
 /// # Errors
 /// `e` when the file is kept for the archiver to retry: with the queue's size when that is what
 /// kept it.
-pub fn decide(e: Error, queue_max: Option<u64>, name: &str, pending: impl FnOnce() -> Result<(usize, u64)>) -> Result<(Error, Over)> {
+fn decide(e: Error, queue_max: Option<u64>, name: &str, pending: impl FnOnce() -> Result<(usize, u64)>) -> Result<(Error, Over)> {
     let Some(max) = queue_max else { return Err(e) };
     if !wal::is_segment_name(name) {
         return Err(e);
@@ -95,7 +95,7 @@ pub fn decide(e: Error, queue_max: Option<u64>, name: &str, pending: impl FnOnce
 ///
 /// # Errors
 /// As [`decide`]: `e`, when the file is not dropped.
-pub fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &Path, spool: &Spool) -> Result<DropNotice> {
+fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &Path, spool: &Spool) -> Result<DropNotice> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let (e, over) = decide(e, queue_max, &name, || pending_wal(wal::wal_dir(path)))?;
     let dropped = Dropped { name, at: sheaf_core::time::utc_now(), pending_bytes: over.bytes, queue_max: over.max, error: e.to_string() };
@@ -110,7 +110,7 @@ pub fn drop_or_fail(e: Error, queue_max: Option<u64>, path: &Path, spool: &Spool
 ///
 /// # Errors
 /// The status folder cannot be read.
-pub fn pending_wal(wal_dir: &Path) -> Result<(usize, u64)> {
+fn pending_wal(wal_dir: &Path) -> Result<(usize, u64)> {
     let status = wal_dir.join("archive_status");
     let dir = fs::read_dir(&status).map_err(|e| Error::io(ErrorKind::Io, format!("cannot read {}", status.display()), e))?;
     let (mut files, mut bytes) = (0, 0);
@@ -143,7 +143,7 @@ pub struct Dropped {
 ///
 /// # Errors
 /// The spool cannot be written.
-pub fn record_dropped(spool: &Spool, d: &Dropped) -> Result<()> {
+fn record_dropped(spool: &Spool, d: &Dropped) -> Result<()> {
     let dir = spool.sub("dropped")?;
     write_whole(&dir.join(format!("{}.json", d.name)), &serde_json::to_vec_pretty(d).expect("serialises"))
 }
@@ -153,7 +153,7 @@ pub fn record_dropped(spool: &Spool, d: &Dropped) -> Result<()> {
 ///
 /// # Errors
 /// The repository cannot be written.
-pub fn publish_dropped(repo: &Repo, spool: &Spool) -> Result<usize> {
+fn publish_dropped(repo: &Repo, spool: &Spool) -> Result<usize> {
     let Ok(dir) = fs::read_dir(spool.dir().join("dropped")) else { return Ok(0) };
     let mut n = 0;
     for e in dir.flatten() {

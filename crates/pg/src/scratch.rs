@@ -32,7 +32,7 @@ pub fn ensure_installed() -> Result<PathBuf> {
     if let Some(b) = bin_dir() {
         return Ok(b);
     }
-    if !is_root() {
+    if !sheaf_core::host::is_root() {
         return Err(err("PostgreSQL is not installed: run `sudo apt-get install postgresql` (or make test / make demo as root)"));
     }
     let ok = |c: &mut Command| c.stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
@@ -44,17 +44,12 @@ pub fn ensure_installed() -> Result<PathBuf> {
     }
 }
 
-/// Whether we run as root.
-pub fn is_root() -> bool {
-    sheaf_core::host::is_root()
-}
-
 /// The uid and gid a scratch server runs as.
 ///
 /// # Errors
 /// As root, when there is no `postgres` user.
 pub fn server_owner() -> Result<(u32, u32)> {
-    if !is_root() {
+    if !sheaf_core::host::is_root() {
         return Ok(sheaf_core::host::effective_ids());
     }
     let id = |flag: &str| -> Result<u32> {
@@ -66,7 +61,7 @@ pub fn server_owner() -> Result<(u32, u32)> {
 
 /// A command run as the server's user.
 pub fn as_server_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    if is_root() {
+    if sheaf_core::host::is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(program);
         c

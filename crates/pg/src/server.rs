@@ -5,6 +5,12 @@
 use postgres::{Client, NoTls};
 use sheaf_core::{Error, ErrorKind, Result};
 
+/// Whether `text` names a PostgreSQL server (a `postgres://` or `postgresql://` URL) rather than a
+/// path: how every command tells a running cluster from a directory.
+pub fn is_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
 /// What sheaf needs to know about the server.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ServerFacts {

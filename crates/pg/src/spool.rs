@@ -238,7 +238,7 @@ impl Spool {
         match fs::rename(&at, dest) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => {
                 // A spool on another filesystem: copy, then let go of the spooled one.
                 let tmp = dest.with_file_name(tmp_name(name));
                 fs::copy(&at, &tmp).and_then(|_| fs::rename(&tmp, dest)).map_err(|e| {

@@ -150,7 +150,6 @@ the backup started.")]
     Extract(ExtractArgs),
 }
 
-
 /// The flags the command given shares with others, for [`crate::context::Context`] to resolve:
 /// each left at its default where the command has no such flag.
 #[derive(Clone, Default)]

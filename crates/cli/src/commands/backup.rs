@@ -31,6 +31,8 @@ pub fn run(ctx: &Context, a: BackupArgs) -> Result<(), Error> {
 struct Cluster {
     facts: ClusterFacts,
     json: serde_json::Value,
+    /// The backup's id in the repository, when it went into one.
+    repository_id: Option<String>,
 }
 
 fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
@@ -73,11 +75,11 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                 let (r, record) = sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, stripes, progress(a.json))?;
                 let mut json = r.postgres();
                 json["repository_id"] = serde_json::json!(record.id);
-                (r.report, Some(Cluster { facts: r.facts, json }))
+                (r.report, Some(Cluster { facts: r.facts, json, repository_id: Some(record.id) }))
             } else {
                 let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
                 let json = r.postgres();
-                (r.report, Some(Cluster { facts: r.facts, json }))
+                (r.report, Some(Cluster { facts: r.facts, json, repository_id: None }))
             }
         }
         Source::Directory(dir) => {
@@ -140,8 +142,8 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
         println!("encrypted with {}", r.encryption.to_uppercase());
     }
     println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
-    let Some(Cluster { facts: f, json }) = cluster else { return };
-    if let Some(id) = json.get("repository_id").and_then(|v| v.as_str()) {
+    let Some(Cluster { facts: f, repository_id, .. }) = cluster else { return };
+    if let Some(id) = repository_id {
         println!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
     }
     println!(

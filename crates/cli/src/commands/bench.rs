@@ -93,4 +93,3 @@ fn bench_output(result: &BenchResult, out: &Path, json: bool) -> Result<(), Erro
     eprintln!("sheaf bench: wrote {} files to {} (report.md, report.csv, report.json, samples.csv, plots)", files.len(), out.display());
     Ok(())
 }
-

@@ -57,4 +57,3 @@ pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
     }
     Ok(())
 }
-

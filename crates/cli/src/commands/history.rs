@@ -3,21 +3,17 @@
 use std::path::Path;
 
 use sheaf_core::size::format_size;
-use sheaf_core::{Error, ErrorKind};
+use sheaf_core::Error;
 
 use crate::args::{ListArgs, ShowArgs};
-
-fn open_catalog(path: Option<&Path>) -> Result<sheaf_catalog::Catalog, Error> {
-    sheaf_catalog::Catalog::open(path).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))
-}
 
 /// `sheaf list`.
 ///
 /// # Errors
 /// A catalog that cannot be read.
 pub fn list(path: Option<&Path>, a: ListArgs) -> Result<(), Error> {
-    let c = open_catalog(path)?;
-    let runs = c.list(a.limit).map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+    let c = sheaf_catalog::Catalog::open(path)?;
+    let runs = c.list(a.limit)?;
     if a.json {
         println!("{}", serde_json::to_string(&runs).expect("runs serialise"));
         return Ok(());
@@ -41,16 +37,14 @@ pub fn list(path: Option<&Path>, a: ListArgs) -> Result<(), Error> {
     Ok(())
 }
 
-
 /// `sheaf show`.
 ///
 /// # Errors
 /// A catalog that cannot be read, no such run.
 pub fn show(path: Option<&Path>, a: ShowArgs) -> Result<(), Error> {
-    let c = open_catalog(path)?;
+    let c = sheaf_catalog::Catalog::open(path)?;
     let run = c
-        .show(a.id, true)
-        .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
+        .show(a.id, true)?
         .ok_or_else(|| Error::invalid(format!("no run {} in {}: see `sheaf list`", a.id, c.path().display())))?;
     let v = serde_json::to_value(&run).expect("run serialises");
     if a.json {

@@ -97,7 +97,7 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
     if a.json {
         println!("{v}");
     } else {
-        println!("{what}: {} of pages ({} pages), scan on {} core{}, median of {}", format_size(pages.len() as u64), pages.len() / sheaf_bench::lab::PAGE, opts.threads, if opts.threads == 1 { "" } else { "s" }, opts.repeat);
+        println!("{what}: {} of pages ({} pages), scan on {} core{}, median of {}", format_size(pages.len() as u64), pages.len() / sheaf_bench::lab::PAGE, opts.threads, crate::output::plural(opts.threads), opts.repeat);
         print!("{}", sheaf_bench::lab::table(&rows));
         println!("(× = cost as a multiple of raw pages: copying them for scan and fetch, changing one in place for update)");
     }

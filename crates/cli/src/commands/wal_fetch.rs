@@ -23,7 +23,7 @@ pub fn run(ctx: &Context, a: WalFetchArgs) -> Outcome {
         Ok(true) => Outcome::Success,
         Ok(false) => Outcome::Status(1),
         Err(e) => {
-            eprintln!("sheaf: error: {e}");
+            exit::report(&e);
             let standby = std::path::Path::new("standby.signal").exists();
             Outcome::Status(if standby { exit::code(e.kind()) } else { 255 })
         }

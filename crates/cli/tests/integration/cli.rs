@@ -326,10 +326,6 @@ fn a_backup_killed_mid_way_leaves_nothing_restore_accepts() {
     assert!(target.exists() && !partial.exists());
 }
 
-fn is_root() -> bool {
-    sheaf_core::host::is_root()
-}
-
 #[test]
 fn unreadable_source_file_exits_7_and_names_it() {
     // A plain tree: everything readable by anyone but the one file.
@@ -348,7 +344,7 @@ fn unreadable_source_file_exits_7_and_names_it() {
     fs::create_dir_all(&out).unwrap();
     fs::set_permissions(&out, fs::Permissions::from_mode(0o777)).unwrap();
     let target = out.join("x.sheaf");
-    let mut cmd = if is_root() {
+    let mut cmd = if sheaf_core::host::is_root() {
         // root reads anything; drop to nobody so that mode 000 means what it says.
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", SHEAF]);
@@ -386,7 +382,7 @@ fn on_small_tmpfs(mnt: &Path, args: &str) -> Output {
 
 /// Run `script` (which may mount) as root, or in a user and mount namespace of its own otherwise.
 fn with_mounts(script: &str) -> Output {
-    let mut c = if is_root() {
+    let mut c = if sheaf_core::host::is_root() {
         let mut c = Command::new("sh");
         c.args(["-c", script]);
         c

@@ -347,8 +347,7 @@ fn an_interrupted_backup_removes_its_partial_file_and_aborts_its_uploads() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(1000));
-    // SAFETY: kill(2) on our own child's pid; SIGINT is what Ctrl-C sends.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::INT).unwrap();
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));

@@ -118,8 +118,7 @@ fn an_interrupted_bench_stops_its_server_and_removes_its_folders() {
         }
     }
     let data = data.expect("the bench names its cluster");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM).unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(130), "exit status after SIGTERM");
     assert!(!data.exists(), "the cluster directory is removed");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();

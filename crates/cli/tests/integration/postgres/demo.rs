@@ -22,8 +22,7 @@ fn an_interrupted_demo_stops_its_server_and_cleans_up() {
         }
     };
     assert!(data.join("postmaster.pid").exists(), "the demo's server runs");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::INT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
     assert!(!data.exists(), "the demo's cluster directory is removed");
