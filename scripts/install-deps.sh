@@ -12,6 +12,8 @@ command -v libtoolize >/dev/null || need+=(libtool)
 command -v make >/dev/null || need+=(make)
 command -v cc >/dev/null || need+=(gcc)
 command -v setpriv >/dev/null || need+=(util-linux)
+# make test checks the crates' modules for import circles with a Python script.
+command -v python3 >/dev/null || need+=(python3)
 command -v mount >/dev/null || need+=(mount)
 # The HTTPS test of S3 makes a self-signed certificate.
 command -v openssl >/dev/null || need+=(openssl)
