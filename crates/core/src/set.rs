@@ -386,6 +386,9 @@ fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first:
         return Err(Error::corrupt(format!("stripe {}: stripe number does not fit the set", s.location)));
     }
     if mb != first_mb {
+        // Name damage to this stripe's own manifest (a failed checksum or seal) before calling
+        // the two merely different: the first says which stripe to replace.
+        open_manifest(s, mb)?;
         return Err(Error::corrupt(format!("stripe {}: manifest differs from that of {first}", s.location)));
     }
     Ok(())

@@ -91,15 +91,15 @@ fn altered_regions_are_named_even_with_their_checksums_made_good() {
     let header_len = 64 + sheaf_core::crypto::KEY_BLOCK_LEN;
     // The writers share one queue of frames, so which stripe takes how many depends on timing:
     // damage the one that took the most.
-    let (target, good, t, frames) = stripes
+    let (target, good, frames) = stripes
         .iter()
         .map(|p| {
             let good = std::fs::read(p).unwrap();
             let t = Trailer::decode(&good[good.len() - TRAILER_LEN..]).unwrap();
             let frames = payload_frames(&good, header_len, t.index_offset as usize);
-            (p.clone(), good, t, frames)
+            (p.clone(), good, frames)
         })
-        .max_by_key(|(_, _, _, frames)| frames.len())
+        .max_by_key(|(_, _, frames)| frames.len())
         .unwrap();
     assert!(frames.len() > 3, "{} payload frames in the fuller stripe", frames.len());
 
@@ -130,14 +130,25 @@ fn altered_regions_are_named_even_with_their_checksums_made_good() {
     bad[f..f + FRAME_HEADER_LEN].copy_from_slice(&h.encode());
     std::fs::write(&target, &bad).unwrap();
     assert!(open(&stripes, Some(&k)).and_then(|s| sheaf_core::verify(&s, Some(1), Arc::new(NoProgress))).is_err(), "a moved frame header");
-    // The index and the manifest, resealed.
-    for (region, at) in [("index", t.index_offset as usize + 5), ("manifest", t.manifest_offset as usize + 7)] {
-        let mut bad = good.clone();
-        bad[at] ^= 0x40;
-        sheaf_core::format::reseal(&mut bad);
-        check(bad, region);
-    }
     std::fs::write(&target, &good).unwrap();
+    // The index and the manifest, resealed, in every stripe: damage to a later stripe's
+    // manifest is named as such, not as a mere difference from the first stripe's.
+    for p in &stripes {
+        let good = std::fs::read(p).unwrap();
+        let t = Trailer::decode(&good[good.len() - TRAILER_LEN..]).unwrap();
+        for (region, at) in [("index", t.index_offset as usize + 5), ("manifest", t.manifest_offset as usize + 7)] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x40;
+            sheaf_core::format::reseal(&mut bad);
+            std::fs::write(p, &bad).unwrap();
+            let e = open(&stripes, Some(&k)).and_then(|set| sheaf_core::verify(&set, Some(1), Arc::new(NoProgress))).err().unwrap_or_else(|| panic!("{region}: not caught"));
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "{region}: {e}");
+            for want in [region, "authentication failed", &p.display().to_string()] {
+                assert!(e.to_string().contains(want), "wanted '{want}' in: {e}");
+            }
+        }
+        std::fs::write(p, &good).unwrap();
+    }
     sheaf_core::verify(&open(&stripes, Some(&k)).unwrap(), Some(1), Arc::new(NoProgress)).unwrap();
 }
 
