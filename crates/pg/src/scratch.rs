@@ -12,24 +12,80 @@ fn err(what: impl Into<String>) -> Error {
     Error::new(ErrorKind::Io, what)
 }
 
-/// The newest installed server's bin directory (Debian's /usr/lib/postgresql/N/bin).
+/// The environment variable that picks the server scratch clusters run on: a major version
+/// (`SHEAF_PG=18`) or a bin directory (`SHEAF_PG=/usr/lib/postgresql/15/bin`).
+pub const SERVER_VAR: &str = "SHEAF_PG";
+
+/// Where scripts/install-deps.sh installs servers that Debian does not package, as
+/// `postgresql-N/bin`: a folder the `postgres` user can read when run as root, else the user's cache.
+fn sheaf_installs() -> Vec<PathBuf> {
+    let mut roots = vec![PathBuf::from("/opt/sheaf")];
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(PathBuf::from(home).join(".cache/sheaf"));
+    }
+    roots
+}
+
+/// The places a major version's bin directory may be, in the order they are tried.
+fn candidates(major: u32) -> Vec<PathBuf> {
+    let mut c = vec![PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"))];
+    c.extend(sheaf_installs().into_iter().map(|r| r.join(format!("postgresql-{major}/bin"))));
+    c
+}
+
+/// The bin directory scratch clusters use: the one [`SERVER_VAR`] names, else the newest of
+/// Debian's servers (/usr/lib/postgresql/N/bin).
+///
+/// # Errors
+/// [`SERVER_VAR`] naming a version or folder with no server in it, saying where it looked.
+pub fn chosen_bin_dir() -> Result<Option<PathBuf>> {
+    let has_server = |p: &Path| p.join("initdb").exists() && p.join("postgres").exists();
+    match std::env::var(SERVER_VAR) {
+        Ok(v) if !v.trim().is_empty() => {
+            let v = v.trim();
+            if let Ok(major) = v.parse::<u32>() {
+                let tried = candidates(major);
+                return match tried.iter().find(|p| has_server(p)) {
+                    Some(p) => Ok(Some(p.clone())),
+                    None => Err(err(format!(
+                        "{SERVER_VAR}={v}: no PostgreSQL {major} server in {}: install it (scripts/install-deps.sh installs 15 and 18) or point {SERVER_VAR} at a bin directory",
+                        tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                    ))),
+                };
+            }
+            let p = PathBuf::from(v);
+            if has_server(&p) {
+                Ok(Some(p))
+            } else {
+                Err(err(format!("{SERVER_VAR}={v}: no initdb and postgres in that folder: give a major version (18) or a server's bin directory")))
+            }
+        }
+        _ => {
+            let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+                .filter(|(_, p)| has_server(p))
+                .collect();
+            dirs.sort();
+            Ok(dirs.pop().map(|(_, p)| p))
+        }
+    }
+}
+
+/// The bin directory scratch clusters use, when there is one ([`chosen_bin_dir`] without its error).
 pub fn bin_dir() -> Option<PathBuf> {
-    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .flatten()
-        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
-        .filter(|(_, p)| p.join("initdb").exists())
-        .collect();
-    dirs.sort();
-    dirs.pop().map(|(_, p)| p)
+    chosen_bin_dir().ok().flatten()
 }
 
 /// The server's bin directory, installing Debian's PostgreSQL first when missing and we are root.
 ///
 /// # Errors
-/// When it is missing and cannot be installed, with the command that would install it.
+/// When it is missing and cannot be installed, with the command that would install it; when
+/// [`SERVER_VAR`] names a server that is not there.
 pub fn ensure_installed() -> Result<PathBuf> {
-    if let Some(b) = bin_dir() {
+    if let Some(b) = chosen_bin_dir()? {
         return Ok(b);
     }
     if !sheaf_core::host::is_root() {

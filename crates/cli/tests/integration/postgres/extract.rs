@@ -38,13 +38,15 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     let db = json(&run(sheaf().args(["lab", "--db-url", &c.url("postgres"), "--rows", "500", "--repeat", "1", "--accesses", "20", "--json"])));
     let rows = db["database_lab"].as_array().unwrap();
     let methods: Vec<&str> = rows.iter().map(|r| r["method"].as_str().unwrap()).collect();
-    assert_eq!(methods, ["none", "pglz", "lz4"], "{db}");
+    // lz4 where the server was built with it (Debian's is; the PyPI wheel's PostgreSQL 18 is not).
+    let lz4 = c.query("postgres", "CREATE TEMP TABLE probe (t text COMPRESSION lz4)").is_ok();
+    assert_eq!(methods, if lz4 { &["none", "pglz", "lz4"][..] } else { &["none", "pglz"][..] }, "{db}");
     assert!(rows[1..].iter().all(|r| r["ratio"].as_f64().unwrap() > 1.2 && r["update_us"].as_f64().unwrap() > 0.0), "{db}");
     assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_class WHERE relname LIKE 'sheaf_lab%'"), "0");
     // ... and on the user's own table (orders: its h and pad text columns), copied, not touched.
     let own = json(&run(sheaf().args(["lab", "--db-url", &c.url("shop"), "--relation", "public.orders", "--rows", "3000", "--repeat", "1", "--accesses", "20", "--json"])));
     let rows = own["database_lab"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{own}");
+    assert_eq!(rows.len(), if lz4 { 3 } else { 2 }, "{own}");
     assert!(rows.iter().all(|r| r["size_bytes"].as_u64().unwrap() > 100_000 && r["update_us"].as_f64().unwrap() > 0.0), "{own}");
     assert_eq!(c.sql("shop", "SELECT count(*) FROM orders"), "100000", "the user's table is only read");
     assert_eq!(c.sql("shop", "SELECT count(*) FROM pg_class WHERE relname LIKE 'sheaf_lab%'"), "0");

@@ -30,8 +30,12 @@ fn repo_dir() -> (tempfile::TempDir, PathBuf) {
     (d, repo)
 }
 
-/// Switch to a new segment and wait until the archiver has pushed the one just finished.
+/// Switch to a new segment and wait until the archiver has pushed the one just finished. A WAL
+/// record is written first: with nothing written since the last switch (a backup's stop has just
+/// switched), pg_switch_wal does nothing and names a segment that never finishes (PostgreSQL 18
+/// writes too little WAL in the background to hide that).
 fn archive_now(c: &Cluster) -> String {
+    c.sql("postgres", "SELECT pg_logical_emit_message(false, 'sheaf-test', 'switch')");
     let seg = c.sql("postgres", "SELECT pg_walfile_name(pg_switch_wal())");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
