@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 
 /// Current format version; readers refuse newer ones. Version 2 added packed frames (several
 /// files' bytes in one frame) and the index's offset-in-frame field.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 /// Oldest format version this sheaf still reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// Frame flag: the frame packs chunks of several files; the index lists them.
@@ -35,9 +35,11 @@ pub const FRAME_MAGIC: &[u8; 4] = b"SFRM";
 pub const HEADER_LEN: usize = 64;
 /// Frame header length in bytes.
 pub const FRAME_HEADER_LEN: usize = 40;
-/// Index entry length in bytes (version 2).
-pub const INDEX_ENTRY_LEN: usize = 36;
-/// Index entry length in bytes in version 1, which had no offset-in-frame field.
+/// Index entry length in bytes (version 3: with the chunk's XXH3-128).
+pub const INDEX_ENTRY_LEN: usize = 52;
+/// Index entry length in bytes in version 2, which had no strong hash.
+pub const INDEX_ENTRY_LEN_V2: usize = 36;
+/// Index entry length in bytes in version 1, which had no offset-in-frame field either.
 pub const INDEX_ENTRY_LEN_V1: usize = 32;
 /// Largest zero frame: a hole of a sparse file (or a run of zeros) needs no payload, so it is not
 /// bound by the transfer size.
@@ -45,10 +47,10 @@ pub const MAX_ZERO_FRAME: u32 = 1 << 30;
 
 /// Index entry length of format `version`.
 pub fn index_entry_len(version: u16) -> usize {
-    if version >= 2 {
-        INDEX_ENTRY_LEN
-    } else {
-        INDEX_ENTRY_LEN_V1
+    match version {
+        3.. => INDEX_ENTRY_LEN,
+        2 => INDEX_ENTRY_LEN_V2,
+        _ => INDEX_ENTRY_LEN_V1,
     }
 }
 /// Trailer length in bytes.
@@ -342,6 +344,14 @@ pub struct IndexEntry {
     pub raw_crc: u32,
     /// Where the chunk starts in its frame's raw bytes (0 unless the frame is packed).
     pub frame_off: u32,
+    /// (v3) XXH3-128 of the raw bytes: strong enough to call a chunk on disk the same as this
+    /// one (delta restore). 0 for an all-zero chunk, and in sets older than version 3.
+    pub hash: u128,
+}
+
+/// The strong hash of a chunk's raw bytes that format 3 keeps in the index ([`IndexEntry::hash`]).
+pub fn chunk_hash(raw: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(raw)
 }
 
 impl IndexEntry {
@@ -354,6 +364,7 @@ impl IndexEntry {
         out.extend_from_slice(&self.stored_len.to_le_bytes());
         out.extend_from_slice(&self.raw_crc.to_le_bytes());
         out.extend_from_slice(&self.frame_off.to_le_bytes());
+        out.extend_from_slice(&self.hash.to_le_bytes());
     }
 
     /// Decode a whole index region of format `version` (its crc is checked by the caller against
@@ -374,7 +385,8 @@ impl IndexEntry {
                 raw_len: u32_at(e, 20),
                 stored_len: u32_at(e, 24),
                 raw_crc: u32_at(e, 28),
-                frame_off: if len > 32 { u32_at(e, 32) } else { 0 },
+                frame_off: if len > INDEX_ENTRY_LEN_V1 { u32_at(e, 32) } else { 0 },
+                hash: if len > INDEX_ENTRY_LEN_V2 { u128::from_le_bytes(e[36..52].try_into().expect("16 bytes")) } else { 0 },
             })
             .collect())
     }
@@ -578,15 +590,17 @@ mod tests {
 
     #[test]
     fn index_round_trip() {
-        let e = IndexEntry { file_id: 3, offset: 4096, frame_pos: 64, raw_len: 10, stored_len: 5, raw_crc: 77, frame_off: 9 };
+        let e = IndexEntry { file_id: 3, offset: 4096, frame_pos: 64, raw_len: 10, stored_len: 5, raw_crc: 77, frame_off: 9, hash: chunk_hash(b"0123456789") };
         let mut v = Vec::new();
         e.encode_into(&mut v);
         e.encode_into(&mut v);
+        assert_eq!(v.len(), 2 * INDEX_ENTRY_LEN);
         assert_eq!(IndexEntry::decode_all(&v, FORMAT_VERSION).unwrap(), vec![e, e]);
         assert!(IndexEntry::decode_all(&v[..37], FORMAT_VERSION).is_err());
-        // Version 1 entries are the first 32 bytes, with no offset in the frame.
-        let v1: Vec<u8> = v[..32].to_vec();
-        assert_eq!(IndexEntry::decode_all(&v1, 1).unwrap(), vec![IndexEntry { frame_off: 0, ..e }]);
+        // Version 2 entries are the first 36 bytes, with no hash; version 1's the first 32, with
+        // no offset in the frame either.
+        assert_eq!(IndexEntry::decode_all(&v[..36], 2).unwrap(), vec![IndexEntry { hash: 0, ..e }]);
+        assert_eq!(IndexEntry::decode_all(&v[..32], 1).unwrap(), vec![IndexEntry { frame_off: 0, hash: 0, ..e }]);
     }
 
     #[test]

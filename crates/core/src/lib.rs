@@ -32,7 +32,7 @@ pub mod source;
 pub mod storage;
 pub mod time;
 
-pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Tuning};
+pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, Changes, ChunkCheck, FileChanges, Lineage, Tuning, UnitFilter};
 pub use codec::{CodecKind, CodecSpec};
 pub use crypto::Keys;
 pub use error::{Error, ErrorKind, Result};

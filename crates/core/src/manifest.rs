@@ -87,6 +87,67 @@ pub struct Entry {
     /// The file disappeared between listing and reading; it is not restored.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vanished: bool,
+    /// (v3) In an incremental or differential set, a file held in part: only the byte ranges
+    /// that changed since the parent are in this set's chunks, every other byte is the parent's
+    /// (found down the chain by root and path). `None`: the whole file is in this set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<Delta>,
+}
+
+/// What an incremental set holds of a file it holds in part ([`Entry::delta`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    /// Bytes of the file in this set's chunks (its changed pages): 0 for a file unchanged since
+    /// the parent, which the set only names.
+    pub bytes: u64,
+    /// crc32c of those bytes, chunk after chunk in offset order: with `bytes`, what proves the
+    /// set's index holds every changed range it wrote.
+    pub crc32c: u32,
+}
+
+/// A backup's type, in pgBackRest's words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackupType {
+    /// Every byte of every file.
+    #[default]
+    Full,
+    /// What changed since the last full backup.
+    Diff,
+    /// What changed since the last backup of any type.
+    Incr,
+}
+
+impl BackupType {
+    /// Its name: `full`, `diff` or `incr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackupType::Full => "full",
+            BackupType::Diff => "diff",
+            BackupType::Incr => "incr",
+        }
+    }
+
+    /// Parse `full`, `diff` or `incr`.
+    ///
+    /// # Errors
+    /// Anything else, with the choices.
+    pub fn parse(s: &str) -> Result<BackupType> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "full" => Ok(BackupType::Full),
+            "diff" | "differential" => Ok(BackupType::Diff),
+            "incr" | "incremental" => Ok(BackupType::Incr),
+            other => Err(Error::invalid(format!(
+                "backup type '{other}' is not one of full, diff (what changed since the last full) and incr (what changed since the last backup)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for BackupType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Entry {
@@ -193,6 +254,13 @@ pub struct Manifest {
     /// Facts about the source (e.g. PostgreSQL's system identifier and LSNs); free-form.
     #[serde(default)]
     pub source: serde_json::Value,
+    /// (v3) `full`, `diff` or `incr`; sets older than version 3 are all full.
+    #[serde(default)]
+    pub backup_type: BackupType,
+    /// (v3) For a diff or incr: the backup ids of the sets it builds on, its full first and its
+    /// parent last. Empty for a full backup.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
 }
 
 impl Manifest {
@@ -288,8 +356,10 @@ pub enum TileFault {
 }
 
 /// The crc32c of each regular file's content, combined from its chunks' crcs, after checking that
-/// the chunks tile each file exactly (no gap, no overlap, nothing past the end). Entries that are not
-/// regular files get `None`.
+/// the chunks tile each file exactly (no gap, no overlap, nothing past the end). For a file held in
+/// part ([`Entry::delta`]), the crc32c of the bytes held, after checking that its chunks do not
+/// overlap, end within the file and cover [`Delta::bytes`]. Entries that are not regular files
+/// get `None`.
 ///
 /// # Errors
 /// The first [`TileFault`].
@@ -305,15 +375,19 @@ pub fn file_checksums(entries: &[Entry], mut chunks: Vec<ChunkRef>) -> Result<Ve
             out.push(None);
             continue;
         }
-        let (mut crc, mut covered) = (0u32, 0u64);
+        // Bytes covered, and where the last chunk ended: the same for a whole file, whose chunks
+        // follow each other; a file held in part has gaps (the parent's bytes) but no overlap.
+        let (mut crc, mut covered, mut end) = (0u32, 0u64, 0u64);
         while let Some(c) = it.next_if(|c| c.file_id as usize == id) {
-            if c.offset != covered {
-                return Err(TileFault::Gap { entry: id, at: c.offset, expected: covered, stripe: c.stripe });
+            let gap = if entry.delta.is_some() { c.offset < end } else { c.offset != end };
+            if gap || c.offset.saturating_add(c.len.into()) > entry.size {
+                return Err(TileFault::Gap { entry: id, at: c.offset, expected: end, stripe: c.stripe });
             }
             crc = if covered == 0 { c.crc } else { crate::crc::combine(crc, c.crc, c.len.into()) };
-            covered += c.len as u64;
+            covered += u64::from(c.len);
+            end = c.offset + u64::from(c.len);
         }
-        if covered != entry.size {
+        if covered != entry.delta.map_or(entry.size, |d| d.bytes) {
             return Err(TileFault::Coverage { entry: id, covered });
         }
         out.push(Some(crc));
@@ -368,6 +442,33 @@ mod tests {
     }
 
     #[test]
+    fn a_file_held_in_part_may_have_gaps_but_no_overlap() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let part = |bytes| Entry { delta: Some(Delta { bytes, crc32c: 0 }), ..file(1000) };
+        let held = [chunk(0, 100, &data[100..200]), chunk(0, 700, &data[700..800])];
+        let want = crate::crc::combine(crc32c::crc32c(&data[100..200]), crc32c::crc32c(&data[700..800]), 100);
+        assert_eq!(file_checksums(&[part(200)], held.to_vec()).unwrap(), vec![Some(want)]);
+        // Held nothing: the parent's file as it was.
+        assert_eq!(file_checksums(&[part(0)], vec![]).unwrap(), vec![Some(0)]);
+        // A chunk missing from the index is caught by the bytes held.
+        assert_eq!(file_checksums(&[part(200)], held[..1].to_vec()), Err(TileFault::Coverage { entry: 0, covered: 100 }));
+        assert!(matches!(file_checksums(&[part(200)], vec![chunk(0, 100, &data[100..200]), chunk(0, 150, &data[150..250])]), Err(TileFault::Gap { .. })), "overlap");
+        assert!(matches!(file_checksums(&[part(100)], vec![chunk(0, 950, &data[..100])]), Err(TileFault::Gap { .. })), "past the end");
+        // A whole file still needs its chunks to follow each other.
+        assert!(matches!(file_checksums(&[file(1000)], held.to_vec()), Err(TileFault::Gap { .. })));
+    }
+
+    #[test]
+    fn backup_types_parse_and_default_to_full() {
+        assert_eq!(BackupType::parse("INCR").unwrap(), BackupType::Incr);
+        assert_eq!(BackupType::parse("differential").unwrap(), BackupType::Diff);
+        let e = BackupType::parse("weekly").unwrap_err();
+        assert!(e.to_string().contains("full, diff"), "{e}");
+        let old: Manifest = serde_json::from_str(r#"{"format_version":2,"backup_id":"00","tool":"t","started_unix_ms":0,"finished_unix_ms":0,"roots":[],"stripes":[],"options":{"compression":"none","codec":"none","level":0,"transfer_size":1,"buffer_count":1,"readers":1,"threads":1},"entries":[],"bytes_read":0}"#).unwrap();
+        assert_eq!((old.backup_type, old.chain.len()), (BackupType::Full, 0));
+    }
+
+    #[test]
     fn stored_round_trip() {
         let m = Manifest {
             format_version: 1,
@@ -407,6 +508,8 @@ mod tests {
             changed_files: vec![],
             vanished_files: vec![],
             source: serde_json::json!({"kind": "directory"}),
+            backup_type: Default::default(),
+            chain: vec![],
         };
         let b = m.to_stored_bytes().unwrap();
         assert_eq!(Manifest::from_stored_bytes(&b).unwrap(), m);

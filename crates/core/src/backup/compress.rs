@@ -16,9 +16,12 @@ use crate::pipeline::{PoolBuf, Shared};
 /// A packed frame's chunk of one file, for the index.
 pub(super) struct Part {
     pub(super) file_id: u32,
+    /// Where its bytes belong in the file (0 for a whole small file).
+    pub(super) offset: u64,
     pub(super) at: u32,
     pub(super) len: u32,
     pub(super) crc: u32,
+    pub(super) hash: u128,
 }
 
 /// A frame on its way to the writers.
@@ -30,6 +33,8 @@ pub(super) struct Frame {
     pub(super) parts: Vec<Part>,
     /// crc32c of the raw bytes (a sealed frame's header does not show it).
     pub(super) raw_crc: u32,
+    /// The raw bytes' strong hash (0 for a zero chunk; packed frames have one per part).
+    pub(super) hash: u128,
 }
 
 /// What one compressor did, for the report.
@@ -62,7 +67,7 @@ pub(super) fn compress_loop(
         let Some(buf) = job.buf else {
             stats.zero += 1;
             let header = FrameEncoder::hole(job.file_id, job.offset, job.len as u32);
-            if tx.send(Frame { header, buf: None, parts: Vec::new(), raw_crc: header.raw_crc }).is_err() {
+            if tx.send(Frame { header, buf: None, parts: Vec::new(), raw_crc: header.raw_crc, hash: 0 }).is_err() {
                 break;
             }
             continue;
@@ -73,14 +78,18 @@ pub(super) fn compress_loop(
         }
         let mut parts = Vec::with_capacity(job.members.len());
         let mut raw_crc = if job.members.is_empty() { crc32c::crc32c(raw) } else { 0 };
+        let mut hash = 0;
+        if job.members.is_empty() {
+            hash = crate::format::chunk_hash(raw);
+        }
         for m in &job.members {
             let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
             if let Some(c) = &m.check {
-                run_check(c, 0, bytes, shared);
+                run_check(c, m.offset, bytes, shared);
             }
             let crc = crc32c::crc32c(bytes);
             raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
-            parts.push(Part { file_id: m.file_id, at: m.at, len: m.len, crc });
+            parts.push(Part { file_id: m.file_id, offset: m.offset, at: m.at, len: m.len, crc, hash: crate::format::chunk_hash(bytes) });
         }
         if let Some(auto) = auto {
             let want = auto.next(idle, tx.len());
@@ -98,18 +107,18 @@ pub(super) fn compress_loop(
         let frame = match encoded {
             Ok((header, Payload::Zero)) => {
                 stats.zero += 1;
-                Frame { header, buf: None, parts, raw_crc }
+                Frame { header, buf: None, parts, raw_crc, hash: 0 }
             }
             Ok((header, Payload::Raw)) => {
                 stats.raw += u64::from(encoder.compresses());
-                Frame { header, buf: Some(buf), parts, raw_crc }
+                Frame { header, buf: Some(buf), parts, raw_crc, hash }
             }
             Ok((header, Payload::Packed(_))) => {
                 // Sealed frames are all "packed" into the output, stored raw or not.
                 stats.raw += u64::from(encoder.compresses() && header.codec == crate::codec::CodecKind::None as u8);
                 // The spare carries the payload on; the chunk's buffer is the next spare.
                 let payload = std::mem::replace(spare.as_mut().expect("an encoder that writes output has a spare"), buf);
-                Frame { header, buf: Some(payload), parts, raw_crc }
+                Frame { header, buf: Some(payload), parts, raw_crc, hash }
             }
             Err(e) => {
                 shared.fail(e);

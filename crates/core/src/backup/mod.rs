@@ -19,6 +19,7 @@
 //!   memory budget), [`BackupReport`] (what a finished backup says).
 //! - `session`: [`Backup`], which starts the threads, registers entries and writes the footers.
 //! - `read`: the readers (one per device, small files packed into shared chunks).
+//! - `delta`: what an incremental holds of each file ([`Changes`]), and the reader of changed runs.
 //! - `check`: the [`ChunkCheck`] hook a source plugs in (PostgreSQL's page checksums).
 //! - `compress`: the compressors; `auto`: `--compression auto`'s level.
 //! - `write`: the stripe writers and each stripe's footer.
@@ -28,6 +29,7 @@
 mod auto;
 mod check;
 mod compress;
+mod delta;
 mod options;
 mod read;
 mod session;
@@ -43,6 +45,7 @@ use crate::source::{list_tree, Listed};
 
 pub use auto::{AUTO_LEVELS, AUTO_SETTLE};
 pub use check::{Batch, ChunkCheck, MAX_FINDINGS};
+pub use delta::{Changes, FileChanges, Lineage, UnitFilter};
 pub use options::{BackupOptions, BackupReport, Tuning};
 pub use session::Backup;
 

@@ -12,6 +12,7 @@ use crossbeam_channel::Sender;
 use rustix::fs::SeekFrom;
 
 use super::check::CheckCtx;
+use super::delta::{read_changes, FileChanges, Packer};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT};
 use crate::pipeline::{Pool, PoolBuf, Shared};
@@ -31,6 +32,9 @@ pub(super) struct Job {
 /// One small file in a packed chunk.
 pub(super) struct Member {
     pub(super) file_id: u32,
+    /// Where its bytes belong in the file: 0 for a whole small file, the offset of a run of
+    /// changed pages in an incremental.
+    pub(super) offset: u64,
     /// Where its bytes start in the chunk.
     pub(super) at: u32,
     pub(super) len: u32,
@@ -45,6 +49,9 @@ pub(super) struct Work {
     pub(super) dev: (u16, u64),
     pub(super) size: u64,
     pub(super) check: Option<Arc<CheckCtx>>,
+    /// In an incremental, what of the file to read when not all of it ([`FileChanges::Whole`]
+    /// never appears here: such a file is read as in a full backup).
+    pub(super) changes: Option<FileChanges>,
 }
 
 /// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
@@ -82,13 +89,26 @@ pub(super) struct ReadOutcome {
     pub(super) warning: Option<String>,
 }
 
+/// Read large files chunk by chunk; in an incremental, the changed runs of files held in part
+/// are packed into shared chunks.
 pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
+    let mut packer = Packer::new(ts, tx, shared, pool);
     for w in files {
         if shared.is_cancelled() {
             break;
         }
-        match read_one(w, ts, tx, shared, pool) {
+        let r = if w.changes.is_some() {
+            read_changes(w, &mut packer)
+        } else {
+            // The pack goes first, so that this thread never holds a buffer while it waits for
+            // another (a pool of one would deadlock).
+            if !packer.flush() {
+                break;
+            }
+            read_one(w, ts, tx, shared, pool)
+        };
+        match r {
             Ok(o) => out.push(o),
             Err(e) => {
                 shared.fail(e);
@@ -96,11 +116,14 @@ pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &S
             }
         }
     }
+    if !shared.is_cancelled() {
+        packer.flush();
+    }
     out
 }
 
 /// Open a listed file for reading and stat it, or say what happened to it instead.
-fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata), ReadOutcome>> {
+pub(super) fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata), ReadOutcome>> {
     let (file_id, path) = (w.file_id, w.path.as_path());
     // No following a link swapped in since listing, no hanging on a FIFO.
     let opened = std::fs::OpenOptions::new()
@@ -137,7 +160,7 @@ fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata)
 
 /// What reading a file came to, from its stat at open and the bytes read: changed (size or mtime)
 /// or shrank while read, with a warning saying so.
-fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank: bool) -> Result<ReadOutcome> {
+pub(super) fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank: bool) -> Result<ReadOutcome> {
     let after = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
     let changed = after.len() != before.len() || after.mtime() != before.mtime() || after.mtime_nsec() != before.mtime_nsec();
     let warning = (changed || shrank).then(|| {
@@ -153,7 +176,7 @@ fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank:
 }
 
 /// `pread` until `buf` is full or the file ends.
-fn read_full_at(f: &File, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
+pub(super) fn read_full_at(f: &File, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let mut got = 0;
     while got < buf.len() {
@@ -258,27 +281,19 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
 
 /// Read small files into shared chunks: each file's bytes follow the previous file's in one pool
 /// buffer, and a full buffer goes to the compressors as one packed chunk. A file that has grown
-/// past [`PACK_LIMIT`] since listing is read on its own.
+/// past [`PACK_LIMIT`] since listing is read on its own. In an incremental, a small file held in
+/// part packs only its changed runs.
 pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
-    let mut pack: Option<(PoolBuf, Vec<Member>, usize)> = None;
-    let flush = |pack: &mut Option<(PoolBuf, Vec<Member>, usize)>| -> bool {
-        let Some((buf, members, used)) = pack.take() else { return true };
-        if members.is_empty() {
-            return true;
-        }
-        let job = Job { file_id: members[0].file_id, offset: 0, len: used, buf: Some(buf), check: None, members };
-        if tx.send(job).is_err() {
-            shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
-            return false;
-        }
-        true
-    };
+    let mut packer = Packer::new(ts, tx, shared, pool);
     for w in files {
         if shared.is_cancelled() {
             break;
         }
         let r = (|| -> Result<Option<ReadOutcome>> {
+            if w.changes.is_some() {
+                return read_changes(w, &mut packer).map(Some);
+            }
             let (file, before) = match open_source(w)? {
                 Ok(x) => x,
                 Err(gone) => return Ok(Some(gone)),
@@ -288,7 +303,7 @@ pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &S
                 // Grown since listing: read on its own. The pack goes first, so that this thread
                 // never holds a buffer while it waits for another (a pool of one would deadlock).
                 drop(file);
-                if !flush(&mut pack) {
+                if !packer.flush() {
                     return Ok(None);
                 }
                 return read_one(w, ts, tx, shared, pool).map(Some);
@@ -297,21 +312,13 @@ pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &S
                 return outcome(w, &file, &before, 0, false).map(Some);
             }
             let size = size as usize;
-            if pack.as_ref().is_some_and(|p| p.2 + size > ts) && !flush(&mut pack) {
+            if packer.make_room(size).is_none() {
                 return Ok(None);
             }
-            if pack.is_none() {
-                let Some(buf) = pool.take(shared) else { return Ok(None) };
-                pack = Some((buf, Vec::new(), 0));
-            }
-            let (buf, members, used) = pack.as_mut().expect("just made");
-            let got = read_full_at(&file, &mut buf[*used..*used + size], 0)
-                .map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
-            if got > 0 {
-                members.push(Member { file_id: w.file_id, at: *used as u32, len: got as u32, check: w.check.clone() });
-                *used += got;
-                shared.count(got as u64);
-            }
+            let (free, at) = packer.free();
+            let got = read_full_at(&file, &mut free[..size], 0).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
+            packer.keep(w.file_id, 0, at, got, &w.check);
+            shared.count(got as u64);
             outcome(w, &file, &before, got as u64, got < size).map(Some)
         })();
         match r {
@@ -324,7 +331,7 @@ pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &S
         }
     }
     if !shared.is_cancelled() {
-        flush(&mut pack);
+        packer.flush();
     }
     out
 }

@@ -10,6 +10,7 @@ use crossbeam_channel::{bounded, Sender};
 
 use super::auto::AutoLevel;
 use super::check::{Batch, CheckCtx};
+use super::delta::{Changes, FileChanges, Lineage};
 use super::compress::{compress_loop, CompressStats, Frame};
 use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
 use super::read::{group_for_readers, read_files, read_small, Job, ReadOutcome, Work};
@@ -17,7 +18,7 @@ use super::write::{write_footer, write_loop, WriterOut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
 use crate::frame::{FrameEncoder, Sealing};
-use crate::manifest::{file_checksums, ChunkRef, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
+use crate::manifest::{file_checksums, BackupType, ChunkRef, Delta, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
 use crate::pipeline::{Pool, Progress, Shared};
 use crate::source::Listed;
 use crate::storage::Location;
@@ -45,6 +46,9 @@ pub struct Backup {
     cipher: Option<Arc<crate::crypto::Cipher>>,
     /// `auto`'s level, shared by the compressors.
     auto: Option<Arc<AutoLevel>>,
+    /// An incremental's or differential's place in its chain, and what it holds of each file.
+    lineage: Option<Lineage>,
+    changes: Option<Arc<dyn Changes>>,
     job_tx: Option<Sender<Job>>,
     compressors: Vec<JoinHandle<CompressStats>>,
     writers: Vec<JoinHandle<Option<WriterOut>>>,
@@ -148,6 +152,8 @@ impl Backup {
             pool,
             cipher: seal.as_ref().map(|s| s.cipher.clone()),
             auto,
+            lineage: None,
+            changes: None,
             job_tx: Some(job_tx),
             compressors,
             writers,
@@ -159,6 +165,14 @@ impl Backup {
     /// many, and the manifest and report list them.
     pub fn expect_changes(&mut self) {
         self.changes_expected = true;
+    }
+
+    /// Make this set an incremental or differential one: `changes` says what it holds of each file
+    /// read from now on (files it holds in part get a [`crate::manifest::Delta`]), `lineage` the
+    /// sets it builds on, recorded in the manifest.
+    pub fn incremental(&mut self, lineage: Lineage, changes: Arc<dyn Changes>) {
+        self.lineage = Some(lineage);
+        self.changes = Some(changes);
     }
 
     /// The set's id.
@@ -225,7 +239,14 @@ impl Backup {
                     let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
                         Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
                     });
-                    work.push(Work { file_id, path: l.abs.clone(), dev: (root_id, l.dev), size: l.entry.size, check: ctx });
+                    let changes = match self.changes.as_ref().map(|c| c.of(&self.roots[root_id as usize].name, &l.entry.path, l.entry.size)) {
+                        None | Some(FileChanges::Whole) => None,
+                        Some(c) => {
+                            l.entry.delta = Some(Delta::default());
+                            Some(c)
+                        }
+                    };
+                    work.push(Work { file_id, path: l.abs.clone(), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes });
                 }
                 self.entries.push(l.entry);
             }
@@ -233,7 +254,8 @@ impl Backup {
         let total: u64 = work.iter().map(|w| w.size).sum();
         self.shared.progress.begin("backup", total);
         // Small files are packed, and read by several threads even on one device: for them the
-        // time goes to opening and stat'ing, not to the disk.
+        // time goes to opening and stat'ing, not to the disk. Files an incremental holds in part
+        // are read by the device's reader, which packs their changed runs.
         let (small, large): (Vec<Work>, Vec<Work>) = work.into_iter().partition(|w| w.size < PACK_LIMIT);
         let mut groups: Vec<(bool, Vec<Work>)> = group_for_readers(large, self.opts.readers).into_iter().map(|g| (false, g)).collect();
         let small_readers = self.opts.readers.unwrap_or_else(|| crate::host::available_cores().max(self.tuning.readers)).max(1);
@@ -414,6 +436,8 @@ impl Backup {
             changed_files: std::mem::take(&mut self.changed_files),
             vanished_files: std::mem::take(&mut self.vanished_files),
             source,
+            backup_type: self.lineage.as_ref().map_or(BackupType::Full, |l| l.backup_type),
+            chain: self.lineage.as_ref().map(|l| l.chain.clone()).unwrap_or_default(),
         };
         let mut stored = manifest.to_stored_bytes()?;
         if let Some(c) = &self.cipher {
@@ -478,17 +502,26 @@ impl Backup {
         })
     }
 
-    /// Whole-file crc32c from the chunks' crcs, checking that the chunks tile each file exactly.
+    /// Whole-file crc32c from the chunks' crcs, checking that the chunks tile each file exactly;
+    /// for a file held in part, the bytes held and their crc32c.
     fn fill_checksums(&mut self, outs: &[WriterOut]) -> Result<()> {
-        let chunks = outs
+        let chunks: Vec<ChunkRef> = outs
             .iter()
             .enumerate()
             .flat_map(|(k, o)| o.index.iter().map(move |e| ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k }))
             .collect();
+        for c in &chunks {
+            if let Some(d) = self.entries.get_mut(c.file_id as usize).and_then(|e| e.delta.as_mut()) {
+                d.bytes += u64::from(c.len);
+            }
+        }
         let sums = file_checksums(&self.entries, chunks)
             .map_err(|f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}")))?;
         for (entry, sum) in self.entries.iter_mut().zip(sums) {
-            entry.crc32c = sum;
+            match (&mut entry.delta, sum) {
+                (Some(d), Some(crc)) => d.crc32c = crc,
+                _ => entry.crc32c = sum,
+            }
         }
         Ok(())
     }

@@ -31,7 +31,7 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receive
         if let (Ok(()), Some(b)) = (&result, &frame.buf) {
             result = sink.write_all(&b[..h.stored_len as usize]);
         }
-        let Frame { buf, parts, raw_crc, .. } = frame;
+        let Frame { buf, parts, raw_crc, hash, .. } = frame;
         drop(buf);
         if let Err(e) = result {
             shared.fail(e);
@@ -46,17 +46,19 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receive
                 stored_len: h.stored_len,
                 raw_crc,
                 frame_off: 0,
+                hash,
             });
         }
         for p in &parts {
             index.push(IndexEntry {
                 file_id: p.file_id,
-                offset: 0,
+                offset: p.offset,
                 frame_pos: pos,
                 raw_len: p.len,
                 stored_len: h.stored_len,
                 raw_crc: p.crc,
                 frame_off: p.at,
+                hash: p.hash,
             });
         }
         pos += (FRAME_HEADER_LEN + h.stored_len as usize) as u64;

@@ -322,7 +322,7 @@ mod tests {
         let (mut at, mut crc) = (0u32, 0u32);
         for (i, f) in files.iter().enumerate() {
             let c = crc32c::crc32c(f);
-            entries.push(IndexEntry { file_id: 5 + i as u32, offset: 0, frame_pos: 64, raw_len: f.len() as u32, stored_len: 20, raw_crc: c, frame_off: at });
+            entries.push(IndexEntry { file_id: 5 + i as u32, offset: 0, frame_pos: 64, raw_len: f.len() as u32, stored_len: 20, raw_crc: c, frame_off: at, hash: 0 });
             at += f.len() as u32;
             crc = crate::crc::combine(crc, c, f.len() as u64);
         }

@@ -21,7 +21,7 @@ fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
         for (k, chunk) in data.chunks(ts).enumerate() {
             let crc = crc32c::crc32c(chunk);
             let h = FrameHeader { file_id, offset: (k * ts) as u64, raw_len: chunk.len() as u32, stored_len: chunk.len() as u32, codec: 0, flags: 0, raw_crc: crc, stored_crc: crc };
-            let e = IndexEntry { file_id, offset: h.offset, frame_pos: out.len() as u64, raw_len: h.raw_len, stored_len: h.stored_len, raw_crc: crc, frame_off: 0 };
+            let e = IndexEntry { file_id, offset: h.offset, frame_pos: out.len() as u64, raw_len: h.raw_len, stored_len: h.stored_len, raw_crc: crc, frame_off: 0, hash: 0 };
             let mut enc = Vec::new();
             e.encode_into(&mut enc);
             index.extend_from_slice(&enc[..INDEX_ENTRY_LEN_V1]);
@@ -47,6 +47,8 @@ fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
         changed_files: vec![],
         vanished_files: vec![],
         source: serde_json::json!({"kind": "directory"}),
+        backup_type: Default::default(),
+        chain: vec![],
     };
     let stored = manifest.to_stored_bytes().unwrap();
     let t = Trailer {

@@ -1,0 +1,291 @@
+//! Incremental and differential sets on the read side: which bytes of each file a set holds
+//! ([`Changes`], from the source), and the reader that reads only those, or reads everything and
+//! keeps only the units that changed, packing the runs it keeps back to back into shared chunks.
+//!
+//! A file held in part gets a [`crate::manifest::Delta`] in the manifest; its chunks are runs of
+//! changed units at their offsets (packed frames whose members carry an offset), and restore takes
+//! every other byte from the parent down the chain.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+
+use super::read::{open_source, outcome, read_full_at, Job, Member, ReadOutcome, Work};
+use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::manifest::BackupType;
+use crate::pipeline::{Pool, PoolBuf, Shared};
+
+/// Where an incremental or differential set stands: its type and the sets it builds on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lineage {
+    /// `diff` or `incr`.
+    pub backup_type: BackupType,
+    /// Backup ids (hex) of the sets it builds on: its full first, its parent last.
+    pub chain: Vec<String>,
+}
+
+/// Decides, for an incremental, whether a unit (a database page) of a file changed since the
+/// parent; see [`FileChanges::Scan`].
+pub trait UnitFilter: Send + Sync {
+    /// The unit's size in bytes (PostgreSQL's 8 KiB page).
+    fn unit(&self) -> usize;
+    /// Whether unit `n` of the file, whose bytes are `data` (a whole unit, or a short tail where
+    /// the file ends mid-unit), changed since the parent. When unsure, say changed.
+    fn changed(&self, n: u64, data: &[u8]) -> bool;
+}
+
+/// What an incremental set holds of one file.
+#[derive(Clone)]
+pub enum FileChanges {
+    /// Every byte: a new file, or one whose changes are not tracked (stored as in a full set).
+    Whole,
+    /// Read every unit, keep those the filter calls changed (PostgreSQL's page scan by LSN).
+    Scan(Arc<dyn UnitFilter>),
+    /// Only these byte ranges, sorted and disjoint (from WAL block summaries); none: the file is
+    /// unchanged and the set only names it. Ranges past the file's end at read time are cut.
+    Ranges(Vec<Range<u64>>),
+}
+
+impl std::fmt::Debug for FileChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileChanges::Whole => f.write_str("Whole"),
+            FileChanges::Scan(x) => write!(f, "Scan({} B units)", x.unit()),
+            FileChanges::Ranges(r) => write!(f, "Ranges({} ranges)", r.len()),
+        }
+    }
+}
+
+/// The source's answer, per file, to "what does this incremental hold of it".
+pub trait Changes: Send + Sync {
+    /// For the file at `rel` under the root named `root`, `size` bytes when listed.
+    fn of(&self, root: &str, rel: &str, size: u64) -> FileChanges;
+}
+
+/// One reader's pack: a pool buffer being filled with the bytes of several files (or several runs
+/// of one), sent to the compressors as one packed chunk once full.
+pub(super) struct Packer<'a> {
+    tx: &'a Sender<Job>,
+    shared: &'a Shared,
+    pool: &'a Arc<Pool>,
+    ts: usize,
+    pack: Option<(PoolBuf, Vec<Member>, usize)>,
+}
+
+impl<'a> Packer<'a> {
+    pub(super) fn new(ts: usize, tx: &'a Sender<Job>, shared: &'a Shared, pool: &'a Arc<Pool>) -> Self {
+        Packer { tx, shared, pool, ts, pack: None }
+    }
+
+    /// Send what is packed. False when the compressors have stopped (the failure is recorded).
+    pub(super) fn flush(&mut self) -> bool {
+        let Some((buf, members, used)) = self.pack.take() else { return true };
+        if members.is_empty() {
+            return true;
+        }
+        let job = Job { file_id: members[0].file_id, offset: members[0].offset, len: used, buf: Some(buf), check: None, members };
+        if self.tx.send(job).is_err() {
+            self.shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
+            return false;
+        }
+        true
+    }
+
+    /// Bytes still free in the current buffer (0 when none is held).
+    pub(super) fn room(&self) -> usize {
+        self.pack.as_ref().map_or(0, |p| self.ts - p.2)
+    }
+
+    /// Make at least `need` bytes free: flush a fuller buffer, take a new one. None when the
+    /// backup is stopping.
+    pub(super) fn make_room(&mut self, need: usize) -> Option<()> {
+        if self.pack.is_some() && self.room() < need && !self.flush() {
+            return None;
+        }
+        if self.pack.is_none() {
+            self.pack = Some((self.pool.take(self.shared)?, Vec::new(), 0));
+        }
+        Some(())
+    }
+
+    /// The free part of the buffer, and where it starts.
+    pub(super) fn free(&mut self) -> (&mut [u8], usize) {
+        let (buf, _, used) = self.pack.as_mut().expect("make_room first");
+        let at = *used;
+        (&mut buf[at..self.ts], at)
+    }
+
+    /// The bytes at `at..at + len` of the buffer (written through [`Packer::free`]) are file
+    /// `file_id`'s from `offset`: record them and mark them used.
+    pub(super) fn keep(&mut self, file_id: u32, offset: u64, at: usize, len: usize, check: &Option<Arc<super::check::CheckCtx>>) {
+        if len == 0 {
+            return;
+        }
+        let (_, members, used) = self.pack.as_mut().expect("make_room first");
+        debug_assert_eq!(at, *used);
+        members.push(Member { file_id, offset, at: at as u32, len: len as u32, check: check.clone() });
+        *used += len;
+    }
+
+    /// Move `len` bytes at `from` (after the used part) down to `to`, the used part's end.
+    fn shift(&mut self, from: usize, to: usize, len: usize) {
+        let (buf, _, _) = self.pack.as_mut().expect("make_room first");
+        if from != to {
+            buf.copy_within(from..from + len, to);
+        }
+    }
+}
+
+/// Read what an incremental holds of file `w` (its [`Work::changes`] is a scan or ranges) into the
+/// reader's pack.
+pub(super) fn read_changes(w: &Work, packer: &mut Packer<'_>) -> Result<ReadOutcome> {
+    let (file, before) = match open_source(w)? {
+        Ok(x) => x,
+        Err(gone) => return Ok(gone),
+    };
+    let size = before.len();
+    let stopped = |offset| Ok(ReadOutcome { file_id: w.file_id, size: offset, ..Default::default() });
+    let read_err = |e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e);
+    match w.changes.as_ref().expect("read_changes is for files with changes") {
+        FileChanges::Whole => Err(Error::new(ErrorKind::Io, "internal: a whole file went to the incremental reader")),
+        FileChanges::Ranges(ranges) => {
+            for r in ranges {
+                let (mut at, end) = (r.start.min(size), r.end.min(size));
+                while at < end {
+                    if packer.shared.is_cancelled() {
+                        return stopped(at);
+                    }
+                    if packer.make_room(1).is_none() {
+                        return stopped(at);
+                    }
+                    let (free, pos) = packer.free();
+                    let want = ((end - at) as usize).min(free.len());
+                    let got = read_full_at(&file, &mut free[..want], at).map_err(read_err)?;
+                    packer.keep(w.file_id, at, pos, got, &w.check);
+                    packer.shared.count(got as u64);
+                    at += got as u64;
+                    if got < want {
+                        // Shorter than at open: what is there now is what WAL replay starts from.
+                        return outcome(w, &file, &before, size, true);
+                    }
+                }
+            }
+            outcome(w, &file, &before, size, false)
+        }
+        FileChanges::Scan(filter) => {
+            let unit = filter.unit().max(1);
+            let mut offset = 0u64;
+            while offset < size {
+                if packer.shared.is_cancelled() {
+                    return stopped(offset);
+                }
+                if packer.make_room(unit).is_none() {
+                    return stopped(offset);
+                }
+                let (free, pos) = packer.free();
+                // Whole units, as many as fit (the buffer holds at least one: make_room).
+                let want = ((size - offset) as usize).min(free.len() / unit * unit);
+                let got = read_full_at(&file, &mut free[..want], offset).map_err(read_err)?;
+                let data = &free[..got];
+                // Runs of changed units, as (file offset, position in the read, length).
+                let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+                for (i, u) in data.chunks(unit).enumerate() {
+                    let n = offset / unit as u64 + i as u64;
+                    if !filter.changed(n, u) {
+                        continue;
+                    }
+                    let from = i * unit;
+                    match runs.last_mut() {
+                        Some(last) if last.1 + last.2 == from => last.2 += u.len(),
+                        _ => runs.push((offset + from as u64, from, u.len())),
+                    }
+                }
+                // Kept runs are moved down to follow each other; the rest of the read is dropped.
+                let mut to = pos;
+                for (file_off, from, len) in runs {
+                    packer.shift(pos + from, to, len);
+                    packer.keep(w.file_id, file_off, to, len, &w.check);
+                    to += len;
+                }
+                packer.shared.count(got as u64);
+                offset += got as u64;
+                if got < want {
+                    return outcome(w, &file, &before, offset, true);
+                }
+            }
+            outcome(w, &file, &before, offset, false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filter that calls a page changed when its first byte is odd.
+    struct Odd;
+    impl UnitFilter for Odd {
+        fn unit(&self) -> usize {
+            8
+        }
+        fn changed(&self, _n: u64, data: &[u8]) -> bool {
+            data[0] % 2 == 1
+        }
+    }
+
+    fn run(changes: FileChanges, content: &[u8], ts: usize) -> Vec<(u64, Vec<u8>)> {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("f");
+        std::fs::write(&path, content).unwrap();
+        let shared = Shared::new(Arc::new(crate::pipeline::NoProgress));
+        let pool = Pool::new(4, ts);
+        let (tx, rx) = crossbeam_channel::bounded(16);
+        let w = Work { file_id: 7, path, dev: (0, 0), size: content.len() as u64, check: None, changes: Some(changes) };
+        let mut p = Packer::new(ts, &tx, &shared, &pool);
+        let o = read_changes(&w, &mut p).unwrap();
+        assert!(p.flush());
+        drop(tx);
+        assert_eq!(o.size, content.len() as u64);
+        let mut held = Vec::new();
+        for job in rx {
+            let buf = job.buf.unwrap();
+            assert_eq!((job.file_id, job.offset), (job.members[0].file_id, job.members[0].offset));
+            for m in job.members {
+                held.push((m.offset, buf[m.at as usize..(m.at + m.len) as usize].to_vec()));
+            }
+        }
+        held
+    }
+
+    #[test]
+    fn a_scan_keeps_runs_of_changed_units_at_their_offsets() {
+        // Units of 8 bytes: 1 (odd) changed, 2 not, ... and a short odd tail.
+        let mut content = Vec::new();
+        for first in [1u8, 3, 2, 5, 4, 4, 7, 9] {
+            content.extend_from_slice(&[first; 8]);
+        }
+        content.extend_from_slice(&[11, 11, 11]);
+        // A buffer of 24 bytes: reads of 3 units, runs split where a buffer fills.
+        let held = run(FileChanges::Scan(Arc::new(Odd)), &content, 24);
+        let mut joined: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (off, b) in held {
+            match joined.last_mut() {
+                Some(l) if l.0 + l.1.len() as u64 == off => l.1.extend(b),
+                _ => joined.push((off, b)),
+            }
+        }
+        let want: Vec<(u64, Vec<u8>)> = vec![(0, content[0..16].to_vec()), (24, content[24..32].to_vec()), (48, content[48..].to_vec())];
+        assert_eq!(joined, want);
+    }
+
+    #[test]
+    fn ranges_read_only_what_they_name_and_stop_at_the_end() {
+        let content: Vec<u8> = (0..100u8).collect();
+        let held = run(FileChanges::Ranges(vec![5..15, 40..50, 90..200]), &content, 32);
+        let bytes: Vec<u8> = held.iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(bytes, [&content[5..15], &content[40..50], &content[90..]].concat());
+        assert!(held.iter().all(|(off, b)| content[*off as usize..*off as usize + b.len()] == b[..]));
+        assert!(run(FileChanges::Ranges(vec![]), &content, 32).is_empty(), "unchanged: nothing read");
+    }
+}
