@@ -208,7 +208,8 @@ impl BackupSet {
         Ok(set)
     }
 
-    /// Every file's chunks, across all stripes, tile it exactly and combine to its crc.
+    /// Every file's chunks, across all stripes, tile it exactly and combine to its crc (a file an
+    /// incremental holds in part: its chunks do not overlap and combine to the crc of the bytes held).
     fn check_coverage(&self) -> Result<()> {
         let entries = &self.manifest.entries;
         let chunks = self
@@ -229,7 +230,8 @@ impl BackupSet {
             },
         })?;
         for (e, sum) in entries.iter().zip(sums) {
-            if e.crc32c.is_some() && e.crc32c != sum {
+            let want = e.delta.map(|d| d.crc32c).or(e.crc32c);
+            if want.is_some() && want != sum {
                 return Err(Error::corrupt(format!("file {}: its chunks do not combine to its checksum: the set is inconsistent", e.path)));
             }
         }

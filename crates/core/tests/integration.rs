@@ -5,6 +5,7 @@ mod integration {
     pub mod compat;
     pub mod encryption;
     pub mod fuzzed;
+    pub mod incremental;
     pub mod partial;
     pub mod roundtrip;
     pub mod storage;

@@ -9,6 +9,8 @@
 //! - `options`: [`RestoreOptions`] (what is asked), [`RestoreReport`] (what a restore says).
 //! - `plan`: where each entry goes (relocation, `--only`, hollow databases), checked before
 //!   anything is touched.
+//! - `chain`: the block map: which set of a chain (a full and the incrementals on it) holds each
+//!   byte of each file, and the sink that cuts each set's chunks to what it gives.
 //! - `target`: the target roots made ready (empty, or emptied when forced), the space check, and
 //!   the clean-up after a failure.
 //! - `scan`: the read side, shared with [`verify`]: every stripe read as one stream, every frame
@@ -22,6 +24,7 @@
 //!
 //! Submodules never reach back into this file: it only assembles them.
 
+mod chain;
 mod durable;
 mod metadata;
 mod options;
@@ -39,7 +42,10 @@ use crate::error::Result;
 use crate::manifest::EntryKind;
 use crate::pipeline::Progress;
 use crate::set::BackupSet;
+use chain::BlockMap;
 use plan::Plan;
+
+pub use chain::check_chain;
 
 pub use options::{parse_relocation, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
 pub use verify::{verify, VerifyReport};
@@ -50,10 +56,24 @@ pub use verify::{verify, VerifyReport};
 /// Any problem opening or reading the set (naming stripe and region), a non-empty target without
 /// `force`, a relocation that matches nothing, or an I/O failure writing the target.
 pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+    restore_chain(&[set], opts, progress)
+}
+
+/// Restore the newest set of a chain: a full set and the incrementals and differentials that build
+/// on it, oldest first (a full set alone is a chain of one). Each byte is read from the newest set
+/// that holds it and written once.
+///
+/// # Errors
+/// As [`restore`]; sets that do not form the chain the newest one names, or a chain that leaves a
+/// byte of some file in no set, before anything is written.
+pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
     let t0 = Instant::now();
+    check_chain(sets)?;
+    let map = BlockMap::new(sets)?;
+    let set = *sets.last().expect("checked: at least one set");
     let plan = Plan::new(&set.manifest, opts)?;
     let prepared = plan.prepare_roots(opts.force)?;
-    let (direct_io, io_uring, scanned) = match plan.run(set, opts, progress) {
+    let (direct_io, io_uring, scanned) = match plan.run(sets, &map, opts, progress) {
         Ok(d) => d,
         Err(e) => return Err(plan.clean_up_after(e, &prepared)),
     };
@@ -61,12 +81,12 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
     Ok(RestoreReport {
         backup_id: set.manifest.backup_id.clone(),
         target: opts.target.display().to_string(),
-        stripes: set.stripes.len(),
+        stripes: sets.iter().map(|s| s.stripes.len()).sum(),
         files: restored().filter(|e| e.kind == EntryKind::File).count(),
         entries: restored().count(),
         bytes_written: restored().filter(|e| e.kind == EntryKind::File).map(|e| e.size).sum(),
         bytes_read: scanned.bytes_read,
-        set_bytes: set.stored_bytes(),
+        set_bytes: sets.iter().map(|s| s.stored_bytes()).sum(),
         seconds: t0.elapsed().as_secs_f64(),
         threads: opts.threads.unwrap_or_else(crate::host::available_cores),
         direct_io,

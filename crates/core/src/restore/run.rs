@@ -16,6 +16,7 @@ use super::options::RestoreOptions;
 use super::plan::Plan;
 use super::scan::{scan, Scanned};
 use super::target::{ensure_parent, remove_any};
+use super::chain::BlockMap;
 use super::write::{Inherit, Writer};
 use crate::aligned::ALIGN;
 use crate::error::{io_at, ErrorKind, Result};
@@ -26,8 +27,10 @@ use crate::storage::local::sync_dir;
 
 impl Plan<'_> {
     /// Returns whether direct I/O held throughout, and whether io_uring carried writes.
-    pub(super) fn run(&self, set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, Scanned)> {
-        self.check_space(set)?;
+    /// `sets` is the chain, oldest first (a full set alone is a chain of one); `map` where each
+    /// byte comes from.
+    pub(super) fn run(&self, sets: &[&BackupSet], map: &BlockMap, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, Scanned)> {
+        self.check_space(&map.data_bytes)?;
         let durable = Durable::open(&self.roots);
         let entries = &self.manifest.entries;
         let as_root = crate::host::is_root();
@@ -64,12 +67,20 @@ impl Plan<'_> {
 
         // Files are created by the first of their chunks to arrive, on every core, and finished
         // (owner, mode, times) by the last; files without chunks are made here after.
-        let direct = !opts.buffered && set.stripes[0].header.transfer_size as usize % ALIGN == 0;
+        let direct = !opts.buffered && sets.iter().all(|s| s.stripes[0].header.transfer_size as usize % ALIGN == 0);
         let (kick, wake) = crossbeam_channel::bounded(1);
-        let writer = Writer::new(set, entries, &self.dest, &self.hollow, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
+        let writer = Writer::new(&map.pieces, &map.data_bytes, entries, &self.dest, &self.hollow, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
         let scanned = std::thread::scope(|s| {
             s.spawn(|| durable.flush_while(&wake));
-            let r = scan(set, opts.threads, progress, &writer);
+            // Each set of the chain in turn, oldest first: each gives the bytes no newer set has,
+            // so every byte is written once, whatever the order.
+            let mut r = Ok(Scanned::default());
+            for (g, set) in sets.iter().enumerate() {
+                r = r.and_then(|total| {
+                    let one = scan(set, opts.threads, progress.clone(), &map.sink(g, &writer))?;
+                    Ok(Scanned { frames: total.frames + one.frames, bytes_read: total.bytes_read + one.bytes_read })
+                });
+            }
             // Its last sender gone, the flusher ends.
             writer.flush.lock().unwrap_or_else(|p| p.into_inner()).take();
             r

@@ -39,6 +39,12 @@ pub(super) trait ChunkSink: Sync {
     fn wants(&self, _file_id: u32) -> bool {
         true
     }
+
+    /// Whether the chunk an index entry names is wanted (a chain's older sets give only parts of
+    /// their files); by default, whether its file is.
+    fn wants_chunk(&self, e: &IndexEntry) -> bool {
+        self.wants(e.file_id)
+    }
 }
 
 /// What a scan did.
@@ -167,7 +173,7 @@ fn read_stripe(
         if e.frame_pos + n as u64 > s.trailer.index_offset {
             return Err(here("the index says it runs into the index itself (index inconsistent)"));
         }
-        if !members.iter().any(|m| sink.wants(m.file_id)) {
+        if !members.iter().any(|m| sink.wants_chunk(m)) {
             expect_pos += n as u64;
             continue;
         }

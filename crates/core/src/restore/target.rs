@@ -10,7 +10,6 @@ use super::plan::Plan;
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::host::free_space;
 use crate::manifest::EntryKind;
-use crate::set::BackupSet;
 
 /// What each destination root looked like before we started, for clean-up.
 pub(super) struct Prepared {
@@ -64,8 +63,8 @@ impl Plan<'_> {
     /// Refuse, before writing a byte, a restore whose data cannot fit: per filesystem, the bytes
     /// its files will hold (holes excluded) against what is free there. Metadata is not counted, so
     /// a write can still find the disk full; that fails and is cleaned up the same way.
-    pub(super) fn check_space(&self, set: &BackupSet) -> Result<()> {
-        let bytes = data_bytes(set, self.manifest.entries.len());
+    /// `bytes`: per entry, the data bytes it gets (zero chunks take no space).
+    pub(super) fn check_space(&self, bytes: &[u64]) -> Result<()> {
         // Each root's filesystem, asked once: (root, device), and per device the bytes it receives.
         let roots: Vec<(&Path, u64)> = self.roots.iter().filter_map(|r| free_space(r).map(|(dev, _)| (r.as_path(), dev))).collect();
         let mut need: Vec<(u64, u64, &Path)> = Vec::new(); // (device, bytes, a root on it)
@@ -74,7 +73,7 @@ impl Plan<'_> {
                 need.push((dev, 0, r));
             }
         }
-        for (((e, d), b), &h) in self.manifest.entries.iter().zip(&self.dest).zip(bytes).zip(&self.hollow) {
+        for (((e, d), b), &h) in self.manifest.entries.iter().zip(&self.dest).zip(bytes.iter().copied()).zip(&self.hollow) {
             let (Some(d), EntryKind::File, false) = (d, e.kind, h) else { continue };
             let Some(&(_, dev)) = roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { continue };
             if let Some(n) = need.iter_mut().find(|n| n.0 == dev) {
@@ -125,17 +124,6 @@ impl Plan<'_> {
             ))
         }
     }
-}
-
-/// Per file, the bytes that will be written (zero frames stay holes), from every stripe's index.
-pub(super) fn data_bytes(set: &BackupSet, files: usize) -> Vec<u64> {
-    let mut out = vec![0u64; files];
-    for e in set.stripes.iter().flat_map(|s| s.index.iter()).filter(|e| e.stored_len > 0) {
-        if let Some(b) = out.get_mut(e.file_id as usize) {
-            *b += u64::from(e.raw_len);
-        }
-    }
-    out
 }
 
 /// Remove everything inside `dir` (for `--force`), never `/` itself.

@@ -12,12 +12,10 @@ use std::sync::{Arc, Mutex};
 use super::durable::FLUSH_EVERY;
 use super::metadata::{apply_metadata, apply_metadata_fd};
 use super::scan::{ChunkSink, Decoded, Lane};
-use super::target::data_bytes;
 use crate::aligned::{is_aligned, ALIGN};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::PACK_LIMIT;
 use crate::manifest::{Entry, EntryKind};
-use crate::set::BackupSet;
 
 /// A file being written, and how.
 pub(super) struct OpenFile {
@@ -117,8 +115,11 @@ pub(super) struct Writer<'a> {
 
 impl<'a> Writer<'a> {
     #[allow(clippy::too_many_arguments)]
+    /// `pieces` and `data_bytes` per entry come from the chain's [`super::chain::BlockMap`]: the
+    /// writes each file gets (the last finishes it), and how many of its bytes are data.
     pub(super) fn new(
-        set: &BackupSet,
+        pieces: &[u32],
+        data_bytes: &[u64],
         entries: &'a [Entry],
         dest: &'a [Option<PathBuf>],
         hollow: &'a [bool],
@@ -128,16 +129,12 @@ impl<'a> Writer<'a> {
         uring: bool,
         flush: crossbeam_channel::Sender<()>,
     ) -> Self {
-        let mut counts = vec![0u32; entries.len()];
-        for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
-            counts[e.file_id as usize] += 1;
-        }
-        let slots = counts
-            .into_iter()
-            .map(|c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
+        let slots = pieces
+            .iter()
+            .map(|&c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
             .collect();
         // A hollow file is only sized, so that it stays sparse.
-        let dense = data_bytes(set, entries.len()).into_iter().zip(entries).zip(hollow).map(|((b, e), &h)| b == e.size && !h).collect();
+        let dense = data_bytes.iter().zip(entries).zip(hollow).map(|((&b, e), &h)| b == e.size && !h).collect();
         Writer {
             entries,
             dest,

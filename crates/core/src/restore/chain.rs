@@ -1,0 +1,293 @@
+//! The block map of a chain: for every file of the newest set, which set holds each of its bytes
+//! (the newest one that has it), so that a restore reads each needed chunk once from whichever set
+//! holds it and writes each byte once. A full set alone is a chain of one, whose map is its own
+//! chunks.
+//!
+//! Files are matched across sets by root name and path, never by id (an id is a position in one
+//! manifest). A file an incremental holds in part ([`crate::manifest::Delta`]) takes the bytes it
+//! does not hold from the same file in the set before it, and so on down to the set that holds it
+//! whole; a byte no set holds is an inconsistent chain, refused before anything is written.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::scan::{ChunkSink, Decoded, Lane};
+use crate::error::{Error, Result};
+use crate::format::IndexEntry;
+use crate::manifest::{BackupType, EntryKind, Manifest};
+use crate::set::BackupSet;
+
+/// What one set of a chain gives one file of the newest set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Supply {
+    /// The file's position in the newest set's entries.
+    pub(super) file: u32,
+    /// The byte ranges this set is the newest holder of, sorted and disjoint.
+    pub(super) ranges: Vec<Range<u64>>,
+}
+
+/// Where every byte of every file of a chain's newest set comes from.
+pub(super) struct BlockMap {
+    /// Per set (oldest first), per file id of that set: what it gives, if anything.
+    supplies: Vec<Vec<Option<Supply>>>,
+    /// Per file of the newest set: the pieces the restore writes (chunks cut to what they give).
+    pub(super) pieces: Vec<u32>,
+    /// Per file of the newest set: bytes that come from data chunks (not zero chunks).
+    pub(super) data_bytes: Vec<u64>,
+}
+
+/// Check that `sets` (oldest first) form one chain: a full set, then sets each of which names the
+/// ones before it, in order, as its chain.
+///
+/// # Errors
+/// [`crate::ErrorKind::Invalid`] naming the set that does not belong where it is.
+pub fn check_chain(sets: &[&BackupSet]) -> Result<()> {
+    let Some((newest, _)) = sets.split_last() else { return Err(Error::invalid("no backup set to restore")) };
+    let m = &newest.manifest;
+    let ids: Vec<&str> = sets.iter().map(|s| s.manifest.backup_id.as_str()).collect();
+    if m.chain.iter().map(String::as_str).ne(ids[..ids.len() - 1].iter().copied()) {
+        return Err(Error::invalid(if m.chain.is_empty() {
+            format!("backup {} is a full backup: restore it alone", m.backup_id)
+        } else {
+            format!(
+                "backup {} is a {} backup that builds on {}: give exactly those sets, oldest first (restore it through its repository, which finds them)",
+                m.backup_id,
+                m.backup_type,
+                m.chain.join(", ")
+            )
+        }));
+    }
+    if sets[0].manifest.backup_type != BackupType::Full {
+        return Err(Error::invalid(format!("backup {} starts the chain but is not a full backup", sets[0].manifest.backup_id)));
+    }
+    Ok(())
+}
+
+/// (root name, path bytes) of each regular file of a manifest, to its position.
+fn by_name(m: &Manifest) -> HashMap<(&str, &[u8]), u32> {
+    m.entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == EntryKind::File && !e.vanished)
+        .map(|(i, e)| ((m.roots[e.root as usize].name.as_str(), e.path_bytes()), i as u32))
+        .collect()
+}
+
+/// Chunks of `set` per file id, sorted by offset.
+fn chunks_by_file(set: &BackupSet) -> Vec<Vec<IndexEntry>> {
+    let mut out: Vec<Vec<IndexEntry>> = vec![Vec::new(); set.manifest.entries.len()];
+    for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
+        if let Some(v) = out.get_mut(e.file_id as usize) {
+            v.push(*e);
+        }
+    }
+    for v in &mut out {
+        v.sort_unstable_by_key(|e| e.offset);
+    }
+    out
+}
+
+/// `range` less the sorted, disjoint `covered`, as sorted pieces.
+fn subtract(range: Range<u64>, covered: &[Range<u64>]) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut at = range.start;
+    let first = covered.partition_point(|c| c.end <= range.start);
+    for c in &covered[first..] {
+        if c.start >= range.end {
+            break;
+        }
+        if c.start > at {
+            out.push(at..c.start);
+        }
+        at = at.max(c.end);
+    }
+    if at < range.end {
+        out.push(at..range.end);
+    }
+    out
+}
+
+/// Add sorted, disjoint `add` to sorted, disjoint `set`, merging neighbours.
+fn union(set: &mut Vec<Range<u64>>, add: &[Range<u64>]) {
+    set.extend_from_slice(add);
+    set.sort_unstable_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(set.len());
+    for r in set.drain(..) {
+        match merged.last_mut() {
+            Some(l) if r.start <= l.end => l.end = l.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    *set = merged;
+}
+
+/// The parts of `supplied` (sorted, disjoint) within `start..start + len`.
+fn within(supplied: &[Range<u64>], start: u64, len: u64) -> impl Iterator<Item = Range<u64>> + '_ {
+    let end = start + len;
+    let first = supplied.partition_point(|r| r.end <= start);
+    supplied[first..].iter().take_while(move |r| r.start < end).map(move |r| r.start.max(start)..r.end.min(end))
+}
+
+impl BlockMap {
+    /// The map of the chain `sets` (oldest first; checked with [`check_chain`]).
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Corrupt`] for a file an incremental holds in part that the set before it
+    /// lacks, or bytes of a file no set holds.
+    pub(super) fn new(sets: &[&BackupSet]) -> Result<BlockMap> {
+        let newest = sets.last().expect("checked: at least one set");
+        let files = newest.manifest.entries.len();
+        let mut supplies: Vec<Vec<Option<Supply>>> = sets.iter().map(|s| vec![None; s.manifest.entries.len()]).collect();
+        let names: Vec<HashMap<(&str, &[u8]), u32>> = sets.iter().map(|s| by_name(&s.manifest)).collect();
+        let chunks: Vec<Vec<Vec<IndexEntry>>> = sets.iter().map(|s| chunks_by_file(s)).collect();
+        for (f, e) in newest.manifest.entries.iter().enumerate() {
+            if e.kind != EntryKind::File || e.vanished {
+                continue;
+            }
+            let key = (newest.manifest.roots[e.root as usize].name.as_str(), e.path_bytes());
+            let size = e.size;
+            // Newest first: what each set holds of the file, less what newer sets hold.
+            let mut covered: Vec<Range<u64>> = Vec::new();
+            let mut g = sets.len() - 1;
+            loop {
+                let m = &sets[g].manifest;
+                let Some(&id) = names[g].get(&key) else {
+                    return Err(Error::corrupt(format!(
+                        "file {} of backup {} builds on backup {}, which does not have it: the chain is inconsistent",
+                        e.path,
+                        sets[g + 1].manifest.backup_id,
+                        m.backup_id
+                    )));
+                };
+                let here = &m.entries[id as usize];
+                let mut ranges = Vec::new();
+                for c in &chunks[g][id as usize] {
+                    let r = c.offset.min(size)..(c.offset + u64::from(c.raw_len)).min(size);
+                    if !r.is_empty() {
+                        ranges.extend(subtract(r, &covered));
+                    }
+                }
+                let held: Vec<Range<u64>> = chunks[g][id as usize].iter().map(|c| c.offset..c.offset + u64::from(c.raw_len)).collect();
+                union(&mut covered, &held);
+                union(&mut ranges, &[]);
+                if !ranges.is_empty() {
+                    supplies[g][id as usize] = Some(Supply { file: f as u32, ranges });
+                }
+                // A whole file ends the walk: nothing older counts. So does the full set.
+                if here.delta.is_none() || g == 0 {
+                    break;
+                }
+                g -= 1;
+            }
+            let missing = subtract(0..size, &covered);
+            if let Some(r) = missing.first() {
+                return Err(Error::corrupt(format!(
+                    "file {} of backup {}: bytes {}..{} are in no set of its chain: the chain is inconsistent",
+                    e.path,
+                    newest.manifest.backup_id,
+                    r.start,
+                    r.end
+                )));
+            }
+        }
+        // The pieces each file is written in, and its data bytes.
+        let mut pieces = vec![0u32; files];
+        let mut data_bytes = vec![0u64; files];
+        for (g, set) in sets.iter().enumerate() {
+            for c in set.stripes.iter().flat_map(|s| s.index.iter()) {
+                let Some(Some(s)) = supplies[g].get(c.file_id as usize) else { continue };
+                for r in within(&s.ranges, c.offset, c.raw_len.into()) {
+                    pieces[s.file as usize] += 1;
+                    if c.stored_len > 0 {
+                        data_bytes[s.file as usize] += r.end - r.start;
+                    }
+                }
+            }
+        }
+        Ok(BlockMap { supplies, pieces, data_bytes })
+    }
+
+    /// What set `g` gives, for its file `file_id`.
+    fn supply(&self, g: usize, file_id: u32) -> Option<&Supply> {
+        self.supplies.get(g)?.get(file_id as usize)?.as_ref()
+    }
+
+    /// The sink that takes set `g`'s chunks to `inner`, keyed by the newest set's file ids and cut
+    /// to what `g` gives.
+    pub(super) fn sink<'s>(&'s self, g: usize, inner: &'s dyn ChunkSink) -> SetSink<'s> {
+        SetSink { map: self, g, inner }
+    }
+}
+
+/// One set's chunks, translated: see [`BlockMap::sink`].
+pub(super) struct SetSink<'s> {
+    map: &'s BlockMap,
+    g: usize,
+    inner: &'s dyn ChunkSink,
+}
+
+impl ChunkSink for SetSink<'_> {
+    fn lane(&self) -> Result<Box<dyn Lane + '_>> {
+        Ok(Box::new(SetLane { map: self.map, g: self.g, inner: self.inner.lane()? }))
+    }
+
+    fn holds(&self) -> usize {
+        self.inner.holds()
+    }
+
+    fn wants(&self, file_id: u32) -> bool {
+        self.map.supply(self.g, file_id).is_some_and(|s| self.inner.wants(s.file))
+    }
+
+    fn wants_chunk(&self, e: &IndexEntry) -> bool {
+        self.map.supply(self.g, e.file_id).is_some_and(|s| self.inner.wants(s.file) && within(&s.ranges, e.offset, e.raw_len.into()).next().is_some())
+    }
+}
+
+struct SetLane<'s> {
+    map: &'s BlockMap,
+    g: usize,
+    inner: Box<dyn Lane + 's>,
+}
+
+impl Lane for SetLane<'_> {
+    fn chunk(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()> {
+        let Some(s) = self.map.supply(self.g, file_id) else { return Ok(()) };
+        for r in within(&s.ranges, offset, len as u64) {
+            let (from, n) = ((r.start - offset) as usize, (r.end - r.start) as usize);
+            self.inner.chunk(s.file, r.start, n, data.map(|d| &d[from..from + n]))?;
+        }
+        Ok(())
+    }
+
+    fn owned(&mut self, file_id: u32, offset: u64, data: Decoded) -> Result<()> {
+        let Some(s) = self.map.supply(self.g, file_id) else { return Ok(()) };
+        let len = data.len() as u64;
+        let mut parts = within(&s.ranges, offset, len);
+        match (parts.next(), parts.next()) {
+            // Wholly given: the buffer goes on as it is (a direct write in flight).
+            (Some(r), None) if r == (offset..offset + len) => self.inner.owned(s.file, offset, data),
+            _ => self.chunk(file_id, offset, data.len(), Some(&data)),
+        }
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.inner.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_subtract_and_merge() {
+        assert_eq!(subtract(0..100, &[10..20, 30..40]), vec![0..10, 20..30, 40..100]);
+        assert_eq!(subtract(15..35, &[10..20, 30..40]), vec![20..30]);
+        assert_eq!(subtract(0..10, &[0..10]), Vec::<Range<u64>>::new());
+        let mut s = vec![0..10, 30..40];
+        union(&mut s, &[10..20, 35..50]);
+        assert_eq!(s, vec![0..20, 30..50]);
+        assert_eq!(within(&[0..10, 20..30, 40..50], 5, 20).collect::<Vec<_>>(), vec![5..10, 20..25]);
+    }
+}

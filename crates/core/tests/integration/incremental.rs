@@ -1,0 +1,158 @@
+//! Incremental and differential sets of a directory: a full, then sets that hold only the pages
+//! that changed (found here by comparing with the tree as the parent saw it, standing in for
+//! PostgreSQL's page LSNs), each restored through its chain equal to the tree as it was taken.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sheaf_core::datagen::{compare_trees, write_file};
+use sheaf_core::manifest::{BackupType, Root};
+use sheaf_core::{restore_chain, Backup, BackupOptions, BackupSet, Changes, CodecSpec, FileChanges, Lineage, LocalOnly, Location, NoProgress, RestoreOptions, Tuning, UnitFilter};
+
+const PAGE: usize = 8192;
+
+/// The tree as the parent saw it: path to bytes.
+type Snapshot = HashMap<String, Vec<u8>>;
+
+fn snapshot(root: &Path) -> Snapshot {
+    let mut out = Snapshot::new();
+    for l in sheaf_core::source::list_tree(root, 0, &mut Vec::new()).unwrap() {
+        if l.entry.kind == sheaf_core::manifest::EntryKind::File {
+            out.insert(l.entry.path.clone(), std::fs::read(&l.abs).unwrap());
+        }
+    }
+    out
+}
+
+/// Pages that differ from the parent's, and pages past its end.
+struct Diff(Vec<u8>);
+impl UnitFilter for Diff {
+    fn unit(&self) -> usize {
+        PAGE
+    }
+    fn changed(&self, n: u64, data: &[u8]) -> bool {
+        let at = n as usize * PAGE;
+        self.0.get(at..at + data.len()) != Some(data)
+    }
+}
+
+/// Files the parent had are scanned page by page, except `same*`, which are named unchanged (the
+/// way WAL summaries name a file nobody wrote); new files are whole.
+struct Against(Snapshot);
+impl Changes for Against {
+    fn of(&self, _root: &str, rel: &str, _size: u64) -> FileChanges {
+        match self.0.get(rel) {
+            None => FileChanges::Whole,
+            Some(_) if rel.starts_with("same") => FileChanges::Ranges(Vec::new()),
+            Some(old) => FileChanges::Scan(Arc::new(Diff(old.clone()))),
+        }
+    }
+}
+
+/// Back up `src` into two stripes `dir/NAME_k.sheaf`, as an incremental when `on` is given.
+fn take(src: &Path, dir: &Path, name: &str, on: Option<(Lineage, Snapshot)>) -> BackupSet {
+    let stripes: Vec<PathBuf> = (1..=2).map(|k| dir.join(format!("{name}_{k}.sheaf"))).collect();
+    let mut opts = BackupOptions::new(stripes.iter().map(Location::file).collect());
+    opts.codec = CodecSpec::parse("zstd:low").unwrap();
+    opts.transfer_size = 64 << 10;
+    let tuning = Tuning::resolve(&opts, 1).unwrap();
+    let mut b = Backup::start(&opts, tuning, Arc::new(NoProgress)).unwrap();
+    if let Some((lineage, snap)) = on {
+        b.incremental(lineage, Arc::new(Against(snap)));
+    }
+    let listed = sheaf_core::source::list_tree(src, 0, &mut Vec::new()).unwrap();
+    b.add_tree(Root { name: String::new(), path: src.display().to_string() }, listed).unwrap();
+    b.finish(serde_json::json!({})).unwrap();
+    BackupSet::open(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly).unwrap()
+}
+
+fn overwrite(path: &Path, at: u64, bytes: &[u8]) {
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().write_all_at(bytes, at).unwrap();
+}
+
+fn restored(sets: &[&BackupSet], to: &Path) -> sheaf_core::Result<sheaf_core::RestoreReport> {
+    restore_chain(sets, &RestoreOptions::new(to), Arc::new(NoProgress))
+}
+
+/// A copy of the tree as it is now, modes and times kept, to compare a later restore with.
+fn keep(src: &Path, to: &Path) {
+    let ok = std::process::Command::new("cp").arg("-a").arg(src).arg(to).status().unwrap().success();
+    assert!(ok);
+}
+
+#[test]
+fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("dir")).unwrap();
+    for (name, size, seed) in [("big", 2 << 20, 1), ("grow", 100 << 10, 2), ("shrink", 300 << 10, 3), ("same", 200 << 10, 4), ("small", 20 << 10, 5), ("gone", 50 << 10, 6), ("dir/x", 3000, 7)] {
+        write_file(&src.join(name), size, seed, 0.5).unwrap();
+    }
+    let full = take(&src, d.path(), "full", None);
+    assert_eq!(full.manifest.backup_type, BackupType::Full);
+    let t0 = snapshot(&src);
+
+    // Pages changed here and there, a file grown, one cut short and changed, one gone, one new.
+    overwrite(&src.join("big"), 3 * PAGE as u64, &[0xAA; 2 * PAGE]);
+    overwrite(&src.join("big"), 70 * PAGE as u64 + 100, b"a few bytes");
+    let grown = std::fs::read(src.join("grow")).unwrap();
+    std::fs::write(src.join("grow"), [grown.as_slice(), &[0x55; 50 << 10]].concat()).unwrap();
+    std::fs::OpenOptions::new().write(true).open(src.join("shrink")).unwrap().set_len(100 << 10).unwrap();
+    overwrite(&src.join("shrink"), 5, b"changed");
+    overwrite(&src.join("small"), PAGE as u64, &[1; 10]);
+    std::fs::remove_file(src.join("gone")).unwrap();
+    write_file(&src.join("new"), 70 << 10, 8, 0.5).unwrap();
+    let incr1 = take(&src, d.path(), "incr1", Some((Lineage { backup_type: BackupType::Incr, chain: vec![full.manifest.backup_id.clone()] }, t0.clone())));
+    let t1 = snapshot(&src);
+    keep(&src, &d.path().join("at_incr1"));
+
+    let m = &incr1.manifest;
+    assert_eq!((m.backup_type, m.chain.clone()), (BackupType::Incr, vec![full.manifest.backup_id.clone()]));
+    let delta = |name: &str| m.entries.iter().find(|e| e.path == name).unwrap().delta;
+    assert_eq!(delta("big").unwrap().bytes, 3 * PAGE as u64, "two pages and one");
+    assert_eq!(delta("grow").unwrap().bytes, (150 - 96) << 10, "only the growth, from the page the old end fell in");
+    assert_eq!(delta("shrink").unwrap().bytes, PAGE as u64);
+    assert_eq!(delta("same").unwrap().bytes, 0, "named, not held");
+    assert_eq!(delta("new"), None, "a new file is whole");
+    assert!(m.entries.iter().all(|e| e.path != "gone"));
+    // The incremental holds a small part of what the full does.
+    assert!(incr1.raw_bytes() * 10 < full.raw_bytes(), "{} of {}", incr1.raw_bytes(), full.raw_bytes());
+
+    // A second incremental on the first.
+    overwrite(&src.join("big"), 3 * PAGE as u64, &[0xBB; 100]);
+    overwrite(&src.join("big"), 200 * PAGE as u64, &[0xCC; PAGE]);
+    overwrite(&src.join("new"), 0, b"new, changed");
+    let chain2 = vec![full.manifest.backup_id.clone(), incr1.manifest.backup_id.clone()];
+    let incr2 = take(&src, d.path(), "incr2", Some((Lineage { backup_type: BackupType::Incr, chain: chain2 }, t1)));
+    // And a differential on the full: everything changed since t0.
+    let diff = take(&src, d.path(), "diff", Some((Lineage { backup_type: BackupType::Diff, chain: vec![full.manifest.backup_id.clone()] }, t0)));
+    assert!(diff.raw_bytes() > incr2.raw_bytes());
+
+    let out = |n: &str| d.path().join("out").join(n);
+    let r = restored(&[&full, &incr1, &incr2], &out("incr2")).unwrap();
+    compare_trees(&src, &out("incr2")).unwrap();
+    assert_eq!(r.stripes, 6);
+    restored(&[&full, &diff], &out("diff")).unwrap();
+    compare_trees(&src, &out("diff")).unwrap();
+    restored(&[&full, &incr1], &out("incr1")).unwrap();
+    compare_trees(&d.path().join("at_incr1"), &out("incr1")).unwrap();
+    // Bytes read: the full's frames that still count, and the incrementals'.
+    assert!(r.bytes_read < full.stored_bytes() + incr1.stored_bytes() + incr2.stored_bytes());
+
+    // An incremental alone, a chain with a set left out or out of order: refused, nothing made.
+    for (sets, what) in [
+        (vec![&incr2], "builds on"),
+        (vec![&full, &incr2], "builds on"),
+        (vec![&incr1, &full, &incr2], "builds on"),
+        (vec![&full, &full], "full backup"),
+    ] {
+        let to = out("refused");
+        let e = restored(&sets, &to).unwrap_err();
+        assert!(e.to_string().contains(what), "{e}");
+        assert!(!to.exists(), "nothing written for a refused chain");
+    }
+    let e = sheaf_core::restore(&incr1, &RestoreOptions::new(&out("alone")), Arc::new(NoProgress)).unwrap_err();
+    assert!(e.to_string().contains(&full.manifest.backup_id), "names what it builds on: {e}");
+}
