@@ -12,6 +12,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("repo", "the repository: a folder or s3://BUCKET/PREFIX"),
     ("compression", "codec for backups and WAL (zstd:low by default)"),
     ("stripes", "stripes per backup into the repository"),
+    ("type", "backup type into the repository: full, diff or incr"),
     ("parallel", "wal-push: segments pushed at once (look-ahead); wal-fetch: segments fetched ahead"),
     ("queue-max", "wal-push: most WAL waiting in pg_wal before segments are dropped from the archive"),
     ("spool", "where wal-push and wal-fetch keep their look-ahead"),

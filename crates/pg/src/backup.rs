@@ -19,13 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sheaf_core::manifest::Root;
+use sheaf_core::manifest::{BackupType, Root};
 use sheaf_core::source::{list_one, list_tree, Listed};
 use sheaf_core::{Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::facts::ClusterFacts;
+use crate::incremental::{PageScan, Parent};
 use crate::server::{format_lsn, parse_lsn, Server};
 use crate::wal;
 
@@ -44,6 +45,10 @@ pub struct PgBackupOptions {
     pub ignore_checksum_failures: bool,
     /// Refuse a cluster with another system identifier (a repository's), before writing anything.
     pub expect_system_identifier: Option<String>,
+    /// Build on this backup (an incremental or differential): only what changed since it is read
+    /// into the set. A parent that the server's timeline left before it was consistent makes the
+    /// backup a full one, saying so.
+    pub parent: Option<Parent>,
 }
 
 /// A finished PostgreSQL backup: the engine's report and the facts recorded in the manifest.
@@ -55,6 +60,12 @@ pub struct PgBackupReport {
     pub facts: ClusterFacts,
     /// Wall time of the whole backup, connection and checks included.
     pub seconds_total: f64,
+    /// `full`, `diff` or `incr`: what was taken.
+    pub backup_type: BackupType,
+    /// How an incremental found what changed (`page scan`), and why.
+    pub method: Option<String>,
+    /// Why a full backup was taken where an incremental or differential was asked for.
+    pub full_because: Option<String>,
 }
 
 impl PgBackupReport {
@@ -70,6 +81,13 @@ impl PgBackupReport {
             o.insert("databases".into(), serde_json::Value::Array(names));
             o.insert("checksum_failures".into(), serde_json::json!(self.report.check_failures));
             o.insert("seconds_total".into(), serde_json::json!(self.seconds_total));
+            o.insert("backup_type".into(), serde_json::json!(self.backup_type));
+            if let Some(m) = &self.method {
+                o.insert("method".into(), serde_json::json!(m));
+            }
+            if let Some(w) = &self.full_because {
+                o.insert("full_because".into(), serde_json::json!(w));
+            }
         }
         v
     }
@@ -194,6 +212,19 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     server.create_slot(&slot)?;
     let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
     let (start_lsn, start_wal) = server.backup_start(&label, !pg.spread_checkpoint)?;
+    let timeline = wal::timeline_of(&start_wal);
+    let (mut backup_type, mut method, mut full_because) = (BackupType::Full, None, None);
+    if let Some(parent) = &pg.parent {
+        let history = (timeline > 1).then(|| std::fs::read_to_string(pgdata.join("pg_wal").join(wal::history_name(timeline))).ok()).flatten();
+        match parent.off_history(timeline, history.as_deref()) {
+            Some(why) => full_because = Some(format!("{why}: taking a full backup")),
+            None => {
+                session.incremental(parent.lineage.clone(), Arc::new(PageScan::new(parent)));
+                backup_type = parent.lineage.backup_type;
+                method = Some("page scan: every page of each relation read, those with an LSN at or after the parent's start kept (WAL block summaries are not kept yet)".to_string());
+            }
+        }
+    }
 
     // List only now: everything created before the start LSN is on disk and listed, tablespaces
     // included. In-place tablespaces (a relative location) live inside the data directory.
@@ -260,7 +291,6 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             .map_err(|e| e.context(format!("WAL file {name}, which the backup needs")))?;
         wal.push(l);
     }
-    let timeline = wal::timeline_of(&start_wal);
     if timeline > 1 {
         let name = wal::history_name(timeline);
         let abs = pgdata.join("pg_wal").join(&name);
@@ -334,7 +364,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         recorded.checksum_failures = failures.len();
         Ok(recorded.to_value())
     })?;
-    Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64() })
+    Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64(), backup_type, method, full_because })
 }
 
 /// Read a small file the server rewrites in place (pg_control) until two reads agree, so that a

@@ -6,6 +6,8 @@
 //! - [`server`]: the connection, its checks, and the backup functions.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`extract`]: one relation, or one page of it, out of a backup.
+//! - [`incremental`]: the parent an incremental or differential builds on, and the page scan that
+//!   finds what changed since it.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
 //! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files).
 //! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
@@ -18,6 +20,7 @@ pub mod backup;
 pub mod checksum;
 pub mod extract;
 pub mod facts;
+pub mod incremental;
 pub mod layout;
 pub mod pitr;
 pub mod queue;
@@ -30,4 +33,4 @@ pub mod wal;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 pub use facts::{is_postgres, ClusterFacts};
-pub use restore::{restore_postgres, PgRestoreOptions};
+pub use restore::{restore_postgres, restore_postgres_chain, PgRestoreOptions};

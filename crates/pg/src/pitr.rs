@@ -15,8 +15,8 @@ use sheaf_core::{Error, ErrorKind, Progress, RestoreReport, Result, Schemes};
 use crate::repo::inventory::{archived, missing};
 use crate::repo::meta::RepoMeta;
 use crate::repo::paths::wal_object;
-use crate::repo::records::{complete, open_set, pick, BackupRecord};
-use crate::restore::{restore_postgres, PgRestoreOptions};
+use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord};
+use crate::restore::{restore_postgres_chain, PgRestoreOptions};
 use crate::server::{format_lsn, parse_lsn};
 use crate::wal::{history_name, segment_name, WalFile, WalKind};
 
@@ -366,15 +366,18 @@ pub fn restore(
     let target = target_from(request.time.as_deref(), request.lsn.as_deref(), request.name.as_deref(), request.immediate)?;
     let recovery = Recovery { target, action: request.action.clone(), timeline: request.timeline.clone() };
     let plan = plan(repo, meta, &records, chosen, &recovery)?;
-    let set = open_set(repo, &plan.backup, schemes)?;
-    if set.manifest.backup_id != plan.backup.backup_id {
-        return Err(Error::corrupt(format!(
-            "backup {}: its stripes hold backup {}, its record says {} (the repository is damaged)",
-            plan.backup.id, set.manifest.backup_id, plan.backup.backup_id
-        )));
+    // An incremental restores through its chain: every set of it opened and checked first.
+    let sets = open_chain(repo, &records, &plan.backup, schemes)?;
+    for (set, r) in sets.iter().zip(chain_of(&records, &plan.backup)?) {
+        if set.manifest.backup_id != r.backup_id {
+            return Err(Error::corrupt(format!(
+                "backup {}: its stripes hold backup {}, its record says {} (the repository is damaged)",
+                r.id, set.manifest.backup_id, r.backup_id
+            )));
+        }
     }
     let command = restore_command()?;
-    let report = restore_postgres(&set, opts, progress)?;
+    let report = restore_postgres_chain(&sets.iter().collect::<Vec<_>>(), opts, progress)?;
     write_recovery(opts.target(), &command, &recovery)?;
     Ok((report, plan))
 }

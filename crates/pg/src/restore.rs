@@ -85,6 +85,17 @@ fn running_postmaster(dir: &Path) -> Option<i32> {
 /// A running server in the target, a tablespace mapping that names no tablespace, an unmapped
 /// tablespace whose original place is not empty, and everything [`sheaf_core::restore`] refuses.
 pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+    restore_postgres_chain(&[set], opts, progress)
+}
+
+/// [`restore_postgres`] of the newest set of a chain: a full backup and the incrementals and
+/// differentials on it, oldest first ([`sheaf_core::restore_chain`]).
+///
+/// # Errors
+/// As [`restore_postgres`], and sets that do not form the chain the newest one names.
+pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+    sheaf_core::check_chain(sets)?;
+    let set = *sets.last().expect("checked: at least one set");
     let Some(facts) = ClusterFacts::of(set)? else {
         return Err(Error::invalid("this backup is not of a PostgreSQL cluster: restore it without --tablespace"));
     };
@@ -149,7 +160,7 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
     // core as a mapping (X=X included): a root the manifest holds that is not one of these is still
     // refused there, whatever else was allowed.
     core.relocate = places.iter().map(|(ts, new)| (ts.location.clone(), new.clone())).collect();
-    let report = sheaf_core::restore(set, &core, progress)?;
+    let report = sheaf_core::restore_chain(sets, &core, progress)?;
     // Until the links and tablespace_map point at the new places, starting this directory would
     // write into the old ones: keep it marked incomplete meanwhile.
     let marker = target.join(sheaf_core::restore::INCOMPLETE_MARKER);

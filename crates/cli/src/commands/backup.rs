@@ -2,6 +2,7 @@
 //! recorded in the history catalog.
 
 use sheaf_core::size::{format_size, parse_size};
+use sheaf_core::manifest::BackupType;
 use sheaf_core::{BackupOptions, BackupReport, Error};
 use sheaf_pg::ClusterFacts;
 
@@ -10,6 +11,7 @@ use crate::context::{Context, Source};
 use crate::output::{mib, plural, rate};
 use crate::progress::for_terminal as progress;
 use crate::recorder::{recorded, Done};
+use crate::settings::Origin;
 
 /// Run it.
 ///
@@ -65,6 +67,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                 spread_checkpoint: a.checkpoint == "spread",
                 ignore_checksum_failures: a.ignore_checksum_failures,
                 expect_system_identifier: None,
+                parent: None,
             };
             if into_repo {
                 let (repo, meta) = ctx.open_repo()?;
@@ -72,9 +75,18 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                     Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64")))?,
                     None => 1,
                 };
-                let (r, record) = sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, stripes, progress(a.json))?;
+                let backup_type = match ctx.settings.get("type", a.backup_type.clone()) {
+                    Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,
+                    None => BackupType::Full,
+                };
+                let (r, record) =
+                    sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, stripes, backup_type, ctx.schemes()?, progress(a.json))?;
+                if let Some(why) = &r.full_because {
+                    eprintln!("sheaf: {why}");
+                }
                 let mut json = r.postgres();
                 json["repository_id"] = serde_json::json!(record.id);
+                json["chain"] = serde_json::json!(record.chain);
                 (r.report, Some(Cluster { facts: r.facts, json, repository_id: Some(record.id) }))
             } else {
                 let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
@@ -83,7 +95,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
             }
         }
         Source::Directory(dir) => {
-            if into_repo {
+            if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
             if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures {
@@ -142,9 +154,18 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
         println!("encrypted with {}", r.encryption.to_uppercase());
     }
     println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
-    let Some(Cluster { facts: f, repository_id, .. }) = cluster else { return };
+    let Some(Cluster { facts: f, repository_id, json }) = cluster else { return };
     if let Some(id) = repository_id {
         println!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
+    }
+    if let Some(t) = json.get("backup_type").and_then(|t| t.as_str()).filter(|t| *t != "full") {
+        let chain: Vec<&str> = json["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
+        println!(
+            "{t} backup on {} (a chain of {} backups); changes found by {}",
+            chain.last().copied().unwrap_or("?"),
+            chain.len() + 1,
+            json["method"].as_str().unwrap_or_default()
+        );
     }
     println!(
         "PostgreSQL {} (system {}), timeline {}, LSN {} .. {}, {} WAL files; page checksums: {} pages verified, {} not checked (new or written during the backup), {} failures",

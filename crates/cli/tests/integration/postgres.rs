@@ -5,5 +5,6 @@ pub mod cluster;
 pub mod demo;
 pub mod extract;
 pub mod faults;
+pub mod incremental;
 pub mod online;
 pub mod repo;

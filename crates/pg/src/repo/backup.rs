@@ -8,11 +8,17 @@ use sheaf_core::{BackupOptions, Error, Progress, Result};
 
 use super::meta::RepoMeta;
 use super::paths;
-use super::records::{now_unix, BackupLock, BackupRecord};
+use super::records::{chain_of, complete, now_unix, open_set, BackupLock, BackupRecord};
+use crate::incremental::{may_build_on, Parent};
+use crate::server::parse_lsn;
+use sheaf_core::manifest::BackupType;
+use sheaf_core::{Lineage, Schemes};
 use crate::backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
-/// record is published only after every stripe is. `opts.targets` is ignored.
+/// record is published only after every stripe is. `opts.targets` is ignored. A `diff` builds on
+/// the newest full backup, an `incr` on the newest backup of any type; with none to build on, a
+/// full backup is taken and the report says why. `schemes` opens the parent.
 ///
 /// # Errors
 /// A cluster other than the repository's (before anything is written), and everything
@@ -23,11 +29,35 @@ pub fn backup_to_repo(
     pg: &PgBackupOptions,
     opts: &BackupOptions,
     stripes: usize,
+    backup_type: BackupType,
+    schemes: &dyn Schemes,
     progress: Arc<dyn Progress>,
 ) -> Result<(PgBackupReport, BackupRecord)> {
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
+    // The parent, opened before anything is written: one missing, damaged, under another key or of
+    // another cluster is named now.
+    let records = complete(repo)?;
+    let mut no_parent = None;
+    let parent = match records.iter().rev().find(|r| may_build_on(backup_type, r.backup_type)) {
+        _ if backup_type == BackupType::Full => None,
+        None => {
+            no_parent = Some(format!(
+                "the repository holds no {} to build a {backup_type} on: taking a full backup",
+                if backup_type == BackupType::Diff { "full backup" } else { "backup" }
+            ));
+            None
+        }
+        Some(p) => {
+            let chain = chain_of(&records, p)?;
+            let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
+            let lineage = Lineage { backup_type, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
+            let start = parse_lsn(&p.start_lsn).ok_or_else(|| Error::corrupt(format!("backup {}'s record: start LSN '{}' does not parse", p.id, p.start_lsn)))?;
+            let parent = Parent::new(lineage, &p.id, start, p.stop_lsn(), p.timeline, &set);
+            Some((parent, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
+        }
+    };
     let start_unix = now_unix();
     let mut id = compact_time(start_unix);
     if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
@@ -43,9 +73,17 @@ pub fn backup_to_repo(
     }
     let mut pg = pg.clone();
     pg.expect_system_identifier = Some(meta.system_identifier.clone());
+    pg.parent = parent.as_ref().map(|p| p.0.clone());
     repo.put_json(&paths::lock(&id), &BackupLock::ours(&id, start_unix), false)?;
     let result = backup_postgres(&pg, &opts, progress);
-    let result = result.and_then(|r| {
+    let result = result.and_then(|mut r| {
+        if r.full_because.is_none() {
+            r.full_because = no_parent;
+        }
+        let chain = match (r.backup_type, &parent) {
+            (BackupType::Full, _) | (_, None) => Vec::new(),
+            (_, Some((_, ids))) => ids.clone(),
+        };
         let f = &r.facts;
         let stop_ms = sheaf_core::time::now_ms();
         let stop_unix = stop_ms / 1000;
@@ -68,6 +106,9 @@ pub fn backup_to_repo(
             compression: r.report.compression.clone(),
             stripes: names.clone(),
             server_version: f.server_version.clone(),
+            backup_type: r.backup_type,
+            chain,
+            method: r.method.clone(),
         };
         repo.put_json(&paths::record(&id), &record, false)?;
         Ok((r, record))

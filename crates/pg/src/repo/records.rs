@@ -3,6 +3,7 @@
 //! choosing one ([`pick`]) and opening its stripes ([`open_set`]).
 
 use serde::{Deserialize, Serialize};
+use sheaf_core::manifest::BackupType;
 use sheaf_core::repo::Repo;
 use sheaf_core::{BackupSet, Error, ErrorKind, Location, Result, Schemes};
 
@@ -49,12 +50,26 @@ pub struct BackupRecord {
     pub stripes: Vec<String>,
     /// Server version.
     pub server_version: String,
+    /// `full`, `diff` or `incr` (records written before incrementals are all full).
+    #[serde(default)]
+    pub backup_type: BackupType,
+    /// For a diff or incr: the repository ids of the backups it builds on, its full first and its
+    /// parent last. Restoring it reads them all; expiring any of them takes this one too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
+    /// How an incremental found what changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 impl BackupRecord {
     /// Where it is consistent.
     pub fn stop_lsn(&self) -> u64 {
         parse_lsn(&self.stop_lsn).unwrap_or(u64::MAX)
+    }
+    /// Its parent's repository id, for a diff or incr.
+    pub fn parent(&self) -> Option<&str> {
+        self.chain.last().map(String::as_str)
     }
     /// Stored / read.
     pub fn ratio(&self) -> f64 {
@@ -192,6 +207,37 @@ pub fn pick<'a>(records: &'a [BackupRecord], id: &str) -> Result<&'a BackupRecor
             if records.is_empty() { "none".to_string() } else { records.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ") }
         ))
     })
+}
+
+/// The records of the chain a backup restores through: its full first, itself last (a full
+/// backup alone).
+///
+/// # Errors
+/// A backup of the chain that is not in the repository (expired, deleted), naming it.
+pub fn chain_of<'a>(records: &'a [BackupRecord], record: &'a BackupRecord) -> Result<Vec<&'a BackupRecord>> {
+    let mut out = Vec::with_capacity(record.chain.len() + 1);
+    for id in &record.chain {
+        let found = records.iter().find(|r| &r.id == id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Incomplete,
+                format!("backup {} is a {} backup that builds on backup {id}, which is not in the repository (deleted by hand?): it cannot be restored; take a full backup", record.id, record.backup_type),
+            )
+        })?;
+        out.push(found);
+    }
+    out.push(record);
+    Ok(out)
+}
+
+/// The sets of a backup's chain, opened, oldest first (see [`chain_of`]).
+///
+/// # Errors
+/// As [`chain_of`] and [`open_set`], naming the backup of the chain at fault.
+pub fn open_chain(repo: &Repo, records: &[BackupRecord], record: &BackupRecord, schemes: &dyn Schemes) -> Result<Vec<BackupSet>> {
+    chain_of(records, record)?
+        .into_iter()
+        .map(|r| open_set(repo, r, schemes).map_err(|e| if r.id == record.id { e } else { e.context(format!("backup {} (which {} builds on)", r.id, record.id)) }))
+        .collect()
 }
 
 /// The set a record names: its stripes in the repository, read with the repository's keys (and

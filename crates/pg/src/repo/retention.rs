@@ -170,6 +170,9 @@ mod tests {
             compression: "zstd:low".into(),
             stripes: vec![format!("backups/{id}/{id}_1.sheaf")],
             server_version: String::new(),
+            backup_type: Default::default(),
+            chain: vec![],
+            method: None,
         }
     }
 

@@ -9,20 +9,20 @@ use std::time::{Duration, Instant};
 use super::cluster::{pg_dir, Cluster};
 use crate::integration::common::{run, sheaf, stderr, SHEAF};
 
-fn ok(o: Output, what: &str) -> String {
+pub(super) fn ok(o: Output, what: &str) -> String {
     assert!(o.status.success(), "{what}: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A cluster archiving into `repo` with `sheaf wal-push`.
-fn archiving(repo: &Path, extra: &[&str]) -> Cluster {
+pub(super) fn archiving(repo: &Path, extra: &[&str]) -> Cluster {
     let cmd = format!("archive_command = '{} wal-push %p --repo {}'", SHEAF, repo.display());
     let mut settings = vec!["archive_mode = on", cmd.as_str(), "archive_timeout = 0"];
     settings.extend_from_slice(extra);
     Cluster::new(&[], &settings)
 }
 
-fn repo_dir() -> (tempfile::TempDir, PathBuf) {
+pub(super) fn repo_dir() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::Builder::new().prefix("sheaf-repo.").tempdir().unwrap();
     std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let repo = d.path().join("repo");
@@ -34,7 +34,7 @@ fn repo_dir() -> (tempfile::TempDir, PathBuf) {
 /// record is written first: with nothing written since the last switch (a backup's stop has just
 /// switched), pg_switch_wal does nothing and names a segment that never finishes (PostgreSQL 18
 /// writes too little WAL in the background to hide that).
-fn archive_now(c: &Cluster) -> String {
+pub(super) fn archive_now(c: &Cluster) -> String {
     c.sql("postgres", "SELECT pg_logical_emit_message(false, 'sheaf-test', 'switch')");
     let seg = c.sql("postgres", "SELECT pg_walfile_name(pg_switch_wal())");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -58,13 +58,13 @@ fn utc_now(c: &Cluster) -> String {
 
 /// Restore from the repository into `dir` with `args`, start it with archiving off (an inspection
 /// copy), wait for recovery to end, and return it.
-fn recover(repo: &Path, dir: &Path, args: &[&str]) -> Cluster {
+pub(super) fn recover(repo: &Path, dir: &Path, args: &[&str]) -> Cluster {
     recover_with(repo, dir, args, false)
 }
 
 /// As [`recover`]; with `archive`, the restored cluster keeps archiving into the repository (its
 /// new timeline's history and WAL go there).
-fn recover_with(repo: &Path, dir: &Path, args: &[&str], archive: bool) -> Cluster {
+pub(super) fn recover_with(repo: &Path, dir: &Path, args: &[&str], archive: bool) -> Cluster {
     let mut cmd = sheaf();
     cmd.args(["restore", "--repo", repo.to_str().unwrap(), "--to", dir.to_str().unwrap()]).args(args);
     ok(run(&mut cmd), &format!("restore {args:?}"));
@@ -73,7 +73,7 @@ fn recover_with(repo: &Path, dir: &Path, args: &[&str], archive: bool) -> Cluste
 
 /// Start the cluster restored into `dir` (archiving off unless `archive`) and wait until recovery
 /// has ended; the restore must have written restore_command and recovery.signal.
-fn start_restored(dir: &Path, archive: bool) -> Cluster {
+pub(super) fn start_restored(dir: &Path, archive: bool) -> Cluster {
     let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
     assert!(auto.contains("restore_command = ") && auto.contains("wal-fetch %f %p"), "{auto}");
     assert!(dir.join("recovery.signal").exists());
@@ -101,7 +101,7 @@ fn start_restored(dir: &Path, archive: bool) -> Cluster {
 
 /// A directory repository, a cluster archiving into it, `init` done, and database `app` with table
 /// `t (id, batch, at)`.
-fn setup() -> (tempfile::TempDir, PathBuf, Cluster) {
+pub(super) fn setup() -> (tempfile::TempDir, PathBuf, Cluster) {
     let (base, repo) = repo_dir();
     let c = archiving(&repo, &[]);
     ok(run(sheaf().args(["init", "--repo", repo.to_str().unwrap(), &c.url("postgres")])), "init");
@@ -114,7 +114,7 @@ fn batches(c: &Cluster) -> String {
     c.sql("app", "SELECT string_agg(b || ':' || n, ',' ORDER BY b) FROM (SELECT batch b, count(*) n FROM t GROUP BY batch) x")
 }
 
-fn pgbench_invariant(c: &Cluster) -> (String, String) {
+pub(super) fn pgbench_invariant(c: &Cluster) -> (String, String) {
     let r = c.sql(
         "app",
         "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)",
@@ -502,7 +502,7 @@ fn as_archiver(c: &Cluster, args: &[&str]) -> Output {
     run(cmd.current_dir(&c.data).args(args))
 }
 
-fn json(out: String) -> serde_json::Value {
+pub(super) fn json(out: String) -> serde_json::Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
