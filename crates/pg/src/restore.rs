@@ -94,8 +94,8 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
 /// # Errors
 /// As [`restore_postgres`], and sets that do not form the chain the newest one names.
 pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
-    sheaf_core::check_chain(sets)?;
-    let set = *sets.last().expect("checked: at least one set");
+    // The chain itself is checked by the core's restore, before anything is written.
+    let set = *sets.last().ok_or_else(|| Error::invalid("no backup set to restore"))?;
     let Some(facts) = ClusterFacts::of(set)? else {
         return Err(Error::invalid("this backup is not of a PostgreSQL cluster: restore it without --tablespace"));
     };

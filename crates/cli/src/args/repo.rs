@@ -84,7 +84,9 @@ pub struct InfoArgs {
 pub struct ExpireArgs {
     #[command(flatten)]
     pub repo: RepoArg,
-    /// Keep the newest N finished backups.
+    /// Keep the newest N full backups and every differential and incremental built on them.
+    /// Whatever the policy, a backup that a kept (or running) incremental builds on is kept: a
+    /// chain goes only as a whole, newest first.
     #[arg(long, value_name = "N")]
     pub keep_full: Option<usize>,
     /// Keep what recovers to any moment this far back (e.g. 14d, 36h, 90m): every backup that ends

@@ -28,17 +28,23 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     }
     println!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
     println!();
-    println!("{:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>6} {:<10} {:>3}  label", "backup", "start (UTC)", "stop (UTC)", "tl", "LSN start .. stop", "read", "stored", "ratio", "codec", "str");
+    println!(
+        "{:<18} {:<4} {:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>10} {:>6} {:<10} {:>3}  label",
+        "backup", "type", "on", "start (UTC)", "stop (UTC)", "tl", "LSN start .. stop", "read", "held", "stored", "ratio", "codec", "str"
+    );
     for f in &found {
         match f {
             Found::Complete(r) => println!(
-                "{:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
+                "{:<18} {:<4} {:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
                 r.id,
+                r.backup_type.name(),
+                r.parent().unwrap_or("-"),
                 r.start_time,
                 r.stop_time,
                 r.timeline,
                 format!("{} .. {}", r.start_lsn, r.stop_lsn),
                 format_size(r.bytes_read),
+                if r.bytes_held > 0 { format_size(r.bytes_held) } else { "-".into() },
                 format_size(r.bytes_written),
                 r.ratio(),
                 r.compression,

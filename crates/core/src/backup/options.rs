@@ -169,6 +169,9 @@ pub struct BackupReport {
     pub label: Option<String>,
     /// Bytes read from the source.
     pub bytes_read: u64,
+    /// Raw bytes the set holds: every file's for a full backup; for an incremental, the changed
+    /// pages and the files stored whole.
+    pub bytes_held: u64,
     /// Bytes written to all stripes (headers, frames, footers).
     pub bytes_written: u64,
     /// Wall time from start to published.

@@ -474,6 +474,7 @@ impl Backup {
             backup_id: self.id.to_hex(),
             label: manifest.label.clone(),
             bytes_read: manifest.bytes_read,
+            bytes_held: outs.iter().flat_map(|o| o.index.iter()).map(|e| u64::from(e.raw_len)).sum(),
             bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
             seconds: self.started.elapsed().as_secs_f64(),
             stripes: outs.len(),

@@ -36,12 +36,20 @@ pub(super) struct BlockMap {
     pub(super) data_bytes: Vec<u64>,
 }
 
-/// Check that `sets` (oldest first) form one chain: a full set, then sets each of which names the
-/// ones before it, in order, as its chain.
+/// Check that `sets` (oldest first) form one chain whose every byte is in some set: a full set,
+/// then sets each of which names the ones before it, in order, as its chain; every file the newest
+/// holds in part found down the chain (what `verify --repo` checks of each chain).
 ///
 /// # Errors
-/// [`crate::ErrorKind::Invalid`] naming the set that does not belong where it is.
+/// [`crate::ErrorKind::InvalidInput`] naming the set that does not belong where it is;
+/// [`crate::ErrorKind::Corrupt`] for bytes no set of the chain holds.
 pub fn check_chain(sets: &[&BackupSet]) -> Result<()> {
+    check_order(sets)?;
+    BlockMap::new(sets).map(|_| ())
+}
+
+/// The first half of [`check_chain`]: the sets are the chain the newest names, in order.
+pub(super) fn check_order(sets: &[&BackupSet]) -> Result<()> {
     let Some((newest, _)) = sets.split_last() else { return Err(Error::invalid("no backup set to restore")) };
     let m = &newest.manifest;
     let ids: Vec<&str> = sets.iter().map(|s| s.manifest.backup_id.as_str()).collect();

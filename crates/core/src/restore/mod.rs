@@ -42,7 +42,7 @@ use crate::error::Result;
 use crate::manifest::EntryKind;
 use crate::pipeline::Progress;
 use crate::set::BackupSet;
-use chain::BlockMap;
+use chain::{check_order, BlockMap};
 use plan::Plan;
 
 pub use chain::check_chain;
@@ -68,7 +68,7 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
 /// byte of some file in no set, before anything is written.
 pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
     let t0 = Instant::now();
-    check_chain(sets)?;
+    check_order(sets)?;
     let map = BlockMap::new(sets)?;
     let set = *sets.last().expect("checked: at least one set");
     let plan = Plan::new(&set.manifest, opts)?;

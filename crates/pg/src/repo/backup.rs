@@ -74,7 +74,9 @@ pub fn backup_to_repo(
     let mut pg = pg.clone();
     pg.expect_system_identifier = Some(meta.system_identifier.clone());
     pg.parent = parent.as_ref().map(|p| p.0.clone());
-    repo.put_json(&paths::lock(&id), &BackupLock::ours(&id, start_unix), false)?;
+    let mut lock = BackupLock::ours(&id, start_unix);
+    lock.chain = parent.as_ref().map(|p| p.1.clone()).unwrap_or_default();
+    repo.put_json(&paths::lock(&id), &lock, false)?;
     let result = backup_postgres(&pg, &opts, progress);
     let result = result.and_then(|mut r| {
         if r.full_because.is_none() {
@@ -109,6 +111,7 @@ pub fn backup_to_repo(
             backup_type: r.backup_type,
             chain,
             method: r.method.clone(),
+            bytes_held: r.report.bytes_held,
         };
         repo.put_json(&paths::record(&id), &record, false)?;
         Ok((r, record))

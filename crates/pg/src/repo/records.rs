@@ -60,6 +60,10 @@ pub struct BackupRecord {
     /// How an incremental found what changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    /// Raw bytes the set holds (for an incremental, its changed pages and the files it stores
+    /// whole); 0 in records older than incrementals.
+    #[serde(default)]
+    pub bytes_held: u64,
 }
 
 impl BackupRecord {
@@ -92,6 +96,10 @@ pub struct BackupLock {
     pub pid: u32,
     /// Start, seconds since the epoch.
     pub start_unix: i64,
+    /// For an incremental or differential: the backups it builds on (expire keeps them while it
+    /// runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
 }
 
 pub(crate) fn now_unix() -> i64 {
@@ -105,7 +113,7 @@ pub(crate) fn host_name() -> String {
 impl BackupLock {
     /// The lock this process holds for backup `id`, begun at `start_unix`.
     pub fn ours(id: &str, start_unix: i64) -> BackupLock {
-        BackupLock { id: id.to_string(), host: host_name(), pid: std::process::id(), start_unix }
+        BackupLock { id: id.to_string(), host: host_name(), pid: std::process::id(), start_unix, chain: Vec::new() }
     }
 
     /// Whether its writer still runs: on this host, a live process; on another, begun less than a
@@ -268,7 +276,7 @@ mod tests {
         assert!(BackupLock::ours("a", now_unix()).running());
         let gone = BackupLock { pid: 0x7fff_fff0, ..BackupLock::ours("b", now_unix()) };
         assert!(!gone.running());
-        let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400 };
+        let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400, chain: vec![] };
         assert!(!elsewhere.running(), "another host's lock older than a day is stale");
     }
 

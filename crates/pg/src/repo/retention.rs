@@ -1,8 +1,10 @@
 //! Retention: what `sheaf expire` removes, by policy ([`plan_expire`]), and removing it in an
 //! order a crash midway cannot hurt ([`expire`]). Never the newest finished backup, nor WAL a kept
-//! backup needs; history files always stay; a backup still being written is left alone.
+//! backup needs, nor a backup that a kept or running incremental builds on; history files always
+//! stay; a backup still being written is left alone.
 
 use serde::Serialize;
+use sheaf_core::manifest::BackupType;
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, Result};
 
@@ -38,7 +40,7 @@ pub struct ExpirePlan {
 /// Retention: how much to keep.
 #[derive(Clone, Debug, Default)]
 pub struct Retention {
-    /// Keep the newest N finished backups.
+    /// Keep the newest N full backups and the backups that build on them.
     pub keep_full: Option<usize>,
     /// Keep what recovers to any moment in the last this many seconds: the backups that end
     /// inside it and the newest one before it.
@@ -61,8 +63,12 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
     let mut keep_ids = std::collections::BTreeSet::new();
     if let Some(n) = keep.keep_full {
-        for r in done.iter().rev().take(n) {
-            keep_ids.insert(r.id.clone());
+        // The newest N full backups, and every backup that builds on one of them.
+        let fulls: Vec<&str> = done.iter().rev().filter(|r| r.backup_type == BackupType::Full).take(n).map(|r| r.id.as_str()).collect();
+        for r in &done {
+            if fulls.contains(&r.id.as_str()) || r.chain.first().is_some_and(|f| fulls.contains(&f.as_str())) {
+                keep_ids.insert(r.id.clone());
+            }
         }
     }
     if let Some(w) = keep.keep_within {
@@ -81,6 +87,15 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     if let Some(r) = done.last() {
         keep_ids.insert(r.id.clone());
     }
+    // A kept backup keeps the backups it builds on, and so does a backup being written now: an
+    // incremental is only ever removed with, or after, those that depend on it.
+    let mut needed: Vec<String> = done.iter().filter(|r| keep_ids.contains(&r.id)).flat_map(|r| r.chain.iter().cloned()).collect();
+    for f in &found {
+        if let Found::Unfinished { lock: Some(l), running: true, .. } = f {
+            needed.extend(l.chain.iter().cloned());
+        }
+    }
+    keep_ids.extend(needed);
     let mut plan = ExpirePlan::default();
     let listed = repo.list(paths::BACKUPS)?;
     let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
@@ -173,6 +188,7 @@ mod tests {
             backup_type: Default::default(),
             chain: vec![],
             method: None,
+            bytes_held: 0,
         }
     }
 
@@ -194,10 +210,10 @@ mod tests {
         }
         put(&paths::wal_object("00000002.history"));
         // Being written by this very process (alive), and one whose writer is gone.
-        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500 };
+        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500, chain: vec![] };
         repo.put_json("backups/d.lock", &live, false).unwrap();
         put("backups/d/d_1.sheaf");
-        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400 };
+        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400, chain: vec![] };
         repo.put_json("backups/e.lock", &dead, false).unwrap();
         put("backups/e/e_1.sheaf");
 
@@ -222,5 +238,34 @@ mod tests {
         assert_eq!(plan.kept, vec!["c"]);
         assert_eq!(plan.removed, vec!["b"]);
         assert!(plan_expire(&repo, &meta, &Retention::default(), 4000).is_err(), "a policy is required");
+    }
+
+    #[test]
+    fn an_incremental_goes_only_with_or_after_what_depends_on_it() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &LocalOnly).unwrap();
+        let seg = 16 << 20;
+        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new() };
+        repo.init(&meta).unwrap();
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a full, b incr on a; c full, d diff on c, e incr on d.
+        let chains: [(&str, i64, &[&str]); 5] = [("a", 1000, &[]), ("b", 2000, &["a"]), ("c", 3000, &[]), ("d", 4000, &["c"]), ("e", 5000, &["c", "d"])];
+        for (i, (id, stop, chain)) in chains.iter().enumerate() {
+            let mut r = record(id, *stop, &segment_name(1, 2 + 2 * i as u64, seg));
+            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        let kept = |keep: Retention| plan_expire(&repo, &meta, &keep, 5500).unwrap().kept;
+        // The newest full, and everything built on it.
+        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["c", "d", "e"]);
+        assert_eq!(kept(Retention { keep_full: Some(2), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+        // A window holding only e's end: e, the newest before the window (d), and their full.
+        assert_eq!(kept(Retention { keep_full: None, keep_within: Some(1000) }), vec!["c", "d", "e"]);
+        // An incremental being written on b keeps b and a.
+        let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()] };
+        repo.put_json("backups/f.lock", &live, false).unwrap();
+        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
     }
 }

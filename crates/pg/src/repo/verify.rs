@@ -11,7 +11,7 @@ use sheaf_core::{Error, ErrorKind, NoProgress, Result, Schemes};
 use super::inventory::{archived, missing};
 use super::meta::RepoMeta;
 use super::paths;
-use super::records::{backups, open_set, Found};
+use super::records::{backups, open_chain, open_set, BackupRecord, Found};
 use crate::wal::{WalFile, WalKind};
 
 /// A backup that read back whole.
@@ -66,10 +66,19 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
     let found = backups(repo)?;
     let files = archived(repo, meta)?;
     let mut check = RepoCheck { backups: Vec::new(), wal_files: files.len(), wal_bytes: 0, problems: Vec::new(), wal_missing: false };
-    for r in found.iter().filter_map(Found::record) {
+    let records: Vec<BackupRecord> = found.iter().filter_map(Found::record).cloned().collect();
+    for r in &records {
         match open_set(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress))) {
             Ok(v) => check.backups.push(Checked { id: r.id.clone(), frames: v.frames, bytes: v.bytes_raw }),
             Err(e) => check.problems.push(format!("backup {}: {e}", r.id)),
+        }
+        // An incremental is whole only with its chain: every set of it there, in order, and every
+        // byte of every file in one of them.
+        if !r.chain.is_empty() {
+            let whole = open_chain(repo, &records, r, schemes).and_then(|sets| sheaf_core::check_chain(&sets.iter().collect::<Vec<_>>()));
+            if let Err(e) = whole {
+                check.problems.push(format!("backup {} ({} on {}): its chain does not restore: {e}", r.id, r.backup_type, r.chain.join(" <- ")));
+            }
         }
         if let (Some(start), Some(last)) = (
             WalFile::parse(&r.start_wal, meta.wal_segment_size),

@@ -121,5 +121,14 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     let ts = tablespace("end");
     let end = recover(&repo, &out.join("end"), &["--tablespace", &ts]);
     assert!(dump(&end) == dump(&c), "restored to the end, the chain equals the source");
-    let _ = r;
+
+    // The repository knows its chains, checks them whole, and expires a chain only as a whole.
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    let types: Vec<(&str, usize)> = info["backups"].as_array().unwrap().iter().map(|b| (b["backup_type"].as_str().unwrap(), b["chain"].as_array().map_or(0, Vec::len))).collect();
+    assert_eq!(types, [("full", 0), ("incr", 1), ("incr", 2), ("diff", 1), ("incr", 2)], "{info}");
+    ok(run(sheaf().args(["verify", "--repo", r])), "verify --repo");
+    let again = backup(&c, &repo, "full");
+    let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
+    assert_eq!(expired["kept"], serde_json::json!([again["postgres"]["repository_id"]]), "{expired}");
+    assert_eq!(expired["removed"].as_array().unwrap().len(), 5, "the old full goes with everything built on it: {expired}");
 }
