@@ -1,18 +1,20 @@
-//! Sets written in format version 1 (no packed frames, 32-byte index entries) still verify and
-//! restore. The stripe is built here byte by byte from the version 1 layout in docs/format.md, as
-//! a sheaf of that version wrote it.
+//! Sets written in format versions 1 (no packed frames, 32-byte index entries) and 2 (36-byte
+//! entries, no hash, no backup type) still verify and restore. The stripe is built here byte by
+//! byte from the layout in docs/format.md, as a sheaf of that version wrote it.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use sheaf_core::format::{BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, HEADER_LEN, FRAME_HEADER_LEN, INDEX_ENTRY_LEN_V1};
+use sheaf_core::format::{index_entry_len, BackupId, FrameHeader, IndexEntry, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN};
 use sheaf_core::manifest::{Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
 use sheaf_core::{BackupSet, CodecKind, LocalOnly, Location, NoProgress, RestoreOptions};
 
-/// Write a one-stripe version 1 set holding `files` (name, bytes) in chunks of `ts`, raw frames.
-fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
+/// Write a one-stripe set of format `version` (1 or 2) holding `files` (name, bytes) in chunks of
+/// `ts`, raw frames.
+fn write_old_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize, version: u16) {
+    let entry_len = index_entry_len(version);
     let id = BackupId([9; 16]);
-    let header = StripeHeader { version: 1, stripe_index: 0, stripe_count: 1, backup_id: id, codec: CodecKind::None, level: 0, transfer_size: ts as u32, created_unix_ms: 1, key_block: None };
+    let header = StripeHeader { version, stripe_index: 0, stripe_count: 1, backup_id: id, codec: CodecKind::None, level: 0, transfer_size: ts as u32, created_unix_ms: 1, key_block: None };
     let mut out = header.encode().to_vec();
     let mut index = Vec::new();
     let mut entries = vec![Entry { kind: EntryKind::Dir, mode: 0o755, ..Default::default() }];
@@ -24,14 +26,14 @@ fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
             let e = IndexEntry { file_id, offset: h.offset, frame_pos: out.len() as u64, raw_len: h.raw_len, stored_len: h.stored_len, raw_crc: crc, frame_off: 0, hash: 0 };
             let mut enc = Vec::new();
             e.encode_into(&mut enc);
-            index.extend_from_slice(&enc[..INDEX_ENTRY_LEN_V1]);
+            index.extend_from_slice(&enc[..entry_len]);
             out.extend_from_slice(&h.encode());
             out.extend_from_slice(chunk);
         }
         entries.push(Entry { path: name.to_string(), mode: 0o640, mtime_ns: 1_500_000_000_000_000_000, size: data.len() as u64, crc32c: Some(crc32c::crc32c(data)), ..Default::default() });
     }
     let manifest = Manifest {
-        format_version: 1,
+        format_version: version,
         backup_id: id.to_hex(),
         label: None,
         tool: "sheaf 0.1.0".into(),
@@ -56,7 +58,7 @@ fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
         index_len: index.len() as u64,
         manifest_offset: (out.len() + index.len()) as u64,
         manifest_len: stored.len() as u64,
-        frame_count: (index.len() / INDEX_ENTRY_LEN_V1) as u64,
+        frame_count: (index.len() / entry_len) as u64,
         index_crc: crc32c::crc32c(&index),
         manifest_crc: crc32c::crc32c(&stored),
         stripe_index: 0,
@@ -71,14 +73,22 @@ fn write_v1_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize) {
 }
 
 #[test]
-fn version_1_sets_still_verify_and_restore() {
+fn version_1_and_2_sets_still_verify_and_restore() {
+    for version in [1, 2] {
+        old_version_round_trip(version);
+    }
+}
+
+fn old_version_round_trip(version: u16) {
     let d = tempfile::tempdir().unwrap();
-    let stripe = d.path().join("v1.sheaf");
+    let stripe = d.path().join("old.sheaf");
     let big: Vec<u8> = (0..150_000u32).map(|i| (i % 253) as u8).collect();
     let files = [("big", big), ("small", b"version one".to_vec()), ("empty", Vec::new())];
-    write_v1_set(&stripe, &files, 64 << 10);
+    write_old_set(&stripe, &files, 64 << 10, version);
     let set = BackupSet::open(&[Location::file(&stripe)], &LocalOnly).unwrap();
-    assert_eq!(set.stripes[0].header.version, 1);
+    assert_eq!(set.stripes[0].header.version, version);
+    assert_eq!(set.manifest.backup_type, sheaf_core::manifest::BackupType::Full);
+    assert!(set.stripes[0].index.iter().all(|e| e.hash == 0), "no hash before version 3");
     let v = sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap();
     assert_eq!((v.frames, v.bytes_raw), (4, 150_011));
     let out = d.path().join("out");
@@ -89,7 +99,7 @@ fn version_1_sets_still_verify_and_restore() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(out.join("small")).unwrap().permissions().mode() & 0o7777, 0o640);
 
-    // A damaged byte in a version 1 frame is still caught and named.
+    // A damaged byte in an old frame is still caught and named.
     let mut b = std::fs::read(&stripe).unwrap();
     b[HEADER_LEN + FRAME_HEADER_LEN + 1000] ^= 1;
     std::fs::write(&stripe, b).unwrap();
