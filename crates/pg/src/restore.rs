@@ -100,6 +100,9 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
         return Err(Error::invalid("this backup is not of a PostgreSQL cluster: restore it without --tablespace"));
     };
     let target = opts.target();
+    if opts.core.delta {
+        same_cluster(target, &facts.system_identifier)?;
+    }
     if let Some(pid) = running_postmaster(target) {
         return Err(Error::new(
             ErrorKind::TargetNotEmpty,
@@ -140,7 +143,7 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
         // Refused even with --force, which empties the restore's targets: this is most likely the
         // source cluster's live tablespace. Overwriting it takes an explicit --tablespace X=X.
         let busy = fs::read_dir(&original).map(|mut d| d.next().is_some()).unwrap_or(false);
-        if busy {
+        if busy && !opts.core.delta {
             return Err(Error::new(
                 ErrorKind::TargetNotEmpty,
                 format!(
@@ -170,6 +173,33 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     fs::remove_file(&marker).map_err(|e| io("cannot remove", e))?;
     fs::File::open(target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
     Ok(report)
+}
+
+/// For `--delta`: the target is empty, or a data directory of the cluster the backup is of.
+fn same_cluster(target: &Path, system_identifier: &str) -> Result<()> {
+    let empty = fs::read_dir(target).map(|mut d| d.next().is_none()).unwrap_or(true);
+    if empty {
+        return Ok(());
+    }
+    let control = target.join("global/pg_control");
+    let theirs = fs::read(&control).ok().and_then(|b| b.get(..8).map(|f| u64::from_le_bytes(f.try_into().expect("8 bytes"))));
+    match theirs {
+        Some(id) if id.to_string() == system_identifier => Ok(()),
+        Some(id) => Err(Error::new(
+            ErrorKind::TargetNotEmpty,
+            format!(
+                "--delta: {} is a data directory of cluster {id}, but the backup is of cluster {system_identifier}: a delta restore only updates a copy of the same cluster; restore into an empty directory, or replace it with --force",
+                target.display()
+            ),
+        )),
+        None => Err(Error::new(
+            ErrorKind::TargetNotEmpty,
+            format!(
+                "--delta: {} is not empty and holds no global/pg_control, so it is not a PostgreSQL data directory: restore into an empty directory, or replace it with --force",
+                target.display()
+            ),
+        )),
+    }
 }
 
 /// Point pg_tblspc links and tablespace_map at where the tablespaces now are; data directory 0700.

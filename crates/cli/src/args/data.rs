@@ -127,6 +127,13 @@ pub struct RestoreArgs {
     /// exactly the backup (SQL Server's WITH REPLACE).
     #[arg(long)]
     pub force: bool,
+    /// Make an existing directory (a failed primary, a stale standby) equal to the backup while
+    /// rewriting only what differs: what the backup lacks is removed, and each chunk already on
+    /// disk as the backup has it (compared by its XXH3-128) is neither read nor written. The result
+    /// is byte for byte a fresh restore's. A PostgreSQL target must be a data directory of the same
+    /// cluster, with no server running on it.
+    #[arg(long, conflicts_with = "force")]
+    pub delta: bool,
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

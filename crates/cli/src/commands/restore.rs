@@ -28,6 +28,7 @@ fn core_options(a: &RestoreArgs) -> Result<RestoreOptions, Error> {
     let mut opts = RestoreOptions::new(&a.to);
     opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
     opts.force = a.force;
+    opts.delta = a.delta;
     opts.original_paths = a.original_paths;
     opts.threads = a.threads;
     opts.buffered = a.buffered_io;

@@ -215,6 +215,40 @@ impl BlockMap {
         Ok(BlockMap { supplies, pieces, data_bytes })
     }
 
+    /// The chunks that give a whole chunk's worth of one file, none of it cut by a newer set: as
+    /// (set, index entry, file of the newest set). What a delta restore can compare by hash.
+    pub(super) fn whole_chunks(&self, sets: &[&BackupSet]) -> Vec<(usize, IndexEntry, u32)> {
+        let mut out = Vec::new();
+        for (g, set) in sets.iter().enumerate() {
+            for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
+                let Some(s) = self.supply(g, e.file_id) else { continue };
+                let mut parts = within(&s.ranges, e.offset, e.raw_len.into());
+                if let (Some(r), None) = (parts.next(), parts.next()) {
+                    if r == (e.offset..e.offset + u64::from(e.raw_len)) {
+                        out.push((g, *e, s.file));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A whole chunk (from [`BlockMap::whole_chunks`]) is on disk already: it is neither read nor
+    /// written.
+    pub(super) fn drop_chunk(&mut self, g: usize, e: &IndexEntry) {
+        let Some(Some(s)) = self.supplies.get_mut(g).and_then(|v| v.get_mut(e.file_id as usize)) else { return };
+        let r = e.offset..e.offset + u64::from(e.raw_len);
+        // Given by this set as a whole (neighbouring chunks' ranges are merged): cut it out.
+        if within(&s.ranges, r.start, r.end - r.start).map(|x| x.end - x.start).sum::<u64>() == r.end - r.start {
+            s.ranges = s.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
+            let f = s.file as usize;
+            self.pieces[f] -= 1;
+            if e.stored_len > 0 {
+                self.data_bytes[f] -= r.end - r.start;
+            }
+        }
+    }
+
     /// What set `g` gives, for its file `file_id`.
     fn supply(&self, g: usize, file_id: u32) -> Option<&Supply> {
         self.supplies.get(g)?.get(file_id as usize)?.as_ref()

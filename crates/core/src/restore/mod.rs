@@ -13,6 +13,8 @@
 //!   byte of each file, and the sink that cuts each set's chunks to what it gives.
 //! - `target`: the target roots made ready (empty, or emptied when forced), the space check, and
 //!   the clean-up after a failure.
+//! - `delta`: `--delta`: what the target has that the backup lacks removed, and the chunks already
+//!   on disk (by their strong hash) taken out of the block map.
 //! - `scan`: the read side, shared with [`verify`]: every stripe read as one stream, every frame
 //!   checked and decompressed on every core, each chunk handed to a sink.
 //! - `write`: the sink that writes files, with its io_uring and direct-I/O lane per thread.
@@ -25,6 +27,7 @@
 //! Submodules never reach back into this file: it only assembles them.
 
 mod chain;
+mod delta;
 mod durable;
 mod metadata;
 mod options;
@@ -47,6 +50,7 @@ use plan::Plan;
 
 pub use chain::check_chain;
 
+pub use delta::DeltaReport;
 pub use options::{parse_relocation, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
 pub use verify::{verify, VerifyReport};
 
@@ -69,11 +73,27 @@ pub fn restore(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progres
 pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
     let t0 = Instant::now();
     check_order(sets)?;
-    let map = BlockMap::new(sets)?;
+    if opts.delta && (opts.force || !opts.only.is_empty() || !opts.hollow.is_empty()) {
+        return Err(crate::Error::invalid(
+            "--delta makes the target equal to the whole backup, keeping what is already right: it does not combine with --force (which empties the target), --only or --db-include",
+        ));
+    }
+    let mut map = BlockMap::new(sets)?;
     let set = *sets.last().expect("checked: at least one set");
     let plan = Plan::new(&set.manifest, opts)?;
-    let prepared = plan.prepare_roots(opts.force)?;
-    let (direct_io, io_uring, scanned) = match plan.run(sets, &map, opts, progress) {
+    let prepared = plan.prepare_roots(opts.force, opts.delta)?;
+    let mut delta = None;
+    let ran = (|| {
+        if opts.delta {
+            let removed = plan.prune_for_delta()?;
+            let threads = opts.threads.unwrap_or_else(crate::host::available_cores);
+            let mut d = delta::keep_what_matches(&mut map, sets, &plan.dest, &plan.hollow, threads)?;
+            d.removed = removed;
+            delta = Some(d);
+        }
+        plan.run(sets, &map, opts, progress)
+    })();
+    let (direct_io, io_uring, scanned) = match ran {
         Ok(d) => d,
         Err(e) => return Err(plan.clean_up_after(e, &prepared)),
     };
@@ -91,5 +111,6 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
         threads: opts.threads.unwrap_or_else(crate::host::available_cores),
         direct_io,
         io_uring,
+        delta,
     })
 }

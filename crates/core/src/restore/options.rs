@@ -43,6 +43,10 @@ pub struct RestoreOptions {
     /// as sparse files of their backed-up size, all zeros, without a byte of them read: the
     /// databases `--db-include` leaves out, which the restored cluster can then drop.
     pub hollow: Vec<String>,
+    /// Make an existing tree equal to the backup, rewriting only what differs (`--delta`): what
+    /// the backup lacks is removed, and each chunk already on disk as the backup has it (by its
+    /// XXH3-128) is neither read nor written.
+    pub delta: bool,
 }
 
 impl RestoreOptions {
@@ -58,6 +62,7 @@ impl RestoreOptions {
             sync_writes: false,
             only: Vec::new(),
             hollow: Vec::new(),
+            delta: false,
         }
     }
 }
@@ -107,6 +112,9 @@ pub struct RestoreReport {
     /// Direct writes were kept in flight on io_uring while the next chunks decompressed (false:
     /// each was written synchronously, by `--sync-writes` or for want of io_uring).
     pub io_uring: bool,
+    /// For a delta restore: what was on disk already, and what was removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<super::delta::DeltaReport>,
 }
 
 #[cfg(test)]

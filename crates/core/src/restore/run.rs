@@ -30,7 +30,10 @@ impl Plan<'_> {
     /// `sets` is the chain, oldest first (a full set alone is a chain of one); `map` where each
     /// byte comes from.
     pub(super) fn run(&self, sets: &[&BackupSet], map: &BlockMap, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, Scanned)> {
-        self.check_space(&map.data_bytes)?;
+        // A delta restore writes over what is there: its space is mostly taken already.
+        if !opts.delta {
+            self.check_space(&map.data_bytes)?;
+        }
         let durable = Durable::open(&self.roots);
         let entries = &self.manifest.entries;
         let as_root = crate::host::is_root();
@@ -69,7 +72,7 @@ impl Plan<'_> {
         // (owner, mode, times) by the last; files without chunks are made here after.
         let direct = !opts.buffered && sets.iter().all(|s| s.stripes[0].header.transfer_size as usize % ALIGN == 0);
         let (kick, wake) = crossbeam_channel::bounded(1);
-        let writer = Writer::new(&map.pieces, &map.data_bytes, entries, &self.dest, &self.hollow, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick);
+        let writer = Writer::new(&map.pieces, &map.data_bytes, entries, &self.dest, &self.hollow, as_root, Inherit::probe(&self.roots), direct, !opts.sync_writes, kick, opts.delta);
         let scanned = std::thread::scope(|s| {
             s.spawn(|| durable.flush_while(&wake));
             // Each set of the chain in turn, oldest first: each gives the bytes no newer set has,

@@ -17,8 +17,10 @@ pub(super) struct Prepared {
 }
 
 impl Plan<'_> {
-    /// Refuse non-empty roots unless forced (then empty them); create missing ones; write markers.
-    pub(super) fn prepare_roots(&self, force: bool) -> Result<Prepared> {
+    /// Refuse non-empty roots unless forced (then empty them) or restoring a delta (then keep
+    /// them: a failed delta restore leaves its markers, never removes what was there); create
+    /// missing ones; write markers.
+    pub(super) fn prepare_roots(&self, force: bool, delta: bool) -> Result<Prepared> {
         let mut was_empty = Vec::with_capacity(self.roots.len());
         for r in &self.roots {
             match fs::read_dir(r) {
@@ -28,6 +30,10 @@ impl Plan<'_> {
                         was_empty.push(true);
                         continue;
                     };
+                    if delta {
+                        was_empty.push(false);
+                        continue;
+                    }
                     if !force {
                         let what = match item {
                             Ok(i) => format!("it holds {:?}, among others", i.file_name()),

@@ -111,6 +111,9 @@ pub(super) struct Writer<'a> {
     buffered: std::sync::atomic::AtomicU64,
     /// Wakes the flusher every [`FLUSH_EVERY`] of them; taken when the scan ends.
     pub(super) flush: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    /// A delta restore: files already there are written into as they are (their matching chunks
+    /// are not written again), then cut or grown to size.
+    keep_existing: bool,
 }
 
 impl<'a> Writer<'a> {
@@ -128,6 +131,7 @@ impl<'a> Writer<'a> {
         direct: bool,
         uring: bool,
         flush: crossbeam_channel::Sender<()>,
+        keep_existing: bool,
     ) -> Self {
         let slots = pieces
             .iter()
@@ -148,6 +152,7 @@ impl<'a> Writer<'a> {
             uring_used: AtomicBool::new(false),
             buffered: Default::default(),
             flush: Mutex::new(Some(flush)),
+            keep_existing,
         }
     }
 
@@ -162,7 +167,7 @@ impl<'a> Writer<'a> {
         // mode set as for any file.
         let e = &self.entries[id];
         let mut o = OpenOptions::new();
-        o.write(true).create_new(true).mode(self.inherit.open_mode(e));
+        o.write(true).create_new(!self.keep_existing).create(true).mode(self.inherit.open_mode(e));
         let size = e.size;
         let open = |o: &OpenOptions| {
             let direct = |p: &Path| o.clone().custom_flags(libc::O_DIRECT).open(p);
@@ -179,8 +184,15 @@ impl<'a> Writer<'a> {
             }
             r => r,
         };
-        let f = f.map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
+        let mut f = f.map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
         self.slots[id].created.store(true, Ordering::Release);
+        if self.keep_existing {
+            // What was there keeps its chunks that match; it may be longer or shorter than the
+            // backup's file, and its owner and mode may differ.
+            f.fresh = false;
+            f.file.set_len(size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+            return Ok(f);
+        }
         if first.is_some_and(|n| n as u64 == size) {
             return Ok(f);
         }

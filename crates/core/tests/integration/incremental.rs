@@ -141,6 +141,31 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     // Bytes read: the full's frames that still count, and the incrementals'.
     assert!(r.bytes_read < full.stored_bytes() + incr1.stored_bytes() + incr2.stored_bytes());
 
+    // Delta: the tree as the full restored it, with junk added and a file turned into a folder,
+    // made equal to the newest state while reading only what differs.
+    let stale = out("stale");
+    restored(&[&full], &stale).unwrap();
+    std::fs::write(stale.join("junk"), b"not in the backup").unwrap();
+    std::fs::remove_file(stale.join("small")).unwrap();
+    std::fs::create_dir_all(stale.join("small/inside")).unwrap();
+    let mut o = RestoreOptions::new(&stale);
+    o.delta = true;
+    let r = restore_chain(&[&full, &incr1, &incr2], &o, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src, &stale).unwrap();
+    let d = r.delta.unwrap();
+    assert_eq!(d.removed, 3, "gone, junk, and the folder where a file belongs: {d:?}");
+    assert!(d.chunks_kept > 0 && d.bytes_kept > full.raw_bytes() / 2, "most of the full's chunks were right: {d:?}");
+    let fresh = restored(&[&full, &incr1, &incr2], &out("fresh")).unwrap();
+    assert!(r.bytes_read < fresh.bytes_read, "read {} against a fresh restore's {}", r.bytes_read, fresh.bytes_read);
+    // Again onto a tree that is already right: nothing differs, nothing is read.
+    let again = restore_chain(&[&full, &incr1, &incr2], &o, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src, &stale).unwrap();
+    let kept = again.delta.unwrap();
+    assert_eq!(kept.removed, 0);
+    assert!(again.bytes_read < r.bytes_read, "{} then {}", r.bytes_read, again.bytes_read);
+    o.force = true;
+    assert!(restore_chain(&[&full], &o, Arc::new(NoProgress)).unwrap_err().to_string().contains("does not combine"));
+
     // An incremental alone, a chain with a set left out or out of order: refused, nothing made.
     for (sets, what) in [
         (vec![&incr2], "builds on"),

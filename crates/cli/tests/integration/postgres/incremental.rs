@@ -101,6 +101,7 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     let out = base.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let tablespace = |name: &str| format!("{}={}", space.display(), out.join(format!("{name}-space")).display());
+    let mut dumps = std::collections::HashMap::new();
     for (name, b) in [("incr1", &incr1), ("diff", &diff), ("incr2", &incr2)] {
         let id = b["postgres"]["repository_id"].as_str().unwrap();
         let stop = b["postgres"]["stop_lsn"].as_str().unwrap();
@@ -116,7 +117,30 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
             panic!("{name}: the chain's dump differs from the full's recovered to {stop}: diff {}.chain {}.full", at.display(), at.display());
         }
         amcheck(&chain);
+        dumps.insert(name, a);
     }
+
+    // Delta: the directory incr1 was recovered into (and promoted there), stopped, made equal to
+    // incr2 while rewriting only what differs.
+    let incr2_id = incr2["postgres"]["repository_id"].as_str().unwrap();
+    let ts = tablespace("incr1");
+    let delta = json(ok(
+        run(sheaf().args(["restore", "--repo", r, "--to", out.join("incr1").to_str().unwrap(), "--delta", "--set", incr2_id, "--target", "immediate", "--tablespace", &ts, "--json"])),
+        "restore --delta",
+    ));
+    let kept = &delta["delta"];
+    assert!(kept["chunks_kept"].as_u64().unwrap() > 0 && kept["removed"].as_u64().unwrap() > 0, "{delta}");
+    let updated = super::repo::start_restored(&out.join("incr1"), false);
+    assert!(dump(&updated) == dumps["incr2"], "a delta restore recovers to what a fresh one does");
+    amcheck(&updated);
+    drop(updated);
+    // Refused: onto a running server, and onto another cluster's data directory.
+    let busy = run(sheaf().args(["restore", "--repo", r, "--to", c.data.to_str().unwrap(), "--delta", "--tablespace", &ts]));
+    assert!(!busy.status.success() && stderr(&busy).contains("is running"), "{}", stderr(&busy));
+    let mut other = Cluster::new(&[], &[]);
+    other.stop();
+    let foreign = run(sheaf().args(["restore", "--repo", r, "--to", other.data.to_str().unwrap(), "--delta", "--tablespace", &ts]));
+    assert!(!foreign.status.success() && stderr(&foreign).contains("a delta restore only updates a copy of the same cluster"), "{}", stderr(&foreign));
     // The repository's newest backup and all the WAL: the source as it is now.
     let ts = tablespace("end");
     let end = recover(&repo, &out.join("end"), &["--tablespace", &ts]);

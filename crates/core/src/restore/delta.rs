@@ -1,0 +1,139 @@
+//! Delta restore: an existing tree (a failed primary, a stale standby) made equal to the backup
+//! while rewriting only what differs. Entries the backup does not have are removed and entries of
+//! another kind replaced; every whole chunk whose bytes are on disk already, by its XXH3-128 (or,
+//! for a zero chunk, by being zeros), is taken out of the block map, so it is neither read from the
+//! backup nor written; everything else is written as in any restore, into the files as they are,
+//! which are then cut or grown to their size. The result is byte for byte a fresh restore's.
+//!
+//! Only whole chunks are compared: a chunk of an older set that a newer set cuts into (some of its
+//! pages changed later) is written again. Sets older than format 3 have no hash: all their data
+//! chunks are written.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::chain::BlockMap;
+use super::options::INCOMPLETE_MARKER;
+use super::plan::Plan;
+use super::target::remove_any;
+use crate::error::{io_at, ErrorKind, Result};
+use crate::format::{chunk_hash, IndexEntry};
+use crate::manifest::EntryKind;
+use crate::set::BackupSet;
+
+/// What a delta restore found on disk.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct DeltaReport {
+    /// Entries removed: not in the backup, or of another kind there.
+    pub removed: u64,
+    /// Chunks found on disk as the backup has them, and their bytes: not read, not written.
+    pub chunks_kept: u64,
+    /// See `chunks_kept`.
+    pub bytes_kept: u64,
+    /// Bytes read from the target to compare.
+    pub bytes_compared: u64,
+}
+
+impl Plan<'_> {
+    /// Remove what is under the roots but not in the plan (the markers aside), and what is there
+    /// as another kind of entry than the backup's.
+    pub(super) fn prune_for_delta(&self) -> Result<u64> {
+        let wanted: HashMap<&Path, EntryKind> =
+            self.manifest.entries.iter().zip(&self.dest).filter_map(|(e, d)| d.as_deref().map(|d| (d, e.kind))).collect();
+        let mut removed = 0;
+        let mut stack: Vec<PathBuf> = self.roots.clone();
+        let mut seen: HashSet<PathBuf> = HashSet::new();
+        while let Some(dir) = stack.pop() {
+            if !seen.insert(dir.clone()) {
+                continue;
+            }
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for item in rd {
+                let item = item.map_err(|e| io_at(ErrorKind::Target, "cannot list", &dir, e))?;
+                let path = item.path();
+                if item.file_name() == INCOMPLETE_MARKER || self.roots.contains(&path) {
+                    continue;
+                }
+                let ft = item.file_type().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &path, e))?;
+                let same = match wanted.get(path.as_path()) {
+                    None => false,
+                    Some(EntryKind::Dir) => ft.is_dir(),
+                    Some(EntryKind::File) => ft.is_file(),
+                    Some(EntryKind::Symlink) => ft.is_symlink(),
+                    // Made again whatever is there.
+                    Some(EntryKind::Hardlink | EntryKind::Fifo) => true,
+                };
+                if !same {
+                    remove_any(&path)?;
+                    removed += 1;
+                } else if ft.is_dir() {
+                    stack.push(path);
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Compare every whole chunk of the map with the bytes at its place on disk, on `threads`
+/// threads, file by file; take those that match out of the map.
+pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &[Option<PathBuf>], hollow: &[bool], threads: usize) -> Result<DeltaReport> {
+    let mut by_file: HashMap<u32, Vec<(usize, IndexEntry)>> = HashMap::new();
+    for (g, e, f) in map.whole_chunks(sets) {
+        // A data chunk of a set older than format 3 has no hash to compare with.
+        if e.hash == 0 && e.stored_len > 0 {
+            continue;
+        }
+        if dest.get(f as usize).is_some_and(Option::is_some) && !hollow.get(f as usize).copied().unwrap_or(false) {
+            by_file.entry(f).or_default().push((g, e));
+        }
+    }
+    let files: Vec<(u32, Vec<(usize, IndexEntry)>)> = by_file.into_iter().collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Result<(Vec<(usize, IndexEntry)>, u64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut matched = Vec::new();
+                    let mut compared = 0u64;
+                    let mut buf = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((f, chunks)) = files.get(i) else { break };
+                        let path = dest[*f as usize].as_deref().expect("filtered above");
+                        let Ok(file) = fs::File::open(path) else { continue };
+                        let len = file.metadata().map_err(|e| io_at(ErrorKind::Target, "cannot stat", path, e))?.len();
+                        for &(g, e) in chunks {
+                            let n = e.raw_len as usize;
+                            if e.offset + n as u64 > len {
+                                continue;
+                            }
+                            buf.resize(n, 0);
+                            file.read_exact_at(&mut buf, e.offset).map_err(|err| io_at(ErrorKind::Target, "cannot read", path, err))?;
+                            compared += n as u64;
+                            let same = if e.stored_len == 0 { buf.iter().all(|&b| b == 0) } else { chunk_hash(&buf) == e.hash };
+                            if same {
+                                matched.push((g, e));
+                            }
+                        }
+                    }
+                    Ok((matched, compared))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::Error::new(ErrorKind::Io, "a delta comparer thread panicked")))).collect()
+    });
+    let mut report = DeltaReport::default();
+    for r in results {
+        let (matched, compared) = r?;
+        report.bytes_compared += compared;
+        for (g, e) in matched {
+            map.drop_chunk(g, &e);
+            report.chunks_kept += 1;
+            report.bytes_kept += u64::from(e.raw_len);
+        }
+    }
+    Ok(report)
+}
