@@ -51,6 +51,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::WalFetch(a) => return Ok(commands::wal_fetch::run(ctx, a)),
         Command::Info(a) => commands::info::run(ctx, a)?,
         Command::Expire(a) => commands::expire::run(ctx, a)?,
+        Command::Consolidate(a) => commands::consolidate::run(ctx, a)?,
         Command::Config(a) => commands::config::run(&ctx.settings, a)?,
         Command::List(a) => commands::history::list(ctx.catalog(), a)?,
         Command::Show(a) => commands::history::show(ctx.catalog(), a)?,

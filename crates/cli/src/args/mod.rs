@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{ConfigArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs};
+pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
 
@@ -114,6 +114,14 @@ overwritten. A segment of another cluster is refused.")]
     /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
     /// per timeline, gaps, totals.
     Info(InfoArgs),
+    /// Write an incremental's or differential's chain as one new full backup in the repository,
+    /// without touching the database: chains stay short without a full read of the cluster.
+    #[command(after_help = "Example:\n  \
+sheaf consolidate --repo /srv/sheaf --set 20261124-020000Z   # writes backup 20261124-020000Z-full\n\n\
+The new backup holds the cluster as the incremental does, with its LSNs, timeline and WAL: restore \
+--repo and point-in-time recovery use it in place of the chain, and the next incremental builds on \
+it. The chain stays until expire removes it.")]
+    Consolidate(ConsolidateArgs),
     /// Remove old backups and the WAL no kept backup needs, by policy.
     #[command(after_help = "Examples:\n  \
 sheaf expire --keep-full 2               # the two newest backups and the WAL from the older one on\n  \
@@ -179,6 +187,7 @@ impl Command {
             Command::Init(a) => with(&a.s3, &a.repo),
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),
+            Command::Consolidate(a) => with(&a.s3, &a.repo),
             Command::WalPush(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Bench(a) => Shared { keys: a.keys.clone(), ..Shared::default() },

@@ -81,6 +81,30 @@ pub struct InfoArgs {
 }
 
 #[derive(Args)]
+pub struct ConsolidateArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The incremental or differential to consolidate (its id as sheaf info lists it, or latest).
+    #[arg(long, value_name = "ID")]
+    pub set: String,
+    /// Stripes of the new backup. Default: SHEAF_STRIPES, the config file, else 1.
+    #[arg(long, value_name = "N")]
+    pub stripes: Option<usize>,
+    /// Codec of the new backup (as for sheaf backup). Default: SHEAF_COMPRESSION, the config
+    /// file, else zstd:low.
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
+    pub compression: Option<String>,
+    /// Decompressor threads reading the chain. Default: one per core.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
 pub struct ExpireArgs {
     #[command(flatten)]
     pub repo: RepoArg,

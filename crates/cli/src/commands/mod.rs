@@ -4,6 +4,7 @@
 pub mod backup;
 pub mod bench;
 pub mod config;
+pub mod consolidate;
 pub mod demo;
 pub mod expire;
 pub mod extract;

@@ -65,17 +65,17 @@ pub trait Changes: Send + Sync {
 
 /// One reader's pack: a pool buffer being filled with the bytes of several files (or several runs
 /// of one), sent to the compressors as one packed chunk once full.
-pub(super) struct Packer<'a> {
-    tx: &'a Sender<Job>,
-    shared: &'a Shared,
-    pool: &'a Arc<Pool>,
+pub(crate) struct Packer {
+    tx: Sender<Job>,
+    pub(super) shared: Arc<Shared>,
+    pool: Arc<Pool>,
     ts: usize,
     pack: Option<(PoolBuf, Vec<Member>, usize)>,
 }
 
-impl<'a> Packer<'a> {
-    pub(super) fn new(ts: usize, tx: &'a Sender<Job>, shared: &'a Shared, pool: &'a Arc<Pool>) -> Self {
-        Packer { tx, shared, pool, ts, pack: None }
+impl Packer {
+    pub(super) fn new(ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Self {
+        Packer { tx: tx.clone(), shared: shared.clone(), pool: pool.clone(), ts, pack: None }
     }
 
     /// Send what is packed. False when the compressors have stopped (the failure is recorded).
@@ -104,9 +104,43 @@ impl<'a> Packer<'a> {
             return None;
         }
         if self.pack.is_none() {
-            self.pack = Some((self.pool.take(self.shared)?, Vec::new(), 0));
+            self.pack = Some((self.pool.take(&self.shared)?, Vec::new(), 0));
         }
         Some(())
+    }
+
+    /// Send a chunk of its own (not packed): `data`, or a zero chunk of `len` bytes. The pack goes
+    /// first, so that this never holds a buffer while it waits for another (a pool of one would
+    /// deadlock). False when the backup is stopping.
+    pub(super) fn send_alone(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> bool {
+        if !self.flush() {
+            return false;
+        }
+        let buf = match data {
+            Some(d) => {
+                let Some(mut buf) = self.pool.take(&self.shared) else { return false };
+                buf[..d.len()].copy_from_slice(d);
+                Some(buf)
+            }
+            None => None,
+        };
+        let job = Job { file_id, offset, len, buf, check: None, members: Vec::new() };
+        if self.tx.send(job).is_err() {
+            self.shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
+            return false;
+        }
+        true
+    }
+
+    /// Pack `data`, bytes of file `file_id` from `offset`. False when the backup is stopping.
+    pub(super) fn pack_bytes(&mut self, file_id: u32, offset: u64, data: &[u8]) -> bool {
+        if self.make_room(data.len()).is_none() {
+            return false;
+        }
+        let (free, at) = self.free();
+        free[..data.len()].copy_from_slice(data);
+        self.keep(file_id, offset, at, data.len(), &None);
+        true
     }
 
     /// The free part of the buffer, and where it starts.
@@ -137,9 +171,40 @@ impl<'a> Packer<'a> {
     }
 }
 
+/// Chunks handed to a backup from elsewhere than its readers (a consolidation's chain): pieces of
+/// [`crate::format::PACK_LIMIT`] or more go as chunks of their own, smaller ones are packed.
+pub(crate) struct Feeder(Packer);
+
+impl Feeder {
+    /// Piece `data` (or `len` zero bytes) of file `file_id` at `offset`. False when the backup is
+    /// stopping (its error is recorded).
+    pub(crate) fn piece(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> bool {
+        let ok = match data {
+            Some(d) if d.len() < crate::format::PACK_LIMIT as usize => self.0.pack_bytes(file_id, offset, d),
+            _ => self.0.send_alone(file_id, offset, len, data),
+        };
+        if ok {
+            self.0.shared.count(len as u64);
+        }
+        ok
+    }
+
+    /// Send what is still packed.
+    pub(crate) fn finish(&mut self) -> bool {
+        self.0.flush()
+    }
+}
+
+impl Packer {
+    /// A feeder over this backup's pipeline.
+    pub(super) fn feeder(self) -> Feeder {
+        Feeder(self)
+    }
+}
+
 /// Read what an incremental holds of file `w` (its [`Work::changes`] is a scan or ranges) into the
 /// reader's pack.
-pub(super) fn read_changes(w: &Work, packer: &mut Packer<'_>) -> Result<ReadOutcome> {
+pub(super) fn read_changes(w: &Work, packer: &mut Packer) -> Result<ReadOutcome> {
     let (file, before) = match open_source(w)? {
         Ok(x) => x,
         Err(gone) => return Ok(gone),

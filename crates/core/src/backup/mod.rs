@@ -45,6 +45,7 @@ use crate::source::{list_tree, Listed};
 
 pub use auto::{AUTO_LEVELS, AUTO_SETTLE};
 pub use check::{Batch, ChunkCheck, MAX_FINDINGS};
+pub(crate) use delta::Feeder;
 pub use delta::{Changes, FileChanges, Lineage, UnitFilter};
 pub use options::{BackupOptions, BackupReport, Tuning};
 pub use session::Backup;

@@ -91,7 +91,7 @@ pub(super) struct ReadOutcome {
 
 /// Read large files chunk by chunk; in an incremental, the changed runs of files held in part
 /// are packed into shared chunks.
-pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
     let mut packer = Packer::new(ts, tx, shared, pool);
     for w in files {
@@ -283,7 +283,7 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
 /// buffer, and a full buffer goes to the compressors as one packed chunk. A file that has grown
 /// past [`PACK_LIMIT`] since listing is read on its own. In an incremental, a small file held in
 /// part packs only its changed runs.
-pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
     let mut packer = Packer::new(ts, tx, shared, pool);
     for w in files {

@@ -10,7 +10,7 @@ use crossbeam_channel::{bounded, Sender};
 
 use super::auto::AutoLevel;
 use super::check::{Batch, CheckCtx};
-use super::delta::{Changes, FileChanges, Lineage};
+use super::delta::{Changes, Feeder, FileChanges, Lineage, Packer};
 use super::compress::{compress_loop, CompressStats, Frame};
 use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
 use super::read::{group_for_readers, read_files, read_small, Job, ReadOutcome, Work};
@@ -310,6 +310,33 @@ impl Backup {
             }
         }
         self.check()
+    }
+
+    /// Take `roots` and `entries` (a backup's manifest: a chain's newest) as this backup's, whole
+    /// files all (no delta); their bytes come through [`Backup::feeder`]s. For consolidation.
+    pub(crate) fn adopt(&mut self, roots: Vec<Root>, entries: Vec<Entry>) {
+        self.roots = roots;
+        self.entries = entries
+            .into_iter()
+            .map(|mut e| {
+                e.delta = None;
+                e.crc32c = None;
+                e
+            })
+            .collect();
+        let total = self.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| e.size).sum();
+        self.shared.progress.begin("consolidate", total);
+    }
+
+    /// The error that stopped the session, if one did (taken: [`Backup::finish`] will not see it).
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.shared.take_error()
+    }
+
+    /// A way into the compressors for chunks of the adopted entries, one per thread that feeds.
+    pub(crate) fn feeder(&self) -> Feeder {
+        let tx = self.job_tx.as_ref().expect("session open");
+        Packer::new(self.tuning.transfer_size, tx, &self.shared, &self.pool).feeder()
     }
 
     /// Add a file whose content is in memory (a database's backup_label, say) under `root`.

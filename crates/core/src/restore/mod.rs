@@ -13,6 +13,7 @@
 //!   byte of each file, and the sink that cuts each set's chunks to what it gives.
 //! - `target`: the target roots made ready (empty, or emptied when forced), the space check, and
 //!   the clean-up after a failure.
+//! - `consolidate`: a chain written as one new full set, without the source.
 //! - `delta`: `--delta`: what the target has that the backup lacks removed, and the chunks already
 //!   on disk (by their strong hash) taken out of the block map.
 //! - `scan`: the read side, shared with [`verify`]: every stripe read as one stream, every frame
@@ -27,6 +28,7 @@
 //! Submodules never reach back into this file: it only assembles them.
 
 mod chain;
+mod consolidate;
 mod delta;
 mod durable;
 mod metadata;
@@ -50,6 +52,7 @@ use plan::Plan;
 
 pub use chain::check_chain;
 
+pub use consolidate::consolidate;
 pub use delta::DeltaReport;
 pub use options::{parse_relocation, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
 pub use verify::{verify, VerifyReport};

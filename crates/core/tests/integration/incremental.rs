@@ -152,9 +152,9 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     o.delta = true;
     let r = restore_chain(&[&full, &incr1, &incr2], &o, Arc::new(NoProgress)).unwrap();
     compare_trees(&src, &stale).unwrap();
-    let d = r.delta.unwrap();
-    assert_eq!(d.removed, 3, "gone, junk, and the folder where a file belongs: {d:?}");
-    assert!(d.chunks_kept > 0 && d.bytes_kept > full.raw_bytes() / 2, "most of the full's chunks were right: {d:?}");
+    let dr = r.delta.unwrap();
+    assert_eq!(dr.removed, 3, "gone, junk, and the folder where a file belongs: {dr:?}");
+    assert!(dr.chunks_kept > 0 && dr.bytes_kept > full.raw_bytes() / 2, "most of the full's chunks were right: {dr:?}");
     let fresh = restored(&[&full, &incr1, &incr2], &out("fresh")).unwrap();
     assert!(r.bytes_read < fresh.bytes_read, "read {} against a fresh restore's {}", r.bytes_read, fresh.bytes_read);
     // Again onto a tree that is already right: nothing differs, nothing is read.
@@ -165,6 +165,22 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     assert!(again.bytes_read < r.bytes_read, "{} then {}", r.bytes_read, again.bytes_read);
     o.force = true;
     assert!(restore_chain(&[&full], &o, Arc::new(NoProgress)).unwrap_err().to_string().contains("does not combine"));
+
+    // Consolidation: the chain written as one full set, without the source, restores alone to
+    // the same tree; the small runs of pages are packed back into full chunks.
+    let stripes: Vec<PathBuf> = (1..=2).map(|k| d.path().join(format!("merged_{k}.sheaf"))).collect();
+    let mut opts = BackupOptions::new(stripes.iter().map(Location::file).collect());
+    opts.codec = CodecSpec::parse("zstd:low").unwrap();
+    opts.transfer_size = 64 << 10;
+    let rep = sheaf_core::consolidate(&[&full, &incr1, &incr2], &opts, None, Arc::new(NoProgress)).unwrap();
+    let merged = BackupSet::open(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly).unwrap();
+    assert_eq!((merged.manifest.backup_type, merged.manifest.chain.len()), (BackupType::Full, 0));
+    assert!(merged.manifest.entries.iter().all(|e| e.delta.is_none()));
+    assert_eq!(rep.bytes_held, merged.manifest.total_file_bytes());
+    sheaf_core::restore(&merged, &RestoreOptions::new(out("merged")), Arc::new(NoProgress)).unwrap();
+    compare_trees(&src, &out("merged")).unwrap();
+    let frames = |s: &BackupSet| s.stripes.iter().map(|x| sheaf_core::set::frames_of(&x.index).count()).sum::<usize>();
+    assert!(frames(&merged) <= frames(&full) + 4, "{} frames against the full's {}", frames(&merged), frames(&full));
 
     // An incremental alone, a chain with a set left out or out of order: refused, nothing made.
     for (sets, what) in [

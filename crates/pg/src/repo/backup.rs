@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use sheaf_core::repo::Repo;
-use sheaf_core::{BackupOptions, Error, Progress, Result};
+use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result};
 
 use super::meta::RepoMeta;
 use super::paths;
-use super::records::{chain_of, complete, now_unix, open_set, BackupLock, BackupRecord};
+use super::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord};
 use crate::incremental::{may_build_on, Parent};
 use crate::server::parse_lsn;
 use sheaf_core::manifest::BackupType;
@@ -123,6 +123,65 @@ pub fn backup_to_repo(
         repo.prune(&paths::backup_dir(&id));
     }
     let _ = repo.delete(&paths::lock(&id));
+    result
+}
+
+/// Write backup `id`'s chain (an incremental or differential and the backups it builds on) as one
+/// new full backup into the repository, without the database: `ID-full`, recorded with the
+/// incremental's LSNs, timeline and WAL, so that it serves recovery exactly as the chain does and
+/// the next incremental can build on it. `opts.targets` is ignored.
+///
+/// # Errors
+/// A backup that is full already, a chain that is not all there or does not read back (named),
+/// and whatever a backup meets writing; a failed consolidation leaves no record.
+pub fn consolidate_in_repo(repo: &Repo, id: &str, stripes: usize, opts: &BackupOptions, threads: Option<usize>, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<(BackupReport, BackupRecord)> {
+    if !(1..=64).contains(&stripes) {
+        return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
+    }
+    let records = complete(repo)?;
+    let of = pick(&records, id)?;
+    if of.chain.is_empty() {
+        return Err(Error::invalid(format!("backup {} is a full backup already: consolidate an incremental or differential (sheaf info --repo lists them)", of.id)));
+    }
+    let new_id = format!("{}-full", of.id);
+    if repo.exists(&paths::record(&new_id))? {
+        return Err(Error::new(ErrorKind::TargetNotEmpty, format!("backup {} was consolidated already, as {new_id}", of.id)));
+    }
+    let sets = open_chain(repo, &records, of, schemes)?;
+    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&new_id, k)).collect();
+    let mut opts = opts.clone();
+    opts.targets = names.iter().map(|n| repo.location(n)).collect();
+    opts.encryption = repo.encryption()?;
+    for n in &names {
+        repo.prepare(n)?;
+    }
+    // While it runs, expire keeps the chain it reads.
+    let mut lock = BackupLock::ours(&new_id, now_unix());
+    lock.chain = of.chain.iter().cloned().chain(std::iter::once(of.id.clone())).collect();
+    repo.put_json(&paths::lock(&new_id), &lock, false)?;
+    let result = sheaf_core::consolidate(&sets.iter().collect::<Vec<_>>(), &opts, threads, progress).and_then(|report| {
+        let record = BackupRecord {
+            id: new_id.clone(),
+            backup_id: report.backup_id.clone(),
+            stripes: names.clone(),
+            bytes_written: report.bytes_written,
+            bytes_held: report.bytes_held,
+            compression: report.compression.clone(),
+            backup_type: BackupType::Full,
+            chain: Vec::new(),
+            method: Some(format!("consolidated from {} ({} backups)", of.id, of.chain.len() + 1)),
+            ..of.clone()
+        };
+        repo.put_json(&paths::record(&new_id), &record, false)?;
+        Ok((report, record))
+    });
+    if result.is_err() {
+        for n in &names {
+            let _ = repo.delete(n);
+        }
+        repo.prune(&paths::backup_dir(&new_id));
+    }
+    let _ = repo.delete(&paths::lock(&new_id));
     result
 }
 

@@ -146,13 +146,23 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     let end = recover(&repo, &out.join("end"), &["--tablespace", &ts]);
     assert!(dump(&end) == dump(&c), "restored to the end, the chain equals the source");
 
+    // Consolidated, without the database: one full backup that recovers to what incr2 does.
+    let merged = json(ok(run(sheaf().args(["consolidate", "--repo", r, "--set", incr2_id, "--json"])), "consolidate"));
+    let merged_id = merged["record"]["id"].as_str().unwrap().to_string();
+    assert_eq!(merged_id, format!("{incr2_id}-full"));
+    assert_eq!(merged["record"]["backup_type"], "full");
+    let ts = tablespace("merged");
+    let from_merged = recover(&repo, &out.join("merged"), &["--set", &merged_id, "--target", "immediate", "--tablespace", &ts]);
+    assert!(dump(&from_merged) == dumps["incr2"], "the consolidated backup recovers to what its chain does");
+    drop(from_merged);
+
     // The repository knows its chains, checks them whole, and expires a chain only as a whole.
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
     let types: Vec<(&str, usize)> = info["backups"].as_array().unwrap().iter().map(|b| (b["backup_type"].as_str().unwrap(), b["chain"].as_array().map_or(0, Vec::len))).collect();
-    assert_eq!(types, [("full", 0), ("incr", 1), ("incr", 2), ("diff", 1), ("incr", 2)], "{info}");
+    assert_eq!(types, [("full", 0), ("incr", 1), ("incr", 2), ("diff", 1), ("incr", 2), ("full", 0)], "{info}");
     ok(run(sheaf().args(["verify", "--repo", r])), "verify --repo");
     let again = backup(&c, &repo, "full");
     let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
     assert_eq!(expired["kept"], serde_json::json!([again["postgres"]["repository_id"]]), "{expired}");
-    assert_eq!(expired["removed"].as_array().unwrap().len(), 5, "the old full goes with everything built on it: {expired}");
+    assert_eq!(expired["removed"].as_array().unwrap().len(), 6, "the old full goes with everything built on it: {expired}");
 }
