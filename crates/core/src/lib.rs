@@ -37,7 +37,7 @@ pub use codec::{CodecKind, CodecSpec};
 pub use crypto::Keys;
 pub use error::{Error, ErrorKind, Result};
 pub use pipeline::{NoProgress, Progress};
-pub use restore::{check_chain, consolidate, restore, restore_chain, DeltaReport, RestoreOptions, RestoreReport};
+pub use restore::{chain_file, check_chain, consolidate, restore, restore_chain, ChainFile, DeltaReport, RestoreOptions, RestoreReport};
 pub use restore::{verify, VerifyReport};
 pub use set::BackupSet;
 pub use storage::{Location, LocalOnly, Schemes, Store, StripeSink, StripeSource};

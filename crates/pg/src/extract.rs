@@ -152,13 +152,16 @@ fn missing(rel: &RelationInfo) -> Error {
     ))
 }
 
-/// Extract the relation (or one page of it) into `opts.dest`.
+/// Extract the relation (or one page of it) into `opts.dest`, from the newest of `sets` (a chain,
+/// oldest first: a full backup alone, or one with the incrementals on it), each byte from the set
+/// that gives it.
 ///
 /// # Errors
 /// A relation the backup does not record, a block past its end, damage in the frames read
 /// ([`ErrorKind::Corrupt`]), writing the destination ([`ErrorKind::Target`]).
-pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> {
+pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractReport> {
     let t0 = Instant::now();
+    let set = *sets.last().ok_or_else(|| Error::invalid("no backup set to extract from"))?;
     let facts = catalog(set)?;
     let (db, rel) = find(facts.databases()?, &opts.relation, opts.database.as_deref())?;
     let files = files_of(set, &rel.path);
@@ -174,7 +177,7 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
         files: Vec::new(),
         bytes_written: 0,
         bytes_read: 0,
-        set_bytes: set.stored_bytes(),
+        set_bytes: sets.iter().map(|s| s.stored_bytes()).sum(),
         page: None,
         seconds: 0.0,
     };
@@ -189,9 +192,9 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
                 let blocks: u64 = files.iter().filter(|(_, p)| *p == rel.path || p.strip_prefix(&rel.path).is_some_and(|r| r.starts_with('.'))).map(|(i, _)| set.manifest.entries[*i as usize].size / PAGE_SIZE as u64).sum();
                 return Err(Error::invalid(format!("block {block} is past the end of {}: it had {blocks} blocks when backed up", report.relation)));
             };
-            let mut f = set.file(id)?;
+            let mut f = sheaf_core::chain_file(sets, id)?;
             f.read_at(offset, &mut page[..])?;
-            report.bytes_read = f.bytes_read;
+            report.bytes_read = f.bytes_read();
             let header = crate::checksum::page_facts(&page);
             let verdict = match verify_page(&page, block as u32, facts.start_lsn()) {
                 _ if !facts.data_checksums => "not checked".to_string(),
@@ -211,7 +214,7 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
             for (id, path) in &files {
                 let name = path.rsplit('/').next().unwrap_or(path).to_string();
                 let dest = opts.dest.join(&name);
-                let mut f = set.file(*id)?;
+                let mut f = sheaf_core::chain_file(sets, *id)?;
                 let mut out = std::fs::File::create(&dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))?;
                 let (mut at, size, mut crc) = (0u64, f.size(), 0u32);
                 while at < size {
@@ -227,7 +230,7 @@ pub fn extract(set: &BackupSet, opts: &ExtractOptions) -> Result<ExtractReport> 
                         return Err(Error::corrupt(format!("{path}: its bytes do not match the file's checksum in the manifest")));
                     }
                 }
-                report.bytes_read += f.bytes_read;
+                report.bytes_read += f.bytes_read();
                 report.bytes_written += size;
                 report.files.push(name);
             }

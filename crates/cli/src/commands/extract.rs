@@ -14,17 +14,17 @@ use crate::output::plural;
 /// A relation or page the backup does not hold, damage in what is read; a page whose checksum
 /// does not match ([`sheaf_core::ErrorKind::Corrupt`], after it is written).
 pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
-    let set = if a.stripes.is_empty() {
+    let sets = if a.stripes.is_empty() {
         let (repo, _) = ctx.open_repo()?;
-        sheaf_pg::repo::records::open_backup(&repo, &a.set, ctx.schemes()?)?
+        sheaf_pg::repo::records::open_backup_chain(&repo, &a.set, ctx.schemes()?)?
     } else {
         if a.repo.repo.is_some() {
             return Err(Error::invalid("give stripes or --repo, not both"));
         }
-        ctx.open_stripes(&a.stripes)?
+        vec![ctx.open_stripes(&a.stripes)?]
     };
     let opts = sheaf_pg::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone() };
-    let r = sheaf_pg::extract::extract(&set, &opts)?;
+    let r = sheaf_pg::extract::extract(&sets.iter().collect::<Vec<_>>(), &opts)?;
     if a.json {
         println!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {

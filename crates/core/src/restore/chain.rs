@@ -15,7 +15,7 @@ use super::scan::{ChunkSink, Decoded, Lane};
 use crate::error::{Error, Result};
 use crate::format::IndexEntry;
 use crate::manifest::{BackupType, EntryKind, Manifest};
-use crate::set::BackupSet;
+use crate::set::{BackupSet, FileInSet};
 
 /// What one set of a chain gives one file of the newest set.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +136,142 @@ fn within(supplied: &[Range<u64>], start: u64, len: u64) -> impl Iterator<Item =
     supplied[first..].iter().take_while(move |r| r.start < end).map(move |r| r.start.max(start)..r.end.min(end))
 }
 
+/// Which sets give file `f` of the newest set which of its bytes: as (set, the file's id there,
+/// ranges), newest first, sets that give nothing left out. `find(g)` is the file's id in set `g`,
+/// `chunks(g, id)` that file's chunks there in offset order.
+///
+/// # Errors
+/// A set before one that holds the file in part lacks it, or bytes no set gives.
+fn walk_file<'c>(
+    sets: &[&BackupSet],
+    f: u32,
+    find: impl Fn(usize) -> Option<u32>,
+    chunks: impl Fn(usize, u32) -> &'c [IndexEntry],
+) -> Result<Vec<(usize, u32, Vec<Range<u64>>)>> {
+    let newest = sets.last().expect("checked: at least one set");
+    let e = &newest.manifest.entries[f as usize];
+    let size = e.size;
+    let mut out = Vec::new();
+    // Newest first: what each set holds of the file, less what newer sets hold.
+    let mut covered: Vec<Range<u64>> = Vec::new();
+    let mut g = sets.len() - 1;
+    loop {
+        let m = &sets[g].manifest;
+        let Some(id) = find(g) else {
+            return Err(Error::corrupt(format!(
+                "file {} of backup {} builds on backup {}, which does not have it: the chain is inconsistent",
+                e.path,
+                sets[g + 1].manifest.backup_id,
+                m.backup_id
+            )));
+        };
+        let here = &m.entries[id as usize];
+        let mut ranges = Vec::new();
+        for c in chunks(g, id) {
+            let r = c.offset.min(size)..(c.offset + u64::from(c.raw_len)).min(size);
+            if !r.is_empty() {
+                ranges.extend(subtract(r, &covered));
+            }
+        }
+        let held: Vec<Range<u64>> = chunks(g, id).iter().map(|c| c.offset..c.offset + u64::from(c.raw_len)).collect();
+        union(&mut covered, &held);
+        union(&mut ranges, &[]);
+        if !ranges.is_empty() {
+            out.push((g, id, ranges));
+        }
+        // A whole file ends the walk: nothing older counts. So does the full set.
+        if here.delta.is_none() || g == 0 {
+            break;
+        }
+        g -= 1;
+    }
+    if let Some(r) = subtract(0..size, &covered).first() {
+        return Err(Error::corrupt(format!(
+            "file {} of backup {}: bytes {}..{} are in no set of its chain: the chain is inconsistent",
+            e.path, newest.manifest.backup_id, r.start, r.end
+        )));
+    }
+    Ok(out)
+}
+
+/// One file of a chain's newest set, read in parts from only the frames that hold them, in
+/// whichever set of the chain gives each byte (what extracting a relation or a page needs).
+pub struct ChainFile<'a> {
+    /// Which set gives which bytes, in offset order: (range, position in `files`).
+    parts: Vec<(Range<u64>, usize)>,
+    files: Vec<FileInSet<'a>>,
+    size: u64,
+}
+
+/// File `file_id` of the newest of `sets` (a chain, oldest first; a full set alone is one).
+///
+/// # Errors
+/// Sets that are not one chain, or a chain that does not hold every byte of the file; an entry
+/// that is not a regular file.
+pub fn chain_file<'a>(sets: &[&'a BackupSet], file_id: u32) -> Result<ChainFile<'a>> {
+    check_order(sets)?;
+    let newest = sets.last().expect("checked: at least one set");
+    let e = newest.manifest.entries.get(file_id as usize).ok_or_else(|| Error::invalid(format!("the backup has no entry {file_id}")))?;
+    if e.kind != EntryKind::File {
+        return Err(Error::invalid(format!("{} is not a regular file in the backup", e.path)));
+    }
+    let root = newest.manifest.roots[e.root as usize].name.as_str();
+    let find = |g: usize| {
+        let m = &sets[g].manifest;
+        m.entries.iter().position(|x| x.kind == EntryKind::File && !x.vanished && m.roots[x.root as usize].name == root && x.path_bytes() == e.path_bytes()).map(|i| i as u32)
+    };
+    let ids: Vec<Option<u32>> = (0..sets.len()).map(find).collect();
+    let chunks: Vec<Vec<IndexEntry>> = sets
+        .iter()
+        .zip(&ids)
+        .map(|(s, id)| {
+            let mut v: Vec<IndexEntry> = id.map(|id| s.stripes.iter().flat_map(|x| x.index.iter()).filter(|c| c.file_id == id).copied().collect()).unwrap_or_default();
+            v.sort_unstable_by_key(|c| c.offset);
+            v
+        })
+        .collect();
+    let walked = walk_file(sets, file_id, |g| ids[g], |g, _| &chunks[g])?;
+    let mut parts = Vec::new();
+    let mut files = Vec::new();
+    for (g, id, ranges) in walked {
+        parts.extend(ranges.into_iter().map(|r| (r, files.len())));
+        files.push(sets[g].file(id)?);
+    }
+    parts.sort_unstable_by_key(|(r, _)| r.start);
+    Ok(ChainFile { parts, files, size: e.size })
+}
+
+impl ChainFile<'_> {
+    /// The file's size in the newest set.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes read from the stripes so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes_read).sum()
+    }
+
+    /// Fill `out` with the file's bytes from `offset`, each from the set that gives it.
+    ///
+    /// # Errors
+    /// A range past the file's end; damage in a frame read (naming set, stripe and frame).
+    pub fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(out.len() as u64).filter(|&e| e <= self.size).ok_or_else(|| {
+            Error::invalid(format!("bytes {offset}..+{} are past the end of the file ({} bytes)", out.len(), self.size))
+        })?;
+        let first = self.parts.partition_point(|(r, _)| r.end <= offset);
+        for (r, k) in &self.parts[first..] {
+            if r.start >= end {
+                break;
+            }
+            let (from, to) = (r.start.max(offset), r.end.min(end));
+            self.files[*k].read_at(from, &mut out[(from - offset) as usize..(to - offset) as usize])?;
+        }
+        Ok(())
+    }
+}
+
 impl BlockMap {
     /// The map of the chain `sets` (oldest first; checked with [`check_chain`]).
     ///
@@ -153,49 +289,9 @@ impl BlockMap {
                 continue;
             }
             let key = (newest.manifest.roots[e.root as usize].name.as_str(), e.path_bytes());
-            let size = e.size;
-            // Newest first: what each set holds of the file, less what newer sets hold.
-            let mut covered: Vec<Range<u64>> = Vec::new();
-            let mut g = sets.len() - 1;
-            loop {
-                let m = &sets[g].manifest;
-                let Some(&id) = names[g].get(&key) else {
-                    return Err(Error::corrupt(format!(
-                        "file {} of backup {} builds on backup {}, which does not have it: the chain is inconsistent",
-                        e.path,
-                        sets[g + 1].manifest.backup_id,
-                        m.backup_id
-                    )));
-                };
-                let here = &m.entries[id as usize];
-                let mut ranges = Vec::new();
-                for c in &chunks[g][id as usize] {
-                    let r = c.offset.min(size)..(c.offset + u64::from(c.raw_len)).min(size);
-                    if !r.is_empty() {
-                        ranges.extend(subtract(r, &covered));
-                    }
-                }
-                let held: Vec<Range<u64>> = chunks[g][id as usize].iter().map(|c| c.offset..c.offset + u64::from(c.raw_len)).collect();
-                union(&mut covered, &held);
-                union(&mut ranges, &[]);
-                if !ranges.is_empty() {
-                    supplies[g][id as usize] = Some(Supply { file: f as u32, ranges });
-                }
-                // A whole file ends the walk: nothing older counts. So does the full set.
-                if here.delta.is_none() || g == 0 {
-                    break;
-                }
-                g -= 1;
-            }
-            let missing = subtract(0..size, &covered);
-            if let Some(r) = missing.first() {
-                return Err(Error::corrupt(format!(
-                    "file {} of backup {}: bytes {}..{} are in no set of its chain: the chain is inconsistent",
-                    e.path,
-                    newest.manifest.backup_id,
-                    r.start,
-                    r.end
-                )));
+            let walked = walk_file(sets, f as u32, |g| names[g].get(&key).copied(), |g, id| &chunks[g][id as usize])?;
+            for (g, id, ranges) in walked {
+                supplies[g][id as usize] = Some(Supply { file: f as u32, ranges });
             }
         }
         // The pieces each file is written in, and its data bytes.

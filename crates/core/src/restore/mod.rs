@@ -50,7 +50,7 @@ use crate::set::BackupSet;
 use chain::{check_order, BlockMap};
 use plan::Plan;
 
-pub use chain::check_chain;
+pub use chain::{chain_file, check_chain, ChainFile};
 
 pub use consolidate::consolidate;
 pub use delta::DeltaReport;

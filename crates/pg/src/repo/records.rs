@@ -258,6 +258,16 @@ pub fn open_set(repo: &Repo, record: &BackupRecord, schemes: &dyn Schemes) -> Re
     BackupSet::open_with(&stripes, schemes, repo.keys())
 }
 
+/// A finished backup of the repository with the backups it builds on, opened, oldest first (a
+/// full backup alone): its id as `sheaf info` lists it, or `latest`.
+///
+/// # Errors
+/// As [`complete`], [`pick`] and [`open_chain`].
+pub fn open_backup_chain(repo: &Repo, id: &str, schemes: &dyn Schemes) -> Result<Vec<BackupSet>> {
+    let records = complete(repo)?;
+    open_chain(repo, &records, pick(&records, id)?, schemes)
+}
+
 /// A finished backup of the repository, opened: its id as `sheaf info` lists it, or `latest`.
 ///
 /// # Errors

@@ -156,6 +156,31 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     assert!(dump(&from_merged) == dumps["incr2"], "the consolidated backup recovers to what its chain does");
     drop(from_merged);
 
+    // A relation and one page out of the chain, as out of the consolidated full; and --db-include.
+    for (set, to) in [(incr2_id, "x-chain"), (merged_id.as_str(), "x-merged")] {
+        for block in [None, Some("3")] {
+            let mut cmd = sheaf();
+            cmd.args(["extract", "--repo", r, "--set", set, "--relation", "pgbench_accounts", "--database", "app", "--to"]).arg(out.join(to).join(block.unwrap_or("all")));
+            if let Some(b) = block {
+                cmd.args(["--block", b]);
+            }
+            ok(run(&mut cmd), "extract");
+        }
+    }
+    let listing = |d: &Path| {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect();
+        v.sort();
+        v
+    };
+    for sub in ["all", "3"] {
+        let (a, b) = (listing(&out.join("x-chain").join(sub)), listing(&out.join("x-merged").join(sub)));
+        assert!(!a.is_empty() && a == b, "extract {sub}: the chain gives what its consolidation does");
+    }
+    let ts = tablespace("only-app");
+    let only_app = recover(&repo, &out.join("only-app"), &["--set", incr2_id, "--target", "immediate", "--db-include", "app", "--tablespace", &ts]);
+    assert_eq!(only_app.sql("app", "SELECT count(*) FROM pgbench_accounts"), c.sql("app", "SELECT count(*) FROM pgbench_accounts"));
+    drop(only_app);
+
     // The repository knows its chains, checks them whole, and expires a chain only as a whole.
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
     let types: Vec<(&str, usize)> = info["backups"].as_array().unwrap().iter().map(|b| (b["backup_type"].as_str().unwrap(), b["chain"].as_array().map_or(0, Vec::len))).collect();
