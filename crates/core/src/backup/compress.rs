@@ -8,7 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::auto::AutoLevel;
 use super::check::run_check;
-use super::read::Job;
+use super::job::Job;
 use crate::format::{FrameHeader, FLAG_PACKED};
 use crate::frame::{FrameEncoder, Payload};
 use crate::pipeline::{PoolBuf, Shared};

@@ -19,7 +19,10 @@
 //!   memory budget), [`BackupReport`] (what a finished backup says).
 //! - `session`: [`Backup`], which starts the threads, registers entries and writes the footers.
 //! - `read`: the readers (one per device, small files packed into shared chunks).
-//! - `delta`: what an incremental holds of each file ([`Changes`]), and the reader of changed runs.
+//! - `job`: what readers hand on (jobs, packed members, work, outcomes) and the file operations
+//!   they share.
+//! - `delta`: what an incremental holds of each file ([`Changes`]); `pack`: the packer of small
+//!   files and changed runs, the reader of changed runs, and consolidation's feeder.
 //! - `check`: the [`ChunkCheck`] hook a source plugs in (PostgreSQL's page checksums).
 //! - `compress`: the compressors; `auto`: `--compression auto`'s level.
 //! - `write`: the stripe writers and each stripe's footer.
@@ -30,7 +33,9 @@ mod auto;
 mod check;
 mod compress;
 mod delta;
+mod job;
 mod options;
+mod pack;
 mod read;
 mod session;
 mod write;
@@ -45,7 +50,7 @@ use crate::source::{list_tree, Listed};
 
 pub use auto::{AUTO_LEVELS, AUTO_SETTLE};
 pub use check::{Batch, ChunkCheck, MAX_FINDINGS};
-pub(crate) use delta::Feeder;
+pub(crate) use pack::Feeder;
 pub use delta::{Changes, FileChanges, Lineage, UnitFilter};
 pub use options::{BackupOptions, BackupReport, Tuning};
 pub use session::Backup;

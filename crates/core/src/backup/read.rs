@@ -4,55 +4,16 @@
 //! to back into shared chunks by several readers at once.
 
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 use rustix::fs::SeekFrom;
 
-use super::check::CheckCtx;
-use super::delta::{read_changes, FileChanges, Packer};
+use super::job::{open_source, outcome, read_full_at, Job, ReadOutcome, Work};
+use super::pack::{read_changes, Packer};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT};
-use crate::pipeline::{Pool, PoolBuf, Shared};
-
-/// A chunk on its way to the compressors.
-pub(super) struct Job {
-    pub(super) file_id: u32,
-    pub(super) offset: u64,
-    pub(super) len: usize,
-    /// The chunk's bytes; none for a hole of a sparse file (`len` zeros, never read).
-    pub(super) buf: Option<PoolBuf>,
-    pub(super) check: Option<Arc<CheckCtx>>,
-    /// A packed chunk: the files whose bytes lie back to back in `buf` (empty otherwise).
-    pub(super) members: Vec<Member>,
-}
-
-/// One small file in a packed chunk.
-pub(super) struct Member {
-    pub(super) file_id: u32,
-    /// Where its bytes belong in the file: 0 for a whole small file, the offset of a run of
-    /// changed pages in an incremental.
-    pub(super) offset: u64,
-    /// Where its bytes start in the chunk.
-    pub(super) at: u32,
-    pub(super) len: u32,
-    pub(super) check: Option<Arc<CheckCtx>>,
-}
-
-/// A file to read.
-pub(super) struct Work {
-    pub(super) file_id: u32,
-    pub(super) path: PathBuf,
-    /// Root and device: the unit that gets its own reader by default.
-    pub(super) dev: (u16, u64),
-    pub(super) size: u64,
-    pub(super) check: Option<Arc<CheckCtx>>,
-    /// In an incremental, what of the file to read when not all of it ([`FileChanges::Whole`]
-    /// never appears here: such a file is read as in a full backup).
-    pub(super) changes: Option<FileChanges>,
-}
+use crate::pipeline::{Pool, Shared};
 
 /// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
 /// `readers` groups of about equal bytes.
@@ -79,15 +40,6 @@ pub(super) fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<
     }
 }
 
-#[derive(Default)]
-pub(super) struct ReadOutcome {
-    pub(super) file_id: u32,
-    pub(super) size: u64,
-    pub(super) vanished: bool,
-    /// It changed (size or mtime) or shrank while read.
-    pub(super) changed: bool,
-    pub(super) warning: Option<String>,
-}
 
 /// Read large files chunk by chunk; in an incremental, the changed runs of files held in part
 /// are packed into shared chunks.
@@ -122,76 +74,6 @@ pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &A
     out
 }
 
-/// Open a listed file for reading and stat it, or say what happened to it instead.
-pub(super) fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata), ReadOutcome>> {
-    let (file_id, path) = (w.file_id, w.path.as_path());
-    // No following a link swapped in since listing, no hanging on a FIFO.
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let file = match opened {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Err(ReadOutcome {
-                file_id,
-                vanished: true,
-                warning: Some(format!("{} vanished before it was read; it is not in the backup", path.display())),
-                ..Default::default()
-            }))
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(Error::new(
-                ErrorKind::Source,
-                format!("{} became a symbolic link while the backup ran", path.display()),
-            ))
-        }
-        Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
-    };
-    let before = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e))?;
-    if !before.file_type().is_file() {
-        return Err(Error::new(
-            ErrorKind::Source,
-            format!("{} is no longer a regular file (it changed while the backup ran)", path.display()),
-        ));
-    }
-    Ok(Ok((file, before)))
-}
-
-/// What reading a file came to, from its stat at open and the bytes read: changed (size or mtime)
-/// or shrank while read, with a warning saying so.
-pub(super) fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank: bool) -> Result<ReadOutcome> {
-    let after = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
-    let changed = after.len() != before.len() || after.mtime() != before.mtime() || after.mtime_nsec() != before.mtime_nsec();
-    let warning = (changed || shrank).then(|| {
-        format!(
-            "{} changed while being read (size {} at open, {} after; {} bytes backed up)",
-            w.path.display(),
-            before.len(),
-            after.len(),
-            read
-        )
-    });
-    Ok(ReadOutcome { file_id: w.file_id, size: read, vanished: false, changed: changed || shrank, warning })
-}
-
-/// `pread` until `buf` is full or the file ends.
-pub(super) fn read_full_at(f: &File, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read_at(&mut buf[got..], offset) {
-            Ok(0) => break,
-            Ok(n) => {
-                got += n;
-                offset += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
-}
 
 /// Where the next data (`SeekFrom::Data`) or hole (`SeekFrom::Hole`) is: `Ok(None)` when no data
 /// follows (ENXIO); `Err` when the filesystem cannot say (then the file is read as all data).

@@ -10,10 +10,12 @@ use crossbeam_channel::{bounded, Sender};
 
 use super::auto::AutoLevel;
 use super::check::{Batch, CheckCtx};
-use super::delta::{Changes, Feeder, FileChanges, Lineage, Packer};
+use super::delta::{Changes, FileChanges, Lineage};
+use super::pack::{Feeder, Packer};
 use super::compress::{compress_loop, CompressStats, Frame};
 use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
-use super::read::{group_for_readers, read_files, read_small, Job, ReadOutcome, Work};
+use super::job::{Job, ReadOutcome, Work};
+use super::read::{group_for_readers, read_files, read_small};
 use super::write::{write_footer, write_loop, WriterOut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};

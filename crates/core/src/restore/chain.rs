@@ -136,6 +136,9 @@ fn within(supplied: &[Range<u64>], start: u64, len: u64) -> impl Iterator<Item =
     supplied[first..].iter().take_while(move |r| r.start < end).map(move |r| r.start.max(start)..r.end.min(end))
 }
 
+/// What one set gives of one file: (set, the file's id there, the ranges it gives).
+type Given = (usize, u32, Vec<Range<u64>>);
+
 /// Which sets give file `f` of the newest set which of its bytes: as (set, the file's id there,
 /// ranges), newest first, sets that give nothing left out. `find(g)` is the file's id in set `g`,
 /// `chunks(g, id)` that file's chunks there in offset order.
@@ -147,7 +150,7 @@ fn walk_file<'c>(
     f: u32,
     find: impl Fn(usize) -> Option<u32>,
     chunks: impl Fn(usize, u32) -> &'c [IndexEntry],
-) -> Result<Vec<(usize, u32, Vec<Range<u64>>)>> {
+) -> Result<Vec<Given>> {
     let newest = sets.last().expect("checked: at least one set");
     let e = &newest.manifest.entries[f as usize];
     let size = e.size;
@@ -422,7 +425,7 @@ mod tests {
     fn ranges_subtract_and_merge() {
         assert_eq!(subtract(0..100, &[10..20, 30..40]), vec![0..10, 20..30, 40..100]);
         assert_eq!(subtract(15..35, &[10..20, 30..40]), vec![20..30]);
-        assert_eq!(subtract(0..10, &[0..10]), Vec::<Range<u64>>::new());
+        assert_eq!(subtract(0..10, std::slice::from_ref(&(0..10))), Vec::<Range<u64>>::new());
         let mut s = vec![0..10, 30..40];
         union(&mut s, &[10..20, 35..50]);
         assert_eq!(s, vec![0..20, 30..50]);

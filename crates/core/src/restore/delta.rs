@@ -15,26 +15,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::chain::BlockMap;
-use super::options::INCOMPLETE_MARKER;
+use super::options::{DeltaReport, INCOMPLETE_MARKER};
 use super::plan::Plan;
 use super::target::remove_any;
 use crate::error::{io_at, ErrorKind, Result};
 use crate::format::{chunk_hash, IndexEntry};
 use crate::manifest::EntryKind;
 use crate::set::BackupSet;
-
-/// What a delta restore found on disk.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct DeltaReport {
-    /// Entries removed: not in the backup, or of another kind there.
-    pub removed: u64,
-    /// Chunks found on disk as the backup has them, and their bytes: not read, not written.
-    pub chunks_kept: u64,
-    /// See `chunks_kept`.
-    pub bytes_kept: u64,
-    /// Bytes read from the target to compare.
-    pub bytes_compared: u64,
-}
 
 impl Plan<'_> {
     /// Remove what is under the roots but not in the plan (the markers aside), and what is there
@@ -92,7 +79,9 @@ pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &
     }
     let files: Vec<(u32, Vec<(usize, IndexEntry)>)> = by_file.into_iter().collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<Result<(Vec<(usize, IndexEntry)>, u64)>> = std::thread::scope(|s| {
+    // Per thread: the chunks that matched, and the bytes compared.
+    type Found = Result<(Vec<(usize, IndexEntry)>, u64)>;
+    let results: Vec<Found> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(|| {

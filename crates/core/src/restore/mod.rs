@@ -53,8 +53,7 @@ use plan::Plan;
 pub use chain::{chain_file, check_chain, ChainFile};
 
 pub use consolidate::consolidate;
-pub use delta::DeltaReport;
-pub use options::{parse_relocation, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
+pub use options::{parse_relocation, DeltaReport, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
 pub use verify::{verify, VerifyReport};
 
 /// Restore the set `stripes` belong to.

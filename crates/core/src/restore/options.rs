@@ -114,7 +114,20 @@ pub struct RestoreReport {
     pub io_uring: bool,
     /// For a delta restore: what was on disk already, and what was removed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub delta: Option<super::delta::DeltaReport>,
+    pub delta: Option<DeltaReport>,
+}
+
+/// What a delta restore found on disk.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct DeltaReport {
+    /// Entries removed: not in the backup, or of another kind there.
+    pub removed: u64,
+    /// Chunks found on disk as the backup has them, and their bytes: not read, not written.
+    pub chunks_kept: u64,
+    /// See `chunks_kept`.
+    pub bytes_kept: u64,
+    /// Bytes read from the target to compare.
+    pub bytes_compared: u64,
 }
 
 #[cfg(test)]

@@ -194,6 +194,6 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
         assert!(e.to_string().contains(what), "{e}");
         assert!(!to.exists(), "nothing written for a refused chain");
     }
-    let e = sheaf_core::restore(&incr1, &RestoreOptions::new(&out("alone")), Arc::new(NoProgress)).unwrap_err();
+    let e = sheaf_core::restore(&incr1, &RestoreOptions::new(out("alone")), Arc::new(NoProgress)).unwrap_err();
     assert!(e.to_string().contains(&full.manifest.backup_id), "names what it builds on: {e}");
 }

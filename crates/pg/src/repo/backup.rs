@@ -15,6 +15,15 @@ use sheaf_core::manifest::BackupType;
 use sheaf_core::{Lineage, Schemes};
 use crate::backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 
+/// What kind of backup goes into the repository.
+#[derive(Clone, Copy, Debug)]
+pub struct Kind {
+    /// Stripes under `backups/ID/`, 1 to 64.
+    pub stripes: usize,
+    /// `full`, `diff` or `incr`.
+    pub backup_type: BackupType,
+}
+
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
 /// record is published only after every stripe is. `opts.targets` is ignored. A `diff` builds on
 /// the newest full backup, an `incr` on the newest backup of any type; with none to build on, a
@@ -28,11 +37,11 @@ pub fn backup_to_repo(
     meta: &RepoMeta,
     pg: &PgBackupOptions,
     opts: &BackupOptions,
-    stripes: usize,
-    backup_type: BackupType,
+    kind: Kind,
     schemes: &dyn Schemes,
     progress: Arc<dyn Progress>,
 ) -> Result<(PgBackupReport, BackupRecord)> {
+    let Kind { stripes, backup_type } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
