@@ -9,7 +9,9 @@
 //! - [`incremental`]: the parent an incremental or differential builds on, and the page scan that
 //!   finds what changed since it.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
-//! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files).
+//! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files);
+//!   [`walread`]: WAL pages and records decoded; [`blocksum`]: what a span of WAL changed, per
+//!   relation fork (the block summaries incrementals will read).
 //! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
 //!   retention, verify); [`archive`]: WAL push and fetch; [`spool`]: the archiver's look-ahead
 //!   and recovery's prefetch; [`queue`]: the archiver's queue bound; [`pitr`]: point-in-time
@@ -17,6 +19,7 @@
 
 pub mod archive;
 pub mod backup;
+pub mod blocksum;
 pub mod checksum;
 pub mod extract;
 pub mod facts;
@@ -30,6 +33,7 @@ pub mod scratch;
 pub mod server;
 pub mod spool;
 pub mod wal;
+pub mod walread;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 pub use facts::{is_postgres, ClusterFacts};

@@ -260,7 +260,7 @@ mod tests {
         let mut p = Packer::new(ts, &tx, &shared, &pool);
         let o = read_changes(&w, &mut p).unwrap();
         assert!(p.flush());
-        drop(tx);
+        drop((tx, p));
         assert_eq!(o.size, content.len() as u64);
         let mut held = Vec::new();
         for job in rx {
