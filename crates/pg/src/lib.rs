@@ -11,7 +11,8 @@
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
 //! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files);
 //!   [`walread`]: WAL pages and records decoded; [`blocksum`]: what a span of WAL changed, per
-//!   relation fork (the block summaries incrementals will read).
+//!   relation fork; [`summarize`]: each archived segment's summary, made by wal-push and stored
+//!   beside it; [`walmap`]: what changed since a parent, from the summaries.
 //! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
 //!   retention, verify); [`archive`]: WAL push and fetch; [`spool`]: the archiver's look-ahead
 //!   and recovery's prefetch; [`queue`]: the archiver's queue bound; [`pitr`]: point-in-time
@@ -32,7 +33,9 @@ pub mod restore;
 pub mod scratch;
 pub mod server;
 pub mod spool;
+pub mod summarize;
 pub mod wal;
+pub mod walmap;
 pub mod walread;
 
 pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};

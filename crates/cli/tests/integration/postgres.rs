@@ -8,3 +8,4 @@ pub mod faults;
 pub mod incremental;
 pub mod online;
 pub mod repo;
+pub mod walsum;

@@ -1,0 +1,186 @@
+//! Block summaries of archived WAL: `wal-push` makes one for each segment it archives (and `sheaf
+//! wal-summarize` for segments that lack one), stored beside the segment as `NAME.sum`; an
+//! incremental backup merges them from its parent's start to its own.
+//!
+//! A segment's summary holds the records that end in it. Its span starts where the previous
+//! segment's summary ended (at the record that was still incomplete there, read back from the
+//! repository), so consecutive summaries follow each other exactly: a gap (a segment never
+//! summarized, WAL dropped by `--queue-max`, WAL that ends early) shows as one summary not starting
+//! where the last one ended, and the incremental then reads every page instead.
+
+use std::path::Path;
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
+
+use crate::blocksum::BlockSummary;
+use crate::repo::meta::RepoMeta;
+use crate::repo::paths;
+use crate::walread::{version_of_magic, Decoder, Record, PAGE};
+use crate::wal::{segment_name, WalFile, WalKind};
+
+/// Where the summary of archived segment `name` lives.
+pub fn summary_object(name: &str) -> String {
+    let wal = paths::wal_object(name);
+    format!("{}.sum", wal.strip_suffix(".wal").unwrap_or(&wal))
+}
+
+/// The summary stored for segment `name`, if there is one.
+///
+/// # Errors
+/// A summary that is there but damaged; the store's errors.
+pub fn read_summary(repo: &Repo, name: &str) -> Result<Option<BlockSummary>> {
+    let object = summary_object(name);
+    let src = match repo.open(&object) {
+        Ok(s) => s,
+        Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |b| {
+        bytes.extend_from_slice(b);
+        Ok(())
+    })?;
+    BlockSummary::from_bytes(&bytes).map(Some).map_err(|e| e.context(format!("WAL summary of {name}")))
+}
+
+/// Store `summary` as segment `name`'s (replacing one there: a summary is made again the same way).
+///
+/// # Errors
+/// The store's errors.
+pub fn write_summary(repo: &Repo, name: &str, summary: &BlockSummary) -> Result<()> {
+    let bytes = summary.to_bytes();
+    repo.put(&summary_object(name), &mut bytes.as_slice(), CodecSpec::default(), true, &format!("summary of {name}"))?;
+    Ok(())
+}
+
+/// Pages of WAL fed in order to a decoder, and its records to a summary.
+struct Summarizer {
+    seg_size: u64,
+    decoder: Decoder,
+    summary: BlockSummary,
+    records: Vec<Record>,
+    /// Bytes of a page not yet whole (objects come in chunks of any length).
+    page: Vec<u8>,
+    /// Where the next page starts.
+    lsn: u64,
+}
+
+impl Summarizer {
+    fn bytes(&mut self, mut b: &[u8], from: u64) -> Result<()> {
+        while !b.is_empty() {
+            let take = (PAGE - self.page.len()).min(b.len());
+            self.page.extend_from_slice(&b[..take]);
+            b = &b[take..];
+            if self.page.len() == PAGE {
+                let page = std::mem::take(&mut self.page);
+                if self.lsn >= from {
+                    self.feed(self.lsn, &page)?;
+                }
+                self.lsn += PAGE as u64;
+            }
+        }
+        Ok(())
+    }
+
+    fn feed(&mut self, lsn: u64, page: &[u8]) -> Result<()> {
+        let records = &mut self.records;
+        self.decoder.feed(lsn, page, &mut |r| {
+            records.push(r);
+            Ok(())
+        })?;
+        let version = self.decoder.magic().and_then(version_of_magic).unwrap_or(18);
+        for r in self.records.drain(..) {
+            self.summary.add(&r, version);
+        }
+        Ok(())
+    }
+
+    /// Feed segment `segno` of `timeline` from `from` on: its local file when given, else its
+    /// archived object.
+    fn segment(&mut self, repo: &Repo, timeline: u32, segno: u64, local: Option<&Path>, from: u64) -> Result<()> {
+        self.lsn = segno * self.seg_size;
+        self.page.clear();
+        let name = segment_name(timeline, segno, self.seg_size);
+        match local {
+            Some(path) => {
+                use std::io::Read;
+                let mut f = std::fs::File::open(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e))?;
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = f.read(&mut buf).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    self.bytes(&buf[..n], from)?;
+                }
+            }
+            None => {
+                let src = repo.open(&paths::wal_object(&name))?;
+                let mut fed: Result<()> = Ok(());
+                sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |b| {
+                    if fed.is_ok() {
+                        fed = self.bytes(b, from);
+                    }
+                    Ok(())
+                })?;
+                fed?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Summarize segment `name`, read from `local` (the file just archived) or from the repository:
+/// from where the previous segment's summary ended (its unfinished record read back from the
+/// repository), through the last record that ends in this segment.
+///
+/// # Errors
+/// A name that is not a segment, WAL of another cluster or of a version sheaf does not read, and
+/// the store's errors. WAL that ends early is not an error: the summary ends there, and says so.
+pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>) -> Result<BlockSummary> {
+    let seg = meta.wal_segment_size;
+    let wal = WalFile::parse(name, seg).filter(|w| w.kind == WalKind::Segment).ok_or_else(|| Error::invalid(format!("{name} is not a WAL segment")))?;
+    let sysid = meta.system_identifier.parse().ok();
+    let mut s = Summarizer { seg_size: seg, decoder: Decoder::new(seg, sysid), summary: BlockSummary { timeline: wal.timeline, ..Default::default() }, records: Vec::new(), page: Vec::new(), lsn: 0 };
+    let here = wal.segno * seg;
+    // Where the previous segment's summary ended: the first record this one owns.
+    let start = match wal.segno.checked_sub(1) {
+        Some(p) => read_summary(repo, &segment_name(wal.timeline, p, seg))?.map(|p| p.end),
+        None => None,
+    };
+    if let Some(start) = start {
+        s.decoder.start_at(start);
+        s.summary.start = start;
+        s.summary.end = start;
+        // The unfinished record's bytes in earlier segments, read back from the repository.
+        let first = start / seg;
+        for earlier in first..wal.segno {
+            s.segment(repo, wal.timeline, earlier, None, start - start % PAGE as u64)?;
+        }
+    }
+    s.segment(repo, wal.timeline, wal.segno, local, here)?;
+    if start.is_none() {
+        // No summary before: the span starts at the first record read here.
+        s.summary.start = if s.summary.end == 0 { s.decoder.next_record().unwrap_or(here) } else { s.summary.start };
+    }
+    s.summary.end = s.decoder.next_record().unwrap_or(s.summary.end).max(s.summary.start);
+    if let Some(end) = s.decoder.end() {
+        // An archived segment is whole: valid WAL that ends inside it is damage, or a segment
+        // switched in a way this reader does not know. The summary is kept, marked unusable.
+        if end.at < here + seg {
+            s.summary.unknown.push(format!("WAL in {name} ends early at {:X}: {}", end.at, end.why));
+        }
+    }
+    Ok(s.summary)
+}
+
+/// Summarize segment `name` and store the summary.
+///
+/// # Errors
+/// As [`summarize`] and [`write_summary`].
+pub fn summarize_and_store(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>) -> Result<BlockSummary> {
+    let s = summarize(repo, meta, name, local)?;
+    write_summary(repo, name, &s)?;
+    Ok(s)
+}

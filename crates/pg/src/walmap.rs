@@ -1,0 +1,259 @@
+//! What changed since a parent backup, from WAL block summaries: the summaries of every segment
+//! from the parent's start to this backup's, merged in LSN order and checked to follow each other
+//! without a gap; segments not yet archived are summarized from pg_wal on the spot. From the merged
+//! summary, each relation file's changed pages ([`WalChanges`]); where summaries cannot vouch for
+//! the range, the reason why, and the page scan is used instead.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{Changes, FileChanges, Result, UnitFilter};
+
+use crate::blocksum::{BlockSummary, MAIN};
+use crate::checksum::PAGE_SIZE;
+use crate::layout::{self, BLOCKS_PER_SEGMENT};
+use crate::repo::meta::RepoMeta;
+use crate::server::format_lsn;
+use crate::summarize::{read_summary, summarize, summarize_and_store};
+use crate::walread::Locator;
+use crate::wal::segment_name;
+
+/// PostgreSQL's default tablespace (`base/`) and the shared one (`global/`).
+const DEFAULT_TABLESPACE: u32 = 1663;
+const GLOBAL_TABLESPACE: u32 = 1664;
+
+/// The merged summary of `[from, to)` on `timeline`, or why there is none: segments whose
+/// summary is missing are summarized now (from the repository when archived, stored; from
+/// `pg_wal` when not archived yet, not stored).
+///
+/// # Errors
+/// The store's errors. A gap, WAL at `wal_level = minimal`, a record sheaf cannot follow or WAL
+/// of another timeline are not errors: they are the `Err` of the inner result, saying why.
+pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to: u64, pg_wal: &Path) -> Result<std::result::Result<BlockSummary, String>> {
+    let seg = meta.wal_segment_size;
+    let mut merged = BlockSummary { timeline, ..Default::default() };
+    for segno in from / seg..=to.saturating_sub(1) / seg {
+        let name = segment_name(timeline, segno, seg);
+        let archived = repo.exists(&crate::repo::paths::wal_object(&name))?;
+        let s = match read_summary(repo, &name)? {
+            Some(s) => s,
+            None if archived => summarize_and_store(repo, meta, &name, None)?,
+            None => {
+                let local = pg_wal.join(&name);
+                if !local.exists() {
+                    return Ok(Err(format!("WAL segment {name} is neither archived nor in pg_wal")));
+                }
+                summarize(repo, meta, &name, Some(&local))?
+            }
+        };
+        if let Err(e) = merged.merge(&s) {
+            return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
+        }
+    }
+    if merged.start > from || merged.end < to {
+        return Ok(Err(format!(
+            "the WAL summaries cover {} .. {}, not all of {} .. {}",
+            format_lsn(merged.start),
+            format_lsn(merged.end),
+            format_lsn(from),
+            format_lsn(to)
+        )));
+    }
+    if merged.minimal {
+        return Ok(Err("WAL was written at wal_level = minimal since the parent: changes may be missing from it".into()));
+    }
+    if let Some(u) = merged.unknown.first() {
+        return Ok(Err(format!("the WAL holds what sheaf cannot follow: {u}")));
+    }
+    Ok(Ok(merged))
+}
+
+/// The relation a file is, in WAL's terms: (locator, fork, segment number), for main, visibility
+/// map and init forks alike.
+fn locate(root: &str, rel: &str) -> Option<(Locator, &'static str, u32)> {
+    let file = layout::is_relation_path(rel, !root.is_empty())?;
+    let parts: Vec<&str> = rel.split('/').collect();
+    let relnode: u32 = file.node.parse().ok()?;
+    let (spc, db) = if let Some(ts) = root.strip_prefix("pg_tblspc/") {
+        (ts.parse().ok()?, parts.get(1)?.parse().ok()?)
+    } else if parts[0] == "global" {
+        (GLOBAL_TABLESPACE, 0)
+    } else {
+        (DEFAULT_TABLESPACE, parts.get(1)?.parse().ok()?)
+    };
+    let fork: &'static str = match file.fork {
+        "" => "",
+        "vm" => "vm",
+        "fsm" => "fsm",
+        _ => "init",
+    };
+    Some((Locator { spc, db, rel: relnode }, fork, file.segment))
+}
+
+/// What an incremental holds of each file, from the merged summary: the pages WAL says were
+/// written, every page at or past a cut, and every page past the parent's length. Databases made
+/// or dropped whole, new files, and every fork but the main one are held whole.
+pub struct WalChanges {
+    summary: BlockSummary,
+    sizes: std::collections::HashMap<(String, String), u64>,
+}
+
+impl WalChanges {
+    /// From the merged summary and the parent's main-fork sizes.
+    pub fn new(summary: BlockSummary, parent: &crate::incremental::Parent) -> WalChanges {
+        WalChanges { summary, sizes: parent.sizes.clone() }
+    }
+
+    /// The byte ranges of the file at (`root`, `rel`) that changed, or `None` for the whole file.
+    pub fn ranges(&self, root: &str, rel: &str) -> Option<Vec<Range<u64>>> {
+        let (locator, fork, segno) = locate(root, rel)?;
+        if !fork.is_empty() {
+            return None;
+        }
+        let old = *self.sizes.get(&(root.to_string(), rel.to_string()))?;
+        if self.summary.databases.contains(&(locator.spc, locator.db)) {
+            return None;
+        }
+        let first = u64::from(segno) * u64::from(BLOCKS_PER_SEGMENT);
+        let page = PAGE_SIZE as u64;
+        // Past the parent's length, every page (the relation grew, maybe without WAL yet).
+        let mut from_end = old;
+        let mut ranges: Vec<Range<u64>> = Vec::new();
+        if let Some(c) = self.summary.forks.get(&(locator, MAIN)) {
+            if let Some(limit) = c.limit {
+                let limit = u64::from(limit);
+                if limit <= first {
+                    return None;
+                }
+                from_end = from_end.min((limit - first) * page);
+            }
+            for &b in c.blocks.range(first as u32..(first + u64::from(BLOCKS_PER_SEGMENT)).min(u64::from(u32::MAX)) as u32) {
+                let at = (u64::from(b) - first) * page;
+                match ranges.last_mut() {
+                    Some(r) if r.end == at => r.end += page,
+                    _ => ranges.push(at..at + page),
+                }
+            }
+        }
+        ranges.retain(|r| r.start < from_end);
+        if let Some(last) = ranges.last_mut() {
+            last.end = last.end.min(from_end);
+        }
+        ranges.push(from_end..u64::MAX);
+        Some(ranges)
+    }
+}
+
+impl Changes for WalChanges {
+    fn of(&self, root: &str, rel: &str, _size: u64) -> FileChanges {
+        match self.ranges(root, rel) {
+            Some(r) => FileChanges::Ranges(r),
+            None => FileChanges::Whole,
+        }
+    }
+}
+
+/// `--check-changes`: the page scan decides what the set holds, and every page it finds changed
+/// that the WAL summaries did not name is recorded as a miss (pages of zeros aside: a page the
+/// server extended a relation with and never wrote is not a change).
+pub struct Checked {
+    wal: WalChanges,
+    scan: crate::incremental::PageScan,
+    /// What the WAL map missed, file and block.
+    pub misses: Arc<Mutex<Vec<String>>>,
+}
+
+impl Checked {
+    /// Check `wal` against `scan`.
+    pub fn new(wal: WalChanges, scan: crate::incremental::PageScan) -> Checked {
+        Checked { wal, scan, misses: Arc::new(Mutex::new(Vec::new())) }
+    }
+}
+
+struct CheckedFilter {
+    inner: Arc<dyn UnitFilter>,
+    wal: Vec<Range<u64>>,
+    file: String,
+    misses: Arc<Mutex<Vec<String>>>,
+}
+
+impl UnitFilter for CheckedFilter {
+    fn unit(&self) -> usize {
+        self.inner.unit()
+    }
+
+    fn changed(&self, n: u64, data: &[u8]) -> bool {
+        let changed = self.inner.changed(n, data);
+        if changed && data.len() == PAGE_SIZE && data.iter().any(|&b| b != 0) {
+            let at = n * PAGE_SIZE as u64;
+            if !self.wal.iter().any(|r| r.start <= at && at < r.end) {
+                let mut m = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+                if m.len() < 100 {
+                    m.push(format!("{} block {n} (page LSN {})", self.file, format_lsn(crate::incremental::page_lsn(data))));
+                }
+            }
+        }
+        changed
+    }
+}
+
+impl Changes for Checked {
+    fn of(&self, root: &str, rel: &str, size: u64) -> FileChanges {
+        let scan = self.scan.of(root, rel, size);
+        match (scan, self.wal.ranges(root, rel)) {
+            (FileChanges::Scan(inner), Some(wal)) => {
+                let file = if root.is_empty() { rel.to_string() } else { format!("{root}/{rel}") };
+                FileChanges::Scan(Arc::new(CheckedFilter { inner, wal, file, misses: self.misses.clone() }))
+            }
+            (other, _) => other,
+        }
+    }
+}
+
+/// Blocks named per relation fork in a summary, for reports.
+pub fn blocks_named(s: &BlockSummary) -> u64 {
+    s.forks.values().map(|c| c.blocks.len() as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocksum::ForkChanges;
+
+    fn wal(forks: &[((Locator, u8), Option<u32>, &[u32])], databases: &[(u32, u32)]) -> WalChanges {
+        let mut s = BlockSummary::default();
+        for (k, limit, blocks) in forks {
+            s.forks.insert(*k, ForkChanges { limit: *limit, blocks: blocks.iter().copied().collect() });
+        }
+        s.databases = databases.iter().copied().collect();
+        let mut sizes = std::collections::HashMap::new();
+        for (root, rel) in [("", "base/5/16384"), ("", "base/5/16384.1"), ("pg_tblspc/16400", "PG_18_202506291/5/16401"), ("", "global/1262")] {
+            sizes.insert((root.to_string(), rel.to_string()), 10 * PAGE_SIZE as u64);
+        }
+        WalChanges { summary: s, sizes }
+    }
+
+    const P: u64 = PAGE_SIZE as u64;
+
+    #[test]
+    fn pages_written_cuts_and_growth_become_ranges() {
+        let t = Locator { spc: DEFAULT_TABLESPACE, db: 5, rel: 16384 };
+        let w = wal(&[((t, MAIN), None, &[1, 2, 7, BLOCKS_PER_SEGMENT + 3])], &[]);
+        assert_eq!(w.ranges("", "base/5/16384").unwrap(), vec![P..3 * P, 7 * P..8 * P, 10 * P..u64::MAX]);
+        assert_eq!(w.ranges("", "base/5/16384.1").unwrap(), vec![3 * P..4 * P, 10 * P..u64::MAX], "the second segment's own blocks");
+        assert_eq!(w.ranges("", "base/5/16384_vm"), None, "other forks whole");
+        assert_eq!(w.ranges("", "base/5/99999"), None, "a new file whole");
+        assert_eq!(w.ranges("", "global/1262").unwrap(), vec![10 * P..u64::MAX], "unchanged: only what grew");
+        // Cut to 5 blocks: everything from 5 on, whatever the parent had.
+        let w = wal(&[((t, MAIN), Some(5), &[1, 7])], &[]);
+        assert_eq!(w.ranges("", "base/5/16384").unwrap(), vec![P..2 * P, 5 * P..u64::MAX]);
+        let w = wal(&[((t, MAIN), Some(0), &[])], &[]);
+        assert_eq!(w.ranges("", "base/5/16384"), None, "made again: whole");
+        let ts = Locator { spc: 16400, db: 5, rel: 16401 };
+        let w = wal(&[((ts, MAIN), None, &[0])], &[(DEFAULT_TABLESPACE, 5)]);
+        assert_eq!(w.ranges("pg_tblspc/16400", "PG_18_202506291/5/16401").unwrap(), vec![0..P, 10 * P..u64::MAX], "in its tablespace");
+        assert_eq!(w.ranges("", "base/5/16384"), None, "its database was made again");
+    }
+}
