@@ -26,7 +26,7 @@ use sheaf_core::{Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Error, 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::facts::ClusterFacts;
-use crate::incremental::{PageScan, Parent};
+use crate::incremental::{choose_changes, Parent};
 use crate::server::{format_lsn, parse_lsn, Server};
 use crate::wal;
 
@@ -214,14 +214,17 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let (start_lsn, start_wal) = server.backup_start(&label, !pg.spread_checkpoint)?;
     let timeline = wal::timeline_of(&start_wal);
     let (mut backup_type, mut method, mut full_because) = (BackupType::Full, None, None);
+    let mut misses: Option<Arc<std::sync::Mutex<Vec<String>>>> = None;
     if let Some(parent) = &pg.parent {
         let history = (timeline > 1).then(|| std::fs::read_to_string(pgdata.join("pg_wal").join(wal::history_name(timeline))).ok()).flatten();
         match parent.off_history(timeline, history.as_deref()) {
             Some(why) => full_because = Some(format!("{why}: taking a full backup")),
             None => {
-                session.incremental(parent.lineage.clone(), Arc::new(PageScan::new(parent)));
+                let (changes, how, found_misses) = choose_changes(parent, timeline, start_lsn, &pgdata.join("pg_wal"))?;
+                session.incremental(parent.lineage.clone(), changes);
                 backup_type = parent.lineage.backup_type;
-                method = Some("page scan: every page of each relation read, those with an LSN at or after the parent's start kept (WAL block summaries are not kept yet)".to_string());
+                method = Some(how);
+                misses = found_misses;
             }
         }
     }
@@ -269,6 +272,17 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     session.warnings.extend(warnings);
     session.warnings.extend(catalog_warnings);
     session.read_listed(batches)?;
+    if let Some(m) = &misses {
+        let m = m.lock().unwrap_or_else(|p| p.into_inner());
+        if !m.is_empty() {
+            return Err(Error::corrupt(format!(
+                "--check-changes: the WAL summaries missed {}{} page(s) that the page scan found changed (the backup was not kept): {}",
+                m.len(),
+                if m.len() >= 100 { " or more" } else { "" },
+                m.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+            )));
+        }
+    }
 
     let stop = server.backup_stop()?;
     // pg_backup_stop switches WAL files, which flushes; wait anyway rather than trust it.

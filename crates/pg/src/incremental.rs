@@ -13,10 +13,14 @@
 //! small and stored whole.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use sheaf_core::manifest::{BackupType, EntryKind};
-use sheaf_core::{BackupSet, Changes, FileChanges, Lineage, UnitFilter};
+use sheaf_core::repo::Repo;
+use sheaf_core::{BackupSet, Changes, Error, FileChanges, Lineage, Result, UnitFilter};
+
+use crate::repo::meta::RepoMeta;
 
 use crate::checksum::PAGE_SIZE;
 use crate::layout;
@@ -38,6 +42,10 @@ pub struct Parent {
     pub timeline: u32,
     /// The length of each relation main-fork file in the parent, by (root name, path).
     pub sizes: HashMap<(String, String), u64>,
+    /// The repository whose WAL block summaries say what changed; without it, the page scan.
+    pub summaries: Option<(Repo, RepoMeta)>,
+    /// `--check-changes`: keep what the page scan finds, and fail if the summaries missed any of it.
+    pub check_changes: bool,
 }
 
 impl Parent {
@@ -53,7 +61,7 @@ impl Parent {
                 main_fork(root, &e.path).then(|| ((root.clone(), e.path.clone()), e.size))
             })
             .collect();
-        Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes }
+        Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes, summaries: None, check_changes: false }
     }
 
     /// Why this parent cannot serve a backup on `timeline`, whose history file (`N.history`, absent
@@ -74,6 +82,46 @@ impl Parent {
             None => Some(format!("{parent} is not in the history of timeline {timeline}")),
         }
     }
+}
+
+/// What [`choose_changes`] chose: what the set holds of each file, how that was decided, and
+/// (with `--check-changes`) where the summaries' misses are collected.
+pub type Chosen = (Arc<dyn Changes>, String, Option<Misses>);
+
+/// Pages the WAL summaries missed, as `--check-changes` finds them.
+pub type Misses = Arc<Mutex<Vec<String>>>;
+
+/// What a backup on `timeline` from `start` holds of each file, and how that was decided: from the
+/// WAL block summaries where they cover the parent's start to `start` without a gap, else by the
+/// page scan, saying why. With `check_changes`, the page scan decides and the misses of the
+/// summaries are collected in the returned list.
+///
+/// # Errors
+/// `check_changes` where summaries cannot be used (there is nothing to check against); the
+/// repository's errors.
+pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path) -> Result<Chosen> {
+    let scan = PageScan::new(parent);
+    let why_not = match &parent.summaries {
+        None => "no repository holds WAL summaries for it".to_string(),
+        Some(_) if parent.timeline != timeline => format!("the timeline changed since the parent ({} to {timeline}): summaries are followed on one timeline", parent.timeline),
+        Some((repo, meta)) => match crate::walmap::changes_since(repo, meta, timeline, parent.start_lsn, start, pg_wal)? {
+            Ok(summary) => {
+                let named = crate::walmap::blocks_named(&summary);
+                let wal = crate::walmap::WalChanges::new(summary, parent);
+                if parent.check_changes {
+                    let checked = crate::walmap::Checked::new(wal, scan);
+                    let misses = checked.misses.clone();
+                    return Ok((Arc::new(checked), format!("page scan, checked against the WAL summaries ({named} blocks named)"), Some(misses)));
+                }
+                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {}", format_lsn(parent.start_lsn), format_lsn(start)), None));
+            }
+            Err(why) => why,
+        },
+    };
+    if parent.check_changes {
+        return Err(Error::invalid(format!("--check-changes compares the WAL summaries with the page scan, but the summaries cannot be used: {why_not}")));
+    }
+    Ok((Arc::new(scan), format!("page scan (every page read, those with an LSN at or after the parent's start kept), because {why_not}"), None))
 }
 
 /// A timeline history file's lines, `parent-timeline switch-LSN reason`, as (timeline, the LSN
@@ -189,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_parent_serves_its_timeline_and_descendants_that_left_after_it() {
-        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new() };
+        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new(), summaries: None, check_changes: false };
         assert_eq!(p.off_history(1, None), None);
         assert_eq!(p.off_history(2, Some("1\t0/5000000\tno recovery target specified\n")), None);
         let early = p.off_history(2, Some("1\t0/2000000\tbefore 2026-11-24\n")).unwrap();

@@ -115,13 +115,20 @@ pub struct PushReport {
     pub ahead_failed: Vec<AheadFailure>,
     /// The spool could not be used (look-ahead was skipped); the push itself went on.
     pub spool_error: Option<String>,
+    /// Segments whose block summary was made now (for incrementals).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summarized: Vec<String>,
+    /// A summary that could not be made: the push stands; an incremental reads every page where
+    /// summaries are missing (`sheaf wal-summarize` fills them in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_error: Option<String>,
 }
 
 impl PushReport {
     /// The answer for a file an earlier call's look-ahead pushed: nothing done now.
     pub fn from_spool(path: &Path) -> PushReport {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        PushReport { name, from_spool: true, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None }
+        PushReport { name, from_spool: true, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None }
     }
 }
 
@@ -174,7 +181,7 @@ impl Spool {
 /// raised: the archiver will ask for those files itself.
 pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-    let mut report = PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None };
+    let mut report = PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None };
     let wal_dir = wal::wal_dir(path);
     let is_segment = WalFile::parse(&name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment);
     let mut todo = vec![path.to_path_buf()];
@@ -217,6 +224,31 @@ pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, code
         }
     }
     report.pushed.insert(0, first?);
+    // Each segment's summary follows the one before it: made in order, after all are archived.
+    let mut segments: Vec<(&str, &Path)> = report
+        .pushed
+        .iter()
+        .filter(|p| WalFile::parse(&p.name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment))
+        .filter_map(|p| todo.iter().find(|t| t.file_name().is_some_and(|n| n == p.name.as_str())).map(|t| (p.name.as_str(), t.as_path())))
+        .collect();
+    segments.sort();
+    let mut made = Vec::new();
+    for (n, local) in segments {
+        let done = match crate::summarize::read_summary(repo, n) {
+            Ok(Some(_)) => Ok(false),
+            Ok(None) => crate::summarize::summarize_and_store(repo, meta, n, Some(local)).map(|_| true),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(true) => made.push(n.to_string()),
+            Ok(false) => {}
+            Err(e) => {
+                report.summary_error = Some(format!("no block summary for {n}: {e}"));
+                break;
+            }
+        }
+    }
+    report.summarized = made;
     Ok(report)
 }
 

@@ -131,14 +131,16 @@ impl Summarizer {
     }
 }
 
-/// Summarize segment `name`, read from `local` (the file just archived) or from the repository:
-/// from where the previous segment's summary ended (its unfinished record read back from the
-/// repository), through the last record that ends in this segment.
+/// Summarize segment `name`, read from `local` (the file just archived, or one still being
+/// written in pg_wal) or from the repository: from where the previous segment's summary ended
+/// (its unfinished record read back from the repository), through the last record that ends in
+/// this segment. A `complete` segment (archived) must hold WAL to its end.
 ///
 /// # Errors
 /// A name that is not a segment, WAL of another cluster or of a version sheaf does not read, and
-/// the store's errors. WAL that ends early is not an error: the summary ends there, and says so.
-pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>) -> Result<BlockSummary> {
+/// the store's errors. WAL that ends early is not an error: the summary ends there, and a complete
+/// segment's says so (which makes it unusable).
+pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>, complete: bool) -> Result<BlockSummary> {
     let seg = meta.wal_segment_size;
     let wal = WalFile::parse(name, seg).filter(|w| w.kind == WalKind::Segment).ok_or_else(|| Error::invalid(format!("{name} is not a WAL segment")))?;
     let sysid = meta.system_identifier.parse().ok();
@@ -165,7 +167,7 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>)
         s.summary.start = if s.summary.end == 0 { s.decoder.next_record().unwrap_or(here) } else { s.summary.start };
     }
     s.summary.end = s.decoder.next_record().unwrap_or(s.summary.end).max(s.summary.start);
-    if let Some(end) = s.decoder.end() {
+    if let Some(end) = s.decoder.end().filter(|_| complete) {
         // An archived segment is whole: valid WAL that ends inside it is damage, or a segment
         // switched in a way this reader does not know. The summary is kept, marked unusable.
         if end.at < here + seg {
@@ -180,7 +182,7 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>)
 /// # Errors
 /// As [`summarize`] and [`write_summary`].
 pub fn summarize_and_store(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>) -> Result<BlockSummary> {
-    let s = summarize(repo, meta, name, local)?;
+    let s = summarize(repo, meta, name, local, true)?;
     write_summary(repo, name, &s)?;
     Ok(s)
 }

@@ -45,11 +45,16 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to:
                 if !local.exists() {
                     return Ok(Err(format!("WAL segment {name} is neither archived nor in pg_wal")));
                 }
-                summarize(repo, meta, &name, Some(&local))?
+                summarize(repo, meta, &name, Some(&local), false)?
             }
         };
         if let Err(e) = merged.merge(&s) {
-            return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
+            // Made while its predecessor had no summary yet (segments archived in parallel):
+            // made again now that it has, from the archive.
+            let again = if archived { summarize_and_store(repo, meta, &name, None)? } else { s };
+            if merged.merge(&again).is_err() {
+                return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
+            }
         }
     }
     if merged.start > from || merged.end < to {
@@ -222,7 +227,9 @@ mod tests {
     use super::*;
     use crate::blocksum::ForkChanges;
 
-    fn wal(forks: &[((Locator, u8), Option<u32>, &[u32])], databases: &[(u32, u32)]) -> WalChanges {
+    type Fork<'a> = ((Locator, u8), Option<u32>, &'a [u32]);
+
+    fn wal(forks: &[Fork<'_>], databases: &[(u32, u32)]) -> WalChanges {
         let mut s = BlockSummary::default();
         for (k, limit, blocks) in forks {
             s.forks.insert(*k, ForkChanges { limit: *limit, blocks: blocks.iter().copied().collect() });

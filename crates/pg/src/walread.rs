@@ -129,6 +129,18 @@ fn maxalign(n: u64) -> u64 {
 }
 
 impl Decoder {
+    /// Where a record starting at `lsn` really starts: past the page header when `lsn` is a page's
+    /// first byte (so that one position has one name, wherever it was computed).
+    fn past_header(&self, lsn: u64) -> u64 {
+        match lsn % PAGE as u64 {
+            0 if lsn % self.seg_size == 0 => lsn + LONG_HEADER as u64,
+            0 => lsn + SHORT_HEADER as u64,
+            _ => lsn,
+        }
+    }
+}
+
+impl Decoder {
     /// A decoder for WAL of `seg_size`-byte segments, of the cluster `system_identifier` when known.
     pub fn new(seg_size: u64, system_identifier: Option<u64>) -> Decoder {
         Decoder { seg_size, system_identifier, magic: None, expect_page: None, next: None, prev: None, partial: None, end: None }
@@ -136,7 +148,7 @@ impl Decoder {
 
     /// Start at a known record boundary (a summary's end) instead of the first one of the first page.
     pub fn start_at(&mut self, lsn: u64) {
-        self.next = Some(lsn);
+        self.next = Some(self.past_header(lsn));
     }
 
     /// The page magic seen (the server's WAL version).
@@ -283,7 +295,7 @@ impl Decoder {
                 return Ok(());
             }
         }
-        self.next = Some(lsn + PAGE as u64);
+        self.next = Some(self.past_header(lsn + PAGE as u64));
         Ok(())
     }
 
@@ -304,7 +316,7 @@ impl Decoder {
         let record = match decode(bytes, self.magic.and_then(version_of_magic).unwrap_or(18)) {
             Ok((blocks, main)) => {
                 let next = if rmid == RM_XLOG && info & 0xF0 == XLOG_SWITCH { start.div_ceil(self.seg_size).max(1) * self.seg_size } else { next };
-                Record { lsn: start, next, info, rmid, blocks, main }
+                Record { lsn: start, next: self.past_header(next), info, rmid, blocks, main }
             }
             Err(why) => {
                 self.stop(start, format!("the record at {start:X} does not decode: {why}"));

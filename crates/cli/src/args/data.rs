@@ -27,12 +27,20 @@ pub struct BackupArgs {
     #[arg(long, value_name = "N", conflicts_with = "to")]
     pub stripes: Option<usize>,
     /// Into a repository: full (every page), diff (what changed since the last full) or incr (what
-    /// changed since the last backup of any type). An incremental reads every relation page and
-    /// keeps those whose LSN is at or after its parent's start, so it writes only the change;
-    /// restore --repo reads its chain. With nothing to build on, a full backup is taken and the
-    /// report says why. Default: SHEAF_TYPE, type in the config file, else full.
+    /// changed since the last backup of any type). An incremental reads only the pages the WAL
+    /// block summaries (kept by wal-push) name since its parent's start; where they have a gap it
+    /// reads every page and keeps those whose LSN is at or after that start, and says so. It
+    /// writes only the change; restore --repo reads its chain. With nothing to build on, a full
+    /// backup is taken and the report says why. Default: SHEAF_TYPE, type in the config file,
+    /// else full.
     #[arg(long = "type", value_name = "full|diff|incr", conflicts_with = "to")]
     pub backup_type: Option<String>,
+    /// For an incremental or differential: find the changed pages both ways, by the WAL block
+    /// summaries wal-push keeps and by reading every page, keep what the page scan finds, and
+    /// fail if the summaries missed a page (a check of sheaf itself; the summaries alone are the
+    /// fast way).
+    #[arg(long, conflicts_with = "to")]
+    pub check_changes: bool,
     /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
     /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:
     /// SHEAF_COMPRESSION, the config file, else zstd:low.

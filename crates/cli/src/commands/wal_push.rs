@@ -46,6 +46,9 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
     if let Some(e) = &report.spool_error {
         eprintln!("sheaf: look-ahead is off: {e}");
     }
+    if let Some(e) = &report.summary_error {
+        eprintln!("sheaf: WARNING: {e}; the segment is archived, and an incremental backup reads every page where summaries are missing (sheaf wal-summarize makes them)");
+    }
     if a.json {
         let mut v = serde_json::to_value(&report).expect("report serialises");
         v["seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());

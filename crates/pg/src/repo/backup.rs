@@ -22,6 +22,8 @@ pub struct Kind {
     pub stripes: usize,
     /// `full`, `diff` or `incr`.
     pub backup_type: BackupType,
+    /// Decide what changed by the page scan and fail if the WAL summaries missed any of it.
+    pub check_changes: bool,
 }
 
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
@@ -41,7 +43,7 @@ pub fn backup_to_repo(
     schemes: &dyn Schemes,
     progress: Arc<dyn Progress>,
 ) -> Result<(PgBackupReport, BackupRecord)> {
-    let Kind { stripes, backup_type } = kind;
+    let Kind { stripes, backup_type, check_changes } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
@@ -63,7 +65,9 @@ pub fn backup_to_repo(
             let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
             let lineage = Lineage { backup_type, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
             let start = parse_lsn(&p.start_lsn).ok_or_else(|| Error::corrupt(format!("backup {}'s record: start LSN '{}' does not parse", p.id, p.start_lsn)))?;
-            let parent = Parent::new(lineage, &p.id, start, p.stop_lsn(), p.timeline, &set);
+            let mut parent = Parent::new(lineage, &p.id, start, p.stop_lsn(), p.timeline, &set);
+            parent.summaries = Some((repo.clone(), meta.clone()));
+            parent.check_changes = check_changes;
             Some((parent, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
         }
     };

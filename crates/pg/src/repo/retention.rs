@@ -131,11 +131,17 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     let oldest = kept.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).min_by_key(|w| w.segno);
     if let Some(oldest) = oldest {
         plan.wal_kept_from = Some(oldest.name.clone());
+        let summaries: std::collections::HashSet<String> = repo.list(paths::WAL)?.into_iter().map(|o| o.name).filter(|n| n.ends_with(".sum")).collect();
         for (w, size) in archived(repo, meta)? {
             if w.kind != WalKind::History && w.segno < oldest.segno {
                 plan.wal_removed += 1;
                 plan.wal_bytes += size;
                 plan.bytes += size;
+                // Its block summary first: a summary never outlives its segment.
+                let sum = crate::summarize::summary_object(&w.name);
+                if summaries.contains(&sum) {
+                    plan.objects.push(sum);
+                }
                 plan.objects.push(paths::wal_object(&w.name));
             }
         }
