@@ -215,12 +215,17 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let timeline = wal::timeline_of(&start_wal);
     let (mut backup_type, mut method, mut full_because) = (BackupType::Full, None, None);
     let mut misses: Option<Arc<std::sync::Mutex<Vec<String>>>> = None;
+    // List only now: everything created before the start LSN is on disk and listed, tablespaces
+    // included. In-place tablespaces (a relative location) live inside the data directory.
+    let tablespaces: Vec<_> = server.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     if let Some(parent) = &pg.parent {
         let history = (timeline > 1).then(|| std::fs::read_to_string(pgdata.join("pg_wal").join(wal::history_name(timeline))).ok()).flatten();
         match parent.off_history(timeline, history.as_deref()) {
             Some(why) => full_because = Some(format!("{why}: taking a full backup")),
             None => {
-                let (changes, how, found_misses) = choose_changes(parent, timeline, start_lsn, &pgdata.join("pg_wal"))?;
+                let mut roots = vec![(String::new(), pgdata.clone())];
+                roots.extend(tablespaces.iter().map(|t| (format!("pg_tblspc/{}", t.oid), PathBuf::from(&t.location))));
+                let (changes, how, found_misses) = choose_changes(parent, timeline, start_lsn, &pgdata.join("pg_wal"), &roots)?;
                 session.incremental(parent.lineage.clone(), changes);
                 backup_type = parent.lineage.backup_type;
                 method = Some(how);
@@ -228,10 +233,6 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             }
         }
     }
-
-    // List only now: everything created before the start LSN is on disk and listed, tablespaces
-    // included. In-place tablespaces (a relative location) live inside the data directory.
-    let tablespaces: Vec<_> = server.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     // The catalogs as the files are listed: which database and relation each file is, for
     // restoring or extracting less than everything. Relations created or rewritten during the
     // backup come back by WAL replay, not through this list.

@@ -10,10 +10,13 @@
 //! PostgreSQL sets them again.) Free-space maps, visibility maps and init forks are stored whole:
 //! the first is not WAL-logged, the second's bits are cleared without its page's LSN moving, and
 //! the last is tiny. Files that are not relations (the control file, pg_xact, configuration) are
-//! small and stored whole.
+//! small and stored whole. One case defeats LSNs: a database dropped and made again under the same
+//! OID by copying its template (`STRATEGY FILE_COPY`) has files at the parent's paths whose pages
+//! keep the template's old LSNs. Its PG_VERSION is new, so every database directory whose
+//! PG_VERSION differs from the parent's is stored whole.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use sheaf_core::manifest::{BackupType, EntryKind};
@@ -42,6 +45,11 @@ pub struct Parent {
     pub timeline: u32,
     /// The length of each relation main-fork file in the parent, by (root name, path).
     pub sizes: HashMap<(String, String), u64>,
+    /// Each database directory's PG_VERSION in the parent, by (root name, directory): its
+    /// modification time. A database dropped and made again under the same OID by copying its
+    /// template (FILE_COPY) has files whose pages keep the template's old LSNs; its new
+    /// PG_VERSION says so.
+    pub versions: HashMap<(String, String), i64>,
     /// The repository whose WAL block summaries say what changed; without it, the page scan.
     pub summaries: Option<(Repo, RepoMeta)>,
     /// `--check-changes`: keep what the page scan finds, and fail if the summaries missed any of it.
@@ -52,16 +60,12 @@ impl Parent {
     /// The parent that the opened set `set` is; `lineage` is the new backup's.
     pub fn new(lineage: Lineage, name: &str, start_lsn: u64, stop_lsn: u64, timeline: u32, set: &BackupSet) -> Parent {
         let m = &set.manifest;
-        let sizes = m
-            .entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::File && !e.vanished)
-            .filter_map(|e| {
-                let root = &m.roots[e.root as usize].name;
-                main_fork(root, &e.path).then(|| ((root.clone(), e.path.clone()), e.size))
-            })
+        let files = || m.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| (m.roots[e.root as usize].name.clone(), e));
+        let sizes = files().filter(|(root, e)| main_fork(root, &e.path)).map(|(root, e)| ((root, e.path.clone()), e.size)).collect();
+        let versions = files()
+            .filter_map(|(root, e)| e.path.strip_suffix("/PG_VERSION").filter(|d| d.contains('/')).map(|d| ((root, d.to_string()), e.mtime_ns)))
             .collect();
-        Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes, summaries: None, check_changes: false }
+        Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes, versions, summaries: None, check_changes: false }
     }
 
     /// Why this parent cannot serve a backup on `timeline`, whose history file (`N.history`, absent
@@ -99,8 +103,8 @@ pub type Misses = Arc<Mutex<Vec<String>>>;
 /// # Errors
 /// `check_changes` where summaries cannot be used (there is nothing to check against); the
 /// repository's errors.
-pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path) -> Result<Chosen> {
-    let scan = PageScan::new(parent);
+pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
+    let scan = PageScan::new(parent, roots);
     let why_not = match &parent.summaries {
         None => "no repository holds WAL summaries for it".to_string(),
         Some(_) if parent.timeline != timeline => format!("the timeline changed since the parent ({} to {timeline}): summaries are followed on one timeline", parent.timeline),
@@ -145,18 +149,36 @@ fn main_fork(root: &str, rel: &str) -> bool {
 pub struct PageScan {
     since: u64,
     sizes: HashMap<(String, String), u64>,
+    /// Database directories made again since the parent (by root name): held whole.
+    remade: HashSet<(String, String)>,
 }
 
 impl PageScan {
-    /// Pages changed since `parent` started.
-    pub fn new(parent: &Parent) -> PageScan {
-        PageScan { since: parent.start_lsn, sizes: parent.sizes.clone() }
+    /// Pages changed since `parent` started; `roots` are the backup's roots (name and place), where
+    /// each database directory's PG_VERSION is compared with the parent's.
+    pub fn new(parent: &Parent, roots: &[(String, PathBuf)]) -> PageScan {
+        let remade = parent
+            .versions
+            .iter()
+            .filter(|((root, dir), &was)| {
+                let now = roots.iter().find(|(r, _)| r == root).and_then(|(_, place)| std::fs::symlink_metadata(place.join(dir).join("PG_VERSION")).ok());
+                now.is_none_or(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.mtime() * 1_000_000_000 + m.mtime_nsec() != was
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        PageScan { since: parent.start_lsn, sizes: parent.sizes.clone(), remade }
     }
 }
 
 impl Changes for PageScan {
     fn of(&self, root: &str, rel: &str, _size: u64) -> FileChanges {
         if !main_fork(root, rel) {
+            return FileChanges::Whole;
+        }
+        if rel.rsplit_once('/').is_some_and(|(dir, _)| self.remade.contains(&(root.to_string(), dir.to_string()))) {
             return FileChanges::Whole;
         }
         match self.sizes.get(&(root.to_string(), rel.to_string())) {
@@ -227,7 +249,11 @@ mod tests {
         let mut sizes = HashMap::new();
         sizes.insert((String::new(), "base/5/16384".to_string()), 3 * PAGE_SIZE as u64);
         sizes.insert(("pg_tblspc/16400".to_string(), "PG_18_202506291/5/16401.1".to_string()), PAGE_SIZE as u64);
-        let s = PageScan { since: 1, sizes };
+        let s = PageScan { since: 1, sizes, remade: [(String::new(), "base/6".to_string())].into_iter().collect() };
+        let mut more = s.sizes.clone();
+        more.insert((String::new(), "base/6/16384".to_string()), PAGE_SIZE as u64);
+        let s = PageScan { sizes: more, ..s };
+        assert!(matches!(s.of("", "base/6/16384", 0), FileChanges::Whole), "a database made again: whole");
         assert!(matches!(s.of("", "base/5/16384", 0), FileChanges::Scan(_)));
         assert!(matches!(s.of("pg_tblspc/16400", "PG_18_202506291/5/16401.1", 0), FileChanges::Scan(_)));
         for (root, rel) in [("", "base/5/16384_vm"), ("", "base/5/16384_fsm"), ("", "base/5/99999"), ("", "global/pg_control"), ("", "pg_xact/0000")] {
@@ -237,7 +263,7 @@ mod tests {
 
     #[test]
     fn a_parent_serves_its_timeline_and_descendants_that_left_after_it() {
-        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new(), summaries: None, check_changes: false };
+        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new(), versions: HashMap::new(), summaries: None, check_changes: false };
         assert_eq!(p.off_history(1, None), None);
         assert_eq!(p.off_history(2, Some("1\t0/5000000\tno recovery target specified\n")), None);
         let early = p.off_history(2, Some("1\t0/2000000\tbefore 2026-11-24\n")).unwrap();

@@ -160,8 +160,8 @@ impl Changes for WalChanges {
     }
 }
 
-/// `--check-changes`: the page scan decides what the set holds, and every page it finds changed
-/// that the WAL summaries did not name is recorded as a miss (pages of zeros aside: a page the
+/// `--check-changes`: the page scan decides what the set holds (a file either holds whole is held
+/// whole), and every page it finds changed that the WAL summaries did not name is recorded as a miss (pages of zeros aside: a page the
 /// server extended a relation with and never wrote is not a change).
 pub struct Checked {
     wal: WalChanges,
@@ -206,13 +206,13 @@ impl UnitFilter for CheckedFilter {
 
 impl Changes for Checked {
     fn of(&self, root: &str, rel: &str, size: u64) -> FileChanges {
-        let scan = self.scan.of(root, rel, size);
-        match (scan, self.wal.ranges(root, rel)) {
+        // Whole where either says whole.
+        match (self.scan.of(root, rel, size), self.wal.ranges(root, rel)) {
             (FileChanges::Scan(inner), Some(wal)) => {
                 let file = if root.is_empty() { rel.to_string() } else { format!("{root}/{rel}") };
                 FileChanges::Scan(Arc::new(CheckedFilter { inner, wal, file, misses: self.misses.clone() }))
             }
-            (other, _) => other,
+            _ => FileChanges::Whole,
         }
     }
 }

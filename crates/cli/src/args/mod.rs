@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs};
+pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
 
@@ -111,6 +111,10 @@ overwritten. A segment of another cluster is refused.")]
     /// failure (a damaged object, an unreachable repository) exits 255, which stops recovery rather
     /// than ending it early; in standby mode the usual exit codes, and the standby retries.
     WalFetch(WalFetchArgs),
+    /// Make the WAL block summaries that incrementals read for archived segments that lack one
+    /// (WAL archived by another tool, or while summaries could not be made); wal-push makes them
+    /// as it archives.
+    WalSummarize(WalSummarizeArgs),
     /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
     /// per timeline, gaps, totals.
     Info(InfoArgs),
@@ -188,6 +192,7 @@ impl Command {
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),
             Command::Consolidate(a) => with(&a.s3, &a.repo),
+            Command::WalSummarize(a) => with(&a.s3, &a.repo),
             Command::WalPush(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Bench(a) => Shared { keys: a.keys.clone(), ..Shared::default() },

@@ -81,6 +81,17 @@ pub struct InfoArgs {
 }
 
 #[derive(Args)]
+pub struct WalSummarizeArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
 pub struct ConsolidateArgs {
     #[command(flatten)]
     pub repo: RepoArg,

@@ -18,3 +18,4 @@ pub mod restore;
 pub mod verify;
 pub mod wal_fetch;
 pub mod wal_push;
+pub mod wal_summarize;
