@@ -206,3 +206,79 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     assert_eq!(expired["kept"], serde_json::json!([again["postgres"]["repository_id"]]), "{expired}");
     assert_eq!(expired["removed"].as_array().unwrap().len(), 6, "the old full goes with everything built on it: {expired}");
 }
+
+/// What goes wrong around incrementals, each named before anything is written or leaving nothing
+/// that looks complete: a damaged parent, another cluster, an incremental killed mid-way; and a
+/// timeline change between parent and child (restored, promoted, archiving on), whose
+/// incremental restores to the promoted cluster.
+#[test]
+fn damaged_parents_other_clusters_kills_and_timeline_changes() {
+    use super::repo::recover_with;
+    let (base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    ok(run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "app"])), "pgbench -i");
+    let full = backup(&c, &repo, "full");
+    let full_id = full["postgres"]["repository_id"].as_str().unwrap().to_string();
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(repo.join("backups")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+
+    // The parent's stripe damaged: named, and nothing written.
+    let stripe = repo.join("backups").join(&full_id).join(format!("{full_id}_1.sheaf"));
+    let good = std::fs::read(&stripe).unwrap();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 200] ^= 0x55;
+    std::fs::write(&stripe, &bad).unwrap();
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--type", "incr"]));
+    assert!(!o.status.success() && stderr(&o).contains(&format!("parent backup {full_id}")), "{}", stderr(&o));
+    assert_eq!(listing(), before, "nothing written");
+    std::fs::write(&stripe, &good).unwrap();
+
+    // Another cluster's incremental into this repository: refused, nothing written.
+    let other = Cluster::new(&[], &[]);
+    let o = run(sheaf().args(["backup", &other.url("postgres"), "--repo", r, "--type", "incr"]));
+    assert!(!o.status.success() && stderr(&o).contains("the repository holds cluster"), "{}", stderr(&o));
+    assert_eq!(listing(), before);
+    drop(other);
+
+    // Killed mid-way: no record; the next incremental builds on the full, and expire clears it.
+    ok(run(c.tool("pgbench").args(["-n", "-t", "300", "app"]).stdout(Stdio::null())), "pgbench");
+    let mut child = sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--type", "incr", "--check-changes", "--max-rate", "64KiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "the incremental finished before it could be killed; slow it more");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    let states: Vec<&str> = info["backups"].as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["complete", "unfinished"], "{info}");
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND query ILIKE '%pg_backup%'");
+    let incr = backup(&c, &repo, "incr");
+    assert_eq!(incr["postgres"]["chain"], serde_json::json!([full_id]), "{incr}");
+    let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
+    assert_eq!(expired["unfinished"].as_array().unwrap().len(), 1, "{expired}");
+    assert!(expired["removed"].as_array().unwrap().is_empty(), "nothing finished goes: {expired}");
+    archive_now(&c);
+
+    // Restored to the end and promoted on timeline 2, archiving into the same repository: an
+    // incremental there builds on the chain from timeline 1 and restores to what it holds.
+    let out = base.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let promoted = recover_with(&repo, &out.join("promoted"), &[], true);
+    assert_eq!(promoted.sql("postgres", "SELECT timeline_id FROM pg_control_checkpoint()"), "2");
+    ok(run(promoted.tool("pgbench").args(["-n", "-t", "200", "app"]).stdout(Stdio::null())), "pgbench on timeline 2");
+    promoted.sql("app", "CREATE TABLE after_promotion AS SELECT g FROM generate_series(1, 1000) g");
+    // Summaries are followed on one timeline: across the change, the page scan, saying why.
+    let on_two = json(ok(run(sheaf().args(["backup", &promoted.url("postgres"), "--repo", r, "--type", "incr", "--json"])), "backup on timeline 2"));
+    assert_eq!(on_two["postgres"]["backup_type"], "incr", "{on_two}");
+    assert!(on_two["postgres"]["method"].as_str().unwrap().contains("the timeline changed"), "{on_two}");
+    assert_eq!(on_two["postgres"]["timeline"], 2);
+    archive_now(&promoted);
+    let id = on_two["postgres"]["repository_id"].as_str().unwrap();
+    let back = recover(&repo, &out.join("back"), &["--set", id, "--target-timeline", "2"]);
+    assert!(dump(&back) == dump(&promoted), "the incremental across the timeline change restores to the promoted cluster");
+    amcheck(&back);
+}
