@@ -54,6 +54,8 @@ pub struct Parent {
     pub summaries: Option<(Repo, RepoMeta)>,
     /// `--check-changes`: keep what the page scan finds, and fail if the summaries missed any of it.
     pub check_changes: bool,
+    /// `--page-scan`: read every page, whatever the summaries hold.
+    pub page_scan: bool,
 }
 
 impl Parent {
@@ -65,7 +67,7 @@ impl Parent {
         let versions = files()
             .filter_map(|(root, e)| e.path.strip_suffix("/PG_VERSION").filter(|d| d.contains('/')).map(|d| ((root, d.to_string()), e.mtime_ns)))
             .collect();
-        Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes, versions, summaries: None, check_changes: false }
+        Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes, versions, summaries: None, check_changes: false, page_scan: false }
     }
 
     /// Why this parent cannot serve a backup on `timeline`, whose history file (`N.history`, absent
@@ -106,6 +108,7 @@ pub type Misses = Arc<Mutex<Vec<String>>>;
 pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
     let scan = PageScan::new(parent, roots);
     let why_not = match &parent.summaries {
+        _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),
         None => "no repository holds WAL summaries for it".to_string(),
         Some(_) if parent.timeline != timeline => format!("the timeline changed since the parent ({} to {timeline}): summaries are followed on one timeline", parent.timeline),
         Some((repo, meta)) => match crate::walmap::changes_since(repo, meta, timeline, parent.start_lsn, start, pg_wal)? {
@@ -263,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_parent_serves_its_timeline_and_descendants_that_left_after_it() {
-        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new(), versions: HashMap::new(), summaries: None, check_changes: false };
+        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new(), versions: HashMap::new(), summaries: None, check_changes: false, page_scan: false };
         assert_eq!(p.off_history(1, None), None);
         assert_eq!(p.off_history(2, Some("1\t0/5000000\tno recovery target specified\n")), None);
         let early = p.off_history(2, Some("1\t0/2000000\tbefore 2026-11-24\n")).unwrap();

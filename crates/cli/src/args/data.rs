@@ -41,6 +41,11 @@ pub struct BackupArgs {
     /// fast way).
     #[arg(long, conflicts_with = "to")]
     pub check_changes: bool,
+    /// For an incremental or differential: read every relation page and keep those whose LSN is
+    /// at or after the parent's start, instead of reading only the pages the WAL summaries name
+    /// (for WAL archived by another tool; slower, as correct).
+    #[arg(long, conflicts_with_all = ["to", "check_changes"])]
+    pub page_scan: bool,
     /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
     /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:
     /// SHEAF_COMPRESSION, the config file, else zstd:low.

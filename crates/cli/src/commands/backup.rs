@@ -80,7 +80,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                     None => BackupType::Full,
                 };
                 let (r, record) =
-                    sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, sheaf_pg::repo::backup::Kind { stripes, backup_type, check_changes: a.check_changes }, ctx.schemes()?, progress(a.json))?;
+                    sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, sheaf_pg::repo::backup::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan }, ctx.schemes()?, progress(a.json))?;
                 if let Some(why) = &r.full_because {
                     eprintln!("sheaf: {why}");
                 }

@@ -24,6 +24,8 @@ pub struct Kind {
     pub backup_type: BackupType,
     /// Decide what changed by the page scan and fail if the WAL summaries missed any of it.
     pub check_changes: bool,
+    /// Read every page instead of using the WAL summaries.
+    pub page_scan: bool,
 }
 
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
@@ -43,7 +45,7 @@ pub fn backup_to_repo(
     schemes: &dyn Schemes,
     progress: Arc<dyn Progress>,
 ) -> Result<(PgBackupReport, BackupRecord)> {
-    let Kind { stripes, backup_type, check_changes } = kind;
+    let Kind { stripes, backup_type, check_changes, page_scan } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
@@ -68,6 +70,7 @@ pub fn backup_to_repo(
             let mut parent = Parent::new(lineage, &p.id, start, p.stop_lsn(), p.timeline, &set);
             parent.summaries = Some((repo.clone(), meta.clone()));
             parent.check_changes = check_changes;
+            parent.page_scan = page_scan;
             Some((parent, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
         }
     };

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Incremental backups on TPC-H (issue 22's goals), one run on one cluster, sheaf against itself:
+# a full; a differential from the WAL summaries and one from the page scan after changing ~5 % of
+# the pages; a chain of a full and 6 incrementals restored against a full restore of the same end
+# state (its consolidation); --delta restore of a stale copy; consolidate against a full backup.
+# Every backup and restore starts after sync with a warm cache. Peers (pgBackRest incr,
+# pg_basebackup --incremental) come with `sheaf bench --type full,incr`.
+#
+#   SHEAF=target/release/sheaf SCALE=1 OUT=incr-report scripts/bench-incremental.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=$(realpath "${SHEAF:-target/release/sheaf}")
+SCALE=${SCALE:-1}
+OUT=${OUT:-incr-report}
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
+W=$(mktemp -d /var/tmp/sheaf-incr.XXXXXX)
+chmod 755 "$W"
+mkdir -p "$OUT"
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+mkdir -p "$W/data" "$W/sock" "$W/repo"
+[ "$(id -u)" -eq 0 ] && chown postgres "$W/data" "$W/sock" "$W/repo"
+PORT=$((20000 + RANDOM % 20000))
+URL="postgres://postgres@localhost:$PORT/postgres?host=$W/sock"
+TPCH="postgres://postgres@localhost:$PORT/tpch?host=$W/sock"
+cleanup() { as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$W"; }
+trap cleanup EXIT
+as_pg "$PGBIN/initdb" -D "$W/data" --data-checksums -A trust -U postgres >/dev/null
+cat >>"$W/data/postgresql.conf" <<EOF
+port = $PORT
+unix_socket_directories = '$W/sock'
+listen_addresses = ''
+shared_buffers = 256MB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+archive_mode = on
+archive_command = '$S wal-push %p --repo $W/repo'
+EOF
+as_pg "$PGBIN/pg_ctl" -D "$W/data" -l "$W/sock/log" -w start >/dev/null
+psql() { as_pg "$PGBIN/psql" -h "$W/sock" -p "$PORT" -U postgres -Atq "$@"; }
+"$S" init --repo "$W/repo" "$URL" >/dev/null
+psql -c "CREATE DATABASE tpch"
+echo "loading TPC-H scale $SCALE" >&2
+"$S" load-tpch "$TPCH" --scale "$SCALE" >/dev/null
+psql -d tpch -c "VACUUM ANALYZE" -c "CHECKPOINT"
+
+now() { date +%s.%N; }
+# `timed NAME CMD...`: run after sync, record NAME's seconds.
+declare -A T
+timed() { local n=$1; shift; sync; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
+backup() { "$S" backup "$URL" --repo "$W/repo" --json "$@"; }
+archive_now() {
+  local seg; seg=$(psql -c "SELECT pg_logical_emit_message(false, 'bench', 'x')" -c "SELECT pg_walfile_name(pg_switch_wal())" | tail -1)
+  for _ in $(seq 600); do
+    local last; last=$(psql -c "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
+    [[ "$last" > "$seg" || "$last" == "$seg" ]] && return; sleep 0.2
+  done
+  echo "archiving stalled" >&2; exit 1
+}
+# Touch about `$1` % of lineitem's and orders' pages: half scattered (every Nth page), half one
+# contiguous run; the new row versions land on further pages.
+change() {
+  local pct=$1 off=$2
+  for t in lineitem orders; do
+    local col; col=$([ $t = lineitem ] && echo l_comment || echo o_comment)
+    local pages; pages=$(psql -d tpch -c "SELECT relpages FROM pg_class WHERE relname = '$t'")
+    local every; every=$(echo "scale=0; 200 / $pct" | bc)
+    local run; run=$(echo "scale=0; $pages * $pct / 200" | bc)
+    local from=$(( (pages * off / 100) % pages ))
+    psql -d tpch -c "UPDATE $t SET $col = $col WHERE (ctid::text::point)[0]::bigint % $every = $off % $every OR (ctid::text::point)[0]::bigint BETWEEN $from AND $from + $run"
+  done
+  psql -d tpch -c "CHECKPOINT"
+  archive_now
+}
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+archive_now
+timed full backup --type full >"$W/full.json"
+change 5 0
+timed diff_wal backup --type diff >"$W/diff_wal.json"
+timed diff_scan backup --type diff --page-scan >"$W/diff_scan.json"
+# A chain: 6 incrementals of about 1 % each.
+for i in 1 2 3 4 5 6; do
+  change 1 $((i * 13))
+  timed "incr$i" backup --type incr >"$W/incr$i.json"
+done
+last=$(field "$W/incr6.json" "d['postgres']['repository_id']")
+full_id=$(field "$W/full.json" "d['postgres']['repository_id']")
+timed consolidate "$S" consolidate --repo "$W/repo" --set "$last" --json >"$W/merged.json"
+merged=$(field "$W/merged.json" "d['record']['id']")
+restore() { local to=$1; shift; rm -rf "$to"; "$S" restore --repo "$W/repo" --to "$to" --target immediate --json "$@" >/dev/null; }
+timed restore_merged restore "$W/r-merged" --set "$merged"
+timed restore_chain restore "$W/r-chain" --set "$last"
+diff -rq --exclude=postgresql.auto.conf "$W/r-merged" "$W/r-chain" >/dev/null && same=yes || same=no
+# Delta: the full's state, made equal to the chain's end.
+restore "$W/r-stale" --set "$full_id"
+sync
+t0=$(now); "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"; T[delta]=$(echo "$(now) - $t0" | bc -l)
+echo "delta: ${T[delta]} s" >&2
+
+size() { field "$W/$1.json" "d['bytes_written']"; }
+read_() { field "$W/$1.json" "d['bytes_read']"; }
+ratio() { echo "scale=3; $1 / $2" | bc -l; }
+{
+  echo "# Incremental backups, TPC-H scale $SCALE, $(date -u +%F), $(nproc) cores, $("$PGBIN/postgres" --version)"
+  echo
+  echo "| run | seconds | × full backup | bytes read | bytes written | × full's size |"
+  echo "|---|---|---|---|---|---|"
+  for n in full diff_wal diff_scan incr1 incr6; do
+    echo "| $n | ${T[$n]} | $(ratio "${T[$n]}" "${T[full]}") | $(read_ $n) | $(size $n) | $(ratio "$(size $n)" "$(size full)") |"
+  done
+  echo "| consolidate (full + 6 incr) | ${T[consolidate]} | $(ratio "${T[consolidate]}" "${T[full]}") | | | |"
+  echo
+  echo "| restore | seconds | × full restore of the same end state |"
+  echo "|---|---|---|"
+  echo "| full (the consolidation) | ${T[restore_merged]} | 1 |"
+  echo "| chain: full + 6 incrementals | ${T[restore_chain]} | $(ratio "${T[restore_chain]}" "${T[restore_merged]}") |"
+  echo "| --delta onto the full's state | ${T[delta]} | $(ratio "${T[delta]}" "${T[restore_merged]}") |"
+  echo
+  echo "Chain and consolidation restore to identical files: $same. Delta: $(field "$W/delta.json" "d['delta']")"
+  echo "diff_wal method: $(field "$W/diff_wal.json" "d['postgres']['method']")"
+} | tee "$OUT/incremental.md"
