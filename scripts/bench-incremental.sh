@@ -3,7 +3,7 @@
 # a full; a differential from the WAL summaries and one from the page scan after changing ~5 % of
 # the pages; a chain of a full and 6 incrementals restored against a full restore of the same end
 # state (its consolidation); --delta restore of a stale copy; consolidate against a full backup.
-# Every backup and restore starts after sync with a warm cache. Peers (pgBackRest incr,
+# Every backup and restore starts after sync, with a warm cache (COLD=1: the page cache dropped). Peers (pgBackRest incr,
 # pg_basebackup --incremental) come with `sheaf bench --type full,incr`.
 #
 #   SHEAF=target/release/sheaf SCALE=1 OUT=incr-report scripts/bench-incremental.sh
@@ -46,7 +46,10 @@ psql -d tpch -c "VACUUM ANALYZE" -c "CHECKPOINT"
 now() { date +%s.%N; }
 # `timed NAME CMD...`: run after sync, record NAME's seconds.
 declare -A T
-timed() { local n=$1; shift; sync; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
+# COLD=1: the page cache dropped before each (root), so that the source and the repository are
+# read from disk, as on a cluster larger than memory.
+cold() { sync; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
+timed() { local n=$1; shift; cold; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
 backup() { "$S" backup "$URL" --repo "$W/repo" --json "$@"; }
 archive_now() {
   local seg; seg=$(psql -c "SELECT pg_logical_emit_message(false, 'bench', 'x')" -c "SELECT pg_walfile_name(pg_switch_wal())" | tail -1)
@@ -93,7 +96,7 @@ timed restore_chain restore "$W/r-chain" --set "$last"
 diff -rq --exclude=postgresql.auto.conf "$W/r-merged" "$W/r-chain" >/dev/null && same=yes || same=no
 # Delta: the full's state, made equal to the chain's end.
 restore "$W/r-stale" --set "$full_id"
-sync
+cold
 t0=$(now); "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"; T[delta]=$(echo "$(now) - $t0" | bc -l)
 echo "delta: ${T[delta]} s" >&2
 
@@ -101,7 +104,7 @@ size() { field "$W/$1.json" "d['bytes_written']"; }
 read_() { field "$W/$1.json" "d['bytes_read']"; }
 ratio() { echo "scale=3; $1 / $2" | bc -l; }
 {
-  echo "# Incremental backups, TPC-H scale $SCALE, $(date -u +%F), $(nproc) cores, $("$PGBIN/postgres" --version)"
+  echo "# Incremental backups, TPC-H scale $SCALE, $(date -u +%F), $(nproc) cores, $("$PGBIN/postgres" --version), cache $([ "${COLD:-0}" = 1 ] && echo "dropped before each" || echo warm)"
   echo
   echo "| run | seconds | × full backup | bytes read | bytes written | × full's size |"
   echo "|---|---|---|---|---|---|"

@@ -16,7 +16,7 @@ use crate::checksum::PAGE_SIZE;
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::repo::meta::RepoMeta;
 use crate::server::format_lsn;
-use crate::summarize::{read_summary, summarize, summarize_and_store};
+use crate::summarize::{read_summary, summarize};
 use crate::walread::Locator;
 use crate::wal::segment_name;
 
@@ -25,8 +25,9 @@ const DEFAULT_TABLESPACE: u32 = 1663;
 const GLOBAL_TABLESPACE: u32 = 1664;
 
 /// The merged summary of `[from, to)` on `timeline`, or why there is none: segments whose
-/// summary is missing are summarized now (from the repository when archived, stored; from
-/// `pg_wal` when not archived yet, not stored).
+/// summary is missing are summarized now, from the repository when archived, from `pg_wal` when
+/// not archived yet. Nothing is stored: wal-push may be storing the same summary at this moment
+/// (`sheaf wal-summarize` stores what is missing).
 ///
 /// # Errors
 /// The store's errors. A gap, WAL at `wal_level = minimal`, a record sheaf cannot follow or WAL
@@ -39,7 +40,7 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to:
         let archived = repo.exists(&crate::repo::paths::wal_object(&name))?;
         let s = match read_summary(repo, &name)? {
             Some(s) => s,
-            None if archived => summarize_and_store(repo, meta, &name, None)?,
+            None if archived => summarize(repo, meta, &name, None, true)?,
             None => {
                 let local = pg_wal.join(&name);
                 if !local.exists() {
@@ -51,7 +52,7 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to:
         if let Err(e) = merged.merge(&s) {
             // Made while its predecessor had no summary yet (segments archived in parallel):
             // made again now that it has, from the archive.
-            let again = if archived { summarize_and_store(repo, meta, &name, None)? } else { s };
+            let again = if archived { summarize(repo, meta, &name, None, true)? } else { s };
             if merged.merge(&again).is_err() {
                 return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
             }
