@@ -26,7 +26,8 @@ use sheaf_core::{Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Error, 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::facts::ClusterFacts;
-use crate::incremental::{choose_changes, Parent};
+use crate::incremental::Parent;
+use crate::walmap::choose_changes;
 use crate::server::{format_lsn, parse_lsn, Server};
 use crate::wal;
 

@@ -16,12 +16,12 @@
 //! PG_VERSION differs from the parent's is stored whole.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use sheaf_core::manifest::{BackupType, EntryKind};
 use sheaf_core::repo::Repo;
-use sheaf_core::{BackupSet, Changes, Error, FileChanges, Lineage, Result, UnitFilter};
+use sheaf_core::{BackupSet, Changes, FileChanges, Lineage, UnitFilter};
 
 use crate::repo::meta::RepoMeta;
 
@@ -88,47 +88,6 @@ impl Parent {
             None => Some(format!("{parent} is not in the history of timeline {timeline}")),
         }
     }
-}
-
-/// What [`choose_changes`] chose: what the set holds of each file, how that was decided, and
-/// (with `--check-changes`) where the summaries' misses are collected.
-pub type Chosen = (Arc<dyn Changes>, String, Option<Misses>);
-
-/// Pages the WAL summaries missed, as `--check-changes` finds them.
-pub type Misses = Arc<Mutex<Vec<String>>>;
-
-/// What a backup on `timeline` from `start` holds of each file, and how that was decided: from the
-/// WAL block summaries where they cover the parent's start to `start` without a gap, else by the
-/// page scan, saying why. With `check_changes`, the page scan decides and the misses of the
-/// summaries are collected in the returned list.
-///
-/// # Errors
-/// `check_changes` where summaries cannot be used (there is nothing to check against); the
-/// repository's errors.
-pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
-    let scan = PageScan::new(parent, roots);
-    let why_not = match &parent.summaries {
-        _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),
-        None => "no repository holds WAL summaries for it".to_string(),
-        Some(_) if parent.timeline != timeline => format!("the timeline changed since the parent ({} to {timeline}): summaries are followed on one timeline", parent.timeline),
-        Some((repo, meta)) => match crate::walmap::changes_since(repo, meta, timeline, parent.start_lsn, start, pg_wal)? {
-            Ok(summary) => {
-                let named = crate::walmap::blocks_named(&summary);
-                let wal = crate::walmap::WalChanges::new(summary, parent);
-                if parent.check_changes {
-                    let checked = crate::walmap::Checked::new(wal, scan);
-                    let misses = checked.misses.clone();
-                    return Ok((Arc::new(checked), format!("page scan, checked against the WAL summaries ({named} blocks named)"), Some(misses)));
-                }
-                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {}", format_lsn(parent.start_lsn), format_lsn(start)), None));
-            }
-            Err(why) => why,
-        },
-    };
-    if parent.check_changes {
-        return Err(Error::invalid(format!("--check-changes compares the WAL summaries with the page scan, but the summaries cannot be used: {why_not}")));
-    }
-    Ok((Arc::new(scan), format!("page scan (every page read, those with an LSN at or after the parent's start kept), because {why_not}"), None))
 }
 
 /// A timeline history file's lines, `parent-timeline switch-LSN reason`, as (timeline, the LSN

@@ -1,15 +1,18 @@
-//! What changed since a parent backup, from WAL block summaries: the summaries of every segment
+//! What changed since a parent backup, and how it is found ([`choose_changes`]): from WAL block
+//! summaries where they vouch for the range, else the page scan. From the summaries: the summaries of every segment
 //! from the parent's start to this backup's, merged in LSN order and checked to follow each other
 //! without a gap; segments not yet archived are summarized from pg_wal on the spot. From the merged
 //! summary, each relation file's changed pages ([`WalChanges`]); where summaries cannot vouch for
 //! the range, the reason why, and the page scan is used instead.
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use sheaf_core::repo::Repo;
-use sheaf_core::{Changes, FileChanges, Result, UnitFilter};
+use sheaf_core::{Changes, Error, FileChanges, Result, UnitFilter};
+
+use crate::incremental::{page_lsn, PageScan, Parent};
 
 use crate::blocksum::{BlockSummary, MAIN};
 use crate::checksum::PAGE_SIZE;
@@ -76,6 +79,47 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to:
     Ok(Ok(merged))
 }
 
+/// What [`choose_changes`] chose: what the set holds of each file, how that was decided, and
+/// (with `--check-changes`) where the summaries' misses are collected.
+pub type Chosen = (Arc<dyn Changes>, String, Option<Misses>);
+
+/// Pages the WAL summaries missed, as `--check-changes` finds them.
+pub type Misses = Arc<Mutex<Vec<String>>>;
+
+/// What a backup on `timeline` from `start` holds of each file, and how that was decided: from the
+/// WAL block summaries where they cover the parent's start to `start` without a gap, else by the
+/// page scan, saying why. With `check_changes`, the page scan decides and the misses of the
+/// summaries are collected in the returned list.
+///
+/// # Errors
+/// `check_changes` where summaries cannot be used (there is nothing to check against); the
+/// repository's errors.
+pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
+    let scan = PageScan::new(parent, roots);
+    let why_not = match &parent.summaries {
+        _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),
+        None => "no repository holds WAL summaries for it".to_string(),
+        Some(_) if parent.timeline != timeline => format!("the timeline changed since the parent ({} to {timeline}): summaries are followed on one timeline", parent.timeline),
+        Some((repo, meta)) => match changes_since(repo, meta, timeline, parent.start_lsn, start, pg_wal)? {
+            Ok(summary) => {
+                let named = blocks_named(&summary);
+                let wal = WalChanges::new(summary, parent);
+                if parent.check_changes {
+                    let checked = Checked::new(wal, scan);
+                    let misses = checked.misses.clone();
+                    return Ok((Arc::new(checked), format!("page scan, checked against the WAL summaries ({named} blocks named)"), Some(misses)));
+                }
+                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {}", format_lsn(parent.start_lsn), format_lsn(start)), None));
+            }
+            Err(why) => why,
+        },
+    };
+    if parent.check_changes {
+        return Err(Error::invalid(format!("--check-changes compares the WAL summaries with the page scan, but the summaries cannot be used: {why_not}")));
+    }
+    Ok((Arc::new(scan), format!("page scan (every page read, those with an LSN at or after the parent's start kept), because {why_not}"), None))
+}
+
 /// The relation a file is, in WAL's terms: (locator, fork, segment number), for main, visibility
 /// map and init forks alike.
 fn locate(root: &str, rel: &str) -> Option<(Locator, &'static str, u32)> {
@@ -108,7 +152,7 @@ pub struct WalChanges {
 
 impl WalChanges {
     /// From the merged summary and the parent's main-fork sizes.
-    pub fn new(summary: BlockSummary, parent: &crate::incremental::Parent) -> WalChanges {
+    pub fn new(summary: BlockSummary, parent: &Parent) -> WalChanges {
         WalChanges { summary, sizes: parent.sizes.clone() }
     }
 
@@ -166,14 +210,14 @@ impl Changes for WalChanges {
 /// server extended a relation with and never wrote is not a change).
 pub struct Checked {
     wal: WalChanges,
-    scan: crate::incremental::PageScan,
+    scan: PageScan,
     /// What the WAL map missed, file and block.
     pub misses: Arc<Mutex<Vec<String>>>,
 }
 
 impl Checked {
     /// Check `wal` against `scan`.
-    pub fn new(wal: WalChanges, scan: crate::incremental::PageScan) -> Checked {
+    pub fn new(wal: WalChanges, scan: PageScan) -> Checked {
         Checked { wal, scan, misses: Arc::new(Mutex::new(Vec::new())) }
     }
 }
@@ -197,7 +241,7 @@ impl UnitFilter for CheckedFilter {
             if !self.wal.iter().any(|r| r.start <= at && at < r.end) {
                 let mut m = self.misses.lock().unwrap_or_else(|p| p.into_inner());
                 if m.len() < 100 {
-                    m.push(format!("{} block {n} (page LSN {})", self.file, format_lsn(crate::incremental::page_lsn(data))));
+                    m.push(format!("{} block {n} (page LSN {})", self.file, format_lsn(page_lsn(data))));
                 }
             }
         }

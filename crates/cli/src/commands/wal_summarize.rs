@@ -1,5 +1,5 @@
 //! `sheaf wal-summarize`: block summaries for archived segments that lack one
-//! ([`sheaf_pg::summarize::fill_in`]).
+//! ([`sheaf_pg::repo::summaries::fill_in`]).
 
 use sheaf_core::{Error, ErrorKind};
 
@@ -12,7 +12,7 @@ use crate::context::Context;
 /// The repository's; segments that cannot be summarized, after the others are.
 pub fn run(ctx: &Context, a: WalSummarizeArgs) -> Result<(), Error> {
     let (repo, meta) = ctx.open_repo()?;
-    let r = sheaf_pg::summarize::fill_in(&repo, &meta)?;
+    let r = sheaf_pg::repo::summaries::fill_in(&repo, &meta)?;
     if a.json {
         println!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {

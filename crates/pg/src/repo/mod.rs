@@ -2,11 +2,13 @@
 //! modules give them PostgreSQL's meaning:
 //!
 //! - [`meta`]: `repo.json` ([`meta::RepoMeta`]): which cluster, which format; open and init.
-//! - [`paths`]: where everything lives in it: records, locks, stripes, archived WAL, drop records.
+//! - [`paths`]: where everything lives in it: records, locks, stripes, archived WAL (and its block
+//!   summaries), drop records.
 //! - [`records`]: a finished backup's record, a running one's lock, and finding them.
 //! - [`backup`]: a backup written into the repository.
 //! - [`inventory`]: what it holds, for `sheaf info`: archived WAL by timeline, gaps, totals.
 //! - [`retention`]: what `sheaf expire` removes, and removing it.
+//! - [`summaries`]: `sheaf wal-summarize`: block summaries made for archived WAL that lacks them.
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read and checked.
 
 pub mod backup;
@@ -15,4 +17,5 @@ pub mod meta;
 pub mod paths;
 pub mod records;
 pub mod retention;
+pub mod summaries;
 pub mod verify;
