@@ -7,6 +7,7 @@
 //! backups/ID.lock                    a backup being written
 //! backups/ID/ID_K.sheaf              its stripes
 //! wal/TTTTTTTT/NAME.wal              an archived WAL file, by timeline
+//! wal/TTTTTTTT/NAME.sum              a segment's block summary (crate::summarize)
 //! dropped/NAME.json                  a WAL file wal-push --queue-max left out
 //! ```
 

@@ -314,7 +314,7 @@ fn timelines_retention_and_gaps() {
     insert(&c, 7);
     archive_now(&c);
     let mut segs: Vec<PathBuf> =
-        std::fs::read_dir(repo.join("wal/00000001")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().len() == "000000010000000000000001.wal".len()).collect();
+        std::fs::read_dir(repo.join("wal/00000001")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().len() == "000000010000000000000001.wal".len() && p.extension().is_some_and(|e| e == "wal")).collect();
     segs.sort();
     assert!(segs.len() >= 3, "{segs:?}");
     let hole = segs[1].clone();
