@@ -247,8 +247,13 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
 
     // Killed mid-way: no record; the next incremental builds on the full, and expire clears it.
     ok(run(c.tool("pgbench").args(["-n", "-t", "300", "app"]).stdout(Stdio::null())), "pgbench");
-    let mut child = sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--type", "incr", "--check-changes", "--max-rate", "64KiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut child = sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--type", "incr", "--check-changes", "--max-rate", "16KiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // Killed once it writes its stripe (a .partial under backups/ID/).
+    let writing = || std::fs::read_dir(repo.join("backups")).unwrap().flatten().filter(|e| e.path().is_dir()).any(|d| std::fs::read_dir(d.path()).unwrap().flatten().any(|f| f.file_name().to_string_lossy().ends_with(".partial")));
+    let t0 = std::time::Instant::now();
+    while !writing() && child.try_wait().unwrap().is_none() && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(child.try_wait().unwrap().is_none(), "the incremental finished before it could be killed; slow it more");
     child.kill().unwrap();
     child.wait().unwrap();
