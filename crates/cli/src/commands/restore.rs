@@ -165,13 +165,14 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     if !a.tablespace.is_empty() || a.recovery.any_target() {
         return Err(Error::invalid("--only restores files, not a cluster: --tablespace and the --target flags do not apply (use --relocate to place a tree elsewhere)"));
     }
-    let set = if a.stripes.is_empty() {
+    // From a repository, the backup with the ones it builds on (an incremental reads its chain).
+    let sets = if a.stripes.is_empty() {
         let (repo, _) = ctx.open_repo()?;
-        sheaf_pg::repo::records::open_backup(&repo, a.recovery.set.as_deref().unwrap_or("latest"), ctx.schemes()?)?
+        sheaf_pg::repo::records::open_backup_chain(&repo, a.recovery.set.as_deref().unwrap_or("latest"), ctx.schemes()?)?
     } else {
-        ctx.open_stripes(&a.stripes)?
+        vec![ctx.open_stripes(&a.stripes)?]
     };
-    let r = sheaf_core::restore(&set, &core_options(&a)?, progress(a.json))?;
+    let r = sheaf_core::restore_chain(&sets.iter().collect::<Vec<_>>(), &core_options(&a)?, progress(a.json))?;
     let v = report(&r);
     if a.json {
         println!("{v}");

@@ -268,15 +268,6 @@ pub fn open_backup_chain(repo: &Repo, id: &str, schemes: &dyn Schemes) -> Result
     open_chain(repo, &records, pick(&records, id)?, schemes)
 }
 
-/// A finished backup of the repository, opened: its id as `sheaf info` lists it, or `latest`.
-///
-/// # Errors
-/// As [`complete`], [`pick`] and [`open_set`].
-pub fn open_backup(repo: &Repo, id: &str, schemes: &dyn Schemes) -> Result<BackupSet> {
-    let records = complete(repo)?;
-    open_set(repo, pick(&records, id)?, schemes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

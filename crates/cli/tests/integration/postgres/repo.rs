@@ -445,12 +445,22 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
     ok(run(cli().args(["backup", &c.url("postgres"), "--stripes", "2"])), "backup into the bucket");
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 100) g");
+    c.sql("app", "CREATE TABLE churn AS SELECT g, md5(g::text) FROM generate_series(1, 20000) g");
+    c.sql("postgres", "CREATE DATABASE copied STRATEGY FILE_COPY");
+    archive_now(&c);
+    // An incremental in the encrypted bucket, from its encrypted WAL summaries (checked against
+    // the page scan); everything after reads it through its chain.
+    let incr: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["backup", &c.url("postgres"), "--type", "incr", "--check-changes", "--json"])), "incremental into the bucket")).unwrap();
+    assert_eq!(incr["postgres"]["backup_type"], "incr", "{incr}");
+    assert!(incr["postgres"]["method"].as_str().unwrap().contains("checked against the WAL summaries"), "{incr}");
+    c.sql("app", "DROP TABLE churn");
     let last = archive_now(&c);
     let objects = minio.objects("pitr");
     assert!(objects.iter().any(|o| o.ends_with(&format!("wal/00000001/{last}.wal"))), "{objects:?}");
-    assert_eq!(objects.iter().filter(|o| o.ends_with(".sheaf")).count(), 2, "two stripes: {objects:?}");
+    assert!(objects.iter().any(|o| o.ends_with(".sum")), "summaries beside the WAL: {objects:?}");
+    assert_eq!(objects.iter().filter(|o| o.ends_with(".sheaf")).count(), 3, "two stripes and the incremental's: {objects:?}");
     let info: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["info", "--json"])), "info")).unwrap();
-    assert_eq!(info["backups"].as_array().unwrap().len(), 1);
+    assert_eq!(info["backups"].as_array().unwrap().len(), 2);
     ok(run(cli().args(["verify"])), "verify the repository");
     // Without the passphrase, or with another, the repository does not open: exit 9.
     let o = run(cli().env("SHEAF_CONFIG", &keyless).args(["info"]));
@@ -458,7 +468,7 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     assert!(stderr(&o).contains("encrypted"), "{}", stderr(&o));
     let o = run(cli().env("SHEAF_CONFIG", &keyless).env("SHEAF_PASSPHRASE", "guess").args(["backup", &c.url("postgres")]));
     assert_eq!(o.status.code(), Some(9), "a wrong passphrase writes nothing: {}", stderr(&o));
-    assert_eq!(minio.objects("pitr").iter().filter(|o| o.ends_with(".sheaf")).count(), 2, "no stripe of the refused backup");
+    assert_eq!(minio.objects("pitr").iter().filter(|o| o.ends_with(".sheaf")).count(), 3, "no stripe of the refused backup");
 
     // Less than everything, from the encrypted bucket: one relation, and its files by glob.
     let out = base.path().join("extracted");
@@ -480,6 +490,8 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     std::fs::write(&auto_path, auto.replace("restore_command = '", &format!("restore_command = 'env {creds}"))).unwrap();
     let r = start_restored(&dir, false);
     assert_eq!(batches(&r), "1:100");
+    assert!(r.query("app", "SELECT 1 FROM churn").is_err(), "recovered past the drop");
+    assert_eq!(r.sql("copied", "SELECT 1"), "1", "the database the incremental holds whole");
     for log in [c.log(), r.log()] {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(!text.contains("one secret"), "the passphrase in the server log {}", log.display());
