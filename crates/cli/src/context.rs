@@ -236,6 +236,18 @@ impl Context {
         .cloned()
     }
 
+    /// Stripes of a backup into a repository: the flag, else `stripes` from the environment or
+    /// the config file, else 1.
+    ///
+    /// # Errors
+    /// A value that is not a number, naming where it came from.
+    pub fn repo_stripes(&self, flag: Option<usize>) -> Result<usize> {
+        match self.settings.get("stripes", flag.map(|s| s.to_string())) {
+            Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64"))),
+            None => Ok(1),
+        }
+    }
+
     /// The codec in force: the flag, `SHEAF_COMPRESSION`, the config file, else zstd:low.
     ///
     /// # Errors

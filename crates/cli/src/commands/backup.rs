@@ -71,10 +71,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
             };
             if into_repo {
                 let (repo, meta) = ctx.open_repo()?;
-                let stripes = match ctx.settings.get("stripes", a.stripes.map(|s| s.to_string())) {
-                    Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64")))?,
-                    None => 1,
-                };
+                let stripes = ctx.repo_stripes(a.stripes)?;
                 let backup_type = match ctx.settings.get("type", a.backup_type.clone()) {
                     Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,
                     None => BackupType::Full,

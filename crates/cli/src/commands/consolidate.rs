@@ -14,10 +14,7 @@ use crate::progress::for_terminal as progress;
 /// A full backup named, a chain that is not whole, and whatever writing the new backup meets.
 pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
     let (repo, _meta) = ctx.open_repo()?;
-    let stripes = match ctx.settings.get("stripes", a.stripes.map(|s| s.to_string())) {
-        Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64")))?,
-        None => 1,
-    };
+    let stripes = ctx.repo_stripes(a.stripes)?;
     let mut opts = BackupOptions::new(Vec::new());
     opts.codec = ctx.codec(a.compression.clone())?;
     opts.stop = Some(ctx.interrupt.stop_flag());

@@ -41,40 +41,6 @@ pub(super) fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<
 }
 
 
-/// Read large files chunk by chunk; in an incremental, the changed runs of files held in part
-/// are packed into shared chunks.
-pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
-    let mut out = Vec::with_capacity(files.len());
-    let mut packer = Packer::new(ts, tx, shared, pool);
-    for w in files {
-        if shared.is_cancelled() {
-            break;
-        }
-        let r = if w.changes.is_some() {
-            read_changes(w, &mut packer)
-        } else {
-            // The pack goes first, so that this thread never holds a buffer while it waits for
-            // another (a pool of one would deadlock).
-            if !packer.flush() {
-                break;
-            }
-            read_one(w, ts, tx, shared, pool)
-        };
-        match r {
-            Ok(o) => out.push(o),
-            Err(e) => {
-                shared.fail(e);
-                break;
-            }
-        }
-    }
-    if !shared.is_cancelled() {
-        packer.flush();
-    }
-    out
-}
-
-
 /// Where the next data (`SeekFrom::Data`) or hole (`SeekFrom::Hole`) is: `Ok(None)` when no data
 /// follows (ENXIO); `Err` when the filesystem cannot say (then the file is read as all data).
 fn seek(f: &File, to: SeekFrom) -> std::result::Result<Option<u64>, ()> {
@@ -161,11 +127,11 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
     outcome(w, &file, &before, offset, shrank)
 }
 
-/// Read small files into shared chunks: each file's bytes follow the previous file's in one pool
-/// buffer, and a full buffer goes to the compressors as one packed chunk. A file that has grown
-/// past [`PACK_LIMIT`] since listing is read on its own. In an incremental, a small file held in
+/// Read a reader's files: a file of [`PACK_LIMIT`] or more chunk by chunk on its own; smaller
+/// files into shared chunks, each file's bytes following the previous file's in one pool buffer,
+/// a full buffer going to the compressors as one packed chunk. In an incremental, a file held in
 /// part packs only its changed runs.
-pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(files.len());
     let mut packer = Packer::new(ts, tx, shared, pool);
     for w in files {
@@ -182,8 +148,8 @@ pub(super) fn read_small(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &A
             };
             let size = before.len();
             if size >= PACK_LIMIT {
-                // Grown since listing: read on its own. The pack goes first, so that this thread
-                // never holds a buffer while it waits for another (a pool of one would deadlock).
+                // Read on its own. The pack goes first, so that this thread never holds a buffer
+                // while it waits for another (a pool of one would deadlock).
                 drop(file);
                 if !packer.flush() {
                     return Ok(None);

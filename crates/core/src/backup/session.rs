@@ -15,7 +15,7 @@ use super::pack::{Feeder, Packer};
 use super::compress::{compress_loop, CompressStats, Frame};
 use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
 use super::job::{Job, ReadOutcome, Work};
-use super::read::{group_for_readers, read_files, read_small};
+use super::read::{group_for_readers, read_files};
 use super::write::{write_footer, write_loop, WriterOut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
@@ -256,10 +256,10 @@ impl Backup {
         let total: u64 = work.iter().map(|w| w.size).sum();
         self.shared.progress.begin("backup", total);
         // Small files are packed, and read by several threads even on one device: for them the
-        // time goes to opening and stat'ing, not to the disk. Files an incremental holds in part
-        // are read by the device's reader, which packs their changed runs.
+        // time goes to opening and stat'ing, not to the disk. Large ones get a reader per device.
+        // Every reader packs what it keeps small: small files, an incremental's changed runs.
         let (small, large): (Vec<Work>, Vec<Work>) = work.into_iter().partition(|w| w.size < PACK_LIMIT);
-        let mut groups: Vec<(bool, Vec<Work>)> = group_for_readers(large, self.opts.readers).into_iter().map(|g| (false, g)).collect();
+        let mut groups: Vec<Vec<Work>> = group_for_readers(large, self.opts.readers);
         let small_readers = self.opts.readers.unwrap_or_else(|| crate::host::available_cores().max(self.tuning.readers)).max(1);
         let per = small.len().div_ceil(small_readers).max(1);
         let mut small = small.into_iter();
@@ -268,17 +268,16 @@ impl Backup {
             if slice.is_empty() {
                 break;
             }
-            groups.push((true, slice));
+            groups.push(slice);
         }
         let job_tx = self.job_tx.as_ref().expect("session open");
         let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
             let handles: Vec<_> = groups
                 .iter()
-                .map(|(packed, g)| {
+                .map(|g| {
                     let (tx, shared, pool) = (job_tx.clone(), &self.shared, &self.pool);
                     let ts = self.tuning.transfer_size;
-                    let packed = *packed;
-                    s.spawn(move || if packed { read_small(g, ts, &tx, shared, pool) } else { read_files(g, ts, &tx, shared, pool) })
+                    s.spawn(move || read_files(g, ts, &tx, shared, pool))
                 })
                 .collect();
             handles

@@ -31,7 +31,7 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
     let mut b = Backup::start(&opts, tuning, progress)?;
     b.warnings.extend(m.warnings.iter().cloned());
     b.adopt(m.roots.clone(), m.entries.clone());
-    let sink = Into(&b);
+    let sink = IntoBackup(&b);
     for (g, set) in sets.iter().enumerate() {
         if let Err(e) = scan(set, threads, Arc::new(NoProgress), &map.sink(g, &sink)) {
             // A backup that stopped says why itself.
@@ -42,9 +42,9 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
 }
 
 /// The sink that hands every piece to the backup, one feeder per decompressor thread.
-struct Into<'a>(&'a Backup);
+struct IntoBackup<'a>(&'a Backup);
 
-impl ChunkSink for Into<'_> {
+impl ChunkSink for IntoBackup<'_> {
     fn lane(&self) -> Result<Box<dyn Lane + '_>> {
         Ok(Box::new(FeedLane(self.0.feeder())))
     }

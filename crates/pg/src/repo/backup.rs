@@ -53,8 +53,9 @@ pub fn backup_to_repo(
     // another cluster is named now.
     let records = complete(repo)?;
     let mut no_parent = None;
-    let parent = match records.iter().rev().find(|r| may_build_on(backup_type, r.backup_type)) {
-        _ if backup_type == BackupType::Full => None,
+    let candidate = if backup_type == BackupType::Full { None } else { records.iter().rev().find(|r| may_build_on(backup_type, r.backup_type)) };
+    let parent = match candidate {
+        None if backup_type == BackupType::Full => None,
         None => {
             no_parent = Some(format!(
                 "the repository holds no {} to build a {backup_type} on: taking a full backup",

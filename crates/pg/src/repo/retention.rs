@@ -198,13 +198,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn expire_spares_a_running_backup_and_removes_one_left_by_a_crash() {
-        let d = tempfile::tempdir().unwrap();
-        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &LocalOnly).unwrap();
+    /// A repository with 16 MiB segments in `dir`: it, its meta, the segment size.
+    fn test_repo(dir: &std::path::Path) -> (Repo, RepoMeta, u64) {
+        let repo = Repo::at(dir.join("r").to_str().unwrap(), &LocalOnly).unwrap();
         let seg = 16 << 20;
         let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new() };
         repo.init(&meta).unwrap();
+        (repo, meta, seg)
+    }
+
+    #[test]
+    fn expire_spares_a_running_backup_and_removes_one_left_by_a_crash() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         for (id, stop, wal) in [("a", 1000, 2u64), ("b", 2000, 4), ("c", 3000, 6)] {
             let r = record(id, stop, &segment_name(1, wal, seg));
@@ -249,10 +255,7 @@ mod tests {
     #[test]
     fn an_incremental_goes_only_with_or_after_what_depends_on_it() {
         let d = tempfile::tempdir().unwrap();
-        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &LocalOnly).unwrap();
-        let seg = 16 << 20;
-        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new() };
-        repo.init(&meta).unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         // a full, b incr on a; c full, d diff on c, e incr on d.
         let chains: [(&str, i64, &[&str]); 5] = [("a", 1000, &[]), ("b", 2000, &["a"]), ("c", 3000, &[]), ("d", 4000, &["c"]), ("e", 5000, &["c", "d"])];
