@@ -79,7 +79,8 @@ field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eva
 archive_now
 timed full backup --type full >"$W/full.json"
 change 5 0
-timed diff_wal backup --type diff >"$W/diff_wal.json"
+# Peak resident memory of the incremental, against the budget it prints.
+timed diff_wal /usr/bin/time -f %M -o "$W/diff_wal.rss" "$S" backup "$URL" --repo "$W/repo" --json --type diff >"$W/diff_wal.json"
 timed diff_scan backup --type diff --page-scan >"$W/diff_scan.json"
 # A chain: 6 incrementals of about 1 % each.
 for i in 1 2 3 4 5 6; do
@@ -121,4 +122,5 @@ ratio() { echo "scale=3; $1 / $2" | bc -l; }
   echo
   echo "Chain and consolidation restore to identical files: $same. Delta: $(field "$W/delta.json" "d['delta']")"
   echo "diff_wal method: $(field "$W/diff_wal.json" "d['postgres']['method']")"
+  echo "diff_wal memory: peak RSS $(( $(cat "$W/diff_wal.rss") / 1024 )) MiB; printed budget $(( $(field "$W/diff_wal.json" "d['memory_budget_bytes']") / 1048576 )) MiB (buffers × transfer size)"
 } | tee "$OUT/incremental.md"
