@@ -314,38 +314,39 @@ impl BlockMap {
         Ok(BlockMap { supplies, pieces, data_bytes })
     }
 
-    /// The chunks that give a whole chunk's worth of one file, none of it cut by a newer set: as
-    /// (set, index entry, file of the newest set). What a delta restore can compare by hash.
-    pub(super) fn whole_chunks(&self, sets: &[&BackupSet]) -> Vec<(usize, IndexEntry, u32)> {
+    /// Every chunk that gives some bytes of a file, whole or cut by a newer set: as (set, index
+    /// entry, file of the newest set). What a delta restore compares by hash: where the bytes on
+    /// disk over the whole chunk are the chunk's, every piece it gives is on disk already.
+    pub(super) fn giving_chunks(&self, sets: &[&BackupSet]) -> Vec<(usize, IndexEntry, u32)> {
         let mut out = Vec::new();
         for (g, set) in sets.iter().enumerate() {
             for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
                 let Some(s) = self.supply(g, e.file_id) else { continue };
-                let mut parts = within(&s.ranges, e.offset, e.raw_len.into());
-                if let (Some(r), None) = (parts.next(), parts.next()) {
-                    if r == (e.offset..e.offset + u64::from(e.raw_len)) {
-                        out.push((g, *e, s.file));
-                    }
+                if within(&s.ranges, e.offset, e.raw_len.into()).next().is_some() {
+                    out.push((g, *e, s.file));
                 }
             }
         }
         out
     }
 
-    /// A whole chunk (from [`BlockMap::whole_chunks`]) is on disk already: it is neither read nor
-    /// written.
-    pub(super) fn drop_chunk(&mut self, g: usize, e: &IndexEntry) {
-        let Some(Some(s)) = self.supplies.get_mut(g).and_then(|v| v.get_mut(e.file_id as usize)) else { return };
+    /// A chunk (from [`BlockMap::giving_chunks`]) is on disk already: the pieces it gives are
+    /// neither read nor written. Returns the bytes taken out of the map.
+    pub(super) fn drop_chunk(&mut self, g: usize, e: &IndexEntry) -> u64 {
+        let Some(Some(s)) = self.supplies.get_mut(g).and_then(|v| v.get_mut(e.file_id as usize)) else { return 0 };
         let r = e.offset..e.offset + u64::from(e.raw_len);
-        // Given by this set as a whole (neighbouring chunks' ranges are merged): cut it out.
-        if within(&s.ranges, r.start, r.end - r.start).map(|x| x.end - x.start).sum::<u64>() == r.end - r.start {
-            s.ranges = s.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
-            let f = s.file as usize;
-            self.pieces[f] -= 1;
-            if e.stored_len > 0 {
-                self.data_bytes[f] -= r.end - r.start;
-            }
+        let (mut parts, mut bytes) = (0u32, 0u64);
+        for x in within(&s.ranges, r.start, r.end - r.start) {
+            parts += 1;
+            bytes += x.end - x.start;
         }
+        s.ranges = s.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
+        let f = s.file as usize;
+        self.pieces[f] -= parts;
+        if e.stored_len > 0 {
+            self.data_bytes[f] -= bytes;
+        }
+        bytes
     }
 
     /// What set `g` gives, for its file `file_id`.

@@ -1,13 +1,16 @@
 //! Delta restore: an existing tree (a failed primary, a stale standby) made equal to the backup
 //! while rewriting only what differs. Entries the backup does not have are removed and entries of
-//! another kind replaced; every whole chunk whose bytes are on disk already, by its XXH3-128 (or,
-//! for a zero chunk, by being zeros), is taken out of the block map, so it is neither read from the
-//! backup nor written; everything else is written as in any restore, into the files as they are,
-//! which are then cut or grown to their size. The result is byte for byte a fresh restore's.
+//! another kind replaced; every chunk whose bytes are on disk already, by its XXH3-128 (or, for a
+//! zero chunk, by being zeros), is taken out of the block map, so the pieces it gives are neither
+//! read from the backup nor written; everything else is written as in any restore, into the files
+//! as they are, which are then cut or grown to their size. The result is byte for byte a fresh
+//! restore's.
 //!
-//! Only whole chunks are compared: a chunk of an older set that a newer set cuts into (some of its
-//! pages changed later) is written again. Sets older than format 3 have no hash: all their data
-//! chunks are written.
+//! A chunk of an older set that a newer set cuts into (some of its pages changed later) is compared
+//! whole too: if the disk holds the whole chunk as that set had it, it holds every piece the chunk
+//! still gives (a stale copy at the full's state keeps all of the full's chunks, and only the
+//! incrementals' pages are written). Sets older than format 3 have no hash: all their data chunks
+//! are written.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -19,7 +22,7 @@ use super::options::{DeltaReport, INCOMPLETE_MARKER};
 use super::plan::Plan;
 use super::target::remove_any;
 use crate::error::{io_at, ErrorKind, Result};
-use crate::format::{chunk_hash, IndexEntry};
+use crate::format::IndexEntry;
 use crate::manifest::EntryKind;
 use crate::set::BackupSet;
 
@@ -64,11 +67,35 @@ impl Plan<'_> {
     }
 }
 
-/// Compare every whole chunk of the map with the bytes at its place on disk, on `threads`
-/// threads, file by file; take those that match out of the map.
+/// Bytes read from disk at a time when comparing (a zero chunk may be up to 1 GiB).
+const COMPARE_STEP: usize = 1 << 20;
+
+/// Whether the `len` bytes of `file` at `offset` are zeros (`hash` 0) or hash to `hash`, read
+/// [`COMPARE_STEP`] at a time into `buf`.
+fn same_on_disk(file: &fs::File, path: &Path, offset: u64, len: u64, zero: bool, hash: u128, buf: &mut Vec<u8>) -> Result<bool> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(COMPARE_STEP as u64) as usize;
+        buf.resize(n, 0);
+        file.read_exact_at(buf, offset + at).map_err(|err| io_at(ErrorKind::Target, "cannot read", path, err))?;
+        if zero {
+            if buf.iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+        } else {
+            hasher.update(buf);
+        }
+        at += n as u64;
+    }
+    Ok(zero || hasher.digest128() == hash)
+}
+
+/// Compare every chunk of the map with the bytes at its place on disk, on `threads`
+/// threads, file by file; take the pieces of those that match out of the map.
 pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &[Option<PathBuf>], hollow: &[bool], threads: usize) -> Result<DeltaReport> {
     let mut by_file: HashMap<u32, Vec<(usize, IndexEntry)>> = HashMap::new();
-    for (g, e, f) in map.whole_chunks(sets) {
+    for (g, e, f) in map.giving_chunks(sets) {
         // A data chunk of a set older than format 3 has no hash to compare with.
         if e.hash == 0 && e.stored_len > 0 {
             continue;
@@ -95,15 +122,12 @@ pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &
                         let Ok(file) = fs::File::open(path) else { continue };
                         let len = file.metadata().map_err(|e| io_at(ErrorKind::Target, "cannot stat", path, e))?.len();
                         for &(g, e) in chunks {
-                            let n = e.raw_len as usize;
-                            if e.offset + n as u64 > len {
+                            let n = u64::from(e.raw_len);
+                            if e.offset + n > len {
                                 continue;
                             }
-                            buf.resize(n, 0);
-                            file.read_exact_at(&mut buf, e.offset).map_err(|err| io_at(ErrorKind::Target, "cannot read", path, err))?;
-                            compared += n as u64;
-                            let same = if e.stored_len == 0 { buf.iter().all(|&b| b == 0) } else { chunk_hash(&buf) == e.hash };
-                            if same {
+                            compared += n;
+                            if same_on_disk(&file, path, e.offset, n, e.stored_len == 0, e.hash, &mut buf)? {
                                 matched.push((g, e));
                             }
                         }
@@ -119,9 +143,8 @@ pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &
         let (matched, compared) = r?;
         report.bytes_compared += compared;
         for (g, e) in matched {
-            map.drop_chunk(g, &e);
             report.chunks_kept += 1;
-            report.bytes_kept += u64::from(e.raw_len);
+            report.bytes_kept += map.drop_chunk(g, &e);
         }
     }
     Ok(report)
