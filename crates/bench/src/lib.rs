@@ -13,11 +13,13 @@
 //!
 //! - [`lab`]: seed 003's question, what a codec costs per scan, page fetch and update;
 //!   [`dblab`]: the same experiment through PostgreSQL (TOAST pglz, lz4 and none).
+//! - [`change`]: the change between a full and an incremental (`--type full,incr --change 5%`).
 //! - [`tpch`]: TPC-H data (tpchgen) loaded into PostgreSQL; [`demo`]: `sheaf demo`, a throwaway
 //!   cluster with TPC-H backed up with each codec, restored, started and checked.
 //!
 //! Like the other libraries it prints nothing: progress reaches the caller as [`runner::Event`]s.
 
+pub mod change;
 pub mod dblab;
 pub mod demo;
 pub mod lab;

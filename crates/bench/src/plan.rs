@@ -11,6 +11,8 @@
 //! target = ["nul", "/mnt/backup"]
 //! repeat = 3
 //! peers = ["pg_basebackup", "pgbackrest"]
+//! type = ["full", "incr"]       # incrementals: into a repository, after --change of the pages
+//! change = "5%"
 //! drop-caches = false
 //! out = "bench-report"
 //! ```
@@ -18,10 +20,12 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use sheaf_core::manifest::BackupType;
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::matrix::Matrix;
+use crate::matrix::{BenchTarget, Matrix};
 use crate::peers::Peer;
+use crate::runner::Incremental;
 use crate::source::Source;
 
 /// Default codecs: the seeds' set.
@@ -36,6 +40,8 @@ pub const DEFAULT_BUFFER_COUNT: &str = "default";
 pub const DEFAULT_TARGET: &str = "nul";
 /// Default repeats.
 pub const DEFAULT_REPEAT: usize = 3;
+/// Default share of the pages changed before an incremental, in percent.
+pub const DEFAULT_CHANGE_PERCENT: f64 = 5.0;
 
 /// One list item: a number or a string.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -103,6 +109,11 @@ pub struct Plan {
     /// Where restores go.
     #[serde(alias = "restore_dir")]
     pub restore_dir: Option<PathBuf>,
+    /// Backup types.
+    #[serde(rename = "type")]
+    pub backup_type: Option<List>,
+    /// The change before each incremental.
+    pub change: Option<Item>,
 }
 
 impl Plan {
@@ -151,6 +162,10 @@ pub struct Flags {
     pub out: Option<PathBuf>,
     /// `--restore-dir`.
     pub restore_dir: Option<PathBuf>,
+    /// `--type`.
+    pub backup_type: Option<String>,
+    /// `--change`.
+    pub change: Option<String>,
 }
 
 /// Flags and plan merged.
@@ -168,6 +183,36 @@ pub struct Resolved {
     pub out: Option<PathBuf>,
     /// Where restores go.
     pub restore_dir: Option<PathBuf>,
+    /// Incrementals to measure, if asked.
+    pub incremental: Option<Incremental>,
+}
+
+/// `--type` and `--change` for the source and targets: what incrementals to measure, if any.
+fn incremental(types: &str, change: Option<String>, source: &Source, matrix: &Matrix) -> Result<Option<Incremental>> {
+    // The full once; the others in order, repeats kept (`full,incr,incr,incr`: a chain of three).
+    let (mut full_rows, mut after) = (false, Vec::new());
+    for t in types.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match BackupType::parse(t).map_err(|e| Error::invalid(format!("--type: {}", e.message())))? {
+            BackupType::Full => full_rows = true,
+            t => after.push(t),
+        }
+    }
+    if after.is_empty() {
+        if change.is_some() {
+            return Err(Error::invalid("--change is the change before an incremental: give --type full,incr (or diff) with it"));
+        }
+        return Ok(None);
+    }
+    if !matches!(source, Source::Tpch(_)) {
+        return Err(Error::invalid(
+            "--type diff or incr changes the source between the full and the incremental (--change): it runs on --dataset tpch:SCALE, a cluster the bench makes and removes, never on yours",
+        ));
+    }
+    if !matches!(matrix.target.as_slice(), [BenchTarget::Dir(d)] if d.len() == 1) {
+        return Err(Error::invalid("--type diff or incr backs up into one repository: give one directory in --target (not nul, s3:// or DIR+DIR)"));
+    }
+    let change_percent = change.as_deref().map_or(Ok(DEFAULT_CHANGE_PERCENT), crate::change::parse_percent)?;
+    Ok(Some(Incremental { full_rows, types: after, change_percent }))
 }
 
 /// Merge: flags over the plan over the defaults.
@@ -186,9 +231,18 @@ pub fn resolve(flags: Flags, plan: Plan) -> Result<Resolved> {
         &pick(flags.target, plan.target, DEFAULT_TARGET),
         flags.repeat.or(plan.repeat).unwrap_or(DEFAULT_REPEAT),
     )?;
+    let source = Source::from_args(source.as_deref(), dataset.as_deref())?;
+    let change = flags.change.or_else(|| {
+        plan.change.map(|c| match c {
+            Item::Int(n) => n.to_string(),
+            Item::Text(t) => t,
+        })
+    });
+    let incremental = incremental(&pick(flags.backup_type, plan.backup_type, "full"), change, &source, &matrix)?;
     Ok(Resolved {
+        incremental,
         matrix,
-        source: Source::from_args(source.as_deref(), dataset.as_deref())?,
+        source,
         peers: Peer::parse_list(&pick(flags.peers, plan.peers, "none"))?,
         drop_caches: flags.drop_caches || plan.drop_caches.unwrap_or(false),
         out: flags.out.or(plan.out),
@@ -199,7 +253,6 @@ pub fn resolve(flags: Flags, plan: Plan) -> Result<Resolved> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::BenchTarget;
 
     const PLAN: &str = r#"
 dataset = "tpch:0.01"
@@ -251,5 +304,29 @@ out = "report"
         let dir = tempfile::tempdir().unwrap();
         let e = Plan::load(&dir.path().join("missing.toml")).unwrap_err().to_string();
         assert!(e.contains("cannot read plan"), "{e}");
+    }
+
+    #[test]
+    fn incrementals_need_a_cluster_of_the_bench_and_one_directory() {
+        let plan = Plan::parse("dataset = \"tpch:0.1\"\ntarget = \"/var/tmp\"\ntype = [\"full\", \"incr\"]\nchange = 2").unwrap();
+        let r = resolve(Flags::default(), plan.clone()).unwrap();
+        assert_eq!(r.incremental, Some(Incremental { full_rows: true, types: vec![BackupType::Incr], change_percent: 2.0 }));
+        let flags = Flags { backup_type: Some("diff,incr,incr".into()), change: Some("10%".into()), ..Flags::default() };
+        let inc = resolve(flags, plan.clone()).unwrap().incremental.unwrap();
+        assert_eq!(inc, Incremental { full_rows: false, types: vec![BackupType::Diff, BackupType::Incr, BackupType::Incr], change_percent: 10.0 });
+        assert_eq!(inc.labels(), ["diff", "incr", "incr 2"], "a chain of incrementals, each a row");
+        let r = resolve(Flags { backup_type: Some("full".into()), ..Flags::default() }, Plan { change: None, ..plan.clone() }).unwrap();
+        assert_eq!(r.incremental, None, "full alone is the plain sweep");
+        for (flags, needle) in [
+            (Flags { source: Some("/srv/data".into()), ..Flags::default() }, "--dataset tpch:SCALE"),
+            (Flags { target: Some("nul".into()), ..Flags::default() }, "one directory"),
+            (Flags { target: Some("/a,/b".into()), ..Flags::default() }, "one directory"),
+            (Flags { change: Some("80%".into()), ..Flags::default() }, "at most 50"),
+            (Flags { backup_type: Some("full,weekly".into()), ..Flags::default() }, "--type: backup type 'weekly'"),
+            (Flags { backup_type: Some("full".into()), change: Some("5%".into()), ..Flags::default() }, "give --type full,incr"),
+        ] {
+            let e = resolve(flags, plan.clone()).unwrap_err().to_string();
+            assert!(e.contains(needle), "{needle}: {e}");
+        }
     }
 }

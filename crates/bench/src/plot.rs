@@ -413,7 +413,10 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     let mut series: Vec<Series> = Vec::new();
     for r in rows.iter().filter(|r| !to_disk || r.setting.target != "nul") {
         let peer = r.setting.tool != "sheaf";
-        let name = if peer { r.setting.tool.clone() } else { format!("sheaf {}", r.setting.compression) };
+        let mut name = if peer { r.setting.tool.clone() } else { format!("sheaf {}", r.setting.compression) };
+        if r.setting.backup_type != "full" {
+            name = format!("{name} ({})", r.setting.backup_type);
+        }
         let p = (r.backup_seconds.median, r.size_bytes.median / 1e6);
         let next = series.len();
         match series.iter_mut().find(|s| s.name == name) {
@@ -437,6 +440,9 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         },
     )?);
 
+    // The knobs and the CPU per codec are of full backups (an incremental's cost is the change's).
+    let full: Vec<Row> = rows.iter().filter(|r| r.setting.backup_type == "full").cloned().collect();
+    let rows = full.as_slice();
     files.extend(render(
         dir,
         &knob_chart(
@@ -509,7 +515,7 @@ mod tests {
     fn row(tool: &str, codec: &str, stripes: usize, ts: u64, secs: f64, size: f64, target: &str) -> Row {
         let s = |v: f64| summarize(&[v, v * 1.1, v * 0.9]).unwrap();
         Row {
-            setting: Setting { tool: tool.into(), compression: codec.into(), settings: String::new(), stripes, transfer_size: ts, buffer_count: None, target: target.into() },
+            setting: Setting { tool: tool.into(), compression: codec.into(), settings: String::new(), stripes, transfer_size: ts, buffer_count: None, target: target.into(), backup_type: "full".into() },
             buffers_used: Some(10),
             backup_seconds: s(secs),
             backup_cpu_pct: s(80.0),

@@ -14,6 +14,7 @@ use crate::stats::Summary;
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct Flat {
     tool: String,
+    backup_type: String,
     compression: String,
     settings: String,
     stripes: usize,
@@ -45,6 +46,7 @@ impl From<&Row> for Flat {
     fn from(r: &Row) -> Flat {
         Flat {
             tool: r.setting.tool.clone(),
+            backup_type: r.setting.backup_type.clone(),
             compression: r.setting.compression.clone(),
             settings: r.setting.settings.clone(),
             stripes: r.setting.stripes,
@@ -106,17 +108,18 @@ fn range(s: &Summary, unit_digits: usize) -> String {
 }
 
 /// The table's columns, as text cells, for the Markdown and terminal writers.
-const HEADER: [&str; 16] = [
-    "tool", "compression", "stripes", "transfer", "buffers", "target", "backup s", "MB/s", "CPU %", "host CPU %", "RSS MiB", "size MB",
+const HEADER: [&str; 17] = [
+    "tool", "type", "compression", "stripes", "transfer", "buffers", "target", "backup s", "MB/s", "CPU %", "host CPU %", "RSS MiB", "size MB",
     "ratio", "verify s", "restore s", "restore CPU %",
 ];
 
-fn cells(r: &Row) -> [String; 16] {
+fn cells(r: &Row) -> [String; 17] {
     let sheaf = r.setting.tool == "sheaf";
     let knob = |v: String| if sheaf { v } else { "-".to_string() };
     let opt = |s: &Option<Summary>, f: &dyn Fn(&Summary) -> String| s.as_ref().map_or_else(|| "-".to_string(), f);
     [
         r.setting.tool.clone(),
+        r.setting.backup_type.clone(),
         if sheaf || r.setting.settings.is_empty() { r.setting.compression.clone() } else { format!("{} ({})", r.setting.compression, r.setting.settings) },
         knob(r.setting.stripes.to_string()),
         knob(sheaf_core::size::format_size(r.setting.transfer_size)),
@@ -159,13 +162,13 @@ pub fn write_markdown(rows: &[Row], mut out: impl Write) -> std::io::Result<()> 
 /// # Errors
 /// I/O errors of `out`.
 pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
-    let all: Vec<[String; 16]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
+    let all: Vec<[String; 17]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
     let width: Vec<usize> = (0..HEADER.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for r in &all {
         let line: Vec<String> = r
             .iter()
             .enumerate()
-            .map(|(c, v)| if c < 2 || c == 5 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) })
+            .map(|(c, v)| if c < 3 || c == 6 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) })
             .collect();
         writeln!(out, "{}", line.join("  ").trim_end())?;
     }
@@ -213,6 +216,7 @@ pub fn write_all(result: &BenchResult, dir: &Path) -> Result<Vec<PathBuf>> {
 #[derive(Serialize)]
 struct SampleLine<'a> {
     tool: &'a str,
+    backup_type: &'a str,
     compression: &'a str,
     settings: &'a str,
     stripes: usize,
@@ -240,6 +244,7 @@ impl<'a> From<&'a Sample> for SampleLine<'a> {
     fn from(s: &'a Sample) -> Self {
         SampleLine {
             tool: &s.setting.tool,
+            backup_type: &s.setting.backup_type,
             compression: &s.setting.compression,
             settings: &s.setting.settings,
             stripes: s.setting.stripes,
@@ -305,6 +310,7 @@ mod tests {
                     transfer_size: 1 << 20,
                     buffer_count: None,
                     target: "/tmp/b, with comma".into(),
+                    backup_type: "full".into(),
                 },
                 buffers_used: Some(14),
                 backup_seconds: summarize(&[2.5, 2.4, 2.9]).unwrap(),
@@ -328,6 +334,7 @@ mod tests {
                     transfer_size: 65536,
                     buffer_count: Some(7),
                     target: "nul".into(),
+                    backup_type: "full".into(),
                 },
                 buffers_used: Some(7),
                 backup_seconds: summarize(&[1.6]).unwrap(),
@@ -351,6 +358,7 @@ mod tests {
                     transfer_size: 0,
                     buffer_count: None,
                     target: "/tmp/b".into(),
+                    backup_type: "incr".into(),
                 },
                 buffers_used: None,
                 backup_seconds: summarize(&[2.9, 3.0]).unwrap(),
@@ -403,14 +411,15 @@ mod tests {
         assert!(lines[2].contains("| default (14) |"), "{}", lines[2]);
         assert!(lines[3].contains("| nul |") && lines[3].ends_with("| - | - | - |"), "{}", lines[3]);
         assert!(lines[2].contains("| 17 | 451.0 | 3.10 | 1.00 |"), "RSS MiB, size, ratio, verify: {}", lines[2]);
+        assert!(lines[4].starts_with("| pg_basebackup (server) | incr |"), "the backup type: {}", lines[4]);
         assert!(lines[4].contains("| zstd:low (--compress=server-zstd:level=1,workers=2) | - | - | - |"), "peers have no sheaf knobs: {}", lines[4]);
-        assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![17; 5], "every line has all columns");
+        assert_eq!(lines.iter().map(|l| l.matches('|').count()).collect::<Vec<_>>(), vec![18; 5], "every line has all columns");
         let mut piped = rows();
         piped[2].setting.settings = "tar -cf - | zstd -1".into();
         let text = written(|b| write_markdown(&piped, b));
         let line = text.lines().nth(4).unwrap();
         assert!(line.contains("tar -cf - \\| zstd -1"), "{line}");
-        assert_eq!(line.matches('|').count() - line.matches("\\|").count(), 17, "a pipe in a cell does not split it: {line}");
+        assert_eq!(line.matches('|').count() - line.matches("\\|").count(), 18, "a pipe in a cell does not split it: {line}");
     }
 
     #[test]

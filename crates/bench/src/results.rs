@@ -24,6 +24,15 @@ pub struct Setting {
     pub buffer_count: Option<usize>,
     /// Target.
     pub target: String,
+    /// `full`, or `diff`/`incr` (after `--change` of the pages since the backup it builds on);
+    /// `incr 2`, ... for the later incrementals of a chain.
+    #[serde(default = "full")]
+    pub backup_type: String,
+}
+
+/// What a report without a backup type measured (written before there were incrementals).
+fn full() -> String {
+    "full".to_string()
 }
 
 /// One row of the table.
@@ -177,7 +186,7 @@ mod tests {
     fn sample(tool: &str, repeat: usize, secs: f64, restore: Option<f64>) -> Sample {
         let cost = |s: f64| Cost { seconds: s, user_seconds: s, system_seconds: 0.0, peak_rss_bytes: 1 << 20, host_cpu_pct: 60.0 };
         Sample {
-            setting: Setting { tool: tool.into(), compression: "lz4".into(), settings: String::new(), stripes: 2, transfer_size: 1 << 20, buffer_count: None, target: "/t".into() },
+            setting: Setting { tool: tool.into(), compression: "lz4".into(), settings: String::new(), stripes: 2, transfer_size: 1 << 20, buffer_count: None, target: "/t".into(), backup_type: full() },
             buffers_used: Some(14),
             repeat,
             bytes_read: 1000,

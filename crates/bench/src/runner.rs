@@ -9,6 +9,7 @@
 
 mod case;
 mod event;
+mod incremental;
 mod options;
 mod peer_case;
 mod prepare;
@@ -35,7 +36,7 @@ use trash::Trash;
 use work::WorkDir;
 
 pub use event::Event;
-pub use options::BenchOptions;
+pub use options::{BenchOptions, Incremental};
 pub use work::cleanup;
 
 /// A bench that ran, completely or not.
@@ -150,11 +151,21 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
         note,
         clock: Clock { start: Instant::now(), done: 0, total },
         trash: Trash::default(),
+        archive: None,
+        round: 0,
     };
     ctx.warm_up()?;
     let mut samples = Vec::new();
     let mut failure = None;
-    'sweep: for p in &perms {
+    if let Some(inc) = &opts.incremental {
+        ctx.archiving = true;
+        let dir = dir_targets.first().ok_or_else(|| Error::invalid("--type diff or incr needs a directory in --target"))?;
+        let peers = incremental_peers(&ctx, &peer_runs, &mut warnings)?;
+        let needs_summaries = peers.iter().any(|r| r.tool == "pg_basebackup");
+        ctx.incremental_setup(&dir.join(&work_name).join("repo"), needs_summaries)?;
+        failure = incremental_sweep(&mut ctx, inc, &perms, &peers, dir, home.as_ref().map(|h| h.0.as_path()), &mut samples, &mut warnings);
+    }
+    'sweep: for p in perms.iter().filter(|_| opts.incremental.is_none()) {
         for r in 1..=opts.matrix.repeat {
             ctx.announce(&format!("sheaf {}", p.name()), r);
             match ctx.sheaf_run(p, r) {
@@ -170,7 +181,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     let sheaf_read: Vec<f64> = samples.iter().map(|s| s.bytes_read as f64).collect();
     let source_bytes = summarize(&sheaf_read).map_or(0, |s| s.median as u64);
     let basebackup = peers::find("pg_basebackup");
-    for dir in dir_targets.iter().filter(|_| failure.is_none()) {
+    for dir in dir_targets.iter().filter(|_| failure.is_none() && opts.incremental.is_none()) {
         let mut backrest_ready: Option<Option<BackRest>> = None;
         for run in &peer_runs {
             let setting = Setting {
@@ -181,11 +192,12 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                 transfer_size: 0,
                 buffer_count: None,
                 target: dir.display().to_string(),
+                backup_type: "full".into(),
             };
             let br = if run.tool == "pgbackrest" {
                 // Set up on the first of its runs on this target, after pg_basebackup's.
                 let ready = backrest_ready.get_or_insert_with(|| match (&home, &src.cluster) {
-                    (Some(h), Some(c)) => match backrest_setup(c, &h.0, &dir.join(&work_name).join("pgbackrest")) {
+                    (Some(h), Some(c)) => match backrest_setup(c, &h.0, &dir.join(&work_name).join("pgbackrest"), None) {
                         Ok(b) => Some(b),
                         Err(e) => {
                             warn(format!("peer pgbackrest skipped on {}: {e}", dir.display()), &mut warnings);
@@ -233,7 +245,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
             }
         }
         if let (Some(Some(_)), Some(c)) = (&backrest_ready, &src.cluster) {
-            backrest_teardown(c);
+            backrest_teardown(c, None);
         }
     }
     drop(works);
@@ -260,4 +272,130 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
         },
         failure,
     })
+}
+
+/// The peer runs that take incrementals: pgBackRest's, and pg_basebackup's plain one (with `-c
+/// none`, on PostgreSQL 17 or later); the rest named in a warning.
+fn incremental_peers(ctx: &Ctx, runs: &[PeerRun], warnings: &mut Vec<String>) -> Result<Vec<PeerRun>> {
+    let mut out = Vec::new();
+    let mut said = false;
+    let mut warn = |w: String| {
+        (ctx.note)(Event::Warning(&w));
+        warnings.push(w);
+    };
+    let cluster = ctx.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
+    let version: u32 = cluster.query("postgres", "SHOW server_version_num")?.trim().parse().unwrap_or(0);
+    for r in runs {
+        match r.tool {
+            "pgbackrest" => out.push(r.clone()),
+            "pg_basebackup" if version >= 170_000 => out.push(r.clone()),
+            "pg_basebackup" => warn(format!("peer pg_basebackup --incremental skipped: it needs PostgreSQL 17 or later, and the bench's cluster is {version} (SHEAF_PG=18 picks 18)")),
+            t if t.starts_with("pg_basebackup") && !said => {
+                said = true;
+                warn("pg_basebackup --incremental writes plain, uncompressed backups: it is measured beside sheaf's -c none only (add none to -c)".to_string());
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Every sheaf permutation's cycles, then every peer's (see [`incremental`]); the first sheaf
+/// failure stops the sweep and is returned; a peer that fails is a warning, its rows left out.
+#[allow(clippy::too_many_arguments)]
+fn incremental_sweep(
+    ctx: &mut Ctx,
+    inc: &Incremental,
+    perms: &[crate::matrix::Permutation],
+    peers: &[PeerRun],
+    dir: &std::path::Path,
+    home: Option<&std::path::Path>,
+    samples: &mut Vec<Sample>,
+    warnings: &mut Vec<String>,
+) -> Option<Error> {
+    let repo = dir.join(&ctx.work_name).join("repo");
+    let types = inc.labels().join(", ");
+    for p in perms {
+        for r in 1..=ctx.opts.matrix.repeat {
+            ctx.announce(&format!("sheaf full, {types} {} ({})", p.name(), repo.display()), r);
+            match ctx.sheaf_cycle(p, inc, &repo, dir, r) {
+                Ok(s) => samples.extend(s),
+                Err(e) => return Some(e),
+            }
+            ctx.clock.done += 1;
+        }
+    }
+    // What sheaf read, per type: the peers' rows show it too.
+    let read = |t: &str, samples: &[Sample]| {
+        let v: Vec<f64> = samples.iter().filter(|s| s.setting.backup_type == t).map(|s| s.bytes_read as f64).collect();
+        summarize(&v).map_or(0, |s| s.median as u64)
+    };
+    let basebackup = peers::find("pg_basebackup");
+    for run in peers {
+        let cluster = ctx.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
+        let br = if run.tool == "pgbackrest" {
+            let Some(home) = home else { continue };
+            match backrest_setup(cluster, home, &dir.join(&ctx.work_name).join("pgbackrest"), ctx.archive.as_deref()) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    let w = format!("peer pgbackrest skipped: {e}");
+                    (ctx.note)(Event::Warning(&w));
+                    warnings.push(w);
+                    ctx.clock.done += ctx.opts.matrix.repeat;
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        let mut got = Vec::new();
+        for r in 1..=ctx.opts.matrix.repeat {
+            ctx.announce(&format!("{} {} ({}), full then {types}", run.tool, run.codec, run.settings()), r);
+            ctx.clock.done += 1;
+            let result = match (&br, basebackup.as_deref()) {
+                (Some(br), _) => ctx.backrest_cycle(br, run, inc, dir, r),
+                (None, Some(bin)) => ctx.basebackup_cycle(bin, inc, dir, r),
+                (None, None) => Err(Error::new(sheaf_core::ErrorKind::Source, "pg_basebackup is not installed")),
+            };
+            match result {
+                Ok(m) => got.extend(m.into_iter().map(|m| (r, m))),
+                Err(e) => {
+                    let w = format!("{} left out: {e}", run.tool);
+                    (ctx.note)(Event::Warning(&w));
+                    warnings.push(w);
+                    ctx.clock.done += ctx.opts.matrix.repeat - r;
+                    got.clear();
+                    break;
+                }
+            }
+        }
+        if br.is_some() {
+            backrest_teardown(cluster, ctx.archive.as_deref());
+        }
+        for (r, m) in got {
+            if m.label == "full" && !inc.full_rows {
+                continue;
+            }
+            samples.push(Sample {
+                setting: Setting {
+                    tool: if run.tool == "pg_basebackup" { "pg_basebackup -Fp".into() } else { run.tool.to_string() },
+                    compression: run.codec.clone(),
+                    settings: if run.tool == "pg_basebackup" { "--incremental, pg_combinebackup".into() } else { run.settings() },
+                    stripes: 1,
+                    transfer_size: 0,
+                    buffer_count: None,
+                    target: dir.display().to_string(),
+                    backup_type: m.label.clone(),
+                },
+                buffers_used: None,
+                repeat: r,
+                bytes_read: m.bytes_read.unwrap_or_else(|| read(&m.label, samples)),
+                size_bytes: m.size,
+                backup: m.backup,
+                verify: None,
+                restore: Some(m.restore),
+            });
+        }
+    }
+    None
 }

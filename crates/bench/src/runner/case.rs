@@ -17,7 +17,7 @@ use crate::measure::{self, Finished};
 use crate::results::{Sample, Setting};
 
 /// The parts of `sheaf backup --json` the bench uses.
-fn backup_figures(f: &Finished) -> Result<(u64, u64, usize)> {
+pub(super) fn backup_figures(f: &Finished) -> Result<(u64, u64, usize)> {
     let v: serde_json::Value = serde_json::from_str(f.stdout.trim())
         .map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e}): {}", f.stdout)))?;
     let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).ok_or_else(|| Error::new(ErrorKind::Io, format!("sheaf backup --json lacks {k}")));
@@ -60,6 +60,10 @@ pub(super) struct Ctx<'a> {
     pub(super) note: &'a dyn Fn(Event),
     pub(super) clock: Clock,
     pub(super) trash: Trash,
+    /// The archive command that stores the cluster's WAL in the bench's repository (incrementals).
+    pub(super) archive: Option<String>,
+    /// Changes made so far (each the next round, so that each touches other pages).
+    pub(super) round: u64,
 }
 
 impl Ctx<'_> {
@@ -72,7 +76,7 @@ impl Ctx<'_> {
     }
 
     /// [`Ctx::sheaf`] for an operation on the bench's sets: with the encryption secret's flags.
-    fn sheaf_op(&self, op: &str) -> Command {
+    pub(super) fn sheaf_op(&self, op: &str) -> Command {
         let mut c = self.sheaf();
         c.arg(op).args(&self.opts.key_args);
         c
@@ -176,6 +180,7 @@ impl Ctx<'_> {
                 transfer_size: p.transfer_size,
                 buffer_count: p.buffer_count,
                 target: p.target.to_string(),
+                backup_type: "full".into(),
             },
             buffers_used: Some(buffers_used),
             repeat,

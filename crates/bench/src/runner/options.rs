@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use sheaf_core::manifest::BackupType;
+
 use crate::matrix::Matrix;
 use crate::peers::Peer;
 use crate::source::Source;
@@ -25,4 +27,34 @@ pub struct BenchOptions {
     pub restore_dir: Option<PathBuf>,
     /// Flags that give sheaf's runs their encryption secret (a key or passphrase file), if any.
     pub key_args: Vec<String>,
+    /// Incrementals to measure (`--type` with diff or incr), or `None`: full backups only.
+    pub incremental: Option<Incremental>,
+}
+
+/// Incrementals measured: each permutation (and each peer) takes a full into a repository, then
+/// for each type asked the change and that backup, each restored (its chain) and timed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Incremental {
+    /// Whether the fulls are rows of the report too (`full` in `--type`).
+    pub full_rows: bool,
+    /// The types taken after the full, in order, each after a change of its own (repeats make a
+    /// longer chain).
+    pub types: Vec<BackupType>,
+    /// The share of the pages each change touches, in percent.
+    pub change_percent: f64,
+}
+
+impl Incremental {
+    /// How the report names each of `types`: the type, numbered from its second time on (`incr`,
+    /// `incr 2`, ...: the second incremental of the chain).
+    pub fn labels(&self) -> Vec<String> {
+        self.types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match self.types[..=i].iter().filter(|x| *x == t).count() {
+                1 => t.to_string(),
+                n => format!("{t} {n}"),
+            })
+            .collect()
+    }
 }

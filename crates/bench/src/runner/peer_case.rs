@@ -3,11 +3,13 @@
 
 use std::path::Path;
 
+use sheaf_core::manifest::BackupType;
 use sheaf_core::{Error, ErrorKind, Result};
 use sheaf_pg::scratch::{self, ScratchCluster};
 
 use super::case::Ctx;
-use super::work::{remove, set_mode, tree_bytes};
+use super::incremental::Measured;
+use super::work::{holds_cluster, remove, set_mode, tree_bytes};
 use crate::measure::{self, Cost};
 use crate::peers::{self, BackRest, PeerRun};
 
@@ -58,12 +60,25 @@ impl Ctx<'_> {
 
     /// One repeat of pgBackRest: a full backup into the repository, then a restore.
     pub(super) fn backrest_run(&mut self, br: &BackRest, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
-        let mut args: Vec<&str> = vec!["backup", "--type=full"];
+        let m = self.backrest_backup(br, run, BackupType::Full, dir, repeat)?;
+        // Keep only this backup, untimed, so that no timed backup pays for expiring the last one.
+        let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
+        if !e.ok() {
+            return Err(e.failure("pgbackrest expire"));
+        }
+        Ok((m.size, m.backup, m.restore))
+    }
+
+    /// A pgBackRest backup of type `t` (its own words: full, diff, incr), timed, then restored
+    /// (the newest backup, through whatever it builds on) and timed.
+    pub(super) fn backrest_backup(&mut self, br: &BackRest, run: &PeerRun, t: BackupType, dir: &Path, repeat: usize) -> Result<Measured> {
+        let kind = format!("--type={t}");
+        let mut args: Vec<&str> = vec!["backup", &kind];
         args.extend(run.options.iter().map(String::as_str));
         self.settle()?;
         let b = measure::run(br.command(&args))?;
         if !b.ok() {
-            return Err(b.failure(&format!("pgbackrest backup {} (run {repeat})", run.settings())));
+            return Err(b.failure(&format!("pgbackrest backup {kind} {} (run {repeat})", run.settings())));
         }
         let info = measure::run(br.command(&["info", "--output=json"]))?;
         let size = backrest_size(&info.stdout).ok_or_else(|| Error::new(ErrorKind::Io, format!("pgbackrest info printed no backup size: {}", info.stdout)))?;
@@ -74,14 +89,9 @@ impl Ctx<'_> {
         args.extend(process_max);
         let (r, restored) = self.timed_restore(&dest, scratch::server_dir, br.command(&args), holds_cluster)?;
         if !r.ok() || !restored {
-            return Err(r.failure(&format!("pgbackrest restore ({})", run.settings())));
+            return Err(r.failure(&format!("pgbackrest restore ({kind} {})", run.settings())));
         }
-        // Keep only this backup, untimed, so that no timed backup pays for expiring the last one.
-        let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
-        if !e.ok() {
-            return Err(e.failure("pgbackrest expire"));
-        }
-        Ok((size, b.cost, r.cost))
+        Ok(Measured { label: t.to_string(), size, bytes_read: None, buffers_used: None, backup: b.cost, restore: r.cost })
     }
 }
 
@@ -90,20 +100,18 @@ fn create_dir(dest: &Path) -> Result<()> {
     std::fs::create_dir_all(dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))
 }
 
-/// Whether `dest` holds a restored data directory.
-fn holds_cluster(dest: &Path) -> bool {
-    dest.join("PG_VERSION").exists()
-}
-
-/// The repository size of the newest backup in `pgbackrest info --output=json`.
+/// What the newest backup in `pgbackrest info --output=json` stored in the repository: its
+/// `delta` (for a full, its whole size; for a diff or incr, only the files it copied).
 fn backrest_size(json: &str) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    v.get(0)?.get("backup")?.as_array()?.last()?.pointer("/info/repository/size")?.as_u64()
+    let repo = v.get(0)?.get("backup")?.as_array()?.last()?.pointer("/info/repository")?;
+    repo.get("delta").or_else(|| repo.get("size"))?.as_u64()
 }
 
 /// Set up pgBackRest on the cluster with its repository in `repo`: config and stanza, then WAL
-/// archiving through it. On failure archiving is back to discarding, so nothing waits on it.
-pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path) -> Result<BackRest> {
+/// archiving through it (after `also`, the archive command already in place, if any). On failure
+/// archiving is back to `also` (or discarding), so nothing waits on it.
+pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path, also: Option<&str>) -> Result<BackRest> {
     let setup = || -> Result<BackRest> {
         scratch::server_dir(repo)?;
         let config = home.join("pgbackrest.conf");
@@ -115,18 +123,23 @@ pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path)
         if !f.ok() {
             return Err(f.failure("pgbackrest stanza-create"));
         }
-        let cmd = format!("pgbackrest --config={} --stanza=bench archive-push %p", config.display());
+        let mut cmd = format!("pgbackrest --config={} --stanza=bench archive-push %p", config.display());
+        if let Some(first) = also {
+            cmd = format!("{first} && {cmd}");
+        }
         cluster.query("postgres", &format!("ALTER SYSTEM SET archive_command = '{}'", cmd.replace('\'', "''")))?;
         cluster.query("postgres", "SELECT pg_reload_conf()")?;
         cluster.query("postgres", "SELECT pg_switch_wal()")?;
         Ok(br)
     };
-    setup().inspect_err(|_| backrest_teardown(cluster))
+    setup().inspect_err(|_| backrest_teardown(cluster, also))
 }
 
-/// Archiving back to discarding (pgBackRest's runs on this target are over, or failed).
-pub(super) fn backrest_teardown(cluster: &ScratchCluster) {
-    let _ = cluster.query("postgres", "ALTER SYSTEM SET archive_command = 'true'");
+/// Archiving back to `also` or to discarding (pgBackRest's runs on this target are over, or
+/// failed).
+pub(super) fn backrest_teardown(cluster: &ScratchCluster, also: Option<&str>) {
+    let cmd = also.unwrap_or("true").replace('\'', "''");
+    let _ = cluster.query("postgres", &format!("ALTER SYSTEM SET archive_command = '{cmd}'"));
     let _ = cluster.query("postgres", "SELECT pg_reload_conf()");
 }
 
@@ -138,6 +151,8 @@ mod tests {
     fn backrest_size_reads_the_newest_backup() {
         let json = r#"[{"name":"bench","backup":[{"info":{"repository":{"size":10}}},{"info":{"repository":{"size":42}}}]}]"#;
         assert_eq!(backrest_size(json), Some(42));
+        let incr = r#"[{"name":"bench","backup":[{"info":{"repository":{"size":10,"delta":10}}},{"info":{"repository":{"size":12,"delta":2}}}]}]"#;
+        assert_eq!(backrest_size(incr), Some(2), "an incremental's own files");
         assert_eq!(backrest_size("[]"), None);
         assert_eq!(backrest_size("not json"), None);
     }

@@ -36,10 +36,11 @@ pub(super) fn prepare_source(opts: &BenchOptions, backrest: bool, work_name: &st
         }
         Source::Tpch(scale) => {
             note(Event::Note("starting a throwaway PostgreSQL cluster (installing Debian's postgresql if missing)"));
-            // pgBackRest needs the WAL archived through it; archiving stays off otherwise. During
-            // the load the archiver discards (only WAL from each backup's start matters), and
-            // pgBackRest takes over once the data is in.
-            let settings: &[&str] = if backrest { &["archive_mode = on", "archive_command = 'true'"] } else { &[] };
+            // pgBackRest needs the WAL archived through it, and incrementals through sheaf's
+            // wal-push; archiving stays off otherwise. During the load the archiver discards (only
+            // WAL from each backup's start matters); they take over once the data is in.
+            let archiving = backrest || opts.incremental.is_some();
+            let settings: &[&str] = if archiving { &["archive_mode = on", "archive_command = 'true'"] } else { &[] };
             let cluster = ScratchCluster::create(None, &[], settings)?;
             note(Event::Note(&format!("cluster in {} on port {}", cluster.data.display(), cluster.port)));
             cluster.query("postgres", "CREATE DATABASE tpch")?;

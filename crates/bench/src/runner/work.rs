@@ -52,6 +52,11 @@ impl WorkDir {
     }
 }
 
+/// Whether `dest` holds a restored data directory.
+pub(super) fn holds_cluster(dest: &Path) -> bool {
+    dest.join("PG_VERSION").exists()
+}
+
 impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);

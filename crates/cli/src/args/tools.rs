@@ -88,6 +88,19 @@ pub struct BenchArgs {
     /// directory sources.
     #[arg(long, value_name = "LIST")]
     pub peers: Option<String>,
+    /// Backup types: full, and diff or incr to measure incrementals. With diff or incr each
+    /// permutation (and each peer) takes a full into a repository in the --target directory, then
+    /// for each type a --change of the pages and that backup, each restored (an incremental
+    /// through its chain) and timed; `full,incr,incr,incr` measures a chain of three. Needs
+    /// --dataset tpch:SCALE (the change writes to the source) and one directory target. Peers:
+    /// pgbackrest's diff and incr, and pg_basebackup --incremental with pg_combinebackup
+    /// (PostgreSQL 17+, SHEAF_PG=18; beside -c none) [default: full].
+    #[arg(long = "type", value_name = "LIST")]
+    pub backup_type: Option<String>,
+    /// The change before each incremental: updates touching this share of lineitem's and orders'
+    /// pages, half scattered and half in one run [default: 5%].
+    #[arg(long, value_name = "PERCENT")]
+    pub change: Option<String>,
     /// Drop the page cache before every operation (root; not in most containers).
     #[arg(long)]
     pub drop_caches: bool,

@@ -35,6 +35,8 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
         drop_caches: a.drop_caches,
         out: a.out,
         restore_dir: a.restore_dir,
+        backup_type: a.backup_type,
+        change: a.change,
     };
     let default_out = || PathBuf::from(format!("sheaf-bench-{}", sheaf_core::time::utc_now().replace(':', "")));
     if let Some(from) = &a.from {
@@ -54,6 +56,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
         sheaf,
         catalog: ctx.catalog().map(Path::to_path_buf),
         restore_dir: r.restore_dir,
+        incremental: r.incremental,
         key_args: match ctx.keys()? {
             // Checked here, so that a bad key file stops the bench before its first run; the
             // runs get the file's name (SHEAF_PASSPHRASE they inherit), never the secret.

@@ -69,7 +69,7 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
     assert_eq!(json["rows"].as_array().unwrap().len(), 14);
     assert!(json["info"]["cache"].as_str().unwrap().starts_with("warm"));
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("| tool | compression | stripes |") && md.contains("![size vs backup time](size_vs_backup_time.svg)"), "{md}");
+    assert!(md.contains("| tool | type | compression | stripes |") && md.contains("![size vs backup time](size_vs_backup_time.svg)"), "{md}");
     for plot in ["size_vs_backup_time", "throughput_vs_stripes", "throughput_vs_transfer_size", "throughput_vs_buffer_count", "cpu_per_codec"] {
         for ext in ["svg", "png"] {
             let len = std::fs::metadata(out.join(format!("{plot}.{ext}"))).map(|m| m.len()).unwrap_or(0);
@@ -88,6 +88,62 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
     assert_eq!(runs.len(), 33, "no failed runs");
     assert_eq!(runs.iter().filter(|r| r["label"].as_str().is_some_and(|l| l.contains("warm-up (untimed)"))).count(), 1, "{runs:#?}");
     // Stripes, restores and pgBackRest's repository are gone.
+    let left: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "left in the target: {left:?}");
+}
+
+#[test]
+fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (target, out, catalog) = (dir.path().join("target"), dir.path().join("report"), dir.path().join("catalog.db"));
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(sheaf()
+        .arg("--catalog")
+        .arg(&catalog)
+        .args(["bench", "--dataset", "tpch:0.01", "-c", "none", "--type", "full,incr,incr", "--change", "5%", "--repeat", "1", "--peers", "pg_basebackup,pgbackrest"])
+        .arg("--target")
+        .arg(&target)
+        .arg("--out")
+        .arg(&out));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("changing about 5 % of the pages (round 1, untimed)"), "{stderr}");
+    let mut csv = csv::Reader::from_path(out.join("report.csv")).unwrap();
+    let rows: Vec<std::collections::HashMap<String, String>> = csv.deserialize().collect::<Result<_, _>>().unwrap();
+    let f = |r: &std::collections::HashMap<String, String>, k: &str| r[k].parse::<f64>().unwrap_or_else(|_| panic!("{k} = '{}'", r[k]));
+    let row = |tool: &str, t: &str| rows.iter().find(|r| r["tool"] == tool && r["backup_type"] == t);
+    let full = row("sheaf", "full").expect("sheaf's full");
+    // Each incremental holds its change, not the cluster; each was restored (through its chain:
+    // the second builds on the first) and timed.
+    for t in ["incr", "incr 2"] {
+        let incr = row("sheaf", t).unwrap_or_else(|| panic!("sheaf's {t}: {rows:#?}"));
+        assert!(f(incr, "size_bytes_median") * 4.0 < f(full, "size_bytes_median"), "{incr:?} against {full:?}");
+        assert!(f(incr, "bytes_read") < f(full, "bytes_read"), "{incr:?}");
+        assert!(f(incr, "restore_s_median") > 0.0 && f(incr, "backup_s_median") > 0.0, "{incr:?}");
+    }
+    assert!(f(full, "restore_s_median") > 0.0, "{full:?}");
+    // Each peer measured where it can run: pgBackRest 2.45 up to PostgreSQL 17, pg_basebackup
+    // --incremental from 17 on; otherwise a warning says why.
+    let mut peers = 0;
+    for (tool, skipped) in [("pgbackrest", "peer pgbackrest skipped"), ("pg_basebackup -Fp", "pg_basebackup --incremental skipped")] {
+        match (row(tool, "full"), row(tool, "incr"), row(tool, "incr 2")) {
+            (Some(pf), Some(pi), Some(pi2)) => {
+                peers += 1;
+                for i in [pi, pi2] {
+                    assert!(f(i, "size_bytes_median") < f(pf, "size_bytes_median"), "{tool}: {i:?} against {pf:?}");
+                    assert!(f(i, "restore_s_median") > 0.0, "{i:?}");
+                }
+            }
+            _ => assert!(stderr.contains(skipped), "{tool} measured or skipped with a reason: {stderr}"),
+        }
+    }
+    assert!(peers >= 1, "at least one peer on every version: {stderr}");
+    assert_eq!(rows.len(), 3 + 3 * peers, "{rows:#?}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| sheaf | incr 2 | none |"), "{md}");
+    // The repository, the peers' backups and the restores are gone.
     let left: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "left in the target: {left:?}");
 }

@@ -1,0 +1,235 @@
+//! Incrementals measured (`sheaf bench --type full,incr --change 5%`). The bench's cluster archives
+//! its WAL into a sheaf repository (summarized as it goes, as `wal-push` does for users). Each
+//! sheaf permutation and each peer then takes, per repeat, a full backup and for each type asked a
+//! change of the pages followed by that backup; every backup is timed and restored (an incremental
+//! through its chain: sheaf's restore, pgBackRest's restore, `pg_combinebackup`), and the restore
+//! timed.
+//!
+//! Peers: pgBackRest's diff and incr (file level), and PostgreSQL 17+'s `pg_basebackup
+//! --incremental` (plain, uncompressed: measured beside sheaf's `-c none`), rebuilt with
+//! `pg_combinebackup`.
+
+use std::path::{Path, PathBuf};
+
+use sheaf_core::manifest::BackupType;
+use sheaf_core::{Error, ErrorKind, Result};
+
+use super::case::{backup_figures, Ctx};
+use super::event::Event;
+use super::options::Incremental;
+use super::work::{holds_cluster, remove, tree_bytes};
+use crate::change;
+use crate::matrix::Permutation;
+use crate::measure::{self, Cost};
+use crate::peers::{BackRest, PeerRun};
+use crate::results::{Sample, Setting};
+
+/// One backup of a cycle, measured: its type, size, what it read, and the two costs.
+pub(super) struct Measured {
+    /// The row's type: `full`, or a label of [`Incremental::labels`].
+    pub(super) label: String,
+    pub(super) size: u64,
+    pub(super) bytes_read: Option<u64>,
+    pub(super) buffers_used: Option<usize>,
+    pub(super) backup: Cost,
+    pub(super) restore: Cost,
+}
+
+/// The archive command that pushes the cluster's WAL into `repo`.
+pub(super) fn wal_push_command(sheaf: &Path, repo: &Path, key_args: &[String]) -> String {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let mut cmd = format!("{} wal-push %p --repo {}", quote(&sheaf.display().to_string()), quote(&repo.display().to_string()));
+    for a in key_args {
+        cmd.push(' ');
+        cmd.push_str(&quote(a));
+    }
+    cmd
+}
+
+/// The text of `postgres.repository_id` in `sheaf backup --repo --json`.
+fn repository_id(stdout: &str) -> Result<String> {
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e})")))?;
+    v.pointer("/postgres/repository_id")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| Error::new(ErrorKind::Io, "sheaf backup --repo --json lacks postgres.repository_id"))
+}
+
+impl Ctx<'_> {
+    /// Make the repository, and archive the cluster's WAL into it from now on (checked: one segment
+    /// archived), with PostgreSQL's own WAL summaries on where pg_basebackup's incrementals need
+    /// them.
+    pub(super) fn incremental_setup(&mut self, repo: &Path, summarize_wal: bool) -> Result<()> {
+        let cluster = self.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
+        sheaf_pg::scratch::server_dir(repo)?;
+        let mut c = self.sheaf_op("init");
+        c.arg("--repo").arg(repo).arg(&self.src.arg);
+        let f = measure::run(c)?;
+        if !f.ok() {
+            return Err(f.failure("sheaf init (the bench's repository)"));
+        }
+        let cmd = wal_push_command(&self.opts.sheaf, repo, &self.opts.key_args);
+        cluster.query("postgres", &format!("ALTER SYSTEM SET archive_command = '{}'", cmd.replace('\'', "''")))?;
+        if summarize_wal {
+            cluster.query("postgres", "ALTER SYSTEM SET summarize_wal = on")?;
+        }
+        cluster.query("postgres", "SELECT pg_reload_conf()")?;
+        self.archive = Some(cmd);
+        change::archive_now(cluster)
+    }
+
+    /// Change the pages before the next incremental (untimed), each round elsewhere.
+    fn change(&mut self, inc: &Incremental) -> Result<()> {
+        self.round += 1;
+        (self.note)(Event::Note(&format!("changing about {} % of the pages (round {}, untimed)", inc.change_percent, self.round)));
+        let cluster = self.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
+        change::touch(cluster, "tpch", inc.change_percent, self.round)
+    }
+
+    /// One sheaf backup of type `t` into `repo`, timed, then restored and timed.
+    fn repo_backup(&mut self, p: &Permutation, t: BackupType, repo: &Path, dir: &Path, repeat: usize) -> Result<Measured> {
+        let mut c = self.sheaf_op("backup");
+        c.arg(&self.src.arg).arg("--repo").arg(repo);
+        c.args(["--type", &t.to_string(), "--stripes", &p.stripes.to_string(), "-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"])
+            .arg(format!("sheaf bench: {t} {}, run {repeat}", p.name()));
+        if let Some(b) = p.buffer_count {
+            c.args(["--buffer-count", &b.to_string()]);
+        }
+        self.settle()?;
+        let b = measure::run(c)?;
+        if !b.ok() {
+            return Err(b.failure(&format!("sheaf backup --type {t} ({})", p.name())));
+        }
+        let (bytes_read, size, buffers_used) = backup_figures(&b)?;
+        let id = repository_id(&b.stdout)?;
+        let dest = self.restore_dir(dir);
+        let mut c = self.sheaf_op("restore");
+        c.arg("--repo").arg(repo).args(["--set", &id, "--target", "immediate", "--json", "--to"]).arg(&dest);
+        let (r, restored) = self.timed_restore(&dest, |_| Ok(()), c, holds_cluster)?;
+        if !r.ok() || !restored {
+            return Err(r.failure(&format!("sheaf restore of the {t} backup {id} ({})", p.name())));
+        }
+        Ok(Measured { label: t.to_string(), size, bytes_read: Some(bytes_read), buffers_used: Some(buffers_used), backup: b.cost, restore: r.cost })
+    }
+
+    /// One repeat of a sheaf permutation: the full, then each type after a change.
+    pub(super) fn sheaf_cycle(&mut self, p: &Permutation, inc: &Incremental, repo: &Path, dir: &Path, repeat: usize) -> Result<Vec<Sample>> {
+        let mut out = Vec::new();
+        let setting = |label: String| Setting {
+            tool: "sheaf".into(),
+            compression: p.compression.clone(),
+            settings: String::new(),
+            stripes: p.stripes,
+            transfer_size: p.transfer_size,
+            buffer_count: p.buffer_count,
+            target: dir.display().to_string(),
+            backup_type: label,
+        };
+        let mut take = |ctx: &mut Self, t: BackupType, label: String| -> Result<()> {
+            let m = ctx.repo_backup(p, t, repo, dir, repeat)?;
+            if t != BackupType::Full || inc.full_rows {
+                out.push(Sample {
+                    setting: setting(label),
+                    buffers_used: m.buffers_used,
+                    repeat,
+                    bytes_read: m.bytes_read.unwrap_or(0),
+                    size_bytes: m.size,
+                    backup: m.backup,
+                    verify: None,
+                    restore: Some(m.restore),
+                });
+            }
+            Ok(())
+        };
+        take(self, BackupType::Full, "full".into())?;
+        for (&t, label) in inc.types.iter().zip(inc.labels()) {
+            self.change(inc)?;
+            take(self, t, label)?;
+        }
+        Ok(out)
+    }
+
+    /// One repeat of pgBackRest: a full, then each type after a change, each restored; the
+    /// repository then keeps only the newest full, untimed.
+    pub(super) fn backrest_cycle(&mut self, br: &BackRest, run: &PeerRun, inc: &Incremental, dir: &Path, repeat: usize) -> Result<Vec<Measured>> {
+        let mut out = vec![self.backrest_backup(br, run, BackupType::Full, dir, repeat)?];
+        for (&t, label) in inc.types.iter().zip(inc.labels()) {
+            self.change(inc)?;
+            out.push(Measured { label, ..self.backrest_backup(br, run, t, dir, repeat)? });
+        }
+        let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
+        if !e.ok() {
+            return Err(e.failure("pgbackrest expire"));
+        }
+        Ok(out)
+    }
+
+    /// One repeat of `pg_basebackup` (plain format) and its incrementals against the full (diff)
+    /// or the one before (incr), each rebuilt into a data directory by `pg_combinebackup`, timed
+    /// as the restore.
+    pub(super) fn basebackup_cycle(&mut self, bin: &Path, inc: &Incremental, dir: &Path, repeat: usize) -> Result<Vec<Measured>> {
+        let url = self.src.url.clone().expect("peers need a PostgreSQL source");
+        let root = dir.join(&self.work_name).join("pg_basebackup");
+        remove(&root)?;
+        std::fs::create_dir_all(&root).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", root.display()), e))?;
+        let combine = bin.with_file_name("pg_combinebackup");
+        let mut taken: Vec<PathBuf> = Vec::new();
+        let mut out = Vec::new();
+        let labels = std::iter::once("full".to_string()).chain(inc.labels());
+        for (k, (t, label)) in std::iter::once(BackupType::Full).chain(inc.types.iter().copied()).zip(labels).enumerate() {
+            if k > 0 {
+                self.change(inc)?;
+            }
+            let into = root.join(k.to_string());
+            let mut c = std::process::Command::new(bin);
+            c.args(["-d", &url, "-D"]).arg(&into).args(["-Fp", "-c", "fast"]);
+            // A diff builds on the full, an incr on the backup before it.
+            let parent = match t {
+                BackupType::Full => None,
+                BackupType::Diff => taken.first(),
+                BackupType::Incr => taken.last(),
+            };
+            if let Some(parent) = parent {
+                c.arg(format!("--incremental={}", parent.join("backup_manifest").display()));
+            }
+            self.settle()?;
+            let b = measure::run(c)?;
+            if !b.ok() {
+                let _ = remove(&root);
+                return Err(b.failure(&format!("pg_basebackup -Fp ({t}, run {repeat})")));
+            }
+            let size = tree_bytes(&into);
+            // The chain this backup needs: the full, the parent's chain, itself.
+            let chain: Vec<PathBuf> = match t {
+                BackupType::Full => vec![into.clone()],
+                BackupType::Diff => vec![taken[0].clone(), into.clone()],
+                BackupType::Incr => taken.iter().cloned().chain(std::iter::once(into.clone())).collect(),
+            };
+            taken.push(into);
+            let dest = self.restore_dir(dir);
+            let mut c = std::process::Command::new(&combine);
+            c.arg("-o").arg(&dest).args(&chain);
+            let (r, restored) = self.timed_restore(&dest, |_| Ok(()), c, holds_cluster)?;
+            if !r.ok() || !restored {
+                let _ = remove(&root);
+                return Err(r.failure(&format!("pg_combinebackup ({t}, run {repeat})")));
+            }
+            out.push(Measured { label, size, bytes_read: None, buffers_used: None, backup: b.cost, restore: r.cost });
+        }
+        remove(&root)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_archive_command_quotes_its_paths() {
+        let cmd = wal_push_command(Path::new("/opt/my sheaf/sheaf"), Path::new("/srv/it's/repo"), &["--encryption-key-file".into(), "/k".into()]);
+        assert_eq!(cmd, r"'/opt/my sheaf/sheaf' wal-push %p --repo '/srv/it'\''s/repo' '--encryption-key-file' '/k'");
+        assert_eq!(repository_id(r#"{"postgres":{"repository_id":"20261124T101010Z"}}"#).unwrap(), "20261124T101010Z");
+        assert!(repository_id("{}").unwrap_err().to_string().contains("repository_id"));
+    }
+}
