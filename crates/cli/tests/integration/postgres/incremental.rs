@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use super::cluster::Cluster;
-use super::repo::{archive_now, json, ok, recover, setup};
+use super::repo::{archive_now, json, ok, recover, setup, TestRepo};
 use crate::integration::common::{run, sheaf, stderr};
 
 /// Every database's dump, less what differs between two dumps of the same data (comments with
@@ -30,9 +30,9 @@ fn amcheck(c: &Cluster) {
 
 /// A backup of `kind`; incrementals and differentials with `--check-changes`: the page scan
 /// decides, and the backup fails if the WAL summaries missed a page it found.
-fn backup(c: &Cluster, repo: &Path, kind: &str) -> serde_json::Value {
-    let mut cmd = sheaf();
-    cmd.args(["backup", &c.url("postgres"), "--repo", repo.to_str().unwrap(), "--type", kind, "--json"]);
+fn backup(c: &Cluster, repo: &TestRepo, kind: &str) -> serde_json::Value {
+    let mut cmd = repo.sheaf();
+    cmd.args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--type", kind, "--json"]);
     if kind != "full" {
         cmd.arg("--check-changes");
     }
@@ -67,15 +67,30 @@ fn churn(c: &Cluster, round: u32, tablespace: &str) {
 
 #[test]
 fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_to_their_point() {
-    let (base, repo, c) = setup();
-    let r = repo.to_str().unwrap();
+    let base = tempfile::Builder::new().prefix("sheaf-churn.").tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    under_churn(&base, &TestRepo::folder(base.path()));
+}
+
+/// The same in an encrypted repository in a bucket: WAL, its summaries and every set sealed.
+#[test]
+fn incrementals_under_churn_in_an_encrypted_bucket_restore_like_the_full() {
+    let base = tempfile::Builder::new().prefix("sheaf-churn-s3.").tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    under_churn(&base, &TestRepo::encrypted_bucket(base.path()));
+}
+
+fn under_churn(base: &tempfile::TempDir, repo: &TestRepo) {
+    let c = repo.cluster();
+    let r = repo.arg.as_str();
+    let sheaf = || repo.sheaf();
     let space = base.path().join("space");
     super::cluster::pg_dir(&space);
     c.sql("postgres", &format!("CREATE TABLESPACE space LOCATION '{}'", space.display()));
     ok(run(c.tool("pgbench").args(["-i", "-s", "4", "-q", "app"])), "pgbench -i");
 
     // Asked for an incremental with nothing to build on: a full, saying why.
-    let full = backup(&c, &repo, "incr");
+    let full = backup(&c, repo, "incr");
     assert_eq!(full["postgres"]["backup_type"], "full", "{full}");
     assert!(full["postgres"]["full_because"].as_str().unwrap().contains("no backup to build"), "{full}");
     let full_id = full["postgres"]["repository_id"].as_str().unwrap().to_string();
@@ -98,15 +113,15 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     let small_id = small["postgres"]["repository_id"].as_str().unwrap().to_string();
 
     churn(&c, 1, "space");
-    let incr1 = backup(&c, &repo, "incr");
+    let incr1 = backup(&c, repo, "incr");
     assert_eq!(incr1["postgres"]["chain"], serde_json::json!([full_id, small_id]), "{incr1}");
     assert!(incr1["postgres"]["method"].as_str().unwrap().starts_with("page scan, checked against the WAL summaries"), "{incr1}");
 
     churn(&c, 2, "pg_default");
-    let diff = backup(&c, &repo, "diff");
+    let diff = backup(&c, repo, "diff");
     assert_eq!(diff["postgres"]["chain"], serde_json::json!([full_id]), "a diff builds on the full: {diff}");
     churn(&c, 3, "space");
-    let incr2 = backup(&c, &repo, "incr");
+    let incr2 = backup(&c, repo, "incr");
     let diff_id = diff["postgres"]["repository_id"].as_str().unwrap().to_string();
     assert_eq!(incr2["postgres"]["chain"], serde_json::json!([full_id, diff_id]), "{incr2}");
     archive_now(&c);
@@ -121,9 +136,9 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
         let id = b["postgres"]["repository_id"].as_str().unwrap();
         let stop = b["postgres"]["stop_lsn"].as_str().unwrap();
         let ts = tablespace(name);
-        let chain = recover(&repo, &out.join(name), &["--set", id, "--target", "immediate", "--tablespace", &ts]);
+        let chain = repo.recover(&out.join(name), &["--set", id, "--target", "immediate", "--tablespace", &ts]);
         let ts = tablespace(&format!("{name}-full"));
-        let whole = recover(&repo, &out.join(format!("{name}-full")), &["--set", &full_id, "--target-lsn", stop, "--tablespace", &ts]);
+        let whole = repo.recover(&out.join(format!("{name}-full")), &["--set", &full_id, "--target-lsn", stop, "--tablespace", &ts]);
         let (a, b) = (dump(&chain), dump(&whole));
         if a != b {
             let at = std::env::temp_dir().join(format!("sheaf-dump-{name}"));
@@ -145,7 +160,7 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     ));
     let kept = &delta["delta"];
     assert!(kept["chunks_kept"].as_u64().unwrap() > 0 && kept["removed"].as_u64().unwrap() > 0, "{delta}");
-    let updated = super::repo::start_restored(&out.join("incr1"), false);
+    let updated = repo.start(&out.join("incr1"));
     assert!(dump(&updated) == dumps["incr2"], "a delta restore recovers to what a fresh one does");
     amcheck(&updated);
     drop(updated);
@@ -158,7 +173,7 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     assert!(!foreign.status.success() && stderr(&foreign).contains("a delta restore only updates a copy of the same cluster"), "{}", stderr(&foreign));
     // The repository's newest backup and all the WAL: the source as it is now.
     let ts = tablespace("end");
-    let end = recover(&repo, &out.join("end"), &["--tablespace", &ts]);
+    let end = repo.recover(&out.join("end"), &["--tablespace", &ts]);
     assert!(dump(&end) == dump(&c), "restored to the end, the chain equals the source");
 
     // Consolidated, without the database: one full backup that recovers to what incr2 does.
@@ -167,7 +182,7 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     assert_eq!(merged_id, format!("{incr2_id}-full"));
     assert_eq!(merged["record"]["backup_type"], "full");
     let ts = tablespace("merged");
-    let from_merged = recover(&repo, &out.join("merged"), &["--set", &merged_id, "--target", "immediate", "--tablespace", &ts]);
+    let from_merged = repo.recover(&out.join("merged"), &["--set", &merged_id, "--target", "immediate", "--tablespace", &ts]);
     assert!(dump(&from_merged) == dumps["incr2"], "the consolidated backup recovers to what its chain does");
     drop(from_merged);
 
@@ -192,7 +207,7 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
         assert!(!a.is_empty() && a == b, "extract {sub}: the chain gives what its consolidation does");
     }
     let ts = tablespace("only-app");
-    let only_app = recover(&repo, &out.join("only-app"), &["--set", incr2_id, "--target", "immediate", "--db-include", "app", "--tablespace", &ts]);
+    let only_app = repo.recover(&out.join("only-app"), &["--set", incr2_id, "--target", "immediate", "--db-include", "app", "--tablespace", &ts]);
     assert_eq!(only_app.sql("app", "SELECT count(*) FROM pgbench_accounts"), c.sql("app", "SELECT count(*) FROM pgbench_accounts"));
     drop(only_app);
 
@@ -201,7 +216,7 @@ fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_t
     let types: Vec<(&str, usize)> = info["backups"].as_array().unwrap().iter().map(|b| (b["backup_type"].as_str().unwrap(), b["chain"].as_array().map_or(0, Vec::len))).collect();
     assert_eq!(types, [("full", 0), ("incr", 1), ("incr", 2), ("diff", 1), ("incr", 2), ("full", 0)], "{info}");
     ok(run(sheaf().args(["verify", "--repo", r])), "verify --repo");
-    let again = backup(&c, &repo, "full");
+    let again = backup(&c, repo, "full");
     let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
     assert_eq!(expired["kept"], serde_json::json!([again["postgres"]["repository_id"]]), "{expired}");
     assert_eq!(expired["removed"].as_array().unwrap().len(), 6, "the old full goes with everything built on it: {expired}");
@@ -216,8 +231,9 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
     use super::repo::recover_with;
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
+    let test_repo = TestRepo::existing(&repo);
     ok(run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "app"])), "pgbench -i");
-    let full = backup(&c, &repo, "full");
+    let full = backup(&c, &test_repo, "full");
     let full_id = full["postgres"]["repository_id"].as_str().unwrap().to_string();
     let listing = || {
         let mut v: Vec<String> = std::fs::read_dir(repo.join("backups")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
@@ -261,7 +277,7 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
     let states: Vec<&str> = info["backups"].as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["complete", "unfinished"], "{info}");
     c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND query ILIKE '%pg_backup%'");
-    let incr = backup(&c, &repo, "incr");
+    let incr = backup(&c, &test_repo, "incr");
     assert_eq!(incr["postgres"]["chain"], serde_json::json!([full_id]), "{incr}");
     let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
     assert_eq!(expired["unfinished"].as_array().unwrap().len(), 1, "{expired}");

@@ -110,6 +110,93 @@ pub(super) fn setup() -> (tempfile::TempDir, PathBuf, Cluster) {
     (base, repo, c)
 }
 
+/// Where a test's repository lives: a folder, or a bucket in MinIO, encrypted, reached through a
+/// config file (repository, endpoint, passphrase file) with the credentials in the environment, as
+/// a user sets it up. Commands from [`TestRepo::sheaf`] and the server's archive and restore
+/// commands find it either way.
+pub(super) struct TestRepo {
+    /// `--repo`'s value: a path or `s3://BUCKET/PREFIX`.
+    pub(super) arg: String,
+    /// Environment for sheaf and for the server's commands.
+    env: Vec<(String, String)>,
+    _minio: Option<sheaf_s3::testing::Minio>,
+}
+
+impl TestRepo {
+    /// A folder `repo` in `base`.
+    pub(super) fn folder(base: &Path) -> TestRepo {
+        let repo = base.join("repo");
+        pg_dir(&repo);
+        TestRepo::existing(&repo)
+    }
+
+    /// The folder repository at `repo`, made already.
+    pub(super) fn existing(repo: &Path) -> TestRepo {
+        TestRepo { arg: repo.display().to_string(), env: Vec::new(), _minio: None }
+    }
+
+    /// An encrypted repository in a bucket of a MinIO of its own; its config and passphrase files
+    /// in `base`, readable by the server's user.
+    pub(super) fn encrypted_bucket(base: &Path) -> TestRepo {
+        use std::os::unix::fs::PermissionsExt;
+        let minio = sheaf_s3::testing::Minio::start();
+        minio.create_bucket("chains");
+        let pass = base.join("passphrase");
+        std::fs::write(&pass, "incrementals under churn\n").unwrap();
+        let config = base.join("sheaf.toml");
+        let text = format!("repo = \"s3://chains/cluster\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\npassphrase-file = \"{}\"\n", minio.endpoint(), pass.display());
+        std::fs::write(&config, text).unwrap();
+        for f in [&pass, &config] {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        env.push(("SHEAF_CONFIG".into(), config.display().to_string()));
+        TestRepo { arg: "s3://chains/cluster".into(), env, _minio: Some(minio) }
+    }
+
+    /// `sheaf` with the repository's environment.
+    pub(super) fn sheaf(&self) -> std::process::Command {
+        let mut c = sheaf();
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    /// `env K=V ... ` for a command the server runs (empty for a folder).
+    fn env_prefix(&self) -> String {
+        if self.env.is_empty() {
+            return String::new();
+        }
+        let vars: Vec<String> = self.env.iter().filter(|(k, _)| k.starts_with("AWS_") || k.starts_with("SHEAF_")).map(|(k, v)| format!("{k}={v}")).collect();
+        format!("env {} ", vars.join(" "))
+    }
+
+    /// A cluster archiving into the repository with `sheaf wal-push`, `init` done, and database
+    /// `app` with table `t (id, batch, at)`.
+    pub(super) fn cluster(&self) -> Cluster {
+        let cmd = format!("archive_command = '{}{} wal-push %p --repo {}'", self.env_prefix(), SHEAF, self.arg);
+        let c = Cluster::new(&[], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
+        ok(run(self.sheaf().args(["init", "--repo", &self.arg, &c.url("postgres")])), "init");
+        c.sql("postgres", "CREATE DATABASE app");
+        c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+        c
+    }
+
+    /// Start what a restore from this repository wrote into `dir` (see [`start_restored`]), its
+    /// restore_command given the repository's environment, as the server's would carry it.
+    pub(super) fn start(&self, dir: &Path) -> Cluster {
+        let auto_path = dir.join("postgresql.auto.conf");
+        let auto = std::fs::read_to_string(&auto_path).unwrap();
+        std::fs::write(&auto_path, auto.replace("restore_command = '", &format!("restore_command = '{}", self.env_prefix()))).unwrap();
+        start_restored(dir, false)
+    }
+
+    /// [`recover`] from this repository.
+    pub(super) fn recover(&self, dir: &Path, args: &[&str]) -> Cluster {
+        ok(run(self.sheaf().args(["restore", "--repo", &self.arg, "--to", dir.to_str().unwrap()]).args(args)), &format!("restore {args:?}"));
+        self.start(dir)
+    }
+}
+
 fn batches(c: &Cluster) -> String {
     c.sql("app", "SELECT string_agg(b || ':' || n, ',' ORDER BY b) FROM (SELECT batch b, count(*) n FROM t GROUP BY batch) x")
 }
