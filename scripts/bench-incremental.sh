@@ -22,7 +22,8 @@ mkdir -p "$W/data" "$W/sock" "$W/repo"
 PORT=$((20000 + RANDOM % 20000))
 URL="postgres://postgres@localhost:$PORT/postgres?host=$W/sock"
 TPCH="postgres://postgres@localhost:$PORT/tpch?host=$W/sock"
-cleanup() { as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$W"; }
+# KEEP=1: the repository and restores stay in $W for a closer look (the server is stopped).
+cleanup() { as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true; if [ "${KEEP:-0}" = 1 ]; then echo "kept $W" >&2; else rm -rf "$W"; fi; }
 trap cleanup EXIT
 as_pg "$PGBIN/initdb" -D "$W/data" --data-checksums -A trust -U postgres >/dev/null
 cat >>"$W/data/postgresql.conf" <<EOF

@@ -226,7 +226,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             None => {
                 let mut roots = vec![(String::new(), pgdata.clone())];
                 roots.extend(tablespaces.iter().map(|t| (format!("pg_tblspc/{}", t.oid), PathBuf::from(&t.location))));
-                let (changes, how, found_misses) = choose_changes(parent, timeline, start_lsn, &pgdata.join("pg_wal"), &roots)?;
+                let (changes, how, found_misses) = choose_changes(parent, (timeline, start_lsn), history.as_deref(), &pgdata.join("pg_wal"), &roots)?;
                 session.incremental(parent.lineage.clone(), changes);
                 backup_type = parent.lineage.backup_type;
                 method = Some(how);

@@ -169,7 +169,22 @@ impl BlockSummary {
     /// # Errors
     /// `later` does not start where this ends (a gap or an overlap), or is of another timeline.
     pub fn merge(&mut self, later: &BlockSummary) -> Result<()> {
-        if self.end != 0 && (later.start != self.end || later.timeline != self.timeline) {
+        self.merge_onto(later, false)
+    }
+
+    /// As [`BlockSummary::merge`], and `later` may be of a newer timeline that branched from this
+    /// one where this ends (the first segment of that timeline, summarized from the branch's
+    /// segment on): the merged summary is then of that timeline.
+    ///
+    /// # Errors
+    /// As [`BlockSummary::merge`]; an older timeline.
+    pub fn follow(&mut self, later: &BlockSummary) -> Result<()> {
+        self.merge_onto(later, true)
+    }
+
+    fn merge_onto(&mut self, later: &BlockSummary, newer_timeline: bool) -> Result<()> {
+        let timeline_ok = later.timeline == self.timeline || (newer_timeline && later.timeline > self.timeline);
+        if self.end != 0 && (later.start != self.end || !timeline_ok) {
             return Err(Error::invalid(format!(
                 "WAL summaries do not follow each other: one ends at {:X} on timeline {}, the next starts at {:X} on timeline {}",
                 self.end, self.timeline, later.start, later.timeline
@@ -177,8 +192,8 @@ impl BlockSummary {
         }
         if self.end == 0 {
             self.start = later.start;
-            self.timeline = later.timeline;
         }
+        self.timeline = later.timeline;
         for (k, c) in &later.forks {
             if let Some(n) = c.limit {
                 self.limit(k.0, k.1, n);

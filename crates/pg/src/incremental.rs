@@ -82,24 +82,12 @@ impl Parent {
         let Some(history) = history else {
             return Some(format!("{parent} is not on timeline {timeline}, whose history file could not be read"));
         };
-        match parse_history(history).into_iter().find(|(tli, _)| *tli == self.timeline) {
+        match crate::wal::parse_history(history).into_iter().find(|(tli, _)| *tli == self.timeline) {
             Some((_, switch)) if self.stop_lsn <= switch => None,
             Some((_, switch)) => Some(format!("{parent}: timeline {timeline} branched from it at {}, before the parent was consistent", format_lsn(switch))),
             None => Some(format!("{parent} is not in the history of timeline {timeline}")),
         }
     }
-}
-
-/// A timeline history file's lines, `parent-timeline switch-LSN reason`, as (timeline, the LSN
-/// where the next timeline left it).
-fn parse_history(text: &str) -> Vec<(u32, u64)> {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.parse().ok()?, crate::server::parse_lsn(f.next()?)?))
-        })
-        .collect()
 }
 
 /// Whether `rel` under the root named `root` is a segment of a relation's main fork.

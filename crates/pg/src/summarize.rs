@@ -146,19 +146,25 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>,
     let sysid = meta.system_identifier.parse().ok();
     let mut s = Summarizer { seg_size: seg, decoder: Decoder::new(seg, sysid), summary: BlockSummary { timeline: wal.timeline, ..Default::default() }, records: Vec::new(), page: Vec::new(), lsn: 0 };
     let here = wal.segno * seg;
-    // Where the previous segment's summary ended: the first record this one owns.
-    let start = match wal.segno.checked_sub(1) {
-        Some(p) => read_summary(repo, &segment_name(wal.timeline, p, seg))?.map(|p| p.end),
+    // Where the previous segment's summary ended: the first record this one owns. The previous
+    // segment is on this timeline, or, for the first segment of a timeline, on the one it
+    // branched from (whose WAL up to the branch the new timeline's first segment holds a copy of).
+    let before = match wal.segno.checked_sub(1) {
+        Some(p) => match read_summary(repo, &segment_name(wal.timeline, p, seg))? {
+            Some(prev) => Some((wal.timeline, prev.end)),
+            None => branched_from(repo, wal.timeline, wal.segno, seg)?,
+        },
         None => None,
     };
-    if let Some(start) = start {
+    let start = before.map(|(_, end)| end);
+    if let Some((timeline, start)) = before {
         s.decoder.start_at(start);
         s.summary.start = start;
         s.summary.end = start;
         // The unfinished record's bytes in earlier segments, read back from the repository.
         let first = start / seg;
         for earlier in first..wal.segno {
-            s.segment(repo, wal.timeline, earlier, None, start - start % PAGE as u64)?;
+            s.segment(repo, timeline, earlier, None, start - start % PAGE as u64)?;
         }
     }
     s.segment(repo, wal.timeline, wal.segno, local, here)?;
@@ -175,6 +181,33 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>,
         }
     }
     Ok(s.summary)
+}
+
+/// For segment `segno`, the first of `timeline` (its predecessor on it has no summary): the
+/// timeline it branched from and where that one's summary of the previous segment ends, when the
+/// branch lies in this segment or at its start (the history archived, the summary there).
+///
+/// # Errors
+/// The store's errors.
+fn branched_from(repo: &Repo, timeline: u32, segno: u64, seg: u64) -> Result<Option<(u32, u64)>> {
+    if timeline < 2 || segno == 0 {
+        return Ok(None);
+    }
+    let src = match repo.open(&paths::wal_object(&crate::wal::history_name(timeline))) {
+        Ok(s) => s,
+        Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut text = Vec::new();
+    sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |b| {
+        text.extend_from_slice(b);
+        Ok(())
+    })?;
+    let Some(&(parent, switch)) = crate::wal::parse_history(&String::from_utf8_lossy(&text)).last() else { return Ok(None) };
+    if switch / seg != segno {
+        return Ok(None);
+    }
+    Ok(read_summary(repo, &segment_name(parent, segno - 1, seg))?.map(|p| (parent, p.end)))
 }
 
 /// Summarize segment `name` and store the summary.

@@ -87,6 +87,18 @@ pub fn history_name(timeline: u32) -> String {
     format!("{timeline:08X}.history")
 }
 
+/// A timeline history file's lines, `parent-timeline switch-LSN reason`, as (timeline, the LSN
+/// where the next timeline left it), oldest first: the ancestry of the file's timeline.
+pub fn parse_history(text: &str) -> Vec<(u32, u64)> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.parse().ok()?, crate::server::parse_lsn(f.next()?)?))
+        })
+        .collect()
+}
+
 /// A whole segment's name: 24 upper-case hex digits (whatever the segment size).
 pub fn is_segment_name(name: &str) -> bool {
     name.len() == 24 && name.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))

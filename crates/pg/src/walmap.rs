@@ -27,18 +27,47 @@ use crate::wal::segment_name;
 const DEFAULT_TABLESPACE: u32 = 1663;
 const GLOBAL_TABLESPACE: u32 = 1664;
 
-/// The merged summary of `[from, to)` on `timeline`, or why there is none: segments whose
+/// The segments that hold `[from, to)`, as (timeline, segment number), following the timelines
+/// from `first` to `last` as `history` (the last one's history file, oldest first) says: on each
+/// timeline before the last, the segments wholly before the one it was left in; the next
+/// timeline's first segment holds the rest (PostgreSQL copies the old WAL up to the branch into
+/// it), and its summary starts where the old timeline's previous segment's ends.
+fn segments(first: u32, last: u32, from: u64, to: u64, history: &[(u32, u64)], seg: u64) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    let mut at = from / seg;
+    if first != last {
+        for &(timeline, left_at) in history.iter().filter(|(t, _)| *t >= first && *t < last) {
+            while at < left_at / seg {
+                out.push((timeline, at));
+                at += 1;
+            }
+        }
+    }
+    while at <= to.saturating_sub(1) / seg {
+        out.push((last, at));
+        at += 1;
+    }
+    out
+}
+
+/// The merged summary of `[from, to)`, from `parent_timeline` to `timeline` (`history` is the
+/// latter's history file, needed when they differ), or why there is none: segments whose
 /// summary is missing are summarized now, from the repository when archived, from `pg_wal` when
 /// not archived yet. Nothing is stored: wal-push may be storing the same summary at this moment
 /// (`sheaf wal-summarize` stores what is missing).
 ///
 /// # Errors
-/// The store's errors. A gap, WAL at `wal_level = minimal`, a record sheaf cannot follow or WAL
-/// of another timeline are not errors: they are the `Err` of the inner result, saying why.
-pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to: u64, pg_wal: &Path) -> Result<std::result::Result<BlockSummary, String>> {
+/// The store's errors. A gap, WAL at `wal_level = minimal`, a record sheaf cannot follow or a
+/// timeline the history does not lead through are not errors: they are the `Err` of the inner
+/// result, saying why.
+pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32, u64), (timeline, to): (u32, u64), history: Option<&str>, pg_wal: &Path) -> Result<std::result::Result<BlockSummary, String>> {
     let seg = meta.wal_segment_size;
-    let mut merged = BlockSummary { timeline, ..Default::default() };
-    for segno in from / seg..=to.saturating_sub(1) / seg {
+    let history = history.map(crate::wal::parse_history).unwrap_or_default();
+    if parent_timeline != timeline && !history.iter().any(|(t, _)| *t == parent_timeline) {
+        return Ok(Err(format!("timeline {parent_timeline} is not in the history of timeline {timeline}")));
+    }
+    let mut merged = BlockSummary { timeline: parent_timeline, ..Default::default() };
+    for (timeline, segno) in segments(parent_timeline, timeline, from, to, &history, seg) {
         let name = segment_name(timeline, segno, seg);
         let archived = repo.exists(&crate::repo::paths::wal_object(&name))?;
         let s = match read_summary(repo, &name)? {
@@ -52,11 +81,11 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, timeline: u32, from: u64, to:
                 summarize(repo, meta, &name, Some(&local), false)?
             }
         };
-        if let Err(e) = merged.merge(&s) {
-            // Made while its predecessor had no summary yet (segments archived in parallel):
-            // made again now that it has, from the archive.
+        if let Err(e) = merged.follow(&s) {
+            // Made while its predecessor had no summary yet (segments archived in parallel, or a
+            // timeline's first segment before its history): made again now, from the archive.
             let again = if archived { summarize(repo, meta, &name, None, true)? } else { s };
-            if merged.merge(&again).is_err() {
+            if merged.follow(&again).is_err() {
                 return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
             }
         }
@@ -94,13 +123,14 @@ pub type Misses = Arc<Mutex<Vec<String>>>;
 /// # Errors
 /// `check_changes` where summaries cannot be used (there is nothing to check against); the
 /// repository's errors.
-pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
+/// `history` is the current timeline's history file (when it is not timeline 1): summaries are
+/// followed from the parent's timeline through it.
+pub fn choose_changes(parent: &Parent, (timeline, start): (u32, u64), history: Option<&str>, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
     let scan = PageScan::new(parent, roots);
     let why_not = match &parent.summaries {
         _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),
         None => "no repository holds WAL summaries for it".to_string(),
-        Some(_) if parent.timeline != timeline => format!("the timeline changed since the parent ({} to {timeline}): summaries are followed on one timeline", parent.timeline),
-        Some((repo, meta)) => match changes_since(repo, meta, timeline, parent.start_lsn, start, pg_wal)? {
+        Some((repo, meta)) => match changes_since(repo, meta, (parent.timeline, parent.start_lsn), (timeline, start), history, pg_wal)? {
             Ok(summary) => {
                 let named = blocks_named(&summary);
                 let wal = WalChanges::new(summary, parent);
@@ -109,7 +139,8 @@ pub fn choose_changes(parent: &Parent, timeline: u32, start: u64, pg_wal: &Path,
                     let misses = checked.misses.clone();
                     return Ok((Arc::new(checked), format!("page scan, checked against the WAL summaries ({named} blocks named)"), Some(misses)));
                 }
-                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {}", format_lsn(parent.start_lsn), format_lsn(start)), None));
+                let across = if parent.timeline == timeline { String::new() } else { format!(" (timelines {} to {timeline})", parent.timeline) };
+                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {}{across}", format_lsn(parent.start_lsn), format_lsn(start)), None));
             }
             Err(why) => why,
         },
@@ -288,6 +319,20 @@ mod tests {
     }
 
     const P: u64 = PAGE_SIZE as u64;
+
+    #[test]
+    fn segments_follow_the_timelines_through_the_history() {
+        let seg = 16 << 20;
+        // One timeline: the segments from the one holding `from` to the one holding `to - 1`.
+        assert_eq!(segments(1, 1, 3 * seg + 40, 5 * seg, &[], seg), [(1, 3), (1, 4)]);
+        // Timeline 1 left for 2 inside segment 6, 2 left for 3 at the start of segment 9: 1's
+        // segments before 6, then 2's from 6 (its copy of 1's WAL up to the branch), then 3's.
+        let history = [(1, 6 * seg + 0x1000), (2, 9 * seg)];
+        assert_eq!(segments(1, 3, 4 * seg, 10 * seg + 1, &history, seg), [(1, 4), (1, 5), (2, 6), (2, 7), (2, 8), (3, 9), (3, 10)]);
+        // A parent on 2 skips 1's part of the history; one in the branch's segment starts on 2.
+        assert_eq!(segments(2, 3, 7 * seg, 9 * seg + 1, &history, seg), [(2, 7), (2, 8), (3, 9)]);
+        assert_eq!(segments(1, 2, 6 * seg + 8, 7 * seg, &history[..1], seg), [(2, 6)]);
+    }
 
     #[test]
     fn pages_written_cuts_and_growth_become_ranges() {

@@ -26,7 +26,15 @@ pub(super) struct OpenFile {
     padded: AtomicBool,
     /// Made by this restore (O_EXCL) with the mode [`Inherit::open_mode`] gave it.
     fresh: bool,
+    /// The same file opened again without O_DIRECT, for [`SMALL_WRITE`]s into a direct file.
+    plain: std::sync::OnceLock<fs::File>,
 }
+
+/// Writes shorter than this into a direct file go through the page cache (a second descriptor):
+/// a chain restore writes each page an incremental changed as a piece of its own, and thousands of
+/// synchronous 8 KiB direct writes cost more than the page cache and the final syncfs, which
+/// merges neighbours.
+const SMALL_WRITE: usize = 64 << 10;
 
 /// What a file this restore creates already has, so that setting it again can be skipped: with
 /// tens of thousands of small files, each owner or mode change is a journalled inode update
@@ -174,7 +182,7 @@ impl<'a> Writer<'a> {
             if size >= PACK_LIMIT {
                 open_output(o, path, &self.direct, &direct)
             } else {
-                o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false), fresh: true })
+                o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false), fresh: true, plain: Default::default() })
             }
         };
         let f = match open(&o) {
@@ -237,12 +245,22 @@ impl Writer<'_> {
     }
 
     fn write(&self, f: &OpenFile, path: &Path, data: &[u8], offset: u64) -> Result<()> {
-        if f.direct {
+        if f.direct && data.len() >= SMALL_WRITE {
             if !write_direct(&f.file, data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))? {
                 self.direct.store(false, Ordering::Relaxed);
             }
         } else {
-            f.file.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
+            let file = match &f.plain {
+                _ if !f.direct => &f.file,
+                plain => match plain.get() {
+                    Some(p) => p,
+                    None => {
+                        let p = OpenOptions::new().write(true).open(path).map_err(|e| io_at(ErrorKind::Target, "cannot open", path, e))?;
+                        plain.get_or_init(|| p)
+                    }
+                },
+            };
+            file.write_all_at(data, offset).map_err(|e| io_at(ErrorKind::Target, "cannot write", path, e))?;
             let n = data.len() as u64;
             let before = self.buffered.fetch_add(n, Ordering::Relaxed);
             if before / FLUSH_EVERY != (before + n) / FLUSH_EVERY {
@@ -486,12 +504,12 @@ fn preallocate(f: &fs::File, size: u64) -> bool {
 fn open_output(o: &OpenOptions, path: &Path, direct: &AtomicBool, open_direct: &dyn Fn(&Path) -> std::io::Result<fs::File>) -> std::io::Result<OpenFile> {
     if direct.load(Ordering::Relaxed) {
         match open_direct(path) {
-            Ok(file) => return Ok(OpenFile { file, direct: true, padded: AtomicBool::new(false), fresh: true }),
+            Ok(file) => return Ok(OpenFile { file, direct: true, padded: AtomicBool::new(false), fresh: true, plain: Default::default() }),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => direct.store(false, Ordering::Relaxed),
             Err(e) => return Err(e),
         }
     }
-    Ok(OpenFile { file: o.open(path)?, direct: false, padded: AtomicBool::new(false), fresh: true })
+    Ok(OpenFile { file: o.open(path)?, direct: false, padded: AtomicBool::new(false), fresh: true, plain: Default::default() })
 }
 
 /// Write `data` at `offset` to a file opened with O_DIRECT: as it is where it is aligned (whole

@@ -292,10 +292,15 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
     assert_eq!(promoted.sql("postgres", "SELECT timeline_id FROM pg_control_checkpoint()"), "2");
     ok(run(promoted.tool("pgbench").args(["-n", "-t", "200", "app"]).stdout(Stdio::null())), "pgbench on timeline 2");
     promoted.sql("app", "CREATE TABLE after_promotion AS SELECT g FROM generate_series(1, 1000) g");
-    // Summaries are followed on one timeline: across the change, the page scan, saying why.
-    let on_two = json(ok(run(sheaf().args(["backup", &promoted.url("postgres"), "--repo", r, "--type", "incr", "--json"])), "backup on timeline 2"));
+    // Summaries are followed across the branch: timeline 1 up to the segment it was left in, then
+    // timeline 2 (whose first segment holds timeline 1's WAL up to the branch), checked against
+    // the page scan. Timeline 1 goes on on the old cluster meanwhile, archiving into the same
+    // repository: none of that is in timeline 2's history.
+    c.sql("app", "CREATE TABLE only_on_one AS SELECT g FROM generate_series(1, 1000) g");
+    archive_now(&c);
+    let on_two = json(ok(run(sheaf().args(["backup", &promoted.url("postgres"), "--repo", r, "--type", "incr", "--check-changes", "--json"])), "backup on timeline 2"));
     assert_eq!(on_two["postgres"]["backup_type"], "incr", "{on_two}");
-    assert!(on_two["postgres"]["method"].as_str().unwrap().contains("the timeline changed"), "{on_two}");
+    assert!(on_two["postgres"]["method"].as_str().unwrap().contains("checked against the WAL summaries"), "{on_two}");
     assert_eq!(on_two["postgres"]["timeline"], 2);
     archive_now(&promoted);
     let id = on_two["postgres"]["repository_id"].as_str().unwrap();
