@@ -70,6 +70,9 @@ impl Plan<'_> {
 /// Bytes read from disk at a time when comparing (a zero chunk may be up to 1 GiB).
 const COMPARE_STEP: usize = 1 << 20;
 
+/// The bytes of one file a comparing thread takes at a time.
+const RUN_BYTES: u64 = 64 << 20;
+
 /// Whether the `len` bytes of `file` at `offset` are zeros (`hash` 0) or hash to `hash`, read
 /// [`COMPARE_STEP`] at a time into `buf`.
 fn same_on_disk(file: &fs::File, path: &Path, offset: u64, len: u64, zero: bool, hash: u128, buf: &mut Vec<u8>) -> Result<bool> {
@@ -92,7 +95,8 @@ fn same_on_disk(file: &fs::File, path: &Path, offset: u64, len: u64, zero: bool,
 }
 
 /// Compare every chunk of the map with the bytes at its place on disk, on `threads`
-/// threads, file by file; take the pieces of those that match out of the map.
+/// threads, each taking a run of one file's chunks in offset order at a time; take the pieces of
+/// those that match out of the map.
 pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &[Option<PathBuf>], hollow: &[bool], threads: usize) -> Result<DeltaReport> {
     let mut by_file: HashMap<u32, Vec<(usize, IndexEntry)>> = HashMap::new();
     for (g, e, f) in map.giving_chunks(sets) {
@@ -104,7 +108,28 @@ pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &
             by_file.entry(f).or_default().push((g, e));
         }
     }
-    let files: Vec<(u32, Vec<(usize, IndexEntry)>)> = by_file.into_iter().collect();
+    // Each file's chunks in offset order, so that reading them is sequential (read-ahead works),
+    // cut into runs of [`RUN_BYTES`] that the threads take in turn, so that a large file is
+    // compared by all of them.
+    let mut files: Vec<(u32, Vec<(usize, IndexEntry)>)> = Vec::new();
+    let mut by_file: Vec<(u32, Vec<(usize, IndexEntry)>)> = by_file.into_iter().collect();
+    by_file.sort_unstable_by_key(|(f, _)| *f);
+    for (f, mut chunks) in by_file {
+        chunks.sort_unstable_by_key(|(_, e)| e.offset);
+        let mut run: Vec<(usize, IndexEntry)> = Vec::new();
+        let mut bytes = 0u64;
+        for c in chunks {
+            bytes += u64::from(c.1.raw_len);
+            run.push(c);
+            if bytes >= RUN_BYTES {
+                files.push((f, std::mem::take(&mut run)));
+                bytes = 0;
+            }
+        }
+        if !run.is_empty() {
+            files.push((f, run));
+        }
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     // Per thread: the chunks that matched, and the bytes compared.
     type Found = Result<(Vec<(usize, IndexEntry)>, u64)>;
