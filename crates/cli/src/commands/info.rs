@@ -56,6 +56,16 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
             }
         }
     }
+    // How each incremental found what changed (the WAL summaries name the blocks; the page scan
+    // read every page), and what it holds.
+    let incrementals: Vec<_> = found.iter().filter_map(Found::record).filter(|r| r.method.is_some()).collect();
+    if !incrementals.is_empty() {
+        println!();
+        println!("changes found by:");
+        for r in incrementals {
+            println!("  {:<18} {} on {}, {} held: {}", r.id, r.backup_type.name(), r.parent().unwrap_or("-"), format_size(r.bytes_held), r.method.as_deref().unwrap_or(""));
+        }
+    }
     println!();
     if ranges.is_empty() {
         println!("WAL archive: empty (set archive_command = 'sheaf wal-push %p' and archive_mode = on)");

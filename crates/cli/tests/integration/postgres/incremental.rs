@@ -215,6 +215,9 @@ fn under_churn(base: &tempfile::TempDir, repo: &TestRepo) {
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
     let types: Vec<(&str, usize)> = info["backups"].as_array().unwrap().iter().map(|b| (b["backup_type"].as_str().unwrap(), b["chain"].as_array().map_or(0, Vec::len))).collect();
     assert_eq!(types, [("full", 0), ("incr", 1), ("incr", 2), ("diff", 1), ("incr", 2), ("full", 0)], "{info}");
+    let text = ok(run(sheaf().args(["info", "--repo", r])), "info");
+    let line = text.lines().find(|l| l.trim_start().starts_with(&small_id) && l.contains(" held: ")).unwrap_or_else(|| panic!("how {small_id} found its changes: {text}"));
+    assert!(line.contains(&format!("incr on {full_id}")) && line.contains("WAL summaries:") && line.contains("blocks named"), "{line}");
     ok(run(sheaf().args(["verify", "--repo", r])), "verify --repo");
     let again = backup(&c, repo, "full");
     let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
