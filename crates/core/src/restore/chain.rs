@@ -409,7 +409,11 @@ impl Lane for SetLane<'_> {
         match (parts.next(), parts.next()) {
             // Wholly given: the buffer goes on as it is (a direct write in flight).
             (Some(r), None) if r == (offset..offset + len) => self.inner.owned(s.file, offset, data),
-            _ => self.chunk(file_id, offset, data.len(), Some(&data)),
+            (None, _) => Ok(()),
+            (Some(a), b) => {
+                let pieces: Vec<(u64, std::ops::Range<usize>)> = [a].into_iter().chain(b).chain(parts).map(|r| (r.start, (r.start - offset) as usize..(r.end - offset) as usize)).collect();
+                self.inner.owned_pieces(s.file, data, &pieces)
+            }
         }
     }
 

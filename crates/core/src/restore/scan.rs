@@ -67,6 +67,16 @@ pub(super) trait Lane {
         self.chunk(file_id, offset, data.len(), Some(&data))
     }
 
+    /// Pieces of a whole frame's chunk, each `(offset in the file, range of data)`, in their own
+    /// buffer (a chunk that newer sets of a chain cut into): the lane may keep it while the
+    /// pieces are written. Each piece counts as one write. By default, each as [`Lane::chunk`].
+    fn owned_pieces(&mut self, file_id: u32, data: Decoded, pieces: &[(u64, std::ops::Range<usize>)]) -> Result<()> {
+        for (offset, r) in pieces {
+            self.chunk(file_id, *offset, r.len(), Some(&data[r.clone()]))?;
+        }
+        Ok(())
+    }
+
     /// No more chunks: finish what the lane still holds.
     fn finish(&mut self) -> Result<()> {
         Ok(())

@@ -323,18 +323,24 @@ impl ChunkSink for Writer<'_> {
     }
 }
 
-/// Direct writes one decompressor thread keeps in flight: while the disk writes them, the thread
+/// Chunk buffers one decompressor thread keeps in flight: while the disk writes them, the thread
 /// decompresses the next chunks (a thread that waited for each of its writes left the CPU idle
 /// for every write and the disk idle for every decompression).
 const IN_FLIGHT: usize = 3;
+
+/// Writes one thread keeps in flight: a chunk that newer sets of a chain cut into goes out as
+/// several writes from its one buffer.
+const WRITES: usize = 32;
 
 /// A write the kernel is doing: its buffer and file stay alive until it completes.
 struct InFlight {
     id: usize,
     offset: u64,
     file: Arc<OpenFile>,
-    /// The chunk, a file's last one zero-padded to the block.
-    data: Decoded,
+    /// The chunk (a file's last one zero-padded to the block), shared by the writes of its pieces.
+    data: Arc<Decoded>,
+    /// What of it this write writes.
+    range: std::ops::Range<usize>,
 }
 
 /// One decompressor thread's writes. Packed chunks (small files, through the page cache) and
@@ -346,13 +352,16 @@ struct WriteLane<'w, 'a> {
     ring: Option<io_uring::IoUring>,
     /// Indexed by the request's user data.
     flight: Vec<Option<InFlight>>,
+    /// Writes in flight.
     busy: usize,
+    /// Chunk buffers in flight (at most [`IN_FLIGHT`]).
+    buffers: usize,
 }
 
 impl<'w, 'a> WriteLane<'w, 'a> {
     pub(super) fn new(writer: &'w Writer<'a>) -> Self {
-        let ring = if writer.uring { io_uring::IoUring::new(IN_FLIGHT.next_power_of_two() as u32).ok() } else { None };
-        WriteLane { writer, ring, flight: (0..IN_FLIGHT).map(|_| None).collect(), busy: 0 }
+        let ring = if writer.uring { io_uring::IoUring::new(WRITES.next_power_of_two() as u32).ok() } else { None };
+        WriteLane { writer, ring, flight: (0..WRITES).map(|_| None).collect(), busy: 0, buffers: 0 }
     }
 
     /// Wait for at least `want` writes to complete (0: only those done already), and settle them.
@@ -372,6 +381,10 @@ impl<'w, 'a> WriteLane<'w, 'a> {
         for (key, res) in done {
             let Some(w) = self.flight.get_mut(key as usize).and_then(Option::take) else { continue };
             self.busy -= 1;
+            // The last write from its buffer: the buffer is free once this one settles.
+            if Arc::strong_count(&w.data) == 1 {
+                self.buffers -= 1;
+            }
             if let Err(e) = self.settle(w, res) {
                 first_err.get_or_insert(e);
             }
@@ -389,11 +402,56 @@ impl<'w, 'a> WriteLane<'w, 'a> {
             r if r < 0 => return Err(io_at(ErrorKind::Target, "cannot write", path, std::io::Error::from_raw_os_error(-r))),
             r => r as usize,
         };
-        if written < w.data.len() {
-            self.writer.write(&w.file, path, &w.data[written..], w.offset + written as u64)?;
+        if written < w.range.len() {
+            self.writer.write(&w.file, path, &w.data[w.range.start + written..w.range.end], w.offset + written as u64)?;
         }
         drop(w.data);
         self.writer.done(w.id, path)
+    }
+}
+
+impl WriteLane<'_, '_> {
+    /// Take a buffer slot for a chunk about to go out: wait until fewer than [`IN_FLIGHT`] are.
+    fn take_buffer(&mut self) -> Result<()> {
+        while self.buffers >= IN_FLIGHT && self.busy > 0 {
+            self.reap(1)?;
+        }
+        self.buffers += 1;
+        Ok(())
+    }
+
+    /// Hand the buffer slot of `data` back if none of its writes is in flight any more.
+    fn release_buffer(&mut self, data: &Arc<Decoded>) {
+        if Arc::strong_count(data) == 1 {
+            self.buffers -= 1;
+        }
+    }
+
+    /// Start writing `range` of `data` (aligned for direct I/O) at `offset` of file `id`; it counts
+    /// as one of the file's pieces when it completes.
+    fn submit(&mut self, id: usize, file: &Arc<OpenFile>, data: &Arc<Decoded>, range: std::ops::Range<usize>, offset: u64) -> Result<()> {
+        if self.busy == WRITES {
+            self.reap(1)?;
+        }
+        let key = self.flight.iter().position(Option::is_none).expect("a free slot after reaping");
+        use std::os::unix::io::AsRawFd;
+        let op = io_uring::opcode::Write::new(io_uring::types::Fd(file.file.as_raw_fd()), data[range.clone()].as_ptr(), range.len() as u32)
+            .offset(offset)
+            .build()
+            .user_data(key as u64);
+        let ring = self.ring.as_mut().expect("only with a ring");
+        // SAFETY: the buffer and the descriptor live in `flight` until the kernel reports the write
+        // complete (`reap`), and the lane waits for every write before it is dropped.
+        unsafe { ring.submission().push(&op) }.map_err(|_| Error::new(ErrorKind::Io, "internal: io_uring submission queue full"))?;
+        self.flight[key] = Some(InFlight { id, offset, file: file.clone(), data: data.clone(), range });
+        self.busy += 1;
+        self.writer.uring_used.store(true, Ordering::Relaxed);
+        if let Err(e) = ring.submit() {
+            if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EAGAIN) && e.raw_os_error() != Some(libc::EBUSY) {
+                return Err(Error::io(ErrorKind::Io, "io_uring: cannot submit a write", e));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -430,27 +488,41 @@ impl Lane for WriteLane<'_, '_> {
             drop(file);
             return self.writer.done(id, path);
         }
-        if self.busy == IN_FLIGHT {
-            self.reap(1)?;
-        }
-        let key = self.flight.iter().position(Option::is_none).expect("a free slot after reaping");
-        use std::os::unix::io::AsRawFd;
-        let op = io_uring::opcode::Write::new(io_uring::types::Fd(file.file.as_raw_fd()), data.as_ptr(), data.len() as u32)
-            .offset(offset)
-            .build()
-            .user_data(key as u64);
-        let ring = self.ring.as_mut().expect("checked above");
-        // SAFETY: the buffer and the descriptor live in `flight` until the kernel reports the write
-        // complete (`reap`), and the lane waits for every write before it is dropped.
-        unsafe { ring.submission().push(&op) }.map_err(|_| Error::new(ErrorKind::Io, "internal: io_uring submission queue full"))?;
-        self.flight[key] = Some(InFlight { id, offset, file, data });
-        self.busy += 1;
-        self.writer.uring_used.store(true, Ordering::Relaxed);
-        if let Err(e) = ring.submit() {
-            if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EAGAIN) && e.raw_os_error() != Some(libc::EBUSY) {
-                return Err(Error::io(ErrorKind::Io, "io_uring: cannot submit a write", e));
+        self.take_buffer()?;
+        let data = Arc::new(data);
+        self.submit(id, &file, &data, 0..data.len(), offset)?;
+        self.release_buffer(&data);
+        drop(data);
+        self.reap(0)
+    }
+
+    fn owned_pieces(&mut self, file_id: u32, data: Decoded, pieces: &[(u64, std::ops::Range<usize>)]) -> Result<()> {
+        let id = file_id as usize;
+        let Some(path) = self.writer.dest[id].as_ref().filter(|_| !self.writer.hollow[id]) else { return Ok(()) };
+        let Some(file) = self.writer.handle(id, path, None)? else {
+            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", path.display())));
+        };
+        let data = Arc::new(data);
+        let mut held = false;
+        for (offset, r) in pieces {
+            // Small or unaligned pieces (a page an incremental changed, a file's tail) go through
+            // the page cache; large aligned ones straight to the disk, several in flight.
+            let direct = self.ring.is_some() && file.direct && r.len() >= SMALL_WRITE && is_aligned(&data[r.clone()], *offset) && r.len() <= u32::MAX as usize;
+            if !direct {
+                self.writer.write(&file, path, &data[r.clone()], *offset)?;
+                self.writer.done(id, path)?;
+                continue;
             }
+            if !held {
+                self.take_buffer()?;
+                held = true;
+            }
+            self.submit(id, &file, &data, r.clone(), *offset)?;
         }
+        if held {
+            self.release_buffer(&data);
+        }
+        drop(data);
         self.reap(0)
     }
 
