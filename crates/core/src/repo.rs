@@ -198,20 +198,33 @@ impl Repo {
     /// [`ErrorKind::Incomplete`] when missing; [`ErrorKind::Corrupt`] when damaged or not what was
     /// expected.
     pub fn get_json<T: DeserializeOwned>(&self, rel: &str) -> Result<T> {
-        let src = self.store.open(&self.name(rel))?;
-        let mut text = Vec::new();
-        let info = read_blob(src.as_ref(), self.keys(), &mut |c| {
-            text.extend_from_slice(c);
-            if text.len() > 64 << 20 {
-                return Err(Error::corrupt(format!("{}: a record over 64 MiB (damaged?)", self.describe(rel))));
-            }
-            Ok(())
-        })?;
+        let (text, info) = self.read_small(rel)?;
         if rel == META {
             // Read (and its key checked) already: what `encryption` would read again.
             let _ = self.kdf.set(info.key_block.map(|b| b.kdf));
         }
         serde_json::from_slice(&text).map_err(|e| Error::corrupt(format!("{}: not the record expected: {e}", self.describe(rel))))
+    }
+
+    /// The content of `rel`, a small object (a record, a summary, a timeline history), checked.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Incomplete`] when missing; [`ErrorKind::Corrupt`] when damaged or over 64 MiB.
+    pub fn get_bytes(&self, rel: &str) -> Result<Vec<u8>> {
+        self.read_small(rel).map(|(bytes, _)| bytes)
+    }
+
+    fn read_small(&self, rel: &str) -> Result<(Vec<u8>, crate::blob::BlobInfo)> {
+        let src = self.store.open(&self.name(rel))?;
+        let mut bytes = Vec::new();
+        let info = read_blob(src.as_ref(), self.keys(), &mut |c| {
+            bytes.extend_from_slice(c);
+            if bytes.len() > 64 << 20 {
+                return Err(Error::corrupt(format!("{}: a small object over 64 MiB (damaged?)", self.describe(rel))));
+            }
+            Ok(())
+        })?;
+        Ok((bytes, info))
     }
 
     /// Open `rel` for reading.

@@ -18,7 +18,7 @@ use crate::repo::paths::wal_object;
 use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord};
 use crate::restore::{restore_postgres_chain, PgRestoreOptions};
 use crate::server::{format_lsn, parse_lsn};
-use crate::wal::{history_name, segment_name, WalFile, WalKind};
+use crate::wal::{archived_history, history_name, segment_name, WalFile, WalKind};
 
 /// Where recovery stops.
 #[derive(Clone, Debug, PartialEq)]
@@ -148,37 +148,12 @@ pub fn target_from(time: Option<&str>, lsn: Option<&str>, name: Option<&str>, im
 /// A timeline's ancestry from its history file: `(timeline, switch LSN)` for each ancestor,
 /// oldest first; the timeline itself runs on from the last switch.
 fn ancestry(repo: &Repo, timeline: u32) -> Result<Vec<(u32, u64)>> {
-    if timeline <= 1 {
-        return Ok(Vec::new());
-    }
-    let name = history_name(timeline);
-    let src = match repo.open(&wal_object(&name)) {
-        Ok(s) => s,
-        Err(e) if e.kind() == ErrorKind::Incomplete => {
-            return Err(Error::new(
-                ErrorKind::Incomplete,
-                format!("the archive lacks {name}, the history of timeline {timeline}: is archive_command set on the promoted server?"),
-            ))
-        }
-        Err(e) => return Err(e),
-    };
-    let mut text = Vec::new();
-    sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |c| {
-        text.extend_from_slice(c);
-        Ok(())
-    })?;
-    let mut out = Vec::new();
-    for line in String::from_utf8_lossy(&text).lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut f = line.split_whitespace();
-        if let (Some(t), Some(l)) = (f.next().and_then(|t| t.parse().ok()), f.next().and_then(parse_lsn)) {
-            out.push((t, l));
-        }
-    }
-    Ok(out)
+    archived_history(repo, timeline)?.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Incomplete,
+            format!("the archive lacks {}, the history of timeline {timeline}: is archive_command set on the promoted server?", history_name(timeline)),
+        )
+    })
 }
 
 /// What recovery will do: the backup, the timeline it ends on, the checks' findings.

@@ -30,17 +30,11 @@ pub fn summary_object(name: &str) -> String {
 /// # Errors
 /// A summary that is there but damaged; the store's errors.
 pub fn read_summary(repo: &Repo, name: &str) -> Result<Option<BlockSummary>> {
-    let object = summary_object(name);
-    let src = match repo.open(&object) {
-        Ok(s) => s,
+    let bytes = match repo.get_bytes(&summary_object(name)) {
+        Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut bytes = Vec::new();
-    sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |b| {
-        bytes.extend_from_slice(b);
-        Ok(())
-    })?;
     BlockSummary::from_bytes(&bytes).map(Some).map_err(|e| e.context(format!("WAL summary of {name}")))
 }
 
@@ -193,17 +187,7 @@ fn branched_from(repo: &Repo, timeline: u32, segno: u64, seg: u64) -> Result<Opt
     if timeline < 2 || segno == 0 {
         return Ok(None);
     }
-    let src = match repo.open(&paths::wal_object(&crate::wal::history_name(timeline))) {
-        Ok(s) => s,
-        Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut text = Vec::new();
-    sheaf_core::blob::read_blob(src.as_ref(), repo.keys(), &mut |b| {
-        text.extend_from_slice(b);
-        Ok(())
-    })?;
-    let Some(&(parent, switch)) = crate::wal::parse_history(&String::from_utf8_lossy(&text)).last() else { return Ok(None) };
+    let Some(&(parent, switch)) = crate::wal::archived_history(repo, timeline)?.as_deref().and_then(<[_]>::last) else { return Ok(None) };
     if switch / seg != segno {
         return Ok(None);
     }

@@ -99,6 +99,22 @@ pub fn parse_history(text: &str) -> Vec<(u32, u64)> {
         .collect()
 }
 
+/// Timeline `timeline`'s ancestry from its history file in the repository (see [`parse_history`]);
+/// `None` where the repository lacks the file. Timeline 1 has none: empty.
+///
+/// # Errors
+/// The store's errors, a damaged file.
+pub fn archived_history(repo: &sheaf_core::repo::Repo, timeline: u32) -> Result<Option<Vec<(u32, u64)>>> {
+    if timeline <= 1 {
+        return Ok(Some(Vec::new()));
+    }
+    match repo.get_bytes(&crate::repo::paths::wal_object(&history_name(timeline))) {
+        Ok(text) => Ok(Some(parse_history(&String::from_utf8_lossy(&text)))),
+        Err(e) if e.kind() == sheaf_core::ErrorKind::Incomplete => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A whole segment's name: 24 upper-case hex digits (whatever the segment size).
 pub fn is_segment_name(name: &str) -> bool {
     name.len() == 24 && name.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))

@@ -17,7 +17,7 @@ use crate::measure::{self, Finished};
 use crate::results::{Sample, Setting};
 
 /// The parts of `sheaf backup --json` the bench uses.
-pub(super) fn backup_figures(f: &Finished) -> Result<(u64, u64, usize)> {
+fn backup_figures(f: &Finished) -> Result<(u64, u64, usize)> {
     let v: serde_json::Value = serde_json::from_str(f.stdout.trim())
         .map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e}): {}", f.stdout)))?;
     let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).ok_or_else(|| Error::new(ErrorKind::Io, format!("sheaf backup --json lacks {k}")));
@@ -129,27 +129,33 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// One repeat of a sheaf permutation.
-    pub(super) fn sheaf_run(&mut self, p: &Permutation, repeat: usize) -> Result<Sample> {
-        let stripes: Vec<String> = (0..p.stripes)
-            .map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string()))
-            .collect();
+    /// `sheaf backup` of the source with permutation `p`'s settings and `where_to` (`--to`
+    /// stripes, or a repository and its type), timed after settling; its figures (bytes read,
+    /// bytes written, buffers used). `what` ends the label and names a failure.
+    pub(super) fn timed_backup(&self, p: &Permutation, where_to: &[&str], what: &str) -> Result<(Finished, (u64, u64, usize))> {
         let mut c = self.sheaf_op("backup");
-        c.arg(&self.src.arg);
-        for s in &stripes {
-            c.arg("--to").arg(s);
-        }
+        c.arg(&self.src.arg).args(where_to);
         c.args(["-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"])
-            .arg(format!("sheaf bench: {}, run {repeat}", p.name()));
+            .arg(format!("sheaf bench: {}, {what}", p.name()));
         if let Some(b) = p.buffer_count {
             c.args(["--buffer-count", &b.to_string()]);
         }
         self.settle()?;
         let b = measure::run(c)?;
         if !b.ok() {
-            return Err(b.failure(&format!("sheaf backup ({})", p.name())));
+            return Err(b.failure(&format!("sheaf backup ({}, {what})", p.name())));
         }
-        let (bytes_read, size_bytes, buffers_used) = backup_figures(&b)?;
+        let figures = backup_figures(&b)?;
+        Ok((b, figures))
+    }
+
+    /// One repeat of a sheaf permutation.
+    pub(super) fn sheaf_run(&mut self, p: &Permutation, repeat: usize) -> Result<Sample> {
+        let stripes: Vec<String> = (0..p.stripes)
+            .map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string()))
+            .collect();
+        let to: Vec<&str> = stripes.iter().flat_map(|s| ["--to", s.as_str()]).collect();
+        let (b, (bytes_read, size_bytes, buffers_used)) = self.timed_backup(p, &to, &format!("run {repeat}"))?;
         let (mut verify, mut restore) = (None, None);
         if p.target != BenchTarget::Nul {
             let mut c = self.sheaf_op("verify");

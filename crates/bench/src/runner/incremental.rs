@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use sheaf_core::manifest::BackupType;
 use sheaf_core::{Error, ErrorKind, Result};
 
-use super::case::{backup_figures, Ctx};
+use super::case::Ctx;
 use super::event::Event;
 use super::options::Incremental;
 use super::work::{holds_cluster, remove, tree_bytes};
@@ -88,19 +88,8 @@ impl Ctx<'_> {
 
     /// One sheaf backup of type `t` into `repo`, timed, then restored and timed.
     fn repo_backup(&mut self, p: &Permutation, t: BackupType, repo: &Path, dir: &Path, repeat: usize) -> Result<Measured> {
-        let mut c = self.sheaf_op("backup");
-        c.arg(&self.src.arg).arg("--repo").arg(repo);
-        c.args(["--type", &t.to_string(), "--stripes", &p.stripes.to_string(), "-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"])
-            .arg(format!("sheaf bench: {t} {}, run {repeat}", p.name()));
-        if let Some(b) = p.buffer_count {
-            c.args(["--buffer-count", &b.to_string()]);
-        }
-        self.settle()?;
-        let b = measure::run(c)?;
-        if !b.ok() {
-            return Err(b.failure(&format!("sheaf backup --type {t} ({})", p.name())));
-        }
-        let (bytes_read, size, buffers_used) = backup_figures(&b)?;
+        let (kind, stripes, repo_arg) = (t.to_string(), p.stripes.to_string(), repo.display().to_string());
+        let (b, (bytes_read, size, buffers_used)) = self.timed_backup(p, &["--repo", &repo_arg, "--type", &kind, "--stripes", &stripes], &format!("{t}, run {repeat}"))?;
         let id = repository_id(&b.stdout)?;
         let dest = self.restore_dir(dir);
         let mut c = self.sheaf_op("restore");

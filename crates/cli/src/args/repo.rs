@@ -80,16 +80,8 @@ pub struct InfoArgs {
     pub s3: S3Args,
 }
 
-#[derive(Args)]
-pub struct WalSummarizeArgs {
-    #[command(flatten)]
-    pub repo: RepoArg,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub s3: S3Args,
-}
+/// `sheaf wal-summarize` takes what `sheaf info` does: the repository, and `--json`.
+pub type WalSummarizeArgs = InfoArgs;
 
 #[derive(Args)]
 pub struct ConsolidateArgs {

@@ -6,14 +6,21 @@ use std::os::unix::fs::PermissionsExt;
 use super::cluster::assert_no_server_on;
 use crate::integration::common::{run, sheaf};
 
-#[test]
-fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
+/// A scratch folder with the bench's target, report and catalog paths; the target made, both
+/// reachable by the server's user (pgBackRest runs as postgres and keeps its repository under the
+/// target, as the bench's repository for incrementals is).
+fn bench_dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    // pgBackRest runs as postgres and keeps its repository under the target.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (target, out, catalog) = (dir.path().join("target"), dir.path().join("report"), dir.path().join("catalog.db"));
     std::fs::create_dir(&target).unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, target, out, catalog)
+}
+
+#[test]
+fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
+    let (_dir, target, out, catalog) = bench_dirs();
     let o = run(sheaf()
         .arg("--catalog")
         .arg(&catalog)
@@ -94,11 +101,7 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
 
 #[test]
 fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (target, out, catalog) = (dir.path().join("target"), dir.path().join("report"), dir.path().join("catalog.db"));
-    std::fs::create_dir(&target).unwrap();
-    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_dir, target, out, catalog) = bench_dirs();
     let o = run(sheaf()
         .arg("--catalog")
         .arg(&catalog)
