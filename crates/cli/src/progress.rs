@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sheaf_core::{NoProgress, Progress};
+use sheaf_core::Progress;
 
 struct Bar(Mutex<Option<ProgressBar>>);
 
@@ -29,13 +29,28 @@ impl Progress for Bar {
             pb.finish_and_clear();
         }
     }
+    fn note(&self, message: &str) {
+        match self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(pb) => pb.suspend(|| eprintln!("sheaf: {message}")),
+            None => eprintln!("sheaf: {message}"),
+        }
+    }
 }
 
-/// A bar on a terminal, nothing otherwise.
+/// No bar, but notes still reach stderr (a log, a cron mail).
+struct NotesOnly;
+
+impl Progress for NotesOnly {
+    fn note(&self, message: &str) {
+        eprintln!("sheaf: {message}");
+    }
+}
+
+/// A bar on a terminal; notes on stderr either way.
 pub fn for_terminal(json: bool) -> Arc<dyn Progress> {
     if !json && std::io::stderr().is_terminal() {
         Arc::new(Bar(Mutex::new(None)))
     } else {
-        Arc::new(NoProgress)
+        Arc::new(NotesOnly)
     }
 }

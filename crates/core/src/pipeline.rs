@@ -16,6 +16,9 @@ pub trait Progress: Send + Sync {
     fn advance(&self, _bytes: u64) {}
     /// The phase is over.
     fn end(&self) {}
+    /// Something the user should hear while it lasts: what a long wait waits for, and how to end
+    /// it sooner.
+    fn note(&self, _message: &str) {}
 }
 
 /// Progress that goes nowhere.

@@ -1,15 +1,17 @@
-//! An online, consistent backup of a running PostgreSQL cluster.
+//! An online, consistent backup of a running PostgreSQL cluster, on its primary, on a hot standby,
+//! or both (see [`crate::topology`]).
 //!
-//! 1. Connect and check ([`Server::check`]); read `global/pg_control` under the data directory to be
-//!    sure it is this server's (sheaf runs on the database host for now).
+//! 1. Connect and check ([`crate::server::Server::check`]); read `global/pg_control` under the
+//!    data directory to be sure it is the server's whose files are read.
 //! 2. Create the stripes (bad targets fail before the server is touched), then a temporary physical
 //!    replication slot that reserves WAL now, so no segment the backup needs is recycled.
 //! 3. `pg_backup_start(label, fast)`; only then list the data directory and every tablespace, so
 //!    that every file created before the start LSN is listed and later ones are replayed from WAL.
 //! 4. Read everything, one reader per tablespace and device, leaving out what a base backup omits
 //!    ([`crate::layout`]) and verifying page checksums on the way ([`PageCheck`]).
-//! 5. `pg_backup_stop()`; add the WAL from the start segment through the stop segment, backup_label
-//!    and tablespace_map; drop the slot. A real checksum failure fails the backup unless told not to.
+//! 5. Read pg_control, then `pg_backup_stop()`; add the WAL from the start segment through the
+//!    stop segment, backup_label and tablespace_map; drop the slot. A real checksum failure fails
+//!    the backup unless told not to.
 //!
 //! Any failure drops the connection, which ends the server's backup and drops the temporary slot:
 //! the server is left as it was.
@@ -28,8 +30,11 @@ use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::facts::ClusterFacts;
 use crate::incremental::Parent;
 use crate::walmap::choose_changes;
-use crate::server::{format_lsn, parse_lsn, Server};
+use crate::repo::meta::RepoMeta;
+use crate::server::{format_lsn, parse_lsn};
+use crate::topology::{Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::wal;
+use sheaf_core::repo::Repo;
 
 /// What a PostgreSQL backup is asked to do, beyond the engine's options.
 #[derive(Clone, Debug, Default)]
@@ -50,6 +55,19 @@ pub struct PgBackupOptions {
     /// into the set. A parent that the server's timeline left before it was consistent makes the
     /// backup a full one, saying so.
     pub parent: Option<Parent>,
+    /// Hybrid: read the files from this standby of the primary at `url` (where the backup
+    /// starts and stops); `pgdata` is then the standby's.
+    pub standby: Option<String>,
+    /// When `url` is a standby: its primary, asked to switch WAL segments while the backup waits
+    /// for WAL to reach the archive.
+    pub primary: Option<String>,
+    /// Take the backup's WAL from `archive` only, not from the pg_wal beside the files.
+    pub wal_from_archive: bool,
+    /// How long to wait for WAL to arrive or a standby to replay (default
+    /// [`crate::topology::DEFAULT_WAIT`]).
+    pub wal_timeout: Option<Duration>,
+    /// The repository the primary archives into: where WAL missing from pg_wal is found.
+    pub archive: Option<(Repo, RepoMeta)>,
 }
 
 /// A finished PostgreSQL backup: the engine's report and the facts recorded in the manifest.
@@ -155,12 +173,14 @@ fn system_identifier_of(pgdata: &Path) -> Result<u64> {
     Ok(u64::from_le_bytes(first))
 }
 
-/// Take an online backup of the server at `pg.url`.
+/// Take an online backup of the server at `pg.url` (a primary or a hot standby; with
+/// `pg.standby`, started and stopped on the primary and read from the standby).
 ///
 /// # Errors
 /// Connection, privilege and configuration problems (naming cause and fix), a data directory that
-/// is not the server's, I/O errors, and page checksum failures unless ignored. The server is left
-/// as it was: no backup in progress, no slot.
+/// is not the server's, I/O errors, and page checksum failures unless ignored; on a standby, a
+/// promotion or full_page_writes off during the backup, and WAL that does not arrive in time. The
+/// servers are left as they were: no backup in progress, no slot.
 pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc<dyn Progress>) -> Result<PgBackupReport> {
     let t0 = Instant::now();
     if opts.transfer_size % PAGE_SIZE as u64 != 0 {
@@ -169,18 +189,25 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             opts.transfer_size
         )));
     }
-    let mut server = Server::connect(&pg.url)?;
-    let facts = server.check()?;
+    if pg.wal_from_archive && pg.archive.is_none() {
+        return Err(Error::invalid("--wal-from archive takes the WAL from a repository's archive: back up into one with --repo"));
+    }
+    let wait = pg.wal_timeout.unwrap_or(DEFAULT_WAIT);
+    let mut sides = Sides::connect(&pg.url, pg.standby.as_deref(), pg.primary.as_deref())?;
+    let role = sides.role;
+    let facts = sides.facts.clone();
     if let Some(want) = &pg.expect_system_identifier {
         if *want != facts.system_identifier {
             return Err(Error::invalid(format!(
                 "{} is cluster {}, but the repository holds cluster {want}: each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...); check --repo, SHEAF_REPO or the config file",
-                server.url(),
+                sides.control.url(),
                 facts.system_identifier
             )));
         }
     }
-    let pgdata = match (&pg.pgdata, &facts.data_directory) {
+    let (reader, reader_facts) = sides.reader();
+    let reader_url = reader.url().to_string();
+    let pgdata = match (&pg.pgdata, &reader_facts.data_directory) {
         (Some(p), _) => p.clone(),
         (None, Some(d)) => PathBuf::from(d),
         (None, None) => {
@@ -192,33 +219,39 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let local_id = system_identifier_of(&pgdata)?;
     if local_id.to_string() != facts.system_identifier {
         return Err(Error::invalid(format!(
-            "{} holds cluster {local_id}, but {} is cluster {}: give the data directory of that server with --pgdata (sheaf must run on the database host)",
+            "{} holds cluster {local_id}, but {reader_url} is cluster {}: give the data directory of that server with --pgdata (sheaf must run on the host whose files it reads)",
             pgdata.display(),
-            server.url(),
             facts.system_identifier
         )));
     }
     // For sizing the pipeline only: the list that counts is read after pg_backup_start.
     let mut opts = opts.clone();
     if opts.expected_bytes.is_none() {
-        opts.expected_bytes = Some(server.databases_size()?);
+        opts.expected_bytes = Some(sides.control.databases_size()?);
     }
     let opts = &opts;
-    let tuning = Tuning::resolve(opts, 1 + server.tablespaces()?.len())?;
-    let mut session = Backup::start(opts, tuning, progress)?;
+    let tuning = Tuning::resolve(opts, 1 + sides.reader().0.tablespaces()?.len())?;
+    let mut session = Backup::start(opts, tuning, progress.clone())?;
     // Tables and databases are written, created and dropped while we read: WAL replay repairs them.
     session.expect_changes();
 
+    // The slot keeps the WAL the backup needs where it is read: on the server whose pg_wal is
+    // read (a standby's slot holds back its restartpoints' removal) and on the primary.
     let slot = pg.slot.clone().unwrap_or_else(|| format!("sheaf_{}", std::process::id()));
-    server.create_slot(&slot)?;
+    sides.control.create_slot(&slot)?;
+    if let Some((standby, _)) = &mut sides.standby {
+        standby.create_slot(&slot)?;
+    }
     let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
-    let (start_lsn, start_wal) = server.backup_start(&label, !pg.spread_checkpoint)?;
-    let timeline = wal::timeline_of(&start_wal);
+    let start = sides.control.backup_start(&label, !pg.spread_checkpoint)?;
+    let (start_lsn, timeline) = (start.lsn, start.timeline);
+    let start_wal = wal::segment_holding(timeline, start_lsn, facts.wal_segment_size, false);
+    sides.prepare_standby(start, wait, &progress)?;
     let (mut backup_type, mut method, mut full_because) = (BackupType::Full, None, None);
     let mut misses: Option<Arc<std::sync::Mutex<Vec<String>>>> = None;
     // List only now: everything created before the start LSN is on disk and listed, tablespaces
     // included. In-place tablespaces (a relative location) live inside the data directory.
-    let tablespaces: Vec<_> = server.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
+    let tablespaces: Vec<_> = sides.reader().0.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     if let Some(parent) = &pg.parent {
         let history = (timeline > 1).then(|| std::fs::read_to_string(pgdata.join("pg_wal").join(wal::history_name(timeline))).ok()).flatten();
         match parent.off_history(timeline, history.as_deref()) {
@@ -238,11 +271,13 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // restoring or extracting less than everything. Relations created or rewritten during the
     // backup come back by WAL replay, not through this list.
     let mut catalog_warnings = Vec::new();
-    let databases = server.catalog(&pg.url, &mut catalog_warnings)?;
+    let databases = sides.control.catalog(&pg.url, &mut catalog_warnings)?;
     let mut warnings = Vec::new();
     let (main, dropped) = layout::filter(list_tree(&pgdata, 0, &mut warnings)?, false);
-    // pg_control is read last, after pg_backup_stop, where a torn copy cannot slip in.
-    let main: Vec<Listed> = main.into_iter().filter(|l| l.entry.path != "global/pg_control").collect();
+    // pg_control is read after everything else, and (in a hybrid backup) the configuration too,
+    // on the primary.
+    let from_primary = |path: &str| path == "global/pg_control" || (role == Role::Hybrid && PRIMARY_FILES.contains(&path));
+    let main: Vec<Listed> = main.into_iter().filter(|l| !from_primary(&l.entry.path)).collect();
     let verify = facts.data_checksums && facts.default_layout;
     if facts.data_checksums && !facts.default_layout {
         warnings.push("page checksums not verified: this server was built with a non-default block or segment size".into());
@@ -285,36 +320,66 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             )));
         }
     }
-
-    let stop = server.backup_stop()?;
-    // pg_backup_stop switches WAL files, which flushes; wait anyway rather than trust it.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let stop_wal = loop {
-        let (name, flushed) = server.wal_file_flushed(stop.lsn)?;
-        if flushed {
-            break name;
-        }
-        if Instant::now() > deadline {
-            return Err(Error::new(ErrorKind::Source, format!("WAL was not flushed past the backup's end ({}) within 60 s", format_lsn(stop.lsn))));
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    // pg_control last among the files and before the stop, as PostgreSQL's own base backup does:
+    // a standby's minimum recovery point in it (where the copy becomes consistent) is then at or
+    // before the stop, whose WAL the backup holds.
+    let control = match role {
+        Role::Hybrid => sides.control.read_file("global/pg_control")?.ok_or_else(|| Error::new(ErrorKind::Source, "the primary has no global/pg_control"))?,
+        _ => read_settled(&pgdata.join("global/pg_control"))?,
     };
+    let mut primary_files = Vec::new();
+    if role == Role::Hybrid {
+        for name in PRIMARY_FILES {
+            if let Some(bytes) = sides.control.read_file(name)? {
+                primary_files.push((name, bytes));
+            }
+        }
+    }
+
+    let stop = sides.control.backup_stop(facts.in_recovery, timeline)?;
+    if stop.lsn < start_lsn {
+        return Err(Error::new(
+            ErrorKind::Source,
+            format!("the backup's stop {} is before its start {}: the server's minimum recovery point went back (was it restarted?); take the backup again", format_lsn(stop.lsn), format_lsn(start_lsn)),
+        ));
+    }
+    let stop_wal = wal::segment_holding(stop.timeline, stop.lsn, facts.wal_segment_size, true);
+    if let Some(found) = label_start_wal(&stop.backup_label) {
+        if found != start_wal {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!("backup_label starts in WAL file {found}, not {start_wal} as the server said at the start: the timeline changed as the backup started; take the backup again"),
+            ));
+        }
+    }
     let segments = wal::segments_between(&start_wal, &stop_wal, facts.wal_segment_size)?;
+    let pg_wal = pgdata.join("pg_wal");
+    let source = WalSource {
+        pg_wal: (!pg.wal_from_archive).then_some(pg_wal.as_path()),
+        archive: pg.archive.as_ref(),
+        wait,
+    };
+    if source.pg_wal.is_some() {
+        sides.wait_for_wal(stop.lsn, wait)?;
+    }
+    let spool = tempfile::Builder::new().prefix("sheaf-wal.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "cannot make a folder for WAL fetched from the archive", e))?;
     let mut wal = Vec::with_capacity(segments.len() + 1);
     for name in &segments {
-        let abs = pgdata.join("pg_wal").join(name);
+        let abs = source.find(name, spool.path(), &mut sides, &progress)?;
         let l = list_one(&abs, format!("pg_wal/{name}"), 0)
             .map_err(|e| e.context(format!("WAL file {name}, which the backup needs")))?;
         wal.push(l);
     }
     if timeline > 1 {
         let name = wal::history_name(timeline);
-        let abs = pgdata.join("pg_wal").join(&name);
-        if abs.exists() {
-            wal.push(list_one(&abs, format!("pg_wal/{name}"), 0)?);
+        match source.find(&name, spool.path(), &mut sides, &progress) {
+            Ok(abs) => wal.push(list_one(&abs, format!("pg_wal/{name}"), 0)?),
+            Err(e) if e.kind() == ErrorKind::Incomplete || e.kind() == ErrorKind::Source => {}
+            Err(e) => return Err(e),
         }
     }
     session.read_listed(vec![(main_root, wal, None)])?;
+    drop(spool);
     // Marked as archived, so that a restored cluster does not archive the source's WAL again.
     for name in &segments {
         session.add_bytes(main_root, &format!("pg_wal/archive_status/{name}.done"), b"", 0o600)?;
@@ -328,13 +393,18 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             ));
         }
     }
-    let control = read_settled(&pgdata.join("global/pg_control"))?;
     session.add_bytes(main_root, "global/pg_control", &control, 0o600)?;
+    for (name, bytes) in &primary_files {
+        session.add_bytes(main_root, name, bytes, 0o600)?;
+    }
     session.add_bytes(main_root, "backup_label", stop.backup_label.as_bytes(), 0o600)?;
     if !stop.tablespace_map.is_empty() {
         session.add_bytes(main_root, "tablespace_map", stop.tablespace_map.as_bytes(), 0o600)?;
     }
-    server.drop_slot(&slot);
+    sides.control.drop_slot(&slot);
+    if let Some((standby, _)) = &mut sides.standby {
+        standby.drop_slot(&slot);
+    }
 
     let checkpoint = stop
         .backup_label
@@ -345,7 +415,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let skipped = check.as_ref().map_or(0, |c| c.skipped.load(Ordering::Relaxed));
     let mut recorded = ClusterFacts {
         kind: crate::facts::KIND.into(),
-        url: server.url().to_string(),
+        url: sides.control.url().to_string(),
         server_version: facts.version,
         server_version_num: facts.version_num,
         system_identifier: facts.system_identifier,
@@ -366,6 +436,8 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         tablespace_map: stop.tablespace_map,
         databases: Some(databases),
         checksum_failures: 0,
+        taken_on: role.recorded(),
+        standby_url: (role == Role::Hybrid).then_some(reader_url),
     };
     let ignore = pg.ignore_checksum_failures;
     let report = session.finish_with(|failures| {
@@ -381,6 +453,17 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         Ok(recorded.to_value())
     })?;
     Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64(), backup_type, method, full_because })
+}
+
+/// Files of a hybrid backup read on the primary rather than the standby: the configuration, which
+/// is not replicated (a standby's names its primary, and would make a restored copy a standby).
+const PRIMARY_FILES: [&str; 4] = ["postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_ident.conf"];
+
+/// The WAL file backup_label's `START WAL LOCATION: X/Y (file NAME)` names.
+fn label_start_wal(label: &str) -> Option<String> {
+    let line = label.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "))?;
+    let name = line.split("(file ").nth(1)?.strip_suffix(')')?;
+    Some(name.to_string())
 }
 
 /// Read a small file the server rewrites in place (pg_control) until two reads agree, so that a

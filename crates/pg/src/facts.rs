@@ -62,6 +62,14 @@ pub struct ClusterFacts {
     pub databases: Option<Vec<DatabaseInfo>>,
     /// Page checksum failures kept by `--ignore-checksum-failures`.
     pub checksum_failures: usize,
+    /// Where it was taken, when not on the primary alone: `standby` (started and stopped on a
+    /// hot standby, its files read there) or `hybrid` (started and stopped on the primary, the
+    /// files read from [`ClusterFacts::standby_url`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub taken_on: Option<String>,
+    /// The standby a hybrid backup read its files from, without password.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby_url: Option<String>,
 }
 
 /// Whether a set is a backup of a PostgreSQL cluster.

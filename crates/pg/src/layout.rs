@@ -5,6 +5,7 @@
 //! is added separately), pg_dynshmem, pg_notify, pg_replslot, pg_serial, pg_snapshots, pg_stat_tmp
 //! and pg_subtrans (the directories themselves are kept); postmaster.pid and postmaster.opts;
 //! pg_internal.init (rebuilt at start); a stale backup_label, tablespace_map or backup_manifest;
+//! a standby's standby.signal or recovery.signal (restore writes its own);
 //! temporary files (`pgsql_tmp*`) and temporary relations (`t<backend>_<node>`); and every fork of an
 //! unlogged relation except its init fork, from which start-up rebuilds it empty.
 
@@ -16,8 +17,20 @@ use sheaf_core::source::Listed;
 /// Directories whose contents a base backup leaves out (the directories themselves are kept).
 const EMPTY_DIRS: [&str; 8] =
     ["pg_wal", "pg_dynshmem", "pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"];
-/// Files in the data directory's top level that are never copied.
-const TOP_FILES: [&str; 6] = ["postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map", "backup_manifest", "current_logfiles.tmp"];
+/// Files in the data directory's top level that are never copied. A standby's standby.signal
+/// (and a recovering cluster's recovery.signal) are left out too: restore writes the signal its
+/// recovery needs, and a copy of a standby's would start the restored cluster as a standby that
+/// never ends recovery.
+const TOP_FILES: [&str; 8] = [
+    "postmaster.pid",
+    "postmaster.opts",
+    "backup_label",
+    "tablespace_map",
+    "backup_manifest",
+    "current_logfiles.tmp",
+    "standby.signal",
+    "recovery.signal",
+];
 
 /// A relation file name: `NODE[_FORK][.SEGMENT]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

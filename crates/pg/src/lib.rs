@@ -4,6 +4,8 @@
 //! - [`restore`]: [`restore_postgres`], a restore that `pg_ctl start` brings up consistent.
 //! - [`facts`]: [`ClusterFacts`], what a backup records about its cluster, read back everywhere.
 //! - [`server`]: the connection, its checks, and the backup functions.
+//! - [`topology`]: where a backup runs and reads (the primary, a hot standby, or both) and where
+//!   its WAL comes from.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
 //! - [`extract`]: one relation, or one page of it, out of a backup.
 //! - [`incremental`]: the parent an incremental or differential builds on, and the page scan that
@@ -34,6 +36,7 @@ pub mod scratch;
 pub mod server;
 pub mod spool;
 pub mod summarize;
+pub mod topology;
 pub mod wal;
 pub mod walmap;
 pub mod walread;

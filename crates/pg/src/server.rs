@@ -30,6 +30,9 @@ pub struct ServerFacts {
     pub wal_segment_size: u64,
     /// `PG_<major>_<catversion>`: the directory a tablespace keeps this server's files in.
     pub tablespace_version_dir: String,
+    /// A standby (in recovery): a backup there starts at a restartpoint and ends at its minimum
+    /// recovery point.
+    pub in_recovery: bool,
 }
 
 /// A tablespace outside the data directory.
@@ -73,6 +76,17 @@ pub struct RelationInfo {
     pub path: String,
 }
 
+/// Where `pg_backup_start` started the backup.
+#[derive(Clone, Copy, Debug)]
+pub struct Start {
+    /// The redo point: where WAL replay starts.
+    pub lsn: u64,
+    /// Its timeline.
+    pub timeline: u32,
+    /// The start checkpoint's own record.
+    pub checkpoint: u64,
+}
+
 /// What `pg_backup_stop` returns.
 #[derive(Clone, Debug)]
 pub struct StopInfo {
@@ -82,6 +96,8 @@ pub struct StopInfo {
     pub backup_label: String,
     /// The tablespace_map file's content (empty without tablespaces).
     pub tablespace_map: String,
+    /// The timeline of the stop LSN: on a standby, its minimum recovery point's.
+    pub timeline: u32,
 }
 
 /// Parse `X/Y` into a 64-bit LSN.
@@ -232,12 +248,6 @@ impl Server {
         if version_num < 150000 {
             return Err(Error::invalid(format!("{} runs PostgreSQL {version}; sheaf needs 15 or newer", self.url)));
         }
-        if in_recovery {
-            return Err(Error::invalid(format!(
-                "{} is a standby (in recovery); sheaf backs up primaries for now: point it at the primary",
-                self.url
-            )));
-        }
         if wal_level == "minimal" {
             return Err(Error::invalid(format!(
                 "{} has wal_level = minimal, which cannot take an online backup: set wal_level = replica (ALTER SYSTEM SET wal_level = replica) and restart the server",
@@ -283,6 +293,7 @@ impl Server {
             default_layout: block_size == 8192 && segment_blocks == 131_072,
             wal_segment_size: wal_segment_size as u64,
             tablespace_version_dir: format!("PG_{}_{catversion}", version_num / 10000),
+            in_recovery,
         })
     }
 
@@ -379,49 +390,175 @@ impl Server {
         let _ = self.client.execute("SELECT pg_drop_replication_slot($1)", &[&name]);
     }
 
-    /// `pg_backup_start(label, fast)`; returns the start LSN and its WAL file name (whose first 8
-    /// hex digits are the timeline).
+    /// `pg_backup_start(label, fast)`: where the backup starts. On a standby the start is the redo
+    /// point of a restartpoint, the last checkpoint it replayed.
     ///
     /// # Errors
     /// A database error (e.g. a backup already running in this session).
-    pub fn backup_start(&mut self, label: &str, fast: bool) -> Result<(u64, String)> {
+    pub fn backup_start(&mut self, label: &str, fast: bool) -> Result<Start> {
         let r = self
             .client
-            .query_one("SELECT l::text, pg_walfile_name(l) FROM pg_backup_start($1, $2) AS l", &[&label, &fast])
+            .query_one("SELECT pg_backup_start($1, $2)::text", &[&label, &fast])
             .map_err(|e| db_err("pg_backup_start", e))?;
         let lsn: String = r.get(0);
-        Ok((parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?, r.get(1)))
+        let lsn = parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?;
+        // The checkpoint (or restartpoint) pg_backup_start waited for is the control file's now:
+        // its timeline is the start's (backup_label confirms it at the stop).
+        let (timeline, checkpoint) = self.checkpoint()?;
+        Ok(Start { lsn, timeline, checkpoint })
+    }
+
+    /// The control file's last checkpoint (a restartpoint on a standby): its timeline and its
+    /// record's LSN.
+    fn checkpoint(&mut self) -> Result<(u32, u64)> {
+        let r = self.one("reading the last checkpoint", "SELECT timeline_id::int8, checkpoint_lsn::text FROM pg_control_checkpoint()")?;
+        let at: String = r.get(1);
+        Ok((r.get::<_, i64>(0) as u32, parse_lsn(&at).unwrap_or(0)))
+    }
+
+    /// `CHECKPOINT` (on a standby, a restartpoint at the last checkpoint record it replayed, which
+    /// writes out every page changed before that checkpoint's redo point); returns that redo point.
+    ///
+    /// # Errors
+    /// A role that may not checkpoint, naming the grant.
+    pub fn restartpoint(&mut self) -> Result<u64> {
+        self.client.batch_execute("CHECKPOINT").map_err(|e| {
+            if e.as_db_error().is_some_and(|d| d.code().code() == "42501") {
+                Error::invalid(format!(
+                    "{} will not let this role run CHECKPOINT, which a hybrid backup needs on the standby: connect as a superuser, or GRANT pg_checkpoint TO the backup role (PostgreSQL 15+)",
+                    self.url
+                ))
+            } else {
+                db_err(&format!("CHECKPOINT on {}", self.url), e)
+            }
+        })?;
+        let r = self.one("reading the last checkpoint", "SELECT redo_lsn::text FROM pg_control_checkpoint()")?;
+        let redo: String = r.get(0);
+        Ok(parse_lsn(&redo).unwrap_or(0))
     }
 
     /// `pg_backup_stop(false)`: end the backup (without waiting for archiving, since sheaf copies
-    /// the WAL itself).
+    /// the WAL itself). On a standby the stop is its minimum recovery point.
     ///
     /// # Errors
-    /// A database error, e.g. when the server was restarted during the backup.
-    pub fn backup_stop(&mut self) -> Result<StopInfo> {
+    /// A database error, e.g. when the server was restarted during the backup; on a standby,
+    /// a promotion during the backup or WAL written with full_page_writes off replayed meanwhile,
+    /// each named with what to do.
+    pub fn backup_stop(&mut self, in_recovery: bool, start_timeline: u32) -> Result<StopInfo> {
         let r = self
             .client
             .query_one("SELECT lsn::text, labelfile, coalesce(spcmapfile, '') FROM pg_backup_stop(false)", &[])
-            .map_err(|e| db_err("pg_backup_stop", e))?;
+            .map_err(|e| {
+                let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+                if message.contains("promoted") {
+                    Error::invalid(format!(
+                        "{} was promoted while the backup ran, so the copy is not consistent and was not kept: take the backup again (from the new primary, or from another standby)",
+                        self.url
+                    ))
+                } else if message.contains("full_page_writes") {
+                    Error::invalid(format!(
+                        "{} replayed WAL written with full_page_writes = off during the backup, so torn pages may be in the copy and it was not kept: set full_page_writes = on on the primary (ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf()), run CHECKPOINT there, and take the backup again",
+                        self.url
+                    ))
+                } else {
+                    db_err("pg_backup_stop", e)
+                }
+            })?;
         let lsn: String = r.get(0);
+        let timeline = if in_recovery {
+            let t = self.one("reading the minimum recovery point's timeline", "SELECT min_recovery_end_timeline::int8 FROM pg_control_recovery()")?;
+            t.get::<_, i64>(0) as u32
+        } else {
+            start_timeline
+        };
         Ok(StopInfo {
             lsn: parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?,
             backup_label: r.get(1),
             tablespace_map: r.get(2),
+            timeline,
         })
     }
 
-    /// The WAL file name holding `lsn`, and whether WAL is flushed past it.
+    /// Whether WAL is on disk past `lsn`: flushed on a primary; received (or, on a standby fed
+    /// from an archive, replayed) on a standby.
     ///
     /// # Errors
     /// A database error.
-    pub fn wal_file_flushed(&mut self, lsn: u64) -> Result<(String, bool)> {
+    pub fn wal_reached(&mut self, lsn: u64) -> Result<bool> {
         let l = format_lsn(lsn);
         let r = self
             .client
-            .query_one("SELECT pg_walfile_name($1::text::pg_lsn), pg_current_wal_flush_lsn() >= $1::text::pg_lsn", &[&l])
+            .query_one(
+                "SELECT CASE WHEN pg_is_in_recovery() \
+                        THEN greatest(coalesce(pg_last_wal_receive_lsn(), '0/0'), coalesce(pg_last_wal_replay_lsn(), '0/0')) \
+                        ELSE pg_current_wal_flush_lsn() END >= $1::text::pg_lsn",
+                &[&l],
+            )
             .map_err(|e| db_err("reading WAL position", e))?;
-        Ok((r.get(0), r.get(1)))
+        Ok(r.get(0))
+    }
+
+    /// On a standby, how far it has replayed and received, and whether it is still in recovery.
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn standby_position(&mut self) -> Result<(bool, u64, Option<u64>)> {
+        let r = self.one(
+            "reading the standby's position",
+            "SELECT pg_is_in_recovery(), coalesce(pg_last_wal_replay_lsn(), '0/0')::text, pg_last_wal_receive_lsn()::text",
+        )?;
+        let (recovering, replay, received): (bool, String, Option<String>) = (r.get(0), r.get(1), r.get(2));
+        Ok((recovering, parse_lsn(&replay).unwrap_or(0), received.as_deref().and_then(parse_lsn)))
+    }
+
+    /// Ask a primary to finish its current WAL segment (`pg_switch_wal`), so that the archiver
+    /// sends it. A record is written first: with nothing written since the last switch, the switch
+    /// does nothing.
+    ///
+    /// # Errors
+    /// A database error (e.g. a role without EXECUTE on pg_switch_wal).
+    pub fn switch_wal(&mut self) -> Result<()> {
+        self.client
+            .batch_execute("SELECT pg_logical_emit_message(false, 'sheaf', 'switch'); SELECT pg_switch_wal()")
+            .map_err(|e| db_err(&format!("asking {} to switch WAL segments (pg_switch_wal)", self.url), e))
+    }
+
+    /// A file under the data directory, read by the server (`pg_read_binary_file`), until two reads
+    /// agree (the server rewrites pg_control in place); `None` where it does not exist.
+    ///
+    /// # Errors
+    /// A role that may not call `pg_read_binary_file`, naming the grant.
+    pub fn read_file(&mut self, rel: &str) -> Result<Option<Vec<u8>>> {
+        // pg_read_binary_file(text, boolean) is 16's; the four-argument form reads a length
+        // that it allocates up front, so the size comes first.
+        let mut read = || -> Result<Option<Vec<u8>>> {
+            let denied = |e: postgres::Error, url: &str| {
+                if e.as_db_error().is_some_and(|d| d.code().code() == "42501") {
+                    Error::invalid(format!(
+                        "{url} will not let this role read {rel}: connect as a superuser, or GRANT EXECUTE ON FUNCTION pg_stat_file(text, boolean), pg_read_binary_file(text, bigint, bigint, boolean) TO the backup role"
+                    ))
+                } else {
+                    db_err(&format!("reading {rel} on {url}"), e)
+                }
+            };
+            let r = self.client.query_one("SELECT size FROM pg_stat_file($1, true)", &[&rel]).map_err(|e| denied(e, &self.url))?;
+            let Some(size) = r.get::<_, Option<i64>>(0) else { return Ok(None) };
+            let r = self
+                .client
+                .query_one("SELECT pg_read_binary_file($1, 0, $2, true)", &[&rel, &size])
+                .map_err(|e| denied(e, &self.url))?;
+            Ok(r.get(0))
+        };
+        let mut last = read()?;
+        for _ in 0..100 {
+            let next = read()?;
+            if next == last {
+                return Ok(next);
+            }
+            last = next;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Err(Error::new(ErrorKind::Source, format!("{rel} on {} kept changing while it was read", self.url)))
     }
 }
 

@@ -82,6 +82,14 @@ pub fn segment_name(timeline: u32, segno: u64, seg_size: u64) -> String {
     format!("{timeline:08X}{:08X}{:08X}", segno / per, segno % per)
 }
 
+/// The name of the segment holding the WAL byte at `lsn` on `timeline`; with `ending`, of the byte
+/// before it, as `pg_walfile_name` names the segment of a stop LSN (a record that ends exactly at
+/// a segment's end lies in that segment, not the next).
+pub fn segment_holding(timeline: u32, lsn: u64, seg_size: u64, ending: bool) -> String {
+    let byte = if ending { lsn.saturating_sub(1) } else { lsn };
+    segment_name(timeline, byte / seg_size.max(1), seg_size)
+}
+
 /// A timeline's history file name, `TTTTTTTT.history`.
 pub fn history_name(timeline: u32) -> String {
     format!("{timeline:08X}.history")
@@ -165,6 +173,10 @@ mod tests {
             assert!(WalFile::parse(bad, seg).is_none(), "{bad}");
         }
         assert_eq!(history_name(3), "00000003.history");
+        assert_eq!(segment_holding(1, 0x0300_0028, seg, false), "000000010000000000000003");
+        assert_eq!(segment_holding(2, 0x0400_0000, seg, true), "000000020000000000000003");
+        assert_eq!(segment_holding(2, 0x0400_0000, seg, false), "000000020000000000000004");
+        assert_eq!(segment_holding(1, 0x1_0000_0010, seg, true), "000000010000000100000000");
         assert!(is_segment_name("0000000200000001000000FF"));
         assert!(!is_segment_name("00000002.history") && !is_segment_name("0000000200000001000000ff"));
         assert_eq!(timeline_of("0000000A00000001000000FF"), 10);

@@ -11,8 +11,33 @@ use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
 pub struct BackupArgs {
     /// What to back up: a directory (a stopped database's files, a filesystem snapshot), or a
     /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
-    /// (online and consistent; sheaf must run on the database host).
-    pub source: String,
+    /// (online and consistent; sheaf must run on the host whose files it reads). A hot standby's
+    /// URL takes the backup there, sparing the primary: started at a restartpoint, stopped at the
+    /// standby's minimum recovery point, its files and WAL read on the standby's host. May be left
+    /// out with --primary and --standby.
+    #[arg(required_unless_present_all = ["primary", "standby"])]
+    pub source: Option<String>,
+    /// PostgreSQL: the primary. With a standby as the source, it is asked to switch WAL segments
+    /// when the backup waits for WAL to reach the archive (an idle primary never finishes its
+    /// segment). With --standby (and no source), the hybrid backup's primary.
+    #[arg(long, value_name = "URL")]
+    pub primary: Option<String>,
+    /// PostgreSQL: hybrid backup, as pgBackRest's backup-standby. Started and stopped on the
+    /// primary (the source, or --primary), the files read from this standby once it has replayed
+    /// past the start, on its host (--pgdata is the standby's); pg_control and the configuration
+    /// files, which are not replicated, are read on the primary through SQL
+    /// (pg_read_binary_file: a superuser, or a role granted EXECUTE on it).
+    #[arg(long, value_name = "URL")]
+    pub standby: Option<String>,
+    /// PostgreSQL: where the backup's WAL comes from: `local` (the pg_wal beside the files read,
+    /// then the repository's archive for what it lacks) or `archive` (the repository's archive
+    /// only, waiting for the segments to arrive; proves the archive holds them).
+    #[arg(long, value_name = "local|archive", default_value = "local", value_parser = ["local", "archive"])]
+    pub wal_from: String,
+    /// PostgreSQL: seconds to wait for WAL to reach the archive, or for a standby to replay past
+    /// the backup's start or receive its end, before failing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub wal_timeout: u64,
     /// A stripe: a file path, s3://BUCKET/PREFIX/NAME.sheaf (an object), or `nul` to discard the
     /// output. Repeat for more stripes (up to 64), ideally on different volumes or buckets; each
     /// stripe has its own writer. Files and objects mix.

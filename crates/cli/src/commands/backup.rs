@@ -17,8 +17,13 @@ use crate::settings::Origin;
 ///
 /// # Errors
 /// The backup's.
-pub fn run(ctx: &Context, a: BackupArgs) -> Result<(), Error> {
-    let source = Source::of(&a.source);
+pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
+    // `--primary P --standby S` alone: the primary is the source.
+    let named = match a.source.clone() {
+        Some(s) => s,
+        None => a.primary.take().ok_or_else(|| Error::invalid("say what to back up: a directory or a PostgreSQL URL"))?,
+    };
+    let source = Source::of(&named);
     let start = sheaf_catalog::RunStart {
         operation: "backup".into(),
         source_kind: Some(source.kind().into()),
@@ -68,6 +73,11 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                 ignore_checksum_failures: a.ignore_checksum_failures,
                 expect_system_identifier: None,
                 parent: None,
+                standby: a.standby.clone(),
+                primary: a.primary.clone(),
+                wal_from_archive: a.wal_from == "archive",
+                wal_timeout: Some(std::time::Duration::from_secs(a.wal_timeout)),
+                archive: None,
             };
             if into_repo {
                 let (repo, meta) = ctx.open_repo()?;
@@ -95,8 +105,8 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
-            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures {
-                return Err(Error::invalid("--pgdata, --slot and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
+            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" {
+                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }
             (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
         }

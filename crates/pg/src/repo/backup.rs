@@ -90,6 +90,7 @@ pub fn backup_to_repo(
     }
     let mut pg = pg.clone();
     pg.expect_system_identifier = Some(meta.system_identifier.clone());
+    pg.archive = Some((repo.clone(), meta.clone()));
     pg.parent = parent.as_ref().map(|p| p.0.clone());
     let mut lock = BackupLock::ours(&id, start_unix);
     lock.chain = parent.as_ref().map(|p| p.1.clone()).unwrap_or_default();
