@@ -233,6 +233,53 @@ impl ScratchCluster {
         Ok(c)
     }
 
+    /// A streaming hot standby of `primary`, made by `pg_basebackup -R -X stream` into a temp dir
+    /// of its own, on a new port with its own socket directory, `settings` appended, each
+    /// tablespace at `tablespaces`' new location (old location, new location), and started.
+    ///
+    /// # Errors
+    /// pg_basebackup or start-up failing.
+    pub fn standby_of(primary: &ScratchCluster, tablespaces: &[(PathBuf, PathBuf)], settings: &[&str]) -> Result<ScratchCluster> {
+        let base = tempfile::Builder::new().prefix("sheaf-standby.").tempdir().map_err(|e| err(format!("cannot make a temp dir: {e}")))?;
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).map_err(|e| err(e.to_string()))?;
+        let (data, sock) = (base.path().join("data"), base.path().join("sock"));
+        server_dir(&data)?;
+        server_dir(&sock)?;
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o755)).map_err(|e| err(e.to_string()))?;
+        let mut cmd = primary.tool("pg_basebackup");
+        cmd.arg("-D").arg(&data).args(["-R", "-X", "stream", "-c", "fast"]);
+        for (old, new) in tablespaces {
+            server_dir(new)?;
+            cmd.arg(format!("--tablespace-mapping={}={}", old.display(), new.display()));
+        }
+        let out = cmd.output().map_err(|e| err(format!("pg_basebackup: {e}")))?;
+        if !out.status.success() {
+            return Err(err(format!("pg_basebackup -R failed: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        let port = free_port()?;
+        let mut conf = format!("\nport = {port}\nunix_socket_directories = '{}'\n", sock.display());
+        for s in settings {
+            conf.push_str(s);
+            conf.push('\n');
+        }
+        append(&data.join("postgresql.conf"), &conf)?;
+        let mut c = ScratchCluster { base, owns_base: true, data, sock, port, bin: primary.bin.clone(), running: false };
+        c.start()?;
+        Ok(c)
+    }
+
+    /// Promote a standby (`pg_ctl promote`, waiting until it is a primary).
+    ///
+    /// # Errors
+    /// pg_ctl's message.
+    pub fn promote(&self) -> Result<()> {
+        let out = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-w", "promote"]).output().map_err(|e| err(format!("pg_ctl: {e}")))?;
+        if !out.status.success() {
+            return Err(err(format!("pg_ctl promote: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        Ok(())
+    }
+
     /// Start a cluster over an existing data directory (a restore) on a new port, sockets in `sock`.
     ///
     /// # Errors

@@ -399,13 +399,35 @@ impl Server {
         let r = self
             .client
             .query_one("SELECT pg_backup_start($1, $2)::text", &[&label, &fast])
-            .map_err(|e| db_err("pg_backup_start", e))?;
+            .map_err(|e| self.refused("pg_backup_start", e))?;
         let lsn: String = r.get(0);
         let lsn = parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?;
         // The checkpoint (or restartpoint) pg_backup_start waited for is the control file's now:
         // its timeline is the start's (backup_label confirms it at the stop).
         let (timeline, checkpoint) = self.checkpoint()?;
         Ok(Start { lsn, timeline, checkpoint })
+    }
+
+    /// What a standby refuses at the start or stop of a backup, with what to do: a promotion
+    /// during the backup, WAL written with full_page_writes off replayed meanwhile.
+    fn refused(&self, what: &str, e: postgres::Error) -> Error {
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        if message.contains("promoted") {
+            Error::new(
+                ErrorKind::Source,
+                format!("{} was promoted while the backup ran, so the copy is not consistent and was not kept: take the backup again (from the new primary, or from another standby)", self.url),
+            )
+        } else if message.contains("full_page_writes") {
+            Error::new(
+                ErrorKind::Source,
+                format!(
+                    "{} replayed WAL written with full_page_writes = off ({what}: {message}), so pages in a copy may be torn and the backup was not kept: set full_page_writes = on on the primary (ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf()) and run CHECKPOINT there, then CHECKPOINT on the standby once it has replayed that, and take the backup again",
+                    self.url
+                ),
+            )
+        } else {
+            db_err(what, e)
+        }
     }
 
     /// The control file's last checkpoint (a restartpoint on a standby): its timeline and its
@@ -448,22 +470,7 @@ impl Server {
         let r = self
             .client
             .query_one("SELECT lsn::text, labelfile, coalesce(spcmapfile, '') FROM pg_backup_stop(false)", &[])
-            .map_err(|e| {
-                let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
-                if message.contains("promoted") {
-                    Error::invalid(format!(
-                        "{} was promoted while the backup ran, so the copy is not consistent and was not kept: take the backup again (from the new primary, or from another standby)",
-                        self.url
-                    ))
-                } else if message.contains("full_page_writes") {
-                    Error::invalid(format!(
-                        "{} replayed WAL written with full_page_writes = off during the backup, so torn pages may be in the copy and it was not kept: set full_page_writes = on on the primary (ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf()), run CHECKPOINT there, and take the backup again",
-                        self.url
-                    ))
-                } else {
-                    db_err("pg_backup_stop", e)
-                }
-            })?;
+            .map_err(|e| self.refused("pg_backup_stop", e))?;
         let lsn: String = r.get(0);
         let timeline = if in_recovery {
             let t = self.one("reading the minimum recovery point's timeline", "SELECT min_recovery_end_timeline::int8 FROM pg_control_recovery()")?;

@@ -173,7 +173,7 @@ impl Sides {
         loop {
             let (recovering, replay, received) = standby.standby_position()?;
             if !recovering {
-                return Err(Error::invalid(format!("standby {} was promoted while the backup ran; nothing was kept: take the backup again", standby.url())));
+                return Err(Error::new(ErrorKind::Source, format!("standby {} was promoted while the backup ran; nothing was kept: take the backup again", standby.url())));
             }
             if replay > start.checkpoint && standby.restartpoint()? >= start.lsn {
                 return Ok(());

@@ -8,4 +8,5 @@ pub mod faults;
 pub mod incremental;
 pub mod online;
 pub mod repo;
+pub mod standby;
 pub mod walsum;

@@ -27,6 +27,21 @@ impl Cluster {
         Cluster(ScratchCluster::create(None, initdb_args, settings).unwrap_or_else(|e| panic!("{e}")))
     }
 
+    /// A streaming hot standby of `primary`, started.
+    pub fn standby_of(primary: &Cluster, settings: &[&str]) -> Cluster {
+        Cluster(ScratchCluster::standby_of(primary, &[], settings).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// Wait until this standby has replayed everything `primary` has written so far.
+    pub fn catch_up(&self, primary: &Cluster) {
+        let lsn = primary.sql("postgres", "SELECT pg_current_wal_insert_lsn()");
+        let t0 = std::time::Instant::now();
+        while self.sql("postgres", &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'")) != "t" {
+            assert!(t0.elapsed().as_secs() < 60, "the standby did not replay to {lsn} in 60 s: {}", std::fs::read_to_string(self.log()).unwrap_or_default());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     pub fn over(data: &Path, sock: &Path) -> Cluster {
         Cluster(ScratchCluster::over(data, sock).unwrap_or_else(|e| panic!("{e}")))
     }
