@@ -53,6 +53,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::Expire(a) => commands::expire::run(ctx, a)?,
         Command::Consolidate(a) => commands::consolidate::run(ctx, a)?,
         Command::WalSummarize(a) => commands::wal_summarize::run(ctx, a)?,
+        Command::Agent(a) => commands::agent::run(ctx, a)?,
         Command::Config(a) => commands::config::run(&ctx.settings, a)?,
         Command::List(a) => commands::history::list(ctx.catalog(), a)?,
         Command::Show(a) => commands::history::show(ctx.catalog(), a)?,

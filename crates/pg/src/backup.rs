@@ -227,7 +227,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // For sizing the pipeline only: the list that counts is read after pg_backup_start.
     let mut opts = opts.clone();
     if opts.expected_bytes.is_none() {
-        opts.expected_bytes = Some(sides.control.databases_size()?);
+        opts.expected_bytes = Some(sides.reader().0.databases_size()?);
     }
     let opts = &opts;
     let tuning = Tuning::resolve(opts, 1 + sides.reader().0.tablespaces()?.len())?;
@@ -271,7 +271,9 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // restoring or extracting less than everything. Relations created or rewritten during the
     // backup come back by WAL replay, not through this list.
     let mut catalog_warnings = Vec::new();
-    let databases = sides.control.catalog(&pg.url, &mut catalog_warnings)?;
+    // Hybrid: from the standby, so that the primary reads no catalog page either.
+    let catalog_url = pg.standby.as_deref().unwrap_or(&pg.url);
+    let databases = sides.reader().0.catalog(catalog_url, &mut catalog_warnings)?;
     let mut warnings = Vec::new();
     let (main, dropped) = layout::filter(list_tree(&pgdata, 0, &mut warnings)?, false);
     // pg_control is read after everything else, and (in a hybrid backup) the configuration too,

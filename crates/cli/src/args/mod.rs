@@ -7,6 +7,7 @@
 //! - [`repo`]: the repository's commands: init, wal-push, wal-fetch, info, expire, config.
 //! - [`tools`]: generate, demo, bench, load-tpch, lab, and the history (list, show).
 
+pub mod agent;
 pub mod data;
 pub mod repo;
 pub mod shared;
@@ -16,6 +17,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
@@ -115,6 +117,9 @@ overwritten. A segment of another cluster is refused.")]
     /// (WAL archived by another tool, or while summaries could not be made); wal-push makes them
     /// as it archives.
     WalSummarize(WalSummarizeArgs),
+    /// Serve this host's cluster files, read-only, to backup hosts over mutual TLS (`sheaf backup
+    /// URL --agent HOST:PORT` there); --init-certs makes the certificates first.
+    Agent(AgentArgs),
     /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
     /// per timeline, gaps, totals.
     Info(InfoArgs),
@@ -196,7 +201,7 @@ impl Command {
             Command::WalPush(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Bench(a) => Shared { keys: a.keys.clone(), ..Shared::default() },
-            Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) => Shared::default(),
+            Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) | Command::Agent(_) => Shared::default(),
         }
     }
 }

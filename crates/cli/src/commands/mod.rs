@@ -1,6 +1,7 @@
 //! One module per command. Each takes its own arguments and the [`crate::context::Context`],
 //! calls the library, and prints; none exits.
 
+pub mod agent;
 pub mod backup;
 pub mod bench;
 pub mod config;

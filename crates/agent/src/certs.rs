@@ -1,0 +1,154 @@
+//! The private CA an agent and its backup hosts trust each other by, and their certificates.
+//!
+//! `init` writes, in one folder: `ca.pem` and `ca.key` (the CA; keep the key offline once the
+//! clients you need are issued), `server.pem`/`server.key` (the agent's, naming this host),
+//! `client.pem`/`client.key` (a backup host's: copy them with `ca.pem` to it) and
+//! `allowed-clients`, the SHA-256 fingerprints of the client certificates the agent accepts. A
+//! certificate signed by the CA but not on the list is refused, so one CA can serve many agents
+//! while each admits only its own backup hosts.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use sheaf_core::{Error, ErrorKind, Result};
+use time::{Duration, OffsetDateTime};
+
+/// The CA's certificate.
+pub const CA: &str = "ca.pem";
+/// The CA's private key.
+pub const CA_KEY: &str = "ca.key";
+/// The agent's certificate.
+pub const SERVER: &str = "server.pem";
+/// The agent's private key.
+pub const SERVER_KEY: &str = "server.key";
+/// The backup host's certificate.
+pub const CLIENT: &str = "client.pem";
+/// The backup host's private key.
+pub const CLIENT_KEY: &str = "client.key";
+/// Fingerprints of the client certificates the agent accepts.
+pub const ALLOWED: &str = "allowed-clients";
+
+fn cert_err(what: &str, e: rcgen::Error) -> Error {
+    Error::new(ErrorKind::Io, format!("{what}: {e}"))
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
+    let io = |e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// The SHA-256 of a certificate's DER bytes, in lower-case hex: how the allow-list names it.
+pub fn fingerprint(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What [`init`] made.
+#[derive(Clone, Debug)]
+pub struct Made {
+    /// The names the agent's certificate holds (clients must dial one of them).
+    pub server_names: Vec<String>,
+    /// The client certificate's fingerprint, as the allow-list holds it.
+    pub client_fingerprint: String,
+}
+
+fn this_host() -> Option<String> {
+    rustix::system::uname().nodename().to_str().ok().filter(|h| !h.is_empty()).map(str::to_string)
+}
+
+fn leaf(names: &[String], cn: &str, usage: ExtendedKeyUsagePurpose, not_before: OffsetDateTime, not_after: OffsetDateTime) -> Result<CertificateParams> {
+    let mut p = CertificateParams::default();
+    for n in names {
+        let san = match n.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) if !n.is_empty() && n.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')) => {
+                SanType::DnsName(n.clone().try_into().map_err(|e| cert_err(&format!("'{n}' is not a host name"), e))?)
+            }
+            Err(_) => return Err(Error::invalid(format!("'{n}' is neither a host name nor an address: give the names backup hosts dial the agent by"))),
+        };
+        p.subject_alt_names.push(san);
+    }
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.extended_key_usages = vec![usage];
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.not_before = not_before;
+    p.not_after = not_after;
+    Ok(p)
+}
+
+/// Make the CA, the agent's certificate (naming localhost, 127.0.0.1, ::1, this host and
+/// `extra_names`), one client certificate and the allow-list holding it, in `dir` (made if
+/// missing, mode 0700; keys 0600).
+///
+/// # Errors
+/// [`ErrorKind::TargetNotEmpty`] when `dir` already holds a CA (nothing is overwritten); a name
+/// that is neither a host name nor an address; I/O.
+pub fn init(dir: &Path, extra_names: &[String]) -> Result<Made> {
+    if dir.join(CA).exists() || dir.join(CA_KEY).exists() {
+        return Err(Error::new(
+            ErrorKind::TargetNotEmpty,
+            format!("{} already holds a CA ({CA}): sheaf never replaces certificates; give another folder, or remove that one's files first", dir.display()),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(ErrorKind::Target, format!("cannot make {}", dir.display()), e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| Error::io(ErrorKind::Target, format!("cannot set the mode of {}", dir.display()), e))?;
+    let now = OffsetDateTime::now_utc() - Duration::minutes(5);
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name.push(DnType::CommonName, format!("sheaf agent CA ({})", this_host().unwrap_or_else(|| "unnamed host".into())));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.not_before = now;
+    ca.not_after = now + Duration::days(3650);
+    let ca_key = KeyPair::generate().map_err(|e| cert_err("cannot make the CA's key", e))?;
+    let ca_cert = ca.self_signed(&ca_key).map_err(|e| cert_err("cannot make the CA", e))?;
+    write_file(&dir.join(CA), &ca_cert.pem(), 0o644)?;
+    write_file(&dir.join(CA_KEY), &ca_key.serialize_pem(), 0o600)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    names.extend(this_host());
+    for n in extra_names {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
+    let server = leaf(&names, "sheaf agent", ExtendedKeyUsagePurpose::ServerAuth, now, now + Duration::days(3650))?;
+    let server_key = KeyPair::generate().map_err(|e| cert_err("cannot make the agent's key", e))?;
+    let server_cert = server.signed_by(&server_key, &issuer).map_err(|e| cert_err("cannot sign the agent's certificate", e))?;
+    write_file(&dir.join(SERVER), &server_cert.pem(), 0o644)?;
+    write_file(&dir.join(SERVER_KEY), &server_key.serialize_pem(), 0o600)?;
+    let fp = issue(&issuer, dir, "client", "sheaf backup host", now, now + Duration::days(3650))?;
+    write_file(
+        &dir.join(ALLOWED),
+        &format!("# SHA-256 of each client certificate this agent accepts, one per line (a name may follow)\n{fp} client.pem\n"),
+        0o644,
+    )?;
+    Ok(Made { server_names: names, client_fingerprint: fp })
+}
+
+fn issue(issuer: &Issuer<'_, KeyPair>, dir: &Path, stem: &str, cn: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> Result<String> {
+    let p = leaf(&[], cn, ExtendedKeyUsagePurpose::ClientAuth, not_before, not_after)?;
+    let key = KeyPair::generate().map_err(|e| cert_err("cannot make a client key", e))?;
+    let cert = p.signed_by(&key, issuer).map_err(|e| cert_err("cannot sign a client certificate", e))?;
+    write_file(&dir.join(format!("{stem}.pem")), &cert.pem(), 0o644)?;
+    write_file(&dir.join(format!("{stem}.key")), &key.serialize_pem(), 0o600)?;
+    Ok(fingerprint(cert.der()))
+}
+
+/// Issue one more client certificate from the CA in `ca_dir` into `out` as `STEM.pem` and
+/// `STEM.key`, valid from `not_before` to `not_after`; returns its fingerprint (add it to the
+/// agent's allow-list to admit it).
+///
+/// # Errors
+/// A folder without the CA's certificate and key; I/O.
+pub fn issue_client(ca_dir: &Path, out: &Path, stem: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> Result<String> {
+    let read = |name: &str| {
+        std::fs::read_to_string(ca_dir.join(name)).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", ca_dir.join(name).display()), e))
+    };
+    let key = KeyPair::from_pem(&read(CA_KEY)?).map_err(|e| cert_err("the CA's key does not parse", e))?;
+    let issuer = Issuer::from_ca_cert_pem(&read(CA)?, key).map_err(|e| cert_err("the CA's certificate does not parse", e))?;
+    issue(&issuer, out, stem, &format!("sheaf backup host ({stem})"), not_before, not_after)
+}

@@ -1,0 +1,182 @@
+//! The backup host's side of the agent: one TLS connection, requests answered in order.
+
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, StreamOwned};
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireListed};
+
+/// A connection to an agent.
+pub struct AgentClient {
+    s: StreamOwned<ClientConnection, TcpStream>,
+    buf: Vec<u8>,
+    /// What the agent said at hello.
+    pub hello: HelloReply,
+    addr: String,
+}
+
+fn link(addr: &str, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Source, format!("agent at {addr}: {what}: {e}"))
+}
+
+impl AgentClient {
+    /// Connect to the agent at `addr` (`HOST:PORT`) with the CA and client certificate in
+    /// `tls_dir`, and say hello.
+    ///
+    /// # Errors
+    /// Nothing listening, a handshake refused either way (the agent's certificate not from the
+    /// CA or not naming HOST; this client's not signed by it, expired, or not on its list), a
+    /// version mismatch: each named, with what to check.
+    pub fn connect(addr: &str, tls_dir: &Path) -> Result<AgentClient> {
+        let config = crate::tls::client_config(tls_dir)?;
+        let host = match addr.rsplit_once(':') {
+            Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+            None => return Err(Error::invalid(format!("--agent {addr}: give HOST:PORT"))),
+        };
+        let name = ServerName::try_from(host.to_string()).map_err(|e| Error::invalid(format!("--agent {addr}: '{host}' is not a host name or address ({e})")))?;
+        let target = addr
+            .to_socket_addrs()
+            .map_err(|e| link(addr, "cannot resolve it", e))?
+            .next()
+            .ok_or_else(|| Error::new(ErrorKind::Source, format!("agent at {addr}: the name resolves to no address")))?;
+        let sock = TcpStream::connect_timeout(&target, Duration::from_secs(10))
+            .map_err(|e| link(addr, "cannot connect (check that `sheaf agent` runs there, on that port, and that no firewall stands between)", e))?;
+        let _ = sock.set_nodelay(true);
+        sock.set_read_timeout(Some(Duration::from_secs(120))).map_err(|e| link(addr, "socket", e))?;
+        sock.set_write_timeout(Some(Duration::from_secs(120))).map_err(|e| link(addr, "socket", e))?;
+        let conn = ClientConnection::new(config, name).map_err(|e| link(addr, "TLS", e))?;
+        let mut s = StreamOwned::new(conn, sock);
+        while s.conn.is_handshaking() {
+            s.conn.complete_io(&mut s.sock).map_err(|e| {
+                link(addr, "the TLS handshake failed (is the agent's certificate from the CA in --tls-dir, and does it name this host? is this client's certificate from the agent's CA and unexpired?)", e)
+            })?;
+        }
+        let mut c = AgentClient { s, buf: Vec::new(), hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new() }, addr: addr.to_string() };
+        c.send(&Request::Hello { version: proto::VERSION })?;
+        // TLS 1.3 ends the client's handshake before the agent has checked its certificate: a
+        // refusal arrives as an alert on the first answer.
+        let first = c.next().map_err(|e| {
+            if e.to_string().contains("alert") {
+                Error::new(e.kind(), format!("{e} (the agent refused this client's certificate: is it from the agent's CA, unexpired, and on its allowed-clients?)"))
+            } else {
+                e
+            }
+        })?;
+        match first {
+            proto::REPLY => c.hello = c.json()?,
+            k => return Err(c.unexpected(k)),
+        }
+        Ok(c)
+    }
+
+    /// The agent's address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn send(&mut self, r: &Request) -> Result<()> {
+        proto::write_json(&mut self.s, proto::REQUEST, r).and_then(|()| self.s.flush()).map_err(|e| link(&self.addr, "sending a request", e))
+    }
+
+    fn next(&mut self) -> Result<u8> {
+        match proto::read_frame(&mut self.s, &mut self.buf) {
+            Ok(Some(k)) => Ok(k),
+            Ok(None) => Err(link(&self.addr, "the agent closed the connection", "end of stream")),
+            Err(e) => Err(link(&self.addr, "reading its answer", e)),
+        }
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.buf).map_err(|e| link(&self.addr, "an answer that does not parse", e))
+    }
+
+    fn unexpected(&self, kind: u8) -> Error {
+        if kind == proto::ERROR {
+            if let Ok(w) = serde_json::from_slice::<WireError>(&self.buf) {
+                let k = match w.kind.as_str() {
+                    "denied" | "protocol" => ErrorKind::InvalidInput,
+                    _ => ErrorKind::Source,
+                };
+                return Error::new(k, format!("agent at {}: {}", self.addr, w.message));
+            }
+        }
+        link(&self.addr, "an answer out of turn", format!("frame kind {kind}"))
+    }
+
+    /// Everything under `path` on the agent's host (`path` itself as `""`), and the warnings
+    /// the listing met.
+    ///
+    /// # Errors
+    /// A path outside what the agent serves, the link's errors.
+    pub fn list(&mut self, path: &str) -> Result<(Vec<WireListed>, Vec<String>)> {
+        self.send(&Request::List { path: path.to_string() })?;
+        let mut out = Vec::new();
+        loop {
+            match self.next()? {
+                proto::LIST => out.extend(self.json::<Vec<WireListed>>()?),
+                proto::END => return Ok((out, self.json()?)),
+                k => return Err(self.unexpected(k)),
+            }
+        }
+    }
+
+    /// One entry (a link not followed).
+    ///
+    /// # Errors
+    /// Missing, outside what the agent serves, the link's errors.
+    pub fn stat(&mut self, path: &str) -> Result<WireListed> {
+        self.send(&Request::Stat { path: path.to_string() })?;
+        match self.next()? {
+            proto::REPLY => self.json(),
+            k => Err(self.unexpected(k)),
+        }
+    }
+
+    /// `len` bytes of `path` from `offset` (fewer at its end), handed to `sink` as they arrive.
+    ///
+    /// # Errors
+    /// The file missing or outside what the agent serves, `sink`'s errors (the rest of the
+    /// answer is then read and dropped, so the connection stays usable), the link's errors.
+    pub fn read(&mut self, path: &str, offset: u64, len: u64, mut sink: impl FnMut(&[u8]) -> Result<()>) -> Result<ReadEnd> {
+        self.send(&Request::Read { path: path.to_string(), offset, len })?;
+        let mut failed = None;
+        loop {
+            match self.next()? {
+                proto::DATA => {
+                    if failed.is_none() {
+                        if let Err(e) = sink(&self.buf) {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                proto::END => {
+                    let end: ReadEnd = self.json()?;
+                    return match failed {
+                        Some(e) => Err(e),
+                        None => Ok(end),
+                    };
+                }
+                k => return Err(self.unexpected(k)),
+            }
+        }
+    }
+
+    /// Read into `buf` from `offset`; the bytes read (fewer at the file's end).
+    ///
+    /// # Errors
+    /// As [`AgentClient::read`].
+    pub fn read_at(&mut self, path: &str, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut got = 0;
+        self.read(path, offset, buf.len() as u64, |d| {
+            buf[got..got + d.len()].copy_from_slice(d);
+            got += d.len();
+            Ok(())
+        })?;
+        Ok(got)
+    }
+}

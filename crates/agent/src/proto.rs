@@ -1,0 +1,180 @@
+//! The frames on the wire, inside TLS: a kind byte, a little-endian u32 length, the payload.
+//! A client sends requests (JSON); the agent answers each, in order, with one reply, a run of
+//! list or data frames closed by an end frame, or an error. A client may send several requests
+//! before reading the answers: they are served in order.
+
+use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::manifest::Entry;
+
+/// The protocol's version: an agent and a client of different versions refuse each other at hello.
+pub const VERSION: u32 = 1;
+/// The largest payload either side accepts.
+pub const MAX_FRAME: usize = 4 << 20;
+/// The file bytes one data frame carries at most.
+pub const DATA_CHUNK: usize = 1 << 20;
+/// Entries one list frame carries at most.
+pub const LIST_BATCH: usize = 1000;
+
+/// A request (JSON).
+pub const REQUEST: u8 = 1;
+/// A reply to hello or stat (JSON).
+pub const REPLY: u8 = 2;
+/// File bytes.
+pub const DATA: u8 = 3;
+/// The end of a list or a read (JSON).
+pub const END: u8 = 4;
+/// A refusal or failure (JSON [`WireError`]); the connection stays usable.
+pub const ERROR: u8 = 5;
+/// Entries of a listing (JSON array of [`WireListed`]).
+pub const LIST: u8 = 6;
+
+/// What a client asks.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// The first request: versions are compared, and the agent says what it serves.
+    Hello {
+        /// The client's [`VERSION`].
+        version: u32,
+    },
+    /// Everything under an absolute path (itself the entry with path `""`), symlinks as links.
+    List {
+        /// Absolute path.
+        path: String,
+    },
+    /// One entry.
+    Stat {
+        /// Absolute path.
+        path: String,
+    },
+    /// `len` bytes of a regular file from `offset` (fewer at its end).
+    Read {
+        /// Absolute path.
+        path: String,
+        /// First byte.
+        offset: u64,
+        /// Bytes wanted.
+        len: u64,
+    },
+}
+
+/// The reply to hello.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HelloReply {
+    /// The agent's [`VERSION`].
+    pub version: u32,
+    /// The data directory it serves (as given to it).
+    pub pgdata: String,
+    /// The cluster's system identifier, from its pg_control.
+    pub system_identifier: String,
+    /// Every directory it serves reads under: the data directory, and where its pg_wal and
+    /// tablespaces' links lead.
+    pub roots: Vec<String>,
+}
+
+/// One listed entry with the stat fields the engine uses beside the manifest's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireListed {
+    /// The entry (path relative to the listed directory).
+    pub entry: Entry,
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_nlink`.
+    pub nlink: u64,
+}
+
+/// The end of a read.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReadEnd {
+    /// Bytes sent.
+    pub read: u64,
+    /// The file's size when opened.
+    pub size_at_open: u64,
+    /// Whether size or mtime changed while it was read.
+    pub changed: bool,
+}
+
+/// A refusal or failure.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireError {
+    /// `denied` (outside what the agent serves, or not allowed), `not_found`, `io`, `protocol`.
+    pub kind: String,
+    /// What happened, for the user.
+    pub message: String,
+}
+
+/// Write one frame.
+///
+/// # Errors
+/// The stream's; a payload over [`MAX_FRAME`].
+pub fn write_frame(w: &mut impl Write, kind: u8, payload: &[u8]) -> std::io::Result<()> {
+    if payload.len() > MAX_FRAME {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("a frame of {} bytes is over the limit", payload.len())));
+    }
+    let mut head = [0u8; 5];
+    head[0] = kind;
+    head[1..].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    w.write_all(&head)?;
+    w.write_all(payload)
+}
+
+/// Write a JSON frame.
+///
+/// # Errors
+/// The stream's.
+pub fn write_json(w: &mut impl Write, kind: u8, value: &impl Serialize) -> std::io::Result<()> {
+    write_frame(w, kind, &serde_json::to_vec(value).expect("wire types serialise"))
+}
+
+/// Read one frame into `buf`; its kind, or `None` at a clean end of stream before a frame.
+///
+/// # Errors
+/// The stream's; a frame over [`MAX_FRAME`] or cut short.
+pub fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<Option<u8>> {
+    let mut head = [0u8; 5];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a frame of {len} bytes is over the limit")));
+    }
+    buf.clear();
+    buf.resize(len, 0);
+    r.read_exact(buf)?;
+    Ok(Some(head[0]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_refuse_what_is_too_long() {
+        let mut wire = Vec::new();
+        write_json(&mut wire, REQUEST, &Request::Read { path: "/d/base/1/2".into(), offset: 8192, len: 16384 }).unwrap();
+        write_frame(&mut wire, DATA, b"pages").unwrap();
+        let mut r = wire.as_slice();
+        let mut buf = Vec::new();
+        assert_eq!(read_frame(&mut r, &mut buf).unwrap(), Some(REQUEST));
+        assert_eq!(serde_json::from_slice::<Request>(&buf).unwrap(), Request::Read { path: "/d/base/1/2".into(), offset: 8192, len: 16384 });
+        assert_eq!(read_frame(&mut r, &mut buf).unwrap(), Some(DATA));
+        assert_eq!(buf, b"pages");
+        assert_eq!(read_frame(&mut r, &mut buf).unwrap(), None);
+        let mut huge = vec![DATA];
+        huge.extend_from_slice(&((MAX_FRAME + 1) as u32).to_le_bytes());
+        assert!(read_frame(&mut huge.as_slice(), &mut buf).is_err());
+        assert!(read_frame(&mut &wire[..3], &mut buf).is_err(), "a cut header is an error, not an end");
+    }
+}

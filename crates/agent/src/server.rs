@@ -1,0 +1,285 @@
+//! The agent: serves list, stat and ranged reads of a cluster's files to backup hosts that
+//! present a client certificate signed by its CA and on its allow-list. Only paths inside the
+//! data directory, its pg_wal and its tablespaces (where their links lead, resolved at each
+//! request) are served; `..` and symlinks are resolved before that check, so neither leads
+//! out. Files are opened read-only, and no request writes.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use sheaf_core::source::{list_one, list_tree};
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::certs::fingerprint;
+use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireListed, DATA_CHUNK, LIST_BATCH};
+
+/// What the agent serves, and where.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// `ADDR:PORT` to listen on.
+    pub listen: String,
+    /// The cluster's data directory.
+    pub pgdata: PathBuf,
+    /// The folder of `sheaf agent --init-certs`.
+    pub tls_dir: PathBuf,
+    /// Connections served at once (more wait in the kernel's backlog).
+    pub max_connections: usize,
+}
+
+/// Where the agent reports connections refused and failures (it never prints by itself).
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A bound agent.
+pub struct Agent {
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    allowed: Arc<HashSet<String>>,
+    pgdata: PathBuf,
+    system_identifier: String,
+    max_connections: usize,
+}
+
+fn wire(kind: &str, message: impl Into<String>) -> WireError {
+    WireError { kind: kind.into(), message: message.into() }
+}
+
+/// The directories reads may fall in: the data directory and where its pg_wal and
+/// tablespace links lead, each resolved.
+fn roots(pgdata: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(p) = pgdata.canonicalize() {
+        out.push(p);
+    }
+    let mut links = vec![pgdata.join("pg_wal")];
+    if let Ok(dir) = std::fs::read_dir(pgdata.join("pg_tblspc")) {
+        links.extend(dir.flatten().map(|e| e.path()));
+    }
+    for l in links {
+        if let Ok(p) = l.canonicalize() {
+            if !out.iter().any(|r| p.starts_with(r)) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `path` resolved, if it lies inside one of the roots.
+fn confine(path: &str, roots: &[PathBuf]) -> std::result::Result<PathBuf, WireError> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(wire("denied", format!("{path}: give an absolute path")));
+    }
+    let resolved = p.canonicalize().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            wire("not_found", format!("{path}: no such file or directory"))
+        } else {
+            wire("io", format!("{path}: {e}"))
+        }
+    })?;
+    if roots.iter().any(|r| resolved.starts_with(r)) {
+        Ok(resolved)
+    } else {
+        Err(wire("denied", format!("{path} is outside the cluster's directories, which are all this agent serves")))
+    }
+}
+
+/// `path` itself (a link not followed), if its folder lies inside one of the roots.
+fn confine_entry(path: &str, roots: &[PathBuf]) -> std::result::Result<PathBuf, WireError> {
+    let p = Path::new(path);
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) if p.is_absolute() => Ok(confine(&parent.display().to_string(), roots)?.join(name)),
+        _ => confine(path, roots),
+    }
+}
+
+impl Agent {
+    /// Check the data directory and the TLS files, and bind.
+    ///
+    /// # Errors
+    /// A data directory without a cluster, TLS files missing or not parsing, an address that
+    /// cannot be bound.
+    pub fn bind(config: &AgentConfig) -> Result<Agent> {
+        let control = config.pgdata.join("global/pg_control");
+        let bytes = std::fs::read(&control).map_err(|e| {
+            Error::io(ErrorKind::Source, format!("cannot read {} (--pgdata must be the cluster's data directory, readable by this user)", control.display()), e)
+        })?;
+        let id = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
+        let (tls, allowed) = crate::tls::server_config(&config.tls_dir)?;
+        let listener = TcpListener::bind(&config.listen)
+            .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot listen on {} (give --listen ADDR:PORT, e.g. 0.0.0.0:7400)", config.listen), e))?;
+        Ok(Agent { listener, tls, allowed: Arc::new(allowed), pgdata: config.pgdata.clone(), system_identifier: id.to_string(), max_connections: config.max_connections.max(1) })
+    }
+
+    /// The address it listens on.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn local_addr(&self) -> Result<std::net::SocketAddr> {
+        self.listener.local_addr().map_err(|e| Error::io(ErrorKind::Io, "the agent's address", e))
+    }
+
+    /// Serve until `stop` is set, a thread per connection.
+    ///
+    /// # Errors
+    /// The listener failing.
+    pub fn serve(self, stop: Arc<AtomicBool>, log: Log) -> Result<()> {
+        self.listener.set_nonblocking(true).map_err(|e| Error::io(ErrorKind::Io, "the agent's socket", e))?;
+        let busy = Arc::new(AtomicUsize::new(0));
+        while !stop.load(Ordering::Relaxed) {
+            let (stream, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(ErrorKind::Io, "accepting a connection", e)),
+            };
+            if busy.load(Ordering::Relaxed) >= self.max_connections {
+                log(&format!("{peer}: refused, {} connections are being served already", self.max_connections));
+                continue;
+            }
+            busy.fetch_add(1, Ordering::Relaxed);
+            let (tls, allowed, busy, log) = (self.tls.clone(), self.allowed.clone(), busy.clone(), log.clone());
+            let (pgdata, id) = (self.pgdata.clone(), self.system_identifier.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = serve_one(stream, tls, &allowed, &pgdata, &id) {
+                    log(&format!("{peer}: {e}"));
+                }
+                busy.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        Ok(())
+    }
+}
+
+fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String>, pgdata: &Path, id: &str) -> std::result::Result<(), String> {
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    let conn = ServerConnection::new(tls).map_err(|e| e.to_string())?;
+    let mut s = StreamOwned::new(conn, stream);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).map_err(|e| format!("TLS handshake failed: {e}"))?;
+    }
+    let fp = s.conn.peer_certificates().and_then(|c| c.first()).map(|c| fingerprint(c.as_ref())).unwrap_or_default();
+    if !allowed.contains(&fp) {
+        let _ = proto::write_json(&mut s, proto::ERROR, &wire("denied", format!("this client's certificate (SHA-256 {fp}) is not in the agent's allowed-clients")));
+        let _ = s.flush();
+        s.conn.send_close_notify();
+        let _ = s.conn.complete_io(&mut s.sock);
+        return Err(format!("refused a certificate not on the allow-list (SHA-256 {fp})"));
+    }
+    let _ = s.sock.set_read_timeout(Some(Duration::from_secs(900)));
+    let mut buf = Vec::new();
+    let mut data = vec![0u8; DATA_CHUNK];
+    loop {
+        let kind = match proto::read_frame(&mut s, &mut buf) {
+            Ok(Some(k)) => k,
+            Ok(None) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(format!("reading a request: {e}")),
+        };
+        let request = match (kind, serde_json::from_slice::<Request>(&buf)) {
+            (proto::REQUEST, Ok(r)) => r,
+            _ => {
+                let _ = proto::write_json(&mut s, proto::ERROR, &wire("protocol", "not a request this agent knows"));
+                return Err("a frame that is not a request".into());
+            }
+        };
+        answer(&mut s, request, pgdata, id, &mut data).map_err(|e| format!("writing an answer: {e}"))?;
+        s.flush().map_err(|e| format!("writing an answer: {e}"))?;
+    }
+}
+
+fn answer(s: &mut impl Write, request: Request, pgdata: &Path, id: &str, data: &mut [u8]) -> std::io::Result<()> {
+    let roots = roots(pgdata);
+    match request {
+        Request::Hello { version } => {
+            if version != proto::VERSION {
+                return refuse(s, wire("protocol", format!("this agent speaks version {}, the client {version}: run the same sheaf on both hosts", proto::VERSION)));
+            }
+            let reply = HelloReply {
+                version: proto::VERSION,
+                pgdata: pgdata.display().to_string(),
+                system_identifier: id.to_string(),
+                roots: roots.iter().map(|r| r.display().to_string()).collect(),
+            };
+            proto::write_json(s, proto::REPLY, &reply)
+        }
+        Request::Stat { path } => match confine_entry(&path, &roots) {
+            Err(e) => refuse(s, e),
+            Ok(p) => match list_one(&p, String::new(), 0) {
+                Ok(l) => proto::write_json(s, proto::REPLY, &WireListed { entry: l.entry, dev: l.dev, ino: l.ino, nlink: l.nlink }),
+                Err(e) => refuse(s, wire(if e.kind() == ErrorKind::Source { "not_found" } else { "io" }, e.to_string())),
+            },
+        },
+        Request::List { path } => {
+            let dir = match confine(&path, &roots) {
+                Ok(p) => p,
+                Err(e) => return refuse(s, e),
+            };
+            let mut warnings = Vec::new();
+            match list_tree(&dir, 0, &mut warnings) {
+                Err(e) => refuse(s, wire("io", e.to_string())),
+                Ok(listed) => {
+                    for batch in listed.chunks(LIST_BATCH) {
+                        let batch: Vec<WireListed> = batch.iter().map(|l| WireListed { entry: l.entry.clone(), dev: l.dev, ino: l.ino, nlink: l.nlink }).collect();
+                        proto::write_json(s, proto::LIST, &batch)?;
+                    }
+                    proto::write_json(s, proto::END, &warnings)
+                }
+            }
+        }
+        Request::Read { path, offset, len } => {
+            let file = match confine(&path, &roots) {
+                Ok(p) => p,
+                Err(e) => return refuse(s, e),
+            };
+            let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc_noatime()).open(&file).or_else(|_| std::fs::File::open(&file)) {
+                Ok(f) => f,
+                Err(e) => return refuse(s, wire(if e.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" }, format!("{path}: {e}"))),
+            };
+            let before = match f.metadata() {
+                Ok(m) if m.is_file() => m,
+                Ok(_) => return refuse(s, wire("denied", format!("{path} is not a regular file"))),
+                Err(e) => return refuse(s, wire("io", format!("{path}: {e}"))),
+            };
+            let mut at = offset;
+            let end = offset.saturating_add(len);
+            while at < end {
+                let want = ((end - at) as usize).min(data.len());
+                let got = match std::os::unix::fs::FileExt::read_at(&f, &mut data[..want], at) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return refuse(s, wire("io", format!("{path}: {e}"))),
+                };
+                if got == 0 {
+                    break;
+                }
+                proto::write_frame(s, proto::DATA, &data[..got])?;
+                at += got as u64;
+            }
+            let changed = f.metadata().map(|a| a.len() != before.len() || a.mtime() != before.mtime() || a.mtime_nsec() != before.mtime_nsec()).unwrap_or(true);
+            proto::write_json(s, proto::END, &ReadEnd { read: at - offset, size_at_open: before.len(), changed })
+        }
+    }
+}
+
+/// `O_NOATIME`: reading for a backup should not touch access times (refused for files of
+/// other owners, so the open falls back to plain).
+fn libc_noatime() -> i32 {
+    rustix::fs::OFlags::NOATIME.bits() as i32
+}
+
+fn refuse(s: &mut impl Write, e: WireError) -> std::io::Result<()> {
+    proto::write_json(s, proto::ERROR, &e)
+}

@@ -1,0 +1,182 @@
+//! The agent on 127.0.0.1 with certificates made as `sheaf agent --init-certs` makes them: what
+//! it serves, and what it refuses (paths out of the cluster, certificates not on its list or
+//! expired, a client of another CA, a client that speaks no TLS).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use sheaf_agent::certs;
+use sheaf_agent::{Agent, AgentClient, AgentConfig};
+use sheaf_core::ErrorKind;
+use time::{Duration, OffsetDateTime};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    pgdata: PathBuf,
+    tablespace: PathBuf,
+    tls: PathBuf,
+    addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A data directory (with a tablespace link out of it and a symlink to /etc), certificates, and
+/// an agent serving it.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let pgdata = dir.path().join("data");
+    let tablespace = dir.path().join("space");
+    std::fs::create_dir_all(pgdata.join("global")).unwrap();
+    std::fs::create_dir_all(pgdata.join("base/5")).unwrap();
+    std::fs::create_dir_all(pgdata.join("pg_tblspc")).unwrap();
+    std::fs::create_dir_all(tablespace.join("PG_15_202209061/5")).unwrap();
+    std::fs::write(pgdata.join("global/pg_control"), 7_341_234_u64.to_le_bytes().repeat(4)).unwrap();
+    std::fs::write(pgdata.join("base/5/16384"), (0..3 * 8192).map(|i| (i % 251) as u8).collect::<Vec<u8>>()).unwrap();
+    std::fs::write(tablespace.join("PG_15_202209061/5/16400"), b"in the tablespace").unwrap();
+    std::os::unix::fs::symlink(&tablespace, pgdata.join("pg_tblspc/16399")).unwrap();
+    std::os::unix::fs::symlink("/etc", pgdata.join("etc")).unwrap();
+    std::fs::write(dir.path().join("secret"), b"outside").unwrap();
+    let tls = dir.path().join("tls");
+    certs::init(&tls, &[]).unwrap();
+    let agent = Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: pgdata.clone(), tls_dir: tls.clone(), max_connections: 8 }).unwrap();
+    let addr = format!("127.0.0.1:{}", agent.local_addr().unwrap().port());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (l, s) = (log.clone(), stop.clone());
+    std::thread::spawn(move || agent.serve(s, Arc::new(move |m: &str| l.lock().unwrap().push(m.to_string()))));
+    Fixture { _dir: dir, pgdata, tablespace, tls, addr, log, stop }
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[test]
+fn it_serves_the_cluster_s_files_and_nothing_outside() {
+    let f = fixture();
+    let mut c = AgentClient::connect(&f.addr, &f.tls).unwrap();
+    assert_eq!(c.hello.system_identifier, "7341234");
+    assert!(c.hello.roots.iter().any(|r| Path::new(r) == f.tablespace.canonicalize().unwrap()), "{:?}", c.hello.roots);
+
+    let (listed, warnings) = c.list(&p(&f.pgdata)).unwrap();
+    assert!(warnings.is_empty());
+    let names: Vec<&str> = listed.iter().map(|l| l.entry.path.as_str()).collect();
+    for want in ["", "global/pg_control", "base/5/16384", "pg_tblspc/16399", "etc"] {
+        assert!(names.contains(&want), "{want} not in {names:?}");
+    }
+    let link = listed.iter().find(|l| l.entry.path == "pg_tblspc/16399").unwrap();
+    assert_eq!(link.entry.target.as_deref(), Some(p(&f.tablespace).as_str()), "links are listed, not followed");
+    let stat = c.stat(&p(&f.pgdata.join("base/5/16384"))).unwrap();
+    assert_eq!(stat.entry.size, 3 * 8192);
+
+    // A range, whole, and past the end.
+    let mut buf = vec![0u8; 8192];
+    assert_eq!(c.read_at(&p(&f.pgdata.join("base/5/16384")), 8192, &mut buf).unwrap(), 8192);
+    assert!(buf.iter().enumerate().all(|(i, b)| *b == ((8192 + i) % 251) as u8));
+    let mut all = Vec::new();
+    let end = c.read(&p(&f.pgdata.join("base/5/16384")), 0, u64::MAX, |d| {
+        all.extend_from_slice(d);
+        Ok(())
+    });
+    let end = end.unwrap();
+    assert_eq!((all.len(), end.read, end.size_at_open, end.changed), (3 * 8192, 3 * 8192, 3 * 8192, false));
+    // Through the tablespace's link, and in the tablespace itself.
+    let mut t = vec![0u8; 64];
+    let n = c.read_at(&p(&f.pgdata.join("pg_tblspc/16399/PG_15_202209061/5/16400")), 0, &mut t).unwrap();
+    assert_eq!(&t[..n], b"in the tablespace");
+    assert_eq!(c.list(&p(&f.tablespace)).unwrap().0.len(), 4);
+
+    // Out of the cluster: .., a symlink out, a relative path, a plain absolute path elsewhere.
+    let out = f.pgdata.parent().unwrap();
+    for (path, why) in [
+        (format!("{}/base/../../secret", p(&f.pgdata)), "outside the cluster's directories"),
+        (format!("{}/etc/passwd", p(&f.pgdata)), "outside the cluster's directories"),
+        ("base/5/16384".to_string(), "absolute path"),
+        (p(&out.join("secret")), "outside the cluster's directories"),
+    ] {
+        let e = c.read_at(&path, 0, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{path}: {e}");
+        assert!(e.to_string().contains(why), "{path}: {e}");
+    }
+    assert!(c.list(&p(out)).unwrap_err().to_string().contains("outside"));
+    assert!(c.stat(&format!("{}/etc/passwd", p(&f.pgdata))).unwrap_err().to_string().contains("outside"));
+    let e = c.read_at(&p(&f.pgdata.join("base/5/nothing")), 0, &mut buf).unwrap_err();
+    assert!(e.to_string().contains("no such file"), "{e}");
+    // The connection is still good after every refusal.
+    assert_eq!(c.stat(&p(&f.pgdata.join("global/pg_control"))).unwrap().entry.size, 32);
+}
+
+#[test]
+fn certificates_off_the_list_expired_or_of_another_ca_and_plain_tcp_are_refused() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    // Signed by the CA, but not on the allow-list.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(f.tls.join(certs::CA), other.path().join(certs::CA)).unwrap();
+    certs::issue_client(&f.tls, other.path(), "client", now - Duration::hours(1), now + Duration::days(1)).unwrap();
+    let e = AgentClient::connect(&f.addr, other.path()).err().unwrap();
+    assert!(e.to_string().contains("not in the agent's allowed-clients"), "{e}");
+
+    // On the list, but expired.
+    let expired = tempfile::tempdir().unwrap();
+    std::fs::copy(f.tls.join(certs::CA), expired.path().join(certs::CA)).unwrap();
+    let fp = certs::issue_client(&f.tls, expired.path(), "client", now - Duration::days(10), now - Duration::days(1)).unwrap();
+    std::fs::OpenOptions::new().append(true).open(f.tls.join(certs::ALLOWED)).unwrap().write_all(format!("{fp} expired\n").as_bytes()).unwrap();
+    let e = AgentClient::connect(&f.addr, expired.path()).err().unwrap();
+    assert!(e.to_string().contains("CertificateExpired") && e.to_string().contains("unexpired"), "{e}");
+
+    // A client of another CA: the agent's certificate is not trusted, nor the client's.
+    let stranger = tempfile::tempdir().unwrap();
+    certs::init(&stranger.path().join("tls"), &[]).unwrap();
+    let e = AgentClient::connect(&f.addr, &stranger.path().join("tls")).err().unwrap();
+    assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+
+    // Plain TCP: no answer but the end of the connection.
+    let mut raw = std::net::TcpStream::connect(&f.addr).unwrap();
+    raw.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let ask = serde_json::to_vec(&sheaf_agent::proto::Request::Read { path: p(&f.pgdata.join("base/5/16384")), offset: 0, len: 100 }).unwrap();
+    let mut frame = vec![sheaf_agent::proto::REQUEST];
+    frame.extend_from_slice(&(ask.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&ask);
+    raw.write_all(&frame).unwrap();
+    let mut got = Vec::new();
+    let _ = raw.read_to_end(&mut got);
+    assert!(!got.windows(4).any(|w| w == [0u8, 1, 2, 3]), "no file bytes in clear");
+    assert!(got.len() < 64, "only a TLS alert comes back: {} bytes", got.len());
+
+    // The agent said why it refused each.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let log = f.log.lock().unwrap().join("\n");
+    assert!(log.contains("not on the allow-list"), "{log}");
+    assert!(log.matches("TLS handshake failed").count() >= 3, "{log}");
+    // And the rightful client still gets in.
+    assert!(AgentClient::connect(&f.addr, &f.tls).is_ok());
+}
+
+#[test]
+fn init_certs_never_overwrites_and_keeps_keys_private() {
+    let d = tempfile::tempdir().unwrap();
+    let tls = d.path().join("tls");
+    let made = certs::init(&tls, &["db1.example".into(), "10.0.0.5".into()]).unwrap();
+    assert!(made.server_names.contains(&"db1.example".to_string()) && made.server_names.contains(&"127.0.0.1".to_string()));
+    use std::os::unix::fs::PermissionsExt;
+    for (name, mode) in [(certs::CA_KEY, 0o600), (certs::SERVER_KEY, 0o600), (certs::CLIENT_KEY, 0o600), (certs::CA, 0o644), (certs::CLIENT, 0o644)] {
+        assert_eq!(std::fs::metadata(tls.join(name)).unwrap().permissions().mode() & 0o777, mode, "{name}");
+    }
+    assert_eq!(std::fs::metadata(&tls).unwrap().permissions().mode() & 0o777, 0o700);
+    let allowed = std::fs::read_to_string(tls.join(certs::ALLOWED)).unwrap();
+    assert!(allowed.contains(&made.client_fingerprint));
+    let before = std::fs::read(tls.join(certs::CA_KEY)).unwrap();
+    let e = certs::init(&tls, &[]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TargetNotEmpty);
+    assert_eq!(std::fs::read(tls.join(certs::CA_KEY)).unwrap(), before, "the CA's key is untouched");
+    assert!(certs::init(&d.path().join("bad"), &["not a name!".into()]).is_err());
+}

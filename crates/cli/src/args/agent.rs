@@ -1,0 +1,32 @@
+//! The arguments of `sheaf agent`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// Make a private CA, the agent's certificate and key (naming this host, localhost and each
+    /// --name) and one backup host's (client.pem, client.key) in DIR, with the allow-list of
+    /// client certificates the agent accepts, then exit. Copy ca.pem, client.pem and client.key
+    /// to the backup host; keep ca.key offline once you have issued what you need.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["listen", "pgdata"])]
+    pub init_certs: Option<PathBuf>,
+    /// With --init-certs: another name (or address) backup hosts dial the agent by. Repeatable.
+    #[arg(long, value_name = "NAME", requires = "init_certs")]
+    pub name: Vec<String>,
+    /// Serve on ADDR:PORT (e.g. 0.0.0.0:7400). Default: agent-listen in the config file.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// The cluster's data directory; its pg_wal and tablespaces (where their links lead) are
+    /// served too, and nothing else. Default: agent-pgdata in the config file.
+    #[arg(long, value_name = "DIR")]
+    pub pgdata: Option<PathBuf>,
+    /// The folder --init-certs made (ca.pem, server.pem, server.key, allowed-clients). Default:
+    /// tls-dir in the config file.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Backup hosts' connections served at once.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_connections: usize,
+}

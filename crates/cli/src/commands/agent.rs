@@ -1,0 +1,44 @@
+//! `sheaf agent`: make the certificates, or serve the cluster's files to backup hosts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sheaf_agent::{certs, Agent, AgentConfig};
+use sheaf_core::Error;
+
+use crate::args::AgentArgs;
+use crate::context::Context;
+
+/// Run it.
+///
+/// # Errors
+/// Certificates that exist already, a missing setting, the agent's own.
+pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
+    if let Some(dir) = &a.init_certs {
+        let made = certs::init(dir, &a.name)?;
+        println!("made a CA and certificates in {}", dir.display());
+        println!("  agent:       {} and {} (names: {})", certs::SERVER, certs::SERVER_KEY, made.server_names.join(", "));
+        println!("  backup host: {} and {}, with {} (copy these three to it)", certs::CLIENT, certs::CLIENT_KEY, certs::CA);
+        println!("  allowed:     {} (SHA-256 {})", certs::ALLOWED, made.client_fingerprint);
+        println!("then: sheaf agent --listen 0.0.0.0:7400 --pgdata DATA_DIR --tls-dir {}", dir.display());
+        return Ok(());
+    }
+    let need = |key: &str, flag: Option<String>, what: &str| -> Result<String, Error> {
+        ctx.settings.get(key, flag).map(|(v, _)| v).ok_or_else(|| Error::invalid(format!("sheaf agent needs {what} (or {key} in the config file)")))
+    };
+    let config = AgentConfig {
+        listen: need("agent-listen", a.listen, "--listen ADDR:PORT")?,
+        pgdata: PathBuf::from(need("agent-pgdata", a.pgdata.map(|p| p.display().to_string()), "--pgdata DIR")?),
+        tls_dir: PathBuf::from(need("tls-dir", a.tls_dir.map(|p| p.display().to_string()), "--tls-dir DIR (made by sheaf agent --init-certs DIR)")?),
+        max_connections: a.max_connections,
+    };
+    let agent = Agent::bind(&config)?;
+    eprintln!(
+        "sheaf agent: serving {} (read-only) on {}, to clients in {}",
+        config.pgdata.display(),
+        agent.local_addr()?,
+        config.tls_dir.join(certs::ALLOWED).display()
+    );
+    let log = Arc::new(|m: &str| eprintln!("sheaf agent: {} {m}", sheaf_core::time::utc_now()));
+    agent.serve(ctx.interrupt.stop_flag(), log)
+}
