@@ -11,6 +11,18 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireListed};
 
+/// One frame of an answer.
+pub enum Answer<'a> {
+    /// A reply (JSON).
+    Reply(&'a [u8]),
+    /// File bytes.
+    Data(&'a [u8]),
+    /// The end of a read.
+    End(ReadEnd),
+    /// A refusal or failure.
+    Refused(WireError),
+}
+
 /// A connection to an agent.
 pub struct AgentClient {
     s: StreamOwned<ClientConnection, TcpStream>,
@@ -79,7 +91,11 @@ impl AgentClient {
         &self.addr
     }
 
-    fn send(&mut self, r: &Request) -> Result<()> {
+    /// Send a request without waiting for its answer (answers come in order: [`AgentClient::answer`]).
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn send(&mut self, r: &Request) -> Result<()> {
         proto::write_json(&mut self.s, proto::REQUEST, r).and_then(|()| self.s.flush()).map_err(|e| link(&self.addr, "sending a request", e))
     }
 
@@ -89,6 +105,21 @@ impl AgentClient {
             Ok(None) => Err(link(&self.addr, "the agent closed the connection", "end of stream")),
             Err(e) => Err(link(&self.addr, "reading its answer", e)),
         }
+    }
+
+    /// The next frame of the answers, in order.
+    ///
+    /// # Errors
+    /// The link's; a frame that does not parse.
+    pub fn answer(&mut self) -> Result<Answer<'_>> {
+        let kind = self.next()?;
+        Ok(match kind {
+            proto::REPLY => Answer::Reply(&self.buf),
+            proto::DATA => Answer::Data(&self.buf),
+            proto::END => Answer::End(self.json().unwrap_or_default()),
+            proto::ERROR => Answer::Refused(self.json().map_err(|_| self.unexpected(kind))?),
+            k => return Err(self.unexpected(k)),
+        })
     }
 
     fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {

@@ -10,13 +10,16 @@
 //! - [`proto`]: the frames on the wire: requests as JSON, file bytes as data frames.
 //! - [`server`]: the agent: list, stat and ranged reads inside the data directory and the
 //!   tablespaces, nothing outside them, and no call that writes.
-//! - [`client`]: the backup host's side.
+//! - [`client`]: the backup host's side; [`files`]: the agent's host's files as the backup engine
+//!   opens them, streamed, with several reads in flight.
 
 pub mod certs;
 pub mod client;
+pub mod files;
 pub mod proto;
 pub mod server;
 pub mod tls;
 
 pub use client::AgentClient;
+pub use files::AgentFiles;
 pub use server::{Agent, AgentConfig};

@@ -244,7 +244,7 @@ fn answer(s: &mut impl Write, request: Request, pgdata: &Path, id: &str, data: &
                 Ok(p) => p,
                 Err(e) => return refuse(s, e),
             };
-            let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc_noatime()).open(&file).or_else(|_| std::fs::File::open(&file)) {
+            let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc_noatime() | nonblock()).open(&file).or_else(|_| std::fs::OpenOptions::new().read(true).custom_flags(nonblock()).open(&file)) {
                 Ok(f) => f,
                 Err(e) => return refuse(s, wire(if e.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" }, format!("{path}: {e}"))),
             };
@@ -278,6 +278,11 @@ fn answer(s: &mut impl Write, request: Request, pgdata: &Path, id: &str, data: &
 /// other owners, so the open falls back to plain).
 fn libc_noatime() -> i32 {
     rustix::fs::OFlags::NOATIME.bits() as i32
+}
+
+/// `O_NONBLOCK`: a FIFO is opened without waiting for a writer, then refused as not a file.
+fn nonblock() -> i32 {
+    rustix::fs::OFlags::NONBLOCK.bits() as i32
 }
 
 fn refuse(s: &mut impl Write, e: WireError) -> std::io::Result<()> {

@@ -278,3 +278,180 @@ mod tests {
         assert!(e.to_string().contains("/nonexistent/sheaf"));
     }
 }
+
+/// What a reader judges a source file by: its size and modification time when opened and after.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileStat {
+    /// Bytes.
+    pub len: u64,
+    /// Modification time, seconds.
+    pub mtime: i64,
+    /// ... and nanoseconds.
+    pub mtime_nsec: i64,
+    /// A regular file (not a directory, link or device).
+    pub is_file: bool,
+}
+
+impl From<&fs::Metadata> for FileStat {
+    fn from(m: &fs::Metadata) -> FileStat {
+        FileStat { len: m.len(), mtime: m.mtime(), mtime_nsec: m.mtime_nsec(), is_file: m.file_type().is_file() }
+    }
+}
+
+/// A source file open for reading.
+pub trait SourceFile: Send {
+    /// Its size and modification time now.
+    ///
+    /// # Errors
+    /// The file system's or the link's.
+    fn stat(&mut self) -> std::io::Result<FileStat>;
+    /// Read at `offset` (fewer bytes than asked only at the end of the file, or none past it).
+    ///
+    /// # Errors
+    /// The file system's or the link's.
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
+    /// Where the next data from `offset` starts (`Some(None)`: no more data), for reading a
+    /// sparse file by its extents; `None` where the source cannot say (then it is read as all
+    /// data).
+    fn seek_data(&mut self, _offset: u64) -> Option<Option<u64>> {
+        None
+    }
+    /// Where the next hole from `offset` starts (`Some(None)`: none); `None` where unknown.
+    fn seek_hole(&mut self, _offset: u64) -> Option<Option<u64>> {
+        None
+    }
+    /// Advice: it will be read from start to end.
+    fn sequential(&mut self) {}
+    /// Advice: these bytes will be read soon.
+    fn will_need(&mut self, _offset: u64, _len: u64) {}
+}
+
+/// Where a backup's files are listed and opened: this host's file systems ([`LocalFiles`]), or
+/// another host's through an agent.
+pub trait Files: Send + Sync {
+    /// Open `path` for reading, never following a link in its last part (a link swapped in since
+    /// listing fails with `ELOOP`) nor hanging on a FIFO.
+    ///
+    /// # Errors
+    /// `NotFound` for a file gone since listing; the file system's or the link's otherwise.
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>>;
+    /// As [`list_tree`].
+    ///
+    /// # Errors
+    /// As [`list_tree`].
+    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>>;
+    /// As [`list_one`]; `None` where nothing is at `abs`.
+    ///
+    /// # Errors
+    /// As [`list_one`], but for a missing entry.
+    fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>>;
+    /// A small file whole, read until two reads agree (a file rewritten in place, such as
+    /// PostgreSQL's pg_control, is never kept torn); `None` where it does not exist.
+    ///
+    /// # Errors
+    /// The file system's or the link's.
+    fn read_small(&self, abs: &Path) -> Result<Option<Vec<u8>>>;
+    /// Where they are, for messages: `None` for this host.
+    fn host(&self) -> Option<String> {
+        None
+    }
+}
+
+/// This host's file systems.
+pub struct LocalFiles;
+
+struct LocalFile(fs::File);
+
+/// Where the next data (`SeekFrom::Data`) or hole (`SeekFrom::Hole`) is: `Some(None)` when none
+/// follows (ENXIO); `None` when the filesystem cannot say.
+fn seek(f: &fs::File, to: rustix::fs::SeekFrom) -> Option<Option<u64>> {
+    match rustix::fs::seek(f, to) {
+        Ok(at) => Some(Some(at)),
+        Err(rustix::io::Errno::NXIO) => Some(None),
+        Err(_) => None,
+    }
+}
+
+impl SourceFile for LocalFile {
+    fn stat(&mut self) -> std::io::Result<FileStat> {
+        self.0.metadata().map(|m| FileStat::from(&m))
+    }
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(&self.0, buf, offset)
+    }
+    fn seek_data(&mut self, offset: u64) -> Option<Option<u64>> {
+        seek(&self.0, rustix::fs::SeekFrom::Data(offset))
+    }
+    fn seek_hole(&mut self, offset: u64) -> Option<Option<u64>> {
+        seek(&self.0, rustix::fs::SeekFrom::Hole(offset))
+    }
+    fn sequential(&mut self) {
+        // Advisory only: a filesystem that ignores it reads the same bytes.
+        let _ = rustix::fs::fadvise(&self.0, 0, None, rustix::fs::Advice::Sequential);
+    }
+    fn will_need(&mut self, offset: u64, len: u64) {
+        let _ = rustix::fs::fadvise(&self.0, offset, std::num::NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
+    }
+}
+
+impl Files for LocalFiles {
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+        Ok(Box::new(LocalFile(f)))
+    }
+    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
+        list_tree(root, root_id, warnings)
+    }
+    fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
+        match fs::symlink_metadata(abs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            _ => list_one(abs, rel, root_id).map(Some),
+        }
+    }
+    fn read_small(&self, abs: &Path) -> Result<Option<Vec<u8>>> {
+        let read = || match fs::read(abs) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_at(ErrorKind::Source, "cannot read", abs, e)),
+        };
+        settled(read, &abs.display().to_string())
+    }
+}
+
+/// `read` again until two reads agree.
+///
+/// # Errors
+/// `read`'s; a file that kept changing over 100 reads.
+pub fn settled(mut read: impl FnMut() -> Result<Option<Vec<u8>>>, what: &str) -> Result<Option<Vec<u8>>> {
+    let mut last = read()?;
+    for _ in 0..100 {
+        let next = read()?;
+        if next == last {
+            return Ok(next);
+        }
+        last = next;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(Error::new(ErrorKind::Source, format!("{what} kept changing while it was read")))
+}
+
+/// `read_at` until `buf` is full or the file ends.
+///
+/// # Errors
+/// The source's.
+pub fn read_full_at(f: &mut dyn SourceFile, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

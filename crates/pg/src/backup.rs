@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sheaf_core::manifest::{BackupType, Root};
-use sheaf_core::source::{list_one, list_tree, Listed};
+use sheaf_core::source::{list_one, read_full_at, Files, Listed, LocalFiles, SourceFile};
 use sheaf_core::{Backup, BackupOptions, BackupReport, Batch, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
@@ -32,7 +32,7 @@ use crate::incremental::Parent;
 use crate::walmap::choose_changes;
 use crate::repo::meta::RepoMeta;
 use crate::server::{format_lsn, parse_lsn};
-use crate::topology::{Role, Sides, WalSource, DEFAULT_WAIT};
+use crate::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::wal;
 use sheaf_core::repo::Repo;
 
@@ -68,6 +68,63 @@ pub struct PgBackupOptions {
     pub wal_timeout: Option<Duration>,
     /// The repository the primary archives into: where WAL missing from pg_wal is found.
     pub archive: Option<(Repo, RepoMeta)>,
+    /// Read the cluster's files on another host, through its agent, rather than on this one.
+    pub remote: Option<Remote>,
+}
+
+/// Another host's files (through its agent): the backup is taken on a backup host.
+#[derive(Clone)]
+pub struct Remote(pub Arc<dyn Files>);
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Remote({})", self.0.host().unwrap_or_default())
+    }
+}
+
+/// The files of the backup host's spool (WAL fetched from the archive) on this host, every other
+/// file where the cluster is.
+struct Spooled {
+    spool: PathBuf,
+    cluster: Arc<dyn Files>,
+}
+
+impl Files for Spooled {
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>> {
+        if path.starts_with(&self.spool) {
+            LocalFiles.open(path)
+        } else {
+            self.cluster.open(path)
+        }
+    }
+    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
+        self.cluster.list_tree(root, root_id, warnings)
+    }
+    fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
+        self.cluster.list_one(abs, rel, root_id)
+    }
+    fn read_small(&self, abs: &Path) -> Result<Option<Vec<u8>>> {
+        self.cluster.read_small(abs)
+    }
+    fn host(&self) -> Option<String> {
+        self.cluster.host()
+    }
+}
+
+/// Copy `abs` from where the cluster is to `dest` on this host, streamed.
+fn copy_here(files: &dyn Files, abs: &Path, dest: &Path) -> Result<()> {
+    let mut from = files.open(abs).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", abs.display()), e))?;
+    let mut out = std::fs::File::create(dest).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", dest.display()), e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    loop {
+        let n = read_full_at(from.as_mut(), &mut buf, at).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", abs.display()), e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        std::io::Write::write_all(&mut out, &buf[..n]).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", dest.display()), e))?;
+        at += n as u64;
+    }
 }
 
 /// A finished PostgreSQL backup: the engine's report and the facts recorded in the manifest.
@@ -115,6 +172,8 @@ impl PgBackupReport {
 /// Verifies page checksums of relation files as their chunks pass through the compressors.
 pub struct PageCheck {
     start_lsn: u64,
+    /// Where a page torn by a concurrent write is read again.
+    files: Arc<dyn Files>,
     /// Root id → its display prefix (`""` for the data directory, `pg_tblspc/OID/` otherwise).
     prefixes: Vec<String>,
     verified: AtomicU64,
@@ -138,10 +197,10 @@ impl ChunkCheck for PageCheck {
                 // A page read while the server wrote it can be torn: read it once more.
                 let mut again = [0u8; PAGE_SIZE];
                 let at = offset + (i * PAGE_SIZE) as u64;
-                verdict = match std::fs::File::open(abs).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut again, at)) {
-                    Ok(()) => verify_page(&again, blkno, self.start_lsn),
+                verdict = match self.files.open(abs).and_then(|mut f| read_full_at(f.as_mut(), &mut again, at)) {
+                    Ok(n) if n == PAGE_SIZE => verify_page(&again, blkno, self.start_lsn),
                     // Truncated meanwhile (VACUUM): the page is gone, WAL replay agrees.
-                    Err(_) => Verdict::Recent,
+                    _ => Verdict::Recent,
                 };
             }
             match verdict {
@@ -160,15 +219,20 @@ impl ChunkCheck for PageCheck {
     }
 }
 
-fn system_identifier_of(pgdata: &Path) -> Result<u64> {
+fn system_identifier_of(files: &dyn Files, pgdata: &Path) -> Result<u64> {
     let control = pgdata.join("global/pg_control");
-    let bytes = std::fs::read(&control).map_err(|e| {
-        Error::io(
-            ErrorKind::Source,
-            format!("cannot read {} (sheaf must run on the database host, as a user that can read the data directory; give it with --pgdata)", control.display()),
-            e,
-        )
-    })?;
+    let bytes = files
+        .read_small(&control)
+        .map_err(|e| match files.host() {
+            Some(_) => e,
+            None => e.context("sheaf must run on the host whose files it reads, as a user that can read the data directory (give it with --pgdata), or read them through that host's agent (--agent)".to_string()),
+        })?
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Source,
+                format!("there is no {}{}: give the data directory with --pgdata", control.display(), files.host().map(|h| format!(" on {h}")).unwrap_or_default()),
+            )
+        })?;
     let first: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
     Ok(u64::from_le_bytes(first))
 }
@@ -216,7 +280,8 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
             ))
         }
     };
-    let local_id = system_identifier_of(&pgdata)?;
+    let files: Arc<dyn Files> = pg.remote.as_ref().map(|r| r.0.clone()).unwrap_or_else(|| Arc::new(LocalFiles));
+    let local_id = system_identifier_of(files.as_ref(), &pgdata)?;
     if local_id.to_string() != facts.system_identifier {
         return Err(Error::invalid(format!(
             "{} holds cluster {local_id}, but {reader_url} is cluster {}: give the data directory of that server with --pgdata (sheaf must run on the host whose files it reads)",
@@ -234,6 +299,11 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let mut session = Backup::start(opts, tuning, progress.clone())?;
     // Tables and databases are written, created and dropped while we read: WAL replay repairs them.
     session.expect_changes();
+    // WAL fetched from the archive waits here to be read.
+    let spool = tempfile::Builder::new().prefix("sheaf-wal.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "cannot make a folder for WAL fetched from the archive", e))?;
+    if pg.remote.is_some() {
+        session.read_through(Arc::new(Spooled { spool: spool.path().to_path_buf(), cluster: files.clone() }));
+    }
 
     // The slot keeps the WAL the backup needs where it is read: on the server whose pg_wal is
     // read (a standby's slot holds back its restartpoints' removal) and on the primary.
@@ -253,13 +323,31 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // included. In-place tablespaces (a relative location) live inside the data directory.
     let tablespaces: Vec<_> = sides.reader().0.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     if let Some(parent) = &pg.parent {
-        let history = (timeline > 1).then(|| std::fs::read_to_string(pgdata.join("pg_wal").join(wal::history_name(timeline))).ok()).flatten();
+        let history = if timeline > 1 {
+            files.read_small(&pgdata.join("pg_wal").join(wal::history_name(timeline)))?.map(|b| String::from_utf8_lossy(&b).into_owned())
+        } else {
+            None
+        };
         match parent.off_history(timeline, history.as_deref()) {
             Some(why) => full_because = Some(format!("{why}: taking a full backup")),
             None => {
                 let mut roots = vec![(String::new(), pgdata.clone())];
                 roots.extend(tablespaces.iter().map(|t| (format!("pg_tblspc/{}", t.oid), PathBuf::from(&t.location))));
-                let (changes, how, found_misses) = choose_changes(parent, (timeline, start_lsn), history.as_deref(), &pgdata.join("pg_wal"), &roots)?;
+                // A segment not archived yet is summarized from the cluster's pg_wal: a copy
+                // of it when the cluster is on another host.
+                let local_wal = |name: &str| -> Result<Option<PathBuf>> {
+                    let abs = pgdata.join("pg_wal").join(name);
+                    if files.list_one(&abs, String::new(), 0)?.is_none() {
+                        return Ok(None);
+                    }
+                    if pg.remote.is_none() {
+                        return Ok(Some(abs));
+                    }
+                    let copy = spool.path().join(format!("summarize-{name}"));
+                    copy_here(files.as_ref(), &abs, &copy)?;
+                    Ok(Some(copy))
+                };
+                let (changes, how, found_misses) = choose_changes(parent, (timeline, start_lsn), history.as_deref(), &local_wal, &roots, files.as_ref())?;
                 session.incremental(parent.lineage.clone(), changes);
                 backup_type = parent.lineage.backup_type;
                 method = Some(how);
@@ -275,7 +363,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let catalog_url = pg.standby.as_deref().unwrap_or(&pg.url);
     let databases = sides.reader().0.catalog(catalog_url, &mut catalog_warnings)?;
     let mut warnings = Vec::new();
-    let (main, dropped) = layout::filter(list_tree(&pgdata, 0, &mut warnings)?, false);
+    let (main, dropped) = layout::filter(files.list_tree(&pgdata, 0, &mut warnings)?, false);
     // pg_control is read after everything else, and (in a hybrid backup) the configuration too,
     // on the primary.
     let from_primary = |path: &str| path == "global/pg_control" || (role == Role::Hybrid && PRIMARY_FILES.contains(&path));
@@ -289,7 +377,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let main_root = session.add_root(Root { name: String::new(), path: pgdata.display().to_string() });
     let mut tablespace_lists = Vec::new();
     for ts in &tablespaces {
-        let listed = list_tree(Path::new(&ts.location), 0, &mut warnings)?;
+        let listed = files.list_tree(Path::new(&ts.location), 0, &mut warnings)?;
         let ours = format!("{}/", facts.tablespace_version_dir);
         let listed: Vec<Listed> = listed
             .into_iter()
@@ -301,7 +389,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         tablespace_lists.push((id, listed));
     }
     let check: Option<Arc<PageCheck>> = verify.then(|| {
-        Arc::new(PageCheck { start_lsn, prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) })
+        Arc::new(PageCheck { start_lsn, files: files.clone(), prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) })
     });
     let as_check = || check.clone().map(|c| c as Arc<dyn ChunkCheck>);
     batches.push((main_root, main, as_check()));
@@ -327,7 +415,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // before the stop, whose WAL the backup holds.
     let control = match role {
         Role::Hybrid => sides.control.read_file("global/pg_control")?.ok_or_else(|| Error::new(ErrorKind::Source, "the primary has no global/pg_control"))?,
-        _ => read_settled(&pgdata.join("global/pg_control"))?,
+        _ => files.read_small(&pgdata.join("global/pg_control"))?.ok_or_else(|| Error::new(ErrorKind::Source, format!("{} is gone", pgdata.join("global/pg_control").display())))?,
     };
     let mut primary_files = Vec::new();
     if role == Role::Hybrid {
@@ -358,24 +446,29 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let pg_wal = pgdata.join("pg_wal");
     let source = WalSource {
         pg_wal: (!pg.wal_from_archive).then_some(pg_wal.as_path()),
+        files: files.as_ref(),
         archive: pg.archive.as_ref(),
         wait,
     };
     if source.pg_wal.is_some() {
         sides.wait_for_wal(stop.lsn, wait)?;
     }
-    let spool = tempfile::Builder::new().prefix("sheaf-wal.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "cannot make a folder for WAL fetched from the archive", e))?;
     let mut wal = Vec::with_capacity(segments.len() + 1);
+    let list_found = |found: Found, name: &str| -> Result<Listed> {
+        let rel = format!("pg_wal/{name}");
+        match found {
+            Found::Cluster(abs) => files.list_one(&abs, rel, 0)?.ok_or_else(|| Error::new(ErrorKind::Source, format!("WAL file {name}, which the backup needs, vanished from pg_wal"))),
+            Found::Fetched(abs) => list_one(&abs, rel, 0),
+        }
+    };
     for name in &segments {
-        let abs = source.find(name, spool.path(), &mut sides, &progress)?;
-        let l = list_one(&abs, format!("pg_wal/{name}"), 0)
-            .map_err(|e| e.context(format!("WAL file {name}, which the backup needs")))?;
-        wal.push(l);
+        let found = source.find(name, spool.path(), &mut sides, &progress)?;
+        wal.push(list_found(found, name).map_err(|e| e.context(format!("WAL file {name}, which the backup needs")))?);
     }
     if timeline > 1 {
         let name = wal::history_name(timeline);
         match source.find(&name, spool.path(), &mut sides, &progress) {
-            Ok(abs) => wal.push(list_one(&abs, format!("pg_wal/{name}"), 0)?),
+            Ok(found) => wal.push(list_found(found, &name)?),
             Err(e) if e.kind() == ErrorKind::Incomplete || e.kind() == ErrorKind::Source => {}
             Err(e) => return Err(e),
         }
@@ -468,18 +561,3 @@ fn label_start_wal(label: &str) -> Option<String> {
     Some(name.to_string())
 }
 
-/// Read a small file the server rewrites in place (pg_control) until two reads agree, so that a
-/// copy torn by a concurrent write is never kept.
-fn read_settled(path: &Path) -> Result<Vec<u8>> {
-    let read = || std::fs::read(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e));
-    let mut last = read()?;
-    for _ in 0..100 {
-        let next = read()?;
-        if next == last {
-            return Ok(next);
-        }
-        last = next;
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Err(Error::new(ErrorKind::Source, format!("{} kept changing while it was read", path.display())))
-}

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use sheaf_core::manifest::{BackupType, EntryKind};
 use sheaf_core::repo::Repo;
+use sheaf_core::source::Files;
 use sheaf_core::{BackupSet, Changes, FileChanges, Lineage, UnitFilter};
 
 use crate::repo::meta::RepoMeta;
@@ -106,16 +107,16 @@ pub struct PageScan {
 impl PageScan {
     /// Pages changed since `parent` started; `roots` are the backup's roots (name and place), where
     /// each database directory's PG_VERSION is compared with the parent's.
-    pub fn new(parent: &Parent, roots: &[(String, PathBuf)]) -> PageScan {
+    pub fn new(parent: &Parent, roots: &[(String, PathBuf)], files: &dyn Files) -> PageScan {
         let remade = parent
             .versions
             .iter()
             .filter(|((root, dir), &was)| {
-                let now = roots.iter().find(|(r, _)| r == root).and_then(|(_, place)| std::fs::symlink_metadata(place.join(dir).join("PG_VERSION")).ok());
-                now.is_none_or(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    m.mtime() * 1_000_000_000 + m.mtime_nsec() != was
-                })
+                let now = roots
+                    .iter()
+                    .find(|(r, _)| r == root)
+                    .and_then(|(_, place)| files.list_one(&place.join(dir).join("PG_VERSION"), String::new(), 0).ok().flatten());
+                now.is_none_or(|l| l.entry.mtime_ns != was)
             })
             .map(|(k, _)| k.clone())
             .collect();

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sheaf_core::repo::Repo;
+use sheaf_core::source::Files;
 use sheaf_core::{Error, ErrorKind, Progress, Result};
 
 use crate::repo::meta::RepoMeta;
@@ -231,10 +232,20 @@ impl Sides {
     }
 }
 
+/// Where a WAL file was found.
+pub enum Found {
+    /// In the cluster's pg_wal (on the agent's host when read through one).
+    Cluster(PathBuf),
+    /// Fetched from the archive into the spool on this host.
+    Fetched(PathBuf),
+}
+
 /// Where the backup's WAL segments are found.
 pub struct WalSource<'a> {
     /// The pg_wal beside the files read; `None` to take everything from the archive.
     pub pg_wal: Option<&'a Path>,
+    /// Where the cluster's files are.
+    pub files: &'a dyn Files,
     /// The repository the primary archives into.
     pub archive: Option<&'a (Repo, RepoMeta)>,
     /// How long to wait for a segment to reach the archive.
@@ -248,9 +259,11 @@ impl WalSource<'_> {
     ///
     /// # Errors
     /// The file in neither place within the wait, with what to do; the archive's errors.
-    pub fn find(&self, name: &str, spool: &Path, sides: &mut Sides, progress: &Arc<dyn Progress>) -> Result<PathBuf> {
-        if let Some(local) = self.pg_wal.map(|d| d.join(name)).filter(|p| p.exists()) {
-            return Ok(local);
+    pub fn find(&self, name: &str, spool: &Path, sides: &mut Sides, progress: &Arc<dyn Progress>) -> Result<Found> {
+        if let Some(at) = self.pg_wal.map(|d| d.join(name)) {
+            if self.files.list_one(&at, String::new(), 0)?.is_some() {
+                return Ok(Found::Cluster(at));
+            }
         }
         let Some((repo, meta)) = self.archive else {
             return Err(Error::new(
@@ -267,7 +280,7 @@ impl WalSource<'_> {
         let mut said = false;
         loop {
             if crate::archive::fetch(repo, meta, name, &dest, false)?.is_some() {
-                return Ok(dest);
+                return Ok(Found::Fetched(dest));
             }
             let is_segment = crate::wal::is_segment_name(name);
             if !is_segment {

@@ -6,10 +6,11 @@
 //! the range, the reason why, and the page scan is used instead.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use sheaf_core::repo::Repo;
+use sheaf_core::source::Files;
 use sheaf_core::{Changes, Error, FileChanges, Result, UnitFilter};
 
 use crate::incremental::{page_lsn, PageScan, Parent};
@@ -60,7 +61,7 @@ fn segments(first: u32, last: u32, from: u64, to: u64, history: &[(u32, u64)], s
 /// The store's errors. A gap, WAL at `wal_level = minimal`, a record sheaf cannot follow or a
 /// timeline the history does not lead through are not errors: they are the `Err` of the inner
 /// result, saying why.
-pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32, u64), (timeline, to): (u32, u64), history: Option<&str>, pg_wal: &Path) -> Result<std::result::Result<BlockSummary, String>> {
+pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32, u64), (timeline, to): (u32, u64), history: Option<&str>, pg_wal: &LocalWal<'_>) -> Result<std::result::Result<BlockSummary, String>> {
     let seg = meta.wal_segment_size;
     let history = history.map(crate::wal::parse_history).unwrap_or_default();
     if parent_timeline != timeline && !history.iter().any(|(t, _)| *t == parent_timeline) {
@@ -74,10 +75,9 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32
             Some(s) => s,
             None if archived => summarize(repo, meta, &name, None, true)?,
             None => {
-                let local = pg_wal.join(&name);
-                if !local.exists() {
+                let Some(local) = pg_wal(&name)? else {
                     return Ok(Err(format!("WAL segment {name} is neither archived nor in pg_wal")));
-                }
+                };
                 summarize(repo, meta, &name, Some(&local), false)?
             }
         };
@@ -108,6 +108,10 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32
     Ok(Ok(merged))
 }
 
+/// A WAL segment not archived yet, by name, as a file on this host (pg_wal's, or a copy of the
+/// agent's host's); `None` where the cluster has none.
+pub type LocalWal<'a> = dyn Fn(&str) -> Result<Option<PathBuf>> + 'a;
+
 /// What [`choose_changes`] chose: what the set holds of each file, how that was decided, and
 /// (with `--check-changes`) where the summaries' misses are collected.
 pub type Chosen = (Arc<dyn Changes>, String, Option<Misses>);
@@ -125,8 +129,8 @@ pub type Misses = Arc<Mutex<Vec<String>>>;
 /// repository's errors.
 /// `history` is the current timeline's history file (when it is not timeline 1): summaries are
 /// followed from the parent's timeline through it.
-pub fn choose_changes(parent: &Parent, (timeline, start): (u32, u64), history: Option<&str>, pg_wal: &Path, roots: &[(String, PathBuf)]) -> Result<Chosen> {
-    let scan = PageScan::new(parent, roots);
+pub fn choose_changes(parent: &Parent, (timeline, start): (u32, u64), history: Option<&str>, pg_wal: &LocalWal<'_>, roots: &[(String, PathBuf)], files: &dyn Files) -> Result<Chosen> {
+    let scan = PageScan::new(parent, roots, files);
     let why_not = match &parent.summaries {
         _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),
         None => "no repository holds WAL summaries for it".to_string(),

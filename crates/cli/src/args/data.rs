@@ -29,6 +29,17 @@ pub struct BackupArgs {
     /// (pg_read_binary_file: a superuser, or a role granted EXECUTE on it).
     #[arg(long, value_name = "URL")]
     pub standby: Option<String>,
+    /// PostgreSQL: read the cluster's files through the sheaf agent at HOST:PORT on the database
+    /// host (started there with sheaf agent --listen ... --pgdata ... --tls-dir ...), so that the
+    /// backup runs here, on a backup host: pg_backup_start and pg_backup_stop over SQL (the URL),
+    /// the files read over mutual TLS with several reads in flight, compressed on this host's
+    /// cores. Default: agent in the config file.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub agent: Option<String>,
+    /// The folder with the agent's CA and this backup host's certificate (ca.pem, client.pem,
+    /// client.key, from sheaf agent --init-certs). Default: tls-dir in the config file.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
     /// PostgreSQL: where the backup's WAL comes from: `local` (the pg_wal beside the files read,
     /// then the repository's archive for what it lacks) or `archive` (the repository's archive
     /// only, waiting for the segments to arrive; proves the archive holds them).

@@ -65,9 +65,20 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
     }
     let (r, cluster) = match &source {
         Source::Postgres(url) => {
+            let remote = match ctx.settings.get("agent", a.agent.clone()) {
+                Some((addr, _)) => {
+                    let tls = ctx.settings.get("tls-dir", a.tls_dir.as_ref().map(|p| p.display().to_string())).map(|(v, _)| v).ok_or_else(|| {
+                        Error::invalid("--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs")
+                    })?;
+                    Some(sheaf_agent::AgentFiles::connect(&addr, std::path::Path::new(&tls))?)
+                }
+                None => None,
+            };
+            // Through an agent, the data directory is the one it serves unless told otherwise.
+            let pgdata = a.pgdata.clone().or_else(|| remote.as_ref().map(|r| std::path::PathBuf::from(&r.hello.pgdata)));
             let pg = sheaf_pg::PgBackupOptions {
                 url: url.clone(),
-                pgdata: a.pgdata.clone(),
+                pgdata,
                 slot: a.slot.clone(),
                 spread_checkpoint: a.checkpoint == "spread",
                 ignore_checksum_failures: a.ignore_checksum_failures,
@@ -78,6 +89,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                 wal_from_archive: a.wal_from == "archive",
                 wal_timeout: Some(std::time::Duration::from_secs(a.wal_timeout)),
                 archive: None,
+                remote: remote.map(|r| sheaf_pg::backup::Remote(std::sync::Arc::new(r))),
             };
             if into_repo {
                 let (repo, meta) = ctx.open_repo()?;
@@ -105,8 +117,8 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
-            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" {
-                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
+            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" || a.agent.is_some() {
+                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }
             (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
         }

@@ -3,8 +3,6 @@
 //! reading it came to ([`ReadOutcome`]); opening a listed file, judging what happened to it while
 //! read, and reading it in full.
 
-use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -12,6 +10,8 @@ use super::check::CheckCtx;
 use super::delta::FileChanges;
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::pipeline::PoolBuf;
+pub(super) use crate::source::read_full_at;
+use crate::source::{FileStat, Files, SourceFile};
 
 /// A chunk on its way to the compressors.
 pub(super) struct Job {
@@ -60,15 +60,13 @@ pub(super) struct ReadOutcome {
     pub(super) warning: Option<String>,
 }
 
+/// A source file open, with its stat at open.
+pub(super) type Opened = (Box<dyn SourceFile>, FileStat);
+
 /// Open a listed file for reading and stat it, or say what happened to it instead.
-pub(super) fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs::Metadata), ReadOutcome>> {
+pub(super) fn open_source(w: &Work, files: &dyn Files) -> Result<std::result::Result<Opened, ReadOutcome>> {
     let (file_id, path) = (w.file_id, w.path.as_path());
-    // No following a link swapped in since listing, no hanging on a FIFO.
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let file = match opened {
+    let mut file = match files.open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(Err(ReadOutcome {
@@ -86,8 +84,8 @@ pub(super) fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs
         }
         Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
     };
-    let before = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e))?;
-    if !before.file_type().is_file() {
+    let before = file.stat().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e))?;
+    if !before.is_file {
         return Err(Error::new(
             ErrorKind::Source,
             format!("{} is no longer a regular file (it changed while the backup ran)", path.display()),
@@ -98,35 +96,17 @@ pub(super) fn open_source(w: &Work) -> Result<std::result::Result<(File, std::fs
 
 /// What reading a file came to, from its stat at open and the bytes read: changed (size or mtime)
 /// or shrank while read, with a warning saying so.
-pub(super) fn outcome(w: &Work, file: &File, before: &std::fs::Metadata, read: u64, shrank: bool) -> Result<ReadOutcome> {
-    let after = file.metadata().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
-    let changed = after.len() != before.len() || after.mtime() != before.mtime() || after.mtime_nsec() != before.mtime_nsec();
+pub(super) fn outcome(w: &Work, file: &mut dyn SourceFile, before: &FileStat, read: u64, shrank: bool) -> Result<ReadOutcome> {
+    let after = file.stat().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
+    let changed = after.len != before.len || after.mtime != before.mtime || after.mtime_nsec != before.mtime_nsec;
     let warning = (changed || shrank).then(|| {
         format!(
             "{} changed while being read (size {} at open, {} after; {} bytes backed up)",
             w.path.display(),
-            before.len(),
-            after.len(),
+            before.len,
+            after.len,
             read
         )
     });
     Ok(ReadOutcome { file_id: w.file_id, size: read, vanished: false, changed: changed || shrank, warning })
-}
-
-/// `pread` until `buf` is full or the file ends.
-pub(super) fn read_full_at(f: &File, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read_at(&mut buf[got..], offset) {
-            Ok(0) => break,
-            Ok(n) => {
-                got += n;
-                offset += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }

@@ -11,6 +11,7 @@ use super::delta::FileChanges;
 use super::job::{open_source, outcome, read_full_at, Job, Member, ReadOutcome, Work};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::pipeline::{Pool, PoolBuf, Shared};
+use crate::source::Files;
 
 /// One reader's pack: a pool buffer being filled with the bytes of several files (or several runs
 /// of one), sent to the compressors as one packed chunk once full.
@@ -156,12 +157,12 @@ const ADVISE_AHEAD: u64 = 16 << 20;
 
 /// Read what an incremental holds of file `w` (its [`Work::changes`] is a scan or ranges) into the
 /// reader's pack.
-pub(super) fn read_changes(w: &Work, packer: &mut Packer) -> Result<ReadOutcome> {
-    let (file, before) = match open_source(w)? {
+pub(super) fn read_changes(w: &Work, files: &dyn Files, packer: &mut Packer) -> Result<ReadOutcome> {
+    let (mut file, before) = match open_source(w, files)? {
         Ok(x) => x,
         Err(gone) => return Ok(gone),
     };
-    let size = before.len();
+    let size = before.len;
     let stopped = |offset| Ok(ReadOutcome { file_id: w.file_id, size: offset, ..Default::default() });
     let read_err = |e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e);
     match w.changes.as_ref().expect("read_changes is for files with changes") {
@@ -179,8 +180,7 @@ pub(super) fn read_changes(w: &Work, packer: &mut Packer) -> Result<ReadOutcome>
                 while advised < ranges.len() && ahead < ADVISE_AHEAD {
                     let a = &ranges[advised];
                     if a.start < size {
-                        let len = std::num::NonZeroU64::new(a.end.min(size) - a.start);
-                        let _ = rustix::fs::fadvise(&file, a.start, len, rustix::fs::Advice::WillNeed);
+                        file.will_need(a.start, a.end.min(size) - a.start);
                     }
                     ahead += a.end - a.start;
                     advised += 1;
@@ -195,18 +195,18 @@ pub(super) fn read_changes(w: &Work, packer: &mut Packer) -> Result<ReadOutcome>
                     }
                     let (free, pos) = packer.free();
                     let want = ((end - at) as usize).min(free.len());
-                    let got = read_full_at(&file, &mut free[..want], at).map_err(read_err)?;
+                    let got = read_full_at(file.as_mut(), &mut free[..want], at).map_err(read_err)?;
                     packer.keep(w.file_id, at, pos, got, &w.check);
                     packer.shared.count(got as u64);
                     at += got as u64;
                     if got < want {
                         // Shorter than at open: what is there now is what WAL replay starts from.
-                        return outcome(w, &file, &before, size, true);
+                        return outcome(w, file.as_mut(), &before, size, true);
                     }
                 }
                 ahead = ahead.saturating_sub(r.end - r.start);
             }
-            outcome(w, &file, &before, size, false)
+            outcome(w, file.as_mut(), &before, size, false)
         }
         FileChanges::Scan(filter) => {
             let unit = filter.unit().max(1);
@@ -221,7 +221,7 @@ pub(super) fn read_changes(w: &Work, packer: &mut Packer) -> Result<ReadOutcome>
                 let (free, pos) = packer.free();
                 // Whole units, as many as fit (the buffer holds at least one: make_room).
                 let want = ((size - offset) as usize).min(free.len() / unit * unit);
-                let got = read_full_at(&file, &mut free[..want], offset).map_err(read_err)?;
+                let got = read_full_at(file.as_mut(), &mut free[..want], offset).map_err(read_err)?;
                 let data = &free[..got];
                 // Runs of changed units, as (file offset, position in the read, length).
                 let mut runs: Vec<(u64, usize, usize)> = Vec::new();
@@ -246,10 +246,10 @@ pub(super) fn read_changes(w: &Work, packer: &mut Packer) -> Result<ReadOutcome>
                 packer.shared.count(got as u64);
                 offset += got as u64;
                 if got < want {
-                    return outcome(w, &file, &before, offset, true);
+                    return outcome(w, file.as_mut(), &before, offset, true);
                 }
             }
-            outcome(w, &file, &before, offset, false)
+            outcome(w, file.as_mut(), &before, offset, false)
         }
     }
 }
@@ -279,7 +279,7 @@ mod tests {
         let (tx, rx) = crossbeam_channel::bounded(16);
         let w = Work { file_id: 7, path, dev: (0, 0), size: content.len() as u64, check: None, changes: Some(changes) };
         let mut p = Packer::new(ts, &tx, &shared, &pool);
-        let o = read_changes(&w, &mut p).unwrap();
+        let o = read_changes(&w, &crate::source::LocalFiles, &mut p).unwrap();
         assert!(p.flush());
         drop((tx, p));
         assert_eq!(o.size, content.len() as u64);

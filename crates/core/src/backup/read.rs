@@ -3,17 +3,16 @@
 //! frames without a read), one reader per root and device by default; small files are packed back
 //! to back into shared chunks by several readers at once.
 
-use std::fs::File;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
-use rustix::fs::SeekFrom;
 
 use super::job::{open_source, outcome, read_full_at, Job, ReadOutcome, Work};
 use super::pack::{read_changes, Packer};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT};
 use crate::pipeline::{Pool, Shared};
+use crate::source::Files;
 
 /// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
 /// `readers` groups of about equal bytes.
@@ -41,26 +40,15 @@ pub(super) fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<
 }
 
 
-/// Where the next data (`SeekFrom::Data`) or hole (`SeekFrom::Hole`) is: `Ok(None)` when no data
-/// follows (ENXIO); `Err` when the filesystem cannot say (then the file is read as all data).
-fn seek(f: &File, to: SeekFrom) -> std::result::Result<Option<u64>, ()> {
-    match rustix::fs::seek(f, to) {
-        Ok(at) => Ok(Some(at)),
-        Err(rustix::io::Errno::NXIO) => Ok(None),
-        Err(_) => Err(()),
-    }
-}
-
-fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
+fn read_one(w: &Work, files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
     let (file_id, path) = (w.file_id, w.path.as_path());
-    let (file, before) = match open_source(w)? {
+    let (mut file, before) = match open_source(w, files)? {
         Ok(x) => x,
         Err(gone) => return Ok(gone),
     };
     // The size at open is what we copy: a file that grows meanwhile is reported, not chased.
-    let size = before.len();
-    // Advisory only: a filesystem that ignores it reads the same bytes.
-    let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+    let size = before.len;
+    file.sequential();
     let stopped = |offset| Ok(ReadOutcome { file_id, size: offset, ..Default::default() });
     let send = |job: Job| {
         let ok = tx.send(job).is_ok();
@@ -76,8 +64,8 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
     'file: while offset < size {
         let mut end = size;
         if sparse {
-            match seek(&file, SeekFrom::Data(offset)) {
-                Ok(data) => {
+            match file.seek_data(offset) {
+                Some(data) => {
                     let data = data.unwrap_or(size).min(size);
                     while offset < data {
                         if shared.is_cancelled() {
@@ -93,13 +81,13 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
                     if offset >= size {
                         break;
                     }
-                    end = seek(&file, SeekFrom::Hole(offset)).ok().flatten().unwrap_or(size).clamp(offset, size);
+                    end = file.seek_hole(offset).flatten().unwrap_or(size).clamp(offset, size);
                     if end == offset {
                         // Data and hole at once: the file is changing under us. Read a chunk.
                         end = size.min(offset + ts as u64);
                     }
                 }
-                Err(()) => sparse = false,
+                None => sparse = false,
             }
         }
         while offset < end {
@@ -108,7 +96,7 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
             }
             let Some(mut buf) = pool.take(shared) else { return stopped(offset) };
             let want = (end - offset).min(ts as u64) as usize;
-            let got = read_full_at(&file, &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
+            let got = read_full_at(file.as_mut(), &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
             if got == 0 {
                 shrank = true;
                 break 'file;
@@ -124,29 +112,29 @@ fn read_one(w: &Work, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<P
             }
         }
     }
-    outcome(w, &file, &before, offset, shrank)
+    outcome(w, file.as_mut(), &before, offset, shrank)
 }
 
 /// Read a reader's files: a file of [`PACK_LIMIT`] or more chunk by chunk on its own; smaller
 /// files into shared chunks, each file's bytes following the previous file's in one pool buffer,
 /// a full buffer going to the compressors as one packed chunk. In an incremental, a file held in
 /// part packs only its changed runs.
-pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
-    let mut out = Vec::with_capacity(files.len());
+pub(super) fn read_files(work: &[Work], files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+    let mut out = Vec::with_capacity(work.len());
     let mut packer = Packer::new(ts, tx, shared, pool);
-    for w in files {
+    for w in work {
         if shared.is_cancelled() {
             break;
         }
         let r = (|| -> Result<Option<ReadOutcome>> {
             if w.changes.is_some() {
-                return read_changes(w, &mut packer).map(Some);
+                return read_changes(w, files, &mut packer).map(Some);
             }
-            let (file, before) = match open_source(w)? {
+            let (mut file, before) = match open_source(w, files)? {
                 Ok(x) => x,
                 Err(gone) => return Ok(Some(gone)),
             };
-            let size = before.len();
+            let size = before.len;
             if size >= PACK_LIMIT {
                 // Read on its own. The pack goes first, so that this thread never holds a buffer
                 // while it waits for another (a pool of one would deadlock).
@@ -154,20 +142,20 @@ pub(super) fn read_files(files: &[Work], ts: usize, tx: &Sender<Job>, shared: &A
                 if !packer.flush() {
                     return Ok(None);
                 }
-                return read_one(w, ts, tx, shared, pool).map(Some);
+                return read_one(w, files, ts, tx, shared, pool).map(Some);
             }
             if size == 0 {
-                return outcome(w, &file, &before, 0, false).map(Some);
+                return outcome(w, file.as_mut(), &before, 0, false).map(Some);
             }
             let size = size as usize;
             if packer.make_room(size).is_none() {
                 return Ok(None);
             }
             let (free, at) = packer.free();
-            let got = read_full_at(&file, &mut free[..size], 0).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
+            let got = read_full_at(file.as_mut(), &mut free[..size], 0).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
             packer.keep(w.file_id, 0, at, got, &w.check);
             shared.count(got as u64);
-            outcome(w, &file, &before, got as u64, got < size).map(Some)
+            outcome(w, file.as_mut(), &before, got as u64, got < size).map(Some)
         })();
         match r {
             Ok(Some(o)) => out.push(o),

@@ -22,7 +22,7 @@ use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
 use crate::frame::{FrameEncoder, Sealing};
 use crate::manifest::{file_checksums, BackupType, ChunkRef, Delta, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
 use crate::pipeline::{Pool, Progress, Shared};
-use crate::source::Listed;
+use crate::source::{Files, Listed, LocalFiles};
 use crate::storage::Location;
 
 /// A backup in progress. See the module documentation.
@@ -51,6 +51,8 @@ pub struct Backup {
     /// An incremental's or differential's place in its chain, and what it holds of each file.
     lineage: Option<Lineage>,
     changes: Option<Arc<dyn Changes>>,
+    /// Where listed files are opened: this host, unless [`Backup::read_through`] says otherwise.
+    files: Arc<dyn Files>,
     job_tx: Option<Sender<Job>>,
     compressors: Vec<JoinHandle<CompressStats>>,
     writers: Vec<JoinHandle<Option<WriterOut>>>,
@@ -156,10 +158,17 @@ impl Backup {
             auto,
             lineage: None,
             changes: None,
+            files: Arc::new(LocalFiles),
             job_tx: Some(job_tx),
             compressors,
             writers,
         })
+    }
+
+    /// Open the listed files through `files` (another host's, through an agent) rather than
+    /// this host's file systems.
+    pub fn read_through(&mut self, files: Arc<dyn Files>) {
+        self.files = files;
     }
 
     /// The source is live and its files changing and vanishing while read is normal (a running
@@ -275,9 +284,9 @@ impl Backup {
             let handles: Vec<_> = groups
                 .iter()
                 .map(|g| {
-                    let (tx, shared, pool) = (job_tx.clone(), &self.shared, &self.pool);
+                    let (tx, shared, pool, files) = (job_tx.clone(), &self.shared, &self.pool, self.files.as_ref());
                     let ts = self.tuning.transfer_size;
-                    s.spawn(move || read_files(g, ts, &tx, shared, pool))
+                    s.spawn(move || read_files(g, files, ts, &tx, shared, pool))
                 })
                 .collect();
             handles

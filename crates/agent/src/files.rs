@@ -1,0 +1,379 @@
+//! Another host's files through its agent, as the backup engine opens them ([`Files`]).
+//!
+//! Each open file holds a connection of a pool (one per reader thread, so several reads are in
+//! flight at once) and streams: opening asks for the file's stat and its first
+//! [`FIRST`] bytes in one round trip (most of a cluster's small files come whole with it), and
+//! sequential reads keep up to [`AHEAD`] bytes requested beyond what has been consumed, so the
+//! link never waits on a round trip. A read elsewhere drops what is in flight and starts again
+//! there. A link that fails is dialled again and the read resumed where it stood, up to
+//! [`RETRIES`] times, then the read fails naming the agent and the cause.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sheaf_core::manifest::EntryKind;
+use sheaf_core::source::{FileStat, Files, Listed, SourceFile};
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::client::{AgentClient, Answer};
+use crate::proto::{HelloReply, ReadEnd, Request, WireError, WireListed};
+
+/// Bytes asked for with the stat at open.
+pub const FIRST: u64 = 256 << 10;
+/// Bytes kept requested ahead of a sequential reader.
+pub const AHEAD: u64 = 8 << 20;
+/// One request's bytes.
+const WINDOW: u64 = 4 << 20;
+/// Times a failed link is dialled again before a read fails.
+pub const RETRIES: u32 = 3;
+
+struct Inner {
+    addr: String,
+    tls_dir: PathBuf,
+    idle: Mutex<Vec<AgentClient>>,
+}
+
+impl Inner {
+    fn take(&self) -> Result<AgentClient> {
+        if let Some(c) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(c);
+        }
+        AgentClient::connect(&self.addr, &self.tls_dir)
+    }
+
+    fn give(&self, c: AgentClient) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+    }
+
+    /// A connection, dialled again up to [`RETRIES`] times with a growing pause.
+    fn take_retrying(&self, first_error: &Error) -> io::Result<AgentClient> {
+        let mut last = first_error.to_string();
+        for attempt in 0..RETRIES {
+            std::thread::sleep(Duration::from_millis(500 << attempt));
+            match AgentClient::connect(&self.addr, &self.tls_dir) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(io::Error::other(format!("gave up after {RETRIES} new connections: {last}")))
+    }
+}
+
+/// A host's files through its agent.
+#[derive(Clone)]
+pub struct AgentFiles {
+    inner: Arc<Inner>,
+    /// What the agent said at hello.
+    pub hello: HelloReply,
+}
+
+fn to_io(e: &WireError) -> io::Error {
+    let kind = match e.kind.as_str() {
+        "not_found" => io::ErrorKind::NotFound,
+        "denied" => io::ErrorKind::PermissionDenied,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.message.clone())
+}
+
+fn listed(w: WireListed, abs: PathBuf, rel: String, root: u16) -> Listed {
+    let mut entry = w.entry;
+    entry.root = root;
+    entry.path = rel;
+    Listed { entry, abs, dev: w.dev, ino: w.ino, nlink: w.nlink }
+}
+
+impl AgentFiles {
+    /// Connect to the agent at `addr` with the certificates in `tls_dir`.
+    ///
+    /// # Errors
+    /// As [`AgentClient::connect`].
+    pub fn connect(addr: &str, tls_dir: &Path) -> Result<AgentFiles> {
+        let first = AgentClient::connect(addr, tls_dir)?;
+        let hello = first.hello.clone();
+        let inner = Arc::new(Inner { addr: addr.to_string(), tls_dir: tls_dir.to_path_buf(), idle: Mutex::new(vec![first]) });
+        Ok(AgentFiles { inner, hello })
+    }
+
+    /// The agent's address.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut AgentClient) -> Result<T>) -> Result<T> {
+        let mut c = self.inner.take()?;
+        let r = f(&mut c);
+        // After an error the connection may be out of step (a broken link): not reused.
+        if r.is_ok() {
+            self.inner.give(c);
+        }
+        r
+    }
+}
+
+impl Files for AgentFiles {
+    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
+        let (list, w) = self.with(|c| c.list(&root.display().to_string()))?;
+        warnings.extend(w);
+        Ok(list
+            .into_iter()
+            .map(|l| {
+                let rel = l.entry.path.clone();
+                let abs = if rel.is_empty() { root.to_path_buf() } else { root.join(&rel) };
+                listed(l, abs, rel, root_id)
+            })
+            .collect())
+    }
+
+    fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
+        match self.with(|c| c.stat(&abs.display().to_string())) {
+            Ok(w) => Ok(Some(listed(w, abs.to_path_buf(), rel, root_id))),
+            Err(e) if e.to_string().contains("no such file") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read_small(&self, abs: &Path) -> Result<Option<Vec<u8>>> {
+        let path = abs.display().to_string();
+        let read = || -> Result<Option<Vec<u8>>> {
+            let mut out = Vec::new();
+            match self.with(|c| c.read(&path, 0, 16 << 20, |d| {
+                out.extend_from_slice(d);
+                Ok(())
+            })) {
+                Ok(_) => Ok(Some(out)),
+                Err(e) if e.to_string().contains("no such file") => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        sheaf_core::source::settled(read, &format!("{path} on the agent's host"))
+    }
+
+    fn host(&self) -> Option<String> {
+        Some(format!("the agent at {}", self.inner.addr))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Box<dyn SourceFile>> {
+        let mut f = RemoteFile {
+            inner: self.inner.clone(),
+            path: path.display().to_string(),
+            conn: None,
+            stat: FileStat::default(),
+            stats_given: 0,
+            pos: 0,
+            asked_to: 0,
+            inflight: VecDeque::new(),
+            buffered: Vec::new(),
+            used: 0,
+            eof: None,
+            changed: false,
+        };
+        f.open()?;
+        Ok(Box::new(f))
+    }
+}
+
+/// A file open on the agent's host, streamed.
+struct RemoteFile {
+    inner: Arc<Inner>,
+    path: String,
+    conn: Option<AgentClient>,
+    /// Its stat at open.
+    stat: FileStat,
+    stats_given: u32,
+    /// The offset of the next byte the stream delivers (`buffered[used..]` starts there).
+    pos: u64,
+    /// The end of the last range asked for.
+    asked_to: u64,
+    /// Ranges asked for whose end has not arrived: (start, end).
+    inflight: VecDeque<(u64, u64)>,
+    buffered: Vec<u8>,
+    used: usize,
+    /// Where the file ended, when a read came back short.
+    eof: Option<u64>,
+    /// A read's end said the file changed, or it was another size when opened again.
+    changed: bool,
+}
+
+impl RemoteFile {
+    fn conn(&mut self) -> io::Result<&mut AgentClient> {
+        if self.conn.is_none() {
+            self.conn = Some(self.inner.take().map_err(|e| io::Error::other(e.to_string()))?);
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+
+    fn ask(&mut self, from: u64, len: u64) -> io::Result<()> {
+        let path = self.path.clone();
+        self.conn()?.send(&Request::Read { path, offset: from, len }).map_err(|e| io::Error::other(e.to_string()))?;
+        self.inflight.push_back((from, from + len));
+        self.asked_to = from + len;
+        Ok(())
+    }
+
+    /// Stat and the first bytes, in one round trip.
+    fn open(&mut self) -> io::Result<()> {
+        let path = self.path.clone();
+        self.conn()?.send(&Request::Stat { path }).map_err(|e| io::Error::other(e.to_string()))?;
+        self.ask(0, FIRST)?;
+        let c = self.conn.as_mut().expect("connected");
+        let stat = match c.answer().map_err(|e| io::Error::other(e.to_string()))? {
+            Answer::Reply(b) => serde_json::from_slice::<WireListed>(b).map_err(|e| io::Error::other(e.to_string()))?,
+            Answer::Refused(e) => {
+                self.drain()?;
+                return Err(to_io(&e));
+            }
+            _ => return Err(io::Error::other(format!("agent at {}: an answer out of turn", self.inner.addr))),
+        };
+        if stat.entry.kind == EntryKind::Symlink {
+            self.drain()?;
+            return Err(io::Error::from_raw_os_error(libc_eloop()));
+        }
+        self.stat = FileStat { len: stat.entry.size, mtime: stat.entry.mtime_ns.div_euclid(1_000_000_000), mtime_nsec: stat.entry.mtime_ns.rem_euclid(1_000_000_000), is_file: stat.entry.kind == EntryKind::File };
+        if !self.stat.is_file {
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    /// Read and drop every answer still in flight, so the connection is in step again.
+    fn drain(&mut self) -> io::Result<()> {
+        while !self.inflight.is_empty() {
+            self.next_frame()?;
+        }
+        self.buffered.clear();
+        self.used = 0;
+        Ok(())
+    }
+
+    /// The next frame of the stream, into `buffered` (data) or closing the oldest range (end).
+    fn next_frame(&mut self) -> io::Result<()> {
+        let addr = self.inner.addr.clone();
+        let c = self.conn.as_mut().ok_or_else(|| io::Error::other("no connection"))?;
+        match c.answer().map_err(|e| io::Error::other(e.to_string()))? {
+            Answer::Data(d) => {
+                if self.used == self.buffered.len() {
+                    self.buffered.clear();
+                    self.used = 0;
+                }
+                self.buffered.extend_from_slice(d);
+            }
+            Answer::End(ReadEnd { read, size_at_open, changed }) => {
+                let (start, end) = self.inflight.pop_front().ok_or_else(|| io::Error::other(format!("agent at {addr}: an end out of turn")))?;
+                if changed || size_at_open != self.stat.len {
+                    self.changed = true;
+                }
+                if start + read < end {
+                    self.eof = Some(self.eof.map_or(start + read, |e: u64| e.min(start + read)));
+                }
+            }
+            Answer::Refused(e) => {
+                self.inflight.pop_front();
+                return Err(to_io(&e));
+            }
+            Answer::Reply(_) => return Err(io::Error::other(format!("agent at {addr}: an answer out of turn"))),
+        }
+        Ok(())
+    }
+
+    /// Restart the stream at `offset`: what is in flight is dropped.
+    fn restart(&mut self, offset: u64) -> io::Result<()> {
+        self.drain()?;
+        self.pos = offset;
+        self.asked_to = offset;
+        self.eof = None;
+        Ok(())
+    }
+
+    fn read_once(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if offset != self.pos {
+            self.restart(offset)?;
+        }
+        let want_end = offset + buf.len() as u64;
+        // Keep the stream asked ahead, within the file's size at open (or what this read wants
+        // past it), unless a read already met the end.
+        let cap = if self.eof.is_some() { self.asked_to } else { self.stat.len.max(want_end) };
+        let goal = (want_end + AHEAD).min(cap);
+        while self.asked_to < goal {
+            let len = WINDOW.min(goal - self.asked_to);
+            self.ask(self.asked_to, len)?;
+        }
+        let mut got = 0;
+        while got < buf.len() {
+            let have = self.buffered.len() - self.used;
+            if have > 0 {
+                let n = have.min(buf.len() - got);
+                buf[got..got + n].copy_from_slice(&self.buffered[self.used..self.used + n]);
+                self.used += n;
+                got += n;
+                self.pos += n as u64;
+                continue;
+            }
+            if self.eof.is_some_and(|e| self.pos >= e) || self.inflight.is_empty() {
+                break;
+            }
+            self.next_frame()?;
+        }
+        Ok(got)
+    }
+}
+
+fn libc_eloop() -> i32 {
+    rustix::io::Errno::LOOP.raw_os_error()
+}
+
+impl SourceFile for RemoteFile {
+    fn stat(&mut self) -> io::Result<FileStat> {
+        self.stats_given += 1;
+        if self.stats_given == 1 || !self.changed {
+            return Ok(self.stat);
+        }
+        // Changed while read: what it is now.
+        self.drain()?;
+        let path = self.path.clone();
+        let c = self.conn()?;
+        let w = c.stat(&path).map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(FileStat { len: w.entry.size, mtime: w.entry.mtime_ns.div_euclid(1_000_000_000), mtime_nsec: w.entry.mtime_ns.rem_euclid(1_000_000_000), is_file: w.entry.kind == EntryKind::File })
+    }
+
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut failures = 0;
+        loop {
+            match self.read_once(buf, offset) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
+                Err(e) => {
+                    // The link: dial again and resume where the stream stood.
+                    failures += 1;
+                    self.conn = None;
+                    self.inflight.clear();
+                    self.buffered.clear();
+                    self.used = 0;
+                    self.asked_to = self.pos;
+                    self.eof = None;
+                    if failures > 1 {
+                        return Err(io::Error::other(format!("agent at {}: reading {}: {e}", self.inner.addr, self.path)));
+                    }
+                    let c = self.inner.take_retrying(&Error::new(ErrorKind::Source, e.to_string())).map_err(|e2| {
+                        io::Error::other(format!("agent at {}: reading {}: {e}; {e2}", self.inner.addr, self.path))
+                    })?;
+                    self.conn = Some(c);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        // Back to the pool only in step: what is in flight is read first (at most AHEAD bytes).
+        if self.conn.is_some() && self.drain().is_ok() {
+            if let Some(c) = self.conn.take() {
+                self.inner.give(c);
+            }
+        }
+    }
+}
