@@ -171,7 +171,19 @@ impl Files for AgentFiles {
             eof: None,
             changed: false,
         };
-        f.open()?;
+        if let Err(e) = f.open() {
+            if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) || e.raw_os_error().is_some() {
+                return Err(e);
+            }
+            // The link (a pooled connection the agent dropped, or the agent gone): dial again.
+            f.conn = None;
+            f.inflight.clear();
+            let c = self.inner.take_retrying(&Error::new(ErrorKind::Source, e.to_string())).map_err(|e2| {
+                io::Error::other(format!("agent at {}: opening {}: {e}; {e2}", self.inner.addr, f.path))
+            })?;
+            f.conn = Some(c);
+            f.open()?;
+        }
         Ok(Box::new(f))
     }
 }

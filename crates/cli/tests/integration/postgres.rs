@@ -1,5 +1,6 @@
 //! The `sheaf` binary against real PostgreSQL servers started for the purpose.
 
+pub mod agent;
 pub mod bench;
 pub mod cluster;
 pub mod demo;

@@ -1,0 +1,177 @@
+//! Backups from a backup host: `sheaf agent` serves a real cluster's files, and `sheaf backup
+//! --agent` runs where those files cannot be seen (a mount namespace of its own with the data
+//! directory hidden under an empty tmpfs, when the suite runs as root), so every byte comes
+//! through the agent. Full and incremental backups restore to clusters that start with pgbench's
+//! balances agreeing and pg_amcheck clean; an agent killed mid-read fails the backup clearly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::cluster::{pg_dir, Cluster};
+use super::repo::{archive_now, json, ok, recover, setup};
+use crate::integration::common::{assert_fails, catalog, run, sheaf, stderr, SHEAF};
+
+/// `sheaf agent` serving `data`, as the server's user; stopped on drop.
+pub(super) struct AgentProc {
+    child: Child,
+    pub(super) addr: String,
+    log: PathBuf,
+}
+
+impl AgentProc {
+    pub(super) fn start(data: &Path, tls: &Path, log: PathBuf) -> AgentProc {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = sheaf_pg::scratch::as_server_user(SHEAF)
+            .args(["agent", "--listen", &addr, "--pgdata", data.to_str().unwrap(), "--tls-dir", tls.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "the agent did not listen: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        AgentProc { child, addr, log }
+    }
+
+    pub(super) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kill it (and the runuser around it).
+    pub(super) fn kill(&mut self) {
+        let _ = Command::new("pkill").args(["-KILL", "-f", &format!("agent --listen {}", self.addr)]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Certificates in `base/tls` (readable by the agent's user) and the backup host's copy of its
+/// three files in `base/host`.
+pub(super) fn certificates(base: &Path) -> (PathBuf, PathBuf) {
+    let tls = base.join("tls");
+    let made = run(sheaf().args(["agent", "--init-certs", tls.to_str().unwrap()]));
+    assert!(made.status.success(), "{}", stderr(&made));
+    let host = base.join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    for f in ["ca.pem", "client.pem", "client.key"] {
+        std::fs::copy(tls.join(f), host.join(f)).unwrap();
+    }
+    let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap();
+    for e in std::fs::read_dir(&tls).unwrap() {
+        std::os::unix::fs::chown(e.unwrap().path(), Some(uid), Some(gid)).unwrap();
+    }
+    std::os::unix::fs::chown(&tls, Some(uid), Some(gid)).unwrap();
+    (tls, host)
+}
+
+/// `sheaf ARGS` on the "backup host": as root, in a mount namespace of its own where `hidden`
+/// (the data directory) is an empty tmpfs, so that nothing is read there.
+pub(super) fn on_backup_host(hidden: &Path) -> Command {
+    let mut c = if sheaf_core::host::is_root() {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c", r#"mount -t tmpfs hidden "$0" && exec "$@""#]).arg(hidden).arg(SHEAF);
+        c
+    } else {
+        Command::new(SHEAF)
+    };
+    c.env("SHEAF_CATALOG", catalog());
+    c
+}
+
+/// The cluster's URL over TCP (its socket directory may be out of reach of the backup host).
+pub(super) fn tcp_url(c: &Cluster) -> String {
+    format!("postgres://postgres@127.0.0.1:{}/postgres", c.port)
+}
+
+#[test]
+fn a_backup_host_reads_the_cluster_through_the_agent() {
+    let (base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    let (tls, host) = certificates(base.path());
+    ok(run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "app"])), "pgbench -i");
+    let agent = AgentProc::start(&c.data, &tls, base.path().join("agent.log"));
+    let url = tcp_url(&c);
+    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let through = |extra: &[&str]| {
+        let mut cmd = on_backup_host(&c.data);
+        cmd.args(["backup", &url, "--repo", r, "--agent", &agent.addr, "--tls-dir", host.to_str().unwrap(), "--json"]).args(extra);
+        json(ok(run(&mut cmd), &format!("backup through the agent {extra:?}")))
+    };
+    let full = through(&[]);
+    assert!(full["bytes_read"].as_u64().unwrap() > 20 << 20, "{full}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let incr = through(&["--type", "incr", "--check-changes"]);
+    assert_eq!(incr["postgres"]["backup_type"], "incr", "{incr}");
+    let _ = load.kill();
+    let _ = load.wait();
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
+    std::thread::sleep(Duration::from_millis(300));
+    let balances = c.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)");
+    archive_now(&c);
+
+    for (name, id) in [("full", &full), ("incr", &incr)] {
+        let id = id["postgres"]["repository_id"].as_str().unwrap();
+        let alone = recover(&repo, &base.path().join(name), &["--set", id, "--target", "immediate"]);
+        let b = alone.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(tbalance) FROM pgbench_tellers)");
+        assert_eq!(b, "t", "{name}: pgbench's balances disagree");
+        let o = run(alone.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
+        assert!(o.status.success(), "{name}: pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    }
+    let end = recover(&repo, &base.path().join("end"), &[]);
+    assert_eq!(end.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)"), balances);
+    assert!(!agent.log().contains("refused"), "{}", agent.log());
+}
+
+#[test]
+fn an_agent_killed_mid_read_or_of_another_cluster_fails_the_backup_clearly() {
+    let (base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    let (tls, host) = certificates(base.path());
+    let url = tcp_url(&c);
+    let h = host.to_str().unwrap();
+
+    // Without the certificates' folder.
+    let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", "127.0.0.1:1"]));
+    assert_fails(&o, 2, &["--agent needs --tls-dir"]);
+    // Nothing listening.
+    let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", "127.0.0.1:1", "--tls-dir", h]));
+    assert_fails(&o, 7, &["agent at 127.0.0.1:1", "cannot connect"]);
+
+    // An agent serving another cluster.
+    let other = Cluster::new(&[], &[]);
+    let wrong = AgentProc::start(&other.data, &tls, base.path().join("wrong.log"));
+    let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", &wrong.addr, "--tls-dir", h, "--pgdata", other.data.to_str().unwrap()]));
+    assert_fails(&o, 2, &["holds cluster", "is cluster"]);
+    drop(wrong);
+
+    // Killed mid-read: the backup dials again a bounded number of times, then fails, keeping nothing.
+    let mut agent = AgentProc::start(&c.data, &tls, base.path().join("agent.log"));
+    let out = base.path().join("stripes");
+    pg_dir(&out);
+    let stripe = out.join("a.sheaf");
+    let backup = on_backup_host(&c.data)
+        .args(["backup", &url, "--to", stripe.to_str().unwrap(), "--agent", &agent.addr, "--tls-dir", h, "--compression", "none", "--max-rate", "8MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    agent.kill();
+    let o = backup.wait_with_output().unwrap();
+    assert_fails(&o, 7, &[&format!("agent at {}", agent.addr), "gave up after 3 new connections"]);
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none(), "no stripe or partial left behind");
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    assert_eq!(info["backups"].as_array().unwrap().len(), 0);
+    assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0", "no slot left");
+}
