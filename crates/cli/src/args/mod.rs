@@ -57,6 +57,9 @@ sheaf backup /srv/data --to /mnt/a/data_1.sheaf --to /mnt/b/data_2.sheaf\n  \
 sheaf backup /srv/data --to nul --compression lz4 --json        # throughput of read + compress alone\n  \
 sheaf backup /srv/data --to d.sheaf --compression zstd:high --transfer-size 4MiB --buffer-count 16\n  \
 sheaf backup 'postgres://postgres@/postgres?host=/run/postgresql' --to /mnt/a/pg_1.sheaf --to /mnt/b/pg_2.sheaf\n  \
+sheaf backup 'postgres://backup@/postgres?host=/run/postgresql' --repo /backup/db1 --primary postgres://backup@db1/postgres   # on a standby\n  \
+sheaf backup --primary postgres://backup@db1/postgres --standby 'postgres://backup@/postgres?host=/run/postgresql' --repo /backup/db1   # hybrid\n  \
+sheaf backup postgres://backup@db1/postgres --agent db1:7400 --tls-dir /etc/sheaf/tls --repo /backup/db1   # from a backup host\n  \
 sheaf backup /srv/data --to s3://backups/data/d_1.sheaf --to s3://backups/data/d_2.sheaf   # credentials from AWS_* or ~/.aws\n  \
 sheaf backup /srv/data --to s3://backups/d.sheaf --s3-endpoint https://minio.example:9000   # any S3-compatible store")]
     Backup(BackupArgs),
@@ -119,6 +122,9 @@ overwritten. A segment of another cluster is refused.")]
     WalSummarize(WalSummarizeArgs),
     /// Serve this host's cluster files, read-only, to backup hosts over mutual TLS (`sheaf backup
     /// URL --agent HOST:PORT` there); --init-certs makes the certificates first.
+    #[command(after_help = "Examples:\n  \
+sheaf agent --init-certs /etc/sheaf/tls --name db1.example.com   # then copy ca.pem, client.pem, client.key to the backup host\n  \
+sheaf agent --listen 0.0.0.0:7400 --pgdata /var/lib/postgresql/17/main --tls-dir /etc/sheaf/tls")]
     Agent(AgentArgs),
     /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
     /// per timeline, gaps, totals.

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Pulling a backup from a database host over a shaped link (issue 23's second goal), one run each,
+# on one TPC-H cluster. The database host is a network namespace on this machine (its PostgreSQL
+# and `sheaf agent` run there), joined by a veth pair shaped to RATE (htb) with DELAY_MS added each
+# way by scripts/delay-relay.py (this kernel has no netem). The backup host is this namespace.
+# Measured, each after dropping the page cache (COLD=1, the default), each into a fresh folder:
+#   - the line: 512 MiB of zeros sent across the same relay and link;
+#   - sheaf backup --agent, compressing here (zstd:low);
+#   - pg_basebackup over the replication protocol (plain format, -X fetch, no compression).
+# Root only. Run from the repository; sheaf built with make build.
+#
+#   RATE=1gbit DELAY_MS=1 SCALE=1 OUT=agent-report scripts/bench-agent.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=$(realpath "${SHEAF:-target/release/sheaf}")
+SCALE=${SCALE:-1}; RATE=${RATE:-1gbit}; DELAY_MS=${DELAY_MS:-1}
+OUT=$(realpath -m "${OUT:-agent-report}")
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
+NS=sheaf-bench-db; N=77; DB=10.77.$N.2
+W=$(mktemp -d /var/tmp/sheaf-agent.XXXXXX); chmod 755 "$W"
+mkdir -p "$OUT" "$W/data" "$W/sock" "$W/out"
+chown postgres "$W/data" "$W/sock"; chmod 700 "$W/data"
+as_pg() { runuser -u postgres -- "$@"; }
+in_ns() { ip netns exec "$NS" "$@"; }
+PORT=5432
+cleanup() {
+  pkill -f "delay-relay.py $DB" 2>/dev/null || true
+  pkill -f "agent --listen 127.0.0.1:7400" 2>/dev/null || true
+  in_ns runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true
+  scripts/remote-link.sh down "$NS" $N
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $W" >&2; else rm -rf "$W"; fi
+}
+trap cleanup EXIT
+scripts/remote-link.sh down "$NS" $N
+scripts/remote-link.sh up "$NS" $N "$RATE"
+as_pg "$PGBIN/initdb" -D "$W/data" --data-checksums -A trust -U postgres >/dev/null
+cat >>"$W/data/postgresql.conf" <<EOF
+port = $PORT
+unix_socket_directories = '$W/sock'
+listen_addresses = '127.0.0.1'
+shared_buffers = 256MB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+EOF
+echo "host all all 127.0.0.1/32 trust" >>"$W/data/pg_hba.conf"
+echo "host replication all 127.0.0.1/32 trust" >>"$W/data/pg_hba.conf"
+in_ns runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/data" -l "$W/sock/log" -w start >/dev/null
+LOCAL="postgres://postgres@/postgres?host=$W/sock&port=$PORT"
+as_pg "$PGBIN/psql" -h "$W/sock" -p $PORT -U postgres -qc "CREATE DATABASE tpch"
+echo "loading TPC-H scale $SCALE" >&2
+"$S" load-tpch "postgres://postgres@/tpch?host=$W/sock&port=$PORT" --scale "$SCALE" >/dev/null
+as_pg "$PGBIN/psql" -h "$W/sock" -p $PORT -U postgres -d tpch -qc "VACUUM ANALYZE" -c "CHECKPOINT"
+
+# The database host's services, each behind the delay line, reached at 10.77.N.2.
+"$S" agent --init-certs "$W/tls" --name "$DB" >/dev/null
+in_ns "$S" agent --listen 127.0.0.1:7400 --pgdata "$W/data" --tls-dir "$W/tls" 2>"$W/agent.log" &
+in_ns python3 scripts/delay-relay.py "$DB:7401" 127.0.0.1:7400 "$DELAY_MS" &
+in_ns python3 scripts/delay-relay.py "$DB:5433" "127.0.0.1:$PORT" "$DELAY_MS" &
+in_ns python3 -c '
+import socket
+s = socket.create_server(("127.0.0.1", 9000))
+while True:
+    c, _ = s.accept()
+    z = bytes(1 << 20)
+    for _ in range(512):
+        c.sendall(z)
+    c.close()' &
+in_ns python3 scripts/delay-relay.py "$DB:9001" 127.0.0.1:9000 "$DELAY_MS" &
+sleep 1
+REMOTE="postgres://postgres@$DB:5433/postgres"
+
+now() { date +%s.%N; }
+cold() { sync; if [ "${COLD:-1}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
+declare -A T B
+timed() { local n=$1; shift; cold; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
+line() { python3 -c '
+import socket, sys
+c = socket.create_connection((sys.argv[1], 9001)); n = 0
+while True:
+    d = c.recv(1 << 20)
+    if not d: break
+    n += len(d)
+print(n)' "$DB" >"$W/line.bytes"; }
+timed line line
+B[line]=$(cat "$W/line.bytes")
+sheaf_here() { rm -rf "$W/out/s"; mkdir -p "$W/out/s"; "$S" backup "$REMOTE" --agent "$DB:7401" --tls-dir "$W/tls" --to "$W/out/s/a.sheaf" --json >"$OUT/sheaf-agent.json"; }
+timed sheaf_agent sheaf_here
+B[sheaf_agent]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/sheaf-agent.json")
+basebackup() { rm -rf "$W/out/pgb"; "$PGBIN/pg_basebackup" -d "$REMOTE" -D "$W/out/pgb" -X fetch -c fast -Fp; }
+timed pg_basebackup basebackup
+B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
+
+{
+  echo "# Pulling a backup over a $RATE link with ${DELAY_MS} ms each way: TPC-H scale $SCALE, $(date -u +%F), $($PGBIN/postgres --version)"
+  echo
+  echo "The database host is a network namespace joined by a veth pair shaped by htb; the delay comes from scripts/delay-relay.py. Cache dropped before each (COLD=${COLD:-1}); one run each."
+  echo
+  echo "| what | seconds | source MiB | source MiB/s | × the line |"
+  echo "|---|---|---|---|---|"
+  for n in line sheaf_agent pg_basebackup; do
+    mibs=$(echo "${B[$n]} / 1048576 / ${T[$n]}" | bc -l)
+    line_mibs=$(echo "${B[line]} / 1048576 / ${T[line]}" | bc -l)
+    printf '| %s | %.2f | %.0f | %.1f | %.2f |\n' "$n" "${T[$n]}" "$(echo "${B[$n]} / 1048576" | bc -l)" "$mibs" "$(echo "$mibs / $line_mibs" | bc -l)"
+  done
+  echo
+  echo "sheaf against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x"
+} | tee "$OUT/agent.md"
