@@ -29,7 +29,12 @@ impl Cluster {
 
     /// A streaming hot standby of `primary`, started.
     pub fn standby_of(primary: &Cluster, settings: &[&str]) -> Cluster {
-        Cluster(ScratchCluster::standby_of(primary, &[], settings).unwrap_or_else(|e| panic!("{e}")))
+        Cluster::standby_with(primary, &[], settings)
+    }
+
+    /// A streaming hot standby of `primary` with each tablespace at its new place (old, new).
+    pub fn standby_with(primary: &Cluster, tablespaces: &[(std::path::PathBuf, std::path::PathBuf)], settings: &[&str]) -> Cluster {
+        Cluster(ScratchCluster::standby_of(primary, tablespaces, settings).unwrap_or_else(|e| panic!("{e}")))
     }
 
     /// Wait until this standby has replayed everything `primary` has written so far.

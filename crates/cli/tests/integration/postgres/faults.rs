@@ -64,21 +64,6 @@ fn wal_level_minimal_is_refused_with_the_fix() {
 }
 
 #[test]
-fn a_standby_is_refused() {
-    let primary = Cluster::new(&[], &[]);
-    let standby_data = primary.base.path().join("standby");
-    super::cluster::pg_dir(&standby_data);
-    let o = run(primary.tool("pg_basebackup").arg("-D").arg(&standby_data).args(["-R", "-X", "stream"]));
-    assert!(o.status.success(), "pg_basebackup: {}", stderr(&o));
-    let standby = Cluster::over(&standby_data, &primary.sock);
-    let out = primary.base.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
-    let o = backup(&standby.url("postgres"), &out, &[]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("is a standby"), "{}", stderr(&o));
-}
-
-#[test]
 fn restore_refuses_a_running_cluster_and_an_unmapped_busy_tablespace() {
     let c = Cluster::new(&[], &[]);
     let ts_dir = c.base.path().join("ts");

@@ -110,6 +110,34 @@ fn a_hybrid_backup_reads_the_standby_and_the_primary_s_control_file() {
 }
 
 #[test]
+fn a_standby_with_a_tablespace_backs_up_to_stripes_from_its_own_places() {
+    let c = Cluster::new(&[], &[]);
+    let ts = c.base.path().join("ts");
+    super::cluster::pg_dir(&ts);
+    c.sql("postgres", &format!("CREATE TABLESPACE space LOCATION '{}'", ts.display()));
+    c.sql("postgres", "CREATE TABLE far TABLESPACE space AS SELECT g FROM generate_series(1, 50000) g");
+    let standby_ts = c.base.path().join("standby-ts");
+    let sb = Cluster::standby_with(&c, &[(ts.clone(), standby_ts.clone())], &[]);
+    c.sql("postgres", "INSERT INTO far SELECT g FROM generate_series(50001, 60000) g");
+    sb.catch_up(&c);
+    let out = c.base.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let stripe = out.join("s.sheaf");
+    let report = json(ok(run(sheaf().args(["backup", &sb.url("postgres"), "--to", stripe.to_str().unwrap(), "--json"])), "backup of the standby"));
+    // The standby's tablespace is read where the standby keeps it, not where the primary does.
+    assert_eq!(report["postgres"]["tablespaces"][0]["location"], standby_ts.to_str().unwrap(), "{report}");
+    let to = c.base.path().join("restored");
+    let moved = c.base.path().join("restored-ts");
+    ok(run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", to.to_str().unwrap(), "--tablespace", &format!("{}={}", standby_ts.display(), moved.display())])), "restore");
+    assert!(!to.join("standby.signal").exists(), "a standby's signal is left out");
+    let sock = c.base.path().join("restored-sock");
+    super::cluster::pg_dir(&sock);
+    let r = Cluster::over(&to, &sock);
+    assert_eq!(r.sql("postgres", "SELECT count(*), sum(g) FROM far"), "60000|1800030000");
+    assert_eq!(r.sql("postgres", "SELECT pg_is_in_recovery()"), "f");
+}
+
+#[test]
 fn what_a_backup_from_a_standby_cannot_do_is_refused() {
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
