@@ -4,6 +4,8 @@
 //! - [`restore`]: [`restore_postgres`], a restore that `pg_ctl start` brings up consistent.
 //! - [`facts`]: [`ClusterFacts`], what a backup records about its cluster, read back everywhere.
 //! - [`server`]: the connection, its checks, and the backup functions.
+//! - [`wire`]: a client of the replication protocol; [`basebackup`]: `--via base-backup`, the
+//!   cluster read over it (BASE_BACKUP), its tar archives parsed as they stream ([`tarstream`]).
 //! - [`topology`]: where a backup runs and reads (the primary, a hot standby, or both) and where
 //!   its WAL comes from.
 //! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
@@ -22,12 +24,14 @@
 
 pub mod archive;
 pub mod backup;
+pub mod basebackup;
 pub mod blocksum;
 pub mod checksum;
 pub mod extract;
 pub mod facts;
 pub mod incremental;
 pub mod layout;
+pub mod options;
 pub mod pitr;
 pub mod queue;
 pub mod repo;
@@ -36,11 +40,14 @@ pub mod scratch;
 pub mod server;
 pub mod spool;
 pub mod summarize;
+pub mod tarstream;
 pub mod topology;
 pub mod wal;
 pub mod walmap;
 pub mod walread;
+pub mod wire;
 
-pub use backup::{backup_postgres, PgBackupOptions, PgBackupReport};
+pub use backup::backup_postgres;
+pub use options::{PgBackupOptions, PgBackupReport};
 pub use facts::{is_postgres, ClusterFacts};
 pub use restore::{restore_postgres, restore_postgres_chain, PgRestoreOptions};

@@ -36,6 +36,13 @@ pub struct BackupArgs {
     /// cores. Default: agent in the config file.
     #[arg(long, value_name = "HOST:PORT")]
     pub agent: Option<String>,
+    /// PostgreSQL: how the cluster is read: `files` (its data directory, here or through --agent)
+    /// or `base-backup` (over the replication protocol, BASE_BACKUP, as pg_basebackup reads it:
+    /// nothing of sheaf's on the database host; the role needs REPLICATION and pg_hba.conf a
+    /// `replication` line; full backups only; PostgreSQL 15+). The stream is cut into chunks and
+    /// compressed on this host's cores.
+    #[arg(long, value_name = "files|base-backup", default_value = "files", value_parser = ["files", "base-backup"])]
+    pub via: String,
     /// The folder with the agent's CA and this backup host's certificate (ca.pem, client.pem,
     /// client.key, from sheaf agent --init-certs). Default: tls-dir in the config file.
     #[arg(long, value_name = "DIR")]

@@ -90,6 +90,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                 wal_timeout: Some(std::time::Duration::from_secs(a.wal_timeout)),
                 archive: None,
                 remote: remote.map(|r| sheaf_pg::backup::Remote(std::sync::Arc::new(r))),
+                via_base_backup: a.via == "base-backup",
             };
             if into_repo {
                 let (repo, meta) = ctx.open_repo()?;
@@ -117,8 +118,8 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
-            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" || a.agent.is_some() {
-                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
+            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" || a.agent.is_some() || a.via != "files" {
+                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }
             (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
         }

@@ -53,6 +53,8 @@ pub struct Backup {
     changes: Option<Arc<dyn Changes>>,
     /// Where listed files are opened: this host, unless [`Backup::read_through`] says otherwise.
     files: Arc<dyn Files>,
+    /// Packs the pieces of [`Backup::add_piece`].
+    stream_feeder: Option<Feeder>,
     job_tx: Option<Sender<Job>>,
     compressors: Vec<JoinHandle<CompressStats>>,
     writers: Vec<JoinHandle<Option<WriterOut>>>,
@@ -159,6 +161,7 @@ impl Backup {
             lineage: None,
             changes: None,
             files: Arc::new(LocalFiles),
+            stream_feeder: None,
             job_tx: Some(job_tx),
             compressors,
             writers,
@@ -349,6 +352,41 @@ impl Backup {
         Packer::new(self.tuning.transfer_size, tx, &self.shared, &self.pool).feeder()
     }
 
+    /// Add an entry whose content (for a file) comes through [`Backup::add_piece`], in order, as a
+    /// stream brings it (the tar members of PostgreSQL's BASE_BACKUP, say); returns its id.
+    pub fn add_entry(&mut self, root: u16, mut entry: Entry) -> u32 {
+        entry.root = root;
+        self.entries.push(entry);
+        (self.entries.len() - 1) as u32
+    }
+
+    /// Bytes of a file added with [`Backup::add_entry`], from `offset`: packed with others when
+    /// smaller than a pack, else a chunk of its own (at most the transfer size).
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn add_piece(&mut self, file_id: u32, offset: u64, data: &[u8]) -> Result<()> {
+        if self.stream_feeder.is_none() {
+            self.stream_feeder = Some(self.feeder());
+        }
+        let feeder = self.stream_feeder.as_mut().expect("just made");
+        if !feeder.piece(file_id, offset, data.len(), Some(data)) {
+            return self.check();
+        }
+        Ok(())
+    }
+
+    /// Send what [`Backup::add_piece`] still holds packed.
+    ///
+    /// # Errors
+    /// The first error of any thread.
+    pub fn end_pieces(&mut self) -> Result<()> {
+        if let Some(mut f) = self.stream_feeder.take() {
+            f.finish();
+        }
+        self.check()
+    }
+
     /// Add a file whose content is in memory (a database's backup_label, say) under `root`.
     ///
     /// # Errors
@@ -408,6 +446,9 @@ impl Backup {
     /// # Errors
     /// As [`Backup::finish`], or `decide`'s error.
     pub fn finish_with(mut self, decide: impl FnOnce(&[String]) -> Result<serde_json::Value>) -> Result<BackupReport> {
+        if let Some(mut f) = self.stream_feeder.take() {
+            f.finish();
+        }
         self.shared.progress.end();
         self.job_tx = None;
         let mut stats = CompressStats::default();

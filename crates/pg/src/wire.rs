@@ -1,0 +1,450 @@
+//! A blocking client for PostgreSQL's replication protocol: what `BASE_BACKUP` and
+//! `START_REPLICATION` need, which the `postgres` crate does not speak. Messages are framed and
+//! parsed by `postgres-protocol` (as the `postgres` crate does); this adds the connection (TCP or
+//! a Unix socket, TLS through rustls when the URL's sslmode asks), the start-up and
+//! authentication (trust, password, md5, SCRAM-SHA-256), simple queries, and COPY streams.
+//!
+//! TLS follows libpq's sslmode: `disable`, `prefer` (TLS when the server offers it, else plain)
+//! and `require` (TLS, the server's certificate not checked, as libpq without a root
+//! certificate).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use fallible_iterator::FallibleIterator;
+use postgres::config::{Host, SslMode};
+use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::backend::{ErrorFields, Message};
+use postgres_protocol::message::frontend;
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::server::redact;
+
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+/// One row of a result: each column as text, `None` for NULL.
+pub type Row = Vec<Option<String>>;
+
+/// A connection in replication mode.
+pub struct Replication {
+    stream: Box<dyn Stream>,
+    inbuf: BytesMut,
+    out: BytesMut,
+    url: String,
+    /// The server's `server_version`.
+    pub server_version: String,
+    /// Notices (warnings) the server sent, in order.
+    pub notices: Vec<String>,
+}
+
+/// One message of a COPY stream.
+pub enum Copy {
+    /// A CopyData message's payload.
+    Data(Bytes),
+    /// The end of the stream.
+    Done,
+}
+
+enum Msg {
+    Pg(Message),
+    /// CopyBothResponse, which postgres-protocol does not parse.
+    CopyBoth,
+}
+
+fn fields_text(mut fields: ErrorFields<'_>) -> (String, String) {
+    let (mut code, mut message, mut detail, mut hint) = (String::new(), String::new(), String::new(), String::new());
+    while let Ok(Some(f)) = fields.next() {
+        let v = String::from_utf8_lossy(f.value_bytes()).into_owned();
+        match f.type_() {
+            b'C' => code = v,
+            b'M' => message = v,
+            b'D' => detail = v,
+            b'H' => hint = v,
+            _ => {}
+        }
+    }
+    let mut text = message;
+    if !detail.is_empty() {
+        text = format!("{text} ({detail})");
+    }
+    if !hint.is_empty() {
+        text = format!("{text}; {hint}");
+    }
+    (code, text)
+}
+
+/// TLS that encrypts without checking the server's certificate: libpq's sslmode=require.
+#[derive(Debug)]
+struct NoCheck(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoCheck {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl Replication {
+    /// Connect to `url` in physical replication mode and authenticate.
+    ///
+    /// # Errors
+    /// A URL that does not parse; the server unreachable, refusing TLS under sslmode=require,
+    /// refusing the login (pg_hba.conf must allow `replication` for the user), or asking for an
+    /// authentication sheaf does not speak: each named with the fix.
+    pub fn connect(url: &str) -> Result<Replication> {
+        let config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", redact(url))))?;
+        let shown = redact(url);
+        let io = |what: &str, e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: {what}: {e}"));
+        let user = config.get_user().map(str::to_string).or_else(|| std::env::var("PGUSER").ok()).unwrap_or_else(|| "postgres".into());
+        let password: Option<Vec<u8>> = config.get_password().map(<[u8]>::to_vec).or_else(|| std::env::var("PGPASSWORD").ok().map(String::into_bytes));
+        // Each host in turn, as libpq and the postgres crate try them: the first that answers.
+        let hosts: Vec<Host> = if config.get_hosts().is_empty() { vec![Host::Unix("/var/run/postgresql".into())] } else { config.get_hosts().to_vec() };
+        let ports = config.get_ports();
+        let mut failures = Vec::new();
+        let mut stream: Option<Box<dyn Stream>> = None;
+        for (i, host) in hosts.iter().enumerate() {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let attempt: Result<Box<dyn Stream>> = match host {
+                Host::Unix(dir) => {
+                    let path = dir.join(format!(".s.PGSQL.{port}"));
+                    UnixStream::connect(&path).map(|s| Box::new(s) as Box<dyn Stream>).map_err(|e| io(&format!("cannot connect to {}", path.display()), e))
+                }
+                Host::Tcp(name) => Self::tcp(name, port, config.get_ssl_mode(), &shown),
+            };
+            match attempt {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        let mut stream = stream.ok_or_else(|| {
+            Error::new(ErrorKind::Source, format!("{}; check that the server runs and that host, port or socket directory are right", failures.join("; ")))
+        })?;
+        let mut out = BytesMut::new();
+        frontend::startup_message([("user", user.as_str()), ("database", "replication"), ("replication", "true"), ("application_name", "sheaf")], &mut out)
+            .map_err(|e| io("start-up", e))?;
+        stream.write_all(&out).map_err(|e| io("start-up", e))?;
+        out.clear();
+        let mut c = Replication { stream, inbuf: BytesMut::with_capacity(1 << 20), out, url: shown, server_version: String::new(), notices: Vec::new() };
+        c.authenticate(&user, password.as_deref())?;
+        loop {
+            match c.read()? {
+                Msg::Pg(Message::ReadyForQuery(_)) => return Ok(c),
+                Msg::Pg(Message::ParameterStatus(p)) if p.name().ok() == Some("server_version") => {
+                    c.server_version = p.value().unwrap_or_default().to_string();
+                }
+                Msg::Pg(Message::ErrorResponse(e)) => return Err(c.server_error("start-up", fields_text(e.fields()))),
+                _ => {}
+            }
+        }
+    }
+
+    fn tcp(name: &str, port: u16, mode: SslMode, shown: &str) -> Result<Box<dyn Stream>> {
+        let io = |what: &str, e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: {what}: {e}"));
+        let addr = format!("{name}:{port}");
+        let sock = std::net::ToSocketAddrs::to_socket_addrs(&addr.as_str())
+            .map_err(|e| io(&format!("cannot resolve {addr}"), e))?
+            .next()
+            .ok_or_else(|| Error::new(ErrorKind::Source, format!("{shown}: {addr} resolves to no address")))?;
+        let tcp = TcpStream::connect_timeout(&sock, Duration::from_secs(10)).map_err(|e| io(&format!("cannot connect to {addr}"), e))?;
+        let _ = tcp.set_nodelay(true);
+        let _ = tcp.set_read_timeout(Some(Duration::from_secs(600)));
+        match mode {
+            SslMode::Disable => Ok(Box::new(tcp)),
+            mode => Self::tls(tcp, name, mode == SslMode::Require, shown),
+        }
+    }
+
+    fn tls(mut tcp: TcpStream, name: &str, required: bool, shown: &str) -> Result<Box<dyn Stream>> {
+        let mut req = BytesMut::new();
+        frontend::ssl_request(&mut req);
+        let io = |e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}"));
+        tcp.write_all(&req).map_err(io)?;
+        let mut answer = [0u8; 1];
+        tcp.read_exact(&mut answer).map_err(io)?;
+        if answer[0] != b'S' {
+            if required {
+                return Err(Error::new(ErrorKind::Source, format!("{shown}: sslmode=require, but the server does not offer TLS (ssl = off): turn it on there, or use sslmode=prefer")));
+            }
+            return Ok(Box::new(tcp));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoCheck(provider)))
+            .with_no_client_auth();
+        let server = rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| Error::invalid(format!("{shown}: '{name}': {e}")))?;
+        let conn = rustls::ClientConnection::new(Arc::new(config), server).map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?;
+        Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
+    }
+
+    fn authenticate(&mut self, user: &str, password: Option<&[u8]>) -> Result<()> {
+        let need = |url: &str| {
+            Error::invalid(format!("{url} asks for a password: put it in the URL (postgres://USER:PASSWORD@...) or PGPASSWORD"))
+        };
+        let mut scram: Option<sasl::ScramSha256> = None;
+        loop {
+            match self.read()? {
+                Msg::Pg(Message::AuthenticationOk) => return Ok(()),
+                Msg::Pg(Message::AuthenticationCleartextPassword) => {
+                    let pw = password.ok_or_else(|| need(&self.url))?;
+                    frontend::password_message(pw, &mut self.out).map_err(|e| self.io("authentication", e))?;
+                }
+                Msg::Pg(Message::AuthenticationMd5Password(b)) => {
+                    let pw = password.ok_or_else(|| need(&self.url))?;
+                    let hashed = md5_hash(user.as_bytes(), pw, b.salt());
+                    frontend::password_message(hashed.as_bytes(), &mut self.out).map_err(|e| self.io("authentication", e))?;
+                }
+                Msg::Pg(Message::AuthenticationSasl(b)) => {
+                    let pw = password.ok_or_else(|| need(&self.url))?;
+                    let mechanisms: Vec<String> = b.mechanisms().map(|m| Ok(m.to_string())).collect().unwrap_or_default();
+                    if !mechanisms.iter().any(|m| m == sasl::SCRAM_SHA_256) {
+                        return Err(Error::invalid(format!("{} offers SASL {mechanisms:?}, and sheaf speaks SCRAM-SHA-256", self.url)));
+                    }
+                    let s = sasl::ScramSha256::new(pw, sasl::ChannelBinding::unsupported());
+                    frontend::sasl_initial_response(sasl::SCRAM_SHA_256, s.message(), &mut self.out).map_err(|e| self.io("authentication", e))?;
+                    scram = Some(s);
+                }
+                Msg::Pg(Message::AuthenticationSaslContinue(b)) => {
+                    let s = scram.as_mut().ok_or_else(|| Error::corrupt(format!("{}: SCRAM out of turn", self.url)))?;
+                    s.update(b.data()).map_err(|e| Error::invalid(format!("{}: SCRAM: {e}", self.url)))?;
+                    let msg = s.message().to_vec();
+                    frontend::sasl_response(&msg, &mut self.out).map_err(|e| self.io("authentication", e))?;
+                }
+                Msg::Pg(Message::AuthenticationSaslFinal(b)) => {
+                    let s = scram.as_mut().ok_or_else(|| Error::corrupt(format!("{}: SCRAM out of turn", self.url)))?;
+                    s.finish(b.data()).map_err(|e| Error::invalid(format!("{}: the server's SCRAM proof does not check: {e}", self.url)))?;
+                    continue;
+                }
+                Msg::Pg(Message::ErrorResponse(e)) => {
+                    let (code, text) = fields_text(e.fields());
+                    let hint = match code.as_str() {
+                        "28000" => ": pg_hba.conf must have a `replication` line for this user and host",
+                        "28P01" => ": check the password",
+                        _ => "",
+                    };
+                    return Err(Error::invalid(format!("{} refused the replication connection: {text} ({code}){hint}", self.url)));
+                }
+                Msg::Pg(_) => return Err(Error::invalid(format!("{} asks for an authentication sheaf does not speak (GSS, SSPI, Kerberos): use password or scram-sha-256 for replication", self.url))),
+                Msg::CopyBoth => return Err(Error::corrupt(format!("{}: a COPY during start-up", self.url))),
+            }
+            self.flush()?;
+        }
+    }
+
+    fn io(&self, what: &str, e: std::io::Error) -> Error {
+        Error::new(ErrorKind::Source, format!("{}: {what}: {e}", self.url))
+    }
+
+    fn server_error(&self, what: &str, (code, text): (String, String)) -> Error {
+        let kind = if code.starts_with("42") || code.starts_with("28") { ErrorKind::InvalidInput } else { ErrorKind::Source };
+        Error::new(kind, format!("{}: {what}: {text} ({code})", self.url))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = self.stream.write_all(&self.out).and_then(|()| self.stream.flush());
+        self.out.clear();
+        r.map_err(|e| self.io("writing", e))
+    }
+
+    fn read(&mut self) -> Result<Msg> {
+        loop {
+            if self.inbuf.len() >= 5 && self.inbuf[0] == b'W' {
+                let len = u32::from_be_bytes(self.inbuf[1..5].try_into().expect("4 bytes")) as usize;
+                if self.inbuf.len() > len {
+                    self.inbuf.advance(len + 1);
+                    return Ok(Msg::CopyBoth);
+                }
+            } else if let Some(m) = Message::parse(&mut self.inbuf).map_err(|e| self.io("reading a message", e))? {
+                if let Message::NoticeResponse(n) = &m {
+                    self.notices.push(fields_text(n.fields()).1);
+                    continue;
+                }
+                return Ok(Msg::Pg(m));
+            }
+            let start = self.inbuf.len();
+            self.inbuf.resize(start + (256 << 10), 0);
+            let n = match self.stream.read(&mut self.inbuf[start..]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.inbuf.truncate(start);
+                    return Err(self.io("reading", e));
+                }
+            };
+            self.inbuf.truncate(start + n);
+            if n == 0 {
+                return Err(Error::new(ErrorKind::Source, format!("{}: the server closed the connection", self.url)));
+            }
+        }
+    }
+
+    /// Run `sql` (a replication command or a simple query) and return its rows.
+    ///
+    /// # Errors
+    /// The server's error, naming it.
+    pub fn query(&mut self, sql: &str) -> Result<Vec<Row>> {
+        frontend::query(sql, &mut self.out).map_err(|e| self.io("sending a query", e))?;
+        self.flush()?;
+        let mut rows = Vec::new();
+        let mut failed = None;
+        loop {
+            match self.read()? {
+                Msg::Pg(Message::DataRow(r)) => rows.push(row_of(&r)),
+                Msg::Pg(Message::ErrorResponse(e)) => failed = Some(fields_text(e.fields())),
+                Msg::Pg(Message::ReadyForQuery(_)) => {
+                    return match failed {
+                        Some(f) => Err(self.server_error(sql.split_whitespace().next().unwrap_or("query"), f)),
+                        None => Ok(rows),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Send `sql`, a command that answers with a COPY stream, and read up to the stream: the rows
+    /// of the result sets that come before it (BASE_BACKUP's start position).
+    ///
+    /// # Errors
+    /// The server's error instead of a COPY.
+    pub fn start_copy(&mut self, sql: &str) -> Result<Vec<Row>> {
+        frontend::query(sql, &mut self.out).map_err(|e| self.io("sending a command", e))?;
+        self.flush()?;
+        let mut rows = Vec::new();
+        loop {
+            match self.read()? {
+                Msg::Pg(Message::DataRow(r)) => rows.push(row_of(&r)),
+                Msg::Pg(Message::CopyOutResponse(_)) | Msg::CopyBoth => return Ok(rows),
+                Msg::Pg(Message::ErrorResponse(e)) => {
+                    let err = self.server_error(sql.split_whitespace().next().unwrap_or("command"), fields_text(e.fields()));
+                    self.until_ready()?;
+                    return Err(err);
+                }
+                Msg::Pg(Message::ReadyForQuery(_)) => return Err(Error::corrupt(format!("{}: {sql} ended without a COPY", self.url))),
+                _ => {}
+            }
+        }
+    }
+
+    /// The next message of a COPY stream.
+    ///
+    /// # Errors
+    /// The server's error (the stream then ends), the link's.
+    pub fn next_copy(&mut self) -> Result<Copy> {
+        loop {
+            match self.read()? {
+                Msg::Pg(Message::CopyData(d)) => return Ok(Copy::Data(d.into_bytes())),
+                Msg::Pg(Message::CopyDone) => return Ok(Copy::Done),
+                Msg::Pg(Message::ErrorResponse(e)) => {
+                    let err = self.server_error("the stream", fields_text(e.fields()));
+                    let _ = self.until_ready();
+                    return Err(err);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Send one CopyData message (a standby status update, in START_REPLICATION).
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn send_copy(&mut self, data: &[u8]) -> Result<()> {
+        frontend::CopyData::new(data).map_err(|e| self.io("a copy message", e))?.write(&mut self.out);
+        self.flush()
+    }
+
+    /// End our side of a COPY (START_REPLICATION's, before closing).
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn copy_done(&mut self) -> Result<()> {
+        frontend::copy_done(&mut self.out);
+        self.flush()
+    }
+
+    /// After a COPY stream's end: the rows of the result sets that follow (BASE_BACKUP's end
+    /// position), up to the server being ready again.
+    ///
+    /// # Errors
+    /// The server's error.
+    pub fn finish_copy(&mut self) -> Result<Vec<Row>> {
+        let mut rows = Vec::new();
+        let mut failed = None;
+        loop {
+            match self.read()? {
+                Msg::Pg(Message::DataRow(r)) => rows.push(row_of(&r)),
+                Msg::Pg(Message::ErrorResponse(e)) => failed = Some(fields_text(e.fields())),
+                Msg::Pg(Message::ReadyForQuery(_)) => {
+                    return match failed {
+                        Some(f) => Err(self.server_error("after the stream", f)),
+                        None => Ok(rows),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn until_ready(&mut self) -> Result<()> {
+        loop {
+            if let Msg::Pg(Message::ReadyForQuery(_)) = self.read()? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn row_of(r: &postgres_protocol::message::backend::DataRowBody) -> Row {
+    let buf = r.buffer();
+    let mut out = Vec::new();
+    let mut ranges = r.ranges();
+    while let Ok(Some(range)) = ranges.next() {
+        out.push(range.map(|x| String::from_utf8_lossy(&buf[x]).into_owned()));
+    }
+    out
+}
+
+impl Drop for Replication {
+    fn drop(&mut self) {
+        frontend::terminate(&mut self.out);
+        let _ = self.flush();
+    }
+}
