@@ -59,7 +59,7 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
         return Err(Error::invalid("--via base-backup reads everything over the replication connection: drop --agent, --standby and --wal-from archive"));
     }
     let mut server = Server::connect(&pg.url)?;
-    let facts = server.check()?;
+    let facts = server.check_with(false)?;
     if let Some(want) = &pg.expect_system_identifier {
         if *want != facts.system_identifier {
             return Err(Error::invalid(format!(
@@ -86,6 +86,10 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
         roots.push((t.oid.to_string(), id));
     }
 
+    // A temporary slot, held by the SQL session, keeps the WAL the stream ends with from being
+    // recycled while the files are sent (pg_basebackup -X fetch has no such guard).
+    let slot = pg.slot.clone().unwrap_or_else(|| format!("sheaf_{}", std::process::id()));
+    server.create_slot(&slot)?;
     let mut repl = Replication::connect(&pg.url)?;
     let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
     let command = format!(
@@ -245,5 +249,6 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
         standby_url: None,
     };
     let report = session.finish(recorded.to_value())?;
+    server.drop_slot(&slot);
     Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64(), backup_type: BackupType::Full, method: Some("BASE_BACKUP over the replication protocol".into()), full_because: None })
 }

@@ -234,6 +234,15 @@ impl Server {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] naming the unmet condition and the fix.
     pub fn check(&mut self) -> Result<ServerFacts> {
+        self.check_with(true)
+    }
+
+    /// [`Server::check`]; without `backup_functions`, a role with REPLICATION is enough (BASE_BACKUP
+    /// needs no EXECUTE on pg_backup_start and pg_backup_stop).
+    ///
+    /// # Errors
+    /// As [`Server::check`].
+    pub fn check_with(&mut self, backup_functions: bool) -> Result<ServerFacts> {
         let r = self.one(
             "reading server settings",
             "SELECT current_setting('server_version'), current_setting('server_version_num')::int, \
@@ -262,7 +271,12 @@ impl Server {
              FROM pg_roles r WHERE r.rolname = current_user",
         )?;
         let (replication, backup_fns): (bool, bool) = (r.get(0), r.get(1));
-        if !replication || !backup_fns {
+        if !replication {
+            return Err(Error::invalid(format!(
+                "role {user} may not take a backup: it needs the REPLICATION attribute (ALTER ROLE {user} REPLICATION), or use a superuser"
+            )));
+        }
+        if backup_functions && !backup_fns {
             return Err(Error::invalid(format!(
                 "role {user} may not take a backup: it needs the REPLICATION attribute (ALTER ROLE {user} REPLICATION) and EXECUTE on pg_backup_start and pg_backup_stop (GRANT EXECUTE ON FUNCTION pg_backup_start, pg_backup_stop TO {user}), or use a superuser"
             )));

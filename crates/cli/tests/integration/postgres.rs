@@ -1,6 +1,7 @@
 //! The `sheaf` binary against real PostgreSQL servers started for the purpose.
 
 pub mod agent;
+pub mod basebackup;
 pub mod bench;
 pub mod cluster;
 pub mod demo;
