@@ -6,6 +6,7 @@
 # Measured, each after dropping the page cache (COLD=1, the default), each into a fresh folder:
 #   - the line: 512 MiB of zeros sent across the same relay and link;
 #   - sheaf backup --agent, compressing here (zstd:low);
+#   - sheaf backup --via base-backup, the same stream pg_basebackup reads, compressed here;
 #   - pg_basebackup over the replication protocol (plain format, -X fetch, no compression).
 # Root only. Run from the repository; sheaf built with make build.
 #
@@ -86,6 +87,9 @@ B[line]=$(cat "$W/line.bytes")
 sheaf_here() { rm -rf "$W/out/s"; mkdir -p "$W/out/s"; "$S" backup "$REMOTE" --agent "$DB:7401" --tls-dir "$W/tls" --to "$W/out/s/a.sheaf" --json >"$OUT/sheaf-agent.json"; }
 timed sheaf_agent sheaf_here
 B[sheaf_agent]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/sheaf-agent.json")
+sheaf_bb() { rm -rf "$W/out/bb"; mkdir -p "$W/out/bb"; "$S" backup "$REMOTE" --via base-backup --to "$W/out/bb/a.sheaf" --json >"$OUT/sheaf-base-backup.json"; }
+timed sheaf_base_backup sheaf_bb
+B[sheaf_base_backup]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/sheaf-base-backup.json")
 basebackup() { rm -rf "$W/out/pgb"; "$PGBIN/pg_basebackup" -d "$REMOTE" -D "$W/out/pgb" -X fetch -c fast -Fp; }
 timed pg_basebackup basebackup
 B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
@@ -97,11 +101,11 @@ B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
   echo
   echo "| what | seconds | source MiB | source MiB/s | × the line |"
   echo "|---|---|---|---|---|"
-  for n in line sheaf_agent pg_basebackup; do
+  for n in line sheaf_agent sheaf_base_backup pg_basebackup; do
     mibs=$(echo "${B[$n]} / 1048576 / ${T[$n]}" | bc -l)
     line_mibs=$(echo "${B[line]} / 1048576 / ${T[line]}" | bc -l)
     printf '| %s | %.2f | %.0f | %.1f | %.2f |\n' "$n" "${T[$n]}" "$(echo "${B[$n]} / 1048576" | bc -l)" "$mibs" "$(echo "$mibs / $line_mibs" | bc -l)"
   done
   echo
-  echo "sheaf against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x"
+  echo "sheaf through the agent against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x; sheaf --via base-backup against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_base_backup]}" | bc -l | cut -c1-4)x"
 } | tee "$OUT/agent.md"
