@@ -7,7 +7,10 @@
 #   - the line: 512 MiB of zeros sent across the same relay and link;
 #   - sheaf backup --agent, compressing here (zstd:low);
 #   - sheaf backup --via base-backup, the same stream pg_basebackup reads, compressed here;
-#   - pg_basebackup over the replication protocol (plain format, -X fetch, no compression).
+#   - pg_basebackup over the replication protocol (plain format, -X fetch, no compression);
+#   - pgBackRest through its TLS server (pgbackrest server on the database host, the repository
+#     here; zstd level 1, 2 processes, as sheaf's zstd:low on 2 threads; certificates by openssl),
+#     where pgbackrest is installed and supports the server (2.45: up to 15).
 # Root only. Run from the repository; sheaf built with make build.
 #
 #   RATE=1gbit DELAY_MS=1 SCALE=1 OUT=agent-report scripts/bench-agent.sh
@@ -24,7 +27,9 @@ chown postgres "$W/data" "$W/sock"; chmod 700 "$W/data"
 as_pg() { runuser -u postgres -- "$@"; }
 in_ns() { ip netns exec "$NS" "$@"; }
 PORT=5432
+PIDS=()
 cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   pkill -f "delay-relay.py $DB" 2>/dev/null || true
   pkill -f "agent --listen 127.0.0.1:7400" 2>/dev/null || true
   in_ns runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true
@@ -55,8 +60,11 @@ as_pg "$PGBIN/psql" -h "$W/sock" -p $PORT -U postgres -d tpch -qc "VACUUM ANALYZ
 # The database host's services, each behind the delay line, reached at 10.77.N.2.
 "$S" agent --init-certs "$W/tls" --name "$DB" >/dev/null
 in_ns "$S" agent --listen 127.0.0.1:7400 --pgdata "$W/data" --tls-dir "$W/tls" 2>"$W/agent.log" &
+PIDS+=($!)
 in_ns python3 scripts/delay-relay.py "$DB:7401" 127.0.0.1:7400 "$DELAY_MS" &
+PIDS+=($!)
 in_ns python3 scripts/delay-relay.py "$DB:5433" "127.0.0.1:$PORT" "$DELAY_MS" &
+PIDS+=($!)
 in_ns python3 -c '
 import socket
 s = socket.create_server(("127.0.0.1", 9000))
@@ -66,7 +74,9 @@ while True:
     for _ in range(512):
         c.sendall(z)
     c.close()' &
+PIDS+=($!)
 in_ns python3 scripts/delay-relay.py "$DB:9001" 127.0.0.1:9000 "$DELAY_MS" &
+PIDS+=($!)
 sleep 1
 REMOTE="postgres://postgres@$DB:5433/postgres"
 
@@ -93,6 +103,36 @@ B[sheaf_base_backup]=$(python3 -c "import json,sys; print(json.load(open(sys.arg
 basebackup() { rm -rf "$W/out/pgb"; "$PGBIN/pg_basebackup" -d "$REMOTE" -D "$W/out/pgb" -X fetch -c fast -Fp; }
 timed pg_basebackup basebackup
 B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
+ROWS="line sheaf_agent sheaf_base_backup pg_basebackup"
+
+if command -v pgbackrest >/dev/null && [ "$($PGBIN/postgres --version | grep -o '[0-9]*' | head -1)" -le 15 ]; then
+  # Certificates for pgBackRest's TLS server (it names clients by CN), and its two configurations.
+  C=$W/pgbr-tls; mkdir -p "$C"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=bench CA" -keyout "$C/ca.key" -out "$C/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$DB" -addext "subjectAltName=DNS:$DB" -keyout "$C/server.key" -out "$C/server.csr" 2>/dev/null
+  openssl x509 -req -in "$C/server.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcreateserial -days 2 -copy_extensions copy -out "$C/server.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=bench-client" -keyout "$C/client.key" -out "$C/client.csr" 2>/dev/null
+  openssl x509 -req -in "$C/client.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcreateserial -days 2 -out "$C/client.pem" 2>/dev/null
+  chown -R postgres "$C"; chmod 600 "$C"/*.key
+  mkdir -p "$W/pgbr-repo" "$W/pgbr-log"; chown postgres "$W/pgbr-repo" "$W/pgbr-log"
+  printf '%s\n' "[global]" "log-path=$W/pgbr-log" "tls-server-address=127.0.0.1" "tls-server-port=8432" \
+    "tls-server-cert-file=$C/server.pem" "tls-server-key-file=$C/server.key" "tls-server-ca-file=$C/ca.pem" \
+    "tls-server-auth=bench-client=bench" "[bench]" "pg1-path=$W/data" "pg1-socket-path=$W/sock" "pg1-port=$PORT" >"$W/pgbr-db.conf"
+  printf '%s\n' "[global]" "log-path=$W/pgbr-log" "repo1-path=$W/pgbr-repo" "compress-type=zst" "compress-level=1" \
+    "process-max=2" "start-fast=y" "archive-check=n" "[bench]" "pg1-host=$DB" "pg1-host-port=8433" "pg1-host-type=tls" \
+    "pg1-host-cert-file=$C/client.pem" "pg1-host-key-file=$C/client.key" "pg1-host-ca-file=$C/ca.pem" "pg1-path=$W/data" "pg1-socket-path=$W/sock" "pg1-port=$PORT" >"$W/pgbr-repo.conf"
+  chown postgres "$W/pgbr-db.conf" "$W/pgbr-repo.conf"
+  in_ns runuser -u postgres -- pgbackrest --config="$W/pgbr-db.conf" server >/dev/null 2>&1 &
+  PIDS+=($!)
+  in_ns python3 scripts/delay-relay.py "$DB:8433" 127.0.0.1:8432 "$DELAY_MS" &
+  PIDS+=($!)
+  sleep 1
+  runuser -u postgres -- pgbackrest --config="$W/pgbr-repo.conf" --stanza=bench stanza-create >/dev/null
+  pgbr() { runuser -u postgres -- pgbackrest --config="$W/pgbr-repo.conf" --stanza=bench --type=full backup; }
+  timed pgbackrest_tls pgbr
+  B[pgbackrest_tls]=${B[sheaf_agent]}
+  ROWS="$ROWS pgbackrest_tls"
+fi
 
 {
   echo "# Pulling a backup over a $RATE link with ${DELAY_MS} ms each way: TPC-H scale $SCALE, $(date -u +%F), $($PGBIN/postgres --version)"
@@ -101,11 +141,12 @@ B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
   echo
   echo "| what | seconds | source MiB | source MiB/s | × the line |"
   echo "|---|---|---|---|---|"
-  for n in line sheaf_agent sheaf_base_backup pg_basebackup; do
+  for n in $ROWS; do
     mibs=$(echo "${B[$n]} / 1048576 / ${T[$n]}" | bc -l)
     line_mibs=$(echo "${B[line]} / 1048576 / ${T[line]}" | bc -l)
     printf '| %s | %.2f | %.0f | %.1f | %.2f |\n' "$n" "${T[$n]}" "$(echo "${B[$n]} / 1048576" | bc -l)" "$mibs" "$(echo "$mibs / $line_mibs" | bc -l)"
   done
   echo
+  if [ -n "${T[pgbackrest_tls]:-}" ]; then echo "sheaf through the agent against pgBackRest's TLS server: $(echo "${T[pgbackrest_tls]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x (pgBackRest compresses on the database host)"; fi
   echo "sheaf through the agent against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x; sheaf --via base-backup against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_base_backup]}" | bc -l | cut -c1-4)x"
 } | tee "$OUT/agent.md"
