@@ -69,16 +69,19 @@ impl AgentClient {
             })?;
         }
         let mut c = AgentClient { s, buf: Vec::new(), hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new() }, addr: addr.to_string() };
-        c.send(&Request::Hello { version: proto::VERSION })?;
         // TLS 1.3 ends the client's handshake before the agent has checked its certificate: a
-        // refusal arrives as an alert on the first answer.
-        let first = c.next().map_err(|e| {
-            if e.to_string().contains("alert") {
-                Error::new(e.kind(), format!("{e} (the agent refused this client's certificate: is it from the agent's CA, unexpired, and on its allowed-clients?)"))
-            } else {
-                e
-            }
-        })?;
+        // refusal arrives as an alert on the first answer, or, when the agent has closed by then,
+        // as a broken pipe on the first request (the alert is then read after it).
+        let refused = |e: Error| {
+            Error::new(e.kind(), format!("{e} (the agent refused this client's certificate: is it from the agent's CA, unexpired, and on its allowed-clients?)"))
+        };
+        if let Err(sent) = c.send(&Request::Hello { version: proto::VERSION }) {
+            return Err(match c.next() {
+                Err(e) if e.to_string().contains("alert") => refused(e),
+                _ => refused(sent),
+            });
+        }
+        let first = c.next().map_err(|e| if e.to_string().contains("alert") { refused(e) } else { e })?;
         match first {
             proto::REPLY => c.hello = c.json()?,
             k => return Err(c.unexpected(k)),

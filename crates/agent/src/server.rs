@@ -172,6 +172,10 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
     }
     let fp = s.conn.peer_certificates().and_then(|c| c.first()).map(|c| fingerprint(c.as_ref())).unwrap_or_default();
     if !allowed.contains(&fp) {
+        // The client's hello first, so that its write does not meet a closed connection (whose
+        // reset could lose the refusal before the client reads it).
+        let mut hello = Vec::new();
+        let _ = proto::read_frame(&mut s, &mut hello);
         let _ = proto::write_json(&mut s, proto::ERROR, &wire("denied", format!("this client's certificate (SHA-256 {fp}) is not in the agent's allowed-clients")));
         let _ = s.flush();
         s.conn.send_close_notify();
