@@ -41,6 +41,7 @@ pub mod server;
 pub mod spool;
 pub mod summarize;
 pub mod tarstream;
+pub mod tls;
 pub mod topology;
 pub mod wal;
 pub mod walmap;

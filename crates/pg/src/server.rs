@@ -2,7 +2,7 @@
 //! before it touches anything, and the statements that start and stop the backup. Every failure
 //! names its cause and its fix.
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 use sheaf_core::{Error, ErrorKind, Result};
 
 /// Whether `text` names a PostgreSQL server (a `postgres://` or `postgresql://` URL) rather than a
@@ -152,6 +152,11 @@ pub fn redact(url: &str) -> String {
     format!("{scheme}://{authority}{path}{query}")
 }
 
+/// TLS for a connection, as the URL's sslmode asks (see [`crate::tls`]).
+fn tls() -> Result<crate::tls::Rustls> {
+    crate::tls::client_config().map(crate::tls::Rustls).map_err(|e| Error::new(ErrorKind::Source, format!("TLS: {e}")))
+}
+
 /// A connected server.
 pub struct Server {
     client: Client,
@@ -167,7 +172,7 @@ fn relations_of(url: &str, db: &str) -> Result<Vec<RelationInfo>> {
         }
     }
     config.dbname(db).application_name("sheaf").connect_timeout(std::time::Duration::from_secs(10));
-    let mut client = config.connect(NoTls).map_err(|e| db_err(&format!("cannot connect to database {db} to list its relations"), e))?;
+    let mut client = config.connect(tls()?).map_err(|e| db_err(&format!("cannot connect to database {db} to list its relations"), e))?;
     let rows = client
         .query(
             "SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_relation_filepath(c.oid) \
@@ -200,7 +205,7 @@ impl Server {
         // A backup session idles for as long as the copy takes: keep it alive.
         config.keepalives(true);
         config.keepalives_idle(std::time::Duration::from_secs(60));
-        let client = config.connect(NoTls).map_err(|e| {
+        let client = config.connect(tls()?).map_err(|e| {
             let hint = match e.as_db_error().map(|d| d.code().code()) {
                 Some("28P01") | Some("28000") => "check the user and password (in the URL or PGPASSWORD) and pg_hba.conf",
                 Some("3D000") => "the database in the URL does not exist; any database will do, e.g. /postgres",

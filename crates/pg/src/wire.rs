@@ -11,7 +11,6 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -76,42 +75,6 @@ fn fields_text(mut fields: ErrorFields<'_>) -> (String, String) {
         text = format!("{text}; {hint}");
     }
     (code, text)
-}
-
-/// TLS that encrypts without checking the server's certificate: libpq's sslmode=require.
-#[derive(Debug)]
-struct NoCheck(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoCheck {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 impl Replication {
@@ -200,15 +163,9 @@ impl Replication {
             }
             return Ok(Box::new(tcp));
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoCheck(provider)))
-            .with_no_client_auth();
+        let config = crate::tls::client_config().map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?;
         let server = rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| Error::invalid(format!("{shown}: '{name}': {e}")))?;
-        let conn = rustls::ClientConnection::new(Arc::new(config), server).map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?;
+        let conn = rustls::ClientConnection::new(config, server).map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?;
         Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
     }
 

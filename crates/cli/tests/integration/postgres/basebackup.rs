@@ -1,6 +1,6 @@
 //! `--via base-backup`: a real cluster read over the replication protocol, with nothing of
-//! sheaf's on its host, by a role that must use SCRAM-SHA-256 over TLS for replication (the
-//! server's pg_hba.conf rejects it otherwise), while pgbench writes and with a tablespace: into a
+//! sheaf's on its host, by a role that must use SCRAM-SHA-256 and, where the server has TLS, TLS
+//! for both its connections (`sslmode=require`; the server's pg_hba.conf rejects it otherwise), while pgbench writes and with a tablespace: into a
 //! repository, restored alone and replayed to the end, started, pgbench's balances agreeing and
 //! pg_amcheck clean. A role pg_hba.conf does not let replicate is refused with the fix.
 
@@ -18,7 +18,12 @@ fn a_backup_over_the_replication_protocol_restores() {
     // TLS with a certificate of our own making, where the server is built with it (PyPI's 18 is
     // not): the role `rep` replicates only over TLS then, and always with SCRAM.
     let with_tls = !c.sql("postgres", "SHOW ssl_library").is_empty();
-    let replication_line = if with_tls { "hostssl replication rep 127.0.0.1/32 scram-sha-256\nhost replication rep 127.0.0.1/32 reject" } else { "host replication rep 127.0.0.1/32 scram-sha-256" };
+    // Both of sheaf's connections, SQL and replication, must then come over TLS.
+    let replication_line = if with_tls {
+        "hostssl replication rep 127.0.0.1/32 scram-sha-256\nhostssl all rep 127.0.0.1/32 scram-sha-256\nhost replication rep 127.0.0.1/32 reject\nhost all rep 127.0.0.1/32 reject"
+    } else {
+        "host replication rep 127.0.0.1/32 scram-sha-256"
+    };
     let tls = base.path().join("tls");
     ok(run(sheaf().args(["agent", "--init-certs", tls.to_str().unwrap()])), "certificates");
     for f in ["server.pem", "server.key"] {
@@ -52,7 +57,7 @@ fn a_backup_over_the_replication_protocol_restores() {
     pg_dir(&ts);
     c.sql("postgres", &format!("CREATE TABLESPACE space LOCATION '{}'", ts.display()));
     ok(run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "--tablespace", "space", "app"])), "pgbench -i");
-    let url = format!("postgres://rep:secret%20words@127.0.0.1:{}/postgres?sslmode=prefer", c.port);
+    let url = format!("postgres://rep:secret%20words@127.0.0.1:{}/postgres?sslmode={}", c.port, if with_tls { "require" } else { "prefer" });
 
     let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let out = json(ok(run(sheaf().args(["backup", &url, "--via", "base-backup", "--repo", r, "--json"])), "backup --via base-backup"));
