@@ -89,11 +89,6 @@ impl AgentClient {
         Ok(c)
     }
 
-    /// The agent's address.
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// Send a request without waiting for its answer (answers come in order: [`AgentClient::answer`]).
     ///
     /// # Errors

@@ -98,11 +98,6 @@ impl AgentFiles {
         Ok(AgentFiles { inner, hello })
     }
 
-    /// The agent's address.
-    pub fn addr(&self) -> &str {
-        &self.inner.addr
-    }
-
     fn with<T>(&self, f: impl FnOnce(&mut AgentClient) -> Result<T>) -> Result<T> {
         let mut c = self.inner.take()?;
         let r = f(&mut c);

@@ -557,7 +557,7 @@ impl Server {
     pub fn read_file(&mut self, rel: &str) -> Result<Option<Vec<u8>>> {
         // pg_read_binary_file(text, boolean) is 16's; the four-argument form reads a length
         // that it allocates up front, so the size comes first.
-        let mut read = || -> Result<Option<Vec<u8>>> {
+        let read = || -> Result<Option<Vec<u8>>> {
             let denied = |e: postgres::Error, url: &str| {
                 if e.as_db_error().is_some_and(|d| d.code().code() == "42501") {
                     Error::invalid(format!(
@@ -575,16 +575,8 @@ impl Server {
                 .map_err(|e| denied(e, &self.url))?;
             Ok(r.get(0))
         };
-        let mut last = read()?;
-        for _ in 0..100 {
-            let next = read()?;
-            if next == last {
-                return Ok(next);
-            }
-            last = next;
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        Err(Error::new(ErrorKind::Source, format!("{rel} on {} kept changing while it was read", self.url)))
+        let what = format!("{rel} on {}", self.url);
+        sheaf_core::source::settled(read, &what)
     }
 }
 

@@ -272,30 +272,6 @@ impl Replication {
         }
     }
 
-    /// Run `sql` (a replication command or a simple query) and return its rows.
-    ///
-    /// # Errors
-    /// The server's error, naming it.
-    pub fn query(&mut self, sql: &str) -> Result<Vec<Row>> {
-        frontend::query(sql, &mut self.out).map_err(|e| self.io("sending a query", e))?;
-        self.flush()?;
-        let mut rows = Vec::new();
-        let mut failed = None;
-        loop {
-            match self.read()? {
-                Msg::Pg(Message::DataRow(r)) => rows.push(row_of(&r)),
-                Msg::Pg(Message::ErrorResponse(e)) => failed = Some(fields_text(e.fields())),
-                Msg::Pg(Message::ReadyForQuery(_)) => {
-                    return match failed {
-                        Some(f) => Err(self.server_error(sql.split_whitespace().next().unwrap_or("query"), f)),
-                        None => Ok(rows),
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
     /// Send `sql`, a command that answers with a COPY stream, and read up to the stream: the rows
     /// of the result sets that come before it (BASE_BACKUP's start position).
     ///
@@ -337,24 +313,6 @@ impl Replication {
                 _ => {}
             }
         }
-    }
-
-    /// Send one CopyData message (a standby status update, in START_REPLICATION).
-    ///
-    /// # Errors
-    /// The link's.
-    pub fn send_copy(&mut self, data: &[u8]) -> Result<()> {
-        frontend::CopyData::new(data).map_err(|e| self.io("a copy message", e))?.write(&mut self.out);
-        self.flush()
-    }
-
-    /// End our side of a COPY (START_REPLICATION's, before closing).
-    ///
-    /// # Errors
-    /// The link's.
-    pub fn copy_done(&mut self) -> Result<()> {
-        frontend::copy_done(&mut self.out);
-        self.flush()
     }
 
     /// After a COPY stream's end: the rows of the result sets that follow (BASE_BACKUP's end
