@@ -17,6 +17,8 @@ pub enum Answer<'a> {
     Reply(&'a [u8]),
     /// File bytes.
     Data(&'a [u8]),
+    /// A chunk of a file, compressed by the agent ([`crate::proto::ChunkHead`] and stored bytes).
+    Chunk(&'a [u8]),
     /// The end of a read.
     End(ReadEnd),
     /// A refusal or failure.
@@ -114,6 +116,7 @@ impl AgentClient {
         Ok(match kind {
             proto::REPLY => Answer::Reply(&self.buf),
             proto::DATA => Answer::Data(&self.buf),
+            proto::CHUNK => Answer::Chunk(&self.buf),
             proto::END => Answer::End(self.json().unwrap_or_default()),
             proto::ERROR => Answer::Refused(self.json().map_err(|_| self.unexpected(kind))?),
             k => return Err(self.unexpected(k)),

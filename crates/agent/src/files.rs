@@ -7,19 +7,27 @@
 //! link never waits on a round trip. A read elsewhere drops what is in flight and starts again
 //! there. A link that fails is dialled again and the read resumed where it stood, up to
 //! [`RETRIES`] times, then the read fails naming the agent and the cause.
+//!
+//! When the agent compresses ([`AgentFiles::compressing`], `--compress-on agent`), a large file's
+//! chunks are asked for compressed ([`Request::ReadChunks`]) and handed to the engine as they
+//! came ([`SourceFile::read_stored_at`]), kept ahead the same way; small files still come raw,
+//! whole with the stat, to be packed on the backup host.
 
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sheaf_core::codec::CodecSpec;
+use sheaf_core::format::{PACK_LIMIT, ZERO_FRAME};
 use sheaf_core::manifest::EntryKind;
-use sheaf_core::source::{FileStat, Files, Listed, SourceFile};
+use sheaf_core::source::{FileStat, Files, Listed, SourceFile, StoredChunk};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::client::{AgentClient, Answer};
-use crate::proto::{HelloReply, ReadEnd, Request, WireError, WireListed};
+use crate::proto::{ChunkHead, HelloReply, ReadEnd, Request, WireError, WireListed};
 
 /// Bytes asked for with the stat at open.
 pub const FIRST: u64 = 256 << 10;
@@ -34,6 +42,10 @@ struct Inner {
     addr: String,
     tls_dir: PathBuf,
     idle: Mutex<Vec<AgentClient>>,
+    /// The codec the agent compresses large files with, when it does.
+    squeeze: Option<String>,
+    /// File bytes received from the agent, raw or compressed: what crossed the link.
+    received: AtomicU64,
 }
 
 impl Inner {
@@ -94,8 +106,30 @@ impl AgentFiles {
     pub fn connect(addr: &str, tls_dir: &Path) -> Result<AgentFiles> {
         let first = AgentClient::connect(addr, tls_dir)?;
         let hello = first.hello.clone();
-        let inner = Arc::new(Inner { addr: addr.to_string(), tls_dir: tls_dir.to_path_buf(), idle: Mutex::new(vec![first]) });
+        let inner = Arc::new(Inner { addr: addr.to_string(), tls_dir: tls_dir.to_path_buf(), idle: Mutex::new(vec![first]), squeeze: None, received: AtomicU64::new(0) });
         Ok(AgentFiles { inner, hello })
+    }
+
+    /// These files with the agent compressing large files' chunks with `codec` (not `auto`: the
+    /// agent keeps one level), for a link slower than the codec.
+    ///
+    /// # Errors
+    /// `auto` or `none`: nothing for the agent to do, or a level it cannot steer.
+    pub fn compressing(self, codec: CodecSpec) -> Result<AgentFiles> {
+        if codec.is_auto() {
+            return Err(Error::invalid("--compress-on agent compresses at one level: give --compression a codec and level (e.g. zstd:low), not auto"));
+        }
+        if codec.kind == sheaf_core::CodecKind::None {
+            return Err(Error::invalid("--compress-on agent with --compression none: there is nothing for the agent to compress; leave --compress-on out, or choose a codec"));
+        }
+        let idle = std::mem::take(&mut *self.inner.idle.lock().unwrap_or_else(|p| p.into_inner()));
+        let inner = Arc::new(Inner { addr: self.inner.addr.clone(), tls_dir: self.inner.tls_dir.clone(), idle: Mutex::new(idle), squeeze: Some(codec.to_string()), received: AtomicU64::new(0) });
+        Ok(AgentFiles { inner, hello: self.hello })
+    }
+
+    /// File bytes received from the agent so far, raw or compressed as they crossed the link.
+    pub fn received(&self) -> u64 {
+        self.inner.received.load(Ordering::Relaxed)
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut AgentClient) -> Result<T>) -> Result<T> {
@@ -165,6 +199,10 @@ impl Files for AgentFiles {
             used: 0,
             eof: None,
             changed: false,
+            chunked: false,
+            chunk: 0,
+            chunks: VecDeque::new(),
+            arrive: 0,
         };
         if let Err(e) = f.open() {
             if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) || e.raw_os_error().is_some() {
@@ -203,6 +241,14 @@ struct RemoteFile {
     eof: Option<u64>,
     /// A read's end said the file changed, or it was another size when opened again.
     changed: bool,
+    /// What is in flight is compressed chunks ([`Request::ReadChunks`]), not raw bytes.
+    chunked: bool,
+    /// Raw bytes per chunk asked for.
+    chunk: u32,
+    /// Chunks arrived and not yet taken: (offset, the frame's payload).
+    chunks: VecDeque<(u64, Vec<u8>)>,
+    /// The offset of the next chunk to arrive.
+    arrive: u64,
 }
 
 impl RemoteFile {
@@ -221,11 +267,21 @@ impl RemoteFile {
         Ok(())
     }
 
-    /// Stat and the first bytes, in one round trip.
+    fn ask_chunks(&mut self, from: u64, len: u64) -> io::Result<()> {
+        let (path, chunk) = (self.path.clone(), self.chunk);
+        let codec = self.inner.squeeze.clone().unwrap_or_default();
+        self.conn()?.send(&Request::ReadChunks { path, offset: from, len, chunk, codec }).map_err(|e| io::Error::other(e.to_string()))?;
+        self.inflight.push_back((from, from + len));
+        self.asked_to = from + len;
+        Ok(())
+    }
+
+    /// Stat and the first bytes, in one round trip (when the agent compresses, only what a file
+    /// packed on this side can hold: a larger one comes compressed).
     fn open(&mut self) -> io::Result<()> {
         let path = self.path.clone();
         self.conn()?.send(&Request::Stat { path }).map_err(|e| io::Error::other(e.to_string()))?;
-        self.ask(0, FIRST)?;
+        self.ask(0, if self.inner.squeeze.is_some() { PACK_LIMIT } else { FIRST })?;
         let c = self.conn.as_mut().expect("connected");
         let stat = match c.answer().map_err(|e| io::Error::other(e.to_string()))? {
             Answer::Reply(b) => serde_json::from_slice::<WireListed>(b).map_err(|e| io::Error::other(e.to_string()))?,
@@ -253,6 +309,7 @@ impl RemoteFile {
         }
         self.buffered.clear();
         self.used = 0;
+        self.chunks.clear();
         Ok(())
     }
 
@@ -267,9 +324,19 @@ impl RemoteFile {
                     self.used = 0;
                 }
                 self.buffered.extend_from_slice(d);
+                self.inner.received.fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+            Answer::Chunk(d) => {
+                self.inner.received.fetch_add(d.len() as u64, Ordering::Relaxed);
+                let (head, _) = ChunkHead::decode(d).ok_or_else(|| io::Error::other(format!("agent at {addr}: a chunk frame cut short")))?;
+                self.chunks.push_back((self.arrive, d.to_vec()));
+                self.arrive += u64::from(head.raw_len);
             }
             Answer::End(ReadEnd { read, size_at_open, changed }) => {
                 let (start, end) = self.inflight.pop_front().ok_or_else(|| io::Error::other(format!("agent at {addr}: an end out of turn")))?;
+                // The next range's chunks start where this one was asked to end (after a short
+                // one, past a gap: not taken).
+                self.arrive = end;
                 if changed || size_at_open != self.stat.len {
                     self.changed = true;
                 }
@@ -286,18 +353,62 @@ impl RemoteFile {
         Ok(())
     }
 
-    /// Restart the stream at `offset`: what is in flight is dropped.
-    fn restart(&mut self, offset: u64) -> io::Result<()> {
+    /// Restart the stream at `offset`, of raw bytes or of `chunk`-byte compressed chunks: what
+    /// is in flight is dropped.
+    fn restart(&mut self, offset: u64, chunk: Option<u32>) -> io::Result<()> {
         self.drain()?;
         self.pos = offset;
         self.asked_to = offset;
+        self.arrive = offset;
         self.eof = None;
+        self.chunked = chunk.is_some();
+        self.chunk = chunk.unwrap_or(0);
         Ok(())
     }
 
+    /// The compressed chunk of `want` raw bytes at `offset`, into `out`.
+    fn chunk_once(&mut self, out: &mut [u8], offset: u64, want: usize) -> io::Result<StoredChunk> {
+        let last = offset + want as u64 >= self.stat.len;
+        if !self.chunked || offset != self.pos || (want as u32 != self.chunk && !last) {
+            self.restart(offset, Some(want as u32))?;
+        }
+        // Ahead in whole chunks, so that every range starts on a chunk the engine asks for.
+        let chunk = u64::from(self.chunk.max(1));
+        let window = (WINDOW / chunk).max(1) * chunk;
+        let ahead = (AHEAD / chunk).max(2) * chunk;
+        let want_end = offset + want as u64;
+        let cap = if self.eof.is_some() { self.asked_to } else { self.stat.len.max(want_end) };
+        let goal = (offset + ahead).min(cap);
+        while self.asked_to < goal {
+            let len = window.min(goal - self.asked_to);
+            self.ask_chunks(self.asked_to, len)?;
+        }
+        loop {
+            if let Some((at, frame)) = self.chunks.pop_front() {
+                if at != self.pos {
+                    // Past a range that came back short: the file ended there.
+                    self.chunks.clear();
+                    return Ok(StoredChunk { raw_len: 0, codec: ZERO_FRAME, stored_len: 0, raw_crc: 0 });
+                }
+                let (head, stored) = ChunkHead::decode(&frame).expect("checked on arrival");
+                let raw_len = head.raw_len as usize;
+                if raw_len > want || stored.len() > out.len() {
+                    return Err(io::Error::other(format!("agent at {}: {}: a chunk of {raw_len} bytes ({} stored) where {want} were asked", self.inner.addr, self.path, stored.len())));
+                }
+                out[..stored.len()].copy_from_slice(stored);
+                self.pos += raw_len as u64;
+                return Ok(StoredChunk { raw_len, codec: head.codec, stored_len: stored.len(), raw_crc: head.raw_crc });
+            }
+            if self.eof.is_some_and(|e| self.pos >= e) || self.inflight.is_empty() {
+                return Ok(StoredChunk { raw_len: 0, codec: ZERO_FRAME, stored_len: 0, raw_crc: 0 });
+            }
+            self.next_frame()?;
+        }
+    }
+
     fn read_once(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if offset != self.pos {
-            self.restart(offset)?;
+        if offset != self.pos || self.chunked {
+            self.restart(offset, None)?;
         }
         let want_end = offset + buf.len() as u64;
         // Keep the stream asked ahead, within the file's size at open (or what this read wants
@@ -347,19 +458,33 @@ impl SourceFile for RemoteFile {
     }
 
     fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.retrying(|f| f.read_once(buf, offset))
+    }
+
+    fn read_stored_at(&mut self, out: &mut [u8], offset: u64, want: usize) -> Option<io::Result<StoredChunk>> {
+        self.inner.squeeze.as_ref()?;
+        Some(self.retrying(|f| f.chunk_once(out, offset, want)))
+    }
+}
+
+impl RemoteFile {
+    /// `op`, and when the link fails, the same again on a new connection, resuming where the
+    /// stream stood (the connection dialled up to [`RETRIES`] times); a second failure is final.
+    fn retrying<T>(&mut self, mut op: impl FnMut(&mut RemoteFile) -> io::Result<T>) -> io::Result<T> {
         let mut failures = 0;
         loop {
-            match self.read_once(buf, offset) {
+            match op(self) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
                 Err(e) => {
-                    // The link: dial again and resume where the stream stood.
                     failures += 1;
                     self.conn = None;
                     self.inflight.clear();
                     self.buffered.clear();
+                    self.chunks.clear();
                     self.used = 0;
                     self.asked_to = self.pos;
+                    self.arrive = self.pos;
                     self.eof = None;
                     if failures > 1 {
                         return Err(io::Error::other(format!("agent at {}: reading {}: {e}", self.inner.addr, self.path)));

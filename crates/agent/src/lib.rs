@@ -9,7 +9,8 @@
 //!   it dialled.
 //! - [`proto`]: the frames on the wire: requests as JSON, file bytes as data frames.
 //! - [`server`]: the agent: list, stat and ranged reads inside the data directory and the
-//!   tablespaces, nothing outside them, and no call that writes.
+//!   tablespaces, nothing outside them, and no call that writes; `squeeze`: its compressors, for
+//!   reads the backup host asks to have compressed (`--compress-on agent`).
 //! - [`client`]: the backup host's side; [`files`]: the agent's host's files as the backup engine
 //!   opens them, streamed, with several reads in flight.
 
@@ -18,6 +19,7 @@ pub mod client;
 pub mod files;
 pub mod proto;
 pub mod server;
+mod squeeze;
 pub mod tls;
 
 pub use client::AgentClient;

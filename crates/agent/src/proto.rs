@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::manifest::Entry;
 
 /// The protocol's version: an agent and a client of different versions refuse each other at hello.
-pub const VERSION: u32 = 1;
-/// The largest payload either side accepts.
-pub const MAX_FRAME: usize = 4 << 20;
+pub const VERSION: u32 = 2;
+/// The largest payload either side accepts: a data frame, or a chunk of the largest transfer
+/// size with its header.
+pub const MAX_FRAME: usize = (sheaf_core::format::MAX_TRANSFER_SIZE as usize) + 64;
 /// The file bytes one data frame carries at most.
 pub const DATA_CHUNK: usize = 1 << 20;
 /// Entries one list frame carries at most.
@@ -29,6 +30,8 @@ pub const END: u8 = 4;
 pub const ERROR: u8 = 5;
 /// Entries of a listing (JSON array of [`WireListed`]).
 pub const LIST: u8 = 6;
+/// One chunk of a file, compressed by the agent: a [`ChunkHead`] and the stored bytes.
+pub const CHUNK: u8 = 7;
 
 /// What a client asks.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -58,6 +61,56 @@ pub enum Request {
         /// Bytes wanted.
         len: u64,
     },
+    /// As `Read`, cut into chunks of `chunk` bytes (the backup's transfer size), each compressed
+    /// with `codec` (a codec spec: `zstd:low`, `lz4`, ...) and sent as a [`CHUNK`] frame.
+    ReadChunks {
+        /// Absolute path.
+        path: String,
+        /// First byte.
+        offset: u64,
+        /// Bytes wanted.
+        len: u64,
+        /// Raw bytes per chunk.
+        chunk: u32,
+        /// How to compress them.
+        codec: String,
+    },
+}
+
+/// The head of a [`CHUNK`] frame; the stored bytes follow it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHead {
+    /// A codec's id, or [`sheaf_core::format::ZERO_FRAME`] for an all-zero chunk (no bytes follow).
+    pub codec: u8,
+    /// The chunk's raw bytes.
+    pub raw_len: u32,
+    /// Their crc32c.
+    pub raw_crc: u32,
+}
+
+impl ChunkHead {
+    /// Its length on the wire.
+    pub const LEN: usize = 9;
+
+    /// Its bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = self.codec;
+        b[1..5].copy_from_slice(&self.raw_len.to_le_bytes());
+        b[5..9].copy_from_slice(&self.raw_crc.to_le_bytes());
+        b
+    }
+
+    /// A frame's head and the stored bytes after it, or `None` when it is too short.
+    pub fn decode(frame: &[u8]) -> Option<(ChunkHead, &[u8])> {
+        let head = frame.get(..Self::LEN)?;
+        let h = ChunkHead {
+            codec: head[0],
+            raw_len: u32::from_le_bytes(head[1..5].try_into().ok()?),
+            raw_crc: u32::from_le_bytes(head[5..9].try_into().ok()?),
+        };
+        Some((h, &frame[Self::LEN..]))
+    }
 }
 
 /// The reply to hello.
@@ -176,5 +229,14 @@ mod tests {
         huge.extend_from_slice(&((MAX_FRAME + 1) as u32).to_le_bytes());
         assert!(read_frame(&mut huge.as_slice(), &mut buf).is_err());
         assert!(read_frame(&mut &wire[..3], &mut buf).is_err(), "a cut header is an error, not an end");
+    }
+
+    #[test]
+    fn chunk_heads_round_trip() {
+        let h = ChunkHead { codec: 3, raw_len: 1 << 20, raw_crc: 0xdead_beef };
+        let mut frame = h.encode().to_vec();
+        frame.extend_from_slice(b"zstd bytes");
+        assert_eq!(ChunkHead::decode(&frame), Some((h, &b"zstd bytes"[..])));
+        assert_eq!(ChunkHead::decode(&frame[..ChunkHead::LEN - 1]), None);
     }
 }

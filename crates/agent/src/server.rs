@@ -14,10 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use sheaf_core::codec::CodecSpec;
+use sheaf_core::format::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
 use sheaf_core::source::{list_one, list_tree};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::certs::fingerprint;
+use crate::squeeze::Squeezer;
 use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireListed, DATA_CHUNK, LIST_BATCH};
 
 /// What the agent serves, and where.
@@ -31,6 +34,9 @@ pub struct AgentConfig {
     pub tls_dir: PathBuf,
     /// Connections served at once (more wait in the kernel's backlog).
     pub max_connections: usize,
+    /// Threads that compress one connection's reads, for backup hosts that ask the agent to
+    /// compress (`--compress-on agent`).
+    pub threads: usize,
 }
 
 /// Where the agent reports connections refused and failures (it never prints by itself).
@@ -44,6 +50,7 @@ pub struct Agent {
     pgdata: PathBuf,
     system_identifier: String,
     max_connections: usize,
+    threads: usize,
 }
 
 fn wire(kind: &str, message: impl Into<String>) -> WireError {
@@ -115,7 +122,7 @@ impl Agent {
         let (tls, allowed) = crate::tls::server_config(&config.tls_dir)?;
         let listener = TcpListener::bind(&config.listen)
             .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot listen on {} (give --listen ADDR:PORT, e.g. 0.0.0.0:7400)", config.listen), e))?;
-        Ok(Agent { listener, tls, allowed: Arc::new(allowed), pgdata: config.pgdata.clone(), system_identifier: id.to_string(), max_connections: config.max_connections.max(1) })
+        Ok(Agent { listener, tls, allowed: Arc::new(allowed), pgdata: config.pgdata.clone(), system_identifier: id.to_string(), max_connections: config.max_connections.max(1), threads: config.threads.max(1) })
     }
 
     /// The address it listens on.
@@ -149,9 +156,9 @@ impl Agent {
             }
             busy.fetch_add(1, Ordering::Relaxed);
             let (tls, allowed, busy, log) = (self.tls.clone(), self.allowed.clone(), busy.clone(), log.clone());
-            let (pgdata, id) = (self.pgdata.clone(), self.system_identifier.clone());
+            let served = Served { pgdata: self.pgdata.clone(), id: self.system_identifier.clone(), threads: self.threads };
             std::thread::spawn(move || {
-                if let Err(e) = serve_one(stream, tls, &allowed, &pgdata, &id) {
+                if let Err(e) = serve_one(stream, tls, &allowed, &served) {
                     log(&format!("{peer}: {e}"));
                 }
                 busy.fetch_sub(1, Ordering::Relaxed);
@@ -161,7 +168,16 @@ impl Agent {
     }
 }
 
-fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String>, pgdata: &Path, id: &str) -> std::result::Result<(), String> {
+/// What a connection serves.
+struct Served {
+    pgdata: PathBuf,
+    /// The cluster's system identifier.
+    id: String,
+    /// Compressor threads for chunked reads.
+    threads: usize,
+}
+
+fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String>, served: &Served) -> std::result::Result<(), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
@@ -185,6 +201,7 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
     let _ = s.sock.set_read_timeout(Some(Duration::from_secs(900)));
     let mut buf = Vec::new();
     let mut data = vec![0u8; DATA_CHUNK];
+    let mut squeezer = None;
     loop {
         let kind = match proto::read_frame(&mut s, &mut buf) {
             Ok(Some(k)) => k,
@@ -199,12 +216,13 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
                 return Err("a frame that is not a request".into());
             }
         };
-        answer(&mut s, request, pgdata, id, &mut data).map_err(|e| format!("writing an answer: {e}"))?;
+        answer(&mut s, request, served, &mut data, &mut squeezer).map_err(|e| format!("writing an answer: {e}"))?;
         s.flush().map_err(|e| format!("writing an answer: {e}"))?;
     }
 }
 
-fn answer(s: &mut impl Write, request: Request, pgdata: &Path, id: &str, data: &mut [u8]) -> std::io::Result<()> {
+fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8], squeezer: &mut Option<Squeezer>) -> std::io::Result<()> {
+    let (pgdata, id) = (served.pgdata.as_path(), served.id.as_str());
     let roots = roots(pgdata);
     match request {
         Request::Hello { version } => {
@@ -244,18 +262,9 @@ fn answer(s: &mut impl Write, request: Request, pgdata: &Path, id: &str, data: &
             }
         }
         Request::Read { path, offset, len } => {
-            let file = match confine(&path, &roots) {
-                Ok(p) => p,
+            let (f, before) = match open_confined(&path, &roots) {
+                Ok(x) => x,
                 Err(e) => return refuse(s, e),
-            };
-            let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc_noatime() | nonblock()).open(&file).or_else(|_| std::fs::OpenOptions::new().read(true).custom_flags(nonblock()).open(&file)) {
-                Ok(f) => f,
-                Err(e) => return refuse(s, wire(if e.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" }, format!("{path}: {e}"))),
-            };
-            let before = match f.metadata() {
-                Ok(m) if m.is_file() => m,
-                Ok(_) => return refuse(s, wire("denied", format!("{path} is not a regular file"))),
-                Err(e) => return refuse(s, wire("io", format!("{path}: {e}"))),
             };
             let mut at = offset;
             let end = offset.saturating_add(len);
@@ -272,10 +281,65 @@ fn answer(s: &mut impl Write, request: Request, pgdata: &Path, id: &str, data: &
                 proto::write_frame(s, proto::DATA, &data[..got])?;
                 at += got as u64;
             }
-            let changed = f.metadata().map(|a| a.len() != before.len() || a.mtime() != before.mtime() || a.mtime_nsec() != before.mtime_nsec()).unwrap_or(true);
-            proto::write_json(s, proto::END, &ReadEnd { read: at - offset, size_at_open: before.len(), changed })
+            read_end(s, &f, &before, at - offset)
+        }
+        Request::ReadChunks { path, offset, len, chunk, codec } => {
+            let spec = match CodecSpec::parse(&codec) {
+                Ok(c) if !c.is_auto() => c,
+                Ok(_) => return refuse(s, wire("protocol", "the agent compresses at one level: give a codec and level, not auto")),
+                Err(e) => return refuse(s, wire("protocol", e.to_string())),
+            };
+            if !(MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE).contains(&u64::from(chunk)) {
+                return refuse(s, wire("protocol", format!("chunks of {chunk} bytes: the agent compresses chunks of {MIN_TRANSFER_SIZE} to {MAX_TRANSFER_SIZE} bytes")));
+            }
+            let (f, before) = match open_confined(&path, &roots) {
+                Ok(x) => x,
+                Err(e) => return refuse(s, e),
+            };
+            if squeezer.as_ref().is_none_or(|q| q.codec() != spec) {
+                *squeezer = None;
+                match Squeezer::new(spec, served.threads) {
+                    Ok(q) => *squeezer = Some(q),
+                    Err(e) => return refuse(s, wire("io", e.to_string())),
+                }
+            }
+            let q = squeezer.as_mut().expect("just made");
+            let f = Arc::new(f);
+            // A read that fails is told as one (the chunks before it stand); a link that fails
+            // ends the connection.
+            let mut link = None;
+            let sent = q.run(&f, offset, len, chunk as usize, |frame| {
+                proto::write_frame(s, proto::CHUNK, frame).inspect_err(|e| link = Some(e.kind()))
+            });
+            match sent {
+                Ok(n) => read_end(s, &f, &before, n),
+                Err(e) if link.is_some() => Err(e),
+                Err(e) => refuse(s, wire("io", format!("{path}: {e}"))),
+            }
         }
     }
+}
+
+/// A regular file inside the roots, open for reading, and its stat at open.
+fn open_confined(path: &str, roots: &[PathBuf]) -> std::result::Result<(std::fs::File, std::fs::Metadata), WireError> {
+    let file = confine(path, roots)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_noatime() | nonblock())
+        .open(&file)
+        .or_else(|_| std::fs::OpenOptions::new().read(true).custom_flags(nonblock()).open(&file))
+        .map_err(|e| wire(if e.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" }, format!("{path}: {e}")))?;
+    match f.metadata() {
+        Ok(m) if m.is_file() => Ok((f, m)),
+        Ok(_) => Err(wire("denied", format!("{path} is not a regular file"))),
+        Err(e) => Err(wire("io", format!("{path}: {e}"))),
+    }
+}
+
+/// The end of a read of `read` bytes: whether the file changed since `before`.
+fn read_end(s: &mut impl Write, f: &std::fs::File, before: &std::fs::Metadata, read: u64) -> std::io::Result<()> {
+    let changed = f.metadata().map(|a| a.len() != before.len() || a.mtime() != before.mtime() || a.mtime_nsec() != before.mtime_nsec()).unwrap_or(true);
+    proto::write_json(s, proto::END, &ReadEnd { read, size_at_open: before.len(), changed })
 }
 
 /// `O_NOATIME`: reading for a backup should not touch access times (refused for files of

@@ -46,7 +46,7 @@ fn fixture() -> Fixture {
     std::fs::write(dir.path().join("secret"), b"outside").unwrap();
     let tls = dir.path().join("tls");
     certs::init(&tls, &[]).unwrap();
-    let agent = Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: pgdata.clone(), tls_dir: tls.clone(), max_connections: 8 }).unwrap();
+    let agent = Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: pgdata.clone(), tls_dir: tls.clone(), max_connections: 8, threads: 2 }).unwrap();
     let addr = format!("127.0.0.1:{}", agent.local_addr().unwrap().port());
     let log = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -180,4 +180,62 @@ fn init_certs_never_overwrites_and_keeps_keys_private() {
     assert_eq!(e.kind(), ErrorKind::TargetNotEmpty);
     assert_eq!(std::fs::read(tls.join(certs::CA_KEY)).unwrap(), before, "the CA's key is untouched");
     assert!(certs::init(&d.path().join("bad"), &["not a name!".into()]).is_err());
+}
+
+/// A backup of `root` through `files` into two stripes in `out`, then restored and compared.
+fn backup_through(files: sheaf_agent::AgentFiles, root: &Path, out: &Path, codec: &str, encrypted: bool) -> sheaf_core::BackupReport {
+    use sheaf_core::{Backup, BackupOptions, Location, NoProgress, RestoreOptions, Tuning};
+    std::fs::create_dir_all(out).unwrap();
+    let stripes: Vec<Location> = (0..2).map(|k| Location::file(out.join(format!("s{k}.sheaf")))).collect();
+    let mut opts = BackupOptions::new(stripes.clone());
+    opts.codec = sheaf_core::CodecSpec::parse(codec).unwrap();
+    opts.transfer_size = 256 << 10;
+    let keys = encrypted.then(|| Arc::new(sheaf_core::Keys::from_passphrase(b"k".to_vec()).unwrap().with_argon2(64, 1, 1).unwrap()));
+    opts.encryption = keys.clone().map(|k| sheaf_core::crypto::Encryption { kdf: k.fresh_kdf().unwrap(), keys: k });
+    let files: Arc<dyn sheaf_core::source::Files> = Arc::new(files);
+    let listed = files.list_tree(root, 0, &mut Vec::new()).unwrap();
+    let mut b = Backup::start(&opts, Tuning::resolve(&opts, 1).unwrap(), Arc::new(NoProgress)).unwrap();
+    b.read_through(files);
+    b.add_tree(sheaf_core::manifest::Root { name: String::new(), path: p(root) }, listed).unwrap();
+    let r = b.finish(serde_json::json!({ "kind": "directory" })).unwrap();
+    let set = sheaf_core::BackupSet::open_with(&stripes, &sheaf_core::LocalOnly, keys.as_deref()).unwrap();
+    let back = out.join("restored");
+    sheaf_core::restore(&set, &RestoreOptions::new(&back), Arc::new(NoProgress)).unwrap();
+    sheaf_core::datagen::compare_trees(root, &back).unwrap();
+    r
+}
+
+#[test]
+fn the_agent_compresses_chunks_that_restore_byte_for_byte() {
+    let f = fixture();
+    let rel = f.pgdata.join("base/5");
+    // Text-like pages, a hole of zeros, noise that does not shrink, and a tail of odd length.
+    let mut big: Vec<u8> = (0..(3u32 << 20)).map(|i| b"lineitem|1995-03-15|DELIVER IN PERSON|"[(i % 38) as usize]).collect();
+    big.extend(std::iter::repeat_n(0u8, 1 << 20));
+    big.extend((0..(700u32 << 10) + 123).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    std::fs::write(rel.join("16500"), &big).unwrap();
+    std::fs::write(rel.join("16501"), &big[..300 << 10]).unwrap();
+    let raw: u64 = big.len() as u64 + (300 << 10) + 3 * 8192;
+
+    let plain = sheaf_agent::AgentFiles::connect(&f.addr, &f.tls).unwrap();
+    let counted = plain.clone();
+    let d = tempfile::tempdir().unwrap();
+    let r = backup_through(plain, &rel, &d.path().join("host"), "zstd:low", false);
+    assert_eq!(r.bytes_read, raw);
+    assert!(counted.received() >= raw - (1 << 20), "raw bytes cross the link (all but the zeros): {} of {raw}", counted.received());
+
+    for (codec, encrypted) in [("zstd:low", false), ("lz4", true), ("deflate:1", false)] {
+        let files = sheaf_agent::AgentFiles::connect(&f.addr, &f.tls).unwrap().compressing(sheaf_core::CodecSpec::parse(codec).unwrap()).unwrap();
+        let counted = files.clone();
+        let r = backup_through(files, &rel, &d.path().join(codec), codec, encrypted);
+        assert_eq!(r.bytes_read, raw, "{codec}");
+        // Compressed text, no zeros, the noise raw: well under half.
+        assert!(counted.received() < raw / 2, "{codec}: {} of {raw} bytes crossed the link", counted.received());
+        assert!(r.bytes_written < raw / 2, "{codec}: {}", r.bytes_written);
+    }
+    for bad in ["auto", "none"] {
+        let e = sheaf_agent::AgentFiles::connect(&f.addr, &f.tls).unwrap().compressing(sheaf_core::CodecSpec::parse(bad).unwrap()).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("--compress-on agent"), "{e}");
+    }
 }

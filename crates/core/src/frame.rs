@@ -50,6 +50,21 @@ fn sealed_aad(h: &FrameHeader) -> [u8; 28] {
     h.encode()[..28].try_into().expect("28 bytes")
 }
 
+/// Seal the `n` stored bytes at `out[12..]` in place: `out` becomes [number 8][raw crc 4][stored
+/// bytes][tag 16], the middle two encrypted, and `header` says so (its raw crc moves inside).
+fn seal_body(seal: &Sealing, header: &mut FrameHeader, raw_crc: u32, out: &mut [u8], n: usize) -> FrameHeader {
+    let body_at = 12;
+    let number = seal.counter.fetch_add(1, Ordering::Relaxed);
+    header.stored_len = (n + FRAME_OVERHEAD) as u32;
+    header.raw_crc = 0;
+    out[0..8].copy_from_slice(&number.to_le_bytes());
+    out[8..12].copy_from_slice(&raw_crc.to_le_bytes());
+    let tag = seal.cipher.seal(NONCE_FRAMES, number, &sealed_aad(header), &mut out[8..body_at + n]);
+    out[body_at + n..body_at + n + TAG_LEN].copy_from_slice(&tag);
+    header.stored_crc = crc32c::crc32c(&out[..n + FRAME_OVERHEAD]);
+    *header
+}
+
 /// Compresses chunks into frames. One per thread; it keeps the codec's state. The frame's payload
 /// is written into a buffer the caller hands in (a pipeline's pool buffer, so that the compressed
 /// bytes travel on in it without a copy).
@@ -150,15 +165,29 @@ impl FrameEncoder {
                 raw.len()
             }
         };
-        let number = seal.counter.fetch_add(1, Ordering::Relaxed);
-        header.stored_len = (n + FRAME_OVERHEAD) as u32;
-        header.raw_crc = 0;
-        out[0..8].copy_from_slice(&number.to_le_bytes());
-        out[8..12].copy_from_slice(&raw_crc.to_le_bytes());
-        let tag = seal.cipher.seal(NONCE_FRAMES, number, &sealed_aad(&header), &mut out[8..body_at + n]);
-        out[body_at + n..body_at + n + TAG_LEN].copy_from_slice(&tag);
-        header.stored_crc = crc32c::crc32c(&out[..n + FRAME_OVERHEAD]);
-        Ok((header, Payload::Packed(n + FRAME_OVERHEAD)))
+        Ok((seal_body(seal, &mut header, raw_crc, out, n), Payload::Packed(n + FRAME_OVERHEAD)))
+    }
+
+    /// The frame for a chunk compressed elsewhere (by the agent on the database host): `buf`'s
+    /// first `n` bytes are the output of `header`'s codec for its `raw_len` raw bytes, whose
+    /// crc32c is its `raw_crc` (its file, offset and flags are the frame's; its stored length and
+    /// checksum are made here). Unsealed, the payload stays where it is, its first `n` bytes;
+    /// sealed, it is sealed in place and grows by [`FRAME_OVERHEAD`], which `buf` must have room for.
+    ///
+    /// # Errors
+    /// A sealed frame whose `buf` has no room (a caller's sizing fault).
+    pub fn adopt(&self, mut header: FrameHeader, buf: &mut [u8], n: usize) -> Result<(FrameHeader, usize)> {
+        header.stored_len = n as u32;
+        let raw_crc = header.raw_crc;
+        let Some(seal) = &self.seal else {
+            header.stored_crc = crc32c::crc32c(&buf[..n]);
+            return Ok((header, n));
+        };
+        if buf.len() < n + FRAME_OVERHEAD {
+            return Err(crate::error::Error::invalid(format!("internal: sealing {n} stored bytes needs a buffer of {} bytes, not {}", n + FRAME_OVERHEAD, buf.len())));
+        }
+        buf.copy_within(..n, 12);
+        Ok((seal_body(seal, &mut header, raw_crc, buf, n), n + FRAME_OVERHEAD))
     }
 
     /// The zero frame for `len` bytes of a hole (a sparse file's, read by its extents) at `offset`
@@ -320,5 +349,31 @@ mod tests {
             assert!(matches!(round_trip_sealed(spec, &noise, Some(cipher.clone())), Payload::Packed(_)), "{spec}");
         }
         assert_eq!(round_trip_sealed("zstd:low", &[0u8; 8192], Some(cipher)), Payload::Zero);
+    }
+
+    #[test]
+    fn chunks_compressed_elsewhere_are_framed_as_this_encoder_would() {
+        let keys = crate::crypto::Keys::from_passphrase(b"p".to_vec()).unwrap().with_argon2(64, 1, 1).unwrap();
+        let (_, cipher) = keys.seal(keys.fresh_kdf().unwrap()).unwrap();
+        let text: Vec<u8> = (0..60_000u32).map(|i| b"postgres pages "[(i % 15) as usize]).collect();
+        let spec = CodecSpec::parse("zstd:low").unwrap();
+        for cipher in [None, Some(cipher)] {
+            // What the agent sends: the codec's output, and the raw bytes' checksum.
+            let mut elsewhere = FrameEncoder::new(spec).unwrap();
+            let mut buf = vec![0u8; FrameEncoder::out_len(spec, text.len(), true)];
+            let (h, p) = elsewhere.encode(0, 0, &text, &mut buf).unwrap();
+            let Payload::Packed(n) = p else { panic!("text compresses") };
+            let here = FrameEncoder::new(spec).unwrap().sealed(cipher.clone().map(Sealing::new));
+            let at = FrameHeader { file_id: 9, offset: 1 << 20, raw_len: text.len() as u32, stored_len: 0, codec: CodecKind::Zstd as u8, flags: 0, raw_crc: h.raw_crc, stored_crc: 0 };
+            let (header, len) = here.adopt(at, &mut buf, n).unwrap();
+            assert_eq!(len, n + if cipher.is_some() { FRAME_OVERHEAD } else { 0 });
+            assert_eq!((header.file_id, header.offset, header.stored_len as usize), (9, 1 << 20, len));
+            let mut out = vec![0u8; text.len()];
+            let (raw, crc) = FrameDecoder::new(cipher.clone()).decode(&header, Some(&mut buf[..len]), &mut out).unwrap();
+            assert_eq!((raw, crc), (Some(&text[..]), crc32c::crc32c(&text)));
+            if cipher.is_some() {
+                assert!(here.adopt(at, &mut buf[..n + 3], n).is_err(), "no room to seal");
+            }
+        }
     }
 }

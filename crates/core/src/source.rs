@@ -279,6 +279,22 @@ mod tests {
     }
 }
 
+/// A chunk its host compressed before sending it (the agent's `--compress-on agent`): what
+/// [`SourceFile::read_stored_at`] put at the start of the buffer it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredChunk {
+    /// The chunk's raw bytes (0: the file ends at the offset asked).
+    pub raw_len: usize,
+    /// How the bytes in the buffer are stored: a codec's id ([`crate::codec::CodecKind`]; `none`
+    /// is the raw bytes themselves), or [`crate::format::ZERO_FRAME`] for an all-zero chunk
+    /// (nothing in the buffer).
+    pub codec: u8,
+    /// Bytes of the buffer that hold it.
+    pub stored_len: usize,
+    /// crc32c of the raw bytes, as the host computed it before compressing.
+    pub raw_crc: u32,
+}
+
 /// What a reader judges a source file by: its size and modification time when opened and after.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FileStat {
@@ -324,6 +340,12 @@ pub trait SourceFile: Send {
     fn sequential(&mut self) {}
     /// Advice: these bytes will be read soon.
     fn will_need(&mut self, _offset: u64, _len: u64) {}
+    /// Where the file's host compresses what it sends: the chunk of up to `want` raw bytes at
+    /// `offset`, stored into `out` (of at least `want` bytes). `None` where the host sends raw
+    /// bytes (every local file): the reader then uses [`SourceFile::read_at`].
+    fn read_stored_at(&mut self, _out: &mut [u8], _offset: u64, _want: usize) -> Option<std::io::Result<StoredChunk>> {
+        None
+    }
 }
 
 /// Where a backup's files are listed and opened: this host's file systems ([`LocalFiles`]), or

@@ -29,4 +29,8 @@ pub struct AgentArgs {
     /// Backup hosts' connections served at once.
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_connections: usize,
+    /// Threads that compress one backup host's reads when it asks the agent to compress
+    /// (sheaf backup --compress-on agent). Default: this host's cores.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }

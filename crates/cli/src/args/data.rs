@@ -36,6 +36,14 @@ pub struct BackupArgs {
     /// cores. Default: agent in the config file.
     #[arg(long, value_name = "HOST:PORT")]
     pub agent: Option<String>,
+    /// PostgreSQL, through --agent: where large files are compressed. `host`: here, on the
+    /// backup host's cores (the link carries raw bytes). `agent`: on the database host, chunk by
+    /// chunk on the agent's threads (its --threads), so that the link carries compressed bytes:
+    /// for a link slower than the codec. Needs a codec and level (not none or auto); small files
+    /// still come raw and are packed here. Either way every chunk is checked here (decompressed,
+    /// its checksum and page checksums verified) before it is written.
+    #[arg(long, value_name = "host|agent", default_value = "host", value_parser = ["host", "agent"])]
+    pub compress_on: String,
     /// PostgreSQL: how the cluster is read: `files` (its data directory, here or through --agent)
     /// or `base-backup` (over the replication protocol, BASE_BACKUP, as pg_basebackup reads it:
     /// nothing of sheaf's on the database host; the role needs REPLICATION and pg_hba.conf a

@@ -31,6 +31,7 @@ pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
         pgdata: PathBuf::from(need("agent-pgdata", a.pgdata.map(|p| p.display().to_string()), "--pgdata DIR")?),
         tls_dir: PathBuf::from(need("tls-dir", a.tls_dir.map(|p| p.display().to_string()), "--tls-dir DIR (made by sheaf agent --init-certs DIR)")?),
         max_connections: a.max_connections,
+        threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
     let agent = Agent::bind(&config)?;
     eprintln!(

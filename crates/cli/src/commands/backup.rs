@@ -70,8 +70,10 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                     let tls = ctx.settings.get("tls-dir", a.tls_dir.as_ref().map(|p| p.display().to_string())).map(|(v, _)| v).ok_or_else(|| {
                         Error::invalid("--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs")
                     })?;
-                    Some(sheaf_agent::AgentFiles::connect(&addr, std::path::Path::new(&tls))?)
+                    let files = sheaf_agent::AgentFiles::connect(&addr, std::path::Path::new(&tls))?;
+                    Some(if a.compress_on == "agent" { files.compressing(opts.codec)? } else { files })
                 }
+                None if a.compress_on == "agent" => return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host")),
                 None => None,
             };
             // Through an agent, the data directory is the one it serves unless told otherwise.
@@ -118,8 +120,8 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
-            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" || a.agent.is_some() || a.via != "files" {
-                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
+            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" || a.agent.is_some() || a.via != "files" || a.compress_on != "host" {
+                return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }
             (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
         }

@@ -8,7 +8,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::auto::AutoLevel;
 use super::check::run_check;
-use super::job::Job;
+use super::job::{Job, Stored};
+use crate::codec::{CodecKind, DecompressorSet};
+use crate::error::{Error, Result};
 use crate::format::{FrameHeader, FLAG_PACKED};
 use crate::frame::{FrameEncoder, Payload};
 use crate::pipeline::{PoolBuf, Shared};
@@ -56,15 +58,16 @@ pub(super) fn compress_loop(
     shared: &Shared,
 ) -> CompressStats {
     let mut stats = CompressStats::default();
+    let mut decoders = DecompressorSet::default();
     loop {
         // How long this compressor waits for a chunk: `auto`'s measure of spare time.
         let waited = Instant::now();
-        let Ok(job) = rx.recv() else { break };
+        let Ok(mut job) = rx.recv() else { break };
         let idle = waited.elapsed();
         if shared.is_cancelled() {
             continue;
         }
-        let Some(buf) = job.buf else {
+        let Some(buf) = job.buf.take() else {
             stats.zero += 1;
             let header = FrameEncoder::hole(job.file_id, job.offset, job.len as u32);
             if tx.send(Frame { header, buf: None, parts: Vec::new(), raw_crc: header.raw_crc, hash: 0 }).is_err() {
@@ -72,6 +75,19 @@ pub(super) fn compress_loop(
             }
             continue;
         };
+        if let Some(stored) = job.stored {
+            let adopted = adopt(&encoder, &mut decoders, spare.as_deref_mut(), &job, buf, stored, shared);
+            match adopted {
+                Ok(frame) => {
+                    stats.raw += u64::from(stored.codec == CodecKind::None);
+                    if tx.send(frame).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => shared.fail(e),
+            }
+            continue;
+        }
         let raw = &buf[..job.len];
         if let Some(c) = &job.check {
             run_check(c, job.offset, raw, shared);
@@ -115,7 +131,7 @@ pub(super) fn compress_loop(
             }
             Ok((header, Payload::Packed(_))) => {
                 // Sealed frames are all "packed" into the output, stored raw or not.
-                stats.raw += u64::from(encoder.compresses() && header.codec == crate::codec::CodecKind::None as u8);
+                stats.raw += u64::from(encoder.compresses() && header.codec == CodecKind::None as u8);
                 // The spare carries the payload on; the chunk's buffer is the next spare.
                 let payload = std::mem::replace(spare.as_mut().expect("an encoder that writes output has a spare"), buf);
                 Frame { header, buf: Some(payload), parts, raw_crc, hash }
@@ -130,4 +146,31 @@ pub(super) fn compress_loop(
         }
     }
     stats
+}
+
+/// The frame for a chunk its host compressed: expanded into `spare` (the raw bytes stored as
+/// `none` are the buffer itself) to be checked against the host's checksum, to get its hash
+/// and to run the source's checks on, then framed as it came (sealed when the backup is).
+fn adopt(encoder: &FrameEncoder, decoders: &mut DecompressorSet, spare: Option<&mut [u8]>, job: &Job, mut buf: PoolBuf, stored: Stored, shared: &Shared) -> Result<Frame> {
+    let raw: &[u8] = if stored.codec == CodecKind::None {
+        &buf[..job.len]
+    } else {
+        let out = spare.filter(|s| s.len() >= job.len).ok_or_else(|| Error::invalid("internal: a compressor without room to expand a chunk compressed on the source's host"))?;
+        decoders.decompress(stored.codec, &buf[..stored.len], &mut out[..job.len]).map_err(|e| e.context(format!("a chunk compressed on the source's host (file {}, offset {})", job.file_id, job.offset)))?;
+        &out[..job.len]
+    };
+    let raw_crc = crc32c::crc32c(raw);
+    if raw_crc != stored.raw_crc {
+        return Err(Error::corrupt(format!(
+            "a chunk compressed on the source's host (file {}, offset {}) does not expand to the bytes it was made from (crc32c {raw_crc:08x}, not {:08x})",
+            job.file_id, job.offset, stored.raw_crc
+        )));
+    }
+    if let Some(c) = &job.check {
+        run_check(c, job.offset, raw, shared);
+    }
+    let hash = crate::format::chunk_hash(raw);
+    let at = FrameHeader { file_id: job.file_id, offset: job.offset, raw_len: job.len as u32, stored_len: 0, codec: stored.codec as u8, flags: 0, raw_crc, stored_crc: 0 };
+    let (header, _) = encoder.adopt(at, &mut buf, stored.len)?;
+    Ok(Frame { header, buf: Some(buf), parts: Vec::new(), raw_crc, hash })
 }

@@ -23,6 +23,18 @@ pub(super) struct Job {
     pub(super) check: Option<Arc<CheckCtx>>,
     /// A packed chunk: the files whose bytes lie back to back in `buf` (empty otherwise).
     pub(super) members: Vec<Member>,
+    /// A chunk the source's host compressed already: how `buf` holds it.
+    pub(super) stored: Option<Stored>,
+}
+
+/// A chunk compressed on the source's host (the agent's `--compress-on agent`): `buf`'s first
+/// `len` bytes are `codec`'s output (`none`: the raw bytes) for the job's `len` raw bytes.
+#[derive(Clone, Copy)]
+pub(super) struct Stored {
+    pub(super) codec: crate::codec::CodecKind,
+    pub(super) len: usize,
+    /// crc32c of the raw bytes, as the host computed it.
+    pub(super) raw_crc: u32,
 }
 
 /// One small file in a packed chunk.

@@ -34,7 +34,7 @@ impl Packer {
         if members.is_empty() {
             return true;
         }
-        let job = Job { file_id: members[0].file_id, offset: members[0].offset, len: used, buf: Some(buf), check: None, members };
+        let job = Job { file_id: members[0].file_id, offset: members[0].offset, len: used, buf: Some(buf), check: None, members, stored: None };
         if self.tx.send(job).is_err() {
             self.shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
             return false;
@@ -74,7 +74,7 @@ impl Packer {
             }
             None => None,
         };
-        let job = Job { file_id, offset, len, buf, check: None, members: Vec::new() };
+        let job = Job { file_id, offset, len, buf, check: None, members: Vec::new(), stored: None };
         if self.tx.send(job).is_err() {
             self.shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
             return false;

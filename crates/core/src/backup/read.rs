@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
-use super::job::{open_source, outcome, read_full_at, Job, ReadOutcome, Work};
+use super::job::{open_source, outcome, read_full_at, Job, ReadOutcome, Stored, Work};
 use super::pack::{read_changes, Packer};
 use crate::error::{io_at, Error, ErrorKind, Result};
-use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT};
+use crate::codec::CodecKind;
+use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT, ZERO_FRAME};
 use crate::pipeline::{Pool, Shared};
-use crate::source::Files;
+use crate::source::{Files, StoredChunk};
 
 /// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
 /// `readers` groups of about equal bytes.
@@ -72,7 +73,7 @@ fn read_one(w: &Work, files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &S
                             return stopped(offset);
                         }
                         let len = (data - offset).min(MAX_ZERO_FRAME as u64);
-                        if !send(Job { file_id, offset, len: len as usize, buf: None, check: None, members: Vec::new() }) {
+                        if !send(Job { file_id, offset, len: len as usize, buf: None, check: None, members: Vec::new(), stored: None }) {
                             break 'file;
                         }
                         shared.count(len);
@@ -96,12 +97,20 @@ fn read_one(w: &Work, files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &S
             }
             let Some(mut buf) = pool.take(shared) else { return stopped(offset) };
             let want = (end - offset).min(ts as u64) as usize;
-            let got = read_full_at(file.as_mut(), &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
+            let (got, stored, zero) = match file.read_stored_at(&mut buf, offset, want) {
+                None => (read_full_at(file.as_mut(), &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?, None, false),
+                Some(c) => {
+                    let c = c.map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
+                    stored_as(&c, want, buf.len(), path)?
+                }
+            };
             if got == 0 {
                 shrank = true;
                 break 'file;
             }
-            if !send(Job { file_id, offset, len: got, buf: Some(buf), check: w.check.clone(), members: Vec::new() }) {
+            // A chunk its host found all zero comes as a zero frame, its buffer unused.
+            let (buf, check) = if zero { (None, None) } else { (Some(buf), w.check.clone()) };
+            if !send(Job { file_id, offset, len: got, buf, check, members: Vec::new(), stored }) {
                 break 'file;
             }
             shared.count(got as u64);
@@ -113,6 +122,23 @@ fn read_one(w: &Work, files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &S
         }
     }
     outcome(w, file.as_mut(), &before, offset, shrank)
+}
+
+/// A chunk its host compressed, checked for sense: its raw length, how it is stored (none for
+/// a zero chunk), and whether it is all zero.
+fn stored_as(c: &StoredChunk, want: usize, room: usize, path: &std::path::Path) -> Result<(usize, Option<Stored>, bool)> {
+    let bad = |what: String| Error::corrupt(format!("{}: the source's host sent {what}", path.display()));
+    if c.raw_len > want {
+        return Err(bad(format!("a chunk of {} bytes where at most {want} were asked", c.raw_len)));
+    }
+    if c.codec == ZERO_FRAME {
+        return Ok((c.raw_len, None, true));
+    }
+    let codec = CodecKind::from_id(c.codec).ok_or_else(|| bad(format!("a chunk in an unknown codec ({})", c.codec)))?;
+    if c.stored_len > room || (codec == CodecKind::None && c.stored_len != c.raw_len) {
+        return Err(bad(format!("a chunk of {} stored bytes for {} raw", c.stored_len, c.raw_len)));
+    }
+    Ok((c.raw_len, Some(Stored { codec, len: c.stored_len, raw_crc: c.raw_crc }), false))
 }
 
 /// Read a reader's files: a file of [`PACK_LIMIT`] or more chunk by chunk on its own; smaller

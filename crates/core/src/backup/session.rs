@@ -421,7 +421,7 @@ impl Backup {
         for (i, chunk) in data.chunks(self.tuning.transfer_size).enumerate() {
             let Some(mut buf) = self.pool.take(&self.shared) else { break };
             buf[..chunk.len()].copy_from_slice(chunk);
-            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf: Some(buf), check: None, members: Vec::new() };
+            let job = Job { file_id, offset: (i * self.tuning.transfer_size) as u64, len: chunk.len(), buf: Some(buf), check: None, members: Vec::new(), stored: None };
             if tx.send(job).is_err() {
                 break;
             }

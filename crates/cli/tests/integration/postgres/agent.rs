@@ -1,8 +1,9 @@
 //! Backups from a backup host: `sheaf agent` serves a real cluster's files, and `sheaf backup
 //! --agent` runs where those files cannot be seen (a mount namespace of its own with the data
 //! directory hidden under an empty tmpfs, when the suite runs as root), so every byte comes
-//! through the agent. Full and incremental backups restore to clusters that start with pgbench's
-//! balances agreeing and pg_amcheck clean; an agent killed mid-read fails the backup clearly.
+//! through the agent. A full backup compressed on the agent and an incremental compressed here
+//! restore to clusters that start with pgbench's balances agreeing and pg_amcheck clean; an
+//! agent killed mid-read fails the backup clearly.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,7 +109,8 @@ fn a_backup_host_reads_the_cluster_through_the_agent() {
         cmd.args(["backup", &url, "--repo", r, "--agent", &agent.addr, "--tls-dir", host.to_str().unwrap(), "--json"]).args(extra);
         json(ok(run(&mut cmd), &format!("backup through the agent {extra:?}")))
     };
-    let full = through(&[]);
+    // The full one compressed on the agent's host, the incremental here.
+    let full = through(&["--compress-on", "agent", "-c", "zstd:low"]);
     assert!(full["bytes_read"].as_u64().unwrap() > 20 << 20, "{full}");
     std::thread::sleep(Duration::from_millis(1500));
     let incr = through(&["--type", "incr", "--check-changes"]);
@@ -144,6 +146,9 @@ fn an_agent_killed_mid_read_or_of_another_cluster_fails_the_backup_clearly() {
     // Without the certificates' folder.
     let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", "127.0.0.1:1"]));
     assert_fails(&o, 2, &["--agent needs --tls-dir"]);
+    // Compressing on an agent that is not named, or at a level it cannot keep.
+    let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--compress-on", "agent"]));
+    assert_fails(&o, 2, &["--compress-on agent needs --agent"]);
     // Nothing listening.
     let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", "127.0.0.1:1", "--tls-dir", h]));
     assert_fails(&o, 7, &["agent at 127.0.0.1:1", "cannot connect"]);
@@ -153,6 +158,8 @@ fn an_agent_killed_mid_read_or_of_another_cluster_fails_the_backup_clearly() {
     let wrong = AgentProc::start(&other.data, &tls, base.path().join("wrong.log"));
     let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", &wrong.addr, "--tls-dir", h, "--pgdata", other.data.to_str().unwrap()]));
     assert_fails(&o, 2, &["holds cluster", "is cluster"]);
+    let o = run(on_backup_host(&c.data).args(["backup", &url, "--repo", r, "--agent", &wrong.addr, "--tls-dir", h, "--compress-on", "agent", "-c", "auto"]));
+    assert_fails(&o, 2, &["compresses at one level", "not auto"]);
     drop(wrong);
 
     // Killed mid-read: the backup dials again a bounded number of times, then fails, keeping nothing.
