@@ -6,6 +6,7 @@
 # Measured, each after dropping the page cache (COLD=1, the default), each into a fresh folder:
 #   - the line: 512 MiB of zeros sent across the same relay and link;
 #   - sheaf backup --agent, compressing here (zstd:low);
+#   - sheaf backup --agent --compress-on agent, the agent compressing on the database host's cores;
 #   - sheaf backup --via base-backup, the same stream pg_basebackup reads, compressed here;
 #   - pg_basebackup over the replication protocol (plain format, -X fetch, no compression);
 #   - pgBackRest through its TLS server (pgbackrest server on the database host, the repository
@@ -97,13 +98,16 @@ B[line]=$(cat "$W/line.bytes")
 sheaf_here() { rm -rf "$W/out/s"; mkdir -p "$W/out/s"; "$S" backup "$REMOTE" --agent "$DB:7401" --tls-dir "$W/tls" --to "$W/out/s/a.sheaf" --json >"$OUT/sheaf-agent.json"; }
 timed sheaf_agent sheaf_here
 B[sheaf_agent]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/sheaf-agent.json")
+sheaf_there() { rm -rf "$W/out/c"; mkdir -p "$W/out/c"; "$S" backup "$REMOTE" --agent "$DB:7401" --tls-dir "$W/tls" --compress-on agent --to "$W/out/c/a.sheaf" --json >"$OUT/sheaf-agent-compressing.json"; }
+timed sheaf_agent_compressing sheaf_there
+B[sheaf_agent_compressing]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/sheaf-agent-compressing.json")
 sheaf_bb() { rm -rf "$W/out/bb"; mkdir -p "$W/out/bb"; "$S" backup "$REMOTE" --via base-backup --to "$W/out/bb/a.sheaf" --json >"$OUT/sheaf-base-backup.json"; }
 timed sheaf_base_backup sheaf_bb
 B[sheaf_base_backup]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/sheaf-base-backup.json")
 basebackup() { rm -rf "$W/out/pgb"; "$PGBIN/pg_basebackup" -d "$REMOTE" -D "$W/out/pgb" -X fetch -c fast -Fp; }
 timed pg_basebackup basebackup
 B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
-ROWS="line sheaf_agent sheaf_base_backup pg_basebackup"
+ROWS="line sheaf_agent sheaf_agent_compressing sheaf_base_backup pg_basebackup"
 
 if command -v pgbackrest >/dev/null && [ "$($PGBIN/postgres --version | grep -o '[0-9]*' | head -1)" -le 15 ]; then
   # Certificates for pgBackRest's TLS server (it names clients by CN), and its two configurations.
@@ -147,6 +151,8 @@ fi
     printf '| %s | %.2f | %.0f | %.1f | %.2f |\n' "$n" "${T[$n]}" "$(echo "${B[$n]} / 1048576" | bc -l)" "$mibs" "$(echo "$mibs / $line_mibs" | bc -l)"
   done
   echo
-  if [ -n "${T[pgbackrest_tls]:-}" ]; then echo "sheaf through the agent against pgBackRest's TLS server: $(echo "${T[pgbackrest_tls]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x (pgBackRest compresses on the database host)"; fi
+  ratio() { echo "${T[$1]} / ${T[$2]}" | bc -l | cut -c1-4; }
+  if [ -n "${T[pgbackrest_tls]:-}" ]; then echo "sheaf through the agent against pgBackRest's TLS server: $(ratio pgbackrest_tls sheaf_agent)x compressing here, $(ratio pgbackrest_tls sheaf_agent_compressing)x compressing on the agent (pgBackRest compresses on the database host)"; fi
+  echo "sheaf --compress-on agent against pg_basebackup: $(ratio pg_basebackup sheaf_agent_compressing)x; it sent $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f\"{r['bytes_written']/r['bytes_read']:.2f}\")" "$OUT/sheaf-agent-compressing.json") of the source's bytes"
   echo "sheaf through the agent against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_agent]}" | bc -l | cut -c1-4)x; sheaf --via base-backup against pg_basebackup: $(echo "${T[pg_basebackup]} / ${T[sheaf_base_backup]}" | bc -l | cut -c1-4)x"
 } | tee "$OUT/agent.md"

@@ -2,7 +2,8 @@
 //! `START_REPLICATION` need, which the `postgres` crate does not speak. Messages are framed and
 //! parsed by `postgres-protocol` (as the `postgres` crate does); this adds the connection (TCP or
 //! a Unix socket, TLS through rustls when the URL's sslmode asks), the start-up and
-//! authentication (trust, password, md5, SCRAM-SHA-256), simple queries, and COPY streams.
+//! authentication (trust, password, md5, SCRAM-SHA-256), simple queries, and COPY streams, both
+//! ways (a standby's status updates go back on START_REPLICATION's stream).
 //!
 //! TLS follows libpq's sslmode: `disable`, `prefer` (TLS when the server offers it, else plain)
 //! and `require` (TLS, the server's certificate not checked, as libpq without a root
@@ -29,9 +30,16 @@ impl<T: Read + Write + Send> Stream for T {}
 /// One row of a result: each column as text, `None` for NULL.
 pub type Row = Vec<Option<String>>;
 
+/// The socket under a stream, for its read timeout.
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
 /// A connection in replication mode.
 pub struct Replication {
     stream: Box<dyn Stream>,
+    sock: Option<Sock>,
     inbuf: BytesMut,
     out: BytesMut,
     url: String,
@@ -94,13 +102,18 @@ impl Replication {
         let hosts: Vec<Host> = if config.get_hosts().is_empty() { vec![Host::Unix("/var/run/postgresql".into())] } else { config.get_hosts().to_vec() };
         let ports = config.get_ports();
         let mut failures = Vec::new();
-        let mut stream: Option<Box<dyn Stream>> = None;
+        let mut stream: Option<(Box<dyn Stream>, Option<Sock>)> = None;
         for (i, host) in hosts.iter().enumerate() {
             let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-            let attempt: Result<Box<dyn Stream>> = match host {
+            let attempt: Result<(Box<dyn Stream>, Option<Sock>)> = match host {
                 Host::Unix(dir) => {
                     let path = dir.join(format!(".s.PGSQL.{port}"));
-                    UnixStream::connect(&path).map(|s| Box::new(s) as Box<dyn Stream>).map_err(|e| io(&format!("cannot connect to {}", path.display()), e))
+                    UnixStream::connect(&path)
+                        .map(|s| {
+                            let sock = s.try_clone().ok().map(Sock::Unix);
+                            (Box::new(s) as Box<dyn Stream>, sock)
+                        })
+                        .map_err(|e| io(&format!("cannot connect to {}", path.display()), e))
                 }
                 Host::Tcp(name) => Self::tcp(name, port, config.get_ssl_mode(), &shown),
             };
@@ -112,15 +125,16 @@ impl Replication {
                 Err(e) => failures.push(e.to_string()),
             }
         }
-        let mut stream = stream.ok_or_else(|| {
+        let (mut stream, sock) = stream.ok_or_else(|| {
             Error::new(ErrorKind::Source, format!("{}; check that the server runs and that host, port or socket directory are right", failures.join("; ")))
         })?;
         let mut out = BytesMut::new();
-        frontend::startup_message([("user", user.as_str()), ("database", "replication"), ("replication", "true"), ("application_name", "sheaf")], &mut out)
+        let app = config.get_application_name().unwrap_or("sheaf");
+        frontend::startup_message([("user", user.as_str()), ("database", "replication"), ("replication", "true"), ("application_name", app)], &mut out)
             .map_err(|e| io("start-up", e))?;
         stream.write_all(&out).map_err(|e| io("start-up", e))?;
         out.clear();
-        let mut c = Replication { stream, inbuf: BytesMut::with_capacity(1 << 20), out, url: shown, server_version: String::new(), notices: Vec::new() };
+        let mut c = Replication { stream, sock, inbuf: BytesMut::with_capacity(1 << 20), out, url: shown, server_version: String::new(), notices: Vec::new() };
         c.authenticate(&user, password.as_deref())?;
         loop {
             match c.read()? {
@@ -134,7 +148,7 @@ impl Replication {
         }
     }
 
-    fn tcp(name: &str, port: u16, mode: SslMode, shown: &str) -> Result<Box<dyn Stream>> {
+    fn tcp(name: &str, port: u16, mode: SslMode, shown: &str) -> Result<(Box<dyn Stream>, Option<Sock>)> {
         let io = |what: &str, e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: {what}: {e}"));
         let addr = format!("{name}:{port}");
         let sock = std::net::ToSocketAddrs::to_socket_addrs(&addr.as_str())
@@ -144,9 +158,10 @@ impl Replication {
         let tcp = TcpStream::connect_timeout(&sock, Duration::from_secs(10)).map_err(|e| io(&format!("cannot connect to {addr}"), e))?;
         let _ = tcp.set_nodelay(true);
         let _ = tcp.set_read_timeout(Some(Duration::from_secs(600)));
+        let sock = tcp.try_clone().ok().map(Sock::Tcp);
         match mode {
-            SslMode::Disable => Ok(Box::new(tcp)),
-            mode => Self::tls(tcp, name, mode == SslMode::Require, shown),
+            SslMode::Disable => Ok((Box::new(tcp), sock)),
+            mode => Self::tls(tcp, name, mode == SslMode::Require, shown).map(|s| (s, sock)),
         }
     }
 
@@ -243,23 +258,42 @@ impl Replication {
 
     fn read(&mut self) -> Result<Msg> {
         loop {
+            if let Some(m) = self.read_some()? {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Whether a whole message is waiting in what was read already (more of a burst to come
+    /// without a wait).
+    pub fn has_message(&self) -> bool {
+        self.inbuf.len() >= 5 && self.inbuf.len() > u32::from_be_bytes(self.inbuf[1..5].try_into().expect("4 bytes")) as usize
+    }
+
+    /// The next message, or `None` when the socket's read timeout passed first.
+    fn read_some(&mut self) -> Result<Option<Msg>> {
+        loop {
             if self.inbuf.len() >= 5 && self.inbuf[0] == b'W' {
                 let len = u32::from_be_bytes(self.inbuf[1..5].try_into().expect("4 bytes")) as usize;
                 if self.inbuf.len() > len {
                     self.inbuf.advance(len + 1);
-                    return Ok(Msg::CopyBoth);
+                    return Ok(Some(Msg::CopyBoth));
                 }
             } else if let Some(m) = Message::parse(&mut self.inbuf).map_err(|e| self.io("reading a message", e))? {
                 if let Message::NoticeResponse(n) = &m {
                     self.notices.push(fields_text(n.fields()).1);
                     continue;
                 }
-                return Ok(Msg::Pg(m));
+                return Ok(Some(Msg::Pg(m)));
             }
             let start = self.inbuf.len();
             self.inbuf.resize(start + (256 << 10), 0);
             let n = match self.stream.read(&mut self.inbuf[start..]) {
                 Ok(n) => n,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    self.inbuf.truncate(start);
+                    return Ok(None);
+                }
                 Err(e) => {
                     self.inbuf.truncate(start);
                     return Err(self.io("reading", e));
@@ -313,6 +347,59 @@ impl Replication {
                 _ => {}
             }
         }
+    }
+
+    /// A command that answers with rows (IDENTIFY_SYSTEM, READ_REPLICATION_SLOT,
+    /// CREATE_REPLICATION_SLOT, TIMELINE_HISTORY): its rows, up to the server being ready again.
+    ///
+    /// # Errors
+    /// The server's error.
+    pub fn query(&mut self, sql: &str) -> Result<Vec<Row>> {
+        frontend::query(sql, &mut self.out).map_err(|e| self.io("sending a command", e))?;
+        self.flush()?;
+        self.finish_copy().map_err(|e| Error::new(e.kind(), e.to_string().replace("after the stream", sql.split_whitespace().next().unwrap_or("command"))))
+    }
+
+    /// Send one CopyData message of a COPY-both stream (a standby's status update).
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn send_copy(&mut self, data: &[u8]) -> Result<()> {
+        frontend::CopyData::new(data).map_err(|e| self.io("a message", e))?.write(&mut self.out);
+        self.flush()
+    }
+
+    /// The next message of a COPY stream, or `None` when nothing came within `wait`.
+    ///
+    /// # Errors
+    /// As [`Replication::next_copy`].
+    pub fn next_copy_within(&mut self, wait: Duration) -> Result<Option<Copy>> {
+        self.set_timeout(Some(wait));
+        let r = loop {
+            match self.read_some() {
+                Ok(None) => break Ok(None),
+                Ok(Some(Msg::Pg(Message::CopyData(d)))) => break Ok(Some(Copy::Data(d.into_bytes()))),
+                Ok(Some(Msg::Pg(Message::CopyDone))) => break Ok(Some(Copy::Done)),
+                Ok(Some(Msg::Pg(Message::ErrorResponse(e)))) => {
+                    let err = self.server_error("the stream", fields_text(e.fields()));
+                    self.set_timeout(Some(Duration::from_secs(600)));
+                    let _ = self.until_ready();
+                    break Err(err);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.set_timeout(Some(Duration::from_secs(600)));
+        r
+    }
+
+    fn set_timeout(&self, wait: Option<Duration>) {
+        let _ = match &self.sock {
+            Some(Sock::Tcp(s)) => s.set_read_timeout(wait),
+            Some(Sock::Unix(s)) => s.set_read_timeout(wait),
+            None => Ok(()),
+        };
     }
 
     /// After a COPY stream's end: the rows of the result sets that follow (BASE_BACKUP's end
