@@ -49,6 +49,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::Init(a) => commands::init::run(ctx, a)?,
         Command::WalPush(a) => commands::wal_push::run(ctx, a)?,
         Command::WalFetch(a) => return Ok(commands::wal_fetch::run(ctx, a)),
+        Command::WalReceive(a) => commands::wal_receive::run(ctx, a)?,
         Command::Info(a) => commands::info::run(ctx, a)?,
         Command::Expire(a) => commands::expire::run(ctx, a)?,
         Command::Consolidate(a) => commands::consolidate::run(ctx, a)?,
@@ -84,6 +85,18 @@ fn on_interrupt(command: &Command, interrupt: &Interrupt) {
                 }
                 i.stop();
                 eprintln!("sheaf: interrupted; removing what the backup wrote (again to quit at once)");
+            });
+        }
+        // The receiver's normal end: it stores what it received, then exits 0. A second signal
+        // exits at once (what is in the spool is stored by the next receiver).
+        Command::WalReceive(_) => {
+            let i = interrupt.clone();
+            let _ = ctrlc::set_handler(move || {
+                if i.arrive() {
+                    std::process::exit(i32::from(exit::INTERRUPTED));
+                }
+                i.stop();
+                eprintln!("sheaf: stopping: storing what was received (again to quit at once)");
             });
         }
         // Stop the scratch servers we started (pg_ctl detaches them from the terminal, so they

@@ -109,8 +109,15 @@ pub fn fetch_tmp_name(name: &str) -> String {
 pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
     WalFile::parse(name, meta.wal_segment_size)
         .ok_or_else(|| Error::invalid(format!("{name}: not a WAL file name (restore_command passes %f, then %p)")))?;
-    let object = paths::wal_object(name);
-    let src = match repo.open(&object) {
+    fetch_object(repo, &paths::wal_object(name), dest, durable)
+}
+
+/// Restore the WAL object `object` to `dest` as [`fetch`] does; `Ok(None)` when there is none.
+///
+/// # Errors
+/// As [`fetch`].
+pub fn fetch_object(repo: &Repo, object: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
+    let src = match repo.open(object) {
         Ok(s) => s,
         Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
         Err(e) => return Err(e),

@@ -20,7 +20,8 @@
 //! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
 //!   retention, verify); [`archive`]: WAL push and fetch; [`spool`]: the archiver's look-ahead
 //!   and recovery's prefetch; [`queue`]: the archiver's queue bound; [`pitr`]: point-in-time
-//!   recovery from the repository.
+//!   recovery from the repository; [`receive`]: WAL streamed into the repository over a
+//!   replication slot (`sheaf wal-receive`).
 
 pub mod archive;
 pub mod backup;
@@ -34,6 +35,7 @@ pub mod layout;
 pub mod options;
 pub mod pitr;
 pub mod queue;
+pub mod receive;
 pub mod repo;
 pub mod restore;
 pub mod scratch;

@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalSummarizeArgs};
+pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
 
@@ -116,6 +116,13 @@ overwritten. A segment of another cluster is refused.")]
     /// failure (a damaged object, an unreachable repository) exits 255, which stops recovery rather
     /// than ending it early; in standby mode the usual exit codes, and the standby retries.
     WalFetch(WalFetchArgs),
+    /// Stream WAL into the repository as the server writes it, over a physical replication slot:
+    /// a recovery point of seconds, or zero as a synchronous standby. Runs until stopped
+    /// (Ctrl-C, SIGTERM), connecting again when the server goes away.
+    #[command(after_help = "The segment being received is kept in a spool folder on this host (--spool, or spool in the config file), fsynced before the server hears it flushed; complete segments go to the repository at once (one that wal-push stored already is not stored twice), the segment being received every --partial-every seconds and when stopped. wal-fetch serves that copy for a segment the archive lacks, so a restore replays to the last byte received. PostgreSQL 15 or later.\n\nExample (a recovery point of zero):\n  \
+sheaf wal-receive --repo /srv/sheaf --spool /var/lib/sheaf/spool 'postgres://replicator@db1/postgres?application_name=sheaf'\n  \
+then on the server: synchronous_standby_names = 'sheaf'")]
+    WalReceive(WalReceiveArgs),
     /// Make the WAL block summaries that incrementals read for archived segments that lack one
     /// (WAL archived by another tool, or while summaries could not be made); wal-push makes them
     /// as it archives.
@@ -206,6 +213,7 @@ impl Command {
             Command::WalSummarize(a) => with(&a.s3, &a.repo),
             Command::WalPush(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
+            Command::WalReceive(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Bench(a) => Shared { keys: a.keys.clone(), ..Shared::default() },
             Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) | Command::Agent(_) => Shared::default(),
         }

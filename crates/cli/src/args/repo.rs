@@ -45,6 +45,38 @@ pub struct WalPushArgs {
 }
 
 #[derive(Args)]
+pub struct WalReceiveArgs {
+    /// The server to stream from: a PostgreSQL URL of a role with REPLICATION, which pg_hba.conf
+    /// admits for `replication`. Its application_name (default sheaf) is the name to put in
+    /// synchronous_standby_names for a recovery point of zero.
+    pub url: String,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The physical replication slot to stream from; made when missing. The server keeps WAL for
+    /// it until it is received: drop it if you stop receiving for good.
+    #[arg(long, value_name = "NAME", default_value = "sheaf")]
+    pub slot: String,
+    /// Codec for the WAL stored in the repository. Default: SHEAF_COMPRESSION, the config file,
+    /// else zstd:low.
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
+    pub compression: Option<String>,
+    /// Seconds between copies of the segment being received into the repository (complete
+    /// segments go at once; the flush position the server hears is the spool's).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub partial_every: u64,
+    /// Seconds to wait before connecting again after the connection failed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub retry_every: u64,
+    #[command(flatten)]
+    pub spool: SpoolArg,
+    /// Print what was done as JSON when it stops.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
 pub struct WalFetchArgs {
     /// The WAL file PostgreSQL wants: %f (restore_command = 'sheaf wal-fetch %f %p').
     pub name: String,

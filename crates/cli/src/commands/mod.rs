@@ -19,4 +19,5 @@ pub mod restore;
 pub mod verify;
 pub mod wal_fetch;
 pub mod wal_push;
+pub mod wal_receive;
 pub mod wal_summarize;

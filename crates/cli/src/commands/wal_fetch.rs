@@ -63,7 +63,14 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
         let meta = sheaf_pg::repo::meta::open(&repo)?;
         match sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest, false)? {
             Some(info) => Some(info),
-            None => return Ok(false),
+            // What wal-receive had of a segment the archive lacks: replay goes up to its end.
+            None => match sheaf_pg::receive::fetch_streamed(&repo, &meta, &a.name, &a.dest)? {
+                Some(info) => {
+                    eprintln!("sheaf: {} is not archived whole: served what sheaf wal-receive streamed of it", a.name);
+                    Some(info)
+                }
+                None => return Ok(false),
+            },
         }
     };
     if let Some(spool) = spool.as_ref().filter(|s| is_segment_name(&a.name) && !s.prefetcher_running()) {

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod faults;
 pub mod incremental;
 pub mod online;
+pub mod receive;
 pub mod repo;
 pub mod standby;
 pub mod walsum;

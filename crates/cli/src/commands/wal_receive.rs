@@ -1,0 +1,58 @@
+//! `sheaf wal-receive`: WAL streamed into the repository over a replication slot
+//! ([`sheaf_pg::receive`]); what it meets is said on stderr as it goes, what it did at the end.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sheaf_core::Error;
+use sheaf_pg::receive::{receive, Events, ReceiveOptions};
+
+use crate::args::WalReceiveArgs;
+use crate::context::Context;
+
+/// Run it until stopped.
+///
+/// # Errors
+/// What connecting again cannot mend (another cluster, a logical slot, a busy spool, a server
+/// older than 15), and storing what was received failing at the end.
+pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
+    let codec = ctx.codec(a.compression.clone())?;
+    if codec.is_auto() {
+        return Err(Error::invalid("--compression auto steers a backup's level; give wal-receive a codec and level (e.g. zstd:low)"));
+    }
+    if ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).is_none() {
+        return Err(Error::invalid(
+            "wal-receive keeps the segment it is receiving on this host's disk before it reaches the repository: give --spool DIR (or spool in the config file), a folder kept across restarts",
+        ));
+    }
+    let (repo, meta) = ctx.open_repo()?;
+    // The spool setting is given, so the WAL folder the spool would default to plays no part.
+    let spool = ctx.spool(Path::new("."), &repo)?.dir().join("receive");
+    let opts = ReceiveOptions {
+        url: a.url.clone(),
+        slot: a.slot.clone(),
+        spool,
+        codec,
+        partial_every: Duration::from_secs(a.partial_every.max(1)),
+        retry_every: Duration::from_secs(a.retry_every.max(1)),
+        stop: ctx.interrupt.stop_flag(),
+    };
+    eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::server::redact(&a.url), repo.display(), opts.slot, opts.spool.display());
+    let events: Events = Arc::new(|m: &str| eprintln!("sheaf: {} {m}", sheaf_core::time::utc_now()));
+    let r = receive(&repo, &meta, &opts, &events)?;
+    if a.json {
+        println!("{}", serde_json::to_value(&r).expect("report serialises"));
+    } else {
+        eprintln!(
+            "sheaf: received {} bytes of WAL up to {} on timeline {}; {} segment(s) stored ({} archived by wal-push already), the last one received copied {} time(s)",
+            r.bytes,
+            if r.flushed.is_empty() { "-" } else { &r.flushed },
+            r.timeline,
+            r.segments.len(),
+            r.already_archived,
+            r.partial_uploads
+        );
+    }
+    Ok(())
+}
