@@ -11,6 +11,10 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireListed};
 
+/// How long a connection waits for the agent by default: to connect (at most 10 s), then for each
+/// answer's next bytes.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
 /// One frame of an answer.
 pub enum Answer<'a> {
     /// A reply (JSON).
@@ -47,6 +51,15 @@ impl AgentClient {
     /// CA or not naming HOST; this client's not signed by it, expired, or not on its list), a
     /// version mismatch: each named, with what to check.
     pub fn connect(addr: &str, tls_dir: &Path) -> Result<AgentClient> {
+        Self::connect_within(addr, tls_dir, TIMEOUT)
+    }
+
+    /// As [`AgentClient::connect`], waiting at most `timeout` for the connection and then for
+    /// each answer's next bytes (a link that goes silent fails a read after it, rather than hangs).
+    ///
+    /// # Errors
+    /// As [`AgentClient::connect`].
+    pub fn connect_within(addr: &str, tls_dir: &Path, timeout: Duration) -> Result<AgentClient> {
         let config = crate::tls::client_config(tls_dir)?;
         let host = match addr.rsplit_once(':') {
             Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
@@ -58,11 +71,11 @@ impl AgentClient {
             .map_err(|e| link(addr, "cannot resolve it", e))?
             .next()
             .ok_or_else(|| Error::new(ErrorKind::Source, format!("agent at {addr}: the name resolves to no address")))?;
-        let sock = TcpStream::connect_timeout(&target, Duration::from_secs(10))
+        let sock = TcpStream::connect_timeout(&target, timeout.min(Duration::from_secs(10)))
             .map_err(|e| link(addr, "cannot connect (check that `sheaf agent` runs there, on that port, and that no firewall stands between)", e))?;
         let _ = sock.set_nodelay(true);
-        sock.set_read_timeout(Some(Duration::from_secs(120))).map_err(|e| link(addr, "socket", e))?;
-        sock.set_write_timeout(Some(Duration::from_secs(120))).map_err(|e| link(addr, "socket", e))?;
+        sock.set_read_timeout(Some(timeout)).map_err(|e| link(addr, "socket", e))?;
+        sock.set_write_timeout(Some(timeout)).map_err(|e| link(addr, "socket", e))?;
         let conn = ClientConnection::new(config, name).map_err(|e| link(addr, "TLS", e))?;
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {

@@ -42,6 +42,8 @@ struct Inner {
     addr: String,
     tls_dir: PathBuf,
     idle: Mutex<Vec<AgentClient>>,
+    /// How long a connection waits for the agent ([`AgentClient::connect_within`]).
+    timeout: Duration,
     /// The codec the agent compresses large files with, when it does.
     squeeze: Option<String>,
     /// File bytes received from the agent, raw or compressed: what crossed the link.
@@ -53,7 +55,7 @@ impl Inner {
         if let Some(c) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(c);
         }
-        AgentClient::connect(&self.addr, &self.tls_dir)
+        AgentClient::connect_within(&self.addr, &self.tls_dir, self.timeout)
     }
 
     fn give(&self, c: AgentClient) {
@@ -65,7 +67,7 @@ impl Inner {
         let mut last = first_error.to_string();
         for attempt in 0..RETRIES {
             std::thread::sleep(Duration::from_millis(500 << attempt));
-            match AgentClient::connect(&self.addr, &self.tls_dir) {
+            match AgentClient::connect_within(&self.addr, &self.tls_dir, self.timeout) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = e.to_string(),
             }
@@ -104,9 +106,18 @@ impl AgentFiles {
     /// # Errors
     /// As [`AgentClient::connect`].
     pub fn connect(addr: &str, tls_dir: &Path) -> Result<AgentFiles> {
-        let first = AgentClient::connect(addr, tls_dir)?;
+        Self::connect_within(addr, tls_dir, crate::client::TIMEOUT)
+    }
+
+    /// As [`AgentFiles::connect`], each connection waiting at most `timeout` for the agent (a link
+    /// silent that long fails the read, which is then tried again on a new connection).
+    ///
+    /// # Errors
+    /// As [`AgentClient::connect`].
+    pub fn connect_within(addr: &str, tls_dir: &Path, timeout: Duration) -> Result<AgentFiles> {
+        let first = AgentClient::connect_within(addr, tls_dir, timeout)?;
         let hello = first.hello.clone();
-        let inner = Arc::new(Inner { addr: addr.to_string(), tls_dir: tls_dir.to_path_buf(), idle: Mutex::new(vec![first]), squeeze: None, received: AtomicU64::new(0) });
+        let inner = Arc::new(Inner { addr: addr.to_string(), tls_dir: tls_dir.to_path_buf(), idle: Mutex::new(vec![first]), timeout, squeeze: None, received: AtomicU64::new(0) });
         Ok(AgentFiles { inner, hello })
     }
 
@@ -123,7 +134,7 @@ impl AgentFiles {
             return Err(Error::invalid("--compress-on agent with --compression none: there is nothing for the agent to compress; leave --compress-on out, or choose a codec"));
         }
         let idle = std::mem::take(&mut *self.inner.idle.lock().unwrap_or_else(|p| p.into_inner()));
-        let inner = Arc::new(Inner { addr: self.inner.addr.clone(), tls_dir: self.inner.tls_dir.clone(), idle: Mutex::new(idle), squeeze: Some(codec.to_string()), received: AtomicU64::new(0) });
+        let inner = Arc::new(Inner { addr: self.inner.addr.clone(), tls_dir: self.inner.tls_dir.clone(), idle: Mutex::new(idle), timeout: self.inner.timeout, squeeze: Some(codec.to_string()), received: AtomicU64::new(0) });
         Ok(AgentFiles { inner, hello: self.hello })
     }
 

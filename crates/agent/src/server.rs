@@ -199,6 +199,8 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
         return Err(format!("refused a certificate not on the allow-list (SHA-256 {fp})"));
     }
     let _ = s.sock.set_read_timeout(Some(Duration::from_secs(900)));
+    // A backup host gone silent (its link cut) frees the connection within minutes.
+    let _ = s.sock.set_write_timeout(Some(Duration::from_secs(300)));
     let mut buf = Vec::new();
     let mut data = vec![0u8; DATA_CHUNK];
     let mut squeezer = None;

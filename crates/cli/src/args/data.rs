@@ -44,6 +44,11 @@ pub struct BackupArgs {
     /// its checksum and page checksums verified) before it is written.
     #[arg(long, value_name = "host|agent", default_value = "host", value_parser = ["host", "agent"])]
     pub compress_on: String,
+    /// PostgreSQL, through --agent: seconds a connection waits for the agent (to connect, then
+    /// for each answer's next bytes). A link silent that long fails the read, which is tried again
+    /// on a new connection (3 times, with pauses of 0.5, 1 and 2 s) before the backup fails.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub agent_timeout: u64,
     /// PostgreSQL: how the cluster is read: `files` (its data directory, here or through --agent)
     /// or `base-backup` (over the replication protocol, BASE_BACKUP, as pg_basebackup reads it:
     /// nothing of sheaf's on the database host; the role needs REPLICATION and pg_hba.conf a

@@ -70,7 +70,8 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                     let tls = ctx.settings.get("tls-dir", a.tls_dir.as_ref().map(|p| p.display().to_string())).map(|(v, _)| v).ok_or_else(|| {
                         Error::invalid("--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs")
                     })?;
-                    let files = sheaf_agent::AgentFiles::connect(&addr, std::path::Path::new(&tls))?;
+                    let timeout = std::time::Duration::from_secs(a.agent_timeout.max(1));
+                    let files = sheaf_agent::AgentFiles::connect_within(&addr, std::path::Path::new(&tls), timeout)?;
                     Some(if a.compress_on == "agent" { files.compressing(opts.codec)? } else { files })
                 }
                 None if a.compress_on == "agent" => return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host")),

@@ -23,9 +23,22 @@ pub(super) struct AgentProc {
 impl AgentProc {
     pub(super) fn start(data: &Path, tls: &Path, log: PathBuf) -> AgentProc {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr = format!("127.0.0.1:{port}");
+        Self::start_at(data, tls, log, &format!("127.0.0.1:{port}"), None)
+    }
+
+    /// Serving on `addr`, inside network namespace `netns` when given.
+    pub(super) fn start_at(data: &Path, tls: &Path, log: PathBuf, addr: &str, netns: Option<&str>) -> AgentProc {
+        let addr = addr.to_string();
         let out = std::fs::File::create(&log).unwrap();
-        let child = sheaf_pg::scratch::as_server_user(SHEAF)
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "runuser", "-u", "postgres", "--", SHEAF]);
+                c
+            }
+            None => sheaf_pg::scratch::as_server_user(SHEAF),
+        };
+        let child = cmd
             .args(["agent", "--listen", &addr, "--pgdata", data.to_str().unwrap(), "--tls-dir", tls.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(out)
@@ -57,11 +70,11 @@ impl Drop for AgentProc {
     }
 }
 
-/// Certificates in `base/tls` (readable by the agent's user) and the backup host's copy of its
-/// three files in `base/host`.
-pub(super) fn certificates(base: &Path) -> (PathBuf, PathBuf) {
+/// Certificates in `base/tls` (readable by the agent's user; the agent's naming `names` too) and
+/// the backup host's copy of its three files in `base/host`.
+pub(super) fn certificates(base: &Path, names: &[&str]) -> (PathBuf, PathBuf) {
     let tls = base.join("tls");
-    let made = run(sheaf().args(["agent", "--init-certs", tls.to_str().unwrap()]));
+    let made = run(sheaf().args(["agent", "--init-certs", tls.to_str().unwrap()]).args(names.iter().flat_map(|n| ["--name", n])));
     assert!(made.status.success(), "{}", stderr(&made));
     let host = base.join("host");
     std::fs::create_dir_all(&host).unwrap();
@@ -99,7 +112,7 @@ pub(super) fn tcp_url(c: &Cluster) -> String {
 fn a_backup_host_reads_the_cluster_through_the_agent() {
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    let (tls, host) = certificates(base.path());
+    let (tls, host) = certificates(base.path(), &[]);
     ok(run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "app"])), "pgbench -i");
     let agent = AgentProc::start(&c.data, &tls, base.path().join("agent.log"));
     let url = tcp_url(&c);
@@ -139,7 +152,7 @@ fn a_backup_host_reads_the_cluster_through_the_agent() {
 fn an_agent_killed_mid_read_or_of_another_cluster_fails_the_backup_clearly() {
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    let (tls, host) = certificates(base.path());
+    let (tls, host) = certificates(base.path(), &[]);
     let url = tcp_url(&c);
     let h = host.to_str().unwrap();
 
@@ -181,4 +194,99 @@ fn an_agent_killed_mid_read_or_of_another_cluster_fails_the_backup_clearly() {
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
     assert_eq!(info["backups"].as_array().unwrap().len(), 0);
     assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0", "no slot left");
+}
+
+/// A "database host" network namespace joined by a veth pair shaped by htb
+/// (`scripts/remote-link.sh`), torn down on drop.
+struct Link {
+    ns: String,
+    n: u32,
+}
+
+fn remote_link(args: &[&str]) -> std::process::Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/remote-link.sh");
+    Command::new("bash").arg(script).args(args).output().unwrap()
+}
+
+impl Link {
+    fn up(rate: &str) -> Link {
+        let n = 100 + std::process::id() % 150;
+        let ns = format!("sheaf-test-{n}");
+        remote_link(&["down", &ns, &n.to_string()]);
+        let o = remote_link(&["up", &ns, &n.to_string(), rate]);
+        assert!(o.status.success(), "remote-link.sh up: {}", stderr(&o));
+        Link { ns, n }
+    }
+
+    fn there(&self) -> String {
+        format!("10.77.{}.2", self.n)
+    }
+
+    /// Cut the link (this side's end down: packets go nowhere, new connections fail) or mend it.
+    fn set(&self, up: bool) {
+        let o = Command::new("ip").args(["link", "set", &format!("shf{}h", self.n), if up { "up" } else { "down" }]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        remote_link(&["down", &self.ns, &self.n.to_string()]);
+    }
+}
+
+#[test]
+fn a_link_cut_mid_read_is_dialled_again_within_a_bound_then_fails_clearly() {
+    if !sheaf_core::host::is_root() {
+        eprintln!("skipped: a network namespace needs root");
+        return;
+    }
+    let (base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    ok(run(c.tool("pgbench").args(["-i", "-s", "3", "-q", "app"])), "pgbench -i");
+    // 5 MB/s: the backup's 50 MB take about ten seconds on the link.
+    let link = Link::up("40mbit");
+    let addr = format!("{}:7400", link.there());
+    let (tls, host) = certificates(base.path(), &[&link.there()]);
+    let agent = AgentProc::start_at(&c.data, &tls, base.path().join("agent.log"), &addr, Some(&link.ns));
+    let url = tcp_url(&c);
+    let backup = |to: &[&str]| {
+        on_backup_host(&c.data)
+            .args(["backup", &url, "--agent", &addr, "--tls-dir", host.to_str().unwrap(), "--agent-timeout", "3", "--json"])
+            .args(to)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // Cut for 5 s mid-read: the read waits out --agent-timeout, dials again (refused while the
+    // link is down, then through), resumes where it stood, and the backup restores whole.
+    let running = backup(&["--repo", r]);
+    std::thread::sleep(Duration::from_millis(2500));
+    link.set(false);
+    std::thread::sleep(Duration::from_secs(5));
+    link.set(true);
+    let done = json(ok(running.wait_with_output().unwrap(), "backup across a cut of 5 s"));
+    assert!(done["seconds"].as_f64().unwrap() > 5.0, "the cut fell inside the backup: {done}");
+    let back = recover(&repo, &base.path().join("back"), &["--set", done["postgres"]["repository_id"].as_str().unwrap(), "--target", "immediate"]);
+    assert_eq!(back.sql("app", "SELECT count(*) FROM pgbench_accounts"), "300000");
+    let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
+    assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    drop(back);
+
+    // Cut for good: three new connections, then a failure naming the agent and the cause, and
+    // nothing left that looks like a backup.
+    let out = base.path().join("stripes");
+    pg_dir(&out);
+    let running = backup(&["--to", out.join("a.sheaf").to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(2500));
+    link.set(false);
+    let t0 = Instant::now();
+    let o = running.wait_with_output().unwrap();
+    assert_fails(&o, 7, &[&format!("agent at {addr}"), "gave up after 3 new connections"]);
+    assert!(t0.elapsed() < Duration::from_secs(30), "bounded: {:?}", t0.elapsed());
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none(), "no stripe or partial left behind");
+    assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0", "no slot left");
+    drop(agent);
 }
