@@ -247,8 +247,22 @@ fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared,
     loop {
         shared.report().timeline = tli;
         c.start_copy(&format!("START_REPLICATION SLOT {} PHYSICAL {} TIMELINE {tli}", opts.slot, format_lsn(start)))?;
-        let Some((next, at)) = stream(&mut c, opts, shared, tli, start, seg)? else { return Ok(()) };
-        // The timeline ended: its history file, then the next one from its first segment.
+        let Some((next, at, left)) = stream(&mut c, opts, shared, tli, start, seg)? else { return Ok(()) };
+        // The timeline ended. Its last segment never completes: its streamed copy is stored, and
+        // the spool lets it go (the next timeline's first segment holds the same bytes up to the
+        // switch, and the promoted server archives it as NAME.partial).
+        if let Some(o) = left {
+            {
+                let mut st = shared.lock();
+                if st.partial.as_ref().is_some_and(|(p, _)| *p == o.path) {
+                    st.partial = None;
+                }
+            }
+            let mut f = File::open(&o.path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", o.path.display()), e))?;
+            repo.put(&streaming_object(&o.name), &mut f, opts.codec, true, &o.path.display().to_string())?;
+            fs::remove_file(&o.path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", o.path.display()), e))?;
+        }
+        // Then the timeline's history file, and the next timeline from its first segment.
         let h = c.query(&format!("TIMELINE_HISTORY {next}"))?;
         let name = cell(&h, 0, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
         let content = cell(&h, 1, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
@@ -288,9 +302,13 @@ fn be64(b: &[u8]) -> u64 {
     u64::from_be_bytes(b[..8].try_into().expect("8 bytes"))
 }
 
+/// What streaming a timeline to its end leaves: the next timeline, where it starts, and the
+/// timeline's last segment, synced and never to complete.
+type TimelineEnd = (u32, u64, Option<Open>);
+
 /// Stream timeline `tli` from `start` (a segment's start) until stopped (`None`) or the timeline
-/// ends (the next timeline and where it starts).
-fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32, start: u64, seg: u64) -> Result<Option<(u32, u64)>> {
+/// ends.
+fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32, start: u64, seg: u64) -> Result<Option<TimelineEnd>> {
     let mut open: Option<Open> = None;
     let (mut written, mut flushed) = (start, start);
     let mut last_status = Instant::now();
@@ -306,13 +324,14 @@ fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32,
         match c.next_copy_within(Duration::from_millis(500))? {
             None => {}
             Some(Copy::Done) => {
+                c.end_copy()?;
                 let rows = c.finish_copy()?;
-                if let Some(o) = open.take() {
+                if let Some(o) = &open {
                     o.file.sync_data().map_err(|e| io("cannot sync", &o.path, e))?;
                 }
                 let next: u32 = cell(&rows, 0, "the end of the timeline")?.and_then(|t| t.parse().ok()).ok_or_else(|| Error::corrupt("the server ended the stream without naming the next timeline"))?;
                 let at = lsn_cell(&rows, 1, "the end of the timeline")?.unwrap_or(written);
-                return Ok(Some((next, at)));
+                return Ok(Some((next, at, open)));
             }
             Some(Copy::Data(d)) => match d.first() {
                 Some(b'w') if d.len() >= 25 => {

@@ -369,6 +369,16 @@ impl Replication {
         self.flush()
     }
 
+    /// Answer the server's end of a COPY-both stream with ours (it then sends what follows: the
+    /// next timeline, at a timeline's end).
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn end_copy(&mut self) -> Result<()> {
+        frontend::copy_done(&mut self.out);
+        self.flush()
+    }
+
     /// The next message of a COPY stream, or `None` when nothing came within `wait`.
     ///
     /// # Errors

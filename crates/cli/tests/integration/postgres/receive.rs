@@ -200,3 +200,39 @@ fn a_receiver_connects_again_and_completes_the_segment_it_left() {
     assert_eq!(c.sql("postgres", "SELECT failed_count FROM pg_stat_archiver"), "0", "wal-push met no different content");
     drop(rx);
 }
+
+#[test]
+fn a_receiver_follows_its_server_onto_a_new_timeline() {
+    let (base, repo, mut c) = setup();
+    let r = repo.to_str().unwrap();
+    ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r])), "backup");
+    let standby = Cluster::standby_of(&c, &[]);
+    let spool = base.path().join("spool");
+    pg_dir(&spool);
+    // Streaming from the standby (cascading), which is then promoted.
+    let mut rx = Receiver::start(&format!("{}&application_name=sheaf_rx", standby.url("postgres")), r, &spool);
+    wait_streaming(&standby);
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 1000) g");
+    standby.catch_up(&c);
+    c.stop();
+    standby.promote().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while standby.sql("postgres", "SELECT pg_is_in_recovery()") != "f" {
+        assert!(Instant::now() < deadline, "the standby was not promoted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    standby.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 1000) g");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !wal_objects(&repo, ".streaming").iter().any(|n| n.starts_with("00000002")) {
+        assert!(Instant::now() < deadline, "nothing streamed on timeline 2: {:?}", wal_objects(&repo, ""));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let report = json(ok(rx.stop(), "wal-receive"));
+    assert_eq!(report["timeline"], 2, "{report}");
+    assert_eq!(report["histories"], serde_json::json!(["00000002.history"]), "{report}");
+
+    // A restore to the end follows timeline 2, up to what was received of it.
+    let back = recover(&repo, &base.path().join("back"), &[]);
+    assert_eq!((count(&back, 1), count(&back, 2)), (1000, 1000));
+}
