@@ -217,6 +217,19 @@ pub struct Run {
     pub details: Option<serde_json::Value>,
 }
 
+/// Runs of one operation that ended one way ([`Catalog::tally`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tally {
+    /// backup, restore, verify.
+    pub operation: String,
+    /// complete, failed, running.
+    pub status: String,
+    /// How many.
+    pub runs: u64,
+    /// When the last of them ended, seconds since the epoch.
+    pub last_unix: i64,
+}
+
 /// An open catalog.
 pub struct Catalog {
     conn: Connection,
@@ -370,6 +383,25 @@ impl Catalog {
         Ok(())
     }
 
+    /// Runs counted by operation and how they ended (`complete`, `failed`, `running`), with when
+    /// the last of each ended (seconds since the epoch; its start while running), for monitoring.
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn tally(&self) -> Result<Vec<Tally>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT operation, status, count(*), coalesce(max(CAST(strftime('%s', coalesce(ended_at, started_at)) AS INTEGER)), 0) \
+                 FROM runs GROUP BY operation, status ORDER BY operation, status",
+            )
+            .map_err(|e| err("counting runs", e))?;
+        let rows = stmt
+            .query_map([], |r| Ok(Tally { operation: r.get(0)?, status: r.get(1)?, runs: r.get::<_, i64>(2)? as u64, last_unix: r.get(3)? }))
+            .map_err(|e| err("counting runs", e))?;
+        rows.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| err("counting runs", e))
+    }
+
     /// Runs, newest first.
     ///
     /// # Errors
@@ -478,6 +510,10 @@ mod tests {
         assert_eq!(runs[1].ratio, Some(4.0));
         assert_eq!(runs[1].stripes, vec!["/a".to_string(), "/b".to_string()]);
         assert!(runs[1].user_cpu_seconds.is_some() && runs[1].peak_rss_bytes.unwrap() > 0);
+        let tally = c.tally().unwrap();
+        let now = sheaf_core::time::now_ms() / 1000;
+        assert_eq!(tally.iter().map(|t| (t.operation.as_str(), t.status.as_str(), t.runs)).collect::<Vec<_>>(), vec![("backup", "complete", 1), ("backup", "failed", 1)]);
+        assert!(tally.iter().all(|t| (now - t.last_unix).abs() < 60), "{tally:?}");
     }
 
     #[test]

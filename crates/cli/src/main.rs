@@ -51,6 +51,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::WalFetch(a) => return Ok(commands::wal_fetch::run(ctx, a)),
         Command::WalReceive(a) => commands::wal_receive::run(ctx, a)?,
         Command::Info(a) => commands::info::run(ctx, a)?,
+        Command::Check(a) => return Ok(commands::check::run(ctx, a)),
         Command::Expire(a) => commands::expire::run(ctx, a)?,
         Command::Consolidate(a) => commands::consolidate::run(ctx, a)?,
         Command::WalSummarize(a) => commands::wal_summarize::run(ctx, a)?,

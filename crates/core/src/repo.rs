@@ -245,7 +245,7 @@ impl Repo {
             .store
             .list(&self.name(rel_prefix))?
             .into_iter()
-            .filter_map(|o| Some(Stored { name: o.name.get(skip..)?.to_string(), size: o.size }))
+            .filter_map(|o| Some(Stored { name: o.name.get(skip..)?.to_string(), size: o.size, modified: o.modified }))
             .collect())
     }
 

@@ -114,6 +114,8 @@ pub struct Stored {
     pub name: String,
     /// Its length in bytes.
     pub size: u64,
+    /// When it was last written, seconds since the epoch (0 where the store does not say).
+    pub modified: i64,
 }
 
 /// Makes stores for URL schemes core does not know (`s3://BUCKET/KEY`). The CLI hands one in that

@@ -26,12 +26,59 @@ pub fn utc(secs: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// A span as people write it (`14d`, `36h`, `90m`, `600s`, `2w`) in seconds.
+///
+/// # Errors
+/// No number, another unit, or zero; the message names the forms (the caller names the flag).
+pub fn parse_span(text: &str) -> crate::Result<i64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: i64 = n.parse().map_err(|_| crate::Error::invalid(format!("'{text}': write a number and a unit, e.g. 14d, 36h, 90m")))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" | "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(crate::Error::invalid(format!("'{text}': units are s, m, h, d, w (e.g. 14d)"))),
+    };
+    if n == 0 {
+        return Err(crate::Error::invalid(format!("'{text}': give a span longer than zero")));
+    }
+    Ok(n * mult)
+}
+
+/// Seconds as a span people read: `45 s`, `12 min`, `5.5 h`, `3.2 d`.
+pub fn span(secs: i64) -> String {
+    let s = secs.max(0) as f64;
+    match secs {
+        ..120 => format!("{secs} s"),
+        120..7200 => format!("{:.0} min", s / 60.0),
+        7200..172_800 => format!("{:.1} h", s / 3600.0),
+        _ => format!("{:.1} d", s / 86_400.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn civil_dates() {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(super::utc(1_795_257_045), "2026-11-21T10:30:45Z");
+    }
+
+    #[test]
+    fn spans_parse_and_print() {
+        assert_eq!(parse_span("14d").unwrap(), 14 * 86_400);
+        assert_eq!(parse_span("90m").unwrap(), 5400);
+        assert_eq!(parse_span(" 2w").unwrap(), 14 * 86_400);
+        for bad in ["", "d", "3y", "0h", "-1d"] {
+            assert!(parse_span(bad).is_err(), "{bad}");
+        }
+        assert_eq!((span(45), span(720), span(19_800), span(3 * 86_400)), ("45 s".into(), "12 min".into(), "5.5 h".into(), "3.0 d".into()));
     }
 }

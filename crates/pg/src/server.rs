@@ -157,6 +157,37 @@ fn tls() -> Result<crate::tls::Rustls> {
     crate::tls::client_config().map(crate::tls::Rustls).map_err(|e| Error::new(ErrorKind::Source, format!("TLS: {e}")))
 }
 
+/// How a server archives its WAL, and how that has gone (`pg_stat_archiver`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Archiver {
+    /// `archive_mode`.
+    pub mode: String,
+    /// `archive_command`.
+    pub command: String,
+    /// `archive_library` (16+; empty before).
+    pub library: String,
+    /// A standby (its archiver runs only with `archive_mode = always`).
+    pub in_recovery: bool,
+    /// Files archived since the statistics were reset.
+    pub archived_count: i64,
+    /// The last one.
+    pub last_archived_wal: String,
+    /// When, seconds since the epoch (0: never).
+    pub last_archived_time: i64,
+    /// Failed attempts.
+    pub failed_count: i64,
+    /// The last file that failed.
+    pub last_failed_wal: String,
+    /// When, seconds since the epoch (0: never).
+    pub last_failed_time: i64,
+    /// The server's WAL position now (written on a primary, replayed on a standby).
+    pub lsn: u64,
+    /// Its timeline (of the last checkpoint).
+    pub timeline: u32,
+    /// The cluster's system identifier.
+    pub system_identifier: String,
+}
+
 /// A connected server.
 pub struct Server {
     client: Client,
@@ -547,6 +578,45 @@ impl Server {
         self.client
             .batch_execute("SELECT pg_logical_emit_message(false, 'sheaf', 'switch'); SELECT pg_switch_wal()")
             .map_err(|e| db_err(&format!("asking {} to switch WAL segments (pg_switch_wal)", self.url), e))
+    }
+
+    /// Switch segments as [`Server::switch_wal`] does, and name the segment just finished: the one
+    /// the archiver is to send next.
+    ///
+    /// # Errors
+    /// As [`Server::switch_wal`].
+    pub fn switch_wal_named(&mut self) -> Result<String> {
+        self.client
+            .batch_execute("SELECT pg_logical_emit_message(false, 'sheaf', 'check')")
+            .and_then(|()| self.client.query_one("SELECT pg_walfile_name(pg_switch_wal())", &[]))
+            .map(|r| r.get(0))
+            .map_err(|e| db_err(&format!("asking {} to switch WAL segments (pg_switch_wal)", self.url), e))
+    }
+
+    /// How the server archives, and how its archiver has fared (`pg_stat_archiver`).
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn archiver(&mut self) -> Result<Archiver> {
+        let r = self.one(
+            "reading pg_stat_archiver",
+            "SELECT current_setting('archive_mode'), current_setting('archive_command'),                     coalesce(current_setting('archive_library', true), ''), pg_is_in_recovery(),                     a.archived_count, coalesce(a.last_archived_wal, ''),                     coalesce(extract(epoch FROM a.last_archived_time)::bigint, 0),                     a.failed_count, coalesce(a.last_failed_wal, ''), coalesce(extract(epoch FROM a.last_failed_time)::bigint, 0),                     CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text ELSE pg_current_wal_lsn()::text END,                     (SELECT timeline_id FROM pg_control_checkpoint())::bigint, (SELECT system_identifier FROM pg_control_system())::text              FROM pg_stat_archiver a",
+        )?;
+        Ok(Archiver {
+            mode: r.get(0),
+            command: r.get(1),
+            library: r.get(2),
+            in_recovery: r.get(3),
+            archived_count: r.get(4),
+            last_archived_wal: r.get(5),
+            last_archived_time: r.get(6),
+            failed_count: r.get(7),
+            last_failed_wal: r.get(8),
+            last_failed_time: r.get(9),
+            lsn: parse_lsn(&r.get::<_, String>(10)).unwrap_or(0),
+            timeline: u32::try_from(r.get::<_, i64>(11)).unwrap_or(0),
+            system_identifier: r.get(12),
+        })
     }
 
     /// A file under the data directory, read by the server (`pg_read_binary_file`), until two reads

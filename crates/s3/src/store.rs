@@ -330,7 +330,7 @@ impl Store for S3Store {
             let meta = item.map_err(|e| map_err(e, &format!("cannot list s3://{}/{prefix}", self.bucket), Side::Read, &self.redact))?;
             let key = meta.location.to_string();
             if key.starts_with(prefix) {
-                out.push(Stored { name: key, size: meta.size });
+                out.push(Stored { name: key, size: meta.size, modified: meta.last_modified.timestamp() });
             }
         }
         out.sort();

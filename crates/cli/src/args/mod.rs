@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
+pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
 
@@ -134,8 +134,20 @@ sheaf agent --init-certs /etc/sheaf/tls --name db1.example.com   # then copy ca.
 sheaf agent --listen 0.0.0.0:7400 --pgdata /var/lib/postgresql/17/main --tls-dir /etc/sheaf/tls")]
     Agent(AgentArgs),
     /// What the repository holds: backups (times, LSNs, timeline, sizes, ratio), the archived WAL
-    /// per timeline, gaps, totals.
+    /// per timeline, gaps, totals; as a table, JSON, or Prometheus metrics.
+    #[command(after_help = "Examples:\n  \
+sheaf info --repo /srv/sheaf\n  \
+sheaf info --repo /srv/sheaf --format prometheus\n  \
+sheaf info --repo /srv/sheaf 'postgres://monitor@db1/postgres' --prometheus /var/lib/node_exporter/textfile/sheaf.prom   # from cron")]
     Info(InfoArgs),
+    /// Is the backup of record healthy now? The repository reachable, writable and of this
+    /// cluster; archive_command working end to end (a segment switched, then waited for in the
+    /// repository); the newest backup younger than --max-age; no gap in the WAL since it. Exit 0
+    /// ok, 1 warning, 2 critical, as Nagios and its kin read them.
+    #[command(after_help = "The first line is the verdict, as monitoring plugins print it (SHEAF OK - ..., SHEAF WARNING - ..., \
+SHEAF CRITICAL - ...); then one line per check. The role needs EXECUTE on pg_switch_wal (or superuser) and \
+reads pg_stat_archiver.\n\nExample:\n  sheaf check 'postgres://monitor@db1/postgres' --repo /srv/sheaf --max-age 26h")]
+    Check(CheckArgs),
     /// Write an incremental's or differential's chain as one new full backup in the repository,
     /// without touching the database: chains stay short without a full read of the cluster.
     #[command(after_help = "Example:\n  \
@@ -208,6 +220,7 @@ impl Command {
             Command::Lab(a) => with(&a.s3, &a.repo),
             Command::Init(a) => with(&a.s3, &a.repo),
             Command::Info(a) => with(&a.s3, &a.repo),
+            Command::Check(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),
             Command::Consolidate(a) => with(&a.s3, &a.repo),
             Command::WalSummarize(a) => with(&a.s3, &a.repo),

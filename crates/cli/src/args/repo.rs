@@ -103,6 +103,29 @@ pub struct WalFetchArgs {
 
 #[derive(Args)]
 pub struct InfoArgs {
+    /// The cluster's server (optional): with it, the Prometheus metrics add how far the archive
+    /// lags behind the WAL the server has written (sheaf_wal_archive_lag_bytes).
+    pub url: Option<String>,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// How to print: a table (text), JSON, or Prometheus's text format (metrics named sheaf_*,
+    /// with the catalog's runs beside the repository's state).
+    #[arg(long, value_name = "text|json|prometheus", default_value = "text", value_parser = ["text", "json", "prometheus"])]
+    pub format: String,
+    /// Print JSON (as --format json).
+    #[arg(long)]
+    pub json: bool,
+    /// Write the Prometheus metrics to FILE instead (replaced whole, for node_exporter's textfile
+    /// collector: point it at FILE's folder and run this from cron or a timer).
+    #[arg(long, value_name = "FILE")]
+    pub prometheus: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+/// `sheaf wal-summarize`: the repository, and `--json`.
+#[derive(Args)]
+pub struct WalSummarizeArgs {
     #[command(flatten)]
     pub repo: RepoArg,
     /// Print JSON.
@@ -112,8 +135,24 @@ pub struct InfoArgs {
     pub s3: S3Args,
 }
 
-/// `sheaf wal-summarize` takes what `sheaf info` does: the repository, and `--json`.
-pub type WalSummarizeArgs = InfoArgs;
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The cluster's server (its primary: archiving is tested with a segment switch there).
+    pub url: String,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The newest backup may be at most this old (s, m, h, d, w): older is critical.
+    #[arg(long, value_name = "SPAN", default_value = "1d")]
+    pub max_age: String,
+    /// Seconds to wait for the switched segment to reach the repository.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub archive_timeout: u64,
+    /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
 
 #[derive(Args)]
 pub struct ConsolidateArgs {

@@ -1,4 +1,5 @@
-//! `sheaf info`: what the repository holds ([`sheaf_pg::repo::inventory`]), as a table or JSON.
+//! `sheaf info`: what the repository holds ([`sheaf_pg::repo::inventory`]), as a table, JSON or
+//! Prometheus metrics ([`sheaf_pg::repo::metrics`], with the catalog's runs beside them).
 
 use sheaf_core::size::format_size;
 use sheaf_core::Error;
@@ -15,8 +16,22 @@ use crate::output::plural;
 /// A repository that cannot be read.
 pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     let (repo, meta) = ctx.open_repo()?;
-    let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes } = Inventory::take(&repo, &meta)?;
-    if a.json {
+    let inv = Inventory::take(&repo, &meta)?;
+    if a.format == "prometheus" || a.prometheus.is_some() {
+        let text = prometheus(ctx, &a, repo.display(), &meta, &inv);
+        return match &a.prometheus {
+            None => {
+                print!("{text}");
+                Ok(())
+            }
+            Some(file) => write_whole(file, &text),
+        };
+    }
+    if a.url.is_some() {
+        return Err(Error::invalid("the server's URL adds the archive's lag to the Prometheus metrics: give --format prometheus (or --prometheus FILE), or leave the URL out"));
+    }
+    let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, .. } = inv;
+    if a.json || a.format == "json" {
         println!(
             "{}",
             serde_json::json!({
@@ -88,4 +103,48 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
         format_size(wal_bytes)
     );
     Ok(())
+}
+
+/// The repository's metrics, the server's lag when a URL is given (`sheaf_server_up` says whether
+/// it answered), and the catalog's runs.
+fn prometheus(ctx: &Context, a: &InfoArgs, shown: &str, meta: &sheaf_pg::repo::meta::RepoMeta, inv: &Inventory) -> String {
+    use sheaf_pg::repo::metrics::{render, repository, Metric, ServerPosition};
+    let now = sheaf_core::time::now_ms() / 1000;
+    let mut extra = Vec::new();
+    let server = a.url.as_deref().and_then(|url| {
+        let pos = sheaf_pg::server::Server::connect(url).and_then(|mut s| s.archiver()).map(|x| ServerPosition { lsn: x.lsn, timeline: x.timeline });
+        if let Err(e) = &pos {
+            eprintln!("sheaf: the server did not answer, so the archive's lag is left out: {e}");
+        }
+        extra.push(Metric::gauge("sheaf_server_up", "Whether the server answered (the lag metrics need it).").with(vec![("repo", shown.to_string())], f64::from(u8::from(pos.is_ok()))));
+        pos.ok()
+    });
+    let mut metrics = repository(shown, meta, inv, now, server);
+    metrics.extend(extra);
+    match sheaf_catalog::Catalog::open(ctx.catalog()).and_then(|c| c.tally()) {
+        Ok(tally) => {
+            let mut runs = Metric::counter("sheaf_runs_total", "Runs this host's catalog recorded, by operation and how they ended.");
+            let mut last = Metric::gauge("sheaf_run_last_end_timestamp_seconds", "When the last run of each operation and outcome ended.");
+            for t in tally {
+                let labels = || vec![("operation", t.operation.clone()), ("status", t.status.clone())];
+                runs = runs.with(labels(), t.runs as f64);
+                last = last.with(labels(), t.last_unix as f64);
+            }
+            metrics.extend([runs, last]);
+        }
+        Err(e) => eprintln!("sheaf: the catalog's runs are left out: {e}"),
+    }
+    render(&metrics)
+}
+
+/// Replace `file` whole: written beside it under a temporary name, then renamed, so a collector
+/// never reads half of it.
+fn write_whole(file: &std::path::Path, text: &str) -> Result<(), Error> {
+    let tmp = file.with_file_name(format!(".{}.tmp", file.file_name().and_then(|n| n.to_str()).unwrap_or("sheaf.prom")));
+    let io = |what: &str, e: std::io::Error| Error::io(sheaf_core::ErrorKind::Target, format!("{what} {}", tmp.display()), e);
+    std::fs::write(&tmp, text).map_err(|e| io("cannot write", e))?;
+    std::fs::rename(&tmp, file).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io("cannot rename", e)
+    })
 }

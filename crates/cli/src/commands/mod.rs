@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod backup;
 pub mod bench;
+pub mod check;
 pub mod config;
 pub mod consolidate;
 pub mod demo;

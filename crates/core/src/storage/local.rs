@@ -128,7 +128,8 @@ fn list_into(dir: &Path, base: &str, shown: &dyn Fn(&str) -> String, out: &mut V
             let inner = |rest: &str| shown(&format!("{n}/{rest}"));
             list_into(&item.path(), "", &inner, out)?;
         } else if meta.is_file() && !n.ends_with(".partial") {
-            out.push(Stored { name: shown(&n), size: meta.len() });
+            let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64);
+            out.push(Stored { name: shown(&n), size: meta.len(), modified });
         }
     }
     Ok(())

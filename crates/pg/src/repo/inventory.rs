@@ -17,15 +17,28 @@ use crate::wal::{segment_name, WalFile, WalKind};
 /// # Errors
 /// When the repository cannot be listed.
 pub fn archived(repo: &Repo, meta: &RepoMeta) -> Result<Vec<(WalFile, u64)>> {
+    archived_since(repo, meta).map(|(files, _)| files)
+}
+
+/// [`archived`], and when the newest archived segment was written (seconds since the epoch; 0
+/// when none is, or the store does not say).
+///
+/// # Errors
+/// When the repository cannot be listed.
+pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<(Vec<(WalFile, u64)>, i64)> {
     let mut out = Vec::new();
+    let mut newest = 0;
     for o in repo.list(paths::WAL)? {
         let Some(name) = paths::wal_name(&o.name) else { continue };
         if let Some(w) = WalFile::parse(name, meta.wal_segment_size) {
+            if w.kind == WalKind::Segment {
+                newest = newest.max(o.modified);
+            }
             out.push((w, o.size));
         }
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    Ok(out)
+    Ok((out, newest))
 }
 
 /// A run of consecutive segments on one timeline.
@@ -105,6 +118,8 @@ pub struct Inventory {
     pub wal_bytes: u64,
     /// Stored bytes of the finished backups.
     pub backup_bytes: u64,
+    /// When the newest archived segment was written, seconds since the epoch (0: unknown).
+    pub wal_newest_unix: i64,
 }
 
 impl Inventory {
@@ -114,13 +129,13 @@ impl Inventory {
     /// When the repository cannot be listed or a record cannot be read.
     pub fn take(repo: &Repo, meta: &RepoMeta) -> Result<Inventory> {
         let found = backups(repo)?;
-        let files = archived(repo, meta)?;
+        let (files, wal_newest_unix) = archived_since(repo, meta)?;
         let ranges = ranges(&files);
         let wal_bytes = files.iter().map(|(_, s)| s).sum();
         let backup_bytes = found.iter().filter_map(Found::record).map(|r| r.bytes_written).sum();
         let dropped = dropped(repo)?;
         let gaps = gaps(&ranges);
-        Ok(Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes })
+        Ok(Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, wal_newest_unix })
     }
 }
 

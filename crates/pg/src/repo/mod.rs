@@ -6,14 +6,19 @@
 //!   summaries), drop records.
 //! - [`records`]: a finished backup's record, a running one's lock, and finding them.
 //! - [`backup`]: a backup written into the repository.
-//! - [`inventory`]: what it holds, for `sheaf info`: archived WAL by timeline, gaps, totals.
+//! - [`inventory`]: what it holds, for `sheaf info`: archived WAL by timeline, gaps, totals;
+//!   [`metrics`]: the same as Prometheus metrics.
+//! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age and
+//!   the WAL since it, judged ok, warning or critical for monitoring.
 //! - [`retention`]: what `sheaf expire` removes, and removing it.
 //! - [`summaries`]: `sheaf wal-summarize`: block summaries made for archived WAL that lacks them.
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read and checked.
 
 pub mod backup;
+pub mod check;
 pub mod inventory;
 pub mod meta;
+pub mod metrics;
 pub mod paths;
 pub mod records;
 pub mod retention;

@@ -1,0 +1,214 @@
+//! `sheaf check`: is this cluster's backup of record healthy now? The repository reachable and
+//! writable and of this cluster, archiving working end to end (a segment switched and seen
+//! arriving), the newest backup young enough, and no gap in the WAL since it. Each finding is
+//! ok, warning or critical, the worst sets the exit (Nagios's 0, 1, 2); nothing here fails as
+//! an error: what cannot be checked is itself a finding.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sheaf_core::repo::Repo;
+
+use super::inventory::{missing, Inventory};
+use super::meta::RepoMeta;
+use super::paths;
+use super::records::Found;
+use crate::server::Server;
+use crate::wal::WalFile;
+
+/// How bad a finding is; the order is the exit code's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Nothing to do.
+    Ok,
+    /// Look at it soon.
+    Warning,
+    /// The backups cannot be relied on now.
+    Critical,
+}
+
+impl Status {
+    /// `OK`, `WARNING`, `CRITICAL`, as Nagios prints them.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::Warning => "WARNING",
+            Status::Critical => "CRITICAL",
+        }
+    }
+
+    /// The exit code monitoring systems read: 0, 1, 2.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// One thing checked.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// What was checked: `repository`, `server`, `archive`, `backup`, `wal`.
+    pub check: &'static str,
+    /// How it went.
+    pub status: Status,
+    /// What was found, and the fix when it is not ok.
+    pub message: String,
+}
+
+/// What `sheaf check` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// The worst of the findings.
+    pub status: Status,
+    /// Every finding, in the order checked.
+    pub findings: Vec<Finding>,
+}
+
+/// What to hold the cluster to.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// The server.
+    pub url: String,
+    /// The newest backup may be at most this old.
+    pub max_age: Duration,
+    /// How long to wait for the switched segment to reach the repository.
+    pub archive_timeout: Duration,
+    /// Now, seconds since the epoch.
+    pub now: i64,
+}
+
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn add(&mut self, check: &'static str, status: Status, message: impl Into<String>) {
+        self.0.push(Finding { check, status, message: message.into() });
+    }
+}
+
+/// Check the repository `repo` (opened, not yet read) against the server at `opts.url`.
+pub fn check(repo: &Repo, opts: &CheckOptions) -> CheckReport {
+    let mut f = Findings(Vec::new());
+    run(repo, opts, &mut f);
+    let status = f.0.iter().map(|x| x.status).max().unwrap_or(Status::Ok);
+    CheckReport { status, findings: f.0 }
+}
+
+fn run(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
+    let meta = match super::meta::open(repo) {
+        Ok(m) => m,
+        Err(e) => return f.add("repository", Status::Critical, format!("cannot read the repository at {}: {e}", repo.display())),
+    };
+    let probe = format!("check/probe-{}-{}.json", std::process::id(), sheaf_core::time::now_ms());
+    match repo.put_json(&probe, &serde_json::json!({ "written_by": "sheaf check" }), true).and_then(|()| repo.delete(&probe)) {
+        Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), meta.system_identifier)),
+        Err(e) => f.add("repository", Status::Critical, format!("cannot write to the repository at {}: {e}; backups and wal-push will fail the same way", repo.display())),
+    }
+    let server = Server::connect(&opts.url).and_then(|mut s| s.archiver().map(|a| (s, a)));
+    let (mut server, archiver) = match server {
+        Ok(x) => x,
+        Err(e) => {
+            f.add("server", Status::Critical, e.to_string());
+            return backups(repo, &meta, opts, f);
+        }
+    };
+    if archiver.system_identifier != meta.system_identifier {
+        f.add(
+            "server",
+            Status::Critical,
+            format!(
+                "the server is cluster {}, the repository holds cluster {}: check --repo and the URL (each cluster has a repository of its own)",
+                archiver.system_identifier, meta.system_identifier
+            ),
+        );
+        return;
+    }
+    archive(repo, &mut server, &archiver, opts, f);
+    backups(repo, &meta, opts, f);
+}
+
+/// Archiving, end to end: a segment switched on the server and waited for in the repository.
+fn archive(repo: &Repo, server: &mut Server, a: &crate::server::Archiver, opts: &CheckOptions, f: &mut Findings) {
+    let command = if a.library.is_empty() { format!("archive_command = '{}'", a.command) } else { format!("archive_library = '{}'", a.library) };
+    if a.mode == "off" {
+        return f.add("archive", Status::Critical, "archive_mode is off: no WAL reaches the repository, so no backup can be restored past its end; set archive_mode = on and archive_command = 'sheaf wal-push %p', and restart");
+    }
+    if a.in_recovery {
+        return f.add("archive", Status::Warning, "the server is a standby: it cannot switch segments, so archiving was not tested end to end; run sheaf check against the primary");
+    }
+    let segment = match server.switch_wal_named() {
+        Ok(s) => s,
+        Err(e) => return f.add("archive", Status::Critical, format!("cannot test archiving: {e}")),
+    };
+    let t0 = Instant::now();
+    loop {
+        match repo.exists(&paths::wal_object(&segment)) {
+            Ok(true) => {
+                return f.add("archive", Status::Ok, format!("{segment}, switched now, reached the repository in {:.1} s ({command})", t0.elapsed().as_secs_f64()));
+            }
+            Ok(false) => {}
+            Err(e) => return f.add("archive", Status::Critical, format!("cannot look for {segment} in the repository: {e}")),
+        }
+        if t0.elapsed() >= opts.archive_timeout {
+            let failing = if a.last_failed_wal.is_empty() {
+                String::new()
+            } else {
+                format!("; pg_stat_archiver: {} failure(s), the last on {} at {}", a.failed_count, a.last_failed_wal, sheaf_core::time::utc(a.last_failed_time))
+            };
+            return f.add(
+                "archive",
+                Status::Critical,
+                format!(
+                    "{segment}, switched now, did not reach this repository within {} s ({command}{failing}): is archive_command pointed at this repository, and does it succeed? The server log says why it fails",
+                    opts.archive_timeout.as_secs()
+                ),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The newest backup's age, unfinished backups, and the WAL since the newest backup.
+fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) {
+    let inv = match Inventory::take(repo, meta) {
+        Ok(i) => i,
+        Err(e) => return f.add("backup", Status::Critical, format!("cannot list the repository's backups: {e}")),
+    };
+    let crashed: Vec<&str> = inv.found.iter().filter_map(|x| if let Found::Unfinished { id, running: false, .. } = x { Some(id.as_str()) } else { None }).collect();
+    if !crashed.is_empty() {
+        f.add("backup", Status::Warning, format!("unfinished backup(s) left by a crash: {}; sheaf expire removes them", crashed.join(", ")));
+    }
+    let Some(newest) = inv.found.iter().filter_map(Found::record).max_by_key(|r| r.stop_unix) else {
+        return f.add("backup", Status::Critical, "the repository holds no backup: take one (sheaf backup URL --repo ...)");
+    };
+    let age = opts.now - newest.stop_unix;
+    let max = opts.max_age.as_secs() as i64;
+    let what = format!("the newest backup, {} ({}), ended {} ago", newest.id, newest.backup_type.name(), sheaf_core::time::span(age));
+    if age > max {
+        f.add("backup", Status::Critical, format!("{what}: older than --max-age {}; is the backup job running?", sheaf_core::time::span(max)));
+    } else {
+        f.add("backup", Status::Ok, what);
+    }
+    // The WAL from the newest backup's start to the newest archived segment of its timeline.
+    let seg = meta.wal_segment_size;
+    let Some(start) = WalFile::parse(&newest.start_wal, seg) else { return };
+    let last = inv.files.iter().map(|(w, _)| w).filter(|w| w.timeline == start.timeline && w.kind == crate::wal::WalKind::Segment).map(|w| w.segno).max();
+    match last {
+        None => f.add("wal", Status::Critical, format!("no WAL of timeline {} is archived: {} cannot be restored", start.timeline, newest.id)),
+        Some(last) => {
+            let gap = missing(&inv.files, start.timeline, start.segno, last, seg);
+            if gap.is_empty() {
+                f.add("wal", Status::Ok, format!("no gap in the WAL from {} to {} ({} segments)", newest.start_wal, crate::wal::segment_name(start.timeline, last, seg), last + 1 - start.segno));
+            } else {
+                f.add(
+                    "wal",
+                    Status::Critical,
+                    format!(
+                        "{} segment(s) missing since the newest backup's start, the first {}: recovery cannot pass it; take a new backup",
+                        gap.len(),
+                        gap[0]
+                    ),
+                );
+            }
+        }
+    }
+}
