@@ -269,8 +269,16 @@ impl Manifest {
     /// # Errors
     /// Only on an internal serialisation failure.
     pub fn to_stored_bytes(&self) -> Result<Vec<u8>> {
-        let json = serde_json::to_vec(self).map_err(|e| Error::invalid(format!("manifest: {e}")))?;
-        zstd::bulk::compress(&json, 3).map_err(|e| Error::new(crate::ErrorKind::Io, format!("manifest: {e}")))
+        // Serialised straight into the compressor: the JSON of a million entries is never held
+        // whole, only its compressed form.
+        let io = |e: std::io::Error| Error::new(crate::ErrorKind::Io, format!("manifest: {e}"));
+        let mut z = zstd::stream::write::Encoder::new(Vec::new(), 3).map_err(io)?;
+        {
+            let mut w = std::io::BufWriter::with_capacity(256 << 10, &mut z);
+            serde_json::to_writer(&mut w, self).map_err(|e| Error::invalid(format!("manifest: {e}")))?;
+            std::io::Write::flush(&mut w).map_err(io)?;
+        }
+        z.finish().map_err(io)
     }
 
     /// Decompress and parse a footer's manifest region.
