@@ -53,8 +53,16 @@ pub struct Recovery {
 /// # Errors
 /// What is wrong with the text, with an example.
 pub fn parse_time(text: &str) -> Result<i64> {
+    parse_time_as("--target-time", text)
+}
+
+/// [`parse_time`], its errors naming `flag`.
+///
+/// # Errors
+/// As [`parse_time`].
+pub fn parse_time_as(flag: &str, text: &str) -> Result<i64> {
     let bad = |why: &str| {
-        Error::invalid(format!("--target-time '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'"))
+        Error::invalid(format!("{flag} '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'"))
     };
     let t = text.trim();
     if !t.is_ascii() {
@@ -242,6 +250,12 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     if let Some(end) = end_on_target {
         path.push((timeline, from, end));
     }
+    // Recovery that stops as soon as the backup is consistent reads only the backup's own WAL.
+    if recovery.target == Target::Immediate {
+        if let Some(stop) = WalFile::parse(&backup.stop_wal, seg) {
+            path = vec![(backup.timeline, start.segno, stop.segno)];
+        }
+    }
     let mut gaps = Vec::new();
     for (t, a, b) in &path {
         if a <= b {
@@ -249,17 +263,18 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
         }
     }
     if !gaps.is_empty() {
-        let shown: Vec<&str> = gaps.iter().take(5).map(String::as_str).collect();
+        let shown = format!("{}{}", gaps.iter().take(5).map(String::as_str).collect::<Vec<_>>().join(", "), if gaps.len() > 5 { ", ..." } else { "" });
+        let (n, are) = (gaps.len(), if gaps.len() == 1 { " is" } else { "s are" });
         return Err(Error::new(
             ErrorKind::Incomplete,
-            format!(
-                "the archive has a gap: {} segment{} missing between backup {} and the end of the archive ({}{}); recovery would stop there. Recover to a target before the gap, or take a new backup",
-                gaps.len(),
-                if gaps.len() == 1 { " is" } else { "s are" },
-                backup.id,
-                shown.join(", "),
-                if gaps.len() > 5 { ", ..." } else { "" }
-            ),
+            if recovery.target == Target::Immediate {
+                format!("the archive lacks WAL backup {} needs to become consistent: {n} segment{are} missing ({shown}); choose another backup", backup.id)
+            } else {
+                format!(
+                    "the archive has a gap: {n} segment{are} missing between backup {} and the end of the archive ({shown}); recovery would stop there. Recover to a target before the gap, or take a new backup",
+                    backup.id
+                )
+            },
         ));
     }
     let archive_end = end_on_target.map(|s| segment_name(timeline, s, seg));

@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
+pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
 
@@ -164,6 +164,16 @@ Never removes the newest finished backup, nor WAL a kept backup needs to be cons
 any moment after it; history files always stay. Backups left unfinished by a crash are removed; one \
 still being written is left alone.")]
     Expire(ExpireArgs),
+    /// Pin a backup so that expire never removes it, nor what it builds on, nor the WAL it needs
+    /// to be consistent: forever, or --until a date (WAL-G's backup-mark, Barman's keep).
+    #[command(after_help = "Examples:\n  \
+sheaf keep --repo /srv/sheaf --set 20261124-101500Z                            # until released\n  \
+sheaf keep --repo /srv/sheaf --set 20261124-101500Z --until '2027-12-31 00:00:00Z'\n  \
+sheaf keep --repo /srv/sheaf --set 20261124-101500Z --release\n  \
+sheaf keep --repo /srv/sheaf                                                   # the pins\n\n\
+Only the WAL from the backup's start to its stop is kept for it: recovery to a later moment needs \
+the WAL the policy keeps.")]
+    Keep(KeepArgs),
     /// The settings in force (flags aside) and where each comes from; secrets masked.
     Config(ConfigArgs),
     /// List the runs the history catalog holds, newest first (msdb's backupset).
@@ -221,6 +231,7 @@ impl Command {
             Command::Init(a) => with(&a.s3, &a.repo),
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Check(a) => with(&a.s3, &a.repo),
+            Command::Keep(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),
             Command::Consolidate(a) => with(&a.s3, &a.repo),
             Command::WalSummarize(a) => with(&a.s3, &a.repo),

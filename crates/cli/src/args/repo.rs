@@ -136,6 +136,26 @@ pub struct WalSummarizeArgs {
 }
 
 #[derive(Args)]
+pub struct KeepArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The backup to pin (its id, as sheaf info lists them). Without it, the pins are listed.
+    #[arg(long = "set", value_name = "ID")]
+    pub set: Option<String>,
+    /// Pin it until then (e.g. '2027-06-30 00:00:00Z'; a zone is required), not until released.
+    #[arg(long, value_name = "TIME", requires = "set", conflicts_with = "release")]
+    pub until: Option<String>,
+    /// Release its pin: expire treats it by the policy again.
+    #[arg(long, requires = "set")]
+    pub release: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
 pub struct CheckArgs {
     /// The cluster's server (its primary: archiving is tested with a segment switch there).
     pub url: String,

@@ -51,6 +51,9 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     if !plan.running.is_empty() {
         println!("left alone, still being written: {}", plan.running.join(", "));
     }
+    if !plan.pinned.is_empty() {
+        println!("kept, pinned by sheaf keep (with the WAL each needs to be consistent): {}", plan.pinned.join(", "));
+    }
     println!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
     Ok(())
 }

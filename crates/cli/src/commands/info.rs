@@ -31,12 +31,13 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
         return Err(Error::invalid("the server's URL adds the archive's lag to the Prometheus metrics: give --format prometheus (or --prometheus FILE), or leave the URL out"));
     }
     let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, .. } = inv;
+    let pins = sheaf_pg::repo::keep::pins(&repo)?;
     if a.json || a.format == "json" {
         println!(
             "{}",
             serde_json::json!({
                 "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
-                "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped,
+                "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins,
             })
         );
         return Ok(());
@@ -64,7 +65,10 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
                 r.ratio(),
                 r.compression,
                 r.stripes.len(),
-                r.label.as_deref().unwrap_or("")
+                match pins.iter().find(|p| p.id == r.id) {
+                    Some(p) => format!("{} [kept {}]", r.label.as_deref().unwrap_or(""), p.until_text()).trim_start().to_string(),
+                    None => r.label.clone().unwrap_or_default(),
+                }
             ),
             Found::Unfinished { id, running, .. } => {
                 println!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })

@@ -13,6 +13,7 @@ pub mod extract;
 pub mod generate;
 pub mod history;
 pub mod info;
+pub mod keep;
 pub mod init;
 pub mod lab;
 pub mod load_tpch;

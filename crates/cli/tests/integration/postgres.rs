@@ -8,6 +8,7 @@ pub mod demo;
 pub mod extract;
 pub mod faults;
 pub mod incremental;
+pub mod keep;
 pub mod monitor;
 pub mod online;
 pub mod receive;

@@ -10,13 +10,15 @@
 //!   [`metrics`]: the same as Prometheus metrics.
 //! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age and
 //!   the WAL since it, judged ok, warning or critical for monitoring.
-//! - [`retention`]: what `sheaf expire` removes, and removing it.
+//! - [`retention`]: what `sheaf expire` removes, and removing it; [`keep`]: pinned backups, which
+//!   it never removes.
 //! - [`summaries`]: `sheaf wal-summarize`: block summaries made for archived WAL that lacks them.
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read and checked.
 
 pub mod backup;
 pub mod check;
 pub mod inventory;
+pub mod keep;
 pub mod meta;
 pub mod metrics;
 pub mod paths;

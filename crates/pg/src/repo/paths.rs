@@ -9,6 +9,7 @@
 //! wal/TTTTTTTT/NAME.wal              an archived WAL file, by timeline
 //! wal/TTTTTTTT/NAME.sum              a segment's block summary (crate::summarize)
 //! dropped/NAME.json                  a WAL file wal-push --queue-max left out
+//! keep/ID.json                       a pinned backup (crate::repo::keep)
 //! ```
 
 /// Where backups, their records and locks live.

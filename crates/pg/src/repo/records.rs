@@ -148,6 +148,14 @@ pub enum Found {
 }
 
 impl Found {
+    /// Its repository id.
+    pub fn id(&self) -> &str {
+        match self {
+            Found::Complete(r) => &r.id,
+            Found::Unfinished { id, .. } => id,
+        }
+    }
+
     /// The record, when the backup is finished.
     pub fn record(&self) -> Option<&BackupRecord> {
         match self {

@@ -31,6 +31,8 @@ pub struct ExpirePlan {
     pub wal_bytes: u64,
     /// First WAL segment kept (the oldest kept backup's start).
     pub wal_kept_from: Option<String>,
+    /// Backups kept because they are pinned (`sheaf keep`), with until when.
+    pub pinned: Vec<String>,
     /// Objects removed (or that would be, on a dry run).
     pub objects: Vec<String>,
     /// Bytes removed.
@@ -95,9 +97,23 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
             needed.extend(l.chain.iter().cloned());
         }
     }
+    // Pinned backups (and what they build on) stay, with the WAL that makes each consistent; the
+    // WAL after them stays only if the policy keeps it.
+    let pins: Vec<super::keep::Pin> = super::keep::pins(repo)?.into_iter().filter(|p| p.holds(now) && done.iter().any(|r| r.id == p.id)).collect();
+    let by_policy: std::collections::BTreeSet<String> = keep_ids.iter().cloned().chain(needed.iter().cloned()).collect();
+    let mut pinned_wal: Vec<(u64, u64)> = Vec::new();
+    for p in &pins {
+        let r = done.iter().find(|r| r.id == p.id).expect("filtered on it");
+        keep_ids.insert(r.id.clone());
+        needed.extend(r.chain.iter().cloned());
+        if let (Some(a), Some(b)) = (WalFile::parse(&r.start_wal, meta.wal_segment_size), WalFile::parse(&r.stop_wal, meta.wal_segment_size)) {
+            pinned_wal.push((a.segno, b.segno));
+        }
+    }
     keep_ids.extend(needed);
-    let mut plan = ExpirePlan::default();
+    let mut plan = ExpirePlan { pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(), ..ExpirePlan::default() };
     let listed = repo.list(paths::BACKUPS)?;
+    let pin_objects: std::collections::HashSet<String> = repo.list(super::keep::KEEP)?.into_iter().map(|o| o.name).collect();
     let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
     for f in &found {
         match f {
@@ -109,8 +125,13 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
                     plan.objects.push(s.clone());
                 }
                 // The record goes last, so a crash midway leaves an unfinished backup, which the
-                // next expire removes, never a record without its stripes.
+                // next expire removes, never a record without its stripes; a pin that ran out goes
+                // after it.
                 plan.objects.push(paths::record(&r.id));
+                let pin = super::keep::pin_object(&r.id);
+                if pin_objects.contains(&pin) {
+                    plan.objects.push(pin);
+                }
             }
             Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
             Found::Unfinished { id, objects, .. } => {
@@ -124,7 +145,8 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
             }
         }
     }
-    let kept: Vec<&&BackupRecord> = done.iter().filter(|r| keep_ids.contains(&r.id)).collect();
+    // The WAL from the oldest backup the policy keeps on; a pinned backup's own span besides.
+    let kept: Vec<&&BackupRecord> = done.iter().filter(|r| by_policy.contains(&r.id)).collect();
     let seg = meta.wal_segment_size;
     // Running backups need WAL from their start, which is after every finished one's: nothing to
     // add. With no finished backup kept there is nothing to anchor WAL to: keep all of it.
@@ -133,7 +155,8 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
         plan.wal_kept_from = Some(oldest.name.clone());
         let summaries: std::collections::HashSet<String> = repo.list(paths::WAL)?.into_iter().map(|o| o.name).filter(|n| n.ends_with(".sum")).collect();
         for (w, size) in archived(repo, meta)? {
-            if w.kind != WalKind::History && w.segno < oldest.segno {
+            let pinned = pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno));
+            if w.kind != WalKind::History && w.segno < oldest.segno && !pinned {
                 plan.wal_removed += 1;
                 plan.wal_bytes += size;
                 plan.bytes += size;
@@ -276,5 +299,49 @@ mod tests {
         let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()] };
         repo.put_json("backups/f.lock", &live, false).unwrap();
         assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn a_pinned_backup_stays_with_the_wal_that_makes_it_consistent_until_its_pin_ends() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a: WAL 2..3; b: 6..6; c: 9..9. Segments 1..=10 archived.
+        for (id, stop, start, end) in [("a", 1000, 2u64, 3u64), ("b", 2000, 6, 6), ("c", 3000, 9, 9)] {
+            let mut r = record(id, stop, &segment_name(1, start, seg));
+            r.stop_wal = segment_name(1, end, seg);
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in 1..=10 {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+        assert!(super::super::keep::pin(&repo, "nope", None, 4000).is_err(), "no such backup");
+        assert!(super::super::keep::pin(&repo, "a", Some(3999), 4000).is_err(), "a date already past");
+        super::super::keep::pin(&repo, "a", Some(5000), 4000).unwrap();
+        let keep = Retention { keep_full: Some(1), keep_within: None };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["a", "c"]);
+        assert_eq!(plan.removed, vec!["b"]);
+        assert_eq!(plan.pinned.len(), 1);
+        // Removed: 1, 4, 5, 6, 7, 8 (before c's start, outside a's 2..3).
+        assert_eq!(plan.wal_removed, 6);
+        expire(&repo, &plan).unwrap();
+        let left: Vec<String> = repo.list("").unwrap().into_iter().map(|o| o.name).collect();
+        for s in [2, 3, 9, 10] {
+            assert!(left.contains(&paths::wal_object(&segment_name(1, s, seg))), "{s}: {left:?}");
+        }
+        for s in [1, 4, 8] {
+            assert!(!left.contains(&paths::wal_object(&segment_name(1, s, seg))), "{s}: {left:?}");
+        }
+        // Once the pin has run out, a goes, and its pin with it.
+        let plan = plan_expire(&repo, &meta, &keep, 6000).unwrap();
+        assert_eq!((plan.kept.clone(), plan.removed.clone()), (vec!["c".to_string()], vec!["a".to_string()]));
+        expire(&repo, &plan).unwrap();
+        assert!(super::super::keep::pins(&repo).unwrap().is_empty());
+        // Released by hand.
+        super::super::keep::pin(&repo, "c", None, 6000).unwrap();
+        assert!(super::super::keep::release(&repo, "c").unwrap());
+        assert!(!super::super::keep::release(&repo, "c").unwrap());
     }
 }
