@@ -51,6 +51,24 @@ if [ -z "${SHEAF_MINIO:-}" ] && [ ! -x "$minio_bin" ] && ! command -v minio >/de
   command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 fi
 
+# Azure's and Google's storage emulators, for az:// and gs://: Azurite from npm into
+# ~/.cache/sheaf/azurite, fake-gcs-server built with go install into ~/.cache/sheaf/bin
+# (SHEAF_AZURITE and SHEAF_FAKE_GCS name other binaries).
+AZURITE_VERSION=3.35.0
+FAKE_GCS_VERSION=v1.56.1
+azurite_bin="${HOME}/.cache/sheaf/azurite/node_modules/.bin/azurite-blob"
+fake_gcs_bin="${HOME}/.cache/sheaf/bin/fake-gcs-server"
+want_azurite=0
+want_fake_gcs=0
+if [ -z "${SHEAF_AZURITE:-}" ] && [ ! -x "$azurite_bin" ] && ! command -v azurite-blob >/dev/null; then
+  want_azurite=1
+  command -v npm >/dev/null || need+=(npm)
+fi
+if [ -z "${SHEAF_FAKE_GCS:-}" ] && [ ! -x "$fake_gcs_bin" ] && ! command -v fake-gcs-server >/dev/null; then
+  want_fake_gcs=1
+  command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
   exit 1
@@ -69,6 +87,19 @@ if ((want_minio)); then
   echo "install-deps: building MinIO ($MINIO_VERSION) with go install; a few minutes, once" >&2
   mkdir -p "$(dirname "$minio_bin")"
   GOBIN="$(dirname "$minio_bin")" GOFLAGS=-mod=mod go install "github.com/minio/minio@$MINIO_VERSION"
+fi
+
+if ((want_azurite)); then
+  echo "install-deps: installing Azurite ($AZURITE_VERSION) with npm" >&2
+  mkdir -p "${HOME}/.cache/sheaf/azurite"
+  npm install -s --no-audit --no-fund --prefix "${HOME}/.cache/sheaf/azurite" "azurite@$AZURITE_VERSION" >/dev/null
+fi
+
+if ((want_fake_gcs)); then
+  export PATH="$PATH:/usr/local/go/bin"
+  echo "install-deps: building fake-gcs-server ($FAKE_GCS_VERSION) with go install" >&2
+  mkdir -p "$(dirname "$fake_gcs_bin")"
+  GOBIN="$(dirname "$fake_gcs_bin")" GOFLAGS=-mod=mod go install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
 fi
 
 if ((want_pg18)); then

@@ -285,7 +285,7 @@ impl Context {
     /// None given.
     pub fn repo_text(&self) -> Result<String> {
         self.repo_given().ok_or_else(|| {
-            Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX, set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
+            Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX|az://...|gs://..., set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
         })
     }
 

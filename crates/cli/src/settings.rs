@@ -9,7 +9,7 @@ use sheaf_core::{Error, ErrorKind};
 
 /// Every key the file and the environment may set, with what it is for.
 pub const KEYS: &[(&str, &str)] = &[
-    ("repo", "the repository: a folder or s3://BUCKET/PREFIX"),
+    ("repo", "the repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX"),
     ("compression", "codec for backups and WAL (zstd:low by default)"),
     ("stripes", "stripes per backup into the repository"),
     ("type", "backup type into the repository: full, diff or incr"),

@@ -52,11 +52,11 @@ impl Repo {
     pub fn at(text: &str, schemes: &dyn Schemes) -> Result<Repo> {
         let trimmed = text.trim_end_matches('/');
         if trimmed.is_empty() {
-            return Err(Error::invalid("an empty repository location: give a folder or s3://BUCKET/PREFIX (--repo, SHEAF_REPO or repo in the config file)"));
+            return Err(Error::invalid("an empty repository location: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX (--repo, SHEAF_REPO or repo in the config file)"));
         }
         let meta = Location::parse(&format!("{trimmed}/{META}"), schemes)?;
         if meta.is_null() {
-            return Err(Error::invalid("nul cannot hold a repository: give a folder or s3://BUCKET/PREFIX"));
+            return Err(Error::invalid("nul cannot hold a repository: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX"));
         }
         let name = meta.name();
         let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();

@@ -1,5 +1,7 @@
 //! sheaf-s3: stripes as objects in any S3-compatible store (AWS S3, MinIO, Ceph RGW, versitygw,
-//! Garage), SQL Server's `BACKUP TO URL`.
+//! Garage), Azure Blob Storage (`az://`) or Google Cloud Storage (`gs://`): SQL Server's `BACKUP
+//! TO URL`. The three differ only in how the client is configured (each from its cloud's standard
+//! variables and files); writing and reading are the same `object_store` calls.
 //!
 //! - [`S3Options`]: endpoint, region, addressing, part size and concurrency, as flags give them;
 //!   credentials only ever come from the environment or the AWS profile files (see [`config`]), so
@@ -62,18 +64,22 @@ impl S3Schemes {
 
 impl Schemes for S3Schemes {
     fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)> {
-        if scheme != "s3" {
+        if !matches!(scheme, "s3" | "az" | "gs") {
             return Err(Error::invalid(format!(
-                "{scheme}:// is not a location sheaf knows: use a file path, nul, or s3://BUCKET/KEY"
+                "{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY or gs://BUCKET/KEY"
             )));
         }
         let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = stores.get(bucket) {
+        let id = format!("{scheme}://{bucket}");
+        if let Some(s) = stores.get(&id) {
             return Ok((s.clone(), key.to_string()));
         }
-        let resolved = self.options.resolve(&self.env)?;
-        let store = Arc::new(S3Store::new(bucket, &resolved, &self.options, self.runtime()?)?);
-        stores.insert(bucket.to_string(), store.clone());
+        let store = Arc::new(match scheme {
+            "az" => S3Store::azure(bucket, &self.env, &self.options, self.runtime()?)?,
+            "gs" => S3Store::gcs(bucket, &self.env, &self.options, self.runtime()?)?,
+            _ => S3Store::new(bucket, &self.options.resolve(&self.env)?, &self.options, self.runtime()?)?,
+        });
+        stores.insert(id, store.clone());
         Ok((store, key.to_string()))
     }
 }

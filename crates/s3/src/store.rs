@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 use object_store::{
     BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
@@ -35,11 +37,14 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Resolved, S3Options, MAX_PARTS};
 
-/// A bucket of an S3-compatible store.
+/// A bucket of an S3-compatible store, an Azure Blob Storage container or a Google Cloud Storage
+/// bucket: the same multipart writes and pinned ranged reads through `object_store`.
 pub struct S3Store {
+    /// `s3`, `az` or `gs`.
+    scheme: &'static str,
     bucket: String,
     endpoint: String,
-    client: Arc<AmazonS3>,
+    client: Arc<dyn ObjectStore>,
     runtime: Arc<Runtime>,
     options: S3Options,
     redact: Redact,
@@ -48,7 +53,7 @@ pub struct S3Store {
 impl fmt::Debug for S3Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never the client: it holds the credentials.
-        write!(f, "S3Store(s3://{} at {})", self.bucket, self.endpoint)
+        write!(f, "S3Store({}://{} at {})", self.scheme, self.bucket, self.endpoint)
     }
 }
 
@@ -67,9 +72,22 @@ enum Side {
 /// S3 error bodies that can quote signed headers (AWS's SignatureDoesNotMatch echoes the canonical
 /// request, token included).
 #[derive(Clone, Default)]
-pub(crate) struct Redact(Arc<Vec<String>>);
+pub(crate) struct Redact(Arc<Vec<String>>, &'static str);
+
+/// Where each cloud's credentials come from, for the messages that say to check them.
+pub(crate) const AWS_CREDENTIALS: &str = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile";
+pub(crate) const AZURE_CREDENTIALS: &str = "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_TOKEN, or AZURE_CLIENT_ID / AZURE_CLIENT_SECRET / AZURE_TENANT_ID)";
+pub(crate) const GCS_CREDENTIALS: &str = "GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT (a service account key file)";
 
 impl Redact {
+    fn hint(&self) -> &'static str {
+        if self.1.is_empty() {
+            AWS_CREDENTIALS
+        } else {
+            self.1
+        }
+    }
+
     fn scrub(&self, text: &str) -> String {
         let mut out = text.to_string();
         for tag in ["CanonicalRequest", "CanonicalRequestBytes", "StringToSign", "StringToSignBytes"] {
@@ -132,7 +150,7 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
     }
     let text = redact.scrub(&text);
     let kind = if side == Side::Read { ErrorKind::Io } else { ErrorKind::Target };
-    const NO_BUCKET: &str = "the bucket does not exist (create it first, or check the name and endpoint)";
+    const NO_BUCKET: &str = "the bucket (Azure: the container) does not exist (create it first, or check the name and endpoint)";
     match e {
         E::NotFound { .. } if side == Side::Create => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
         E::NotFound { .. } if side == Side::Write => Error::new(
@@ -146,15 +164,15 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
         ),
         E::Unauthenticated { .. } => Error::new(
             kind,
-            format!("{what}: the server rejected the credentials (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile, and the clock): {text}"),
+            format!("{what}: the server rejected the credentials (check {}, and the clock): {text}", redact.hint()),
         ),
         E::Precondition { .. } => {
             Error::incomplete(format!("{what}: the object changed while it was being read (it was replaced): read it again"))
         }
         _ if text.contains("NoSuchBucket") => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
-        _ if text.contains("InvalidAccessKeyId") || text.contains("SignatureDoesNotMatch") => Error::new(
+        _ if ["InvalidAccessKeyId", "SignatureDoesNotMatch", "AuthenticationFailed", "AuthorizationFailure"].iter().any(|c| text.contains(c)) => Error::new(
             kind,
-            format!("{what}: the server rejected the credentials (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile): {text}"),
+            format!("{what}: the server rejected the credentials (check {}): {text}", redact.hint()),
         ),
         _ if text.contains("AccessDenied") => Error::new(kind, format!("{what}: access denied: {text}")),
         _ if text.contains("Quota") || text.contains("EntityTooLarge") => {
@@ -164,33 +182,40 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
     }
 }
 
+/// The retries and HTTP client options every cloud's store shares: `options`' limits, plain HTTP
+/// where allowed, and a CA bundle's certificates besides the system's.
+fn client_setup(allow_http: bool, ca_bundle: Option<&std::path::Path>, options: &S3Options) -> Result<(RetryConfig, ClientOptions)> {
+    let retry = RetryConfig {
+        backoff: BackoffConfig { init_backoff: std::time::Duration::from_millis(100), max_backoff: std::time::Duration::from_secs(10), base: 2.0 },
+        max_retries: options.max_retries,
+        retry_timeout: options.retry_timeout,
+    };
+    let mut client_options = ClientOptions::new()
+        .with_allow_http(allow_http)
+        .with_timeout(options.request_timeout)
+        .with_connect_timeout(std::time::Duration::from_secs(10));
+    if let Some(path) = ca_bundle {
+        let pem = std::fs::read(path)
+            .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read the CA bundle {} (--s3-ca-bundle or AWS_CA_BUNDLE)", path.display()), e))?;
+        let certs = Certificate::from_pem_bundle(&pem)
+            .map_err(|e| Error::invalid(format!("CA bundle {}: not PEM certificates: {e}", path.display())))?;
+        if certs.is_empty() {
+            return Err(Error::invalid(format!("CA bundle {} holds no certificate", path.display())));
+        }
+        for c in certs {
+            client_options = client_options.with_root_certificate(c);
+        }
+    }
+    Ok((retry, client_options))
+}
+
 impl S3Store {
     /// A store for `bucket`.
     ///
     /// # Errors
     /// [`ErrorKind::InvalidInput`] when the client cannot be configured.
     pub fn new(bucket: &str, r: &Resolved, options: &S3Options, runtime: Arc<Runtime>) -> Result<Self> {
-        let retry = RetryConfig {
-            backoff: BackoffConfig { init_backoff: std::time::Duration::from_millis(100), max_backoff: std::time::Duration::from_secs(10), base: 2.0 },
-            max_retries: options.max_retries,
-            retry_timeout: options.retry_timeout,
-        };
-        let mut client_options = ClientOptions::new()
-            .with_allow_http(r.allow_http)
-            .with_timeout(options.request_timeout)
-            .with_connect_timeout(std::time::Duration::from_secs(10));
-        if let Some(path) = &r.ca_bundle {
-            let pem = std::fs::read(path)
-                .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read the CA bundle {} (--s3-ca-bundle or AWS_CA_BUNDLE)", path.display()), e))?;
-            let certs = Certificate::from_pem_bundle(&pem)
-                .map_err(|e| Error::invalid(format!("CA bundle {}: not PEM certificates: {e}", path.display())))?;
-            if certs.is_empty() {
-                return Err(Error::invalid(format!("CA bundle {} holds no certificate", path.display())));
-            }
-            for c in certs {
-                client_options = client_options.with_root_certificate(c);
-            }
-        }
+        let (retry, client_options) = client_setup(r.allow_http, r.ca_bundle.as_deref(), options)?;
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(&r.region)
@@ -216,11 +241,90 @@ impl S3Store {
         let client = b.build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?;
         let endpoint = r.endpoint.clone().unwrap_or_else(|| format!("AWS {}", r.region));
         let secrets = [r.secret_access_key.clone(), r.session_token.clone()].into_iter().flatten().collect();
-        Ok(S3Store { bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets)) })
+        Ok(S3Store { scheme: "s3", bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AWS_CREDENTIALS) })
+    }
+
+    /// A store for Azure Blob Storage container `container`, configured by the standard
+    /// `AZURE_*` variables `env` gives: the account and its key, a SAS token, or a service
+    /// principal (`AZURE_CLIENT_ID`, `AZURE_CLIENT_SECRET`, `AZURE_TENANT_ID`), a federated token
+    /// or managed identity; `AZURE_STORAGE_USE_EMULATOR=true` for Azurite, `AZURE_STORAGE_ENDPOINT`
+    /// for another endpoint.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] when the client cannot be configured.
+    pub fn azure(container: &str, env: &dyn Fn(&str) -> Option<String>, options: &S3Options, runtime: Arc<Runtime>) -> Result<Self> {
+        const KEYS: [&str; 12] = [
+            "AZURE_STORAGE_ACCOUNT_NAME",
+            "AZURE_STORAGE_ACCOUNT_KEY",
+            "AZURE_STORAGE_SAS_TOKEN",
+            "AZURE_STORAGE_TOKEN",
+            "AZURE_CLIENT_ID",
+            "AZURE_CLIENT_SECRET",
+            "AZURE_TENANT_ID",
+            "AZURE_AUTHORITY_HOST",
+            "AZURE_FEDERATED_TOKEN_FILE",
+            "AZURE_STORAGE_USE_EMULATOR",
+            "AZURE_STORAGE_ENDPOINT",
+            "AZURE_MSI_ENDPOINT",
+        ];
+        let mut b = MicrosoftAzureBuilder::new().with_container_name(container);
+        let mut secrets = Vec::new();
+        for k in KEYS {
+            if let Some(v) = env(k) {
+                let key = k.to_ascii_lowercase().parse().map_err(|e| Error::invalid(format!("{k}: {e}")))?;
+                if matches!(k, "AZURE_STORAGE_ACCOUNT_KEY" | "AZURE_STORAGE_SAS_TOKEN" | "AZURE_STORAGE_TOKEN" | "AZURE_CLIENT_SECRET") {
+                    secrets.push(v.clone());
+                }
+                b = b.with_config(key, v);
+            }
+        }
+        let emulator = env("AZURE_STORAGE_USE_EMULATOR").is_some_and(|v| v == "true" || v == "1");
+        let endpoint = env("AZURE_STORAGE_ENDPOINT");
+        let http = emulator || endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+        let (retry, client_options) = client_setup(http, None, options)?;
+        let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Azure configuration for container {container}: {e}")))?;
+        let endpoint = endpoint.unwrap_or_else(|| if emulator { "Azurite".into() } else { "Azure".into() });
+        Ok(S3Store { scheme: "az", bucket: container.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS) })
+    }
+
+    /// A store for Google Cloud Storage bucket `bucket`, configured by the standard variables
+    /// `env` gives: `GOOGLE_APPLICATION_CREDENTIALS` (or `GOOGLE_SERVICE_ACCOUNT`, a key file;
+    /// `GOOGLE_SERVICE_ACCOUNT_KEY`, its JSON), else the instance's own account; `GOOGLE_BASE_URL`
+    /// (or the key file's `gcs_base_url`) for another endpoint, such as an emulator.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] when the client cannot be configured.
+    pub fn gcs(bucket: &str, env: &dyn Fn(&str) -> Option<String>, options: &S3Options, runtime: Arc<Runtime>) -> Result<Self> {
+        let mut b = GoogleCloudStorageBuilder::new().with_bucket_name(bucket);
+        if let Some(v) = env("GOOGLE_SERVICE_ACCOUNT").or_else(|| env("GOOGLE_SERVICE_ACCOUNT_PATH")) {
+            b = b.with_service_account_path(v);
+        }
+        if let Some(v) = env("GOOGLE_SERVICE_ACCOUNT_KEY") {
+            b = b.with_service_account_key(v);
+        }
+        if let Some(v) = env("GOOGLE_APPLICATION_CREDENTIALS") {
+            b = b.with_application_credentials(v);
+        }
+        // An emulator's address comes from the variable or the key file's gcs_base_url.
+        let key_file_url = ["GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_APPLICATION_CREDENTIALS"]
+            .iter()
+            .filter_map(|k| env(k))
+            .filter_map(|p| std::fs::read(p).ok())
+            .filter_map(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .find_map(|v| v["gcs_base_url"].as_str().map(str::to_string));
+        let base = env("GOOGLE_BASE_URL").or(key_file_url);
+        if let Some(u) = env("GOOGLE_BASE_URL") {
+            b = b.with_base_url(&u);
+        }
+        let http = base.as_deref().is_some_and(|u| u.starts_with("http://"));
+        let (retry, client_options) = client_setup(http, None, options)?;
+        let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Google Cloud Storage configuration for bucket {bucket}: {e}")))?;
+        let endpoint = base.unwrap_or_else(|| "Google Cloud Storage".into());
+        Ok(S3Store { scheme: "gs", bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS) })
     }
 
     fn path(&self, name: &str) -> Result<Path> {
-        Path::parse(name).map_err(|e| Error::invalid(format!("s3://{}/{name}: not a usable object name: {e}", self.bucket)))
+        Path::parse(name).map_err(|e| Error::invalid(format!("{}: not a usable object name: {e}", self.describe(name))))
     }
 
     fn handle(&self) -> &Handle {
@@ -234,7 +338,7 @@ impl Store for S3Store {
     }
 
     fn describe(&self, name: &str) -> String {
-        format!("s3://{}/{name}", self.bucket)
+        format!("{}://{}/{name}", self.scheme, self.bucket)
     }
 
     fn sink_memory(&self, expected_bytes: u64) -> u64 {
@@ -244,6 +348,15 @@ impl Store for S3Store {
     fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
         let shown = self.describe(name);
         let path = self.path(name)?;
+        // Azure starts a block blob upload without a request: a listing asks first whether the
+        // container is there and the credentials are good, as S3 and GCS answer at the start.
+        if self.scheme == "az" {
+            let client = self.client.clone();
+            let p = path.clone();
+            self.handle()
+                .block_on(async move { client.list_with_delimiter(Some(&p)).await })
+                .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
+        }
         // Starting the upload first gives the server's own words for a missing bucket or bad
         // credentials (a HEAD's 403 has no body to tell them apart).
         let client = self.client.clone();
@@ -327,7 +440,7 @@ impl Store for S3Store {
         let items: Vec<_> = self.handle().block_on(async move { client.list(dir_path.as_ref()).collect::<Vec<_>>().await });
         let mut out = Vec::new();
         for item in items {
-            let meta = item.map_err(|e| map_err(e, &format!("cannot list s3://{}/{prefix}", self.bucket), Side::Read, &self.redact))?;
+            let meta = item.map_err(|e| map_err(e, &format!("cannot list {}", self.describe(prefix)), Side::Read, &self.redact))?;
             let key = meta.location.to_string();
             if key.starts_with(prefix) {
                 out.push(Stored { name: key, size: meta.size, modified: meta.last_modified.timestamp() });
@@ -353,7 +466,7 @@ type PartResult = std::result::Result<(), object_store::Error>;
 struct S3Sink {
     redact: Redact,
     handle: Handle,
-    client: Arc<AmazonS3>,
+    client: Arc<dyn ObjectStore>,
     path: Path,
     shown: String,
     upload: Option<Box<dyn MultipartUpload>>,
@@ -532,7 +645,7 @@ impl Drop for S3Sink {
 struct S3Source {
     redact: Redact,
     handle: Handle,
-    client: Arc<AmazonS3>,
+    client: Arc<dyn ObjectStore>,
     path: Path,
     shown: String,
     len: u64,
@@ -645,7 +758,7 @@ mod tests {
 
     #[test]
     fn error_bodies_lose_signed_headers_and_secrets() {
-        let r = Redact(Arc::new(vec!["SeCrEtKeY123".into(), "FQoGZXIvYXdzEToken".into()]));
+        let r = Redact(Arc::new(vec!["SeCrEtKeY123".into(), "FQoGZXIvYXdzEToken".into()]), AWS_CREDENTIALS);
         let body = "<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>AKIAEXAMPLE</AWSAccessKeyId>\
             <StringToSign>AWS4-HMAC-SHA256\n20261122T000000Z</StringToSign><CanonicalRequest>PUT\n/b/k\n\
             x-amz-security-token:FQoGZXIvYXdzEToken\n</CanonicalRequest><CanonicalRequestBytes>50 55</CanonicalRequestBytes>\

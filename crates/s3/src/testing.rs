@@ -22,6 +22,9 @@ use sha2::{Digest, Sha256};
 
 use crate::S3Options;
 
+mod emulators;
+pub use emulators::{azurite_binary, fake_gcs_binary, Azurite, FakeGcs, AZURITE_ACCOUNT, AZURITE_KEY};
+
 /// The access key of every test server.
 pub const ACCESS_KEY: &str = "sheaftest";
 /// Its secret.
@@ -244,7 +247,7 @@ fn spawn(bin: &std::path::Path, data: &std::path::Path, addr: &str, console: u16
         .expect("start minio")
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+pub(crate) fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("any key length");
     m.update(data);
     m.finalize().into_bytes().to_vec()
@@ -255,7 +258,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// One HTTP/1.1 request with no body; the status and the body.
-fn http(addr: &str, method: &str, path: &str, query: &str, headers: &[(&str, &str)]) -> std::io::Result<(u16, String)> {
+pub(crate) fn http(addr: &str, method: &str, path: &str, query: &str, headers: &[(&str, &str)]) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };

@@ -98,7 +98,7 @@ drop-caches, restore-dir); flags win over it.")]
     Bench(BenchArgs),
     /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
     LoadTpch(LoadTpchArgs),
-    /// Create a repository for a cluster: a folder or s3://BUCKET/PREFIX where sheaf keeps its
+    /// Create a repository for a cluster: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX where sheaf keeps its
     /// backups and archived WAL (point-in-time recovery, retention).
     #[command(after_help = "Example:\n  \
 sheaf init --repo /srv/sheaf 'postgres://postgres@/postgres?host=/run/postgresql'\n\n\

@@ -57,7 +57,7 @@ pub struct S3Args {
 /// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.
 #[derive(Args, Clone, Default)]
 pub struct RepoArg {
-    /// The repository: a folder or s3://BUCKET/PREFIX. Default: SHEAF_REPO, else `repo` in the
+    /// The repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX. Default: SHEAF_REPO, else `repo` in the
     /// config file.
     #[arg(long, value_name = "REPO")]
     pub repo: Option<String>,

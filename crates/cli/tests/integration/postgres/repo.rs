@@ -119,7 +119,7 @@ pub(super) struct TestRepo {
     pub(super) arg: String,
     /// Environment for sheaf and for the server's commands.
     env: Vec<(String, String)>,
-    _minio: Option<sheaf_s3::testing::Minio>,
+    _server: Option<Box<dyn std::any::Any>>,
 }
 
 impl TestRepo {
@@ -132,7 +132,7 @@ impl TestRepo {
 
     /// The folder repository at `repo`, made already.
     pub(super) fn existing(repo: &Path) -> TestRepo {
-        TestRepo { arg: repo.display().to_string(), env: Vec::new(), _minio: None }
+        TestRepo { arg: repo.display().to_string(), env: Vec::new(), _server: None }
     }
 
     /// An encrypted repository in a bucket of a MinIO of its own; its config and passphrase files
@@ -151,7 +151,16 @@ impl TestRepo {
         }
         let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         env.push(("SHEAF_CONFIG".into(), config.display().to_string()));
-        TestRepo { arg: "s3://chains/cluster".into(), env, _minio: Some(minio) }
+        TestRepo { arg: "s3://chains/cluster".into(), env, _server: Some(Box::new(minio)) }
+    }
+
+    /// A repository in a container of an Azurite of its own, reached through the standard
+    /// AZURE_* variables.
+    pub(super) fn azure_container() -> TestRepo {
+        let az = sheaf_s3::testing::Azurite::start();
+        az.create_container("backups");
+        let env = az.env_for(&az.endpoint()).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        TestRepo { arg: "az://backups/cluster".into(), env, _server: Some(Box::new(az)) }
     }
 
     /// `sheaf` with the repository's environment.
@@ -166,7 +175,7 @@ impl TestRepo {
         if self.env.is_empty() {
             return String::new();
         }
-        let vars: Vec<String> = self.env.iter().filter(|(k, _)| k.starts_with("AWS_") || k.starts_with("SHEAF_")).map(|(k, v)| format!("{k}={v}")).collect();
+        let vars: Vec<String> = self.env.iter().filter(|(k, _)| ["AWS_", "AZURE_", "SHEAF_"].iter().any(|p| k.starts_with(p))).map(|(k, v)| format!("{k}={v}")).collect();
         format!("env {} ", vars.join(" "))
     }
 
@@ -720,4 +729,23 @@ fn queue_max_drops_wal_while_the_repository_is_away_and_says_so() {
     let gap = run(sheaf().args(["restore", "--repo", r, "--to", base.path().join("gap").to_str().unwrap()]));
     assert_eq!(gap.status.code(), Some(4), "{}", stderr(&gap));
     assert!(stderr(&gap).contains("the archive has a gap"), "{}", stderr(&gap));
+}
+
+/// A repository in Azure Blob Storage (Azurite): archived, backed up, and recovered to its end,
+/// the server's archive and restore commands reaching it through the AZURE_* variables.
+#[test]
+fn a_repository_in_azure_blob_storage_archives_backs_up_and_recovers() {
+    let (base, _) = repo_dir();
+    let repo = TestRepo::azure_container();
+    let c = repo.cluster();
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 500) g");
+    let full = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--stripes", "2", "--json"])), "backup"));
+    assert!(full["targets"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("az://backups/cluster/")), "{full}");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 500) g");
+    archive_now(&c);
+    let info = json(ok(run(repo.sheaf().args(["info", "--repo", &repo.arg, "--json"])), "info"));
+    assert_eq!(info["backups"].as_array().unwrap().len(), 1, "{info}");
+    assert!(info["wal_files"].as_u64().unwrap() >= 2, "{info}");
+    let back = repo.recover(&base.path().join("back"), &[]);
+    assert_eq!(batches(&back), "1:500,2:500");
 }
