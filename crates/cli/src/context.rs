@@ -276,7 +276,16 @@ impl Context {
 
     /// The repository's location as given or set, if any.
     pub fn repo_given(&self) -> Option<String> {
-        self.settings.value("repo", self.shared.repo.clone())
+        self.repos_given().into_iter().next()
+    }
+
+    /// Every repository given, in order: the `--repo` flags, else `repo`, `repo2`, `repo3` and
+    /// `repo4` from the environment or the config file.
+    pub fn repos_given(&self) -> Vec<String> {
+        if !self.shared.repo.is_empty() {
+            return self.shared.repo.clone();
+        }
+        ["repo", "repo2", "repo3", "repo4"].iter().filter_map(|k| self.settings.value(k, None)).collect()
     }
 
     /// The repository's location text, or the error that says where to give it.
@@ -310,6 +319,45 @@ impl Context {
         }
         let meta = sheaf_pg::repo::meta::open(&repo)?;
         Ok((repo, meta))
+    }
+
+    /// Every repository given ([`Context::repos_given`]), with the keys given (nothing is read
+    /// yet); at least one.
+    ///
+    /// # Errors
+    /// None given, more than four, a location that does not parse, a bad secret.
+    pub fn repos(&self) -> Result<Vec<Repo>> {
+        let texts = self.repos_given();
+        if texts.is_empty() {
+            self.repo_text()?;
+        }
+        if texts.len() > 4 {
+            return Err(Error::invalid(format!("{} repositories given: sheaf keeps up to 4 (repo .. repo4)", texts.len())));
+        }
+        let schemes = self.schemes()?;
+        let keys = self.keys()?;
+        texts.iter().map(|t| Ok(Repo::at(t, schemes)?.with_keys(keys.clone()))).collect()
+    }
+
+    /// Every repository given, each opened (what it holds read), held to `--max-rate`: one result
+    /// per repository, so that one unreachable leaves the others usable.
+    ///
+    /// # Errors
+    /// As [`Context::repos`].
+    pub fn open_repos(&self) -> Result<Vec<(Repo, Result<RepoMeta>)>> {
+        let rate = self.rate()?;
+        Ok(self
+            .repos()?
+            .into_iter()
+            .map(|r| {
+                let r = match &rate {
+                    Some(limit) => r.throttled(limit),
+                    None => r,
+                };
+                let meta = sheaf_pg::repo::meta::open(&r);
+                (r, meta)
+            })
+            .collect())
     }
 
     /// The locations `texts` name (`s3://` ones through the schemes), held to `--max-rate`.

@@ -10,6 +10,9 @@ use sheaf_core::{Error, ErrorKind};
 /// Every key the file and the environment may set, with what it is for.
 pub const KEYS: &[(&str, &str)] = &[
     ("repo", "the repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX"),
+    ("repo2", "a second repository: wal-push archives to every one, wal-fetch and restore fall back to it"),
+    ("repo3", "a third repository (as repo2)"),
+    ("repo4", "a fourth repository (as repo2)"),
     ("compression", "codec for backups and WAL (zstd:low by default)"),
     ("stripes", "stripes per backup into the repository"),
     ("type", "backup type into the repository: full, diff or incr"),

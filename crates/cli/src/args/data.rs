@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct BackupArgs {
     /// What to back up: a directory (a stopped database's files, a filesystem snapshot), or a
     /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
@@ -78,7 +78,11 @@ pub struct BackupArgs {
     /// goes under its backups/, recorded for sheaf info, restore --repo and expire. Default when no
     /// --to is given: SHEAF_REPO, else repo in the config file.
     #[arg(long, value_name = "REPO")]
-    pub repo: Option<String>,
+    pub repo: Vec<String>,
+    /// With several repositories: which to back up into, by position (1 for the first), or all
+    /// (one backup into each, in turn).
+    #[arg(long, value_name = "N|all", default_value = "1")]
+    pub repo_target: String,
     /// Stripes of a backup into a repository. Default: SHEAF_STRIPES, the config file, else 1.
     #[arg(long, value_name = "N", conflicts_with = "to")]
     pub stripes: Option<usize>,

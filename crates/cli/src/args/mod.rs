@@ -210,8 +210,8 @@ pub struct Shared {
     pub s3: Option<S3Args>,
     /// The encryption secret.
     pub keys: KeyArgs,
-    /// `--repo`.
-    pub repo: Option<String>,
+    /// `--repo`, each time given.
+    pub repo: Vec<String>,
     /// `--max-rate`.
     pub rate: RateArgs,
     /// `--spool`.

@@ -57,10 +57,12 @@ pub struct S3Args {
 /// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.
 #[derive(Args, Clone, Default)]
 pub struct RepoArg {
-    /// The repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX. Default: SHEAF_REPO, else `repo` in the
-    /// config file.
+    /// The repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX.
+    /// Repeat for more (up to 4): wal-push archives to every one, wal-fetch and restore read the
+    /// first that has what they need. Default: SHEAF_REPO (and SHEAF_REPO2 ...), else repo (and
+    /// repo2 ...) in the config file.
     #[arg(long, value_name = "REPO")]
-    pub repo: Option<String>,
+    pub repo: Vec<String>,
     #[command(flatten)]
     pub keys: KeyArgs,
 }

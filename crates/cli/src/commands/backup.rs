@@ -24,14 +24,29 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
         None => a.primary.take().ok_or_else(|| Error::invalid("say what to back up: a directory or a PostgreSQL URL"))?,
     };
     let source = Source::of(&named);
-    let start = sheaf_catalog::RunStart {
-        operation: "backup".into(),
-        source_kind: Some(source.kind().into()),
-        source: Some(source.describe()),
-        label: a.label.clone(),
-        stripes: if a.to.is_empty() { ctx.repo_given().into_iter().collect() } else { a.to.clone() },
+    // Into a repository: the one --repo-target names (of those given), or each in turn.
+    let repos = ctx.repos_given();
+    let targets: Vec<usize> = if !a.to.is_empty() {
+        vec![0]
+    } else if a.repo_target == "all" {
+        (0..repos.len().max(1)).collect()
+    } else {
+        match a.repo_target.parse::<usize>() {
+            Ok(n) if n >= 1 && n <= repos.len().max(1) => vec![n - 1],
+            _ => return Err(Error::invalid(format!("--repo-target {}: give a repository's position, 1 to {}, or all", a.repo_target, repos.len().max(1)))),
+        }
     };
-    recorded(ctx.catalog(), start, || backup(ctx, source, a))
+    for target in targets {
+        let start = sheaf_catalog::RunStart {
+            operation: "backup".into(),
+            source_kind: Some(source.kind().into()),
+            source: Some(source.describe()),
+            label: a.label.clone(),
+            stripes: if a.to.is_empty() { repos.get(target).cloned().into_iter().collect() } else { a.to.clone() },
+        };
+        recorded(ctx.catalog(), start, || backup(ctx, source.clone(), a.clone(), target))?;
+    }
+    Ok(())
 }
 
 /// A PostgreSQL backup's facts as the report gives them, and where they came from.
@@ -42,7 +57,7 @@ struct Cluster {
     repository_id: Option<String>,
 }
 
-fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
+fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result<Done, Error> {
     let codec = ctx.codec(a.compression.clone())?;
     ctx.schemes()?;
     let into_repo = a.to.is_empty();
@@ -96,7 +111,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs) -> Result<Done, Error> {
                 via_base_backup: a.via == "base-backup",
             };
             if into_repo {
-                let (repo, meta) = ctx.open_repo()?;
+                let (repo, meta) = ctx.open_repos()?.into_iter().nth(target).map(|(r, m)| m.map(|m| (r, m))).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
                 let stripes = ctx.repo_stripes(a.stripes)?;
                 let backup_type = match ctx.settings.get("type", a.backup_type.clone()) {
                     Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,

@@ -17,15 +17,15 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
             exit::report(&e.context("--max-age"));
             return Outcome::Status(exit::code(sheaf_core::ErrorKind::InvalidInput));
         }
-        Ok(max_age) => match ctx.repo() {
-            Ok(repo) => {
+        Ok(max_age) => match ctx.repos() {
+            Ok(repos) => {
                 let opts = CheckOptions {
                     url: a.url.clone(),
                     max_age: Duration::from_secs(max_age as u64),
                     archive_timeout: Duration::from_secs(a.archive_timeout.max(1)),
                     now: sheaf_core::time::now_ms() / 1000,
                 };
-                check(&repo, &opts)
+                check(&repos, &opts)
             }
             Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
         },

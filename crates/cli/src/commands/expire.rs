@@ -19,16 +19,36 @@ fn parse_duration(text: &str) -> Result<i64, Error> {
 /// # Errors
 /// No policy, a repository that cannot be read, an object that cannot be removed.
 pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
-    let (repo, meta) = ctx.open_repo()?;
+    // The same policy in every repository given; one that cannot be read fails the command after
+    // the others are done.
     let keep = retention::Retention { keep_full: a.keep_full, keep_within: a.keep_within.as_deref().map(parse_duration).transpose()? };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let plan = retention::plan_expire(&repo, &meta, &keep, now)?;
+    let mut failed = None;
+    let repos = ctx.open_repos()?;
+    let several = repos.len() > 1;
+    for (repo, meta) in repos {
+        let r = meta.and_then(|meta| one(&a, &repo, &meta, &keep, now));
+        if let Err(e) = r {
+            let e = if several { e.context(repo.display()) } else { e };
+            if failed.is_some() {
+                crate::exit::report(&e);
+            } else {
+                failed = Some(e);
+            }
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, keep: &retention::Retention, now: i64) -> Result<(), Error> {
+    let plan = retention::plan_expire(repo, meta, keep, now)?;
     if !a.dry_run {
-        retention::expire(&repo, &plan)?;
+        retention::expire(repo, &plan)?;
     }
     if a.json {
         let mut v = serde_json::to_value(&plan).expect("plan serialises");
         v["dry_run"] = serde_json::json!(a.dry_run);
+        v["repo"] = serde_json::json!(repo.display());
         println!("{v}");
         return Ok(());
     }
@@ -57,6 +77,7 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     println!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
     Ok(())
 }
+
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
         let (repo, _) = ctx.open_repo()?;
         sheaf_pg::repo::records::open_backup_chain(&repo, &a.set, ctx.schemes()?)?
     } else {
-        if a.repo.repo.is_some() {
+        if !a.repo.repo.is_empty() {
             return Err(Error::invalid("give stripes or --repo, not both"));
         }
         vec![ctx.open_stripes(&a.stripes)?]

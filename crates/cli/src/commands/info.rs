@@ -15,10 +15,9 @@ use crate::output::plural;
 /// # Errors
 /// A repository that cannot be read.
 pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
-    let (repo, meta) = ctx.open_repo()?;
-    let inv = Inventory::take(&repo, &meta)?;
+    let repos = ctx.open_repos()?;
     if a.format == "prometheus" || a.prometheus.is_some() {
-        let text = prometheus(ctx, &a, repo.display(), &meta, &inv);
+        let text = prometheus(ctx, &a, &repos);
         return match &a.prometheus {
             None => {
                 print!("{text}");
@@ -30,17 +29,45 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     if a.url.is_some() {
         return Err(Error::invalid("the server's URL adds the archive's lag to the Prometheus metrics: give --format prometheus (or --prometheus FILE), or leave the URL out"));
     }
+    // Each repository in turn; one that cannot be read is said and fails the command at the end.
+    let json = a.json || a.format == "json";
+    let several = repos.len() > 1;
+    let mut values = Vec::new();
+    let mut failed = None;
+    for (k, (repo, meta)) in repos.iter().enumerate() {
+        if k > 0 && !json {
+            println!();
+        }
+        let shown = match meta {
+            Ok(meta) => Inventory::take(repo, meta).and_then(|inv| one(repo, meta, inv, json)),
+            Err(e) => Err(Error::new(e.kind(), e.to_string())),
+        };
+        match shown {
+            Ok(v) => values.push(v),
+            Err(e) => {
+                if several {
+                    eprintln!("sheaf: repository {} ({}) cannot be read: {e}", k + 1, repo.display());
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if json && (failed.is_none() || several) {
+        let v = if several { serde_json::json!({ "repositories": values }) } else { values.pop().unwrap_or_default() };
+        println!("{v}");
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// One repository, printed (its JSON returned instead, with `json`).
+fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv: Inventory, json: bool) -> Result<serde_json::Value, Error> {
     let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, .. } = inv;
-    let pins = sheaf_pg::repo::keep::pins(&repo)?;
-    if a.json || a.format == "json" {
-        println!(
-            "{}",
-            serde_json::json!({
-                "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
-                "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins,
-            })
-        );
-        return Ok(());
+    let pins = sheaf_pg::repo::keep::pins(repo)?;
+    if json {
+        return Ok(serde_json::json!({
+            "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
+            "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins,
+        }));
     }
     println!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
     println!();
@@ -106,25 +133,50 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
         files.len(),
         format_size(wal_bytes)
     );
-    Ok(())
+    Ok(serde_json::Value::Null)
 }
 
-/// The repository's metrics, the server's lag when a URL is given (`sheaf_server_up` says whether
-/// it answered), and the catalog's runs.
-fn prometheus(ctx: &Context, a: &InfoArgs, shown: &str, meta: &sheaf_pg::repo::meta::RepoMeta, inv: &Inventory) -> String {
+/// Every repository's metrics (`sheaf_repository_up` says which could be read), the server's lag
+/// when a URL is given (`sheaf_server_up` says whether it answered), and the catalog's runs.
+fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Repo, Result<sheaf_pg::repo::meta::RepoMeta, Error>)]) -> String {
     use sheaf_pg::repo::metrics::{render, repository, Metric, ServerPosition};
     let now = sheaf_core::time::now_ms() / 1000;
-    let mut extra = Vec::new();
-    let server = a.url.as_deref().and_then(|url| {
+    let server = a.url.as_deref().map(|url| {
         let pos = sheaf_pg::server::Server::connect(url).and_then(|mut s| s.archiver()).map(|x| ServerPosition { lsn: x.lsn, timeline: x.timeline });
         if let Err(e) = &pos {
             eprintln!("sheaf: the server did not answer, so the archive's lag is left out: {e}");
         }
-        extra.push(Metric::gauge("sheaf_server_up", "Whether the server answered (the lag metrics need it).").with(vec![("repo", shown.to_string())], f64::from(u8::from(pos.is_ok()))));
         pos.ok()
     });
-    let mut metrics = repository(shown, meta, inv, now, server);
-    metrics.extend(extra);
+    let mut metrics: Vec<Metric> = Vec::new();
+    let mut up = Metric::gauge("sheaf_repository_up", "Whether the repository could be read.");
+    let mut server_up = Metric::gauge("sheaf_server_up", "Whether the server answered (the lag metrics need it).");
+    for (repo, meta) in repos {
+        let shown = repo.display();
+        let inv = meta.as_ref().ok().map(|m| Inventory::take(repo, m).map(|inv| (m, inv)));
+        match inv {
+            Some(Ok((meta, inv))) => {
+                up = up.with(vec![("repo", shown.to_string())], 1.0);
+                merge(&mut metrics, repository(shown, meta, &inv, now, server.flatten()));
+            }
+            Some(Err(e)) => {
+                eprintln!("sheaf: repository {shown} cannot be read, its metrics are left out: {e}");
+                up = up.with(vec![("repo", shown.to_string())], 0.0);
+            }
+            None => {
+                let why = meta.as_ref().err().map(ToString::to_string).unwrap_or_default();
+                eprintln!("sheaf: repository {shown} cannot be read, its metrics are left out: {why}");
+                up = up.with(vec![("repo", shown.to_string())], 0.0);
+            }
+        }
+        if let Some(pos) = &server {
+            server_up = server_up.with(vec![("repo", shown.to_string())], f64::from(u8::from(pos.is_some())));
+        }
+    }
+    metrics.push(up);
+    if server.is_some() {
+        metrics.push(server_up);
+    }
     match sheaf_catalog::Catalog::open(ctx.catalog()).and_then(|c| c.tally()) {
         Ok(tally) => {
             let mut runs = Metric::counter("sheaf_runs_total", "Runs this host's catalog recorded, by operation and how they ended.");
@@ -151,4 +203,15 @@ fn write_whole(file: &std::path::Path, text: &str) -> Result<(), Error> {
         let _ = std::fs::remove_file(&tmp);
         io("cannot rename", e)
     })
+}
+
+/// `more` into `all`: a family already there gets the new samples, so each name has one HELP and
+/// TYPE whatever the number of repositories.
+fn merge(all: &mut Vec<sheaf_pg::repo::metrics::Metric>, more: Vec<sheaf_pg::repo::metrics::Metric>) {
+    for m in more {
+        match all.iter_mut().find(|x| x.name == m.name) {
+            Some(x) => x.samples.extend(m.samples),
+            None => all.push(m),
+        }
+    }
 }

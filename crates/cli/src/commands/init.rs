@@ -11,19 +11,22 @@ use crate::context::Context;
 /// # Errors
 /// No repository given, a cluster that cannot be reached, a place that is not empty.
 pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
-    let repo = ctx.repo()?;
-    let meta = sheaf_pg::repo::meta::init(&repo, &a.url)?;
-    println!(
-        "created {}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
-        if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
-        repo.display(),
-        meta.system_identifier,
-        meta.server_version,
-        format_size(meta.wal_segment_size)
-    );
-    if repo.keys().is_some() {
+    let repos = ctx.repos()?;
+    for repo in &repos {
+        let meta = sheaf_pg::repo::meta::init(repo, &a.url)?;
+        println!(
+            "created {}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
+            if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
+            repo.display(),
+            meta.system_identifier,
+            meta.server_version,
+            format_size(meta.wal_segment_size)
+        );
+    }
+    if repos.iter().any(|r| r.keys().is_some()) {
         println!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");
     }
-    println!("next: archive_command = 'sheaf wal-push %p --repo {}' and archive_mode = on, then sheaf backup {} --repo {}", repo.display(), sheaf_pg::server::redact(&a.url), repo.display());
+    let flags: String = repos.iter().map(|r| format!(" --repo {}", r.display())).collect();
+    println!("next: archive_command = 'sheaf wal-push %p{flags}' and archive_mode = on, then sheaf backup {}{flags}", sheaf_pg::server::redact(&a.url));
     Ok(())
 }

@@ -63,7 +63,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     if a.stripes.is_empty() {
         return from_repo(ctx, a);
     }
-    if a.recovery.any_target() || a.recovery.repo.repo.is_some() {
+    if a.recovery.any_target() || !a.recovery.repo.repo.is_empty() {
         return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
     }
     let set = ctx.open_stripes(&a.stripes)?;
@@ -96,7 +96,6 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
 /// `restore --repo`: point-in-time recovery, planned and carried out by [`sheaf_pg::pitr::restore`].
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     let opts = pg_options(&a)?;
-    let (repo, meta) = ctx.open_repo()?;
     let r = &a.recovery;
     let request = sheaf_pg::pitr::Request {
         set: r.set.clone(),
@@ -107,7 +106,33 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
         action: r.target_action.clone(),
         timeline: r.target_timeline.clone(),
     };
-    let (r, plan) = sheaf_pg::pitr::restore(&repo, &meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, &repo), progress(a.json))?;
+    // The first repository that can serve the restore; one that cannot be read, or fails before
+    // anything is written (no backup that fits, a gap, a damaged record), is passed over for the
+    // next. A failure once the restore has written is final: its files are not the next one's.
+    let repos = ctx.open_repos()?;
+    let several = repos.len() > 1;
+    let mut outcome = None;
+    for (k, (repo, meta)) in repos.iter().enumerate() {
+        let attempt = match meta {
+            Err(e) => Err(Error::new(e.kind(), e.to_string())),
+            Ok(meta) => sheaf_pg::pitr::restore(repo, meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, repo), progress(a.json)),
+        };
+        match attempt {
+            Ok(done) => {
+                outcome = Some(Ok(done));
+                break;
+            }
+            Err(e) if several && k + 1 < repos.len() && nothing_written(&a.to) => {
+                eprintln!("sheaf: repository {} ({}) cannot serve this restore, trying the next: {e}", k + 1, repo.display());
+                outcome = Some(Err(e));
+            }
+            Err(e) => {
+                outcome = Some(Err(e));
+                break;
+            }
+        }
+    }
+    let (r, plan) = outcome.expect("at least one repository")?;
     let mut v = report(&r);
     v["repository_backup"] = serde_json::json!(plan.backup.id);
     v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
@@ -138,8 +163,16 @@ fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<Strin
         parts.push("--config".into());
         parts.push(q(&c.display().to_string()));
     }
-    parts.push("--repo".into());
-    parts.push(q(repo.display()));
+    // Every repository given, so that wal-fetch falls back as the restore did; the one restored
+    // from when it came from outside them.
+    let mut repos = ctx.repos_given();
+    if !repos.iter().any(|r| r.trim_end_matches('/') == repo.display()) {
+        repos = vec![repo.display().to_string()];
+    }
+    for r in repos {
+        parts.push("--repo".into());
+        parts.push(q(&r));
+    }
     for f in ctx.s3_flags()? {
         parts.push(q(&f));
     }
@@ -189,4 +222,9 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
         );
     }
     Ok(v)
+}
+
+/// Whether a restore into `to` has written nothing yet (no folder, or an empty one).
+fn nothing_written(to: &std::path::Path) -> bool {
+    std::fs::read_dir(to).map_or(true, |mut d| d.next().is_none())
 }

@@ -25,7 +25,7 @@ fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {
     if a.stripes.is_empty() {
         return verify_repo(ctx, &a);
     }
-    if a.repo.repo.is_some() {
+    if !a.repo.repo.is_empty() {
         return Err(Error::invalid("give stripes or --repo, not both"));
     }
     let set = ctx.open_stripes(&a.stripes)?;
@@ -51,17 +51,49 @@ fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {
 
 /// `sheaf verify --repo`: the checks are [`sheaf_pg::repo::verify`]'s; here they are printed.
 fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error> {
+    // Every repository given, each in full; the first failure is the command's, after all ran.
+    let repos = ctx.open_repos()?;
+    let several = repos.len() > 1;
+    let (mut values, mut failed) = (Vec::new(), None);
+    for (repo, meta) in &repos {
+        let one = match meta {
+            Ok(meta) => verify_one(ctx, a, repo, meta, several),
+            Err(e) => Err(Error::new(e.kind(), format!("{}: {e}", repo.display()))),
+        };
+        match one {
+            Ok(v) => values.push(v),
+            Err(e) => {
+                if several {
+                    eprintln!("sheaf: {e}");
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if several {
+        let v = serde_json::json!({ "repositories": values });
+        if a.json {
+            println!("{v}");
+        }
+        return Ok(v);
+    }
+    Ok(values.pop().unwrap_or_default())
+}
+
+fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, several: bool) -> Result<serde_json::Value, Error> {
     let t0 = Instant::now();
-    let (repo, meta) = ctx.open_repo()?;
-    let check = sheaf_pg::repo::verify::verify(&repo, &meta, ctx.schemes()?, a.threads)?;
+    let check = sheaf_pg::repo::verify::verify(repo, meta, ctx.schemes()?, a.threads)?;
     let seconds = t0.elapsed().as_secs_f64();
     let mut v = serde_json::to_value(&check).expect("check serialises");
     v["repo"] = serde_json::json!(repo.display());
     v["seconds"] = serde_json::json!(seconds);
     v["ok"] = serde_json::json!(check.ok());
-    if a.json {
+    if a.json && !several {
         println!("{v}");
-    } else {
+    } else if !a.json {
         for p in &check.problems {
             eprintln!("sheaf: {p}");
         }

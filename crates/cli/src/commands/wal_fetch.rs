@@ -33,7 +33,13 @@ pub fn run(ctx: &Context, a: WalFetchArgs) -> Outcome {
 /// `Ok(false)`: not in the archive.
 fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let parallel = ctx.parallel(a.parallel)?;
-    let repo = ctx.repo()?;
+    // The prefetch spool and its prefetcher follow the first repository that can be read (with
+    // several, one that is away would only fill the prefetcher's log).
+    let repos = ctx.repos()?;
+    let repo = match repos.iter().position(|r| sheaf_pg::repo::meta::open(r).is_ok()) {
+        Some(k) if repos.len() > 1 => repos.into_iter().nth(k).expect("found"),
+        _ => repos.into_iter().next().expect("at least one"),
+    };
     let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)?) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
@@ -60,17 +66,9 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let info = if from_spool {
         None
     } else {
-        let meta = sheaf_pg::repo::meta::open(&repo)?;
-        match sheaf_pg::archive::fetch(&repo, &meta, &a.name, &a.dest, false)? {
+        match fetch_from_any(ctx, &a.name, &a.dest)? {
             Some(info) => Some(info),
-            // What wal-receive had of a segment the archive lacks: replay goes up to its end.
-            None => match sheaf_pg::receive::fetch_streamed(&repo, &meta, &a.name, &a.dest)? {
-                Some(info) => {
-                    eprintln!("sheaf: {} is not archived whole: served what sheaf wal-receive streamed of it", a.name);
-                    Some(info)
-                }
-                None => return Ok(false),
-            },
+            None => return Ok(false),
         }
     };
     if let Some(spool) = spool.as_ref().filter(|s| is_segment_name(&a.name) && !s.prefetcher_running()) {
@@ -82,6 +80,46 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
         println!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
     }
     Ok(true)
+}
+
+/// `name` from the first repository that has it, whole, else from the first that has what
+/// wal-receive streamed of it: a repository unreachable or whose copy is damaged is passed over
+/// (said) for the next. `Ok(None)` when none that answered has it (the archive's end; said loudly
+/// when one could not be asked, since it may hold the file); an error when none could be asked.
+fn fetch_from_any(ctx: &Context, name: &str, dest: &std::path::Path) -> Result<Option<sheaf_core::blob::BlobInfo>, Error> {
+    let repos = ctx.repos()?;
+    let several = repos.len() > 1;
+    let mut failed: Option<Error> = None;
+    let mut open = Vec::new();
+    for (k, repo) in repos.iter().enumerate() {
+        let got = sheaf_pg::repo::meta::open(repo).and_then(|meta| sheaf_pg::archive::fetch(repo, &meta, name, dest, false).map(|i| (i, meta)));
+        match got {
+            Ok((Some(info), _)) => return Ok(Some(info)),
+            Ok((None, meta)) => open.push((repo, meta)),
+            Err(e) => {
+                if several {
+                    eprintln!("sheaf: repository {} ({}) passed over for {name}: {e}", k + 1, repo.display());
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    let answered = !open.is_empty();
+    // What wal-receive had of a segment the archive lacks: replay goes up to its end.
+    for (repo, meta) in open {
+        if let Some(info) = sheaf_pg::receive::fetch_streamed(repo, &meta, name, dest)? {
+            eprintln!("sheaf: {name} is not archived whole: served what sheaf wal-receive streamed of it");
+            return Ok(Some(info));
+        }
+    }
+    match failed {
+        Some(e) if several && answered => {
+            eprintln!("sheaf: WARNING: no repository that answered holds {name}, so recovery takes it as the archive's end; a repository that could not be asked may hold it: {e}");
+            Ok(None)
+        }
+        Some(e) => Err(e),
+        None => Ok(None),
+    }
 }
 
 /// Start `sheaf wal-fetch --prefetch` in the background, detached from PostgreSQL's startup

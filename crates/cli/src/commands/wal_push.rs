@@ -10,6 +10,7 @@ use sheaf_pg::wal::wal_dir;
 
 use crate::args::WalPushArgs;
 use crate::context::Context;
+use crate::exit;
 
 /// Run it: exit 0 only once the file is durable in the repository, or dropped under
 /// `--queue-max` (said loudly).
@@ -23,40 +24,68 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
         Some((v, origin)) => Some(parse_size(&v).map_err(|e| e.context(format!("queue-max from {origin}")))?),
         None => None,
     };
-    let repo = ctx.repo()?;
-    let spool = ctx.spool(wal_dir(&a.path), &repo)?;
-    let t0 = Instant::now();
-    let (report, published) = match sheaf_pg::queue::archive(&repo, &spool, &a.path, spec, parallel, queue_max)? {
-        Archived::Pushed { report, published } => (report, published),
-        Archived::Dropped(notice) => {
-            dropped(&notice, &spool);
-            return Ok(());
+    // Into every repository, each with its own look-ahead and drop records: the file counts as
+    // archived once every one has it (or, under --queue-max, has it or recorded its drop). One
+    // that fails does not keep the others from getting it; the archiver then asks again, and
+    // those that have it answer at once.
+    let repos = ctx.repos()?;
+    let several = repos.len() > 1;
+    let mut failed: Option<Error> = None;
+    let mut reports = Vec::new();
+    for (k, repo) in repos.iter().enumerate() {
+        let spool = ctx.spool(wal_dir(&a.path), repo)?;
+        let t0 = Instant::now();
+        match sheaf_pg::queue::archive(repo, &spool, &a.path, spec, parallel, queue_max) {
+            Ok(Archived::Pushed { report, published }) => {
+                said(&report, published, a.json, several.then_some(repo.display()));
+                let mut v = serde_json::to_value(&report).expect("report serialises");
+                v["seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());
+                v["repo"] = serde_json::json!(repo.display());
+                reports.push(v);
+            }
+            Ok(Archived::Dropped(notice)) => dropped(&notice, &spool),
+            Err(e) => {
+                let e = if several { e.context(format!("repository {} ({})", k + 1, repo.display())) } else { e };
+                if failed.is_some() {
+                    exit::report(&e);
+                } else {
+                    failed = Some(e);
+                }
+            }
         }
-    };
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if a.json {
+        let v = if several { serde_json::json!({ "repositories": reports }) } else { reports.pop().unwrap_or_default() };
+        println!("{v}");
+    }
+    Ok(())
+}
+
+/// What the server log should hear of one repository's push.
+fn said(report: &sheaf_pg::spool::PushReport, published: Result<usize, Error>, json: bool, repo: Option<&str>) {
+    let at = repo.map(|r| format!(" ({r})")).unwrap_or_default();
     match published {
         Ok(0) => {}
         Ok(n) => eprintln!(
-            "sheaf: WARNING: the repository is reachable again; {n} WAL file(s) dropped by queue-max while it was not are recorded in it (sheaf info lists them). Take a new backup: recovery cannot cross the gap."
+            "sheaf: WARNING{at}: the repository is reachable again; {n} WAL file(s) dropped by queue-max while it was not are recorded in it (sheaf info lists them). Take a new backup: recovery cannot cross the gap."
         ),
-        Err(e) => eprintln!("sheaf: WARNING: cannot record WAL dropped by queue-max in the repository yet: {e}"),
+        Err(e) => eprintln!("sheaf: WARNING{at}: cannot record WAL dropped by queue-max in the repository yet: {e}"),
     }
     for f in &report.ahead_failed {
-        eprintln!("sheaf: look-ahead push of {} failed; the archiver will ask for it again: {}", f.name, f.error);
+        eprintln!("sheaf{at}: look-ahead push of {} failed; the archiver will ask for it again: {}", f.name, f.error);
     }
     if let Some(e) = &report.spool_error {
-        eprintln!("sheaf: look-ahead is off: {e}");
+        eprintln!("sheaf{at}: look-ahead is off: {e}");
     }
     if let Some(e) = &report.summary_error {
-        eprintln!("sheaf: WARNING: {e}; the segment is archived, and an incremental backup reads every page where summaries are missing (sheaf wal-summarize makes them)");
+        eprintln!("sheaf: WARNING{at}: {e}; the segment is archived, and an incremental backup reads every page where summaries are missing (sheaf wal-summarize makes them)");
     }
-    if a.json {
-        let mut v = serde_json::to_value(&report).expect("report serialises");
-        v["seconds"] = serde_json::json!(t0.elapsed().as_secs_f64());
-        println!("{v}");
-    } else if report.pushed.first().is_some_and(|p| p.already) {
-        eprintln!("sheaf: {} was archived already with the same content", report.name);
+    if !json && report.pushed.first().is_some_and(|p| p.already) {
+        eprintln!("sheaf{at}: {} was archived already with the same content", report.name);
     }
-    Ok(())
 }
 
 /// Say loudly, in the server log, that a file was left out of the archive.

@@ -85,49 +85,69 @@ impl Findings {
     }
 }
 
-/// Check the repository `repo` (opened, not yet read) against the server at `opts.url`.
-pub fn check(repo: &Repo, opts: &CheckOptions) -> CheckReport {
+/// Check the repositories `repos` (opened, not yet read; several when WAL goes to each) against
+/// the server at `opts.url`.
+pub fn check(repos: &[Repo], opts: &CheckOptions) -> CheckReport {
     let mut f = Findings(Vec::new());
-    run(repo, opts, &mut f);
+    run(repos, opts, &mut f);
     let status = f.0.iter().map(|x| x.status).max().unwrap_or(Status::Ok);
     CheckReport { status, findings: f.0 }
 }
 
-fn run(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
-    let meta = match super::meta::open(repo) {
-        Ok(m) => m,
-        Err(e) => return f.add("repository", Status::Critical, format!("cannot read the repository at {}: {e}", repo.display())),
-    };
-    let probe = format!("check/probe-{}-{}.json", std::process::id(), sheaf_core::time::now_ms());
-    match repo.put_json(&probe, &serde_json::json!({ "written_by": "sheaf check" }), true).and_then(|()| repo.delete(&probe)) {
-        Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), meta.system_identifier)),
-        Err(e) => f.add("repository", Status::Critical, format!("cannot write to the repository at {}: {e}; backups and wal-push will fail the same way", repo.display())),
+fn run(repos: &[Repo], opts: &CheckOptions, f: &mut Findings) {
+    // Each repository readable and writable; those that are go on to be checked.
+    let mut usable: Vec<(&Repo, RepoMeta)> = Vec::new();
+    for repo in repos {
+        let meta = match super::meta::open(repo) {
+            Ok(m) => m,
+            Err(e) => {
+                f.add("repository", Status::Critical, format!("cannot read the repository at {}: {e}", repo.display()));
+                continue;
+            }
+        };
+        let probe = format!("check/probe-{}-{}.json", std::process::id(), sheaf_core::time::now_ms());
+        match repo.put_json(&probe, &serde_json::json!({ "written_by": "sheaf check" }), true).and_then(|()| repo.delete(&probe)) {
+            Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), meta.system_identifier)),
+            Err(e) => f.add("repository", Status::Critical, format!("cannot write to the repository at {}: {e}; backups and wal-push will fail the same way", repo.display())),
+        }
+        usable.push((repo, meta));
     }
     let server = Server::connect(&opts.url).and_then(|mut s| s.archiver().map(|a| (s, a)));
     let (mut server, archiver) = match server {
         Ok(x) => x,
         Err(e) => {
             f.add("server", Status::Critical, e.to_string());
-            return backups(repo, &meta, opts, f);
+            for (repo, meta) in &usable {
+                backups(repo, meta, opts, f);
+            }
+            return;
         }
     };
-    if archiver.system_identifier != meta.system_identifier {
+    let (ours, foreign): (Vec<_>, Vec<_>) = usable.into_iter().partition(|(_, m)| m.system_identifier == archiver.system_identifier);
+    for (repo, meta) in &foreign {
         f.add(
             "server",
             Status::Critical,
             format!(
-                "the server is cluster {}, the repository holds cluster {}: check --repo and the URL (each cluster has a repository of its own)",
-                archiver.system_identifier, meta.system_identifier
+                "the server is cluster {}, the repository at {} holds cluster {}: check --repo and the URL (each cluster has a repository of its own)",
+                archiver.system_identifier,
+                repo.display(),
+                meta.system_identifier
             ),
         );
+    }
+    if ours.is_empty() {
         return;
     }
-    archive(repo, &mut server, &archiver, opts, f);
-    backups(repo, &meta, opts, f);
+    let targets: Vec<&Repo> = ours.iter().map(|(r, _)| *r).collect();
+    archive(&targets, &mut server, &archiver, opts, f);
+    for (repo, meta) in &ours {
+        backups(repo, meta, opts, f);
+    }
 }
 
 /// Archiving, end to end: a segment switched on the server and waited for in the repository.
-fn archive(repo: &Repo, server: &mut Server, a: &crate::server::Archiver, opts: &CheckOptions, f: &mut Findings) {
+fn archive(repos: &[&Repo], server: &mut Server, a: &crate::server::Archiver, opts: &CheckOptions, f: &mut Findings) {
     let command = if a.library.is_empty() { format!("archive_command = '{}'", a.command) } else { format!("archive_library = '{}'", a.library) };
     if a.mode == "off" {
         return f.add("archive", Status::Critical, "archive_mode is off: no WAL reaches the repository, so no backup can be restored past its end; set archive_mode = on and archive_command = 'sheaf wal-push %p', and restart");
@@ -139,14 +159,21 @@ fn archive(repo: &Repo, server: &mut Server, a: &crate::server::Archiver, opts: 
         Ok(s) => s,
         Err(e) => return f.add("archive", Status::Critical, format!("cannot test archiving: {e}")),
     };
+    // The segment, waited for in every repository: archived means archived in each.
     let t0 = Instant::now();
-    loop {
-        match repo.exists(&paths::wal_object(&segment)) {
-            Ok(true) => {
-                return f.add("archive", Status::Ok, format!("{segment}, switched now, reached the repository in {:.1} s ({command})", t0.elapsed().as_secs_f64()));
+    let mut waiting: Vec<&Repo> = repos.to_vec();
+    while !waiting.is_empty() {
+        let mut still = Vec::new();
+        for repo in waiting {
+            match repo.exists(&paths::wal_object(&segment)) {
+                Ok(true) => f.add("archive", Status::Ok, format!("{segment}, switched now, reached {} in {:.1} s ({command})", repo.display(), t0.elapsed().as_secs_f64())),
+                Ok(false) => still.push(repo),
+                Err(e) => f.add("archive", Status::Critical, format!("cannot look for {segment} in {}: {e}", repo.display())),
             }
-            Ok(false) => {}
-            Err(e) => return f.add("archive", Status::Critical, format!("cannot look for {segment} in the repository: {e}")),
+        }
+        waiting = still;
+        if waiting.is_empty() {
+            break;
         }
         if t0.elapsed() >= opts.archive_timeout {
             let failing = if a.last_failed_wal.is_empty() {
@@ -154,14 +181,18 @@ fn archive(repo: &Repo, server: &mut Server, a: &crate::server::Archiver, opts: 
             } else {
                 format!("; pg_stat_archiver: {} failure(s), the last on {} at {}", a.failed_count, a.last_failed_wal, sheaf_core::time::utc(a.last_failed_time))
             };
-            return f.add(
-                "archive",
-                Status::Critical,
-                format!(
-                    "{segment}, switched now, did not reach this repository within {} s ({command}{failing}): is archive_command pointed at this repository, and does it succeed? The server log says why it fails",
-                    opts.archive_timeout.as_secs()
-                ),
-            );
+            for repo in waiting {
+                f.add(
+                    "archive",
+                    Status::Critical,
+                    format!(
+                        "{segment}, switched now, did not reach {} within {} s ({command}{failing}): is archive_command pointed at this repository, and does it succeed? The server log says why it fails",
+                        repo.display(),
+                        opts.archive_timeout.as_secs()
+                    ),
+                );
+            }
+            return;
         }
         std::thread::sleep(Duration::from_millis(200));
     }

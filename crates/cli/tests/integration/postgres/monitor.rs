@@ -95,11 +95,11 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     let o = check(&["--archive-timeout", "5"]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(o.status.code(), Some(2), "{text}{}", stderr(&o));
-    assert!(text.contains("did not reach this repository within 5 s") && text.contains(elsewhere.to_str().unwrap()), "{text}");
+    assert!(text.contains(&format!("did not reach {r} within 5 s")) && text.contains(elsewhere.to_str().unwrap()), "{text}");
 
     // A server of another cluster.
     let other = Cluster::new(&[], &[]);
     let o = run(sheaf().args(["check", &other.url("postgres"), "--repo", r]));
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("the repository holds cluster"), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("the repository at {r} holds cluster")), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
 }

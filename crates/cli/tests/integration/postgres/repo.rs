@@ -7,7 +7,8 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{pg_dir, Cluster};
-use crate::integration::common::{run, sheaf, stderr, SHEAF};
+use crate::integration::common::{assert_fails, run, sheaf, stderr, SHEAF};
+use sheaf_pg::repo::paths;
 
 pub(super) fn ok(o: Output, what: &str) -> String {
     assert!(o.status.success(), "{what}: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
@@ -748,4 +749,63 @@ fn a_repository_in_azure_blob_storage_archives_backs_up_and_recovers() {
     assert!(info["wal_files"].as_u64().unwrap() >= 2, "{info}");
     let back = repo.recover(&base.path().join("back"), &[]);
     assert_eq!(batches(&back), "1:500,2:500");
+}
+
+/// Two repositories: init, wal-push and a backup into each; with the first away, archiving keeps
+/// filling the second (and fails for the first, so the archiver retries), and a restore from the
+/// pair falls back to the second and recovers to its end; back again, the first catches up.
+#[test]
+fn two_repositories_each_get_the_wal_and_restore_falls_back_when_one_is_away() {
+    let (base, r1) = repo_dir();
+    let r2 = base.path().join("repo2");
+    pg_dir(&r2);
+    let (s1, s2) = (r1.to_str().unwrap(), r2.to_str().unwrap());
+    let cmd = format!("archive_command = '{SHEAF} wal-push %p --repo {s1} --repo {s2}'");
+    let c = Cluster::new(&[], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
+    let both = ["--repo", s1, "--repo", s2];
+    ok(run(sheaf().arg("init").args(both).arg(c.url("postgres"))), "init both");
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--repo-target", "3"]).args(both));
+    assert_fails(&o, 2, &["--repo-target 3", "1 to 2"]);
+    ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo-target", "all"]).args(both)), "backup into each");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 100) g");
+    let seg = archive_now(&c);
+    for r in [&r1, &r2] {
+        assert!(r.join(paths::wal_object(&seg)).exists(), "{seg} in {}", r.display());
+    }
+    let info = json(ok(run(sheaf().args(["info", "--json"]).args(both)), "info"));
+    let repos = info["repositories"].as_array().unwrap();
+    assert_eq!(repos.len(), 2);
+    assert!(repos.iter().all(|r| r["backups"].as_array().unwrap().len() == 1), "{info}");
+
+    // The first goes away.
+    let away = base.path().join("away");
+    std::fs::rename(&r1, &away).unwrap();
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 100) g");
+    c.sql("postgres", "SELECT pg_logical_emit_message(false, 'sheaf-test', 'switch')");
+    let seg2 = c.sql("postgres", "SELECT pg_walfile_name(pg_switch_wal())");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !r2.join(paths::wal_object(&seg2)).exists() || c.sql("postgres", "SELECT failed_count > 0 FROM pg_stat_archiver") != "t" {
+        assert!(Instant::now() < deadline, "{seg2} not in the second repository, or no failure for the first");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = run(sheaf().args(["check", &c.url("postgres"), "--archive-timeout", "3"]).args(both));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("cannot read the repository at {s1}")), "{}", String::from_utf8_lossy(&o.stdout));
+
+    // A restore from the pair falls back to the second, and recovers to its end.
+    let dir = base.path().join("back");
+    ok(run(sheaf().args(["restore", "--to", dir.to_str().unwrap()]).args(both)), "restore from the pair");
+    let back = start_restored(&dir, false);
+    assert_eq!(batches(&back), "1:100,2:100");
+    drop(back);
+
+    // Back again: the archiver's retries fill the first.
+    std::fs::rename(&away, &r1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !r1.join(paths::wal_object(&seg2)).exists() {
+        assert!(Instant::now() < deadline, "{seg2} never reached the first repository");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
