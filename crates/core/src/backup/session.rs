@@ -236,6 +236,7 @@ impl Backup {
             if root_id as usize >= self.roots.len() {
                 return Err(Error::invalid(format!("internal: root {root_id} was never added")));
             }
+            self.entries.reserve_exact(listed.len());
             for mut l in listed {
                 l.entry.root = root_id;
                 let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
@@ -260,7 +261,8 @@ impl Backup {
                             Some(c)
                         }
                     };
-                    work.push(Work { file_id, path: l.abs.clone(), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes });
+                    // The listing's path moves to the work: a million files are a million paths.
+                    work.push(Work { file_id, path: std::mem::take(&mut l.abs), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes });
                 }
                 self.entries.push(l.entry);
             }
@@ -270,18 +272,21 @@ impl Backup {
         // Small files are packed, and read by several threads even on one device: for them the
         // time goes to opening and stat'ing, not to the disk. Large ones get a reader per device.
         // Every reader packs what it keeps small: small files, an incremental's changed runs.
-        let (small, large): (Vec<Work>, Vec<Work>) = work.into_iter().partition(|w| w.size < PACK_LIMIT);
+        // Split in place (small ones first, in listing order), then cut the small ones into
+        // slices from the end: no second copy of a million work items.
+        let mut small = work;
+        small.sort_by_key(|w| w.size >= PACK_LIMIT);
+        let large = small.split_off(small.partition_point(|w| w.size < PACK_LIMIT));
         let mut groups: Vec<Vec<Work>> = group_for_readers(large, self.opts.readers);
         let small_readers = self.opts.readers.unwrap_or_else(|| crate::host::available_cores().max(self.tuning.readers)).max(1);
         let per = small.len().div_ceil(small_readers).max(1);
-        let mut small = small.into_iter();
-        loop {
-            let slice: Vec<Work> = small.by_ref().take(per).collect();
-            if slice.is_empty() {
-                break;
-            }
-            groups.push(slice);
+        let mut slices = Vec::new();
+        while !small.is_empty() {
+            let cut = small.len() - small.len().min(per);
+            slices.push(small.split_off(cut));
+            small.shrink_to(cut);
         }
+        groups.extend(slices.into_iter().rev());
         let job_tx = self.job_tx.as_ref().expect("session open");
         let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
             let handles: Vec<_> = groups
