@@ -61,12 +61,12 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
 
 /// One repository, printed (its JSON returned instead, with `json`).
 fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv: Inventory, json: bool) -> Result<serde_json::Value, Error> {
-    let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, .. } = inv;
+    let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, streaming, .. } = inv;
     let pins = sheaf_pg::repo::keep::pins(repo)?;
     if json {
         return Ok(serde_json::json!({
             "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
-            "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins,
+            "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins, "streaming": streaming,
         }));
     }
     println!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
@@ -121,6 +121,9 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
     }
     for g in &gaps {
         println!("WAL GAP on timeline {}: nothing between {} and {}: recovery cannot cross it", g.timeline, g.after, g.before);
+    }
+    for s in &streaming {
+        println!("WAL STREAMING: {s} is in the repository as far as sheaf wal-receive got (not archived whole yet); wal-fetch serves it");
     }
     for d in &dropped {
         println!("WAL DROPPED: {} at {} by wal-push --queue-max {} ({} waiting): {}", d.name, d.at, format_size(d.queue_max), format_size(d.pending_bytes), d.error);

@@ -17,18 +17,23 @@ use crate::wal::{segment_name, WalFile, WalKind};
 /// # Errors
 /// When the repository cannot be listed.
 pub fn archived(repo: &Repo, meta: &RepoMeta) -> Result<Vec<(WalFile, u64)>> {
-    archived_since(repo, meta).map(|(files, _)| files)
+    archived_since(repo, meta).map(|(files, _, _)| files)
 }
 
-/// [`archived`], and when the newest archived segment was written (seconds since the epoch; 0
-/// when none is, or the store does not say).
+/// [`archived`], when the newest archived segment was written (seconds since the epoch; 0 when
+/// none is, or the store does not say), and the segments wal-receive holds copies of, not yet
+/// archived whole.
 ///
 /// # Errors
 /// When the repository cannot be listed.
-pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<(Vec<(WalFile, u64)>, i64)> {
+pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<(Vec<(WalFile, u64)>, i64, Vec<String>)> {
     let mut out = Vec::new();
     let mut newest = 0;
+    let mut streaming = Vec::new();
     for o in repo.list(paths::WAL)? {
+        if let Some(n) = o.name.rsplit('/').next().and_then(|n| n.strip_suffix(".streaming")) {
+            streaming.push(n.to_string());
+        }
         let Some(name) = paths::wal_name(&o.name) else { continue };
         if let Some(w) = WalFile::parse(name, meta.wal_segment_size) {
             if w.kind == WalKind::Segment {
@@ -38,7 +43,8 @@ pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<(Vec<(WalFile, u64
         }
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    Ok((out, newest))
+    streaming.sort();
+    Ok((out, newest, streaming))
 }
 
 /// A run of consecutive segments on one timeline.
@@ -120,6 +126,8 @@ pub struct Inventory {
     pub backup_bytes: u64,
     /// When the newest archived segment was written, seconds since the epoch (0: unknown).
     pub wal_newest_unix: i64,
+    /// Segments wal-receive holds copies of, not archived whole yet.
+    pub streaming: Vec<String>,
 }
 
 impl Inventory {
@@ -129,13 +137,13 @@ impl Inventory {
     /// When the repository cannot be listed or a record cannot be read.
     pub fn take(repo: &Repo, meta: &RepoMeta) -> Result<Inventory> {
         let found = backups(repo)?;
-        let (files, wal_newest_unix) = archived_since(repo, meta)?;
+        let (files, wal_newest_unix, streaming) = archived_since(repo, meta)?;
         let ranges = ranges(&files);
         let wal_bytes = files.iter().map(|(_, s)| s).sum();
         let backup_bytes = found.iter().filter_map(Found::record).map(|r| r.bytes_written).sum();
         let dropped = dropped(repo)?;
         let gaps = gaps(&ranges);
-        Ok(Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, wal_newest_unix })
+        Ok(Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, wal_newest_unix, streaming })
     }
 }
 

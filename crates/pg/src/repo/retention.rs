@@ -153,7 +153,18 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     let oldest = kept.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).min_by_key(|w| w.segno);
     if let Some(oldest) = oldest {
         plan.wal_kept_from = Some(oldest.name.clone());
-        let summaries: std::collections::HashSet<String> = repo.list(paths::WAL)?.into_iter().map(|o| o.name).filter(|n| n.ends_with(".sum")).collect();
+        let listed = repo.list(paths::WAL)?;
+        let summaries: std::collections::HashSet<String> = listed.iter().map(|o| o.name.clone()).filter(|n| n.ends_with(".sum")).collect();
+        // wal-receive's copies of segments never completed (a receiver that stopped for good, a
+        // timeline's last segment) go with the WAL around them.
+        for o in listed.iter().filter(|o| o.name.ends_with(".streaming")) {
+            let name = o.name.rsplit('/').next().and_then(|n| n.strip_suffix(".streaming")).unwrap_or_default();
+            let old = WalFile::parse(name, seg).is_some_and(|w| w.segno < oldest.segno && !pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno)));
+            if old {
+                plan.bytes += o.size;
+                plan.objects.push(o.name.clone());
+            }
+        }
         for (w, size) in archived(repo, meta)? {
             let pinned = pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno));
             if w.kind != WalKind::History && w.segno < oldest.segno && !pinned {
@@ -244,6 +255,9 @@ mod tests {
             put(&paths::wal_object(&segment_name(1, s, seg)));
         }
         put(&paths::wal_object("00000002.history"));
+        // What wal-receive left of two segments it never completed: one before the WAL kept.
+        put(&crate::receive::streaming_object(&segment_name(1, 2, seg)));
+        put(&crate::receive::streaming_object(&segment_name(1, 7, seg)));
         // Being written by this very process (alive), and one whose writer is gone.
         let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500, chain: vec![] };
         repo.put_json("backups/d.lock", &live, false).unwrap();
@@ -266,6 +280,8 @@ mod tests {
         assert!(left.contains(&paths::wal_object("00000002.history")), "history stays");
         assert!(left.contains(&paths::wal_object(&segment_name(1, 4, seg))));
         assert!(!left.contains(&paths::wal_object(&segment_name(1, 3, seg))));
+        assert!(!left.contains(&crate::receive::streaming_object(&segment_name(1, 2, seg))), "an old streamed copy goes");
+        assert!(left.contains(&crate::receive::streaming_object(&segment_name(1, 7, seg))), "a recent one stays");
 
         // Time-based: the window [3500, 4000] holds no backup end; the newest before it (c) stays.
         let keep = Retention { keep_full: None, keep_within: Some(500) };

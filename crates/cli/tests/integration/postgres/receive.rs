@@ -181,6 +181,8 @@ fn a_receiver_connects_again_and_completes_the_segment_it_left() {
     let first = json(ok(rx.stop(), "wal-receive"));
     assert!(first["connections"].as_u64().unwrap() >= 2, "{first}");
     assert_eq!(wal_objects(&repo, ".streaming"), vec![format!("{segment}.streaming")], "the segment being received is in the repository");
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    assert_eq!(info["streaming"], serde_json::json!([segment]), "{info}");
     assert_eq!(c.sql("postgres", "SELECT active FROM pg_replication_slots WHERE slot_name = 'sheaf'"), "f");
 
     // Started again, it receives that segment again from its start; once the segment is
