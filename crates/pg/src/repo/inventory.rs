@@ -17,16 +17,25 @@ use crate::wal::{segment_name, WalFile, WalKind};
 /// # Errors
 /// When the repository cannot be listed.
 pub fn archived(repo: &Repo, meta: &RepoMeta) -> Result<Vec<(WalFile, u64)>> {
-    archived_since(repo, meta).map(|(files, _, _)| files)
+    archived_since(repo, meta).map(|l| l.files)
 }
 
-/// [`archived`], when the newest archived segment was written (seconds since the epoch; 0 when
-/// none is, or the store does not say), and the segments wal-receive holds copies of, not yet
-/// archived whole.
+/// What the repository's `wal/` holds.
+pub struct WalListing {
+    /// Every archived WAL file and its stored size, by name order.
+    pub files: Vec<(WalFile, u64)>,
+    /// When the newest archived segment was written (seconds since the epoch; 0 when none is,
+    /// or the store does not say).
+    pub newest_unix: i64,
+    /// Segments wal-receive holds copies of, not archived whole yet.
+    pub streaming: Vec<String>,
+}
+
+/// The archived WAL with when its newest segment was written, and wal-receive's copies.
 ///
 /// # Errors
 /// When the repository cannot be listed.
-pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<(Vec<(WalFile, u64)>, i64, Vec<String>)> {
+pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<WalListing> {
     let mut out = Vec::new();
     let mut newest = 0;
     let mut streaming = Vec::new();
@@ -44,7 +53,7 @@ pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<(Vec<(WalFile, u64
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     streaming.sort();
-    Ok((out, newest, streaming))
+    Ok(WalListing { files: out, newest_unix: newest, streaming })
 }
 
 /// A run of consecutive segments on one timeline.
@@ -137,7 +146,7 @@ impl Inventory {
     /// When the repository cannot be listed or a record cannot be read.
     pub fn take(repo: &Repo, meta: &RepoMeta) -> Result<Inventory> {
         let found = backups(repo)?;
-        let (files, wal_newest_unix, streaming) = archived_since(repo, meta)?;
+        let WalListing { files, newest_unix: wal_newest_unix, streaming } = archived_since(repo, meta)?;
         let ranges = ranges(&files);
         let wal_bytes = files.iter().map(|(_, s)| s).sum();
         let backup_bytes = found.iter().filter_map(Found::record).map(|r| r.bytes_written).sum();
