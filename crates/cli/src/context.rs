@@ -187,21 +187,27 @@ impl Context {
                     "more than one secret given (an encryption key file, a passphrase file, SHEAF_PASSPHRASE): give one",
                 ));
             }
-            let keys = if let Some(f) = key_file {
-                Keys::from_key_file(&f)?
-            } else if let Some(f) = pass_file {
-                let text = std::fs::read(&f).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the passphrase file {}", f.display()), e))?;
-                let line = text.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
-                Keys::from_passphrase(line).map_err(|e| Error::new(ErrorKind::Key, format!("{}: {}", f.display(), e.message())))?
-            } else if let Some(v) = env {
+            if let Some(v) = env {
                 use std::os::unix::ffi::OsStringExt;
-                Keys::from_passphrase(v.into_vec())?
-            } else {
-                return Ok(None);
-            };
-            Ok(Some(Arc::new(keys)))
+                return Ok(Some(Arc::new(Keys::from_passphrase(v.into_vec())?)));
+            }
+            load_keys(key_file, pass_file)
         })
         .cloned()
+    }
+
+    /// The keys of repository `n` (2 to 4) when it has its own (`repoN-encryption-key-file` or
+    /// `repoN-passphrase-file`), else `None`: it takes the one key given.
+    ///
+    /// # Errors
+    /// Both given, a file that cannot be read, a key that is not one.
+    fn own_keys(&self, n: usize) -> Result<Option<Arc<Keys>>> {
+        let key_file = self.settings.value(&format!("repo{n}-encryption-key-file"), None).map(PathBuf::from);
+        let pass_file = self.settings.value(&format!("repo{n}-passphrase-file"), None).map(PathBuf::from);
+        if key_file.is_some() && pass_file.is_some() {
+            return Err(Error::new(ErrorKind::Key, format!("repo{n} has both an encryption key file and a passphrase file: give one")));
+        }
+        load_keys(key_file, pass_file)
     }
 
     /// Flags that give the same secret to another sheaf (restore_command, the prefetcher, the
@@ -336,7 +342,16 @@ impl Context {
         }
         let schemes = self.schemes()?;
         let keys = self.keys()?;
-        texts.iter().map(|t| Ok(Repo::at(t, schemes)?.with_keys(keys.clone()))).collect()
+        // A repository from the config file or environment (not --repo) may have keys of its own.
+        let from_settings = self.shared.repo.is_empty();
+        texts
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                let own = if from_settings && k > 0 { self.own_keys(k + 1)? } else { None };
+                Ok(Repo::at(t, schemes)?.with_keys(own.or_else(|| keys.clone())))
+            })
+            .collect()
     }
 
     /// Every repository given, each opened (what it holds read), held to `--max-rate`: one result
@@ -413,6 +428,20 @@ impl Context {
     }
 }
 
+/// Keys from a key file or a passphrase file (its first line), if either is given.
+fn load_keys(key_file: Option<PathBuf>, pass_file: Option<PathBuf>) -> Result<Option<Arc<Keys>>> {
+    let keys = if let Some(f) = key_file {
+        Keys::from_key_file(&f)?
+    } else if let Some(f) = pass_file {
+        let text = std::fs::read(&f).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the passphrase file {}", f.display()), e))?;
+        let line = text.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+        Keys::from_passphrase(line).map_err(|e| Error::new(ErrorKind::Key, format!("{}: {}", f.display(), e.message())))?
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(keys)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,3 +454,4 @@ mod tests {
         assert_eq!(Source::of("postgres.d").kind(), "directory");
     }
 }
+

@@ -809,3 +809,43 @@ fn two_repositories_each_get_the_wal_and_restore_falls_back_when_one_is_away() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A second repository with a passphrase of its own (repo2-passphrase-file in the config file):
+/// each repository is sealed with its own secret, and opens with it only.
+#[test]
+fn a_second_repository_may_have_its_own_passphrase() {
+    use std::os::unix::fs::PermissionsExt;
+    let (base, r1) = repo_dir();
+    let r2 = base.path().join("repo2");
+    pg_dir(&r2);
+    let (p1, p2, config) = (base.path().join("one"), base.path().join("two"), base.path().join("sheaf.toml"));
+    std::fs::write(&p1, "the first secret\n").unwrap();
+    std::fs::write(&p2, "the second secret\n").unwrap();
+    let text = format!("repo = \"{}\"\nrepo2 = \"{}\"\npassphrase-file = \"{}\"\nrepo2-passphrase-file = \"{}\"\n", r1.display(), r2.display(), p1.display(), p2.display());
+    std::fs::write(&config, text).unwrap();
+    for f in [&p1, &p2, &config] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let cfg = config.to_str().unwrap();
+    let cmd = format!("archive_command = 'env SHEAF_CONFIG={cfg} {SHEAF} wal-push %p'");
+    let c = Cluster::new(&[], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
+    let sheaf_cfg = || {
+        let mut s = sheaf();
+        s.env("SHEAF_CONFIG", cfg);
+        s
+    };
+    ok(run(sheaf_cfg().args(["init", &c.url("postgres")])), "init both");
+    c.sql("postgres", "CREATE DATABASE app");
+    ok(run(sheaf_cfg().args(["backup", &c.url("postgres"), "--repo-target", "all"])), "backup into each");
+    let seg = archive_now(&c);
+    for r in [&r1, &r2] {
+        assert!(r.join(paths::wal_object(&seg)).exists(), "{seg} in {}", r.display());
+    }
+    let info = json(ok(run(sheaf_cfg().args(["info", "--json"])), "info"));
+    assert_eq!(info["repositories"].as_array().unwrap().len(), 2, "{info}");
+    for (repo, right, wrong) in [(&r1, &p1, &p2), (&r2, &p2, &p1)] {
+        let o = run(sheaf().args(["info", "--repo", repo.to_str().unwrap(), "--passphrase-file", wrong.to_str().unwrap()]));
+        assert!(!o.status.success() && stderr(&o).contains("wrong passphrase"), "{}: {}", repo.display(), stderr(&o));
+        ok(run(sheaf().args(["info", "--repo", repo.to_str().unwrap(), "--passphrase-file", right.to_str().unwrap()])), "info with its own secret");
+    }
+}
