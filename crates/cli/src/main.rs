@@ -77,28 +77,19 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
 /// This is the only place below `main` that exits.
 fn on_interrupt(command: &Command, interrupt: &Interrupt) {
     match command {
-        // Ask the running backup to stop, so that it removes its `.partial` files and aborts its
-        // uploads on the way out; `main` then exits 130. A second signal exits at once.
-        Command::Backup(_) => {
+        // Ask the running command to stop. A backup removes its `.partial` files and aborts its
+        // uploads on the way out, and `main` exits 130; the WAL receiver stores what it received
+        // and exits 0 (its normal end). A second signal exits at once (what is in the receiver's
+        // spool is stored by the next receiver).
+        Command::Backup(_) | Command::WalReceive(_) => {
+            let said = if matches!(command, Command::Backup(_)) { "interrupted; removing what the backup wrote" } else { "stopping: storing what was received" };
             let i = interrupt.clone();
             let _ = ctrlc::set_handler(move || {
                 if i.arrive() {
                     std::process::exit(i32::from(exit::INTERRUPTED));
                 }
                 i.stop();
-                eprintln!("sheaf: interrupted; removing what the backup wrote (again to quit at once)");
-            });
-        }
-        // The receiver's normal end: it stores what it received, then exits 0. A second signal
-        // exits at once (what is in the spool is stored by the next receiver).
-        Command::WalReceive(_) => {
-            let i = interrupt.clone();
-            let _ = ctrlc::set_handler(move || {
-                if i.arrive() {
-                    std::process::exit(i32::from(exit::INTERRUPTED));
-                }
-                i.stop();
-                eprintln!("sheaf: stopping: storing what was received (again to quit at once)");
+                eprintln!("sheaf: {said} (again to quit at once)");
             });
         }
         // Stop the scratch servers we started (pg_ctl detaches them from the terminal, so they

@@ -35,11 +35,10 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let parallel = ctx.parallel(a.parallel)?;
     // The prefetch spool and its prefetcher follow the first repository that can be read (with
     // several, one that is away would only fill the prefetcher's log).
+    // With one repository, nothing is read for this choice: restore_command runs per segment.
     let repos = ctx.repos()?;
-    let repo = match repos.iter().position(|r| sheaf_pg::repo::meta::open(r).is_ok()) {
-        Some(k) if repos.len() > 1 => repos.into_iter().nth(k).expect("found"),
-        _ => repos.into_iter().next().expect("at least one"),
-    };
+    let readable = if repos.len() > 1 { repos.iter().position(|r| sheaf_pg::repo::meta::open(r).is_ok()).unwrap_or(0) } else { 0 };
+    let repo = repos.into_iter().nth(readable).expect("at least one");
     let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)?) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
