@@ -32,6 +32,7 @@ pub use memory::MemoryStore;
 pub use null::{NullSink, NullStore};
 pub use throttle::{RateLimit, Throttled};
 
+
 /// What a store can do, as data (callers never downcast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
@@ -105,6 +106,117 @@ pub trait Store: Send + Sync + fmt::Debug {
             None => sibling.to_string(),
         }
     }
+    /// Whether this place can keep objects from being deleted or overwritten (S3 Object Lock
+    /// enabled on the bucket). `Ok(false)` for a bucket without it.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a kind of store that has no such thing; when it cannot be
+    /// asked.
+    fn lock_enabled(&self) -> Result<bool> {
+        Err(no_lock(&self.describe("")))
+    }
+    /// From now on, every object this store creates carries `lock`, except names ending in one of
+    /// `lock.spare` (locks and probes that are removed again).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a kind of store that cannot lock objects.
+    fn lock_writes(&self, lock: &WriteLock) -> Result<()> {
+        let _ = lock;
+        Err(no_lock(&self.describe("")))
+    }
+    /// Every version of the objects under `prefix` (a versioned bucket keeps each overwrite and a
+    /// delete marker for each delete), sorted by name, newest first within a name.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a store that keeps no versions; when it cannot be listed.
+    fn versions(&self, prefix: &str) -> Result<Vec<ObjectVersion>> {
+        Err(Error::invalid(format!("{} keeps no versions of objects: only S3 buckets with versioning (as Object Lock needs) do", self.describe(prefix))))
+    }
+    /// Remove one version of `name` for good (a delete marker, or an overwrite). A locked version
+    /// is refused by the server.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a store that keeps no versions; the server's refusal.
+    fn delete_version(&self, name: &str, version: &str) -> Result<()> {
+        let _ = version;
+        Err(Error::invalid(format!("{} keeps no versions of objects", self.describe(name))))
+    }
+}
+
+/// The refusal of a store that cannot lock objects.
+pub fn no_lock(place: &str) -> Error {
+    Error::invalid(format!(
+        "{place} cannot lock objects: --lock needs an S3 bucket created with Object Lock enabled (aws s3api create-bucket --object-lock-enabled-for-bucket, mc mb --with-lock); for Azure set an immutability policy on the container, for Google Cloud Storage a retention policy on the bucket"
+    ))
+}
+
+/// S3 Object Lock's two modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    /// Nobody deletes a locked version before its date except a user granted
+    /// `s3:BypassGovernanceRetention` who asks to bypass it.
+    Governance,
+    /// Nobody at all, not even the account's root user, deletes it before its date.
+    Compliance,
+}
+
+impl LockMode {
+    /// The header value S3 takes.
+    pub fn as_s3(self) -> &'static str {
+        match self {
+            LockMode::Governance => "GOVERNANCE",
+            LockMode::Compliance => "COMPLIANCE",
+        }
+    }
+}
+
+impl fmt::Display for LockMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockMode::Governance => "governance",
+            LockMode::Compliance => "compliance",
+        })
+    }
+}
+
+impl std::str::FromStr for LockMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "governance" => Ok(LockMode::Governance),
+            "compliance" => Ok(LockMode::Compliance),
+            _ => Err(Error::invalid(format!("lock mode '{s}': use governance (an administrator granted the bypass permission can still remove a version) or compliance (nobody can)"))),
+        }
+    }
+}
+
+/// What a store's new objects carry: they cannot be deleted or overwritten before `until`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteLock {
+    /// Governance or compliance.
+    pub mode: LockMode,
+    /// Seconds since the epoch.
+    pub until: i64,
+    /// Name endings written without a lock: objects that are removed again soon.
+    pub spare: Vec<String>,
+}
+
+/// One version of an object in a versioned bucket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectVersion {
+    /// The object's name.
+    pub name: String,
+    /// The version's id.
+    pub version: String,
+    /// When it was written, seconds since the epoch.
+    pub modified: i64,
+    /// Whether it is what a read of `name` gets now.
+    pub latest: bool,
+    /// A delete marker (what a delete without a version writes), not data.
+    pub deleted: bool,
+    /// Its length in bytes.
+    pub size: u64,
 }
 
 /// A published object and its size, as [`Store::list`] gives them.

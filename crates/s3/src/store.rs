@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::Read;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -30,12 +30,13 @@ use object_store::{
     BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use sheaf_core::pipeline::{Pool, PoolBuf};
-use sheaf_core::storage::{checked_range, into_io, Capabilities, Stored, StripeSink, StripeSource};
+use sheaf_core::storage::{checked_range, into_io, no_lock, Capabilities, ObjectVersion, Stored, StripeSink, StripeSource, WriteLock};
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinHandle;
 
 use crate::config::{Resolved, S3Options, MAX_PARTS};
+use crate::lock::{call_failed, S3Extra};
 
 /// A bucket of an S3-compatible store, an Azure Blob Storage container or a Google Cloud Storage
 /// bucket: the same multipart writes and pinned ranged reads through `object_store`.
@@ -48,6 +49,11 @@ pub struct S3Store {
     runtime: Arc<Runtime>,
     options: S3Options,
     redact: Redact,
+    /// S3's own calls (Object Lock, versions); `None` for Azure and GCS.
+    extra: Option<S3Extra>,
+    /// Once a locked repository is opened here: the lock, and the client that sends the parts of
+    /// uploads that carry it.
+    locked: OnceLock<(Arc<object_store::aws::AmazonS3>, WriteLock)>,
 }
 
 impl fmt::Debug for S3Store {
@@ -221,8 +227,7 @@ impl S3Store {
             .with_region(&r.region)
             .with_allow_http(r.allow_http)
             .with_virtual_hosted_style_request(!r.path_style)
-            .with_retry(retry)
-            .with_client_options(client_options);
+            .with_retry(retry);
         if let Some(e) = &r.endpoint {
             b = b.with_endpoint(e);
         }
@@ -238,10 +243,21 @@ impl S3Store {
         if let Some(t) = &r.session_token {
             b = b.with_token(t);
         }
-        let client = b.build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?;
+        let client = Arc::new(b.clone().with_client_options(client_options.clone()).build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?);
+        let extra = S3Extra::new(b, client_options, client.clone())?;
         let endpoint = r.endpoint.clone().unwrap_or_else(|| format!("AWS {}", r.region));
         let secrets = [r.secret_access_key.clone(), r.session_token.clone()].into_iter().flatten().collect();
-        Ok(S3Store { scheme: "s3", bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AWS_CREDENTIALS) })
+        Ok(S3Store {
+            scheme: "s3",
+            bucket: bucket.into(),
+            endpoint,
+            client,
+            runtime,
+            options: options.clone(),
+            redact: Redact(Arc::new(secrets), AWS_CREDENTIALS),
+            extra: Some(extra),
+            locked: OnceLock::new(),
+        })
     }
 
     /// A store for Azure Blob Storage container `container`, configured by the standard
@@ -284,7 +300,7 @@ impl S3Store {
         let (retry, client_options) = client_setup(http, None, options)?;
         let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Azure configuration for container {container}: {e}")))?;
         let endpoint = endpoint.unwrap_or_else(|| if emulator { "Azurite".into() } else { "Azure".into() });
-        Ok(S3Store { scheme: "az", bucket: container.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS) })
+        Ok(S3Store { scheme: "az", bucket: container.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS), extra: None, locked: OnceLock::new() })
     }
 
     /// A store for Google Cloud Storage bucket `bucket`, configured by the standard variables
@@ -320,7 +336,7 @@ impl S3Store {
         let (retry, client_options) = client_setup(http, None, options)?;
         let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Google Cloud Storage configuration for bucket {bucket}: {e}")))?;
         let endpoint = base.unwrap_or_else(|| "Google Cloud Storage".into());
-        Ok(S3Store { scheme: "gs", bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS) })
+        Ok(S3Store { scheme: "gs", bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS), extra: None, locked: OnceLock::new() })
     }
 
     fn path(&self, name: &str) -> Result<Path> {
@@ -329,6 +345,16 @@ impl S3Store {
 
     fn handle(&self) -> &Handle {
         self.runtime.handle()
+    }
+
+    /// The lock an upload of `name` carries: the one set, but for the names it spares.
+    fn lock_for(&self, name: &str) -> Option<&(Arc<object_store::aws::AmazonS3>, WriteLock)> {
+        self.locked.get().filter(|(_, lock)| !lock.spare.iter().any(|s| name.ends_with(s.as_str())))
+    }
+
+    /// S3's own calls, or the refusal for Azure and GCS.
+    fn extra(&self) -> Result<&S3Extra> {
+        self.extra.as_ref().ok_or_else(|| no_lock(&format!("{}://{}", self.scheme, self.bucket)))
     }
 }
 
@@ -361,10 +387,13 @@ impl Store for S3Store {
         // credentials (a HEAD's 403 has no body to tell them apart).
         let client = self.client.clone();
         let p = path.clone();
-        let mut upload = self
-            .handle()
-            .block_on(async move { client.put_multipart(&p).await })
-            .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
+        let started = match (self.lock_for(name), &self.extra) {
+            (Some((parts, lock)), Some(extra)) => {
+                self.handle().block_on(async { extra.start_locked(parts.clone(), name, lock).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
+            }
+            _ => self.handle().block_on(async move { client.put_multipart(&p).await }),
+        };
+        let mut upload = started.map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
         let exists = match self.exists(name) {
             Ok(x) => x,
             Err(e) => {
@@ -448,6 +477,37 @@ impl Store for S3Store {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn lock_enabled(&self) -> Result<bool> {
+        let extra = self.extra()?;
+        let what = format!("cannot ask whether {}://{} has Object Lock", self.scheme, self.bucket);
+        self.handle().block_on(extra.lock_enabled()).map_err(|e| call_failed(&what, &self.redact.scrub(&e)))
+    }
+
+    fn lock_writes(&self, lock: &WriteLock) -> Result<()> {
+        if let Some((_, held)) = self.locked.get() {
+            return if held.mode == lock.mode {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!("{}://{} holds repositories locked in both {} and {} mode: use one mode per bucket", self.scheme, self.bucket, held.mode, lock.mode)))
+            };
+        }
+        let client = self.extra()?.checksummed()?;
+        let _ = self.locked.set((client, lock.clone()));
+        Ok(())
+    }
+
+    fn versions(&self, prefix: &str) -> Result<Vec<ObjectVersion>> {
+        let extra = self.extra()?;
+        let what = format!("cannot list the versions under {}", self.describe(prefix));
+        self.handle().block_on(extra.versions(prefix)).map_err(|e| call_failed(&what, &self.redact.scrub(&e)))
+    }
+
+    fn delete_version(&self, name: &str, version: &str) -> Result<()> {
+        let extra = self.extra()?;
+        let what = format!("cannot remove version {version} of {}", self.describe(name));
+        self.handle().block_on(extra.delete_version(name, version)).map_err(|e| call_failed(&what, &self.redact.scrub(&e)))
     }
 
     fn delete(&self, name: &str) -> Result<()> {

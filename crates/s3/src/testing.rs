@@ -168,10 +168,23 @@ impl Minio {
     /// # Panics
     /// When the server refuses.
     pub fn create_bucket(&self, bucket: &str) {
+        self.make_bucket(bucket, false);
+    }
+
+    /// Create `bucket` with Object Lock enabled (and so versioning), as `mc mb --with-lock` does.
+    ///
+    /// # Panics
+    /// When the server refuses.
+    pub fn create_locked_bucket(&self, bucket: &str) {
+        self.make_bucket(bucket, true);
+    }
+
+    fn make_bucket(&self, bucket: &str, locked: bool) {
+        let extra: &[(&str, &str)] = if locked { &[("x-amz-bucket-object-lock-enabled", "true")] } else { &[] };
         // A server that says it is ready may still answer 503 "not initialized" for a moment.
         let t0 = Instant::now();
         loop {
-            let (status, body) = self.signed("PUT", &format!("/{bucket}"), "").expect("create bucket");
+            let (status, body) = self.signed_with("PUT", &format!("/{bucket}"), "", extra).expect("create bucket");
             if status == 503 && t0.elapsed() < Duration::from_secs(30) {
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
@@ -202,11 +215,25 @@ impl Minio {
     }
 
     fn signed(&self, method: &str, path: &str, query: &str) -> std::io::Result<(u16, String)> {
+        self.signed_with(method, path, query, &[])
+    }
+
+    /// A signed request with `extra` headers (lower-case `x-amz-` names, which sort after the
+    /// date), signed too.
+    fn signed_with(&self, method: &str, path: &str, query: &str, extra: &[(&str, &str)]) -> std::io::Result<(u16, String)> {
         let amz_date: String = sheaf_core::time::utc_now().chars().filter(|c| *c != '-' && *c != ':').collect();
         let date = &amz_date[..8];
         let payload = hex(&Sha256::digest(b""));
-        let headers = format!("host:{}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz_date}\n", self.addr);
-        let signed_headers = "host;x-amz-content-sha256;x-amz-date";
+        let mut headers = format!("host:{}\n", self.addr);
+        let mut signed_headers = "host".to_string();
+        let mut all: Vec<(&str, &str)> = vec![("x-amz-content-sha256", &payload), ("x-amz-date", &amz_date)];
+        all.extend_from_slice(extra);
+        all.sort();
+        for (k, v) in &all {
+            headers.push_str(&format!("{k}:{v}\n"));
+            signed_headers.push(';');
+            signed_headers.push_str(k);
+        }
         let canonical = format!("{method}\n{path}\n{query}\n{headers}\n{signed_headers}\n{payload}");
         let scope = format!("{date}/{REGION}/s3/aws4_request");
         let to_sign = format!("AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}", hex(&Sha256::digest(canonical.as_bytes())));
@@ -216,7 +243,9 @@ impl Minio {
         }
         let signature = hex(&hmac(&key, to_sign.as_bytes()));
         let auth = format!("AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, SignedHeaders={signed_headers}, Signature={signature}");
-        http(&self.addr, method, path, query, &[("x-amz-content-sha256", &payload), ("x-amz-date", &amz_date), ("Authorization", &auth)])
+        let mut sent = all.clone();
+        sent.push(("Authorization", &auth));
+        http(&self.addr, method, path, query, &sent)
     }
 }
 

@@ -1,6 +1,8 @@
 //! sheaf-s3 against a real S3-compatible server (MinIO on 127.0.0.1): the storage conformance suite
 //! every store passes, and what only object storage has (parts, ETags, open uploads).
 
+use std::io::Read;
+
 use sheaf_core::storage::conformance::check_store;
 use sheaf_core::{ErrorKind, Location, Schemes};
 use sheaf_s3::testing::{Minio, ACCESS_KEY, SECRET_KEY};
@@ -150,4 +152,68 @@ fn azure_conforms_through_the_fault_proxy() {
     let (store, _) = schemes_with(az.env_for(&proxy.endpoint())).resolve("az", "conf", "x").unwrap();
     check_store(store, "faulty", 12 << 20);
     assert!(proxy.injected() > 0, "faults were injected");
+}
+
+/// Write `bytes` to `name` in `store`, published.
+fn put(store: &dyn sheaf_core::Store, name: &str, bytes: &[u8]) {
+    let mut sink = store.create(name, true, bytes.len() as u64).unwrap();
+    sink.write_all(bytes).unwrap();
+    sink.publish().unwrap();
+}
+
+#[test]
+fn object_lock_keeps_what_was_written_from_the_same_credentials() {
+    use sheaf_core::storage::{LockMode, WriteLock};
+    let m = Minio::start();
+    m.create_locked_bucket("locked");
+    m.create_bucket("plain");
+    let s = schemes(&m, m.options());
+    let (store, _) = s.resolve("s3", "locked", "x").unwrap();
+    let (plain, _) = s.resolve("s3", "plain", "x").unwrap();
+    assert!(store.lock_enabled().unwrap());
+    assert!(!plain.lock_enabled().unwrap());
+
+    let until = sheaf_core::time::now_ms() / 1000 + 3600;
+    store.lock_writes(&WriteLock { mode: LockMode::Governance, until, spare: vec![".lock".into()] }).unwrap();
+    put(store.as_ref(), "r/data.wal", b"sixteen megabytes, nearly");
+    put(store.as_ref(), "r/backup.lock", b"removed again");
+    let versions = store.versions("r/").unwrap();
+    assert_eq!(versions.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["r/backup.lock", "r/data.wal"]);
+    assert!(versions.iter().all(|v| v.latest && !v.deleted));
+
+    // The same credentials cannot remove the locked version; the spared one goes.
+    let data = versions.iter().find(|v| v.name == "r/data.wal").unwrap();
+    let e = store.delete_version(&data.name, &data.version).expect_err("a locked version stays");
+    assert_eq!(e.kind(), ErrorKind::Target, "{e}");
+    assert!(e.to_string().contains("WORM") || e.to_string().contains("AccessDenied"), "{e}");
+    let spare = versions.iter().find(|v| v.name == "r/backup.lock").unwrap();
+    store.delete_version(&spare.name, &spare.version).unwrap();
+    assert!(!store.exists("r/backup.lock").unwrap());
+    // Nor overwrite it: an overwrite (by a client that sets no lock) is a new version on top; the
+    // locked one is still there.
+    let attacker = schemes(&m, m.options());
+    let (theirs, _) = attacker.resolve("s3", "locked", "x").unwrap();
+    put(theirs.as_ref(), "r/data.wal", b"ransom note");
+
+    // A plain delete only hides it behind a delete marker, which can be removed again.
+    theirs.delete("r/data.wal").unwrap();
+    assert!(!store.exists("r/data.wal").unwrap());
+    let versions = store.versions("r/data.wal").unwrap();
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    assert!(versions[0].latest && versions[0].deleted, "{versions:?}");
+    assert_eq!(versions[2].version, data.version, "oldest last: {versions:?}");
+    for v in &versions[..2] {
+        store.delete_version(&v.name, &v.version).unwrap();
+    }
+    let mut back = Vec::new();
+    store.open("r/data.wal").unwrap().stream(0, 25).unwrap().read_to_end(&mut back).unwrap();
+    assert_eq!(back, b"sixteen megabytes, nearly");
+
+    // A bucket without Object Lock refuses locked uploads, with S3's words.
+    plain.lock_writes(&WriteLock { mode: LockMode::Governance, until, spare: vec![] }).unwrap();
+    let e = plain.create("x.wal", false, 0).err().expect("no Object Lock on this bucket");
+    assert!(e.to_string().contains("ObjectLockConfiguration"), "{e}");
+    // Azure and Google Cloud Storage have their own immutability; sheaf's --lock is S3's.
+    let e = sheaf_core::storage::no_lock("az://c");
+    assert!(e.to_string().contains("immutability policy"), "{e}");
 }

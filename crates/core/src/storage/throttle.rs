@@ -121,6 +121,18 @@ impl Store for Throttled {
     fn sibling(&self, name: &str, sibling: &str) -> String {
         self.inner.sibling(name, sibling)
     }
+    fn lock_enabled(&self) -> Result<bool> {
+        self.inner.lock_enabled()
+    }
+    fn lock_writes(&self, lock: &super::WriteLock) -> Result<()> {
+        self.inner.lock_writes(lock)
+    }
+    fn versions(&self, prefix: &str) -> Result<Vec<super::ObjectVersion>> {
+        self.inner.versions(prefix)
+    }
+    fn delete_version(&self, name: &str, version: &str) -> Result<()> {
+        self.inner.delete_version(name, version)
+    }
 }
 
 struct ThrottledSink {

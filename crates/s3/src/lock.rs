@@ -1,0 +1,271 @@
+//! What only S3 has and `object_store` does not call: whether a bucket has Object Lock, uploads
+//! that carry a lock, and the versions a versioned bucket keeps (to list them and to remove a
+//! delete marker an attacker or a mistake left on top of a locked object).
+//!
+//! An upload that carries a lock is started here, with `x-amz-object-lock-mode` and
+//! `x-amz-object-lock-retain-until-date` on the request that starts it, and continued through
+//! `object_store`'s low-level multipart calls with a SHA-256 checksum of each part, which S3
+//! requires of an upload with a retention date. These calls are presigned by `object_store`'s own signer
+//! (`Signer::signed_url_opts`, with the query they need) and sent through its HTTP client, so they
+//! use the same credentials, TLS roots and proxy as every other request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method};
+use object_store::aws::{AmazonS3, AmazonS3Builder, Checksum};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::path::Path;
+use object_store::signer::{SignedUrlOptions, Signer};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::{ClientOptions, MultipartUpload, PutPayload, PutResult, UploadPart};
+use serde::Deserialize;
+use sheaf_core::storage::{ObjectVersion, WriteLock};
+use sheaf_core::{Error, ErrorKind, Result};
+
+/// A bucket's S3-only calls.
+pub(crate) struct S3Extra {
+    signer: Arc<AmazonS3>,
+    http: HttpClient,
+    builder: AmazonS3Builder,
+    client_options: ClientOptions,
+}
+
+/// What a call answered: the status and the body.
+type Answer = (u16, Bytes);
+
+impl S3Extra {
+    /// The calls for the bucket `builder` (configured but for its client options) reaches.
+    pub(crate) fn new(builder: AmazonS3Builder, client_options: ClientOptions, signer: Arc<AmazonS3>) -> Result<Self> {
+        let http = ReqwestConnector::default().connect(&client_options).map_err(|e| Error::invalid(format!("S3 client: {e}")))?;
+        Ok(S3Extra { signer, http, builder, client_options })
+    }
+
+    /// A client of the same bucket that sends a checksum of each part, as S3 requires of an upload
+    /// with a retention date.
+    pub(crate) fn checksummed(&self) -> Result<Arc<AmazonS3>> {
+        let client = self
+            .builder
+            .clone()
+            .with_client_options(self.client_options.clone())
+            .with_checksum_algorithm(Checksum::SHA256)
+            .build()
+            .map_err(|e| Error::invalid(format!("S3 client with Object Lock: {e}")))?;
+        Ok(Arc::new(client))
+    }
+
+    /// Start an upload of `key` that carries `lock`, its parts sent by `parts` (from
+    /// [`S3Extra::checksummed`]). Only the request that starts an upload takes the lock headers
+    /// (S3 and MinIO refuse them on the others), and `object_store` starts its own uploads
+    /// without a way to add them, so this one is started here and driven by its low-level calls.
+    pub(crate) async fn start_locked(&self, parts: Arc<AmazonS3>, key: &str, lock: &WriteLock) -> std::result::Result<LockedUpload, object_store::Error> {
+        let generic = |e: String| object_store::Error::Generic { store: "S3", source: e.into() };
+        let headers = [
+            ("x-amz-object-lock-mode", lock.mode.as_s3().to_string()),
+            ("x-amz-object-lock-retain-until-date", sheaf_core::time::utc(lock.until)),
+            ("x-amz-checksum-algorithm", "SHA256".to_string()),
+        ];
+        let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers).await.map_err(generic)?;
+        let text = String::from_utf8_lossy(&body);
+        if status != 200 {
+            let why = refusal(status, &text);
+            return Err(if why.starts_with("NoSuchBucket") {
+                object_store::Error::NotFound { path: key.to_string(), source: why.into() }
+            } else {
+                generic(why)
+            });
+        }
+        let id = text.split_once("<UploadId>").and_then(|(_, r)| r.split_once("</UploadId>")).map(|(id, _)| id.to_string());
+        let id = id.ok_or_else(|| generic(format!("S3 started an upload of {key} but named no upload id")))?;
+        Ok(LockedUpload { client: parts, path: Path::from(key), id, parts: Arc::new(std::sync::Mutex::new(Vec::new())), next: 0 })
+    }
+
+    /// Send `method` on `key` (empty: the bucket) with `query`, presigned.
+    async fn call(&self, method: Method, key: &str, query: &[(&str, &str)], headers: &[(&str, String)]) -> std::result::Result<Answer, String> {
+        let mut options = SignedUrlOptions::new().with_query(query.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let mut request = http::Request::builder().method(method.clone());
+        for (k, v) in headers {
+            let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| e.to_string())?;
+            let value = HeaderValue::from_str(v).map_err(|e| e.to_string())?;
+            options = options.with_signed_header(name.clone(), value.clone());
+            request = request.header(name, value);
+        }
+        let url = self.signer.signed_url_opts(method, &Path::from(key), Duration::from_secs(600), &options).await.map_err(|e| e.to_string())?;
+        let request = request.uri(url.as_str()).body(HttpRequestBody::empty()).map_err(|e| e.to_string())?;
+        let response = self.http.execute(request).await.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
+        Ok((status, body))
+    }
+
+    /// Whether the bucket has Object Lock enabled.
+    pub(crate) async fn lock_enabled(&self) -> std::result::Result<bool, String> {
+        let (status, body) = self.call(Method::GET, "", &[("object-lock", "")], &[]).await?;
+        let text = String::from_utf8_lossy(&body);
+        match status {
+            200 => Ok(text.contains("<ObjectLockEnabled>Enabled</ObjectLockEnabled>")),
+            404 if text.contains("ObjectLockConfigurationNotFound") => Ok(false),
+            _ => Err(refusal(status, &text)),
+        }
+    }
+
+    /// Every version of every object under `prefix`.
+    pub(crate) async fn versions(&self, prefix: &str) -> std::result::Result<Vec<ObjectVersion>, String> {
+        let mut out = Vec::new();
+        let (mut key_marker, mut version_marker) = (String::new(), String::new());
+        loop {
+            let mut query = vec![("versions", ""), ("prefix", prefix)];
+            if !key_marker.is_empty() {
+                query.push(("key-marker", &key_marker));
+                if !version_marker.is_empty() {
+                    query.push(("version-id-marker", &version_marker));
+                }
+            }
+            let (status, body) = self.call(Method::GET, "", &query, &[]).await?;
+            if status != 200 {
+                return Err(refusal(status, &String::from_utf8_lossy(&body)));
+            }
+            let page: ListVersions = quick_xml::de::from_reader(body.as_ref()).map_err(|e| format!("a version listing sheaf cannot read: {e}"))?;
+            for (v, deleted) in page.versions.into_iter().map(|v| (v, false)).chain(page.markers.into_iter().map(|m| (m, true))) {
+                out.push(ObjectVersion { modified: parse_time(&v.last_modified)?, name: v.key, version: v.version_id, latest: v.is_latest, deleted, size: v.size });
+            }
+            match (page.is_truncated, page.next_key_marker) {
+                (true, Some(k)) if !k.is_empty() => {
+                    key_marker = k;
+                    version_marker = page.next_version_id_marker.unwrap_or_default();
+                }
+                _ => break,
+            }
+        }
+        // Newest first within a name; the listing gives versions and markers apart.
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(b.latest.cmp(&a.latest)).then(b.modified.cmp(&a.modified)));
+        Ok(out)
+    }
+
+    /// Remove version `version` of `key` for good.
+    pub(crate) async fn delete_version(&self, key: &str, version: &str) -> std::result::Result<(), String> {
+        let (status, body) = self.call(Method::DELETE, key, &[("versionId", version)], &[]).await?;
+        match status {
+            200 | 204 => Ok(()),
+            _ => Err(refusal(status, &String::from_utf8_lossy(&body))),
+        }
+    }
+}
+
+/// An upload started with a lock, driven by `object_store`'s low-level multipart calls.
+#[derive(Debug)]
+pub(crate) struct LockedUpload {
+    client: Arc<AmazonS3>,
+    path: Path,
+    id: String,
+    /// Each part's id once its upload ended, by index.
+    parts: Arc<std::sync::Mutex<Vec<Option<PartId>>>>,
+    next: usize,
+}
+
+#[async_trait::async_trait]
+impl MultipartUpload for LockedUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        let (client, path, id, parts, idx) = (self.client.clone(), self.path.clone(), self.id.clone(), self.parts.clone(), self.next);
+        self.next += 1;
+        Box::pin(async move {
+            let part = client.put_part(&path, &id, idx, data).await?;
+            let mut held = parts.lock().unwrap_or_else(|p| p.into_inner());
+            if held.len() <= idx {
+                held.resize(idx + 1, None);
+            }
+            held[idx] = Some(part);
+            Ok(())
+        })
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        if self.next == 0 {
+            // S3 completes no upload without a part: an empty object is one empty part.
+            self.put_part(PutPayload::default()).await?;
+        }
+        let parts: Option<Vec<PartId>> = self.parts.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        let parts = parts.ok_or_else(|| object_store::Error::Generic { store: "S3", source: "a part of the upload never finished".into() })?;
+        self.client.complete_multipart(&self.path, &self.id, parts).await
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.client.abort_multipart(&self.path, &self.id).await
+    }
+}
+
+/// A refusal as S3 words it: `Code: Message (HTTP status)`.
+fn refusal(status: u16, body: &str) -> String {
+    let tag = |t: &str| body.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v.to_string());
+    match (tag("Code"), tag("Message")) {
+        (Some(c), Some(m)) => format!("{c}: {m} (HTTP {status})"),
+        (Some(c), None) => format!("{c} (HTTP {status})"),
+        _ => format!("HTTP {status}"),
+    }
+}
+
+/// What a failed call means for the caller: a missing bucket, credentials, or the server's words.
+pub(crate) fn call_failed(what: &str, why: &str) -> Error {
+    let kind = if why.contains("AccessDenied") || why.contains("WORM") || why.contains("InvalidRequest") { ErrorKind::Target } else { ErrorKind::Io };
+    Error::new(kind, format!("{what}: {why}"))
+}
+
+fn parse_time(text: &str) -> std::result::Result<i64, String> {
+    chrono::DateTime::parse_from_rfc3339(text).map(|t| t.timestamp()).map_err(|e| format!("a time sheaf cannot read in a version listing ({text}): {e}"))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListVersions {
+    #[serde(default)]
+    is_truncated: bool,
+    next_key_marker: Option<String>,
+    next_version_id_marker: Option<String>,
+    #[serde(default, rename = "Version")]
+    versions: Vec<VersionEntry>,
+    #[serde(default, rename = "DeleteMarker")]
+    markers: Vec<VersionEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct VersionEntry {
+    key: String,
+    version_id: String,
+    is_latest: bool,
+    last_modified: String,
+    #[serde(default)]
+    size: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_listing_reads_with_markers_between_versions() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><Prefix></Prefix><KeyMarker></KeyMarker><NextVersionIdMarker></NextVersionIdMarker><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>
+<DeleteMarker><Key>a &amp; b</Key><LastModified>2026-11-24T18:43:03.696Z</LastModified><IsLatest>true</IsLatest><VersionId>m1</VersionId></DeleteMarker>
+<Version><Key>a &amp; b</Key><LastModified>2026-11-24T18:43:03.666Z</LastModified><ETag>"x"</ETag><Size>6</Size><IsLatest>false</IsLatest><VersionId>v2</VersionId></Version>
+<DeleteMarker><Key>c</Key><LastModified>2026-11-24T18:43:04Z</LastModified><IsLatest>false</IsLatest><VersionId>m2</VersionId></DeleteMarker>
+<Version><Key>c</Key><LastModified>2026-11-24T18:43:05.000Z</LastModified><Size>7</Size><IsLatest>true</IsLatest><VersionId>v3</VersionId></Version>
+</ListVersionsResult>"#;
+        let page: ListVersions = quick_xml::de::from_reader(xml.as_bytes()).unwrap();
+        assert!(!page.is_truncated);
+        assert_eq!((page.versions.len(), page.markers.len()), (2, 2));
+        assert_eq!(page.markers[0].key, "a & b");
+        assert_eq!(page.versions[1].size, 7);
+        assert_eq!(parse_time(&page.versions[0].last_modified).unwrap(), 1_795_545_783);
+    }
+
+    #[test]
+    fn refusals_quote_the_servers_code() {
+        let body = "<Error><Code>InvalidRequest</Code><Message>Object is WORM protected and cannot be overwritten</Message></Error>";
+        let why = refusal(400, body);
+        assert_eq!(why, "InvalidRequest: Object is WORM protected and cannot be overwritten (HTTP 400)");
+        assert_eq!(call_failed("x", &why).kind(), ErrorKind::Target);
+        assert_eq!(refusal(503, ""), "HTTP 503");
+    }
+}
