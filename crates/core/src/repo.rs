@@ -26,7 +26,7 @@ use crate::blob::{read_blob, write_blob, BlobInfo};
 use crate::codec::{CodecKind, CodecSpec};
 use crate::crypto::{Encryption, Kdf, Keys};
 use crate::error::{Error, ErrorKind, Result};
-use crate::storage::{Location, Schemes, Store, Stored};
+use crate::storage::{Location, ObjectVersion, Schemes, Store, Stored, WriteLock};
 
 /// The repository's description, `repo.json`.
 pub const META: &str = "repo.json";
@@ -41,6 +41,8 @@ pub struct Repo {
     keys: Option<Arc<Keys>>,
     /// The repository's KDF once read from `repo.json` (`None`: not encrypted).
     kdf: Arc<OnceLock<Option<Kdf>>>,
+    /// The lock its new objects carry, once set ([`Repo::lock_writes`]).
+    lock: Arc<OnceLock<WriteLock>>,
 }
 
 impl Repo {
@@ -61,7 +63,7 @@ impl Repo {
         let name = meta.name();
         let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();
         let shown = meta.display().strip_suffix(&format!("/{META}")).map(str::to_string).unwrap_or_else(|| trimmed.to_string());
-        Ok(Repo { store: meta.store().clone(), root, shown, keys: None, kdf: Arc::new(OnceLock::new()) })
+        Ok(Repo { store: meta.store().clone(), root, shown, keys: None, kdf: Arc::new(OnceLock::new()), lock: Arc::new(OnceLock::new()) })
     }
 
     /// This repository, read and written with `keys` (its key file or passphrase), if any.
@@ -265,6 +267,54 @@ impl Repo {
     /// `rel` as the user reads it.
     pub fn describe(&self, rel: &str) -> String {
         self.store.describe(&self.name(rel))
+    }
+
+    /// Whether the place keeps objects from being deleted (S3 Object Lock on the bucket).
+    ///
+    /// # Errors
+    /// A store that has no such thing (naming what to use); when it cannot be asked.
+    pub fn lock_enabled(&self) -> Result<bool> {
+        self.store.lock_enabled()
+    }
+
+    /// From now on every object written here carries `lock` (but for the names it spares).
+    ///
+    /// # Errors
+    /// A store that cannot lock objects.
+    pub fn lock_writes(&self, lock: WriteLock) -> Result<()> {
+        self.store.lock_writes(&lock)?;
+        let _ = self.lock.set(lock);
+        Ok(())
+    }
+
+    /// The lock new objects carry, if any.
+    pub fn write_lock(&self) -> Option<&WriteLock> {
+        self.lock.get()
+    }
+
+    /// Every version of the objects under `rel` (names relative to the repository).
+    ///
+    /// # Errors
+    /// A store that keeps no versions; when it cannot be listed.
+    pub fn versions(&self, rel: &str) -> Result<Vec<ObjectVersion>> {
+        let strip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
+        Ok(self
+            .store
+            .versions(&self.name(rel))?
+            .into_iter()
+            .filter_map(|v| {
+                let name = v.name.get(strip..).filter(|n| !n.is_empty())?.to_string();
+                Some(ObjectVersion { name, ..v })
+            })
+            .collect())
+    }
+
+    /// Remove version `version` of `rel` for good.
+    ///
+    /// # Errors
+    /// A store that keeps no versions; the server's refusal (a locked version).
+    pub fn delete_version(&self, rel: &str, version: &str) -> Result<()> {
+        self.store.delete_version(&self.name(rel), version)
     }
 
     /// Read `repo.json`.

@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
+pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
 
@@ -102,8 +102,11 @@ drop-caches, restore-dir); flags win over it.")]
     /// backups and archived WAL (point-in-time recovery, retention).
     #[command(after_help = "Example:\n  \
 sheaf init --repo /srv/sheaf 'postgres://postgres@/postgres?host=/run/postgresql'\n\n\
+sheaf init --repo s3://backups/pg --lock 35 'postgres://...'   # a bucket with S3 Object Lock\n\n\
 Then in postgresql.conf: archive_mode = on, archive_command = 'sheaf wal-push %p --repo /srv/sheaf'\n\
-(or put repo = \"/srv/sheaf\" in /etc/sheaf/sheaf.toml and write just 'sheaf wal-push %p').")]
+(or put repo = \"/srv/sheaf\" in /etc/sheaf/sheaf.toml and write just 'sheaf wal-push %p').\n\n\
+With --lock every object backups and wal-push write is locked for DAYS: ransomware holding the \
+repository's credentials, or a mistaken expire, cannot delete it before then (docs/ransomware.md).")]
     Init(InitArgs),
     /// Archive one WAL file into the repository (archive_command = 'sheaf wal-push %p').
     #[command(after_help = "Compressed (zstd:low unless told), checksummed and stored under a temporary name, then \
@@ -174,6 +177,19 @@ sheaf keep --repo /srv/sheaf                                                   #
 Only the WAL from the backup's start to its stop is kept for it: recovery to a later moment needs \
 the WAL the policy keeps.")]
     Keep(KeepArgs),
+    /// After a wipe of a locked repository (S3 Object Lock), make what the lock kept readable
+    /// again: remove the delete markers, and with --since the overwrites, on top of its objects.
+    #[command(after_help = "Examples:\n  \
+sheaf undelete --repo s3://backups/pg --dry-run                         # what would come back\n  \
+sheaf undelete --repo s3://backups/pg --since '2026-11-24 03:10:00Z'    # undo everything done since\n\n\
+In a bucket with Object Lock a delete only puts a marker on top of an object and an overwrite a \
+new version on top; the locked version underneath cannot be removed before its date, not even \
+with the repository's own credentials. Without --since every delete marker goes (objects expire \
+removed come back too, and the next expire removes them again); with it, every version written \
+since then over an object that existed before it. Then sheaf verify, and restore as usual. The \
+credentials that run this need s3:ListBucketVersions and s3:DeleteObjectVersion; keep them away \
+from the database hosts.")]
+    Undelete(UndeleteArgs),
     /// The settings in force (flags aside) and where each comes from; secrets masked.
     Config(ConfigArgs),
     /// List the runs the history catalog holds, newest first (msdb's backupset).
@@ -232,6 +248,7 @@ impl Command {
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Check(a) => with(&a.s3, &a.repo),
             Command::Keep(a) => with(&a.s3, &a.repo),
+            Command::Undelete(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),
             Command::Consolidate(a) => with(&a.s3, &a.repo),
             Command::WalSummarize(a) => with(&a.s3, &a.repo),

@@ -12,6 +12,17 @@ pub struct InitArgs {
     pub url: String,
     #[command(flatten)]
     pub repo: RepoArg,
+    /// Lock every object backups and wal-push write for DAYS after it is written (S3 Object Lock;
+    /// the bucket must have been created with it): not even the repository's own credentials can
+    /// delete or overwrite it before then, so neither ransomware nor a mistaken expire can. Give
+    /// at least your retention (expire --keep-within) plus the time between full backups.
+    #[arg(long, value_name = "DAYS")]
+    pub lock: Option<u32>,
+    /// governance (a user granted s3:BypassGovernanceRetention can still remove a locked version:
+    /// keep that permission away from the backup's credentials) or compliance (nobody can, not
+    /// even the account's root user, until the date; choose it once sure of the days).
+    #[arg(long, value_name = "MODE", default_value = "governance", requires = "lock")]
+    pub lock_mode: String,
     #[command(flatten)]
     pub s3: S3Args,
 }
@@ -148,6 +159,25 @@ pub struct KeepArgs {
     /// Release its pin: expire treats it by the policy again.
     #[arg(long, requires = "set")]
     pub release: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+pub struct UndeleteArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// When the damage began (e.g. '2026-11-24 03:10:00Z'; a zone is required): every version
+    /// written since then over an object that existed before is removed too, not only delete
+    /// markers.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -74,6 +74,21 @@ fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::met
     if !plan.pinned.is_empty() {
         println!("kept, pinned by sheaf keep (with the WAL each needs to be consistent): {}", plan.pinned.join(", "));
     }
+    if !plan.locked.is_empty() {
+        println!("left in place, still locked (expire removes each once its lock runs out): {}", plan.locked.join(", "));
+    }
+    if let Some(u) = plan.wal_locked_until {
+        println!("left {} older WAL file{} in place, locked until {} at the latest", plan.wal_locked, plural(plan.wal_locked as usize), sheaf_core::time::utc(u));
+    }
+    if !plan.unprotected.is_empty() {
+        println!(
+            "warning: {} kept backup{} no longer locked ({}): anyone with the repository's credentials can delete {}; the lock is shorter than what the policy keeps",
+            plan.unprotected.len(),
+            plural(plan.unprotected.len()),
+            plan.unprotected.join(", "),
+            if plan.unprotected.len() == 1 { "it" } else { "them" }
+        );
+    }
     println!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
     Ok(())
 }

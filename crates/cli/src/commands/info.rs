@@ -70,6 +70,9 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
         }));
     }
     println!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
+    if let Some(l) = &meta.lock {
+        println!("locked: every object for {} days after it is written ({} mode, S3 Object Lock); expire leaves what is still locked", l.days, l.mode);
+    }
     println!();
     println!(
         "{:<18} {:<4} {:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>10} {:>6} {:<10} {:>3}  label",
@@ -92,10 +95,7 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
                 r.ratio(),
                 r.compression,
                 r.stripes.len(),
-                match pins.iter().find(|p| p.id == r.id) {
-                    Some(p) => format!("{} [kept {}]", r.label.as_deref().unwrap_or(""), p.until_text()).trim_start().to_string(),
-                    None => r.label.clone().unwrap_or_default(),
-                }
+                notes(r, pins.iter().find(|p| p.id == r.id))
             ),
             Found::Unfinished { id, running, .. } => {
                 println!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
@@ -137,6 +137,19 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
         format_size(wal_bytes)
     );
     Ok(serde_json::Value::Null)
+}
+
+/// A backup's label, then whether it is pinned and until when it is locked.
+fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo::keep::Pin>) -> String {
+    let mut out = r.label.clone().unwrap_or_default();
+    if let Some(p) = pin {
+        out.push_str(&format!(" [kept {}]", p.until_text()));
+    }
+    if let Some(u) = r.locked_until {
+        let now = sheaf_core::time::now_ms() / 1000;
+        out.push_str(&if u > now { format!(" [locked until {}]", sheaf_core::time::utc(u)) } else { format!(" [lock ran out {}]", sheaf_core::time::utc(u)) });
+    }
+    out.trim_start().to_string()
 }
 
 /// Every repository's metrics (`sheaf_repository_up` says which could be read), the server's lag

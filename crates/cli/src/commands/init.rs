@@ -1,7 +1,9 @@
 //! `sheaf init`: a repository for a cluster.
 
 use sheaf_core::size::format_size;
+use sheaf_core::storage::LockMode;
 use sheaf_core::Error;
+use sheaf_pg::repo::meta::RepoLock;
 
 use crate::args::InitArgs;
 use crate::context::Context;
@@ -12,16 +14,26 @@ use crate::context::Context;
 /// No repository given, a cluster that cannot be reached, a place that is not empty.
 pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     let repos = ctx.repos()?;
+    let lock = a.lock.map(|days| a.lock_mode.parse().map(|mode| RepoLock { days, mode })).transpose()?;
     for repo in &repos {
-        let meta = sheaf_pg::repo::meta::init(repo, &a.url)?;
+        let meta = sheaf_pg::repo::meta::init(repo, &a.url, lock)?;
         println!(
-            "created {}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
+            "created {}{}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
             if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
+            if meta.lock.is_some() { "locked " } else { "" },
             repo.display(),
             meta.system_identifier,
             meta.server_version,
             format_size(meta.wal_segment_size)
         );
+        if let Some(l) = &meta.lock {
+            println!(
+                "every object written to it is locked for {} days ({} mode): until then nobody{} can delete or overwrite it; expire leaves locked backups and WAL in place",
+                l.days,
+                l.mode,
+                if l.mode == LockMode::Governance { " without s3:BypassGovernanceRetention" } else { "" }
+            );
+        }
     }
     if repos.iter().any(|r| r.keys().is_some()) {
         println!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");

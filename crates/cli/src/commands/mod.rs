@@ -14,6 +14,7 @@ pub mod generate;
 pub mod history;
 pub mod info;
 pub mod keep;
+pub mod undelete;
 pub mod init;
 pub mod lab;
 pub mod load_tpch;

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod faults;
 pub mod incremental;
 pub mod keep;
+pub mod lock;
 pub mod monitor;
 pub mod online;
 pub mod receive;

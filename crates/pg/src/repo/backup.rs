@@ -130,6 +130,7 @@ pub fn backup_to_repo(
             chain,
             method: r.method.clone(),
             bytes_held: r.report.bytes_held,
+            locked_until: repo.write_lock().map(|l| l.until),
         };
         repo.put_json(&paths::record(&id), &record, false)?;
         Ok((r, record))
@@ -188,6 +189,7 @@ pub fn consolidate_in_repo(repo: &Repo, id: &str, stripes: usize, opts: &BackupO
             backup_type: BackupType::Full,
             chain: Vec::new(),
             method: Some(format!("consolidated from {} ({} backups)", of.id, of.chain.len() + 1)),
+            locked_until: repo.write_lock().map(|l| l.until),
             ..of.clone()
         };
         repo.put_json(&paths::record(&new_id), &record, false)?;

@@ -105,7 +105,7 @@ fn run(repos: &[Repo], opts: &CheckOptions, f: &mut Findings) {
                 continue;
             }
         };
-        let probe = format!("check/probe-{}-{}.json", std::process::id(), sheaf_core::time::now_ms());
+        let probe = format!("check/{}-{}.probe", std::process::id(), sheaf_core::time::now_ms());
         match repo.put_json(&probe, &serde_json::json!({ "written_by": "sheaf check" }), true).and_then(|()| repo.delete(&probe)) {
             Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), meta.system_identifier)),
             Err(e) => f.add("repository", Status::Critical, format!("cannot write to the repository at {}: {e}; backups and wal-push will fail the same way", repo.display())),
@@ -218,6 +218,14 @@ fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) 
         f.add("backup", Status::Critical, format!("{what}: older than --max-age {}; is the backup job running?", sheaf_core::time::span(max)));
     } else {
         f.add("backup", Status::Ok, what);
+    }
+    // In a locked repository the newest backup must still be locked: else nothing is protected.
+    if let Some(l) = &meta.lock {
+        match newest.locked_until {
+            Some(u) if u > opts.now => f.add("lock", Status::Ok, format!("{} is locked until {} ({} mode)", newest.id, sheaf_core::time::utc(u), l.mode)),
+            Some(u) => f.add("lock", Status::Warning, format!("the newest backup's lock ran out at {}: anyone with the repository's credentials can delete every backup; take a backup (each one is locked for {} days)", sheaf_core::time::utc(u), l.days)),
+            None => f.add("lock", Status::Warning, format!("the newest backup, {}, was written without a lock (by a sheaf that knows none?): it can be deleted", newest.id)),
+        }
     }
     // The WAL from the newest backup's start to the newest archived segment of its timeline.
     let seg = meta.wal_segment_size;

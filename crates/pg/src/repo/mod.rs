@@ -25,4 +25,5 @@ pub mod paths;
 pub mod records;
 pub mod retention;
 pub mod summaries;
+pub mod undelete;
 pub mod verify;

@@ -12,6 +12,11 @@
 //! keep/ID.json                       a pinned backup (crate::repo::keep)
 //! ```
 
+/// Name endings of objects a locked repository writes without a lock: they are removed again
+/// soon (a running backup's lock, wal-receive's copy of the segment in progress, `check`'s
+/// probe), and are not needed to restore.
+pub const UNLOCKED: [&str; 3] = [".lock", ".streaming", ".probe"];
+
 /// Where backups, their records and locks live.
 pub const BACKUPS: &str = "backups/";
 /// Where archived WAL lives.

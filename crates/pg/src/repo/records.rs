@@ -64,6 +64,10 @@ pub struct BackupRecord {
     /// whole); 0 in records older than incrementals.
     #[serde(default)]
     pub bytes_held: u64,
+    /// In a locked repository: until when (seconds since the epoch) none of its objects can be
+    /// deleted or overwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_until: Option<i64>,
 }
 
 impl BackupRecord {

@@ -33,6 +33,16 @@ pub struct ExpirePlan {
     pub wal_kept_from: Option<String>,
     /// Backups kept because they are pinned (`sheaf keep`), with until when.
     pub pinned: Vec<String>,
+    /// Backups the policy would remove, left because their objects are still locked (S3 Object
+    /// Lock), with until when.
+    pub locked: Vec<String>,
+    /// Old WAL files left because they are still locked.
+    pub wal_locked: u64,
+    /// Until when the last of them stays locked (seconds since the epoch).
+    pub wal_locked_until: Option<i64>,
+    /// Backups the policy keeps whose lock has run out: anyone with the repository's credentials
+    /// can delete them now (a lock shorter than what the policy keeps).
+    pub unprotected: Vec<String>,
     /// Objects removed (or that would be, on a dry run).
     pub objects: Vec<String>,
     /// Bytes removed.
@@ -61,6 +71,20 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     if keep.keep_full == Some(0) {
         return Err(Error::invalid("--keep-full 0 would remove every backup: keep at least 1"));
     }
+    let lock = meta.lock.map(|l| l.seconds());
+    if let (Some(l), Some(w)) = (&meta.lock, keep.keep_within) {
+        if w > l.seconds() {
+            return Err(Error::invalid(format!(
+                "--keep-within {} is longer than the repository's lock ({} days): the oldest backups it keeps would no longer be locked, and anyone with the repository's credentials could delete them; keep within {} days at most, or move to a repository locked for longer (sheaf init --lock DAYS at a new place)",
+                sheaf_core::time::span(w),
+                l.days,
+                l.days
+            )));
+        }
+    }
+    // Until when a backup's objects are locked: its record says (they all carry the lock of the
+    // process that wrote them).
+    let locked_until = |r: &BackupRecord| lock.map(|s| r.locked_until.unwrap_or(r.start_unix + s)).filter(|&u| u > now);
     let found = backups(repo)?;
     let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
     let mut keep_ids = std::collections::BTreeSet::new();
@@ -110,10 +134,30 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
             pinned_wal.push((a.segno, b.segno));
         }
     }
+    // Backups still locked stay (with what they build on) whatever the policy says: removing one
+    // would only hide it behind a delete marker.
+    let (mut locked, mut locked_ids) = (Vec::new(), std::collections::BTreeSet::new());
+    for r in &done {
+        if let Some(u) = locked_until(r).filter(|_| !keep_ids.contains(&r.id) && !needed.contains(&r.id)) {
+            locked.push(format!("{} (until {})", r.id, sheaf_core::time::utc(u)));
+            locked_ids.insert(r.id.clone());
+            keep_ids.insert(r.id.clone());
+            needed.extend(r.chain.iter().cloned());
+        }
+    }
+    let unprotected =
+        if lock.is_some() { done.iter().filter(|r| by_policy.contains(&r.id) && locked_until(r).is_none()).map(|r| r.id.clone()).collect() } else { Vec::new() };
     keep_ids.extend(needed);
-    let mut plan = ExpirePlan { pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(), ..ExpirePlan::default() };
+    let mut plan = ExpirePlan {
+        pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(),
+        locked,
+        unprotected,
+        ..ExpirePlan::default()
+    };
+    // Until when an object written at `modified` is locked, at the latest.
+    let object_lock = |modified: i64| lock.map(|s| modified + s).filter(|&u| u > now);
     let listed = repo.list(paths::BACKUPS)?;
-    let pin_objects: std::collections::HashSet<String> = repo.list(super::keep::KEEP)?.into_iter().map(|o| o.name).collect();
+    let pin_objects: std::collections::HashMap<String, i64> = repo.list(super::keep::KEEP)?.into_iter().map(|o| (o.name, o.modified)).collect();
     let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
     for f in &found {
         match f {
@@ -129,12 +173,17 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
                 // after it.
                 plan.objects.push(paths::record(&r.id));
                 let pin = super::keep::pin_object(&r.id);
-                if pin_objects.contains(&pin) {
+                if pin_objects.get(&pin).is_some_and(|&m| object_lock(m).is_none()) {
                     plan.objects.push(pin);
                 }
             }
             Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
             Found::Unfinished { id, objects, .. } => {
+                let newest = objects.iter().filter(|o| !o.ends_with(".lock")).filter_map(|o| listed.iter().find(|l| &l.name == o)).map(|l| l.modified).max();
+                if let Some(u) = newest.and_then(object_lock) {
+                    plan.locked.push(format!("{id} (unfinished, until {})", sheaf_core::time::utc(u)));
+                    continue;
+                }
                 plan.unfinished.push(id.clone());
                 for o in objects {
                     plan.bytes += size_of(o);
@@ -145,6 +194,7 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
             }
         }
     }
+    plan.kept.retain(|id| !locked_ids.contains(id));
     // The WAL from the oldest backup the policy keeps on; a pinned backup's own span besides.
     let kept: Vec<&&BackupRecord> = done.iter().filter(|r| by_policy.contains(&r.id)).collect();
     let seg = meta.wal_segment_size;
@@ -165,9 +215,15 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
                 plan.objects.push(o.name.clone());
             }
         }
+        let written: std::collections::HashMap<&str, i64> = listed.iter().map(|o| (o.name.as_str(), o.modified)).collect();
         for (w, size) in archived(repo, meta)? {
             let pinned = pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno));
             if w.kind != WalKind::History && w.segno < oldest.segno && !pinned {
+                if let Some(u) = written.get(paths::wal_object(&w.name).as_str()).copied().and_then(object_lock) {
+                    plan.wal_locked += 1;
+                    plan.wal_locked_until = plan.wal_locked_until.max(Some(u));
+                    continue;
+                }
                 plan.wal_removed += 1;
                 plan.wal_bytes += size;
                 plan.bytes += size;
@@ -229,6 +285,7 @@ mod tests {
             chain: vec![],
             method: None,
             bytes_held: 0,
+            locked_until: None,
         }
     }
 
@@ -236,7 +293,7 @@ mod tests {
     fn test_repo(dir: &std::path::Path) -> (Repo, RepoMeta, u64) {
         let repo = Repo::at(dir.join("r").to_str().unwrap(), &LocalOnly).unwrap();
         let seg = 16 << 20;
-        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new() };
+        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new(), lock: None };
         repo.init(&meta).unwrap();
         (repo, meta, seg)
     }

@@ -155,6 +155,21 @@ impl TestRepo {
         TestRepo { arg: "s3://chains/cluster".into(), env, _server: Some(Box::new(minio)) }
     }
 
+    /// A repository (not made yet) in bucket `locked` of a MinIO of its own, created with S3 Object
+    /// Lock, and beside it bucket `plain`, created without; the credentials in the environment.
+    pub(super) fn locked_bucket() -> TestRepo {
+        let minio = sheaf_s3::testing::Minio::start();
+        minio.create_locked_bucket("locked");
+        minio.create_bucket("plain");
+        let env = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        TestRepo { arg: "s3://locked/cluster".into(), env, _server: Some(Box::new(minio)) }
+    }
+
+    /// The environment sheaf and the server's commands get.
+    pub(super) fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
     /// A repository in a container of an Azurite of its own, reached through the standard
     /// AZURE_* variables.
     pub(super) fn azure_container() -> TestRepo {
@@ -183,9 +198,14 @@ impl TestRepo {
     /// A cluster archiving into the repository with `sheaf wal-push`, `init` done, and database
     /// `app` with table `t (id, batch, at)`.
     pub(super) fn cluster(&self) -> Cluster {
+        self.cluster_init(&[])
+    }
+
+    /// [`TestRepo::cluster`], `init` given `init` besides.
+    pub(super) fn cluster_init(&self, init: &[&str]) -> Cluster {
         let cmd = format!("archive_command = '{}{} wal-push %p --repo {}'", self.env_prefix(), SHEAF, self.arg);
         let c = Cluster::new(&[], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
-        ok(run(self.sheaf().args(["init", "--repo", &self.arg, &c.url("postgres")])), "init");
+        ok(run(self.sheaf().args(["init", "--repo", &self.arg, &c.url("postgres")]).args(init)), "init");
         c.sql("postgres", "CREATE DATABASE app");
         c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
         c
