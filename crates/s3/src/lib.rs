@@ -13,6 +13,7 @@
 //!   once complete; read by ranged GETs with bounded read-ahead, pinned to the object's ETag.
 
 pub mod config;
+mod gcs;
 mod lock;
 mod store;
 #[cfg(feature = "testing")]

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
+use object_store::client::HttpConnector;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 use object_store::{
@@ -36,6 +37,7 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinHandle;
 
 use crate::config::{Resolved, S3Options, MAX_PARTS};
+use crate::gcs::GcsWriter;
 use crate::lock::{call_failed, S3Extra};
 
 /// A bucket of an S3-compatible store, an Azure Blob Storage container or a Google Cloud Storage
@@ -51,6 +53,8 @@ pub struct S3Store {
     redact: Redact,
     /// S3's own calls (Object Lock, versions); `None` for Azure and GCS.
     extra: Option<S3Extra>,
+    /// GCS's JSON API uploads; `None` for S3 and Azure.
+    gcs: Option<GcsWriter>,
     /// Once a locked repository is opened here: the lock, and the client that sends the parts of
     /// uploads that carry it.
     locked: OnceLock<(Arc<object_store::aws::AmazonS3>, WriteLock)>,
@@ -256,6 +260,7 @@ impl S3Store {
             options: options.clone(),
             redact: Redact(Arc::new(secrets), AWS_CREDENTIALS),
             extra: Some(extra),
+            gcs: None,
             locked: OnceLock::new(),
         })
     }
@@ -300,7 +305,7 @@ impl S3Store {
         let (retry, client_options) = client_setup(http, None, options)?;
         let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Azure configuration for container {container}: {e}")))?;
         let endpoint = endpoint.unwrap_or_else(|| if emulator { "Azurite".into() } else { "Azure".into() });
-        Ok(S3Store { scheme: "az", bucket: container.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS), extra: None, locked: OnceLock::new() })
+        Ok(S3Store { scheme: "az", bucket: container.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS), extra: None, gcs: None, locked: OnceLock::new() })
     }
 
     /// A store for Google Cloud Storage bucket `bucket`, configured by the standard variables
@@ -334,9 +339,22 @@ impl S3Store {
         }
         let http = base.as_deref().is_some_and(|u| u.starts_with("http://"));
         let (retry, client_options) = client_setup(http, None, options)?;
-        let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Google Cloud Storage configuration for bucket {bucket}: {e}")))?;
+        let client = b.with_retry(retry).with_client_options(client_options.clone()).build().map_err(|e| Error::invalid(format!("Google Cloud Storage configuration for bucket {bucket}: {e}")))?;
+        let connection = object_store::client::ReqwestConnector::default().connect(&client_options).map_err(|e| Error::invalid(format!("GCS client: {e}")))?;
+        let writer = GcsWriter::new(connection, client.credentials().clone(), base.as_deref().unwrap_or("https://storage.googleapis.com"), bucket);
         let endpoint = base.unwrap_or_else(|| "Google Cloud Storage".into());
-        Ok(S3Store { scheme: "gs", bucket: bucket.into(), endpoint, client: Arc::new(client), runtime, options: options.clone(), redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS), extra: None, locked: OnceLock::new() })
+        Ok(S3Store {
+            scheme: "gs",
+            bucket: bucket.into(),
+            endpoint,
+            client: Arc::new(client),
+            runtime,
+            options: options.clone(),
+            redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS),
+            extra: None,
+            gcs: Some(writer),
+            locked: OnceLock::new(),
+        })
     }
 
     fn path(&self, name: &str) -> Result<Path> {
@@ -374,14 +392,26 @@ impl Store for S3Store {
     fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
         let shown = self.describe(name);
         let path = self.path(name)?;
-        // Azure starts a block blob upload without a request: a listing asks first whether the
-        // container is there and the credentials are good, as S3 and GCS answer at the start.
-        if self.scheme == "az" {
+        // Azure starts a block blob upload without a request, and a GCS upload here starts only
+        // once a part is full: a listing asks first whether the container or bucket is there and
+        // the credentials are good, as S3 answers at the start.
+        if self.scheme != "s3" {
             let client = self.client.clone();
             let p = path.clone();
             self.handle()
                 .block_on(async move { client.list_with_delimiter(Some(&p)).await })
                 .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
+        }
+        // A GCS object that fits in one part goes in one request when published (its XML
+        // multipart upload takes three, and some emulators have none); a larger one starts its
+        // multipart upload when its first part is full.
+        let lazy = self.scheme == "gs";
+        let part_size = self.options.part_size_for(expected_bytes) as usize;
+        if lazy {
+            if self.exists(name).map_err(|e| Error::new(ErrorKind::Target, e.message()))? && !overwrite {
+                return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
+            }
+            return Ok(Box::new(S3Sink::new(self, path, shown, None, part_size, overwrite)));
         }
         // Starting the upload first gives the server's own words for a missing bucket or bad
         // credentials (a HEAD's 403 has no body to tell them apart).
@@ -408,25 +438,7 @@ impl Store for S3Store {
                 format!("target {shown} already exists: remove it, choose another name, or pass --overwrite"),
             ));
         }
-        let part_size = self.options.part_size_for(expected_bytes) as usize;
-        Ok(Box::new(S3Sink {
-            redact: self.redact.clone(),
-            handle: self.handle().clone(),
-            client: self.client.clone(),
-            path,
-            shown,
-            upload: Some(upload),
-            pool: Pool::new(self.options.parts_in_flight + 1, part_size),
-            current: None,
-            filled: 0,
-            in_flight: VecDeque::new(),
-            max_in_flight: self.options.parts_in_flight,
-            parts: 0,
-            written: 0,
-            tail: Vec::with_capacity(2 * TAIL_KEPT),
-            published: false,
-            overwrite,
-        }))
+        Ok(Box::new(S3Sink::new(self, path, shown, Some(upload), part_size, overwrite)))
     }
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
@@ -530,6 +542,11 @@ struct S3Sink {
     path: Path,
     shown: String,
     upload: Option<Box<dyn MultipartUpload>>,
+    /// Its upload is not started yet: it starts when the first part is full, and an object that
+    /// fits in one part is published by one request.
+    lazy: bool,
+    /// GCS's JSON API writer, which starts and sends lazy uploads there.
+    gcs: Option<GcsWriter>,
     pool: Arc<Pool>,
     current: Option<PoolBuf>,
     filled: usize,
@@ -548,6 +565,31 @@ struct S3Sink {
 const TAIL_KEPT: usize = 64;
 
 impl S3Sink {
+    /// A sink for `path` in `store`: its upload started, or (`None`) to be started when its first
+    /// part is full, or never if it fits in one.
+    fn new(store: &S3Store, path: Path, shown: String, upload: Option<Box<dyn MultipartUpload>>, part_size: usize, overwrite: bool) -> Self {
+        S3Sink {
+            redact: store.redact.clone(),
+            handle: store.handle().clone(),
+            client: store.client.clone(),
+            path,
+            shown,
+            lazy: upload.is_none(),
+            gcs: store.gcs.clone(),
+            upload,
+            pool: Pool::new(store.options.parts_in_flight + 1, part_size),
+            current: None,
+            filled: 0,
+            in_flight: VecDeque::new(),
+            max_in_flight: store.options.parts_in_flight,
+            parts: 0,
+            written: 0,
+            tail: Vec::with_capacity(2 * TAIL_KEPT),
+            published: false,
+            overwrite,
+        }
+    }
+
     fn part_failed(&self, e: object_store::Error) -> Error {
         map_err(e, &format!("uploading part of {}", self.shown), Side::Write, &self.redact)
     }
@@ -577,6 +619,17 @@ impl S3Sink {
                     sheaf_core::size::format_size(self.pool.buffer_len() as u64)
                 ),
             ));
+        }
+        if self.lazy {
+            let (client, path, gcs) = (self.client.clone(), self.path.clone(), self.gcs.clone());
+            let started = self.handle.block_on(async move {
+                match gcs {
+                    Some(w) => w.start(path.as_ref()).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>),
+                    None => client.put_multipart(&path).await,
+                }
+            });
+            self.upload = Some(started.map_err(|e| map_err(e, &format!("cannot start uploading {}", self.shown), Side::Create, &self.redact))?);
+            self.lazy = false;
         }
         let upload = self.upload.as_mut().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
         // The payload owns the guard: the buffer goes back when the request is done with it.
@@ -626,6 +679,10 @@ impl StripeSink for S3Sink {
     }
 
     fn sync(&mut self) -> Result<()> {
+        // An object not started yet is sent whole at publish: nothing is durable before it anyway.
+        if self.lazy {
+            return Ok(());
+        }
         if self.filled > 0 {
             self.send_part()?;
         }
@@ -645,6 +702,24 @@ impl StripeSink for S3Sink {
                     format!("target {} appeared while the backup ran: remove it, or pass --overwrite", self.shown),
                 ));
             }
+        }
+        if self.lazy {
+            let bytes = self.current.as_ref().map_or_else(Bytes::new, |b| Bytes::copy_from_slice(&b[..self.filled]));
+            let (client, path, gcs) = (self.client.clone(), self.path.clone(), self.gcs.clone());
+            let done = self.handle.block_on(async move {
+                match gcs {
+                    Some(w) => w.put(path.as_ref(), bytes).await,
+                    None => client.put(&path, PutPayload::from_bytes(bytes)).await.map(|_| ()),
+                }
+            });
+            return match done {
+                Ok(()) => {
+                    self.published = true;
+                    self.lazy = false;
+                    Ok(())
+                }
+                Err(e) => Err(map_err(e, &format!("cannot upload {}", self.shown), Side::Create, &self.redact)),
+            };
         }
         let mut upload = self.upload.take().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
         let done = self.handle.block_on(async { upload.complete().await });

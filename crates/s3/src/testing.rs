@@ -318,6 +318,9 @@ pub struct Faults {
     pub slow: f64,
     /// Answer `403 AccessDenied` to every part upload (a permanent error after the upload began).
     pub deny_parts: bool,
+    /// Forward with the upstream's own address as `Host` (for a server that routes by host, as
+    /// fake-gcs-server does; never for a signed one, whose signature covers it).
+    pub upstream_host: bool,
     /// Seed of the draws.
     pub seed: u64,
 }
@@ -440,7 +443,9 @@ fn serve(mut client: TcpStream, upstream: &str, f: Faults, rng: &Mutex<u64>, cou
         if name.eq_ignore_ascii_case("content-length") {
             length = value.trim().parse().unwrap_or(0);
         }
-        if !name.eq_ignore_ascii_case("connection") {
+        if name.eq_ignore_ascii_case("host") && f.upstream_host {
+            kept.push(format!("Host: {upstream}"));
+        } else if !name.eq_ignore_ascii_case("connection") {
             kept.push(l.to_string());
         }
     }

@@ -227,7 +227,7 @@ fn a_backup_killed_mid_upload_leaves_no_object_under_a_final_name() {
 #[test]
 fn slowdowns_server_errors_resets_and_slow_answers_are_retried_and_restore_byte_identical() {
     let e = Env::new();
-    let faults = Faults { slow_down: 0.12, server_error: 0.08, reset: 0.08, slow: 0.05, deny_parts: false, seed: 42 };
+    let faults = Faults { slow_down: 0.12, server_error: 0.08, reset: 0.08, slow: 0.05, deny_parts: false, upstream_host: false, seed: 42 };
     let proxy = FaultProxy::start(&e.minio.addr, faults);
     let via = |args: &[&str]| e.sheaf().env("AWS_ENDPOINT_URL", proxy.endpoint()).args(args).output().unwrap();
     let mut args = vec!["backup", s(&e.src), "-c", "lz4", "--s3-part-size", "5MiB"];

@@ -165,6 +165,21 @@ impl TestRepo {
         TestRepo { arg: "s3://locked/cluster".into(), env, _server: Some(Box::new(minio)) }
     }
 
+    /// A repository in bucket `backups` of a fake-gcs-server of its own, reached through a
+    /// service account key file in `base` (readable by the server's user) naming the emulator.
+    pub(super) fn gcs_bucket(base: &Path) -> TestRepo {
+        use std::os::unix::fs::PermissionsExt;
+        let gcs = sheaf_s3::testing::FakeGcs::start_with("backups", "elsewhere/seed", b"not the repository's");
+        let mut env: Vec<(String, String)> = Vec::new();
+        for (k, v) in gcs.env_for(&gcs.endpoint()) {
+            let key = base.join("gcs-key.json");
+            std::fs::copy(&v, &key).unwrap();
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+            env.push((k.to_string(), key.display().to_string()));
+        }
+        TestRepo { arg: "gs://backups/cluster".into(), env, _server: Some(Box::new(gcs)) }
+    }
+
     /// The environment sheaf and the server's commands get.
     pub(super) fn env(&self) -> &[(String, String)] {
         &self.env
@@ -191,7 +206,7 @@ impl TestRepo {
         if self.env.is_empty() {
             return String::new();
         }
-        let vars: Vec<String> = self.env.iter().filter(|(k, _)| ["AWS_", "AZURE_", "SHEAF_"].iter().any(|p| k.starts_with(p))).map(|(k, v)| format!("{k}={v}")).collect();
+        let vars: Vec<String> = self.env.iter().filter(|(k, _)| ["AWS_", "AZURE_", "GOOGLE_", "SHEAF_"].iter().any(|p| k.starts_with(p))).map(|(k, v)| format!("{k}={v}")).collect();
         format!("env {} ", vars.join(" "))
     }
 
@@ -757,16 +772,27 @@ fn queue_max_drops_wal_while_the_repository_is_away_and_says_so() {
 #[test]
 fn a_repository_in_azure_blob_storage_archives_backs_up_and_recovers() {
     let (base, _) = repo_dir();
-    let repo = TestRepo::azure_container();
+    in_the_cloud(&base, &TestRepo::azure_container(), "az://backups/cluster/");
+}
+
+/// The same in Google Cloud Storage (fake-gcs-server), through a service account key file.
+#[test]
+fn a_repository_in_google_cloud_storage_archives_backs_up_and_recovers() {
+    let (base, _) = repo_dir();
+    in_the_cloud(&base, &TestRepo::gcs_bucket(base.path()), "gs://backups/cluster/");
+}
+
+fn in_the_cloud(base: &tempfile::TempDir, repo: &TestRepo, prefix: &str) {
     let c = repo.cluster();
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 500) g");
     let full = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--stripes", "2", "--json"])), "backup"));
-    assert!(full["targets"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("az://backups/cluster/")), "{full}");
+    assert!(full["targets"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with(prefix)), "{full}");
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 500) g");
     archive_now(&c);
     let info = json(ok(run(repo.sheaf().args(["info", "--repo", &repo.arg, "--json"])), "info"));
     assert_eq!(info["backups"].as_array().unwrap().len(), 1, "{info}");
     assert!(info["wal_files"].as_u64().unwrap() >= 2, "{info}");
+    ok(run(repo.sheaf().args(["verify", "--repo", &repo.arg])), "verify");
     let back = repo.recover(&base.path().join("back"), &[]);
     assert_eq!(batches(&back), "1:500,2:500");
 }
