@@ -10,7 +10,8 @@
 //!         header crc; a packed frame holds several small files' bytes back to back
 //! index   (36 B per chunk; 32 in version 1)  file id, offset, frame position, raw len, stored len,
 //!         raw crc, offset in the frame's raw bytes (the chunks of one packed frame share its position)
-//! manifest  zstd-compressed JSON, identical in every stripe of a set
+//! manifest  entries in zstd-compressed JSON pages, a head and a page index (v4; before, one
+//!           zstd-compressed JSON), identical in every stripe of a set
 //! trailer (80 B)  index and manifest offsets, lengths and crcs, frame count, backup id, crc, magic
 //! ```
 
@@ -20,7 +21,7 @@ use crate::error::{Error, Result};
 
 /// Current format version; readers refuse newer ones. Version 2 added packed frames (several
 /// files' bytes in one frame) and the index's offset-in-frame field.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// Oldest format version this sheaf still reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// Frame flag: the frame packs chunks of several files; the index lists them.
@@ -240,6 +241,10 @@ pub fn reseal(stripe: &mut [u8]) {
     let t = stripe.len() - TRAILER_LEN;
     let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
     let region = |off: u64, len: u64| off.checked_add(len).filter(|&end| end <= t as u64).map(|end| off as usize..end as usize);
+    // A paged manifest's own checksums first (version 4), then the regions'.
+    if let Some(r) = region(u64_at(stripe, t + 16), u64_at(stripe, t + 24)) {
+        crate::manifest::pages::reseal(&mut stripe[r]);
+    }
     for (at, crc_at) in [(0, 40), (16, 44)] {
         if let Some(r) = region(u64_at(stripe, t + at), u64_at(stripe, t + at + 8)) {
             let c = crc32c::crc32c(&stripe[r]);

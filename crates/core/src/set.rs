@@ -369,6 +369,11 @@ impl FileInSet<'_> {
 }
 
 fn open_manifest(s: &OpenStripe, mb: &[u8]) -> Result<Manifest> {
+    if s.header.version >= 4 {
+        let read = crate::manifest::pages::in_memory(mb);
+        let cipher = s.cipher.as_deref();
+        return crate::manifest::pages::PagedRegion::open(&read, mb.len() as u64, cipher).and_then(|r| r.whole(&read, cipher)).map_err(at(&s.location));
+    }
     let Some(c) = &s.cipher else { return Manifest::from_stored_bytes(mb).map_err(at(&s.location)) };
     let mut plain = mb.to_vec();
     let n = c.open_region(NONCE_MANIFEST, 0, &mut plain).map_err(|e| Error::corrupt(format!("stripe {}: manifest: {e}", s.location)))?;

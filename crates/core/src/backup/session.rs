@@ -522,11 +522,15 @@ impl Backup {
             backup_type: self.lineage.as_ref().map_or(BackupType::Full, |l| l.backup_type),
             chain: self.lineage.as_ref().map(|l| l.chain.clone()).unwrap_or_default(),
         };
-        let mut stored = manifest.to_stored_bytes()?;
-        if let Some(c) = &self.cipher {
-            // Sealed once: every stripe carries the same bytes, as unencrypted sets do.
-            stored = c.seal_region(crate::crypto::NONCE_MANIFEST, 0, &stored);
+        // In pages, each sealed when the set is encrypted; written once, so every stripe carries
+        // the same bytes.
+        let (file_count, entry_count) = (manifest.file_count(), manifest.entries.len());
+        let mut manifest = manifest;
+        let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), self.cipher.as_deref());
+        for e in std::mem::take(&mut manifest.entries) {
+            region.push(e)?;
         }
+        let stored = region.finish(&manifest)?;
         let stripe_count = outs.len() as u16;
 
         // Footers in parallel: each stripe's fsync is independent.
@@ -573,8 +577,8 @@ impl Backup {
             buffer_len: self.tuning.buffer_len as u64,
             target_memory_bytes: self.tuning.target_memory_bytes,
             memory_budget_bytes: self.tuning.memory_budget_bytes,
-            files: manifest.file_count(),
-            entries: manifest.entries.len(),
+            files: file_count,
+            entries: entry_count,
             frames,
             zero_chunks: stats.zero,
             raw_chunks: stats.raw,

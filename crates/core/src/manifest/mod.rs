@@ -1,6 +1,9 @@
 //! The backup manifest: what was backed up (every entry with size, mode, times, owner and whole-file
 //! checksum), how (options), from where (source roots and facts), and which stripes make the set.
-//! Serialised as JSON, compressed with zstd, and stored in every stripe's footer.
+//! Serialised as JSON, compressed with zstd, and stored in every stripe's footer: whole in sets of
+//! format 1 to 3, in pages from format 4 ([`pages`]).
+
+pub mod pages;
 
 use serde::{Deserialize, Serialize};
 
@@ -403,6 +406,31 @@ pub fn file_checksums(entries: &[Entry], mut chunks: Vec<ChunkRef>) -> Result<Ve
     match it.next() {
         Some(c) => Err(TileFault::Coverage { entry: c.file_id as usize, covered: 0 }),
         None => Ok(out),
+    }
+}
+
+/// A manifest with no entries, for tests.
+#[cfg(test)]
+pub(crate) fn sample_head() -> Manifest {
+    Manifest {
+        format_version: 4,
+        backup_id: "00".repeat(16),
+        label: Some("nightly".into()),
+        tool: "sheaf test".into(),
+        started_unix_ms: 1,
+        finished_unix_ms: 2,
+        roots: vec![Root { name: String::new(), path: "/data".into() }, Root { name: "tblspc".into(), path: "/t".into() }],
+        stripes: vec![StripeRef { name: "a.sheaf".into(), path: "/b/a.sheaf".into() }],
+        options: OptionsUsed { compression: "zstd:low".into(), codec: "zstd".into(), level: 1, transfer_size: 1 << 20, buffer_count: 8, readers: 1, threads: 2 },
+        entries: Vec::new(),
+        bytes_read: 3,
+        warnings: vec!["a warning".into()],
+        check_failures: vec![],
+        changed_files: vec![],
+        vanished_files: vec![],
+        source: serde_json::json!({"kind": "directory"}),
+        backup_type: Default::default(),
+        chain: vec![],
     }
 }
 
