@@ -854,6 +854,19 @@ fn two_repositories_each_get_the_wal_and_restore_falls_back_when_one_is_away() {
         assert!(Instant::now() < deadline, "{seg2} never reached the first repository");
         std::thread::sleep(Duration::from_millis(200));
     }
+
+    // Another cluster's repository as the second: wal-push and backup refuse it, naming both.
+    let other = Cluster::new(&[], &[]);
+    let foreign = base.path().join("foreign");
+    pg_dir(&foreign);
+    let f = foreign.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", f, &other.url("postgres")])), "init another cluster's");
+    let pair = ["--repo", s1, "--repo", f];
+    let wal = std::fs::read_dir(c.data.join("pg_wal")).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.file_name().unwrap().len() == 24).unwrap();
+    let o = run(sheaf().arg("wal-push").arg(&wal).args(pair));
+    assert!(!o.status.success() && stderr(&o).contains("holds cluster") && stderr(&o).contains(f), "{}", stderr(&o));
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--repo-target", "all"]).args(pair));
+    assert!(!o.status.success() && stderr(&o).contains("holds cluster"), "{}", stderr(&o));
 }
 
 /// A second repository with a passphrase of its own (repo2-passphrase-file in the config file):
