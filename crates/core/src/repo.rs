@@ -292,6 +292,22 @@ impl Repo {
         self.lock.get()
     }
 
+    /// Keep `rel` locked until `until` (seconds since the epoch).
+    ///
+    /// # Errors
+    /// A store that cannot lock objects; the server's refusal.
+    pub fn extend_lock(&self, rel: &str, mode: crate::storage::LockMode, until: i64) -> Result<()> {
+        self.store.extend_lock(&self.name(rel), mode, until)
+    }
+
+    /// The lock `rel` carries, if any.
+    ///
+    /// # Errors
+    /// A store that cannot lock objects; when it cannot be asked.
+    pub fn lock_of(&self, rel: &str) -> Result<Option<(crate::storage::LockMode, i64)>> {
+        self.store.lock_of(&self.name(rel))
+    }
+
     /// Every version of the objects under `rel` (names relative to the repository).
     ///
     /// # Errors

@@ -124,6 +124,21 @@ pub trait Store: Send + Sync + fmt::Debug {
         let _ = lock;
         Err(no_lock(&self.describe("")))
     }
+    /// Keep `name` locked until `until` (seconds since the epoch): a lock is only ever lengthened.
+    ///
+    /// # Errors
+    /// A store that cannot lock objects; the server's refusal (a shorter date).
+    fn extend_lock(&self, name: &str, mode: LockMode, until: i64) -> Result<()> {
+        let _ = (mode, until);
+        Err(no_lock(&self.describe(name)))
+    }
+    /// The lock `name` carries, if any.
+    ///
+    /// # Errors
+    /// A store that cannot lock objects; when it cannot be asked.
+    fn lock_of(&self, name: &str) -> Result<Option<(LockMode, i64)>> {
+        Err(no_lock(&self.describe(name)))
+    }
     /// Every version of the objects under `prefix` (a versioned bucket keeps each overwrite and a
     /// delete marker for each delete), sorted by name, newest first within a name.
     ///

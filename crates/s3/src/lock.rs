@@ -21,7 +21,7 @@ use object_store::signer::{SignedUrlOptions, Signer};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::{ClientOptions, MultipartUpload, PutPayload, PutResult, UploadPart};
 use serde::Deserialize;
-use sheaf_core::storage::{ObjectVersion, WriteLock};
+use sheaf_core::storage::{LockMode, ObjectVersion, WriteLock};
 use sheaf_core::{Error, ErrorKind, Result};
 
 /// A bucket's S3-only calls.
@@ -66,7 +66,7 @@ impl S3Extra {
             ("x-amz-object-lock-retain-until-date", sheaf_core::time::utc(lock.until)),
             ("x-amz-checksum-algorithm", "SHA256".to_string()),
         ];
-        let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers).await.map_err(generic)?;
+        let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers, Bytes::new()).await.map_err(generic)?;
         let text = String::from_utf8_lossy(&body);
         if status != 200 {
             let why = refusal(status, &text);
@@ -82,7 +82,40 @@ impl S3Extra {
     }
 
     /// Send `method` on `key` (empty: the bucket) with `query`, presigned.
-    async fn call(&self, method: Method, key: &str, query: &[(&str, &str)], headers: &[(&str, String)]) -> std::result::Result<Answer, String> {
+    /// The lock `key` carries: its mode and date.
+    pub(crate) async fn retention(&self, key: &str) -> std::result::Result<Option<(LockMode, i64)>, String> {
+        let (status, body) = self.call(Method::GET, key, &[("retention", "")], &[], Bytes::new()).await?;
+        let text = String::from_utf8_lossy(&body);
+        match status {
+            200 => {
+                let tag = |t: &str| text.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v.to_string());
+                let mode = tag("Mode").ok_or("a retention without a mode")?.parse::<LockMode>().map_err(|e| e.to_string())?;
+                let until = parse_time(&tag("RetainUntilDate").ok_or("a retention without a date")?)?;
+                Ok(Some((mode, until)))
+            }
+            400 | 404 if text.contains("NoSuchObjectLockConfiguration") => Ok(None),
+            _ => Err(refusal(status, &text)),
+        }
+    }
+
+    /// Lock `key` until `until`.
+    pub(crate) async fn put_retention(&self, key: &str, mode: LockMode, until: i64) -> std::result::Result<(), String> {
+        let body = format!(
+            r#"<Retention xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Mode>{}</Mode><RetainUntilDate>{}</RetainUntilDate></Retention>"#,
+            mode.as_s3(),
+            sheaf_core::time::utc(until)
+        );
+        use base64::Engine as _;
+        use md5::Digest as _;
+        let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(body.as_bytes()));
+        let (status, answer) = self.call(Method::PUT, key, &[("retention", "")], &[("content-md5", md5)], Bytes::from(body)).await?;
+        match status {
+            200 | 204 => Ok(()),
+            _ => Err(refusal(status, &String::from_utf8_lossy(&answer))),
+        }
+    }
+
+    async fn call(&self, method: Method, key: &str, query: &[(&str, &str)], headers: &[(&str, String)], body: Bytes) -> std::result::Result<Answer, String> {
         let mut options = SignedUrlOptions::new().with_query(query.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut request = http::Request::builder().method(method.clone());
         for (k, v) in headers {
@@ -92,7 +125,7 @@ impl S3Extra {
             request = request.header(name, value);
         }
         let url = self.signer.signed_url_opts(method, &Path::from(key), Duration::from_secs(600), &options).await.map_err(|e| e.to_string())?;
-        let request = request.uri(url.as_str()).body(HttpRequestBody::empty()).map_err(|e| e.to_string())?;
+        let request = request.uri(url.as_str()).body(HttpRequestBody::from(body)).map_err(|e| e.to_string())?;
         let response = self.http.execute(request).await.map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
         let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
@@ -101,7 +134,7 @@ impl S3Extra {
 
     /// Whether the bucket has Object Lock enabled.
     pub(crate) async fn lock_enabled(&self) -> std::result::Result<bool, String> {
-        let (status, body) = self.call(Method::GET, "", &[("object-lock", "")], &[]).await?;
+        let (status, body) = self.call(Method::GET, "", &[("object-lock", "")], &[], Bytes::new()).await?;
         let text = String::from_utf8_lossy(&body);
         match status {
             200 => Ok(text.contains("<ObjectLockEnabled>Enabled</ObjectLockEnabled>")),
@@ -122,7 +155,7 @@ impl S3Extra {
                     query.push(("version-id-marker", &version_marker));
                 }
             }
-            let (status, body) = self.call(Method::GET, "", &query, &[]).await?;
+            let (status, body) = self.call(Method::GET, "", &query, &[], Bytes::new()).await?;
             if status != 200 {
                 return Err(refusal(status, &String::from_utf8_lossy(&body)));
             }
@@ -145,7 +178,7 @@ impl S3Extra {
 
     /// Remove version `version` of `key` for good.
     pub(crate) async fn delete_version(&self, key: &str, version: &str) -> std::result::Result<(), String> {
-        let (status, body) = self.call(Method::DELETE, key, &[("versionId", version)], &[]).await?;
+        let (status, body) = self.call(Method::DELETE, key, &[("versionId", version)], &[], Bytes::new()).await?;
         match status {
             200 | 204 => Ok(()),
             _ => Err(refusal(status, &String::from_utf8_lossy(&body))),

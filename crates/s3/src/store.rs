@@ -31,7 +31,7 @@ use object_store::{
     BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use sheaf_core::pipeline::{Pool, PoolBuf};
-use sheaf_core::storage::{checked_range, into_io, no_lock, Capabilities, ObjectVersion, Stored, StripeSink, StripeSource, WriteLock};
+use sheaf_core::storage::{checked_range, into_io, no_lock, Capabilities, LockMode, ObjectVersion, Stored, StripeSink, StripeSource, WriteLock};
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinHandle;
@@ -508,6 +508,18 @@ impl Store for S3Store {
         let client = self.extra()?.checksummed()?;
         let _ = self.locked.set((client, lock.clone()));
         Ok(())
+    }
+
+    fn extend_lock(&self, name: &str, mode: LockMode, until: i64) -> Result<()> {
+        let extra = self.extra()?;
+        let what = format!("cannot lock {} until {}", self.describe(name), sheaf_core::time::utc(until));
+        self.handle().block_on(extra.put_retention(name, mode, until)).map_err(|e| call_failed(&what, &self.redact.scrub(&e)))
+    }
+
+    fn lock_of(&self, name: &str) -> Result<Option<(LockMode, i64)>> {
+        let extra = self.extra()?;
+        let what = format!("cannot read the lock of {}", self.describe(name));
+        self.handle().block_on(extra.retention(name)).map_err(|e| call_failed(&what, &self.redact.scrub(&e)))
     }
 
     fn versions(&self, prefix: &str) -> Result<Vec<ObjectVersion>> {

@@ -195,6 +195,13 @@ fn object_lock_keeps_what_was_written_from_the_same_credentials() {
     store.lock_writes(&WriteLock { mode: LockMode::Governance, until, spare: vec![".lock".into()] }).unwrap();
     put(store.as_ref(), "r/data.wal", b"sixteen megabytes, nearly");
     put(store.as_ref(), "r/backup.lock", b"removed again");
+    assert_eq!(store.lock_of("r/data.wal").unwrap(), Some((LockMode::Governance, until)));
+    assert_eq!(store.lock_of("r/backup.lock").unwrap(), None, "spared");
+    // A lock is lengthened, never shortened.
+    store.extend_lock("r/data.wal", LockMode::Governance, until + 7200).unwrap();
+    assert_eq!(store.lock_of("r/data.wal").unwrap(), Some((LockMode::Governance, until + 7200)));
+    let e = store.extend_lock("r/data.wal", LockMode::Governance, until).expect_err("shorter");
+    assert_eq!(e.kind(), ErrorKind::Target, "{e}");
     let versions = store.versions("r/").unwrap();
     assert_eq!(versions.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["r/backup.lock", "r/data.wal"]);
     assert!(versions.iter().all(|v| v.latest && !v.deleted));

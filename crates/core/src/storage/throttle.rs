@@ -127,6 +127,12 @@ impl Store for Throttled {
     fn lock_writes(&self, lock: &super::WriteLock) -> Result<()> {
         self.inner.lock_writes(lock)
     }
+    fn extend_lock(&self, name: &str, mode: super::LockMode, until: i64) -> Result<()> {
+        self.inner.extend_lock(name, mode, until)
+    }
+    fn lock_of(&self, name: &str) -> Result<Option<(super::LockMode, i64)>> {
+        self.inner.lock_of(name)
+    }
     fn versions(&self, prefix: &str) -> Result<Vec<super::ObjectVersion>> {
         self.inner.versions(prefix)
     }

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind, Result};
 
-use super::records::{backups, Found};
+use super::meta::RepoMeta;
+use super::records::{backups, BackupRecord, Found};
+use crate::wal::{WalFile, WalKind};
 
 /// Where pins live.
 pub const KEEP: &str = "keep/";
@@ -27,6 +29,10 @@ pub struct Pin {
     pub until: Option<i64>,
     /// When it was pinned (UTC).
     pub pinned_at: String,
+    /// In a locked repository: until when its objects (and those of the backups it builds on, and
+    /// the WAL it needs to be consistent) were locked for the pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_until: Option<i64>,
 }
 
 impl Pin {
@@ -57,23 +63,65 @@ pub fn pins(repo: &Repo) -> Result<Vec<Pin>> {
 }
 
 /// Pin finished backup `id` until `until` (seconds since the epoch; `None`: until released),
-/// replacing a pin it has.
+/// replacing a pin it has. In a locked repository a pin with a date also locks what it keeps until
+/// then (a lock is only ever lengthened): a kept backup stays as safe from deletion as the newest.
 ///
 /// # Errors
-/// No such finished backup; a date already past.
-pub fn pin(repo: &Repo, id: &str, until: Option<i64>, now: i64) -> Result<Pin> {
+/// No such finished backup; a date already past; a lock the store refuses.
+pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64) -> Result<Pin> {
     let found = backups(repo)?;
-    match found.iter().find(|f| f.id() == id) {
-        Some(Found::Complete(_)) => {}
+    let record = match found.iter().find(|f| f.id() == id) {
+        Some(Found::Complete(r)) => r.clone(),
         Some(Found::Unfinished { .. }) => return Err(Error::invalid(format!("backup {id} is not finished: only a finished backup can be kept"))),
         None => return Err(Error::new(ErrorKind::InvalidInput, format!("no backup {id} in {} (sheaf info lists them)", repo.display()))),
-    }
+    };
     if let Some(u) = until.filter(|&u| u <= now) {
         return Err(Error::invalid(format!("--until {} is already past: give a date to come", sheaf_core::time::utc(u))));
     }
-    let p = Pin { id: id.to_string(), until, pinned_at: sheaf_core::time::utc_now() };
+    let mut p = Pin { id: id.to_string(), until, pinned_at: sheaf_core::time::utc_now(), locked_until: None };
+    if let (Some(lock), Some(u)) = (&meta.lock, until) {
+        for o in kept_objects(repo, meta, &record, &found)? {
+            if o.locked_until < u {
+                repo.extend_lock(&o.name, lock.mode, u).map_err(|e| e.context(format!("cannot lock what backup {id} needs until {}", sheaf_core::time::utc(u))))?;
+            }
+        }
+        p.locked_until = Some(u);
+    }
     repo.put_json(&pin_object(id), &p, true)?;
     Ok(p)
+}
+
+/// An object a pin keeps, with until when it is locked at the latest.
+struct Kept {
+    name: String,
+    locked_until: i64,
+}
+
+/// What a pinned backup needs: its objects and those of the backups it builds on, the WAL from its
+/// start to its stop with its backup history file, and the timeline histories up to its own.
+fn kept_objects(repo: &Repo, meta: &RepoMeta, r: &BackupRecord, found: &[Found]) -> Result<Vec<Kept>> {
+    let secs = meta.lock.map_or(0, |l| l.seconds());
+    let mut out = Vec::new();
+    for b in std::iter::once(r).chain(r.chain.iter().filter_map(|c| found.iter().filter_map(Found::record).find(|x| &x.id == c))) {
+        let until = b.locked_until.unwrap_or(b.start_unix + secs);
+        for n in b.stripes.iter().cloned().chain([super::paths::record(&b.id)]) {
+            out.push(Kept { name: n, locked_until: until });
+        }
+    }
+    let seg = meta.wal_segment_size;
+    let (Some(start), Some(stop)) = (WalFile::parse(&r.start_wal, seg), WalFile::parse(&r.stop_wal, seg)) else { return Ok(out) };
+    for o in repo.list(super::paths::WAL)? {
+        let Some(w) = super::paths::wal_name(&o.name).and_then(|n| WalFile::parse(n, seg)) else { continue };
+        let needed = match w.kind {
+            WalKind::History => w.timeline <= r.timeline,
+            WalKind::Segment | WalKind::Backup => w.timeline == r.timeline && (start.segno..=stop.segno).contains(&w.segno),
+            WalKind::Partial => false,
+        };
+        if needed {
+            out.push(Kept { locked_until: o.modified + secs, name: o.name });
+        }
+    }
+    Ok(out)
 }
 
 /// Release backup `id`'s pin; whether it had one.

@@ -37,7 +37,8 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
         archive_now(&c);
     }
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    ok(run(repo.sheaf().args(["backup", &url, "--repo", &r])), "backup 2");
+    let second = json(ok(run(repo.sheaf().args(["backup", &url, "--repo", &r, "--json"])), "backup 2"));
+    let second = second["postgres"]["repository_id"].as_str().unwrap().to_string();
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 4 FROM generate_series(1, 100) g");
     archive_now(&c);
 
@@ -66,11 +67,21 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
     let o = run(repo.sheaf().args(["expire", "--repo", &r, "--keep-within", "3d"]));
     assert_fails(&o, 2, &["longer than the repository's lock (1 days)"]);
 
+    // A pin with a date locks what it keeps that long: the backup, and the WAL it needs.
+    let pinned = sheaf_core::time::utc(now + 3 * 86_400);
+    let said = ok(run(repo.sheaf().args(["keep", "--repo", &r, "--set", &first, "--until", &pinned])), "keep --until");
+    assert!(said.contains(&format!("locked until {pinned}")), "{said}");
+    let said = ok(run(repo.sheaf().args(["keep", "--repo", &r, "--set", &second, "--until", &pinned])), "keep the second too");
+    assert!(said.contains("locked until"), "{said}");
+
     // The attacker holds the repository's credentials: each version it tries to remove for good
     // is refused; a plain delete of everything only hides it; so does an overwrite.
     let env: Vec<(String, String)> = repo.env().to_vec();
     let attacker = sheaf_s3::S3Schemes::with_env(sheaf_s3::S3Options::default(), move |k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()));
     let (store, _) = attacker.resolve("s3", "locked", "x").unwrap();
+    let record = format!("cluster/backups/{first}.json");
+    let three_days = now + 3 * 86_400;
+    assert_eq!(store.lock_of(&record).unwrap(), Some((sheaf_core::storage::LockMode::Governance, three_days)));
     let versions = store.versions("cluster/").unwrap();
     assert!(versions.len() > 10, "{versions:?}");
     let mut refused = 0;
@@ -87,7 +98,6 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
         }
     }
     assert!(refused >= 10, "{refused} of {versions:?}");
-    let record = format!("cluster/backups/{first}.json");
     let mut sink = store.create(&record, true, 0).unwrap();
     sink.write_all(b"{\"paid\": false}").unwrap();
     sink.publish().unwrap();
