@@ -389,9 +389,9 @@ mod tests {
         for s in 1..=10 {
             put(&paths::wal_object(&segment_name(1, s, seg)));
         }
-        assert!(super::super::keep::pin(&repo, "nope", None, 4000).is_err(), "no such backup");
-        assert!(super::super::keep::pin(&repo, "a", Some(3999), 4000).is_err(), "a date already past");
-        super::super::keep::pin(&repo, "a", Some(5000), 4000).unwrap();
+        assert!(super::super::keep::pin(&repo, &meta, "nope", None, 4000).is_err(), "no such backup");
+        assert!(super::super::keep::pin(&repo, &meta, "a", Some(3999), 4000).is_err(), "a date already past");
+        super::super::keep::pin(&repo, &meta, "a", Some(5000), 4000).unwrap();
         let keep = Retention { keep_full: Some(1), keep_within: None };
         let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["a", "c"]);
@@ -413,7 +413,7 @@ mod tests {
         expire(&repo, &plan).unwrap();
         assert!(super::super::keep::pins(&repo).unwrap().is_empty());
         // Released by hand.
-        super::super::keep::pin(&repo, "c", None, 6000).unwrap();
+        super::super::keep::pin(&repo, &meta, "c", None, 6000).unwrap();
         assert!(super::super::keep::release(&repo, "c").unwrap());
         assert!(!super::super::keep::release(&repo, "c").unwrap());
     }
