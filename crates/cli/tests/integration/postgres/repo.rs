@@ -824,6 +824,14 @@ fn two_repositories_each_get_the_wal_and_restore_falls_back_when_one_is_away() {
     let repos = info["repositories"].as_array().unwrap();
     assert_eq!(repos.len(), 2);
     assert!(repos.iter().all(|r| r["backups"].as_array().unwrap().len() == 1), "{info}");
+    // A pin goes into every repository that holds the backup.
+    let ids: Vec<&str> = repos.iter().map(|r| r["backups"][0]["id"].as_str().unwrap()).collect();
+    let said = ok(run(sheaf().args(["keep", "--set", ids[0]]).args(both)), "keep in both");
+    let pinned = json(ok(run(sheaf().args(["keep", "--json"]).args(both)), "keep --json"));
+    let held: Vec<usize> = pinned["repositories"].as_array().unwrap().iter().map(|r| r["pins"].as_array().unwrap().len()).collect();
+    assert_eq!(held, if ids[0] == ids[1] { vec![1, 1] } else { vec![1, 0] }, "{said}{pinned}");
+    ok(run(sheaf().args(["keep", "--set", ids[0], "--release"]).args(both)), "release in both");
+    assert_fails(&run(sheaf().args(["keep", "--set", "20000101-000000Z"]).args(both)), 2, &["no backup 20000101-000000Z in any repository"]);
 
     // The first goes away.
     let away = base.path().join("away");
