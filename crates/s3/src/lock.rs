@@ -76,7 +76,7 @@ impl S3Extra {
                 generic(why)
             });
         }
-        let id = text.split_once("<UploadId>").and_then(|(_, r)| r.split_once("</UploadId>")).map(|(id, _)| id.to_string());
+        let id = xml_tag(&text, "UploadId");
         let id = id.ok_or_else(|| generic(format!("S3 started an upload of {key} but named no upload id")))?;
         Ok(LockedUpload { client: parts, path: Path::from(key), id, parts: Arc::new(std::sync::Mutex::new(Vec::new())), next: 0 })
     }
@@ -88,7 +88,7 @@ impl S3Extra {
         let text = String::from_utf8_lossy(&body);
         match status {
             200 => {
-                let tag = |t: &str| text.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v.to_string());
+                let tag = |t: &str| xml_tag(&text, t);
                 let mode = tag("Mode").ok_or("a retention without a mode")?.parse::<LockMode>().map_err(|e| e.to_string())?;
                 let until = parse_time(&tag("RetainUntilDate").ok_or("a retention without a date")?)?;
                 Ok(Some((mode, until)))
@@ -228,10 +228,14 @@ impl MultipartUpload for LockedUpload {
     }
 }
 
+/// The text of the first `<t>` element of a small answer.
+fn xml_tag(text: &str, t: &str) -> Option<String> {
+    text.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v.to_string())
+}
+
 /// A refusal as S3 words it: `Code: Message (HTTP status)`.
 fn refusal(status: u16, body: &str) -> String {
-    let tag = |t: &str| body.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v.to_string());
-    match (tag("Code"), tag("Message")) {
+    match (xml_tag(body, "Code"), xml_tag(body, "Message")) {
         (Some(c), Some(m)) => format!("{c}: {m} (HTTP {status})"),
         (Some(c), None) => format!("{c} (HTTP {status})"),
         _ => format!("HTTP {status}"),

@@ -716,7 +716,12 @@ impl StripeSink for S3Sink {
             }
         }
         if self.lazy {
-            let bytes = self.current.as_ref().map_or_else(Bytes::new, |b| Bytes::copy_from_slice(&b[..self.filled]));
+            // The part buffer itself goes out (back to the pool when the request is done).
+            let bytes = self.current.take().map_or_else(Bytes::new, |mut b| {
+                b.set_len(self.filled);
+                Bytes::from_owner(b)
+            });
+            self.filled = 0;
             let (client, path, gcs) = (self.client.clone(), self.path.clone(), self.gcs.clone());
             let done = self.handle.block_on(async move {
                 match gcs {

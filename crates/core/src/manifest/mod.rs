@@ -506,47 +506,10 @@ mod tests {
 
     #[test]
     fn stored_round_trip() {
-        let m = Manifest {
-            format_version: 1,
-            backup_id: "00".repeat(16),
-            label: Some("nightly".into()),
-            tool: "sheaf test".into(),
-            started_unix_ms: 1,
-            finished_unix_ms: 2,
-            roots: vec![Root { name: String::new(), path: "/data".into() }],
-            stripes: vec![StripeRef { name: "a.sheaf".into(), path: "/b/a.sheaf".into() }],
-            options: OptionsUsed {
-                compression: "zstd:low".into(),
-                codec: "zstd".into(),
-                level: 1,
-                transfer_size: 1 << 20,
-                buffer_count: 8,
-                readers: 1,
-                threads: 2,
-            },
-            entries: vec![Entry {
-                root: 0,
-                path: "x".into(),
-                kind: EntryKind::File,
-                mode: 0o600,
-                mtime_ns: 5,
-                uid: 0,
-                gid: 0,
-                size: 3,
-                crc32c: Some(9),
-                target: None,
-                vanished: false,
-                ..Default::default()
-            }],
-            bytes_read: 3,
-            warnings: vec![],
-            check_failures: vec![],
-            changed_files: vec![],
-            vanished_files: vec![],
-            source: serde_json::json!({"kind": "directory"}),
-            backup_type: Default::default(),
-            chain: vec![],
-        };
+        let mut m = sample_head();
+        m.format_version = 1;
+        m.roots.truncate(1);
+        m.entries = vec![Entry { root: 0, path: "x".into(), kind: EntryKind::File, mode: 0o600, mtime_ns: 5, size: 3, crc32c: Some(9), ..Default::default() }];
         let b = m.to_stored_bytes().unwrap();
         assert_eq!(Manifest::from_stored_bytes(&b).unwrap(), m);
         assert_eq!(Manifest::from_stored_bytes(&b[..b.len() / 2]).unwrap_err().kind(), crate::ErrorKind::Corrupt);

@@ -84,6 +84,7 @@ pub struct RegionWriter<'c, W: Write> {
     pending: Vec<Entry>,
     count: u64,
     sorted: bool,
+    /// The key of the last entry of the last page written.
     last: Option<(u16, Vec<u8>)>,
 }
 
@@ -98,13 +99,11 @@ impl<'c, W: Write> RegionWriter<'c, W> {
     /// # Errors
     /// When `out` fails.
     pub fn push(&mut self, e: Entry) -> Result<()> {
-        let key = (e.root, e.path_bytes().to_vec());
-        if let Some(last) = &self.last {
-            if key_order((last.0, &last.1), (key.0, &key.1)) != Ordering::Less {
-                self.sorted = false;
-            }
+        // Compared with the entry before it: in this page, or the last of the page before.
+        let before = self.pending.last().map(|p| (p.root, p.path_bytes())).or_else(|| self.last.as_ref().map(|(r, p)| (*r, p.as_slice())));
+        if before.is_some_and(|b| key_order(b, (e.root, e.path_bytes())) != Ordering::Less) {
+            self.sorted = false;
         }
-        self.last = Some(key);
         self.pending.push(e);
         self.count += 1;
         if self.pending.len() == PAGE_ENTRIES {
@@ -137,6 +136,7 @@ impl<'c, W: Write> RegionWriter<'c, W> {
         };
         self.write(&stored)?;
         self.pages.push(meta);
+        self.last = self.pending.last().map(|l| (l.root, l.path_bytes().to_vec()));
         self.pending.clear();
         Ok(())
     }

@@ -118,8 +118,9 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
     let o = run(repo.sheaf().args(["verify", "--repo", &r]));
     assert!(!o.status.success(), "the overwritten record is still on top: {}", stderr(&o));
     let since = sheaf_core::time::utc(now - 1);
-    let said = ok(run(repo.sheaf().args(["undelete", "--repo", &r, "--since", &since])), "undelete --since");
-    assert!(said.contains("1 object"), "{said}");
+    let back = json(ok(run(repo.sheaf().args(["undelete", "--repo", &r, "--since", &since, "--json"])), "undelete --since"));
+    assert_eq!(back["revealed"], serde_json::json!([format!("backups/{first}.json")]), "only the overwritten record: {back}");
+    assert_eq!(back["removed"], 1, "{back}");
     ok(run(repo.sheaf().args(["verify", "--repo", &r])), "verify after undelete");
 
     // And it restores to the end of the archive.
