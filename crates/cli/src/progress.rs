@@ -19,6 +19,11 @@ impl Progress for Bar {
         pb.set_message(phase.to_string());
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(pb);
     }
+    fn more(&self, bytes: u64) {
+        if let Some(pb) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            pb.inc_length(bytes);
+        }
+    }
     fn advance(&self, bytes: u64) {
         if let Some(pb) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             pb.inc(bytes);

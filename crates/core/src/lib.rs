@@ -29,6 +29,7 @@ pub mod restore;
 pub mod set;
 pub mod size;
 pub mod source;
+pub(crate) mod spill;
 pub mod storage;
 pub mod time;
 

@@ -12,6 +12,8 @@ use crate::error::Error;
 pub trait Progress: Send + Sync {
     /// A phase begins (`"backup"`, `"restore"`, `"verify"`) with this many bytes to process.
     fn begin(&self, _phase: &str, _total_bytes: u64) {}
+    /// `bytes` more are to be processed than the phase began with (a listing that streams).
+    fn more(&self, _bytes: u64) {}
     /// `bytes` more were processed.
     fn advance(&self, _bytes: u64) {}
     /// The phase is over.

@@ -172,6 +172,130 @@ fn walk(
     Ok(())
 }
 
+/// Names statted at once when a tree is walked: a block is shared out among the threads.
+const STAT_BLOCK: usize = 1024;
+
+/// A tree listed as it is walked, in the order [`list_tree`] gives, one entry at a time: what a
+/// backup of millions of files reads from, since only the names of the directories being walked
+/// (and one block of their stats) are held, never the whole listing. Each directory's names are
+/// sorted as it is entered; their stats are taken a block at a time on every core.
+///
+/// A directory that vanishes while walked is warned of (its entry stays, empty); warnings gather
+/// in [`Walk::take_warnings`].
+pub struct Walk {
+    root_id: u16,
+    first: Option<Listed>,
+    stack: Vec<WalkDir>,
+    threads: usize,
+    warnings: Vec<String>,
+}
+
+struct WalkDir {
+    abs: PathBuf,
+    rel: Vec<u8>,
+    names: Vec<std::ffi::OsString>,
+    next: usize,
+    stats: std::collections::VecDeque<std::io::Result<fs::Metadata>>,
+}
+
+impl Walk {
+    /// Walk `root`, whose entries belong to root `root_id`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Source`] when the root is missing, not a directory or cannot be read.
+    pub fn new(root: &Path, root_id: u16) -> Result<Walk> {
+        let meta = fs::symlink_metadata(root).map_err(|e| io_at(ErrorKind::Source, "cannot read source", root, e))?;
+        if !meta.is_dir() {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!("source {} is not a directory: give the directory to back up", root.display()),
+            ));
+        }
+        let first = listed(root, String::new(), root_id, &meta)?;
+        let names = dir_names(root).map_err(|e| io_at(ErrorKind::Source, "cannot list directory", root, e))?;
+        let top = WalkDir { abs: root.to_path_buf(), rel: Vec::new(), names, next: 0, stats: Default::default() };
+        Ok(Walk { root_id, first: Some(first), stack: vec![top], threads: crate::host::available_cores(), warnings: Vec::new() })
+    }
+
+    /// What the walk had to say so far (special files skipped, names that vanished).
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    fn step(&mut self) -> Option<Result<Listed>> {
+        loop {
+            let top = self.stack.last_mut()?;
+            if top.next >= top.names.len() {
+                self.stack.pop();
+                continue;
+            }
+            if top.stats.is_empty() {
+                let block = &top.names[top.next..(top.next + STAT_BLOCK).min(top.names.len())];
+                let dir = &top.abs;
+                top.stats = on_threads(block, self.threads, |n| fs::symlink_metadata(dir.join(n))).into();
+            }
+            let name = std::mem::take(&mut top.names[top.next]);
+            top.next += 1;
+            let meta = top.stats.pop_front().expect("a stat per name");
+            let abs = top.abs.join(&name);
+            let mut rel = Vec::with_capacity(top.rel.len() + 1 + name.len());
+            if !top.rel.is_empty() {
+                rel.extend_from_slice(&top.rel);
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(name.as_bytes());
+            let meta = match meta {
+                Ok(m) => m,
+                // Gone between listing and stat: nothing to back up, and not an error for a live source.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.warnings.push(format!("{} vanished while the tree was listed; it is not in the backup", abs.display()));
+                    continue;
+                }
+                Err(e) => return Some(Err(io_at(ErrorKind::Source, "cannot stat", &abs, e))),
+            };
+            let ft = meta.file_type();
+            if !(ft.is_dir() || ft.is_file() || ft.is_symlink() || ft.is_fifo()) {
+                self.warnings.push(format!("skipped special file {} (sockets and devices hold no data to back up)", abs.display()));
+                continue;
+            }
+            let l = match listed_bytes(&abs, rel, self.root_id, &meta) {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e)),
+            };
+            if ft.is_dir() {
+                match dir_names(&abs) {
+                    Ok(names) => {
+                        let rel = l.entry.path_bytes().to_vec();
+                        self.stack.push(WalkDir { abs, rel, names, next: 0, stats: Default::default() });
+                    }
+                    // A directory dropped while we walk it (a database being dropped): say so, go on.
+                    Err(_) if !abs.exists() => self.warnings.push(format!("{} vanished while the tree was listed", abs.display())),
+                    Err(e) => return Some(Err(io_at(ErrorKind::Source, "cannot list directory", &abs, e))),
+                }
+            }
+            return Some(Ok(l));
+        }
+    }
+}
+
+impl Iterator for Walk {
+    type Item = Result<Listed>;
+
+    fn next(&mut self) -> Option<Result<Listed>> {
+        if let Some(l) = self.first.take() {
+            return Some(Ok(l));
+        }
+        self.step()
+    }
+}
+
+/// A directory's names, sorted by their bytes.
+fn dir_names(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+    let mut names = fs::read_dir(dir)?.map(|e| e.map(|e| e.file_name())).collect::<std::io::Result<Vec<_>>>()?;
+    names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
+
 /// List one path (not following a link) as the entry `rel` of root `root`.
 ///
 /// # Errors
@@ -242,6 +366,12 @@ mod tests {
         sorted.sort_by(|a, b| a.split('/').cmp(b.split('/')));
         assert_eq!(one, sorted, "tree order, by name bytes");
         assert_eq!(paths(3), one);
+        let walked: Vec<Listed> = Walk::new(d.path(), 0).unwrap().collect::<Result<_>>().unwrap();
+        let listed = list_tree(d.path(), 0, &mut Vec::new()).unwrap();
+        assert_eq!(walked.len(), listed.len());
+        for (w, l) in walked.iter().zip(&listed) {
+            assert_eq!((&w.entry, &w.abs, w.dev, w.ino), (&l.entry, &l.abs, l.dev, l.ino), "a walk lists what list_tree does");
+        }
         assert_eq!(on_threads(&(0..1000).collect::<Vec<u32>>(), 3, |i| i * 2), (0..1000).map(|i| i * 2).collect::<Vec<_>>());
     }
 

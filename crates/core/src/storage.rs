@@ -338,6 +338,12 @@ impl Location {
         self.store.capabilities()
     }
 
+    /// Whether a stripe's expected size shapes how it is written here (the part size of an
+    /// upload, and with it the memory parts in flight take).
+    pub fn wants_size(&self) -> bool {
+        self.store.sink_memory(1 << 50) > self.store.sink_memory(0)
+    }
+
     /// Whether stripes written here cannot be read back (`nul`).
     pub fn is_null(&self) -> bool {
         !self.capabilities().readable

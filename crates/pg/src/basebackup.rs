@@ -138,7 +138,7 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
                             // The archive's root: owned as its members are (the server's user).
                             if saw_root.insert(root) {
                                 *owner = (m.uid, m.gid);
-                                session.add_entry(root, Entry { path: String::new(), kind: EntryKind::Dir, mode: 0o700, uid: m.uid, gid: m.gid, ..Default::default() });
+                                session.add_entry(root, Entry { path: String::new(), kind: EntryKind::Dir, mode: 0o700, uid: m.uid, gid: m.gid, ..Default::default() })?;
                             }
                             if m.name.is_empty() {
                                 return Ok(());
@@ -158,7 +158,7 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
                                 target: (m.kind == Kind::Symlink).then(|| m.link.clone()),
                                 ..Default::default()
                             };
-                            let file_id = session.add_entry(root, entry);
+                            let file_id = session.add_entry(root, entry)?;
                             if m.kind == Kind::File {
                                 if root == main_root {
                                     if let Some(seg) = m.name.strip_prefix("pg_wal/").filter(|n| wal::is_segment_name(n)) {
@@ -217,7 +217,7 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
     // The links the server left out for tablespace_map, as sheaf's own backups hold them.
     for t in &tablespaces {
         let (uid, gid) = owner;
-        session.add_entry(main_root, Entry { path: format!("pg_tblspc/{}", t.oid), kind: EntryKind::Symlink, mode: 0o777, uid, gid, target: Some(t.location.clone()), ..Default::default() });
+        session.add_entry(main_root, Entry { path: format!("pg_tblspc/{}", t.oid), kind: EntryKind::Symlink, mode: 0o777, uid, gid, target: Some(t.location.clone()), ..Default::default() })?;
     }
     let start_wal = wal::segment_holding(timeline, start_lsn, facts.wal_segment_size, false);
     let stop_wal = wal::segment_holding(stop_tli, stop_lsn, facts.wal_segment_size, true);

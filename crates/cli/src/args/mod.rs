@@ -61,7 +61,11 @@ sheaf backup 'postgres://backup@/postgres?host=/run/postgresql' --repo /backup/d
 sheaf backup --primary postgres://backup@db1/postgres --standby 'postgres://backup@/postgres?host=/run/postgresql' --repo /backup/db1   # hybrid\n  \
 sheaf backup postgres://backup@db1/postgres --agent db1:7400 --tls-dir /etc/sheaf/tls --repo /backup/db1   # from a backup host\n  \
 sheaf backup /srv/data --to s3://backups/data/d_1.sheaf --to s3://backups/data/d_2.sheaf   # credentials from AWS_* or ~/.aws\n  \
-sheaf backup /srv/data --to s3://backups/d.sheaf --s3-endpoint https://minio.example:9000   # any S3-compatible store")]
+sheaf backup /srv/data --to s3://backups/d.sheaf --s3-endpoint https://minio.example:9000   # any S3-compatible store
+
+\
+The list of files, what reading each came to and each stripe's index wait in unnamed temporary files in TMPDIR \
+(default /tmp) rather than in memory: about 100 bytes per file and 70 per chunk, gone when sheaf ends.")]
     Backup(BackupArgs),
     /// Restore a backup set into a directory (any one stripe finds the others beside it).
     #[command(after_help = "Examples:\n  \

@@ -46,7 +46,8 @@ use std::sync::Arc;
 use crate::error::{io_at, ErrorKind, Result};
 use crate::manifest::{EntryKind, Root};
 use crate::pipeline::Progress;
-use crate::source::{list_tree, Listed};
+use crate::source::{Listed, Walk};
+use crate::storage::Location;
 
 pub use auto::{AUTO_LEVELS, AUTO_SETTLE};
 pub use check::{Batch, ChunkCheck, MAX_FINDINGS};
@@ -61,17 +62,23 @@ pub use session::Backup;
 /// Any [`Error`] from listing, reading, compressing or writing; nothing is left that looks complete.
 pub fn backup_directory(source: &Path, opts: &BackupOptions, progress: Arc<dyn Progress>) -> Result<BackupReport> {
     let abs = std::path::absolute(source).map_err(|e| io_at(ErrorKind::Source, "cannot resolve", source, e))?;
-    let mut warnings = Vec::new();
-    let listed = list_tree(&abs, 0, &mut warnings)?;
-    let devices = count_devices(&listed);
+    let mut walk = Walk::new(&abs, 0)?;
     let mut opts = opts.clone();
-    if opts.expected_bytes.is_none() {
-        opts.expected_bytes = Some(listed.iter().filter(|l| l.entry.kind == EntryKind::File).map(|l| l.entry.size).sum());
+    // The tree is walked as it is read, so its size is not known when the stripes are made. Where
+    // the size shapes them (--preallocate, an upload's part size), a first walk sums it.
+    if opts.expected_bytes.is_none() && (opts.preallocate || opts.targets.iter().any(Location::wants_size)) {
+        let mut bytes = 0;
+        for l in Walk::new(&abs, 0)? {
+            let l = l?;
+            bytes += if l.entry.kind == EntryKind::File { l.entry.size } else { 0 };
+        }
+        opts.expected_bytes = Some(bytes);
     }
-    let tuning = Tuning::resolve(&opts, devices)?;
+    let tuning = Tuning::resolve(&opts, 1)?;
     let mut b = Backup::start(&opts, tuning, progress)?;
-    b.warnings.extend(warnings);
-    b.add_tree(Root { name: String::new(), path: abs.display().to_string() }, listed)?;
+    let read = b.add_tree_streamed(Root { name: String::new(), path: abs.display().to_string() }, &mut walk);
+    b.warnings.extend(walk.take_warnings());
+    read?;
     b.finish(serde_json::json!({ "kind": "directory" }))
 }
 

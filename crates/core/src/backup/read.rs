@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::job::{open_source, outcome, read_full_at, Job, ReadOutcome, Stored, Work};
 use super::pack::{read_changes, Packer};
@@ -14,32 +14,83 @@ use crate::codec::CodecKind;
 use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT, ZERO_FRAME};
 use crate::pipeline::{Pool, Shared};
 use crate::source::{Files, StoredChunk};
+use crate::spill::{Outcome, Outcomes};
 
-/// Split files among readers: by root and device by default (SQL Server's reader per volume), or into
-/// `readers` groups of about equal bytes.
-pub(super) fn group_for_readers(work: Vec<Work>, readers: Option<usize>) -> Vec<Vec<Work>> {
-    match readers {
-        None => {
-            let mut by_dev: std::collections::BTreeMap<(u16, u64), Vec<Work>> = Default::default();
-            for w in work {
-                by_dev.entry(w.dev).or_default().push(w);
-            }
-            by_dev.into_values().collect()
-        }
-        Some(n) => {
-            let mut groups: Vec<(u64, Vec<Work>)> = (0..n).map(|_| (0, Vec::new())).collect();
-            let mut sorted = work;
-            sorted.sort_by_key(|w| std::cmp::Reverse(w.size));
-            for w in sorted {
-                let g = groups.iter_mut().min_by_key(|g| g.0).expect("n >= 1");
-                g.0 += w.size.max(1);
-                g.1.push(w);
-            }
-            groups.into_iter().map(|g| g.1).filter(|g| !g.is_empty()).collect()
-        }
-    }
+/// What a reader reports beyond each file's outcome: warnings, and the files that changed or
+/// vanished while read when that is expected (root, path, vanished).
+#[derive(Default)]
+pub(super) struct ReaderReport {
+    pub(super) warnings: Vec<String>,
+    pub(super) changed: Vec<(u16, String, bool)>,
 }
 
+/// A reader: batches of files from `rx` until it closes, each file's outcome recorded in
+/// `outcomes` (a thousand at a time, ids that follow each other in one write). Its pack is sent
+/// before it waits long for more work, so that an idle reader never holds a buffer another needs.
+/// `expected`: changes while read are normal (a live database) and are listed, not warned of.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reader_loop(
+    rx: &Receiver<Vec<Work>>,
+    files: &dyn Files,
+    ts: usize,
+    tx: &Sender<Job>,
+    shared: &Arc<Shared>,
+    pool: &Arc<Pool>,
+    outcomes: &Outcomes,
+    expected: bool,
+) -> ReaderReport {
+    let mut packer = Packer::new(ts, tx, shared, pool);
+    let mut report = ReaderReport::default();
+    let mut recs = Vec::new();
+    loop {
+        let batch = match rx.try_recv() {
+            Ok(b) => b,
+            Err(TryRecvError::Disconnected) => break,
+            // The listing is behind: a moment's wait keeps packs full; a longer one sends the
+            // pack first.
+            Err(TryRecvError::Empty) => match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+                Ok(b) => b,
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    if !packer.flush() {
+                        break;
+                    }
+                    match rx.recv() {
+                        Ok(b) => b,
+                        Err(_) => break,
+                    }
+                }
+            },
+        };
+        let done = read_files(&batch, files, ts, tx, shared, pool, &mut packer);
+        let mut works = batch.iter();
+        for o in done {
+            recs.push((o.file_id, Outcome { size: o.size, vanished: o.vanished }));
+            if expected && (o.vanished || o.changed) {
+                if let Some(w) = works.find(|w| w.file_id == o.file_id) {
+                    report.changed.push((w.dev.0, w.path.display().to_string(), o.vanished));
+                }
+            } else {
+                report.warnings.extend(o.warning);
+            }
+        }
+        if recs.len() >= 1024 {
+            if let Err(e) = outcomes.write(&mut recs) {
+                shared.fail(e);
+            }
+        }
+        if shared.is_cancelled() {
+            break;
+        }
+    }
+    if let Err(e) = outcomes.write(&mut recs) {
+        shared.fail(e);
+    }
+    if !shared.is_cancelled() {
+        packer.flush();
+    }
+    report
+}
 
 fn read_one(w: &Work, files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &Shared, pool: &Arc<Pool>) -> Result<ReadOutcome> {
     let (file_id, path) = (w.file_id, w.path.as_path());
@@ -141,20 +192,20 @@ fn stored_as(c: &StoredChunk, want: usize, room: usize, path: &std::path::Path) 
     Ok((c.raw_len, Some(Stored { codec, len: c.stored_len, raw_crc: c.raw_crc }), false))
 }
 
-/// Read a reader's files: a file of [`PACK_LIMIT`] or more chunk by chunk on its own; smaller
-/// files into shared chunks, each file's bytes following the previous file's in one pool buffer,
-/// a full buffer going to the compressors as one packed chunk. In an incremental, a file held in
-/// part packs only its changed runs.
-pub(super) fn read_files(work: &[Work], files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>) -> Vec<ReadOutcome> {
+/// Read a batch of a reader's files: a file of [`PACK_LIMIT`] or more chunk by chunk on its own;
+/// smaller files into shared chunks through `packer`, each file's bytes following the previous
+/// file's in one pool buffer, a full buffer going to the compressors as one packed chunk. In an
+/// incremental, a file held in part packs only its changed runs. What is still packed at the end
+/// stays in `packer` for the next batch.
+pub(super) fn read_files(work: &[Work], files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &Arc<Shared>, pool: &Arc<Pool>, packer: &mut Packer) -> Vec<ReadOutcome> {
     let mut out = Vec::with_capacity(work.len());
-    let mut packer = Packer::new(ts, tx, shared, pool);
     for w in work {
         if shared.is_cancelled() {
             break;
         }
         let r = (|| -> Result<Option<ReadOutcome>> {
             if w.changes.is_some() {
-                return read_changes(w, files, &mut packer).map(Some);
+                return read_changes(w, files, packer).map(Some);
             }
             let (mut file, before) = match open_source(w, files)? {
                 Ok(x) => x,
@@ -191,9 +242,6 @@ pub(super) fn read_files(work: &[Work], files: &dyn Files, ts: usize, tx: &Sende
                 break;
             }
         }
-    }
-    if !shared.is_cancelled() {
-        packer.flush();
     }
     out
 }

@@ -1,28 +1,35 @@
 //! A backup session: [`Backup`] creates the stripes, starts the compressor and writer threads,
 //! registers every entry, runs the readers over each batch, and at the end writes every stripe's
 //! footer and publishes the set, or, dropped unfinished, removes what it wrote.
+//!
+//! Nothing kept per file stays in memory: entries go to a temporary file as they are registered,
+//! what reading each file came to to another, each stripe's index and chunk list to more; the end
+//! of the backup reads them back in file order to write the manifest's pages ([`crate::spill`]).
+//! Files flow to the readers through bounded queues, so a listing that streams (a directory walked
+//! as it is read) is never held whole either.
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use super::auto::AutoLevel;
-use super::check::{Batch, CheckCtx};
+use super::check::{Batch, CheckCtx, ChunkCheck};
 use super::delta::{Changes, FileChanges, Lineage};
 use super::pack::{Feeder, Packer};
 use super::compress::{compress_loop, CompressStats, Frame};
 use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
-use super::job::{Job, ReadOutcome, Work};
-use super::read::{group_for_readers, read_files};
+use super::job::{Job, Work};
+use super::read::{reader_loop, ReaderReport};
 use super::write::{write_footer, write_loop, WriterOut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
 use crate::frame::{FrameEncoder, Sealing};
-use crate::manifest::{file_checksums, BackupType, ChunkRef, Delta, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef};
+use crate::manifest::{BackupType, Delta, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef, Tiler};
 use crate::pipeline::{Pool, Progress, Shared};
 use crate::source::{Files, Listed, LocalFiles};
+use crate::spill::{ChunkSorter, EntrySpill, Outcome, Outcomes};
 use crate::storage::Location;
 
 /// A backup in progress. See the module documentation.
@@ -33,7 +40,12 @@ pub struct Backup {
     started: Instant,
     started_unix_ms: i64,
     roots: Vec<Root>,
-    entries: Vec<Entry>,
+    /// Every entry registered, in id order, on disk.
+    entries: EntrySpill,
+    /// What reading each file came to, by id, on disk.
+    outcomes: Arc<Outcomes>,
+    /// The owner of each root's own entry (for files added from memory).
+    root_owners: std::collections::HashMap<u16, (u32, u32)>,
     /// Warnings gathered so far; sources may add their own.
     pub warnings: Vec<String>,
     /// Whether files changing and vanishing while read is normal (see [`Backup::expect_changes`]).
@@ -135,9 +147,10 @@ impl Backup {
         drop(frame_tx);
         let writers = sinks
             .into_iter()
-            .map(|(sink, start)| {
+            .enumerate()
+            .map(|(k, (sink, start))| {
                 let (rx, shared) = (frame_rx.clone(), shared.clone());
-                thread::spawn(move || write_loop(sink, start, &rx, &shared))
+                thread::spawn(move || write_loop(sink, k, start, &rx, &shared))
             })
             .collect();
 
@@ -148,7 +161,9 @@ impl Backup {
             started: Instant::now(),
             started_unix_ms: unix_ms(now),
             roots: Vec::new(),
-            entries: Vec::new(),
+            entries: EntrySpill::new()?,
+            outcomes: Arc::new(Outcomes::new()?),
+            root_owners: Default::default(),
             warnings: Vec::new(),
             changes_expected: false,
             changed_files: Vec::new(),
@@ -230,120 +245,171 @@ impl Backup {
     /// # Errors
     /// The first error of any thread.
     pub fn read_listed(&mut self, batches: Vec<Batch>) -> Result<()> {
-        self.check()?;
-        let mut work = Vec::new();
-        for (root_id, listed, check) in batches {
-            if root_id as usize >= self.roots.len() {
-                return Err(Error::invalid(format!("internal: root {root_id} was never added")));
-            }
-            self.entries.reserve_exact(listed.len());
-            for mut l in listed {
-                l.entry.root = root_id;
-                let file_id = u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))?;
-                if l.entry.kind == EntryKind::File && l.nlink > 1 {
-                    // Another name of a file already listed: its bytes are stored once.
-                    if let Some(&first) = self.first_names.get(&(l.dev, l.ino)) {
-                        l.entry.kind = EntryKind::Hardlink;
-                        l.entry.link = Some(first);
-                        l.entry.size = 0;
-                    } else {
-                        self.first_names.insert((l.dev, l.ino), file_id);
-                    }
-                }
-                if l.entry.kind == EntryKind::File {
-                    let ctx = check.as_ref().filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
-                        Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
-                    });
-                    let changes = match self.changes.as_ref().map(|c| c.of(&self.roots[root_id as usize].name, &l.entry.path, l.entry.size)) {
-                        None | Some(FileChanges::Whole) => None,
-                        Some(c) => {
-                            l.entry.delta = Some(Delta::default());
-                            Some(c)
-                        }
-                    };
-                    // The listing's path moves to the work: a million files are a million paths.
-                    work.push(Work { file_id, path: std::mem::take(&mut l.abs), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes });
-                }
-                self.entries.push(l.entry);
-            }
-        }
-        let total: u64 = work.iter().map(|w| w.size).sum();
+        let total = batches.iter().flat_map(|b| b.1.iter()).filter(|l| l.entry.kind == EntryKind::File).map(|l| l.entry.size).sum();
         self.shared.progress.begin("backup", total);
-        // Small files are packed, and read by several threads even on one device: for them the
-        // time goes to opening and stat'ing, not to the disk. Large ones get a reader per device.
-        // Every reader packs what it keeps small: small files, an incremental's changed runs.
-        // Split in place (small ones first, in listing order), then cut the small ones into
-        // slices from the end: no second copy of a million work items.
-        let mut small = work;
-        small.sort_by_key(|w| w.size >= PACK_LIMIT);
-        let large = small.split_off(small.partition_point(|w| w.size < PACK_LIMIT));
-        let mut groups: Vec<Vec<Work>> = group_for_readers(large, self.opts.readers);
+        let items = batches.into_iter().flat_map(|(root, listed, check)| listed.into_iter().map(move |l| Ok((root, l, check.clone()))));
+        self.read_stream(items, false)
+    }
+
+    /// Add a tree under a new root and read its entries as they come from `listing` (a walk that
+    /// streams: [`crate::source::Walk`]), so that neither the listing nor the entries are ever
+    /// held whole: a million files cost no more memory than a thousand.
+    ///
+    /// # Errors
+    /// The listing's first error, or the first error of any thread.
+    pub fn add_tree_streamed(&mut self, root: Root, listing: impl Iterator<Item = Result<Listed>>) -> Result<()> {
+        let id = self.add_root(root);
+        self.shared.progress.begin("backup", 0);
+        self.read_stream(listing.map(move |l| l.map(|l| (id, l, None))), true)
+    }
+
+    /// Register each listed entry and hand each regular file to a reader as it comes: small files
+    /// in batches to a pool of readers that pack them (for them the time goes to opening and
+    /// stat'ing, so several threads read even one device), large ones to the reader of their
+    /// root and device (or, with a set number of readers, to those readers together). Queues are
+    /// bounded: the listing waits for the readers, never the other way round. `growing`: the
+    /// progress total is not known yet, and each file adds its size.
+    fn read_stream(&mut self, items: impl Iterator<Item = Result<(u16, Listed, Option<Arc<dyn ChunkCheck>>)>>, growing: bool) -> Result<()> {
+        /// Small files handed to a reader at once: consecutive ids, so their outcomes are written
+        /// together.
+        const BATCH: usize = 256;
+        self.check()?;
         let small_readers = self.opts.readers.unwrap_or_else(|| crate::host::available_cores().max(self.tuning.readers)).max(1);
-        let per = small.len().div_ceil(small_readers).max(1);
-        let mut slices = Vec::new();
-        while !small.is_empty() {
-            let cut = small.len() - small.len().min(per);
-            slices.push(small.split_off(cut));
-            small.shrink_to(cut);
-        }
-        groups.extend(slices.into_iter().rev());
-        let job_tx = self.job_tx.as_ref().expect("session open");
-        let outcomes: Vec<ReadOutcome> = thread::scope(|s| {
-            let handles: Vec<_> = groups
-                .iter()
-                .map(|g| {
-                    let (tx, shared, pool, files) = (job_tx.clone(), &self.shared, &self.pool, self.files.as_ref());
-                    let ts = self.tuning.transfer_size;
-                    s.spawn(move || read_files(g, files, ts, &tx, shared, pool))
-                })
-                .collect();
+        let job_tx = self.job_tx.clone().expect("session open");
+        let (shared, pool, files, outcomes) = (self.shared.clone(), self.pool.clone(), self.files.clone(), self.outcomes.clone());
+        let ts = self.tuning.transfer_size;
+        let (set_readers, expected) = (self.opts.readers, self.changes_expected);
+        let reports: Vec<ReaderReport> = thread::scope(|s| {
+            let spawn = |rx: Receiver<Vec<Work>>| {
+                let (tx, shared, pool, files, outcomes) = (job_tx.clone(), shared.clone(), pool.clone(), files.clone(), outcomes.clone());
+                s.spawn(move || reader_loop(&rx, files.as_ref(), ts, &tx, &shared, &pool, &outcomes, expected))
+            };
+            let (small_tx, small_rx) = bounded::<Vec<Work>>(small_readers * 2);
+            let mut handles: Vec<_> = (0..small_readers).map(|_| spawn(small_rx.clone())).collect();
+            drop(small_rx);
+            // Large files: a queue per root and device, its reader started when the first comes;
+            // with `--readers N`, one queue for N readers.
+            let mut large: std::collections::HashMap<(u16, u64), Sender<Vec<Work>>> = Default::default();
+            let mut batch = Vec::with_capacity(BATCH);
+            for item in items {
+                if shared.is_cancelled() {
+                    break;
+                }
+                let work = match item.and_then(|(root, l, check)| self.register(root, l, check.as_ref())) {
+                    Ok(Some(w)) => w,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        shared.fail(e);
+                        break;
+                    }
+                };
+                if growing {
+                    shared.progress.more(work.size);
+                }
+                let sent = if work.size >= PACK_LIMIT {
+                    let key = if set_readers.is_some() { (0, 0) } else { work.dev };
+                    let tx = large.entry(key).or_insert_with(|| {
+                        let (tx, rx) = bounded::<Vec<Work>>(4);
+                        for _ in 0..set_readers.unwrap_or(1) {
+                            handles.push(spawn(rx.clone()));
+                        }
+                        tx
+                    });
+                    tx.send(vec![work]).is_ok()
+                } else {
+                    batch.push(work);
+                    batch.len() < BATCH || small_tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_ok()
+                };
+                if !sent {
+                    // A reader stopped: its error (or the cancel) is recorded.
+                    break;
+                }
+            }
+            if !batch.is_empty() {
+                let _ = small_tx.send(batch);
+            }
+            drop(small_tx);
+            drop(large);
             handles
                 .into_iter()
-                .flat_map(|h| {
+                .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        self.shared.fail(Error::new(ErrorKind::Io, "a reader thread panicked"));
-                        Vec::new()
+                        shared.fail(Error::new(ErrorKind::Io, "a reader thread panicked"));
+                        ReaderReport::default()
                     })
                 })
                 .collect()
         });
-        for o in outcomes {
-            let e = &mut self.entries[o.file_id as usize];
-            e.size = o.size;
-            e.vanished = o.vanished;
-            if self.changes_expected && (o.vanished || o.changed) {
-                let root = &self.roots[e.root as usize].name;
-                let shown = if root.is_empty() { e.path.clone() } else { format!("{root}/{}", e.path) };
-                if o.vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
-            } else {
-                self.warnings.extend(o.warning);
-            }
-        }
-        // A hard link whose file vanished before it was read has nothing to name.
-        for i in 0..self.entries.len() {
-            if let (EntryKind::Hardlink, Some(first)) = (self.entries[i].kind, self.entries[i].link) {
-                if self.entries.get(first as usize).is_some_and(|f| f.vanished) {
-                    self.entries[i].vanished = true;
-                }
+        for r in reports {
+            self.warnings.extend(r.warnings);
+            for (root, path, vanished) in r.changed {
+                let root = &self.roots[root as usize];
+                let rel = std::path::Path::new(&path).strip_prefix(&root.path).map_or(path.clone(), |p| p.display().to_string());
+                let shown = if root.name.is_empty() { rel } else { format!("{}/{rel}", root.name) };
+                if vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
             }
         }
         self.check()
     }
 
+    /// Give a listed entry its id and record it; a regular file to read comes back as work.
+    fn register(&mut self, root_id: u16, mut l: Listed, check: Option<&Arc<dyn ChunkCheck>>) -> Result<Option<Work>> {
+        if root_id as usize >= self.roots.len() {
+            return Err(Error::invalid(format!("internal: root {root_id} was never added")));
+        }
+        l.entry.root = root_id;
+        let file_id = self.next_id()?;
+        if l.entry.kind == EntryKind::File && l.nlink > 1 {
+            // Another name of a file already listed: its bytes are stored once.
+            if let Some(&first) = self.first_names.get(&(l.dev, l.ino)) {
+                l.entry.kind = EntryKind::Hardlink;
+                l.entry.link = Some(first);
+                l.entry.size = 0;
+            } else {
+                self.first_names.insert((l.dev, l.ino), file_id);
+            }
+        }
+        let mut work = None;
+        if l.entry.kind == EntryKind::File {
+            let ctx = check.filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
+                Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
+            });
+            let changes = match self.changes.as_ref().map(|c| c.of(&self.roots[root_id as usize].name, &l.entry.path, l.entry.size)) {
+                None | Some(FileChanges::Whole) => None,
+                Some(c) => {
+                    l.entry.delta = Some(Delta::default());
+                    Some(c)
+                }
+            };
+            work = Some(Work { file_id, path: std::mem::take(&mut l.abs), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes });
+        }
+        self.push_entry(&l.entry)?;
+        Ok(work)
+    }
+
+    /// The id the next entry gets.
+    fn next_id(&self) -> Result<u32> {
+        u32::try_from(self.entries.len()).map_err(|_| Error::invalid("more than 4 billion entries"))
+    }
+
+    /// Record an entry (under the next id).
+    fn push_entry(&mut self, e: &Entry) -> Result<()> {
+        if e.path.is_empty() {
+            self.root_owners.insert(e.root, (e.uid, e.gid));
+        }
+        self.entries.push(e)
+    }
+
     /// Take `roots` and `entries` (a backup's manifest: a chain's newest) as this backup's, whole
     /// files all (no delta); their bytes come through [`Backup::feeder`]s. For consolidation.
-    pub(crate) fn adopt(&mut self, roots: Vec<Root>, entries: Vec<Entry>) {
+    pub(crate) fn adopt(&mut self, roots: Vec<Root>, entries: &[Entry]) -> Result<()> {
         self.roots = roots;
-        self.entries = entries
-            .into_iter()
-            .map(|mut e| {
-                e.delta = None;
-                e.crc32c = None;
-                e
-            })
-            .collect();
-        let total = self.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| e.size).sum();
+        for e in entries {
+            self.push_entry(&Entry { delta: None, crc32c: None, ..e.clone() })?;
+        }
+        let total = entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| e.size).sum();
         self.shared.progress.begin("consolidate", total);
+        Ok(())
     }
 
     /// The error that stopped the session, if one did (taken: [`Backup::finish`] will not see it).
@@ -359,10 +425,14 @@ impl Backup {
 
     /// Add an entry whose content (for a file) comes through [`Backup::add_piece`], in order, as a
     /// stream brings it (the tar members of PostgreSQL's BASE_BACKUP, say); returns its id.
-    pub fn add_entry(&mut self, root: u16, mut entry: Entry) -> u32 {
+    ///
+    /// # Errors
+    /// The list of entries cannot be written (a full `TMPDIR`).
+    pub fn add_entry(&mut self, root: u16, mut entry: Entry) -> Result<u32> {
         entry.root = root;
-        self.entries.push(entry);
-        (self.entries.len() - 1) as u32
+        let id = self.next_id()?;
+        self.push_entry(&entry)?;
+        Ok(id)
     }
 
     /// Bytes of a file added with [`Backup::add_entry`], from `offset`: packed with others when
@@ -398,17 +468,12 @@ impl Backup {
     /// The first error of any thread.
     pub fn add_bytes(&mut self, root: u16, path: &str, data: &[u8], mode: u32) -> Result<()> {
         self.check()?;
-        let file_id = self.entries.len() as u32;
+        let file_id = self.next_id()?;
         let mtime_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
         // An in-memory file belongs to whoever owns its root (a data directory's owner, say); with
         // no root entry, to us.
-        let (uid, gid) = self
-            .entries
-            .iter()
-            .find(|e| e.root == root && e.path.is_empty())
-            .map(|e| (e.uid, e.gid))
-            .unwrap_or_else(crate::host::real_ids);
-        self.entries.push(Entry {
+        let (uid, gid) = self.root_owners.get(&root).copied().unwrap_or_else(crate::host::real_ids);
+        self.push_entry(&Entry {
             root,
             path: path.to_string(),
             kind: EntryKind::File,
@@ -421,7 +486,7 @@ impl Backup {
             target: None,
             vanished: false,
             ..Default::default()
-        });
+        })?;
         let tx = self.job_tx.as_ref().expect("session open");
         for (i, chunk) in data.chunks(self.tuning.transfer_size).enumerate() {
             let Some(mut buf) = self.pool.take(&self.shared) else { break };
@@ -488,7 +553,6 @@ impl Backup {
         // On an error here the sinks are dropped unpublished, which removes them.
         let source = decide(&findings)?;
 
-        self.fill_checksums(&outs)?;
         let manifest = Manifest {
             format_version: FORMAT_VERSION,
             backup_id: self.id.to_hex(),
@@ -512,7 +576,7 @@ impl Backup {
                 readers: self.tuning.readers as u64,
                 threads: self.tuning.threads as u64,
             },
-            entries: std::mem::take(&mut self.entries),
+            entries: Vec::new(),
             bytes_read: self.shared.bytes.load(std::sync::atomic::Ordering::Relaxed),
             warnings: std::mem::take(&mut self.warnings),
             check_failures: findings.clone(),
@@ -524,13 +588,8 @@ impl Backup {
         };
         // In pages, each sealed when the set is encrypted; written once, so every stripe carries
         // the same bytes.
-        let (file_count, entry_count) = (manifest.file_count(), manifest.entries.len());
-        let mut manifest = manifest;
-        let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), self.cipher.as_deref());
-        for e in std::mem::take(&mut manifest.entries) {
-            region.push(e)?;
-        }
-        let stored = region.finish(&manifest)?;
+        let entry_count = self.entries.len() as usize;
+        let (stored, file_count) = self.manifest_region(&manifest, &mut outs)?;
         let stripe_count = outs.len() as u16;
 
         // Footers in parallel: each stripe's fsync is independent.
@@ -561,7 +620,7 @@ impl Backup {
             backup_id: self.id.to_hex(),
             label: manifest.label.clone(),
             bytes_read: manifest.bytes_read,
-            bytes_held: outs.iter().flat_map(|o| o.index.iter()).map(|e| u64::from(e.raw_len)).sum(),
+            bytes_held: outs.iter().map(|o| o.index.raw_bytes).sum(),
             bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
             seconds: self.started.elapsed().as_secs_f64(),
             stripes: outs.len(),
@@ -590,28 +649,42 @@ impl Backup {
         })
     }
 
-    /// Whole-file crc32c from the chunks' crcs, checking that the chunks tile each file exactly;
-    /// for a file held in part, the bytes held and their crc32c.
-    fn fill_checksums(&mut self, outs: &[WriterOut]) -> Result<()> {
-        let chunks: Vec<ChunkRef> = outs
-            .iter()
-            .enumerate()
-            .flat_map(|(k, o)| o.index.iter().map(move |e| ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k }))
-            .collect();
-        for c in &chunks {
-            if let Some(d) = self.entries.get_mut(c.file_id as usize).and_then(|e| e.delta.as_mut()) {
-                d.bytes += u64::from(c.len);
+    /// The manifest's region (its pages, head, page index and tail) and how many regular files it
+    /// holds: the entries read back in id order, each with what reading it came to, its checksum
+    /// combined from its chunks' (merged from every stripe in file order, and checked to tile the
+    /// file exactly; for a file held in part, the bytes held and their checksum).
+    fn manifest_region(&mut self, head: &Manifest, outs: &mut [WriterOut]) -> Result<(Vec<u8>, usize)> {
+        let count = self.entries.len();
+        let entries = std::mem::replace(&mut self.entries, EntrySpill::new()?).into_reader()?;
+        let mut merged = ChunkSorter::merge(outs.iter_mut().map(|o| std::mem::take(&mut o.chunks)).collect());
+        let mut tiler = Tiler::new(merged.by_ref());
+        let mut outcomes = self.outcomes.in_order(count);
+        let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), self.cipher.as_deref());
+        let untiled = |f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}"));
+        let mut files = 0;
+        for (id, e) in entries.enumerate() {
+            let mut e = e?;
+            if let Some(Outcome { size, vanished }) = outcomes.next_outcome()?.flatten() {
+                (e.size, e.vanished) = (size, vanished);
             }
-        }
-        let sums = file_checksums(&self.entries, chunks)
-            .map_err(|f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}")))?;
-        for (entry, sum) in self.entries.iter_mut().zip(sums) {
-            match (&mut entry.delta, sum) {
-                (Some(d), Some(crc)) => d.crc32c = crc,
-                _ => entry.crc32c = sum,
+            // A hard link whose file vanished before it was read has nothing to name.
+            if let (EntryKind::Hardlink, Some(first)) = (e.kind, e.link) {
+                if self.outcomes.get(first)?.is_some_and(|o| o.vanished) {
+                    e.vanished = true;
+                }
             }
+            match (tiler.next(id, &e).map_err(untiled)?, &mut e.delta) {
+                (Some((crc, bytes)), Some(d)) => (d.bytes, d.crc32c) = (bytes, crc),
+                (sum, _) => e.crc32c = sum.map(|s| s.0),
+            }
+            files += usize::from(e.kind == EntryKind::File);
+            region.push(e)?;
         }
-        Ok(())
+        tiler.finish().map_err(untiled)?;
+        if let Some(e) = merged.error() {
+            return Err(e);
+        }
+        Ok((region.finish(head)?, files))
     }
 }
 

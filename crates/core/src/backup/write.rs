@@ -1,25 +1,45 @@
 //! The stripe writers, one per stripe: each takes the next finished frame from the one shared
 //! queue (so a faster stripe takes more), writes it and records it in the stripe's index; at the
-//! end, each stripe's footer (index, manifest, trailer).
+//! end, each stripe's footer (index, manifest, trailer). The index waits on disk, not in memory
+//! ([`IndexSpill`]), and so do the references from which the end of the backup computes each
+//! file's checksum ([`ChunkSorter`]).
 
 use crossbeam_channel::Receiver;
 
 use super::compress::Frame;
-use crate::error::Result;
+use std::io::Read;
+
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, IndexEntry, Trailer, FRAME_HEADER_LEN};
+use crate::manifest::ChunkRef;
 use crate::pipeline::Shared;
+use crate::spill::{ChunkSorter, IndexSpill};
 use crate::storage::StripeSink;
 
 pub(super) struct WriterOut {
     pub(super) sink: Box<dyn StripeSink>,
-    pub(super) index: Vec<IndexEntry>,
+    pub(super) index: IndexSpill,
+    /// Every chunk written, for the files' checksums.
+    pub(super) chunks: ChunkSorter,
     pub(super) pos: u64,
     /// Frames written (a packed frame has several index entries).
     pub(super) frames: u64,
 }
 
-pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
-    let mut index = Vec::new();
+pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, start: u64, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
+    let mut index = match IndexSpill::new() {
+        Ok(i) => i,
+        Err(e) => {
+            shared.fail(e);
+            sink.discard();
+            return None;
+        }
+    };
+    let mut chunks = ChunkSorter::default();
+    let mut record = |e: IndexEntry| -> Result<()> {
+        chunks.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+        index.push(&e)
+    };
     let mut pos = start;
     let mut frames = 0;
     for frame in rx {
@@ -37,8 +57,9 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receive
             shared.fail(e);
             continue;
         }
+        let mut entries = Vec::with_capacity(parts.len().max(1));
         if parts.is_empty() {
-            index.push(IndexEntry {
+            entries.push(IndexEntry {
                 file_id: h.file_id,
                 offset: h.offset,
                 frame_pos: pos,
@@ -50,7 +71,7 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receive
             });
         }
         for p in &parts {
-            index.push(IndexEntry {
+            entries.push(IndexEntry {
                 file_id: p.file_id,
                 offset: p.offset,
                 frame_pos: pos,
@@ -61,6 +82,10 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receive
                 hash: p.hash,
             });
         }
+        if let Err(e) = entries.into_iter().try_for_each(&mut record) {
+            shared.fail(e);
+            continue;
+        }
         pos += (FRAME_HEADER_LEN + h.stored_len as usize) as u64;
         frames += 1;
     }
@@ -68,31 +93,50 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, start: u64, rx: &Receive
         sink.discard();
         return None;
     }
-    Some(WriterOut { sink, index, pos, frames })
+    Some(WriterOut { sink, index, chunks, pos, frames })
 }
 
 pub(super) fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u8], cipher: Option<&crate::crypto::Cipher>) -> Result<()> {
-    let mut index = Vec::with_capacity(out.index.len() * crate::format::INDEX_ENTRY_LEN);
-    for e in &out.index {
-        e.encode_into(&mut index);
-    }
-    if let Some(c) = cipher {
-        // The index holds every chunk's raw checksum, a fingerprint of the plaintext.
-        index = c.seal_region(crate::crypto::NONCE_INDEX, u64::from(k), &index);
-    }
+    let frame_count = out.index.count;
+    let (index_len, index_crc) = match cipher {
+        Some(c) => {
+            // The index holds every chunk's raw checksum, a fingerprint of the plaintext; it is
+            // sealed whole, so it is read into memory for that.
+            let mut index = Vec::new();
+            out.index.reader()?.read_to_end(&mut index).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
+            let index = c.seal_region(crate::crypto::NONCE_INDEX, u64::from(k), &index);
+            out.sink.write_all(&index)?;
+            (index.len() as u64, crc32c::crc32c(&index))
+        }
+        None => {
+            // Copied from its temporary file a piece at a time.
+            let (mut len, mut crc) = (0u64, 0u32);
+            let mut buf = vec![0u8; 1 << 20];
+            let mut r = out.index.reader()?;
+            loop {
+                let n = r.read(&mut buf).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
+                if n == 0 {
+                    break;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                len += n as u64;
+                out.sink.write_all(&buf[..n])?;
+            }
+            (len, crc)
+        }
+    };
     let trailer = Trailer {
         index_offset: out.pos,
-        index_len: index.len() as u64,
-        manifest_offset: out.pos + index.len() as u64,
+        index_len,
+        manifest_offset: out.pos + index_len,
         manifest_len: manifest.len() as u64,
-        frame_count: out.index.len() as u64,
-        index_crc: crc32c::crc32c(&index),
+        frame_count,
+        index_crc,
         manifest_crc: crc32c::crc32c(manifest),
         stripe_index: k,
         stripe_count: n,
         backup_id: id,
     };
-    out.sink.write_all(&index)?;
     out.sink.write_all(manifest)?;
     out.sink.write_all(&trailer.encode())?;
     out.sink.sync()

@@ -376,20 +376,51 @@ pub enum TileFault {
 /// The first [`TileFault`].
 pub fn file_checksums(entries: &[Entry], mut chunks: Vec<ChunkRef>) -> Result<Vec<Option<u32>>, TileFault> {
     chunks.sort_unstable();
-    let mut it = chunks.into_iter().peekable();
+    let mut tiler = Tiler::new(chunks.into_iter());
     let mut out = Vec::with_capacity(entries.len());
     for (id, entry) in entries.iter().enumerate() {
+        let got = tiler.next(id, entry)?;
+        if let (Some(d), Some((_, covered))) = (entry.delta, got) {
+            if covered != d.bytes {
+                return Err(TileFault::Coverage { entry: id, covered });
+            }
+        }
+        out.push(got.map(|g| g.0));
+    }
+    tiler.finish()?;
+    Ok(out)
+}
+
+/// [`file_checksums`] one entry at a time, over chunks that come in (file, offset) order: what a
+/// backup of millions of files uses, its chunks merged from sorted runs on disk.
+pub struct Tiler<I: Iterator<Item = ChunkRef>> {
+    it: std::iter::Peekable<I>,
+}
+
+impl<I: Iterator<Item = ChunkRef>> Tiler<I> {
+    /// Tile `chunks`, sorted by (file, offset).
+    pub fn new(chunks: I) -> Self {
+        Tiler { it: chunks.peekable() }
+    }
+
+    /// Entry `id`'s chunks: for a regular file, the crc32c of its bytes held and how many there
+    /// are, checked to tile the file (a whole file exactly; one held in part without overlap and
+    /// within its size); `None` for any other entry, which must have no chunks. Entries are given
+    /// in id order, every one.
+    ///
+    /// # Errors
+    /// The first [`TileFault`].
+    pub fn next(&mut self, id: usize, entry: &Entry) -> Result<Option<(u32, u64)>, TileFault> {
         if entry.kind != EntryKind::File {
-            if it.peek().is_some_and(|c| c.file_id as usize == id) {
+            if self.it.peek().is_some_and(|c| c.file_id as usize == id) {
                 return Err(TileFault::Coverage { entry: id, covered: 0 });
             }
-            out.push(None);
-            continue;
+            return Ok(None);
         }
         // Bytes covered, and where the last chunk ended: the same for a whole file, whose chunks
         // follow each other; a file held in part has gaps (the parent's bytes) but no overlap.
         let (mut crc, mut covered, mut end) = (0u32, 0u64, 0u64);
-        while let Some(c) = it.next_if(|c| c.file_id as usize == id) {
+        while let Some(c) = self.it.next_if(|c| c.file_id as usize == id) {
             let gap = if entry.delta.is_some() { c.offset < end } else { c.offset != end };
             if gap || c.offset.saturating_add(c.len.into()) > entry.size {
                 return Err(TileFault::Gap { entry: id, at: c.offset, expected: end, stripe: c.stripe });
@@ -398,14 +429,21 @@ pub fn file_checksums(entries: &[Entry], mut chunks: Vec<ChunkRef>) -> Result<Ve
             covered += u64::from(c.len);
             end = c.offset + u64::from(c.len);
         }
-        if covered != entry.delta.map_or(entry.size, |d| d.bytes) {
+        if entry.delta.is_none() && covered != entry.size {
             return Err(TileFault::Coverage { entry: id, covered });
         }
-        out.push(Some(crc));
+        Ok(Some((crc, covered)))
     }
-    match it.next() {
-        Some(c) => Err(TileFault::Coverage { entry: c.file_id as usize, covered: 0 }),
-        None => Ok(out),
+
+    /// Every chunk was some entry's.
+    ///
+    /// # Errors
+    /// A chunk of an entry past the last one (or out of order).
+    pub fn finish(mut self) -> Result<(), TileFault> {
+        match self.it.next() {
+            Some(c) => Err(TileFault::Coverage { entry: c.file_id as usize, covered: 0 }),
+            None => Ok(()),
+        }
     }
 }
 

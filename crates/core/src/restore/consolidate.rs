@@ -30,7 +30,7 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
     let tuning = Tuning::resolve(&opts, sets.iter().map(|s| s.stripes.len()).max().unwrap_or(1))?;
     let mut b = Backup::start(&opts, tuning, progress)?;
     b.warnings.extend(m.warnings.iter().cloned());
-    b.adopt(m.roots.clone(), m.entries.clone());
+    b.adopt(m.roots.clone(), &m.entries)?;
     let sink = IntoBackup(&b);
     for (g, set) in sets.iter().enumerate() {
         if let Err(e) = scan(set, threads, Arc::new(NoProgress), &map.sink(g, &sink)) {
