@@ -403,6 +403,16 @@ impl Context {
         BackupSet::open_with(&stripes, self.schemes()?, self.keys()?.as_deref())
     }
 
+    /// [`Context::open_stripes`] for a pass over every frame: entries and index stay out of
+    /// memory ([`BackupSet::open_lean`]).
+    ///
+    /// # Errors
+    /// As [`Context::open_stripes`].
+    pub fn open_stripes_lean(&self, texts: &[String]) -> Result<BackupSet> {
+        let stripes = self.locations(texts)?;
+        BackupSet::open_lean(&stripes, self.schemes()?, self.keys()?.as_deref())
+    }
+
     /// The spool of this repository: one per location and endpoint, so that a marker never
     /// vouches for another repository.
     ///

@@ -5,14 +5,21 @@
 //! given (beside a given one, by the names in the manifest, then where the backup wrote them), and
 //! refuses a set that is incomplete, mixed with another backup's stripes, or damaged, naming the
 //! stripe and the region.
+//!
+//! A set opened lean ([`BackupSet::open_lean`], for a pass over every frame such as verify's)
+//! holds neither its entries nor its index: the manifest's pages are read one at a time and each
+//! stripe's index is streamed from the stripe, so a million files cost no more memory than a few.
 
+use std::io::Read;
 use std::sync::Arc;
 
 use crate::crypto::{Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
 use crate::frame::FrameDecoder;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
-use crate::manifest::{file_checksums, ChunkRef, Manifest, TileFault};
+use crate::manifest::pages::{in_memory, PagedRegion};
+use crate::manifest::{ChunkRef, Entry, EntryKind, Manifest, TileFault, Tiler};
+use crate::spill::ChunkSorter;
 use crate::storage::{Location, Schemes, StripeSource};
 
 /// The frames of an index: runs of adjacent entries that share a frame position (a packed frame
@@ -38,8 +45,11 @@ pub struct OpenStripe {
     pub header: StripeHeader,
     /// Its trailer.
     pub trailer: Trailer,
-    /// Its frame index.
+    /// Its frame index (empty when the set was opened lean: [`OpenStripe::index_entries`] reads
+    /// it from the stripe).
     pub index: Vec<IndexEntry>,
+    /// The index is not held but read from the stripe when wanted.
+    index_streamed: bool,
     pub(crate) source: Box<dyn StripeSource>,
     pub(crate) cipher: Option<Arc<Cipher>>,
 }
@@ -48,17 +58,27 @@ pub struct OpenStripe {
 pub struct BackupSet {
     /// Stripes in stripe order.
     pub stripes: Vec<OpenStripe>,
-    /// The manifest (identical in every stripe).
+    /// The manifest (identical in every stripe); without its entries when opened lean.
     pub manifest: Manifest,
     /// The data key, when the set is encrypted.
     pub(crate) cipher: Option<Arc<Cipher>>,
+    /// Opened lean: the manifest region, whose pages are read when wanted.
+    paged: Option<(PagedRegion, Vec<u8>)>,
+    /// Raw bytes in all frames.
+    raw_total: u64,
+    /// Regular files.
+    files: usize,
 }
 
 fn at(loc: &Location) -> impl Fn(Error) -> Error + '_ {
     move |e| e.context(format!("stripe {loc}"))
 }
 
-fn open_stripe(loc: &Location, keys: Option<&Keys>) -> Result<(OpenStripe, Vec<u8>)> {
+/// An opened stripe, its manifest region, and (opened lean) its chunks for the coverage check with
+/// their raw bytes.
+type Opened = (OpenStripe, Vec<u8>, Option<(ChunkSorter, u64)>);
+
+fn open_stripe(loc: &Location, keys: Option<&Keys>, lean: bool) -> Result<Opened> {
     let src = loc.open()?;
     let len = src.len();
     if len < (HEADER_LEN + TRAILER_LEN) as u64 {
@@ -93,27 +113,112 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>) -> Result<(OpenStripe, Vec<u
     {
         return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", loc)));
     }
-    let mut ib = vec![0u8; trailer.index_len as usize];
-    src.read_exact_at(&mut ib, trailer.index_offset)?;
-    if crc32c::crc32c(&ib) != trailer.index_crc {
-        return Err(Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", loc)));
-    }
-    if let Some(c) = &cipher {
-        let n = c
-            .open_region(NONCE_INDEX, u64::from(header.stripe_index), &mut ib)
-            .map_err(|e| Error::corrupt(format!("stripe {loc}: index: {e}")))?;
-        ib.truncate(n);
-    }
-    let index = IndexEntry::decode_all(&ib, header.version).map_err(at(loc))?;
-    if index.len() as u64 != trailer.frame_count {
-        return Err(Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", loc, index.len(), trailer.frame_count)));
-    }
+    let k = usize::from(header.stripe_index);
+    let index_damaged = || Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", loc));
+    let count_wrong = |n: u64| Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", loc, n, trailer.frame_count));
+    // Lean and in the clear (and paged, format 4: older manifests are read whole anyway), the
+    // index is streamed: its checksum and count checked and its chunks sorted for the coverage
+    // check, a piece at a time. A sealed index opens only whole.
+    let (index, chunks, streamed) = if lean && cipher.is_none() && header.version >= 4 {
+        let mut r = src.stream(trailer.index_offset, trailer.index_offset + trailer.index_len)?;
+        let len = crate::format::index_entry_len(header.version);
+        if trailer.index_len % len as u64 != 0 {
+            return Err(Error::corrupt(format!("stripe {loc}: index: length {} is not a multiple of {len}", trailer.index_len)));
+        }
+        let (mut crc, mut left, mut n, mut raw) = (0u32, trailer.index_len, 0u64, 0u64);
+        let mut sorter = ChunkSorter::default();
+        let mut buf = vec![0u8; len * 4096];
+        while left > 0 {
+            let want = left.min(buf.len() as u64) as usize;
+            r.read_exact(&mut buf[..want]).map_err(|e| crate::storage::from_io(e, || format!("stripe {loc}: index")))?;
+            crc = crc32c::crc32c_append(crc, &buf[..want]);
+            for e in IndexEntry::decode_all(&buf[..want], header.version).map_err(at(loc))? {
+                raw += u64::from(e.raw_len);
+                sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+                n += 1;
+            }
+            left -= want as u64;
+        }
+        if crc != trailer.index_crc {
+            return Err(index_damaged());
+        }
+        if n != trailer.frame_count {
+            return Err(count_wrong(n));
+        }
+        (Vec::new(), Some((sorter, raw)), true)
+    } else {
+        let mut ib = vec![0u8; trailer.index_len as usize];
+        src.read_exact_at(&mut ib, trailer.index_offset)?;
+        if crc32c::crc32c(&ib) != trailer.index_crc {
+            return Err(index_damaged());
+        }
+        if let Some(c) = &cipher {
+            let n = c
+                .open_region(NONCE_INDEX, u64::from(header.stripe_index), &mut ib)
+                .map_err(|e| Error::corrupt(format!("stripe {loc}: index: {e}")))?;
+            ib.truncate(n);
+        }
+        let index = IndexEntry::decode_all(&ib, header.version).map_err(at(loc))?;
+        if index.len() as u64 != trailer.frame_count {
+            return Err(count_wrong(index.len() as u64));
+        }
+        (index, None, false)
+    };
     let mut mb = vec![0u8; trailer.manifest_len as usize];
     src.read_exact_at(&mut mb, trailer.manifest_offset)?;
     if crc32c::crc32c(&mb) != trailer.manifest_crc {
         return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", loc)));
     }
-    Ok((OpenStripe { location: loc.clone(), header, trailer, index, source: src, cipher }, mb))
+    Ok((OpenStripe { location: loc.clone(), header, trailer, index, index_streamed: streamed, source: src, cipher }, mb, chunks))
+}
+
+impl OpenStripe {
+    /// Its index entries in stripe order: held, or read from the stripe a piece at a time.
+    ///
+    /// # Errors
+    /// The index cannot be read.
+    pub(crate) fn index_entries(&self) -> Result<Box<dyn Iterator<Item = Result<IndexEntry>> + Send + '_>> {
+        if !self.index_streamed {
+            return Ok(Box::new(self.index.iter().copied().map(Ok)));
+        }
+        let t = &self.trailer;
+        let r = self.source.stream(t.index_offset, t.index_offset + t.index_len)?;
+        let (len, version) = (crate::format::index_entry_len(self.header.version), self.header.version);
+        let mut r = std::io::BufReader::with_capacity(len * 4096, r);
+        let mut left = t.frame_count;
+        let mut e = vec![0u8; len];
+        Ok(Box::new(std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            Some(
+                r.read_exact(&mut e)
+                    .map_err(|err| crate::storage::from_io(err, || format!("stripe {}: index", self.location)))
+                    .and_then(|()| IndexEntry::decode_all(&e, version))
+                    .map(|v| v[0]),
+            )
+        })))
+    }
+
+    /// Its frames in stripe order, each as its index entries (several for a packed frame).
+    ///
+    /// # Errors
+    /// The index cannot be read.
+    pub(crate) fn frames(&self) -> Result<impl Iterator<Item = Result<Vec<IndexEntry>>> + '_> {
+        let mut entries = self.index_entries()?.peekable();
+        Ok(std::iter::from_fn(move || {
+            let first = match entries.next()? {
+                Ok(e) => e,
+                Err(e) => return Some(Err(e)),
+            };
+            let mut frame = vec![first];
+            while let Some(Ok(e)) = entries.next_if(|e| e.as_ref().is_ok_and(|e| e.frame_pos == first.frame_pos)) {
+                frame.push(e);
+            }
+            Some(Ok(frame))
+        }))
+    }
 }
 
 impl BackupSet {
@@ -133,17 +238,44 @@ impl BackupSet {
     /// As [`BackupSet::open`]; [`ErrorKind::Key`] for an encrypted set without keys or with the
     /// wrong ones, before any frame is read.
     pub fn open_with(given: &[Location], schemes: &dyn Schemes, keys: Option<&Keys>) -> Result<BackupSet> {
+        Self::open_mode(given, schemes, keys, false)
+    }
+
+    /// [`BackupSet::open_with`] for a pass over every frame (verify): a set of format 4 or later
+    /// keeps neither its entries nor its index in memory ([`BackupSet::manifest`] has no entries;
+    /// [`BackupSet::entry`] reads one). Its coverage is checked as when opened whole, with the
+    /// chunks sorted on disk and the entries read a page at a time. An encrypted stripe's index,
+    /// sealed whole, is still read whole.
+    ///
+    /// # Errors
+    /// As [`BackupSet::open_with`].
+    pub fn open_lean(given: &[Location], schemes: &dyn Schemes, keys: Option<&Keys>) -> Result<BackupSet> {
+        Self::open_mode(given, schemes, keys, true)
+    }
+
+    fn open_mode(given: &[Location], schemes: &dyn Schemes, keys: Option<&Keys>, lean: bool) -> Result<BackupSet> {
         if given.is_empty() {
             return Err(Error::invalid("no stripe given: name at least one stripe file of the backup"));
         }
         let mut slots: Vec<Option<OpenStripe>> = Vec::new();
+        let mut chunks: Vec<(ChunkSorter, u64)> = Vec::new();
+        let mut paged = None;
         let mut manifest: Option<(Manifest, Vec<u8>, Location)> = None;
         for p in given {
-            let (s, mb) = open_stripe(p, keys)?;
+            let (s, mb, c) = open_stripe(p, keys, lean)?;
+            chunks.extend(c);
             let (m, first_mb, first_path) = match &manifest {
                 Some(x) => (&x.0, &x.1, &x.2),
                 None => {
-                    let m = open_manifest(&s, &mb)?;
+                    let m = if lean && s.header.version >= 4 {
+                        let read = in_memory(&mb);
+                        let region = PagedRegion::open(&read, mb.len() as u64, s.cipher.as_deref()).map_err(at(&s.location))?;
+                        let head = region.head.clone();
+                        paged = Some((region, mb.clone()));
+                        head
+                    } else {
+                        open_manifest(&s, &mb)?
+                    };
                     slots.resize_with(m.stripes.len(), || None);
                     manifest = Some((m, mb.clone(), p.clone()));
                     let x = manifest.as_ref().expect("just set");
@@ -181,10 +313,11 @@ impl BackupSet {
                 if !c.exists()? {
                     continue;
                 }
-                let (s, mb) = open_stripe(&c, keys)?;
+                let (s, mb, c) = open_stripe(&c, keys, lean)?;
                 check_member(&s, &manifest, &mb, &first_mb, &first_path)?;
                 if s.header.stripe_index as usize == k {
                     slots[k] = Some(s);
+                    chunks.extend(c);
                     break;
                 }
             }
@@ -203,39 +336,102 @@ impl BackupSet {
             return Err(Error::corrupt("some stripes of the set are encrypted and some are not (a header is damaged)"));
         }
         let cipher = stripes[0].cipher.clone();
-        let set = BackupSet { stripes, manifest, cipher };
-        set.check_coverage()?;
+        let mut set = BackupSet { stripes, manifest, cipher, paged, raw_total: 0, files: 0 };
+        // Stripes whose index is held give their chunks from it.
+        let mut raw_total: u64 = chunks.iter().map(|c| c.1).sum();
+        let mut sorters: Vec<ChunkSorter> = chunks.into_iter().map(|c| c.0).collect();
+        for (k, s) in set.stripes.iter().enumerate().filter(|(_, s)| !s.index_streamed) {
+            let mut sorter = ChunkSorter::default();
+            for e in &s.index {
+                raw_total += u64::from(e.raw_len);
+                sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+            }
+            sorters.push(sorter);
+        }
+        set.raw_total = raw_total;
+        set.files = set.check_coverage(sorters)?;
         Ok(set)
     }
 
     /// Every file's chunks, across all stripes, tile it exactly and combine to its crc (a file an
-    /// incremental holds in part: its chunks do not overlap and combine to the crc of the bytes held).
-    fn check_coverage(&self) -> Result<()> {
-        let entries = &self.manifest.entries;
-        let chunks = self
-            .stripes
-            .iter()
-            .enumerate()
-            .flat_map(|(k, s)| s.index.iter().map(move |e| ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k }))
-            .collect();
-        let sums = file_checksums(entries, chunks).map_err(|f| match f {
-            TileFault::Gap { entry, at, expected, stripe } => Error::corrupt(format!(
+    /// incremental holds in part: its chunks do not overlap and combine to the crc of the bytes
+    /// held); the entries held, or read a page at a time. Returns how many regular files there are.
+    fn check_coverage(&self, sorters: Vec<ChunkSorter>) -> Result<usize> {
+        let mut merged = ChunkSorter::merge(sorters);
+        let files = match &self.paged {
+            None => self.check_entries(self.manifest.entries.iter().map(Ok), &mut merged)?,
+            Some((region, mb)) => {
+                let read = in_memory(mb);
+                let cipher = self.cipher.as_deref();
+                let pages = (0..region.pages.len()).map(|k| region.page(k, &read, cipher));
+                let entries = pages.flat_map(|p| match p {
+                    Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+                    Err(e) => vec![Err(e)],
+                });
+                self.check_entries(entries, &mut merged)?
+            }
+        };
+        match merged.error() {
+            Some(e) => Err(e),
+            None => Ok(files),
+        }
+    }
+
+    fn check_entries<E: std::borrow::Borrow<Entry>>(&self, entries: impl Iterator<Item = Result<E>>, chunks: &mut impl Iterator<Item = ChunkRef>) -> Result<usize> {
+        let fault = |f: TileFault, e: Option<&Entry>| match (f, e) {
+            (TileFault::Gap { at, expected, stripe, .. }, Some(e)) => Error::corrupt(format!(
                 "file {}: chunk at offset {at} (stripe {}) does not follow byte {expected}: the index is inconsistent",
-                entries[entry].path,
-                self.stripes[stripe].location
+                e.path, self.stripes[stripe].location
             )),
-            TileFault::Coverage { entry, covered } => match entries.get(entry) {
-                Some(e) => Error::corrupt(format!("file {}: its chunks cover {covered} of {} bytes: the set is inconsistent", e.path, e.size)),
-                None => Error::corrupt(format!("an index names file id {entry}, which the manifest does not have")),
-            },
-        })?;
-        for (e, sum) in entries.iter().zip(sums) {
+            (TileFault::Coverage { covered, .. }, Some(e)) => Error::corrupt(format!("file {}: its chunks cover {covered} of {} bytes: the set is inconsistent", e.path, e.size)),
+            (TileFault::Gap { entry, .. } | TileFault::Coverage { entry, .. }, None) => {
+                Error::corrupt(format!("an index names file id {entry}, which the manifest does not have"))
+            }
+        };
+        let roots = self.manifest.roots.len();
+        let mut tiler = Tiler::new(chunks);
+        let mut files = 0;
+        for (id, e) in entries.enumerate() {
+            let e = e?;
+            let e = e.borrow();
+            if self.paged.is_some() && e.root as usize >= roots {
+                return Err(Error::corrupt(format!("manifest: entry '{}' names root {} but the backup has {roots} root(s); refusing it", e.path, e.root)));
+            }
+            let sum = tiler.next(id, e).map_err(|f| fault(f, Some(e)))?;
+            if let (Some(d), Some((_, covered))) = (e.delta, sum) {
+                if covered != d.bytes {
+                    return Err(fault(TileFault::Coverage { entry: id, covered }, Some(e)));
+                }
+            }
             let want = e.delta.map(|d| d.crc32c).or(e.crc32c);
-            if want.is_some() && want != sum {
+            if want.is_some() && want != sum.map(|s| s.0) {
                 return Err(Error::corrupt(format!("file {}: its chunks do not combine to its checksum: the set is inconsistent", e.path)));
             }
+            files += usize::from(e.kind == EntryKind::File);
         }
-        Ok(())
+        tiler.finish().map_err(|f| fault(f, None))?;
+        Ok(files)
+    }
+
+    /// Entry `file_id`: from the manifest held, or (opened lean) read from its page.
+    ///
+    /// # Errors
+    /// No such entry; a page that does not check.
+    pub fn entry(&self, file_id: u32) -> Result<Entry> {
+        let missing = || Error::invalid(format!("the backup has no entry {file_id}"));
+        match &self.paged {
+            None => self.manifest.entries.get(file_id as usize).cloned().ok_or_else(missing),
+            Some((region, mb)) => {
+                let k = region.pages.partition_point(|p| p.first_id <= u64::from(file_id)).checked_sub(1).ok_or_else(missing)?;
+                let page = region.page(k, &in_memory(mb), self.cipher.as_deref())?;
+                page.into_iter().nth((u64::from(file_id) - region.pages[k].first_id) as usize).ok_or_else(missing)
+            }
+        }
+    }
+
+    /// Regular files in the set.
+    pub fn file_count(&self) -> usize {
+        self.files
     }
 
     /// Whether the set is encrypted.
@@ -245,7 +441,7 @@ impl BackupSet {
 
     /// Raw bytes in all frames.
     pub fn raw_bytes(&self) -> u64 {
-        self.stripes.iter().flat_map(|s| s.index.iter()).map(|e| e.raw_len as u64).sum()
+        self.raw_total
     }
 
     /// Bytes of all stripes.

@@ -28,7 +28,7 @@ fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {
     if !a.repo.repo.is_empty() {
         return Err(Error::invalid("give stripes or --repo, not both"));
     }
-    let set = ctx.open_stripes(&a.stripes)?;
+    let set = ctx.open_stripes_lean(&a.stripes)?;
     let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, FLAG_PACKED, FRAME_HEADER_LEN, MAX_ZERO_FRAME};
 use crate::frame::FrameDecoder;
 use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
-use crate::set::{frames_of, BackupSet, OpenStripe};
+use crate::set::{BackupSet, OpenStripe};
 use crate::storage::from_io;
 
 /// A decompressed chunk in an aligned buffer of its own, back in the pool when dropped.
@@ -87,9 +87,8 @@ struct Encoded {
     stripe: usize,
     /// Frame number in the stripe (from 0), for messages.
     frame: usize,
-    /// Its first index entry, and how many it has (more than one when packed).
-    first: usize,
-    parts: usize,
+    /// Its index entries (more than one when packed).
+    members: Vec<IndexEntry>,
     header: FrameHeader,
     buf: Option<PoolBuf>,
 }
@@ -165,12 +164,12 @@ fn read_stripe(
     // checksum out of its header: the decoder checks it against the index once opened.
     let sealed = s.cipher.is_some();
     let stored_max = ts + if sealed { FRAME_OVERHEAD } else { 0 };
-    for (i, (first, parts)) in frames_of(&s.index).enumerate() {
+    for (i, members) in s.frames()?.enumerate() {
         if shared.is_cancelled() {
             return Ok(());
         }
-        let e = &s.index[first];
-        let members = &s.index[first..first + parts];
+        let members = members?;
+        let e = &members[0];
         let here = |what: &str| {
             Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.location, i + 1, e.frame_pos))
         };
@@ -199,9 +198,9 @@ fn read_stripe(
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
         let crc_shown = if sealed && header.stored_len != 0 { None } else { Some(header.raw_crc) };
         let agrees = if header.flags & FLAG_PACKED != 0 {
-            packed_agrees(&header, members, crc_shown)
+            packed_agrees(&header, &members, crc_shown)
         } else {
-            parts == 1
+            members.len() == 1
                 && header.flags == 0
                 && e.frame_off == 0
                 && header.file_id == e.file_id
@@ -216,7 +215,7 @@ fn read_stripe(
         expect_pos += n as u64;
         let buf = (header.stored_len != 0).then_some(buf);
         sent.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if tx.send(Encoded { stripe: k, frame: i, first, parts, header, buf }).is_err() {
+        if tx.send(Encoded { stripe: k, frame: i, members, header, buf }).is_err() {
             return Ok(());
         }
     }
@@ -293,22 +292,23 @@ fn decode_loop(
 fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mut out: Decoded, sink: &mut dyn Lane) -> Result<()> {
     let h = &job.header;
     let s = &set.stripes[job.stripe];
-    let entry = &set.manifest.entries[h.file_id as usize];
+    let members = &job.members;
     let here = |what: String| {
-        let packed = if job.parts > 1 { format!(", packed with {} more files", job.parts - 1) } else { String::new() };
+        let parts = members.len();
+        let packed = if parts > 1 { format!(", packed with {} more files", parts - 1) } else { String::new() };
+        // Only a failure needs the file's name: a set opened lean reads it from its page.
+        let path = set.entry(h.file_id).map_or_else(|_| format!("file id {}", h.file_id), |e| e.path);
         Error::corrupt(format!(
-            "stripe {}: frame {} at byte {} ({} bytes at offset {} of {}{packed}): {what}",
+            "stripe {}: frame {} at byte {} ({} bytes at offset {} of {path}{packed}): {what}",
             s.location,
             job.frame + 1,
-            s.index[job.first].frame_pos,
+            members[0].frame_pos,
             h.raw_len,
             h.offset,
-            entry.path
         ))
     };
     let stored = job.buf.as_mut().map(|b| &mut b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
     let (raw, crc) = decoder.decode(h, stored, &mut out).map_err(here)?;
-    let members = &s.index[job.first..job.first + job.parts];
     if set.cipher.is_some() && crc != index_crc(members) {
         // Shown in the clear, the checksum was compared when the frame was read; sealed, now.
         return Err(here("frame disagrees with the index (the index or the frame was replaced)".into()));
@@ -320,7 +320,7 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
         out.set_len(h.raw_len as usize);
         return sink.owned(h.file_id, h.offset, out);
     }
-    for m in members {
+    for m in members.iter() {
         let (at, len) = (m.frame_off as usize, m.raw_len as usize);
         sink.chunk(m.file_id, m.offset, len, raw.map(|r| &r[at..at + len]))?;
     }
@@ -351,7 +351,7 @@ mod tests {
     fn a_packed_frames_index_entries_must_tile_it_and_combine_to_its_checksum() {
         let (h, e) = packed();
         assert!(packed_agrees(&h, &e, Some(h.raw_crc)));
-        assert_eq!(frames_of(&e).collect::<Vec<_>>(), vec![(0, 3)]);
+        assert_eq!(crate::set::frames_of(&e).collect::<Vec<_>>(), vec![(0, 3)]);
         type Damage = fn(&mut FrameHeader, &mut Vec<IndexEntry>);
         let broken: [(&str, Damage); 7] = [
             ("a gap", |_, e| e[1].frame_off += 1),

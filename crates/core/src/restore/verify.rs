@@ -54,7 +54,7 @@ pub fn verify(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progres
         frames,
         bytes_raw: set.raw_bytes(),
         bytes_stored: set.stored_bytes(),
-        files: set.manifest.file_count(),
+        files: set.file_count(),
         seconds: t0.elapsed().as_secs_f64(),
     })
 }

@@ -17,9 +17,14 @@ fn restore(stripes: &[PathBuf], o: &RestoreOptions, p: Arc<NoProgress>) -> sheaf
     sheaf_core::restore(&open(stripes)?, o, p)
 }
 
-/// Verify stripe files.
+/// Verify stripe files, the set opened lean (entries and index streamed, as `sheaf verify` does)
+/// and whole: both must say the same.
 fn verify(stripes: &[PathBuf], threads: Option<usize>, p: Arc<NoProgress>) -> sheaf_core::Result<sheaf_core::VerifyReport> {
-    sheaf_core::verify(&open(stripes)?, threads, p)
+    let locations: Vec<Location> = stripes.iter().map(Location::file).collect();
+    let lean = sheaf_core::verify(&BackupSet::open_lean(&locations, &LocalOnly, None)?, threads, p.clone())?;
+    let whole = sheaf_core::verify(&open(stripes)?, threads, p)?;
+    assert_eq!((lean.frames, lean.bytes_raw, lean.files, lean.stripes), (whole.frames, whole.bytes_raw, whole.files, whole.stripes), "lean and whole verify agree");
+    Ok(lean)
 }
 
 const TRANSFER_SIZES: [u64; 3] = [64 << 10, 1 << 20, 16 << 20];
@@ -491,4 +496,57 @@ fn preallocated_stripes_are_trimmed_and_restore_the_same() {
     let out = work.path().join("out");
     restore(&stripes[..1], &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
     compare_trees(&src, &out).unwrap();
+}
+
+/// A set of many pages opened lean holds no entries and no index, and still finds each entry,
+/// counts what the whole one counts, and refuses an index that lost a chunk, as the whole one does.
+#[test]
+fn a_set_opened_lean_holds_no_entries_and_agrees_with_the_whole() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    for d in 0..5 {
+        std::fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for i in 0..1000 {
+            std::fs::write(src.join(format!("d{d}/f{i}")), format!("{d}/{i}").repeat(i % 7)).unwrap();
+        }
+    }
+    let stripes: Vec<PathBuf> = (0..2).map(|k| work.path().join(format!("m_{k}.sheaf"))).collect();
+    let mut opts = BackupOptions::new(stripes.iter().map(Location::file).collect());
+    opts.transfer_size = 64 << 10;
+    backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
+    let locations: Vec<Location> = stripes.iter().map(Location::file).collect();
+    let lean = BackupSet::open_lean(&locations, &LocalOnly, None).unwrap();
+    let whole = open(&stripes).unwrap();
+    assert!(lean.manifest.entries.is_empty() && lean.stripes.iter().all(|s| s.index.is_empty()), "nothing per file held");
+    assert_eq!(whole.manifest.entries.len(), 5006);
+    assert_eq!((lean.file_count(), lean.raw_bytes()), (whole.manifest.file_count(), whole.raw_bytes()));
+    for id in [0, 1, 2047, 2048, 4095, 5005] {
+        assert_eq!(lean.entry(id).unwrap(), whole.manifest.entries[id as usize], "entry {id}");
+    }
+    assert!(lean.entry(5006).is_err());
+    let v = verify(&stripes, None, Arc::new(NoProgress)).unwrap();
+    assert_eq!(v.files, 5000);
+
+    // An index entry removed (the trailer's count and checksum made to agree): both refuse it,
+    // naming the file whose chunks no longer cover it.
+    use sheaf_core::format::{index_entry_len, Trailer, TRAILER_LEN};
+    let k = (0..2).find(|&k| whole.stripes[k].index.iter().any(|e| e.raw_len > 0)).unwrap();
+    let mut b = std::fs::read(&stripes[k]).unwrap();
+    let mut t = Trailer::decode(&b[b.len() - TRAILER_LEN..]).unwrap();
+    let len = index_entry_len(whole.stripes[k].header.version) as u64;
+    let victim = whole.stripes[k].index.iter().position(|e| e.raw_len > 0).unwrap() as u64;
+    let at = (t.index_offset + victim * len) as usize;
+    b.drain(at..at + len as usize);
+    t.index_len -= len;
+    t.manifest_offset -= len;
+    t.frame_count -= 1;
+    let (index, manifest) = (t.index_offset as usize, t.manifest_offset as usize);
+    t.index_crc = crc32c::crc32c(&b[index..manifest]);
+    let n = b.len();
+    b[n - TRAILER_LEN..].copy_from_slice(&t.encode());
+    std::fs::write(&stripes[k], &b).unwrap();
+    let lean = BackupSet::open_lean(&locations, &LocalOnly, None).err().expect("lean refuses");
+    let whole = open(&stripes).err().expect("whole refuses");
+    assert_eq!(lean.to_string(), whole.to_string());
+    assert!(lean.to_string().contains("chunks cover"), "{lean}");
 }
