@@ -492,6 +492,14 @@ pub trait Files: Send + Sync {
     /// # Errors
     /// As [`list_tree`].
     fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>>;
+    /// A walk of `root` that streams ([`Walk`]), where the files are this host's; `None` where
+    /// they are listed whole only ([`Files::list_tree`]).
+    ///
+    /// # Errors
+    /// As [`Walk::new`].
+    fn walk(&self, _root: &Path, _root_id: u16) -> Result<Option<Walk>> {
+        Ok(None)
+    }
     /// As [`list_one`]; `None` where nothing is at `abs`.
     ///
     /// # Errors
@@ -554,6 +562,9 @@ impl Files for LocalFiles {
     }
     fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
         list_tree(root, root_id, warnings)
+    }
+    fn walk(&self, root: &Path, root_id: u16) -> Result<Option<Walk>> {
+        Walk::new(root, root_id).map(Some)
     }
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
         match fs::symlink_metadata(abs) {

@@ -52,6 +52,9 @@ impl Files for Spooled {
     fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
         self.cluster.list_tree(root, root_id, warnings)
     }
+    fn walk(&self, root: &Path, root_id: u16) -> Result<Option<sheaf_core::source::Walk>> {
+        self.cluster.walk(root, root_id)
+    }
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
         self.cluster.list_one(abs, rel, root_id)
     }
@@ -276,42 +279,70 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let catalog_url = pg.standby.as_deref().unwrap_or(&pg.url);
     let databases = sides.reader().0.catalog(catalog_url, &mut catalog_warnings)?;
     let mut warnings = Vec::new();
-    let (main, dropped) = layout::filter(files.list_tree(&pgdata, 0, &mut warnings)?, false);
     // pg_control is read after everything else, and (in a hybrid backup) the configuration too,
     // on the primary.
     let from_primary = |path: &str| path == "global/pg_control" || (role == Role::Hybrid && PRIMARY_FILES.contains(&path));
-    let main: Vec<Listed> = main.into_iter().filter(|l| !from_primary(&l.entry.path)).collect();
     let verify = facts.data_checksums && facts.default_layout;
     if facts.data_checksums && !facts.default_layout {
         warnings.push("page checksums not verified: this server was built with a non-default block or segment size".into());
     }
     let mut prefixes = vec![String::new()];
-    let mut batches: Vec<Batch> = Vec::new();
     let main_root = session.add_root(Root { name: String::new(), path: pgdata.display().to_string() });
-    let mut tablespace_lists = Vec::new();
+    let mut ts_roots = Vec::new();
     for ts in &tablespaces {
-        let listed = files.list_tree(Path::new(&ts.location), 0, &mut warnings)?;
-        let ours = format!("{}/", facts.tablespace_version_dir);
-        let listed: Vec<Listed> = listed
-            .into_iter()
-            .filter(|l| l.entry.path.is_empty() || l.entry.path == facts.tablespace_version_dir || l.entry.path.starts_with(&ours))
-            .collect();
-        let (listed, _) = layout::filter(listed, true);
         let id = session.add_root(Root { name: format!("pg_tblspc/{}", ts.oid), path: ts.location.clone() });
         prefixes.push(format!("pg_tblspc/{}/", ts.oid));
-        tablespace_lists.push((id, listed));
+        ts_roots.push((id, Path::new(&ts.location)));
     }
     let check: Option<Arc<PageCheck>> = verify.then(|| {
         Arc::new(PageCheck { start_lsn, files: files.clone(), prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) })
     });
     let as_check = || check.clone().map(|c| c as Arc<dyn ChunkCheck>);
-    batches.push((main_root, main, as_check()));
-    for (id, listed) in tablespace_lists {
-        batches.push((id, listed, as_check()));
-    }
-    session.warnings.extend(warnings);
+    // A tablespace's directory holds one folder per server version: ours only.
+    let ours = format!("{}/", facts.tablespace_version_dir);
+    let in_ours = |l: &Listed| l.entry.path.is_empty() || l.entry.path == facts.tablespace_version_dir || l.entry.path.starts_with(&ours);
     session.warnings.extend(catalog_warnings);
-    session.read_listed(batches)?;
+    let dropped = match files.walk(&pgdata, 0)? {
+        // This host's files: walked as they are read, so that a cluster of millions of relation
+        // files holds no listing of them.
+        Some(mut walk) => {
+            let mut ts_walks = Vec::new();
+            for &(id, location) in &ts_roots {
+                let w = files.walk(location, 0)?.ok_or_else(|| Error::invalid("internal: a tablespace is not walked like the data directory"))?;
+                ts_walks.push((id, w));
+            }
+            session.warnings.extend(warnings);
+            let (dropped, ts_dropped) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+            let read = {
+                let main = layout::filter_stream(&mut walk, false, &dropped)
+                    .filter(|l| !l.as_ref().is_ok_and(|l| from_primary(&l.entry.path)))
+                    .map(|l| l.map(|l| (main_root, l, as_check())));
+                let spaces = ts_walks.iter_mut().flat_map(|(id, w)| {
+                    let id = *id;
+                    layout::filter_stream(w.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped).map(move |l| l.map(|l| (id, l, as_check())))
+                });
+                session.read_streamed(main.chain(spaces))
+            };
+            session.warnings.extend(walk.take_warnings());
+            for (_, w) in &mut ts_walks {
+                session.warnings.extend(w.take_warnings());
+            }
+            read?;
+            dropped.get()
+        }
+        None => {
+            let (main, dropped) = layout::filter(files.list_tree(&pgdata, 0, &mut warnings)?, false);
+            let main: Vec<Listed> = main.into_iter().filter(|l| !from_primary(&l.entry.path)).collect();
+            let mut batches: Vec<Batch> = vec![(main_root, main, as_check())];
+            for &(id, location) in &ts_roots {
+                let listed: Vec<Listed> = files.list_tree(location, 0, &mut warnings)?.into_iter().filter(in_ours).collect();
+                batches.push((id, layout::filter(listed, true).0, as_check()));
+            }
+            session.warnings.extend(warnings);
+            session.read_listed(batches)?;
+            dropped
+        }
+    };
     if let Some(m) = &misses {
         let m = m.lock().unwrap_or_else(|p| p.into_inner());
         if !m.is_empty() {

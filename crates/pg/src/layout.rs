@@ -99,65 +99,123 @@ pub fn filter(listed: Vec<Listed>, in_tablespace: bool) -> (Vec<Listed>, usize) 
         })
         .collect();
     let before = listed.len();
-    let kept: Vec<Listed> = listed
-        .into_iter()
-        .filter(|l| {
-            let path = l.entry.path.as_str();
-            let (dir, name) = split(path);
-            if !in_tablespace {
-                if dir.is_empty() && l.entry.kind != EntryKind::Dir && TOP_FILES.contains(&name) {
-                    return false;
-                }
-                // Keep the directories themselves, and pg_wal/archive_status, but not their contents.
-                let top = path.split('/').next().unwrap_or_default();
-                if EMPTY_DIRS.contains(&top) && path != top && path != "pg_wal/archive_status" {
-                    return false;
-                }
-            }
-            if name == "pg_internal.init" || name.starts_with("pgsql_tmp") || path.split('/').any(|c| c.starts_with("pgsql_tmp") && c != name) {
-                return false;
-            }
-            if l.entry.kind == EntryKind::File && is_temp_relation(name) {
-                return false;
-            }
-            if let Some(r) = rel_file(name) {
-                if r.fork != "init" && unlogged.contains(&(dir.to_string(), r.node.to_string())) {
-                    return false;
-                }
-            }
-            true
-        })
-        .collect();
+    let mut rules = Rules::new(in_tablespace);
+    let mut kept: Vec<Listed> = listed.into_iter().filter_map(|mut l| rules.keep(&mut l, &unlogged).then_some(l)).collect();
     let dropped = before - kept.len();
-    let mut kept = kept;
-    if !in_tablespace {
-        normalize_empty_dirs(&mut kept);
+    let has = |p: &str, k: &[Listed]| k.iter().any(|l| l.entry.path == p);
+    if !in_tablespace && has("pg_wal", &kept) && !has("pg_wal/archive_status", &kept) {
+        let at = kept.iter().position(|l| l.entry.path == "pg_wal").expect("present") + 1;
+        kept.insert(at, archive_status(&kept[at - 1]));
     }
     (kept, dropped)
 }
 
-/// A directory whose contents are left out may be a symlink (`initdb -X` puts pg_wal elsewhere):
-/// in the backup it becomes a plain directory, owned like the data directory, as PostgreSQL's base
-/// backup does; and pg_wal/archive_status exists whatever the source had.
-fn normalize_empty_dirs(kept: &mut Vec<Listed>) {
-    let Some(root) = kept.iter().find(|l| l.entry.path.is_empty()).map(|l| l.entry.clone()) else { return };
-    for l in kept.iter_mut() {
-        if l.entry.kind == EntryKind::Symlink && EMPTY_DIRS.contains(&l.entry.path.as_str()) {
-            l.entry.kind = EntryKind::Dir;
-            l.entry.target = None;
-            l.entry.mode = 0o700;
-            l.entry.uid = root.uid;
-            l.entry.gid = root.gid;
+/// [`filter`] over a listing that streams in tree order (a [`sheaf_core::source::Walk`] of this
+/// host's files), holding nothing per file: each directory's unlogged relations are found from
+/// its names when the directory comes by. `dropped` counts what is left out.
+pub fn filter_stream<'a>(
+    listing: impl Iterator<Item = sheaf_core::Result<Listed>> + 'a,
+    in_tablespace: bool,
+    dropped: &'a std::cell::Cell<usize>,
+) -> impl Iterator<Item = sheaf_core::Result<Listed>> + 'a {
+    let mut rules = Rules::new(in_tablespace);
+    let mut unlogged: HashSet<(String, String)> = HashSet::new();
+    let mut queued: Option<Listed> = None;
+    let mut listing = listing;
+    std::iter::from_fn(move || {
+        if let Some(q) = queued.take() {
+            return Some(Ok(q));
         }
+        loop {
+            let mut l = match listing.next()? {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e)),
+            };
+            if l.entry.kind == EntryKind::Dir {
+                // Names only (no stats): a database's init forks, before its other files come.
+                if let Ok(names) = std::fs::read_dir(&l.abs) {
+                    for name in names.flatten() {
+                        let name = name.file_name();
+                        if let Some(r) = name.to_str().and_then(rel_file).filter(|r| r.fork == "init") {
+                            unlogged.insert((l.entry.path.clone(), r.node.to_string()));
+                        }
+                    }
+                }
+            }
+            let was_link = l.entry.kind == EntryKind::Symlink;
+            if !rules.keep(&mut l, &unlogged) {
+                dropped.set(dropped.get() + 1);
+                continue;
+            }
+            if !in_tablespace && l.entry.path == "pg_wal" && (was_link || std::fs::symlink_metadata(l.abs.join("archive_status")).is_err()) {
+                queued = Some(archive_status(&l));
+            }
+            return Some(Ok(l));
+        }
+    })
+}
+
+/// The rules of [`filter`], one entry at a time.
+struct Rules {
+    in_tablespace: bool,
+    /// The owner of the data directory (the first entry), for what becomes a plain directory.
+    owner: Option<(u32, u32)>,
+}
+
+impl Rules {
+    fn new(in_tablespace: bool) -> Self {
+        Rules { in_tablespace, owner: None }
     }
-    let has = |p: &str, k: &[Listed]| k.iter().any(|l| l.entry.path == p);
-    if has("pg_wal", kept) && !has("pg_wal/archive_status", kept) {
-        let at = kept.iter().position(|l| l.entry.path == "pg_wal").expect("present") + 1;
-        let mut dir = kept[at - 1].clone();
-        dir.entry.path = "pg_wal/archive_status".into();
-        dir.abs = dir.abs.join("archive_status");
-        kept.insert(at, dir);
+
+    /// Whether `l` is kept, given the (dir, node) pairs of unlogged relations. A directory whose
+    /// contents are left out may be a symlink (`initdb -X` puts pg_wal elsewhere): in the backup
+    /// it becomes a plain directory, owned like the data directory, as PostgreSQL's base backup
+    /// does.
+    fn keep(&mut self, l: &mut Listed, unlogged: &HashSet<(String, String)>) -> bool {
+        let path = l.entry.path.as_str();
+        if path.is_empty() {
+            self.owner = Some((l.entry.uid, l.entry.gid));
+        }
+        let (dir, name) = split(path);
+        if !self.in_tablespace {
+            if dir.is_empty() && l.entry.kind != EntryKind::Dir && TOP_FILES.contains(&name) {
+                return false;
+            }
+            // Keep the directories themselves, and pg_wal/archive_status, but not their contents.
+            let top = path.split('/').next().unwrap_or_default();
+            if EMPTY_DIRS.contains(&top) && path != top && path != "pg_wal/archive_status" {
+                return false;
+            }
+        }
+        if name == "pg_internal.init" || name.starts_with("pgsql_tmp") || path.split('/').any(|c| c.starts_with("pgsql_tmp") && c != name) {
+            return false;
+        }
+        if l.entry.kind == EntryKind::File && is_temp_relation(name) {
+            return false;
+        }
+        if let Some(r) = rel_file(name) {
+            if r.fork != "init" && unlogged.contains(&(dir.to_string(), r.node.to_string())) {
+                return false;
+            }
+        }
+        if !self.in_tablespace && l.entry.kind == EntryKind::Symlink && EMPTY_DIRS.contains(&path) {
+            if let Some((uid, gid)) = self.owner {
+                l.entry.kind = EntryKind::Dir;
+                l.entry.target = None;
+                l.entry.mode = 0o700;
+                (l.entry.uid, l.entry.gid) = (uid, gid);
+            }
+        }
+        true
     }
+}
+
+/// pg_wal/archive_status, which exists in a backup whatever the source had: like pg_wal.
+fn archive_status(pg_wal: &Listed) -> Listed {
+    let mut dir = pg_wal.clone();
+    dir.entry.path = "pg_wal/archive_status".into();
+    dir.abs = dir.abs.join("archive_status");
+    dir
 }
 
 fn split(path: &str) -> (&str, &str) {
@@ -262,5 +320,42 @@ mod tests {
         let paths: Vec<(&str, EntryKind)> = kept.iter().map(|l| (l.entry.path.as_str(), l.entry.kind)).collect();
         assert_eq!(paths, vec![("", EntryKind::Dir), ("pg_wal", EntryKind::Dir), ("pg_wal/archive_status", EntryKind::Dir)]);
         assert_eq!((kept[1].entry.uid, kept[1].entry.mode, kept[1].entry.target.as_deref()), (26, 0o700, None));
+    }
+
+    /// On a real folder, the filter over a walk that streams keeps and drops what the filter over
+    /// the whole listing does, symlinked pg_wal included, and counts the same.
+    #[test]
+    fn the_streamed_filter_agrees_with_the_whole_one() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("pgdata");
+        for dir in ["base/5", "base/pgsql_tmp", "global", "pg_stat_tmp", "pg_replslot/slot"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        for f in [
+            "PG_VERSION", "postmaster.pid", "standby.signal", "base/5/1259", "base/5/1259_fsm", "base/5/16500", "base/5/16500.1",
+            "base/5/16500_fsm", "base/5/16500_init", "base/5/t3_16400", "base/5/pg_internal.init", "base/pgsql_tmp/pgsql_tmp1.0",
+            "global/pg_control", "pg_stat_tmp/x", "pg_replslot/slot/state",
+        ] {
+            std::fs::write(root.join(f), b"x").unwrap();
+        }
+        let elsewhere = d.path().join("wal");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("000000010000000000000001"), b"w").unwrap();
+        for symlinked in [false, true] {
+            if symlinked {
+                std::fs::remove_dir_all(root.join("pg_wal")).unwrap();
+                std::os::unix::fs::symlink(&elsewhere, root.join("pg_wal")).unwrap();
+            } else {
+                std::fs::create_dir_all(root.join("pg_wal")).unwrap();
+                std::fs::write(root.join("pg_wal/000000010000000000000001"), b"w").unwrap();
+            }
+            let (whole, dropped) = filter(sheaf_core::source::list_tree(&root, 0, &mut Vec::new()).unwrap(), false);
+            let count = std::cell::Cell::new(0);
+            let streamed: Vec<Listed> = filter_stream(sheaf_core::source::Walk::new(&root, 0).unwrap(), false, &count).collect::<sheaf_core::Result<_>>().unwrap();
+            let shown = |v: &[Listed]| v.iter().map(|l| (l.entry.path.clone(), l.entry.kind, l.entry.mode)).collect::<Vec<_>>();
+            assert_eq!(shown(&streamed), shown(&whole), "symlinked pg_wal: {symlinked}");
+            assert_eq!(count.get(), dropped);
+            assert!(whole.iter().any(|l| l.entry.path == "pg_wal/archive_status") && !whole.iter().any(|l| l.entry.path == "base/5/16500"));
+        }
     }
 }

@@ -259,8 +259,18 @@ impl Backup {
     /// The listing's first error, or the first error of any thread.
     pub fn add_tree_streamed(&mut self, root: Root, listing: impl Iterator<Item = Result<Listed>>) -> Result<()> {
         let id = self.add_root(root);
+        self.read_streamed(listing.map(move |l| l.map(|l| (id, l, None))))
+    }
+
+    /// Read entries as they come from `items` (root, entry, the check its chunks get), a listing
+    /// that streams: neither it nor the entries are ever held whole. The progress total grows as
+    /// files come.
+    ///
+    /// # Errors
+    /// The listing's first error, or the first error of any thread.
+    pub fn read_streamed(&mut self, items: impl Iterator<Item = Result<(u16, Listed, Option<Arc<dyn ChunkCheck>>)>>) -> Result<()> {
         self.shared.progress.begin("backup", 0);
-        self.read_stream(listing.map(move |l| l.map(|l| (id, l, None))), true)
+        self.read_stream(items, true)
     }
 
     /// Register each listed entry and hand each regular file to a reader as it comes: small files
@@ -740,6 +750,50 @@ mod tests {
             // Readers had `buffer_count - threads` of them; the spares come on top.
             assert!(pool.allocated() <= tuning.buffer_count - tuning.threads + spares, "{codec}: {} buffers", pool.allocated());
             assert!(pool.allocated() > spares, "{codec}: the readers used the pool");
+        }
+    }
+
+    /// A live source (files vanishing and changing is normal): files gone between listing and
+    /// reading are summed up in one warning and listed by name, whether they came in a listing
+    /// held whole or one that streams; the set restores without them.
+    #[test]
+    fn files_vanishing_under_a_live_source_are_summed_up_not_warned_one_by_one() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(src.join("db")).unwrap();
+        for i in 0..20 {
+            std::fs::write(src.join(format!("db/f{i:02}")), vec![i as u8; 100 + i]).unwrap();
+        }
+        for streamed in [false, true] {
+            let stripe = d.path().join(format!("s{streamed}.sheaf"));
+            let opts = BackupOptions::new(vec![Location::file(&stripe)]);
+            let tuning = Tuning::resolve(&opts, 1).unwrap();
+            let mut b = Backup::start(&opts, tuning, Arc::new(NoProgress)).unwrap();
+            b.expect_changes();
+            let root = Root { name: "main".into(), path: src.display().to_string() };
+            let listed = crate::source::list_tree(&src, 0, &mut Vec::new()).unwrap();
+            // Gone after the listing, before any read.
+            let gone: Vec<_> = listed.iter().filter(|l| l.entry.path.ends_with('3')).map(|l| l.abs.clone()).collect();
+            let renamed: Vec<_> = gone.iter().map(|p| p.with_extension("moved")).collect();
+            for (p, to) in gone.iter().zip(&renamed) {
+                std::fs::rename(p, to).unwrap();
+            }
+            if streamed {
+                b.add_tree_streamed(root, listed.into_iter().map(Ok)).unwrap();
+            } else {
+                b.add_tree(root, listed).unwrap();
+            }
+            for (p, to) in gone.iter().zip(&renamed) {
+                std::fs::rename(to, p).unwrap();
+            }
+            let r = b.finish(serde_json::json!({})).unwrap();
+            assert_eq!(r.vanished_files, vec!["main/db/f03".to_string(), "main/db/f13".to_string()], "streamed: {streamed}");
+            assert_eq!(r.warnings.len(), 1, "one line for all: {:?}", r.warnings);
+            assert!(r.warnings[0].contains("0 files changed and 2 vanished"), "{:?}", r.warnings);
+            let set = crate::set::BackupSet::open(&[Location::file(&stripe)], &LocalOnly).unwrap();
+            let gone: Vec<&str> = set.manifest.entries.iter().filter(|e| e.vanished).map(|e| e.path.as_str()).collect();
+            assert_eq!(gone, vec!["db/f03", "db/f13"]);
+            assert_eq!(set.file_count(), 20);
         }
     }
 }

@@ -206,10 +206,16 @@ fn a_database_dropped_mid_backup_is_summed_up_in_one_line() {
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The tree is walked as it is read: what of the dropped database was listed before the drop
+    // vanishes when read and is summed up; what was not is never listed (one line at most says
+    // its folder vanished while listed). Either way, no warning per file.
     let vanished = v["vanished_files"].as_array().unwrap();
-    assert!(vanished.len() > 40, "the dropped database's files are listed: {}", vanished.len());
     assert!(vanished.iter().all(|f| f.as_str().unwrap().starts_with(&format!("base/{churn_oid}/"))), "{vanished:?}");
-    assert!(err.contains(&format!("and {} vanished while being read", vanished.len())) && err.contains("WAL replay"), "{err}");
+    if !vanished.is_empty() {
+        assert!(err.contains(&format!("and {} vanished while being read", vanished.len())) && err.contains("WAL replay"), "{err}");
+    }
+    let listed: Vec<String> = v["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect();
+    assert!(listed.iter().all(|w| !w.contains(&format!("base/{slow_oid}"))), "{listed:?}");
     assert!(!err.contains("vanished before it was read"), "no warning per file: {err}");
     assert!(err.lines().filter(|l| l.contains("warning")).count() <= 2, "{err}");
 }
