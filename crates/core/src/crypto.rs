@@ -39,8 +39,16 @@ pub const TAG_LEN: usize = 16;
 pub const FRAME_OVERHEAD: usize = 8 + 4 + TAG_LEN;
 /// Nonce domain of frames (the counter is stored in the frame).
 pub const NONCE_FRAMES: u32 = 0;
-/// Nonce domain of a stripe's index (the counter is the stripe number).
+/// Nonce domain of a stripe's index (the counter is the stripe number; from format 5, the piece
+/// number above it: [`index_piece_nonce`]).
 pub const NONCE_INDEX: u32 = 1;
+
+/// The nonce counter and associated data of piece `p` of stripe `k`'s index (format 5): the
+/// stripe in the low 16 bits, the piece above them; the last piece is bound as the last, so
+/// that an index cut short at a piece's end does not open.
+pub fn index_piece_nonce(k: u16, p: u64, last: bool) -> (u64, &'static [u8]) {
+    ((p << 16) | u64::from(k), if last { b"last" } else { b"" })
+}
 /// Nonce domain of the manifest (counter 0).
 pub const NONCE_MANIFEST: u32 = 2;
 
@@ -387,9 +395,14 @@ impl Cipher {
 
     /// Seal a whole region (`plain`) into a new buffer: ciphertext then tag.
     pub fn seal_region(&self, domain: u32, counter: u64, plain: &[u8]) -> Vec<u8> {
+        self.seal_region_with(domain, counter, &[], plain)
+    }
+
+    /// [`Cipher::seal_region`] with associated data.
+    pub fn seal_region_with(&self, domain: u32, counter: u64, aad: &[u8], plain: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(plain.len() + TAG_LEN);
         out.extend_from_slice(plain);
-        let tag = self.seal(domain, counter, &[], &mut out);
+        let tag = self.seal(domain, counter, aad, &mut out);
         out.extend_from_slice(&tag);
         out
     }
@@ -399,9 +412,17 @@ impl Cipher {
     /// # Errors
     /// As [`Cipher::open`], and for a region shorter than a tag.
     pub fn open_region(&self, domain: u32, counter: u64, sealed: &mut [u8]) -> std::result::Result<usize, String> {
+        self.open_region_with(domain, counter, &[], sealed)
+    }
+
+    /// [`Cipher::open_region`] with associated data.
+    ///
+    /// # Errors
+    /// As [`Cipher::open_region`].
+    pub fn open_region_with(&self, domain: u32, counter: u64, aad: &[u8], sealed: &mut [u8]) -> std::result::Result<usize, String> {
         let n = sealed.len().checked_sub(TAG_LEN).ok_or("shorter than its authentication tag")?;
         let (body, tag) = sealed.split_at_mut(n);
-        self.open(domain, counter, &[], body, tag)?;
+        self.open(domain, counter, aad, body, tag)?;
         Ok(n)
     }
 

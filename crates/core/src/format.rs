@@ -20,8 +20,20 @@ use crate::crypto::{KeyBlock, CIPHER_AES256GCM, CIPHER_NONE, KEY_BLOCK_LEN};
 use crate::error::{Error, Result};
 
 /// Current format version; readers refuse newer ones. Version 2 added packed frames (several
-/// files' bytes in one frame) and the index's offset-in-frame field.
-pub const FORMAT_VERSION: u16 = 4;
+/// files' bytes in one frame) and the index's offset-in-frame field; 3 the chunk hash; 4 the
+/// paged manifest; 5 seals an encrypted stripe's index in pieces of [`INDEX_PIECE`] entries, so
+/// that it is written and read a piece at a time.
+pub const FORMAT_VERSION: u16 = 5;
+/// Entries per sealed piece of an encrypted stripe's index (format 5 on).
+pub const INDEX_PIECE: usize = 4096;
+
+/// The plaintext length of each sealed piece of an encrypted index of format 5 or later holding
+/// `count` entries of `entry_len` bytes: full pieces, then the rest; one empty piece for an
+/// empty index.
+pub fn index_pieces(count: u64, entry_len: usize) -> impl Iterator<Item = usize> {
+    let pieces = count.div_ceil(INDEX_PIECE as u64).max(1);
+    (0..pieces).map(move |p| (count - p * INDEX_PIECE as u64).min(INDEX_PIECE as u64) as usize * entry_len)
+}
 /// Oldest format version this sheaf still reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// Frame flag: the frame packs chunks of several files; the index lists them.

@@ -13,10 +13,10 @@
 use std::io::Read;
 use std::sync::Arc;
 
-use crate::crypto::{Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
+use crate::crypto::{index_piece_nonce, Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
 use crate::frame::FrameDecoder;
 use crate::error::{Error, Result};
-use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, TRAILER_LEN};
+use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, INDEX_PIECE, TRAILER_LEN};
 use crate::manifest::pages::{in_memory, PagedRegion};
 use crate::manifest::{ChunkRef, Entry, EntryKind, Manifest, TileFault, Tiler};
 use crate::spill::ChunkSorter;
@@ -114,62 +114,129 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>, lean: bool) -> Result<Opened
         return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", loc)));
     }
     let k = usize::from(header.stripe_index);
-    let index_damaged = || Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", loc));
     let count_wrong = |n: u64| Error::corrupt(format!("stripe {}: index: {} entries, trailer says {}", loc, n, trailer.frame_count));
-    // Lean and in the clear (and paged, format 4: older manifests are read whole anyway), the
-    // index is streamed: its checksum and count checked and its chunks sorted for the coverage
-    // check, a piece at a time. A sealed index opens only whole.
-    let (index, chunks, streamed) = if lean && cipher.is_none() && header.version >= 4 {
-        let mut r = src.stream(trailer.index_offset, trailer.index_offset + trailer.index_len)?;
-        let len = crate::format::index_entry_len(header.version);
-        if trailer.index_len % len as u64 != 0 {
-            return Err(Error::corrupt(format!("stripe {loc}: index: length {} is not a multiple of {len}", trailer.index_len)));
-        }
-        let (mut crc, mut left, mut n, mut raw) = (0u32, trailer.index_len, 0u64, 0u64);
+    // Lean (and paged, format 4: older manifests are read whole anyway), the index is streamed:
+    // its checksum and count checked and its chunks sorted for the coverage check, a piece at a
+    // time. Sealed whole (before format 5), it opens only whole.
+    let streamed = lean && header.version >= 4 && (cipher.is_none() || header.version >= 5);
+    let mut pieces = IndexPieces::new(src.as_ref(), &header, &trailer, cipher.clone(), &loc.to_string())?;
+    let (index, chunks) = if streamed {
+        let (mut n, mut raw) = (0u64, 0u64);
         let mut sorter = ChunkSorter::default();
-        let mut buf = vec![0u8; len * 4096];
-        while left > 0 {
-            let want = left.min(buf.len() as u64) as usize;
-            r.read_exact(&mut buf[..want]).map_err(|e| crate::storage::from_io(e, || format!("stripe {loc}: index")))?;
-            crc = crc32c::crc32c_append(crc, &buf[..want]);
-            for e in IndexEntry::decode_all(&buf[..want], header.version).map_err(at(loc))? {
+        while let Some(plain) = pieces.next_piece()? {
+            for e in IndexEntry::decode_all(&plain, header.version).map_err(at(loc))? {
                 raw += u64::from(e.raw_len);
                 sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
                 n += 1;
             }
-            left -= want as u64;
-        }
-        if crc != trailer.index_crc {
-            return Err(index_damaged());
         }
         if n != trailer.frame_count {
             return Err(count_wrong(n));
         }
-        (Vec::new(), Some((sorter, raw)), true)
+        (Vec::new(), Some((sorter, raw)))
     } else {
-        let mut ib = vec![0u8; trailer.index_len as usize];
-        src.read_exact_at(&mut ib, trailer.index_offset)?;
-        if crc32c::crc32c(&ib) != trailer.index_crc {
-            return Err(index_damaged());
-        }
-        if let Some(c) = &cipher {
-            let n = c
-                .open_region(NONCE_INDEX, u64::from(header.stripe_index), &mut ib)
-                .map_err(|e| Error::corrupt(format!("stripe {loc}: index: {e}")))?;
-            ib.truncate(n);
+        let mut ib = Vec::new();
+        while let Some(plain) = pieces.next_piece()? {
+            ib.extend_from_slice(&plain);
         }
         let index = IndexEntry::decode_all(&ib, header.version).map_err(at(loc))?;
         if index.len() as u64 != trailer.frame_count {
             return Err(count_wrong(index.len() as u64));
         }
-        (index, None, false)
+        (index, None)
     };
+    drop(pieces);
     let mut mb = vec![0u8; trailer.manifest_len as usize];
     src.read_exact_at(&mut mb, trailer.manifest_offset)?;
     if crc32c::crc32c(&mb) != trailer.manifest_crc {
         return Err(Error::corrupt(format!("stripe {}: manifest: checksum mismatch (the manifest is damaged)", loc)));
     }
     Ok((OpenStripe { location: loc.clone(), header, trailer, index, index_streamed: streamed, source: src, cipher }, mb, chunks))
+}
+
+/// A stripe's index region read a piece at a time: in the clear, pieces of [`INDEX_PIECE`]
+/// entries; sealed in pieces (format 5), each piece opened; sealed whole (before 5), the region
+/// as one piece. The region's checksum is checked as its last piece is read, and a piece that
+/// does not open is reported as a checksum mismatch when the region's bytes were damaged, as the
+/// region opened whole reports it.
+struct IndexPieces<'a> {
+    r: std::io::BufReader<Box<dyn Read + Send + 'a>>,
+    /// Stored length of each piece.
+    sizes: Vec<usize>,
+    next: usize,
+    crc: u32,
+    want_crc: u32,
+    cipher: Option<Arc<Cipher>>,
+    /// Sealed piece by piece (format 5).
+    pieced: bool,
+    stripe: u16,
+    loc: String,
+}
+
+impl<'a> IndexPieces<'a> {
+    fn new(src: &'a dyn StripeSource, header: &StripeHeader, t: &Trailer, cipher: Option<Arc<Cipher>>, loc: &str) -> Result<Self> {
+        let len = crate::format::index_entry_len(header.version);
+        let pieced = cipher.is_some() && header.version >= 5;
+        let sizes: Vec<usize> = if pieced {
+            crate::format::index_pieces(t.frame_count, len).map(|n| n + crate::crypto::TAG_LEN).collect()
+        } else if cipher.is_some() {
+            vec![t.index_len as usize]
+        } else {
+            let piece = (INDEX_PIECE * len) as u64;
+            (0..t.index_len.div_ceil(piece)).map(|i| (t.index_len - i * piece).min(piece) as usize).collect()
+        };
+        if sizes.iter().map(|&n| n as u64).sum::<u64>() != t.index_len {
+            return Err(Error::corrupt(format!("stripe {loc}: index: {} bytes cannot hold the {} entries the trailer names", t.index_len, t.frame_count)));
+        }
+        let r = src.stream(t.index_offset, t.index_offset + t.index_len)?;
+        Ok(IndexPieces {
+            r: std::io::BufReader::with_capacity(1 << 16, r),
+            sizes,
+            next: 0,
+            crc: 0,
+            want_crc: t.index_crc,
+            cipher,
+            pieced,
+            stripe: header.stripe_index,
+            loc: loc.to_string(),
+        })
+    }
+
+    fn damaged(&self) -> Error {
+        Error::corrupt(format!("stripe {}: index: checksum mismatch (the frame index is damaged)", self.loc))
+    }
+
+    fn read(&mut self, n: usize) -> Result<Vec<u8>> {
+        let mut b = vec![0u8; n];
+        self.r.read_exact(&mut b).map_err(|e| crate::storage::from_io(e, || format!("stripe {}: index", self.loc)))?;
+        self.crc = crc32c::crc32c_append(self.crc, &b);
+        self.next += 1;
+        Ok(b)
+    }
+
+    /// The next piece's plaintext; `None` after the last.
+    fn next_piece(&mut self) -> Result<Option<Vec<u8>>> {
+        let Some(&n) = self.sizes.get(self.next) else { return Ok(None) };
+        let p = self.next as u64;
+        let mut b = self.read(n)?;
+        let last = self.next == self.sizes.len();
+        if last && self.crc != self.want_crc {
+            return Err(self.damaged());
+        }
+        if let Some(c) = self.cipher.clone() {
+            let (counter, aad) = if self.pieced { index_piece_nonce(self.stripe, p, last) } else { (u64::from(self.stripe), &b""[..]) };
+            match c.open_region_with(NONCE_INDEX, counter, aad, &mut b) {
+                Ok(plain) => b.truncate(plain),
+                Err(e) => {
+                    while let Some(&n) = self.sizes.get(self.next) {
+                        self.read(n)?;
+                    }
+                    return Err(if self.crc != self.want_crc { self.damaged() } else { Error::corrupt(format!("stripe {}: index: {e}", self.loc)) });
+                }
+            }
+        }
+        Ok(Some(b))
+    }
 }
 
 impl OpenStripe {
@@ -181,23 +248,21 @@ impl OpenStripe {
         if !self.index_streamed {
             return Ok(Box::new(self.index.iter().copied().map(Ok)));
         }
-        let t = &self.trailer;
-        let r = self.source.stream(t.index_offset, t.index_offset + t.index_len)?;
-        let (len, version) = (crate::format::index_entry_len(self.header.version), self.header.version);
-        let mut r = std::io::BufReader::with_capacity(len * 4096, r);
-        let mut left = t.frame_count;
-        let mut e = vec![0u8; len];
-        Ok(Box::new(std::iter::from_fn(move || {
-            if left == 0 {
-                return None;
+        let mut pieces = IndexPieces::new(self.source.as_ref(), &self.header, &self.trailer, self.cipher.clone(), &self.location.to_string())?;
+        let version = self.header.version;
+        let mut piece = Vec::new().into_iter();
+        Ok(Box::new(std::iter::from_fn(move || loop {
+            if let Some(e) = piece.next() {
+                return Some(Ok(e));
             }
-            left -= 1;
-            Some(
-                r.read_exact(&mut e)
-                    .map_err(|err| crate::storage::from_io(err, || format!("stripe {}: index", self.location)))
-                    .and_then(|()| IndexEntry::decode_all(&e, version))
-                    .map(|v| v[0]),
-            )
+            match pieces.next_piece() {
+                Ok(Some(plain)) => match IndexEntry::decode_all(&plain, version) {
+                    Ok(v) => piece = v.into_iter(),
+                    Err(e) => return Some(Err(e)),
+                },
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            }
         })))
     }
 
@@ -244,8 +309,8 @@ impl BackupSet {
     /// [`BackupSet::open_with`] for a pass over every frame (verify): a set of format 4 or later
     /// keeps neither its entries nor its index in memory ([`BackupSet::manifest`] has no entries;
     /// [`BackupSet::entry`] reads one). Its coverage is checked as when opened whole, with the
-    /// chunks sorted on disk and the entries read a page at a time. An encrypted stripe's index,
-    /// sealed whole, is still read whole.
+    /// chunks sorted on disk and the entries read a page at a time. An encrypted stripe's index
+    /// sealed whole (before format 5) is still read whole.
     ///
     /// # Errors
     /// As [`BackupSet::open_with`].

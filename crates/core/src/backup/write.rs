@@ -100,13 +100,22 @@ pub(super) fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, ma
     let frame_count = out.index.count;
     let (index_len, index_crc) = match cipher {
         Some(c) => {
-            // The index holds every chunk's raw checksum, a fingerprint of the plaintext; it is
-            // sealed whole, so it is read into memory for that.
-            let mut index = Vec::new();
-            out.index.reader()?.read_to_end(&mut index).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
-            let index = c.seal_region(crate::crypto::NONCE_INDEX, u64::from(k), &index);
-            out.sink.write_all(&index)?;
-            (index.len() as u64, crc32c::crc32c(&index))
+            // The index holds every chunk's raw checksum, a fingerprint of the plaintext: sealed
+            // a piece at a time, each under its own nonce.
+            let (mut len, mut crc) = (0u64, 0u32);
+            let pieces: Vec<usize> = crate::format::index_pieces(frame_count, crate::format::INDEX_ENTRY_LEN).collect();
+            let mut r = out.index.reader()?;
+            let mut plain = Vec::new();
+            for (p, &n) in pieces.iter().enumerate() {
+                plain.resize(n, 0);
+                r.read_exact(&mut plain).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
+                let (counter, aad) = crate::crypto::index_piece_nonce(k, p as u64, p + 1 == pieces.len());
+                let sealed = c.seal_region_with(crate::crypto::NONCE_INDEX, counter, aad, &plain);
+                crc = crc32c::crc32c_append(crc, &sealed);
+                len += sealed.len() as u64;
+                out.sink.write_all(&sealed)?;
+            }
+            (len, crc)
         }
         None => {
             // Copied from its temporary file a piece at a time.

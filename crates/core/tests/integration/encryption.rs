@@ -63,7 +63,12 @@ fn encrypted_sets_round_trip_with_their_secret_only_and_show_nothing() {
         let right = keys("correct horse battery");
         let set = open(&stripes[..1], Some(&right)).unwrap();
         assert!(set.encrypted());
-        sheaf_core::verify(&set, Some(2), Arc::new(NoProgress)).unwrap();
+        let whole = sheaf_core::verify(&set, Some(2), Arc::new(NoProgress)).unwrap();
+        // Opened lean, the index sealed in pieces is streamed too: the same verdict.
+        let lean_set = BackupSet::open_lean(&[Location::file(&stripes[0])], &LocalOnly, Some(&right)).unwrap();
+        assert!(lean_set.stripes.iter().all(|s| s.index.is_empty()) && lean_set.manifest.entries.is_empty(), "{codec}: nothing per file held");
+        let lean = sheaf_core::verify(&lean_set, Some(2), Arc::new(NoProgress)).unwrap();
+        assert_eq!((lean.frames, lean.bytes_raw, lean.files), (whole.frames, whole.bytes_raw, whole.files), "{codec}");
         let out = d.path().join("out");
         sheaf_core::restore(&set, &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
         compare_trees(&src, &out).unwrap_or_else(|e| panic!("{codec}: {e}"));
@@ -170,4 +175,54 @@ fn a_wrong_secret_writes_nothing() {
     let e = open(&stripes, Some(&Keys::from_key_file(&kf).unwrap())).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Key);
     assert!(e.to_string().contains("passphrase"), "{e}");
+}
+
+/// Format 5 seals an encrypted stripe's index in pieces of 4096 entries, the last one bound as
+/// the last: a stripe whose index lost its last piece (lengths, count and checksum made to agree)
+/// does not open, lean or whole; a byte flipped in a piece is a checksum mismatch.
+#[test]
+fn an_encrypted_index_in_pieces_cannot_be_cut_short() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..5000 {
+        std::fs::write(src.join(format!("f{i:04}")), format!("{i}")).unwrap();
+    }
+    let stripe = d.path().join("p.sheaf");
+    let mut opts = BackupOptions::new(vec![Location::file(&stripe)]);
+    let k = keys("pieces");
+    opts.encryption = Some(Encryption { kdf: k.fresh_kdf().unwrap(), keys: k.clone() });
+    backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
+    let at = [Location::file(&stripe)];
+    let set = BackupSet::open_lean(&at, &LocalOnly, Some(&k)).unwrap();
+    assert_eq!(set.stripes[0].trailer.frame_count, 5000, "one index entry per small file: two pieces");
+    assert_eq!(sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap().files, 5000);
+
+    let pristine = std::fs::read(&stripe).unwrap();
+    let t = Trailer::decode(&pristine[pristine.len() - TRAILER_LEN..]).unwrap();
+    let expect = |bytes: &[u8], needle: &str| {
+        std::fs::write(&stripe, bytes).unwrap();
+        for lean in [true, false] {
+            let e = if lean { BackupSet::open_lean(&at, &LocalOnly, Some(&k)) } else { BackupSet::open_with(&at, &LocalOnly, Some(&k)) };
+            let e = e.err().expect("refused");
+            assert!(e.to_string().contains(needle), "lean {lean}: {e}");
+        }
+    };
+    // A byte flipped in the second piece.
+    let mut b = pristine.clone();
+    b[(t.index_offset + t.index_len - 40) as usize] ^= 1;
+    expect(&b, "index: checksum mismatch");
+    // The last piece (904 entries) cut away, the trailer made to agree.
+    let last = 904 * sheaf_core::format::INDEX_ENTRY_LEN as u64 + 16;
+    let mut b = pristine.clone();
+    let from = (t.index_offset + t.index_len - last) as usize;
+    b.drain(from..from + last as usize);
+    let mut cut = t.clone();
+    cut.index_len -= last;
+    cut.manifest_offset -= last;
+    cut.frame_count -= 904;
+    cut.index_crc = crc32c::crc32c(&b[t.index_offset as usize..cut.manifest_offset as usize]);
+    let n = b.len();
+    b[n - TRAILER_LEN..].copy_from_slice(&cut.encode());
+    expect(&b, "index: authentication failed");
 }
