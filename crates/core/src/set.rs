@@ -63,7 +63,7 @@ pub struct BackupSet {
     /// The data key, when the set is encrypted.
     pub(crate) cipher: Option<Arc<Cipher>>,
     /// Opened lean: the manifest region, whose pages are read when wanted.
-    paged: Option<(PagedRegion, Vec<u8>)>,
+    paged: Option<(PagedRegion, Vec<u8>, Location)>,
     /// Raw bytes in all frames.
     raw_total: u64,
     /// Regular files.
@@ -336,7 +336,7 @@ impl BackupSet {
                         let read = in_memory(&mb);
                         let region = PagedRegion::open(&read, mb.len() as u64, s.cipher.as_deref()).map_err(at(&s.location))?;
                         let head = region.head.clone();
-                        paged = Some((region, mb.clone()));
+                        paged = Some((region, mb.clone(), s.location.clone()));
                         head
                     } else {
                         open_manifest(&s, &mb)?
@@ -347,7 +347,7 @@ impl BackupSet {
                     (&x.0, &x.1, &x.2)
                 }
             };
-            check_member(&s, m, &mb, first_mb, first_path)?;
+            check_member(&s, m, &mb, first_mb, first_path, &|| first_pages(&paged, cipher_of(&slots)))?;
             let k = s.header.stripe_index as usize;
             if slots[k].is_some() {
                 return Err(Error::invalid(format!("stripe {} of the set is given twice (again as {p})", k + 1)));
@@ -379,7 +379,7 @@ impl BackupSet {
                     continue;
                 }
                 let (s, mb, c) = open_stripe(&c, keys, lean)?;
-                check_member(&s, &manifest, &mb, &first_mb, &first_path)?;
+                check_member(&s, &manifest, &mb, &first_mb, &first_path, &|| first_pages(&paged, cipher_of(&slots)))?;
                 if s.header.stripe_index as usize == k {
                     slots[k] = Some(s);
                     chunks.extend(c);
@@ -406,7 +406,9 @@ impl BackupSet {
         let mut raw_total: u64 = chunks.iter().map(|c| c.1).sum();
         let mut sorters: Vec<ChunkSorter> = chunks.into_iter().map(|c| c.0).collect();
         for (k, s) in set.stripes.iter().enumerate().filter(|(_, s)| !s.index_streamed) {
-            let mut sorter = ChunkSorter::default();
+            // Held in memory already: sorted there (no temporary file, as a restore from a
+            // read-only rescue system needs).
+            let mut sorter = ChunkSorter::in_memory();
             for e in &s.index {
                 raw_total += u64::from(e.raw_len);
                 sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
@@ -424,21 +426,23 @@ impl BackupSet {
     fn check_coverage(&self, sorters: Vec<ChunkSorter>) -> Result<usize> {
         let mut merged = ChunkSorter::merge(sorters);
         let files = match &self.paged {
-            None => self.check_entries(self.manifest.entries.iter().map(Ok), &mut merged)?,
-            Some((region, mb)) => {
+            None => self.check_entries(self.manifest.entries.iter().map(Ok), &mut merged),
+            Some((region, mb, loc)) => {
                 let read = in_memory(mb);
                 let cipher = self.cipher.as_deref();
-                let pages = (0..region.pages.len()).map(|k| region.page(k, &read, cipher));
+                let pages = (0..region.pages.len()).map(|k| region.page(k, &read, cipher).map_err(at(loc)));
                 let entries = pages.flat_map(|p| match p {
                     Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
                     Err(e) => vec![Err(e)],
                 });
-                self.check_entries(entries, &mut merged)?
+                self.check_entries(entries, &mut merged)
             }
         };
+        // A temporary file that could not be read ends the merge early: that, not the set, is
+        // what the tiling fault that follows is about.
         match merged.error() {
             Some(e) => Err(e),
-            None => Ok(files),
+            None => files,
         }
     }
 
@@ -486,7 +490,7 @@ impl BackupSet {
         let missing = || Error::invalid(format!("the backup has no entry {file_id}"));
         match &self.paged {
             None => self.manifest.entries.get(file_id as usize).cloned().ok_or_else(missing),
-            Some((region, mb)) => {
+            Some((region, mb, _)) => {
                 let k = region.pages.partition_point(|p| p.first_id <= u64::from(file_id)).checked_sub(1).ok_or_else(missing)?;
                 let page = region.page(k, &in_memory(mb), self.cipher.as_deref())?;
                 page.into_iter().nth((u64::from(file_id) - region.pages[k].first_id) as usize).ok_or_else(missing)
@@ -641,7 +645,22 @@ fn open_manifest(s: &OpenStripe, mb: &[u8]) -> Result<Manifest> {
     Manifest::from_stored_bytes(&plain[..n]).map_err(at(&s.location))
 }
 
-fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Location) -> Result<()> {
+/// The cipher of the stripes opened so far (all share one, or none).
+fn cipher_of(slots: &[Option<OpenStripe>]) -> Option<Arc<Cipher>> {
+    slots.iter().flatten().next().and_then(|s| s.cipher.clone())
+}
+
+/// Every page of the first stripe's manifest, checked (a set opened lean reads them only later).
+fn first_pages(paged: &Option<(PagedRegion, Vec<u8>, Location)>, cipher: Option<Arc<Cipher>>) -> Result<()> {
+    if let Some((region, mb, loc)) = paged {
+        for k in 0..region.pages.len() {
+            region.page(k, &in_memory(mb), cipher.as_deref()).map_err(at(loc))?;
+        }
+    }
+    Ok(())
+}
+
+fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first: &Location, first_ok: &dyn Fn() -> Result<()>) -> Result<()> {
     if s.header.backup_id.to_hex() != m.backup_id {
         return Err(Error::incomplete(format!(
             "stripe {} belongs to backup {}, not to backup {} of {first}: do not mix stripes of different backups",
@@ -657,6 +676,8 @@ fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first:
         // Name damage to this stripe's own manifest (a failed checksum or seal) before calling
         // the two merely different: the first says which stripe to replace.
         open_manifest(s, mb)?;
+        // Then the first's, whose pages a lean open has not read yet.
+        first_ok()?;
         return Err(Error::corrupt(format!("stripe {}: manifest differs from that of {first}", s.location)));
     }
     Ok(())

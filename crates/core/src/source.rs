@@ -188,6 +188,9 @@ pub struct Walk {
     stack: Vec<WalkDir>,
     threads: usize,
     warnings: Vec<String>,
+    /// Names gone between their folder's listing and their stat (a live source), for one line:
+    /// how many, and the first few.
+    vanished: (usize, Vec<PathBuf>),
 }
 
 struct WalkDir {
@@ -214,12 +217,21 @@ impl Walk {
         let first = listed(root, String::new(), root_id, &meta)?;
         let names = dir_names(root).map_err(|e| io_at(ErrorKind::Source, "cannot list directory", root, e))?;
         let top = WalkDir { abs: root.to_path_buf(), rel: Vec::new(), names, next: 0, stats: Default::default() };
-        Ok(Walk { root_id, first: Some(first), stack: vec![top], threads: crate::host::available_cores(), warnings: Vec::new() })
+        Ok(Walk { root_id, first: Some(first), stack: vec![top], threads: crate::host::available_cores(), warnings: Vec::new(), vanished: (0, Vec::new()) })
     }
 
-    /// What the walk had to say so far (special files skipped, names that vanished).
+    /// What the walk had to say so far (special files skipped, names that vanished). Names that
+    /// vanished come one per line when a few, else in one line: a folder is walked as its files
+    /// are read, so in a live source (a database dropping tables) many can go meanwhile.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.warnings)
+        let mut out = std::mem::take(&mut self.warnings);
+        let (n, first) = std::mem::take(&mut self.vanished);
+        match n {
+            0 => {}
+            1..=3 => out.extend(first.iter().map(|p| format!("{} vanished while the tree was listed; it is not in the backup", p.display()))),
+            n => out.push(format!("{n} names vanished while the tree was walked (the first: {}); they are not in the backup", first[0].display())),
+        }
+        out
     }
 
     fn step(&mut self) -> Option<Result<Listed>> {
@@ -248,7 +260,10 @@ impl Walk {
                 Ok(m) => m,
                 // Gone between listing and stat: nothing to back up, and not an error for a live source.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    self.warnings.push(format!("{} vanished while the tree was listed; it is not in the backup", abs.display()));
+                    self.vanished.0 += 1;
+                    if self.vanished.1.len() < 3 {
+                        self.vanished.1.push(abs);
+                    }
                     continue;
                 }
                 Err(e) => return Some(Err(io_at(ErrorKind::Source, "cannot stat", &abs, e))),
@@ -373,6 +388,30 @@ mod tests {
             assert_eq!((&w.entry, &w.abs, w.dev, w.ino), (&l.entry, &l.abs, l.dev, l.ino), "a walk lists what list_tree does");
         }
         assert_eq!(on_threads(&(0..1000).collect::<Vec<u32>>(), 3, |i| i * 2), (0..1000).map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn names_that_vanish_while_walked_are_summed_up_beyond_a_few() {
+        for gone in [2usize, 5] {
+            let d = tempfile::tempdir().unwrap();
+            for i in 0..8 {
+                fs::write(d.path().join(format!("f{i}")), b"x").unwrap();
+            }
+            // The root's names are read when the walk starts; these go before their stat.
+            let mut walk = Walk::new(d.path(), 0).unwrap();
+            for i in 0..gone {
+                fs::remove_file(d.path().join(format!("f{i}"))).unwrap();
+            }
+            let listed: Vec<Listed> = walk.by_ref().collect::<Result<_>>().unwrap();
+            assert_eq!(listed.len(), 1 + 8 - gone);
+            let w = walk.take_warnings();
+            if gone <= 3 {
+                assert_eq!(w.len(), gone, "{w:?}");
+            } else {
+                assert_eq!(w.len(), 1, "{w:?}");
+                assert!(w[0].starts_with("5 names vanished while the tree was walked") && w[0].contains("f0"), "{w:?}");
+            }
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn io_err(what: &str, e: std::io::Error) -> Error {
     Error::new(
         ErrorKind::Io,
         format!(
-            "{what} in {} ({e}): a backup keeps its list of files there; set TMPDIR to a folder with room (about 100 bytes per file)",
+            "{what} in {} ({e}): sheaf keeps its lists of files and chunks there rather than in memory; set TMPDIR to a writable folder with room (about 100 bytes per file)",
             std::env::temp_dir().display()
         ),
     )
@@ -360,6 +360,8 @@ fn decode_ref(b: &[u8]) -> ChunkRef {
 /// the runs merged when read back. Memory: one run, and a read buffer per run when merging.
 #[derive(Default)]
 pub(crate) struct ChunkSorter {
+    /// Never write a run: for references whose index is held in memory anyway.
+    in_memory: bool,
     buf: Vec<ChunkRef>,
     file: Option<File>,
     /// (start, count) of each run written.
@@ -374,10 +376,15 @@ impl ChunkSorter {
     /// A full run cannot be written.
     pub(crate) fn push(&mut self, c: ChunkRef) -> Result<()> {
         self.buf.push(c);
-        if self.buf.len() >= RUN {
+        if self.buf.len() >= RUN && !self.in_memory {
             self.spill()?;
         }
         Ok(())
+    }
+
+    /// A sorter that keeps everything in memory (no temporary file needed).
+    pub(crate) fn in_memory() -> Self {
+        ChunkSorter { in_memory: true, ..Default::default() }
     }
 
     fn spill(&mut self) -> Result<()> {

@@ -302,9 +302,12 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let ours = format!("{}/", facts.tablespace_version_dir);
     let in_ours = |l: &Listed| l.entry.path.is_empty() || l.entry.path == facts.tablespace_version_dir || l.entry.path.starts_with(&ours);
     session.warnings.extend(catalog_warnings);
-    let dropped = match files.walk(&pgdata, 0)? {
-        // This host's files: walked as they are read, so that a cluster of millions of relation
-        // files holds no listing of them.
+    // This host's files, with no tablespace: walked as they are read, so that a cluster of
+    // millions of relation files holds no listing of them. With tablespaces the cluster is listed
+    // whole, so that each tablespace's reader starts at once (one walk feeds one root at a time,
+    // and entries stay in root order for the manifest's page index).
+    let walked = if tablespaces.is_empty() { files.walk(&pgdata, 0)? } else { None };
+    let dropped = match walked {
         Some(mut walk) => {
             let mut ts_walks = Vec::new();
             for &(id, location) in &ts_roots {

@@ -245,7 +245,14 @@ impl Backup {
     /// # Errors
     /// The first error of any thread.
     pub fn read_listed(&mut self, batches: Vec<Batch>) -> Result<()> {
-        let total = batches.iter().flat_map(|b| b.1.iter()).filter(|l| l.entry.kind == EntryKind::File).map(|l| l.entry.size).sum();
+        // A file's second names (hard links) are not read again.
+        let mut linked = std::collections::HashSet::new();
+        let total = batches
+            .iter()
+            .flat_map(|b| b.1.iter())
+            .filter(|l| l.entry.kind == EntryKind::File && (l.nlink <= 1 || (!self.first_names.contains_key(&(l.dev, l.ino)) && linked.insert((l.dev, l.ino)))))
+            .map(|l| l.entry.size)
+            .sum();
         self.shared.progress.begin("backup", total);
         let items = batches.into_iter().flat_map(|(root, listed, check)| listed.into_iter().map(move |l| Ok((root, l, check.clone()))));
         self.read_stream(items, false)
@@ -297,10 +304,15 @@ impl Backup {
             let (small_tx, small_rx) = bounded::<Vec<Work>>(small_readers * 2);
             let mut handles: Vec<_> = (0..small_readers).map(|_| spawn(small_rx.clone())).collect();
             drop(small_rx);
-            // Large files: a queue per root and device, its reader started when the first comes;
-            // with `--readers N`, one queue for N readers.
-            let mut large: std::collections::HashMap<(u16, u64), Sender<Vec<Work>>> = Default::default();
+            // Queue 0 takes small files; large ones get a queue per root and device, its reader
+            // started when the first comes (with `--readers N`, one queue for N readers).
+            let mut queues = vec![small_tx];
+            let mut large: std::collections::HashMap<(u16, u64), usize> = Default::default();
+            // Work whose queue was full waits here (a bounded number) while the walk goes on, so
+            // that one device's full queue does not leave another device's reader idle.
+            let mut parked = Parked::default();
             let mut batch = Vec::with_capacity(BATCH);
+            let mut going = true;
             for item in items {
                 if shared.is_cancelled() {
                     break;
@@ -316,30 +328,35 @@ impl Backup {
                 if growing {
                     shared.progress.more(work.size);
                 }
-                let sent = if work.size >= PACK_LIMIT {
+                if work.size >= PACK_LIMIT {
                     let key = if set_readers.is_some() { (0, 0) } else { work.dev };
-                    let tx = large.entry(key).or_insert_with(|| {
+                    let q = *large.entry(key).or_insert_with(|| {
                         let (tx, rx) = bounded::<Vec<Work>>(4);
                         for _ in 0..set_readers.unwrap_or(1) {
                             handles.push(spawn(rx.clone()));
                         }
-                        tx
+                        queues.push(tx);
+                        queues.len() - 1
                     });
-                    tx.send(vec![work]).is_ok()
+                    going = parked.send(&queues, q, vec![work]);
                 } else {
                     batch.push(work);
-                    batch.len() < BATCH || small_tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_ok()
-                };
-                if !sent {
+                    if batch.len() == BATCH {
+                        going = parked.send(&queues, 0, std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
+                    }
+                }
+                if !going {
                     // A reader stopped: its error (or the cancel) is recorded.
                     break;
                 }
             }
-            if !batch.is_empty() {
-                let _ = small_tx.send(batch);
+            if going && !batch.is_empty() {
+                going = parked.send(&queues, 0, batch);
             }
-            drop(small_tx);
-            drop(large);
+            if going {
+                parked.drain(&queues);
+            }
+            drop(queues);
             handles
                 .into_iter()
                 .map(|h| {
@@ -667,34 +684,88 @@ impl Backup {
         let count = self.entries.len();
         let entries = std::mem::replace(&mut self.entries, EntrySpill::new()?).into_reader()?;
         let mut merged = ChunkSorter::merge(outs.iter_mut().map(|o| std::mem::take(&mut o.chunks)).collect());
-        let mut tiler = Tiler::new(merged.by_ref());
         let mut outcomes = self.outcomes.in_order(count);
         let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), self.cipher.as_deref());
         let untiled = |f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}"));
         let mut files = 0;
-        for (id, e) in entries.enumerate() {
-            let mut e = e?;
-            if let Some(Outcome { size, vanished }) = outcomes.next_outcome()?.flatten() {
-                (e.size, e.vanished) = (size, vanished);
-            }
-            // A hard link whose file vanished before it was read has nothing to name.
-            if let (EntryKind::Hardlink, Some(first)) = (e.kind, e.link) {
-                if self.outcomes.get(first)?.is_some_and(|o| o.vanished) {
-                    e.vanished = true;
+        let tiled = (|| -> Result<()> {
+            let mut tiler = Tiler::new(merged.by_ref());
+            for (id, e) in entries.enumerate() {
+                let mut e = e?;
+                if let Some(Outcome { size, vanished }) = outcomes.next_outcome()?.flatten() {
+                    (e.size, e.vanished) = (size, vanished);
                 }
+                // A hard link whose file vanished before it was read has nothing to name.
+                if let (EntryKind::Hardlink, Some(first)) = (e.kind, e.link) {
+                    if self.outcomes.get(first)?.is_some_and(|o| o.vanished) {
+                        e.vanished = true;
+                    }
+                }
+                match (tiler.next(id, &e).map_err(untiled)?, &mut e.delta) {
+                    (Some((crc, bytes)), Some(d)) => (d.bytes, d.crc32c) = (bytes, crc),
+                    (sum, _) => e.crc32c = sum.map(|s| s.0),
+                }
+                files += usize::from(e.kind == EntryKind::File);
+                region.push(e)?;
             }
-            match (tiler.next(id, &e).map_err(untiled)?, &mut e.delta) {
-                (Some((crc, bytes)), Some(d)) => (d.bytes, d.crc32c) = (bytes, crc),
-                (sum, _) => e.crc32c = sum.map(|s| s.0),
-            }
-            files += usize::from(e.kind == EntryKind::File);
-            region.push(e)?;
-        }
-        tiler.finish().map_err(untiled)?;
+            tiler.finish().map_err(untiled)
+        })();
+        // A temporary file that could not be read ends the merge early: that, not the chunks,
+        // is what a tiling fault that follows is about.
         if let Some(e) = merged.error() {
             return Err(e);
         }
+        tiled?;
         Ok((region.finish(head)?, files))
+    }
+}
+
+/// Work for the readers whose queue was full, held while the walk goes on (at most
+/// [`Parked::MOST`] batches); the walk waits only when that many are held.
+#[derive(Default)]
+struct Parked(std::collections::VecDeque<(usize, Vec<Work>)>);
+
+impl Parked {
+    const MOST: usize = 64;
+
+    /// Hand `w` to queue `q`, or hold it when the queue is full. False when the readers are gone.
+    fn send(&mut self, queues: &[Sender<Vec<Work>>], q: usize, w: Vec<Work>) -> bool {
+        use crossbeam_channel::TrySendError;
+        match queues[q].try_send(w) {
+            Ok(()) => {}
+            Err(TrySendError::Full(w)) => self.0.push_back((q, w)),
+            Err(TrySendError::Disconnected(_)) => return false,
+        }
+        self.settle(queues, Self::MOST)
+    }
+
+    /// Send what the queues take now; while more than `most` are held, wait for a queue.
+    fn settle(&mut self, queues: &[Sender<Vec<Work>>], most: usize) -> bool {
+        use crossbeam_channel::TrySendError;
+        loop {
+            let mut held = std::collections::VecDeque::with_capacity(self.0.len());
+            for (q, w) in self.0.drain(..) {
+                match queues[q].try_send(w) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(w)) => held.push_back((q, w)),
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+            self.0 = held;
+            if self.0.len() <= most {
+                return true;
+            }
+            let mut sel = crossbeam_channel::Select::new();
+            for (q, _) in &self.0 {
+                sel.send(&queues[*q]);
+            }
+            sel.ready();
+        }
+    }
+
+    /// Send everything still held, waiting as long as it takes.
+    fn drain(&mut self, queues: &[Sender<Vec<Work>>]) {
+        self.settle(queues, 0);
     }
 }
 
