@@ -208,6 +208,8 @@ pub(crate) struct Outcome {
     pub(crate) size: u64,
     /// It vanished before it was read.
     pub(crate) vanished: bool,
+    /// It changed (size or time) or shrank while read.
+    pub(crate) changed: bool,
 }
 
 const OUTCOME_LEN: u64 = 9;
@@ -245,7 +247,7 @@ impl Outcomes {
             let mut j = i;
             while j < recs.len() && recs[j].0 == first + (j - i) as u32 {
                 buf.extend_from_slice(&recs[j].1.size.to_le_bytes());
-                buf.push(READ | if recs[j].1.vanished { 2 } else { 0 });
+                buf.push(READ | if recs[j].1.vanished { 2 } else { 0 } | if recs[j].1.changed { 4 } else { 0 });
                 j += 1;
             }
             self.file.write_all_at(&buf, u64::from(first) * OUTCOME_LEN).map_err(|e| io_err("cannot write what reading the files came to", e))?;
@@ -275,7 +277,7 @@ fn decode_outcome(b: &[u8]) -> Option<Outcome> {
     if b.len() < OUTCOME_LEN as usize || b[8] & READ == 0 {
         return None;
     }
-    Some(Outcome { size: u64::from_le_bytes(le(b, 0)), vanished: b[8] & 2 != 0 })
+    Some(Outcome { size: u64::from_le_bytes(le(b, 0)), vanished: b[8] & 2 != 0, changed: b[8] & 4 != 0 })
 }
 
 /// Read into `b` from `pos` until it is full or the file ends; how many bytes came.
@@ -571,7 +573,7 @@ mod tests {
     #[test]
     fn outcomes_are_found_by_id_whoever_wrote_them_and_whenever() {
         let o = Outcomes::new().unwrap();
-        let at = |size, vanished| Outcome { size, vanished };
+        let at = |size, vanished| Outcome { size, vanished, changed: size == 40 };
         // Two readers, interleaved ids, out of order; entry 2 and 6 never read.
         o.write(&mut vec![(5, at(50, false)), (3, at(30, true)), (4, at(40, false))]).unwrap();
         o.write(&mut vec![(1, at(10, false)), (0, at(0, false))]).unwrap();

@@ -244,6 +244,12 @@ fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared,
             }
         },
     };
+    // A connection that starts on a later timeline (the server was promoted while we were away)
+    // stores that timeline's history file first, if the repository lacks it: a restore follows
+    // the timelines through them.
+    if tli > 1 && !repo.exists(&crate::repo::paths::wal_object(&format!("{tli:08X}.history")))? {
+        store_history(&mut c, repo, meta, opts, shared, tli)?;
+    }
     loop {
         shared.report().timeline = tli;
         c.start_copy(&format!("START_REPLICATION SLOT {} PHYSICAL {} TIMELINE {tli}", opts.slot, format_lsn(start)))?;
@@ -263,18 +269,24 @@ fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared,
             fs::remove_file(&o.path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", o.path.display()), e))?;
         }
         // Then the timeline's history file, and the next timeline from its first segment.
-        let h = c.query(&format!("TIMELINE_HISTORY {next}"))?;
-        let name = cell(&h, 0, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
-        let content = cell(&h, 1, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
-        let path = opts.spool.join(&name);
-        fs::write(&path, content).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", path.display()), e))?;
-        archive::push(repo, meta, &path, opts.codec)?;
-        let _ = fs::remove_file(&path);
-        shared.report().histories.push(name);
+        store_history(&mut c, repo, meta, opts, shared, next)?;
         events(&format!("timeline {tli} ended; streaming timeline {next} from {}", format_lsn(at)));
         tli = next;
         start = at - at % seg;
     }
+}
+
+/// Fetch timeline `tli`'s history file from the server and store it in the repository.
+fn store_history(c: &mut Replication, repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, tli: u32) -> Result<()> {
+    let h = c.query(&format!("TIMELINE_HISTORY {tli}"))?;
+    let name = cell(&h, 0, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
+    let content = cell(&h, 1, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
+    let path = opts.spool.join(&name);
+    fs::write(&path, content).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", path.display()), e))?;
+    archive::push(repo, meta, &path, opts.codec)?;
+    let _ = fs::remove_file(&path);
+    shared.report().histories.push(name);
+    Ok(())
 }
 
 /// A standby status update: written, flushed (and applied: never, as pg_receivewal says).

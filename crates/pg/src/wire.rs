@@ -290,7 +290,9 @@ impl Replication {
             self.inbuf.resize(start + (256 << 10), 0);
             let n = match self.stream.read(&mut self.inbuf[start..]) {
                 Ok(n) => n,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                // A signal (EINTR) counts as the read timeout passing: the caller looks at its stop
+                // flag and reads on; it is no failure of the connection.
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => {
                     self.inbuf.truncate(start);
                     return Ok(None);
                 }

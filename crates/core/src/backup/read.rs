@@ -16,18 +16,17 @@ use crate::pipeline::{Pool, Shared};
 use crate::source::{Files, StoredChunk};
 use crate::spill::{Outcome, Outcomes};
 
-/// What a reader reports beyond each file's outcome: warnings, and the files that changed or
-/// vanished while read when that is expected (root, path, vanished).
+/// What a reader reports beyond each file's outcome: warnings.
 #[derive(Default)]
 pub(super) struct ReaderReport {
     pub(super) warnings: Vec<String>,
-    pub(super) changed: Vec<(u16, String, bool)>,
 }
 
 /// A reader: batches of files from `rx` until it closes, each file's outcome recorded in
 /// `outcomes` (a thousand at a time, ids that follow each other in one write). Its pack is sent
 /// before it waits long for more work, so that an idle reader never holds a buffer another needs.
-/// `expected`: changes while read are normal (a live database) and are listed, not warned of.
+/// `expected`: changes while read are normal (a live database): recorded in the outcomes, to be
+/// listed by name, not warned of one by one.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn reader_loop(
     rx: &Receiver<Vec<Work>>,
@@ -63,14 +62,9 @@ pub(super) fn reader_loop(
             },
         };
         let done = read_files(&batch, files, ts, tx, shared, pool, &mut packer);
-        let mut works = batch.iter();
         for o in done {
-            recs.push((o.file_id, Outcome { size: o.size, vanished: o.vanished }));
-            if expected && (o.vanished || o.changed) {
-                if let Some(w) = works.find(|w| w.file_id == o.file_id) {
-                    report.changed.push((w.dev.0, w.path.display().to_string(), o.vanished));
-                }
-            } else {
+            recs.push((o.file_id, Outcome { size: o.size, vanished: o.vanished, changed: o.changed }));
+            if !(expected && (o.vanished || o.changed)) {
                 report.warnings.extend(o.warning);
             }
         }

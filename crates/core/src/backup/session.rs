@@ -369,12 +369,6 @@ impl Backup {
         });
         for r in reports {
             self.warnings.extend(r.warnings);
-            for (root, path, vanished) in r.changed {
-                let root = &self.roots[root as usize];
-                let rel = std::path::Path::new(&path).strip_prefix(&root.path).map_or(path.clone(), |p| p.display().to_string());
-                let shown = if root.name.is_empty() { rel } else { format!("{}/{rel}", root.name) };
-                if vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
-            }
         }
         self.check()
     }
@@ -569,6 +563,12 @@ impl Backup {
             Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
         })?;
         let findings = std::mem::take(&mut *self.shared.findings.lock().unwrap_or_else(|p| p.into_inner()));
+        // In pages, each sealed when the set is encrypted; written once, so every stripe carries
+        // the same bytes. The head follows them: it lists what changed while read.
+        let cipher = self.cipher.clone();
+        let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), cipher.as_deref());
+        let entry_count = self.entries.len() as usize;
+        let file_count = self.write_pages(&mut region, &mut outs)?;
         if !self.changed_files.is_empty() || !self.vanished_files.is_empty() {
             self.warnings.push(format!(
                 "{} file{} changed and {} vanished while being read, as they do in a running database; WAL replay makes them consistent (listed in --json and the manifest)",
@@ -613,10 +613,7 @@ impl Backup {
             backup_type: self.lineage.as_ref().map_or(BackupType::Full, |l| l.backup_type),
             chain: self.lineage.as_ref().map(|l| l.chain.clone()).unwrap_or_default(),
         };
-        // In pages, each sealed when the set is encrypted; written once, so every stripe carries
-        // the same bytes.
-        let entry_count = self.entries.len() as usize;
-        let (stored, file_count) = self.manifest_region(&manifest, &mut outs)?;
+        let stored = region.finish(&manifest)?;
         let stripe_count = outs.len() as u16;
 
         // Footers in parallel: each stripe's fsync is independent.
@@ -676,24 +673,29 @@ impl Backup {
         })
     }
 
-    /// The manifest's region (its pages, head, page index and tail) and how many regular files it
-    /// holds: the entries read back in id order, each with what reading it came to, its checksum
-    /// combined from its chunks' (merged from every stripe in file order, and checked to tile the
-    /// file exactly; for a file held in part, the bytes held and their checksum).
-    fn manifest_region(&mut self, head: &Manifest, outs: &mut [WriterOut]) -> Result<(Vec<u8>, usize)> {
+    /// Write the manifest's pages to `region` and say how many regular files they hold: the
+    /// entries read back in id order, each with what reading it came to, its checksum combined
+    /// from its chunks' (merged from every stripe in file order, and checked to tile the file
+    /// exactly; for a file held in part, the bytes held and their checksum). Files that changed or
+    /// vanished while read, where that is expected, are listed by name.
+    fn write_pages(&mut self, region: &mut crate::manifest::pages::RegionWriter<'_, Vec<u8>>, outs: &mut [WriterOut]) -> Result<usize> {
         let count = self.entries.len();
         let entries = std::mem::replace(&mut self.entries, EntrySpill::new()?).into_reader()?;
         let mut merged = ChunkSorter::merge(outs.iter_mut().map(|o| std::mem::take(&mut o.chunks)).collect());
         let mut outcomes = self.outcomes.in_order(count);
-        let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), self.cipher.as_deref());
         let untiled = |f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}"));
         let mut files = 0;
         let tiled = (|| -> Result<()> {
             let mut tiler = Tiler::new(merged.by_ref());
             for (id, e) in entries.enumerate() {
                 let mut e = e?;
-                if let Some(Outcome { size, vanished }) = outcomes.next_outcome()?.flatten() {
+                if let Some(Outcome { size, vanished, changed }) = outcomes.next_outcome()?.flatten() {
                     (e.size, e.vanished) = (size, vanished);
+                    if self.changes_expected && (vanished || changed) {
+                        let root = &self.roots[e.root as usize].name;
+                        let shown = if root.is_empty() { e.path.clone() } else { format!("{root}/{}", e.path) };
+                        if vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
+                    }
                 }
                 // A hard link whose file vanished before it was read has nothing to name.
                 if let (EntryKind::Hardlink, Some(first)) = (e.kind, e.link) {
@@ -716,7 +718,7 @@ impl Backup {
             return Err(e);
         }
         tiled?;
-        Ok((region.finish(head)?, files))
+        Ok(files)
     }
 }
 
