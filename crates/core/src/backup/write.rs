@@ -57,32 +57,28 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, start: u64, rx
             shared.fail(e);
             continue;
         }
-        let mut entries = Vec::with_capacity(parts.len().max(1));
-        if parts.is_empty() {
-            entries.push(IndexEntry {
-                file_id: h.file_id,
-                offset: h.offset,
-                frame_pos: pos,
-                raw_len: h.raw_len,
-                stored_len: h.stored_len,
-                raw_crc,
-                frame_off: 0,
-                hash,
-            });
-        }
-        for p in &parts {
-            entries.push(IndexEntry {
-                file_id: p.file_id,
-                offset: p.offset,
-                frame_pos: pos,
-                raw_len: p.len,
-                stored_len: h.stored_len,
-                raw_crc: p.crc,
-                frame_off: p.at,
-                hash: p.hash,
-            });
-        }
-        if let Err(e) = entries.into_iter().try_for_each(&mut record) {
+        // One index entry for a whole frame, one per part of a packed one: no list per frame.
+        let whole = parts.is_empty().then_some(IndexEntry {
+            file_id: h.file_id,
+            offset: h.offset,
+            frame_pos: pos,
+            raw_len: h.raw_len,
+            stored_len: h.stored_len,
+            raw_crc,
+            frame_off: 0,
+            hash,
+        });
+        let packed = parts.iter().map(|p| IndexEntry {
+            file_id: p.file_id,
+            offset: p.offset,
+            frame_pos: pos,
+            raw_len: p.len,
+            stored_len: h.stored_len,
+            raw_crc: p.crc,
+            frame_off: p.at,
+            hash: p.hash,
+        });
+        if let Err(e) = whole.into_iter().chain(packed).try_for_each(&mut record) {
             shared.fail(e);
             continue;
         }
