@@ -76,22 +76,43 @@ pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Resu
     }
     let object = paths::wal_object(&name);
     let open = || File::open(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot open {}", path.display()), e));
-    if repo.exists(&object)? {
+    let archived = |repo: &Repo| -> Result<Pushed> {
         let src = repo.open(&object)?;
         if same_content(src.as_ref(), repo.keys(), &mut open()?, &name)? {
-            return Ok(Pushed { name, already: true, info: None });
+            return Ok(Pushed { name: name.clone(), already: true, info: None });
         }
-        return Err(Error::new(
+        Err(Error::new(
             ErrorKind::Target,
             format!(
                 "{} already holds a different {name}: refusing to overwrite archived WAL. Two clusters may archive into one repository, or a restored cluster reuses a timeline; give each cluster its own repository, and compare the two files before moving the archived one aside",
                 repo.describe(&object)
             ),
-        ));
+        ))
+    };
+    if repo.exists(&object)? {
+        return archived(repo);
     }
-    let info = repo.put(&object, &mut open()?, codec, false, &path.display().to_string()).map_err(|e| e.context(format!("cannot archive {name}")))?;
-    Ok(Pushed { name, already: false, info: Some(info) })
+    match repo.put(&object, &mut open()?, codec, false, &path.display().to_string()) {
+        Ok(info) => Ok(Pushed { name, already: false, info: Some(info) }),
+        // Another writer storing the same name (wal-receive and archive_command both keep a
+        // segment or a history file, or two archivers retry one): once it has published the
+        // object, ours counts as archived if the two match.
+        Err(e) if e.is_transient() => {
+            let until = std::time::Instant::now() + BUSY_WAIT;
+            while std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                if repo.exists(&object)? {
+                    return archived(repo);
+                }
+            }
+            Err(e.context(format!("cannot archive {name}")))
+        }
+        Err(e) => Err(e.context(format!("cannot archive {name}"))),
+    }
 }
+
+/// How long [`push`] waits for another writer of the same name to publish it.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The temporary name [`fetch`] writes `name` under, beside it.
 pub fn fetch_tmp_name(name: &str) -> String {

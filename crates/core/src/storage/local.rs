@@ -229,10 +229,12 @@ impl LocalSink {
         let file = loop {
             let file = OpenOptions::new().write(true).create(true).truncate(false).open(&partial).map_err(|e| io_at(ErrorKind::Target, "cannot create", &partial, e))?;
             if !try_lock_exclusive(&file).map_err(|e| io_at(ErrorKind::Target, "cannot lock", &partial, e))? {
+                // Transient: waiting for the other writer resolves it.
                 return Err(Error::new(
                     ErrorKind::Target,
                     format!("{} is being written by another process (a backup or wal-push to the same name): wait for it, or choose another name", partial.display()),
-                ));
+                )
+                .transient(true));
             }
             // The file locked must still be the one under the name: a writer that held it may have
             // published (renamed) or discarded (unlinked) it between our open and our lock.

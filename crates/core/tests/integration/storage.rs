@@ -53,6 +53,7 @@ fn a_partial_held_by_a_writer_is_refused_and_one_left_by_a_dead_writer_taken_ove
     let e = t.create(false, 0).err().expect("a live writer's .partial is not shared");
     assert_eq!(e.kind(), ErrorKind::Target);
     assert!(e.to_string().contains("being written by another process"), "{e}");
+    assert!(e.is_transient(), "waiting for the other writer resolves it: {e}");
     first.publish().unwrap();
     drop(first);
     // A .partial nobody holds (its writer was killed): taken over, its old bytes gone.

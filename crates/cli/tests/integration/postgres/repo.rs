@@ -533,7 +533,23 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     assert!(!object.exists(), "no object under the final name");
     let missing = run(sheaf().args(["wal-fetch", &seg, base.path().join("f1").to_str().unwrap(), "--repo", r]));
     assert_eq!(missing.status.code(), Some(1), "a killed push is not archived");
-    ok(run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r])), "the retry");
+    // The retry, and a second archiver pushing the same segment while the retry writes it (as
+    // wal-receive and archive_command may): the second waits for the first, finds the same
+    // content, and both succeed.
+    // The killed push's .partial is still there: the retry has taken it over once it writes.
+    let stale = std::fs::metadata(&partial).and_then(|m| m.modified()).ok();
+    let retry = sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r, "-c", "zstd:19"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let t0 = Instant::now();
+    let writing = || std::fs::metadata(&partial).is_ok_and(|m| m.len() > 0 && m.modified().ok() != stale);
+    while !writing() && !object.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the retry never started writing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r]));
+    assert!(second.status.success(), "a second archiver of the same segment: {}", stderr(&second));
+    assert!(stderr(&second).contains("archived already with the same content"), "{}", stderr(&second));
+    let retry = retry.wait_with_output().unwrap();
+    assert!(retry.status.success(), "the retry: {}", stderr(&retry));
     assert!(!partial.exists());
     ok(run(sheaf().args(["wal-fetch", &seg, base.path().join("f2").to_str().unwrap(), "--repo", r])), "fetch");
     assert!(std::fs::read(base.path().join("f2")).unwrap() == std::fs::read(&copy).unwrap());
