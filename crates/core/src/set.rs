@@ -11,7 +11,7 @@
 //! stripe's index is streamed from the stripe, so a million files cost no more memory than a few.
 
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::crypto::{index_piece_nonce, Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
 use crate::frame::FrameDecoder;
@@ -68,7 +68,13 @@ pub struct BackupSet {
     raw_total: u64,
     /// Regular files.
     files: usize,
+    /// Opened lean: the pages read last by [`BackupSet::with_entry`], the most recent last.
+    recent: Mutex<Vec<(usize, Arc<Vec<Entry>>)>>,
 }
+
+/// Pages [`BackupSet::with_entry`] keeps decoded: a restore's writers ask for the entries of the
+/// frames in flight, which lie in a few pages at a time per stripe (2048 entries each).
+const RECENT_PAGES: usize = 16;
 
 fn at(loc: &Location) -> impl Fn(Error) -> Error + '_ {
     move |e| e.context(format!("stripe {loc}"))
@@ -401,7 +407,7 @@ impl BackupSet {
             return Err(Error::corrupt("some stripes of the set are encrypted and some are not (a header is damaged)"));
         }
         let cipher = stripes[0].cipher.clone();
-        let mut set = BackupSet { stripes, manifest, cipher, paged, raw_total: 0, files: 0 };
+        let mut set = BackupSet { stripes, manifest, cipher, paged, raw_total: 0, files: 0, recent: Mutex::new(Vec::new()) };
         // Stripes whose index is held give their chunks from it.
         let mut raw_total: u64 = chunks.iter().map(|c| c.1).sum();
         let mut sorters: Vec<ChunkSorter> = chunks.into_iter().map(|c| c.0).collect();
@@ -487,15 +493,80 @@ impl BackupSet {
     /// # Errors
     /// No such entry; a page that does not check.
     pub fn entry(&self, file_id: u32) -> Result<Entry> {
+        self.with_entry(file_id, Entry::clone)
+    }
+
+    /// `f` of entry `file_id`: from the manifest held, or (opened lean) from its page, kept among
+    /// the last few pages read.
+    ///
+    /// # Errors
+    /// No such entry; a page that does not check.
+    pub fn with_entry<T>(&self, file_id: u32, f: impl FnOnce(&Entry) -> T) -> Result<T> {
         let missing = || Error::invalid(format!("the backup has no entry {file_id}"));
+        let Some((region, mb, loc)) = &self.paged else {
+            return self.manifest.entries.get(file_id as usize).map(f).ok_or_else(missing);
+        };
+        let k = region.pages.partition_point(|p| p.first_id <= u64::from(file_id)).checked_sub(1).ok_or_else(missing)?;
+        let at_k = (u64::from(file_id) - region.pages[k].first_id) as usize;
+        let cached = {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let hit = recent.iter().position(|(c, _)| *c == k).map(|i| recent.remove(i));
+            if let Some(hit) = &hit {
+                recent.push(hit.clone());
+            }
+            hit.map(|(_, page)| page)
+        };
+        let page = match cached {
+            Some(page) => page,
+            None => {
+                // Read outside the lock: two threads may read one page at once, and both are right.
+                let page = Arc::new(region.page(k, &in_memory(mb), self.cipher.as_deref()).map_err(at(loc))?);
+                let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+                if recent.len() == RECENT_PAGES {
+                    recent.remove(0);
+                }
+                recent.push((k, page.clone()));
+                page
+            }
+        };
+        page.get(at_k).map(f).ok_or_else(missing)
+    }
+
+    /// Every entry in file-id order, with its id: from the manifest held, or (opened lean) read a
+    /// page at a time. `f` may end the pass early with an error.
+    ///
+    /// # Errors
+    /// A page that does not check; `f`'s.
+    pub fn each_entry(&self, mut f: impl FnMut(u32, &Entry) -> Result<()>) -> Result<()> {
         match &self.paged {
-            None => self.manifest.entries.get(file_id as usize).cloned().ok_or_else(missing),
-            Some((region, mb, _)) => {
-                let k = region.pages.partition_point(|p| p.first_id <= u64::from(file_id)).checked_sub(1).ok_or_else(missing)?;
-                let page = region.page(k, &in_memory(mb), self.cipher.as_deref())?;
-                page.into_iter().nth((u64::from(file_id) - region.pages[k].first_id) as usize).ok_or_else(missing)
+            None => {
+                for (i, e) in self.manifest.entries.iter().enumerate() {
+                    f(i as u32, e)?;
+                }
+            }
+            Some((region, mb, loc)) => {
+                for (k, meta) in region.pages.iter().enumerate() {
+                    let page = region.page(k, &in_memory(mb), self.cipher.as_deref()).map_err(at(loc))?;
+                    for (i, e) in page.iter().enumerate() {
+                        f((meta.first_id + i as u64) as u32, e)?;
+                    }
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Entries in the set (regular files and everything else).
+    pub fn entry_count(&self) -> usize {
+        match &self.paged {
+            None => self.manifest.entries.len(),
+            Some((region, _, _)) => region.entry_count as usize,
+        }
+    }
+
+    /// Opened lean: entries and index are read when wanted, not held ([`BackupSet::open_lean`]).
+    pub fn is_lean(&self) -> bool {
+        self.paged.is_some() || self.stripes.iter().any(|s| s.index_streamed)
     }
 
     /// Regular files in the set.

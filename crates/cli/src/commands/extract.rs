@@ -16,7 +16,7 @@ use crate::output::plural;
 pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
     let sets = if a.stripes.is_empty() {
         let (repo, _) = ctx.open_repo()?;
-        sheaf_pg::repo::records::open_backup_chain(&repo, &a.set, ctx.schemes()?)?
+        sheaf_pg::repo::records::open_backup_chain(&repo, &a.set, ctx.schemes()?, false)?
     } else {
         if !a.repo.repo.is_empty() {
             return Err(Error::invalid("give stripes or --repo, not both"));

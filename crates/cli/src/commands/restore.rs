@@ -66,7 +66,8 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     if a.recovery.any_target() || !a.recovery.repo.repo.is_empty() {
         return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
     }
-    let set = ctx.open_stripes(&a.stripes)?;
+    // Entries and index stay out of memory unless a delta restore compares them with the target.
+    let set = if a.delta { ctx.open_stripes(&a.stripes)? } else { ctx.open_stripes_lean(&a.stripes)? };
     let r = if sheaf_pg::is_postgres(&set) {
         sheaf_pg::restore_postgres(&set, &pg_options(&a)?, progress(a.json))?
     } else {
@@ -201,9 +202,9 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     // From a repository, the backup with the ones it builds on (an incremental reads its chain).
     let sets = if a.stripes.is_empty() {
         let (repo, _) = ctx.open_repo()?;
-        sheaf_pg::repo::records::open_backup_chain(&repo, a.recovery.set.as_deref().unwrap_or("latest"), ctx.schemes()?)?
+        sheaf_pg::repo::records::open_backup_chain(&repo, a.recovery.set.as_deref().unwrap_or("latest"), ctx.schemes()?, true)?
     } else {
-        vec![ctx.open_stripes(&a.stripes)?]
+        vec![ctx.open_stripes_lean(&a.stripes)?]
     };
     let r = sheaf_core::restore_chain(&sets.iter().collect::<Vec<_>>(), &core_options(&a)?, progress(a.json))?;
     let v = report(&r);

@@ -26,14 +26,18 @@ pub(super) struct Supply {
     pub(super) ranges: Vec<Range<u64>>,
 }
 
-/// Where every byte of every file of a chain's newest set comes from.
+/// Where every byte of every file of a chain's newest set comes from. A single set restored whole
+/// (no delta) needs no map: each of its chunks goes to its own file, and nothing is held per
+/// file ([`BlockMap::single`]).
 pub(super) struct BlockMap {
+    /// One set, restored whole: every chunk is its own file's, whole.
+    single: bool,
     /// Per set (oldest first), per file id of that set: what it gives, if anything.
     supplies: Vec<Vec<Option<Supply>>>,
-    /// Per file of the newest set: the pieces the restore writes (chunks cut to what they give).
-    pub(super) pieces: Vec<u32>,
     /// Per file of the newest set: bytes that come from data chunks (not zero chunks).
-    pub(super) data_bytes: Vec<u64>,
+    data_bytes: Vec<u64>,
+    /// Per file of the newest set: bytes a delta restore found on disk already, not written.
+    dropped: Vec<u64>,
 }
 
 /// Check that `sets` (oldest first) form one chain whose every byte is in some set: a full set,
@@ -301,6 +305,9 @@ impl BlockMap {
     /// [`crate::ErrorKind::Corrupt`] for a file an incremental holds in part that the set before it
     /// lacks, or bytes of a file no set holds.
     pub(super) fn new(sets: &[&BackupSet]) -> Result<BlockMap> {
+        if sets.iter().any(|s| s.is_lean()) {
+            return Err(Error::invalid("internal: a chain's block map needs its sets opened whole, not lean"));
+        }
         let newest = sets.last().expect("checked: at least one set");
         let files = newest.manifest.entries.len();
         let mut supplies: Vec<Vec<Option<Supply>>> = sets.iter().map(|s| vec![None; s.manifest.entries.len()]).collect();
@@ -318,21 +325,40 @@ impl BlockMap {
                 supplies[g][id as usize] = Some(Supply { file: f as u32, ranges });
             }
         }
-        // The pieces each file is written in, and its data bytes.
-        let mut pieces = vec![0u32; files];
+        // Each file's data bytes.
         let mut data_bytes = vec![0u64; files];
         for (g, set) in sets.iter().enumerate() {
             for c in set.stripes.iter().flat_map(|s| s.index.iter()) {
                 let Some(Some(s)) = supplies[g].get(c.file_id as usize) else { continue };
-                for r in within(&s.ranges, c.offset, c.raw_len.into()) {
-                    pieces[s.file as usize] += 1;
-                    if c.stored_len > 0 {
-                        data_bytes[s.file as usize] += r.end - r.start;
-                    }
+                if c.stored_len > 0 {
+                    data_bytes[s.file as usize] += within(&s.ranges, c.offset, c.raw_len.into()).map(|r| r.end - r.start).sum::<u64>();
                 }
             }
         }
-        Ok(BlockMap { supplies, pieces, data_bytes })
+        Ok(BlockMap { single: false, supplies, data_bytes, dropped: vec![0; files] })
+    }
+
+    /// The map of one set restored whole: none is needed (see [`BlockMap`]).
+    pub(super) fn single() -> BlockMap {
+        BlockMap { single: true, supplies: Vec::new(), data_bytes: Vec::new(), dropped: Vec::new() }
+    }
+
+    /// One set restored whole: its chunks go to the writer as they are ([`BlockMap::sink`] is
+    /// not needed).
+    pub(super) fn is_single(&self) -> bool {
+        self.single
+    }
+
+    /// Bytes the restore writes into file `f` of the newest set, whose entry is `e`: all of them
+    /// (each given once, by one set), less what a delta restore found on disk already.
+    pub(super) fn expected(&self, f: u32, e: &crate::manifest::Entry) -> u64 {
+        e.size - self.dropped.get(f as usize).copied().unwrap_or(0)
+    }
+
+    /// A chain's data bytes per file of the newest set (zero chunks left out); empty for a single
+    /// set, whose index gives them.
+    pub(super) fn data_bytes(&self) -> &[u64] {
+        &self.data_bytes
     }
 
     /// Every chunk that gives some bytes of a file, whole or cut by a newer set: as (set, index
@@ -356,14 +382,10 @@ impl BlockMap {
     pub(super) fn drop_chunk(&mut self, g: usize, e: &IndexEntry) -> u64 {
         let Some(Some(s)) = self.supplies.get_mut(g).and_then(|v| v.get_mut(e.file_id as usize)) else { return 0 };
         let r = e.offset..e.offset + u64::from(e.raw_len);
-        let (mut parts, mut bytes) = (0u32, 0u64);
-        for x in within(&s.ranges, r.start, r.end - r.start) {
-            parts += 1;
-            bytes += x.end - x.start;
-        }
+        let bytes: u64 = within(&s.ranges, r.start, r.end - r.start).map(|x| x.end - x.start).sum();
         s.ranges = s.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
         let f = s.file as usize;
-        self.pieces[f] -= parts;
+        self.dropped[f] += bytes;
         if e.stored_len > 0 {
             self.data_bytes[f] -= bytes;
         }

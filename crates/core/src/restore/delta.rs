@@ -30,8 +30,11 @@ impl Plan<'_> {
     /// Remove what is under the roots but not in the plan (the markers aside), and what is there
     /// as another kind of entry than the backup's.
     pub(super) fn prune_for_delta(&self) -> Result<u64> {
-        let wanted: HashMap<&Path, EntryKind> =
-            self.manifest.entries.iter().zip(&self.dest).filter_map(|(e, d)| d.as_deref().map(|d| (d, e.kind))).collect();
+        let mut wanted: HashMap<PathBuf, EntryKind> = HashMap::new();
+        self.set.each_entry(|id, e| {
+            wanted.extend(self.dest(id, e).map(|d| (d, e.kind)));
+            Ok(())
+        })?;
         let mut removed = 0;
         let mut stack: Vec<PathBuf> = self.roots.clone();
         let mut seen: HashSet<PathBuf> = HashSet::new();
@@ -97,14 +100,15 @@ fn same_on_disk(file: &fs::File, path: &Path, offset: u64, len: u64, zero: bool,
 /// Compare every chunk of the map with the bytes at its place on disk, on `threads`
 /// threads, each taking a run of one file's chunks in offset order at a time; take the pieces of
 /// those that match out of the map.
-pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &[Option<PathBuf>], hollow: &[bool], threads: usize) -> Result<DeltaReport> {
+/// `dest` is each entry's destination (a delta restore has no hollow files).
+pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &[Option<PathBuf>], threads: usize) -> Result<DeltaReport> {
     let mut by_file: HashMap<u32, Vec<(usize, IndexEntry)>> = HashMap::new();
     for (g, e, f) in map.giving_chunks(sets) {
         // A data chunk of a set older than format 3 has no hash to compare with.
         if e.hash == 0 && e.stored_len > 0 {
             continue;
         }
-        if dest.get(f as usize).is_some_and(Option::is_some) && !hollow.get(f as usize).copied().unwrap_or(false) {
+        if dest.get(f as usize).is_some_and(Option::is_some) {
             by_file.entry(f).or_default().push((g, e));
         }
     }

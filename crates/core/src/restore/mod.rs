@@ -44,7 +44,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::Result;
-use crate::manifest::EntryKind;
 use crate::pipeline::Progress;
 use crate::set::BackupSet;
 use chain::{check_order, BlockMap};
@@ -80,33 +79,33 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
             "--delta makes the target equal to the whole backup, keeping what is already right: it does not combine with --force (which empties the target), --only or --db-include",
         ));
     }
-    let mut map = BlockMap::new(sets)?;
+    // One set restored whole needs no block map: each chunk is its own file's.
+    let mut map = if sets.len() == 1 && !opts.delta { BlockMap::single() } else { BlockMap::new(sets)? };
     let set = *sets.last().expect("checked: at least one set");
-    let plan = Plan::new(&set.manifest, opts)?;
+    let plan = Plan::new(set, opts)?;
     let prepared = plan.prepare_roots(opts.force, opts.delta)?;
     let mut delta = None;
     let ran = (|| {
         if opts.delta {
             let removed = plan.prune_for_delta()?;
             let threads = opts.threads.unwrap_or_else(crate::host::available_cores);
-            let mut d = delta::keep_what_matches(&mut map, sets, &plan.dest, &plan.hollow, threads)?;
+            let mut d = delta::keep_what_matches(&mut map, sets, &plan.dests()?, threads)?;
             d.removed = removed;
             delta = Some(d);
         }
         plan.run(sets, &map, opts, progress)
     })();
-    let (direct_io, io_uring, scanned) = match ran {
+    let (direct_io, io_uring, scanned, restored) = match ran {
         Ok(d) => d,
         Err(e) => return Err(plan.clean_up_after(e, &prepared)),
     };
-    let restored = || set.manifest.entries.iter().zip(&plan.dest).zip(&plan.hollow).filter(|((_, d), h)| d.is_some() && !**h).map(|((e, _), _)| e);
     Ok(RestoreReport {
         backup_id: set.manifest.backup_id.clone(),
         target: opts.target.display().to_string(),
         stripes: sets.iter().map(|s| s.stripes.len()).sum(),
-        files: restored().filter(|e| e.kind == EntryKind::File).count(),
-        entries: restored().count(),
-        bytes_written: restored().filter(|e| e.kind == EntryKind::File).map(|e| e.size).sum(),
+        files: restored.files,
+        entries: restored.entries,
+        bytes_written: restored.bytes,
         bytes_read: scanned.bytes_read,
         set_bytes: sets.iter().map(|s| s.stored_bytes()).sum(),
         seconds: t0.elapsed().as_secs_f64(),

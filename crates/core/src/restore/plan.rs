@@ -10,74 +10,111 @@ use std::path::{Path, PathBuf};
 
 use super::options::{RestoreOptions, INCOMPLETE_MARKER};
 use crate::error::{Error, Result};
-use crate::manifest::{Entry, EntryKind, Manifest, Root};
+use crate::manifest::{Entry, EntryKind, Manifest};
+use crate::set::BackupSet;
 
-pub(super) struct Plan<'m> {
-    pub(super) manifest: &'m Manifest,
-    /// Destination of each entry (None: not restored).
-    pub(super) dest: Vec<Option<PathBuf>>,
-    /// Per entry: a file restored as zeros of its size, unread ([`RestoreOptions::hollow`]).
-    pub(super) hollow: Vec<bool>,
+/// One bit per entry: what the plan keeps per entry, so that a restore of ten million files holds
+/// ten million bits, not ten million paths.
+pub(super) struct Bits(Vec<u64>);
+
+impl Bits {
+    pub(super) fn new(n: usize) -> Self {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+
+    pub(super) fn set(&mut self, i: u32) {
+        if let Some(w) = self.0.get_mut(i as usize / 64) {
+            *w |= 1 << (i % 64);
+        }
+    }
+
+    pub(super) fn get(&self, i: u32) -> bool {
+        self.0.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+}
+
+/// Which rule places an entry: a relocation, the target (the main tree), or its original place
+/// (a tree outside the main one, with `--original-paths`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placed {
+    Relocated(usize),
+    Target,
+    Original(u16),
+}
+
+/// Where each entry goes, decided per entry from the options; nothing per entry is held but a bit
+/// for `--only`.
+pub(super) struct Plan<'s> {
+    /// The set whose entries are restored (a chain's newest).
+    pub(super) set: &'s BackupSet,
+    /// Its manifest's head: roots, id.
+    pub(super) manifest: &'s Manifest,
+    target: PathBuf,
+    relocate: Vec<(String, PathBuf)>,
+    /// Folders whose files come back hollow ([`RestoreOptions::hollow`]).
+    hollow: Vec<String>,
+    /// With `--only`: the entries chosen.
+    chosen: Option<Bits>,
     /// Folders that receive a tree: the target and each relocation or extra root.
     pub(super) roots: Vec<PathBuf>,
     /// One incomplete-marker per root.
     pub(super) markers: Vec<PathBuf>,
 }
 
-impl<'m> Plan<'m> {
-    pub(super) fn new(manifest: &'m Manifest, opts: &RestoreOptions) -> Result<Self> {
-        validate_paths(manifest)?;
-        let chosen = choose(manifest, &opts.only)?;
+impl<'s> Plan<'s> {
+    /// The plan for restoring `set`, checked in passes over its entries (a page at a time when the
+    /// set is opened lean): every path plain and under a directory listed before it, every
+    /// relocation used, every tree outside the main one placed, no two entries on one path.
+    ///
+    /// # Errors
+    /// A manifest that would write outside its targets; options that match nothing or collide.
+    pub(super) fn new(set: &'s BackupSet, opts: &RestoreOptions) -> Result<Self> {
+        let manifest = &set.manifest;
+        validate_roots(manifest)?;
+        let chosen = choose(set, &opts.only)?;
+        let mut plan = Plan {
+            set,
+            manifest,
+            target: opts.target.clone(),
+            relocate: opts.relocate.clone(),
+            hollow: opts.hollow.iter().map(|h| h.trim_end_matches('/').to_string()).collect(),
+            chosen,
+            roots: Vec::new(),
+            markers: Vec::new(),
+        };
+        let n_roots = manifest.roots.len();
+        let mut paths = PathCheck::new(set.entry_count());
         let mut used = vec![false; opts.relocate.len()];
-        let mut dest = Vec::with_capacity(manifest.entries.len());
-        let mut unmapped: Vec<&Root> = Vec::new();
-        for (i, e) in manifest.entries.iter().enumerate() {
-            if e.vanished || chosen.as_ref().is_some_and(|c| !c[i]) {
-                dest.push(None);
-                continue;
+        // Per relocation, the roots whose entries it takes.
+        let mut reloc_roots: Vec<Vec<u16>> = vec![Vec::new(); opts.relocate.len()];
+        let mut unmapped: Vec<u16> = Vec::new();
+        let (mut root_used, mut root_moved) = (vec![false; n_roots], vec![false; n_roots]);
+        let mut target_used = false;
+        set.each_entry(|id, e| {
+            paths.check(id, e, n_roots)?;
+            if !plan.chosen_entry(id, e) {
+                return Ok(());
             }
-            let root = &manifest.roots[e.root as usize];
-            let rel = e.path_bytes();
-            let logical = if root.name.is_empty() { rel.to_vec() } else { join_rel(root.name.as_bytes(), rel) };
-            let original = join_rel(root.path.as_bytes(), rel);
-            let root_depth = depth(root.path.as_bytes());
-            // The most specific relocation wins, counting path components below the backup's root
-            // whichever way OLD was written.
-            let mut best: Option<(usize, usize, PathBuf)> = None;
-            for (i, (old, new)) in opts.relocate.iter().enumerate() {
-                let old = old.as_bytes();
-                let hit = strip_prefix(&logical, old)
-                    .map(|rest| (depth(old), rest))
-                    .or_else(|| strip_prefix(&original, old).map(|rest| (depth(old).saturating_sub(root_depth), rest)));
-                if let Some((d, rest)) = hit {
-                    if best.as_ref().is_none_or(|b| d > b.0) {
-                        let p = if rest.is_empty() { new.clone() } else { new.join(OsStr::from_bytes(rest)) };
-                        best = Some((d, i, p));
-                    }
-                }
-            }
-            let p = match best {
-                Some((_, i, p)) => {
+            let (p, placed) = plan.place(e);
+            match placed {
+                Placed::Relocated(i) => {
                     used[i] = true;
-                    p
-                }
-                None if e.root == 0 => {
-                    if rel.is_empty() {
-                        opts.target.clone()
-                    } else {
-                        opts.target.join(OsStr::from_bytes(rel))
+                    if !reloc_roots[i].contains(&e.root) {
+                        reloc_roots[i].push(e.root);
                     }
                 }
-                None => {
-                    if !opts.original_paths && !unmapped.iter().any(|r| std::ptr::eq(*r, root)) {
-                        unmapped.push(root);
-                    }
-                    PathBuf::from(OsStr::from_bytes(&original))
-                }
-            };
-            dest.push(Some(p));
-        }
-        if let Some(i) = used.iter().position(|u| !u).filter(|_| chosen.is_none()) {
+                Placed::Original(k) if !opts.original_paths && !unmapped.contains(&k) => unmapped.push(k),
+                Placed::Original(_) => {}
+                Placed::Target => target_used = true,
+            }
+            let root = e.root as usize;
+            root_used[root] = true;
+            if e.path.is_empty() && p.as_path() != Path::new(&manifest.roots[root].path) {
+                root_moved[root] = true;
+            }
+            Ok(())
+        })?;
+        if let Some(i) = used.iter().position(|u| !u).filter(|_| plan.chosen.is_none()) {
             let (old, new) = &opts.relocate[i];
             return Err(Error::invalid(format!(
                 "--relocate {old}={}: nothing in the backup is under '{old}' (or a more specific --relocate takes all of it); give a path inside the backup or an original absolute path",
@@ -87,49 +124,151 @@ impl<'m> Plan<'m> {
         if !unmapped.is_empty() {
             let what: Vec<String> = unmapped
                 .iter()
+                .map(|&k| &manifest.roots[k as usize])
                 .map(|r| format!("'{}' (at {} when backed up)", r.name, r.path))
                 .collect();
-            let first = &unmapped[0].path;
+            let first = &manifest.roots[unmapped[0] as usize].path;
             return Err(Error::invalid(format!(
                 "the backup holds {} outside its main directory: {}; sheaf writes outside --to only where told: map each with --relocate {first}=NEW_DIR, or pass --original-paths to restore them where they were",
                 if unmapped.len() == 1 { "a tree" } else { "trees" },
                 what.join(", ")
             )));
         }
-        let mut seen = HashSet::new();
-        for d in dest.iter().flatten() {
-            if !seen.insert(d.clone()) {
-                return Err(Error::invalid(format!(
-                    "two entries of the backup would be restored to {}: check the --relocate targets for overlaps",
-                    d.display()
-                )));
-            }
+        // Two entries on one path: only where two rules place entries in one region (one's
+        // folder inside, or the same as, another's), or one relocation takes entries of two
+        // trees. Those entries' paths are compared, by a 128-bit hash each; elsewhere every
+        // path is one (root, path) of the backup, and those are distinct.
+        let mut regions: Vec<(Placed, PathBuf)> = Vec::new();
+        if target_used {
+            regions.push((Placed::Target, opts.target.clone()));
+        }
+        for (i, (_, new)) in opts.relocate.iter().enumerate().filter(|(i, _)| used[*i]) {
+            regions.push((Placed::Relocated(i), new.clone()));
+        }
+        for k in 1..n_roots {
+            regions.push((Placed::Original(k as u16), PathBuf::from(&manifest.roots[k].path)));
+        }
+        let risky: Vec<Placed> = regions
+            .iter()
+            .filter(|(placed, r)| {
+                regions.iter().any(|(other, o)| other != placed && (o.starts_with(r) || r.starts_with(o)))
+                    || matches!(placed, Placed::Relocated(i) if reloc_roots[*i].len() > 1)
+            })
+            .map(|(placed, _)| *placed)
+            .collect();
+        if !risky.is_empty() {
+            let mut seen: HashSet<u128> = HashSet::new();
+            set.each_entry(|id, e| {
+                if !plan.chosen_entry(id, e) {
+                    return Ok(());
+                }
+                let (p, placed) = plan.place(e);
+                if risky.contains(&placed) && !seen.insert(path_hash(&p)) {
+                    return Err(Error::invalid(format!(
+                        "two entries of the backup would be restored to {}: check the --relocate targets for overlaps",
+                        p.display()
+                    )));
+                }
+                Ok(())
+            })?;
         }
         let mut roots = vec![opts.target.clone()];
         roots.extend(opts.relocate.iter().map(|(_, new)| new.clone()));
         for (k, root) in manifest.roots.iter().enumerate().skip(1) {
-            let relocated = manifest.entries.iter().zip(&dest).any(|(e, d)| {
-                e.root as usize == k && e.path.is_empty() && d.as_deref() != Some(Path::new(&root.path))
-            });
             // With --only, a root none of whose entries is restored is not touched.
-            let used = manifest.entries.iter().zip(&dest).any(|(e, d)| e.root as usize == k && d.is_some());
-            if !relocated && used {
+            if !root_moved[k] && root_used[k] {
                 roots.push(PathBuf::from(&root.path));
             }
         }
         let mut seen = HashSet::new();
         roots.retain(|r| seen.insert(r.clone()));
-        let markers = roots.iter().map(|r| r.join(INCOMPLETE_MARKER)).collect();
-        let hollow = manifest
-            .entries
-            .iter()
-            .map(|e| {
-                let p = logical_path(manifest, e);
-                e.kind == EntryKind::File && opts.hollow.iter().any(|h| p.strip_prefix(h.trim_end_matches('/')).is_some_and(|rest| rest.starts_with('/')))
-            })
-            .collect();
-        Ok(Plan { manifest, dest, hollow, roots, markers })
+        plan.markers = roots.iter().map(|r| r.join(INCOMPLETE_MARKER)).collect();
+        plan.roots = roots;
+        Ok(plan)
     }
+
+    /// Whether entry `id` is restored at all: not vanished, and chosen by `--only` when given.
+    fn chosen_entry(&self, id: u32, e: &Entry) -> bool {
+        !e.vanished && self.chosen.as_ref().is_none_or(|c| c.get(id))
+    }
+
+    /// Where entry `id` goes; `None` when it is not restored.
+    pub(super) fn dest(&self, id: u32, e: &Entry) -> Option<PathBuf> {
+        self.chosen_entry(id, e).then(|| self.place(e).0)
+    }
+
+    /// Where regular file `id` is written from the set's chunks: its destination, unless it is
+    /// not restored or comes back hollow.
+    pub(super) fn writes(&self, id: u32, e: &Entry) -> Option<PathBuf> {
+        if self.hollow(e) {
+            return None;
+        }
+        self.dest(id, e)
+    }
+
+    /// A file restored as zeros of its size, unread ([`RestoreOptions::hollow`]).
+    pub(super) fn hollow(&self, e: &Entry) -> bool {
+        if self.hollow.is_empty() || e.kind != EntryKind::File {
+            return false;
+        }
+        let p = logical_path(self.manifest, e);
+        self.hollow.iter().any(|h| p.strip_prefix(h.as_str()).is_some_and(|rest| rest.starts_with('/')))
+    }
+
+    /// Every entry's destination, held (what a delta restore compares the target with).
+    ///
+    /// # Errors
+    /// A page of the manifest that does not check.
+    pub(super) fn dests(&self) -> Result<Vec<Option<PathBuf>>> {
+        let mut out = Vec::with_capacity(self.set.entry_count());
+        self.set.each_entry(|id, e| {
+            out.push(self.dest(id, e));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Where `e` goes if restored, and by which rule.
+    fn place(&self, e: &Entry) -> (PathBuf, Placed) {
+        let root = &self.manifest.roots[e.root as usize];
+        let rel = e.path_bytes();
+        let logical = if root.name.is_empty() { rel.to_vec() } else { join_rel(root.name.as_bytes(), rel) };
+        let original = join_rel(root.path.as_bytes(), rel);
+        let root_depth = depth(root.path.as_bytes());
+        // The most specific relocation wins, counting path components below the backup's root
+        // whichever way OLD was written.
+        let mut best: Option<(usize, usize, PathBuf)> = None;
+        for (i, (old, new)) in self.relocate.iter().enumerate() {
+            let old = old.as_bytes();
+            let hit = strip_prefix(&logical, old)
+                .map(|rest| (depth(old), rest))
+                .or_else(|| strip_prefix(&original, old).map(|rest| (depth(old).saturating_sub(root_depth), rest)));
+            if let Some((d, rest)) = hit {
+                if best.as_ref().is_none_or(|b| d > b.0) {
+                    let p = if rest.is_empty() { new.clone() } else { new.join(OsStr::from_bytes(rest)) };
+                    best = Some((d, i, p));
+                }
+            }
+        }
+        match best {
+            Some((_, i, p)) => (p, Placed::Relocated(i)),
+            None if e.root == 0 => (if rel.is_empty() { self.target.clone() } else { self.target.join(OsStr::from_bytes(rel)) }, Placed::Target),
+            None => (PathBuf::from(OsStr::from_bytes(&original)), Placed::Original(e.root)),
+        }
+    }
+}
+
+/// A path's 128-bit hash (two keyed SipHashes): for the overlap check, where a false match (about
+/// one in 10^20 for ten million paths) only refuses a restore.
+fn path_hash(p: &Path) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |key: u64| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        p.hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(0x5EAF_0001)) << 64) | u128::from(half(0x5EAF_0002))
 }
 
 /// An entry's path as the backup holds it: under its root's name (`pg_tblspc/OID/...` for a
@@ -144,70 +283,92 @@ fn logical_path(manifest: &Manifest, e: &Entry) -> String {
 }
 
 /// With `only` globs, which entries to restore: those whose path (or a folder above it) matches,
-/// and the folders above them; `None` for everything.
+/// and the folders above them; `None` for everything. Two passes over the entries: the matches,
+/// then the folders above them (listed before them).
 ///
 /// # Errors
 /// A glob that does not parse, or one that matches nothing in the backup.
-fn choose(manifest: &Manifest, only: &[String]) -> Result<Option<Vec<bool>>> {
+fn choose(set: &BackupSet, only: &[String]) -> Result<Option<Bits>> {
     if only.is_empty() {
         return Ok(None);
     }
+    let manifest = &set.manifest;
     let globs = only
         .iter()
         .map(|g| glob::Pattern::new(g.trim_end_matches('/')).map_err(|e| Error::invalid(format!("--only '{g}': {e}"))))
         .collect::<Result<Vec<_>>>()?;
     let how = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
-    let path_of = |e: &Entry| logical_path(manifest, e);
     let mut hit = vec![false; globs.len()];
-    let mut chosen = vec![false; manifest.entries.len()];
+    let mut chosen = Bits::new(set.entry_count());
+    // The folders above a chosen entry: as many as the backup has folders.
     let mut above: HashSet<String> = HashSet::new();
-    for (i, e) in manifest.entries.iter().enumerate() {
-        let p = path_of(e);
+    set.each_entry(|id, e| {
+        if e.root as usize >= manifest.roots.len() {
+            return Ok(());
+        }
+        let p = logical_path(manifest, e);
         if p.is_empty() {
-            continue;
+            return Ok(());
         }
         // The path itself, then each folder above it.
         let mut candidates = vec![p.as_str()];
         candidates.extend(p.match_indices('/').map(|(at, _)| &p[..at]));
+        let mut this = false;
         for (k, g) in globs.iter().enumerate() {
             if candidates.iter().any(|c| g.matches_with(c, how)) {
                 hit[k] = true;
-                chosen[i] = true;
+                this = true;
             }
         }
-        if chosen[i] {
+        if this {
+            chosen.set(id);
             above.extend(p.match_indices('/').map(|(at, _)| p[..at].to_string()));
             above.insert(String::new());
         }
-    }
+        Ok(())
+    })?;
     if let Some(k) = hit.iter().position(|h| !h) {
         return Err(Error::invalid(format!(
             "--only '{}' matches nothing in the backup: paths are as the backup holds them, e.g. base/16384/16385 or pg_tblspc/16390/... for PostgreSQL, or relative to the directory backed up",
             only[k]
         )));
     }
-    for (i, e) in manifest.entries.iter().enumerate() {
-        if e.kind == EntryKind::Dir && above.contains(&path_of(e)) {
-            chosen[i] = true;
+    set.each_entry(|id, e| {
+        if e.kind == EntryKind::Dir && (e.root as usize) < manifest.roots.len() && above.contains(&logical_path(manifest, e)) {
+            chosen.set(id);
         }
-    }
+        Ok(())
+    })?;
     Ok(Some(chosen))
 }
 
-/// Entries may only name plain relative paths, and every entry's parent must be a directory entry
-/// of the same root: nothing a backup holds can make a restore write outside its targets, whether
-/// through `..`, an absolute path, or a symlink standing where a directory should be.
-pub(super) fn validate_paths(m: &Manifest) -> Result<()> {
-    let bad = |e: &Entry| Error::corrupt(format!("manifest: entry path '{}' is not a plain relative path; refusing to restore", e.path));
-    let mut dirs: HashSet<(u16, &[u8])> = HashSet::new();
-    for (i, e) in m.entries.iter().enumerate() {
+/// The path checks of [`Plan::new`], fed the entries in order: what it keeps is the
+/// directories (as many as the backup has) and a bit per entry for the regular files.
+struct PathCheck {
+    dirs: HashSet<(u16, Vec<u8>)>,
+    files: Bits,
+}
+
+impl PathCheck {
+    fn new(entries: usize) -> Self {
+        PathCheck { dirs: HashSet::new(), files: Bits::new(entries) }
+    }
+
+    /// Entries may only name plain relative paths, and every entry's parent must be a directory
+    /// entry of the same root listed before it: nothing a backup holds can make a restore write
+    /// outside its targets, whether through `..`, an absolute path, or a symlink standing where a
+    /// directory should be.
+    fn check(&mut self, id: u32, e: &Entry, roots: usize) -> Result<()> {
+        if e.root as usize >= roots {
+            return Err(Error::corrupt(format!("manifest: entry '{}' names root {} but the backup has {roots} root(s); refusing to restore", e.path, e.root)));
+        }
         let p = e.path_bytes();
         if !p.is_empty() {
             if p.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..") || p.contains(&0) {
-                return Err(bad(e));
+                return Err(Error::corrupt(format!("manifest: entry path '{}' is not a plain relative path; refusing to restore", e.path)));
             }
             let parent = p.iter().rposition(|&b| b == b'/').map_or(&p[..0], |at| &p[..at]);
-            if !dirs.contains(&(e.root, parent)) {
+            if !self.dirs.contains(&(e.root, parent.to_vec())) {
                 return Err(Error::corrupt(format!(
                     "manifest: '{}' comes before, or without, its directory '{}'; refusing to restore",
                     e.path,
@@ -217,15 +378,21 @@ pub(super) fn validate_paths(m: &Manifest) -> Result<()> {
         }
         match e.kind {
             EntryKind::Dir => {
-                dirs.insert((e.root, p));
+                self.dirs.insert((e.root, p.to_vec()));
             }
+            EntryKind::File => self.files.set(id),
             // A hard link names a regular file listed before it.
-            EntryKind::Hardlink if !e.link.is_some_and(|l| (l as usize) < i && m.entries[l as usize].kind == EntryKind::File) => {
+            EntryKind::Hardlink if !e.link.is_some_and(|l| l < id && self.files.get(l)) => {
                 return Err(Error::corrupt(format!("manifest: hard link '{}' names no regular file before it; refusing to restore", e.path)));
             }
             _ => {}
         }
+        Ok(())
     }
+}
+
+/// Root names are plain relative paths.
+fn validate_roots(m: &Manifest) -> Result<()> {
     for r in &m.roots {
         if r.name.split('/').any(|c| c == "..") {
             return Err(Error::corrupt(format!("manifest: root name '{}' is not a plain relative path; refusing to restore", r.name)));

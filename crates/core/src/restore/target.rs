@@ -66,44 +66,19 @@ impl Plan<'_> {
         Ok(Prepared { was_empty })
     }
 
-    /// Refuse, before writing a byte, a restore whose data cannot fit: per filesystem, the bytes
-    /// its files will hold (holes excluded) against what is free there. Metadata is not counted, so
-    /// a write can still find the disk full; that fails and is cleaned up the same way.
-    /// `bytes`: per entry, the data bytes it gets (zero chunks take no space).
-    pub(super) fn check_space(&self, bytes: &[u64]) -> Result<()> {
+    /// What each filesystem of the roots will receive, counted with [`Space::add`] and checked
+    /// with [`Space::check`].
+    pub(super) fn space(&self) -> Space<'_> {
         // Each root's filesystem, asked once: (root, device), and per device the bytes it receives.
         let roots: Vec<(&Path, u64)> = self.roots.iter().filter_map(|r| free_space(r).map(|(dev, _)| (r.as_path(), dev))).collect();
-        let mut need: Vec<(u64, u64, &Path)> = Vec::new(); // (device, bytes, a root on it)
+        let mut need: Vec<(u64, u64, &Path)> = Vec::new();
         for &(r, dev) in &roots {
             if !need.iter().any(|n| n.0 == dev) {
                 need.push((dev, 0, r));
             }
         }
-        for (((e, d), b), &h) in self.manifest.entries.iter().zip(&self.dest).zip(bytes.iter().copied()).zip(&self.hollow) {
-            let (Some(d), EntryKind::File, false) = (d, e.kind, h) else { continue };
-            let Some(&(_, dev)) = roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { continue };
-            if let Some(n) = need.iter_mut().find(|n| n.0 == dev) {
-                n.1 += b;
-            }
-        }
-        for (_, bytes, root) in need {
-            let Some((_, free)) = free_space(root) else { continue };
-            if bytes > free {
-                return Err(Error::io(
-                    ErrorKind::NoSpace,
-                    format!(
-                        "the restore writes {} to the filesystem of {}, which has {} free",
-                        crate::size::format_size(bytes),
-                        root.display(),
-                        crate::size::format_size(free)
-                    ),
-                    std::io::Error::from_raw_os_error(libc::ENOSPC),
-                ));
-            }
-        }
-        Ok(())
+        Space { roots, need }
     }
-
     pub(super) fn clean_up_after(&self, e: Error, prepared: &Prepared) -> Error {
         let mut removed = true;
         for (r, &empty) in self.roots.iter().zip(&prepared.was_empty) {
@@ -158,4 +133,53 @@ pub(super) fn remove_any(p: &Path) -> Result<()> {
     let m = fs::symlink_metadata(p).map_err(|e| io_at(ErrorKind::Target, "cannot stat", p, e))?;
     let r = if m.is_dir() { fs::remove_dir_all(p) } else { fs::remove_file(p) };
     r.map_err(|e| io_at(ErrorKind::Target, "cannot remove", p, e))
+}
+
+/// Refuse, before writing a byte, a restore whose data cannot fit: per filesystem, the bytes its
+/// files will hold (holes excluded) against what is free there. Metadata is not counted, so a
+/// write can still find the disk full; that fails and is cleaned up the same way.
+pub(super) struct Space<'p> {
+    /// Each root and its filesystem.
+    roots: Vec<(&'p Path, u64)>,
+    /// Per filesystem: (device, bytes it receives, a root on it).
+    need: Vec<(u64, u64, &'p Path)>,
+}
+
+impl Space<'_> {
+    /// `bytes` of data (not zero chunks) go to file `id` of the plan's set, if it is written.
+    ///
+    /// # Errors
+    /// A page of the manifest that does not check.
+    pub(super) fn add(&mut self, plan: &Plan<'_>, id: u32, bytes: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let Some(d) = plan.set.with_entry(id, |e| if e.kind == EntryKind::File { plan.writes(id, e) } else { None })? else { return Ok(()) };
+        let Some(&(_, dev)) = self.roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { return Ok(()) };
+        if let Some(n) = self.need.iter_mut().find(|n| n.0 == dev) {
+            n.1 += bytes;
+        }
+        Ok(())
+    }
+
+    /// # Errors
+    /// [`ErrorKind::NoSpace`] naming the filesystem that lacks room.
+    pub(super) fn check(self) -> Result<()> {
+        for (_, bytes, root) in self.need {
+            let Some((_, free)) = free_space(root) else { continue };
+            if bytes > free {
+                return Err(Error::io(
+                    ErrorKind::NoSpace,
+                    format!(
+                        "the restore writes {} to the filesystem of {}, which has {} free",
+                        crate::size::format_size(bytes),
+                        root.display(),
+                        crate::size::format_size(free)
+                    ),
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                ));
+            }
+        }
+        Ok(())
+    }
 }

@@ -6,11 +6,14 @@
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::chain::BlockMap;
 use super::durable::FLUSH_EVERY;
 use super::metadata::{apply_metadata, apply_metadata_fd};
+use super::plan::Plan;
 use super::scan::{ChunkSink, Decoded, Lane};
 use crate::aligned::{is_aligned, ALIGN};
 use crate::error::{io_at, Error, ErrorKind, Result};
@@ -89,24 +92,51 @@ impl Inherit {
     }
 }
 
-/// Where one file stands during the scan.
-struct FileSlot {
-    /// Chunks not yet written; the one that brings it to zero finishes the file.
-    remaining: AtomicU32,
+/// A file being written: only files some chunk has reached and whose last chunk has not come are
+/// held, so a restore holds as many as it has in flight, not one per file of the backup.
+struct Slot {
+    id: u32,
+    entry: Entry,
+    path: PathBuf,
+    /// Bytes not yet written; the write that brings it to zero finishes the file.
+    remaining: AtomicU64,
     /// Open while chunks are still coming.
     handle: Mutex<Option<Arc<OpenFile>>>,
-    /// Created (by the first chunk, or by `finish_untouched`).
-    created: AtomicBool,
+}
+
+/// The files in flight, in shards by id (every decompressor thread looks one up per chunk).
+const SHARDS: usize = 64;
+
+/// One bit per entry, set by any thread: which files have been created.
+struct AtomicBits(Vec<AtomicU64>);
+
+impl AtomicBits {
+    fn new(n: usize) -> Self {
+        AtomicBits((0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    fn set(&self, i: u32) {
+        if let Some(w) = self.0.get(i as usize / 64) {
+            w.fetch_or(1 << (i % 64), Ordering::AcqRel);
+        }
+    }
+
+    fn get(&self, i: u32) -> bool {
+        self.0.get(i as usize / 64).is_some_and(|w| w.load(Ordering::Acquire) & (1 << (i % 64)) != 0)
+    }
 }
 
 pub(super) struct Writer<'a> {
-    entries: &'a [Entry],
-    dest: &'a [Option<PathBuf>],
-    /// Per entry: restored as zeros, its chunks not wanted.
-    hollow: &'a [bool],
-    slots: Vec<FileSlot>,
-    /// Per entry: every byte of it is data (no chunk is a hole).
-    dense: Vec<bool>,
+    /// Where each entry goes ([`Plan::writes`]), and the set its entries are read from.
+    plan: &'a Plan<'a>,
+    /// How many bytes each file gets, and whether they are all data.
+    map: &'a BlockMap,
+    /// One set restored whole: the files with a zero chunk (the rest are data throughout).
+    sparse: HashSet<u32>,
+    /// Files some chunk has reached, until their last is written.
+    open: Vec<Mutex<HashMap<u32, Arc<Slot>>>>,
+    /// Per entry: created (by its first chunk, or by `finish_untouched`).
+    created: AtomicBits,
     as_root: bool,
     inherit: Inherit,
     /// Direct I/O still in use: cleared for good by the first filesystem that refuses it.
@@ -124,16 +154,23 @@ pub(super) struct Writer<'a> {
     keep_existing: bool,
 }
 
+/// What [`Writer::finish_untouched`] counts: the entries restored, and of them the regular files
+/// and their bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Restored {
+    pub(super) entries: usize,
+    pub(super) files: usize,
+    pub(super) bytes: u64,
+}
+
 impl<'a> Writer<'a> {
     #[allow(clippy::too_many_arguments)]
-    /// `pieces` and `data_bytes` per entry come from the chain's [`super::chain::BlockMap`]: the
-    /// writes each file gets (the last finishes it), and how many of its bytes are data.
+    /// `map` says how many bytes each file gets; `sparse` (one set restored whole) which files
+    /// have a zero chunk.
     pub(super) fn new(
-        pieces: &[u32],
-        data_bytes: &[u64],
-        entries: &'a [Entry],
-        dest: &'a [Option<PathBuf>],
-        hollow: &'a [bool],
+        plan: &'a Plan<'a>,
+        map: &'a BlockMap,
+        sparse: HashSet<u32>,
         as_root: bool,
         inherit: Inherit,
         direct: bool,
@@ -141,18 +178,12 @@ impl<'a> Writer<'a> {
         flush: crossbeam_channel::Sender<()>,
         keep_existing: bool,
     ) -> Self {
-        let slots = pieces
-            .iter()
-            .map(|&c| FileSlot { remaining: AtomicU32::new(c), handle: Mutex::new(None), created: AtomicBool::new(false) })
-            .collect();
-        // A hollow file is only sized, so that it stays sparse.
-        let dense = data_bytes.iter().zip(entries).zip(hollow).map(|((&b, e), &h)| b == e.size && !h).collect();
         Writer {
-            entries,
-            dest,
-            hollow,
-            slots,
-            dense,
+            plan,
+            map,
+            sparse,
+            open: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            created: AtomicBits::new(plan.set.entry_count()),
             as_root,
             inherit,
             direct: AtomicBool::new(direct),
@@ -164,16 +195,44 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Every byte of file `id` is data (no chunk is a hole): worth reserving its blocks.
+    fn dense(&self, id: u32, e: &Entry) -> bool {
+        if self.plan.hollow(e) {
+            return false;
+        }
+        if self.map.is_single() {
+            return !self.sparse.contains(&id);
+        }
+        self.map.data_bytes().get(id as usize).is_some_and(|&b| b == e.size)
+    }
+
+    /// The file `id` in flight, taken up by the first chunk to reach it; `None` for a file that is
+    /// not written (not restored, hollow) or is finished already.
+    fn slot(&self, id: u32) -> Result<Option<Arc<Slot>>> {
+        let shard = &self.open[id as usize % SHARDS];
+        if let Some(s) = shard.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            return Ok(Some(s.clone()));
+        }
+        if self.created.get(id) {
+            return Ok(None);
+        }
+        // Not in flight and not created: this chunk is one of the file's, so the file cannot be
+        // finished before it is written; two first chunks meet in the shard below.
+        let Some((entry, path)) = self.plan.set.with_entry(id, |e| self.plan.writes(id, e).map(|p| (e.clone(), p)))? else { return Ok(None) };
+        let remaining = AtomicU64::new(self.map.expected(id, &entry));
+        let mut open = shard.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Some(open.entry(id).or_insert_with(|| Arc::new(Slot { id, entry, path, remaining, handle: Mutex::new(None) })).clone()))
+    }
+
     /// Create and size the file for entry `id`: with direct I/O while the filesystem takes it, for
     /// files of a chunk or more (small files were packed: their bytes are not aligned, and the page
     /// cache with one syncfs at the end beats a synchronous write each). `first` is the length of
     /// the chunk that creates it: when that is the whole file, no sizing is needed.
-    fn create(&self, id: usize, path: &Path, first: Option<usize>) -> Result<OpenFile> {
-        // Its directory exists: every parent is a directory entry (validate_paths), made first.
-        // Nothing is there (the target was empty or emptied, and no two entries share a path), so
-        // it is made new; should something be there after all, it is truncated and its owner and
-        // mode set as for any file.
-        let e = &self.entries[id];
+    fn create(&self, id: u32, e: &Entry, path: &Path, first: Option<usize>) -> Result<OpenFile> {
+        // Its directory exists: every parent is a directory entry (the plan's path check), made
+        // first. Nothing is there (the target was empty or emptied, and no two entries share a
+        // path), so it is made new; should something be there after all, it is truncated and its
+        // owner and mode set as for any file.
         let mut o = OpenOptions::new();
         o.write(true).create_new(!self.keep_existing).create(true).mode(self.inherit.open_mode(e));
         let size = e.size;
@@ -193,7 +252,7 @@ impl<'a> Writer<'a> {
             r => r,
         };
         let mut f = f.map_err(|e| io_at(ErrorKind::Target, "cannot create file", path, e))?;
-        self.slots[id].created.store(true, Ordering::Release);
+        self.created.set(id);
         if self.keep_existing {
             // What was there keeps its chunks that match; it may be longer or shorter than the
             // backup's file, and its owner and mode may differ.
@@ -212,34 +271,47 @@ impl<'a> Writer<'a> {
         // without (dd 0.74 s). Buffered files are only sized: converting reserved (unwritten)
         // extents at writeback cost seconds of system time per GiB here. Files with holes are only
         // sized too, so that they come back sparse.
-        if f.direct && self.dense[id] && preallocate(&f.file, size) {
+        if f.direct && self.dense(id, e) && preallocate(&f.file, size) {
             return Ok(f);
         }
         f.file.set_len(size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
         Ok(f)
     }
 
-    /// Files no chunk touched (empty, or every chunk elsewhere... none): create and finish them.
-    pub(super) fn finish_untouched(&self) -> Result<()> {
-        for (id, (e, d)) in self.entries.iter().zip(self.dest).enumerate() {
-            let (Some(d), EntryKind::File) = (d, e.kind) else { continue };
-            if !self.slots[id].created.load(Ordering::Acquire) {
-                let f = self.create(id, d, None)?;
-                self.finish_file(e, &f, d)?;
+    /// Files no chunk touched (empty, hollow, or every chunk on disk already): create and finish
+    /// them, in one pass over the entries that also counts what the restore restored.
+    pub(super) fn finish_untouched(&self) -> Result<Restored> {
+        let mut n = Restored::default();
+        self.plan.set.each_entry(|id, e| {
+            let Some(d) = self.plan.dest(id, e) else { return Ok(()) };
+            let hollow = self.plan.hollow(e);
+            if !hollow {
+                n.entries += 1;
             }
-        }
-        Ok(())
+            if e.kind != EntryKind::File {
+                return Ok(());
+            }
+            if !hollow {
+                n.files += 1;
+                n.bytes += e.size;
+            }
+            if !self.created.get(id) {
+                let f = self.create(id, e, &d, None)?;
+                self.finish_file(e, &f, &d)?;
+            }
+            Ok(())
+        })?;
+        Ok(n)
     }
 }
 
 impl Writer<'_> {
-    /// The open file for entry `id` (created by the first chunk to come), or `None` when it is
-    /// not restored or already finished.
-    fn handle(&self, id: usize, path: &Path, first: Option<usize>) -> Result<Option<Arc<OpenFile>>> {
-        let slot = &self.slots[id];
+    /// The open file of `slot` (created by the first chunk to come), or `None` when it is
+    /// finished already.
+    fn handle(&self, slot: &Slot, first: Option<usize>) -> Result<Option<Arc<OpenFile>>> {
         let mut h = slot.handle.lock().unwrap_or_else(|p| p.into_inner());
-        if h.is_none() && !slot.created.load(Ordering::Acquire) {
-            *h = Some(Arc::new(self.create(id, path, first)?));
+        if h.is_none() && !self.created.get(slot.id) {
+            *h = Some(Arc::new(self.create(slot.id, &slot.entry, &slot.path, first)?));
         }
         Ok(h.clone())
     }
@@ -273,23 +345,24 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// One more chunk of entry `id` is on disk; the last one finishes the file (trim, owner, mode,
-    /// times). Every chunk counts itself only after its own write, so the last to count comes
-    /// after every write of the file, whichever thread made it.
-    fn done(&self, id: usize, path: &Path) -> Result<()> {
-        let slot = &self.slots[id];
-        if slot.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+    /// `n` more bytes of `slot`'s file are on disk; the write that completes it finishes the
+    /// file (trim, owner, mode, times) and lets it go. Every write counts itself only after it is
+    /// done, so the last to count comes after every write of the file, whichever thread made it.
+    fn done(&self, slot: &Slot, n: u64) -> Result<()> {
+        if slot.remaining.fetch_sub(n, Ordering::AcqRel) != n {
             return Ok(());
         }
+        self.open[slot.id as usize % SHARDS].lock().unwrap_or_else(|p| p.into_inner()).remove(&slot.id);
+        let path = &slot.path;
         match slot.handle.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(f) => {
                 if f.padded.load(Ordering::Acquire) {
                     // A tail written padded to the block ran past the end: back to the true size.
-                    f.file.set_len(self.entries[id].size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+                    f.file.set_len(slot.entry.size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
                 }
-                self.finish_file(&self.entries[id], &f, path)
+                self.finish_file(&slot.entry, &f, path)
             }
-            None => apply_metadata(&self.entries[id], path, self.as_root),
+            None => apply_metadata(&slot.entry, path, self.as_root),
         }
     }
 }
@@ -318,8 +391,9 @@ impl ChunkSink for Writer<'_> {
     }
 
     fn wants(&self, file_id: u32) -> bool {
-        let id = file_id as usize;
-        self.dest.get(id).is_some_and(Option::is_some) && !self.hollow.get(id).copied().unwrap_or(false)
+        // A set's index names only its entries; one that does not read is not wanted here, and
+        // the scan reports the damage where it reads the frame.
+        self.plan.set.with_entry(file_id, |e| self.plan.writes(file_id, e).is_some()).unwrap_or(false)
     }
 }
 
@@ -334,13 +408,15 @@ const WRITES: usize = 32;
 
 /// A write the kernel is doing: its buffer and file stay alive until it completes.
 struct InFlight {
-    id: usize,
+    slot: Arc<Slot>,
     offset: u64,
     file: Arc<OpenFile>,
     /// The chunk (a file's last one zero-padded to the block), shared by the writes of its pieces.
     data: Arc<Decoded>,
     /// What of it this write writes.
     range: std::ops::Range<usize>,
+    /// The file's bytes it counts as written (a padded tail counts its true length).
+    counts: u64,
 }
 
 /// One decompressor thread's writes. Packed chunks (small files, through the page cache) and
@@ -396,7 +472,7 @@ impl<'w, 'a> WriteLane<'w, 'a> {
     /// refused direct I/O after all: EINVAL) is written synchronously, falling back to the page
     /// cache as [`write_direct`] does; then the chunk counts.
     fn settle(&self, w: InFlight, res: i32) -> Result<()> {
-        let path = self.writer.dest[w.id].as_deref().expect("only restored files are written");
+        let path = &w.slot.path;
         let written = match res {
             r if r == -libc::EINVAL => 0,
             r if r < 0 => return Err(io_at(ErrorKind::Target, "cannot write", path, std::io::Error::from_raw_os_error(-r))),
@@ -406,7 +482,7 @@ impl<'w, 'a> WriteLane<'w, 'a> {
             self.writer.write(&w.file, path, &w.data[w.range.start + written..w.range.end], w.offset + written as u64)?;
         }
         drop(w.data);
-        self.writer.done(w.id, path)
+        self.writer.done(&w.slot, w.counts)
     }
 }
 
@@ -428,8 +504,8 @@ impl WriteLane<'_, '_> {
     }
 
     /// Start writing `range` of `data` (aligned for direct I/O) at `offset` of file `id`; it counts
-    /// as one of the file's pieces when it completes.
-    fn submit(&mut self, id: usize, file: &Arc<OpenFile>, data: &Arc<Decoded>, range: std::ops::Range<usize>, offset: u64) -> Result<()> {
+    /// as `counts` of the file's bytes when it completes.
+    fn submit(&mut self, slot: &Arc<Slot>, file: &Arc<OpenFile>, data: &Arc<Decoded>, range: std::ops::Range<usize>, offset: u64, counts: u64) -> Result<()> {
         if self.busy == WRITES {
             self.reap(1)?;
         }
@@ -443,7 +519,7 @@ impl WriteLane<'_, '_> {
         // SAFETY: the buffer and the descriptor live in `flight` until the kernel reports the write
         // complete (`reap`), and the lane waits for every write before it is dropped.
         unsafe { ring.submission().push(&op) }.map_err(|_| Error::new(ErrorKind::Io, "internal: io_uring submission queue full"))?;
-        self.flight[key] = Some(InFlight { id, offset, file: file.clone(), data: data.clone(), range });
+        self.flight[key] = Some(InFlight { slot: slot.clone(), offset, file: file.clone(), data: data.clone(), range, counts });
         self.busy += 1;
         self.writer.uring_used.store(true, Ordering::Relaxed);
         if let Err(e) = ring.submit() {
@@ -456,27 +532,25 @@ impl WriteLane<'_, '_> {
 }
 
 impl Lane for WriteLane<'_, '_> {
-    fn chunk(&mut self, file_id: u32, offset: u64, _len: usize, data: Option<&[u8]>) -> Result<()> {
-        let id = file_id as usize;
+    fn chunk(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()> {
         // A hollow file's chunks (in a packed frame read for another file) are dropped too.
-        let Some(path) = self.writer.dest[id].as_ref().filter(|_| !self.writer.hollow[id]) else { return Ok(()) };
-        let handle = self.writer.handle(id, path, data.map(<[u8]>::len))?;
+        let Some(slot) = self.writer.slot(file_id)? else { return Ok(()) };
+        let handle = self.writer.handle(&slot, data.map(<[u8]>::len))?;
         if let (Some(data), Some(f)) = (data, &handle) {
-            self.writer.write(f, path, data, offset)?;
+            self.writer.write(f, &slot.path, data, offset)?;
         }
         drop(handle);
-        self.writer.done(id, path)
+        self.writer.done(&slot, len as u64)
     }
 
     fn owned(&mut self, file_id: u32, offset: u64, mut data: Decoded) -> Result<()> {
-        let id = file_id as usize;
-        let Some(path) = self.writer.dest[id].as_ref().filter(|_| !self.writer.hollow[id]) else { return Ok(()) };
-        let Some(file) = self.writer.handle(id, path, Some(data.len()))? else {
-            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", path.display())));
+        let Some(slot) = self.writer.slot(file_id)? else { return Ok(()) };
+        let Some(file) = self.writer.handle(&slot, Some(data.len()))? else {
+            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", slot.path.display())));
         };
         // A direct file's last, partial block goes out zero-padded to the block, in the chunk's own
         // buffer (a whole number of blocks long: direct I/O needs a transfer size that is); the
-        // file is trimmed back when it is done.
+        // file is trimmed back when it is done. The write counts as the chunk's own length.
         let len = data.len();
         if file.direct && len % ALIGN != 0 {
             data.set_len(len.next_multiple_of(ALIGN));
@@ -484,23 +558,22 @@ impl Lane for WriteLane<'_, '_> {
             file.padded.store(true, Ordering::Release);
         }
         if self.ring.is_none() || !file.direct || !is_aligned(&data, offset) || data.len() > u32::MAX as usize {
-            self.writer.write(&file, path, &data, offset)?;
+            self.writer.write(&file, &slot.path, &data, offset)?;
             drop(file);
-            return self.writer.done(id, path);
+            return self.writer.done(&slot, len as u64);
         }
         self.take_buffer()?;
         let data = Arc::new(data);
-        self.submit(id, &file, &data, 0..data.len(), offset)?;
+        self.submit(&slot, &file, &data, 0..data.len(), offset, len as u64)?;
         self.release_buffer(&data);
         drop(data);
         self.reap(0)
     }
 
     fn owned_pieces(&mut self, file_id: u32, data: Decoded, pieces: &[(u64, std::ops::Range<usize>)]) -> Result<()> {
-        let id = file_id as usize;
-        let Some(path) = self.writer.dest[id].as_ref().filter(|_| !self.writer.hollow[id]) else { return Ok(()) };
-        let Some(file) = self.writer.handle(id, path, None)? else {
-            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", path.display())));
+        let Some(slot) = self.writer.slot(file_id)? else { return Ok(()) };
+        let Some(file) = self.writer.handle(&slot, None)? else {
+            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", slot.path.display())));
         };
         let data = Arc::new(data);
         let mut held = false;
@@ -509,15 +582,15 @@ impl Lane for WriteLane<'_, '_> {
             // the page cache; large aligned ones straight to the disk, several in flight.
             let direct = self.ring.is_some() && file.direct && r.len() >= SMALL_WRITE && is_aligned(&data[r.clone()], *offset) && r.len() <= u32::MAX as usize;
             if !direct {
-                self.writer.write(&file, path, &data[r.clone()], *offset)?;
-                self.writer.done(id, path)?;
+                self.writer.write(&file, &slot.path, &data[r.clone()], *offset)?;
+                self.writer.done(&slot, r.len() as u64)?;
                 continue;
             }
             if !held {
                 self.take_buffer()?;
                 held = true;
             }
-            self.submit(id, &file, &data, r.clone(), *offset)?;
+            self.submit(&slot, &file, &data, r.clone(), *offset, r.len() as u64)?;
         }
         if held {
             self.release_buffer(&data);

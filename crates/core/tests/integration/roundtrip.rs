@@ -12,9 +12,11 @@ fn open(stripes: &[PathBuf]) -> sheaf_core::Result<BackupSet> {
     BackupSet::open(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly)
 }
 
-/// Restore from stripe files.
+/// Restore from stripe files, the set opened lean (entries read a page at a time, the index
+/// streamed: as `sheaf restore` opens it).
 fn restore(stripes: &[PathBuf], o: &RestoreOptions, p: Arc<NoProgress>) -> sheaf_core::Result<sheaf_core::RestoreReport> {
-    sheaf_core::restore(&open(stripes)?, o, p)
+    let locations: Vec<Location> = stripes.iter().map(Location::file).collect();
+    sheaf_core::restore(&BackupSet::open_lean(&locations, &LocalOnly, None)?, o, p)
 }
 
 /// Verify stripe files, the set opened lean (entries and index streamed, as `sheaf verify` does)
@@ -526,6 +528,24 @@ fn a_set_opened_lean_holds_no_entries_and_agrees_with_the_whole() {
     assert!(lean.entry(5006).is_err());
     let v = verify(&stripes, None, Arc::new(NoProgress)).unwrap();
     assert_eq!(v.files, 5000);
+    // Restores of both, whole and with --only, agree: the same counts and the same files.
+    for only in [vec![], vec!["d3/f1*".to_string()]] {
+        let mut reports = Vec::new();
+        for (how, set) in [("whole", &whole), ("lean", &lean)] {
+            let out = work.path().join(format!("out_{how}_{}", only.len()));
+            let mut o = RestoreOptions::new(&out);
+            o.only = only.clone();
+            let r = sheaf_core::restore(set, &o, Arc::new(NoProgress)).unwrap_or_else(|e| panic!("{how} {only:?}: {e}"));
+            reports.push((r.files, r.entries, r.bytes_written));
+            if only.is_empty() {
+                compare_trees(&src, &out).unwrap_or_else(|e| panic!("{how}: {e}"));
+            } else {
+                assert!(out.join("d3/f1").exists() && out.join("d3/f150").exists() && !out.join("d3/f2").exists() && !out.join("d2").exists(), "{how}");
+            }
+        }
+        assert_eq!(reports[0], reports[1], "{only:?}");
+        assert_eq!(reports[0].0, if only.is_empty() { 5000 } else { 111 }, "{only:?}");
+    }
 
     // An index entry removed (the trailer's count and checksum made to agree): both refuse it,
     // naming the file whose chunks no longer cover it.

@@ -166,7 +166,7 @@ pub fn consolidate_in_repo(repo: &Repo, id: &str, stripes: usize, opts: &BackupO
     if repo.exists(&paths::record(&new_id))? {
         return Err(Error::new(ErrorKind::TargetNotEmpty, format!("backup {} was consolidated already, as {new_id}", of.id)));
     }
-    let sets = open_chain(repo, &records, of, schemes)?;
+    let sets = open_chain(repo, &records, of, schemes, false)?;
     let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&new_id, k)).collect();
     let mut opts = opts.clone();
     opts.targets = names.iter().map(|n| repo.location(n)).collect();

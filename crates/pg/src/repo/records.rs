@@ -249,15 +249,31 @@ pub fn chain_of<'a>(records: &'a [BackupRecord], record: &'a BackupRecord) -> Re
     Ok(out)
 }
 
-/// The sets of a backup's chain, opened, oldest first (see [`chain_of`]).
+/// The sets of a backup's chain, opened, oldest first (see [`chain_of`]). With `lean`, a full
+/// backup alone is opened lean ([`BackupSet::open_lean`]: what a restore of it that is not a delta
+/// reads); a chain is always opened whole.
 ///
 /// # Errors
 /// As [`chain_of`] and [`open_set`], naming the backup of the chain at fault.
-pub fn open_chain(repo: &Repo, records: &[BackupRecord], record: &BackupRecord, schemes: &dyn Schemes) -> Result<Vec<BackupSet>> {
-    chain_of(records, record)?
+pub fn open_chain(repo: &Repo, records: &[BackupRecord], record: &BackupRecord, schemes: &dyn Schemes, lean: bool) -> Result<Vec<BackupSet>> {
+    let chain = chain_of(records, record)?;
+    let lean = lean && chain.len() == 1;
+    chain
         .into_iter()
-        .map(|r| open_set(repo, r, schemes).map_err(|e| if r.id == record.id { e } else { e.context(format!("backup {} (which {} builds on)", r.id, record.id)) }))
+        .map(|r| {
+            let opened = if lean { open_set_lean(repo, r, schemes) } else { open_set(repo, r, schemes) };
+            opened.map_err(|e| if r.id == record.id { e } else { e.context(format!("backup {} (which {} builds on)", r.id, record.id)) })
+        })
         .collect()
+}
+
+/// [`open_set`], lean ([`BackupSet::open_lean`]).
+///
+/// # Errors
+/// As [`open_set`].
+pub fn open_set_lean(repo: &Repo, record: &BackupRecord, schemes: &dyn Schemes) -> Result<BackupSet> {
+    let stripes: Vec<Location> = record.stripes.iter().map(|n| repo.location(n)).collect();
+    BackupSet::open_lean(&stripes, schemes, repo.keys())
 }
 
 /// The set a record names: its stripes in the repository, read with the repository's keys (and
@@ -275,9 +291,9 @@ pub fn open_set(repo: &Repo, record: &BackupRecord, schemes: &dyn Schemes) -> Re
 ///
 /// # Errors
 /// As [`complete`], [`pick`] and [`open_chain`].
-pub fn open_backup_chain(repo: &Repo, id: &str, schemes: &dyn Schemes) -> Result<Vec<BackupSet>> {
+pub fn open_backup_chain(repo: &Repo, id: &str, schemes: &dyn Schemes, lean: bool) -> Result<Vec<BackupSet>> {
     let records = complete(repo)?;
-    open_chain(repo, &records, pick(&records, id)?, schemes)
+    open_chain(repo, &records, pick(&records, id)?, schemes, lean)
 }
 
 #[cfg(test)]

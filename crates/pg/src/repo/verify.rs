@@ -75,7 +75,7 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
         // An incremental is whole only with its chain: every set of it there, in order, and every
         // byte of every file in one of them.
         if !r.chain.is_empty() {
-            let whole = open_chain(repo, &records, r, schemes).and_then(|sets| sheaf_core::check_chain(&sets.iter().collect::<Vec<_>>()));
+            let whole = open_chain(repo, &records, r, schemes, false).and_then(|sets| sheaf_core::check_chain(&sets.iter().collect::<Vec<_>>()));
             if let Err(e) = whole {
                 check.problems.push(format!("backup {} ({} on {}): its chain does not restore: {e}", r.id, r.backup_type, r.chain.join(" <- ")));
             }
