@@ -249,7 +249,13 @@ impl Decoder {
                 if self.end.is_some() {
                     return Ok(());
                 }
-                pos = (self.next.expect("set by complete") - lsn) as usize;
+                // A WAL switch split across the page boundary sends the next record to the next
+                // segment: past this page, which must not set it back to its own end.
+                let n = self.next.expect("set by complete");
+                if n >= lsn + PAGE as u64 {
+                    return Ok(());
+                }
+                pos = (n - lsn) as usize;
             }
         } else {
             match self.next {
@@ -556,6 +562,41 @@ mod tests {
         assert_eq!((got[2].lsn, got[2].main.as_slice()), (third_start, &b"commit"[..]));
         // After the last record: zeros, the end of the WAL written so far.
         assert!(d.end().unwrap().why.contains("ends here"), "{:?}", d.end());
+    }
+
+    /// A WAL switch record that starts 16 bytes before a page's end and ends on the next page
+    /// (PostgreSQL splits it there, about two switches in a thousand): the next record is the
+    /// next segment's first, and the zeroed pages after the switch are not the end of the WAL.
+    #[test]
+    fn a_switch_split_across_pages_sends_the_next_record_to_the_next_segment() {
+        let seg = 1 << 20;
+        // 33 records of 240 bytes and one of 216 from 40 fill the first page to 16 bytes short.
+        let mut records = Vec::new();
+        let (mut start, mut prev) = (40u64, 0u64);
+        for m in std::iter::repeat_n(214usize, 33).chain([190]) {
+            let r = record(prev, RM_XACT, 0, None, &vec![7u8; m]);
+            prev = start;
+            start += (r.len() as u64).next_multiple_of(8);
+            records.push(r);
+        }
+        assert_eq!(start, PAGE as u64 - 16);
+        records.push(record(prev, RM_XLOG, XLOG_SWITCH, None, b""));
+        let ps = pages(0, seg, &records);
+        assert_eq!(ps.len(), 2, "the switch continues on the second page");
+        let mut d = Decoder::new(seg, Some(42));
+        let mut got = Vec::new();
+        for (lsn, p) in &ps {
+            d.feed(*lsn, p, &mut |r| {
+                got.push((r.lsn, r.rmid, r.info));
+                Ok(())
+            })
+            .unwrap();
+        }
+        // The rest of the segment: zeros, as the server leaves it after a switch.
+        d.feed(2 * PAGE as u64, &vec![0u8; PAGE], &mut |_| Ok(())).unwrap();
+        assert_eq!(got.last(), Some(&(PAGE as u64 - 16, RM_XLOG, XLOG_SWITCH)));
+        assert!(d.end().is_none(), "{:?}", d.end());
+        assert_eq!(d.next_record(), Some(seg + LONG_HEADER as u64));
     }
 
     #[test]

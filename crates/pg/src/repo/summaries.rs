@@ -13,7 +13,8 @@ use crate::wal::{WalFile, WalKind};
 /// What [`fill_in`] did.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct FillReport {
-    /// Segments summarized now (none before, or one that did not follow its predecessor's).
+    /// Segments summarized now (none before, one that did not follow its predecessor's, or one
+    /// that could not be followed).
     pub made: Vec<String>,
     /// Segments whose summary was there and followed on.
     pub kept: usize,
@@ -21,8 +22,9 @@ pub struct FillReport {
     pub failed: Vec<String>,
 }
 
-/// `sheaf wal-summarize`: a summary for every archived segment that lacks one, or whose summary
-/// does not start where its predecessor's ends (made while that one was missing), in order.
+/// `sheaf wal-summarize`: a summary for every archived segment that lacks one, whose summary
+/// does not start where its predecessor's ends (made while that one was missing), or whose summary
+/// says its WAL could not be followed to the end, in order.
 ///
 /// # Errors
 /// The store's errors; a segment that cannot be summarized is reported in [`FillReport::failed`].
@@ -34,7 +36,9 @@ pub fn fill_in(repo: &Repo, meta: &RepoMeta) -> Result<FillReport> {
     for w in segments {
         let follows = |s: &BlockSummary| prev.is_none_or(|(tl, segno, end)| tl != w.timeline || segno + 1 != w.segno || s.start == end);
         let summary = match read_summary(repo, &w.name)? {
-            Some(s) if follows(&s) => {
+            // One that says its WAL held what this reader could not follow (an earlier sheaf's
+            // decoder stopped at a WAL switch split across pages) is made again.
+            Some(s) if follows(&s) && s.unknown.is_empty() => {
                 report.kept += 1;
                 Some(s)
             }
