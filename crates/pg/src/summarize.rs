@@ -135,6 +135,26 @@ impl Summarizer {
 /// the store's errors. WAL that ends early is not an error: the summary ends there, and a complete
 /// segment's says so (which makes it unusable).
 pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>, complete: bool) -> Result<BlockSummary> {
+    summarize_from(repo, meta, name, local, complete, None, &|_| Ok(None))
+}
+
+/// [`summarize`], starting from `after` when given (the timeline and end of the summary of the WAL
+/// before this segment, as the caller merged it) instead of from the previous segment's stored
+/// summary: an incremental backup summarizes segments not archived yet on the spot, and their
+/// summaries are not stored. The unfinished record's bytes in earlier segments come from the
+/// repository, or from `unarchived` (pg_wal) for a segment not archived yet.
+///
+/// # Errors
+/// As [`summarize`].
+pub fn summarize_from(
+    repo: &Repo,
+    meta: &RepoMeta,
+    name: &str,
+    local: Option<&Path>,
+    complete: bool,
+    after: Option<(u32, u64)>,
+    unarchived: &dyn Fn(&str) -> Result<Option<std::path::PathBuf>>,
+) -> Result<BlockSummary> {
     let seg = meta.wal_segment_size;
     let wal = WalFile::parse(name, seg).filter(|w| w.kind == WalKind::Segment).ok_or_else(|| Error::invalid(format!("{name} is not a WAL segment")))?;
     let sysid = meta.system_identifier.parse().ok();
@@ -143,12 +163,13 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>,
     // Where the previous segment's summary ended: the first record this one owns. The previous
     // segment is on this timeline, or, for the first segment of a timeline, on the one it
     // branched from (whose WAL up to the branch the new timeline's first segment holds a copy of).
-    let before = match wal.segno.checked_sub(1) {
-        Some(p) => match read_summary(repo, &segment_name(wal.timeline, p, seg))? {
+    let before = match (after, wal.segno.checked_sub(1)) {
+        (Some(after), _) => Some(after),
+        (None, Some(p)) => match read_summary(repo, &segment_name(wal.timeline, p, seg))? {
             Some(prev) => Some((wal.timeline, prev.end)),
             None => branched_from(repo, wal.timeline, wal.segno, seg)?,
         },
-        None => None,
+        (None, None) => None,
     };
     let start = before.map(|(_, end)| end);
     if let Some((timeline, start)) = before {
@@ -158,7 +179,9 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>,
         // The unfinished record's bytes in earlier segments, read back from the repository.
         let first = start / seg;
         for earlier in first..wal.segno {
-            s.segment(repo, timeline, earlier, None, start - start % PAGE as u64)?;
+            let unfinished = segment_name(timeline, earlier, seg);
+            let path = if after.is_some() && !repo.exists(&paths::wal_object(&unfinished))? { unarchived(&unfinished)? } else { None };
+            s.segment(repo, timeline, earlier, path.as_deref(), start - start % PAGE as u64)?;
         }
     }
     s.segment(repo, wal.timeline, wal.segno, local, here)?;

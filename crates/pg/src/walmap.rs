@@ -20,7 +20,7 @@ use crate::checksum::PAGE_SIZE;
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::repo::meta::RepoMeta;
 use crate::server::format_lsn;
-use crate::summarize::{read_summary, summarize};
+use crate::summarize::{read_summary, summarize_from};
 use crate::walread::Locator;
 use crate::wal::segment_name;
 
@@ -68,27 +68,33 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32
         return Ok(Err(format!("timeline {parent_timeline} is not in the history of timeline {timeline}")));
     }
     let mut merged = BlockSummary { timeline: parent_timeline, ..Default::default() };
+    let mut prev_timeline = parent_timeline;
     for (timeline, segno) in segments(parent_timeline, timeline, from, to, &history, seg) {
         let name = segment_name(timeline, segno, seg);
         let archived = repo.exists(&crate::repo::paths::wal_object(&name))?;
-        let s = match read_summary(repo, &name)? {
+        // Each segment's summary starts where the merged ones end: a stored one that does not
+        // (made while its predecessor had no summary yet: segments archived in parallel, or one
+        // summarized here on the spot and not stored) is made again from that end.
+        let after = (merged.end != 0).then_some((prev_timeline, merged.end));
+        let stored = read_summary(repo, &name)?.filter(|s| after.is_none_or(|(_, end)| s.start == end));
+        let s = match stored {
             Some(s) => s,
-            None if archived => summarize(repo, meta, &name, None, true)?,
             None => {
-                let Some(local) = pg_wal(&name)? else {
-                    return Ok(Err(format!("WAL segment {name} is neither archived nor in pg_wal")));
+                let local = if archived {
+                    None
+                } else {
+                    let Some(local) = pg_wal(&name)? else {
+                        return Ok(Err(format!("WAL segment {name} is neither archived nor in pg_wal")));
+                    };
+                    Some(local)
                 };
-                summarize(repo, meta, &name, Some(&local), false)?
+                summarize_from(repo, meta, &name, local.as_deref(), archived, after, pg_wal)?
             }
         };
         if let Err(e) = merged.follow(&s) {
-            // Made while its predecessor had no summary yet (segments archived in parallel, or a
-            // timeline's first segment before its history): made again now, from the archive.
-            let again = if archived { summarize(repo, meta, &name, None, true)? } else { s };
-            if merged.follow(&again).is_err() {
-                return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
-            }
+            return Ok(Err(format!("the WAL summaries have a gap at segment {name}: {e}")));
         }
+        prev_timeline = timeline;
     }
     if merged.start > from || merged.end < to {
         return Ok(Err(format!(

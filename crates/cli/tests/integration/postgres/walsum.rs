@@ -186,6 +186,31 @@ fn incrementals_survive_what_the_first_wal_summarizers_missed() {
     assert_eq!(restored.sql("app", "SELECT count(*) FROM vis WHERE pad = 'minimal'"), c.sql("app", "SELECT count(*) FROM vis WHERE pad = 'minimal'"));
 }
 
+/// Segments whose summaries are missing (an older repository, or a wal-push that could not store
+/// them) are summarized on the spot, each from where the one before it ended: records run across
+/// the segments' boundaries, and a segment summarized alone would start after the one it
+/// continues and leave a gap.
+#[test]
+fn an_incremental_summarizes_what_lacks_a_summary_from_where_the_last_one_ended() {
+    use super::repo::{archive_now, json, ok, setup};
+    use crate::integration::common::sheaf;
+    let (_base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    let backup = |extra: &[&str]| json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--json"]).args(extra)), "backup"));
+    archive_now(&c);
+    backup(&["--type", "full"]);
+    // About 50 MB of WAL: three segment boundaries or more, each inside a record.
+    c.sql("app", "CREATE TABLE big AS SELECT g AS id, repeat('w', 200) AS pad FROM generate_series(1, 200000) g");
+    archive_now(&c);
+    let sums: Vec<_> = walk(&repo.join("wal")).into_iter().filter(|o| o.extension().is_some_and(|e| e == "sum")).collect();
+    assert!(sums.len() >= 4, "wal-push summarized what it archived: {sums:?}");
+    for o in sums {
+        std::fs::remove_file(o).unwrap();
+    }
+    let incr = backup(&["--type", "incr", "--check-changes"]);
+    assert!(incr["postgres"]["method"].as_str().unwrap().contains("checked against the WAL summaries"), "{incr}");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
