@@ -7,29 +7,31 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::options::{RestoreOptions, INCOMPLETE_MARKER};
 use crate::error::{Error, Result};
 use crate::manifest::{Entry, EntryKind, Manifest};
 use crate::set::BackupSet;
 
-/// One bit per entry: what the plan keeps per entry, so that a restore of ten million files holds
-/// ten million bits, not ten million paths.
-pub(super) struct Bits(Vec<u64>);
+/// One bit per entry, which any thread may set: what a restore keeps per entry (the plan's
+/// choices, the writer's created files), so that ten million files cost ten million bits, not
+/// ten million paths.
+pub(super) struct Bits(Vec<AtomicU64>);
 
 impl Bits {
     pub(super) fn new(n: usize) -> Self {
-        Bits(vec![0; n.div_ceil(64)])
+        Bits((0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
     }
 
-    pub(super) fn set(&mut self, i: u32) {
-        if let Some(w) = self.0.get_mut(i as usize / 64) {
-            *w |= 1 << (i % 64);
+    pub(super) fn set(&self, i: u32) {
+        if let Some(w) = self.0.get(i as usize / 64) {
+            w.fetch_or(1 << (i % 64), Ordering::AcqRel);
         }
     }
 
     pub(super) fn get(&self, i: u32) -> bool {
-        self.0.get(i as usize / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+        self.0.get(i as usize / 64).is_some_and(|w| w.load(Ordering::Acquire) & (1 << (i % 64)) != 0)
     }
 }
 
@@ -89,7 +91,7 @@ impl<'s> Plan<'s> {
         let mut reloc_roots: Vec<Vec<u16>> = vec![Vec::new(); opts.relocate.len()];
         let mut unmapped: Vec<u16> = Vec::new();
         let (mut root_used, mut root_moved) = (vec![false; n_roots], vec![false; n_roots]);
-        let mut target_used = false;
+        let (mut target_used, mut original_used) = (false, vec![false; n_roots]);
         set.each_entry(|id, e| {
             paths.check(id, e, n_roots)?;
             if !plan.chosen_entry(id, e) {
@@ -103,8 +105,12 @@ impl<'s> Plan<'s> {
                         reloc_roots[i].push(e.root);
                     }
                 }
-                Placed::Original(k) if !opts.original_paths && !unmapped.contains(&k) => unmapped.push(k),
-                Placed::Original(_) => {}
+                Placed::Original(k) => {
+                    original_used[k as usize] = true;
+                    if !opts.original_paths && !unmapped.contains(&k) {
+                        unmapped.push(k);
+                    }
+                }
                 Placed::Target => target_used = true,
             }
             let root = e.root as usize;
@@ -145,7 +151,7 @@ impl<'s> Plan<'s> {
         for (i, (_, new)) in opts.relocate.iter().enumerate().filter(|(i, _)| used[*i]) {
             regions.push((Placed::Relocated(i), new.clone()));
         }
-        for k in 1..n_roots {
+        for k in (1..n_roots).filter(|&k| original_used[k]) {
             regions.push((Placed::Original(k as u16), PathBuf::from(&manifest.roots[k].path)));
         }
         let risky: Vec<Placed> = regions
@@ -200,10 +206,12 @@ impl<'s> Plan<'s> {
     /// Where regular file `id` is written from the set's chunks: its destination, unless it is
     /// not restored or comes back hollow.
     pub(super) fn writes(&self, id: u32, e: &Entry) -> Option<PathBuf> {
-        if self.hollow(e) {
-            return None;
-        }
-        self.dest(id, e)
+        self.written(id, e).then(|| self.place(e).0)
+    }
+
+    /// Whether file `id` is written from the set's chunks ([`Plan::writes`] without its path).
+    pub(super) fn written(&self, id: u32, e: &Entry) -> bool {
+        self.chosen_entry(id, e) && !self.hollow(e)
     }
 
     /// A file restored as zeros of its size, unread ([`RestoreOptions::hollow`]).
@@ -232,6 +240,10 @@ impl<'s> Plan<'s> {
     fn place(&self, e: &Entry) -> (PathBuf, Placed) {
         let root = &self.manifest.roots[e.root as usize];
         let rel = e.path_bytes();
+        if self.relocate.is_empty() && e.root == 0 {
+            // The common case, per file of a large restore: nothing to match.
+            return (if rel.is_empty() { self.target.clone() } else { self.target.join(OsStr::from_bytes(rel)) }, Placed::Target);
+        }
         let logical = if root.name.is_empty() { rel.to_vec() } else { join_rel(root.name.as_bytes(), rel) };
         let original = join_rel(root.path.as_bytes(), rel);
         let root_depth = depth(root.path.as_bytes());
@@ -299,7 +311,7 @@ fn choose(set: &BackupSet, only: &[String]) -> Result<Option<Bits>> {
         .collect::<Result<Vec<_>>>()?;
     let how = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
     let mut hit = vec![false; globs.len()];
-    let mut chosen = Bits::new(set.entry_count());
+    let chosen = Bits::new(set.entry_count());
     // The folders above a chosen entry: as many as the backup has folders.
     let mut above: HashSet<String> = HashSet::new();
     set.each_entry(|id, e| {

@@ -154,8 +154,18 @@ impl Space<'_> {
         if bytes == 0 {
             return Ok(());
         }
-        let Some(d) = plan.set.with_entry(id, |e| if e.kind == EntryKind::File { plan.writes(id, e) } else { None })? else { return Ok(()) };
-        let Some(&(_, dev)) = self.roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { return Ok(()) };
+        let dev = if let [(dev, _, _)] = self.need[..] {
+            // One filesystem for every root (the usual case): whether the file is written is
+            // enough, without its path.
+            if !plan.set.with_entry(id, |e| e.kind == EntryKind::File && plan.written(id, e))? {
+                return Ok(());
+            }
+            dev
+        } else {
+            let Some(d) = plan.set.with_entry(id, |e| if e.kind == EntryKind::File { plan.writes(id, e) } else { None })? else { return Ok(()) };
+            let Some(&(_, dev)) = self.roots.iter().filter(|(r, _)| d.starts_with(r)).max_by_key(|(r, _)| r.as_os_str().len()) else { return Ok(()) };
+            dev
+        };
         if let Some(n) = self.need.iter_mut().find(|n| n.0 == dev) {
             n.1 += bytes;
         }

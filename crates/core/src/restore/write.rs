@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use super::chain::BlockMap;
 use super::durable::FLUSH_EVERY;
 use super::metadata::{apply_metadata, apply_metadata_fd};
-use super::plan::Plan;
+use super::plan::{Bits, Plan};
 use super::scan::{ChunkSink, Decoded, Lane};
 use crate::aligned::{is_aligned, ALIGN};
 use crate::error::{io_at, Error, ErrorKind, Result};
@@ -107,25 +107,6 @@ struct Slot {
 /// The files in flight, in shards by id (every decompressor thread looks one up per chunk).
 const SHARDS: usize = 64;
 
-/// One bit per entry, set by any thread: which files have been created.
-struct AtomicBits(Vec<AtomicU64>);
-
-impl AtomicBits {
-    fn new(n: usize) -> Self {
-        AtomicBits((0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
-    }
-
-    fn set(&self, i: u32) {
-        if let Some(w) = self.0.get(i as usize / 64) {
-            w.fetch_or(1 << (i % 64), Ordering::AcqRel);
-        }
-    }
-
-    fn get(&self, i: u32) -> bool {
-        self.0.get(i as usize / 64).is_some_and(|w| w.load(Ordering::Acquire) & (1 << (i % 64)) != 0)
-    }
-}
-
 pub(super) struct Writer<'a> {
     /// Where each entry goes ([`Plan::writes`]), and the set its entries are read from.
     plan: &'a Plan<'a>,
@@ -136,7 +117,7 @@ pub(super) struct Writer<'a> {
     /// Files some chunk has reached, until their last is written.
     open: Vec<Mutex<HashMap<u32, Arc<Slot>>>>,
     /// Per entry: created (by its first chunk, or by `finish_untouched`).
-    created: AtomicBits,
+    created: Bits,
     as_root: bool,
     inherit: Inherit,
     /// Direct I/O still in use: cleared for good by the first filesystem that refuses it.
@@ -183,7 +164,7 @@ impl<'a> Writer<'a> {
             map,
             sparse,
             open: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            created: AtomicBits::new(plan.set.entry_count()),
+            created: Bits::new(plan.set.entry_count()),
             as_root,
             inherit,
             direct: AtomicBool::new(direct),
@@ -214,7 +195,10 @@ impl<'a> Writer<'a> {
             return Ok(Some(s.clone()));
         }
         if self.created.get(id) {
-            return Ok(None);
+            // Created by a chunk and let go by its last write: during the scan only a file whose
+            // bytes are all written is, so this chunk is one too many.
+            let path = self.plan.set.with_entry(id, |e| self.plan.dest(id, e))?.unwrap_or_default();
+            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", path.display())));
         }
         // Not in flight and not created: this chunk is one of the file's, so the file cannot be
         // finished before it is written; two first chunks meet in the shard below.
@@ -393,7 +377,7 @@ impl ChunkSink for Writer<'_> {
     fn wants(&self, file_id: u32) -> bool {
         // A set's index names only its entries; one that does not read is not wanted here, and
         // the scan reports the damage where it reads the frame.
-        self.plan.set.with_entry(file_id, |e| self.plan.writes(file_id, e).is_some()).unwrap_or(false)
+        self.plan.set.with_entry(file_id, |e| self.plan.written(file_id, e)).unwrap_or(false)
     }
 }
 

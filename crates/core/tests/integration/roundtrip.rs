@@ -213,9 +213,23 @@ fn the_most_specific_relocation_wins_and_overlaps_are_refused() {
     let mut o = RestoreOptions::new(work.path().join("main2"));
     let same = work.path().join("same");
     o.relocate = vec![("large".into(), same.clone()), ("many".into(), same)];
-    let e = restore(&[stripe], &o, Arc::new(NoProgress)).unwrap_err();
+    let e = restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_err();
     assert_eq!(e.kind(), sheaf_core::ErrorKind::InvalidInput);
     assert!(e.to_string().contains("two entries"), "{e}");
+
+    // A relocation into the target's own tree: onto a folder the tree also has, refused, naming
+    // it; beside what the tree has, restored.
+    let main3 = work.path().join("main3");
+    let mut o = RestoreOptions::new(&main3);
+    o.relocate = vec![("many/d03".into(), main3.join("many/d04"))];
+    let e = restore(std::slice::from_ref(&stripe), &o, Arc::new(NoProgress)).unwrap_err();
+    assert!(e.to_string().contains("two entries") && e.to_string().contains("many/d04"), "{e}");
+    let main4 = work.path().join("main4");
+    let mut o = RestoreOptions::new(&main4);
+    o.relocate = vec![("many/d03".into(), main4.join("extra"))];
+    restore(&[stripe], &o, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src.join("many/d03"), &main4.join("extra")).unwrap();
+    assert!(main4.join("many/d04").exists() && !main4.join("many/d03").exists());
 }
 
 #[test]
