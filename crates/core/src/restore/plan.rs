@@ -357,13 +357,16 @@ fn choose(set: &BackupSet, only: &[String]) -> Result<Option<Bits>> {
 /// The path checks of [`Plan::new`], fed the entries in order: what it keeps is the
 /// directories (as many as the backup has) and a bit per entry for the regular files.
 struct PathCheck {
-    dirs: HashSet<(u16, Vec<u8>)>,
+    /// Each directory as its root (2 bytes) and path.
+    dirs: HashSet<Vec<u8>>,
     files: Bits,
+    /// The key looked up, made again for each entry without an allocation.
+    key: Vec<u8>,
 }
 
 impl PathCheck {
     fn new(entries: usize) -> Self {
-        PathCheck { dirs: HashSet::new(), files: Bits::new(entries) }
+        PathCheck { dirs: HashSet::new(), files: Bits::new(entries), key: Vec::new() }
     }
 
     /// Entries may only name plain relative paths, and every entry's parent must be a directory
@@ -380,7 +383,10 @@ impl PathCheck {
                 return Err(Error::corrupt(format!("manifest: entry path '{}' is not a plain relative path; refusing to restore", e.path)));
             }
             let parent = p.iter().rposition(|&b| b == b'/').map_or(&p[..0], |at| &p[..at]);
-            if !self.dirs.contains(&(e.root, parent.to_vec())) {
+            self.key.clear();
+            self.key.extend_from_slice(&e.root.to_le_bytes());
+            self.key.extend_from_slice(parent);
+            if !self.dirs.contains(self.key.as_slice()) {
                 return Err(Error::corrupt(format!(
                     "manifest: '{}' comes before, or without, its directory '{}'; refusing to restore",
                     e.path,
@@ -390,7 +396,9 @@ impl PathCheck {
         }
         match e.kind {
             EntryKind::Dir => {
-                self.dirs.insert((e.root, p.to_vec()));
+                let mut key = e.root.to_le_bytes().to_vec();
+                key.extend_from_slice(p);
+                self.dirs.insert(key);
             }
             EntryKind::File => self.files.set(id),
             // A hard link names a regular file listed before it.

@@ -60,39 +60,37 @@ impl Plan<'_> {
         let durable = Durable::open(&self.roots);
         let as_root = crate::host::is_root();
         // Directories first (parents before children: the listing is in tree order), owner-writable
-        // until the end so that their contents can be created. They are kept for their metadata,
-        // set last.
+        // until the end so that their contents can be created; they are kept for their metadata,
+        // set last. Symlinks and FIFOs in the same pass, their metadata at once (writing into
+        // their folder later does not touch it).
         let mut dirs: Vec<(Entry, PathBuf)> = Vec::new();
         set.each_entry(|id, e| {
-            if e.kind != EntryKind::Dir {
+            if !matches!(e.kind, EntryKind::Dir | EntryKind::Symlink | EntryKind::Fifo) {
                 return Ok(());
             }
             let Some(d) = self.dest(id, e) else { return Ok(()) };
-            match fs::symlink_metadata(&d) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => remove_any(&d)?,
-                Err(_) => {}
-            }
-            fs::create_dir_all(&d).map_err(|e| io_at(ErrorKind::Target, "cannot create directory", &d, e))?;
-            fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).map_err(|e| io_at(ErrorKind::Target, "cannot set mode of", &d, e))?;
-            dirs.push((e.clone(), d));
-            Ok(())
-        })?;
-        set.each_entry(|id, e| {
-            if !matches!(e.kind, EntryKind::Symlink | EntryKind::Fifo) {
+            if e.kind == EntryKind::Dir {
+                match fs::symlink_metadata(&d) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => remove_any(&d)?,
+                    Err(_) => {}
+                }
+                fs::create_dir_all(&d).map_err(|e| io_at(ErrorKind::Target, "cannot create directory", &d, e))?;
+                fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).map_err(|e| io_at(ErrorKind::Target, "cannot set mode of", &d, e))?;
+                dirs.push((e.clone(), d));
                 return Ok(());
             }
-            let Some(d) = self.dest(id, e) else { return Ok(()) };
             if fs::symlink_metadata(&d).is_ok() {
                 remove_any(&d)?;
             }
+            // A relocated entry's folder may come later in the listing.
+            ensure_parent(&d)?;
             if e.kind == EntryKind::Symlink {
-                ensure_parent(&d)?;
-                std::os::unix::fs::symlink(OsStr::from_bytes(e.target_bytes().unwrap_or_default()), &d).map_err(|e| io_at(ErrorKind::Target, "cannot create symlink", &d, e))
+                std::os::unix::fs::symlink(OsStr::from_bytes(e.target_bytes().unwrap_or_default()), &d).map_err(|e| io_at(ErrorKind::Target, "cannot create symlink", &d, e))?;
             } else {
                 mkfifo(&d)?;
-                apply_metadata(e, &d, as_root)
             }
+            apply_metadata(e, &d, as_root)
         })?;
 
         // Files are created by the first of their chunks to arrive, on every core, and finished
@@ -115,10 +113,11 @@ impl Plan<'_> {
             writer.flush.lock().unwrap_or_else(|p| p.into_inner()).take();
             r
         })?;
-        let restored = writer.finish_untouched()?;
-        self.link_hard_links(as_root)?;
+        // Files no chunk reached, and hard links (each names a file listed before it, whole by
+        // the time the pass reaches the link).
+        let restored = writer.finish_untouched(|id, e| self.link_hard_link(id, e, as_root))?;
 
-        // Durable contents, then metadata of links, then directories deepest first.
+        // Durable contents, then directories deepest first.
         let synced = durable.sync()?;
         if !synced {
             // A file at a time on every core, a batch of them at a time.
@@ -136,10 +135,6 @@ impl Plan<'_> {
             })?;
             fsync_all(&batch.iter().map(PathBuf::as_path).collect::<Vec<_>>(), threads)?;
         }
-        set.each_entry(|id, e| match (e.kind, self.dest(id, e)) {
-            (EntryKind::Symlink, Some(d)) => apply_metadata(e, &d, as_root),
-            _ => Ok(()),
-        })?;
         // Directories deepest first. The markers go first so that they do not disturb a root's
         // mtime, but only once every file's data is durable. Then one more syncfs, or each
         // directory is opened before its mode is set (a mode without owner read would stop us
@@ -169,24 +164,22 @@ impl Plan<'_> {
         Ok((writer.direct.load(Ordering::Relaxed), writer.uring_used.load(Ordering::Relaxed), scanned, restored))
     }
 
-    /// Hard links, once the files they name are whole: linked where both names land on one
-    /// filesystem, else (relocated apart) copied.
-    fn link_hard_links(&self, as_root: bool) -> Result<()> {
-        let set = self.set;
-        set.each_entry(|id, e| {
-            let (Some(d), EntryKind::Hardlink, Some(first)) = (self.dest(id, e), e.kind, e.link) else { return Ok(()) };
-            let Some((target, to)) = set.with_entry(first, |t| self.dest(first, t).map(|to| (t.clone(), to)))? else { return Ok(()) };
-            if fs::symlink_metadata(&d).is_ok() {
-                remove_any(&d)?;
+    /// Hard link `id` (entry `e`; anything else is left alone), once the file it names is whole:
+    /// linked where both names land on one filesystem, else (relocated apart) copied.
+    fn link_hard_link(&self, id: u32, e: &Entry, as_root: bool) -> Result<()> {
+        let (EntryKind::Hardlink, Some(first)) = (e.kind, e.link) else { return Ok(()) };
+        let Some(d) = self.dest(id, e) else { return Ok(()) };
+        let Some((target, to)) = self.set.with_entry(first, |t| self.dest(first, t).map(|to| (t.clone(), to)))? else { return Ok(()) };
+        if fs::symlink_metadata(&d).is_ok() {
+            remove_any(&d)?;
+        }
+        match fs::hard_link(&to, &d) {
+            Ok(()) => Ok(()),
+            Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
+                fs::copy(&to, &d).map_err(|err| io_at(ErrorKind::Target, "cannot copy (for a hard link across filesystems)", &d, err))?;
+                apply_metadata(&target, &d, as_root)
             }
-            match fs::hard_link(&to, &d) {
-                Ok(()) => Ok(()),
-                Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
-                    fs::copy(&to, &d).map_err(|err| io_at(ErrorKind::Target, "cannot copy (for a hard link across filesystems)", &d, err))?;
-                    apply_metadata(&target, &d, as_root)
-                }
-                Err(err) => Err(io_at(ErrorKind::Target, "cannot create hard link", &d, err)),
-            }
-        })
+            Err(err) => Err(io_at(ErrorKind::Target, "cannot create hard link", &d, err)),
+        }
     }
 }

@@ -263,10 +263,14 @@ impl<'a> Writer<'a> {
     }
 
     /// Files no chunk touched (empty, hollow, or every chunk on disk already): create and finish
-    /// them, in one pass over the entries that also counts what the restore restored.
-    pub(super) fn finish_untouched(&self) -> Result<Restored> {
+    /// them, in one pass over the entries that also counts what the restore restored and hands
+    /// every entry that is not a regular file to `also`.
+    pub(super) fn finish_untouched(&self, mut also: impl FnMut(u32, &Entry) -> Result<()>) -> Result<Restored> {
         let mut n = Restored::default();
         self.plan.set.each_entry(|id, e| {
+            if e.kind != EntryKind::File {
+                also(id, e)?;
+            }
             let Some(d) = self.plan.dest(id, e) else { return Ok(()) };
             let hollow = self.plan.hollow(e);
             if !hollow {
