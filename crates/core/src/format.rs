@@ -394,18 +394,22 @@ impl IndexEntry {
         if b.len() % len != 0 {
             return Err(Error::corrupt(format!("index: length {} is not a multiple of {len}", b.len())));
         }
-        Ok(b.chunks_exact(len)
-            .map(|e| IndexEntry {
-                file_id: u32_at(e, 0),
-                offset: u64_at(e, 4),
-                frame_pos: u64_at(e, 12),
-                raw_len: u32_at(e, 20),
-                stored_len: u32_at(e, 24),
-                raw_crc: u32_at(e, 28),
-                frame_off: if len > INDEX_ENTRY_LEN_V1 { u32_at(e, 32) } else { 0 },
-                hash: if len > INDEX_ENTRY_LEN_V2 { u128::from_le_bytes(e[36..52].try_into().expect("16 bytes")) } else { 0 },
-            })
-            .collect())
+        Ok(b.chunks_exact(len).map(Self::decode_one).collect())
+    }
+
+    /// Decode one entry, of any version: its length says which (the caller cut it to one).
+    pub fn decode_one(e: &[u8]) -> IndexEntry {
+        let len = e.len();
+        IndexEntry {
+            file_id: u32_at(e, 0),
+            offset: u64_at(e, 4),
+            frame_pos: u64_at(e, 12),
+            raw_len: u32_at(e, 20),
+            stored_len: u32_at(e, 24),
+            raw_crc: u32_at(e, 28),
+            frame_off: if len > INDEX_ENTRY_LEN_V1 { u32_at(e, 32) } else { 0 },
+            hash: if len > INDEX_ENTRY_LEN_V2 { u128::from_le_bytes(e[36..52].try_into().expect("16 bytes")) } else { 0 },
+        }
     }
 }
 

@@ -556,6 +556,22 @@ impl BackupSet {
         Ok(())
     }
 
+    /// Every entry in file-id order, with its id: from the manifest held (cloned), or (opened
+    /// lean) read a page at a time. What [`BackupSet::each_entry`] gives, as an iterator, for
+    /// walking several sets side by side.
+    pub(crate) fn entries(&self) -> Box<dyn Iterator<Item = Result<(u32, Entry)>> + '_> {
+        match &self.paged {
+            None => Box::new(self.manifest.entries.iter().enumerate().map(|(i, e)| Ok((i as u32, e.clone())))),
+            Some((region, mb, loc)) => Box::new(region.pages.iter().enumerate().flat_map(move |(k, meta)| {
+                let page: Vec<Result<(u32, Entry)>> = match region.page(k, &in_memory(mb), self.cipher.as_deref()) {
+                    Ok(v) => v.into_iter().enumerate().map(|(i, e)| Ok(((meta.first_id + i as u64) as u32, e))).collect(),
+                    Err(e) => vec![Err(at(loc)(e))],
+                };
+                page
+            })),
+        }
+    }
+
     /// Entries in the set (regular files and everything else).
     pub fn entry_count(&self) -> usize {
         match &self.paged {

@@ -335,48 +335,100 @@ impl OutcomeReader<'_> {
 // ---------------------------------------------------------------------------------------------
 // Chunk references, sorted on disk
 
-/// Chunk references kept in memory before a sorted run goes to disk: 4 MiB.
+/// Records kept in memory before a sorted run goes to disk: 4 MiB of chunk references.
 const RUN: usize = 1 << 17;
-const CHUNK_REF_LEN: usize = 4 + 8 + 4 + 4 + 2;
 
-fn encode_ref(c: &ChunkRef, out: &mut Vec<u8>) {
-    out.extend_from_slice(&c.file_id.to_le_bytes());
-    out.extend_from_slice(&c.offset.to_le_bytes());
-    out.extend_from_slice(&c.len.to_le_bytes());
-    out.extend_from_slice(&c.crc.to_le_bytes());
-    out.extend_from_slice(&(c.stripe as u16).to_le_bytes());
+/// A record [`Sorter`] sorts: its order, and a fixed-length encoding for the runs on disk.
+pub(crate) trait Record: Ord + Copy {
+    /// Encoded length.
+    const LEN: usize;
+    /// Append the encoding to `out`.
+    fn encode(&self, out: &mut Vec<u8>);
+    /// Decode `LEN` bytes.
+    fn decode(b: &[u8]) -> Self;
 }
 
-fn decode_ref(b: &[u8]) -> ChunkRef {
-    ChunkRef {
-        file_id: u32::from_le_bytes(le(b, 0)),
-        offset: u64::from_le_bytes(le(b, 4)),
-        len: u32::from_le_bytes(le(b, 12)),
-        crc: u32::from_le_bytes(le(b, 16)),
-        stripe: usize::from(u16::from_le_bytes(le(b, 20))),
+const CHUNK_REF_LEN: usize = 4 + 8 + 4 + 4 + 2;
+
+impl Record for ChunkRef {
+    const LEN: usize = CHUNK_REF_LEN;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.file_id.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.crc.to_le_bytes());
+        out.extend_from_slice(&(self.stripe as u16).to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> ChunkRef {
+        ChunkRef {
+            file_id: u32::from_le_bytes(le(b, 0)),
+            offset: u64::from_le_bytes(le(b, 4)),
+            len: u32::from_le_bytes(le(b, 12)),
+            crc: u32::from_le_bytes(le(b, 16)),
+            stripe: usize::from(u16::from_le_bytes(le(b, 20))),
+        }
     }
 }
 
-/// Chunk references as a stripe writer records them (in the order frames finish), handed back in
-/// (file, offset) order: sorted in memory a run at a time, each run written to a temporary file,
+/// An index entry ordered by (file, offset): a set's chunks file by file, for a chain's block map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ByFile(pub(crate) IndexEntry);
+
+impl Ord for ByFile {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        let key = |e: &IndexEntry| (e.file_id, e.offset, e.frame_pos, e.frame_off, e.raw_len, e.stored_len, e.raw_crc, e.hash);
+        key(&self.0).cmp(&key(&o.0))
+    }
+}
+
+impl PartialOrd for ByFile {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Record for ByFile {
+    const LEN: usize = crate::format::INDEX_ENTRY_LEN;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode_into(out);
+    }
+
+    fn decode(b: &[u8]) -> ByFile {
+        ByFile(IndexEntry::decode_one(b))
+    }
+}
+
+/// Records (chunk references as a stripe writer records them, in the order frames finish),
+/// handed back in order: sorted in memory a run at a time, each run written to a temporary file,
 /// the runs merged when read back. Memory: one run, and a read buffer per run when merging.
-#[derive(Default)]
-pub(crate) struct ChunkSorter {
-    /// Never write a run: for references whose index is held in memory anyway.
+pub(crate) struct Sorter<T: Record> {
+    /// Never write a run: for records whose index is held in memory anyway.
     in_memory: bool,
-    buf: Vec<ChunkRef>,
+    buf: Vec<T>,
     file: Option<File>,
     /// (start, count) of each run written.
     runs: Vec<(u64, u64)>,
     end: u64,
 }
 
-impl ChunkSorter {
+/// Chunk references, sorted by (file, offset).
+pub(crate) type ChunkSorter = Sorter<ChunkRef>;
+
+impl<T: Record> Default for Sorter<T> {
+    fn default() -> Self {
+        Sorter { in_memory: false, buf: Vec::new(), file: None, runs: Vec::new(), end: 0 }
+    }
+}
+
+impl<T: Record> Sorter<T> {
     /// Add a reference.
     ///
     /// # Errors
     /// A full run cannot be written.
-    pub(crate) fn push(&mut self, c: ChunkRef) -> Result<()> {
+    pub(crate) fn push(&mut self, c: T) -> Result<()> {
         self.buf.push(c);
         if self.buf.len() >= RUN && !self.in_memory {
             self.spill()?;
@@ -386,14 +438,14 @@ impl ChunkSorter {
 
     /// A sorter that keeps everything in memory (no temporary file needed).
     pub(crate) fn in_memory() -> Self {
-        ChunkSorter { in_memory: true, ..Default::default() }
+        Sorter { in_memory: true, ..Default::default() }
     }
 
     fn spill(&mut self) -> Result<()> {
         self.buf.sort_unstable();
-        let mut bytes = Vec::with_capacity(self.buf.len() * CHUNK_REF_LEN);
+        let mut bytes = Vec::with_capacity(self.buf.len() * T::LEN);
         for c in &self.buf {
-            encode_ref(c, &mut bytes);
+            c.encode(&mut bytes);
         }
         if self.file.is_none() {
             self.file = Some(temp()?);
@@ -407,7 +459,7 @@ impl ChunkSorter {
     }
 
     /// Every reference of every sorter, in (file, offset) order.
-    pub(crate) fn merge(sorters: Vec<ChunkSorter>) -> Merged {
+    pub(crate) fn merge(sorters: Vec<Sorter<T>>) -> Merged<T> {
         let mut sources = Vec::new();
         for mut s in sorters {
             s.buf.sort_unstable();
@@ -428,13 +480,13 @@ impl ChunkSorter {
     }
 }
 
-enum Run {
-    Memory(std::vec::IntoIter<ChunkRef>),
+enum Run<T> {
+    Memory(std::vec::IntoIter<T>),
     Disk { file: Arc<File>, pos: u64, left: u64, buf: Vec<u8>, at: usize },
 }
 
-impl Run {
-    fn next(&mut self) -> Result<Option<ChunkRef>> {
+impl<T: Record> Run<T> {
+    fn next(&mut self) -> Result<Option<T>> {
         match self {
             Run::Memory(it) => Ok(it.next()),
             Run::Disk { file, pos, left, buf, at } => {
@@ -443,8 +495,8 @@ impl Run {
                         return Ok(None);
                     }
                     // 64 KiB of references at a time from each run.
-                    let n = (*left).min(((64 << 10) / CHUNK_REF_LEN) as u64);
-                    buf.resize(n as usize * CHUNK_REF_LEN, 0);
+                    let n = (*left).min(((64 << 10) / T::LEN) as u64);
+                    buf.resize(n as usize * T::LEN, 0);
                     if read_at_most(file, buf, *pos)? != buf.len() {
                         return Err(Error::new(ErrorKind::Io, "a temporary file of chunk references ended early"));
                     }
@@ -452,8 +504,8 @@ impl Run {
                     *left -= n;
                     *at = 0;
                 }
-                let c = decode_ref(&buf[*at..*at + CHUNK_REF_LEN]);
-                *at += CHUNK_REF_LEN;
+                let c = T::decode(&buf[*at..*at + T::LEN]);
+                *at += T::LEN;
                 Ok(Some(c))
             }
         }
@@ -462,13 +514,13 @@ impl Run {
 
 /// [`ChunkSorter::merge`]: an iterator over references in order. A temporary file that cannot
 /// be read ends it early; [`Merged::error`] then says why.
-pub(crate) struct Merged {
-    heap: BinaryHeap<Reverse<(ChunkRef, usize)>>,
-    sources: Vec<Run>,
+pub(crate) struct Merged<T: Record> {
+    heap: BinaryHeap<Reverse<(T, usize)>>,
+    sources: Vec<Run<T>>,
     error: Option<Error>,
 }
 
-impl Merged {
+impl<T: Record> Merged<T> {
     fn refill(&mut self, k: usize) {
         match self.sources[k].next() {
             Ok(Some(c)) => self.heap.push(Reverse((c, k))),
@@ -485,10 +537,10 @@ impl Merged {
     }
 }
 
-impl Iterator for Merged {
-    type Item = ChunkRef;
+impl<T: Record> Iterator for Merged<T> {
+    type Item = T;
 
-    fn next(&mut self) -> Option<ChunkRef> {
+    fn next(&mut self) -> Option<T> {
         if self.error.is_some() {
             return None;
         }
@@ -609,6 +661,22 @@ mod tests {
         assert!(m.error().is_none());
         assert_eq!(got.len(), want.len());
         assert!(got == want, "merged in (file, offset) order");
+    }
+
+    #[test]
+    fn index_entries_sort_by_file_through_runs_on_disk() {
+        let mut s: Sorter<ByFile> = Sorter::default();
+        let n = RUN + 10;
+        for i in (0..n as u64).rev() {
+            s.push(ByFile(IndexEntry { file_id: (i % 7) as u32, offset: i, frame_pos: i * 3, raw_len: 1, stored_len: 2, raw_crc: 3, frame_off: 4, hash: u128::from(i) << 64 })).unwrap();
+        }
+        assert_eq!(s.runs.len(), 1, "one run went to disk");
+        let mut m = Sorter::merge(vec![s]);
+        let got: Vec<IndexEntry> = m.by_ref().map(|b| b.0).collect();
+        assert!(m.error().is_none());
+        assert_eq!(got.len(), n);
+        assert!(got.windows(2).all(|w| (w[0].file_id, w[0].offset) < (w[1].file_id, w[1].offset)), "by file, then offset");
+        assert!(got.iter().all(|e| e.frame_pos == e.offset * 3 && e.hash == u128::from(e.offset) << 64), "every field back");
     }
 
     #[test]

@@ -357,7 +357,7 @@ pub fn restore(
     let recovery = Recovery { target, action: request.action.clone(), timeline: request.timeline.clone() };
     let plan = plan(repo, meta, &records, chosen, &recovery)?;
     // An incremental restores through its chain: every set of it opened and checked first.
-    let sets = open_chain(repo, &records, &plan.backup, schemes, !opts.core.delta)?;
+    let sets = open_chain(repo, &records, &plan.backup, schemes, true)?;
     for (set, r) in sets.iter().zip(chain_of(&records, &plan.backup)?) {
         if set.manifest.backup_id != r.backup_id {
             return Err(Error::corrupt(format!(

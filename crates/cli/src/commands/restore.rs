@@ -66,8 +66,8 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     if a.recovery.any_target() || !a.recovery.repo.repo.is_empty() {
         return Err(Error::invalid("--repo, --set and the --target flags restore from a repository: give them without stripes (or stripes without them)"));
     }
-    // Entries and index stay out of memory unless a delta restore compares them with the target.
-    let set = if a.delta { ctx.open_stripes(&a.stripes)? } else { ctx.open_stripes_lean(&a.stripes)? };
+    // Entries and index stay out of memory: read a page and a piece at a time.
+    let set = ctx.open_stripes_lean(&a.stripes)?;
     let r = if sheaf_pg::is_postgres(&set) {
         sheaf_pg::restore_postgres(&set, &pg_options(&a)?, progress(a.json))?
     } else {

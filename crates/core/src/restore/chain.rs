@@ -7,37 +7,72 @@
 //! manifest). A file an incremental holds in part ([`crate::manifest::Delta`]) takes the bytes it
 //! does not hold from the same file in the set before it, and so on down to the set that holds it
 //! whole; a byte no set holds is an inconsistent chain, refused before anything is written.
+//!
+//! The match is a merge, not a table ([`walk_chain`]): a set lists its files in key order (root,
+//! then path name by name), so every set is read side by side, a manifest page at a time, each
+//! set's chunks sorted by file in runs on disk and read back in step. The few files a source lists
+//! out of order (PostgreSQL's pg_control and WAL, last) are held aside by key. What the map keeps
+//! is a number per entry per set (which file of the newest it gives) and the ranges of the files
+//! given only in part: a million files cost 4 MB a set, not their paths.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
+use super::plan::Bits;
 use super::scan::{ChunkSink, Decoded, Lane};
 use crate::error::{Error, Result};
 use crate::format::IndexEntry;
-use crate::manifest::{BackupType, EntryKind, Manifest};
+use crate::manifest::pages::key_order;
+use crate::manifest::{BackupType, Entry, EntryKind, Manifest};
 use crate::set::{BackupSet, FileInSet};
+use crate::spill::{ByFile, Merged, Sorter};
 
-/// What one set of a chain gives one file of the newest set.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Supply {
-    /// The file's position in the newest set's entries.
-    pub(super) file: u32,
-    /// The byte ranges this set is the newest holder of, sorted and disjoint.
+/// What one set holds of one file of the chain's newest set: the file's id there, whether it
+/// holds it whole (not in part), and its chunks in offset order.
+pub(super) struct Held {
+    pub(super) id: u32,
+    pub(super) whole: bool,
+    /// The bytes its entry there says its chunks hold: its size, or (in part) the changed bytes.
+    pub(super) holds: u64,
+    pub(super) chunks: Vec<IndexEntry>,
+}
+
+impl Held {
+    fn of(id: u32, e: &Entry, chunks: Vec<IndexEntry>) -> Held {
+        Held { id, whole: e.delta.is_none(), holds: e.delta.map_or(e.size, |d| d.bytes), chunks }
+    }
+}
+
+/// What one set gives one file of the newest set: the bytes it is the newest holder of (sorted,
+/// disjoint), and the chunks that hold them (all the file's chunks in that set, in offset order).
+pub(super) struct Giving {
+    /// The set, oldest first.
+    pub(super) g: usize,
+    /// The file's id in that set.
+    pub(super) id: u32,
+    pub(super) chunks: Vec<IndexEntry>,
     pub(super) ranges: Vec<Range<u64>>,
 }
 
 /// Where every byte of every file of a chain's newest set comes from. A single set restored whole
-/// (no delta) needs no map: each of its chunks goes to its own file, and nothing is held per
-/// file ([`BlockMap::single`]).
+/// (no delta) needs no map: each of its chunks goes to its own file ([`BlockMap::single`]). A
+/// chain's map holds a number per entry per set and the ranges of the files given in part: what
+/// the sets' manifests and indexes say is read in key order, a page and a sorted run at a time
+/// ([`walk_chain`]).
 pub(super) struct BlockMap {
     /// One set, restored whole: every chunk is its own file's, whole.
     single: bool,
-    /// Per set (oldest first), per file id of that set: what it gives, if anything.
-    supplies: Vec<Vec<Option<Supply>>>,
-    /// Per file of the newest set: bytes that come from data chunks (not zero chunks).
-    data_bytes: Vec<u64>,
-    /// Per file of the newest set: bytes a delta restore found on disk already, not written.
-    dropped: Vec<u64>,
+    /// Per set (oldest first), per file id of that set: the newest set's file it gives bytes of,
+    /// plus one (0: it gives none).
+    givers: Vec<Vec<u32>>,
+    /// Per set: its files that give only some of their chunks' bytes, and which. A file of
+    /// `givers` not here gives every byte of every chunk it has.
+    parts: Vec<HashMap<u32, Vec<Range<u64>>>>,
+    /// Per file of the newest set: every byte given is data (no zero chunk among them).
+    dense: Bits,
+    /// Per file of the newest set that a delta restore found partly on disk: the bytes kept.
+    dropped: HashMap<u32, u64>,
 }
 
 /// Check that `sets` (oldest first) form one chain whose every byte is in some set: a full set,
@@ -49,7 +84,7 @@ pub(super) struct BlockMap {
 /// [`crate::ErrorKind::Corrupt`] for bytes no set of the chain holds.
 pub fn check_chain(sets: &[&BackupSet]) -> Result<()> {
     check_order(sets)?;
-    BlockMap::new(sets).map(|_| ())
+    walk_chain(sets, |_, _, _| Ok(()))
 }
 
 /// The first half of [`check_chain`]: the sets are the chain the newest names, in order.
@@ -75,51 +110,8 @@ pub(super) fn check_order(sets: &[&BackupSet]) -> Result<()> {
     Ok(())
 }
 
-/// (root name, path bytes) of each regular file of a manifest, to its position.
-fn by_name(m: &Manifest) -> HashMap<(&str, &[u8]), u32> {
-    m.entries
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.kind == EntryKind::File && !e.vanished)
-        .map(|(i, e)| ((m.roots[e.root as usize].name.as_str(), e.path_bytes()), i as u32))
-        .collect()
-}
-
-/// Chunks of a set by file id, sorted by offset: one flat list and where each file's run starts
-/// in it (a list per file cost a million small allocations, 256 MB, for a million files).
-struct FileChunks {
-    entries: Vec<IndexEntry>,
-    /// `starts[id]..starts[id + 1]` is file `id`'s run.
-    starts: Vec<u32>,
-}
-
-impl FileChunks {
-    fn of(&self, id: u32) -> &[IndexEntry] {
-        match (self.starts.get(id as usize), self.starts.get(id as usize + 1)) {
-            (Some(&a), Some(&b)) => &self.entries[a as usize..b as usize],
-            _ => &[],
-        }
-    }
-}
-
-/// Chunks of `set` per file id, sorted by offset.
-fn chunks_by_file(set: &BackupSet) -> FileChunks {
-    let files = set.manifest.entries.len();
-    let mut entries: Vec<IndexEntry> = set.stripes.iter().flat_map(|s| s.index.iter()).filter(|e| (e.file_id as usize) < files).copied().collect();
-    entries.sort_unstable_by_key(|e| (e.file_id, e.offset));
-    let mut starts = Vec::with_capacity(files + 1);
-    let mut at = 0usize;
-    for id in 0..=files {
-        while at < entries.len() && (entries[at].file_id as usize) < id {
-            at += 1;
-        }
-        starts.push(at as u32);
-    }
-    FileChunks { entries, starts }
-}
-
 /// `range` less the sorted, disjoint `covered`, as sorted pieces.
-fn subtract(range: Range<u64>, covered: &[Range<u64>]) -> Vec<Range<u64>> {
+pub(super) fn subtract(range: Range<u64>, covered: &[Range<u64>]) -> Vec<Range<u64>> {
     let mut out = Vec::new();
     let mut at = range.start;
     let first = covered.partition_point(|c| c.end <= range.start);
@@ -153,60 +145,55 @@ fn union(set: &mut Vec<Range<u64>>, add: &[Range<u64>]) {
 }
 
 /// The parts of `supplied` (sorted, disjoint) within `start..start + len`.
-fn within(supplied: &[Range<u64>], start: u64, len: u64) -> impl Iterator<Item = Range<u64>> + '_ {
+pub(super) fn within(supplied: &[Range<u64>], start: u64, len: u64) -> impl Iterator<Item = Range<u64>> + '_ {
     let end = start + len;
     let first = supplied.partition_point(|r| r.end <= start);
     supplied[first..].iter().take_while(move |r| r.start < end).map(move |r| r.start.max(start)..r.end.min(end))
 }
 
-/// What one set gives of one file: (set, the file's id there, the ranges it gives).
-type Given = (usize, u32, Vec<Range<u64>>);
-
-/// Which sets give file `f` of the newest set which of its bytes: as (set, the file's id there,
-/// ranges), newest first, sets that give nothing left out. `find(g)` is the file's id in set `g`,
-/// `chunks(g, id)` that file's chunks there in offset order.
+/// Which sets give file `e` of the newest set which of its bytes, newest first, sets that give
+/// nothing left out. `ids` are the chain's backup ids, oldest first; `held(g)` what set `g` holds
+/// of the file (asked newest first, each set at most once, and only down to the set that holds the
+/// file whole).
 ///
 /// # Errors
 /// A set before one that holds the file in part lacks it, or bytes no set gives.
-fn walk_file<'c>(
-    sets: &[&BackupSet],
-    f: u32,
-    find: impl Fn(usize) -> Option<u32>,
-    chunks: impl Fn(usize, u32) -> &'c [IndexEntry],
-) -> Result<Vec<Given>> {
-    let newest = sets.last().expect("checked: at least one set");
-    let e = &newest.manifest.entries[f as usize];
+fn walk_file(ids: &[&str], e: &Entry, mut held: impl FnMut(usize) -> Result<Option<Held>>) -> Result<Vec<Giving>> {
     let size = e.size;
     let mut out = Vec::new();
     // Newest first: what each set holds of the file, less what newer sets hold.
     let mut covered: Vec<Range<u64>> = Vec::new();
-    let mut g = sets.len() - 1;
+    let mut g = ids.len() - 1;
     loop {
-        let m = &sets[g].manifest;
-        let Some(id) = find(g) else {
+        let Some(h) = held(g)? else {
             return Err(Error::corrupt(format!(
                 "file {} of backup {} builds on backup {}, which does not have it: the chain is inconsistent",
                 e.path,
-                sets[g + 1].manifest.backup_id,
-                m.backup_id
+                ids[g + 1],
+                ids[g]
             )));
         };
-        let here = &m.entries[id as usize];
+        // What the set's open checked (its chunks tile what its manifest says it holds) holds
+        // here too, or the walk lost its step.
+        let bytes: u64 = h.chunks.iter().map(|c| u64::from(c.raw_len)).sum();
+        if bytes != h.holds {
+            return Err(Error::corrupt(format!("file {} of backup {}: its chunks hold {bytes} bytes where its entry says {}", e.path, ids[g], h.holds)));
+        }
         let mut ranges = Vec::new();
-        for c in chunks(g, id) {
+        for c in &h.chunks {
             let r = c.offset.min(size)..(c.offset + u64::from(c.raw_len)).min(size);
             if !r.is_empty() {
                 ranges.extend(subtract(r, &covered));
             }
         }
-        let held: Vec<Range<u64>> = chunks(g, id).iter().map(|c| c.offset..c.offset + u64::from(c.raw_len)).collect();
-        union(&mut covered, &held);
+        union(&mut covered, &spans(&h.chunks));
         union(&mut ranges, &[]);
+        let whole = h.whole;
         if !ranges.is_empty() {
-            out.push((g, id, ranges));
+            out.push(Giving { g, id: h.id, chunks: h.chunks, ranges });
         }
         // A whole file ends the walk: nothing older counts. So does the full set.
-        if here.delta.is_none() || g == 0 {
+        if whole || g == 0 {
             break;
         }
         g -= 1;
@@ -214,10 +201,204 @@ fn walk_file<'c>(
     if let Some(r) = subtract(0..size, &covered).first() {
         return Err(Error::corrupt(format!(
             "file {} of backup {}: bytes {}..{} are in no set of its chain: the chain is inconsistent",
-            e.path, newest.manifest.backup_id, r.start, r.end
+            e.path,
+            ids[ids.len() - 1],
+            r.start,
+            r.end
         )));
     }
     Ok(out)
+}
+
+/// The byte ranges of `chunks`, as they are.
+fn spans(chunks: &[IndexEntry]) -> Vec<Range<u64>> {
+    chunks.iter().map(|c| c.offset..c.offset + u64::from(c.raw_len)).collect()
+}
+
+/// A file's key in a chain: the root as the newest set numbers them, then the path's bytes.
+fn key_bytes(root: u16, path: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + path.len());
+    k.extend_from_slice(&root.to_be_bytes());
+    k.extend_from_slice(path);
+    k
+}
+
+/// Whether `key` comes after every key before it (`last`, which it then becomes): what keeps a
+/// set's regular files in key order. The few a source lists apart (PostgreSQL's pg_control and
+/// WAL, last) do not, and are held aside.
+fn in_order(last: &mut Option<(u16, Vec<u8>)>, key: (u16, &[u8])) -> bool {
+    if last.as_ref().is_some_and(|(r, p)| key_order((*r, p), key) != Ordering::Less) {
+        return false;
+    }
+    *last = Some((key.0, key.1.to_vec()));
+    true
+}
+
+fn is_file(e: &Entry) -> bool {
+    e.kind == EntryKind::File && !e.vanished
+}
+
+/// One set of a chain read in key order: its regular files in key order (a page at a time when
+/// it is opened lean), the few out of order held aside, and its chunks file by file (sorted in
+/// runs on disk when its index is not held).
+struct Walk<'s> {
+    /// This set's root numbers in the newest set's numbering (`u16::MAX`: a root it lacks).
+    roots: Vec<u16>,
+    /// Files out of key order, by key, and their chunks by id (none for a file without chunks).
+    apart: HashMap<Vec<u8>, (u32, Entry)>,
+    apart_chunks: HashMap<u32, Vec<IndexEntry>>,
+    entries: Box<dyn Iterator<Item = Result<(u32, Entry)>> + 's>,
+    /// The next file in key order, read ahead, and the greatest key so far.
+    next: Option<(u32, Entry)>,
+    last: Option<(u16, Vec<u8>)>,
+    chunks: Merged<ByFile>,
+    next_chunk: Option<IndexEntry>,
+}
+
+impl<'s> Walk<'s> {
+    fn new(set: &'s BackupSet, newest: &Manifest) -> Result<Walk<'s>> {
+        let roots: Vec<u16> =
+            set.manifest.roots.iter().map(|r| newest.roots.iter().position(|n| n.name == r.name).map_or(u16::MAX, |i| i as u16)).collect();
+        let key_of = |e: &Entry| roots.get(e.root as usize).copied().unwrap_or(u16::MAX);
+        // The files out of key order, found in a first pass.
+        let mut apart = HashMap::new();
+        let mut last = None;
+        set.each_entry(|id, e| {
+            if is_file(e) && !in_order(&mut last, (key_of(e), e.path_bytes())) {
+                apart.insert(key_bytes(key_of(e), e.path_bytes()), (id, e.clone()));
+            }
+            Ok(())
+        })?;
+        // Their chunks aside; the others sorted by file.
+        let ids: HashSet<u32> = apart.values().map(|(id, _)| *id).collect();
+        let mut apart_chunks: HashMap<u32, Vec<IndexEntry>> = HashMap::new();
+        let mut sorters = Vec::new();
+        for s in &set.stripes {
+            let mut sorter = if set.is_lean() { Sorter::default() } else { Sorter::in_memory() };
+            for c in s.index_entries()? {
+                let c = c?;
+                if ids.contains(&c.file_id) {
+                    apart_chunks.entry(c.file_id).or_default().push(c);
+                } else {
+                    sorter.push(ByFile(c))?;
+                }
+            }
+            sorters.push(sorter);
+        }
+        for v in apart_chunks.values_mut() {
+            v.sort_unstable_by_key(|c| c.offset);
+        }
+        let chunks = Sorter::merge(sorters);
+        let mut w = Walk { roots, apart, apart_chunks, entries: set.entries(), next: None, last: None, chunks, next_chunk: None };
+        w.advance()?;
+        w.next_chunk = w.chunks.next().map(|c| c.0);
+        Ok(w)
+    }
+
+    fn key(&self, e: &Entry) -> u16 {
+        self.roots.get(e.root as usize).copied().unwrap_or(u16::MAX)
+    }
+
+    /// Read ahead to the next file in key order.
+    fn advance(&mut self) -> Result<()> {
+        self.next = None;
+        while let Some(x) = self.entries.next() {
+            let (id, e) = x?;
+            let root = self.key(&e);
+            if is_file(&e) && in_order(&mut self.last, (root, e.path_bytes())) {
+                self.next = Some((id, e));
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The chunks of file `id`, in key order, which comes after every such file asked before it
+    /// (a file apart has its own: [`Walk::apart_chunks`]).
+    fn chunks_of(&mut self, id: u32) -> Result<Vec<IndexEntry>> {
+        let mut out = Vec::new();
+        while let Some(c) = self.next_chunk.filter(|c| c.file_id <= id) {
+            if c.file_id == id {
+                out.push(c);
+            }
+            self.next_chunk = self.chunks.next().map(|c| c.0);
+        }
+        if self.next_chunk.is_none() {
+            if let Some(e) = self.chunks.error() {
+                return Err(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What this set holds of the file with `key` (the newest set's root numbering), asked in
+    /// key order.
+    fn find(&mut self, root: u16, path: &[u8]) -> Result<Option<Held>> {
+        if !self.apart.is_empty() {
+            if let Some((id, e)) = self.apart.remove(&key_bytes(root, path)) {
+                let chunks = self.apart_chunks.remove(&id).unwrap_or_default();
+                return Ok(Some(Held::of(id, &e, chunks)));
+            }
+        }
+        loop {
+            let Some((id, e)) = &self.next else { return Ok(None) };
+            match key_order((self.key(e), e.path_bytes()), (root, path)) {
+                Ordering::Less => self.advance()?,
+                Ordering::Greater => return Ok(None),
+                Ordering::Equal => {
+                    let (id, whole, holds) = (*id, e.delta.is_none(), e.delta.map_or(e.size, |d| d.bytes));
+                    self.advance()?;
+                    let chunks = self.chunks_of(id)?;
+                    return Ok(Some(Held { id, whole, holds, chunks }));
+                }
+            }
+        }
+    }
+
+    /// The next file of the newest set in key order (its own walk), with its chunks; `apart` is
+    /// its files out of order, sorted by key, the next last.
+    fn next_newest(&mut self, apart: &mut Vec<(u32, Entry)>) -> Result<Option<(u32, Entry, Vec<IndexEntry>)>> {
+        let from_apart = match (&self.next, apart.last()) {
+            (None, None) => return Ok(None),
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some((_, a)), Some((_, b))) => key_order((b.root, b.path_bytes()), (a.root, a.path_bytes())) == Ordering::Less,
+        };
+        if from_apart {
+            let (id, e) = apart.pop().expect("checked");
+            let chunks = self.apart_chunks.remove(&id).unwrap_or_default();
+            return Ok(Some((id, e, chunks)));
+        }
+        let (id, e) = self.next.take().expect("checked");
+        self.advance()?;
+        let chunks = self.chunks_of(id)?;
+        Ok(Some((id, e, chunks)))
+    }
+}
+
+/// Walk the chain `sets` (oldest first) file by file of the newest set, in key order: `each` gets
+/// every regular file of the newest set with what each set gives of it. Memory: a page of entries
+/// and the read buffers of the sorted chunk runs per set, and the files out of key order.
+///
+/// # Errors
+/// A file an incremental holds in part that the set before it lacks, bytes no set holds; a page or
+/// index that cannot be read; `each`'s.
+pub(super) fn walk_chain(sets: &[&BackupSet], mut each: impl FnMut(u32, &Entry, Vec<Giving>) -> Result<()>) -> Result<()> {
+    let (newest, _) = sets.split_last().ok_or_else(|| Error::invalid("no backup set to restore"))?;
+    let ids: Vec<&str> = sets.iter().map(|s| s.manifest.backup_id.as_str()).collect();
+    let mut walks: Vec<Walk> = sets.iter().map(|s| Walk::new(s, &newest.manifest)).collect::<Result<_>>()?;
+    let (own, older) = walks.split_last_mut().expect("at least one set");
+    let mut apart: Vec<(u32, Entry)> = own.apart.drain().map(|(_, x)| x).collect();
+    apart.sort_unstable_by(|(_, a), (_, b)| key_order((b.root, b.path_bytes()), (a.root, a.path_bytes())));
+    while let Some((f, e, chunks)) = own.next_newest(&mut apart)? {
+        let mut mine = Some(Held::of(f, &e, chunks));
+        let givings = walk_file(&ids, &e, |g| match older.get_mut(g) {
+            Some(w) => w.find(e.root, e.path_bytes()),
+            None => Ok(mine.take()),
+        })?;
+        each(f, &e, givings)?;
+    }
+    Ok(())
 }
 
 /// One file of a chain's newest set, read in parts from only the frames that hold them, in
@@ -242,26 +423,30 @@ pub fn chain_file<'a>(sets: &[&'a BackupSet], file_id: u32) -> Result<ChainFile<
         return Err(Error::invalid(format!("{} is not a regular file in the backup", e.path)));
     }
     let root = newest.manifest.roots[e.root as usize].name.as_str();
-    let find = |g: usize| {
-        let m = &sets[g].manifest;
-        m.entries.iter().position(|x| x.kind == EntryKind::File && !x.vanished && m.roots[x.root as usize].name == root && x.path_bytes() == e.path_bytes()).map(|i| i as u32)
+    let ids: Vec<&str> = sets.iter().map(|s| s.manifest.backup_id.as_str()).collect();
+    let held = |g: usize| -> Result<Option<Held>> {
+        let s = sets[g];
+        let m = &s.manifest;
+        let Some(id) = m.entries.iter().position(|x| is_file(x) && m.roots[x.root as usize].name == root && x.path_bytes() == e.path_bytes()) else { return Ok(None) };
+        let id = id as u32;
+        let mut chunks: Vec<IndexEntry> = Vec::new();
+        for st in &s.stripes {
+            for c in st.index_entries()? {
+                let c = c?;
+                if c.file_id == id {
+                    chunks.push(c);
+                }
+            }
+        }
+        chunks.sort_unstable_by_key(|c| c.offset);
+        Ok(Some(Held::of(id, &m.entries[id as usize], chunks)))
     };
-    let ids: Vec<Option<u32>> = (0..sets.len()).map(find).collect();
-    let chunks: Vec<Vec<IndexEntry>> = sets
-        .iter()
-        .zip(&ids)
-        .map(|(s, id)| {
-            let mut v: Vec<IndexEntry> = id.map(|id| s.stripes.iter().flat_map(|x| x.index.iter()).filter(|c| c.file_id == id).copied().collect()).unwrap_or_default();
-            v.sort_unstable_by_key(|c| c.offset);
-            v
-        })
-        .collect();
-    let walked = walk_file(sets, file_id, |g| ids[g], |g, _| &chunks[g])?;
+    let walked = walk_file(&ids, e, held)?;
     let mut parts = Vec::new();
     let mut files = Vec::new();
-    for (g, id, ranges) in walked {
-        parts.extend(ranges.into_iter().map(|r| (r, files.len())));
-        files.push(sets[g].file(id)?);
+    for gv in walked {
+        parts.extend(gv.ranges.into_iter().map(|r| (r, files.len())));
+        files.push(sets[gv.g].file(gv.id)?);
     }
     parts.sort_unstable_by_key(|(r, _)| r.start);
     Ok(ChainFile { parts, files, size: e.size })
@@ -299,48 +484,63 @@ impl ChainFile<'_> {
 }
 
 impl BlockMap {
-    /// The map of the chain `sets` (oldest first; checked with [`check_chain`]).
+    /// The map of the chain `sets` (oldest first; in order, [`check_order`]), nothing found on
+    /// disk yet; `data(f, bytes)` hears, for each file of the newest set, the bytes that come from
+    /// data chunks (not zero chunks).
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] for a file an incremental holds in part that the set before it
-    /// lacks, or bytes of a file no set holds.
-    pub(super) fn new(sets: &[&BackupSet]) -> Result<BlockMap> {
-        if sets.iter().any(|s| s.is_lean()) {
-            return Err(Error::invalid("internal: a chain's block map needs its sets opened whole, not lean"));
+    /// As [`walk_chain`].
+    pub(super) fn new(sets: &[&BackupSet], mut data: impl FnMut(u32, u64) -> Result<()>) -> Result<BlockMap> {
+        let mut map = BlockMap::empty(sets);
+        walk_chain(sets, |f, e, givings| {
+            let bytes = map.record(f, e, &givings, 0);
+            data(f, bytes)
+        })?;
+        Ok(map)
+    }
+
+    /// A chain's map with nothing in it yet: see [`BlockMap::record`].
+    pub(super) fn empty(sets: &[&BackupSet]) -> BlockMap {
+        let newest = sets.last().map_or(0, |s| s.entry_count());
+        BlockMap {
+            single: false,
+            givers: sets.iter().map(|s| vec![0; s.entry_count()]).collect(),
+            parts: sets.iter().map(|_| HashMap::new()).collect(),
+            dense: Bits::new(newest),
+            dropped: HashMap::new(),
         }
-        let newest = sets.last().expect("checked: at least one set");
-        let files = newest.manifest.entries.len();
-        let mut supplies: Vec<Vec<Option<Supply>>> = sets.iter().map(|s| vec![None; s.manifest.entries.len()]).collect();
-        // By name in the older sets only: in the newest a file is its own id.
-        let last = sets.len() - 1;
-        let names: Vec<HashMap<(&str, &[u8]), u32>> = sets[..last].iter().map(|s| by_name(&s.manifest)).collect();
-        let chunks: Vec<FileChunks> = sets.iter().map(|s| chunks_by_file(s)).collect();
-        for (f, e) in newest.manifest.entries.iter().enumerate() {
-            if e.kind != EntryKind::File || e.vanished {
-                continue;
+    }
+
+    /// Note what `givings` give file `f` (entry `e`) of the newest set, `dropped` bytes of it
+    /// having been found on disk already (taken out of the givings' ranges). Returns the bytes
+    /// that come from data chunks.
+    pub(super) fn record(&mut self, f: u32, e: &Entry, givings: &[Giving], dropped: u64) -> u64 {
+        let mut data = 0;
+        for gv in givings.iter().filter(|gv| !gv.ranges.is_empty()) {
+            if let Some(slot) = self.givers.get_mut(gv.g).and_then(|v| v.get_mut(gv.id as usize)) {
+                *slot = f + 1;
             }
-            let key = (newest.manifest.roots[e.root as usize].name.as_str(), e.path_bytes());
-            let walked = walk_file(sets, f as u32, |g| if g == last { Some(f as u32) } else { names[g].get(&key).copied() }, |g, id| chunks[g].of(id))?;
-            for (g, id, ranges) in walked {
-                supplies[g][id as usize] = Some(Supply { file: f as u32, ranges });
+            let mut held = Vec::new();
+            union(&mut held, &spans(&gv.chunks));
+            if gv.ranges != held {
+                self.parts[gv.g].insert(gv.id, gv.ranges.clone());
             }
-        }
-        // Each file's data bytes.
-        let mut data_bytes = vec![0u64; files];
-        for (g, set) in sets.iter().enumerate() {
-            for c in set.stripes.iter().flat_map(|s| s.index.iter()) {
-                let Some(Some(s)) = supplies[g].get(c.file_id as usize) else { continue };
-                if c.stored_len > 0 {
-                    data_bytes[s.file as usize] += within(&s.ranges, c.offset, c.raw_len.into()).map(|r| r.end - r.start).sum::<u64>();
-                }
+            for c in gv.chunks.iter().filter(|c| c.stored_len > 0) {
+                data += within(&gv.ranges, c.offset, c.raw_len.into()).map(|r| r.end - r.start).sum::<u64>();
             }
         }
-        Ok(BlockMap { single: false, supplies, data_bytes, dropped: vec![0; files] })
+        if data == e.size {
+            self.dense.set(f);
+        }
+        if dropped > 0 {
+            self.dropped.insert(f, dropped);
+        }
+        data
     }
 
     /// The map of one set restored whole: none is needed (see [`BlockMap`]).
     pub(super) fn single() -> BlockMap {
-        BlockMap { single: true, supplies: Vec::new(), data_bytes: Vec::new(), dropped: Vec::new() }
+        BlockMap { single: true, givers: Vec::new(), parts: Vec::new(), dense: Bits::new(0), dropped: HashMap::new() }
     }
 
     /// One set restored whole: its chunks go to the writer as they are ([`BlockMap::sink`] is
@@ -351,50 +551,30 @@ impl BlockMap {
 
     /// Bytes the restore writes into file `f` of the newest set, whose entry is `e`: all of them
     /// (each given once, by one set), less what a delta restore found on disk already.
-    pub(super) fn expected(&self, f: u32, e: &crate::manifest::Entry) -> u64 {
-        e.size - self.dropped.get(f as usize).copied().unwrap_or(0)
+    pub(super) fn expected(&self, f: u32, e: &Entry) -> u64 {
+        e.size - self.dropped.get(&f).copied().unwrap_or(0)
     }
 
-    /// A chain's data bytes per file of the newest set (zero chunks left out); empty for a single
-    /// set, whose index gives them.
-    pub(super) fn data_bytes(&self) -> &[u64] {
-        &self.data_bytes
+    /// A chain's file `f` of the newest set gets only data chunks (no zero chunk): worth
+    /// reserving its blocks.
+    pub(super) fn dense(&self, f: u32) -> bool {
+        self.dense.get(f)
     }
 
-    /// Every chunk that gives some bytes of a file, whole or cut by a newer set: as (set, index
-    /// entry, file of the newest set). What a delta restore compares by hash: where the bytes on
-    /// disk over the whole chunk are the chunk's, every piece it gives is on disk already.
-    pub(super) fn giving_chunks(&self, sets: &[&BackupSet]) -> Vec<(usize, IndexEntry, u32)> {
-        let mut out = Vec::new();
-        for (g, set) in sets.iter().enumerate() {
-            for e in set.stripes.iter().flat_map(|s| s.index.iter()) {
-                let Some(s) = self.supply(g, e.file_id) else { continue };
-                if within(&s.ranges, e.offset, e.raw_len.into()).next().is_some() {
-                    out.push((g, *e, s.file));
-                }
-            }
-        }
-        out
+    /// What set `g` gives of chunk `offset..offset + len` of its file `file_id`: the newest set's
+    /// file, and the pieces.
+    fn cut(&self, g: usize, file_id: u32, offset: u64, len: u64) -> Option<(u32, Vec<Range<u64>>)> {
+        let f = self.givers.get(g)?.get(file_id as usize)?.checked_sub(1)?;
+        let pieces = match self.parts[g].get(&file_id) {
+            Some(ranges) => within(ranges, offset, len).collect(),
+            None => std::iter::once(offset..offset + len).collect(),
+        };
+        Some((f, pieces))
     }
 
-    /// A chunk (from [`BlockMap::giving_chunks`]) is on disk already: the pieces it gives are
-    /// neither read nor written. Returns the bytes taken out of the map.
-    pub(super) fn drop_chunk(&mut self, g: usize, e: &IndexEntry) -> u64 {
-        let Some(Some(s)) = self.supplies.get_mut(g).and_then(|v| v.get_mut(e.file_id as usize)) else { return 0 };
-        let r = e.offset..e.offset + u64::from(e.raw_len);
-        let bytes: u64 = within(&s.ranges, r.start, r.end - r.start).map(|x| x.end - x.start).sum();
-        s.ranges = s.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
-        let f = s.file as usize;
-        self.dropped[f] += bytes;
-        if e.stored_len > 0 {
-            self.data_bytes[f] -= bytes;
-        }
-        bytes
-    }
-
-    /// What set `g` gives, for its file `file_id`.
-    fn supply(&self, g: usize, file_id: u32) -> Option<&Supply> {
-        self.supplies.get(g)?.get(file_id as usize)?.as_ref()
+    /// The newest set's file that set `g`'s file `file_id` gives bytes of.
+    fn giver(&self, g: usize, file_id: u32) -> Option<u32> {
+        self.givers.get(g)?.get(file_id as usize)?.checked_sub(1)
     }
 
     /// The sink that takes set `g`'s chunks to `inner`, keyed by the newest set's file ids and cut
@@ -421,11 +601,11 @@ impl ChunkSink for SetSink<'_> {
     }
 
     fn wants(&self, file_id: u32) -> bool {
-        self.map.supply(self.g, file_id).is_some_and(|s| self.inner.wants(s.file))
+        self.map.giver(self.g, file_id).is_some_and(|f| self.inner.wants(f))
     }
 
     fn wants_chunk(&self, e: &IndexEntry) -> bool {
-        self.map.supply(self.g, e.file_id).is_some_and(|s| self.inner.wants(s.file) && within(&s.ranges, e.offset, e.raw_len.into()).next().is_some())
+        self.map.cut(self.g, e.file_id, e.offset, e.raw_len.into()).is_some_and(|(f, pieces)| !pieces.is_empty() && self.inner.wants(f))
     }
 }
 
@@ -437,25 +617,24 @@ struct SetLane<'s> {
 
 impl Lane for SetLane<'_> {
     fn chunk(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()> {
-        let Some(s) = self.map.supply(self.g, file_id) else { return Ok(()) };
-        for r in within(&s.ranges, offset, len as u64) {
+        let Some((f, pieces)) = self.map.cut(self.g, file_id, offset, len as u64) else { return Ok(()) };
+        for r in pieces {
             let (from, n) = ((r.start - offset) as usize, (r.end - r.start) as usize);
-            self.inner.chunk(s.file, r.start, n, data.map(|d| &d[from..from + n]))?;
+            self.inner.chunk(f, r.start, n, data.map(|d| &d[from..from + n]))?;
         }
         Ok(())
     }
 
     fn owned(&mut self, file_id: u32, offset: u64, data: Decoded) -> Result<()> {
-        let Some(s) = self.map.supply(self.g, file_id) else { return Ok(()) };
         let len = data.len() as u64;
-        let mut parts = within(&s.ranges, offset, len);
-        match (parts.next(), parts.next()) {
+        let Some((f, pieces)) = self.map.cut(self.g, file_id, offset, len) else { return Ok(()) };
+        match pieces.as_slice() {
+            [] => Ok(()),
             // Wholly given: the buffer goes on as it is (a direct write in flight).
-            (Some(r), None) if r == (offset..offset + len) => self.inner.owned(s.file, offset, data),
-            (None, _) => Ok(()),
-            (Some(a), b) => {
-                let pieces: Vec<(u64, std::ops::Range<usize>)> = [a].into_iter().chain(b).chain(parts).map(|r| (r.start, (r.start - offset) as usize..(r.end - offset) as usize)).collect();
-                self.inner.owned_pieces(s.file, data, &pieces)
+            [r] if *r == (offset..offset + len) => self.inner.owned(f, offset, data),
+            _ => {
+                let pieces: Vec<(u64, Range<usize>)> = pieces.iter().map(|r| (r.start, (r.start - offset) as usize..(r.end - offset) as usize)).collect();
+                self.inner.owned_pieces(f, data, &pieces)
             }
         }
     }

@@ -20,7 +20,7 @@ use crate::set::BackupSet;
 /// stripe and frame), and everything a backup can meet writing; nothing is left that looks whole.
 pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<BackupReport> {
     check_order(sets)?;
-    let map = BlockMap::new(sets)?;
+    let map = BlockMap::new(sets, |_, _| Ok(()))?;
     let newest = *sets.last().expect("checked: at least one set");
     let m = &newest.manifest;
     let mut opts = opts.clone();

@@ -12,29 +12,32 @@
 //! incrementals' pages are written). Sets older than format 3 have no hash: all their data chunks
 //! are written.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::chain::BlockMap;
+use super::chain::{subtract, walk_chain, within, BlockMap, Giving};
 use super::options::{DeltaReport, INCOMPLETE_MARKER};
 use super::plan::Plan;
 use super::target::remove_any;
 use crate::error::{io_at, ErrorKind, Result};
-use crate::format::IndexEntry;
-use crate::manifest::EntryKind;
+use crate::manifest::{Entry, EntryKind};
 use crate::set::BackupSet;
 
 impl Plan<'_> {
     /// Remove what is under the roots but not in the plan (the markers aside), and what is there
-    /// as another kind of entry than the backup's.
+    /// as another kind of entry than the backup's. What the plan wants is held as a 128-bit hash
+    /// of each destination and its kind (17 bytes an entry), sorted.
     pub(super) fn prune_for_delta(&self) -> Result<u64> {
-        let mut wanted: HashMap<PathBuf, EntryKind> = HashMap::new();
+        let mut wanted: Vec<([u8; 16], EntryKind)> = Vec::with_capacity(self.set.entry_count());
         self.set.each_entry(|id, e| {
-            wanted.extend(self.dest(id, e).map(|d| (d, e.kind)));
+            wanted.extend(self.dest(id, e).map(|d| (path_hash(&d), e.kind)));
             Ok(())
         })?;
+        wanted.sort_unstable_by_key(|w| w.0);
+        let want = |p: &Path| wanted.binary_search_by_key(&path_hash(p), |w| w.0).ok().map(|i| wanted[i].1);
         let mut removed = 0;
         let mut stack: Vec<PathBuf> = self.roots.clone();
         let mut seen: HashSet<PathBuf> = HashSet::new();
@@ -50,7 +53,7 @@ impl Plan<'_> {
                     continue;
                 }
                 let ft = item.file_type().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &path, e))?;
-                let same = match wanted.get(path.as_path()) {
+                let same = match want(&path) {
                     None => false,
                     Some(EntryKind::Dir) => ft.is_dir(),
                     Some(EntryKind::File) => ft.is_file(),
@@ -70,11 +73,20 @@ impl Plan<'_> {
     }
 }
 
+fn path_hash(p: &Path) -> [u8; 16] {
+    xxhash_rust::xxh3::xxh3_128(p.as_os_str().as_bytes()).to_le_bytes()
+}
+
 /// Bytes read from disk at a time when comparing (a zero chunk may be up to 1 GiB).
 const COMPARE_STEP: usize = 1 << 20;
 
 /// The bytes of one file a comparing thread takes at a time.
 const RUN_BYTES: u64 = 64 << 20;
+
+/// Files, and chunks, compared in one batch: the walk of the chain waits while a batch is
+/// compared on every core, so that what is held stays bounded.
+const BATCH_FILES: usize = 4096;
+const BATCH_CHUNKS: usize = 1 << 16;
 
 /// Whether the `len` bytes of `file` at `offset` are zeros (`hash` 0) or hash to `hash`, read
 /// [`COMPARE_STEP`] at a time into `buf`.
@@ -97,46 +109,76 @@ fn same_on_disk(file: &fs::File, path: &Path, offset: u64, len: u64, zero: bool,
     Ok(zero || hasher.digest128() == hash)
 }
 
-/// Compare every chunk of the map with the bytes at its place on disk, on `threads`
-/// threads, each taking a run of one file's chunks in offset order at a time; take the pieces of
-/// those that match out of the map.
-/// `dest` is each entry's destination (a delta restore has no hollow files).
-pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &[Option<PathBuf>], threads: usize) -> Result<DeltaReport> {
-    let mut by_file: HashMap<u32, Vec<(usize, IndexEntry)>> = HashMap::new();
-    for (g, e, f) in map.giving_chunks(sets) {
-        // A data chunk of a set older than format 3 has no hash to compare with.
-        if e.hash == 0 && e.stored_len > 0 {
-            continue;
+/// A file of the newest set waiting in a batch to be compared with the disk.
+struct Pending {
+    f: u32,
+    entry: Entry,
+    dest: PathBuf,
+    givings: Vec<Giving>,
+}
+
+/// The chain's block map, with every chunk whose bytes are at its place on disk already taken
+/// out: the chain walked file by file in key order ([`walk_chain`]), each file's giving chunks
+/// compared in batches on `threads` threads, each taking a run of one file's chunks in offset
+/// order at a time. Only the target is read: nothing is written.
+pub(super) fn map_what_differs(sets: &[&BackupSet], plan: &Plan, threads: usize) -> Result<(BlockMap, DeltaReport)> {
+    let mut map = BlockMap::empty(sets);
+    let mut report = DeltaReport::default();
+    let mut batch: Vec<Pending> = Vec::new();
+    let mut chunks = 0;
+    walk_chain(sets, |f, e, givings| {
+        // A delta restore has no hollow files and no `--only`: every file has its place.
+        let Some(dest) = plan.dest(f, e) else {
+            map.record(f, e, &givings, 0);
+            return Ok(());
+        };
+        chunks += givings.iter().map(|g| g.chunks.len()).sum::<usize>();
+        batch.push(Pending { f, entry: e.clone(), dest, givings });
+        if batch.len() >= BATCH_FILES || chunks >= BATCH_CHUNKS {
+            compare(&mut map, std::mem::take(&mut batch), threads, &mut report)?;
+            chunks = 0;
         }
-        if dest.get(f as usize).is_some_and(Option::is_some) {
-            by_file.entry(f).or_default().push((g, e));
+        Ok(())
+    })?;
+    compare(&mut map, batch, threads, &mut report)?;
+    Ok((map, report))
+}
+
+/// Compare a batch's giving chunks with the disk, take the pieces of those that match out of
+/// their givings, and record the files in `map`.
+fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: &mut DeltaReport) -> Result<()> {
+    // Per file, its chunks that give something, in offset order, so that reading them is
+    // sequential (read-ahead works), cut into runs of [`RUN_BYTES`] that the threads take in
+    // turn, so that a large file is compared by all of them. A data chunk of a set older than
+    // format 3 has no hash to compare with.
+    let mut runs: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    for (i, p) in batch.iter().enumerate() {
+        let mut mine: Vec<(usize, usize)> = Vec::new();
+        for (j, gv) in p.givings.iter().enumerate() {
+            for (k, c) in gv.chunks.iter().enumerate() {
+                if (c.hash != 0 || c.stored_len == 0) && within(&gv.ranges, c.offset, c.raw_len.into()).next().is_some() {
+                    mine.push((j, k));
+                }
+            }
         }
-    }
-    // Each file's chunks in offset order, so that reading them is sequential (read-ahead works),
-    // cut into runs of [`RUN_BYTES`] that the threads take in turn, so that a large file is
-    // compared by all of them.
-    let mut files: Vec<(u32, Vec<(usize, IndexEntry)>)> = Vec::new();
-    let mut by_file: Vec<(u32, Vec<(usize, IndexEntry)>)> = by_file.into_iter().collect();
-    by_file.sort_unstable_by_key(|(f, _)| *f);
-    for (f, mut chunks) in by_file {
-        chunks.sort_unstable_by_key(|(_, e)| e.offset);
-        let mut run: Vec<(usize, IndexEntry)> = Vec::new();
+        mine.sort_unstable_by_key(|&(j, k)| p.givings[j].chunks[k].offset);
+        let mut run = Vec::new();
         let mut bytes = 0u64;
-        for c in chunks {
-            bytes += u64::from(c.1.raw_len);
-            run.push(c);
+        for (j, k) in mine {
+            bytes += u64::from(p.givings[j].chunks[k].raw_len);
+            run.push((j, k));
             if bytes >= RUN_BYTES {
-                files.push((f, std::mem::take(&mut run)));
+                runs.push((i, std::mem::take(&mut run)));
                 bytes = 0;
             }
         }
         if !run.is_empty() {
-            files.push((f, run));
+            runs.push((i, run));
         }
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    // Per thread: the chunks that matched, and the bytes compared.
-    type Found = Result<(Vec<(usize, IndexEntry)>, u64)>;
+    // Per thread: the chunks that matched (file, giving, chunk), and the bytes compared.
+    type Found = Result<(Vec<(usize, usize, usize)>, u64)>;
     let results: Vec<Found> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|_| {
@@ -145,19 +187,24 @@ pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &
                     let mut compared = 0u64;
                     let mut buf = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((f, chunks)) = files.get(i) else { break };
-                        let path = dest[*f as usize].as_deref().expect("filtered above");
-                        let Ok(file) = fs::File::open(path) else { continue };
-                        let len = file.metadata().map_err(|e| io_at(ErrorKind::Target, "cannot stat", path, e))?.len();
-                        for &(g, e) in chunks {
-                            let n = u64::from(e.raw_len);
-                            if e.offset + n > len {
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((i, run)) = runs.get(n) else { break };
+                        let p = &batch[*i];
+                        let Ok(file) = fs::File::open(&p.dest) else { continue };
+                        let meta = file.metadata().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &p.dest, e))?;
+                        // Another kind of entry is there: the prune replaces it.
+                        if !meta.is_file() {
+                            continue;
+                        }
+                        for &(j, k) in run {
+                            let c = &p.givings[j].chunks[k];
+                            let n = u64::from(c.raw_len);
+                            if c.offset + n > meta.len() {
                                 continue;
                             }
                             compared += n;
-                            if same_on_disk(&file, path, e.offset, n, e.stored_len == 0, e.hash, &mut buf)? {
-                                matched.push((g, e));
+                            if same_on_disk(&file, &p.dest, c.offset, n, c.stored_len == 0, c.hash, &mut buf)? {
+                                matched.push((*i, j, k));
                             }
                         }
                     }
@@ -167,14 +214,23 @@ pub(super) fn keep_what_matches(map: &mut BlockMap, sets: &[&BackupSet], dest: &
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::Error::new(ErrorKind::Io, "a delta comparer thread panicked")))).collect()
     });
-    let mut report = DeltaReport::default();
+    let mut dropped = vec![0u64; batch.len()];
     for r in results {
         let (matched, compared) = r?;
         report.bytes_compared += compared;
-        for (g, e) in matched {
+        for (i, j, k) in matched {
+            let gv = &mut batch[i].givings[j];
+            let c = gv.chunks[k];
+            let r = c.offset..c.offset + u64::from(c.raw_len);
+            let bytes: u64 = within(&gv.ranges, r.start, r.end - r.start).map(|x| x.end - x.start).sum();
+            gv.ranges = gv.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
+            dropped[i] += bytes;
             report.chunks_kept += 1;
-            report.bytes_kept += map.drop_chunk(g, &e);
+            report.bytes_kept += bytes;
         }
     }
-    Ok(report)
+    for (p, d) in batch.iter().zip(dropped) {
+        map.record(p.f, &p.entry, &p.givings, d);
+    }
+    Ok(())
 }

@@ -79,21 +79,27 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
             "--delta makes the target equal to the whole backup, keeping what is already right: it does not combine with --force (which empties the target), --only or --db-include",
         ));
     }
-    // One set restored whole needs no block map: each chunk is its own file's.
-    let mut map = if sets.len() == 1 && !opts.delta { BlockMap::single() } else { BlockMap::new(sets)? };
     let set = *sets.last().expect("checked: at least one set");
     let plan = Plan::new(set, opts)?;
+    // One set restored whole needs no block map: each chunk is its own file's. A chain's map
+    // is made (and the chain checked) before anything is written; a delta restore's compares
+    // the target's files with it, reading only.
+    let mut space = plan.space();
+    let threads = opts.threads.unwrap_or_else(crate::host::available_cores);
+    let (map, mut delta) = if opts.delta {
+        let (map, d) = delta::map_what_differs(sets, &plan, threads)?;
+        (map, Some(d))
+    } else if sets.len() == 1 {
+        (BlockMap::single(), None)
+    } else {
+        (BlockMap::new(sets, |f, bytes| space.add(&plan, f, bytes))?, None)
+    };
     let prepared = plan.prepare_roots(opts.force, opts.delta)?;
-    let mut delta = None;
     let ran = (|| {
-        if opts.delta {
-            let removed = plan.prune_for_delta()?;
-            let threads = opts.threads.unwrap_or_else(crate::host::available_cores);
-            let mut d = delta::keep_what_matches(&mut map, sets, &plan.dests()?, threads)?;
-            d.removed = removed;
-            delta = Some(d);
+        if let Some(d) = &mut delta {
+            d.removed = plan.prune_for_delta()?;
         }
-        plan.run(sets, &map, opts, progress)
+        plan.run(sets, &map, space, opts, progress)
     })();
     let (direct_io, io_uring, scanned, restored) = match ran {
         Ok(d) => d,

@@ -223,19 +223,6 @@ impl<'s> Plan<'s> {
         self.hollow.iter().any(|h| p.strip_prefix(h.as_str()).is_some_and(|rest| rest.starts_with('/')))
     }
 
-    /// Every entry's destination, held (what a delta restore compares the target with).
-    ///
-    /// # Errors
-    /// A page of the manifest that does not check.
-    pub(super) fn dests(&self) -> Result<Vec<Option<PathBuf>>> {
-        let mut out = Vec::with_capacity(self.set.entry_count());
-        self.set.each_entry(|id, e| {
-            out.push(self.dest(id, e));
-            Ok(())
-        })?;
-        Ok(out)
-    }
-
     /// Where `e` goes if restored, and by which rule.
     fn place(&self, e: &Entry) -> (PathBuf, Placed) {
         let root = &self.manifest.roots[e.root as usize];

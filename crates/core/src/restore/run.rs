@@ -15,7 +15,7 @@ use super::metadata::{apply_metadata, mkfifo};
 use super::options::RestoreOptions;
 use super::plan::Plan;
 use super::scan::{scan, Scanned};
-use super::target::{ensure_parent, remove_any};
+use super::target::{ensure_parent, remove_any, Space};
 use super::chain::BlockMap;
 use super::write::{Inherit, Restored, Writer};
 use crate::aligned::ALIGN;
@@ -32,12 +32,12 @@ impl Plan<'_> {
     /// of one); `map` where each byte comes from. Every step is a pass over the newest set's
     /// entries (a page at a time when it is opened lean): what is held is the directories, for
     /// their metadata last, and the files in flight.
-    pub(super) fn run(&self, sets: &[&BackupSet], map: &BlockMap, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, Scanned, Restored)> {
+    pub(super) fn run(&self, sets: &[&BackupSet], map: &BlockMap, mut space: Space<'_>, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, Scanned, Restored)> {
         let set = self.set;
         // One set restored whole: its index gives the data bytes per filesystem and which files
-        // have holes. A delta restore writes over what is there: its space is mostly taken already.
+        // have holes (a chain's map gave them to `space` as it was made). A delta restore writes
+        // over what is there: its space is mostly taken already.
         let mut sparse = HashSet::new();
-        let mut space = self.space();
         if map.is_single() {
             for s in &set.stripes {
                 for c in s.index_entries()? {
@@ -48,10 +48,6 @@ impl Plan<'_> {
                         space.add(self, c.file_id, u64::from(c.raw_len))?;
                     }
                 }
-            }
-        } else {
-            for (f, &b) in map.data_bytes().iter().enumerate() {
-                space.add(self, f as u32, b)?;
             }
         }
         if !opts.delta {

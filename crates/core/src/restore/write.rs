@@ -184,7 +184,7 @@ impl<'a> Writer<'a> {
         if self.map.is_single() {
             return !self.sparse.contains(&id);
         }
-        self.map.data_bytes().get(id as usize).is_some_and(|&b| b == e.size)
+        self.map.dense(id)
     }
 
     /// The file `id` in flight, taken up by the first chunk to reach it; `None` for a file that is

@@ -68,10 +68,18 @@ fn take_in(src: &Path, dir: &Path, name: &str, on: Option<(Lineage, Snapshot)>, 
     if let Some((lineage, snap)) = on {
         b.incremental(lineage, Arc::new(Against(snap)));
     }
-    let listed = sheaf_core::source::list_tree(src, 0, &mut Vec::new()).unwrap();
+    let mut listed = sheaf_core::source::list_tree(src, 0, &mut Vec::new()).unwrap();
+    // Files named `last*` are listed after all others, out of key order (as PostgreSQL's
+    // pg_control and WAL are).
+    listed.sort_by_key(|l| l.entry.path.starts_with("last"));
     b.add_tree(Root { name: String::new(), path: src.display().to_string() }, listed).unwrap();
     b.finish(serde_json::json!({})).unwrap();
     BackupSet::open(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly).unwrap()
+}
+
+/// `s` opened again, lean ([`BackupSet::open_lean`]).
+fn lean(s: &BackupSet) -> BackupSet {
+    BackupSet::open_lean(&s.stripes.iter().map(|x| x.location.clone()).collect::<Vec<_>>(), &LocalOnly, None).unwrap()
 }
 
 fn overwrite(path: &Path, at: u64, bytes: &[u8]) {
@@ -140,6 +148,12 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     let r = restored(&[&full, &incr1, &incr2], &out("incr2")).unwrap();
     compare_trees(&src, &out("incr2")).unwrap();
     assert_eq!(r.stripes, 6);
+    // The chain opened lean (entries a page at a time, indexes sorted by file on disk) restores the
+    // same tree, reading and writing the same bytes.
+    let (lf, l1, l2) = (lean(&full), lean(&incr1), lean(&incr2));
+    let lr = restored(&[&lf, &l1, &l2], &out("lean")).unwrap();
+    compare_trees(&src, &out("lean")).unwrap();
+    assert_eq!((lr.files, lr.entries, lr.bytes_written, lr.bytes_read), (r.files, r.entries, r.bytes_written, r.bytes_read));
     restored(&[&full, &diff], &out("diff")).unwrap();
     compare_trees(&src, &out("diff")).unwrap();
     restored(&[&full, &incr1], &out("incr1")).unwrap();
@@ -161,6 +175,18 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     let dr = r.delta.unwrap();
     assert_eq!(dr.removed, 3, "gone, junk, and the folder where a file belongs: {dr:?}");
     assert!(dr.chunks_kept > 0 && dr.bytes_kept > full.raw_bytes() / 2, "most of the full's chunks were right: {dr:?}");
+    // The same delta from the chain opened lean, onto the same stale tree: the same findings.
+    let stale2 = out("stale2");
+    restored(&[&full], &stale2).unwrap();
+    std::fs::write(stale2.join("junk"), b"not in the backup").unwrap();
+    std::fs::remove_file(stale2.join("small")).unwrap();
+    std::fs::create_dir_all(stale2.join("small/inside")).unwrap();
+    let mut o2 = RestoreOptions::new(&stale2);
+    o2.delta = true;
+    let lr = restore_chain(&[&lf, &l1, &l2], &o2, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src, &stale2).unwrap();
+    let ld = lr.delta.unwrap();
+    assert_eq!((ld.removed, ld.chunks_kept, ld.bytes_kept, ld.bytes_compared, lr.bytes_read), (dr.removed, dr.chunks_kept, dr.bytes_kept, dr.bytes_compared, r.bytes_read));
     let fresh = restored(&[&full, &incr1, &incr2], &out("fresh")).unwrap();
     assert!(r.bytes_read < fresh.bytes_read, "read {} against a fresh restore's {}", r.bytes_read, fresh.bytes_read);
     // The full's chunks that the incrementals cut are on disk whole as the full had them: compared
@@ -242,4 +268,46 @@ fn chunks_cut_by_newer_sets_are_written_as_their_pieces() {
 
 fn io_uring_available() -> bool {
     std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |v| v.trim() == "0")
+}
+
+/// Files listed out of key order (PostgreSQL lists pg_control and WAL last) in the full, the
+/// incremental or both, and a file out of order in one set but not the other: the chain, opened
+/// lean, restores each of them from the right sets, also as a delta.
+#[test]
+fn files_listed_out_of_key_order_are_matched_across_the_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    for (name, size, seed) in [("a/one", 200 << 10, 1), ("last_ctl", 30 << 10, 2), ("m", 100 << 10, 3), ("z", 50 << 10, 4), ("lastwal", 120 << 10, 5)] {
+        write_file(&src.join(name), size, seed, 0.5).unwrap();
+    }
+    // Apart and without chunks: its id comes after every other file's.
+    std::fs::write(src.join("last_empty"), b"").unwrap();
+    let t0 = snapshot(&src);
+    let full = lean(&take(&src, d.path(), "full", None));
+    // The incremental changes a page of each file and adds one more listed apart.
+    for name in ["a/one", "last_ctl", "m", "z", "lastwal"] {
+        overwrite(&src.join(name), PAGE as u64, &[0x5A; 100]);
+    }
+    write_file(&src.join("last_new"), 40 << 10, 6, 0.5).unwrap();
+    let incr = lean(&take(&src, d.path(), "incr", Some((Lineage { backup_type: BackupType::Incr, chain: vec![full.manifest.backup_id.clone()] }, t0))));
+    let mut order = Vec::new();
+    incr.each_entry(|_, e| {
+        order.push(e.path.clone());
+        Ok(())
+    })
+    .unwrap();
+    assert!(order.iter().position(|p| p == "lastwal") > order.iter().position(|p| p == "z"), "listed apart, after z: {order:?}");
+    let out = d.path().join("out");
+    let r = restored(&[&full, &incr], &out).unwrap();
+    compare_trees(&src, &out).unwrap();
+    assert_eq!(r.files, 7);
+    // As a delta onto the full's state: the pages changed are all that is read.
+    let stale = d.path().join("stale");
+    restored(&[&full], &stale).unwrap();
+    let mut o = RestoreOptions::new(&stale);
+    o.delta = true;
+    let r = restore_chain(&[&full, &incr], &o, Arc::new(NoProgress)).unwrap();
+    compare_trees(&src, &stale).unwrap();
+    assert!(r.delta.unwrap().chunks_kept > 0);
 }

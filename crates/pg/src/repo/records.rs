@@ -249,15 +249,14 @@ pub fn chain_of<'a>(records: &'a [BackupRecord], record: &'a BackupRecord) -> Re
     Ok(out)
 }
 
-/// The sets of a backup's chain, opened, oldest first (see [`chain_of`]). With `lean`, a full
-/// backup alone is opened lean ([`BackupSet::open_lean`]: what a restore of it that is not a delta
-/// reads); a chain is always opened whole.
+/// The sets of a backup's chain, opened, oldest first (see [`chain_of`]). With `lean`, each is
+/// opened lean ([`BackupSet::open_lean`]: what a restore or a check of the chain reads; extract
+/// and consolidation read them whole).
 ///
 /// # Errors
 /// As [`chain_of`] and [`open_set`], naming the backup of the chain at fault.
 pub fn open_chain(repo: &Repo, records: &[BackupRecord], record: &BackupRecord, schemes: &dyn Schemes, lean: bool) -> Result<Vec<BackupSet>> {
     let chain = chain_of(records, record)?;
-    let lean = lean && chain.len() == 1;
     chain
         .into_iter()
         .map(|r| {

@@ -11,7 +11,7 @@ use sheaf_core::{Error, ErrorKind, NoProgress, Result, Schemes};
 use super::inventory::{archived, missing};
 use super::meta::RepoMeta;
 use super::paths;
-use super::records::{backups, open_chain, open_set, BackupRecord, Found};
+use super::records::{backups, open_chain, open_set_lean, BackupRecord, Found};
 use crate::wal::{WalFile, WalKind};
 
 /// A backup that read back whole.
@@ -68,14 +68,14 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
     let mut check = RepoCheck { backups: Vec::new(), wal_files: files.len(), wal_bytes: 0, problems: Vec::new(), wal_missing: false };
     let records: Vec<BackupRecord> = found.iter().filter_map(Found::record).cloned().collect();
     for r in &records {
-        match open_set(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress))) {
+        match open_set_lean(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress))) {
             Ok(v) => check.backups.push(Checked { id: r.id.clone(), frames: v.frames, bytes: v.bytes_raw }),
             Err(e) => check.problems.push(format!("backup {}: {e}", r.id)),
         }
         // An incremental is whole only with its chain: every set of it there, in order, and every
         // byte of every file in one of them.
         if !r.chain.is_empty() {
-            let whole = open_chain(repo, &records, r, schemes, false).and_then(|sets| sheaf_core::check_chain(&sets.iter().collect::<Vec<_>>()));
+            let whole = open_chain(repo, &records, r, schemes, true).and_then(|sets| sheaf_core::check_chain(&sets.iter().collect::<Vec<_>>()));
             if let Err(e) = whole {
                 check.problems.push(format!("backup {} ({} on {}): its chain does not restore: {e}", r.id, r.backup_type, r.chain.join(" <- ")));
             }
