@@ -572,6 +572,12 @@ impl BackupSet {
         }
     }
 
+    /// Opened lean from a manifest that says its entries are in key order (root, then path name
+    /// by name): none is listed apart.
+    pub(crate) fn in_key_order(&self) -> bool {
+        self.paged.as_ref().is_some_and(|(region, _, _)| region.sorted)
+    }
+
     /// Entries in the set (regular files and everything else).
     pub fn entry_count(&self) -> usize {
         match &self.paged {

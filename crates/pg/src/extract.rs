@@ -80,23 +80,27 @@ pub fn catalog(set: &BackupSet) -> Result<ClusterFacts> {
 /// # Errors
 /// [`ErrorKind::InvalidInput`] naming what was looked for and where, with the candidates when
 /// the name is ambiguous.
-pub fn find<'a>(dbs: &'a [DatabaseInfo], relation: &str, database: Option<&str>) -> Result<(&'a DatabaseInfo, &'a RelationInfo)> {
+pub fn find<'a>(dbs: &'a [DatabaseInfo], relation: &str, database: Option<&str>) -> Result<(&'a DatabaseInfo, RelationInfo)> {
     let (schema, name) = match relation.split_once('.') {
         Some((s, n)) => (Some(s), n),
         None => (None, relation),
     };
-    let in_db = |d: &'a DatabaseInfo| d.relations.iter().filter(move |r| r.name == name && schema.is_none_or(|s| r.schema == s)).map(move |r| (d, r));
-    let found: Vec<(&DatabaseInfo, &RelationInfo)> = match database {
+    let in_db = |d: &'a DatabaseInfo| {
+        d.relations().filter(move |r| r.as_ref().map_or(true, |r| r.name == name && schema.is_none_or(|s| r.schema == s))).map(move |r| r.map(|r| (d, r)))
+    };
+    let mut found: Vec<(&DatabaseInfo, RelationInfo)> = match database {
         Some(db) => {
             let d = dbs.iter().find(|d| d.name == db).ok_or_else(|| {
                 Error::invalid(format!("the backup has no database {db}; it has {}", dbs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")))
             })?;
-            in_db(d).collect()
+            in_db(d).collect::<Result<_>>()?
         }
-        None => dbs.iter().flat_map(in_db).collect(),
+        None => dbs.iter().flat_map(in_db).collect::<Result<_>>()?,
     };
+    if found.len() == 1 {
+        return Ok(found.pop().expect("one"));
+    }
     match found.as_slice() {
-        [one] => Ok(*one),
         [] => Err(Error::invalid(format!(
             "no relation {relation} in {} of the backup (names are as the catalogs spell them, e.g. public.orders)",
             database.map_or_else(|| "any database".to_string(), |d| format!("database {d}"))
@@ -166,7 +170,7 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
     let (db, rel) = find(facts.databases()?, &opts.relation, opts.database.as_deref())?;
     let files = files_of(set, &rel.path);
     if files.is_empty() {
-        return Err(missing(rel));
+        return Err(missing(&rel));
     }
     std::fs::create_dir_all(&opts.dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", opts.dest.display()), e))?;
     let base = rel.path.rsplit('/').next().unwrap_or(&rel.path).to_string();
@@ -255,11 +259,31 @@ mod tests {
         RelationInfo { schema: schema.into(), name: name.into(), kind: "r".into(), path: path.into() }
     }
 
+    fn pack(rels: &[RelationInfo]) -> String {
+        let mut s = String::new();
+        for r in rels {
+            crate::server::pack_relation(&mut s, r);
+        }
+        s
+    }
+
+    #[test]
+    fn a_packed_list_reads_back_whatever_the_names_hold() {
+        let odd = [rel("we\tird", "a\nb\\c\r", "base/5/9"), rel("public", "plain", "base/5/10"), rel("", "\\t", "base/5/11")];
+        let d = DatabaseInfo { name: "a".into(), oid: 5, tablespace: 1663, connectable: true, relations: Vec::new(), packed: pack(&odd) };
+        assert_eq!(d.relations().collect::<Result<Vec<_>>>().unwrap(), odd);
+        assert_eq!(find(std::slice::from_ref(&d), "we\tird.a\nb\\c\r", None).unwrap().1.path, "base/5/9");
+        let bad = DatabaseInfo { packed: "only\tthree\tfields\n".into(), ..d.clone() };
+        assert!(bad.relations().next().unwrap().unwrap_err().to_string().contains("does not parse"));
+        let bad = DatabaseInfo { packed: "a\\x\tb\tr\tp\n".into(), ..d };
+        assert!(bad.relations().next().unwrap().is_err(), "an unknown escape");
+    }
+
     #[test]
     fn relations_are_found_by_name_and_ambiguity_is_named() {
         let dbs = vec![
-            DatabaseInfo { name: "a".into(), oid: 5, tablespace: 1663, connectable: true, relations: vec![rel("public", "t", "base/5/1"), rel("x", "t", "base/5/2")] },
-            DatabaseInfo { name: "b".into(), oid: 6, tablespace: 1663, connectable: true, relations: vec![rel("public", "u", "base/6/3")] },
+            DatabaseInfo { name: "a".into(), oid: 5, tablespace: 1663, connectable: true, relations: vec![rel("public", "t", "base/5/1"), rel("x", "t", "base/5/2")], packed: String::new() },
+            DatabaseInfo { name: "b".into(), oid: 6, tablespace: 1663, connectable: true, relations: Vec::new(), packed: pack(&[rel("public", "u", "base/6/3")]) },
         ];
         assert_eq!(find(&dbs, "u", None).unwrap().1.path, "base/6/3");
         assert_eq!(find(&dbs, "x.t", None).unwrap().1.path, "base/5/2");

@@ -58,8 +58,68 @@ pub struct DatabaseInfo {
     pub tablespace: u32,
     /// False for a database that takes no connections (template0): its relations are not listed.
     pub connectable: bool,
-    /// Its relations with storage.
+    /// Its relations with storage, as backups made before [`DatabaseInfo::packed`] listed them
+    /// (empty in newer ones, and still written, so that an older sheaf reads the facts).
     pub relations: Vec<RelationInfo>,
+    /// Its relations with storage, a line each: schema, name, kind and path, separated by tabs
+    /// (a tab, newline, return or backslash in a name written `\t`, `\n`, `\r`, `\\`). One
+    /// string, a few tens of bytes a relation, where an object each took about a kilobyte once
+    /// parsed: a cluster with a schema per tenant has hundreds of thousands of relations, and
+    /// every reader of the manifest's head parses this.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub packed: String,
+}
+
+impl DatabaseInfo {
+    /// Its relations, from whichever list the backup wrote.
+    pub fn relations(&self) -> impl Iterator<Item = Result<RelationInfo>> + '_ {
+        self.relations.iter().cloned().map(Ok).chain(self.packed.split_terminator('\n').map(unpack_relation))
+    }
+}
+
+/// Append `r` to a packed list ([`DatabaseInfo::packed`]).
+pub fn pack_relation(out: &mut String, r: &RelationInfo) {
+    for (i, field) in [&r.schema, &r.name, &r.kind, &r.path].into_iter().enumerate() {
+        if i > 0 {
+            out.push('\t');
+        }
+        for c in field.chars() {
+            match c {
+                '\t' => out.push_str("\\t"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\\' => out.push_str("\\\\"),
+                c => out.push(c),
+            }
+        }
+    }
+    out.push('\n');
+}
+
+/// One line of a packed list back.
+fn unpack_relation(line: &str) -> Result<RelationInfo> {
+    let bad = || Error::corrupt(format!("the manifest's list of relations has a line that does not parse: {line:?}"));
+    let mut fields = Vec::with_capacity(4);
+    for raw in line.split('\t') {
+        let mut f = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            f.push(if c != '\\' {
+                c
+            } else {
+                match chars.next() {
+                    Some('t') => '\t',
+                    Some('n') => '\n',
+                    Some('r') => '\r',
+                    Some('\\') => '\\',
+                    _ => return Err(bad()),
+                }
+            });
+        }
+        fields.push(f);
+    }
+    let [schema, name, kind, path]: [String; 4] = fields.try_into().map_err(|_| bad())?;
+    Ok(RelationInfo { schema, name, kind, path })
 }
 
 /// A relation with files of its own.
@@ -194,8 +254,9 @@ pub struct Server {
     url: String,
 }
 
-/// The relations with storage of database `db`, through `url` with `db` swapped in.
-fn relations_of(url: &str, db: &str) -> Result<Vec<RelationInfo>> {
+/// The relations with storage of database `db`, through `url` with `db` swapped in, packed
+/// ([`DatabaseInfo::packed`]) as the rows stream in.
+fn relations_of(url: &str, db: &str) -> Result<String> {
     let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", redact(url))))?;
     if config.get_password().is_none() {
         if let Ok(pw) = std::env::var("PGPASSWORD") {
@@ -204,15 +265,20 @@ fn relations_of(url: &str, db: &str) -> Result<Vec<RelationInfo>> {
     }
     config.dbname(db).application_name("sheaf").connect_timeout(std::time::Duration::from_secs(10));
     let mut client = config.connect(tls()?).map_err(|e| db_err(&format!("cannot connect to database {db} to list its relations"), e))?;
-    let rows = client
-        .query(
+    let what = || format!("listing the relations of database {db}");
+    let mut rows = client
+        .query_raw(
             "SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_relation_filepath(c.oid) \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE pg_relation_filepath(c.oid) IS NOT NULL ORDER BY 1, 2",
-            &[],
+            std::iter::empty::<&str>(),
         )
-        .map_err(|e| db_err(&format!("listing the relations of database {db}"), e))?;
-    Ok(rows.iter().map(|r| RelationInfo { schema: r.get(0), name: r.get(1), kind: r.get(2), path: r.get(3) }).collect())
+        .map_err(|e| db_err(&what(), e))?;
+    let mut out = String::new();
+    while let Some(r) = fallible_iterator::FallibleIterator::next(&mut rows).map_err(|e| db_err(&what(), e))? {
+        pack_relation(&mut out, &RelationInfo { schema: r.get(0), name: r.get(1), kind: r.get(2), path: r.get(3) });
+    }
+    Ok(out)
 }
 
 impl Server {
@@ -370,15 +436,15 @@ impl Server {
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let (name, oid, tablespace, connectable): (String, i64, i64, bool) = (r.get(0), r.get(1), r.get(2), r.get(3));
-            let relations = if connectable {
+            let packed = if connectable {
                 relations_of(url, &name).unwrap_or_else(|e| {
                     warnings.push(format!("the relations of database {name} are not recorded ({e}): --db-include and extract cannot find them by name"));
-                    Vec::new()
+                    String::new()
                 })
             } else {
-                Vec::new()
+                String::new()
             };
-            out.push(DatabaseInfo { name, oid: oid as u32, tablespace: tablespace as u32, connectable, relations });
+            out.push(DatabaseInfo { name, oid: oid as u32, tablespace: tablespace as u32, connectable, relations: Vec::new(), packed });
         }
         Ok(out)
     }

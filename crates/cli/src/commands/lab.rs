@@ -56,7 +56,7 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
             let set = ctx.open_stripes(&a.stripes)?;
             let facts = sheaf_pg::extract::catalog(&set)?;
             let (db, r) = sheaf_pg::extract::find(facts.databases()?, rel, a.database.as_deref())?;
-            let mut f = sheaf_core::chain_file(&[&set], sheaf_pg::extract::main_fork(&set, r)?)?;
+            let mut f = sheaf_core::chain_file(&[&set], sheaf_pg::extract::main_fork(&set, &r)?)?;
             let n = (f.size() as usize).min(sample);
             let mut v = vec![0u8; n];
             f.read_at(0, &mut v)?;

@@ -260,15 +260,19 @@ impl<'s> Walk<'s> {
         let roots: Vec<u16> =
             set.manifest.roots.iter().map(|r| newest.roots.iter().position(|n| n.name == r.name).map_or(u16::MAX, |i| i as u16)).collect();
         let key_of = |e: &Entry| roots.get(e.root as usize).copied().unwrap_or(u16::MAX);
-        // The files out of key order, found in a first pass.
+        // The files out of key order, found in a first pass, unless the manifest says there are
+        // none. Roots numbered otherwise than in the newest set can put files out of order too.
         let mut apart = HashMap::new();
-        let mut last = None;
-        set.each_entry(|id, e| {
-            if is_file(e) && !in_order(&mut last, (key_of(e), e.path_bytes())) {
-                apart.insert(key_bytes(key_of(e), e.path_bytes()), (id, e.clone()));
-            }
-            Ok(())
-        })?;
+        let renumbered = roots.iter().enumerate().any(|(i, &r)| r as usize != i);
+        if !set.in_key_order() || renumbered {
+            let mut last = None;
+            set.each_entry(|id, e| {
+                if is_file(e) && !in_order(&mut last, (key_of(e), e.path_bytes())) {
+                    apart.insert(key_bytes(key_of(e), e.path_bytes()), (id, e.clone()));
+                }
+                Ok(())
+            })?;
+        }
         // Their chunks aside; the others sorted by file.
         let ids: HashSet<u32> = apart.values().map(|(id, _)| *id).collect();
         let mut apart_chunks: HashMap<u32, Vec<IndexEntry>> = HashMap::new();

@@ -72,17 +72,24 @@ fn online_backup_under_pgbench_restores_relocated_and_starts_consistent() {
 
     // The manifest maps databases and relations to their files, as the catalogs said.
     let set = sheaf_core::BackupSet::open(&[sheaf_core::Location::file(out.join("pg_1.sheaf"))], &sheaf_core::LocalOnly).unwrap();
-    let dbs = &set.manifest.source["databases"];
-    let app = dbs.as_array().unwrap().iter().find(|d| d["name"] == "app").expect("app recorded");
-    assert_eq!(app["oid"].to_string(), c.sql("postgres", "SELECT oid FROM pg_database WHERE datname = 'app'"));
-    let rel = |name: &str| app["relations"].as_array().unwrap().iter().find(|r| r["schema"] == "public" && r["name"] == name).cloned().unwrap_or_else(|| panic!("{name} recorded"));
+    let facts = sheaf_pg::ClusterFacts::of(&set).unwrap().expect("a PostgreSQL backup");
+    let dbs = facts.databases().unwrap();
+    let app = dbs.iter().find(|d| d.name == "app").expect("app recorded");
+    assert_eq!(app.oid.to_string(), c.sql("postgres", "SELECT oid FROM pg_database WHERE datname = 'app'"));
+    // Packed, one string a database (what every reader of the head parses), not an object each.
+    assert!(app.relations.is_empty() && !app.packed.is_empty());
+    assert!(set.manifest.source["databases"].as_array().unwrap().iter().all(|d| d["relations"].as_array().is_some_and(Vec::is_empty)), "the old list still written, empty");
+    let rels: Vec<sheaf_pg::server::RelationInfo> = app.relations().collect::<sheaf_core::Result<_>>().unwrap();
+    let rel = |name: &str| rels.iter().find(|r| r.schema == "public" && r.name == name).cloned().unwrap_or_else(|| panic!("{name} recorded"));
     let big_rel = rel("big");
-    assert_eq!(big_rel["kind"], "r");
-    assert_eq!(big_rel["path"].as_str().unwrap(), c.sql("app", "SELECT pg_relation_filepath('big')"));
-    assert!(set.manifest.entries.iter().any(|e| e.path == big_rel["path"].as_str().unwrap()), "its file is in the backup");
-    assert!(rel("in_ts")["path"].as_str().unwrap().starts_with("pg_tblspc/"), "a relation in a tablespace");
-    let t0 = dbs.as_array().unwrap().iter().find(|d| d["name"] == "template0").unwrap();
-    assert_eq!(t0["connectable"], false);
+    assert_eq!(big_rel.kind, "r");
+    assert_eq!(big_rel.path, c.sql("app", "SELECT pg_relation_filepath('big')"));
+    assert!(set.manifest.entries.iter().any(|e| e.path == big_rel.path), "its file is in the backup");
+    assert!(rel("in_ts").path.starts_with("pg_tblspc/"), "a relation in a tablespace");
+    let count: usize = c.sql("app", "SELECT count(*) FROM pg_class WHERE pg_relation_filepath(oid) IS NOT NULL").parse().unwrap();
+    assert_eq!(rels.len(), count, "every relation with storage");
+    let t0 = dbs.iter().find(|d| d.name == "template0").unwrap();
+    assert!(!t0.connectable);
 
     // Restore elsewhere, tablespace moved too, and start it beside the source.
     let new_data = c.base.path().join("restored/data");
