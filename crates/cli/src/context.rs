@@ -375,6 +375,34 @@ impl Context {
             .collect())
     }
 
+    /// `serve` on the first repository given that can serve it, as a restore picks one: a
+    /// repository that cannot be read, or for which `serve` fails (no such backup, a damaged
+    /// record or set), is passed over for the next, which stderr says; the last one's error is
+    /// final. `serve` must only read.
+    ///
+    /// # Errors
+    /// As [`Context::open_repos`]; the last repository's error.
+    pub fn first_repo_serving<T>(&self, mut serve: impl FnMut(&Repo) -> Result<T>) -> Result<T> {
+        let repos = self.open_repos()?;
+        let n = repos.len();
+        let mut last = None;
+        for (k, (repo, meta)) in repos.iter().enumerate() {
+            let attempt = match meta {
+                Err(e) => Err(Error::new(e.kind(), e.to_string())),
+                Ok(_) => serve(repo),
+            };
+            match attempt {
+                Ok(v) => return Ok(v),
+                Err(e) if k + 1 < n => {
+                    eprintln!("sheaf: repository {} ({}) cannot serve this, trying the next: {e}", k + 1, repo.display());
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("no repository given")))
+    }
+
     /// The locations `texts` name (`s3://` ones through the schemes), held to `--max-rate`.
     ///
     /// # Errors

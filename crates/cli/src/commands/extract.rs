@@ -14,9 +14,10 @@ use crate::output::plural;
 /// A relation or page the backup does not hold, damage in what is read; a page whose checksum
 /// does not match ([`sheaf_core::ErrorKind::Corrupt`], after it is written).
 pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
+    // From the first repository that has the backup and reads (as a restore falls back).
     let sets = if a.stripes.is_empty() {
-        let (repo, _) = ctx.open_repo()?;
-        sheaf_pg::repo::records::open_backup_chain(&repo, &a.set, ctx.schemes()?, false)?
+        let schemes = ctx.schemes()?;
+        ctx.first_repo_serving(|repo| sheaf_pg::repo::records::open_backup_chain(repo, &a.set, schemes, false))?
     } else {
         if !a.repo.repo.is_empty() {
             return Err(Error::invalid("give stripes or --repo, not both"));

@@ -199,10 +199,11 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     if !a.tablespace.is_empty() || a.recovery.any_target() {
         return Err(Error::invalid("--only restores files, not a cluster: --tablespace and the --target flags do not apply (use --relocate to place a tree elsewhere)"));
     }
-    // From a repository, the backup with the ones it builds on (an incremental reads its chain).
+    // From a repository, the backup with the ones it builds on (an incremental reads its chain):
+    // the first repository that has it and reads, as a restore falls back.
     let sets = if a.stripes.is_empty() {
-        let (repo, _) = ctx.open_repo()?;
-        sheaf_pg::repo::records::open_backup_chain(&repo, a.recovery.set.as_deref().unwrap_or("latest"), ctx.schemes()?, true)?
+        let schemes = ctx.schemes()?;
+        ctx.first_repo_serving(|repo| sheaf_pg::repo::records::open_backup_chain(repo, a.recovery.set.as_deref().unwrap_or("latest"), schemes, true))?
     } else {
         vec![ctx.open_stripes_lean(&a.stripes)?]
     };

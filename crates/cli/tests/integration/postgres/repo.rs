@@ -870,6 +870,20 @@ fn two_repositories_each_get_the_wal_and_restore_falls_back_when_one_is_away() {
     let back = start_restored(&dir, false);
     assert_eq!(batches(&back), "1:100,2:100");
     drop(back);
+    // So do an extract and a restore of files from the pair, each saying which it passed over.
+    let ext = base.path().join("extracted");
+    let o = run(sheaf().args(["extract", "--relation", "t", "--database", "app", "--to", ext.to_str().unwrap()]).args(both));
+    let said = ok(o.clone(), "extract from the pair");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("repository 1"), "{}", String::from_utf8_lossy(&o.stderr));
+    // Its file as the backup read it (empty here: the rows were still in shared buffers).
+    let rel = c.sql("app", "SELECT pg_relation_filepath('t')");
+    assert!(said.contains(&format!("extracted public.t (database app, {rel})")), "{said}");
+    assert!(ext.join(rel.rsplit('/').next().unwrap()).is_file(), "{rel} extracted");
+    let only = base.path().join("only");
+    let o = run(sheaf().args(["restore", "--only", "global/pg_control", "--to", only.to_str().unwrap()]).args(both));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("repository 1"), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(o, "files from the pair");
+    assert!(only.join("global/pg_control").is_file());
 
     // Back again: the archiver's retries fill the first.
     std::fs::rename(&away, &r1).unwrap();
