@@ -276,9 +276,10 @@ impl<'s> Walk<'s> {
         // Their chunks aside; the others sorted by file.
         let ids: HashSet<u32> = apart.values().map(|(id, _)| *id).collect();
         let mut apart_chunks: HashMap<u32, Vec<IndexEntry>> = HashMap::new();
-        let mut sorters = Vec::new();
+        // One sorter for all the set's stripes: what it holds in memory is one run, whatever the
+        // number of stripes.
+        let mut sorter = if set.is_lean() { Sorter::default() } else { Sorter::in_memory() };
         for s in &set.stripes {
-            let mut sorter = if set.is_lean() { Sorter::default() } else { Sorter::in_memory() };
             for c in s.index_entries()? {
                 let c = c?;
                 if ids.contains(&c.file_id) {
@@ -287,12 +288,11 @@ impl<'s> Walk<'s> {
                     sorter.push(ByFile(c))?;
                 }
             }
-            sorters.push(sorter);
         }
         for v in apart_chunks.values_mut() {
             v.sort_unstable_by_key(|c| c.offset);
         }
-        let chunks = Sorter::merge(sorters);
+        let chunks = Sorter::merge(vec![sorter]);
         let mut w = Walk { roots, apart, apart_chunks, entries: set.entries(), next: None, last: None, chunks, next_chunk: None };
         w.advance()?;
         w.next_chunk = w.chunks.next().map(|c| c.0);
