@@ -538,20 +538,16 @@ impl BackupSet {
     /// # Errors
     /// A page that does not check; `f`'s.
     pub fn each_entry(&self, mut f: impl FnMut(u32, &Entry) -> Result<()>) -> Result<()> {
-        match &self.paged {
-            None => {
-                for (i, e) in self.manifest.entries.iter().enumerate() {
-                    f(i as u32, e)?;
-                }
+        if self.paged.is_none() {
+            // Held: no clone per entry.
+            for (i, e) in self.manifest.entries.iter().enumerate() {
+                f(i as u32, e)?;
             }
-            Some((region, mb, loc)) => {
-                for (k, meta) in region.pages.iter().enumerate() {
-                    let page = region.page(k, &in_memory(mb), self.cipher.as_deref()).map_err(at(loc))?;
-                    for (i, e) in page.iter().enumerate() {
-                        f((meta.first_id + i as u64) as u32, e)?;
-                    }
-                }
-            }
+            return Ok(());
+        }
+        for x in self.entries() {
+            let (id, e) = x?;
+            f(id, &e)?;
         }
         Ok(())
     }

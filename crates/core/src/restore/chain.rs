@@ -227,11 +227,20 @@ fn key_bytes(root: u16, path: &[u8]) -> Vec<u8> {
 /// set's regular files in key order. The few a source lists apart (PostgreSQL's pg_control and
 /// WAL, last) do not, and are held aside.
 fn in_order(last: &mut Option<(u16, Vec<u8>)>, key: (u16, &[u8])) -> bool {
-    if last.as_ref().is_some_and(|(r, p)| key_order((*r, p), key) != Ordering::Less) {
-        return false;
+    match last {
+        Some((r, p)) if key_order((*r, p), key) != Ordering::Less => false,
+        // The buffer kept from one entry to the next: no allocation per entry.
+        Some((r, p)) => {
+            *r = key.0;
+            p.clear();
+            p.extend_from_slice(key.1);
+            true
+        }
+        None => {
+            *last = Some((key.0, key.1.to_vec()));
+            true
+        }
     }
-    *last = Some((key.0, key.1.to_vec()));
-    true
 }
 
 fn is_file(e: &Entry) -> bool {
@@ -345,15 +354,15 @@ impl<'s> Walk<'s> {
             }
         }
         loop {
-            let Some((id, e)) = &self.next else { return Ok(None) };
+            let Some((_, e)) = &self.next else { return Ok(None) };
             match key_order((self.key(e), e.path_bytes()), (root, path)) {
                 Ordering::Less => self.advance()?,
                 Ordering::Greater => return Ok(None),
                 Ordering::Equal => {
-                    let (id, whole, holds) = (*id, e.delta.is_none(), e.delta.map_or(e.size, |d| d.bytes));
+                    let (id, e) = self.next.take().expect("just matched");
                     self.advance()?;
                     let chunks = self.chunks_of(id)?;
-                    return Ok(Some(Held { id, whole, holds, chunks }));
+                    return Ok(Some(Held::of(id, &e, chunks)));
                 }
             }
         }
@@ -568,7 +577,7 @@ impl BlockMap {
     /// What set `g` gives of chunk `offset..offset + len` of its file `file_id`: the newest set's
     /// file, and the pieces.
     fn cut(&self, g: usize, file_id: u32, offset: u64, len: u64) -> Option<(u32, Vec<Range<u64>>)> {
-        let f = self.givers.get(g)?.get(file_id as usize)?.checked_sub(1)?;
+        let f = self.giver(g, file_id)?;
         let pieces = match self.parts[g].get(&file_id) {
             Some(ranges) => within(ranges, offset, len).collect(),
             None => std::iter::once(offset..offset + len).collect(),
@@ -579,6 +588,16 @@ impl BlockMap {
     /// The newest set's file that set `g`'s file `file_id` gives bytes of.
     fn giver(&self, g: usize, file_id: u32) -> Option<u32> {
         self.givers.get(g)?.get(file_id as usize)?.checked_sub(1)
+    }
+
+    /// The newest set's file that set `g`'s chunk `e` gives some bytes of ([`BlockMap::cut`]
+    /// without making the pieces: the scan asks it of every chunk).
+    fn gives(&self, g: usize, e: &IndexEntry) -> Option<u32> {
+        let f = self.giver(g, e.file_id)?;
+        match self.parts[g].get(&e.file_id) {
+            Some(ranges) => within(ranges, e.offset, e.raw_len.into()).next().map(|_| f),
+            None => Some(f),
+        }
     }
 
     /// The sink that takes set `g`'s chunks to `inner`, keyed by the newest set's file ids and cut
@@ -609,7 +628,7 @@ impl ChunkSink for SetSink<'_> {
     }
 
     fn wants_chunk(&self, e: &IndexEntry) -> bool {
-        self.map.cut(self.g, e.file_id, e.offset, e.raw_len.into()).is_some_and(|(f, pieces)| !pieces.is_empty() && self.inner.wants(f))
+        self.map.gives(self.g, e).is_some_and(|f| self.inner.wants(f))
     }
 }
 

@@ -73,8 +73,15 @@ impl Plan<'_> {
     }
 }
 
+/// A path's hash, name by name: two spellings of one path (`a//b`, `a/./b`) hash alike, as
+/// they compare equal as paths.
 fn path_hash(p: &Path) -> [u8; 16] {
-    xxhash_rust::xxh3::xxh3_128(p.as_os_str().as_bytes()).to_le_bytes()
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for c in p.components() {
+        h.update(c.as_os_str().as_bytes());
+        h.update(b"/");
+    }
+    h.digest128().to_le_bytes()
 }
 
 /// Bytes read from disk at a time when comparing (a zero chunk may be up to 1 GiB).
@@ -233,4 +240,18 @@ fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: 
         map.record(p.f, &p.entry, &p.givings, d);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_spellings_of_a_path_hash_alike_and_other_paths_do_not() {
+        let h = |p: &str| path_hash(Path::new(p));
+        assert_eq!(h("/t/a//b/./c"), h("/t/a/b/c"));
+        assert_eq!(h("/t/a/b/"), h("/t/a/b"));
+        assert_ne!(h("/t/a/b"), h("/t/ab"));
+        assert_ne!(h("/t/a/b"), h("/t/a/b/c"));
+    }
 }

@@ -163,28 +163,25 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
 
     // Delta: the tree as the full restored it, with junk added and a file turned into a folder,
     // made equal to the newest state while reading only what differs.
+    let stale_delta = |name: &str, sets: &[&BackupSet]| {
+        let stale = out(name);
+        restored(&[&full], &stale).unwrap();
+        std::fs::write(stale.join("junk"), b"not in the backup").unwrap();
+        std::fs::remove_file(stale.join("small")).unwrap();
+        std::fs::create_dir_all(stale.join("small/inside")).unwrap();
+        let mut o = RestoreOptions::new(&stale);
+        o.delta = true;
+        let r = restore_chain(sets, &o, Arc::new(NoProgress)).unwrap();
+        compare_trees(&src, &stale).unwrap();
+        (r, o)
+    };
+    let (r, mut o) = stale_delta("stale", &[&full, &incr1, &incr2]);
     let stale = out("stale");
-    restored(&[&full], &stale).unwrap();
-    std::fs::write(stale.join("junk"), b"not in the backup").unwrap();
-    std::fs::remove_file(stale.join("small")).unwrap();
-    std::fs::create_dir_all(stale.join("small/inside")).unwrap();
-    let mut o = RestoreOptions::new(&stale);
-    o.delta = true;
-    let r = restore_chain(&[&full, &incr1, &incr2], &o, Arc::new(NoProgress)).unwrap();
-    compare_trees(&src, &stale).unwrap();
     let dr = r.delta.unwrap();
     assert_eq!(dr.removed, 3, "gone, junk, and the folder where a file belongs: {dr:?}");
     assert!(dr.chunks_kept > 0 && dr.bytes_kept > full.raw_bytes() / 2, "most of the full's chunks were right: {dr:?}");
     // The same delta from the chain opened lean, onto the same stale tree: the same findings.
-    let stale2 = out("stale2");
-    restored(&[&full], &stale2).unwrap();
-    std::fs::write(stale2.join("junk"), b"not in the backup").unwrap();
-    std::fs::remove_file(stale2.join("small")).unwrap();
-    std::fs::create_dir_all(stale2.join("small/inside")).unwrap();
-    let mut o2 = RestoreOptions::new(&stale2);
-    o2.delta = true;
-    let lr = restore_chain(&[&lf, &l1, &l2], &o2, Arc::new(NoProgress)).unwrap();
-    compare_trees(&src, &stale2).unwrap();
+    let (lr, _) = stale_delta("stale2", &[&lf, &l1, &l2]);
     let ld = lr.delta.unwrap();
     assert_eq!((ld.removed, ld.chunks_kept, ld.bytes_kept, ld.bytes_compared, lr.bytes_read), (dr.removed, dr.chunks_kept, dr.bytes_kept, dr.bytes_compared, r.bytes_read));
     let fresh = restored(&[&full, &incr1, &incr2], &out("fresh")).unwrap();
