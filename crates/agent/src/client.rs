@@ -29,6 +29,14 @@ pub enum Answer<'a> {
     Refused(WireError),
 }
 
+/// A part of a listing that streams ([`AgentClient::list_part`]).
+pub enum ListPart {
+    /// The next entries, in tree order.
+    Entries(Vec<WireListed>),
+    /// The end, with the warnings the walk met.
+    End(Vec<String>),
+}
+
 /// A connection to an agent.
 pub struct AgentClient {
     s: StreamOwned<ClientConnection, TcpStream>,
@@ -154,17 +162,53 @@ impl AgentClient {
     }
 
     /// Everything under `path` on the agent's host (`path` itself as `""`), and the warnings
-    /// the listing met.
+    /// the listing met, whole (for a listing that streams: [`AgentClient::start_list`]).
     ///
     /// # Errors
     /// A path outside what the agent serves, the link's errors.
     pub fn list(&mut self, path: &str) -> Result<(Vec<WireListed>, Vec<String>)> {
-        self.send(&Request::List { path: path.to_string() })?;
+        self.start_list(path)?;
         let mut out = Vec::new();
         loop {
+            match self.list_part()? {
+                ListPart::Entries(b) => out.extend(b),
+                ListPart::End(w) => return Ok((out, w)),
+            }
+        }
+    }
+
+    /// Ask for everything under `path`, in tree order, to be read a batch at a time with
+    /// [`AgentClient::list_part`] until its end. Nothing else may be asked meanwhile.
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn start_list(&mut self, path: &str) -> Result<()> {
+        self.send(&Request::List { path: path.to_string() })
+    }
+
+    /// The next part of the listing asked for with [`AgentClient::start_list`].
+    ///
+    /// # Errors
+    /// A path outside what the agent serves, a walk that failed there, the link's errors.
+    pub fn list_part(&mut self) -> Result<ListPart> {
+        match self.next()? {
+            proto::LIST => Ok(ListPart::Entries(self.json()?)),
+            proto::END => Ok(ListPart::End(self.json()?)),
+            k => Err(self.unexpected(k)),
+        }
+    }
+
+    /// The names in directory `path` on the agent's host, each handed to `each`; none when it is
+    /// gone.
+    ///
+    /// # Errors
+    /// A path outside what the agent serves, the link's errors.
+    pub fn names(&mut self, path: &str, mut each: impl FnMut(&str)) -> Result<()> {
+        self.send(&Request::Names { path: path.to_string() })?;
+        loop {
             match self.next()? {
-                proto::LIST => out.extend(self.json::<Vec<WireListed>>()?),
-                proto::END => return Ok((out, self.json()?)),
+                proto::LIST => self.json::<Vec<String>>()?.iter().for_each(|n| each(n)),
+                proto::END => return Ok(()),
                 k => return Err(self.unexpected(k)),
             }
         }

@@ -23,10 +23,10 @@ use std::time::Duration;
 use sheaf_core::codec::CodecSpec;
 use sheaf_core::format::{PACK_LIMIT, ZERO_FRAME};
 use sheaf_core::manifest::EntryKind;
-use sheaf_core::source::{FileStat, Files, Listed, SourceFile, StoredChunk};
+use sheaf_core::source::{FileStat, Files, Listed, Listing, SourceFile, StoredChunk};
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::client::{AgentClient, Answer};
+use crate::client::{AgentClient, Answer, ListPart};
 use crate::proto::{ChunkHead, HelloReply, ReadEnd, Request, WireError, WireListed};
 
 /// Bytes asked for with the stat at open.
@@ -100,6 +100,50 @@ fn listed(w: WireListed, abs: PathBuf, rel: String, root: u16) -> Listed {
     Listed { entry, abs, dev: w.dev, ino: w.ino, nlink: w.nlink }
 }
 
+/// A tree on the agent's host as the agent walks it: one connection held until the listing's
+/// end, one batch of entries in memory.
+struct AgentWalk {
+    inner: Arc<Inner>,
+    /// Given back to the pool at the end; dropped after an error (it may be out of step).
+    client: Option<AgentClient>,
+    root: PathBuf,
+    root_id: u16,
+    batch: std::vec::IntoIter<WireListed>,
+    warnings: Vec<String>,
+}
+
+impl Iterator for AgentWalk {
+    type Item = Result<Listed>;
+
+    fn next(&mut self) -> Option<Result<Listed>> {
+        loop {
+            if let Some(w) = self.batch.next() {
+                let rel = w.entry.path.clone();
+                let abs = if rel.is_empty() { self.root.clone() } else { self.root.join(&rel) };
+                return Some(Ok(listed(w, abs, rel, self.root_id)));
+            }
+            match self.client.as_mut()?.list_part() {
+                Ok(ListPart::Entries(b)) => self.batch = b.into_iter(),
+                Ok(ListPart::End(w)) => {
+                    self.warnings.extend(w);
+                    self.inner.give(self.client.take().expect("checked above"));
+                    return None;
+                }
+                Err(e) => {
+                    self.client = None;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+impl Listing for AgentWalk {
+    fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+}
+
 impl AgentFiles {
     /// Connect to the agent at `addr` with the certificates in `tls_dir`.
     ///
@@ -155,17 +199,14 @@ impl AgentFiles {
 }
 
 impl Files for AgentFiles {
-    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
-        let (list, w) = self.with(|c| c.list(&root.display().to_string()))?;
-        warnings.extend(w);
-        Ok(list
-            .into_iter()
-            .map(|l| {
-                let rel = l.entry.path.clone();
-                let abs = if rel.is_empty() { root.to_path_buf() } else { root.join(&rel) };
-                listed(l, abs, rel, root_id)
-            })
-            .collect())
+    fn walk(&self, root: &Path, root_id: u16) -> Result<Box<dyn Listing>> {
+        let mut client = self.inner.take()?;
+        client.start_list(&root.display().to_string())?;
+        Ok(Box::new(AgentWalk { inner: self.inner.clone(), client: Some(client), root: root.to_path_buf(), root_id, batch: Vec::new().into_iter(), warnings: Vec::new() }))
+    }
+
+    fn each_name(&self, dir: &Path, each: &mut dyn FnMut(&std::ffi::OsStr)) -> Result<()> {
+        self.with(|c| c.names(&dir.display().to_string(), |n| each(std::ffi::OsStr::new(n))))
     }
 
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::manifest::Entry;
 
 /// The protocol's version: an agent and a client of different versions refuse each other at hello.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The largest payload either side accepts: a data frame, or a chunk of the largest transfer
 /// size with its header.
 pub const MAX_FRAME: usize = (sheaf_core::format::MAX_TRANSFER_SIZE as usize) + 64;
@@ -42,8 +42,16 @@ pub enum Request {
         /// The client's [`VERSION`].
         version: u32,
     },
-    /// Everything under an absolute path (itself the entry with path `""`), symlinks as links.
+    /// Everything under an absolute path (itself the entry with path `""`), symlinks as links,
+    /// in tree order, streamed as the agent walks it (from version 3: never held whole on either
+    /// side).
     List {
+        /// Absolute path.
+        path: String,
+    },
+    /// The names in one directory (not recursive, no stats), in list frames of JSON strings; none
+    /// when it is gone. From version 3.
+    Names {
         /// Absolute path.
         path: String,
     },

@@ -16,7 +16,7 @@ use std::time::Duration;
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use sheaf_core::codec::CodecSpec;
 use sheaf_core::format::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
-use sheaf_core::source::{list_one, list_tree};
+use sheaf_core::source::{list_one, Walk};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::certs::fingerprint;
@@ -251,17 +251,49 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
                 Ok(p) => p,
                 Err(e) => return refuse(s, e),
             };
-            let mut warnings = Vec::new();
-            match list_tree(&dir, 0, &mut warnings) {
-                Err(e) => refuse(s, wire("io", e.to_string())),
-                Ok(listed) => {
-                    for batch in listed.chunks(LIST_BATCH) {
-                        let batch: Vec<WireListed> = batch.iter().map(|l| WireListed { entry: l.entry.clone(), dev: l.dev, ino: l.ino, nlink: l.nlink }).collect();
-                        proto::write_json(s, proto::LIST, &batch)?;
-                    }
-                    proto::write_json(s, proto::END, &warnings)
+            // Walked as it is sent: the agent holds one batch, never the listing.
+            let mut walk = match Walk::new(&dir, 0) {
+                Ok(w) => w,
+                Err(e) => return refuse(s, wire("io", e.to_string())),
+            };
+            let mut batch = Vec::with_capacity(LIST_BATCH);
+            for l in &mut walk {
+                match l {
+                    Ok(l) => batch.push(WireListed { entry: l.entry, dev: l.dev, ino: l.ino, nlink: l.nlink }),
+                    Err(e) => return refuse(s, wire("io", e.to_string())),
+                }
+                if batch.len() == LIST_BATCH {
+                    proto::write_json(s, proto::LIST, &batch)?;
+                    batch.clear();
                 }
             }
+            if !batch.is_empty() {
+                proto::write_json(s, proto::LIST, &batch)?;
+            }
+            proto::write_json(s, proto::END, &walk.take_warnings())
+        }
+        Request::Names { path } => {
+            let dir = match confine(&path, &roots) {
+                Ok(p) => p,
+                // A directory gone (dropped while the backup walks) has no names.
+                Err(e) if e.kind == "not_found" => return proto::write_json(s, proto::END, &Vec::<String>::new()),
+                Err(e) => return refuse(s, e),
+            };
+            let mut batch: Vec<String> = Vec::with_capacity(LIST_BATCH);
+            // A directory gone (dropped while the backup walks) has no names.
+            if let Ok(names) = std::fs::read_dir(&dir) {
+                for name in names.flatten() {
+                    batch.push(name.file_name().to_string_lossy().into_owned());
+                    if batch.len() == LIST_BATCH {
+                        proto::write_json(s, proto::LIST, &batch)?;
+                        batch.clear();
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                proto::write_json(s, proto::LIST, &batch)?;
+            }
+            proto::write_json(s, proto::END, &Vec::<String>::new())
         }
         Request::Read { path, offset, len } => {
             let (f, before) = match open_confined(&path, &roots) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use sheaf_agent::certs;
+use sheaf_agent::{certs, proto};
 use sheaf_agent::{Agent, AgentClient, AgentConfig};
 use sheaf_core::ErrorKind;
 use time::{Duration, OffsetDateTime};
@@ -115,6 +115,44 @@ fn it_serves_the_cluster_s_files_and_nothing_outside() {
 }
 
 #[test]
+fn a_listing_streams_in_tree_order_as_this_host_s_walk_gives_it_and_names_come_without_stats() {
+    use sheaf_core::source::Files;
+    let f = fixture();
+    // More entries than one list frame carries, and an unlogged relation's init fork.
+    for i in 0..2500 {
+        std::fs::write(f.pgdata.join(format!("base/5/{}", 20000 + i)), b"x").unwrap();
+    }
+    std::fs::write(f.pgdata.join("base/5/20000_init"), b"").unwrap();
+    let files = sheaf_agent::AgentFiles::connect(&f.addr, &f.tls).unwrap();
+    let seen = |l: sheaf_core::Result<sheaf_core::source::Listed>| {
+        let l = l.unwrap();
+        (l.entry, l.abs, l.dev, l.ino, l.nlink)
+    };
+    for root in [&f.pgdata, &f.tablespace] {
+        let mut walk = files.walk(root, 3).unwrap();
+        let remote: Vec<_> = walk.by_ref().map(seen).collect();
+        let local: Vec<_> = sheaf_core::source::Walk::new(root, 3).unwrap().map(seen).collect();
+        assert!(remote.len() > 1, "{}", remote.len());
+        assert_eq!(remote, local, "the agent's walk of {} lists what this host's does, in its order", root.display());
+        assert!(walk.take_warnings().is_empty());
+    }
+    assert!(f.pgdata.join("base/5").read_dir().unwrap().count() > proto::LIST_BATCH);
+    let mut names = Vec::new();
+    files.each_name(&f.pgdata.join("base/5"), &mut |n| names.push(n.to_string_lossy().into_owned())).unwrap();
+    names.sort();
+    let mut want: Vec<String> = f.pgdata.join("base/5").read_dir().unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    want.sort();
+    assert_eq!(names, want);
+    // A folder gone has no names; one outside the cluster is refused; the pool still serves.
+    files.each_name(&f.pgdata.join("base/999"), &mut |n| panic!("{n:?} in a missing folder")).unwrap();
+    let e = files.each_name(f.pgdata.parent().unwrap(), &mut |_| ()).unwrap_err();
+    assert!(e.to_string().contains("outside"), "{e}");
+    let e = files.walk(f.pgdata.parent().unwrap(), 0).unwrap().next().unwrap().unwrap_err();
+    assert!(e.to_string().contains("outside"), "{e}");
+    assert_eq!(files.list_one(&f.pgdata.join("base/5/20001"), "base/5/20001".into(), 0).unwrap().unwrap().entry.size, 1);
+}
+
+#[test]
 fn certificates_off_the_list_expired_or_of_another_ca_and_plain_tcp_are_refused() {
     let f = fixture();
     let now = OffsetDateTime::now_utc();
@@ -193,10 +231,9 @@ fn backup_through(files: sheaf_agent::AgentFiles, root: &Path, out: &Path, codec
     let keys = encrypted.then(|| Arc::new(sheaf_core::Keys::from_passphrase(b"k".to_vec()).unwrap().with_argon2(64, 1, 1).unwrap()));
     opts.encryption = keys.clone().map(|k| sheaf_core::crypto::Encryption { kdf: k.fresh_kdf().unwrap(), keys: k });
     let files: Arc<dyn sheaf_core::source::Files> = Arc::new(files);
-    let listed = files.list_tree(root, 0, &mut Vec::new()).unwrap();
     let mut b = Backup::start(&opts, Tuning::resolve(&opts, 1).unwrap(), Arc::new(NoProgress)).unwrap();
-    b.read_through(files);
-    b.add_tree(sheaf_core::manifest::Root { name: String::new(), path: p(root) }, listed).unwrap();
+    b.read_through(files.clone());
+    b.add_tree_streamed(sheaf_core::manifest::Root { name: String::new(), path: p(root) }, files.walk(root, 0).unwrap()).unwrap();
     let r = b.finish(serde_json::json!({ "kind": "directory" })).unwrap();
     let set = sheaf_core::BackupSet::open_with(&stripes, &sheaf_core::LocalOnly, keys.as_deref()).unwrap();
     let back = out.join("restored");

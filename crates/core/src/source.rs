@@ -45,7 +45,7 @@ pub fn list_tree(root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Resul
 
 /// A directory's names, each with its metadata (not following links) or why it has none, sorted by
 /// name bytes; or why the directory could not be read.
-type Listing = std::io::Result<Vec<(std::ffi::OsString, std::io::Result<fs::Metadata>)>>;
+type DirListing = std::io::Result<Vec<(std::ffi::OsString, std::io::Result<fs::Metadata>)>>;
 
 /// Directories read at once at most: each stays open until its names are stat'ed.
 const DIRS_AT_ONCE: usize = 256;
@@ -55,7 +55,7 @@ const DIRS_AT_ONCE: usize = 256;
 /// left the other cores idle before the first file was read (100,000 files: 0.35 s). The stats of
 /// one level are shared out whatever directory they are in, so one large directory (a database's
 /// thousands of relations) is spread over the cores too.
-fn read_levels(root: &Path, threads: usize) -> std::collections::HashMap<PathBuf, Listing> {
+fn read_levels(root: &Path, threads: usize) -> std::collections::HashMap<PathBuf, DirListing> {
     let mut listings = std::collections::HashMap::new();
     let mut level = vec![root.to_path_buf()];
     while !level.is_empty() {
@@ -74,7 +74,7 @@ fn read_levels(root: &Path, threads: usize) -> std::collections::HashMap<PathBuf
 }
 
 /// Read `dirs` and stat every name in them (`fstatat` on the open directory), on `threads` threads.
-fn read_dirs(dirs: &[PathBuf], threads: usize) -> Vec<Listing> {
+fn read_dirs(dirs: &[PathBuf], threads: usize) -> Vec<DirListing> {
     let names: Vec<std::io::Result<Vec<fs::DirEntry>>> = on_threads(dirs, threads, |d| fs::read_dir(d)?.collect());
     let all: Vec<&fs::DirEntry> = names.iter().flat_map(|n| n.iter().flatten()).collect();
     let mut metas = on_threads(&all, threads, |e| e.metadata()).into_iter();
@@ -125,7 +125,7 @@ fn walk(
     root_id: u16,
     out: &mut Vec<Listed>,
     warnings: &mut Vec<String>,
-    listings: &mut std::collections::HashMap<PathBuf, Listing>,
+    listings: &mut std::collections::HashMap<PathBuf, DirListing>,
 ) -> Result<()> {
     let items = match listings.remove(dir) {
         Some(l) => l.map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?,
@@ -170,6 +170,19 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// Entries that come as a tree is walked, in tree order, one at a time ([`Walk`] here; an
+/// agent's walk of another host's tree), with what the walk had to say.
+pub trait Listing: Iterator<Item = Result<Listed>> {
+    /// The warnings so far, taken (as [`Walk::take_warnings`]).
+    fn take_warnings(&mut self) -> Vec<String>;
+}
+
+impl Listing for Walk {
+    fn take_warnings(&mut self) -> Vec<String> {
+        Walk::take_warnings(self)
+    }
 }
 
 /// Names statted at once when a tree is walked: a block is shared out among the threads.
@@ -526,19 +539,18 @@ pub trait Files: Send + Sync {
     /// # Errors
     /// `NotFound` for a file gone since listing; the file system's or the link's otherwise.
     fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>>;
-    /// As [`list_tree`].
+    /// `root` walked as it is read, in the order [`list_tree`] gives: a [`Walk`] of this host's
+    /// files, an agent's walk streamed over its link. Never held whole.
     ///
     /// # Errors
-    /// As [`list_tree`].
-    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>>;
-    /// A walk of `root` that streams ([`Walk`]), where the files are this host's; `None` where
-    /// they are listed whole only ([`Files::list_tree`]).
+    /// As [`Walk::new`]; the link's.
+    fn walk(&self, root: &Path, root_id: u16) -> Result<Box<dyn Listing>>;
+    /// The names in directory `dir` (not recursive, no stats), each handed to `each` as it is
+    /// read; none when `dir` cannot be read (a directory gone since it was listed).
     ///
     /// # Errors
-    /// As [`Walk::new`].
-    fn walk(&self, _root: &Path, _root_id: u16) -> Result<Option<Walk>> {
-        Ok(None)
-    }
+    /// The link's, where the files are another host's.
+    fn each_name(&self, dir: &Path, each: &mut dyn FnMut(&std::ffi::OsStr)) -> Result<()>;
     /// As [`list_one`]; `None` where nothing is at `abs`.
     ///
     /// # Errors
@@ -599,11 +611,16 @@ impl Files for LocalFiles {
         let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
         Ok(Box::new(LocalFile(f)))
     }
-    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
-        list_tree(root, root_id, warnings)
+    fn walk(&self, root: &Path, root_id: u16) -> Result<Box<dyn Listing>> {
+        Ok(Box::new(Walk::new(root, root_id)?))
     }
-    fn walk(&self, root: &Path, root_id: u16) -> Result<Option<Walk>> {
-        Walk::new(root, root_id).map(Some)
+    fn each_name(&self, dir: &Path, each: &mut dyn FnMut(&std::ffi::OsStr)) -> Result<()> {
+        if let Ok(names) = fs::read_dir(dir) {
+            for name in names.flatten() {
+                each(&name.file_name());
+            }
+        }
+        Ok(())
     }
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
         match fs::symlink_metadata(abs) {

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sheaf_core::manifest::{BackupType, Root};
-use sheaf_core::source::{list_one, read_full_at, Files, Listed, LocalFiles, SourceFile};
-use sheaf_core::{Backup, BackupOptions, Batch, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
+use sheaf_core::source::{list_one, read_full_at, Files, Listed, Listing, LocalFiles, SourceFile};
+use sheaf_core::{Backup, BackupOptions, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
@@ -49,11 +49,11 @@ impl Files for Spooled {
             self.cluster.open(path)
         }
     }
-    fn list_tree(&self, root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
-        self.cluster.list_tree(root, root_id, warnings)
-    }
-    fn walk(&self, root: &Path, root_id: u16) -> Result<Option<sheaf_core::source::Walk>> {
+    fn walk(&self, root: &Path, root_id: u16) -> Result<Box<dyn Listing>> {
         self.cluster.walk(root, root_id)
+    }
+    fn each_name(&self, dir: &Path, each: &mut dyn FnMut(&std::ffi::OsStr)) -> Result<()> {
+        self.cluster.each_name(dir, each)
     }
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
         self.cluster.list_one(abs, rel, root_id)
@@ -302,50 +302,34 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let ours = format!("{}/", facts.tablespace_version_dir);
     let in_ours = |l: &Listed| l.entry.path.is_empty() || l.entry.path == facts.tablespace_version_dir || l.entry.path.starts_with(&ours);
     session.warnings.extend(catalog_warnings);
-    // This host's files, with no tablespace: walked as they are read, so that a cluster of
-    // millions of relation files holds no listing of them. With tablespaces the cluster is listed
-    // whole, so that each tablespace's reader starts at once (one walk feeds one root at a time,
-    // and entries stay in root order for the manifest's page index).
-    let walked = if tablespaces.is_empty() { files.walk(&pgdata, 0)? } else { None };
-    let dropped = match walked {
-        Some(mut walk) => {
-            let mut ts_walks = Vec::new();
-            for &(id, location) in &ts_roots {
-                let w = files.walk(location, 0)?.ok_or_else(|| Error::invalid("internal: a tablespace is not walked like the data directory"))?;
-                ts_walks.push((id, w));
-            }
-            session.warnings.extend(warnings);
-            let (dropped, ts_dropped) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-            let read = {
-                let main = layout::filter_stream(&mut walk, false, &dropped)
-                    .filter(|l| !l.as_ref().is_ok_and(|l| from_primary(&l.entry.path)))
-                    .map(|l| l.map(|l| (main_root, l, as_check())));
-                let spaces = ts_walks.iter_mut().flat_map(|(id, w)| {
-                    let id = *id;
-                    layout::filter_stream(w.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped).map(move |l| l.map(|l| (id, l, as_check())))
-                });
-                session.read_streamed(main.chain(spaces))
-            };
-            session.warnings.extend(walk.take_warnings());
-            for (_, w) in &mut ts_walks {
-                session.warnings.extend(w.take_warnings());
-            }
-            read?;
-            dropped.get()
-        }
-        None => {
-            let (main, dropped) = layout::filter(files.list_tree(&pgdata, 0, &mut warnings)?, false);
-            let main: Vec<Listed> = main.into_iter().filter(|l| !from_primary(&l.entry.path)).collect();
-            let mut batches: Vec<Batch> = vec![(main_root, main, as_check())];
-            for &(id, location) in &ts_roots {
-                let listed: Vec<Listed> = files.list_tree(location, 0, &mut warnings)?.into_iter().filter(in_ours).collect();
-                batches.push((id, layout::filter(listed, true).0, as_check()));
-            }
-            session.warnings.extend(warnings);
-            session.read_listed(batches)?;
-            dropped
-        }
+    // This host's files: walked as they are read, so that a cluster of millions of relation
+    // files holds no listing of them. The data directory is walked first, then each tablespace,
+    // so that entries stay in root order for the manifest's page index; the walk never waits for
+    // the readers (work waits on disk), so each tablespace's reader starts once the walk reaches
+    // it, not once the data directory has been read.
+    let mut walk = files.walk(&pgdata, 0)?;
+    let mut ts_walks = Vec::new();
+    for &(id, location) in &ts_roots {
+        ts_walks.push((id, files.walk(location, 0)?));
+    }
+    session.warnings.extend(warnings);
+    let (dropped, ts_dropped) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let read = {
+        let main = layout::filter_stream(&mut walk, false, &dropped, files.as_ref())
+            .filter(|l| !l.as_ref().is_ok_and(|l| from_primary(&l.entry.path)))
+            .map(|l| l.map(|l| (main_root, l, as_check())));
+        let spaces = ts_walks.iter_mut().flat_map(|(id, w)| {
+            let id = *id;
+            layout::filter_stream(w.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped, files.as_ref()).map(move |l| l.map(|l| (id, l, as_check())))
+        });
+        session.read_streamed(main.chain(spaces))
     };
+    session.warnings.extend(walk.take_warnings());
+    for (_, w) in &mut ts_walks {
+        session.warnings.extend(w.take_warnings());
+    }
+    read?;
+    let dropped = dropped.get();
     if let Some(m) = &misses {
         let m = m.lock().unwrap_or_else(|p| p.into_inner());
         if !m.is_empty() {

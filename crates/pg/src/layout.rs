@@ -110,13 +110,15 @@ pub fn filter(listed: Vec<Listed>, in_tablespace: bool) -> (Vec<Listed>, usize) 
     (kept, dropped)
 }
 
-/// [`filter`] over a listing that streams in tree order (a [`sheaf_core::source::Walk`] of this
-/// host's files), holding nothing per file: each directory's unlogged relations are found from
-/// its names when the directory comes by. `dropped` counts what is left out.
+/// [`filter`] over a listing that streams in tree order (a [`sheaf_core::source::Walk`], or an
+/// agent's walk, of the cluster's `files`), holding nothing per file: each directory's unlogged
+/// relations are found from its names when the directory comes by. `dropped` counts what is
+/// left out.
 pub fn filter_stream<'a>(
     listing: impl Iterator<Item = sheaf_core::Result<Listed>> + 'a,
     in_tablespace: bool,
     dropped: &'a std::cell::Cell<usize>,
+    files: &'a dyn sheaf_core::source::Files,
 ) -> impl Iterator<Item = sheaf_core::Result<Listed>> + 'a {
     let mut rules = Rules::new(in_tablespace);
     let mut unlogged: HashSet<(String, String)> = HashSet::new();
@@ -133,13 +135,13 @@ pub fn filter_stream<'a>(
             };
             if l.entry.kind == EntryKind::Dir {
                 // Names only (no stats): a database's init forks, before its other files come.
-                if let Ok(names) = std::fs::read_dir(&l.abs) {
-                    for name in names.flatten() {
-                        let name = name.file_name();
-                        if let Some(r) = name.to_str().and_then(rel_file).filter(|r| r.fork == "init") {
-                            unlogged.insert((l.entry.path.clone(), r.node.to_string()));
-                        }
+                let found = files.each_name(&l.abs, &mut |name| {
+                    if let Some(r) = name.to_str().and_then(rel_file).filter(|r| r.fork == "init") {
+                        unlogged.insert((l.entry.path.clone(), r.node.to_string()));
                     }
+                });
+                if let Err(e) = found {
+                    return Some(Err(e));
                 }
             }
             let was_link = l.entry.kind == EntryKind::Symlink;
@@ -351,7 +353,7 @@ mod tests {
             }
             let (whole, dropped) = filter(sheaf_core::source::list_tree(&root, 0, &mut Vec::new()).unwrap(), false);
             let count = std::cell::Cell::new(0);
-            let streamed: Vec<Listed> = filter_stream(sheaf_core::source::Walk::new(&root, 0).unwrap(), false, &count).collect::<sheaf_core::Result<_>>().unwrap();
+            let streamed: Vec<Listed> = filter_stream(sheaf_core::source::Walk::new(&root, 0).unwrap(), false, &count, &sheaf_core::source::LocalFiles).collect::<sheaf_core::Result<_>>().unwrap();
             let shown = |v: &[Listed]| v.iter().map(|l| (l.entry.path.clone(), l.entry.kind, l.entry.mode)).collect::<Vec<_>>();
             assert_eq!(shown(&streamed), shown(&whole), "symlinked pg_wal: {symlinked}");
             assert_eq!(count.get(), dropped);

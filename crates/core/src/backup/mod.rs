@@ -23,6 +23,8 @@
 //!   they share.
 //! - `delta`: what an incremental holds of each file ([`Changes`]); `pack`: the packer of small
 //!   files and changed runs, the reader of changed runs, and consolidation's feeder.
+//! - `park`: work waiting for a reader's queue, in memory and then on disk, so the walk never
+//!   waits.
 //! - `check`: the [`ChunkCheck`] hook a source plugs in (PostgreSQL's page checksums).
 //! - `compress`: the compressors; `auto`: `--compression auto`'s level.
 //! - `write`: the stripe writers and each stripe's footer.
@@ -36,6 +38,7 @@ mod delta;
 mod job;
 mod options;
 mod pack;
+mod park;
 mod read;
 mod session;
 mod write;

@@ -195,7 +195,7 @@ pub struct BackupReport {
     pub transfer_size: u64,
     /// Buffers.
     pub buffer_count: usize,
-    /// Readers.
+    /// Reader threads that read files (as [`crate::manifest::OptionsUsed::readers`]).
     pub readers: usize,
     /// Compressor threads.
     pub threads: usize,

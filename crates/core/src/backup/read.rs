@@ -20,6 +20,8 @@ use crate::spill::{Outcome, Outcomes};
 #[derive(Default)]
 pub(super) struct ReaderReport {
     pub(super) warnings: Vec<String>,
+    /// Files it read (or found gone).
+    pub(super) files: u64,
 }
 
 /// A reader: batches of files from `rx` until it closes, each file's outcome recorded in
@@ -62,6 +64,7 @@ pub(super) fn reader_loop(
             },
         };
         let done = read_files(&batch, files, ts, tx, shared, pool, &mut packer);
+        report.files += done.len() as u64;
         for o in done {
             recs.push((o.file_id, Outcome { size: o.size, vanished: o.vanished, changed: o.changed }));
             if !(expected && (o.vanished || o.changed)) {

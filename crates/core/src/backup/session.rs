@@ -18,6 +18,7 @@ use super::auto::AutoLevel;
 use super::check::{Batch, CheckCtx, ChunkCheck};
 use super::delta::{Changes, FileChanges, Lineage};
 use super::pack::{Feeder, Packer};
+use super::park::Parked;
 use super::compress::{compress_loop, CompressStats, Frame};
 use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
 use super::job::{Job, Work};
@@ -52,6 +53,9 @@ pub struct Backup {
     changes_expected: bool,
     changed_files: Vec<String>,
     vanished_files: Vec<String>,
+    /// The most reader threads that read files in one pass (the small files' pool and each
+    /// device's reader): what the set records as its readers.
+    readers_ran: usize,
     /// The first name of each multiply-linked file seen: (device, inode) to its entry position.
     first_names: std::collections::HashMap<(u64, u64), u32>,
     shared: Arc<Shared>,
@@ -168,6 +172,7 @@ impl Backup {
             changes_expected: false,
             changed_files: Vec::new(),
             vanished_files: Vec::new(),
+            readers_ran: 0,
             first_names: Default::default(),
             shared,
             pool,
@@ -284,7 +289,9 @@ impl Backup {
     /// in batches to a pool of readers that pack them (for them the time goes to opening and
     /// stat'ing, so several threads read even one device), large ones to the reader of their
     /// root and device (or, with a set number of readers, to those readers together). Queues are
-    /// bounded: the listing waits for the readers, never the other way round. `growing`: the
+    /// bounded; what a full one cannot take waits aside, on disk past a few batches, so the
+    /// listing never waits for the readers and every root's reader starts as soon as its first
+    /// file is listed ([`Parked`]). `growing`: the
     /// progress total is not known yet, and each file adds its size.
     fn read_stream(&mut self, items: impl Iterator<Item = Result<(u16, Listed, Option<Arc<dyn ChunkCheck>>)>>, growing: bool) -> Result<()> {
         /// Small files handed to a reader at once: consecutive ids, so their outcomes are written
@@ -308,9 +315,13 @@ impl Backup {
             // started when the first comes (with `--readers N`, one queue for N readers).
             let mut queues = vec![small_tx];
             let mut large: std::collections::HashMap<(u16, u64), usize> = Default::default();
-            // Work whose queue was full waits here (a bounded number) while the walk goes on, so
-            // that one device's full queue does not leave another device's reader idle.
+            // Work whose queue is full waits aside (a few batches in memory, the rest on disk)
+            // while the walk goes on: one device's full queue leaves no other reader idle.
             let mut parked = Parked::default();
+            let sent = |r: Result<bool>| r.unwrap_or_else(|e| {
+                shared.fail(e);
+                false
+            });
             let mut batch = Vec::with_capacity(BATCH);
             let mut going = true;
             for item in items {
@@ -338,11 +349,11 @@ impl Backup {
                         queues.push(tx);
                         queues.len() - 1
                     });
-                    going = parked.send(&queues, q, vec![work]);
+                    going = sent(parked.send(&queues, q, vec![work]));
                 } else {
                     batch.push(work);
                     if batch.len() == BATCH {
-                        going = parked.send(&queues, 0, std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
+                        going = sent(parked.send(&queues, 0, std::mem::replace(&mut batch, Vec::with_capacity(BATCH))));
                     }
                 }
                 if !going {
@@ -351,10 +362,10 @@ impl Backup {
                 }
             }
             if going && !batch.is_empty() {
-                going = parked.send(&queues, 0, batch);
+                going = sent(parked.send(&queues, 0, batch));
             }
             if going {
-                parked.drain(&queues);
+                sent(parked.drain(&queues));
             }
             drop(queues);
             handles
@@ -367,6 +378,7 @@ impl Backup {
                 })
                 .collect()
         });
+        self.readers_ran = self.readers_ran.max(reports.iter().filter(|r| r.files > 0).count());
         for r in reports {
             self.warnings.extend(r.warnings);
         }
@@ -406,6 +418,15 @@ impl Backup {
         }
         self.push_entry(&l.entry)?;
         Ok(work)
+    }
+
+    /// The readers to record: those that read files, or the tuning's when none did.
+    fn readers(&self) -> usize {
+        if self.readers_ran > 0 {
+            self.readers_ran
+        } else {
+            self.tuning.readers
+        }
     }
 
     /// The id the next entry gets.
@@ -600,7 +621,7 @@ impl Backup {
                 level: self.opts.codec.level,
                 transfer_size: self.tuning.transfer_size as u64,
                 buffer_count: self.tuning.buffer_count as u64,
-                readers: self.tuning.readers as u64,
+                readers: self.readers() as u64,
                 threads: self.tuning.threads as u64,
             },
             entries: Vec::new(),
@@ -655,7 +676,7 @@ impl Backup {
             level: self.opts.codec.level,
             transfer_size: self.tuning.transfer_size as u64,
             buffer_count: self.tuning.buffer_count,
-            readers: self.tuning.readers,
+            readers: self.readers(),
             threads: self.tuning.threads,
             buffer_len: self.tuning.buffer_len as u64,
             target_memory_bytes: self.tuning.target_memory_bytes,
@@ -719,55 +740,6 @@ impl Backup {
         }
         tiled?;
         Ok(files)
-    }
-}
-
-/// Work for the readers whose queue was full, held while the walk goes on (at most
-/// [`Parked::MOST`] batches); the walk waits only when that many are held.
-#[derive(Default)]
-struct Parked(std::collections::VecDeque<(usize, Vec<Work>)>);
-
-impl Parked {
-    const MOST: usize = 64;
-
-    /// Hand `w` to queue `q`, or hold it when the queue is full. False when the readers are gone.
-    fn send(&mut self, queues: &[Sender<Vec<Work>>], q: usize, w: Vec<Work>) -> bool {
-        use crossbeam_channel::TrySendError;
-        match queues[q].try_send(w) {
-            Ok(()) => {}
-            Err(TrySendError::Full(w)) => self.0.push_back((q, w)),
-            Err(TrySendError::Disconnected(_)) => return false,
-        }
-        self.settle(queues, Self::MOST)
-    }
-
-    /// Send what the queues take now; while more than `most` are held, wait for a queue.
-    fn settle(&mut self, queues: &[Sender<Vec<Work>>], most: usize) -> bool {
-        use crossbeam_channel::TrySendError;
-        loop {
-            let mut held = std::collections::VecDeque::with_capacity(self.0.len());
-            for (q, w) in self.0.drain(..) {
-                match queues[q].try_send(w) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(w)) => held.push_back((q, w)),
-                    Err(TrySendError::Disconnected(_)) => return false,
-                }
-            }
-            self.0 = held;
-            if self.0.len() <= most {
-                return true;
-            }
-            let mut sel = crossbeam_channel::Select::new();
-            for (q, _) in &self.0 {
-                sel.send(&queues[*q]);
-            }
-            sel.ready();
-        }
-    }
-
-    /// Send everything still held, waiting as long as it takes.
-    fn drain(&mut self, queues: &[Sender<Vec<Work>>]) {
-        self.settle(queues, 0);
     }
 }
 

@@ -209,7 +209,8 @@ pub struct OptionsUsed {
     pub transfer_size: u64,
     /// Buffers in the pool.
     pub buffer_count: u64,
-    /// Reader threads.
+    /// Reader threads that read files in one pass: the pool that reads small files and each
+    /// device's (or tablespace's) reader of large ones; `--readers` when nothing was read.
     pub readers: u64,
     /// Compressor threads.
     pub threads: u64,

@@ -99,3 +99,19 @@ fn a_small_file_grown_since_listing_is_read_whole_with_a_pool_of_one() {
     assert_eq!(std::fs::read(out.join("b")).unwrap(), grown);
     assert_eq!(std::fs::read(out.join("a")).unwrap(), vec![b'a'; 3000]);
 }
+
+#[test]
+fn a_set_records_the_readers_that_read_not_those_asked_for() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // One file past the pack limit: one reader of the four asked for has anything to read.
+    std::fs::write(src.join("big"), vec![7u8; 300_000]).unwrap();
+    let stripe = d.path().join("s.sheaf");
+    let mut o = BackupOptions::new(vec![Location::file(&stripe)]);
+    o.readers = Some(4);
+    let r = sheaf_core::backup_directory(&src, &o, std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
+    assert_eq!(r.readers, 1, "one file, one reader");
+    let set = sheaf_core::BackupSet::open(&[Location::file(&stripe)], &sheaf_core::LocalOnly).unwrap();
+    assert_eq!(set.manifest.options.readers, 1);
+}
