@@ -313,20 +313,6 @@ impl Context {
         Ok(Repo::at(&self.repo_text()?, schemes)?.with_keys(self.keys()?))
     }
 
-    /// The repository and what it holds, every byte to and from it held to `--max-rate`.
-    ///
-    /// # Errors
-    /// As [`Context::repo`], and no PostgreSQL repository there.
-    pub fn open_repo(&self) -> Result<(Repo, RepoMeta)> {
-        let rate = self.rate()?;
-        let mut repo = self.repo()?;
-        if let Some(limit) = &rate {
-            repo = repo.throttled(limit);
-        }
-        let meta = sheaf_pg::repo::meta::open(&repo)?;
-        Ok((repo, meta))
-    }
-
     /// Every repository given ([`Context::repos_given`]), with the keys given (nothing is read
     /// yet); at least one.
     ///

@@ -22,7 +22,11 @@
 //!   a restore replays up to the last byte received.
 //! - **Timelines.** At a timeline's end the server says which follows; its history file goes into
 //!   the repository and streaming goes on there, from the start of the segment it began in.
+//! - **Several repositories.** Every repository given gets every segment, history file and
+//!   streamed copy; a segment leaves the spool only once every one has it. A repository that is
+//!   away (or cannot be opened yet) is tried again every `retry_every`, and the others go on.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -126,27 +130,85 @@ impl Shared {
     }
 }
 
-/// Receive WAL from `opts.url` into the repository until `opts.stop` is set, connecting again
-/// after failures (the server restarting, the link lost).
+/// A repository the receiver stores into, as the uploader sees it: opened when it can be.
+struct Target<'a> {
+    repo: &'a Repo,
+    meta: Option<RepoMeta>,
+    /// Not tried again before then, after a failure (but always when the receiver stops).
+    retry_at: Option<Instant>,
+    /// The segment being received as last stored here: (name, version).
+    partial: Option<(String, u64)>,
+}
+
+impl Target<'_> {
+    /// Whether to try it now: it is not waiting out a failure, or the receiver stops.
+    fn due(&self, done: bool) -> bool {
+        done || self.retry_at.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Its contents, opened now if they were not: an unreachable repository at the start is one
+    /// to catch up once it is back.
+    fn meta(&mut self, system: &str) -> Result<&RepoMeta> {
+        if self.meta.is_none() {
+            let m = crate::repo::meta::open(self.repo)?;
+            if m.system_identifier != system {
+                return Err(foreign(self.repo, &m, "the server", system));
+            }
+            self.meta = Some(m);
+        }
+        Ok(self.meta.as_ref().expect("opened above"))
+    }
+
+    /// A failure here: said, and the repository left alone for `wait`.
+    fn failed(&mut self, e: Error, wait: Duration, several: bool) -> Error {
+        self.retry_at = Some(Instant::now() + wait);
+        if several {
+            e.context(format!("repository {}", self.repo.display()))
+        } else {
+            e
+        }
+    }
+}
+
+/// Receive WAL from `opts.url` into every repository of `repos` (each with what it holds, or why
+/// it could not be read: it is tried again as the receiver goes) until `opts.stop` is set,
+/// connecting again after failures (the server restarting, the link lost).
 ///
 /// # Errors
 /// What no new connection mends: a server of another cluster, a slot that is not physical, a
-/// spool another receiver holds, a server older than 15; and storing into the repository failing
-/// when the receiver stops.
-pub fn receive(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, events: &Events) -> Result<ReceiveReport> {
+/// spool another receiver holds, a server older than 15, repositories of different clusters, none
+/// that can be read; and storing into a repository failing when the receiver stops.
+pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, events: &Events) -> Result<ReceiveReport> {
     if opts.slot.is_empty() || !opts.slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
         return Err(Error::invalid(format!("--slot {}: a slot name is lower-case letters, digits and underscores", opts.slot)));
     }
+    // What the server is checked against: the first repository that can be read; the others of
+    // the same cluster.
+    let mut repos = repos;
+    if repos.len() == 1 && repos[0].1.is_err() {
+        return Err(repos.pop().expect("one").1.expect_err("checked above"));
+    }
+    let mut first: Option<RepoMeta> = None;
+    for (repo, meta) in &repos {
+        match (meta, &first) {
+            (Ok(m), None) => first = Some(m.clone()),
+            (Ok(m), Some(f)) if m.system_identifier != f.system_identifier => return Err(foreign(repo, m, "the first repository", &f.system_identifier)),
+            (Ok(_), Some(_)) => {}
+            (Err(e), _) => events(&format!("repository {} cannot be read now; it is tried again as WAL comes: {e}", repo.display())),
+        }
+    }
+    let meta = first.ok_or_else(|| Error::new(ErrorKind::Target, "none of the repositories given can be read"))?;
     fs::create_dir_all(&opts.spool).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot make the spool folder {}", opts.spool.display()), e))?;
     let lock_path = opts.spool.join("receiver.lock");
     let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", lock_path.display()), e))?;
     if !try_lock_exclusive(&lock).map_err(|e| Error::io(ErrorKind::Io, format!("cannot lock {}", lock_path.display()), e))? {
         return Err(Error::invalid(format!("another sheaf wal-receive uses the spool {} (one receiver per repository and spool)", opts.spool.display())));
     }
+    let targets: Vec<Target> = repos.iter().map(|(repo, m)| Target { repo, meta: m.as_ref().ok().cloned(), retry_at: None, partial: None }).collect();
     let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), report: Mutex::new(ReceiveReport::default()) };
     let result = std::thread::scope(|s| {
-        let uploader = s.spawn(|| upload_loop(repo, meta, opts, &shared, events));
-        let r = receive_loop(repo, meta, opts, &shared, events);
+        let uploader = s.spawn(|| upload_loop(targets, &meta, opts, &shared, events));
+        let r = receive_loop(&repos, &meta, opts, &shared, events);
         shared.lock().done = true;
         shared.wake.notify_all();
         let up = uploader.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "the uploader failed")));
@@ -156,10 +218,10 @@ pub fn receive(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, events: &Eve
     result.map(|()| shared.report().clone())
 }
 
-fn receive_loop(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
+fn receive_loop(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
     while !opts.stop.load(Ordering::Relaxed) {
         shared.report().connections += 1;
-        match session(repo, meta, opts, shared, events) {
+        match session(repos, meta, opts, shared, events) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == ErrorKind::InvalidInput => return Err(e),
             Err(e) => {
@@ -200,7 +262,7 @@ fn spool_partial(spool: &Path, seg: u64) -> Option<(u32, u64, PathBuf)> {
 }
 
 /// One connection: from where to stream, then each timeline in turn until stopped or failed.
-fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
+fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
     let seg = meta.wal_segment_size;
     let mut c = Replication::connect(&opts.url)?;
     let major: u32 = c.server_version.split(|ch: char| !ch.is_ascii_digit()).next().and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -209,8 +271,10 @@ fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared,
     }
     let id = c.query("IDENTIFY_SYSTEM")?;
     let system = cell(&id, 0, "IDENTIFY_SYSTEM")?.unwrap_or_default().to_string();
-    if system != meta.system_identifier {
-        return Err(foreign(repo, meta, "the server", &system));
+    for (repo, m) in repos {
+        if let Some(m) = m.as_ref().ok().filter(|m| m.system_identifier != system) {
+            return Err(foreign(repo, m, "the server", &system));
+        }
     }
     let server_tli: u32 = cell(&id, 1, "IDENTIFY_SYSTEM")?.and_then(|t| t.parse().ok()).unwrap_or(1);
     let server_pos = lsn_cell(&id, 2, "IDENTIFY_SYSTEM")?.unwrap_or(0);
@@ -245,10 +309,11 @@ fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared,
         },
     };
     // A connection that starts on a later timeline (the server was promoted while we were away)
-    // stores that timeline's history file first, if the repository lacks it: a restore follows
-    // the timelines through them.
-    if tli > 1 && !repo.exists(&crate::repo::paths::wal_object(&format!("{tli:08X}.history")))? {
-        store_history(&mut c, repo, meta, opts, shared, tli)?;
+    // stores that timeline's history file first, if a repository lacks it (or cannot say): a
+    // restore follows the timelines through them.
+    let history = crate::repo::paths::wal_object(&format!("{tli:08X}.history"));
+    if tli > 1 && !repos.iter().all(|(r, _)| r.exists(&history).unwrap_or(false)) {
+        store_history(&mut c, opts, shared, tli)?;
     }
     loop {
         shared.report().timeline = tli;
@@ -264,29 +329,55 @@ fn session(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared,
                     st.partial = None;
                 }
             }
-            let mut f = File::open(&o.path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", o.path.display()), e))?;
-            repo.put(&streaming_object(&o.name), &mut f, opts.codec, true, &o.path.display().to_string())?;
+            // Into every repository that takes it; one away misses only this copy (the promoted
+            // server archives the same bytes as NAME.partial through wal-push).
+            let mut stored = 0;
+            let mut failed = None;
+            for (repo, _) in repos {
+                match put_streamed(repo, &o.path, &o.name, opts) {
+                    Ok(()) => stored += 1,
+                    Err(e) => {
+                        events(&format!("cannot store {}'s streamed copy in {}: {e}", o.name, repo.display()));
+                        failed = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = failed.filter(|_| stored == 0) {
+                return Err(e);
+            }
             fs::remove_file(&o.path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", o.path.display()), e))?;
         }
         // Then the timeline's history file, and the next timeline from its first segment.
-        store_history(&mut c, repo, meta, opts, shared, next)?;
+        store_history(&mut c, opts, shared, next)?;
         events(&format!("timeline {tli} ended; streaming timeline {next} from {}", format_lsn(at)));
         tli = next;
         start = at - at % seg;
     }
 }
 
-/// Fetch timeline `tli`'s history file from the server and store it in the repository.
-fn store_history(c: &mut Replication, repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, tli: u32) -> Result<()> {
+/// Fetch timeline `tli`'s history file from the server into the spool, where the uploader
+/// stores it into every repository (before the new timeline's segments: its name sorts first).
+fn store_history(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32) -> Result<()> {
     let h = c.query(&format!("TIMELINE_HISTORY {tli}"))?;
     let name = cell(&h, 0, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
     let content = cell(&h, 1, "TIMELINE_HISTORY")?.unwrap_or_default().to_string();
+    if WalFile::parse(&name, 1 << 24).is_none_or(|w| w.kind != WalKind::History) {
+        return Err(Error::corrupt(format!("the server named timeline {tli}'s history file '{name}'")));
+    }
     let path = opts.spool.join(&name);
-    fs::write(&path, content).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", path.display()), e))?;
-    archive::push(repo, meta, &path, opts.codec)?;
-    let _ = fs::remove_file(&path);
-    shared.report().histories.push(name);
+    let io = |what: &str, e| Error::io(ErrorKind::Io, format!("{what} {}", path.display()), e);
+    let tmp = opts.spool.join(format!("{name}.tmp"));
+    fs::write(&tmp, content).map_err(|e| io("cannot write", e))?;
+    File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io("cannot sync", e))?;
+    fs::rename(&tmp, &path).map_err(|e| io("cannot rename to", e))?;
+    shared.wake.notify_all();
     Ok(())
+}
+
+/// The spool file at `path` (segment `name`, still being received) as its streamed copy.
+fn put_streamed(repo: &Repo, path: &Path, name: &str, opts: &ReceiveOptions) -> Result<()> {
+    let mut f = File::open(path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))?;
+    repo.put(&streaming_object(name), &mut f, opts.codec, true, &path.display().to_string()).map(|_| ())
 }
 
 /// A standby status update: written, flushed (and applied: never, as pg_receivewal says).
@@ -449,10 +540,13 @@ fn complete(o: Open, shared: &Shared) -> Result<()> {
     Ok(())
 }
 
-/// Store complete segments as they come, and the segment being received every
-/// `partial_every` and at the end.
-fn upload_loop(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
-    let mut uploaded: Option<(String, u64)> = None;
+/// Store complete segments (and history files) as they come, and the segment being received
+/// every `partial_every` and at the end, into every repository.
+fn upload_loop(mut targets: Vec<Target>, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
+    let several = targets.len() > 1;
+    // What each spool file has reached: per name, per repository, whether it is there (and was
+    // there already).
+    let mut reached: HashMap<String, Vec<Option<bool>>> = HashMap::new();
     let mut last_partial = Instant::now();
     loop {
         let (done, partial, version) = {
@@ -460,27 +554,35 @@ fn upload_loop(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Sha
             let (st, _) = shared.wake.wait_timeout(st, Duration::from_millis(500)).unwrap_or_else(|p| p.into_inner());
             (st.done, st.partial.clone(), st.version)
         };
-        let stored = store_complete(repo, meta, opts, shared, events);
+        let stored = store_complete(&mut targets, &mut reached, meta, opts, shared, events, done);
         let due = done || last_partial.elapsed() >= opts.partial_every;
-        if let Some((path, name)) = partial.filter(|_| due) {
-            let fresh = uploaded.as_ref().is_none_or(|(n, v)| *n != name || *v != version);
-            if fresh && path.exists() {
-                let r = File::open(&path)
-                    .map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))
-                    .and_then(|mut f| repo.put(&streaming_object(&name), &mut f, opts.codec, true, &path.display().to_string()));
-                match r {
-                    Ok(_) => {
-                        uploaded = Some((name, version));
-                        shared.report().partial_uploads += 1;
-                    }
-                    Err(e) if done => return Err(e.context("cannot store the segment being received")),
-                    Err(e) => events(&format!("cannot store the segment being received (trying again): {e}")),
+        let mut failed = None;
+        if let Some((path, name)) = partial.filter(|(p, _)| due && p.exists()) {
+            let mut put = false;
+            for t in targets.iter_mut().filter(|t| t.partial.as_ref().is_none_or(|(n, v)| *n != name || *v != version)) {
+                if !t.due(done) {
+                    continue;
                 }
+                let r = t.meta(&meta.system_identifier).map(|_| ()).and_then(|()| put_streamed(t.repo, &path, &name, opts));
+                match r {
+                    Ok(()) => {
+                        t.partial = Some((name.clone(), version));
+                        put = true;
+                    }
+                    Err(e) => {
+                        let e = t.failed(e, opts.retry_every, several);
+                        events(&format!("cannot store the segment being received (trying again): {e}"));
+                        failed = Some(e);
+                    }
+                }
+            }
+            if put && failed.is_none() {
+                shared.report().partial_uploads += 1;
             }
             last_partial = Instant::now();
         }
         if done {
-            return stored;
+            return stored.and(failed.map_or(Ok(()), |e| Err(e.context("cannot store the segment being received"))));
         }
         if let Err(e) = stored {
             events(&format!("{e} (trying again)"));
@@ -488,34 +590,80 @@ fn upload_loop(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Sha
     }
 }
 
-/// Every complete segment in the spool into the repository, oldest first; each then leaves the
-/// spool, and its streamed copy the repository.
-fn store_complete(repo: &Repo, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
-    let mut names: Vec<String> = fs::read_dir(&opts.spool)
+/// Every complete segment and history file in the spool into every repository, oldest first;
+/// each leaves the spool once every repository has it (a segment's streamed copy then leaves the
+/// repositories). A repository that fails is left alone until it is due again (with `done`, it
+/// is tried now); the others go on.
+///
+/// # Errors
+/// The first repository's failure, once every repository has been tried.
+fn store_complete(targets: &mut [Target], reached: &mut HashMap<String, Vec<Option<bool>>>, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events, done: bool) -> Result<()> {
+    let several = targets.len() > 1;
+    let mut names: Vec<(String, WalKind)> = fs::read_dir(&opts.spool)
         .map_err(|e| Error::io(ErrorKind::Io, format!("cannot list {}", opts.spool.display()), e))?
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| WalFile::parse(n, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment))
+        .filter_map(|n| WalFile::parse(&n, meta.wal_segment_size).filter(|w| matches!(w.kind, WalKind::Segment | WalKind::History)).map(|w| (n, w.kind)))
         .collect();
-    names.sort();
-    for name in names {
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut first_error = None;
+    // Tried once per call: one that fails is not asked again for the next file.
+    let mut tried: Vec<bool> = targets.iter().map(|t| t.due(done)).collect();
+    for (name, kind) in names {
         let path = opts.spool.join(&name);
-        let pushed = archive::push(repo, meta, &path, opts.codec).map_err(|e| e.context(format!("cannot store received segment {name}")))?;
-        if !pushed.already {
-            if let Err(e) = crate::summarize::summarize_and_store(repo, meta, &name, Some(&path)) {
-                events(&format!("{name}: no block summary ({e}); sheaf wal-summarize makes it later"));
+        let got = reached.entry(name.clone()).or_insert_with(|| vec![None; targets.len()]);
+        for (k, t) in targets.iter_mut().enumerate() {
+            if got[k].is_some() || !tried[k] {
+                continue;
+            }
+            match store_one(t, meta, &path, &name, kind, opts, events) {
+                Ok(already) => got[k] = Some(already),
+                Err(e) => {
+                    tried[k] = false;
+                    let e = t.failed(e.context(format!("cannot store received {name}")), opts.retry_every, several);
+                    if first_error.is_none() {
+                        first_error = Some(e);
+                    } else {
+                        events(&e.to_string());
+                    }
+                }
             }
         }
-        let streamed = streaming_object(&name);
-        if repo.exists(&streamed)? {
-            repo.delete(&streamed)?;
+        if got.iter().all(Option::is_some) {
+            let already = got.iter().all(|g| *g == Some(true));
+            reached.remove(&name);
+            fs::remove_file(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", path.display()), e))?;
+            let mut r = shared.report();
+            if kind == WalKind::History {
+                r.histories.push(name);
+            } else {
+                r.already_archived += u64::from(already);
+                r.segments.push(name);
+            }
         }
-        fs::remove_file(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", path.display()), e))?;
-        let mut r = shared.report();
-        r.already_archived += u64::from(pushed.already);
-        r.segments.push(name);
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One spool file into one repository, as wal-push stores it (a segment summarized, its streamed
+/// copy removed); whether it was there already.
+fn store_one(t: &mut Target, meta: &RepoMeta, path: &Path, name: &str, kind: WalKind, opts: &ReceiveOptions, events: &Events) -> Result<bool> {
+    let repo = t.repo;
+    let m = t.meta(&meta.system_identifier)?;
+    let pushed = archive::push(repo, m, path, opts.codec)?;
+    if kind != WalKind::Segment {
+        return Ok(pushed.already);
+    }
+    if !pushed.already {
+        if let Err(e) = crate::summarize::summarize_and_store(repo, m, name, Some(path)) {
+            events(&format!("{name}: no block summary in {} ({e}); sheaf wal-summarize makes it later", repo.display()));
+        }
+    }
+    let streamed = streaming_object(name);
+    if repo.exists(&streamed)? {
+        repo.delete(&streamed)?;
+    }
+    Ok(pushed.already)
 }
 
 /// Restore a segment's streamed copy (what `sheaf wal-receive` had received of a segment the

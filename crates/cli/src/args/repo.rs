@@ -209,8 +209,14 @@ pub struct ConsolidateArgs {
     #[command(flatten)]
     pub repo: RepoArg,
     /// The incremental or differential to consolidate (its id as sheaf info lists it, or latest).
+    /// With several repositories it is consolidated in each that holds it; latest is the first
+    /// repository's newest backup unless --repo-target says which.
     #[arg(long, value_name = "ID")]
     pub set: String,
+    /// With several repositories: consolidate in this one only, by position (1 for the first),
+    /// or in all (latest: each one's newest backup).
+    #[arg(long, value_name = "N|all")]
+    pub repo_target: Option<String>,
     /// Stripes of the new backup. Default: SHEAF_STRIPES, the config file, else 1.
     #[arg(long, value_name = "N")]
     pub stripes: Option<usize>,

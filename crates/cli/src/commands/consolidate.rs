@@ -1,7 +1,9 @@
 //! `sheaf consolidate`: an incremental's chain written as one new full backup in the repository
-//! ([`sheaf_pg::repo::backup::consolidate_in_repo`]).
+//! ([`sheaf_pg::repo::backup::consolidate_in_repo`]), in each repository given that holds it.
 
-use sheaf_core::{BackupOptions, Error};
+use sheaf_core::repo::Repo;
+use sheaf_core::{BackupOptions, Error, ErrorKind};
+use sheaf_pg::repo::meta::RepoMeta;
 
 use crate::args::ConsolidateArgs;
 use crate::context::Context;
@@ -11,28 +13,76 @@ use crate::progress::for_terminal as progress;
 /// Run it.
 ///
 /// # Errors
-/// A full backup named, a chain that is not whole, and whatever writing the new backup meets.
+/// A full backup named, a chain that is not whole, no repository holding the backup, and
+/// whatever writing the new backup meets.
 pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
-    let (repo, _meta) = ctx.open_repo()?;
+    let repos = ctx.open_repos()?;
+    let several = repos.len() > 1;
     let stripes = ctx.repo_stripes(a.stripes)?;
     let mut opts = BackupOptions::new(Vec::new());
     opts.codec = ctx.codec(a.compression.clone())?;
     opts.stop = Some(ctx.interrupt.stop_flag());
-    let (report, record) = sheaf_pg::repo::backup::consolidate_in_repo(&repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json))?;
+    // Which repositories: the one --repo-target names, all, or (by default) those that hold the
+    // backup named (latest: the first).
+    let picked: Vec<usize> = match a.repo_target.as_deref() {
+        None if a.set == "latest" => vec![0],
+        None | Some("all") => (0..repos.len()).collect(),
+        Some(n) => match n.parse::<usize>() {
+            Ok(k) if (1..=repos.len()).contains(&k) => vec![k - 1],
+            _ => return Err(Error::invalid(format!("--repo-target {n}: give a repository's position, 1 to {}, or all", repos.len()))),
+        },
+    };
+    let explicit = a.repo_target.as_deref().is_some_and(|t| t != "all") || !several;
+    let mut chosen: Vec<(Repo, RepoMeta)> = Vec::new();
+    let mut unread: Option<Error> = None;
+    for (k, (repo, meta)) in repos.into_iter().enumerate().filter(|(k, _)| picked.contains(k)) {
+        let meta = match meta {
+            Ok(m) => m,
+            Err(e) if explicit => return Err(e),
+            Err(e) => {
+                eprintln!("sheaf: repository {} ({}) cannot be read and is left out: {e}", k + 1, repo.display());
+                unread.get_or_insert(e);
+                continue;
+            }
+        };
+        // A backup named by id is consolidated where it is; elsewhere there is nothing to do.
+        if !explicit && a.set != "latest" && sheaf_pg::repo::records::pick(&sheaf_pg::repo::records::complete(&repo)?, &a.set).is_err() {
+            if !a.json {
+                println!("{} is not in {}: nothing to do there", a.set, repo.display());
+            }
+            continue;
+        }
+        chosen.push((repo, meta));
+    }
+    if chosen.is_empty() {
+        return Err(unread.unwrap_or_else(|| Error::new(ErrorKind::InvalidInput, format!("no backup {} in any repository given (sheaf info lists them)", a.set))));
+    }
+    let mut json = Vec::new();
+    for (repo, _meta) in &chosen {
+        let (report, record) = sheaf_pg::repo::backup::consolidate_in_repo(repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json))
+            .map_err(|e| if several { e.context(format!("repository {}", repo.display())) } else { e })?;
+        if a.json {
+            let mut v = serde_json::to_value(&report).expect("report serialises");
+            v["record"] = serde_json::to_value(&record).expect("record serialises");
+            if several {
+                v["repo"] = serde_json::json!(repo.display());
+            }
+            json.push(v);
+        } else {
+            println!(
+                "consolidated into full backup {}{} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s); {}",
+                record.id,
+                if several { format!(" in {}", repo.display()) } else { String::new() },
+                report.seconds,
+                mib(report.bytes_held),
+                mib(report.bytes_written),
+                report.stripes,
+                record.method.as_deref().unwrap_or_default()
+            );
+        }
+    }
     if a.json {
-        let mut v = serde_json::to_value(&report).expect("report serialises");
-        v["record"] = serde_json::to_value(&record).expect("record serialises");
-        println!("{v}");
-    } else {
-        println!(
-            "consolidated into full backup {} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s); {}",
-            record.id,
-            report.seconds,
-            mib(report.bytes_held),
-            mib(report.bytes_written),
-            report.stripes,
-            record.method.as_deref().unwrap_or_default()
-        );
+        println!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
     }
     Ok(())
 }

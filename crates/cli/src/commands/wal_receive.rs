@@ -1,4 +1,4 @@
-//! `sheaf wal-receive`: WAL streamed into the repository over a replication slot
+//! `sheaf wal-receive`: WAL streamed into every repository given over a replication slot
 //! ([`sheaf_pg::receive`]); what it meets is said on stderr as it goes, what it did at the end.
 
 use std::path::Path;
@@ -26,9 +26,12 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
             "wal-receive keeps the segment it is receiving on this host's disk before it reaches the repository: give --spool DIR (or spool in the config file), a folder kept across restarts",
         ));
     }
-    let (repo, meta) = ctx.open_repo()?;
+    // Into every repository given; one that cannot be read now is tried again as WAL comes. The
+    // spool is the first repository's (the received WAL is the same for all).
+    let repos = ctx.open_repos()?;
+    let first = &repos[0].0;
     // The spool setting is given, so the WAL folder the spool would default to plays no part.
-    let spool = ctx.spool(Path::new("."), &repo)?.dir().join("receive");
+    let spool = ctx.spool(Path::new("."), first)?.dir().join("receive");
     let opts = ReceiveOptions {
         url: a.url.clone(),
         slot: a.slot.clone(),
@@ -38,9 +41,10 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
         retry_every: Duration::from_secs(a.retry_every.max(1)),
         stop: ctx.interrupt.stop_flag(),
     };
-    eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::server::redact(&a.url), repo.display(), opts.slot, opts.spool.display());
+    let into: Vec<String> = repos.iter().map(|(r, _)| r.display().to_string()).collect();
+    eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::server::redact(&a.url), into.join(" and "), opts.slot, opts.spool.display());
     let events: Events = Arc::new(|m: &str| eprintln!("sheaf: {} {m}", sheaf_core::time::utc_now()));
-    let r = receive(&repo, &meta, &opts, &events)?;
+    let r = receive(repos, &opts, &events)?;
     if a.json {
         println!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {

@@ -1,28 +1,50 @@
 //! `sheaf wal-summarize`: block summaries for archived segments that lack one
-//! ([`sheaf_pg::repo::summaries::fill_in`]).
+//! ([`sheaf_pg::repo::summaries::fill_in`]), in every repository given.
 
 use sheaf_core::{Error, ErrorKind};
 
 use crate::args::WalSummarizeArgs;
 use crate::context::Context;
 
-/// Run it.
+/// Run it: in each repository given, each on its own (one that cannot be read is said and left
+/// for the others).
 ///
 /// # Errors
-/// The repository's; segments that cannot be summarized, after the others are.
+/// A repository that cannot be read; segments that cannot be summarized, after the others are.
 pub fn run(ctx: &Context, a: WalSummarizeArgs) -> Result<(), Error> {
-    let (repo, meta) = ctx.open_repo()?;
-    let r = sheaf_pg::repo::summaries::fill_in(&repo, &meta)?;
+    let repos = ctx.open_repos()?;
+    let several = repos.len() > 1;
+    let mut json = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    let mut unread: Option<Error> = None;
+    for (repo, meta) in repos {
+        let at = if several { format!(" in {}", repo.display()) } else { String::new() };
+        let r = match meta.and_then(|m| sheaf_pg::repo::summaries::fill_in(&repo, &m)) {
+            Ok(r) => r,
+            Err(e) if several => {
+                eprintln!("sheaf: repository {} cannot be read and is left out: {e}", repo.display());
+                unread.get_or_insert(e.context(format!("repository {}", repo.display())));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if a.json {
+            let mut v = serde_json::to_value(&r).expect("report serialises");
+            v["repo"] = serde_json::json!(repo.display());
+            json.push(v);
+        } else {
+            println!("summarized {} segment(s){at}; {} had a summary already", r.made.len(), r.kept);
+        }
+        failed.extend(r.failed.iter().map(|f| format!("{f}{at}")));
+    }
     if a.json {
-        println!("{}", serde_json::to_value(&r).expect("report serialises"));
-    } else {
-        println!("summarized {} segment(s); {} had a summary already", r.made.len(), r.kept);
+        println!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
     }
-    match r.failed.first() {
-        None => Ok(()),
-        Some(first) => Err(Error::new(
+    if let Some(first) = failed.first() {
+        return Err(Error::new(
             ErrorKind::Corrupt,
-            format!("{} segment(s) could not be summarized (incrementals read every page across them); the first: {first}", r.failed.len()),
-        )),
+            format!("{} segment(s) could not be summarized (incrementals read every page across them); the first: {first}", failed.len()),
+        ));
     }
+    unread.map_or(Ok(()), Err)
 }

@@ -17,8 +17,14 @@ struct Receiver(Option<Child>);
 
 impl Receiver {
     fn start(url: &str, repo: &str, spool: &Path) -> Receiver {
+        Receiver::start_into(url, &[repo], spool)
+    }
+
+    /// One receiver storing into every repository of `repos`.
+    fn start_into(url: &str, repos: &[&str], spool: &Path) -> Receiver {
         let child = sheaf()
-            .args(["wal-receive", url, "--repo", repo, "--spool", spool.to_str().unwrap(), "--partial-every", "1", "--retry-every", "1", "--json"])
+            .args(["wal-receive", url, "--spool", spool.to_str().unwrap(), "--partial-every", "1", "--retry-every", "1", "--json"])
+            .args(repos.iter().flat_map(|r| ["--repo", r]))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -237,4 +243,65 @@ fn a_receiver_follows_its_server_onto_a_new_timeline() {
     // A restore to the end follows timeline 2, up to what was received of it.
     let back = recover(&repo, &base.path().join("back"), &[]);
     assert_eq!((count(&back, 1), count(&back, 2)), (1000, 1000));
+}
+
+/// Two repositories: every segment the receiver completes goes into each. The second is away
+/// from the start: the first gets the WAL (streamed copies too) while the completed segment waits
+/// in the spool; back again, the second catches up, its streamed copy goes, and the spool empties.
+#[test]
+fn a_receiver_stores_into_every_repository_and_catches_up_one_that_was_away() {
+    let (base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    let second = base.path().join("repo2");
+    pg_dir(&second);
+    let r2 = second.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", r2, &c.url("postgres")])), "init the second");
+    let away = base.path().join("away");
+    std::fs::rename(&second, &away).unwrap();
+    let spool = base.path().join("spool");
+    pg_dir(&spool);
+    let url = format!("{}&application_name=sheaf_rx", c.url("postgres"));
+    let mut rx = Receiver::start_into(&url, &[r, r2], &spool);
+    wait_streaming(&c);
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 1000) g");
+    let segment = archive_now(&c);
+    // The first has it (from wal-push or the receiver); the receiver keeps it until the second does.
+    let waiting = |name: &str| walk(&spool).iter().any(|p| p.file_name().is_some_and(|f| f == name));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !waiting(&segment) {
+        assert!(Instant::now() < deadline, "{segment} is not in the spool: {:?}", walk(&spool));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 1000) g");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while wal_objects(&repo, ".streaming").is_empty() {
+        assert!(Instant::now() < deadline, "the first does not get the segment being received: {:?}", wal_objects(&repo, ""));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(waiting(&segment), "{segment} left the spool while the second repository was away");
+    assert!(wal_objects(&repo, ".wal").contains(&format!("{segment}.wal")));
+
+    // Back again: the second gets the segment, and the spool lets it go.
+    std::fs::rename(&away, &second).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while waiting(&segment) || !wal_objects(&second, ".wal").contains(&format!("{segment}.wal")) {
+        assert!(Instant::now() < deadline, "{segment} did not reach the second repository: {:?}", wal_objects(&second, ""));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = json(ok(rx.stop(), "wal-receive"));
+    assert!(report["segments"].as_array().unwrap().iter().any(|s| s == &serde_json::json!(segment)), "{report}");
+    assert_eq!(wal_objects(&second, ".streaming").len(), 1, "the segment being received is in the second too when the receiver stops");
+    // The second alone recovers what the receiver stored, as fetched by wal-fetch.
+    let o = run(sheaf().args(["wal-fetch", &segment, base.path().join("fetched").to_str().unwrap(), "--repo", r2]));
+    ok(o, "wal-fetch from the second");
+
+    // A repository of another cluster beside them is refused, naming it.
+    let other = Cluster::new(&[], &[]);
+    let foreign = base.path().join("foreign");
+    pg_dir(&foreign);
+    let f = foreign.to_str().unwrap();
+    ok(run(sheaf().args(["init", "--repo", f, &other.url("postgres")])), "init another cluster's");
+    let o = run(sheaf().args(["wal-receive", &url, "--repo", r, "--repo", f, "--spool", base.path().join("spool2").to_str().unwrap()]));
+    assert_fails(&o, 2, &["holds cluster", f]);
 }

@@ -849,6 +849,23 @@ fn two_repositories_each_get_the_wal_and_restore_falls_back_when_one_is_away() {
     ok(run(sheaf().args(["keep", "--set", ids[0], "--release"]).args(both)), "release in both");
     assert_fails(&run(sheaf().args(["keep", "--set", "20000101-000000Z"]).args(both)), 2, &["no backup 20000101-000000Z in any repository"]);
 
+    // wal-summarize fills in each repository; an incremental into the second alone is
+    // consolidated where it is, and the first says it has nothing to do.
+    let sums = json(ok(run(sheaf().args(["wal-summarize", "--json"]).args(both)), "wal-summarize in both"));
+    let per: Vec<&str> = sums["repositories"].as_array().unwrap().iter().map(|r| r["repo"].as_str().unwrap()).collect();
+    assert_eq!(per.len(), 2, "{sums}");
+    assert!(per[1].ends_with("repo2"), "{sums}");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 0 FROM generate_series(1, 10) g");
+    c.sql("app", "DELETE FROM t WHERE batch = 0");
+    let incr = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--type", "incr", "--repo-target", "2", "--json"]).args(both)), "incremental into the second"));
+    let incr_id = incr["postgres"]["repository_id"].as_str().unwrap().to_string();
+    let o = run(sheaf().args(["consolidate", "--set", &incr_id]).args(both));
+    let said = ok(o, "consolidate in the pair");
+    assert!(said.contains(&format!("{incr_id} is not in {s1}")) && said.contains(&format!("consolidated into full backup {incr_id}-full in {s2}")), "{said}");
+    assert!(r2.join(paths::record(&format!("{incr_id}-full"))).exists() && !r1.join(paths::record(&format!("{incr_id}-full"))).exists());
+    assert_fails(&run(sheaf().args(["consolidate", "--set", "20000101-000000Z"]).args(both)), 2, &["no backup 20000101-000000Z in any repository"]);
+    assert_fails(&run(sheaf().args(["consolidate", "--set", &incr_id, "--repo-target", "1"]).args(both)), 2, &[&format!("no backup {incr_id} in the repository")]);
+
     // The first goes away.
     let away = base.path().join("away");
     std::fs::rename(&r1, &away).unwrap();
