@@ -58,9 +58,9 @@ pub struct S3Args {
 #[derive(Args, Clone, Default)]
 pub struct RepoArg {
     /// The repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX.
-    /// Repeat for more (up to 4): wal-push archives to every one, wal-fetch and restore read the
-    /// first that has what they need. Default: SHEAF_REPO (and SHEAF_REPO2 ...), else repo (and
-    /// repo2 ...) in the config file.
+    /// Repeat for more (up to 4): wal-push and wal-receive store into every one, wal-fetch,
+    /// restore and extract read the first that has what they need. Default: SHEAF_REPO (and
+    /// SHEAF_REPO2 ...), else repo (and repo2 ...) in the config file.
     #[arg(long, value_name = "REPO")]
     pub repo: Vec<String>,
     #[command(flatten)]
