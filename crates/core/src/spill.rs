@@ -45,7 +45,7 @@ const HAS_LINK: u8 = 4;
 const HAS_TARGET: u8 = 8;
 const HAS_CRC: u8 = 16;
 
-fn kind_code(k: EntryKind) -> u8 {
+pub(crate) fn kind_code(k: EntryKind) -> u8 {
     match k {
         EntryKind::File => 0,
         EntryKind::Dir => 1,
@@ -55,7 +55,7 @@ fn kind_code(k: EntryKind) -> u8 {
     }
 }
 
-fn kind_of(code: u8) -> Option<EntryKind> {
+pub(crate) fn kind_of(code: u8) -> Option<EntryKind> {
     Some(match code {
         0 => EntryKind::File,
         1 => EntryKind::Dir,
@@ -480,6 +480,57 @@ impl<T: Record> Sorter<T> {
     }
 }
 
+impl<T: Record> Sorter<T> {
+    /// Everything pushed, sorted once to be read in order as often as asked ([`Sorted::read`]):
+    /// in memory when it never filled a run, else merged into one temporary file.
+    ///
+    /// # Errors
+    /// A temporary file that cannot be written or read.
+    pub(crate) fn into_sorted(mut self) -> Result<Sorted<T>> {
+        if self.runs.is_empty() {
+            self.buf.sort_unstable();
+            return Ok(Sorted::Memory(self.buf));
+        }
+        let file = temp()?;
+        let mut merged = Sorter::merge(vec![self]);
+        let mut out = BufWriter::with_capacity(1 << 16, &file);
+        let (mut count, mut bytes) = (0u64, Vec::with_capacity(T::LEN));
+        for r in merged.by_ref() {
+            bytes.clear();
+            r.encode(&mut bytes);
+            out.write_all(&bytes).map_err(|e| io_err("cannot write a sorted list", e))?;
+            count += 1;
+        }
+        if let Some(e) = merged.error() {
+            return Err(e);
+        }
+        out.flush().map_err(|e| io_err("cannot write a sorted list", e))?;
+        drop(out);
+        Ok(Sorted::Disk { file: Arc::new(file), count })
+    }
+}
+
+/// Records in order, to be read from the start as often as asked ([`Sorter::into_sorted`]).
+pub(crate) enum Sorted<T: Record> {
+    /// At most one run's worth.
+    Memory(Vec<T>),
+    /// `count` records in a temporary file.
+    Disk { file: Arc<File>, count: u64 },
+}
+
+impl<T: Record> Sorted<T> {
+    /// The records from the first; [`Merged::error`] says why it ended early, if it did.
+    pub(crate) fn read(&self) -> Merged<T> {
+        let source = match self {
+            Sorted::Memory(v) => Run::Memory(v.clone().into_iter()),
+            Sorted::Disk { file, count } => Run::Disk { file: file.clone(), pos: 0, left: *count, buf: Vec::new(), at: 0 },
+        };
+        let mut m = Merged { heap: BinaryHeap::new(), sources: vec![source], error: None };
+        m.refill(0);
+        m
+    }
+}
+
 enum Run<T> {
     Memory(std::vec::IntoIter<T>),
     Disk { file: Arc<File>, pos: u64, left: u64, buf: Vec<u8>, at: usize },
@@ -662,9 +713,115 @@ impl Fifo {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Byte strings kept aside
+
+/// Bytes a [`ByteLog`] keeps in memory before they go to its temporary file.
+const LOG_MEM: usize = 8 << 20;
+
+/// Byte strings (paths) appended and read back by their place: the newest [`LOG_MEM`] bytes in
+/// memory, the rest in a temporary file, made only when they outgrow that.
+#[derive(Default)]
+pub(crate) struct ByteLog {
+    /// The bytes from `flushed` on.
+    tail: Vec<u8>,
+    file: Option<File>,
+    flushed: u64,
+}
+
+impl ByteLog {
+    /// Append `b`; its place.
+    ///
+    /// # Errors
+    /// The temporary file cannot be made or written.
+    pub(crate) fn push(&mut self, b: &[u8]) -> Result<u64> {
+        let at = self.flushed + self.tail.len() as u64;
+        self.tail.extend_from_slice(b);
+        if self.tail.len() >= LOG_MEM {
+            if self.file.is_none() {
+                self.file = Some(temp()?);
+            }
+            let f = self.file.as_ref().expect("made above");
+            f.write_all_at(&self.tail, self.flushed).map_err(|e| io_err("cannot write a list of paths", e))?;
+            self.flushed += self.tail.len() as u64;
+            self.tail.clear();
+        }
+        Ok(at)
+    }
+
+    /// The `len` bytes pushed at `at`, into `out` (replacing what it held).
+    ///
+    /// # Errors
+    /// The temporary file cannot be read; a place never given.
+    pub(crate) fn get(&self, at: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        if at >= self.flushed {
+            let from = (at - self.flushed) as usize;
+            let b = self.tail.get(from..from + len).ok_or_else(|| Error::invalid("internal: a path's place past the list's end"))?;
+            out.extend_from_slice(b);
+            return Ok(());
+        }
+        out.resize(len, 0);
+        let f = self.file.as_ref().ok_or_else(|| Error::invalid("internal: a path's place in no file"))?;
+        f.read_exact_at(out, at).map_err(|e| io_err("cannot read a list of paths", e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    struct N(u32);
+
+    impl Record for N {
+        const LEN: usize = 4;
+        fn encode(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.0.to_le_bytes());
+        }
+        fn decode(b: &[u8]) -> N {
+            N(u32::from_le_bytes(le(b, 0)))
+        }
+    }
+
+    #[test]
+    fn a_sorted_list_reads_in_order_again_and_again_from_memory_or_disk() {
+        for n in [0u32, 5, RUN as u32 * 2 + 7] {
+            let mut s = Sorter::default();
+            // A scrambled order: multiplying by an odd number is a bijection mod 2^32.
+            for i in 0..n {
+                s.push(N(i.wrapping_mul(2_654_435_761) % (n.max(1) * 3))).unwrap();
+            }
+            let sorted = s.into_sorted().unwrap();
+            assert_eq!(matches!(sorted, Sorted::Disk { .. }), n > RUN as u32, "{n} records");
+            for _ in 0..2 {
+                let mut r = sorted.read();
+                let got: Vec<N> = r.by_ref().collect();
+                assert!(r.error().is_none());
+                assert_eq!(got.len(), n as usize);
+                assert!(got.windows(2).all(|w| w[0] <= w[1]), "{n} records in order");
+            }
+        }
+    }
+
+    #[test]
+    fn a_byte_log_gives_each_string_back_by_its_place_from_memory_or_disk() {
+        let mut log = ByteLog::default();
+        let s = |i: usize| format!("/restore/base/16384/{i}_{}", "x".repeat(i % 50)).into_bytes();
+        let mut places = Vec::new();
+        let mut i = 0;
+        while log.file.is_none() || places.len() < 2 * (LOG_MEM / 40) {
+            places.push((log.push(&s(i)).unwrap(), s(i).len()));
+            i += 1;
+        }
+        assert!(log.flushed > 0 && !log.tail.is_empty(), "some on disk, some in memory");
+        let mut out = Vec::new();
+        for (k, (at, len)) in places.iter().enumerate().rev() {
+            log.get(*at, *len, &mut out).unwrap();
+            assert_eq!(out, s(k), "string {k}");
+        }
+        assert!(log.get(log.flushed + log.tail.len() as u64, 1, &mut out).is_err());
+    }
 
     #[test]
     fn a_fifo_gives_records_back_in_order_and_holds_only_its_backlog() {

@@ -25,51 +25,130 @@ use super::target::remove_any;
 use crate::error::{io_at, ErrorKind, Result};
 use crate::manifest::{Entry, EntryKind};
 use crate::set::BackupSet;
+use crate::spill::{kind_code, kind_of, ByteLog, Record, Sorter};
 
 impl Plan<'_> {
     /// Remove what is under the roots but not in the plan (the markers aside), and what is there
-    /// as another kind of entry than the backup's. What the plan wants is held as a 128-bit hash
-    /// of each destination and its kind (17 bytes an entry), sorted.
+    /// as another kind of entry than the backup's. Nothing per entry stays in memory: what the
+    /// plan wants is a 128-bit hash of each destination and its kind, sorted on disk; the target
+    /// is read a level of folders at a time, each level's entries sorted by the same hash (their
+    /// paths aside, on disk past a few MiB) and merged with what is wanted. Only the folders to
+    /// go down into are held.
     pub(super) fn prune_for_delta(&self) -> Result<u64> {
-        let mut wanted: Vec<([u8; 16], EntryKind)> = Vec::with_capacity(self.set.entry_count());
+        let mut wanted: Sorter<Wanted> = Sorter::default();
         self.set.each_entry(|id, e| {
-            wanted.extend(self.dest(id, e).map(|d| (path_hash(&d), e.kind)));
+            if let Some(d) = self.dest(id, e) {
+                wanted.push(Wanted { hash: path_hash(&d), kind: kind_code(e.kind) })?;
+            }
             Ok(())
         })?;
-        wanted.sort_unstable_by_key(|w| w.0);
-        let want = |p: &Path| wanted.binary_search_by_key(&path_hash(p), |w| w.0).ok().map(|i| wanted[i].1);
+        let wanted = wanted.into_sorted()?;
         let mut removed = 0;
-        let mut stack: Vec<PathBuf> = self.roots.clone();
+        let mut level: Vec<PathBuf> = self.roots.clone();
         let mut seen: HashSet<PathBuf> = HashSet::new();
-        while let Some(dir) = stack.pop() {
-            if !seen.insert(dir.clone()) {
-                continue;
-            }
-            let Ok(rd) = fs::read_dir(&dir) else { continue };
-            for item in rd {
-                let item = item.map_err(|e| io_at(ErrorKind::Target, "cannot list", &dir, e))?;
-                let path = item.path();
-                if item.file_name() == INCOMPLETE_MARKER || self.roots.contains(&path) {
+        let mut path = Vec::new();
+        while !level.is_empty() {
+            let mut found: Sorter<Found> = Sorter::default();
+            let mut paths = ByteLog::default();
+            for dir in std::mem::take(&mut level) {
+                if !seen.insert(dir.clone()) {
                     continue;
                 }
-                let ft = item.file_type().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &path, e))?;
-                let same = match want(&path) {
+                let Ok(rd) = fs::read_dir(&dir) else { continue };
+                for item in rd {
+                    let item = item.map_err(|e| io_at(ErrorKind::Target, "cannot list", &dir, e))?;
+                    let p = item.path();
+                    if item.file_name() == INCOMPLETE_MARKER || self.roots.contains(&p) {
+                        continue;
+                    }
+                    let ft = item.file_type().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &p, e))?;
+                    let kind = if ft.is_dir() { EntryKind::Dir } else if ft.is_symlink() { EntryKind::Symlink } else if ft.is_file() { EntryKind::File } else { EntryKind::Fifo };
+                    let bytes = p.as_os_str().as_bytes();
+                    let at = paths.push(bytes)?;
+                    found.push(Found { hash: path_hash(&p), kind: kind_code(kind), at, len: bytes.len() as u32 })?;
+                }
+            }
+            // Both in hash order: a merge. A list that ends early is an error, never a reason to
+            // remove what follows.
+            let mut want = wanted.read();
+            let mut next = want.next();
+            let mut found = Sorter::merge(vec![found]);
+            for f in found.by_ref() {
+                while next.is_some_and(|w| w.hash < f.hash) {
+                    next = want.next();
+                }
+                if let Some(e) = want.error() {
+                    return Err(e);
+                }
+                let is = kind_of(f.kind);
+                let same = match next.filter(|w| w.hash == f.hash).and_then(|w| kind_of(w.kind)) {
                     None => false,
-                    Some(EntryKind::Dir) => ft.is_dir(),
-                    Some(EntryKind::File) => ft.is_file(),
-                    Some(EntryKind::Symlink) => ft.is_symlink(),
+                    Some(k @ (EntryKind::Dir | EntryKind::File | EntryKind::Symlink)) => is == Some(k),
                     // Made again whatever is there.
                     Some(EntryKind::Hardlink | EntryKind::Fifo) => true,
                 };
-                if !same {
-                    remove_any(&path)?;
-                    removed += 1;
-                } else if ft.is_dir() {
-                    stack.push(path);
+                if same && is != Some(EntryKind::Dir) {
+                    continue;
                 }
+                paths.get(f.at, f.len as usize, &mut path)?;
+                let p = PathBuf::from(std::ffi::OsStr::from_bytes(&path));
+                if same {
+                    level.push(p);
+                } else {
+                    remove_any(&p)?;
+                    removed += 1;
+                }
+            }
+            if let Some(e) = found.error() {
+                return Err(e);
             }
         }
         Ok(removed)
+    }
+}
+
+/// What the plan puts at a destination: the destination's [`path_hash`] and the entry's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Wanted {
+    hash: [u8; 16],
+    kind: u8,
+}
+
+impl Record for Wanted {
+    const LEN: usize = 17;
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.hash);
+        out.push(self.kind);
+    }
+    fn decode(b: &[u8]) -> Wanted {
+        Wanted { hash: b[..16].try_into().expect("16 bytes"), kind: b[16] }
+    }
+}
+
+/// What the target holds at a path: its [`path_hash`], its kind, and where its path is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Found {
+    hash: [u8; 16],
+    kind: u8,
+    at: u64,
+    len: u32,
+}
+
+impl Record for Found {
+    const LEN: usize = 29;
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.hash);
+        out.push(self.kind);
+        out.extend_from_slice(&self.at.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+    }
+    fn decode(b: &[u8]) -> Found {
+        Found {
+            hash: b[..16].try_into().expect("16 bytes"),
+            kind: b[16],
+            at: u64::from_le_bytes(b[17..25].try_into().expect("8 bytes")),
+            len: u32::from_le_bytes(b[25..29].try_into().expect("4 bytes")),
+        }
     }
 }
 

@@ -167,6 +167,7 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
         let stale = out(name);
         restored(&[&full], &stale).unwrap();
         std::fs::write(stale.join("junk"), b"not in the backup").unwrap();
+        std::fs::write(stale.join("dir/junk"), b"nor in a folder it has").unwrap();
         std::fs::remove_file(stale.join("small")).unwrap();
         std::fs::create_dir_all(stale.join("small/inside")).unwrap();
         let mut o = RestoreOptions::new(&stale);
@@ -178,7 +179,7 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     let (r, mut o) = stale_delta("stale", &[&full, &incr1, &incr2]);
     let stale = out("stale");
     let dr = r.delta.unwrap();
-    assert_eq!(dr.removed, 3, "gone, junk, and the folder where a file belongs: {dr:?}");
+    assert_eq!(dr.removed, 4, "gone, junk at the top and in a folder, and the folder where a file belongs: {dr:?}");
     assert!(dr.chunks_kept > 0 && dr.bytes_kept > full.raw_bytes() / 2, "most of the full's chunks were right: {dr:?}");
     // The same delta from the chain opened lean, onto the same stale tree: the same findings.
     let (lr, _) = stale_delta("stale2", &[&lf, &l1, &l2]);
