@@ -87,33 +87,13 @@ fn is_temp_relation(name: &str) -> bool {
         .is_some_and(|(b, rest)| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()) && rel_file(rest).is_some())
 }
 
-/// Drop what a base backup leaves out from a listing of the data directory (`in_tablespace` false)
-/// or of one tablespace's directory. Returns what was dropped, for the record.
-pub fn filter(listed: Vec<Listed>, in_tablespace: bool) -> (Vec<Listed>, usize) {
-    // Directories holding unlogged relations: (dir, node) pairs that have an init fork.
-    let unlogged: HashSet<(String, String)> = listed
-        .iter()
-        .filter_map(|l| {
-            let (dir, name) = split(&l.entry.path);
-            rel_file(name).filter(|r| r.fork == "init").map(|r| (dir.to_string(), r.node.to_string()))
-        })
-        .collect();
-    let before = listed.len();
-    let mut rules = Rules::new(in_tablespace);
-    let mut kept: Vec<Listed> = listed.into_iter().filter_map(|mut l| rules.keep(&mut l, &unlogged).then_some(l)).collect();
-    let dropped = before - kept.len();
-    let has = |p: &str, k: &[Listed]| k.iter().any(|l| l.entry.path == p);
-    if !in_tablespace && has("pg_wal", &kept) && !has("pg_wal/archive_status", &kept) {
-        let at = kept.iter().position(|l| l.entry.path == "pg_wal").expect("present") + 1;
-        kept.insert(at, archive_status(&kept[at - 1]));
-    }
-    (kept, dropped)
-}
-
-/// [`filter`] over a listing that streams in tree order (a [`sheaf_core::source::Walk`], or an
-/// agent's walk, of the cluster's `files`), holding nothing per file: each directory's unlogged
-/// relations are found from its names when the directory comes by. `dropped` counts what is
-/// left out.
+/// Drop what a base backup leaves out from a listing of the data directory (`in_tablespace`
+/// false) or of one tablespace's directory, as it streams in tree order (a
+/// [`sheaf_core::source::Walk`], or an agent's walk, of the cluster's `files`), holding nothing
+/// per file. Each directory's unlogged relations are found from its names when the directory comes
+/// by; pg_wal/archive_status, which a backup always has, is added after pg_wal's own entries when
+/// the walk did not give it. Nothing here looks at this host's disk: the files may be another
+/// host's. `dropped` counts what is left out.
 pub fn filter_stream<'a>(
     listing: impl Iterator<Item = sheaf_core::Result<Listed>> + 'a,
     in_tablespace: bool,
@@ -122,6 +102,9 @@ pub fn filter_stream<'a>(
 ) -> impl Iterator<Item = sheaf_core::Result<Listed>> + 'a {
     let mut rules = Rules::new(in_tablespace);
     let mut unlogged: HashSet<(String, String)> = HashSet::new();
+    // pg_wal/archive_status, until the walk gives it or leaves pg_wal (whose other contents are
+    // all left out, so the next entry kept is either it or past pg_wal).
+    let mut status: Option<Listed> = None;
     let mut queued: Option<Listed> = None;
     let mut listing = listing;
     std::iter::from_fn(move || {
@@ -129,9 +112,10 @@ pub fn filter_stream<'a>(
             return Some(Ok(q));
         }
         loop {
-            let mut l = match listing.next()? {
-                Ok(l) => l,
-                Err(e) => return Some(Err(e)),
+            let mut l = match listing.next() {
+                None => return status.take().map(Ok),
+                Some(Err(e)) => return Some(Err(e)),
+                Some(Ok(l)) => l,
             };
             if l.entry.kind == EntryKind::Dir {
                 // Names only (no stats): a database's init forks, before its other files come.
@@ -144,20 +128,26 @@ pub fn filter_stream<'a>(
                     return Some(Err(e));
                 }
             }
-            let was_link = l.entry.kind == EntryKind::Symlink;
             if !rules.keep(&mut l, &unlogged) {
                 dropped.set(dropped.get() + 1);
                 continue;
             }
-            if !in_tablespace && l.entry.path == "pg_wal" && (was_link || std::fs::symlink_metadata(l.abs.join("archive_status")).is_err()) {
-                queued = Some(archive_status(&l));
+            if !in_tablespace && l.entry.path == "pg_wal/archive_status" {
+                status = None;
+            }
+            if let Some(s) = status.take() {
+                queued = Some(l);
+                return Some(Ok(s));
+            }
+            if !in_tablespace && l.entry.path == "pg_wal" {
+                status = Some(archive_status(&l));
             }
             return Some(Ok(l));
         }
     })
 }
 
-/// The rules of [`filter`], one entry at a time.
+/// The rules of [`filter_stream`], one entry at a time.
 struct Rules {
     in_tablespace: bool,
     /// The owner of the data directory (the first entry), for what becomes a plain directory.
@@ -255,6 +245,37 @@ mod tests {
         }
     }
 
+    /// Another host's files as a listing gives them: names come from the listing, and nothing is
+    /// at those paths on this host (they are relative), as through an agent.
+    struct Remote(Vec<Listed>);
+
+    impl sheaf_core::source::Files for Remote {
+        fn open(&self, _: &std::path::Path) -> std::io::Result<Box<dyn sheaf_core::source::SourceFile>> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+        fn walk(&self, _: &std::path::Path, _: u16) -> sheaf_core::Result<Box<dyn sheaf_core::source::Listing>> {
+            Err(sheaf_core::Error::invalid("not walked here"))
+        }
+        fn each_name(&self, dir: &std::path::Path, each: &mut dyn FnMut(&std::ffi::OsStr)) -> sheaf_core::Result<()> {
+            self.0.iter().filter(|l| l.abs.parent() == Some(dir)).for_each(|l| each(l.abs.file_name().expect("a name")));
+            Ok(())
+        }
+        fn list_one(&self, _: &std::path::Path, _: String, _: u16) -> sheaf_core::Result<Option<Listed>> {
+            Ok(None)
+        }
+        fn read_small(&self, _: &std::path::Path) -> sheaf_core::Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+    }
+
+    /// [`filter_stream`] over `listed` as another host's: what it keeps, and how many it drops.
+    fn filter(listed: Vec<Listed>, in_tablespace: bool) -> (Vec<Listed>, usize) {
+        let files = Remote(listed.clone());
+        let dropped = std::cell::Cell::new(0);
+        let kept = filter_stream(listed.into_iter().map(Ok), in_tablespace, &dropped, &files).collect::<sheaf_core::Result<Vec<_>>>().unwrap();
+        (kept, dropped.get())
+    }
+
     #[test]
     fn relation_names() {
         assert_eq!(rel_file("16384"), Some(RelFile { node: "16384", fork: "", segment: 0 }));
@@ -310,6 +331,10 @@ mod tests {
             ]
         );
         assert_eq!(dropped, 13);
+        // A pg_wal without archive_status gets one, once, in its place.
+        let (kept, _) = filter(vec![l("", EntryKind::Dir), l("pg_wal", EntryKind::Dir), l("pg_wal/000000010000000000000001", EntryKind::File), l("pg_xact", EntryKind::Dir)], false);
+        let paths: Vec<&str> = kept.iter().map(|l| l.entry.path.as_str()).collect();
+        assert_eq!(paths, vec!["", "pg_wal", "pg_wal/archive_status", "pg_xact"]);
     }
 
     #[test]
@@ -324,10 +349,10 @@ mod tests {
         assert_eq!((kept[1].entry.uid, kept[1].entry.mode, kept[1].entry.target.as_deref()), (26, 0o700, None));
     }
 
-    /// On a real folder, the filter over a walk that streams keeps and drops what the filter over
-    /// the whole listing does, symlinked pg_wal included, and counts the same.
+    /// On a real folder, walked: what a base backup omits is left out, a symlinked pg_wal becomes
+    /// a folder with archive_status, and what is dropped is counted.
     #[test]
-    fn the_streamed_filter_agrees_with_the_whole_one() {
+    fn the_filter_over_a_real_walk_keeps_what_a_base_backup_keeps() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().join("pgdata");
         for dir in ["base/5", "base/pgsql_tmp", "global", "pg_stat_tmp", "pg_replslot/slot"] {
@@ -343,7 +368,13 @@ mod tests {
         let elsewhere = d.path().join("wal");
         std::fs::create_dir_all(&elsewhere).unwrap();
         std::fs::write(elsewhere.join("000000010000000000000001"), b"w").unwrap();
-        for symlinked in [false, true] {
+        let kept = [
+            "", "PG_VERSION", "base", "base/5", "base/5/1259", "base/5/1259_fsm", "base/5/16500_init", "global", "global/pg_control",
+            "pg_replslot", "pg_stat_tmp", "pg_wal", "pg_wal/archive_status",
+        ];
+        // Dropped: the pid file, standby.signal, 16500 and its fork and segment, the temporary
+        // relation, pg_internal.init, pgsql_tmp and its file, and the three files in emptied folders.
+        for (symlinked, dropped) in [(false, 13), (true, 12)] {
             if symlinked {
                 std::fs::remove_dir_all(root.join("pg_wal")).unwrap();
                 std::os::unix::fs::symlink(&elsewhere, root.join("pg_wal")).unwrap();
@@ -351,13 +382,12 @@ mod tests {
                 std::fs::create_dir_all(root.join("pg_wal")).unwrap();
                 std::fs::write(root.join("pg_wal/000000010000000000000001"), b"w").unwrap();
             }
-            let (whole, dropped) = filter(sheaf_core::source::list_tree(&root, 0, &mut Vec::new()).unwrap(), false);
             let count = std::cell::Cell::new(0);
             let streamed: Vec<Listed> = filter_stream(sheaf_core::source::Walk::new(&root, 0).unwrap(), false, &count, &sheaf_core::source::LocalFiles).collect::<sheaf_core::Result<_>>().unwrap();
-            let shown = |v: &[Listed]| v.iter().map(|l| (l.entry.path.clone(), l.entry.kind, l.entry.mode)).collect::<Vec<_>>();
-            assert_eq!(shown(&streamed), shown(&whole), "symlinked pg_wal: {symlinked}");
-            assert_eq!(count.get(), dropped);
-            assert!(whole.iter().any(|l| l.entry.path == "pg_wal/archive_status") && !whole.iter().any(|l| l.entry.path == "base/5/16500"));
+            let paths: Vec<&str> = streamed.iter().map(|l| l.entry.path.as_str()).collect();
+            assert_eq!(paths, kept, "symlinked pg_wal: {symlinked}");
+            assert!(streamed.iter().filter(|l| l.entry.path.starts_with("pg_wal")).all(|l| l.entry.kind == EntryKind::Dir));
+            assert_eq!(count.get(), dropped, "symlinked pg_wal: {symlinked}");
         }
     }
 }
