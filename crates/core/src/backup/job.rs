@@ -60,6 +60,9 @@ pub(super) struct Work {
     /// In an incremental, what of the file to read when not all of it ([`FileChanges::Whole`]
     /// never appears here: such a file is read as in a full backup).
     pub(super) changes: Option<FileChanges>,
+    /// The entry's path in its root, for a file read by a scan ([`FileChanges::Scan`]): its
+    /// filter is asked for again from it when the work waits on disk ([`super::park`]).
+    pub(super) rel: Option<String>,
 }
 
 #[derive(Default)]

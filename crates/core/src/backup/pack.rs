@@ -277,7 +277,7 @@ mod tests {
         let shared = Shared::new(Arc::new(crate::pipeline::NoProgress));
         let pool = Pool::new(4, ts);
         let (tx, rx) = crossbeam_channel::bounded(16);
-        let w = Work { file_id: 7, path, dev: (0, 0), size: content.len() as u64, check: None, changes: Some(changes) };
+        let w = Work { file_id: 7, path, dev: (0, 0), size: content.len() as u64, check: None, changes: Some(changes), rel: None };
         let mut p = Packer::new(ts, &tx, &shared, &pool);
         let o = read_changes(&w, &crate::source::LocalFiles, &mut p).unwrap();
         assert!(p.flush());

@@ -14,13 +14,12 @@ use std::sync::Arc;
 use crossbeam_channel::{Sender, TrySendError};
 
 use super::check::{CheckCtx, ChunkCheck};
-use super::delta::{FileChanges, UnitFilter};
+use super::delta::{Changes, FileChanges};
 use super::job::Work;
 use crate::error::{Error, Result};
 use crate::spill::Fifo;
 
 /// Work waiting for the readers, per queue. See the module documentation.
-#[derive(Default)]
 pub(super) struct Parked {
     lanes: Vec<Lane>,
     /// The checks and filters that waiting work refers to on disk, by their place here.
@@ -35,13 +34,22 @@ struct Lane {
     disk: Fifo,
 }
 
-#[derive(Default)]
+/// What work on disk refers to and cannot carry: the checks (a few, shared by every file) by
+/// their place here, and what makes a file's scan filter again (one per file: never held).
 struct Shared {
     checks: Vec<Arc<dyn ChunkCheck>>,
-    filters: Vec<Arc<dyn UnitFilter>>,
+    changes: Option<Arc<dyn Changes>>,
+    /// Each root's name, by id, for [`Changes::of`].
+    roots: Vec<String>,
 }
 
 impl Parked {
+    /// For a backup whose incremental `changes` (if any) make each file's filter, over roots
+    /// named `roots` (by id).
+    pub(super) fn new(changes: Option<Arc<dyn Changes>>, roots: Vec<String>) -> Parked {
+        Parked { lanes: Vec::new(), shared: Shared { checks: Vec::new(), changes, roots }, buf: Vec::new() }
+    }
+
     /// Batches held in memory per queue; the rest of a queue's backlog waits on disk.
     const HELD: usize = 8;
 
@@ -64,7 +72,7 @@ impl Parked {
         } else if lane.disk.is_empty() && lane.held.len() < Self::HELD {
             lane.held.push_back(w);
         } else {
-            self.shared.encode(w, &mut self.buf);
+            self.shared.encode(w, &mut self.buf)?;
             lane.disk.push(&self.buf)?;
         }
         self.settle(queues, false)
@@ -117,16 +125,22 @@ impl Parked {
 }
 
 impl Shared {
+    /// The place of check `c` (the same object, not an equal one), added when new: a backup has
+    /// one or two, so a search is quick.
     fn check_at(&mut self, c: &Arc<dyn ChunkCheck>) -> u32 {
-        place(&mut self.checks, c)
+        let at = self.checks.iter().position(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(c))).unwrap_or_else(|| {
+            self.checks.push(c.clone());
+            self.checks.len() - 1
+        });
+        at as u32
     }
 
-    fn filter_at(&mut self, f: &Arc<dyn UnitFilter>) -> u32 {
-        place(&mut self.filters, f)
-    }
-
-    /// A batch as bytes: each work's fields, its check's and filter's by their place here.
-    fn encode(&mut self, batch: Vec<Work>, out: &mut Vec<u8>) {
+    /// A batch as bytes: each work's fields, its check by its place here, a scan by the entry's
+    /// path (its filter is made again when read back).
+    ///
+    /// # Errors
+    /// A scan without the entry's path (a bug).
+    fn encode(&mut self, batch: Vec<Work>, out: &mut Vec<u8>) -> Result<()> {
         out.clear();
         put_u32(out, batch.len() as u32);
         for w in batch {
@@ -148,9 +162,10 @@ impl Shared {
             match &w.changes {
                 None => out.push(0),
                 Some(FileChanges::Whole) => out.push(1),
-                Some(FileChanges::Scan(f)) => {
+                Some(FileChanges::Scan(_)) => {
                     out.push(2);
-                    put_u32(out, self.filter_at(f));
+                    let rel = w.rel.as_ref().ok_or_else(|| Error::invalid("internal: a file to scan without its path"))?;
+                    put_bytes(out, rel.as_bytes());
                 }
                 Some(FileChanges::Ranges(r)) => {
                     out.push(3);
@@ -162,6 +177,7 @@ impl Shared {
                 }
             }
         }
+        Ok(())
     }
 
     /// A batch [`Shared::encode`] made.
@@ -183,10 +199,18 @@ impl Shared {
                     Some(Arc::new(CheckCtx { check, root, rel, abs: r.path()? }))
                 }
             };
+            let mut rel = None;
             let changes = match r.u8()? {
                 0 => None,
                 1 => Some(FileChanges::Whole),
-                2 => Some(FileChanges::Scan(self.filters.get(r.u32()? as usize).ok_or_else(bad)?.clone())),
+                2 => {
+                    let p = String::from_utf8(r.bytes()?.to_vec()).map_err(|_| bad())?;
+                    let root = self.roots.get(usize::from(dev.0)).ok_or_else(bad)?;
+                    let scan = self.changes.as_ref().ok_or_else(bad)?.of(root, &p, size);
+                    rel = Some(p);
+                    // The same question gets the same answer: anything but a scan is a bug.
+                    matches!(scan, FileChanges::Scan(_)).then_some(scan).ok_or_else(bad).map(Some)?
+                }
                 _ => {
                     let n = r.u32()? as usize;
                     let mut ranges = Vec::with_capacity(n.min(1 << 16));
@@ -196,19 +220,10 @@ impl Shared {
                     Some(FileChanges::Ranges(ranges))
                 }
             };
-            batch.push(Work { file_id, path, dev, size, check, changes });
+            batch.push(Work { file_id, path, dev, size, check, changes, rel });
         }
         Ok(batch)
     }
-}
-
-/// The place of `x` in `all` (the same object, not an equal one), added when new.
-fn place<T: ?Sized>(all: &mut Vec<Arc<T>>, x: &Arc<T>) -> u32 {
-    let at = all.iter().position(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(x))).unwrap_or_else(|| {
-        all.push(x.clone());
-        all.len() - 1
-    });
-    at as u32
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -262,6 +277,7 @@ impl<'a> Cursor<'a> {
 mod tests {
     use super::*;
     use crossbeam_channel::bounded;
+    use crate::backup::delta::UnitFilter;
 
     struct NoCheck;
     impl ChunkCheck for NoCheck {
@@ -273,66 +289,81 @@ mod tests {
         }
     }
 
-    struct Every;
-    impl UnitFilter for Every {
+    /// A file's own filter, telling which file it was made for.
+    struct Own(usize);
+    impl UnitFilter for Own {
         fn unit(&self) -> usize {
-            8192
+            self.0
         }
         fn changed(&self, _: u64, _: &[u8]) -> bool {
             true
         }
     }
 
-    fn work(id: u32, check: &Arc<dyn ChunkCheck>, filter: &Arc<dyn UnitFilter>) -> Work {
+    /// Makes each file's filter from its root's name, its path and its size, as an incremental's
+    /// changes do.
+    struct PerFile;
+    impl Changes for PerFile {
+        fn of(&self, root: &str, rel: &str, size: u64) -> FileChanges {
+            FileChanges::Scan(Arc::new(Own(root.len() * 1_000_000 + rel.len() * 1000 + (size >> 20) as usize)))
+        }
+    }
+
+    fn roots() -> Vec<String> {
+        vec![String::new(), "pg_tblspc/16400".into(), "pg_tblspc/7".into()]
+    }
+
+    fn work(id: u32, check: &Arc<dyn ChunkCheck>) -> Work {
         let path = PathBuf::from(OsString::from_vec(format!("/d/f{id}\u{e9}").into_bytes()));
+        let (dev, size, rel) = (((id % 3) as u16, u64::from(id) * 7), u64::from(id) << 20, format!("base/{}", "x".repeat(id as usize % 7)));
         Work {
             file_id: id,
-            dev: ((id % 3) as u16, u64::from(id) * 7),
-            size: u64::from(id) << 20,
+            dev,
+            size,
             check: (id % 2 == 0).then(|| Arc::new(CheckCtx { check: check.clone(), root: 2, rel: format!("base/{id}"), abs: path.clone() })),
             changes: match id % 4 {
                 0 => None,
                 1 => Some(FileChanges::Whole),
-                2 => Some(FileChanges::Scan(filter.clone())),
+                2 => Some(PerFile.of(&roots()[usize::from(dev.0)], &rel, size)),
                 _ => Some(FileChanges::Ranges(vec![0..8192, u64::from(id)..u64::from(id) + 9])),
             },
+            rel: (id % 4 == 2).then_some(rel),
             path,
         }
     }
 
     /// What a reader sees of a work item: enough to tell any field lost on the way to disk.
-    fn seen(w: &Work, check: &Arc<dyn ChunkCheck>, filter: &Arc<dyn UnitFilter>) -> String {
+    fn seen(w: &Work, check: &Arc<dyn ChunkCheck>) -> String {
         let c = w.check.as_ref().map(|c| (std::ptr::addr_eq(Arc::as_ptr(&c.check), Arc::as_ptr(check)), c.root, c.rel.clone(), c.abs.clone()));
         let ch = match &w.changes {
             None => "none".to_string(),
             Some(FileChanges::Whole) => "whole".into(),
-            Some(FileChanges::Scan(f)) => format!("scan {}", std::ptr::addr_eq(Arc::as_ptr(f), Arc::as_ptr(filter))),
+            Some(FileChanges::Scan(f)) => format!("scan {}", f.unit()),
             Some(FileChanges::Ranges(r)) => format!("{r:?}"),
         };
-        format!("{} {:?} {} {:?} {c:?} {ch}", w.file_id, w.dev, w.size, w.path)
+        format!("{} {:?} {} {:?} {c:?} {ch} {:?}", w.file_id, w.dev, w.size, w.path, w.rel)
     }
 
     #[test]
     fn work_that_waits_on_disk_reaches_the_readers_whole_and_in_order_and_the_walk_never_waits() {
         let check: Arc<dyn ChunkCheck> = Arc::new(NoCheck);
-        let filter: Arc<dyn UnitFilter> = Arc::new(Every);
         // Two queues of one batch each and nobody reading yet: all but the first of each waits.
         let (tx0, rx0) = bounded::<Vec<Work>>(1);
         let (tx1, rx1) = bounded::<Vec<Work>>(1);
         let queues = [tx0, tx1];
-        let mut parked = Parked::default();
+        let mut parked = Parked::new(Some(Arc::new(PerFile)), roots());
         let mut sent = [Vec::new(), Vec::new()];
         for id in 0..200u32 {
             let q = (id % 5 == 0) as usize;
-            let batch: Vec<Work> = (0..3).map(|k| work(id * 3 + k, &check, &filter)).collect();
-            sent[q].extend(batch.iter().map(|w| seen(w, &check, &filter)));
+            let batch: Vec<Work> = (0..3).map(|k| work(id * 3 + k, &check)).collect();
+            sent[q].extend(batch.iter().map(|w| seen(w, &check)));
             assert!(parked.send(&queues, q, batch).unwrap(), "the walk goes on while every queue is full");
         }
         assert!(!parked.lanes[0].disk.is_empty(), "most of queue 0's work waits on disk");
         assert!(parked.lanes.iter().all(|l| l.held.len() <= Parked::HELD));
-        let (c, f) = (&check, &filter);
+        let c = &check;
         let got = std::thread::scope(|s| {
-            let read = |rx: crossbeam_channel::Receiver<Vec<Work>>| s.spawn(move || rx.iter().flatten().map(|w| seen(&w, c, f)).collect::<Vec<_>>());
+            let read = |rx: crossbeam_channel::Receiver<Vec<Work>>| s.spawn(move || rx.iter().flatten().map(|w| seen(&w, c)).collect::<Vec<_>>());
             let (r0, r1) = (read(rx0), read(rx1));
             assert!(parked.drain(&queues).unwrap());
             drop(queues);
@@ -340,5 +371,12 @@ mod tests {
         });
         assert_eq!(got, sent);
         assert!(parked.lanes.iter().all(|l| l.held.is_empty() && l.disk.is_empty()));
+        assert_eq!(parked.shared.checks.len(), 1, "one check, whatever the files");
+        // A scan whose question has another answer when read back is refused, never read whole.
+        let mut p = Parked::new(Some(Arc::new(PerFile)), roots());
+        let mut buf = Vec::new();
+        p.shared.encode(vec![work(2, &check)], &mut buf).unwrap();
+        p.shared.changes = None;
+        assert!(p.shared.decode(&buf).is_err());
     }
 }

@@ -317,7 +317,7 @@ impl Backup {
             let mut large: std::collections::HashMap<(u16, u64), usize> = Default::default();
             // Work whose queue is full waits aside (a few batches in memory, the rest on disk)
             // while the walk goes on: one device's full queue leaves no other reader idle.
-            let mut parked = Parked::default();
+            let mut parked = Parked::new(self.changes.clone(), self.roots.iter().map(|r| r.name.clone()).collect());
             let sent = |r: Result<bool>| r.unwrap_or_else(|e| {
                 shared.fail(e);
                 false
@@ -414,7 +414,8 @@ impl Backup {
                     Some(c)
                 }
             };
-            work = Some(Work { file_id, path: std::mem::take(&mut l.abs), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes });
+            let rel = matches!(changes, Some(FileChanges::Scan(_))).then(|| l.entry.path.clone());
+            work = Some(Work { file_id, path: std::mem::take(&mut l.abs), dev: (root_id, l.dev), size: l.entry.size, check: ctx, changes, rel });
         }
         self.push_entry(&l.entry)?;
         Ok(work)
