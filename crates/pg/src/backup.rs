@@ -302,32 +302,40 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let ours = format!("{}/", facts.tablespace_version_dir);
     let in_ours = |l: &Listed| l.entry.path.is_empty() || l.entry.path == facts.tablespace_version_dir || l.entry.path.starts_with(&ours);
     session.warnings.extend(catalog_warnings);
-    // This host's files: walked as they are read, so that a cluster of millions of relation
+    // The cluster's files, walked as they are read, so that a cluster of millions of relation
     // files holds no listing of them. The data directory is walked first, then each tablespace,
     // so that entries stay in root order for the manifest's page index; the walk never waits for
     // the readers (work waits on disk), so each tablespace's reader starts once the walk reaches
-    // it, not once the data directory has been read.
+    // it, not once the data directory has been read. A tablespace's walk starts only then: an
+    // agent sends a listing as it is read, and one asked for early would sit on the link.
     let mut walk = files.walk(&pgdata, 0)?;
-    let mut ts_walks = Vec::new();
-    for &(id, location) in &ts_roots {
-        ts_walks.push((id, files.walk(location, 0)?));
-    }
     session.warnings.extend(warnings);
+    let ts_warnings = std::cell::RefCell::new(Vec::new());
     let (dropped, ts_dropped) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
     let read = {
         let main = layout::filter_stream(&mut walk, false, &dropped, files.as_ref())
             .filter(|l| !l.as_ref().is_ok_and(|l| from_primary(&l.entry.path)))
             .map(|l| l.map(|l| (main_root, l, as_check())));
-        let spaces = ts_walks.iter_mut().flat_map(|(id, w)| {
-            let id = *id;
-            layout::filter_stream(w.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped, files.as_ref()).map(move |l| l.map(|l| (id, l, as_check())))
+        let ts_warnings = &ts_warnings;
+        let spaces = ts_roots.iter().flat_map(|&(id, location)| {
+            let mut w = Some(files.walk(location, 0));
+            let listing = std::iter::from_fn(move || match w.as_mut()? {
+                Err(_) => w.take().and_then(|r| r.err()).map(Err),
+                Ok(walk) => {
+                    let next = walk.next();
+                    if next.is_none() {
+                        ts_warnings.borrow_mut().extend(walk.take_warnings());
+                        w = None;
+                    }
+                    next
+                }
+            });
+            layout::filter_stream(listing.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped, files.as_ref()).map(move |l| l.map(|l| (id, l, as_check())))
         });
         session.read_streamed(main.chain(spaces))
     };
     session.warnings.extend(walk.take_warnings());
-    for (_, w) in &mut ts_walks {
-        session.warnings.extend(w.take_warnings());
-    }
+    session.warnings.extend(ts_warnings.into_inner());
     read?;
     let dropped = dropped.get();
     if let Some(m) = &misses {
