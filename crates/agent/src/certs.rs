@@ -8,10 +8,11 @@
 //! while each admits only its own backup hosts.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use sheaf_core::whole::WholeFile;
 use sheaf_core::{Error, ErrorKind, Result};
 use time::{Duration, OffsetDateTime};
 
@@ -34,16 +35,16 @@ fn cert_err(what: &str, e: rcgen::Error) -> Error {
     Error::new(ErrorKind::Io, format!("{what}: {e}"))
 }
 
+/// Write a certificate or key whole and durably, never over one already there.
 fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
-    let io = |e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(io)?;
-    f.write_all(text.as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)
+    let mut f = WholeFile::create_with(path, mode, ErrorKind::Target)?.no_replace();
+    f.write_all(text.as_bytes()).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e))?;
+    f.commit()
 }
 
 /// The SHA-256 of a certificate's DER bytes, in lower-case hex: how the allow-list names it.
 pub fn fingerprint(der: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, der).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    sheaf_core::text::hex(ring::digest::digest(&ring::digest::SHA256, der).as_ref())
 }
 
 /// What [`init`] made.
@@ -121,11 +122,7 @@ pub fn init(dir: &Path, extra_names: &[String]) -> Result<Made> {
     write_file(&dir.join(SERVER), &server_cert.pem(), 0o644)?;
     write_file(&dir.join(SERVER_KEY), &server_key.serialize_pem(), 0o600)?;
     let fp = issue(&issuer, dir, "client", "sheaf backup host", now, now + Duration::days(3650))?;
-    write_file(
-        &dir.join(ALLOWED),
-        &format!("# SHA-256 of each client certificate this agent accepts, one per line (a name may follow)\n{fp} client.pem\n"),
-        0o644,
-    )?;
+    write_file(&dir.join(ALLOWED), &format!("# SHA-256 of each client certificate this agent accepts, one per line (a name may follow)\n{fp} client.pem\n"), 0o644)?;
     Ok(Made { server_names: names, client_fingerprint: fp })
 }
 
@@ -145,9 +142,7 @@ fn issue(issuer: &Issuer<'_, KeyPair>, dir: &Path, stem: &str, cn: &str, not_bef
 /// # Errors
 /// A folder without the CA's certificate and key; I/O.
 pub fn issue_client(ca_dir: &Path, out: &Path, stem: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> Result<String> {
-    let read = |name: &str| {
-        std::fs::read_to_string(ca_dir.join(name)).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", ca_dir.join(name).display()), e))
-    };
+    let read = |name: &str| std::fs::read_to_string(ca_dir.join(name)).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", ca_dir.join(name).display()), e));
     let key = KeyPair::from_pem(&read(CA_KEY)?).map_err(|e| cert_err("the CA's key does not parse", e))?;
     let issuer = Issuer::from_ca_cert_pem(&read(CA)?, key).map_err(|e| cert_err("the CA's certificate does not parse", e))?;
     issue(&issuer, out, stem, &format!("sheaf backup host ({stem})"), not_before, not_after)

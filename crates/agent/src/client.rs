@@ -46,8 +46,25 @@ pub struct AgentClient {
     addr: String,
 }
 
-fn link(addr: &str, what: &str, e: impl std::fmt::Display) -> Error {
+/// The link to the agent failed (nothing listening, a reset, a timeout, the stream cut): worth
+/// dialling again, so transient.
+fn link(addr: &str, what: &str, e: std::io::Error) -> Error {
+    Error::io(ErrorKind::Source, format!("agent at {addr}: {what}"), e).transient(true)
+}
+
+/// The agent answered something this side cannot take: not the link's fault, so permanent.
+fn garbled(addr: &str, what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Source, format!("agent at {addr}: {what}: {e}"))
+}
+
+/// The TLS error under an I/O error, if that is what it is.
+fn tls_error(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
+/// The TLS error under sheaf's error, if that is what it is.
+fn tls_cause(e: &Error) -> Option<&rustls::Error> {
+    e.io_error().and_then(tls_error)
 }
 
 impl AgentClient {
@@ -78,33 +95,50 @@ impl AgentClient {
             .to_socket_addrs()
             .map_err(|e| link(addr, "cannot resolve it", e))?
             .next()
-            .ok_or_else(|| Error::new(ErrorKind::Source, format!("agent at {addr}: the name resolves to no address")))?;
+            .ok_or_else(|| Error::new(ErrorKind::Source, format!("agent at {addr}: the name resolves to no address")).transient(true))?;
         let sock = TcpStream::connect_timeout(&target, timeout.min(Duration::from_secs(10)))
             .map_err(|e| link(addr, "cannot connect (check that `sheaf agent` runs there, on that port, and that no firewall stands between)", e))?;
         let _ = sock.set_nodelay(true);
         sock.set_read_timeout(Some(timeout)).map_err(|e| link(addr, "socket", e))?;
         sock.set_write_timeout(Some(timeout)).map_err(|e| link(addr, "socket", e))?;
-        let conn = ClientConnection::new(config, name).map_err(|e| link(addr, "TLS", e))?;
+        let conn = ClientConnection::new(config, name).map_err(|e| garbled(addr, "TLS", e))?;
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {
             s.conn.complete_io(&mut s.sock).map_err(|e| {
-                link(addr, "the TLS handshake failed (is the agent's certificate from the CA in --tls-dir, and does it name this host? is this client's certificate from the agent's CA and unexpired?)", e)
+                // A certificate refused either way is the TLS layer's error: dialling again
+                // gets it again. A link cut mid-handshake is the link's.
+                if tls_error(&e).is_some() {
+                    Error::io(
+                        ErrorKind::Denied,
+                        format!("agent at {addr}: the TLS handshake failed (is the agent's certificate from the CA in --tls-dir, and does it name this host? is this client's certificate from the agent's CA and unexpired?)"),
+                        e,
+                    )
+                } else {
+                    link(addr, "the TLS handshake was cut off", e)
+                }
             })?;
         }
-        let mut c = AgentClient { s, buf: Vec::new(), hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new() }, addr: addr.to_string() };
+        let mut c = AgentClient {
+            s,
+            buf: Vec::new(),
+            hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new() },
+            addr: addr.to_string(),
+        };
         // TLS 1.3 ends the client's handshake before the agent has checked its certificate: a
         // refusal arrives as an alert on the first answer, or, when the agent has closed by then,
-        // as a broken pipe on the first request (the alert is then read after it).
+        // as a broken pipe on the first request (the alert is then read after it). Either way
+        // it is permanent: the same certificate is refused again.
         let refused = |e: Error| {
-            Error::new(e.kind(), format!("{e} (the agent refused this client's certificate: is it from the agent's CA, unexpired, and on its allowed-clients?)"))
+            Error::new(ErrorKind::Denied, format!("{e} (the agent refused this client's certificate: is it from the agent's CA, unexpired, and on its allowed-clients?)"))
         };
+        let alert = |e: &Error| matches!(tls_cause(e), Some(rustls::Error::AlertReceived(_)));
         if let Err(sent) = c.send(&Request::Hello { version: proto::VERSION }) {
             return Err(match c.next() {
-                Err(e) if e.to_string().contains("alert") => refused(e),
+                Err(e) if alert(&e) => refused(e),
                 _ => refused(sent),
             });
         }
-        let first = c.next().map_err(|e| if e.to_string().contains("alert") { refused(e) } else { e })?;
+        let first = c.next().map_err(|e| if alert(&e) { refused(e) } else { e })?;
         match first {
             proto::REPLY => c.hello = c.json()?,
             k => return Err(c.unexpected(k)),
@@ -123,7 +157,7 @@ impl AgentClient {
     fn next(&mut self) -> Result<u8> {
         match proto::read_frame(&mut self.s, &mut self.buf) {
             Ok(Some(k)) => Ok(k),
-            Ok(None) => Err(link(&self.addr, "the agent closed the connection", "end of stream")),
+            Ok(None) => Err(link(&self.addr, "the agent closed the connection", std::io::ErrorKind::UnexpectedEof.into())),
             Err(e) => Err(link(&self.addr, "reading its answer", e)),
         }
     }
@@ -145,20 +179,16 @@ impl AgentClient {
     }
 
     fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.buf).map_err(|e| link(&self.addr, "an answer that does not parse", e))
+        serde_json::from_slice(&self.buf).map_err(|e| garbled(&self.addr, "an answer that does not parse", e))
     }
 
     fn unexpected(&self, kind: u8) -> Error {
         if kind == proto::ERROR {
             if let Ok(w) = serde_json::from_slice::<WireError>(&self.buf) {
-                let k = match w.kind.as_str() {
-                    "denied" | "protocol" => ErrorKind::InvalidInput,
-                    _ => ErrorKind::Source,
-                };
-                return Error::new(k, format!("agent at {}: {}", self.addr, w.message));
+                return w.into_error(&self.addr);
             }
         }
-        link(&self.addr, "an answer out of turn", format!("frame kind {kind}"))
+        garbled(&self.addr, "an answer out of turn", format!("frame kind {kind}"))
     }
 
     /// Everything under `path` on the agent's host (`path` itself as `""`), and the warnings

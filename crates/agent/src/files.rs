@@ -14,7 +14,6 @@
 //! whole with the stat, to be packed on the backup host.
 
 use std::collections::VecDeque;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,11 +22,12 @@ use std::time::Duration;
 use sheaf_core::codec::CodecSpec;
 use sheaf_core::format::{PACK_LIMIT, ZERO_FRAME};
 use sheaf_core::manifest::EntryKind;
+use sheaf_core::retry::Backoff;
 use sheaf_core::source::{FileStat, Files, Listed, Listing, SourceFile, StoredChunk};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::client::{AgentClient, Answer, ListPart};
-use crate::proto::{ChunkHead, HelloReply, ReadEnd, Request, WireError, WireListed};
+use crate::proto::{ChunkHead, HelloReply, ReadEnd, Request, WireListed};
 
 /// Bytes asked for with the stat at open.
 pub const FIRST: u64 = 256 << 10;
@@ -62,19 +62,16 @@ impl Inner {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(c);
     }
 
-    /// A connection, dialled again up to [`RETRIES`] times with a growing pause.
-    fn take_retrying(&self, first_error: &Error) -> io::Result<AgentClient> {
-        let mut last = first_error.to_string();
-        for attempt in 0..RETRIES {
-            std::thread::sleep(Duration::from_millis(500 << attempt));
-            match AgentClient::connect_within(&self.addr, &self.tls_dir, self.timeout) {
-                Ok(c) => return Ok(c),
-                Err(e) => last = e.to_string(),
-            }
-        }
-        Err(io::Error::other(format!("gave up after {RETRIES} new connections: {last}")))
+    /// A new connection (never a pooled one: after a failed link those may be dead too).
+    fn dial(&self) -> Result<AgentClient> {
+        AgentClient::connect_within(&self.addr, &self.tls_dir, self.timeout)
     }
 }
+
+/// How a read whose link failed is tried again: on a new connection, resumed where the stream
+/// stood, after 0.5, 1 and 2 s; only what [`Error::is_transient`] says (the link's failures,
+/// never a refusal).
+const RECONNECT: Backoff = Backoff::new(1 + RETRIES, Duration::from_millis(500), Duration::from_secs(4));
 
 /// A host's files through its agent.
 #[derive(Clone)]
@@ -82,15 +79,6 @@ pub struct AgentFiles {
     inner: Arc<Inner>,
     /// What the agent said at hello.
     pub hello: HelloReply,
-}
-
-fn to_io(e: &WireError) -> io::Error {
-    let kind = match e.kind.as_str() {
-        "not_found" => io::ErrorKind::NotFound,
-        "denied" => io::ErrorKind::PermissionDenied,
-        _ => io::ErrorKind::Other,
-    };
-    io::Error::new(kind, e.message.clone())
 }
 
 fn listed(w: WireListed, abs: PathBuf, rel: String, root: u16) -> Listed {
@@ -178,7 +166,14 @@ impl AgentFiles {
             return Err(Error::invalid("--compress-on agent with --compression none: there is nothing for the agent to compress; leave --compress-on out, or choose a codec"));
         }
         let idle = std::mem::take(&mut *self.inner.idle.lock().unwrap_or_else(|p| p.into_inner()));
-        let inner = Arc::new(Inner { addr: self.inner.addr.clone(), tls_dir: self.inner.tls_dir.clone(), idle: Mutex::new(idle), timeout: self.inner.timeout, squeeze: Some(codec.to_string()), received: AtomicU64::new(0) });
+        let inner = Arc::new(Inner {
+            addr: self.inner.addr.clone(),
+            tls_dir: self.inner.tls_dir.clone(),
+            idle: Mutex::new(idle),
+            timeout: self.inner.timeout,
+            squeeze: Some(codec.to_string()),
+            received: AtomicU64::new(0),
+        });
         Ok(AgentFiles { inner, hello: self.hello })
     }
 
@@ -212,7 +207,7 @@ impl Files for AgentFiles {
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
         match self.with(|c| c.stat(&abs.display().to_string())) {
             Ok(w) => Ok(Some(listed(w, abs.to_path_buf(), rel, root_id))),
-            Err(e) if e.to_string().contains("no such file") => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -221,12 +216,14 @@ impl Files for AgentFiles {
         let path = abs.display().to_string();
         let read = || -> Result<Option<Vec<u8>>> {
             let mut out = Vec::new();
-            match self.with(|c| c.read(&path, 0, 16 << 20, |d| {
-                out.extend_from_slice(d);
-                Ok(())
-            })) {
+            match self.with(|c| {
+                c.read(&path, 0, 16 << 20, |d| {
+                    out.extend_from_slice(d);
+                    Ok(())
+                })
+            }) {
                 Ok(_) => Ok(Some(out)),
-                Err(e) if e.to_string().contains("no such file") => Ok(None),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
             }
         };
@@ -237,7 +234,7 @@ impl Files for AgentFiles {
         Some(format!("the agent at {}", self.inner.addr))
     }
 
-    fn open(&self, path: &Path) -> io::Result<Box<dyn SourceFile>> {
+    fn open(&self, path: &Path) -> Result<Box<dyn SourceFile>> {
         let mut f = RemoteFile {
             inner: self.inner.clone(),
             path: path.display().to_string(),
@@ -256,19 +253,13 @@ impl Files for AgentFiles {
             chunks: VecDeque::new(),
             arrive: 0,
         };
-        if let Err(e) = f.open() {
-            if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) || e.raw_os_error().is_some() {
-                return Err(e);
+        f.retrying(RemoteFile::open).map_err(|e| {
+            if e.kind() == ErrorKind::NotFound {
+                Error::new(ErrorKind::NotFound, format!("{} vanished before it was read", path.display()))
+            } else {
+                e
             }
-            // The link (a pooled connection the agent dropped, or the agent gone): dial again.
-            f.conn = None;
-            f.inflight.clear();
-            let c = self.inner.take_retrying(&Error::new(ErrorKind::Source, e.to_string())).map_err(|e2| {
-                io::Error::other(format!("agent at {}: opening {}: {e}; {e2}", self.inner.addr, f.path))
-            })?;
-            f.conn = Some(c);
-            f.open()?;
-        }
+        })?;
         Ok(Box::new(f))
     }
 }
@@ -304,25 +295,25 @@ struct RemoteFile {
 }
 
 impl RemoteFile {
-    fn conn(&mut self) -> io::Result<&mut AgentClient> {
+    fn conn(&mut self) -> Result<&mut AgentClient> {
         if self.conn.is_none() {
-            self.conn = Some(self.inner.take().map_err(|e| io::Error::other(e.to_string()))?);
+            self.conn = Some(self.inner.take()?);
         }
         Ok(self.conn.as_mut().expect("just set"))
     }
 
-    fn ask(&mut self, from: u64, len: u64) -> io::Result<()> {
+    fn ask(&mut self, from: u64, len: u64) -> Result<()> {
         let path = self.path.clone();
-        self.conn()?.send(&Request::Read { path, offset: from, len }).map_err(|e| io::Error::other(e.to_string()))?;
+        self.conn()?.send(&Request::Read { path, offset: from, len })?;
         self.inflight.push_back((from, from + len));
         self.asked_to = from + len;
         Ok(())
     }
 
-    fn ask_chunks(&mut self, from: u64, len: u64) -> io::Result<()> {
+    fn ask_chunks(&mut self, from: u64, len: u64) -> Result<()> {
         let (path, chunk) = (self.path.clone(), self.chunk);
         let codec = self.inner.squeeze.clone().unwrap_or_default();
-        self.conn()?.send(&Request::ReadChunks { path, offset: from, len, chunk, codec }).map_err(|e| io::Error::other(e.to_string()))?;
+        self.conn()?.send(&Request::ReadChunks { path, offset: from, len, chunk, codec })?;
         self.inflight.push_back((from, from + len));
         self.asked_to = from + len;
         Ok(())
@@ -330,24 +321,30 @@ impl RemoteFile {
 
     /// Stat and the first bytes, in one round trip (when the agent compresses, only what a file
     /// packed on this side can hold: a larger one comes compressed).
-    fn open(&mut self) -> io::Result<()> {
+    fn open(&mut self) -> Result<()> {
         let path = self.path.clone();
-        self.conn()?.send(&Request::Stat { path }).map_err(|e| io::Error::other(e.to_string()))?;
+        self.conn()?.send(&Request::Stat { path })?;
         self.ask(0, if self.inner.squeeze.is_some() { PACK_LIMIT } else { FIRST })?;
         let c = self.conn.as_mut().expect("connected");
-        let stat = match c.answer().map_err(|e| io::Error::other(e.to_string()))? {
-            Answer::Reply(b) => serde_json::from_slice::<WireListed>(b).map_err(|e| io::Error::other(e.to_string()))?,
+        let stat = match c.answer()? {
+            Answer::Reply(b) => serde_json::from_slice::<WireListed>(b).map_err(|e| self.garbled(&format!("a stat that does not parse ({e})")))?,
             Answer::Refused(e) => {
+                let e = e.into_error(&self.inner.addr);
                 self.drain()?;
-                return Err(to_io(&e));
+                return Err(e);
             }
-            _ => return Err(io::Error::other(format!("agent at {}: an answer out of turn", self.inner.addr))),
+            _ => return Err(self.garbled("an answer out of turn")),
         };
         if stat.entry.kind == EntryKind::Symlink {
             self.drain()?;
-            return Err(io::Error::from_raw_os_error(libc_eloop()));
+            return Err(Error::new(ErrorKind::Source, format!("{} became a symbolic link while the backup ran", self.path)));
         }
-        self.stat = FileStat { len: stat.entry.size, mtime: stat.entry.mtime_ns.div_euclid(1_000_000_000), mtime_nsec: stat.entry.mtime_ns.rem_euclid(1_000_000_000), is_file: stat.entry.kind == EntryKind::File };
+        self.stat = FileStat {
+            len: stat.entry.size,
+            mtime: stat.entry.mtime_ns.div_euclid(1_000_000_000),
+            mtime_nsec: stat.entry.mtime_ns.rem_euclid(1_000_000_000),
+            is_file: stat.entry.kind == EntryKind::File,
+        };
         if !self.stat.is_file {
             self.drain()?;
         }
@@ -355,7 +352,7 @@ impl RemoteFile {
     }
 
     /// Read and drop every answer still in flight, so the connection is in step again.
-    fn drain(&mut self) -> io::Result<()> {
+    fn drain(&mut self) -> Result<()> {
         while !self.inflight.is_empty() {
             self.next_frame()?;
         }
@@ -366,10 +363,11 @@ impl RemoteFile {
     }
 
     /// The next frame of the stream, into `buffered` (data) or closing the oldest range (end).
-    fn next_frame(&mut self) -> io::Result<()> {
+    fn next_frame(&mut self) -> Result<()> {
         let addr = self.inner.addr.clone();
-        let c = self.conn.as_mut().ok_or_else(|| io::Error::other("no connection"))?;
-        match c.answer().map_err(|e| io::Error::other(e.to_string()))? {
+        let garbled = |what: &str| Error::new(ErrorKind::Source, format!("agent at {addr}: {what}"));
+        let c = self.conn.as_mut().ok_or_else(|| garbled("no connection"))?;
+        match c.answer()? {
             Answer::Data(d) => {
                 if self.used == self.buffered.len() {
                     self.buffered.clear();
@@ -380,12 +378,12 @@ impl RemoteFile {
             }
             Answer::Chunk(d) => {
                 self.inner.received.fetch_add(d.len() as u64, Ordering::Relaxed);
-                let (head, _) = ChunkHead::decode(d).ok_or_else(|| io::Error::other(format!("agent at {addr}: a chunk frame cut short")))?;
+                let (head, _) = ChunkHead::decode(d).ok_or_else(|| garbled("a chunk frame cut short"))?;
                 self.chunks.push_back((self.arrive, d.to_vec()));
                 self.arrive += u64::from(head.raw_len);
             }
             Answer::End(ReadEnd { read, size_at_open, changed }) => {
-                let (start, end) = self.inflight.pop_front().ok_or_else(|| io::Error::other(format!("agent at {addr}: an end out of turn")))?;
+                let (start, end) = self.inflight.pop_front().ok_or_else(|| garbled("an end out of turn"))?;
                 // The next range's chunks start where this one was asked to end (after a short
                 // one, past a gap: not taken).
                 self.arrive = end;
@@ -398,16 +396,16 @@ impl RemoteFile {
             }
             Answer::Refused(e) => {
                 self.inflight.pop_front();
-                return Err(to_io(&e));
+                return Err(e.into_error(&addr));
             }
-            Answer::Reply(_) => return Err(io::Error::other(format!("agent at {addr}: an answer out of turn"))),
+            Answer::Reply(_) => return Err(garbled("an answer out of turn")),
         }
         Ok(())
     }
 
     /// Restart the stream at `offset`, of raw bytes or of `chunk`-byte compressed chunks: what
     /// is in flight is dropped.
-    fn restart(&mut self, offset: u64, chunk: Option<u32>) -> io::Result<()> {
+    fn restart(&mut self, offset: u64, chunk: Option<u32>) -> Result<()> {
         self.drain()?;
         self.pos = offset;
         self.asked_to = offset;
@@ -419,7 +417,7 @@ impl RemoteFile {
     }
 
     /// The compressed chunk of `want` raw bytes at `offset`, into `out`.
-    fn chunk_once(&mut self, out: &mut [u8], offset: u64, want: usize) -> io::Result<StoredChunk> {
+    fn chunk_once(&mut self, out: &mut [u8], offset: u64, want: usize) -> Result<StoredChunk> {
         let last = offset + want as u64 >= self.stat.len;
         if !self.chunked || offset != self.pos || (want as u32 != self.chunk && !last) {
             self.restart(offset, Some(want as u32))?;
@@ -445,7 +443,7 @@ impl RemoteFile {
                 let (head, stored) = ChunkHead::decode(&frame).expect("checked on arrival");
                 let raw_len = head.raw_len as usize;
                 if raw_len > want || stored.len() > out.len() {
-                    return Err(io::Error::other(format!("agent at {}: {}: a chunk of {raw_len} bytes ({} stored) where {want} were asked", self.inner.addr, self.path, stored.len())));
+                    return Err(self.garbled(&format!("a chunk of {raw_len} bytes ({} stored) where {want} were asked", stored.len())));
                 }
                 out[..stored.len()].copy_from_slice(stored);
                 self.pos += raw_len as u64;
@@ -458,7 +456,7 @@ impl RemoteFile {
         }
     }
 
-    fn read_once(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    fn read_once(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
         if offset != self.pos || self.chunked {
             self.restart(offset, None)?;
         }
@@ -491,12 +489,8 @@ impl RemoteFile {
     }
 }
 
-fn libc_eloop() -> i32 {
-    rustix::io::Errno::LOOP.raw_os_error()
-}
-
 impl SourceFile for RemoteFile {
-    fn stat(&mut self) -> io::Result<FileStat> {
+    fn stat(&mut self) -> Result<FileStat> {
         self.stats_given += 1;
         if self.stats_given == 1 || !self.changed {
             return Ok(self.stat);
@@ -505,31 +499,38 @@ impl SourceFile for RemoteFile {
         self.drain()?;
         let path = self.path.clone();
         let c = self.conn()?;
-        let w = c.stat(&path).map_err(|e| io::Error::other(e.to_string()))?;
-        Ok(FileStat { len: w.entry.size, mtime: w.entry.mtime_ns.div_euclid(1_000_000_000), mtime_nsec: w.entry.mtime_ns.rem_euclid(1_000_000_000), is_file: w.entry.kind == EntryKind::File })
+        let w = c.stat(&path)?;
+        Ok(FileStat {
+            len: w.entry.size,
+            mtime: w.entry.mtime_ns.div_euclid(1_000_000_000),
+            mtime_nsec: w.entry.mtime_ns.rem_euclid(1_000_000_000),
+            is_file: w.entry.kind == EntryKind::File,
+        })
     }
 
-    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.retrying(|f| f.read_once(buf, offset))
     }
 
-    fn read_stored_at(&mut self, out: &mut [u8], offset: u64, want: usize) -> Option<io::Result<StoredChunk>> {
+    fn read_stored_at(&mut self, out: &mut [u8], offset: u64, want: usize) -> Option<Result<StoredChunk>> {
         self.inner.squeeze.as_ref()?;
         Some(self.retrying(|f| f.chunk_once(out, offset, want)))
     }
 }
 
 impl RemoteFile {
-    /// `op`, and when the link fails, the same again on a new connection, resuming where the
-    /// stream stood (the connection dialled up to [`RETRIES`] times); a second failure is final.
-    fn retrying<T>(&mut self, mut op: impl FnMut(&mut RemoteFile) -> io::Result<T>) -> io::Result<T> {
-        let mut failures = 0;
-        loop {
-            match op(self) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
-                Err(e) => {
-                    failures += 1;
+    /// What the agent sent that this side cannot take (permanent: the link did not fail).
+    fn garbled(&self, what: &str) -> Error {
+        Error::new(ErrorKind::Source, format!("agent at {}: {}: {what}", self.inner.addr, self.path))
+    }
+
+    /// `op`, and while it fails with a transient error (the link's), the same again on a new
+    /// connection, resuming where the stream stood, as [`RECONNECT`] says.
+    fn retrying<T>(&mut self, mut op: impl FnMut(&mut RemoteFile) -> Result<T>) -> Result<T> {
+        let path = self.path.clone();
+        RECONNECT
+            .run(|n| {
+                if n > 0 {
                     self.conn = None;
                     self.inflight.clear();
                     self.buffered.clear();
@@ -538,16 +539,11 @@ impl RemoteFile {
                     self.asked_to = self.pos;
                     self.arrive = self.pos;
                     self.eof = None;
-                    if failures > 1 {
-                        return Err(io::Error::other(format!("agent at {}: reading {}: {e}", self.inner.addr, self.path)));
-                    }
-                    let c = self.inner.take_retrying(&Error::new(ErrorKind::Source, e.to_string())).map_err(|e2| {
-                        io::Error::other(format!("agent at {}: reading {}: {e}; {e2}", self.inner.addr, self.path))
-                    })?;
-                    self.conn = Some(c);
+                    self.conn = Some(self.inner.dial()?);
                 }
-            }
-        }
+                op(self)
+            })
+            .map_err(|e| if e.is_transient() { e.context(format!("reading {path} (gave up after {RETRIES} new connections)")) } else { e })
     }
 }
 

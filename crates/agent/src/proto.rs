@@ -112,11 +112,7 @@ impl ChunkHead {
     /// A frame's head and the stored bytes after it, or `None` when it is too short.
     pub fn decode(frame: &[u8]) -> Option<(ChunkHead, &[u8])> {
         let head = frame.get(..Self::LEN)?;
-        let h = ChunkHead {
-            codec: head[0],
-            raw_len: u32::from_le_bytes(head[1..5].try_into().ok()?),
-            raw_crc: u32::from_le_bytes(head[5..9].try_into().ok()?),
-        };
+        let h = ChunkHead { codec: head[0], raw_len: u32::from_le_bytes(head[1..5].try_into().ok()?), raw_crc: u32::from_le_bytes(head[5..9].try_into().ok()?) };
         Some((h, &frame[Self::LEN..]))
     }
 }
@@ -159,13 +155,57 @@ pub struct ReadEnd {
     pub changed: bool,
 }
 
+/// What kind of refusal or failure a [`WireError`] is; on the wire as its snake_case name.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WireErrorKind {
+    /// Outside what the agent serves, or not a kind of file it reads.
+    Denied,
+    /// Nothing at the path (gone since it was listed).
+    NotFound,
+    /// The agent's file system failed.
+    Io,
+    /// A request this agent does not take (another version, a bad argument).
+    Protocol,
+    /// A kind a newer agent sent that this side does not know.
+    #[serde(other)]
+    Other,
+}
+
 /// A refusal or failure.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WireError {
-    /// `denied` (outside what the agent serves, or not allowed), `not_found`, `io`, `protocol`.
-    pub kind: String,
+    /// Its kind.
+    pub kind: WireErrorKind,
     /// What happened, for the user.
     pub message: String,
+}
+
+impl WireError {
+    /// A refusal of `kind`.
+    pub fn new(kind: WireErrorKind, message: impl Into<String>) -> WireError {
+        WireError { kind, message: message.into() }
+    }
+
+    /// What the agent's host failed with, as a wire error: `NotFound` for a missing file,
+    /// `Io` otherwise.
+    pub fn from_io(what: &str, e: &std::io::Error) -> WireError {
+        let kind = if e.kind() == std::io::ErrorKind::NotFound { WireErrorKind::NotFound } else { WireErrorKind::Io };
+        WireError::new(kind, format!("{what}: {e}"))
+    }
+
+    /// sheaf's error for this refusal by the agent at `addr`: the one place wire kinds become
+    /// [`sheaf_core::ErrorKind`]s. A refusal is never transient: asking again gets it again.
+    pub fn into_error(self, addr: &str) -> sheaf_core::Error {
+        use sheaf_core::ErrorKind;
+        let kind = match self.kind {
+            WireErrorKind::Denied => ErrorKind::Denied,
+            WireErrorKind::Protocol => ErrorKind::InvalidInput,
+            WireErrorKind::NotFound => ErrorKind::NotFound,
+            WireErrorKind::Io | WireErrorKind::Other => ErrorKind::Source,
+        };
+        sheaf_core::Error::new(kind, format!("agent at {addr}: {}", self.message))
+    }
 }
 
 /// Write one frame.

@@ -20,8 +20,8 @@ use sheaf_core::source::{list_one, Walk};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::certs::fingerprint;
+use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireErrorKind, WireListed, DATA_CHUNK, LIST_BATCH};
 use crate::squeeze::Squeezer;
-use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireListed, DATA_CHUNK, LIST_BATCH};
 
 /// What the agent serves, and where.
 #[derive(Clone, Debug)]
@@ -53,8 +53,8 @@ pub struct Agent {
     threads: usize,
 }
 
-fn wire(kind: &str, message: impl Into<String>) -> WireError {
-    WireError { kind: kind.into(), message: message.into() }
+fn wire(kind: WireErrorKind, message: impl Into<String>) -> WireError {
+    WireError::new(kind, message)
 }
 
 /// The directories reads may fall in: the data directory and where its pg_wal and
@@ -82,19 +82,19 @@ fn roots(pgdata: &Path) -> Vec<PathBuf> {
 fn confine(path: &str, roots: &[PathBuf]) -> std::result::Result<PathBuf, WireError> {
     let p = Path::new(path);
     if !p.is_absolute() {
-        return Err(wire("denied", format!("{path}: give an absolute path")));
+        return Err(wire(WireErrorKind::Denied, format!("{path}: give an absolute path")));
     }
     let resolved = p.canonicalize().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            wire("not_found", format!("{path}: no such file or directory"))
+            wire(WireErrorKind::NotFound, format!("{path}: no such file or directory"))
         } else {
-            wire("io", format!("{path}: {e}"))
+            WireError::from_io(path, &e)
         }
     })?;
     if roots.iter().any(|r| resolved.starts_with(r)) {
         Ok(resolved)
     } else {
-        Err(wire("denied", format!("{path} is outside the cluster's directories, which are all this agent serves")))
+        Err(wire(WireErrorKind::Denied, format!("{path} is outside the cluster's directories, which are all this agent serves")))
     }
 }
 
@@ -115,14 +115,21 @@ impl Agent {
     /// cannot be bound.
     pub fn bind(config: &AgentConfig) -> Result<Agent> {
         let control = config.pgdata.join("global/pg_control");
-        let bytes = std::fs::read(&control).map_err(|e| {
-            Error::io(ErrorKind::Source, format!("cannot read {} (--pgdata must be the cluster's data directory, readable by this user)", control.display()), e)
-        })?;
+        let bytes = std::fs::read(&control)
+            .map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {} (--pgdata must be the cluster's data directory, readable by this user)", control.display()), e))?;
         let id = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
         let (tls, allowed) = crate::tls::server_config(&config.tls_dir)?;
         let listener = TcpListener::bind(&config.listen)
             .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot listen on {} (give --listen ADDR:PORT, e.g. 0.0.0.0:7400)", config.listen), e))?;
-        Ok(Agent { listener, tls, allowed: Arc::new(allowed), pgdata: config.pgdata.clone(), system_identifier: id.to_string(), max_connections: config.max_connections.max(1), threads: config.threads.max(1) })
+        Ok(Agent {
+            listener,
+            tls,
+            allowed: Arc::new(allowed),
+            pgdata: config.pgdata.clone(),
+            system_identifier: id.to_string(),
+            max_connections: config.max_connections.max(1),
+            threads: config.threads.max(1),
+        })
     }
 
     /// The address it listens on.
@@ -192,7 +199,7 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
         // reset could lose the refusal before the client reads it).
         let mut hello = Vec::new();
         let _ = proto::read_frame(&mut s, &mut hello);
-        let _ = proto::write_json(&mut s, proto::ERROR, &wire("denied", format!("this client's certificate (SHA-256 {fp}) is not in the agent's allowed-clients")));
+        let _ = proto::write_json(&mut s, proto::ERROR, &wire(WireErrorKind::Denied, format!("this client's certificate (SHA-256 {fp}) is not in the agent's allowed-clients")));
         let _ = s.flush();
         s.conn.send_close_notify();
         let _ = s.conn.complete_io(&mut s.sock);
@@ -214,7 +221,7 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
         let request = match (kind, serde_json::from_slice::<Request>(&buf)) {
             (proto::REQUEST, Ok(r)) => r,
             _ => {
-                let _ = proto::write_json(&mut s, proto::ERROR, &wire("protocol", "not a request this agent knows"));
+                let _ = proto::write_json(&mut s, proto::ERROR, &wire(WireErrorKind::Protocol, "not a request this agent knows"));
                 return Err("a frame that is not a request".into());
             }
         };
@@ -229,7 +236,7 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
     match request {
         Request::Hello { version } => {
             if version != proto::VERSION {
-                return refuse(s, wire("protocol", format!("this agent speaks version {}, the client {version}: run the same sheaf on both hosts", proto::VERSION)));
+                return refuse(s, wire(WireErrorKind::Protocol, format!("this agent speaks version {}, the client {version}: run the same sheaf on both hosts", proto::VERSION)));
             }
             let reply = HelloReply {
                 version: proto::VERSION,
@@ -243,7 +250,7 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
             Err(e) => refuse(s, e),
             Ok(p) => match list_one(&p, String::new(), 0) {
                 Ok(l) => proto::write_json(s, proto::REPLY, &WireListed { entry: l.entry, dev: l.dev, ino: l.ino, nlink: l.nlink }),
-                Err(e) => refuse(s, wire(if e.kind() == ErrorKind::Source { "not_found" } else { "io" }, e.to_string())),
+                Err(e) => refuse(s, wire(if e.kind() == ErrorKind::NotFound { WireErrorKind::NotFound } else { WireErrorKind::Io }, e.to_string())),
             },
         },
         Request::List { path } => {
@@ -254,13 +261,13 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
             // Walked as it is sent: the agent holds one batch, never the listing.
             let mut walk = match Walk::new(&dir, 0) {
                 Ok(w) => w,
-                Err(e) => return refuse(s, wire("io", e.to_string())),
+                Err(e) => return refuse(s, wire(WireErrorKind::Io, e.to_string())),
             };
             let mut batch = Vec::with_capacity(LIST_BATCH);
             for l in &mut walk {
                 match l {
                     Ok(l) => batch.push(WireListed { entry: l.entry, dev: l.dev, ino: l.ino, nlink: l.nlink }),
-                    Err(e) => return refuse(s, wire("io", e.to_string())),
+                    Err(e) => return refuse(s, wire(WireErrorKind::Io, e.to_string())),
                 }
                 if batch.len() == LIST_BATCH {
                     proto::write_json(s, proto::LIST, &batch)?;
@@ -276,7 +283,7 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
             let dir = match confine(&path, &roots) {
                 Ok(p) => p,
                 // A directory gone (dropped while the backup walks) has no names.
-                Err(e) if e.kind == "not_found" => return proto::write_json(s, proto::END, &Vec::<String>::new()),
+                Err(e) if e.kind == WireErrorKind::NotFound => return proto::write_json(s, proto::END, &Vec::<String>::new()),
                 Err(e) => return refuse(s, e),
             };
             let mut batch: Vec<String> = Vec::with_capacity(LIST_BATCH);
@@ -307,7 +314,7 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
                 let got = match std::os::unix::fs::FileExt::read_at(&f, &mut data[..want], at) {
                     Ok(n) => n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return refuse(s, wire("io", format!("{path}: {e}"))),
+                    Err(e) => return refuse(s, wire(WireErrorKind::Io, format!("{path}: {e}"))),
                 };
                 if got == 0 {
                     break;
@@ -320,11 +327,14 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
         Request::ReadChunks { path, offset, len, chunk, codec } => {
             let spec = match CodecSpec::parse(&codec) {
                 Ok(c) if !c.is_auto() => c,
-                Ok(_) => return refuse(s, wire("protocol", "the agent compresses at one level: give a codec and level, not auto")),
-                Err(e) => return refuse(s, wire("protocol", e.to_string())),
+                Ok(_) => return refuse(s, wire(WireErrorKind::Protocol, "the agent compresses at one level: give a codec and level, not auto")),
+                Err(e) => return refuse(s, wire(WireErrorKind::Protocol, e.to_string())),
             };
             if !(MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE).contains(&u64::from(chunk)) {
-                return refuse(s, wire("protocol", format!("chunks of {chunk} bytes: the agent compresses chunks of {MIN_TRANSFER_SIZE} to {MAX_TRANSFER_SIZE} bytes")));
+                return refuse(
+                    s,
+                    wire(WireErrorKind::Protocol, format!("chunks of {chunk} bytes: the agent compresses chunks of {MIN_TRANSFER_SIZE} to {MAX_TRANSFER_SIZE} bytes")),
+                );
             }
             let (f, before) = match open_confined(&path, &roots) {
                 Ok(x) => x,
@@ -334,7 +344,7 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
                 *squeezer = None;
                 match Squeezer::new(spec, served.threads) {
                     Ok(q) => *squeezer = Some(q),
-                    Err(e) => return refuse(s, wire("io", e.to_string())),
+                    Err(e) => return refuse(s, wire(WireErrorKind::Io, e.to_string())),
                 }
             }
             let q = squeezer.as_mut().expect("just made");
@@ -342,13 +352,11 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
             // A read that fails is told as one (the chunks before it stand); a link that fails
             // ends the connection.
             let mut link = None;
-            let sent = q.run(&f, offset, len, chunk as usize, |frame| {
-                proto::write_frame(s, proto::CHUNK, frame).inspect_err(|e| link = Some(e.kind()))
-            });
+            let sent = q.run(&f, offset, len, chunk as usize, |frame| proto::write_frame(s, proto::CHUNK, frame).inspect_err(|e| link = Some(e.kind())));
             match sent {
                 Ok(n) => read_end(s, &f, &before, n),
                 Err(e) if link.is_some() => Err(e),
-                Err(e) => refuse(s, wire("io", format!("{path}: {e}"))),
+                Err(e) => refuse(s, wire(WireErrorKind::Io, format!("{path}: {e}"))),
             }
         }
     }
@@ -362,11 +370,11 @@ fn open_confined(path: &str, roots: &[PathBuf]) -> std::result::Result<(std::fs:
         .custom_flags(libc_noatime() | nonblock())
         .open(&file)
         .or_else(|_| std::fs::OpenOptions::new().read(true).custom_flags(nonblock()).open(&file))
-        .map_err(|e| wire(if e.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" }, format!("{path}: {e}")))?;
+        .map_err(|e| WireError::from_io(path, &e))?;
     match f.metadata() {
         Ok(m) if m.is_file() => Ok((f, m)),
-        Ok(_) => Err(wire("denied", format!("{path} is not a regular file"))),
-        Err(e) => Err(wire("io", format!("{path}: {e}"))),
+        Ok(_) => Err(wire(WireErrorKind::Denied, format!("{path} is not a regular file"))),
+        Err(e) => Err(wire(WireErrorKind::Io, format!("{path}: {e}"))),
     }
 }
 

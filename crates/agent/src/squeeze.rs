@@ -18,8 +18,8 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sheaf_core::codec::CodecSpec;
-use sheaf_core::frame::{FrameEncoder, Payload};
 use sheaf_core::format::ZERO_FRAME;
+use sheaf_core::frame::{FrameEncoder, Payload};
 use sheaf_core::{CodecKind, Result};
 
 use crate::proto::ChunkHead;
@@ -194,10 +194,12 @@ mod tests {
         let file = Arc::new(File::open(&path).unwrap());
         let mut s = Squeezer::new(CodecSpec::parse("zstd:low").unwrap(), 3).unwrap();
         let mut frames = Vec::new();
-        let sent = s.run(&file, 0, 10 << 20, 1 << 20, |f| {
-            frames.push(f.to_vec());
-            Ok(())
-        }).unwrap();
+        let sent = s
+            .run(&file, 0, 10 << 20, 1 << 20, |f| {
+                frames.push(f.to_vec());
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(sent, data.len() as u64);
         assert_eq!(frames.len(), 3);
         let mut back = Vec::new();
@@ -220,7 +222,14 @@ mod tests {
         assert_eq!(back, data);
         // A range in the middle, and the same squeezer again.
         let mut n = 0;
-        assert_eq!(s.run(&file, 1 << 20, 1 << 20, 256 << 10, |_| { n += 1; Ok(()) }).unwrap(), 1 << 20);
+        assert_eq!(
+            s.run(&file, 1 << 20, 1 << 20, 256 << 10, |_| {
+                n += 1;
+                Ok(())
+            })
+            .unwrap(),
+            1 << 20
+        );
         assert_eq!(n, 4);
     }
 

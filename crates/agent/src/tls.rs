@@ -64,13 +64,8 @@ pub fn server_config(dir: &Path) -> Result<(Arc<ServerConfig>, HashSet<String>)>
         .with_single_cert(certs(dir, SERVER)?, key(dir, SERVER_KEY)?)
         .map_err(|e| tls_err("the agent's certificate and key", e))?;
     let text = std::fs::read_to_string(dir.join(ALLOWED)).map_err(|e| missing(dir, ALLOWED, e))?;
-    let allowed: HashSet<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_ascii_lowercase)
-        .collect();
+    let allowed: HashSet<String> =
+        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).filter_map(|l| l.split_whitespace().next()).map(str::to_ascii_lowercase).collect();
     if allowed.is_empty() {
         return Err(Error::invalid(format!("{} lists no client certificate: no backup host could connect", dir.join(ALLOWED).display())));
     }

@@ -103,7 +103,8 @@ fn it_serves_the_cluster_s_files_and_nothing_outside() {
         (p(&out.join("secret")), "outside the cluster's directories"),
     ] {
         let e = c.read_at(&path, 0, &mut buf).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{path}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Denied, "{path}: {e}");
+        assert!(!e.is_transient(), "a refusal is not tried again: {e}");
         assert!(e.to_string().contains(why), "{path}: {e}");
     }
     assert!(c.list(&p(out)).unwrap_err().to_string().contains("outside"));
@@ -150,6 +151,13 @@ fn a_listing_streams_in_tree_order_as_this_host_s_walk_gives_it_and_names_come_w
     let e = files.walk(f.pgdata.parent().unwrap(), 0).unwrap().next().unwrap().unwrap_err();
     assert!(e.to_string().contains("outside"), "{e}");
     assert_eq!(files.list_one(&f.pgdata.join("base/5/20001"), "base/5/20001".into(), 0).unwrap().unwrap().entry.size, 1);
+    // Decided by the wire's kind: a file that is not there is none, and opens as NotFound; a
+    // failure of another kind (a name too long to stat) is an error, never taken for "none".
+    assert!(files.list_one(&f.pgdata.join("base/5/gone"), "base/5/gone".into(), 0).unwrap().is_none());
+    assert_eq!(files.open(&f.pgdata.join("base/5/gone")).err().unwrap().kind(), ErrorKind::NotFound);
+    let long = f.pgdata.join("base/5").join("x".repeat(300));
+    let e = files.list_one(&long, "base/5/x".into(), 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Source, "{e}");
 }
 
 #[test]
@@ -162,6 +170,8 @@ fn certificates_off_the_list_expired_or_of_another_ca_and_plain_tcp_are_refused(
     certs::issue_client(&f.tls, other.path(), "client", now - Duration::hours(1), now + Duration::days(1)).unwrap();
     let e = AgentClient::connect(&f.addr, other.path()).err().unwrap();
     assert!(e.to_string().contains("not in the agent's allowed-clients"), "{e}");
+    // Every refusal of a certificate is one kind (one exit code), and final.
+    assert_eq!((e.kind(), e.is_transient()), (ErrorKind::Denied, false), "{e}");
 
     // On the list, but expired.
     let expired = tempfile::tempdir().unwrap();
@@ -171,12 +181,14 @@ fn certificates_off_the_list_expired_or_of_another_ca_and_plain_tcp_are_refused(
     let e = AgentClient::connect(&f.addr, expired.path()).err().unwrap();
     // The alert, read after the first request or instead of its answer; or the closed connection.
     assert!(e.to_string().contains("unexpired") && (e.to_string().contains("CertificateExpired") || e.to_string().contains("Broken pipe")), "{e}");
+    assert_eq!((e.kind(), e.is_transient()), (ErrorKind::Denied, false), "{e}");
 
     // A client of another CA: the agent's certificate is not trusted, nor the client's.
     let stranger = tempfile::tempdir().unwrap();
     certs::init(&stranger.path().join("tls"), &[]).unwrap();
     let e = AgentClient::connect(&f.addr, &stranger.path().join("tls")).err().unwrap();
     assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+    assert_eq!((e.kind(), e.is_transient()), (ErrorKind::Denied, false), "{e}");
 
     // Plain TCP: no answer but the end of the connection.
     let mut raw = std::net::TcpStream::connect(&f.addr).unwrap();

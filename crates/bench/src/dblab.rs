@@ -152,8 +152,11 @@ fn measure(c: &mut Client, methods: &[&str], opts: &DbLabOptions) -> Result<Vec<
                 for col in &shape.columns {
                     c.batch_execute(&set_method(col)).map_err(err("setting the compression"))?;
                 }
-                c.batch_execute(&format!("INSERT INTO {t} SELECT s.*, row_number() OVER () FROM (SELECT * FROM {src} LIMIT {}) s; ALTER TABLE {t} ADD PRIMARY KEY ({})", opts.rows, shape.key))
-                    .map_err(err(&format!("copying {src}")))?;
+                c.batch_execute(&format!(
+                    "INSERT INTO {t} SELECT s.*, row_number() OVER () FROM (SELECT * FROM {src} LIMIT {}) s; ALTER TABLE {t} ADD PRIMARY KEY ({})",
+                    opts.rows, shape.key
+                ))
+                .map_err(err(&format!("copying {src}")))?;
                 n_rows = c.query_one(&format!("SELECT count(*) FROM {t}"), &[]).map_err(err("counting"))?.get(0);
                 if n_rows == 0 {
                     return Err(Error::invalid(format!("{src} is empty: nothing for the lab to measure")));

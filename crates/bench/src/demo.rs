@@ -25,10 +25,7 @@ pub struct DemoOptions {
 
 impl Default for DemoOptions {
     fn default() -> Self {
-        let codecs = ["lz4", "deflate:1", "zstd:low", "zstd:medium", "zstd:high"]
-            .iter()
-            .map(|c| CodecSpec::parse(c).expect("known codec"))
-            .collect();
+        let codecs = ["lz4", "deflate:1", "zstd:low", "zstd:medium", "zstd:high"].iter().map(|c| CodecSpec::parse(c).expect("known codec")).collect();
         DemoOptions { scale: 0.1, codecs, stripes: 2 }
     }
 }
@@ -91,8 +88,7 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
         note(&format!("{codec}: backup to {} stripes, restore, start, count rows", opts.stripes));
         let dir = work.join(format!("run{i}"));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dir.display()), e))?;
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .map_err(|e| Error::io(ErrorKind::Target, "chmod", e))?;
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).map_err(|e| Error::io(ErrorKind::Target, "chmod", e))?;
         let stripes: Vec<_> = (1..=opts.stripes).map(|k| dir.join(format!("tpch_{k}.sheaf"))).collect();
         let mut bo = BackupOptions::new(stripes.iter().map(Location::file).collect());
         bo.codec = *codec;

@@ -154,20 +154,19 @@ impl Matrix {
             .into_iter()
             .map(|t| match parse_size(t)? {
                 n @ MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE => Ok(n),
-                _ => Err(Error::invalid(format!(
-                    "--transfer-size: '{t}' is out of range: give {} to {}",
-                    format_size(MIN_TRANSFER_SIZE),
-                    format_size(MAX_TRANSFER_SIZE)
-                ))),
+                _ => Err(Error::invalid(format!("--transfer-size: '{t}' is out of range: give {} to {}", format_size(MIN_TRANSFER_SIZE), format_size(MAX_TRANSFER_SIZE)))),
             })
             .collect::<Result<Vec<_>>>()?;
         let buffer_count = list("buffer-count", buffer_count)?
             .into_iter()
             .map(|s| match s {
                 "default" | "auto" => Ok(None),
-                _ => s.parse::<usize>().ok().filter(|&n| n >= 2).map(Some).ok_or_else(|| {
-                    Error::invalid(format!("--buffer-count: '{s}' is not a buffer count (2 or more, or 'default')"))
-                }),
+                _ => s
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 2)
+                    .map(Some)
+                    .ok_or_else(|| Error::invalid(format!("--buffer-count: '{s}' is not a buffer count (2 or more, or 'default')"))),
             })
             .collect::<Result<Vec<_>>>()?;
         let target = list("target", target)?.into_iter().map(BenchTarget::parse).collect::<Result<Vec<_>>>()?;
@@ -186,13 +185,7 @@ impl Matrix {
                 for &ts in &self.transfer_size {
                     for &b in &self.buffer_count {
                         for c in &self.compression {
-                            out.push(Permutation {
-                                compression: c.to_string(),
-                                stripes: s,
-                                transfer_size: ts,
-                                buffer_count: b,
-                                target: t.clone(),
-                            });
+                            out.push(Permutation { compression: c.to_string(), stripes: s, transfer_size: ts, buffer_count: b, target: t.clone() });
                         }
                     }
                 }

@@ -257,13 +257,7 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
         code,
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        cost: Cost {
-            seconds,
-            user_seconds: tv(ru.ru_utime),
-            system_seconds: tv(ru.ru_stime),
-            peak_rss_bytes: sampled,
-            host_cpu_pct,
-        },
+        cost: Cost { seconds, user_seconds: tv(ru.ru_utime), system_seconds: tv(ru.ru_stime), peak_rss_bytes: sampled, host_cpu_pct },
     })
 }
 

@@ -36,9 +36,10 @@ fn font() -> Result<()> {
     static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     FONT.get_or_init(|| {
         let candidates: Vec<PathBuf> = std::env::var_os("SHEAF_FONT").map(PathBuf::from).into_iter().chain(FONT_PATHS.iter().map(PathBuf::from)).collect();
-        let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
-            "no TrueType font for the plots' text: install one (Debian: apt-get install fonts-dejavu-core) or set SHEAF_FONT=/path/to/font.ttf".to_string()
-        })?;
+        let path = candidates
+            .iter()
+            .find(|p| p.is_file())
+            .ok_or_else(|| "no TrueType font for the plots' text: install one (Debian: apt-get install fonts-dejavu-core) or set SHEAF_FONT=/path/to/font.ttf".to_string())?;
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read font {}: {e}", path.display()))?;
         // plotters keeps fonts for the life of the process.
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -122,12 +123,7 @@ fn draw_xy<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &XyChart) -> std
     let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let (x0, x1) = span(xs, c.x_from_zero);
     let (y0, y1) = span(ys, true);
-    let mut chart = ChartBuilder::on(&plot)
-        .margin(18)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(de)?;
+    let mut chart = ChartBuilder::on(&plot).margin(18).x_label_area_size(48).y_label_area_size(72).build_cartesian_2d(x0..x1, y0..y1).map_err(de)?;
     let fmt = &c.x_format;
     chart
         .configure_mesh()
@@ -262,7 +258,11 @@ fn render(dir: &Path, c: &impl Chart) -> Result<Vec<PathBuf>> {
 fn plain(v: f64) -> String {
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".to_string() } else { s.to_string() }
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
 }
 
 /// An integer knob's tick: its value, or nothing between values.
@@ -320,7 +320,11 @@ fn knob_chart(rows: &[Row], file: &'static str, knob: &str, x_label: &str, x: fn
         x_from_zero: false,
         x_format: Box::new(move |v| {
             let i = v.round();
-            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n { label(values[i as usize]) } else { String::new() }
+            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                label(values[i as usize])
+            } else {
+                String::new()
+            }
         }),
         x_labels: n + 1,
         series,
@@ -483,7 +487,16 @@ pub fn write_plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     // CPU per codec: sheaf at the first settings, to the first disk target if there is one.
     let sheaf: Vec<&Row> = rows.iter().filter(|r| r.setting.tool == "sheaf").collect();
     let chosen: Vec<&Row> = match sheaf.iter().find(|r| r.restore_seconds.is_some()).or(sheaf.first()) {
-        Some(b) => sheaf.iter().copied().filter(|r| r.setting.target == b.setting.target && r.setting.stripes == b.setting.stripes && r.setting.transfer_size == b.setting.transfer_size && r.setting.buffer_count == b.setting.buffer_count).collect(),
+        Some(b) => sheaf
+            .iter()
+            .copied()
+            .filter(|r| {
+                r.setting.target == b.setting.target
+                    && r.setting.stripes == b.setting.stripes
+                    && r.setting.transfer_size == b.setting.transfer_size
+                    && r.setting.buffer_count == b.setting.buffer_count
+            })
+            .collect(),
         None => Vec::new(),
     };
     let cores = "of all cores";
@@ -515,7 +528,16 @@ mod tests {
     fn row(tool: &str, codec: &str, stripes: usize, ts: u64, secs: f64, size: f64, target: &str) -> Row {
         let s = |v: f64| summarize(&[v, v * 1.1, v * 0.9]).unwrap();
         Row {
-            setting: Setting { tool: tool.into(), compression: codec.into(), settings: String::new(), stripes, transfer_size: ts, buffer_count: None, target: target.into(), backup_type: "full".into() },
+            setting: Setting {
+                tool: tool.into(),
+                compression: codec.into(),
+                settings: String::new(),
+                stripes,
+                transfer_size: ts,
+                buffer_count: None,
+                target: target.into(),
+                backup_type: "full".into(),
+            },
             buffers_used: Some(10),
             backup_seconds: s(secs),
             backup_cpu_pct: s(80.0),

@@ -109,8 +109,23 @@ fn range(s: &Summary, unit_digits: usize) -> String {
 
 /// The table's columns, as text cells, for the Markdown and terminal writers.
 const HEADER: [&str; 17] = [
-    "tool", "type", "compression", "stripes", "transfer", "buffers", "target", "backup s", "MB/s", "CPU %", "host CPU %", "RSS MiB", "size MB",
-    "ratio", "verify s", "restore s", "restore CPU %",
+    "tool",
+    "type",
+    "compression",
+    "stripes",
+    "transfer",
+    "buffers",
+    "target",
+    "backup s",
+    "MB/s",
+    "CPU %",
+    "host CPU %",
+    "RSS MiB",
+    "size MB",
+    "ratio",
+    "verify s",
+    "restore s",
+    "restore CPU %",
 ];
 
 fn cells(r: &Row) -> [String; 17] {
@@ -165,11 +180,7 @@ pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
     let all: Vec<[String; 17]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
     let width: Vec<usize> = (0..HEADER.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for r in &all {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(c, v)| if c < 3 || c == 6 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) })
-            .collect();
+        let line: Vec<String> = r.iter().enumerate().map(|(c, v)| if c < 3 || c == 6 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) }).collect();
         writeln!(out, "{}", line.join("  ").trim_end())?;
     }
     Ok(())

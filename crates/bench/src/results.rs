@@ -186,7 +186,16 @@ mod tests {
     fn sample(tool: &str, repeat: usize, secs: f64, restore: Option<f64>) -> Sample {
         let cost = |s: f64| Cost { seconds: s, user_seconds: s, system_seconds: 0.0, peak_rss_bytes: 1 << 20, host_cpu_pct: 60.0 };
         Sample {
-            setting: Setting { tool: tool.into(), compression: "lz4".into(), settings: String::new(), stripes: 2, transfer_size: 1 << 20, buffer_count: None, target: "/t".into(), backup_type: full() },
+            setting: Setting {
+                tool: tool.into(),
+                compression: "lz4".into(),
+                settings: String::new(),
+                stripes: 2,
+                transfer_size: 1 << 20,
+                buffer_count: None,
+                target: "/t".into(),
+                backup_type: full(),
+            },
             buffers_used: Some(14),
             repeat,
             bytes_read: 1000,
@@ -199,12 +208,7 @@ mod tests {
 
     #[test]
     fn samples_group_into_rows_with_medians_in_run_order() {
-        let s = vec![
-            sample("sheaf", 1, 3.0, Some(1.0)),
-            sample("pgbackrest", 1, 9.0, Some(5.0)),
-            sample("sheaf", 2, 1.0, Some(2.0)),
-            sample("sheaf", 3, 2.0, Some(4.0)),
-        ];
+        let s = vec![sample("sheaf", 1, 3.0, Some(1.0)), sample("pgbackrest", 1, 9.0, Some(5.0)), sample("sheaf", 2, 1.0, Some(2.0)), sample("sheaf", 3, 2.0, Some(4.0))];
         let r = rows(&s, 2);
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].setting.tool, "sheaf");

@@ -56,11 +56,7 @@ fn check_overlap(opts: &BenchOptions) -> Result<()> {
     let dirs = opts.matrix.target.iter().flat_map(|t| t.dirs().to_vec());
     for d in dirs.chain(opts.restore_dir.clone()) {
         if d.canonicalize().is_ok_and(|d| d.starts_with(&src)) {
-            return Err(Error::invalid(format!(
-                "{} is inside the source {}: the backups would read their own stripes; choose a folder outside it",
-                d.display(),
-                src.display()
-            )));
+            return Err(Error::invalid(format!("{} is inside the source {}: the backups would read their own stripes; choose a folder outside it", d.display(), src.display())));
         }
     }
     Ok(())
@@ -261,7 +257,11 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                 started: started_at,
                 source: opts.source.describe(),
                 cores,
-                cache: if opts.drop_caches { "dropped before every operation".into() } else { "warm (an untimed read of the whole source first; each operation starts after sync, nothing dirty)".into() },
+                cache: if opts.drop_caches {
+                    "dropped before every operation".into()
+                } else {
+                    "warm (an untimed read of the whole source first; each operation starts after sync, nothing dirty)".into()
+                },
                 repeats: opts.matrix.repeat,
                 sheaf_version: env!("CARGO_PKG_VERSION").to_string(),
                 seconds: started.elapsed().as_secs_f64(),
@@ -289,7 +289,9 @@ fn incremental_peers(ctx: &Ctx, runs: &[PeerRun], warnings: &mut Vec<String>) ->
         match r.tool {
             "pgbackrest" => out.push(r.clone()),
             "pg_basebackup" if version >= 170_000 => out.push(r.clone()),
-            "pg_basebackup" => warn(format!("peer pg_basebackup --incremental skipped: it needs PostgreSQL 17 or later, and the bench's cluster is {version} (SHEAF_PG=18 picks 18)")),
+            "pg_basebackup" => {
+                warn(format!("peer pg_basebackup --incremental skipped: it needs PostgreSQL 17 or later, and the bench's cluster is {version} (SHEAF_PG=18 picks 18)"))
+            }
             t if t.starts_with("pg_basebackup") && !said => {
                 said = true;
                 warn("pg_basebackup --incremental writes plain, uncompressed backups: it is measured beside sheaf's -c none only (add none to -c)".to_string());

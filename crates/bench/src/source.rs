@@ -32,9 +32,9 @@ impl Source {
     pub fn from_args(source: Option<&str>, dataset: Option<&str>) -> Result<Source> {
         match (source, dataset) {
             (Some(_), Some(_)) => Err(Error::invalid("give a source or --dataset, not both")),
-            (None, None) => Err(Error::invalid(
-                "nothing to back up: give a source (a directory or a postgres:// URL) or --dataset tpch:SCALE (a throwaway cluster loaded with TPC-H)",
-            )),
+            (None, None) => {
+                Err(Error::invalid("nothing to back up: give a source (a directory or a postgres:// URL) or --dataset tpch:SCALE (a throwaway cluster loaded with TPC-H)"))
+            }
             (Some(s), None) if sheaf_pg::server::is_url(s) => Ok(Source::Url(s.to_string())),
             (Some(s), None) => Ok(Source::Path(PathBuf::from(s))),
             (None, Some(d)) if d.starts_with("files:") => {
@@ -43,7 +43,9 @@ impl Source {
             }
             (None, Some(d)) => {
                 let scale = d.strip_prefix("tpch:").and_then(|s| s.parse::<f64>().ok()).filter(|s| *s > 0.0 && *s <= 100.0);
-                scale.map(Source::Tpch).ok_or_else(|| Error::invalid(format!("--dataset '{d}': give tpch:SCALE, e.g. tpch:1 (about 1 GB) or tpch:0.01, or files:COUNTxSIZE, e.g. files:100000x8KiB")))
+                scale
+                    .map(Source::Tpch)
+                    .ok_or_else(|| Error::invalid(format!("--dataset '{d}': give tpch:SCALE, e.g. tpch:1 (about 1 GB) or tpch:0.01, or files:COUNTxSIZE, e.g. files:100000x8KiB")))
             }
         }
     }
@@ -70,12 +72,9 @@ mod tests {
         assert_eq!(Source::from_args(None, Some("tpch:0.5")).unwrap(), Source::Tpch(0.5));
         assert_eq!(Source::from_args(None, Some("files:100000x8KiB")).unwrap(), Source::Files { count: 100_000, size: 8192 });
         assert!(Source::from_args(None, Some("files:many")).unwrap_err().to_string().contains("COUNTxSIZE"));
-        for (s, d, needle) in [
-            (None, Some("tpch:0"), "give tpch:SCALE"),
-            (None, Some("tpcds:1"), "give tpch:SCALE"),
-            (Some("/x"), Some("tpch:1"), "not both"),
-            (None, None, "nothing to back up"),
-        ] {
+        for (s, d, needle) in
+            [(None, Some("tpch:0"), "give tpch:SCALE"), (None, Some("tpcds:1"), "give tpch:SCALE"), (Some("/x"), Some("tpch:1"), "not both"), (None, None, "nothing to back up")]
+        {
             assert!(Source::from_args(s, d).unwrap_err().to_string().contains(needle), "{s:?} {d:?}");
         }
     }

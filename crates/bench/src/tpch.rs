@@ -33,9 +33,7 @@ pub fn load(url: &str, scale: f64, note: &dyn Fn(&str)) -> Result<Vec<(String, i
     for (name, cols) in TABLES {
         note(&format!("loading {name}"));
         client.batch_execute(&format!("DROP TABLE IF EXISTS {name}; CREATE TABLE {name} ({cols})")).map_err(|e| db(name, e))?;
-        let writer = client
-            .copy_in(&format!("COPY {name} FROM STDIN WITH (FORMAT text, DELIMITER '|')"))
-            .map_err(|e| db(&format!("COPY {name}"), e))?;
+        let writer = client.copy_in(&format!("COPY {name} FROM STDIN WITH (FORMAT text, DELIMITER '|')")).map_err(|e| db(&format!("COPY {name}"), e))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
         let mut line = String::new();
         let mut rows = 0i64;

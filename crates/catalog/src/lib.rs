@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-pub use sheaf_core::{Error, Result};
 use sheaf_core::ErrorKind;
+pub use sheaf_core::{Error, Result};
 
 /// A failure of SQLite (or of the file system under it) while doing `what`: the cause kept, and
 /// transient where SQLite says the database is busy or locked by another sheaf (the busy timeout
@@ -100,10 +100,8 @@ pub fn schema_version() -> i64 {
 /// Where the catalog lives unless told: `$XDG_DATA_HOME/sheaf/catalog.db`, or
 /// `~/.local/share/sheaf/catalog.db`.
 pub fn default_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
+    let base =
+        std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
     Some(base.join("sheaf").join("catalog.db"))
 }
 
@@ -276,11 +274,7 @@ impl Catalog {
         if version > schema_version() {
             return Err(Error::new(
                 ErrorKind::Io,
-                format!(
-                    "catalog {} has schema version {version}, newer than this sheaf's {}: upgrade sheaf or use another --catalog",
-                    self.path.display(),
-                    schema_version()
-                ),
+                format!("catalog {} has schema version {version}, newer than this sheaf's {}: upgrade sheaf or use another --catalog", self.path.display(), schema_version()),
             ));
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
@@ -295,8 +289,7 @@ impl Catalog {
     /// Runs left `running` by a process that no longer exists were interrupted.
     fn mark_interrupted(&self) -> Result<()> {
         let mut stmt = self.conn.prepare("SELECT id, pid FROM runs WHERE status = 'running'").map_err(|e| err("reading runs", e))?;
-        let running: Vec<(i64, i64)> =
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| err("reading runs", e))?.flatten().collect();
+        let running: Vec<(i64, i64)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| err("reading runs", e))?.flatten().collect();
         for (id, pid) in running {
             let alive = u32::try_from(pid).is_ok_and(sheaf_core::host::process_alive);
             if !alive {
@@ -324,9 +317,7 @@ impl Catalog {
             .map_err(|e| err("recording the run", e))?;
         let id = self.conn.last_insert_rowid();
         for (k, loc) in s.stripes.iter().enumerate() {
-            self.conn
-                .execute("INSERT INTO stripes (run_id, position, location) VALUES (?1, ?2, ?3)", params![id, k as i64, loc])
-                .map_err(|e| err("recording stripes", e))?;
+            self.conn.execute("INSERT INTO stripes (run_id, position, location) VALUES (?1, ?2, ?3)", params![id, k as i64, loc]).map_err(|e| err("recording stripes", e))?;
         }
         Ok(id)
     }

@@ -182,10 +182,7 @@ impl Context {
             let env = std::env::var_os("SHEAF_PASSPHRASE").filter(|v| !v.is_empty());
             let given = usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(env.is_some());
             if given > 1 {
-                return Err(Error::new(
-                    ErrorKind::Key,
-                    "more than one secret given (an encryption key file, a passphrase file, SHEAF_PASSPHRASE): give one",
-                ));
+                return Err(Error::new(ErrorKind::Key, "more than one secret given (an encryption key file, a passphrase file, SHEAF_PASSPHRASE): give one"));
             }
             if let Some(v) = env {
                 use std::os::unix::ffi::OsStringExt;
@@ -478,4 +475,3 @@ mod tests {
         assert_eq!(Source::of("postgres.d").kind(), "directory");
     }
 }
-

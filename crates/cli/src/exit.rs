@@ -20,13 +20,38 @@ const TABLE: &[Status] = &[
     Status { code: 4, kinds: &[ErrorKind::Incomplete], help: "the backup set is incomplete (missing, truncated, unfinished or foreign stripe)" },
     Status { code: 5, kinds: &[ErrorKind::TargetNotEmpty], help: "the restore target is not empty (use --force)" },
     Status { code: 6, kinds: &[ErrorKind::NoSpace], help: "the target device is full" },
-    Status { code: 7, kinds: &[ErrorKind::Source], help: "the source cannot be read" },
+    Status { code: 7, kinds: &[ErrorKind::Source, ErrorKind::NotFound], help: "the source cannot be read (or is not there)" },
     Status { code: 8, kinds: &[ErrorKind::Target], help: "the target cannot be written" },
     Status { code: 9, kinds: &[ErrorKind::Key], help: "encryption key: missing, wrong, or not a key (the backup or repository is encrypted)" },
+    Status { code: 10, kinds: &[ErrorKind::Denied], help: "refused: a certificate not accepted, a path not served, files of another owner" },
 ];
 
 /// The status after an interrupt (Ctrl-C, SIGTERM, SIGHUP), as a shell reports one.
 pub const INTERRUPTED: u8 = 130;
+
+/// wal-fetch, PostgreSQL's `restore_command`: the archive does not hold the file (its end).
+/// PostgreSQL reads any status below 126 so.
+pub const WAL_FETCH_END: u8 = 1;
+/// wal-fetch outside standby mode: any other failure, which must stop recovery rather than end
+/// it early (PostgreSQL stops at a status above 125 that is not a signal's).
+pub const WAL_FETCH_STOP: u8 = 255;
+
+/// check, as monitoring plugins (Nagios and its kin) exit: all is well.
+pub const CHECK_OK: u8 = 0;
+/// check: look at it soon.
+pub const CHECK_WARNING: u8 = 1;
+/// check: the backups cannot be relied on now.
+pub const CHECK_CRITICAL: u8 = 2;
+
+/// check's status for its verdict.
+pub fn check_code(status: sheaf_pg::repo::check::Status) -> u8 {
+    use sheaf_pg::repo::check::Status;
+    match status {
+        Status::Ok => CHECK_OK,
+        Status::Warning => CHECK_WARNING,
+        Status::Critical => CHECK_CRITICAL,
+    }
+}
 
 /// The exit status for an error of `kind`.
 pub fn code(kind: ErrorKind) -> u8 {
@@ -39,6 +64,10 @@ pub fn help() -> String {
     for s in TABLE {
         text.push_str(&format!("\n  {}  {}", s.code, s.help));
     }
+    text.push_str(&format!("\n  {INTERRUPTED}  interrupted (Ctrl-C, SIGTERM, SIGHUP)"));
+    text.push_str(&format!(
+        "\ncheck exits as monitoring plugins do: {CHECK_OK} ok, {CHECK_WARNING} warning, {CHECK_CRITICAL} critical. wal-fetch, as PostgreSQL's restore_command: {WAL_FETCH_END} when the archive does not hold the file, {WAL_FETCH_STOP} for any other failure outside standby mode (recovery stops)."
+    ));
     text
 }
 
@@ -62,6 +91,18 @@ impl Outcome {
     }
 }
 
+/// Standard output's reader went away (`sheaf list | head`): end now, quietly and with success,
+/// as a Unix tool does. With [`stdout_failed`], the only exits below `main` besides the interrupt
+/// handler's: the output is how a command reports, and it can no longer.
+pub fn reader_gone() -> ! {
+    std::process::exit(0)
+}
+
+/// Writing to standard output failed otherwise (a full disk under a redirection): said, exit 1.
+pub fn stdout_failed() -> ! {
+    std::process::exit(1)
+}
+
 /// Say what went wrong on stderr, and, where the error is transient (a timeout, a busy server or
 /// database, as the store or the catalog found), that running the command again may succeed.
 pub fn report(e: &sheaf_core::Error) {
@@ -80,6 +121,7 @@ mod tests {
         let all = [
             ErrorKind::InvalidInput,
             ErrorKind::Source,
+            ErrorKind::NotFound,
             ErrorKind::Target,
             ErrorKind::NoSpace,
             ErrorKind::Corrupt,
@@ -87,6 +129,7 @@ mod tests {
             ErrorKind::TargetNotEmpty,
             ErrorKind::Io,
             ErrorKind::Key,
+            ErrorKind::Denied,
             ErrorKind::Cancelled,
         ];
         for k in all {
@@ -94,6 +137,7 @@ mod tests {
             match k {
                 ErrorKind::InvalidInput
                 | ErrorKind::Source
+                | ErrorKind::NotFound
                 | ErrorKind::Target
                 | ErrorKind::NoSpace
                 | ErrorKind::Corrupt
@@ -101,6 +145,7 @@ mod tests {
                 | ErrorKind::TargetNotEmpty
                 | ErrorKind::Io
                 | ErrorKind::Key
+                | ErrorKind::Denied
                 | ErrorKind::Cancelled => {}
             }
             assert_eq!(TABLE.iter().filter(|s| s.kinds.contains(&k)).count(), 1, "{k:?}");
@@ -112,7 +157,8 @@ mod tests {
     fn the_help_lists_the_table() {
         let h = help();
         assert!(h.starts_with("Exit codes:\n  0  success\n  1  other I/O failure\n  2  bad arguments or options\n"), "{h}");
-        assert!(h.ends_with("\n  9  encryption key: missing, wrong, or not a key (the backup or repository is encrypted)"), "{h}");
-        assert_eq!(h.lines().count(), 11);
+        assert!(h.contains("\n  10  refused: a certificate not accepted, a path not served, files of another owner\n  130  interrupted"), "{h}");
+        assert!(h.contains("0 ok, 1 warning, 2 critical") && h.contains("1 when the archive does not hold the file, 255"), "{h}");
+        assert_eq!(h.lines().count(), 14);
     }
 }

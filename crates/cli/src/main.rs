@@ -3,12 +3,13 @@
 //! turns how it ended into the exit status ([`exit`]). All the work is in `sheaf-core` and
 //! `sheaf-pg`; this crate parses and prints.
 
+#[macro_use]
+mod output;
 mod args;
 mod commands;
 mod context;
 mod exit;
 mod interrupt;
-mod output;
 mod progress;
 mod recorder;
 mod settings;

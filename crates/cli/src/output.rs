@@ -1,4 +1,39 @@
-//! Output the commands share: sizes in MiB, rates, plurals, durations.
+//! Output the commands share: sizes in MiB, rates, plurals, durations; and [`say!`], how every
+//! command writes to standard output.
+
+use std::io::Write;
+
+/// Write a line to standard output, as `println!` does, except that a reader gone (`sheaf list |
+/// head`) ends the command quietly with status 0, as every Unix tool does, instead of a panic.
+macro_rules! say {
+    () => {
+        $crate::output::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// As [`say!`], without the line's end (`print!`).
+macro_rules! say_raw {
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!($($arg)*))
+    };
+}
+
+/// Write to standard output; see [`say!`].
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(args).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        // Nothing more can be said and nobody is reading: end as `head`'s writer does.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => crate::exit::reader_gone(),
+        Err(e) => {
+            eprintln!("sheaf: error: cannot write to standard output: {e}");
+            crate::exit::stdout_failed()
+        }
+    }
+}
 
 /// Bytes in MiB.
 pub fn mib(b: u64) -> f64 {

@@ -11,11 +11,7 @@ struct Bar(Mutex<Option<ProgressBar>>);
 impl Progress for Bar {
     fn begin(&self, phase: &str, total: u64) {
         let pb = ProgressBar::new(total);
-        pb.set_style(
-            ProgressStyle::with_template("{msg:>8} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
+        pb.set_style(ProgressStyle::with_template("{msg:>8} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}").expect("valid template").progress_chars("=> "));
         pb.set_message(phase.to_string());
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(pb);
     }

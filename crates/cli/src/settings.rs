@@ -85,9 +85,7 @@ impl Settings {
             Some(p) => files.push((p.clone(), read(p)?)),
             None => {
                 let mut candidates = vec![PathBuf::from("/etc/sheaf/sheaf.toml")];
-                let user = std::env::var_os("XDG_CONFIG_HOME")
-                    .map(PathBuf::from)
-                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+                let user = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
                 if let Some(u) = user {
                     candidates.push(u.join("sheaf/sheaf.toml"));
                 }
@@ -112,9 +110,7 @@ impl Settings {
                 return Some((v, Origin::Env(var)));
             }
         }
-        self.files.iter().rev().find_map(|(p, t)| {
-            t.get(key).map(|v| (v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()), Origin::File(p.clone())))
-        })
+        self.files.iter().rev().find_map(|(p, t)| t.get(key).map(|v| (v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()), Origin::File(p.clone()))))
     }
 
     /// The value of `key` alone.
@@ -161,11 +157,7 @@ fn read(path: &Path) -> Result<toml::Table, Error> {
                     path.display()
                 )
             } else {
-                format!(
-                    "config file {}: unknown setting '{k}'; known: {}",
-                    path.display(),
-                    KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-                )
+                format!("config file {}: unknown setting '{k}'; known: {}", path.display(), KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "))
             }));
         }
         if v.is_table() || v.is_array() {

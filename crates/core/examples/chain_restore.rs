@@ -67,11 +67,13 @@ fn main() {
         }
         ["restore", mode, dir, out, rest @ ..] => {
             let dir = Path::new(dir);
-            let open = |name: &str| match *mode {
-                "lean" => BackupSet::open_lean(&stripes(dir, name), &LocalOnly, None),
-                _ => BackupSet::open(&stripes(dir, name), &LocalOnly),
-            }
-            .expect("open");
+            let open = |name: &str| {
+                match *mode {
+                    "lean" => BackupSet::open_lean(&stripes(dir, name), &LocalOnly, None),
+                    _ => BackupSet::open(&stripes(dir, name), &LocalOnly),
+                }
+                .expect("open")
+            };
             let (full, incr) = (open("full"), open("incr"));
             let mut o = RestoreOptions::new(out);
             o.delta = rest.first() == Some(&"delta");

@@ -22,10 +22,10 @@ use crate::codec::{CodecKind, CodecSpec};
 use crate::crypto::{Encryption, KeyBlock, Keys, CIPHER_AES256GCM, CIPHER_NONE, FRAME_OVERHEAD, KEY_BLOCK_LEN};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{u32_at, u64_at, FrameHeader, FRAME_HEADER_LEN};
-use crate::time::now_ms;
 use crate::frame::{FrameDecoder, FrameEncoder, Payload, Sealing};
 use crate::pipeline::read_full;
 use crate::storage::{from_io, StripeSink, StripeSource};
+use crate::time::now_ms;
 
 /// Header magic.
 pub const BLOB_MAGIC: &[u8; 8] = b"SHEAF\0BL";
@@ -130,15 +130,7 @@ fn write_into(sink: &mut dyn StripeSink, content: &mut dyn Read, spec: CodecSpec
     let stored_len = sink.written();
     sink.sync()?;
     sink.publish()?;
-    Ok(BlobInfo {
-        raw_len: offset,
-        stored_len,
-        crc: whole,
-        codec: spec.to_string(),
-        created_unix_ms: created,
-        encrypted: sealed.is_some(),
-        key_block: sealed.map(|(b, _)| b),
-    })
+    Ok(BlobInfo { raw_len: offset, stored_len, crc: whole, codec: spec.to_string(), created_unix_ms: created, encrypted: sealed.is_some(), key_block: sealed.map(|(b, _)| b) })
 }
 
 /// Read and check a blob's header and trailer (two small reads), without its frames.

@@ -94,9 +94,7 @@ impl CodecSpec {
             Some((n, l)) => (n, Some(l)),
             None => (lower.as_str(), None),
         };
-        let bad_level = |range: &str| {
-            Error::invalid(format!("compression level '{}' is out of range for {name}: use {range}", level.unwrap_or("")))
-        };
+        let bad_level = |range: &str| Error::invalid(format!("compression level '{}' is out of range for {name}: use {range}", level.unwrap_or("")));
         let numeric = |lo: i32, hi: i32, range: &str| -> Result<i32> {
             let l = level.unwrap_or_default();
             match l.parse::<i32>() {
@@ -105,9 +103,7 @@ impl CodecSpec {
             }
         };
         match name {
-            "none" | "lz4" if level.is_some() => {
-                Err(Error::invalid(format!("{name} takes no level (got '{text}'); {CODEC_HELP}")))
-            }
+            "none" | "lz4" if level.is_some() => Err(Error::invalid(format!("{name} takes no level (got '{text}'); {CODEC_HELP}"))),
             "none" => Ok(CodecSpec { kind: CodecKind::None, level: 0, named: None }),
             "auto" if level.is_some() => Err(Error::invalid(format!("auto takes no level (got '{text}'): it chooses zstd levels itself; {CODEC_HELP}"))),
             "auto" => Ok(CodecSpec::auto()),

@@ -201,11 +201,8 @@ impl Keys {
         let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
         if bytes.len() == 32 {
             key.copy_from_slice(&bytes);
-        } else if text.len() == 64 && text.iter().all(u8::is_ascii_hexdigit) {
-            for (i, k) in key.iter_mut().enumerate() {
-                let hex = |c: u8| (c as char).to_digit(16).expect("checked hex") as u8;
-                *k = hex(text[2 * i]) << 4 | hex(text[2 * i + 1]);
-            }
+        } else if let Some(decoded) = (text.len() == 64).then(|| crate::text::unhex(text)).flatten().map(Zeroizing::new) {
+            key.copy_from_slice(&decoded);
         } else {
             return Err(key_error(format!(
                 "the key file {} holds {} bytes: a key is 32 random bytes (or 64 hex digits); make one with `head -c 32 /dev/urandom > {}` and keep a copy apart from the backups",
@@ -374,10 +371,7 @@ impl Cipher {
     /// Encrypt `buf` in place under nonce `(domain, counter)` with `aad` authenticated alongside;
     /// returns the tag.
     pub fn seal(&self, domain: u32, counter: u64, aad: &[u8], buf: &mut [u8]) -> [u8; TAG_LEN] {
-        let tag = self
-            .aead
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce(domain, counter)), Aad::from(aad), buf)
-            .expect("AES-GCM seals any buffer under 64 GiB");
+        let tag = self.aead.seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce(domain, counter)), Aad::from(aad), buf).expect("AES-GCM seals any buffer under 64 GiB");
         tag.as_ref().try_into().expect("a 16-byte tag")
     }
 

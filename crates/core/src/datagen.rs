@@ -382,7 +382,10 @@ mod tests {
         compare_trees(&a, &b).unwrap();
         let m = fs::metadata(b.join("chunk")).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&File::options().write(true).open(b.join("chunk")).unwrap(), b"!", 100).unwrap();
-        assert_eq!(compare_trees(&a, &b).unwrap_err(), format!("chunk: mtime {}.0 vs {}.{}", m.mtime(), fs::metadata(b.join("chunk")).unwrap().mtime(), fs::metadata(b.join("chunk")).unwrap().mtime_nsec()));
+        assert_eq!(
+            compare_trees(&a, &b).unwrap_err(),
+            format!("chunk: mtime {}.0 vs {}.{}", m.mtime(), fs::metadata(b.join("chunk")).unwrap().mtime(), fs::metadata(b.join("chunk")).unwrap().mtime_nsec())
+        );
         set_mtime(&b.join("chunk"), m.mtime(), m.mtime_nsec()).unwrap();
         assert_eq!(compare_trees(&a, &b).unwrap_err(), "chunk: content differs at byte 100");
         fs::set_permissions(b.join("chunk"), fs::Permissions::from_mode(0o700)).unwrap();

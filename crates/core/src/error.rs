@@ -13,8 +13,11 @@ use std::path::Path;
 pub enum ErrorKind {
     /// Bad options or arguments: unknown codec, level out of range, transfer size out of bounds.
     InvalidInput,
-    /// Reading the source failed (missing or unreadable file).
+    /// Reading the source failed (an unreadable file, a link to its host that failed).
     Source,
+    /// What was asked for is not there: a source file gone since it was listed, a path an
+    /// agent does not have. Callers decide by this kind, never by the message.
+    NotFound,
     /// Writing a target failed for a reason other than space.
     Target,
     /// The target device is full.
@@ -30,6 +33,9 @@ pub enum ErrorKind {
     /// Encryption keys: an encrypted backup and no key or passphrase, the wrong one, or a key file
     /// that is not one.
     Key,
+    /// Refused for who is asking: a certificate the other side does not accept, a path an agent
+    /// does not serve, files owned by another user than the one running sheaf.
+    Denied,
     /// The operation was cancelled (another thread failed first, or the caller asked).
     Cancelled,
 }

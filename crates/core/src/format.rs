@@ -100,19 +100,12 @@ impl BackupId {
 
     /// Lower-case hex, 32 characters.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        crate::text::hex(&self.0)
     }
 
     /// Parse 32 hex characters.
     pub fn from_hex(s: &str) -> Option<Self> {
-        if s.len() != 32 {
-            return None;
-        }
-        let mut b = [0u8; 16];
-        for (i, out) in b.iter_mut().enumerate() {
-            *out = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(BackupId(b))
+        crate::text::unhex(s.as_bytes())?.try_into().ok().map(BackupId)
     }
 }
 
@@ -201,9 +194,7 @@ impl StripeHeader {
         }
         let version = u16_at(b, 8);
         if version > FORMAT_VERSION {
-            return Err(Error::invalid(format!(
-                "header: format version {version} is newer than this sheaf understands ({FORMAT_VERSION}); upgrade sheaf"
-            )));
+            return Err(Error::invalid(format!("header: format version {version} is newer than this sheaf understands ({FORMAT_VERSION}); upgrade sheaf")));
         }
         if version < OLDEST_FORMAT_VERSION {
             return Err(Error::corrupt(format!("header: format version {version} does not exist (the header is damaged)")));
@@ -337,9 +328,7 @@ impl FrameHeader {
         if self.codec == ZERO_FRAME {
             return Ok(None);
         }
-        CodecKind::from_id(self.codec)
-            .map(Some)
-            .ok_or_else(|| Error::corrupt(format!("frame header: unknown codec id {}", self.codec)))
+        CodecKind::from_id(self.codec).map(Some).ok_or_else(|| Error::corrupt(format!("frame header: unknown codec id {}", self.codec)))
     }
 }
 
@@ -472,9 +461,7 @@ impl Trailer {
             if crc32c::crc32c(&b[..68]) == u32_at(b, 68) {
                 return Err(Error::corrupt("trailer: bad magic (the trailer is damaged)"));
             }
-            return Err(Error::incomplete(
-                "trailer: missing (the stripe is truncated or its backup never finished)",
-            ));
+            return Err(Error::incomplete("trailer: missing (the stripe is truncated or its backup never finished)"));
         }
         if crc32c::crc32c(&b[..68]) != u32_at(b, 68) {
             return Err(Error::corrupt("trailer: checksum mismatch (the trailer is damaged)"));
@@ -544,7 +531,18 @@ mod tests {
 
     #[test]
     fn reseal_makes_damaged_regions_pass_their_checksums_again() {
-        let t = Trailer { index_offset: 64, index_len: 8, manifest_offset: 72, manifest_len: 8, frame_count: 0, index_crc: 0, manifest_crc: 0, stripe_index: 0, stripe_count: 1, backup_id: BackupId([1; 16]) };
+        let t = Trailer {
+            index_offset: 64,
+            index_len: 8,
+            manifest_offset: 72,
+            manifest_len: 8,
+            frame_count: 0,
+            index_crc: 0,
+            manifest_crc: 0,
+            stripe_index: 0,
+            stripe_count: 1,
+            backup_id: BackupId([1; 16]),
+        };
         let mut s = header().encode().to_vec();
         s.extend_from_slice(&[5u8; 16]);
         s.extend_from_slice(&t.encode());

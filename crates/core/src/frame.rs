@@ -119,8 +119,7 @@ impl FrameEncoder {
     /// As [`FrameEncoder::encode`]; a sealed frame whose `out` has no room for the chunk stored
     /// raw is refused (a caller's sizing fault).
     pub fn encode_checked(&mut self, file_id: u32, offset: u64, raw: &[u8], raw_crc: u32, flags: u8, out: &mut [u8]) -> Result<(FrameHeader, Payload)> {
-        let mut header =
-            FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, flags, raw_crc, stored_crc: 0 };
+        let mut header = FrameHeader { file_id, offset, raw_len: raw.len() as u32, stored_len: 0, codec: ZERO_FRAME, flags, raw_crc, stored_crc: 0 };
         if is_zero(raw) {
             return Ok((header, Payload::Zero));
         }
@@ -364,7 +363,8 @@ mod tests {
             let (h, p) = elsewhere.encode(0, 0, &text, &mut buf).unwrap();
             let Payload::Packed(n) = p else { panic!("text compresses") };
             let here = FrameEncoder::new(spec).unwrap().sealed(cipher.clone().map(Sealing::new));
-            let at = FrameHeader { file_id: 9, offset: 1 << 20, raw_len: text.len() as u32, stored_len: 0, codec: CodecKind::Zstd as u8, flags: 0, raw_crc: h.raw_crc, stored_crc: 0 };
+            let at =
+                FrameHeader { file_id: 9, offset: 1 << 20, raw_len: text.len() as u32, stored_len: 0, codec: CodecKind::Zstd as u8, flags: 0, raw_crc: h.raw_crc, stored_crc: 0 };
             let (header, len) = here.adopt(at, &mut buf, n).unwrap();
             assert_eq!(len, n + if cipher.is_some() { FRAME_OVERHEAD } else { 0 });
             assert_eq!((header.file_id, header.offset, header.stored_len as usize), (9, 1 << 20, len));

@@ -54,7 +54,9 @@ impl Repo {
     pub fn at(text: &str, schemes: &dyn Schemes) -> Result<Repo> {
         let trimmed = text.trim_end_matches('/');
         if trimmed.is_empty() {
-            return Err(Error::invalid("an empty repository location: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX (--repo, SHEAF_REPO or repo in the config file)"));
+            return Err(Error::invalid(
+                "an empty repository location: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX (--repo, SHEAF_REPO or repo in the config file)",
+            ));
         }
         let meta = Location::parse(&format!("{trimmed}/{META}"), schemes)?;
         if meta.is_null() {
@@ -354,10 +356,7 @@ impl Repo {
     /// errors, naming the place.
     pub fn init<T: Serialize>(&self, meta: &T) -> Result<()> {
         if self.exists(META)? {
-            return Err(Error::new(
-                ErrorKind::TargetNotEmpty,
-                format!("{} already holds a sheaf repository: use it as it is, or choose another place", self.shown),
-            ));
+            return Err(Error::new(ErrorKind::TargetNotEmpty, format!("{} already holds a sheaf repository: use it as it is, or choose another place", self.shown)));
         }
         let other = self.list("")?;
         if let Some(o) = other.first() {

@@ -14,9 +14,9 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use crate::crypto::{index_piece_nonce, Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
-use crate::frame::FrameDecoder;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, INDEX_PIECE, TRAILER_LEN};
+use crate::frame::FrameDecoder;
 use crate::manifest::pages::{in_memory, PagedRegion};
 use crate::manifest::{ChunkRef, Entry, EntryKind, Manifest, TileFault, Tiler};
 use crate::spill::ChunkSorter;
@@ -88,10 +88,7 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>, lean: bool) -> Result<Opened
     let src = loc.open()?;
     let len = src.len();
     if len < (HEADER_LEN + TRAILER_LEN) as u64 {
-        return Err(Error::incomplete(format!(
-            "stripe {}: {len} bytes is too short to be a stripe (truncated, or its backup never finished)",
-            loc
-        )));
+        return Err(Error::incomplete(format!("stripe {}: {len} bytes is too short to be a stripe (truncated, or its backup never finished)", loc)));
     }
     let mut hb = vec![0u8; HEADER_LEN];
     src.read_exact_at(&mut hb, 0)?;
@@ -105,18 +102,12 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>, lean: bool) -> Result<Opened
     let mut tb = [0u8; TRAILER_LEN];
     src.read_exact_at(&mut tb, len - TRAILER_LEN as u64)?;
     let trailer = Trailer::decode(&tb).map_err(at(loc))?;
-    if trailer.backup_id != header.backup_id
-        || trailer.stripe_index != header.stripe_index
-        || trailer.stripe_count != header.stripe_count
-    {
+    if trailer.backup_id != header.backup_id || trailer.stripe_index != header.stripe_index || trailer.stripe_count != header.stripe_count {
         return Err(Error::corrupt(format!("stripe {}: trailer and header disagree on backup id or stripe number", loc)));
     }
     let index_end = trailer.index_offset.checked_add(trailer.index_len);
     let manifest_end = trailer.manifest_offset.checked_add(trailer.manifest_len);
-    if trailer.index_offset < header.encoded_len() as u64
-        || index_end != Some(trailer.manifest_offset)
-        || manifest_end != Some(len - TRAILER_LEN as u64)
-    {
+    if trailer.index_offset < header.encoded_len() as u64 || index_end != Some(trailer.manifest_offset) || manifest_end != Some(len - TRAILER_LEN as u64) {
         return Err(Error::corrupt(format!("stripe {}: trailer: region offsets do not fit the file", loc)));
     }
     let k = usize::from(header.stripe_index);
@@ -459,9 +450,7 @@ impl BackupSet {
                 e.path, self.stripes[stripe].location
             )),
             (TileFault::Coverage { covered, .. }, Some(e)) => Error::corrupt(format!("file {}: its chunks cover {covered} of {} bytes: the set is inconsistent", e.path, e.size)),
-            (TileFault::Gap { entry, .. } | TileFault::Coverage { entry, .. }, None) => {
-                Error::corrupt(format!("an index names file id {entry}, which the manifest does not have"))
-            }
+            (TileFault::Gap { entry, .. } | TileFault::Coverage { entry, .. }, None) => Error::corrupt(format!("an index names file id {entry}, which the manifest does not have")),
         };
         let roots = self.manifest.roots.len();
         let mut tiler = Tiler::new(chunks);

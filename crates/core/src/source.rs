@@ -32,10 +32,7 @@ pub struct Listed {
 pub fn list_tree(root: &Path, root_id: u16, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
     let meta = fs::symlink_metadata(root).map_err(|e| io_at(ErrorKind::Source, "cannot read source", root, e))?;
     if !meta.is_dir() {
-        return Err(Error::new(
-            ErrorKind::Source,
-            format!("source {} is not a directory: give the directory to back up", root.display()),
-        ));
+        return Err(Error::new(ErrorKind::Source, format!("source {} is not a directory: give the directory to back up", root.display())));
     }
     let mut out = vec![listed(root, String::new(), root_id, &meta)?];
     let mut listings = read_levels(root, crate::host::available_cores());
@@ -119,14 +116,7 @@ fn on_threads<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R
     parts.into_iter().flat_map(|p| p.1).collect()
 }
 
-fn walk(
-    dir: &Path,
-    rel: &[u8],
-    root_id: u16,
-    out: &mut Vec<Listed>,
-    warnings: &mut Vec<String>,
-    listings: &mut std::collections::HashMap<PathBuf, DirListing>,
-) -> Result<()> {
+fn walk(dir: &Path, rel: &[u8], root_id: u16, out: &mut Vec<Listed>, warnings: &mut Vec<String>, listings: &mut std::collections::HashMap<PathBuf, DirListing>) -> Result<()> {
     let items = match listings.remove(dir) {
         Some(l) => l.map_err(|e| io_at(ErrorKind::Source, "cannot list directory", dir, e))?,
         // Every directory walked was seen as one when its level was read.
@@ -222,10 +212,7 @@ impl Walk {
     pub fn new(root: &Path, root_id: u16) -> Result<Walk> {
         let meta = fs::symlink_metadata(root).map_err(|e| io_at(ErrorKind::Source, "cannot read source", root, e))?;
         if !meta.is_dir() {
-            return Err(Error::new(
-                ErrorKind::Source,
-                format!("source {} is not a directory: give the directory to back up", root.display()),
-            ));
+            return Err(Error::new(ErrorKind::Source, format!("source {} is not a directory: give the directory to back up", root.display())));
         }
         let first = listed(root, String::new(), root_id, &meta)?;
         let names = dir_names(root).map_err(|e| io_at(ErrorKind::Source, "cannot list directory", root, e))?;
@@ -329,7 +316,10 @@ fn dir_names(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
 /// # Errors
 /// [`ErrorKind::Source`] when it cannot be stat'ed or its link read.
 pub fn list_one(abs: &Path, rel: String, root: u16) -> Result<Listed> {
-    let meta = fs::symlink_metadata(abs).map_err(|e| io_at(ErrorKind::Source, "cannot stat", abs, e))?;
+    let meta = fs::symlink_metadata(abs).map_err(|e| {
+        let kind = if e.kind() == std::io::ErrorKind::NotFound { ErrorKind::NotFound } else { ErrorKind::Source };
+        io_at(kind, "cannot stat", abs, e)
+    })?;
     listed(abs, rel, root, &meta)
 }
 
@@ -339,14 +329,7 @@ fn listed(abs: &Path, rel: String, root: u16, meta: &fs::Metadata) -> Result<Lis
 
 fn listed_bytes(abs: &Path, rel: Vec<u8>, root: u16, meta: &fs::Metadata) -> Result<Listed> {
     let ft = meta.file_type();
-    let mut entry = Entry {
-        root,
-        mode: meta.mode() & 0o7777,
-        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-        uid: meta.uid(),
-        gid: meta.gid(),
-        ..Default::default()
-    };
+    let mut entry = Entry { root, mode: meta.mode() & 0o7777, mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(), uid: meta.uid(), gid: meta.gid(), ..Default::default() };
     entry.set_path_bytes(rel);
     if ft.is_symlink() {
         let t = fs::read_link(abs).map_err(|e| io_at(ErrorKind::Source, "cannot read link", abs, e))?;
@@ -439,14 +422,7 @@ mod tests {
         let paths: Vec<_> = l.iter().map(|x| (x.entry.path.as_str(), x.entry.kind)).collect();
         assert_eq!(
             paths,
-            vec![
-                ("", EntryKind::Dir),
-                ("a", EntryKind::File),
-                ("b", EntryKind::Dir),
-                ("b/empty", EntryKind::Dir),
-                ("b/f", EntryKind::File),
-                ("link", EntryKind::Symlink),
-            ]
+            vec![("", EntryKind::Dir), ("a", EntryKind::File), ("b", EntryKind::Dir), ("b/empty", EntryKind::Dir), ("b/f", EntryKind::File), ("link", EntryKind::Symlink),]
         );
         assert_eq!(l[4].entry.size, 2);
         assert_eq!(l[5].entry.target.as_deref(), Some("b/f"));
@@ -501,13 +477,13 @@ pub trait SourceFile: Send {
     /// Its size and modification time now.
     ///
     /// # Errors
-    /// The file system's or the link's.
-    fn stat(&mut self) -> std::io::Result<FileStat>;
+    /// The file system's or the link's ([`ErrorKind::Source`]), naming the file.
+    fn stat(&mut self) -> Result<FileStat>;
     /// Read at `offset` (fewer bytes than asked only at the end of the file, or none past it).
     ///
     /// # Errors
-    /// The file system's or the link's.
-    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
+    /// The file system's or the link's ([`ErrorKind::Source`]), naming the file.
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<usize>;
     /// Where the next data from `offset` starts (`Some(None)`: no more data), for reading a
     /// sparse file by its extents; `None` where the source cannot say (then it is read as all
     /// data).
@@ -525,7 +501,7 @@ pub trait SourceFile: Send {
     /// Where the file's host compresses what it sends: the chunk of up to `want` raw bytes at
     /// `offset`, stored into `out` (of at least `want` bytes). `None` where the host sends raw
     /// bytes (every local file): the reader then uses [`SourceFile::read_at`].
-    fn read_stored_at(&mut self, _out: &mut [u8], _offset: u64, _want: usize) -> Option<std::io::Result<StoredChunk>> {
+    fn read_stored_at(&mut self, _out: &mut [u8], _offset: u64, _want: usize) -> Option<Result<StoredChunk>> {
         None
     }
 }
@@ -537,8 +513,9 @@ pub trait Files: Send + Sync {
     /// listing fails with `ELOOP`) nor hanging on a FIFO.
     ///
     /// # Errors
-    /// `NotFound` for a file gone since listing; the file system's or the link's otherwise.
-    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>>;
+    /// [`ErrorKind::NotFound`] for a file gone since listing; [`ErrorKind::Source`] otherwise
+    /// (a link swapped in, the file system's or the link's failure), naming the file.
+    fn open(&self, path: &Path) -> Result<Box<dyn SourceFile>>;
     /// `root` walked as it is read, in the order [`list_tree`] gives: a [`Walk`] of this host's
     /// files, an agent's walk streamed over its link. Never held whole.
     ///
@@ -571,7 +548,11 @@ pub trait Files: Send + Sync {
 /// This host's file systems.
 pub struct LocalFiles;
 
-struct LocalFile(fs::File);
+struct LocalFile {
+    f: fs::File,
+    /// For messages.
+    path: std::path::PathBuf,
+}
 
 /// Where the next data (`SeekFrom::Data`) or hole (`SeekFrom::Hole`) is: `Some(None)` when none
 /// follows (ENXIO); `None` when the filesystem cannot say.
@@ -584,32 +565,47 @@ fn seek(f: &fs::File, to: rustix::fs::SeekFrom) -> Option<Option<u64>> {
 }
 
 impl SourceFile for LocalFile {
-    fn stat(&mut self) -> std::io::Result<FileStat> {
-        self.0.metadata().map(|m| FileStat::from(&m))
+    fn stat(&mut self) -> Result<FileStat> {
+        self.f.metadata().map(|m| FileStat::from(&m)).map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &self.path, e))
     }
-    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        std::os::unix::fs::FileExt::read_at(&self.0, buf, offset)
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        loop {
+            match std::os::unix::fs::FileExt::read_at(&self.f, buf, offset) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => return r.map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &self.path, e)),
+            }
+        }
     }
     fn seek_data(&mut self, offset: u64) -> Option<Option<u64>> {
-        seek(&self.0, rustix::fs::SeekFrom::Data(offset))
+        seek(&self.f, rustix::fs::SeekFrom::Data(offset))
     }
     fn seek_hole(&mut self, offset: u64) -> Option<Option<u64>> {
-        seek(&self.0, rustix::fs::SeekFrom::Hole(offset))
+        seek(&self.f, rustix::fs::SeekFrom::Hole(offset))
     }
     fn sequential(&mut self) {
         // Advisory only: a filesystem that ignores it reads the same bytes.
-        let _ = rustix::fs::fadvise(&self.0, 0, None, rustix::fs::Advice::Sequential);
+        let _ = rustix::fs::fadvise(&self.f, 0, None, rustix::fs::Advice::Sequential);
     }
     fn will_need(&mut self, offset: u64, len: u64) {
-        let _ = rustix::fs::fadvise(&self.0, offset, std::num::NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
+        let _ = rustix::fs::fadvise(&self.f, offset, std::num::NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
+    }
+}
+
+/// The error for a source file that cannot be opened: [`ErrorKind::NotFound`] when it is gone,
+/// [`ErrorKind::Source`] with what happened otherwise.
+pub fn open_error(path: &Path, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::io(ErrorKind::NotFound, format!("{} vanished before it was read", path.display()), e),
+        _ if e.raw_os_error() == Some(libc::ELOOP) => Error::new(ErrorKind::Source, format!("{} became a symbolic link while the backup ran", path.display())),
+        _ => io_at(ErrorKind::Source, "cannot read source file", path, e),
     }
 }
 
 impl Files for LocalFiles {
-    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>> {
+    fn open(&self, path: &Path) -> Result<Box<dyn SourceFile>> {
         use std::os::unix::fs::OpenOptionsExt;
-        let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
-        Ok(Box::new(LocalFile(f)))
+        let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(|e| open_error(path, e))?;
+        Ok(Box::new(LocalFile { f, path: path.to_path_buf() }))
     }
     fn walk(&self, root: &Path, root_id: u16) -> Result<Box<dyn Listing>> {
         Ok(Box::new(Walk::new(root, root_id)?))
@@ -623,9 +619,9 @@ impl Files for LocalFiles {
         Ok(())
     }
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
-        match fs::symlink_metadata(abs) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            _ => list_one(abs, rel, root_id).map(Some),
+        match list_one(abs, rel, root_id) {
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            r => r.map(Some),
         }
     }
     fn read_small(&self, abs: &Path) -> Result<Option<Vec<u8>>> {
@@ -659,17 +655,15 @@ pub fn settled(mut read: impl FnMut() -> Result<Option<Vec<u8>>>, what: &str) ->
 ///
 /// # Errors
 /// The source's.
-pub fn read_full_at(f: &mut dyn SourceFile, buf: &mut [u8], mut offset: u64) -> std::io::Result<usize> {
+pub fn read_full_at(f: &mut dyn SourceFile, buf: &mut [u8], mut offset: u64) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match f.read_at(&mut buf[got..], offset) {
-            Ok(0) => break,
-            Ok(n) => {
+        match f.read_at(&mut buf[got..], offset)? {
+            0 => break,
+            n => {
                 got += n;
                 offset += n as u64;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
         }
     }
     Ok(got)

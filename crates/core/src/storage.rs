@@ -32,7 +32,6 @@ pub use memory::MemoryStore;
 pub use null::{NullSink, NullStore};
 pub use throttle::{RateLimit, Throttled};
 
-
 /// What a store can do, as data (callers never downcast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
@@ -201,7 +200,9 @@ impl std::str::FromStr for LockMode {
         match s.to_ascii_lowercase().as_str() {
             "governance" => Ok(LockMode::Governance),
             "compliance" => Ok(LockMode::Compliance),
-            _ => Err(Error::invalid(format!("lock mode '{s}': use governance (an administrator granted the bypass permission can still remove a version) or compliance (nobody can)"))),
+            _ => Err(Error::invalid(format!(
+                "lock mode '{s}': use governance (an administrator granted the bypass permission can still remove a version) or compliance (nobody can)"
+            ))),
         }
     }
 }
@@ -294,9 +295,7 @@ impl Location {
             }
             let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
-                return Err(Error::invalid(format!(
-                    "location {text}: write {scheme}://BUCKET/PREFIX/NAME.sheaf (a bucket and an object name)"
-                )));
+                return Err(Error::invalid(format!("location {text}: write {scheme}://BUCKET/PREFIX/NAME.sheaf (a bucket and an object name)")));
             }
             if key.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
                 return Err(Error::invalid(format!("location {text}: the object name has an empty, '.' or '..' part")));
@@ -482,10 +481,7 @@ pub trait StripeSource: Send + Sync {
 pub fn checked_range(location: &str, offset: u64, n: u64, len: u64) -> Result<std::ops::Range<u64>> {
     match offset.checked_add(n) {
         Some(end) if end <= len => Ok(offset..end),
-        _ => Err(Error::incomplete(format!(
-            "stripe {location}: needs bytes {offset}..{} but is only {len} bytes long (truncated)",
-            offset.saturating_add(n)
-        ))),
+        _ => Err(Error::incomplete(format!("stripe {location}: needs bytes {offset}..{} but is only {len} bytes long (truncated)", offset.saturating_add(n)))),
     }
 }
 

@@ -26,7 +26,8 @@ pub fn utc(secs: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// A span as people write it (`14d`, `36h`, `90m`, `600s`, `2w`) in seconds.
+/// A span as people write it (`14d`, `36h`, `90m`, `600s`, `2w`; a bare number is seconds) in
+/// seconds: the one parser of every duration flag and setting.
 ///
 /// # Errors
 /// No number, another unit, or zero; the message names the forms (the caller names the flag).
@@ -34,9 +35,9 @@ pub fn parse_span(text: &str) -> crate::Result<i64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
-    let n: i64 = n.parse().map_err(|_| crate::Error::invalid(format!("'{text}': write a number and a unit, e.g. 14d, 36h, 90m")))?;
-    let mult = match unit {
-        "s" => 1,
+    let n: i64 = n.parse().map_err(|_| crate::Error::invalid(format!("'{text}': write a number and a unit, e.g. 14d, 36h, 90m, 30s")))?;
+    let mult = match unit.trim() {
+        "" | "s" | "sec" => 1,
         "m" | "min" => 60,
         "h" => 3600,
         "d" => 86_400,
@@ -46,7 +47,15 @@ pub fn parse_span(text: &str) -> crate::Result<i64> {
     if n == 0 {
         return Err(crate::Error::invalid(format!("'{text}': give a span longer than zero")));
     }
-    Ok(n * mult)
+    n.checked_mul(mult).ok_or_else(|| crate::Error::invalid(format!("'{text}': too long a span")))
+}
+
+/// [`parse_span`] as a [`std::time::Duration`].
+///
+/// # Errors
+/// As [`parse_span`].
+pub fn parse_duration(text: &str) -> crate::Result<std::time::Duration> {
+    parse_span(text).map(|s| std::time::Duration::from_secs(s as u64))
 }
 
 /// Seconds as a span people read: `45 s`, `12 min`, `5.5 h`, `3.2 d`.
@@ -76,7 +85,11 @@ mod tests {
         assert_eq!(parse_span("14d").unwrap(), 14 * 86_400);
         assert_eq!(parse_span("90m").unwrap(), 5400);
         assert_eq!(parse_span(" 2w").unwrap(), 14 * 86_400);
-        for bad in ["", "d", "3y", "0h", "-1d"] {
+        // One parser for every duration: a bare number is seconds, so 60 and 60s agree.
+        assert_eq!(parse_span("60").unwrap(), 60);
+        assert_eq!(parse_span("8s").unwrap(), 8);
+        assert_eq!(parse_duration("26h").unwrap(), std::time::Duration::from_secs(26 * 3600));
+        for bad in ["", "d", "3y", "0h", "-1d", "99999999999999999w"] {
             assert!(parse_span(bad).is_err(), "{bad}");
         }
         assert_eq!((span(45), span(720), span(19_800), span(3 * 86_400)), ("45 s".into(), "12 min".into(), "5.5 h".into(), "3.0 d".into()));

@@ -54,10 +54,7 @@ fn segment_system_id(path: &Path) -> Result<Option<u64>> {
 pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Result<Pushed> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let wal = WalFile::parse(&name, meta.wal_segment_size).ok_or_else(|| {
-        Error::invalid(format!(
-            "{}: not a file PostgreSQL archives (a WAL segment, .partial, .history or .backup file); archive_command passes %p",
-            path.display()
-        ))
+        Error::invalid(format!("{}: not a file PostgreSQL archives (a WAL segment, .partial, .history or .backup file); archive_command passes %p", path.display()))
     })?;
     let len = std::fs::metadata(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e))?.len();
     if wal.kind == WalKind::Segment && len != meta.wal_segment_size {
@@ -128,8 +125,7 @@ pub fn fetch_tmp_name(name: &str) -> String {
 /// # Errors
 /// A name PostgreSQL does not ask for, damage in the object, I/O on `dest`.
 pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
-    WalFile::parse(name, meta.wal_segment_size)
-        .ok_or_else(|| Error::invalid(format!("{name}: not a WAL file name (restore_command passes %f, then %p)")))?;
+    WalFile::parse(name, meta.wal_segment_size).ok_or_else(|| Error::invalid(format!("{name}: not a WAL file name (restore_command passes %f, then %p)")))?;
     fetch_object(repo, &paths::wal_object(name), dest, durable)
 }
 
@@ -154,4 +150,59 @@ pub fn fetch_object(repo: &Repo, object: &str, dest: &Path, durable: bool) -> Re
         let _ = std::fs::remove_file(&tmp);
     }
     r.map(Some)
+}
+
+/// What [`fetch_for_recovery`] found of a file PostgreSQL asked for.
+#[derive(Debug)]
+pub enum Recovered {
+    /// Archived whole: restored.
+    Archived(BlobInfo),
+    /// Not archived whole, but `sheaf wal-receive` streamed part of it: that part restored
+    /// (replay goes up to its end).
+    Streamed(BlobInfo),
+    /// No repository that answered holds it: the archive's end, as PostgreSQL expects to find it.
+    End,
+}
+
+/// PostgreSQL's `restore_command` rule over one or more repositories: `name` from the first that
+/// holds it archived whole, else from the first that holds what `wal-receive` streamed of it,
+/// else the archive's end. A repository that cannot be read (away, damaged) is passed over for
+/// the next and said through `say`; when none that answered holds the file but one could not be
+/// asked, that is said loudly too (it may hold it), and it is still the end; when none could be
+/// asked at all, it is an error, so that recovery stops rather than ends early.
+///
+/// # Errors
+/// Every repository's failure, the first given; I/O on `dest`.
+pub fn fetch_for_recovery(repos: &[Repo], name: &str, dest: &Path, say: &dyn Fn(&str)) -> Result<Recovered> {
+    let several = repos.len() > 1;
+    let mut failed: Option<Error> = None;
+    let mut open = Vec::new();
+    for (k, repo) in repos.iter().enumerate() {
+        let got = crate::repo::meta::open(repo).and_then(|meta| fetch(repo, &meta, name, dest, false).map(|i| (i, meta)));
+        match got {
+            Ok((Some(info), _)) => return Ok(Recovered::Archived(info)),
+            Ok((None, meta)) => open.push((repo, meta)),
+            Err(e) => {
+                if several {
+                    say(&format!("repository {} ({}) passed over for {name}: {e}", k + 1, repo.display()));
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    let answered = !open.is_empty();
+    for (repo, meta) in open {
+        if let Some(info) = crate::receive::fetch_streamed(repo, &meta, name, dest)? {
+            say(&format!("{name} is not archived whole: served what sheaf wal-receive streamed of it"));
+            return Ok(Recovered::Streamed(info));
+        }
+    }
+    match failed {
+        Some(e) if several && answered => {
+            say(&format!("WARNING: no repository that answered holds {name}, so recovery takes it as the archive's end; a repository that could not be asked may hold it: {e}"));
+            Ok(Recovered::End)
+        }
+        Some(e) => Err(e),
+        None => Ok(Recovered::End),
+    }
 }

@@ -26,13 +26,13 @@ use sheaf_core::source::{list_one, read_full_at, Files, Listed, Listing, LocalFi
 use sheaf_core::{Backup, BackupOptions, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
-use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::facts::ClusterFacts;
+use crate::layout::{self, BLOCKS_PER_SEGMENT};
 pub use crate::options::{PgBackupOptions, PgBackupReport, Remote};
-use crate::walmap::choose_changes;
 use crate::server::{format_lsn, parse_lsn};
 use crate::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::wal;
+use crate::walmap::choose_changes;
 
 /// The files of the backup host's spool (WAL fetched from the archive) on this host, every other
 /// file where the cluster is.
@@ -42,7 +42,7 @@ struct Spooled {
 }
 
 impl Files for Spooled {
-    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SourceFile>> {
+    fn open(&self, path: &Path) -> Result<Box<dyn SourceFile>> {
         if path.starts_with(&self.spool) {
             LocalFiles.open(path)
         } else {
@@ -68,12 +68,12 @@ impl Files for Spooled {
 
 /// Copy `abs` from where the cluster is to `dest` on this host, streamed.
 fn copy_here(files: &dyn Files, abs: &Path, dest: &Path) -> Result<()> {
-    let mut from = files.open(abs).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", abs.display()), e))?;
+    let mut from = files.open(abs)?;
     let mut out = std::fs::File::create(dest).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", dest.display()), e))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
     loop {
-        let n = read_full_at(from.as_mut(), &mut buf, at).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", abs.display()), e))?;
+        let n = read_full_at(from.as_mut(), &mut buf, at)?;
         if n == 0 {
             return Ok(());
         }
@@ -164,10 +164,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     }
     let t0 = Instant::now();
     if opts.transfer_size % PAGE_SIZE as u64 != 0 {
-        return Err(Error::invalid(format!(
-            "transfer size {} is not a multiple of PostgreSQL's 8 KiB page: use e.g. 64KiB, 1MiB or 4MiB",
-            opts.transfer_size
-        )));
+        return Err(Error::invalid(format!("transfer size {} is not a multiple of PostgreSQL's 8 KiB page: use e.g. 64KiB, 1MiB or 4MiB", opts.transfer_size)));
     }
     if pg.wal_from_archive && pg.archive.is_none() {
         return Err(Error::invalid("--wal-from archive takes the WAL from a repository's archive: back up into one with --repo"));
@@ -190,11 +187,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let pgdata = match (&pg.pgdata, &reader_facts.data_directory) {
         (Some(p), _) => p.clone(),
         (None, Some(d)) => PathBuf::from(d),
-        (None, None) => {
-            return Err(Error::invalid(
-                "the server will not say where its data directory is (the role lacks pg_read_all_settings): give it with --pgdata",
-            ))
-        }
+        (None, None) => return Err(Error::invalid("the server will not say where its data directory is (the role lacks pg_read_all_settings): give it with --pgdata")),
     };
     let files: Arc<dyn Files> = pg.remote.as_ref().map(|r| r.0.clone()).unwrap_or_else(|| Arc::new(LocalFiles));
     let local_id = system_identifier_of(files.as_ref(), &pgdata)?;
@@ -239,11 +232,8 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // included. In-place tablespaces (a relative location) live inside the data directory.
     let tablespaces: Vec<_> = sides.reader().0.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     if let Some(parent) = &pg.parent {
-        let history = if timeline > 1 {
-            files.read_small(&pgdata.join("pg_wal").join(wal::history_name(timeline)))?.map(|b| String::from_utf8_lossy(&b).into_owned())
-        } else {
-            None
-        };
+        let history =
+            if timeline > 1 { files.read_small(&pgdata.join("pg_wal").join(wal::history_name(timeline)))?.map(|b| String::from_utf8_lossy(&b).into_owned()) } else { None };
         match parent.off_history(timeline, history.as_deref()) {
             Some(why) => full_because = Some(format!("{why}: taking a full backup")),
             None => {
@@ -294,9 +284,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         prefixes.push(format!("pg_tblspc/{}/", ts.oid));
         ts_roots.push((id, Path::new(&ts.location)));
     }
-    let check: Option<Arc<PageCheck>> = verify.then(|| {
-        Arc::new(PageCheck { start_lsn, files: files.clone(), prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) })
-    });
+    let check: Option<Arc<PageCheck>> = verify.then(|| Arc::new(PageCheck { start_lsn, files: files.clone(), prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) }));
     let as_check = || check.clone().map(|c| c as Arc<dyn ChunkCheck>);
     // A tablespace's directory holds one folder per server version: ours only.
     let ours = format!("{}/", facts.tablespace_version_dir);
@@ -354,7 +342,9 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // before the stop, whose WAL the backup holds.
     let control = match role {
         Role::Hybrid => sides.control.read_file("global/pg_control")?.ok_or_else(|| Error::new(ErrorKind::Source, "the primary has no global/pg_control"))?,
-        _ => files.read_small(&pgdata.join("global/pg_control"))?.ok_or_else(|| Error::new(ErrorKind::Source, format!("{} is gone", pgdata.join("global/pg_control").display())))?,
+        _ => {
+            files.read_small(&pgdata.join("global/pg_control"))?.ok_or_else(|| Error::new(ErrorKind::Source, format!("{} is gone", pgdata.join("global/pg_control").display())))?
+        }
     };
     let mut primary_files = Vec::new();
     if role == Role::Hybrid {
@@ -369,7 +359,11 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     if stop.lsn < start_lsn {
         return Err(Error::new(
             ErrorKind::Source,
-            format!("the backup's stop {} is before its start {}: the server's minimum recovery point went back (was it restarted?); take the backup again", format_lsn(stop.lsn), format_lsn(start_lsn)),
+            format!(
+                "the backup's stop {} is before its start {}: the server's minimum recovery point went back (was it restarted?); take the backup again",
+                format_lsn(stop.lsn),
+                format_lsn(start_lsn)
+            ),
         ));
     }
     let stop_wal = wal::segment_holding(stop.timeline, stop.lsn, facts.wal_segment_size, true);
@@ -377,18 +371,15 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         if found != start_wal {
             return Err(Error::new(
                 ErrorKind::Source,
-                format!("backup_label starts in WAL file {found}, not {start_wal} as the server said at the start: the timeline changed as the backup started; take the backup again"),
+                format!(
+                    "backup_label starts in WAL file {found}, not {start_wal} as the server said at the start: the timeline changed as the backup started; take the backup again"
+                ),
             ));
         }
     }
     let segments = wal::segments_between(&start_wal, &stop_wal, facts.wal_segment_size)?;
     let pg_wal = pgdata.join("pg_wal");
-    let source = WalSource {
-        pg_wal: (!pg.wal_from_archive).then_some(pg_wal.as_path()),
-        files: files.as_ref(),
-        archive: pg.archive.as_ref(),
-        wait,
-    };
+    let source = WalSource { pg_wal: (!pg.wal_from_archive).then_some(pg_wal.as_path()), files: files.as_ref(), archive: pg.archive.as_ref(), wait };
     if source.pg_wal.is_some() {
         sides.wait_for_wal(stop.lsn, wait)?;
     }
@@ -396,7 +387,9 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let list_found = |found: Found, name: &str| -> Result<Listed> {
         let rel = format!("pg_wal/{name}");
         match found {
-            Found::Cluster(abs) => files.list_one(&abs, rel, 0)?.ok_or_else(|| Error::new(ErrorKind::Source, format!("WAL file {name}, which the backup needs, vanished from pg_wal"))),
+            Found::Cluster(abs) => {
+                files.list_one(&abs, rel, 0)?.ok_or_else(|| Error::new(ErrorKind::Source, format!("WAL file {name}, which the backup needs, vanished from pg_wal")))
+            }
             Found::Fetched(abs) => list_one(&abs, rel, 0),
         }
     };
@@ -440,11 +433,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         standby.drop_slot(&slot);
     }
 
-    let checkpoint = stop
-        .backup_label
-        .lines()
-        .find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: "))
-        .and_then(parse_lsn);
+    let checkpoint = stop.backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(parse_lsn);
     let verified = check.as_ref().map_or(0, |c| c.verified.load(Ordering::Relaxed));
     let skipped = check.as_ref().map_or(0, |c| c.skipped.load(Ordering::Relaxed));
     let mut recorded = ClusterFacts {
@@ -499,4 +488,3 @@ fn label_start_wal(label: &str) -> Option<String> {
     let name = line.split("(file ").nth(1)?.strip_suffix(')')?;
     Some(name.to_string())
 }
-

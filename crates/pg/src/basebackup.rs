@@ -14,8 +14,8 @@ use std::time::Instant;
 use sheaf_core::manifest::{BackupType, Entry, EntryKind, Root};
 use sheaf_core::{Backup, BackupOptions, Error, ErrorKind, Progress, Result, Tuning};
 
-use crate::options::{PgBackupOptions, PgBackupReport};
 use crate::facts::ClusterFacts;
+use crate::options::{PgBackupOptions, PgBackupReport};
 use crate::server::{format_lsn, parse_lsn, Server};
 use crate::tarstream::{Event, Kind, TarStream};
 use crate::wal;
@@ -123,9 +123,11 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
                     main_root
                 } else {
                     let oid = archive.trim_end_matches(".tar");
-                    roots.iter().find(|(o, _)| o == oid).map(|(_, id)| *id).ok_or_else(|| {
-                        Error::new(ErrorKind::Source, format!("tablespace {oid} ({location}) appeared as the backup started: take the backup again"))
-                    })?
+                    roots
+                        .iter()
+                        .find(|(o, _)| o == oid)
+                        .map(|(_, id)| *id)
+                        .ok_or_else(|| Error::new(ErrorKind::Source, format!("tablespace {oid} ({location}) appeared as the backup started: take the backup again")))?
                 };
                 tar = TarStream::default();
             }
@@ -217,7 +219,10 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
     // The links the server left out for tablespace_map, as sheaf's own backups hold them.
     for t in &tablespaces {
         let (uid, gid) = owner;
-        session.add_entry(main_root, Entry { path: format!("pg_tblspc/{}", t.oid), kind: EntryKind::Symlink, mode: 0o777, uid, gid, target: Some(t.location.clone()), ..Default::default() })?;
+        session.add_entry(
+            main_root,
+            Entry { path: format!("pg_tblspc/{}", t.oid), kind: EntryKind::Symlink, mode: 0o777, uid, gid, target: Some(t.location.clone()), ..Default::default() },
+        )?;
     }
     let start_wal = wal::segment_holding(timeline, start_lsn, facts.wal_segment_size, false);
     let stop_wal = wal::segment_holding(stop_tli, stop_lsn, facts.wal_segment_size, true);
@@ -250,5 +255,12 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
     };
     let report = session.finish(recorded.to_value())?;
     server.drop_slot(&slot);
-    Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64(), backup_type: BackupType::Full, method: Some("BASE_BACKUP over the replication protocol".into()), full_because: None })
+    Ok(PgBackupReport {
+        report,
+        facts: recorded,
+        seconds_total: t0.elapsed().as_secs_f64(),
+        backup_type: BackupType::Full,
+        method: Some("BASE_BACKUP over the replication protocol".into()),
+        full_because: None,
+    })
 }

@@ -368,14 +368,7 @@ mod tests {
     use super::*;
 
     fn rec(lsn: u64, rmid: u8, info: u8, main: Vec<u8>, blocks: &[(Locator, u8, u32)]) -> Record {
-        Record {
-            lsn,
-            next: lsn + 64,
-            info,
-            rmid,
-            blocks: blocks.iter().map(|&(locator, fork, block)| crate::walread::BlockRef { locator, fork, block }).collect(),
-            main,
-        }
+        Record { lsn, next: lsn + 64, info, rmid, blocks: blocks.iter().map(|&(locator, fork, block)| crate::walread::BlockRef { locator, fork, block }).collect(), main }
     }
 
     fn le(vals: &[u32]) -> Vec<u8> {

@@ -11,10 +11,9 @@ const LANES: usize = 32;
 const FNV_PRIME: u32 = 16_777_619;
 /// The lanes' initial states, fixed by PostgreSQL's on-disk format.
 const SEEDS: [u32; LANES] = [
-    0x5B1F36E9, 0xB8525960, 0x02AB50AA, 0x1DE66D2A, 0x79FF467A, 0x9BB9F8A3, 0x217E7CD2, 0x83E13D2C,
-    0xF8D4474F, 0xE39EB970, 0x42C6AE16, 0x993216FA, 0x7B093B5D, 0x98DAFF3C, 0xF718902A, 0x0B1C9CDB,
-    0xE58F764B, 0x187636BC, 0x5D7B3BB1, 0xE73DE7DE, 0x92BEC979, 0xCCA6C0B2, 0x304A0979, 0x85AA43D4,
-    0x783125BB, 0x6CA8EAA2, 0xE407EAC6, 0x4B5CFC3E, 0x9FBF8C76, 0x15CA20BE, 0xF2CA9FD3, 0x959BD756,
+    0x5B1F36E9, 0xB8525960, 0x02AB50AA, 0x1DE66D2A, 0x79FF467A, 0x9BB9F8A3, 0x217E7CD2, 0x83E13D2C, 0xF8D4474F, 0xE39EB970, 0x42C6AE16, 0x993216FA, 0x7B093B5D, 0x98DAFF3C,
+    0xF718902A, 0x0B1C9CDB, 0xE58F764B, 0x187636BC, 0x5D7B3BB1, 0xE73DE7DE, 0x92BEC979, 0xCCA6C0B2, 0x304A0979, 0x85AA43D4, 0x783125BB, 0x6CA8EAA2, 0xE407EAC6, 0x4B5CFC3E,
+    0x9FBF8C76, 0x15CA20BE, 0xF2CA9FD3, 0x959BD756,
 ];
 
 #[inline(always)]
@@ -59,11 +58,7 @@ pub struct PageFacts {
 pub fn page_facts(page: &[u8; PAGE_SIZE]) -> PageFacts {
     let hi = u32::from_le_bytes(page[0..4].try_into().expect("4"));
     let lo = u32::from_le_bytes(page[4..8].try_into().expect("4"));
-    PageFacts {
-        lsn: (u64::from(hi) << 32) | u64::from(lo),
-        stored: u16::from_le_bytes([page[8], page[9]]),
-        is_new: u16::from_le_bytes([page[14], page[15]]) == 0,
-    }
+    PageFacts { lsn: (u64::from(hi) << 32) | u64::from(lo), stored: u16::from_le_bytes([page[8], page[9]]), is_new: u16::from_le_bytes([page[14], page[15]]) == 0 }
 }
 
 /// The verdict on one page.

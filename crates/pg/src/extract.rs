@@ -3,11 +3,12 @@
 //! checked by its frames' checksums and, where the cluster had data checksums, by its own.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
 use sheaf_core::manifest::EntryKind;
+use sheaf_core::whole::WholeFile;
 use sheaf_core::{BackupSet, Error, ErrorKind, Result};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
@@ -85,14 +86,14 @@ pub fn find<'a>(dbs: &'a [DatabaseInfo], relation: &str, database: Option<&str>)
         Some((s, n)) => (Some(s), n),
         None => (None, relation),
     };
-    let in_db = |d: &'a DatabaseInfo| {
-        d.relations().filter(move |r| r.as_ref().map_or(true, |r| r.name == name && schema.is_none_or(|s| r.schema == s))).map(move |r| r.map(|r| (d, r)))
-    };
+    let in_db =
+        |d: &'a DatabaseInfo| d.relations().filter(move |r| r.as_ref().map_or(true, |r| r.name == name && schema.is_none_or(|s| r.schema == s))).map(move |r| r.map(|r| (d, r)));
     let mut found: Vec<(&DatabaseInfo, RelationInfo)> = match database {
         Some(db) => {
-            let d = dbs.iter().find(|d| d.name == db).ok_or_else(|| {
-                Error::invalid(format!("the backup has no database {db}; it has {}", dbs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")))
-            })?;
+            let d = dbs
+                .iter()
+                .find(|d| d.name == db)
+                .ok_or_else(|| Error::invalid(format!("the backup has no database {db}; it has {}", dbs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "))))?;
             in_db(d).collect::<Result<_>>()?
         }
         None => dbs.iter().flat_map(in_db).collect::<Result<_>>()?,
@@ -193,7 +194,11 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
             let mut page = Box::new([0u8; PAGE_SIZE]);
             let offset = (block % RELSEG_BLOCKS) * PAGE_SIZE as u64;
             let Some(id) = id.filter(|&i| set.manifest.entries[i as usize].size >= offset + PAGE_SIZE as u64) else {
-                let blocks: u64 = files.iter().filter(|(_, p)| *p == rel.path || p.strip_prefix(&rel.path).is_some_and(|r| r.starts_with('.'))).map(|(i, _)| set.manifest.entries[*i as usize].size / PAGE_SIZE as u64).sum();
+                let blocks: u64 = files
+                    .iter()
+                    .filter(|(_, p)| *p == rel.path || p.strip_prefix(&rel.path).is_some_and(|r| r.starts_with('.')))
+                    .map(|(i, _)| set.manifest.entries[*i as usize].size / PAGE_SIZE as u64)
+                    .sum();
                 return Err(Error::invalid(format!("block {block} is past the end of {}: it had {blocks} blocks when backed up", report.relation)));
             };
             let mut f = sheaf_core::chain_file(sets, id)?;
@@ -208,7 +213,7 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
                 Verdict::Mismatch { stored, computed } => format!("mismatch (the page says {stored:#06x}, its bytes give {computed:#06x})"),
             };
             let name = format!("{base}.block{block}");
-            write_file(&opts.dest.join(&name), &page[..])?;
+            sheaf_core::whole::write_whole(&opts.dest.join(&name), &page[..])?;
             report.files.push(name);
             report.bytes_written = PAGE_SIZE as u64;
             report.page = Some(PageReport { block, lsn: crate::server::format_lsn(header.lsn), checksum: verdict });
@@ -219,7 +224,7 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
                 let name = path.rsplit('/').next().unwrap_or(path).to_string();
                 let dest = opts.dest.join(&name);
                 let mut f = sheaf_core::chain_file(sets, *id)?;
-                let mut out = std::fs::File::create(&dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))?;
+                let mut out = WholeFile::create(&dest)?;
                 let (mut at, size, mut crc) = (0u64, f.size(), 0u32);
                 while at < size {
                     let n = (size - at).min(buf.len() as u64) as usize;
@@ -228,12 +233,13 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
                     out.write_all(&buf[..n]).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", dest.display()), e))?;
                     at += n as u64;
                 }
-                out.sync_all().map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", dest.display()), e))?;
                 if let Some(want) = set.manifest.entries[*id as usize].crc32c {
                     if want != crc {
                         return Err(Error::corrupt(format!("{path}: its bytes do not match the file's checksum in the manifest")));
                     }
                 }
+                // Put in place only once checked: a damaged file never appears under its name.
+                out.commit()?;
                 report.bytes_read += f.bytes_read();
                 report.bytes_written += size;
                 report.files.push(name);
@@ -242,13 +248,6 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
     }
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |e| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e);
-    let mut f = std::fs::File::create(path).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)
 }
 
 #[cfg(test)]
@@ -282,7 +281,14 @@ mod tests {
     #[test]
     fn relations_are_found_by_name_and_ambiguity_is_named() {
         let dbs = vec![
-            DatabaseInfo { name: "a".into(), oid: 5, tablespace: 1663, connectable: true, relations: vec![rel("public", "t", "base/5/1"), rel("x", "t", "base/5/2")], packed: String::new() },
+            DatabaseInfo {
+                name: "a".into(),
+                oid: 5,
+                tablespace: 1663,
+                connectable: true,
+                relations: vec![rel("public", "t", "base/5/1"), rel("x", "t", "base/5/2")],
+                packed: String::new(),
+            },
             DatabaseInfo { name: "b".into(), oid: 6, tablespace: 1663, connectable: true, relations: Vec::new(), packed: pack(&[rel("public", "u", "base/6/3")]) },
         ];
         assert_eq!(find(&dbs, "u", None).unwrap().1.path, "base/6/3");

@@ -86,9 +86,7 @@ impl ClusterFacts {
         if !is_postgres(set) {
             return Ok(None);
         }
-        serde_json::from_value(set.manifest.source.clone())
-            .map(Some)
-            .map_err(|e| Error::corrupt(format!("the manifest's facts about the PostgreSQL cluster do not parse: {e}")))
+        serde_json::from_value(set.manifest.source.clone()).map(Some).map_err(|e| Error::corrupt(format!("the manifest's facts about the PostgreSQL cluster do not parse: {e}")))
     }
 
     /// As JSON, for the manifest.
@@ -101,9 +99,9 @@ impl ClusterFacts {
     /// # Errors
     /// A backup made before sheaf recorded them.
     pub fn databases(&self) -> Result<&[DatabaseInfo]> {
-        self.databases.as_deref().ok_or_else(|| {
-            Error::invalid("this backup does not record its databases and relations (made by an older sheaf): restore it, or extract files by path")
-        })
+        self.databases
+            .as_deref()
+            .ok_or_else(|| Error::invalid("this backup does not record its databases and relations (made by an older sheaf): restore it, or extract files by path"))
     }
 
     /// The start LSN as a number (`u64::MAX` when it does not parse: every page is then recent).
@@ -124,10 +122,28 @@ mod tests {
         assert_eq!(
             keys,
             [
-                "backup_label", "checkpoint_lsn", "checksum_failures", "data_checksums", "databases", "excluded_entries", "kind",
-                "pages_not_checked", "pages_verified", "server_version", "server_version_num", "start_lsn", "start_wal_file",
-                "stop_lsn", "stop_wal_file", "system_identifier", "tablespace_map", "tablespace_version_dir", "tablespaces",
-                "timeline", "url", "wal_files"
+                "backup_label",
+                "checkpoint_lsn",
+                "checksum_failures",
+                "data_checksums",
+                "databases",
+                "excluded_entries",
+                "kind",
+                "pages_not_checked",
+                "pages_verified",
+                "server_version",
+                "server_version_num",
+                "start_lsn",
+                "start_wal_file",
+                "stop_lsn",
+                "stop_wal_file",
+                "system_identifier",
+                "tablespace_map",
+                "tablespace_version_dir",
+                "tablespaces",
+                "timeline",
+                "url",
+                "wal_files"
             ]
         );
         assert_eq!(v["checkpoint_lsn"], serde_json::Value::Null);

@@ -65,9 +65,7 @@ impl Parent {
         let m = &set.manifest;
         let files = || m.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| (m.roots[e.root as usize].name.clone(), e));
         let sizes = files().filter(|(root, e)| main_fork(root, &e.path)).map(|(root, e)| ((root, e.path.clone()), e.size)).collect();
-        let versions = files()
-            .filter_map(|(root, e)| e.path.strip_suffix("/PG_VERSION").filter(|d| d.contains('/')).map(|d| ((root, d.to_string()), e.mtime_ns)))
-            .collect();
+        let versions = files().filter_map(|(root, e)| e.path.strip_suffix("/PG_VERSION").filter(|d| d.contains('/')).map(|d| ((root, d.to_string()), e.mtime_ns))).collect();
         Parent { lineage, name: name.to_string(), start_lsn, stop_lsn, timeline, sizes, versions, summaries: None, check_changes: false, page_scan: false }
     }
 
@@ -112,10 +110,7 @@ impl PageScan {
             .versions
             .iter()
             .filter(|((root, dir), &was)| {
-                let now = roots
-                    .iter()
-                    .find(|(r, _)| r == root)
-                    .and_then(|(_, place)| files.list_one(&place.join(dir).join("PG_VERSION"), String::new(), 0).ok().flatten());
+                let now = roots.iter().find(|(r, _)| r == root).and_then(|(_, place)| files.list_one(&place.join(dir).join("PG_VERSION"), String::new(), 0).ok().flatten());
                 now.is_none_or(|l| l.entry.mtime_ns != was)
             })
             .map(|(k, _)| k.clone())
@@ -214,7 +209,18 @@ mod tests {
 
     #[test]
     fn a_parent_serves_its_timeline_and_descendants_that_left_after_it() {
-        let p = Parent { lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] }, name: "b".into(), start_lsn: 0x100, stop_lsn: 0x3000000, timeline: 1, sizes: HashMap::new(), versions: HashMap::new(), summaries: None, check_changes: false, page_scan: false };
+        let p = Parent {
+            lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] },
+            name: "b".into(),
+            start_lsn: 0x100,
+            stop_lsn: 0x3000000,
+            timeline: 1,
+            sizes: HashMap::new(),
+            versions: HashMap::new(),
+            summaries: None,
+            check_changes: false,
+            page_scan: false,
+        };
         assert_eq!(p.off_history(1, None), None);
         assert_eq!(p.off_history(2, Some("1\t0/5000000\tno recovery target specified\n")), None);
         let early = p.off_history(2, Some("1\t0/2000000\tbefore 2026-11-24\n")).unwrap();

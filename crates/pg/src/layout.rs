@@ -15,22 +15,13 @@ use sheaf_core::manifest::EntryKind;
 use sheaf_core::source::Listed;
 
 /// Directories whose contents a base backup leaves out (the directories themselves are kept).
-const EMPTY_DIRS: [&str; 8] =
-    ["pg_wal", "pg_dynshmem", "pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"];
+const EMPTY_DIRS: [&str; 8] = ["pg_wal", "pg_dynshmem", "pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"];
 /// Files in the data directory's top level that are never copied. A standby's standby.signal
 /// (and a recovering cluster's recovery.signal) are left out too: restore writes the signal its
 /// recovery needs, and a copy of a standby's would start the restored cluster as a standby that
 /// never ends recovery.
-const TOP_FILES: [&str; 8] = [
-    "postmaster.pid",
-    "postmaster.opts",
-    "backup_label",
-    "tablespace_map",
-    "backup_manifest",
-    "current_logfiles.tmp",
-    "standby.signal",
-    "recovery.signal",
-];
+const TOP_FILES: [&str; 8] =
+    ["postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map", "backup_manifest", "current_logfiles.tmp", "standby.signal", "recovery.signal"];
 
 /// A relation file name: `NODE[_FORK][.SEGMENT]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,8 +58,7 @@ pub fn is_relation_path(rel: &str, in_tablespace: bool) -> Option<RelFile<'_>> {
         // PG_<version>_<catversion>/<database oid>/<file>
         parts.len() == 3 && parts[0].starts_with("PG_") && parts[1].bytes().all(|b| b.is_ascii_digit())
     } else {
-        (parts.len() == 3 && parts[0] == "base" && parts[1].bytes().all(|b| b.is_ascii_digit()))
-            || (parts.len() == 2 && parts[0] == "global")
+        (parts.len() == 3 && parts[0] == "base" && parts[1].bytes().all(|b| b.is_ascii_digit())) || (parts.len() == 2 && parts[0] == "global")
     };
     if ok_dir {
         rel_file(parts[parts.len() - 1])
@@ -82,9 +72,7 @@ pub const BLOCKS_PER_SEGMENT: u32 = 131_072;
 
 fn is_temp_relation(name: &str) -> bool {
     // t<backend id>_<relfilenode>[_fork][.segment]
-    name.strip_prefix('t')
-        .and_then(|r| r.split_once('_'))
-        .is_some_and(|(b, rest)| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()) && rel_file(rest).is_some())
+    name.strip_prefix('t').and_then(|r| r.split_once('_')).is_some_and(|(b, rest)| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()) && rel_file(rest).is_some())
 }
 
 /// Drop what a base backup leaves out from a listing of the data directory (`in_tablespace`
@@ -224,20 +212,7 @@ mod tests {
 
     fn l(path: &str, kind: EntryKind) -> Listed {
         Listed {
-            entry: Entry {
-                root: 0,
-                path: path.into(),
-                kind,
-                mode: 0o600,
-                mtime_ns: 0,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                crc32c: None,
-                target: None,
-                vanished: false,
-                ..Default::default()
-            },
+            entry: Entry { root: 0, path: path.into(), kind, mode: 0o600, mtime_ns: 0, uid: 0, gid: 0, size: 0, crc32c: None, target: None, vanished: false, ..Default::default() },
             abs: path.into(),
             dev: 0,
             ino: 0,
@@ -250,8 +225,8 @@ mod tests {
     struct Remote(Vec<Listed>);
 
     impl sheaf_core::source::Files for Remote {
-        fn open(&self, _: &std::path::Path) -> std::io::Result<Box<dyn sheaf_core::source::SourceFile>> {
-            Err(std::io::ErrorKind::Unsupported.into())
+        fn open(&self, _: &std::path::Path) -> sheaf_core::Result<Box<dyn sheaf_core::source::SourceFile>> {
+            Err(sheaf_core::Error::invalid("not opened here"))
         }
         fn walk(&self, _: &std::path::Path, _: u16) -> sheaf_core::Result<Box<dyn sheaf_core::source::Listing>> {
             Err(sheaf_core::Error::invalid("not walked here"))
@@ -326,13 +301,24 @@ mod tests {
         assert_eq!(
             paths,
             vec![
-                "", "PG_VERSION", "pg_wal", "pg_wal/archive_status", "pg_replslot", "pg_stat_tmp", "base", "base/5",
-                "base/5/1259", "base/5/16500_init", "global", "global/pg_control"
+                "",
+                "PG_VERSION",
+                "pg_wal",
+                "pg_wal/archive_status",
+                "pg_replslot",
+                "pg_stat_tmp",
+                "base",
+                "base/5",
+                "base/5/1259",
+                "base/5/16500_init",
+                "global",
+                "global/pg_control"
             ]
         );
         assert_eq!(dropped, 13);
         // A pg_wal without archive_status gets one, once, in its place.
-        let (kept, _) = filter(vec![l("", EntryKind::Dir), l("pg_wal", EntryKind::Dir), l("pg_wal/000000010000000000000001", EntryKind::File), l("pg_xact", EntryKind::Dir)], false);
+        let (kept, _) =
+            filter(vec![l("", EntryKind::Dir), l("pg_wal", EntryKind::Dir), l("pg_wal/000000010000000000000001", EntryKind::File), l("pg_xact", EntryKind::Dir)], false);
         let paths: Vec<&str> = kept.iter().map(|l| l.entry.path.as_str()).collect();
         assert_eq!(paths, vec!["", "pg_wal", "pg_wal/archive_status", "pg_xact"]);
     }
@@ -359,9 +345,21 @@ mod tests {
             std::fs::create_dir_all(root.join(dir)).unwrap();
         }
         for f in [
-            "PG_VERSION", "postmaster.pid", "standby.signal", "base/5/1259", "base/5/1259_fsm", "base/5/16500", "base/5/16500.1",
-            "base/5/16500_fsm", "base/5/16500_init", "base/5/t3_16400", "base/5/pg_internal.init", "base/pgsql_tmp/pgsql_tmp1.0",
-            "global/pg_control", "pg_stat_tmp/x", "pg_replslot/slot/state",
+            "PG_VERSION",
+            "postmaster.pid",
+            "standby.signal",
+            "base/5/1259",
+            "base/5/1259_fsm",
+            "base/5/16500",
+            "base/5/16500.1",
+            "base/5/16500_fsm",
+            "base/5/16500_init",
+            "base/5/t3_16400",
+            "base/5/pg_internal.init",
+            "base/pgsql_tmp/pgsql_tmp1.0",
+            "global/pg_control",
+            "pg_stat_tmp/x",
+            "pg_replslot/slot/state",
         ] {
             std::fs::write(root.join(f), b"x").unwrap();
         }
@@ -369,8 +367,19 @@ mod tests {
         std::fs::create_dir_all(&elsewhere).unwrap();
         std::fs::write(elsewhere.join("000000010000000000000001"), b"w").unwrap();
         let kept = [
-            "", "PG_VERSION", "base", "base/5", "base/5/1259", "base/5/1259_fsm", "base/5/16500_init", "global", "global/pg_control",
-            "pg_replslot", "pg_stat_tmp", "pg_wal", "pg_wal/archive_status",
+            "",
+            "PG_VERSION",
+            "base",
+            "base/5",
+            "base/5/1259",
+            "base/5/1259_fsm",
+            "base/5/16500_init",
+            "global",
+            "global/pg_control",
+            "pg_replslot",
+            "pg_stat_tmp",
+            "pg_wal",
+            "pg_wal/archive_status",
         ];
         // Dropped: the pid file, standby.signal, 16500 and its fork and segment, the temporary
         // relation, pg_internal.init, pgsql_tmp and its file, and the three files in emptied folders.
@@ -383,7 +392,8 @@ mod tests {
                 std::fs::write(root.join("pg_wal/000000010000000000000001"), b"w").unwrap();
             }
             let count = std::cell::Cell::new(0);
-            let streamed: Vec<Listed> = filter_stream(sheaf_core::source::Walk::new(&root, 0).unwrap(), false, &count, &sheaf_core::source::LocalFiles).collect::<sheaf_core::Result<_>>().unwrap();
+            let streamed: Vec<Listed> =
+                filter_stream(sheaf_core::source::Walk::new(&root, 0).unwrap(), false, &count, &sheaf_core::source::LocalFiles).collect::<sheaf_core::Result<_>>().unwrap();
             let paths: Vec<&str> = streamed.iter().map(|l| l.entry.path.as_str()).collect();
             assert_eq!(paths, kept, "symlinked pg_wal: {symlinked}");
             assert!(streamed.iter().filter(|l| l.entry.path.starts_with("pg_wal")).all(|l| l.entry.kind == EntryKind::Dir));

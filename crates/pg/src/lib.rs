@@ -51,6 +51,6 @@ pub mod walread;
 pub mod wire;
 
 pub use backup::backup_postgres;
-pub use options::{PgBackupOptions, PgBackupReport};
 pub use facts::{is_postgres, ClusterFacts};
+pub use options::{PgBackupOptions, PgBackupReport};
 pub use restore::{restore_postgres, restore_postgres_chain, PgRestoreOptions};

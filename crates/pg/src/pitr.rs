@@ -61,9 +61,7 @@ pub fn parse_time(text: &str) -> Result<i64> {
 /// # Errors
 /// As [`parse_time`].
 pub fn parse_time_as(flag: &str, text: &str) -> Result<i64> {
-    let bad = |why: &str| {
-        Error::invalid(format!("{flag} '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'"))
-    };
+    let bad = |why: &str| Error::invalid(format!("{flag} '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'"));
     let t = text.trim();
     if !t.is_ascii() {
         return Err(bad("not a date and time"));
@@ -198,9 +196,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     };
     let history = ancestry(repo, timeline)?;
     // A backup on this timeline, or on an ancestor and consistent before the switch away from it.
-    let on_path = |r: &BackupRecord| {
-        r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn() <= *switch)
-    };
+    let on_path = |r: &BackupRecord| r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn() <= *switch);
     let backup = match chosen {
         Some(r) => {
             if !on_path(r) {
@@ -372,14 +368,6 @@ pub fn restore(
     Ok((report, plan))
 }
 
-/// Quote `s` for a POSIX shell inside a PostgreSQL string literal.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-:=@%+,".contains(&b)) {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
 /// Write the recovery settings into `data`'s postgresql.auto.conf and create recovery.signal.
 ///
 /// # Errors
@@ -430,7 +418,8 @@ mod tests {
         assert_eq!(parse_time("2026-11-21 05:30:45-0500").unwrap(), base);
         assert_eq!(parse_time("2026-11-21 10:30:45.25 UTC").unwrap(), base + 250);
         assert_eq!(parse_time("2000-02-29 00:00:00Z").unwrap(), 951_782_400_000);
-        for bad in ["2026-11-21 10:30:45", "2026-13-01 00:00:00Z", "yesterday", "2026-11-21 10:30:45 CET", "2026-02-29 00:00:00Z", "2026-04-31 00:00:00Z", "2026-11-21 10:30:€Z"] {
+        for bad in ["2026-11-21 10:30:45", "2026-13-01 00:00:00Z", "yesterday", "2026-11-21 10:30:45 CET", "2026-02-29 00:00:00Z", "2026-04-31 00:00:00Z", "2026-11-21 10:30:€Z"]
+        {
             assert!(parse_time(bad).is_err(), "{bad}");
         }
         assert!(parse_time("2026-11-21 10:30:45").unwrap_err().to_string().contains("zone"));
@@ -447,11 +436,5 @@ mod tests {
         assert!(target_from(Some("2026-11-21 10:30:45Z"), Some("0/1"), None, false).is_err());
         assert_eq!(target_from(None, Some("1/A0"), None, false).unwrap(), Target::Lsn((1 << 32) | 0xA0));
         assert_eq!(target_from(None, None, None, false).unwrap(), Target::End);
-    }
-
-    #[test]
-    fn shell_quoting() {
-        assert_eq!(shell_quote("/usr/bin/sheaf"), "/usr/bin/sheaf");
-        assert_eq!(shell_quote("/my dir/it's"), "'/my dir/it'\\''s'");
     }
 }

@@ -200,7 +200,8 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
     let meta = first.ok_or_else(|| Error::new(ErrorKind::Target, "none of the repositories given can be read"))?;
     fs::create_dir_all(&opts.spool).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot make the spool folder {}", opts.spool.display()), e))?;
     let lock_path = opts.spool.join("receiver.lock");
-    let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", lock_path.display()), e))?;
+    let lock =
+        File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", lock_path.display()), e))?;
     if !try_lock_exclusive(&lock).map_err(|e| Error::io(ErrorKind::Io, format!("cannot lock {}", lock_path.display()), e))? {
         return Err(Error::invalid(format!("another sheaf wal-receive uses the spool {} (one receiver per repository and spool)", opts.spool.display())));
     }
@@ -223,7 +224,9 @@ fn receive_loop(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &Rece
         shared.report().connections += 1;
         match session(repos, meta, opts, shared, events) {
             Ok(()) => return Ok(()),
-            Err(e) if e.kind() == ErrorKind::InvalidInput => return Err(e),
+            // What may pass on a second try (the link, a server restarting), as the error says;
+            // a refusal or damage ends the receiver, to be mended first.
+            Err(e) if !e.is_transient() => return Err(e),
             Err(e) => {
                 events(&format!("{e}; connecting again in {} s", opts.retry_every.as_secs()));
                 shared.report().last_error = Some(e.to_string());
@@ -300,10 +303,7 @@ fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOp
         None => match restart {
             Some((t, lsn)) => (t, lsn - lsn % seg),
             None => {
-                events(&format!(
-                    "streaming from {}, the server's position now: WAL before it reaches the repository through wal-push",
-                    format_lsn(server_pos - server_pos % seg)
-                ));
+                events(&format!("streaming from {}, the server's position now: WAL before it reaches the repository through wal-push", format_lsn(server_pos - server_pos % seg)));
                 (server_tli, server_pos - server_pos % seg)
             }
         },
@@ -364,12 +364,7 @@ fn store_history(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tl
     if WalFile::parse(&name, 1 << 24).is_none_or(|w| w.kind != WalKind::History) {
         return Err(Error::corrupt(format!("the server named timeline {tli}'s history file '{name}'")));
     }
-    let path = opts.spool.join(&name);
-    let io = |what: &str, e| Error::io(ErrorKind::Io, format!("{what} {}", path.display()), e);
-    let tmp = opts.spool.join(format!("{name}.tmp"));
-    fs::write(&tmp, content).map_err(|e| io("cannot write", e))?;
-    File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io("cannot sync", e))?;
-    fs::rename(&tmp, &path).map_err(|e| io("cannot rename to", e))?;
+    sheaf_core::whole::write_whole_with(&opts.spool.join(&name), content.as_bytes(), 0o666, ErrorKind::Io)?;
     shared.wake.notify_all();
     Ok(())
 }
@@ -432,7 +427,9 @@ fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32,
                 if let Some(o) = &open {
                     o.file.sync_data().map_err(|e| io("cannot sync", &o.path, e))?;
                 }
-                let next: u32 = cell(&rows, 0, "the end of the timeline")?.and_then(|t| t.parse().ok()).ok_or_else(|| Error::corrupt("the server ended the stream without naming the next timeline"))?;
+                let next: u32 = cell(&rows, 0, "the end of the timeline")?
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| Error::corrupt("the server ended the stream without naming the next timeline"))?;
                 let at = lsn_cell(&rows, 1, "the end of the timeline")?.unwrap_or(written);
                 return Ok(Some((next, at, open)));
             }
@@ -517,7 +514,8 @@ fn flush(open: Option<&Open>, shared: &Shared, written: u64) -> Result<u64> {
 fn open_segment(spool: &Path, tli: u32, segno: u64, seg: u64, shared: &Shared) -> Result<Open> {
     let name = segment_name(tli, segno, seg);
     let path = spool.join(format!("{name}.partial"));
-    let file = File::options().create(true).truncate(false).read(true).write(true).open(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))?;
+    let file =
+        File::options().create(true).truncate(false).read(true).write(true).open(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))?;
     file.set_len(seg).map_err(|e| Error::io(ErrorKind::Io, format!("cannot size {}", path.display()), e))?;
     shared.lock().partial = Some((path.clone(), name.clone()));
     Ok(Open { segno, name, path, file })
@@ -597,7 +595,15 @@ fn upload_loop(mut targets: Vec<Target>, meta: &RepoMeta, opts: &ReceiveOptions,
 ///
 /// # Errors
 /// The first repository's failure, once every repository has been tried.
-fn store_complete(targets: &mut [Target], reached: &mut HashMap<String, Vec<Option<bool>>>, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events, done: bool) -> Result<()> {
+fn store_complete(
+    targets: &mut [Target],
+    reached: &mut HashMap<String, Vec<Option<bool>>>,
+    meta: &RepoMeta,
+    opts: &ReceiveOptions,
+    shared: &Shared,
+    events: &Events,
+    done: bool,
+) -> Result<()> {
     let several = targets.len() > 1;
     let mut names: Vec<(String, WalKind)> = fs::read_dir(&opts.spool)
         .map_err(|e| Error::io(ErrorKind::Io, format!("cannot list {}", opts.spool.display()), e))?

@@ -106,11 +106,7 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     if let Some(pid) = running_postmaster(target) {
         return Err(Error::new(
             ErrorKind::TargetNotEmpty,
-            format!(
-                "a PostgreSQL server (pid {pid}) is running on {}: stop it (pg_ctl stop -D {}) before restoring onto it",
-                target.display(),
-                target.display()
-            ),
+            format!("a PostgreSQL server (pid {pid}) is running on {}: stop it (pg_ctl stop -D {}) before restoring onto it", target.display(), target.display()),
         ));
     }
     let tablespaces = &facts.tablespaces;

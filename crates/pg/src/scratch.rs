@@ -219,10 +219,8 @@ impl ScratchCluster {
             return Err(err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         let port = free_port()?;
-        let mut conf = format!(
-            "\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = '127.0.0.1'\nfsync = off\nshared_buffers = 64MB\nmax_wal_size = 1GB\n",
-            sock.display()
-        );
+        let mut conf =
+            format!("\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = '127.0.0.1'\nfsync = off\nshared_buffers = 64MB\nmax_wal_size = 1GB\n", sock.display());
         for s in settings {
             conf.push_str(s);
             conf.push('\n');
@@ -347,10 +345,11 @@ impl ScratchCluster {
 
     /// psql's raw output for `sql`.
     pub fn psql(&self, db: &str, sql: &str) -> Output {
-        self.tool("psql")
-            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql])
-            .output()
-            .unwrap_or_else(|e| Output { status: std::os::unix::process::ExitStatusExt::from_raw(1 << 8), stdout: vec![], stderr: e.to_string().into_bytes() })
+        self.tool("psql").args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql]).output().unwrap_or_else(|e| Output {
+            status: std::os::unix::process::ExitStatusExt::from_raw(1 << 8),
+            stdout: vec![],
+            stderr: e.to_string().into_bytes(),
+        })
     }
 
     /// Run `sql`; trimmed, unaligned output.

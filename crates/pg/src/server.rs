@@ -2,6 +2,7 @@
 //! before it touches anything, and the statements that start and stop the backup. Every failure
 //! names its cause and its fix.
 
+use postgres::error::SqlState;
 use postgres::Client;
 use sheaf_core::{Error, ErrorKind, Result};
 
@@ -171,7 +172,25 @@ pub fn format_lsn(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
 }
 
-fn db_err(what: &str, e: postgres::Error) -> Error {
+/// Whether a server's error may pass on a second try, by its SQLSTATE: the connection's class
+/// (08), a server shutting down or starting (57P01-57P03), too many connections or too little of
+/// a resource (53), a serialization failure or deadlock (40001, 40P01). Decided by the code, so a
+/// server whose `lc_messages` is not English is read the same.
+pub fn transient_state(code: &SqlState) -> bool {
+    let c = code.code();
+    c.starts_with("08")
+        || c.starts_with("53")
+        || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW, SqlState::T_R_SERIALIZATION_FAILURE, SqlState::T_R_DEADLOCK_DETECTED].contains(code)
+}
+
+/// sheaf's error for a server's: the SQLSTATE beside the message, transient where the state says
+/// so ([`transient_state`]) or where the client lost the connection (no SQLSTATE at all).
+pub fn db_err(what: &str, e: postgres::Error) -> Error {
+    let transient = match e.as_db_error() {
+        Some(d) => transient_state(d.code()),
+        // The link: closed, refused, reset (an I/O error under the client's).
+        None => e.is_closed() || std::error::Error::source(&e).is_some_and(|c| c.is::<std::io::Error>()),
+    };
     let detail = match e.as_db_error() {
         Some(d) => format!("{} ({})", d.message(), d.code().code()),
         None => {
@@ -185,7 +204,7 @@ fn db_err(what: &str, e: postgres::Error) -> Error {
             text
         }
     };
-    Error::new(ErrorKind::Source, format!("{what}: {detail}"))
+    Error::new(ErrorKind::Source, format!("{what}: {detail}")).transient(transient)
 }
 
 /// The URL without its password, for messages, reports and manifests: the password in the user
@@ -205,9 +224,7 @@ pub fn redact(url: &str) -> String {
         Some((user_info, host)) => format!("{}@{host}", user_info.split(':').next().unwrap_or_default()),
         None => authority.to_string(),
     };
-    let query: Vec<&str> = query
-        .map(|q| q.split('&').filter(|kv| !kv.to_ascii_lowercase().starts_with("password=")).collect())
-        .unwrap_or_default();
+    let query: Vec<&str> = query.map(|q| q.split('&').filter(|kv| !kv.to_ascii_lowercase().starts_with("password=")).collect()).unwrap_or_default();
     let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
     format!("{scheme}://{authority}{path}{query}")
 }
@@ -289,9 +306,8 @@ impl Server {
     /// [`ErrorKind::InvalidInput`] for a URL that does not parse; [`ErrorKind::Source`] naming the
     /// server when it cannot be reached or refuses the login.
     pub fn connect(url: &str) -> Result<Server> {
-        let mut config: postgres::Config = url
-            .parse()
-            .map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}; write e.g. postgres://user@host:5432/postgres", redact(url))))?;
+        let mut config: postgres::Config =
+            url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}; write e.g. postgres://user@host:5432/postgres", redact(url))))?;
         if config.get_password().is_none() {
             if let Ok(pw) = std::env::var("PGPASSWORD") {
                 config.password(pw);
@@ -303,14 +319,14 @@ impl Server {
         config.keepalives(true);
         config.keepalives_idle(std::time::Duration::from_secs(60));
         let client = config.connect(tls()?).map_err(|e| {
-            let hint = match e.as_db_error().map(|d| d.code().code()) {
-                Some("28P01") | Some("28000") => "check the user and password (in the URL or PGPASSWORD) and pg_hba.conf",
-                Some("3D000") => "the database in the URL does not exist; any database will do, e.g. /postgres",
+            let hint = match e.as_db_error().map(|d| d.code()) {
+                Some(&SqlState::INVALID_PASSWORD | &SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => "check the user and password (in the URL or PGPASSWORD) and pg_hba.conf",
+                Some(&SqlState::INVALID_CATALOG_NAME) => "the database in the URL does not exist; any database will do, e.g. /postgres",
                 _ => "check that the server runs and that host, port or socket directory are right",
             };
-            let mut err = db_err(&format!("cannot connect to {}", redact(url)), e);
-            err = Error::new(err.kind(), format!("{}; {hint}", err.message()));
-            err
+            let err = db_err(&format!("cannot connect to {}", redact(url)), e);
+            let transient = err.is_transient();
+            Error::new(err.kind(), format!("{}; {hint}", err.message())).transient(transient)
         })?;
         let mut server = Server { client, url: redact(url) };
         // Role or server timeouts must not end the session mid-backup.
@@ -374,9 +390,7 @@ impl Server {
         )?;
         let (replication, backup_fns): (bool, bool) = (r.get(0), r.get(1));
         if !replication {
-            return Err(Error::invalid(format!(
-                "role {user} may not take a backup: it needs the REPLICATION attribute (ALTER ROLE {user} REPLICATION), or use a superuser"
-            )));
+            return Err(Error::invalid(format!("role {user} may not take a backup: it needs the REPLICATION attribute (ALTER ROLE {user} REPLICATION), or use a superuser")));
         }
         if backup_functions && !backup_fns {
             return Err(Error::invalid(format!(
@@ -389,17 +403,10 @@ impl Server {
                 self.url
             )));
         }
-        let r = self.one(
-            "reading the control file",
-            "SELECT system_identifier::text, catalog_version_no FROM pg_control_system()",
-        )?;
+        let r = self.one("reading the control file", "SELECT system_identifier::text, catalog_version_no FROM pg_control_system()")?;
         let system_identifier: String = r.get(0);
         let catversion: i32 = r.get(1);
-        let data_directory = self
-            .client
-            .query_one("SELECT current_setting('data_directory')", &[])
-            .ok()
-            .map(|r| r.get::<_, String>(0));
+        let data_directory = self.client.query_one("SELECT current_setting('data_directory')", &[]).ok().map(|r| r.get::<_, String>(0));
         Ok(ServerFacts {
             version,
             version_num,
@@ -487,18 +494,15 @@ impl Server {
     /// # Errors
     /// [`ErrorKind::InvalidInput`] when a slot of that name exists.
     pub fn create_slot(&mut self, name: &str) -> Result<()> {
-        self.client
-            .execute("SELECT pg_create_physical_replication_slot($1, true, true)", &[&name])
-            .map(drop)
-            .map_err(|e| {
-                if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
-                    Error::invalid(format!(
-                        "replication slot {name} already exists: choose another name with --slot, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing uses it"
-                    ))
-                } else {
-                    db_err(&format!("creating replication slot {name}"), e)
-                }
-            })
+        self.client.execute("SELECT pg_create_physical_replication_slot($1, true, true)", &[&name]).map(drop).map_err(|e| {
+            if e.as_db_error().is_some_and(|d| *d.code() == SqlState::DUPLICATE_OBJECT) {
+                Error::invalid(format!(
+                    "replication slot {name} already exists: choose another name with --slot, or drop it (SELECT pg_drop_replication_slot('{name}')) if nothing uses it"
+                ))
+            } else {
+                db_err(&format!("creating replication slot {name}"), e)
+            }
+        })
     }
 
     /// Drop the slot (it would also go when the connection closes).
@@ -512,10 +516,7 @@ impl Server {
     /// # Errors
     /// A database error (e.g. a backup already running in this session).
     pub fn backup_start(&mut self, label: &str, fast: bool) -> Result<Start> {
-        let r = self
-            .client
-            .query_one("SELECT pg_backup_start($1, $2)::text", &[&label, &fast])
-            .map_err(|e| self.refused("pg_backup_start", e))?;
+        let r = self.client.query_one("SELECT pg_backup_start($1, $2)::text", &[&label, &fast]).map_err(|e| self.refused("pg_backup_start", e, false))?;
         let lsn: String = r.get(0);
         let lsn = parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?;
         // The checkpoint (or restartpoint) pg_backup_start waited for is the control file's now:
@@ -525,24 +526,34 @@ impl Server {
     }
 
     /// What a standby refuses at the start or stop of a backup, with what to do: a promotion
-    /// during the backup, WAL written with full_page_writes off replayed meanwhile.
-    fn refused(&self, what: &str, e: postgres::Error) -> Error {
-        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
-        if message.contains("promoted") {
-            Error::new(
-                ErrorKind::Source,
-                format!("{} was promoted while the backup ran, so the copy is not consistent and was not kept: take the backup again (from the new primary, or from another standby)", self.url),
-            )
-        } else if message.contains("full_page_writes") {
-            Error::new(
+    /// during the backup, WAL written with full_page_writes off replayed meanwhile. Both come as
+    /// SQLSTATE 55000 (object not in prerequisite state) in the server's language, so which one it
+    /// was is asked of the server's state, never read from its message: a backup that began in
+    /// recovery and ends out of it was promoted; one still in recovery replayed such WAL.
+    fn refused(&mut self, what: &str, e: postgres::Error, began_in_recovery: bool) -> Error {
+        if e.as_db_error().map(|d| d.code()) != Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
+            return db_err(what, e);
+        }
+        let now_in_recovery = self.client.query_one("SELECT pg_is_in_recovery()", &[]).ok().map(|r| r.get::<_, bool>(0));
+        match now_in_recovery {
+            Some(false) if began_in_recovery => Error::new(
                 ErrorKind::Source,
                 format!(
-                    "{} replayed WAL written with full_page_writes = off ({what}: {message}), so pages in a copy may be torn and the backup was not kept: set full_page_writes = on on the primary (ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf()) and run CHECKPOINT there, then CHECKPOINT on the standby once it has replayed that, and take the backup again",
+                    "{} was promoted while the backup ran, so the copy is not consistent and was not kept: take the backup again (from the new primary, or from another standby)",
                     self.url
                 ),
-            )
-        } else {
-            db_err(what, e)
+            ),
+            Some(true) => {
+                let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+                Error::new(
+                    ErrorKind::Source,
+                    format!(
+                        "{} refused {what} as a standby ({message}): it replayed WAL written with full_page_writes = off, so pages in a copy may be torn and the backup was not kept: set full_page_writes = on on the primary (ALTER SYSTEM SET full_page_writes = on; SELECT pg_reload_conf()) and run CHECKPOINT there, then CHECKPOINT on the standby once it has replayed that, and take the backup again",
+                        self.url
+                    ),
+                )
+            }
+            _ => db_err(what, e),
         }
     }
 
@@ -561,7 +572,7 @@ impl Server {
     /// A role that may not checkpoint, naming the grant.
     pub fn restartpoint(&mut self) -> Result<u64> {
         self.client.batch_execute("CHECKPOINT").map_err(|e| {
-            if e.as_db_error().is_some_and(|d| d.code().code() == "42501") {
+            if e.as_db_error().is_some_and(|d| *d.code() == SqlState::INSUFFICIENT_PRIVILEGE) {
                 Error::invalid(format!(
                     "{} will not let this role run CHECKPOINT, which a hybrid backup needs on the standby: connect as a superuser, or GRANT pg_checkpoint TO the backup role (PostgreSQL 15+)",
                     self.url
@@ -586,7 +597,7 @@ impl Server {
         let r = self
             .client
             .query_one("SELECT lsn::text, labelfile, coalesce(spcmapfile, '') FROM pg_backup_stop(false)", &[])
-            .map_err(|e| self.refused("pg_backup_stop", e))?;
+            .map_err(|e| self.refused("pg_backup_stop", e, in_recovery))?;
         let lsn: String = r.get(0);
         let timeline = if in_recovery {
             let t = self.one("reading the minimum recovery point's timeline", "SELECT min_recovery_end_timeline::int8 FROM pg_control_recovery()")?;
@@ -594,12 +605,7 @@ impl Server {
         } else {
             start_timeline
         };
-        Ok(StopInfo {
-            lsn: parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?,
-            backup_label: r.get(1),
-            tablespace_map: r.get(2),
-            timeline,
-        })
+        Ok(StopInfo { lsn: parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?, backup_label: r.get(1), tablespace_map: r.get(2), timeline })
     }
 
     /// Whether WAL is on disk past `lsn`: flushed on a primary; received (or, on a standby fed
@@ -626,10 +632,7 @@ impl Server {
     /// # Errors
     /// A database error.
     pub fn standby_position(&mut self) -> Result<(bool, u64, Option<u64>)> {
-        let r = self.one(
-            "reading the standby's position",
-            "SELECT pg_is_in_recovery(), coalesce(pg_last_wal_replay_lsn(), '0/0')::text, pg_last_wal_receive_lsn()::text",
-        )?;
+        let r = self.one("reading the standby's position", "SELECT pg_is_in_recovery(), coalesce(pg_last_wal_replay_lsn(), '0/0')::text, pg_last_wal_receive_lsn()::text")?;
         let (recovering, replay, received): (bool, String, Option<String>) = (r.get(0), r.get(1), r.get(2));
         Ok((recovering, parse_lsn(&replay).unwrap_or(0), received.as_deref().and_then(parse_lsn)))
     }
@@ -695,7 +698,7 @@ impl Server {
         // that it allocates up front, so the size comes first.
         let read = || -> Result<Option<Vec<u8>>> {
             let denied = |e: postgres::Error, url: &str| {
-                if e.as_db_error().is_some_and(|d| d.code().code() == "42501") {
+                if e.as_db_error().is_some_and(|d| *d.code() == SqlState::INSUFFICIENT_PRIVILEGE) {
                     Error::invalid(format!(
                         "{url} will not let this role read {rel}: connect as a superuser, or GRANT EXECUTE ON FUNCTION pg_stat_file(text, boolean), pg_read_binary_file(text, bigint, bigint, boolean) TO the backup role"
                     ))
@@ -705,10 +708,7 @@ impl Server {
             };
             let r = self.client.query_one("SELECT size FROM pg_stat_file($1, true)", &[&rel]).map_err(|e| denied(e, &self.url))?;
             let Some(size) = r.get::<_, Option<i64>>(0) else { return Ok(None) };
-            let r = self
-                .client
-                .query_one("SELECT pg_read_binary_file($1, 0, $2, true)", &[&rel, &size])
-                .map_err(|e| denied(e, &self.url))?;
+            let r = self.client.query_one("SELECT pg_read_binary_file($1, 0, $2, true)", &[&rel, &size]).map_err(|e| denied(e, &self.url))?;
             Ok(r.get(0))
         };
         let what = format!("{rel} on {}", self.url);

@@ -16,7 +16,6 @@
 //! pg_wal's contents.
 
 use std::fs::{self, File};
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -67,14 +66,9 @@ impl Spool {
     }
 }
 
-/// Write `bytes` to `path` through a temporary name, so readers see all of it or nothing.
+/// Write `bytes` as the whole of `path`, durably (a marker or a state file of the spool).
 pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let r = File::create(&tmp).and_then(|mut f| f.write_all(bytes)).and_then(|()| fs::rename(&tmp, path));
-    r.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        io(format!("cannot write {}", path.display()), e)
-    })
+    sheaf_core::whole::write_whole_with(path, bytes, 0o666, ErrorKind::Io)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -181,7 +175,8 @@ impl Spool {
 /// raised: the archiver will ask for those files itself.
 pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-    let mut report = PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None };
+    let mut report =
+        PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None };
     let wal_dir = wal::wal_dir(path);
     let is_segment = WalFile::parse(&name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment);
     let mut todo = vec![path.to_path_buf()];
@@ -254,7 +249,6 @@ pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, code
 
 // ---------------------------------------------------------------------------------------------
 // Prefetch.
-
 
 /// An exclusive, non-blocking lock on `path`: `Ok(None)` when another process holds it.
 fn try_lock(path: &Path) -> Result<Option<File>> {

@@ -16,8 +16,8 @@ use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 use crate::blocksum::BlockSummary;
 use crate::repo::meta::RepoMeta;
 use crate::repo::paths;
-use crate::walread::{version_of_magic, Decoder, Record, PAGE};
 use crate::wal::{segment_name, WalFile, WalKind};
+use crate::walread::{version_of_magic, Decoder, Record, PAGE};
 
 /// Where the summary of archived segment `name` lives.
 pub fn summary_object(name: &str) -> String {
@@ -158,7 +158,14 @@ pub fn summarize_from(
     let seg = meta.wal_segment_size;
     let wal = WalFile::parse(name, seg).filter(|w| w.kind == WalKind::Segment).ok_or_else(|| Error::invalid(format!("{name} is not a WAL segment")))?;
     let sysid = meta.system_identifier.parse().ok();
-    let mut s = Summarizer { seg_size: seg, decoder: Decoder::new(seg, sysid), summary: BlockSummary { timeline: wal.timeline, ..Default::default() }, records: Vec::new(), page: Vec::new(), lsn: 0 };
+    let mut s = Summarizer {
+        seg_size: seg,
+        decoder: Decoder::new(seg, sysid),
+        summary: BlockSummary { timeline: wal.timeline, ..Default::default() },
+        records: Vec::new(),
+        page: Vec::new(),
+        lsn: 0,
+    };
     let here = wal.segno * seg;
     // Where the previous segment's summary ended: the first record this one owns. The previous
     // segment is on this timeline, or, for the first segment of a timeline, on the one it

@@ -295,7 +295,10 @@ impl WalSource<'_> {
                 };
                 return Err(Error::new(
                     ErrorKind::Source,
-                    format!("WAL file {name}, which the backup needs, did not reach the repository's archive within {} s (nothing was kept): {how}; --wal-timeout waits longer", self.wait.as_secs()),
+                    format!(
+                        "WAL file {name}, which the backup needs, did not reach the repository's archive within {} s (nothing was kept): {how}; --wal-timeout waits longer",
+                        self.wait.as_secs()
+                    ),
                 ));
             }
             match sides.switcher() {

@@ -148,9 +148,7 @@ pub fn segments_between(first: &str, last: &str, segment_size: u64) -> Result<Ve
     let bad = || Error::corrupt(format!("unexpected WAL file names {first} .. {last}"));
     let (a, b) = (parse(first).ok_or_else(bad)?, parse(last).ok_or_else(bad)?);
     if a.timeline != b.timeline || b.segno < a.segno {
-        return Err(Error::invalid(format!(
-            "the timeline changed during the backup ({first} .. {last}): the server was promoted or restored meanwhile; take the backup again"
-        )));
+        return Err(Error::invalid(format!("the timeline changed during the backup ({first} .. {last}): the server was promoted or restored meanwhile; take the backup again")));
     }
     Ok((a.segno..=b.segno).map(|s| segment_name(a.timeline, s, segment_size)).collect())
 }

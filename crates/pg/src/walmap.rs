@@ -21,8 +21,8 @@ use crate::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::repo::meta::RepoMeta;
 use crate::server::format_lsn;
 use crate::summarize::{read_summary, summarize_from};
-use crate::walread::Locator;
 use crate::wal::segment_name;
+use crate::walread::Locator;
 
 /// PostgreSQL's default tablespace (`base/`) and the shared one (`global/`).
 const DEFAULT_TABLESPACE: u32 = 1663;
@@ -61,7 +61,14 @@ fn segments(first: u32, last: u32, from: u64, to: u64, history: &[(u32, u64)], s
 /// The store's errors. A gap, WAL at `wal_level = minimal`, a record sheaf cannot follow or a
 /// timeline the history does not lead through are not errors: they are the `Err` of the inner
 /// result, saying why.
-pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32, u64), (timeline, to): (u32, u64), history: Option<&str>, pg_wal: &LocalWal<'_>) -> Result<std::result::Result<BlockSummary, String>> {
+pub fn changes_since(
+    repo: &Repo,
+    meta: &RepoMeta,
+    (parent_timeline, from): (u32, u64),
+    (timeline, to): (u32, u64),
+    history: Option<&str>,
+    pg_wal: &LocalWal<'_>,
+) -> Result<std::result::Result<BlockSummary, String>> {
     let seg = meta.wal_segment_size;
     let history = history.map(crate::wal::parse_history).unwrap_or_default();
     if parent_timeline != timeline && !history.iter().any(|(t, _)| *t == parent_timeline) {
@@ -97,13 +104,7 @@ pub fn changes_since(repo: &Repo, meta: &RepoMeta, (parent_timeline, from): (u32
         prev_timeline = timeline;
     }
     if merged.start > from || merged.end < to {
-        return Ok(Err(format!(
-            "the WAL summaries cover {} .. {}, not all of {} .. {}",
-            format_lsn(merged.start),
-            format_lsn(merged.end),
-            format_lsn(from),
-            format_lsn(to)
-        )));
+        return Ok(Err(format!("the WAL summaries cover {} .. {}, not all of {} .. {}", format_lsn(merged.start), format_lsn(merged.end), format_lsn(from), format_lsn(to))));
     }
     if merged.minimal {
         return Ok(Err("WAL was written at wal_level = minimal since the parent: changes may be missing from it".into()));
@@ -135,7 +136,14 @@ pub type Misses = Arc<Mutex<Vec<String>>>;
 /// repository's errors.
 /// `history` is the current timeline's history file (when it is not timeline 1): summaries are
 /// followed from the parent's timeline through it.
-pub fn choose_changes(parent: &Parent, (timeline, start): (u32, u64), history: Option<&str>, pg_wal: &LocalWal<'_>, roots: &[(String, PathBuf)], files: &dyn Files) -> Result<Chosen> {
+pub fn choose_changes(
+    parent: &Parent,
+    (timeline, start): (u32, u64),
+    history: Option<&str>,
+    pg_wal: &LocalWal<'_>,
+    roots: &[(String, PathBuf)],
+    files: &dyn Files,
+) -> Result<Chosen> {
     let scan = PageScan::new(parent, roots, files);
     let why_not = match &parent.summaries {
         _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),

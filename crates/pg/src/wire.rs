@@ -22,7 +22,8 @@ use postgres_protocol::message::backend::{ErrorFields, Message};
 use postgres_protocol::message::frontend;
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::server::redact;
+use crate::server::{redact, transient_state};
+use postgres::error::SqlState;
 
 trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
@@ -95,7 +96,7 @@ impl Replication {
     pub fn connect(url: &str) -> Result<Replication> {
         let config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", redact(url))))?;
         let shown = redact(url);
-        let io = |what: &str, e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: {what}: {e}"));
+        let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Source, format!("{shown}: {what}"), e).transient(true);
         let user = config.get_user().map(str::to_string).or_else(|| std::env::var("PGUSER").ok()).unwrap_or_else(|| "postgres".into());
         let password: Option<Vec<u8>> = config.get_password().map(<[u8]>::to_vec).or_else(|| std::env::var("PGPASSWORD").ok().map(String::into_bytes));
         // Each host in turn, as libpq and the postgres crate try them: the first that answers.
@@ -122,11 +123,14 @@ impl Replication {
                     stream = Some(s);
                     break;
                 }
-                Err(e) => failures.push(e.to_string()),
+                Err(e) => failures.push(e),
             }
         }
         let (mut stream, sock) = stream.ok_or_else(|| {
-            Error::new(ErrorKind::Source, format!("{}; check that the server runs and that host, port or socket directory are right", failures.join("; ")))
+            // No host answered: transient where each failure was (a server starting or restarting).
+            let transient = failures.iter().all(Error::is_transient);
+            let said: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            Error::new(ErrorKind::Source, format!("{}; check that the server runs and that host, port or socket directory are right", said.join("; "))).transient(transient)
         })?;
         let mut out = BytesMut::new();
         let app = config.get_application_name().unwrap_or("sheaf");
@@ -149,7 +153,7 @@ impl Replication {
     }
 
     fn tcp(name: &str, port: u16, mode: SslMode, shown: &str) -> Result<(Box<dyn Stream>, Option<Sock>)> {
-        let io = |what: &str, e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: {what}: {e}"));
+        let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Source, format!("{shown}: {what}"), e).transient(true);
         let addr = format!("{name}:{port}");
         let sock = std::net::ToSocketAddrs::to_socket_addrs(&addr.as_str())
             .map_err(|e| io(&format!("cannot resolve {addr}"), e))?
@@ -174,7 +178,10 @@ impl Replication {
         tcp.read_exact(&mut answer).map_err(io)?;
         if answer[0] != b'S' {
             if required {
-                return Err(Error::new(ErrorKind::Source, format!("{shown}: sslmode=require, but the server does not offer TLS (ssl = off): turn it on there, or use sslmode=prefer")));
+                return Err(Error::new(
+                    ErrorKind::Source,
+                    format!("{shown}: sslmode=require, but the server does not offer TLS (ssl = off): turn it on there, or use sslmode=prefer"),
+                ));
             }
             return Ok(Box::new(tcp));
         }
@@ -185,9 +192,7 @@ impl Replication {
     }
 
     fn authenticate(&mut self, user: &str, password: Option<&[u8]>) -> Result<()> {
-        let need = |url: &str| {
-            Error::invalid(format!("{url} asks for a password: put it in the URL (postgres://USER:PASSWORD@...) or PGPASSWORD"))
-        };
+        let need = |url: &str| Error::invalid(format!("{url} asks for a password: put it in the URL (postgres://USER:PASSWORD@...) or PGPASSWORD"));
         let mut scram: Option<sasl::ScramSha256> = None;
         loop {
             match self.read()? {
@@ -231,20 +236,28 @@ impl Replication {
                     };
                     return Err(Error::invalid(format!("{} refused the replication connection: {text} ({code}){hint}", self.url)));
                 }
-                Msg::Pg(_) => return Err(Error::invalid(format!("{} asks for an authentication sheaf does not speak (GSS, SSPI, Kerberos): use password or scram-sha-256 for replication", self.url))),
+                Msg::Pg(_) => {
+                    return Err(Error::invalid(format!(
+                        "{} asks for an authentication sheaf does not speak (GSS, SSPI, Kerberos): use password or scram-sha-256 for replication",
+                        self.url
+                    )))
+                }
                 Msg::CopyBoth => return Err(Error::corrupt(format!("{}: a COPY during start-up", self.url))),
             }
             self.flush()?;
         }
     }
 
+    /// The link failed: worth connecting again.
     fn io(&self, what: &str, e: std::io::Error) -> Error {
-        Error::new(ErrorKind::Source, format!("{}: {what}: {e}", self.url))
+        Error::io(ErrorKind::Source, format!("{}: {what}", self.url), e).transient(true)
     }
 
+    /// The server's error, by its SQLSTATE: a refusal for this role or request (classes 42 and
+    /// 28) is bad input, a shutdown or a lost connection transient ([`transient_state`]).
     fn server_error(&self, what: &str, (code, text): (String, String)) -> Error {
         let kind = if code.starts_with("42") || code.starts_with("28") { ErrorKind::InvalidInput } else { ErrorKind::Source };
-        Error::new(kind, format!("{}: {what}: {text} ({code})", self.url))
+        Error::new(kind, format!("{}: {what}: {text} ({code})", self.url)).transient(transient_state(&SqlState::from_code(&code)))
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -303,7 +316,7 @@ impl Replication {
             };
             self.inbuf.truncate(start + n);
             if n == 0 {
-                return Err(Error::new(ErrorKind::Source, format!("{}: the server closed the connection", self.url)));
+                return Err(Error::new(ErrorKind::Source, format!("{}: the server closed the connection", self.url)).transient(true));
             }
         }
     }

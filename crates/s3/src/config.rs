@@ -132,10 +132,7 @@ impl S3Options {
     /// [`sheaf_core::ErrorKind::InvalidInput`] naming the flag and the range.
     pub fn check(&self) -> Result<()> {
         if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&self.part_size) {
-            return Err(Error::invalid(format!(
-                "--s3-part-size {}: S3 parts are 5MiB .. 5GiB (default 16MiB)",
-                sheaf_core::size::format_size(self.part_size)
-            )));
+            return Err(Error::invalid(format!("--s3-part-size {}: S3 parts are 5MiB .. 5GiB (default 16MiB)", sheaf_core::size::format_size(self.part_size))));
         }
         if self.parts_in_flight == 0 || self.parts_in_flight > 64 {
             return Err(Error::invalid(format!("--s3-parts-in-flight {}: use 1 .. 64 (default 2)", self.parts_in_flight)));
@@ -167,9 +164,7 @@ impl S3Options {
                 shown(&config_file)
             )));
         }
-        let from_profile = |key: &str| {
-            creds.as_ref().and_then(|p| p.get(key)).or_else(|| conf.as_ref().and_then(|p| p.get(key)))
-        };
+        let from_profile = |key: &str| creds.as_ref().and_then(|p| p.get(key)).or_else(|| conf.as_ref().and_then(|p| p.get(key)));
 
         let endpoint = self
             .endpoint
@@ -179,22 +174,15 @@ impl S3Options {
             .or_else(|| env("AWS_ENDPOINT"))
             .or_else(|| from_profile("endpoint_url"))
             .map(|e| e.trim_end_matches('/').to_string());
-        let region = self
-            .region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION"))
-            .or_else(|| from_profile("region"))
-            .unwrap_or_else(|| "us-east-1".into());
+        let region =
+            self.region.clone().or_else(|| env("AWS_REGION")).or_else(|| env("AWS_DEFAULT_REGION")).or_else(|| from_profile("region")).unwrap_or_else(|| "us-east-1".into());
         let allow_http = self.allow_http || env("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true"));
         if let Some(e) = &endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
                 return Err(Error::invalid(format!("S3 endpoint '{e}': give a URL, e.g. https://s3.example.com or http://127.0.0.1:9000")));
             }
             if e.starts_with("http://") && !allow_http {
-                return Err(Error::invalid(format!(
-                    "S3 endpoint {e} is plain HTTP: pass --s3-allow-http (or set AWS_ALLOW_HTTP=true) to send requests unencrypted"
-                )));
+                return Err(Error::invalid(format!("S3 endpoint {e} is plain HTTP: pass --s3-allow-http (or set AWS_ALLOW_HTTP=true) to send requests unencrypted")));
             }
         }
         let path_style = self.path_style.unwrap_or_else(|| match env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") {
@@ -203,29 +191,21 @@ impl S3Options {
             None => endpoint.is_some(),
         });
 
-        let (access_key_id, secret_access_key, session_token, credentials_from) =
-            match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-                (Some(k), Some(s)) => (Some(k), Some(s), env("AWS_SESSION_TOKEN"), "the environment".to_string()),
-                (Some(_), None) | (None, Some(_)) => {
-                    return Err(Error::invalid(
-                        "only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set: set both, or neither to use a profile",
-                    ))
+        let (access_key_id, secret_access_key, session_token, credentials_from) = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(k), Some(s)) => (Some(k), Some(s), env("AWS_SESSION_TOKEN"), "the environment".to_string()),
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Error::invalid("only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set: set both, or neither to use a profile"))
+            }
+            (None, None) => match (from_profile("aws_access_key_id"), from_profile("aws_secret_access_key")) {
+                (Some(k), Some(s)) => (Some(k), Some(s), from_profile("aws_session_token"), format!("profile '{profile_name}' in {}", shown(&credentials_file))),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put them under [{profile_name}] in {} (AWS_PROFILE picks another profile)",
+                        shown(&credentials_file)
+                    )))
                 }
-                (None, None) => match (from_profile("aws_access_key_id"), from_profile("aws_secret_access_key")) {
-                    (Some(k), Some(s)) => (
-                        Some(k),
-                        Some(s),
-                        from_profile("aws_session_token"),
-                        format!("profile '{profile_name}' in {}", shown(&credentials_file)),
-                    ),
-                    _ => {
-                        return Err(Error::invalid(format!(
-                            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put them under [{profile_name}] in {} (AWS_PROFILE picks another profile)",
-                            shown(&credentials_file)
-                        )))
-                    }
-                },
-            };
+            },
+        };
         let ca_bundle = self.ca_bundle.clone().or_else(|| env("AWS_CA_BUNDLE").map(PathBuf::from)).or_else(|| from_profile("ca_bundle").map(PathBuf::from));
         Ok(Resolved { endpoint, region, allow_http, path_style, ca_bundle, access_key_id, secret_access_key, session_token, credentials_from })
     }
@@ -295,7 +275,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let creds = d.path().join("credentials");
         let conf = d.path().join("config");
-        std::fs::write(&creds, "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = SDEFAULT\n\n[backup]\naws_access_key_id=AKBACKUP\naws_secret_access_key=SBACKUP\n").unwrap();
+        std::fs::write(
+            &creds,
+            "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = SDEFAULT\n\n[backup]\naws_access_key_id=AKBACKUP\naws_secret_access_key=SBACKUP\n",
+        )
+        .unwrap();
         std::fs::write(&conf, "[profile backup]\nregion = eu-west-3\nendpoint_url = https://s3.backup.example\n").unwrap();
         let c = creds.to_str().unwrap();
         let f = conf.to_str().unwrap();
@@ -308,13 +292,8 @@ mod tests {
         assert!(r.path_style, "an endpoint means path-style by default");
         assert!(r.credentials_from.contains("profile 'backup'"));
 
-        let env = env_of(&[
-            ("AWS_SHARED_CREDENTIALS_FILE", c),
-            ("AWS_CONFIG_FILE", f),
-            ("AWS_ACCESS_KEY_ID", "AKENV"),
-            ("AWS_SECRET_ACCESS_KEY", "SENV"),
-            ("AWS_REGION", "ap-south-1"),
-        ]);
+        let env =
+            env_of(&[("AWS_SHARED_CREDENTIALS_FILE", c), ("AWS_CONFIG_FILE", f), ("AWS_ACCESS_KEY_ID", "AKENV"), ("AWS_SECRET_ACCESS_KEY", "SENV"), ("AWS_REGION", "ap-south-1")]);
         let o = S3Options { region: Some("us-west-2".into()), ..Default::default() };
         let r = o.resolve(&env).unwrap();
         assert_eq!((r.access_key_id.as_deref(), r.region.as_str()), (Some("AKENV"), "us-west-2"));

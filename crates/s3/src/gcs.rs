@@ -10,6 +10,7 @@
 //! until [`MultipartUpload::complete`], which sends it with the object's total length. A part whose
 //! request fails is sent again after asking the server how much it holds.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,13 +19,24 @@ use http::Method;
 use object_store::client::{HttpClient, HttpRequestBody};
 use object_store::gcp::GcpCredentialProvider;
 use object_store::{MultipartUpload, PutPayload, PutResult, UploadPart};
+use sheaf_core::retry::Backoff;
+use sheaf_core::ErrorKind;
 use tokio::sync::watch;
 
 /// GCS's unit for the parts of a resumable upload.
 const QUANTUM: usize = 256 << 10;
 
-/// How often a failed part is sent again.
-const TRIES: u32 = 4;
+/// How a request or a part whose send failed transiently is sent again: four tries in all,
+/// after 0.4, 0.8 and 1.6 s.
+const RETRY: Backoff = Backoff::new(4, Duration::from_millis(400), Duration::from_secs(4));
+
+/// An answer: its status, headers and body.
+type Reply = (u16, http::HeaderMap, Bytes);
+
+/// What GCS's retries gave up on, for `object_store`'s callers.
+fn gave_up(e: sheaf_core::Error) -> Error {
+    Error::Generic { store: "GCS", source: Box::new(e) }
+}
 
 /// A bucket's JSON API uploads.
 #[derive(Clone, Debug)]
@@ -63,22 +75,22 @@ impl GcsWriter {
         Ok((parts.status.as_u16(), parts.headers, body))
     }
 
-    /// [`GcsWriter::send`], again after a failed connection, a 5xx or a 429 (what a whole
-    /// request may meet and pass on a second try), up to [`TRIES`] times.
-    async fn send_again(&self, method: Method, url: &str, headers: &[(&str, String)], body: Bytes) -> Result<(u16, http::HeaderMap, Bytes), Error> {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let r = self.send(method.clone(), url, headers, body.clone()).await;
-            let transient = match &r {
-                Ok((status, _, _)) => *status >= 500 || *status == 429,
-                Err(_) => true,
-            };
-            if !transient || tries >= TRIES {
-                return r;
+    /// One request: its answer, or why there is none worth taking. No answer (a failed
+    /// connection) and a 5xx or 429 are transient, what a whole request may pass on a second
+    /// try; any other answer is the caller's to judge.
+    async fn attempt(&self, method: Method, url: &str, headers: &[(&str, String)], body: Bytes) -> sheaf_core::Result<Reply> {
+        match self.send(method, url, headers, body).await {
+            Ok((status, _, body)) if status >= 500 || status == 429 => {
+                Err(sheaf_core::Error::new(ErrorKind::Io, format!("GCS answered {status}: {}", String::from_utf8_lossy(&body))).transient(true))
             }
-            tokio::time::sleep(Duration::from_millis(200 << tries)).await;
+            Ok(reply) => Ok(reply),
+            Err(e) => Err(sheaf_core::Error::new(ErrorKind::Io, "a request to GCS failed").with_source(e).transient(true)),
         }
+    }
+
+    /// [`GcsWriter::attempt`], again as [`RETRY`] says.
+    async fn send_again(&self, method: Method, url: &str, headers: &[(&str, String)], body: Bytes) -> Result<Reply, Error> {
+        RETRY.run_async(|_| self.attempt(method.clone(), url, headers, body.clone()), tokio::time::sleep).await.map_err(gave_up)
     }
 
     fn upload_url(&self, kind: &str, name: &str) -> String {
@@ -99,14 +111,7 @@ impl GcsWriter {
         ok_or(status, &body, name)?;
         let session = headers.get("Location").and_then(|v| v.to_str().ok()).ok_or_else(|| failed(format!("GCS started an upload of {name} but gave no session address")))?;
         let (turn, _) = watch::channel(0);
-        Ok(Resumable {
-            writer: self.clone(),
-            name: name.to_string(),
-            session: session.to_string(),
-            next: 0,
-            turn: Arc::new(turn),
-            state: Arc::new(Mutex::new(State::default())),
-        })
+        Ok(Resumable { writer: self.clone(), name: name.to_string(), session: session.to_string(), next: 0, turn: Arc::new(turn), state: Arc::new(Mutex::new(State::default())) })
     }
 }
 
@@ -132,37 +137,45 @@ pub(crate) struct Resumable {
 }
 
 impl Resumable {
-    /// Send `bytes` at `offset`; `total` once known (the last request). Sent again, from where
-    /// the server says it stands, when a request fails.
+    /// Send `bytes` at `offset`; `total` once known (the last request). Sent again as [`RETRY`]
+    /// says, from where the server says it stands, when a request fails transiently.
     async fn chunk(writer: &GcsWriter, session: &str, name: &str, offset: u64, bytes: Bytes, total: Option<u64>) -> Result<(), Error> {
-        let mut at = 0usize;
-        let mut tries = 0;
-        loop {
-            let rest = bytes.slice(at..);
-            let start = offset + at as u64;
-            let end_total = total.map_or("*".to_string(), |t| t.to_string());
-            let range = if rest.is_empty() { format!("bytes */{end_total}") } else { format!("bytes {start}-{}/{end_total}", start + rest.len() as u64 - 1) };
-            let sent = writer.send(Method::PUT, session, &[("Content-Range", range)], rest).await;
-            match sent {
-                Ok((200 | 201, _, _)) => return Ok(()),
-                Ok((308, _, _)) if total.is_none() => return Ok(()),
-                Ok((status, _, body)) if status < 500 && status != 429 => return ok_or(status, &body, name),
-                Ok((status, _, body)) if tries + 1 >= TRIES => return ok_or(status, &body, name),
-                Err(e) if tries + 1 >= TRIES => return Err(e),
-                _ => {}
-            }
-            tries += 1;
-            tokio::time::sleep(Duration::from_millis(200 << tries)).await;
-            // How much of this part the server holds already.
-            let (status, headers, body) = writer.send_again(Method::PUT, session, &[("Content-Range", "bytes */*".into())], Bytes::new()).await?;
-            match status {
-                200 | 201 => return Ok(()),
-                308 => {
-                    let held = headers.get("Range").and_then(|v| v.to_str().ok()).and_then(|r| r.rsplit('-').next()?.parse::<u64>().ok()).map_or(0, |end| end + 1);
-                    at = held.saturating_sub(offset).min(bytes.len() as u64) as usize;
-                }
-                _ => return ok_or(status, &body, name),
-            }
+        // Bytes of this part the server holds.
+        let held = AtomicUsize::new(0);
+        let (held, bytes) = (&held, &bytes);
+        let sent = RETRY
+            .run_async(
+                |n| async move {
+                    if n > 0 {
+                        // How much of this part the server holds already.
+                        let (status, headers, body) = writer.attempt(Method::PUT, session, &[("Content-Range", "bytes */*".into())], Bytes::new()).await?;
+                        match status {
+                            200 | 201 => return Ok(None),
+                            308 => {
+                                let end = headers.get("Range").and_then(|v| v.to_str().ok()).and_then(|r| r.rsplit('-').next()?.parse::<u64>().ok()).map_or(0, |end| end + 1);
+                                held.store(end.saturating_sub(offset).min(bytes.len() as u64) as usize, Ordering::Relaxed);
+                            }
+                            _ => return Ok(Some((status, body))),
+                        }
+                    }
+                    let at = held.load(Ordering::Relaxed);
+                    let rest = bytes.slice(at..);
+                    let start = offset + at as u64;
+                    let end_total = total.map_or("*".to_string(), |t| t.to_string());
+                    let range = if rest.is_empty() { format!("bytes */{end_total}") } else { format!("bytes {start}-{}/{end_total}", start + rest.len() as u64 - 1) };
+                    match writer.attempt(Method::PUT, session, &[("Content-Range", range)], rest).await? {
+                        (200 | 201, _, _) => Ok(None),
+                        (308, _, _) if total.is_none() => Ok(None),
+                        (status, _, body) => Ok(Some((status, body))),
+                    }
+                },
+                tokio::time::sleep,
+            )
+            .await
+            .map_err(gave_up)?;
+        match sent {
+            None => Ok(()),
+            Some((status, body)) => ok_or(status, &body, name),
         }
     }
 }

@@ -67,9 +67,7 @@ impl S3Schemes {
 impl Schemes for S3Schemes {
     fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)> {
         if !matches!(scheme, "s3" | "az" | "gs") {
-            return Err(Error::invalid(format!(
-                "{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY or gs://BUCKET/KEY"
-            )));
+            return Err(Error::invalid(format!("{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY or gs://BUCKET/KEY")));
         }
         let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
         let id = format!("{scheme}://{bucket}");

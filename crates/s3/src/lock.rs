@@ -16,9 +16,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Method};
 use object_store::aws::{AmazonS3, AmazonS3Builder, Checksum};
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::signer::{SignedUrlOptions, Signer};
-use object_store::multipart::{MultipartStore, PartId};
 use object_store::{ClientOptions, MultipartUpload, PutPayload, PutResult, UploadPart};
 use serde::Deserialize;
 use sheaf_core::storage::{LockMode, ObjectVersion, WriteLock};
@@ -66,40 +66,41 @@ impl S3Extra {
             ("x-amz-object-lock-retain-until-date", sheaf_core::time::utc(lock.until)),
             ("x-amz-checksum-algorithm", "SHA256".to_string()),
         ];
-        let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers, Bytes::new()).await.map_err(generic)?;
-        let text = String::from_utf8_lossy(&body);
+        let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers, Bytes::new()).await.map_err(|r| generic(r.to_string()))?;
         if status != 200 {
-            let why = refusal(status, &text);
-            return Err(if why.starts_with("NoSuchBucket") {
-                object_store::Error::NotFound { path: key.to_string(), source: why.into() }
+            let why = Refusal::of(status, &body);
+            return Err(if why.code.as_deref() == Some("NoSuchBucket") {
+                object_store::Error::NotFound { path: key.to_string(), source: why.to_string().into() }
             } else {
-                generic(why)
+                generic(why.to_string())
             });
         }
-        let id = xml_tag(&text, "UploadId");
+        let started: Started = xml(&body).map_err(|r| generic(r.to_string()))?;
+        let id = started.upload_id.filter(|id| !id.is_empty());
         let id = id.ok_or_else(|| generic(format!("S3 started an upload of {key} but named no upload id")))?;
         Ok(LockedUpload { client: parts, path: Path::from(key), id, parts: Arc::new(std::sync::Mutex::new(Vec::new())), next: 0 })
     }
 
     /// Send `method` on `key` (empty: the bucket) with `query`, presigned.
     /// The lock `key` carries: its mode and date.
-    pub(crate) async fn retention(&self, key: &str) -> std::result::Result<Option<(LockMode, i64)>, String> {
+    pub(crate) async fn retention(&self, key: &str) -> std::result::Result<Option<(LockMode, i64)>, Refusal> {
         let (status, body) = self.call(Method::GET, key, &[("retention", "")], &[], Bytes::new()).await?;
-        let text = String::from_utf8_lossy(&body);
         match status {
             200 => {
-                let tag = |t: &str| xml_tag(&text, t);
-                let mode = tag("Mode").ok_or("a retention without a mode")?.parse::<LockMode>().map_err(|e| e.to_string())?;
-                let until = parse_time(&tag("RetainUntilDate").ok_or("a retention without a date")?)?;
+                let r: Retention = xml(&body)?;
+                let mode = r.mode.ok_or_else(|| Refusal::unread("a retention without a mode"))?.parse::<LockMode>().map_err(|e| Refusal::unread(e.to_string()))?;
+                let until = parse_time(&r.retain_until_date.ok_or_else(|| Refusal::unread("a retention without a date"))?)?;
                 Ok(Some((mode, until)))
             }
-            400 | 404 if text.contains("NoSuchObjectLockConfiguration") => Ok(None),
-            _ => Err(refusal(status, &text)),
+            _ => match Refusal::of(status, &body) {
+                r if matches!(status, 400 | 404) && r.code.as_deref() == Some("NoSuchObjectLockConfiguration") => Ok(None),
+                r => Err(r),
+            },
         }
     }
 
     /// Lock `key` until `until`.
-    pub(crate) async fn put_retention(&self, key: &str, mode: LockMode, until: i64) -> std::result::Result<(), String> {
+    pub(crate) async fn put_retention(&self, key: &str, mode: LockMode, until: i64) -> std::result::Result<(), Refusal> {
         let body = format!(
             r#"<Retention xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Mode>{}</Mode><RetainUntilDate>{}</RetainUntilDate></Retention>"#,
             mode.as_s3(),
@@ -111,40 +112,42 @@ impl S3Extra {
         let (status, answer) = self.call(Method::PUT, key, &[("retention", "")], &[("content-md5", md5)], Bytes::from(body)).await?;
         match status {
             200 | 204 => Ok(()),
-            _ => Err(refusal(status, &String::from_utf8_lossy(&answer))),
+            _ => Err(Refusal::of(status, &answer)),
         }
     }
 
-    async fn call(&self, method: Method, key: &str, query: &[(&str, &str)], headers: &[(&str, String)], body: Bytes) -> std::result::Result<Answer, String> {
+    async fn call(&self, method: Method, key: &str, query: &[(&str, &str)], headers: &[(&str, String)], body: Bytes) -> std::result::Result<Answer, Refusal> {
         let mut options = SignedUrlOptions::new().with_query(query.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut request = http::Request::builder().method(method.clone());
         for (k, v) in headers {
-            let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| e.to_string())?;
-            let value = HeaderValue::from_str(v).map_err(|e| e.to_string())?;
+            let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| Refusal::unread(e.to_string()))?;
+            let value = HeaderValue::from_str(v).map_err(|e| Refusal::unread(e.to_string()))?;
             options = options.with_signed_header(name.clone(), value.clone());
             request = request.header(name, value);
         }
-        let url = self.signer.signed_url_opts(method, &Path::from(key), Duration::from_secs(600), &options).await.map_err(|e| e.to_string())?;
-        let request = request.uri(url.as_str()).body(HttpRequestBody::from(body)).map_err(|e| e.to_string())?;
-        let response = self.http.execute(request).await.map_err(|e| e.to_string())?;
+        let url = self.signer.signed_url_opts(method, &Path::from(key), Duration::from_secs(600), &options).await.map_err(|e| Refusal::unread(e.to_string()))?;
+        let request = request.uri(url.as_str()).body(HttpRequestBody::from(body)).map_err(|e| Refusal::unread(e.to_string()))?;
+        let response = self.http.execute(request).await.map_err(|e| Refusal::link(e.to_string()))?;
         let status = response.status().as_u16();
-        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
+        let body = response.into_body().bytes().await.map_err(|e| Refusal::link(e.to_string()))?;
         Ok((status, body))
     }
 
     /// Whether the bucket has Object Lock enabled.
-    pub(crate) async fn lock_enabled(&self) -> std::result::Result<bool, String> {
+    pub(crate) async fn lock_enabled(&self) -> std::result::Result<bool, Refusal> {
         let (status, body) = self.call(Method::GET, "", &[("object-lock", "")], &[], Bytes::new()).await?;
-        let text = String::from_utf8_lossy(&body);
         match status {
-            200 => Ok(text.contains("<ObjectLockEnabled>Enabled</ObjectLockEnabled>")),
-            404 if text.contains("ObjectLockConfigurationNotFound") => Ok(false),
-            _ => Err(refusal(status, &text)),
+            200 => Ok(xml::<LockConfiguration>(&body)?.object_lock_enabled.as_deref() == Some("Enabled")),
+            _ => match Refusal::of(status, &body) {
+                r if status == 404 && r.code.as_deref() == Some("ObjectLockConfigurationNotFoundError") => Ok(false),
+                r if status == 404 && r.code.as_deref() == Some("ObjectLockConfigurationNotFound") => Ok(false),
+                r => Err(r),
+            },
         }
     }
 
     /// Every version of every object under `prefix`.
-    pub(crate) async fn versions(&self, prefix: &str) -> std::result::Result<Vec<ObjectVersion>, String> {
+    pub(crate) async fn versions(&self, prefix: &str) -> std::result::Result<Vec<ObjectVersion>, Refusal> {
         let mut out = Vec::new();
         let (mut key_marker, mut version_marker) = (String::new(), String::new());
         loop {
@@ -157,9 +160,9 @@ impl S3Extra {
             }
             let (status, body) = self.call(Method::GET, "", &query, &[], Bytes::new()).await?;
             if status != 200 {
-                return Err(refusal(status, &String::from_utf8_lossy(&body)));
+                return Err(Refusal::of(status, &body));
             }
-            let page: ListVersions = quick_xml::de::from_reader(body.as_ref()).map_err(|e| format!("a version listing sheaf cannot read: {e}"))?;
+            let page: ListVersions = xml(&body)?;
             for (v, deleted) in page.versions.into_iter().map(|v| (v, false)).chain(page.markers.into_iter().map(|m| (m, true))) {
                 out.push(ObjectVersion { modified: parse_time(&v.last_modified)?, name: v.key, version: v.version_id, latest: v.is_latest, deleted, size: v.size });
             }
@@ -177,11 +180,11 @@ impl S3Extra {
     }
 
     /// Remove version `version` of `key` for good.
-    pub(crate) async fn delete_version(&self, key: &str, version: &str) -> std::result::Result<(), String> {
+    pub(crate) async fn delete_version(&self, key: &str, version: &str) -> std::result::Result<(), Refusal> {
         let (status, body) = self.call(Method::DELETE, key, &[("versionId", version)], &[], Bytes::new()).await?;
         match status {
             200 | 204 => Ok(()),
-            _ => Err(refusal(status, &String::from_utf8_lossy(&body))),
+            _ => Err(Refusal::of(status, &body)),
         }
     }
 }
@@ -228,28 +231,96 @@ impl MultipartUpload for LockedUpload {
     }
 }
 
-/// The text of the first `<t>` element of a small answer.
-fn xml_tag(text: &str, t: &str) -> Option<String> {
-    text.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v.to_string())
+/// Why an S3 call failed: the HTTP status and the service's error code where it answered (read
+/// from its XML error body, as S3 documents it), or the link's failure. Callers decide by the
+/// status and the code, never by the words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The HTTP status; `None` when no answer came (the link failed) or it could not be read.
+    pub status: Option<u16>,
+    /// S3's error code (`AccessDenied`, `NoSuchBucket`, ...).
+    pub code: Option<String>,
+    /// What to show: `Code: Message (HTTP status)`, or what failed.
+    pub text: String,
+    /// Whether asking again may succeed: no answer, a 5xx, a 429.
+    pub transient: bool,
 }
 
-/// A refusal as S3 words it: `Code: Message (HTTP status)`.
-fn refusal(status: u16, body: &str) -> String {
-    match (xml_tag(body, "Code"), xml_tag(body, "Message")) {
-        (Some(c), Some(m)) => format!("{c}: {m} (HTTP {status})"),
-        (Some(c), None) => format!("{c} (HTTP {status})"),
-        _ => format!("HTTP {status}"),
+/// An S3 error body.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct ErrorBody {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+impl Refusal {
+    /// The server's refusal: `status` and its error body.
+    pub(crate) fn of(status: u16, body: &[u8]) -> Refusal {
+        let e: ErrorBody = quick_xml::de::from_reader(body).unwrap_or_default();
+        let text = match (&e.code, &e.message) {
+            (Some(c), Some(m)) => format!("{c}: {m} (HTTP {status})"),
+            (Some(c), None) => format!("{c} (HTTP {status})"),
+            _ => format!("HTTP {status}"),
+        };
+        Refusal { status: Some(status), code: e.code, text, transient: status >= 500 || status == 429 }
+    }
+
+    /// No answer: the link failed.
+    fn link(text: String) -> Refusal {
+        Refusal { status: None, code: None, text, transient: true }
+    }
+
+    /// An answer or a request sheaf could not make sense of.
+    fn unread(text: impl Into<String>) -> Refusal {
+        Refusal { status: None, code: None, text: text.into(), transient: false }
     }
 }
 
-/// What a failed call means for the caller: a missing bucket, credentials, or the server's words.
-pub(crate) fn call_failed(what: &str, why: &str) -> Error {
-    let kind = if why.contains("AccessDenied") || why.contains("WORM") || why.contains("InvalidRequest") { ErrorKind::Target } else { ErrorKind::Io };
-    Error::new(kind, format!("{what}: {why}"))
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
-fn parse_time(text: &str) -> std::result::Result<i64, String> {
-    chrono::DateTime::parse_from_rfc3339(text).map(|t| t.timestamp()).map_err(|e| format!("a time sheaf cannot read in a version listing ({text}): {e}"))
+/// A small XML answer read as `T`.
+fn xml<T: serde::de::DeserializeOwned>(body: &[u8]) -> std::result::Result<T, Refusal> {
+    quick_xml::de::from_reader(body).map_err(|e| Refusal::unread(format!("an answer sheaf cannot read: {e}")))
+}
+
+/// The answer to starting a multipart upload.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Started {
+    upload_id: Option<String>,
+}
+
+/// An object's retention.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Retention {
+    mode: Option<String>,
+    retain_until_date: Option<String>,
+}
+
+/// A bucket's Object Lock configuration.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct LockConfiguration {
+    object_lock_enabled: Option<String>,
+}
+
+/// What a failed call means for the caller, by the status and S3's code: refused for this object
+/// or these credentials (a lock, WORM, a denied request) is a target error; a server error or no
+/// answer is I/O, and transient.
+pub(crate) fn call_failed(what: &str, why: &Refusal, scrub: impl Fn(&str) -> String) -> Error {
+    let refused = matches!(why.code.as_deref(), Some("AccessDenied" | "InvalidRequest" | "ObjectLocked")) || why.status == Some(403);
+    let kind = if refused { ErrorKind::Target } else { ErrorKind::Io };
+    Error::new(kind, format!("{what}: {}", scrub(&why.text))).transient(why.transient)
+}
+
+fn parse_time(text: &str) -> std::result::Result<i64, Refusal> {
+    chrono::DateTime::parse_from_rfc3339(text).map(|t| t.timestamp()).map_err(|e| Refusal::unread(format!("a time sheaf cannot read ({text}): {e}")))
 }
 
 #[derive(Deserialize)]
@@ -298,11 +369,20 @@ mod tests {
     }
 
     #[test]
-    fn refusals_quote_the_servers_code() {
+    fn refusals_are_decided_by_status_and_code_never_by_words() {
         let body = "<Error><Code>InvalidRequest</Code><Message>Object is WORM protected and cannot be overwritten</Message></Error>";
-        let why = refusal(400, body);
-        assert_eq!(why, "InvalidRequest: Object is WORM protected and cannot be overwritten (HTTP 400)");
-        assert_eq!(call_failed("x", &why).kind(), ErrorKind::Target);
-        assert_eq!(refusal(503, ""), "HTTP 503");
+        let why = Refusal::of(400, body.as_bytes());
+        assert_eq!(why.text, "InvalidRequest: Object is WORM protected and cannot be overwritten (HTTP 400)");
+        assert_eq!(why.code.as_deref(), Some("InvalidRequest"));
+        let e = call_failed("x", &why, str::to_string);
+        assert_eq!((e.kind(), e.is_transient()), (ErrorKind::Target, false));
+        // The same words under another code are not a refusal; a 503 is transient.
+        let other = Refusal::of(400, b"<Error><Code>MalformedXML</Code><Message>AccessDenied WORM InvalidRequest</Message></Error>");
+        assert_eq!(call_failed("x", &other, str::to_string).kind(), ErrorKind::Io);
+        let busy = Refusal::of(503, b"");
+        assert_eq!(busy.text, "HTTP 503");
+        let e = call_failed("x", &busy, str::to_string);
+        assert_eq!((e.kind(), e.is_transient()), (ErrorKind::Io, true));
+        assert_eq!(call_failed("x", &Refusal::of(403, b""), str::to_string).kind(), ErrorKind::Target);
     }
 }

@@ -116,7 +116,25 @@ impl Minio {
         let steps: [Vec<String>; 3] = [
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=sheaf test CA", "-keyout", &p("ca.key"), "-out", &p("ca.crt")].map(String::from).to_vec(),
             ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", &p("private.key"), "-out", &p("server.csr")].map(String::from).to_vec(),
-            ["x509", "-req", "-in", &p("server.csr"), "-CA", &p("ca.crt"), "-CAkey", &p("ca.key"), "-CAcreateserial", "-days", "2", "-extfile", &p("server.ext"), "-out", &p("public.crt")].map(String::from).to_vec(),
+            [
+                "x509",
+                "-req",
+                "-in",
+                &p("server.csr"),
+                "-CA",
+                &p("ca.crt"),
+                "-CAkey",
+                &p("ca.key"),
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &p("server.ext"),
+                "-out",
+                &p("public.crt"),
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for args in steps {
             let ok = Command::new("openssl").args(&args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
@@ -150,12 +168,8 @@ impl Minio {
 
     /// The environment a `sheaf` process needs to reach it with the right credentials.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        let mut env = vec![
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
-            ("AWS_REGION", REGION.into()),
-            ("AWS_ENDPOINT_URL", self.endpoint()),
-        ];
+        let mut env =
+            vec![("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()), ("AWS_REGION", REGION.into()), ("AWS_ENDPOINT_URL", self.endpoint())];
         match &self.ca {
             Some(ca) => env.push(("AWS_CA_BUNDLE", ca.display().to_string())),
             None => env.push(("AWS_ALLOW_HTTP", "true".into())),

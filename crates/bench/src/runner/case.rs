@@ -18,8 +18,7 @@ use crate::results::{Sample, Setting};
 
 /// The parts of `sheaf backup --json` the bench uses.
 fn backup_figures(f: &Finished) -> Result<(u64, u64, usize)> {
-    let v: serde_json::Value = serde_json::from_str(f.stdout.trim())
-        .map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e}): {}", f.stdout)))?;
+    let v: serde_json::Value = serde_json::from_str(f.stdout.trim()).map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e}): {}", f.stdout)))?;
     let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).ok_or_else(|| Error::new(ErrorKind::Io, format!("sheaf backup --json lacks {k}")));
     Ok((n("bytes_read")?, n("bytes_written")?, n("buffer_count")? as usize))
 }
@@ -100,7 +99,13 @@ impl Ctx<'_> {
     /// Time `command` restoring into `dest`, with room made for it and `make` run first (both
     /// untimed) and the tree set aside after; returns what the command left and whether
     /// `restored` finds a restore in `dest`.
-    pub(super) fn timed_restore(&mut self, dest: &Path, make: impl FnOnce(&Path) -> Result<()>, command: Command, restored: impl FnOnce(&Path) -> bool) -> Result<(Finished, bool)> {
+    pub(super) fn timed_restore(
+        &mut self,
+        dest: &Path,
+        make: impl FnOnce(&Path) -> Result<()>,
+        command: Command,
+        restored: impl FnOnce(&Path) -> bool,
+    ) -> Result<(Finished, bool)> {
         let free = self.trash.make_room(dest, self.note)?;
         make(dest)?;
         self.settle()?;
@@ -135,8 +140,7 @@ impl Ctx<'_> {
     pub(super) fn timed_backup(&self, p: &Permutation, where_to: &[&str], what: &str) -> Result<(Finished, (u64, u64, usize))> {
         let mut c = self.sheaf_op("backup");
         c.arg(&self.src.arg).args(where_to);
-        c.args(["-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"])
-            .arg(format!("sheaf bench: {}, {what}", p.name()));
+        c.args(["-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"]).arg(format!("sheaf bench: {}, {what}", p.name()));
         if let Some(b) = p.buffer_count {
             c.args(["--buffer-count", &b.to_string()]);
         }
@@ -151,9 +155,7 @@ impl Ctx<'_> {
 
     /// One repeat of a sheaf permutation.
     pub(super) fn sheaf_run(&mut self, p: &Permutation, repeat: usize) -> Result<Sample> {
-        let stripes: Vec<String> = (0..p.stripes)
-            .map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string()))
-            .collect();
+        let stripes: Vec<String> = (0..p.stripes).map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string())).collect();
         let to: Vec<&str> = stripes.iter().flat_map(|s| ["--to", s.as_str()]).collect();
         let (b, (bytes_read, size_bytes, buffers_used)) = self.timed_backup(p, &to, &format!("run {repeat}"))?;
         let (mut verify, mut restore) = (None, None);

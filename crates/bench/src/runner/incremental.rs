@@ -37,7 +37,7 @@ pub(super) struct Measured {
 
 /// The archive command that pushes the cluster's WAL into `repo`.
 pub(super) fn wal_push_command(sheaf: &Path, repo: &Path, key_args: &[String]) -> String {
-    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let quote = |s: &str| sheaf_core::text::shell_quote(s).into_owned();
     let mut cmd = format!("{} wal-push %p --repo {}", quote(&sheaf.display().to_string()), quote(&repo.display().to_string()));
     for a in key_args {
         cmd.push(' ');
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn the_archive_command_quotes_its_paths() {
         let cmd = wal_push_command(Path::new("/opt/my sheaf/sheaf"), Path::new("/srv/it's/repo"), &["--encryption-key-file".into(), "/k".into()]);
-        assert_eq!(cmd, r"'/opt/my sheaf/sheaf' wal-push %p --repo '/srv/it'\''s/repo' '--encryption-key-file' '/k'");
+        assert_eq!(shlex::split(&cmd).unwrap(), ["/opt/my sheaf/sheaf", "wal-push", "%p", "--repo", "/srv/it's/repo", "--encryption-key-file", "/k"]);
         assert_eq!(repository_id(r#"{"postgres":{"repository_id":"20261124T101010Z"}}"#).unwrap(), "20261124T101010Z");
         assert!(repository_id("{}").unwrap_err().to_string().contains("repository_id"));
     }

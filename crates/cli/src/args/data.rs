@@ -44,11 +44,12 @@ pub struct BackupArgs {
     /// its checksum and page checksums verified) before it is written.
     #[arg(long, value_name = "host|agent", default_value = "host", value_parser = ["host", "agent"])]
     pub compress_on: String,
-    /// PostgreSQL, through --agent: seconds a connection waits for the agent (to connect, then
-    /// for each answer's next bytes). A link silent that long fails the read, which is tried again
-    /// on a new connection (3 times, with pauses of 0.5, 1 and 2 s) before the backup fails.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    pub agent_timeout: u64,
+    /// PostgreSQL, through --agent: how long a connection waits for the agent (to connect, then
+    /// for each answer's next bytes; 90s, 5m, or seconds). A link silent that long fails the read,
+    /// which is tried again on a new connection (3 times, with pauses of 0.5, 1 and 2 s) before
+    /// the backup fails.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::duration)]
+    pub agent_timeout: std::time::Duration,
     /// PostgreSQL: how the cluster is read: `files` (its data directory, here or through --agent)
     /// or `base-backup` (over the replication protocol, BASE_BACKUP, as pg_basebackup reads it:
     /// nothing of sheaf's on the database host; the role needs REPLICATION and pg_hba.conf a
@@ -65,10 +66,10 @@ pub struct BackupArgs {
     /// only, waiting for the segments to arrive; proves the archive holds them).
     #[arg(long, value_name = "local|archive", default_value = "local", value_parser = ["local", "archive"])]
     pub wal_from: String,
-    /// PostgreSQL: seconds to wait for WAL to reach the archive, or for a standby to replay past
-    /// the backup's start or receive its end, before failing.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    pub wal_timeout: u64,
+    /// PostgreSQL: how long to wait for WAL to reach the archive, or for a standby to replay past
+    /// the backup's start or receive its end, before failing (90s, 5m, or seconds).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::duration)]
+    pub wal_timeout: std::time::Duration,
     /// A stripe: a file path, s3://BUCKET/PREFIX/NAME.sheaf (an object), or `nul` to discard the
     /// output. Repeat for more stripes (up to 64), ideally on different volumes or buckets; each
     /// stripe has its own writer. Files and objects mix.
@@ -162,7 +163,6 @@ pub struct BackupArgs {
     pub s3: S3Args,
 }
 
-
 #[derive(Args)]
 pub struct RestoreArgs {
     /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
@@ -253,7 +253,6 @@ pub struct VerifyArgs {
     pub s3: S3Args,
 }
 
-
 /// The `--repo` side of `sheaf restore`: which backup, and where recovery stops.
 #[derive(Args, Clone, Default)]
 #[command(next_help_heading = "From a repository (point-in-time recovery)")]
@@ -322,4 +321,3 @@ pub struct ExtractArgs {
     #[command(flatten)]
     pub s3: S3Args,
 }
-

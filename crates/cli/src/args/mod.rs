@@ -14,6 +14,7 @@ pub mod shared;
 pub mod tools;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -21,7 +22,7 @@ pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
-pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, LoadTpchArgs, ListArgs, ShowArgs};
+pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ShowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -126,9 +127,11 @@ overwritten. A segment of another cluster is refused.")]
     /// Stream WAL into the repository as the server writes it, over a physical replication slot:
     /// a recovery point of seconds, or zero as a synchronous standby. Runs until stopped
     /// (Ctrl-C, SIGTERM), connecting again when the server goes away.
-    #[command(after_help = "The segment being received is kept in a spool folder on this host (--spool, or spool in the config file), fsynced before the server hears it flushed; complete segments go to the repository at once (one that wal-push stored already is not stored twice), the segment being received every --partial-every seconds and when stopped. wal-fetch serves that copy for a segment the archive lacks, so a restore replays to the last byte received. PostgreSQL 15 or later.\n\nExample (a recovery point of zero):\n  \
+    #[command(
+        after_help = "The segment being received is kept in a spool folder on this host (--spool, or spool in the config file), fsynced before the server hears it flushed; complete segments go to the repository at once (one that wal-push stored already is not stored twice), the segment being received every --partial-every seconds and when stopped. wal-fetch serves that copy for a segment the archive lacks, so a restore replays to the last byte received. PostgreSQL 15 or later.\n\nExample (a recovery point of zero):\n  \
 sheaf wal-receive --repo /srv/sheaf --spool /var/lib/sheaf/spool 'postgres://replicator@db1/postgres?application_name=sheaf'\n  \
-then on the server: synchronous_standby_names = 'sheaf'")]
+then on the server: synchronous_standby_names = 'sheaf'"
+    )]
     WalReceive(WalReceiveArgs),
     /// Make the WAL block summaries that incrementals read for archived segments that lack one
     /// (WAL archived by another tool, or while summaries could not be made); wal-push makes them
@@ -263,4 +266,10 @@ impl Command {
             Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) | Command::Agent(_) => Shared::default(),
         }
     }
+}
+
+/// Every duration flag's parser: `90s`, `5m`, `2h`, `1d`, `1w`, a bare number in seconds
+/// ([`sheaf_core::time::parse_span`], also every duration setting's).
+pub fn duration(text: &str) -> Result<Duration, String> {
+    sheaf_core::time::parse_duration(text).map_err(|e| e.message().to_string())
 }

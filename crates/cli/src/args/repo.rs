@@ -71,13 +71,14 @@ pub struct WalReceiveArgs {
     /// else zstd:low.
     #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
     pub compression: Option<String>,
-    /// Seconds between copies of the segment being received into the repository (complete
-    /// segments go at once; the flush position the server hears is the spool's).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    pub partial_every: u64,
-    /// Seconds to wait before connecting again after the connection failed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
-    pub retry_every: u64,
+    /// How often the segment being received is copied into the repository (complete segments go
+    /// at once; the flush position the server hears is the spool's): 10s, 1m, or seconds.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration)]
+    pub partial_every: std::time::Duration,
+    /// How long to wait before connecting again after the connection failed (or trying a
+    /// repository again that failed): 5s, 1m, or seconds.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = super::duration)]
+    pub retry_every: std::time::Duration,
     #[command(flatten)]
     pub spool: SpoolArg,
     /// Print what was done as JSON when it stops.
@@ -191,12 +192,12 @@ pub struct CheckArgs {
     pub url: String,
     #[command(flatten)]
     pub repo: RepoArg,
-    /// The newest backup may be at most this old (s, m, h, d, w): older is critical.
-    #[arg(long, value_name = "SPAN", default_value = "1d")]
-    pub max_age: String,
-    /// Seconds to wait for the switched segment to reach the repository.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    pub archive_timeout: u64,
+    /// The newest backup may be at most this old (26h, 1d, 1w): older is critical.
+    #[arg(long, value_name = "DURATION", default_value = "1d", value_parser = super::duration)]
+    pub max_age: std::time::Duration,
+    /// How long to wait for the switched segment to reach the repository (60s, 5m, or seconds).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::duration)]
+    pub archive_timeout: std::time::Duration,
     /// Print the findings as JSON.
     #[arg(long)]
     pub json: bool,
@@ -245,8 +246,8 @@ pub struct ExpireArgs {
     pub keep_full: Option<usize>,
     /// Keep what recovers to any moment this far back (e.g. 14d, 36h, 90m): every backup that ends
     /// inside it, and the newest one before it.
-    #[arg(long, value_name = "DURATION")]
-    pub keep_within: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    pub keep_within: Option<std::time::Duration>,
     /// Say what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,

@@ -30,7 +30,6 @@ pub struct GenerateArgs {
     pub small: Option<String>,
 }
 
-
 #[derive(Args)]
 pub struct DemoArgs {
     /// TPC-H scale factor: 0.1 is about 100 MB of data, 1 about 1 GB.
@@ -46,7 +45,6 @@ pub struct DemoArgs {
     #[arg(long)]
     pub json: bool,
 }
-
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -133,7 +131,6 @@ pub struct LoadTpchArgs {
     pub scale: f64,
 }
 
-
 #[derive(Args)]
 pub struct LabArgs {
     /// A backup's stripes (files or s3:// objects) to take the relation from (with --relation).
@@ -190,7 +187,6 @@ pub struct LabArgs {
     pub s3: S3Args,
 }
 
-
 #[derive(Args)]
 pub struct ListArgs {
     /// How many runs.
@@ -209,4 +205,3 @@ pub struct ShowArgs {
     #[arg(long)]
     pub json: bool,
 }
-

@@ -16,11 +16,11 @@ use crate::context::Context;
 pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
     if let Some(dir) = &a.init_certs {
         let made = certs::init(dir, &a.name)?;
-        println!("made a CA and certificates in {}", dir.display());
-        println!("  agent:       {} and {} (names: {})", certs::SERVER, certs::SERVER_KEY, made.server_names.join(", "));
-        println!("  backup host: {} and {}, with {} (copy these three to it)", certs::CLIENT, certs::CLIENT_KEY, certs::CA);
-        println!("  allowed:     {} (SHA-256 {})", certs::ALLOWED, made.client_fingerprint);
-        println!("then: sheaf agent --listen 0.0.0.0:7400 --pgdata DATA_DIR --tls-dir {}", dir.display());
+        say!("made a CA and certificates in {}", dir.display());
+        say!("  agent:       {} and {} (names: {})", certs::SERVER, certs::SERVER_KEY, made.server_names.join(", "));
+        say!("  backup host: {} and {}, with {} (copy these three to it)", certs::CLIENT, certs::CLIENT_KEY, certs::CA);
+        say!("  allowed:     {} (SHA-256 {})", certs::ALLOWED, made.client_fingerprint);
+        say!("then: sheaf agent --listen 0.0.0.0:7400 --pgdata DATA_DIR --tls-dir {}", dir.display());
         return Ok(());
     }
     let need = |key: &str, flag: Option<String>, what: &str| -> Result<String, Error> {
@@ -34,12 +34,7 @@ pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
         threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
     let agent = Agent::bind(&config)?;
-    eprintln!(
-        "sheaf agent: serving {} (read-only) on {}, to clients in {}",
-        config.pgdata.display(),
-        agent.local_addr()?,
-        config.tls_dir.join(certs::ALLOWED).display()
-    );
+    eprintln!("sheaf agent: serving {} (read-only) on {}, to clients in {}", config.pgdata.display(), agent.local_addr()?, config.tls_dir.join(certs::ALLOWED).display());
     let log = Arc::new(|m: &str| eprintln!("sheaf agent: {} {m}", sheaf_core::time::utc_now()));
     agent.serve(ctx.interrupt.stop_flag(), log)
 }

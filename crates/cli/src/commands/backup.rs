@@ -1,8 +1,8 @@
 //! `sheaf backup`: a directory or a running PostgreSQL server, to stripes or into a repository;
 //! recorded in the history catalog.
 
-use sheaf_core::size::{format_size, parse_size};
 use sheaf_core::manifest::BackupType;
+use sheaf_core::size::{format_size, parse_size};
 use sheaf_core::{BackupOptions, BackupReport, Error};
 use sheaf_pg::ClusterFacts;
 
@@ -83,9 +83,11 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
             let remote = match ctx.settings.get("agent", a.agent.clone()) {
                 Some((addr, _)) => {
                     let tls = ctx.settings.get("tls-dir", a.tls_dir.as_ref().map(|p| p.display().to_string())).map(|(v, _)| v).ok_or_else(|| {
-                        Error::invalid("--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs")
+                        Error::invalid(
+                            "--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs",
+                        )
                     })?;
-                    let timeout = std::time::Duration::from_secs(a.agent_timeout.max(1));
+                    let timeout = a.agent_timeout;
                     let files = sheaf_agent::AgentFiles::connect_within(&addr, std::path::Path::new(&tls), timeout)?;
                     Some(if a.compress_on == "agent" { files.compressing(opts.codec)? } else { files })
                 }
@@ -105,7 +107,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 standby: a.standby.clone(),
                 primary: a.primary.clone(),
                 wal_from_archive: a.wal_from == "archive",
-                wal_timeout: Some(std::time::Duration::from_secs(a.wal_timeout)),
+                wal_timeout: Some(a.wal_timeout),
                 archive: None,
                 remote: remote.map(|r| sheaf_pg::backup::Remote(std::sync::Arc::new(r))),
                 via_base_backup: a.via == "base-backup",
@@ -117,8 +119,15 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,
                     None => BackupType::Full,
                 };
-                let (r, record) =
-                    sheaf_pg::repo::backup::backup_to_repo(&repo, &meta, &pg, &opts, sheaf_pg::repo::backup::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan }, ctx.schemes()?, progress(a.json))?;
+                let (r, record) = sheaf_pg::repo::backup::backup_to_repo(
+                    &repo,
+                    &meta,
+                    &pg,
+                    &opts,
+                    sheaf_pg::repo::backup::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan },
+                    ctx.schemes()?,
+                    progress(a.json),
+                )?;
                 if let Some(why) = &r.full_because {
                     eprintln!("sheaf: {why}");
                 }
@@ -136,7 +145,16 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
-            if a.pgdata.is_some() || a.slot.is_some() || a.ignore_checksum_failures || a.primary.is_some() || a.standby.is_some() || a.wal_from != "local" || a.agent.is_some() || a.via != "files" || a.compress_on != "host" {
+            if a.pgdata.is_some()
+                || a.slot.is_some()
+                || a.ignore_checksum_failures
+                || a.primary.is_some()
+                || a.standby.is_some()
+                || a.wal_from != "local"
+                || a.agent.is_some()
+                || a.via != "files"
+                || a.compress_on != "host"
+            {
                 return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }
             (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
@@ -152,7 +170,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         v["postgres"] = c.json.clone();
     }
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
         summary(&r, cluster.as_ref());
     }
@@ -160,7 +178,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
 }
 
 fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
-    println!(
+    say!(
         "processed {} pages ({:.1} MiB) in {:.2} s ({:.1} MiB/s), wrote {:.1} MiB (ratio {:.2}) to {} stripe{}",
         r.bytes_read.div_ceil(8192),
         mib(r.bytes_read),
@@ -172,7 +190,7 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
         plural(r.stripes)
     );
     let uploads = if r.target_memory_bytes > 0 { format!(" + {} of upload parts", format_size(r.target_memory_bytes)) } else { String::new() };
-    println!(
+    say!(
         "memory: {} buffers × {}{uploads} = {} ({}; {} reader{}, {} compressor thread{})",
         r.buffer_count,
         format_size(r.buffer_len),
@@ -186,26 +204,21 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
     if let Some(levels) = &r.auto_levels {
         let total: u64 = levels.values().sum::<u64>().max(1);
         let shares: Vec<String> = levels.iter().map(|(l, n)| format!("{l} ({:.0} %)", *n as f64 * 100.0 / total as f64)).collect();
-        println!("auto chose zstd level {} of the chunks", shares.join(", "));
+        say!("auto chose zstd level {} of the chunks", shares.join(", "));
     }
     if r.encryption != "none" {
-        println!("encrypted with {}", r.encryption.to_uppercase());
+        say!("encrypted with {}", r.encryption.to_uppercase());
     }
-    println!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
+    say!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
     let Some(Cluster { facts: f, repository_id, json }) = cluster else { return };
     if let Some(id) = repository_id {
-        println!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
+        say!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
     }
     if let Some(t) = json.get("backup_type").and_then(|t| t.as_str()).filter(|t| *t != "full") {
         let chain: Vec<&str> = json["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
-        println!(
-            "{t} backup on {} (a chain of {} backups); changes found by {}",
-            chain.last().copied().unwrap_or("?"),
-            chain.len() + 1,
-            json["method"].as_str().unwrap_or_default()
-        );
+        say!("{t} backup on {} (a chain of {} backups); changes found by {}", chain.last().copied().unwrap_or("?"), chain.len() + 1, json["method"].as_str().unwrap_or_default());
     }
-    println!(
+    say!(
         "PostgreSQL {} (system {}), timeline {}, LSN {} .. {}, {} WAL files; page checksums: {} pages verified, {} not checked (new or written during the backup), {} failures",
         f.server_version,
         f.system_identifier,

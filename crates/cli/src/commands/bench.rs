@@ -41,8 +41,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
     let default_out = || PathBuf::from(format!("sheaf-bench-{}", sheaf_core::time::utc_now().replace(':', "")));
     if let Some(from) = &a.from {
         let text = std::fs::read(from).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read {}", from.display()), e))?;
-        let result: BenchResult = serde_json::from_slice(&text)
-            .map_err(|e| Error::invalid(format!("{} is not a sheaf bench report.json: {e}", from.display())))?;
+        let result: BenchResult = serde_json::from_slice(&text).map_err(|e| Error::invalid(format!("{} is not a sheaf bench report.json: {e}", from.display())))?;
         return bench_output(&result, &flags.out.unwrap_or_else(default_out), a.json);
     }
     let r = sheaf_bench::plan::resolve(flags, plan)?;
@@ -67,10 +66,9 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
     let note = |e: Event| match e {
         Event::Note(n) => eprintln!("sheaf bench: {n}"),
         Event::Warning(w) => eprintln!("sheaf: warning: {w}"),
-        Event::Run { index, total, what, repeat, repeats, eta } => eprintln!(
-            "sheaf bench: [{index}/{total}{}] {what} (run {repeat} of {repeats})",
-            eta.map_or_else(String::new, |d| format!(", {} left", duration(d)))
-        ),
+        Event::Run { index, total, what, repeat, repeats, eta } => {
+            eprintln!("sheaf bench: [{index}/{total}{}] {what} (run {repeat} of {repeats})", eta.map_or_else(String::new, |d| format!(", {} left", duration(d))))
+        }
     };
     let outcome = ctx.interrupt.unless_interrupted(sheaf_bench::runner::run(&opts, &note))?;
     // What ran before a failure is written all the same, marked as stopped early.
@@ -82,15 +80,12 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
 fn bench_output(result: &BenchResult, out: &Path, json: bool) -> Result<(), Error> {
     let written = sheaf_bench::report::write_all(result, out);
     if json {
-        println!("{}", serde_json::to_string(result).expect("results serialise"));
+        say!("{}", serde_json::to_string(result).expect("results serialise"));
     } else {
         let mut table = Vec::new();
         sheaf_bench::report::write_text(&result.rows, &mut table).expect("a table in memory");
-        print!("{}", String::from_utf8_lossy(&table));
-        println!(
-            "(median of {} runs, (min-max) where they differ; CPU % of all {} cores; cache {})",
-            result.info.repeats, result.info.cores, result.info.cache
-        );
+        say_raw!("{}", String::from_utf8_lossy(&table));
+        say!("(median of {} runs, (min-max) where they differ; CPU % of all {} cores; cache {})", result.info.repeats, result.info.cores, result.info.cache);
     }
     let files = written?;
     eprintln!("sheaf bench: wrote {} files to {} (report.md, report.csv, report.json, samples.csv, plots)", files.len(), out.display());

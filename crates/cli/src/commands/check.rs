@@ -2,8 +2,6 @@
 //! verdict on the first line as monitoring plugins print it, a line per check, and the exit code
 //! Nagios and its kin read (0 ok, 1 warning, 2 critical).
 
-use std::time::Duration;
-
 use sheaf_pg::repo::check::{check, CheckOptions, CheckReport, Finding, Status};
 
 use crate::args::CheckArgs;
@@ -12,33 +10,22 @@ use crate::exit::{self, Outcome};
 
 /// Run it; every failure, even to read the configuration, is a finding and an exit code.
 pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
-    let report = match sheaf_core::time::parse_span(&a.max_age) {
-        Err(e) => {
-            exit::report(&e.context("--max-age"));
-            return Outcome::Status(exit::code(sheaf_core::ErrorKind::InvalidInput));
+    let report = match ctx.repos() {
+        Ok(repos) => {
+            let opts = CheckOptions { url: a.url.clone(), max_age: a.max_age, archive_timeout: a.archive_timeout, now: sheaf_core::time::now_ms() / 1000 };
+            check(&repos, &opts)
         }
-        Ok(max_age) => match ctx.repos() {
-            Ok(repos) => {
-                let opts = CheckOptions {
-                    url: a.url.clone(),
-                    max_age: Duration::from_secs(max_age as u64),
-                    archive_timeout: Duration::from_secs(a.archive_timeout.max(1)),
-                    now: sheaf_core::time::now_ms() / 1000,
-                };
-                check(&repos, &opts)
-            }
-            Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
-        },
+        Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
     };
     if a.json {
-        println!("{}", serde_json::to_value(&report).expect("report serialises"));
+        say!("{}", serde_json::to_value(&report).expect("report serialises"));
     } else {
         let worst: Vec<&str> = report.findings.iter().filter(|f| f.status == report.status && f.status != Status::Ok).map(|f| f.message.as_str()).collect();
         let summary = if worst.is_empty() { format!("{} checks passed", report.findings.len()) } else { worst.join("; ") };
-        println!("SHEAF {} - {summary}", report.status.word());
+        say!("SHEAF {} - {summary}", report.status.word());
         for f in &report.findings {
-            println!("{:<8} {:<10} {}", f.status.word(), f.check, f.message);
+            say!("{:<8} {:<10} {}", f.status.word(), f.check, f.message);
         }
     }
-    Outcome::Status(report.status.code())
+    Outcome::Status(exit::check_code(report.status))
 }

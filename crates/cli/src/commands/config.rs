@@ -11,33 +11,28 @@ use crate::settings::{Settings, KEYS};
 /// None: what cannot be read was refused when the settings were loaded.
 pub fn run(settings: &Settings, a: ConfigArgs) -> Result<(), Error> {
     type Row<'a> = (String, Option<(String, String)>, &'a str);
-    let rows: Vec<Row> = KEYS
-        .iter()
-        .map(|(k, what)| (k.to_string(), settings.get(k, None).map(|(v, o)| (v, o.to_string())), *what))
-        .collect();
+    let rows: Vec<Row> = KEYS.iter().map(|(k, what)| (k.to_string(), settings.get(k, None).map(|(v, o)| (v, o.to_string())), *what)).collect();
     let files: Vec<String> = settings.files().map(|p| p.display().to_string()).collect();
     let aws: Vec<(&str, String)> = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_PROFILE"]
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (*k, if k.contains("SECRET") || k.contains("TOKEN") || k.contains("KEY_ID") { mask(&v) } else { v })))
         .collect();
     if a.json {
-        let settings: serde_json::Map<String, serde_json::Value> = rows
-            .iter()
-            .map(|(k, v, _)| (k.clone(), v.as_ref().map_or(serde_json::Value::Null, |(v, o)| serde_json::json!({"value": v, "from": o}))))
-            .collect();
+        let settings: serde_json::Map<String, serde_json::Value> =
+            rows.iter().map(|(k, v, _)| (k.clone(), v.as_ref().map_or(serde_json::Value::Null, |(v, o)| serde_json::json!({"value": v, "from": o})))).collect();
         let aws: serde_json::Map<String, serde_json::Value> = aws.into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
-        println!("{}", serde_json::json!({"files": files, "settings": settings, "aws_environment": aws}));
+        say!("{}", serde_json::json!({"files": files, "settings": settings, "aws_environment": aws}));
         return Ok(());
     }
-    println!("config files read: {}", if files.is_empty() { "none (/etc/sheaf/sheaf.toml, ~/.config/sheaf/sheaf.toml)".to_string() } else { files.join(", ") });
+    say!("config files read: {}", if files.is_empty() { "none (/etc/sheaf/sheaf.toml, ~/.config/sheaf/sheaf.toml)".to_string() } else { files.join(", ") });
     for (k, v, what) in &rows {
         match v {
-            Some((v, o)) => println!("{k:<14} = {v:<40} from {o}"),
-            None => println!("{k:<14}   {:<40} ({what})", "(not set)"),
+            Some((v, o)) => say!("{k:<14} = {v:<40} from {o}"),
+            None => say!("{k:<14}   {:<40} ({what})", "(not set)"),
         }
     }
     for (k, v) in aws {
-        println!("{k:<22} {v}  (environment, read by the S3 client)");
+        say!("{k:<22} {v}  (environment, read by the S3 client)");
     }
     Ok(())
 }

@@ -48,7 +48,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
         // A backup named by id is consolidated where it is; elsewhere there is nothing to do.
         if !explicit && a.set != "latest" && sheaf_pg::repo::records::pick(&sheaf_pg::repo::records::complete(&repo)?, &a.set).is_err() {
             if !a.json {
-                println!("{} is not in {}: nothing to do there", a.set, repo.display());
+                say!("{} is not in {}: nothing to do there", a.set, repo.display());
             }
             continue;
         }
@@ -59,8 +59,13 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
     }
     let mut json = Vec::new();
     for (repo, _meta) in &chosen {
-        let (report, record) = sheaf_pg::repo::backup::consolidate_in_repo(repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json))
-            .map_err(|e| if several { e.context(format!("repository {}", repo.display())) } else { e })?;
+        let (report, record) = sheaf_pg::repo::backup::consolidate_in_repo(repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json)).map_err(|e| {
+            if several {
+                e.context(format!("repository {}", repo.display()))
+            } else {
+                e
+            }
+        })?;
         if a.json {
             let mut v = serde_json::to_value(&report).expect("report serialises");
             v["record"] = serde_json::to_value(&record).expect("record serialises");
@@ -69,7 +74,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
             }
             json.push(v);
         } else {
-            println!(
+            say!(
                 "consolidated into full backup {}{} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s); {}",
                 record.id,
                 if several { format!(" in {}", repo.display()) } else { String::new() },
@@ -82,7 +87,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
         }
     }
     if a.json {
-        println!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
+        say!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
     }
     Ok(())
 }

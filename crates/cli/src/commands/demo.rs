@@ -19,14 +19,11 @@ pub fn run(ctx: &Context, a: DemoArgs) -> Result<(), Error> {
     let opts = sheaf_bench::demo::DemoOptions { scale: a.scale, codecs, stripes: a.stripes.max(1) };
     let rows = ctx.interrupt.unless_interrupted(sheaf_bench::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}")))?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows).expect("rows serialise"));
+        say!("{}", serde_json::to_string(&rows).expect("rows serialise"));
     } else {
-        println!(
-            "{:<12} {:>10} {:>8} {:>11} {:>7} {:>11} {:>11} {:>6}",
-            "codec", "backup s", "CPU %", "size", "ratio", "restore s", "restore CPU", "rows"
-        );
+        say!("{:<12} {:>10} {:>8} {:>11} {:>7} {:>11} {:>11} {:>6}", "codec", "backup s", "CPU %", "size", "ratio", "restore s", "restore CPU", "rows");
         for r in &rows {
-            println!(
+            say!(
                 "{:<12} {:>10.2} {:>7.0}% {:>11} {:>7.2} {:>11.2} {:>10.0}% {:>6}",
                 r.codec,
                 r.backup_seconds,
@@ -39,7 +36,7 @@ pub fn run(ctx: &Context, a: DemoArgs) -> Result<(), Error> {
             );
         }
         if let Some(r) = rows.first() {
-            println!("(each backup read {} from the cluster; CPU % is of all {} cores)", format_size(r.bytes_read), sheaf_core::host::available_cores());
+            say!("(each backup read {} from the cluster; CPU % is of all {} cores)", format_size(r.bytes_read), sheaf_core::host::available_cores());
         }
     }
     if rows.iter().any(|r| !r.rows_match) {

@@ -27,11 +27,11 @@ pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
     let opts = sheaf_pg::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone() };
     let r = sheaf_pg::extract::extract(&sets.iter().collect::<Vec<_>>(), &opts)?;
     if a.json {
-        println!("{}", serde_json::to_value(&r).expect("report serialises"));
+        say!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {
         let read = format!("read {} of the set's {} in {:.3} s", format_size(r.bytes_read), format_size(r.set_bytes), r.seconds);
         match &r.page {
-            Some(p) => println!(
+            Some(p) => say!(
                 "page {} of {} (database {}, {}) to {}: LSN {}, checksum {}; {read}",
                 p.block,
                 r.relation,
@@ -41,7 +41,7 @@ pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
                 p.lsn,
                 p.checksum
             ),
-            None => println!(
+            None => say!(
                 "extracted {} (database {}, {}): {} file{} ({}) to {}; {read}",
                 r.relation,
                 r.database,

@@ -15,10 +15,7 @@ pub fn run(a: GenerateArgs) -> Result<(), Error> {
         return Err(Error::invalid(format!("--repeat {}: give a fraction from 0.0 to 1.0", a.repeat)));
     }
     if std::fs::read_dir(&a.dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
-        return Err(Error::new(
-            ErrorKind::TargetNotEmpty,
-            format!("{} is not empty: generate into a new or empty directory", a.dir.display()),
-        ));
+        return Err(Error::new(ErrorKind::TargetNotEmpty, format!("{} is not empty: generate into a new or empty directory", a.dir.display())));
     }
     let t0 = std::time::Instant::now();
     let cannot = |e| Error::io(ErrorKind::Target, format!("cannot write data set in {}", a.dir.display()), e);
@@ -29,6 +26,6 @@ pub fn run(a: GenerateArgs) -> Result<(), Error> {
         }
         None => (sheaf_core::datagen::make_dataset(&a.dir, total, a.files, a.repeat, a.seed).map_err(cannot)?, a.files + 100),
     };
-    println!("generated {} in {files} files under {} in {:.1} s", format_size(written), a.dir.display(), t0.elapsed().as_secs_f64());
+    say!("generated {} in {files} files under {} in {:.1} s", format_size(written), a.dir.display(), t0.elapsed().as_secs_f64());
     Ok(())
 }

@@ -15,12 +15,12 @@ pub fn list(path: Option<&Path>, a: ListArgs) -> Result<(), Error> {
     let c = sheaf_catalog::Catalog::open(path)?;
     let runs = c.list(a.limit)?;
     if a.json {
-        println!("{}", serde_json::to_string(&runs).expect("runs serialise"));
+        say!("{}", serde_json::to_string(&runs).expect("runs serialise"));
         return Ok(());
     }
-    println!("{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  backup id / error", "id", "op", "status", "started (UTC)", "codec", "read", "seconds", "ratio", "MiB/s");
+    say!("{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  backup id / error", "id", "op", "status", "started (UTC)", "codec", "read", "seconds", "ratio", "MiB/s");
     for r in &runs {
-        println!(
+        say!(
             "{:>5}  {:<8} {:<9} {:<20} {:<12} {:>10} {:>9} {:>6} {:>8}  {}",
             r.id,
             r.operation,
@@ -43,22 +43,20 @@ pub fn list(path: Option<&Path>, a: ListArgs) -> Result<(), Error> {
 /// A catalog that cannot be read, no such run.
 pub fn show(path: Option<&Path>, a: ShowArgs) -> Result<(), Error> {
     let c = sheaf_catalog::Catalog::open(path)?;
-    let run = c
-        .show(a.id, true)?
-        .ok_or_else(|| Error::invalid(format!("no run {} in {}: see `sheaf list`", a.id, c.path().display())))?;
+    let run = c.show(a.id, true)?.ok_or_else(|| Error::invalid(format!("no run {} in {}: see `sheaf list`", a.id, c.path().display())))?;
     let v = serde_json::to_value(&run).expect("run serialises");
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
         for (k, val) in v.as_object().expect("an object") {
             if k != "details" && !val.is_null() {
-                println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
+                say!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
             }
         }
         // From the full report: what the columns do not hold.
         for k in ["encryption", "auto_levels"] {
             if let Some(val) = v.pointer(&format!("/details/{k}")).filter(|x| !x.is_null()) {
-                println!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
+                say!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
             }
         }
     }

@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
         let text = prometheus(ctx, &a, &repos);
         return match &a.prometheus {
             None => {
-                print!("{text}");
+                say_raw!("{text}");
                 Ok(())
             }
             Some(file) => write_whole(file, &text),
@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     let mut failed = None;
     for (k, (repo, meta)) in repos.iter().enumerate() {
         if k > 0 && !json {
-            println!();
+            say!();
         }
         let shown = match meta {
             Ok(meta) => Inventory::take(repo, meta).and_then(|inv| one(repo, meta, inv, json)),
@@ -54,7 +54,7 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     }
     if json && (failed.is_none() || several) {
         let v = if several { serde_json::json!({ "repositories": values }) } else { values.pop().unwrap_or_default() };
-        println!("{v}");
+        say!("{v}");
     }
     failed.map_or(Ok(()), Err)
 }
@@ -69,18 +69,30 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
             "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins, "streaming": streaming,
         }));
     }
-    println!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
+    say!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
     if let Some(l) = &meta.lock {
-        println!("locked: every object for {} days after it is written ({} mode, S3 Object Lock); expire leaves what is still locked", l.days, l.mode);
+        say!("locked: every object for {} days after it is written ({} mode, S3 Object Lock); expire leaves what is still locked", l.days, l.mode);
     }
-    println!();
-    println!(
+    say!();
+    say!(
         "{:<18} {:<4} {:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>10} {:>6} {:<10} {:>3}  label",
-        "backup", "type", "on", "start (UTC)", "stop (UTC)", "tl", "LSN start .. stop", "read", "held", "stored", "ratio", "codec", "str"
+        "backup",
+        "type",
+        "on",
+        "start (UTC)",
+        "stop (UTC)",
+        "tl",
+        "LSN start .. stop",
+        "read",
+        "held",
+        "stored",
+        "ratio",
+        "codec",
+        "str"
     );
     for f in &found {
         match f {
-            Found::Complete(r) => println!(
+            Found::Complete(r) => say!(
                 "{:<18} {:<4} {:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
                 r.id,
                 r.backup_type.name(),
@@ -98,7 +110,7 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
                 notes(r, pins.iter().find(|p| p.id == r.id))
             ),
             Found::Unfinished { id, running, .. } => {
-                println!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
+                say!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
             }
         }
     }
@@ -106,36 +118,30 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
     // read every page), and what it holds.
     let incrementals: Vec<_> = found.iter().filter_map(Found::record).filter(|r| r.method.is_some()).collect();
     if !incrementals.is_empty() {
-        println!();
-        println!("changes found by:");
+        say!();
+        say!("changes found by:");
         for r in incrementals {
-            println!("  {:<18} {} on {}, {} held: {}", r.id, r.backup_type.name(), r.parent().unwrap_or("-"), format_size(r.bytes_held), r.method.as_deref().unwrap_or(""));
+            say!("  {:<18} {} on {}, {} held: {}", r.id, r.backup_type.name(), r.parent().unwrap_or("-"), format_size(r.bytes_held), r.method.as_deref().unwrap_or(""));
         }
     }
-    println!();
+    say!();
     if ranges.is_empty() {
-        println!("WAL archive: empty (set archive_command = 'sheaf wal-push %p' and archive_mode = on)");
+        say!("WAL archive: empty (set archive_command = 'sheaf wal-push %p' and archive_mode = on)");
     }
     for r in &ranges {
-        println!("WAL timeline {}: {} .. {} ({} segments)", r.timeline, r.first, r.last, r.segments);
+        say!("WAL timeline {}: {} .. {} ({} segments)", r.timeline, r.first, r.last, r.segments);
     }
     for g in &gaps {
-        println!("WAL GAP on timeline {}: nothing between {} and {}: recovery cannot cross it", g.timeline, g.after, g.before);
+        say!("WAL GAP on timeline {}: nothing between {} and {}: recovery cannot cross it", g.timeline, g.after, g.before);
     }
     for s in &streaming {
-        println!("WAL STREAMING: {s} is in the repository as far as sheaf wal-receive got (not archived whole yet); wal-fetch serves it");
+        say!("WAL STREAMING: {s} is in the repository as far as sheaf wal-receive got (not archived whole yet); wal-fetch serves it");
     }
     for d in &dropped {
-        println!("WAL DROPPED: {} at {} by wal-push --queue-max {} ({} waiting): {}", d.name, d.at, format_size(d.queue_max), format_size(d.pending_bytes), d.error);
+        say!("WAL DROPPED: {} at {} by wal-push --queue-max {} ({} waiting): {}", d.name, d.at, format_size(d.queue_max), format_size(d.pending_bytes), d.error);
     }
     let n = found.iter().filter(|f| f.record().is_some()).count();
-    println!(
-        "total: {n} backup{} ({}), {} WAL files ({})",
-        plural(n),
-        format_size(backup_bytes),
-        files.len(),
-        format_size(wal_bytes)
-    );
+    say!("total: {n} backup{} ({}), {} WAL files ({})", plural(n), format_size(backup_bytes), files.len(), format_size(wal_bytes));
     Ok(serde_json::Value::Null)
 }
 
@@ -209,16 +215,10 @@ fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Repo, Res
     render(&metrics)
 }
 
-/// Replace `file` whole: written beside it under a temporary name, then renamed, so a collector
-/// never reads half of it.
+/// Replace `file` whole (durably, under a temporary name of its own), so a collector never
+/// reads half of it; readable by others (node_exporter's textfile collector runs as its own user).
 fn write_whole(file: &std::path::Path, text: &str) -> Result<(), Error> {
-    let tmp = file.with_file_name(format!(".{}.tmp", file.file_name().and_then(|n| n.to_str()).unwrap_or("sheaf.prom")));
-    let io = |what: &str, e: std::io::Error| Error::io(sheaf_core::ErrorKind::Target, format!("{what} {}", tmp.display()), e);
-    std::fs::write(&tmp, text).map_err(|e| io("cannot write", e))?;
-    std::fs::rename(&tmp, file).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io("cannot rename", e)
-    })
+    sheaf_core::whole::write_whole_with(file, text.as_bytes(), 0o666, sheaf_core::ErrorKind::Target)
 }
 
 /// `more` into `all`: a family already there gets the new samples, so each name has one HELP and

@@ -2,6 +2,7 @@
 
 use sheaf_core::size::format_size;
 use sheaf_core::storage::LockMode;
+use sheaf_core::text::shell_quote;
 use sheaf_core::Error;
 use sheaf_pg::repo::meta::RepoLock;
 
@@ -17,7 +18,7 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     let lock = a.lock.map(|days| a.lock_mode.parse().map(|mode| RepoLock { days, mode })).transpose()?;
     for repo in &repos {
         let meta = sheaf_pg::repo::meta::init(repo, &a.url, lock)?;
-        println!(
+        say!(
             "created {}{}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
             if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
             if meta.lock.is_some() { "locked " } else { "" },
@@ -27,7 +28,7 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
             format_size(meta.wal_segment_size)
         );
         if let Some(l) = &meta.lock {
-            println!(
+            say!(
                 "every object written to it is locked for {} days ({} mode): until then nobody{} can delete or overwrite it; expire leaves locked backups and WAL in place",
                 l.days,
                 l.mode,
@@ -36,9 +37,12 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
         }
     }
     if repos.iter().any(|r| r.keys().is_some()) {
-        println!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");
+        say!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");
     }
-    let flags: String = repos.iter().map(|r| format!(" --repo {}", r.display())).collect();
-    println!("next: archive_command = 'sheaf wal-push %p{flags}' and archive_mode = on, then sheaf backup {}{flags}", sheaf_pg::server::redact(&a.url));
+    // Shell-quoted, so that a URL's `&` or a path's space pastes as it reads; the archive_command
+    // is a PostgreSQL string literal, its quotes doubled.
+    let flags: String = repos.iter().map(|r| format!(" --repo {}", shell_quote(r.display()))).collect();
+    let archive = format!("sheaf wal-push %p{flags}").replace('\'', "''");
+    say!("next: archive_command = '{archive}' and archive_mode = on, then sheaf backup {}{flags}", shell_quote(&sheaf_pg::server::redact(&a.url)));
     Ok(())
 }

@@ -38,7 +38,7 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
         let holds = sheaf_pg::repo::records::backups(repo)?.iter().any(|f| f.id() == id);
         if several && !holds {
             if !a.json {
-                println!("{id} is not in {}: nothing to do there", repo.display());
+                say!("{id} is not in {}: nothing to do there", repo.display());
             }
             continue;
         }
@@ -47,7 +47,7 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
             let had = keep::release(repo, id)?;
             json.push(serde_json::json!({ "repo": repo.display(), "id": id, "released": had }));
             if !a.json {
-                println!("{id}{at} {}", if had { "is no longer pinned: expire treats it by the policy" } else { "was not pinned" });
+                say!("{id}{at} {}", if had { "is no longer pinned: expire treats it by the policy" } else { "was not pinned" });
             }
             continue;
         }
@@ -59,11 +59,11 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
         if a.json {
             continue;
         }
-        println!("{}{at} kept {}: expire leaves it, what it builds on and the WAL it needs to be consistent", p.id, p.until_text());
+        say!("{}{at} kept {}: expire leaves it, what it builds on and the WAL it needs to be consistent", p.id, p.until_text());
         if let Some(u) = p.locked_until {
-            println!("and all of it is locked until {}: nobody can delete it before then", sheaf_core::time::utc(u));
+            say!("and all of it is locked until {}: nobody can delete it before then", sheaf_core::time::utc(u));
         } else if let Some(l) = &meta.lock {
-            println!("note: a pin until released cannot lengthen the lock ({} days from each write): pin --until a date to lock what it keeps that long", l.days);
+            say!("note: a pin until released cannot lengthen the lock ({} days from each write): pin --until a date to lock what it keeps that long", l.days);
         }
     }
     if done == 0 {
@@ -71,7 +71,7 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
     }
     if a.json {
         // One repository: the pin itself, as before; several: one per repository.
-        println!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
+        say!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
     }
     Ok(())
 }
@@ -87,16 +87,20 @@ fn list(a: &KeepArgs, repos: &[(Repo, RepoMeta)], now: i64) -> Result<(), Error>
             continue;
         }
         if pins.is_empty() {
-            println!("no backup is pinned in {} (sheaf keep --set ID pins one)", repo.display());
+            say!("no backup is pinned in {} (sheaf keep --set ID pins one)", repo.display());
         }
         for p in &pins {
             let at = if several { format!(" in {}", repo.display()) } else { String::new() };
-            println!("{}{at} kept {}{}", p.id, p.until_text(), if p.holds(now) { "" } else { " (ended: expire treats it by the policy)" });
+            say!("{}{at} kept {}{}", p.id, p.until_text(), if p.holds(now) { "" } else { " (ended: expire treats it by the policy)" });
         }
     }
     if a.json {
-        let shown = if several { serde_json::json!({ "repositories": all }) } else { all.pop().map(|mut v| v["pins"].take()).map(|p| serde_json::json!({ "pins": p })).unwrap_or_default() };
-        println!("{shown}");
+        let shown = if several {
+            serde_json::json!({ "repositories": all })
+        } else {
+            all.pop().map(|mut v| v["pins"].take()).map(|p| serde_json::json!({ "pins": p })).unwrap_or_default()
+        };
+        say!("{shown}");
     }
     Ok(())
 }

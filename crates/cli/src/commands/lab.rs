@@ -24,12 +24,12 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
             std::fs::write(&p, serde_json::to_string_pretty(&v).expect("serialises")).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e))?;
         }
         if a.json {
-            println!("{v}");
+            say!("{v}");
         } else {
             let what = opts.table.as_deref().map_or_else(|| "rows of generated wide text".to_string(), |t| format!("rows at most of {t}"));
-            println!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
-            print!("{}", sheaf_bench::dblab::table(&rows));
-            println!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
+            say!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
+            say_raw!("{}", sheaf_bench::dblab::table(&rows));
+            say!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
         }
         return Ok(());
     }
@@ -95,12 +95,18 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
         sheaf_bench::plot::write_lab_plots(&rows, out)?;
     }
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
-        println!("{what}: {} of pages ({} pages), scan on {} core{}, median of {}", format_size(pages.len() as u64), pages.len() / sheaf_bench::lab::PAGE, opts.threads, crate::output::plural(opts.threads), opts.repeat);
-        print!("{}", sheaf_bench::lab::table(&rows));
-        println!("(× = cost as a multiple of raw pages: copying them for scan and fetch, changing one in place for update)");
+        say!(
+            "{what}: {} of pages ({} pages), scan on {} core{}, median of {}",
+            format_size(pages.len() as u64),
+            pages.len() / sheaf_bench::lab::PAGE,
+            opts.threads,
+            crate::output::plural(opts.threads),
+            opts.repeat
+        );
+        say_raw!("{}", sheaf_bench::lab::table(&rows));
+        say!("(× = cost as a multiple of raw pages: copying them for scan and fetch, changing one in place for update)");
     }
     Ok(())
 }
-

@@ -10,6 +10,6 @@ use crate::args::LoadTpchArgs;
 /// The load's.
 pub fn run(a: LoadTpchArgs) -> Result<(), Error> {
     let counts = sheaf_bench::tpch::load(&a.url, a.scale, &|t| eprintln!("sheaf: {t}"))?;
-    println!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
+    say!("loaded {} rows at TPC-H scale {}", counts.iter().map(|c| c.1).sum::<i64>(), a.scale);
     Ok(())
 }

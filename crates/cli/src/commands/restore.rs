@@ -3,8 +3,8 @@
 //! history catalog.
 
 use sheaf_core::size::format_size;
+use sheaf_core::text::shell_quote;
 use sheaf_core::{Error, ErrorKind, RestoreOptions, RestoreReport};
-use sheaf_pg::pitr::shell_quote as q;
 use sheaf_pg::PgRestoreOptions;
 
 use crate::args::RestoreArgs;
@@ -78,9 +78,9 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     };
     let v = report(&r);
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
-        println!(
+        say!(
             "restored {} files ({:.1} MiB) from {} stripe{} in {:.2} s ({:.1} MiB/s) to {}",
             r.files,
             mib(r.bytes_written),
@@ -138,9 +138,9 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
     v["repository_backup"] = serde_json::json!(plan.backup.id);
     v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
-        println!(
+        say!(
             "restored backup {} ({} files, {:.1} MiB) in {:.2} s to {}; recovery follows timeline {} through the archive{}",
             plan.backup.id,
             r.files,
@@ -150,7 +150,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
             plan.timeline,
             plan.archive_end.as_deref().map(|e| format!(" (it ends at {e})")).unwrap_or_default()
         );
-        println!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
+        say!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
     }
     Ok(v)
 }
@@ -159,10 +159,10 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
 /// that found the repository (no secrets: credentials stay in the environment or ~/.aws).
 fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<String, Error> {
     let exe = ctx.exe()?;
-    let mut parts = vec![q(&exe.display().to_string()), "wal-fetch".into(), "%f".into(), "%p".into()];
+    let mut parts = vec![shell_quote(&exe.display().to_string()).into_owned(), "wal-fetch".into(), "%f".into(), "%p".into()];
     if let Some(c) = ctx.config_flag() {
         parts.push("--config".into());
-        parts.push(q(&c.display().to_string()));
+        parts.push(shell_quote(&c.display().to_string()).into_owned());
     }
     // Every repository given, so that wal-fetch falls back as the restore did; the one restored
     // from when it came from outside them.
@@ -172,14 +172,14 @@ fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<Strin
     }
     for r in repos {
         parts.push("--repo".into());
-        parts.push(q(&r));
+        parts.push(shell_quote(&r).into_owned());
     }
     for f in ctx.s3_flags()? {
-        parts.push(q(&f));
+        parts.push(shell_quote(&f).into_owned());
     }
     if repo.keys().is_some() {
         match ctx.key_flags() {
-            Some(flags) => parts.extend(flags.iter().map(|f| q(f))),
+            Some(flags) => parts.extend(flags.iter().map(|f| shell_quote(f).into_owned())),
             None => {
                 return Err(Error::new(
                     ErrorKind::Key,
@@ -210,9 +210,9 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     let r = sheaf_core::restore_chain(&sets.iter().collect::<Vec<_>>(), &core_options(&a)?, progress(a.json))?;
     let v = report(&r);
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
-        println!(
+        say!(
             "restored {} files ({:.1} MiB) matching {} in {:.2} s to {}; read {} of the set's {}",
             r.files,
             mib(r.bytes_written),

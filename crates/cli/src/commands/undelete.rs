@@ -18,20 +18,20 @@ pub fn run(ctx: &Context, a: UndeleteArgs) -> Result<(), Error> {
     let plan = undelete::plan_undelete(&repo, since)?;
     if a.dry_run {
         if a.json {
-            println!("{}", serde_json::json!({ "dry_run": true, "remove": plan.remove, "revealed": plan.revealed }));
+            say!("{}", serde_json::json!({ "dry_run": true, "remove": plan.remove, "revealed": plan.revealed }));
         } else {
             for (name, version) in &plan.remove {
-                println!("would remove version {version} of {name}");
+                say!("would remove version {version} of {name}");
             }
-            println!("would make {} object{} readable again in {}", plan.revealed.len(), if plan.revealed.len() == 1 { "" } else { "s" }, repo.display());
+            say!("would make {} object{} readable again in {}", plan.revealed.len(), if plan.revealed.len() == 1 { "" } else { "s" }, repo.display());
         }
         return Ok(());
     }
     let report = undelete::undelete(&repo, &plan)?;
     if a.json {
-        println!("{}", serde_json::to_value(&report).expect("report serialises"));
+        say!("{}", serde_json::to_value(&report).expect("report serialises"));
     } else {
-        println!(
+        say!(
             "removed {} version{} on top ({}): {} object{} of {} readable again{}",
             report.removed,
             if report.removed == 1 { "" } else { "s" },
@@ -42,7 +42,7 @@ pub fn run(ctx: &Context, a: UndeleteArgs) -> Result<(), Error> {
             if report.revealed.is_empty() { "" } else { "; check them with sheaf verify --repo" }
         );
         for s in &report.stuck {
-            println!("could not undo: {s}");
+            say!("could not undo: {s}");
         }
     }
     if report.stuck.is_empty() {

@@ -33,9 +33,9 @@ fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);
     if a.json {
-        println!("{v}");
+        say!("{v}");
     } else {
-        println!(
+        say!(
             "verified backup {}: {} stripe{}, {} frames, {:.1} MiB of data in {:.2} s ({:.1} MiB/s); the set is complete and every checksum matches",
             r.backup_id,
             r.stripes,
@@ -76,7 +76,7 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
     if several {
         let v = serde_json::json!({ "repositories": values });
         if a.json {
-            println!("{v}");
+            say!("{v}");
         }
         return Ok(v);
     }
@@ -92,13 +92,13 @@ fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta
     v["seconds"] = serde_json::json!(seconds);
     v["ok"] = serde_json::json!(check.ok());
     if a.json && !several {
-        println!("{v}");
+        say!("{v}");
     } else if !a.json {
         for p in &check.problems {
             eprintln!("sheaf: {p}");
         }
         let n = check.problems.len();
-        println!(
+        say!(
             "verified repository {}: {} backup{}, {} WAL files ({}) in {seconds:.2} s; {}",
             repo.display(),
             check.backups.len(),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind};
+use sheaf_pg::archive::Recovered;
 use sheaf_pg::spool::Spool;
 use sheaf_pg::wal::{is_segment_name, wal_dir};
 
@@ -21,11 +22,11 @@ use crate::exit::{self, Outcome};
 pub fn run(ctx: &Context, a: WalFetchArgs) -> Outcome {
     match fetch(ctx, &a) {
         Ok(true) => Outcome::Success,
-        Ok(false) => Outcome::Status(1),
+        Ok(false) => Outcome::Status(exit::WAL_FETCH_END),
         Err(e) => {
             exit::report(&e);
             let standby = std::path::Path::new("standby.signal").exists();
-            Outcome::Status(if standby { exit::code(e.kind()) } else { 255 })
+            Outcome::Status(if standby { exit::code(e.kind()) } else { exit::WAL_FETCH_STOP })
         }
     }
 }
@@ -48,7 +49,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
             eprintln!("sheaf: prefetch: {e}");
         }
         if a.json {
-            println!("{}", serde_json::to_value(&r).expect("report serialises"));
+            say!("{}", serde_json::to_value(&r).expect("report serialises"));
         }
         return Ok(true);
     }
@@ -65,9 +66,9 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let info = if from_spool {
         None
     } else {
-        match fetch_from_any(ctx, &a.name, &a.dest)? {
-            Some(info) => Some(info),
-            None => return Ok(false),
+        match sheaf_pg::archive::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
+            Recovered::Archived(info) | Recovered::Streamed(info) => Some(info),
+            Recovered::End => return Ok(false),
         }
     };
     if let Some(spool) = spool.as_ref().filter(|s| is_segment_name(&a.name) && !s.prefetcher_running()) {
@@ -76,49 +77,9 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
         }
     }
     if a.json {
-        println!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
+        say!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
     }
     Ok(true)
-}
-
-/// `name` from the first repository that has it, whole, else from the first that has what
-/// wal-receive streamed of it: a repository unreachable or whose copy is damaged is passed over
-/// (said) for the next. `Ok(None)` when none that answered has it (the archive's end; said loudly
-/// when one could not be asked, since it may hold the file); an error when none could be asked.
-fn fetch_from_any(ctx: &Context, name: &str, dest: &std::path::Path) -> Result<Option<sheaf_core::blob::BlobInfo>, Error> {
-    let repos = ctx.repos()?;
-    let several = repos.len() > 1;
-    let mut failed: Option<Error> = None;
-    let mut open = Vec::new();
-    for (k, repo) in repos.iter().enumerate() {
-        let got = sheaf_pg::repo::meta::open(repo).and_then(|meta| sheaf_pg::archive::fetch(repo, &meta, name, dest, false).map(|i| (i, meta)));
-        match got {
-            Ok((Some(info), _)) => return Ok(Some(info)),
-            Ok((None, meta)) => open.push((repo, meta)),
-            Err(e) => {
-                if several {
-                    eprintln!("sheaf: repository {} ({}) passed over for {name}: {e}", k + 1, repo.display());
-                }
-                failed.get_or_insert(e);
-            }
-        }
-    }
-    let answered = !open.is_empty();
-    // What wal-receive had of a segment the archive lacks: replay goes up to its end.
-    for (repo, meta) in open {
-        if let Some(info) = sheaf_pg::receive::fetch_streamed(repo, &meta, name, dest)? {
-            eprintln!("sheaf: {name} is not archived whole: served what sheaf wal-receive streamed of it");
-            return Ok(Some(info));
-        }
-    }
-    match failed {
-        Some(e) if several && answered => {
-            eprintln!("sheaf: WARNING: no repository that answered holds {name}, so recovery takes it as the archive's end; a repository that could not be asked may hold it: {e}");
-            Ok(None)
-        }
-        Some(e) => Err(e),
-        None => Ok(None),
-    }
 }
 
 /// Start `sheaf wal-fetch --prefetch` in the background, detached from PostgreSQL's startup

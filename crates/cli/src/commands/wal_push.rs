@@ -59,7 +59,7 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
     }
     if a.json {
         let v = if several { serde_json::json!({ "repositories": reports }) } else { reports.pop().unwrap_or_default() };
-        println!("{v}");
+        say!("{v}");
     }
     Ok(())
 }

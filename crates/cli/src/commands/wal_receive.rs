@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sheaf_core::Error;
 use sheaf_pg::receive::{receive, Events, ReceiveOptions};
@@ -32,21 +31,14 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
     let first = &repos[0].0;
     // The spool setting is given, so the WAL folder the spool would default to plays no part.
     let spool = ctx.spool(Path::new("."), first)?.dir().join("receive");
-    let opts = ReceiveOptions {
-        url: a.url.clone(),
-        slot: a.slot.clone(),
-        spool,
-        codec,
-        partial_every: Duration::from_secs(a.partial_every.max(1)),
-        retry_every: Duration::from_secs(a.retry_every.max(1)),
-        stop: ctx.interrupt.stop_flag(),
-    };
+    let opts =
+        ReceiveOptions { url: a.url.clone(), slot: a.slot.clone(), spool, codec, partial_every: a.partial_every, retry_every: a.retry_every, stop: ctx.interrupt.stop_flag() };
     let into: Vec<String> = repos.iter().map(|(r, _)| r.display().to_string()).collect();
     eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::server::redact(&a.url), into.join(" and "), opts.slot, opts.spool.display());
     let events: Events = Arc::new(|m: &str| eprintln!("sheaf: {} {m}", sheaf_core::time::utc_now()));
     let r = receive(repos, &opts, &events)?;
     if a.json {
-        println!("{}", serde_json::to_value(&r).expect("report serialises"));
+        say!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {
         eprintln!(
             "sheaf: received {} bytes of WAL up to {} on timeline {}; {} segment(s) stored ({} archived by wal-push already), the last one received copied {} time(s)",

@@ -33,18 +33,15 @@ pub fn run(ctx: &Context, a: WalSummarizeArgs) -> Result<(), Error> {
             v["repo"] = serde_json::json!(repo.display());
             json.push(v);
         } else {
-            println!("summarized {} segment(s){at}; {} had a summary already", r.made.len(), r.kept);
+            say!("summarized {} segment(s){at}; {} had a summary already", r.made.len(), r.kept);
         }
         failed.extend(r.failed.iter().map(|f| format!("{f}{at}")));
     }
     if a.json {
-        println!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
+        say!("{}", if several { serde_json::json!({ "repositories": json }) } else { json.pop().unwrap_or_default() });
     }
     if let Some(first) = failed.first() {
-        return Err(Error::new(
-            ErrorKind::Corrupt,
-            format!("{} segment(s) could not be summarized (incrementals read every page across them); the first: {first}", failed.len()),
-        ));
+        return Err(Error::new(ErrorKind::Corrupt, format!("{} segment(s) could not be summarized (incrementals read every page across them); the first: {first}", failed.len())));
     }
     unread.map_or(Ok(()), Err)
 }

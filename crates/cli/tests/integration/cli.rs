@@ -64,11 +64,7 @@ fn assert_not_complete(target: &Path) {
         return;
     }
     let items: Vec<_> = fs::read_dir(target).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(
-        items.is_empty() || target.join(sheaf_core::restore::INCOMPLETE_MARKER).exists(),
-        "failed restore left {} looking complete: {items:?}",
-        target.display()
-    );
+    assert!(items.is_empty() || target.join(sheaf_core::restore::INCOMPLETE_MARKER).exists(), "failed restore left {} looking complete: {items:?}", target.display());
 }
 
 #[test]
@@ -90,7 +86,10 @@ fn summary_and_json_report_what_a_dba_needs() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let line = out.lines().next().unwrap();
-    assert!(line.starts_with("processed ") && line.contains(" pages (") && line.contains(" MiB/s), wrote ") && line.contains("(ratio ") && line.ends_with("to 2 stripes"), "{line}");
+    assert!(
+        line.starts_with("processed ") && line.contains(" pages (") && line.contains(" MiB/s), wrote ") && line.contains("(ratio ") && line.ends_with("to 2 stripes"),
+        "{line}"
+    );
     assert!(out.contains("memory: "), "{out}");
 
     let o = run(&["backup", s(&f.src), "--to", "nul", "--json", "-c", "deflate:1", "--buffer-count", "9", "--label", "nightly"]);
@@ -213,9 +212,11 @@ fn regions(stripe: &Path) -> Regions {
     let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..]).unwrap();
     let index = IndexEntry::decode_all(&bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize], sheaf_core::format::FORMAT_VERSION).unwrap();
     // A plain (not packed) frame with a payload, if this stripe took one.
-    let with_payload = index.iter().enumerate().find(|(i, e)| {
-        e.stored_len > 16 && index.get(i + 1).is_none_or(|n| n.frame_pos != e.frame_pos) && (*i == 0 || index[i - 1].frame_pos != e.frame_pos)
-    }).map(|(_, e)| *e);
+    let with_payload = index
+        .iter()
+        .enumerate()
+        .find(|(i, e)| e.stored_len > 16 && index.get(i + 1).is_none_or(|n| n.frame_pos != e.frame_pos) && (*i == 0 || index[i - 1].frame_pos != e.frame_pos))
+        .map(|(_, e)| *e);
     // A packed frame: several small files' chunks share its position.
     let packed = index.windows(2).find(|w| w[0].frame_pos == w[1].frame_pos && w[0].stored_len > 16).map(|w| w[0]);
     Regions {
@@ -372,11 +373,7 @@ fn disk_full_exits_6_and_leaves_nothing() {
 /// Run `sheaf ARGS` with a 1 MiB tmpfs mounted at `mnt`; its exit status is the result's, and
 /// what is left on the tmpfs afterwards is listed at the end of stdout.
 fn on_small_tmpfs(mnt: &Path, args: &str) -> Output {
-    let script = format!(
-        "mount -t tmpfs -o size=1m sheaf-test {m} && {bin} {args}; rc=$?; ls -A {m}; umount {m}; exit $rc",
-        m = s(mnt),
-        bin = SHEAF,
-    );
+    let script = format!("mount -t tmpfs -o size=1m sheaf-test {m} && {bin} {args}; rc=$?; ls -A {m}; umount {m}; exit $rc", m = s(mnt), bin = SHEAF,);
     with_mounts(&script)
 }
 
@@ -424,10 +421,7 @@ fn a_file_changing_while_read_is_reported() {
             }
         })
     };
-    let o = run(&[
-        "backup", s(&f.src), "--to", s(&f.path("c.sheaf")), "--json", "-c", "zstd:12", "--threads", "1", "--buffer-count", "2",
-        "--transfer-size", "64KiB",
-    ]);
+    let o = run(&["backup", s(&f.src), "--to", s(&f.path("c.sheaf")), "--json", "-c", "zstd:12", "--threads", "1", "--buffer-count", "2", "--transfer-size", "64KiB"]);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
     assert!(o.status.success(), "a changing file is reported, not fatal: {}", stderr(&o));

@@ -79,11 +79,6 @@ impl AutoLevel {
 
     /// Chunks compressed at each level used.
     pub(crate) fn levels(&self) -> std::collections::BTreeMap<i32, u64> {
-        AUTO_LEVELS
-            .iter()
-            .zip(&self.chunks)
-            .map(|(&l, n)| (l, n.load(Relaxed)))
-            .filter(|&(_, n)| n > 0)
-            .collect()
+        AUTO_LEVELS.iter().zip(&self.chunks).map(|(&l, n)| (l, n.load(Relaxed))).filter(|&(_, n)| n > 0).collect()
     }
 }

@@ -156,7 +156,9 @@ fn adopt(encoder: &FrameEncoder, decoders: &mut DecompressorSet, spare: Option<&
         &buf[..job.len]
     } else {
         let out = spare.filter(|s| s.len() >= job.len).ok_or_else(|| Error::invalid("internal: a compressor without room to expand a chunk compressed on the source's host"))?;
-        decoders.decompress(stored.codec, &buf[..stored.len], &mut out[..job.len]).map_err(|e| e.context(format!("a chunk compressed on the source's host (file {}, offset {})", job.file_id, job.offset)))?;
+        decoders
+            .decompress(stored.codec, &buf[..stored.len], &mut out[..job.len])
+            .map_err(|e| e.context(format!("a chunk compressed on the source's host (file {}, offset {})", job.file_id, job.offset)))?;
         &out[..job.len]
     };
     let raw_crc = crc32c::crc32c(raw);

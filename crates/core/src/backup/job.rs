@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::check::CheckCtx;
 use super::delta::FileChanges;
-use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::pipeline::PoolBuf;
 pub(super) use crate::source::read_full_at;
 use crate::source::{FileStat, Files, SourceFile};
@@ -83,7 +83,7 @@ pub(super) fn open_source(w: &Work, files: &dyn Files) -> Result<std::result::Re
     let (file_id, path) = (w.file_id, w.path.as_path());
     let mut file = match files.open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.kind() == ErrorKind::NotFound => {
             return Ok(Err(ReadOutcome {
                 file_id,
                 vanished: true,
@@ -91,20 +91,11 @@ pub(super) fn open_source(w: &Work, files: &dyn Files) -> Result<std::result::Re
                 ..Default::default()
             }))
         }
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(Error::new(
-                ErrorKind::Source,
-                format!("{} became a symbolic link while the backup ran", path.display()),
-            ))
-        }
-        Err(e) => return Err(io_at(ErrorKind::Source, "cannot read source file", path, e)),
+        Err(e) => return Err(e),
     };
-    let before = file.stat().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", path, e))?;
+    let before = file.stat()?;
     if !before.is_file {
-        return Err(Error::new(
-            ErrorKind::Source,
-            format!("{} is no longer a regular file (it changed while the backup ran)", path.display()),
-        ));
+        return Err(Error::new(ErrorKind::Source, format!("{} is no longer a regular file (it changed while the backup ran)", path.display())));
     }
     Ok(Ok((file, before)))
 }
@@ -112,16 +103,9 @@ pub(super) fn open_source(w: &Work, files: &dyn Files) -> Result<std::result::Re
 /// What reading a file came to, from its stat at open and the bytes read: changed (size or mtime)
 /// or shrank while read, with a warning saying so.
 pub(super) fn outcome(w: &Work, file: &mut dyn SourceFile, before: &FileStat, read: u64, shrank: bool) -> Result<ReadOutcome> {
-    let after = file.stat().map_err(|e| io_at(ErrorKind::Source, "cannot stat source file", &w.path, e))?;
+    let after = file.stat()?;
     let changed = after.len != before.len || after.mtime != before.mtime || after.mtime_nsec != before.mtime_nsec;
-    let warning = (changed || shrank).then(|| {
-        format!(
-            "{} changed while being read (size {} at open, {} after; {} bytes backed up)",
-            w.path.display(),
-            before.len,
-            after.len,
-            read
-        )
-    });
+    let warning =
+        (changed || shrank).then(|| format!("{} changed while being read (size {} at open, {} after; {} bytes backed up)", w.path.display(), before.len, after.len, read));
     Ok(ReadOutcome { file_id: w.file_id, size: read, vanished: false, changed: changed || shrank, warning })
 }

@@ -54,9 +54,9 @@ use crate::storage::Location;
 
 pub use auto::{AUTO_LEVELS, AUTO_SETTLE};
 pub use check::{Batch, ChunkCheck, MAX_FINDINGS};
-pub(crate) use pack::Feeder;
 pub use delta::{Changes, FileChanges, Lineage, UnitFilter};
 pub use options::{BackupOptions, BackupReport, Tuning};
+pub(crate) use pack::Feeder;
 pub use session::Backup;
 
 /// Back up one directory tree: list it, start a session, read everything, finish.

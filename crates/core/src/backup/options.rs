@@ -111,10 +111,7 @@ impl Tuning {
         }
         let ts = opts.transfer_size;
         if !(MIN_TRANSFER_SIZE..=MAX_TRANSFER_SIZE).contains(&ts) {
-            return Err(Error::invalid(format!(
-                "transfer size {} is out of range: use 64KiB .. 16MiB (default 1MiB)",
-                crate::size::format_size(ts)
-            )));
+            return Err(Error::invalid(format!("transfer size {} is out of range: use 64KiB .. 16MiB (default 1MiB)", crate::size::format_size(ts))));
         }
         let readers = match opts.readers {
             Some(0) => return Err(Error::invalid("--readers 0: at least one reader is needed")),

@@ -9,7 +9,7 @@ use crossbeam_channel::Sender;
 
 use super::delta::FileChanges;
 use super::job::{open_source, outcome, read_full_at, Job, Member, ReadOutcome, Work};
-use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::pipeline::{Pool, PoolBuf, Shared};
 use crate::source::Files;
 
@@ -164,7 +164,6 @@ pub(super) fn read_changes(w: &Work, files: &dyn Files, packer: &mut Packer) -> 
     };
     let size = before.len;
     let stopped = |offset| Ok(ReadOutcome { file_id: w.file_id, size: offset, ..Default::default() });
-    let read_err = |e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e);
     match w.changes.as_ref().expect("read_changes is for files with changes") {
         FileChanges::Whole => Err(Error::new(ErrorKind::Io, "internal: a whole file went to the incremental reader")),
         FileChanges::Ranges(ranges) => {
@@ -195,7 +194,7 @@ pub(super) fn read_changes(w: &Work, files: &dyn Files, packer: &mut Packer) -> 
                     }
                     let (free, pos) = packer.free();
                     let want = ((end - at) as usize).min(free.len());
-                    let got = read_full_at(file.as_mut(), &mut free[..want], at).map_err(read_err)?;
+                    let got = read_full_at(file.as_mut(), &mut free[..want], at)?;
                     packer.keep(w.file_id, at, pos, got, &w.check);
                     packer.shared.count(got as u64);
                     at += got as u64;
@@ -221,7 +220,7 @@ pub(super) fn read_changes(w: &Work, files: &dyn Files, packer: &mut Packer) -> 
                 let (free, pos) = packer.free();
                 // Whole units, as many as fit (the buffer holds at least one: make_room).
                 let want = ((size - offset) as usize).min(free.len() / unit * unit);
-                let got = read_full_at(file.as_mut(), &mut free[..want], offset).map_err(read_err)?;
+                let got = read_full_at(file.as_mut(), &mut free[..want], offset)?;
                 let data = &free[..got];
                 // Runs of changed units, as (file offset, position in the read, length).
                 let mut runs: Vec<(u64, usize, usize)> = Vec::new();

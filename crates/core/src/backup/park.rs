@@ -276,8 +276,8 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crossbeam_channel::bounded;
     use crate::backup::delta::UnitFilter;
+    use crossbeam_channel::bounded;
 
     struct NoCheck;
     impl ChunkCheck for NoCheck {

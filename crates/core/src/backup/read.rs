@@ -9,8 +9,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::job::{open_source, outcome, read_full_at, Job, ReadOutcome, Stored, Work};
 use super::pack::{read_changes, Packer};
-use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::codec::CodecKind;
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::{MAX_ZERO_FRAME, PACK_LIMIT, ZERO_FRAME};
 use crate::pipeline::{Pool, Shared};
 use crate::source::{Files, StoredChunk};
@@ -146,11 +146,8 @@ fn read_one(w: &Work, files: &dyn Files, ts: usize, tx: &Sender<Job>, shared: &S
             let Some(mut buf) = pool.take(shared) else { return stopped(offset) };
             let want = (end - offset).min(ts as u64) as usize;
             let (got, stored, zero) = match file.read_stored_at(&mut buf, offset, want) {
-                None => (read_full_at(file.as_mut(), &mut buf[..want], offset).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?, None, false),
-                Some(c) => {
-                    let c = c.map_err(|e| io_at(ErrorKind::Source, "cannot read source file", path, e))?;
-                    stored_as(&c, want, buf.len(), path)?
-                }
+                None => (read_full_at(file.as_mut(), &mut buf[..want], offset)?, None, false),
+                Some(c) => stored_as(&c?, want, buf.len(), path)?,
             };
             if got == 0 {
                 shrank = true;
@@ -226,7 +223,7 @@ pub(super) fn read_files(work: &[Work], files: &dyn Files, ts: usize, tx: &Sende
                 return Ok(None);
             }
             let (free, at) = packer.free();
-            let got = read_full_at(file.as_mut(), &mut free[..size], 0).map_err(|e| io_at(ErrorKind::Source, "cannot read source file", &w.path, e))?;
+            let got = read_full_at(file.as_mut(), &mut free[..size], 0)?;
             packer.keep(w.file_id, 0, at, got, &w.check);
             shared.count(got as u64);
             outcome(w, file.as_mut(), &before, got as u64, got < size).map(Some)

@@ -16,22 +16,23 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 use super::auto::AutoLevel;
 use super::check::{Batch, CheckCtx, ChunkCheck};
+use super::compress::{compress_loop, CompressStats, Frame};
 use super::delta::{Changes, FileChanges, Lineage};
+use super::job::{Job, Work};
+use super::options::{stripe_bound, BackupOptions, Tuning};
 use super::pack::{Feeder, Packer};
 use super::park::Parked;
-use super::compress::{compress_loop, CompressStats, Frame};
-use super::options::{stripe_bound, BackupOptions, BackupReport, Tuning};
-use super::job::{Job, Work};
 use super::read::{reader_loop, ReaderReport};
-use super::write::{write_footer, write_loop, WriterOut};
+use super::write::{write_loop, WriterOut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
 use crate::frame::{FrameEncoder, Sealing};
-use crate::manifest::{BackupType, Delta, Entry, EntryKind, Manifest, OptionsUsed, Root, StripeRef, Tiler};
+use crate::manifest::{Delta, Entry, EntryKind, Root};
 use crate::pipeline::{Pool, Progress, Shared};
 use crate::source::{Files, Listed, LocalFiles};
-use crate::spill::{ChunkSorter, EntrySpill, Outcome, Outcomes};
-use crate::storage::Location;
+use crate::spill::{EntrySpill, Outcomes};
+
+mod finish;
 
 /// A backup in progress. See the module documentation.
 pub struct Backup {
@@ -129,9 +130,7 @@ impl Backup {
         let shared = Shared::stoppable(progress, opts.stop.clone());
         // Each compressor that writes output keeps one buffer of the pool as its spare, taken here
         // before any reader runs; readers draw from the rest (`buffer_count - threads` of them).
-        let encoders = (0..tuning.threads)
-            .map(|_| Ok(FrameEncoder::new(opts.codec)?.sealed(seal.clone())))
-            .collect::<Result<Vec<_>>>()?;
+        let encoders = (0..tuning.threads).map(|_| Ok(FrameEncoder::new(opts.codec)?.sealed(seal.clone()))).collect::<Result<Vec<_>>>()?;
         let spares = encoders.iter().filter(|e| e.writes_output()).count();
         let pool = Pool::new(tuning.buffer_count - tuning.threads + spares, tuning.buffer_len);
         let (job_tx, job_rx) = bounded::<Job>(tuning.buffer_count);
@@ -140,11 +139,7 @@ impl Backup {
         let mut compressors = Vec::with_capacity(tuning.threads);
         let auto = opts.codec.is_auto().then(|| Arc::new(AutoLevel::new(tuning.threads)));
         for encoder in encoders {
-            let spare = if encoder.writes_output() {
-                Some(pool.take(&shared).ok_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled"))?)
-            } else {
-                None
-            };
+            let spare = if encoder.writes_output() { Some(pool.take(&shared).ok_or_else(|| Error::new(ErrorKind::Cancelled, "backup cancelled"))?) } else { None };
             let (rx, tx, shared, auto, level) = (job_rx.clone(), frame_tx.clone(), shared.clone(), auto.clone(), opts.codec.level);
             compressors.push(thread::spawn(move || compress_loop(encoder, level, spare, auto.as_deref(), &rx, &tx, &shared)));
         }
@@ -318,10 +313,12 @@ impl Backup {
             // Work whose queue is full waits aside (a few batches in memory, the rest on disk)
             // while the walk goes on: one device's full queue leaves no other reader idle.
             let mut parked = Parked::new(self.changes.clone(), self.roots.iter().map(|r| r.name.clone()).collect());
-            let sent = |r: Result<bool>| r.unwrap_or_else(|e| {
-                shared.fail(e);
-                false
-            });
+            let sent = |r: Result<bool>| {
+                r.unwrap_or_else(|e| {
+                    shared.fail(e);
+                    false
+                })
+            };
             let mut batch = Vec::with_capacity(BATCH);
             let mut going = true;
             for item in items {
@@ -404,9 +401,8 @@ impl Backup {
         }
         let mut work = None;
         if l.entry.kind == EntryKind::File {
-            let ctx = check.filter(|c| c.wants(root_id, &l.entry.path)).map(|c| {
-                Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() })
-            });
+            let ctx =
+                check.filter(|c| c.wants(root_id, &l.entry.path)).map(|c| Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() }));
             let changes = match self.changes.as_ref().map(|c| c.of(&self.roots[root_id as usize].name, &l.entry.path, l.entry.size)) {
                 None | Some(FileChanges::Whole) => None,
                 Some(c) => {
@@ -542,206 +538,6 @@ impl Backup {
         }
         self.check()
     }
-
-    /// Drain the pipeline, write every stripe's index, manifest and trailer, make them durable and
-    /// publish them. `source` is stored in the manifest as facts about the source.
-    ///
-    /// # Errors
-    /// The first error of any thread, or of writing footers; every stripe is then removed.
-    pub fn finish(self, source: serde_json::Value) -> Result<BackupReport> {
-        self.finish_with(|_| Ok(source))
-    }
-
-    /// [`Backup::finish`], letting `decide` see the findings of every [`ChunkCheck`] once all chunks
-    /// are through, before anything is published: it returns the source facts for the manifest, or
-    /// an error that removes every stripe.
-    ///
-    /// # Errors
-    /// As [`Backup::finish`], or `decide`'s error.
-    pub fn finish_with(mut self, decide: impl FnOnce(&[String]) -> Result<serde_json::Value>) -> Result<BackupReport> {
-        if let Some(mut f) = self.stream_feeder.take() {
-            f.finish();
-        }
-        self.shared.progress.end();
-        self.job_tx = None;
-        let mut stats = CompressStats::default();
-        for h in self.compressors.drain(..) {
-            match h.join() {
-                Ok(s) => {
-                    stats.zero += s.zero;
-                    stats.raw += s.raw;
-                }
-                Err(_) => self.shared.fail(Error::new(ErrorKind::Io, "a compressor thread panicked")),
-            }
-        }
-        let outs: Vec<Option<WriterOut>> = self.writers.drain(..).map(|h| h.join().unwrap_or(None)).collect();
-        if let Some(e) = self.shared.take_error() {
-            return Err(e);
-        }
-        if self.shared.is_cancelled() {
-            return Err(Error::new(ErrorKind::Cancelled, "backup cancelled"));
-        }
-        let mut outs: Vec<WriterOut> = outs.into_iter().collect::<Option<_>>().ok_or_else(|| {
-            Error::new(ErrorKind::Io, "a stripe writer stopped without an error (internal)")
-        })?;
-        let findings = std::mem::take(&mut *self.shared.findings.lock().unwrap_or_else(|p| p.into_inner()));
-        // In pages, each sealed when the set is encrypted; written once, so every stripe carries
-        // the same bytes. The head follows them: it lists what changed while read.
-        let cipher = self.cipher.clone();
-        let mut region = crate::manifest::pages::RegionWriter::new(Vec::new(), cipher.as_deref());
-        let entry_count = self.entries.len() as usize;
-        let file_count = self.write_pages(&mut region, &mut outs)?;
-        if !self.changed_files.is_empty() || !self.vanished_files.is_empty() {
-            self.warnings.push(format!(
-                "{} file{} changed and {} vanished while being read, as they do in a running database; WAL replay makes them consistent (listed in --json and the manifest)",
-                self.changed_files.len(),
-                if self.changed_files.len() == 1 { "" } else { "s" },
-                self.vanished_files.len()
-            ));
-        }
-        // On an error here the sinks are dropped unpublished, which removes them.
-        let source = decide(&findings)?;
-
-        let manifest = Manifest {
-            format_version: FORMAT_VERSION,
-            backup_id: self.id.to_hex(),
-            label: self.opts.label.clone(),
-            tool: format!("sheaf {}", env!("CARGO_PKG_VERSION")),
-            started_unix_ms: self.started_unix_ms,
-            finished_unix_ms: unix_ms(SystemTime::now()),
-            roots: std::mem::take(&mut self.roots),
-            stripes: self
-                .opts
-                .targets
-                .iter()
-                .map(|t| StripeRef { name: t.file_name(), path: t.display() })
-                .collect(),
-            options: OptionsUsed {
-                compression: self.opts.codec.to_string(),
-                codec: self.opts.codec.kind.name().into(),
-                level: self.opts.codec.level,
-                transfer_size: self.tuning.transfer_size as u64,
-                buffer_count: self.tuning.buffer_count as u64,
-                readers: self.readers() as u64,
-                threads: self.tuning.threads as u64,
-            },
-            entries: Vec::new(),
-            bytes_read: self.shared.bytes.load(std::sync::atomic::Ordering::Relaxed),
-            warnings: std::mem::take(&mut self.warnings),
-            check_failures: findings.clone(),
-            changed_files: std::mem::take(&mut self.changed_files),
-            vanished_files: std::mem::take(&mut self.vanished_files),
-            source,
-            backup_type: self.lineage.as_ref().map_or(BackupType::Full, |l| l.backup_type),
-            chain: self.lineage.as_ref().map(|l| l.chain.clone()).unwrap_or_default(),
-        };
-        let stored = region.finish(&manifest)?;
-        let stripe_count = outs.len() as u16;
-
-        // Footers in parallel: each stripe's fsync is independent.
-        let results: Vec<Result<()>> = thread::scope(|s| {
-            let hs: Vec<_> = outs
-                .iter_mut()
-                .enumerate()
-                .map(|(k, out)| {
-                    let (stored, cipher) = (&stored, self.cipher.as_deref());
-                    let id = self.id;
-                    s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored, cipher))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "footer writer panicked")))).collect()
-        });
-        if let Some(e) = results.into_iter().find_map(Result::err) {
-            outs.iter_mut().for_each(|o| o.sink.discard());
-            return Err(e);
-        }
-        for k in 0..outs.len() {
-            if let Err(e) = outs[k].sink.publish() {
-                outs.iter_mut().for_each(|o| o.sink.discard());
-                return Err(e);
-            }
-        }
-        let frames: u64 = outs.iter().map(|o| o.frames).sum();
-        Ok(BackupReport {
-            backup_id: self.id.to_hex(),
-            label: manifest.label.clone(),
-            bytes_read: manifest.bytes_read,
-            bytes_held: outs.iter().map(|o| o.index.raw_bytes).sum(),
-            bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
-            seconds: self.started.elapsed().as_secs_f64(),
-            stripes: outs.len(),
-            encryption: if self.cipher.is_some() { "aes-256-gcm" } else { "none" }.into(),
-            targets: self.opts.targets.iter().map(Location::display).collect(),
-            codec: self.opts.codec.kind.name().into(),
-            compression: self.opts.codec.to_string(),
-            level: self.opts.codec.level,
-            transfer_size: self.tuning.transfer_size as u64,
-            buffer_count: self.tuning.buffer_count,
-            readers: self.readers(),
-            threads: self.tuning.threads,
-            buffer_len: self.tuning.buffer_len as u64,
-            target_memory_bytes: self.tuning.target_memory_bytes,
-            memory_budget_bytes: self.tuning.memory_budget_bytes,
-            files: file_count,
-            entries: entry_count,
-            frames,
-            zero_chunks: stats.zero,
-            raw_chunks: stats.raw,
-            warnings: manifest.warnings,
-            changed_files: manifest.changed_files,
-            vanished_files: manifest.vanished_files,
-            check_failures: findings,
-            auto_levels: self.auto.as_ref().map(|a| a.levels()),
-        })
-    }
-
-    /// Write the manifest's pages to `region` and say how many regular files they hold: the
-    /// entries read back in id order, each with what reading it came to, its checksum combined
-    /// from its chunks' (merged from every stripe in file order, and checked to tile the file
-    /// exactly; for a file held in part, the bytes held and their checksum). Files that changed or
-    /// vanished while read, where that is expected, are listed by name.
-    fn write_pages(&mut self, region: &mut crate::manifest::pages::RegionWriter<'_, Vec<u8>>, outs: &mut [WriterOut]) -> Result<usize> {
-        let count = self.entries.len();
-        let entries = std::mem::replace(&mut self.entries, EntrySpill::new()?).into_reader()?;
-        let mut merged = ChunkSorter::merge(outs.iter_mut().map(|o| std::mem::take(&mut o.chunks)).collect());
-        let mut outcomes = self.outcomes.in_order(count);
-        let untiled = |f| Error::new(ErrorKind::Io, format!("internal: the chunks written do not tile the files: {f:?}"));
-        let mut files = 0;
-        let tiled = (|| -> Result<()> {
-            let mut tiler = Tiler::new(merged.by_ref());
-            for (id, e) in entries.enumerate() {
-                let mut e = e?;
-                if let Some(Outcome { size, vanished, changed }) = outcomes.next_outcome()?.flatten() {
-                    (e.size, e.vanished) = (size, vanished);
-                    if self.changes_expected && (vanished || changed) {
-                        let root = &self.roots[e.root as usize].name;
-                        let shown = if root.is_empty() { e.path.clone() } else { format!("{root}/{}", e.path) };
-                        if vanished { &mut self.vanished_files } else { &mut self.changed_files }.push(shown);
-                    }
-                }
-                // A hard link whose file vanished before it was read has nothing to name.
-                if let (EntryKind::Hardlink, Some(first)) = (e.kind, e.link) {
-                    if self.outcomes.get(first)?.is_some_and(|o| o.vanished) {
-                        e.vanished = true;
-                    }
-                }
-                match (tiler.next(id, &e).map_err(untiled)?, &mut e.delta) {
-                    (Some((crc, bytes)), Some(d)) => (d.bytes, d.crc32c) = (bytes, crc),
-                    (sum, _) => e.crc32c = sum.map(|s| s.0),
-                }
-                files += usize::from(e.kind == EntryKind::File);
-                region.push(e)?;
-            }
-            tiler.finish().map_err(untiled)
-        })();
-        // A temporary file that could not be read ends the merge early: that, not the chunks,
-        // is what a tiling fault that follows is about.
-        if let Some(e) = merged.error() {
-            return Err(e);
-        }
-        tiled?;
-        Ok(files)
-    }
 }
 
 impl Drop for Backup {
@@ -766,7 +562,7 @@ mod tests {
     use super::*;
     use crate::codec::CodecSpec;
     use crate::pipeline::NoProgress;
-    use crate::storage::LocalOnly;
+    use crate::storage::{LocalOnly, Location};
 
     /// Every chunk buffer a backup allocates comes from its one pool: readers and compressors'
     /// spares together never exceed `buffer_count`, and a codec that writes no output (`none`)

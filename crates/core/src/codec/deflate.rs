@@ -13,8 +13,7 @@ pub(super) fn compressor(level: i32) -> Result<Box<dyn Compressor>> {
     match level {
         0..=3 => Ok(Box::new(Igzip::new(level as u32))),
         4..=12 => Ok(Box::new(Libdeflate(libdeflater::Compressor::new(
-            libdeflater::CompressionLvl::new(level)
-                .map_err(|_| Error::invalid(format!("deflate level {level} is out of range: use 0..12")))?,
+            libdeflater::CompressionLvl::new(level).map_err(|_| Error::invalid(format!("deflate level {level} is out of range: use 0..12")))?,
         )))),
         _ => Err(Error::invalid(format!("deflate level {level} is out of range: use 0..12"))),
     }
@@ -70,9 +69,7 @@ impl Compressor for Igzip {
         // SAFETY: initialised above.
         let s = unsafe { self.stream.assume_init_ref() };
         match ret {
-            r if r == isal::COMP_OK as i32 && s.avail_in == 0 => {
-                Ok(Some(s.total_out as usize).filter(|&n| n < src.len()))
-            }
+            r if r == isal::COMP_OK as i32 && s.avail_in == 0 => Ok(Some(s.total_out as usize).filter(|&n| n < src.len())),
             r if r == isal::STATELESS_OVERFLOW => Ok(None),
             r => Err(Error::new(crate::ErrorKind::Io, format!("ISA-L deflate failed with code {r}"))),
         }
@@ -107,10 +104,7 @@ impl Inflater {
 
 impl Decompressor for Inflater {
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()> {
-        let n = self
-            .0
-            .deflate_decompress(src, dst)
-            .map_err(|e| Error::corrupt(format!("deflate payload does not decode: {e}")))?;
+        let n = self.0.deflate_decompress(src, dst).map_err(|e| Error::corrupt(format!("deflate payload does not decode: {e}")))?;
         if n != dst.len() {
             return Err(wrong_length("deflate", n, dst.len()));
         }

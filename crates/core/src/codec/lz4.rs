@@ -30,8 +30,7 @@ impl Compressor for Lz4 {
 
 impl Decompressor for Lz4 {
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()> {
-        let n = lz4_flex::block::decompress_into(src, dst)
-            .map_err(|e| Error::corrupt(format!("lz4 payload does not decode: {e}")))?;
+        let n = lz4_flex::block::decompress_into(src, dst).map_err(|e| Error::corrupt(format!("lz4 payload does not decode: {e}")))?;
         if n != dst.len() {
             return Err(wrong_length("lz4", n, dst.len()));
         }

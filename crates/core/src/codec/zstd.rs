@@ -7,8 +7,7 @@ pub(super) struct ZstdCompressor(zstd::bulk::Compressor<'static>);
 
 impl ZstdCompressor {
     pub(super) fn new(level: i32) -> Result<Self> {
-        let mut c = zstd::bulk::Compressor::new(level)
-            .map_err(|e| Error::invalid(format!("zstd level {level}: {e}")))?;
+        let mut c = zstd::bulk::Compressor::new(level).map_err(|e| Error::invalid(format!("zstd level {level}: {e}")))?;
         // Frames carry their own crc32c; zstd's checksum and the content size are redundant.
         let _ = c.include_checksum(false);
         let _ = c.include_contentsize(false);
@@ -23,10 +22,7 @@ impl Compressor for ZstdCompressor {
         match self.0.context_mut().compress2(dst, src) {
             Ok(n) => Ok(Some(n).filter(|&n| n < src.len())),
             Err(code) if is_dst_too_small(code) => Ok(None),
-            Err(code) => Err(Error::new(
-                crate::ErrorKind::Io,
-                format!("zstd compression failed: {}", zstd::zstd_safe::get_error_name(code)),
-            )),
+            Err(code) => Err(Error::new(crate::ErrorKind::Io, format!("zstd compression failed: {}", zstd::zstd_safe::get_error_name(code)))),
         }
     }
     fn kind(&self) -> CodecKind {
@@ -47,18 +43,13 @@ pub(super) struct ZstdDecompressor(zstd::bulk::Decompressor<'static>);
 
 impl ZstdDecompressor {
     pub(super) fn new() -> Result<Self> {
-        zstd::bulk::Decompressor::new()
-            .map(ZstdDecompressor)
-            .map_err(|e| Error::new(crate::ErrorKind::Io, format!("zstd decompressor: {e}")))
+        zstd::bulk::Decompressor::new().map(ZstdDecompressor).map_err(|e| Error::new(crate::ErrorKind::Io, format!("zstd decompressor: {e}")))
     }
 }
 
 impl Decompressor for ZstdDecompressor {
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()> {
-        let n = self
-            .0
-            .decompress_to_buffer(src, dst)
-            .map_err(|e| Error::corrupt(format!("zstd payload does not decode: {e}")))?;
+        let n = self.0.decompress_to_buffer(src, dst).map_err(|e| Error::corrupt(format!("zstd payload does not decode: {e}")))?;
         if n != dst.len() {
             return Err(wrong_length("zstd", n, dst.len()));
         }

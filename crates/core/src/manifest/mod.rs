@@ -33,21 +33,14 @@ mod hex_bytes {
 
     pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
-            Some(b) => s.serialize_str(&b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+            Some(b) => s.serialize_str(&crate::text::hex(b)),
             None => s.serialize_none(),
         }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         let Some(t) = Option::<String>::deserialize(d)? else { return Ok(None) };
-        if t.len() % 2 != 0 {
-            return Err(serde::de::Error::custom("hex bytes of odd length"));
-        }
-        (0..t.len())
-            .step_by(2)
-            .map(|i| t.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| serde::de::Error::custom("not hex")))
-            .collect::<Result<Vec<u8>, _>>()
-            .map(Some)
+        crate::text::unhex(t.as_bytes()).map(Some).ok_or_else(|| serde::de::Error::custom("not hex bytes"))
     }
 }
 
@@ -140,9 +133,9 @@ impl BackupType {
             "full" => Ok(BackupType::Full),
             "diff" | "differential" => Ok(BackupType::Diff),
             "incr" | "incremental" => Ok(BackupType::Incr),
-            other => Err(Error::invalid(format!(
-                "backup type '{other}' is not one of full, diff (what changed since the last full) and incr (what changed since the last backup)"
-            ))),
+            other => {
+                Err(Error::invalid(format!("backup type '{other}' is not one of full, diff (what changed since the last full) and incr (what changed since the last backup)")))
+            }
         }
     }
 }
@@ -290,10 +283,8 @@ impl Manifest {
     /// # Errors
     /// [`crate::ErrorKind::Corrupt`] when it does not decode.
     pub fn from_stored_bytes(b: &[u8]) -> Result<Self> {
-        let mut d = zstd::stream::read::Decoder::new(b)
-            .map_err(|e| Error::corrupt(format!("manifest: does not decompress: {e}")))?;
-        let m: Manifest =
-            serde_json::from_reader(std::io::BufReader::with_capacity(64 << 10, &mut d)).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))?;
+        let mut d = zstd::stream::read::Decoder::new(b).map_err(|e| Error::corrupt(format!("manifest: does not decompress: {e}")))?;
+        let m: Manifest = serde_json::from_reader(std::io::BufReader::with_capacity(64 << 10, &mut d)).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))?;
         m.check_references()?;
         Ok(m)
     }
@@ -308,12 +299,7 @@ impl Manifest {
             return Err(Error::corrupt("manifest: the set lists no stripe"));
         }
         if let Some(e) = self.entries.iter().find(|e| e.root as usize >= self.roots.len()) {
-            return Err(Error::corrupt(format!(
-                "manifest: entry '{}' names root {} but the backup has {} root(s); refusing it",
-                e.path,
-                e.root,
-                self.roots.len()
-            )));
+            return Err(Error::corrupt(format!("manifest: entry '{}' names root {} but the backup has {} root(s); refusing it", e.path, e.root, self.roots.len())));
         }
         Ok(())
     }
@@ -478,20 +464,7 @@ mod tests {
     use super::*;
 
     fn file(size: u64) -> Entry {
-        Entry {
-            root: 0,
-            path: "f".into(),
-            kind: EntryKind::File,
-            mode: 0,
-            mtime_ns: 0,
-            uid: 0,
-            gid: 0,
-            size,
-            crc32c: None,
-            target: None,
-            vanished: false,
-            ..Default::default()
-        }
+        Entry { root: 0, path: "f".into(), kind: EntryKind::File, mode: 0, mtime_ns: 0, uid: 0, gid: 0, size, crc32c: None, target: None, vanished: false, ..Default::default() }
     }
 
     fn chunk(file_id: u32, offset: u64, data: &[u8]) -> ChunkRef {

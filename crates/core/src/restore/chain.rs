@@ -166,12 +166,7 @@ fn walk_file(ids: &[&str], e: &Entry, mut held: impl FnMut(usize) -> Result<Opti
     let mut g = ids.len() - 1;
     loop {
         let Some(h) = held(g)? else {
-            return Err(Error::corrupt(format!(
-                "file {} of backup {} builds on backup {}, which does not have it: the chain is inconsistent",
-                e.path,
-                ids[g + 1],
-                ids[g]
-            )));
+            return Err(Error::corrupt(format!("file {} of backup {} builds on backup {}, which does not have it: the chain is inconsistent", e.path, ids[g + 1], ids[g])));
         };
         // What the set's open checked (its chunks tile what its manifest says it holds) holds
         // here too, or the walk lost its step.
@@ -266,8 +261,7 @@ struct Walk<'s> {
 
 impl<'s> Walk<'s> {
     fn new(set: &'s BackupSet, newest: &Manifest) -> Result<Walk<'s>> {
-        let roots: Vec<u16> =
-            set.manifest.roots.iter().map(|r| newest.roots.iter().position(|n| n.name == r.name).map_or(u16::MAX, |i| i as u16)).collect();
+        let roots: Vec<u16> = set.manifest.roots.iter().map(|r| newest.roots.iter().position(|n| n.name == r.name).map_or(u16::MAX, |i| i as u16)).collect();
         let key_of = |e: &Entry| roots.get(e.root as usize).copied().unwrap_or(u16::MAX);
         // The files out of key order, found in a first pass, unless the manifest says there are
         // none. Roots numbered otherwise than in the newest set can put files out of order too.
@@ -481,9 +475,10 @@ impl ChainFile<'_> {
     /// # Errors
     /// A range past the file's end; damage in a frame read (naming set, stripe and frame).
     pub fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
-        let end = offset.checked_add(out.len() as u64).filter(|&e| e <= self.size).ok_or_else(|| {
-            Error::invalid(format!("bytes {offset}..+{} are past the end of the file ({} bytes)", out.len(), self.size))
-        })?;
+        let end = offset
+            .checked_add(out.len() as u64)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| Error::invalid(format!("bytes {offset}..+{} are past the end of the file ({} bytes)", out.len(), self.size)))?;
         let first = self.parts.partition_point(|(r, _)| r.end <= offset);
         for (r, k) in &self.parts[first..] {
             if r.start >= end {

@@ -62,7 +62,15 @@ impl Plan<'_> {
                         continue;
                     }
                     let ft = item.file_type().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &p, e))?;
-                    let kind = if ft.is_dir() { EntryKind::Dir } else if ft.is_symlink() { EntryKind::Symlink } else if ft.is_file() { EntryKind::File } else { EntryKind::Fifo };
+                    let kind = if ft.is_dir() {
+                        EntryKind::Dir
+                    } else if ft.is_symlink() {
+                        EntryKind::Symlink
+                    } else if ft.is_file() {
+                        EntryKind::File
+                    } else {
+                        EntryKind::Fifo
+                    };
                     let bytes = p.as_os_str().as_bytes();
                     let at = paths.push(bytes)?;
                     found.push(Found { hash: path_hash(&p), kind: kind_code(kind), at, len: bytes.len() as u32 })?;

@@ -42,8 +42,7 @@ pub(super) fn apply_metadata_fd(e: &Entry, f: &fs::File, p: &Path, chown: bool, 
 pub(super) fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
     if as_root {
         let (uid, gid) = owner(e);
-        rustix::fs::chownat(CWD, p, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|err| io_at(ErrorKind::Target, "cannot set owner of", p, err.into()))?;
+        rustix::fs::chownat(CWD, p, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW).map_err(|err| io_at(ErrorKind::Target, "cannot set owner of", p, err.into()))?;
     }
     if e.kind != EntryKind::Symlink {
         fs::set_permissions(p, fs::Permissions::from_mode(e.mode)).map_err(|err| io_at(ErrorKind::Target, "cannot set mode of", p, err))?;

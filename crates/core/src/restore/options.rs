@@ -73,9 +73,7 @@ impl RestoreOptions {
 /// [`ErrorKind::InvalidInput`] when there is no `=` or a side is empty.
 pub fn parse_relocation(text: &str) -> Result<(String, PathBuf)> {
     match text.split_once('=') {
-        Some((old, new)) if !old.is_empty() && !new.is_empty() => {
-            Ok((old.trim_end_matches('/').to_string(), PathBuf::from(new)))
-        }
+        Some((old, new)) if !old.is_empty() && !new.is_empty() => Ok((old.trim_end_matches('/').to_string(), PathBuf::from(new))),
         _ => Err(Error::invalid(format!("--relocate '{text}': write OLD=NEW, e.g. --relocate base/16384=/mnt/fast/16384"))),
     }
 }

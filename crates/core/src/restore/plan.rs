@@ -128,11 +128,7 @@ impl<'s> Plan<'s> {
             )));
         }
         if !unmapped.is_empty() {
-            let what: Vec<String> = unmapped
-                .iter()
-                .map(|&k| &manifest.roots[k as usize])
-                .map(|r| format!("'{}' (at {} when backed up)", r.name, r.path))
-                .collect();
+            let what: Vec<String> = unmapped.iter().map(|&k| &manifest.roots[k as usize]).map(|r| format!("'{}' (at {} when backed up)", r.name, r.path)).collect();
             let first = &manifest.roots[unmapped[0] as usize].path;
             return Err(Error::invalid(format!(
                 "the backup holds {} outside its main directory: {}; sheaf writes outside --to only where told: map each with --relocate {first}=NEW_DIR, or pass --original-paths to restore them where they were",
@@ -157,8 +153,7 @@ impl<'s> Plan<'s> {
         let risky: Vec<Placed> = regions
             .iter()
             .filter(|(placed, r)| {
-                regions.iter().any(|(other, o)| other != placed && (o.starts_with(r) || r.starts_with(o)))
-                    || matches!(placed, Placed::Relocated(i) if reloc_roots[*i].len() > 1)
+                regions.iter().any(|(other, o)| other != placed && (o.starts_with(r) || r.starts_with(o))) || matches!(placed, Placed::Relocated(i) if reloc_roots[*i].len() > 1)
             })
             .map(|(placed, _)| *placed)
             .collect();
@@ -170,10 +165,7 @@ impl<'s> Plan<'s> {
                 }
                 let (p, placed) = plan.place(e);
                 if risky.contains(&placed) && !seen.insert(path_hash(&p)) {
-                    return Err(Error::invalid(format!(
-                        "two entries of the backup would be restored to {}: check the --relocate targets for overlaps",
-                        p.display()
-                    )));
+                    return Err(Error::invalid(format!("two entries of the backup would be restored to {}: check the --relocate targets for overlaps", p.display())));
                 }
                 Ok(())
             })?;
@@ -239,9 +231,7 @@ impl<'s> Plan<'s> {
         let mut best: Option<(usize, usize, PathBuf)> = None;
         for (i, (old, new)) in self.relocate.iter().enumerate() {
             let old = old.as_bytes();
-            let hit = strip_prefix(&logical, old)
-                .map(|rest| (depth(old), rest))
-                .or_else(|| strip_prefix(&original, old).map(|rest| (depth(old).saturating_sub(root_depth), rest)));
+            let hit = strip_prefix(&logical, old).map(|rest| (depth(old), rest)).or_else(|| strip_prefix(&original, old).map(|rest| (depth(old).saturating_sub(root_depth), rest)));
             if let Some((d, rest)) = hit {
                 if best.as_ref().is_none_or(|b| d > b.0) {
                     let p = if rest.is_empty() { new.clone() } else { new.join(OsStr::from_bytes(rest)) };
@@ -292,10 +282,7 @@ fn choose(set: &BackupSet, only: &[String]) -> Result<Option<Bits>> {
         return Ok(None);
     }
     let manifest = &set.manifest;
-    let globs = only
-        .iter()
-        .map(|g| glob::Pattern::new(g.trim_end_matches('/')).map_err(|e| Error::invalid(format!("--only '{g}': {e}"))))
-        .collect::<Result<Vec<_>>>()?;
+    let globs = only.iter().map(|g| glob::Pattern::new(g.trim_end_matches('/')).map_err(|e| Error::invalid(format!("--only '{g}': {e}")))).collect::<Result<Vec<_>>>()?;
     let how = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: false };
     let mut hit = vec![false; globs.len()];
     let chosen = Bits::new(set.entry_count());
@@ -374,11 +361,7 @@ impl PathCheck {
             self.key.extend_from_slice(&e.root.to_le_bytes());
             self.key.extend_from_slice(parent);
             if !self.dirs.contains(self.key.as_slice()) {
-                return Err(Error::corrupt(format!(
-                    "manifest: '{}' comes before, or without, its directory '{}'; refusing to restore",
-                    e.path,
-                    String::from_utf8_lossy(parent)
-                )));
+                return Err(Error::corrupt(format!("manifest: '{}' comes before, or without, its directory '{}'; refusing to restore", e.path, String::from_utf8_lossy(parent))));
             }
         }
         match e.kind {

@@ -10,21 +10,21 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::chain::BlockMap;
 use super::durable::{fsync_all, Durable};
 use super::metadata::{apply_metadata, mkfifo};
 use super::options::RestoreOptions;
 use super::plan::Plan;
 use super::scan::{scan, Scanned};
 use super::target::{ensure_parent, remove_any, Space};
-use super::chain::BlockMap;
 use super::write::{Inherit, Restored, Writer};
 use crate::aligned::ALIGN;
 use crate::error::{io_at, ErrorKind, Result};
 use crate::manifest::{Entry, EntryKind};
-use std::collections::HashSet;
 use crate::pipeline::Progress;
 use crate::set::BackupSet;
-use crate::storage::local::sync_dir;
+use crate::whole::sync_dir;
+use std::collections::HashSet;
 
 impl Plan<'_> {
     /// Returns whether direct I/O held throughout, whether io_uring carried writes, what was
@@ -32,7 +32,14 @@ impl Plan<'_> {
     /// of one); `map` where each byte comes from. Every step is a pass over the newest set's
     /// entries (a page at a time when it is opened lean): what is held is the directories, for
     /// their metadata last, and the files in flight.
-    pub(super) fn run(&self, sets: &[&BackupSet], map: &BlockMap, mut space: Space<'_>, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<(bool, bool, Scanned, Restored)> {
+    pub(super) fn run(
+        &self,
+        sets: &[&BackupSet],
+        map: &BlockMap,
+        mut space: Space<'_>,
+        opts: &RestoreOptions,
+        progress: Arc<dyn Progress>,
+    ) -> Result<(bool, bool, Scanned, Restored)> {
         let set = self.set;
         // One set restored whole: its index gives the data bytes per filesystem and which files
         // have holes (a chain's map gave them to `space` as it was made). A delta restore writes

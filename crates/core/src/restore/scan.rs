@@ -170,9 +170,7 @@ fn read_stripe(
         }
         let members = members?;
         let e = &members[0];
-        let here = |what: &str| {
-            Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.location, i + 1, e.frame_pos))
-        };
+        let here = |what: &str| Error::corrupt(format!("stripe {}: frame {} at byte {}: {what}", s.location, i + 1, e.frame_pos));
         // A zero frame has no payload, so it is not bound by the chunk size (a sparse file's hole).
         let raw_max = if e.stored_len == 0 { MAX_ZERO_FRAME as usize } else { ts };
         if e.frame_pos != expect_pos || e.raw_len as usize > raw_max || e.stored_len as usize > stored_max {
@@ -220,11 +218,7 @@ fn read_stripe(
         }
     }
     if expect_pos != s.trailer.index_offset {
-        return Err(Error::corrupt(format!(
-            "stripe {}: frames end at byte {expect_pos} but the index starts at {} (index inconsistent)",
-            s.location,
-            s.trailer.index_offset
-        )));
+        return Err(Error::corrupt(format!("stripe {}: frames end at byte {expect_pos} but the index starts at {} (index inconsistent)", s.location, s.trailer.index_offset)));
     }
     Ok(())
 }
@@ -240,9 +234,7 @@ fn packed_agrees(h: &FrameHeader, members: &[IndexEntry], crc: Option<u32>) -> b
         }
         at += u64::from(m.raw_len);
     }
-    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset)
-        && at == u64::from(h.raw_len)
-        && crc.is_none_or(|c| c == index_crc(members))
+    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset) && at == u64::from(h.raw_len) && crc.is_none_or(|c| c == index_crc(members))
 }
 
 /// The raw checksum a frame's index entries give it (its one entry's, or its members' combined).
@@ -250,13 +242,7 @@ fn index_crc(members: &[IndexEntry]) -> u32 {
     members.iter().fold(0, |crc, m| crate::crc::combine(crc, m.raw_crc, m.raw_len.into()))
 }
 
-fn decode_loop(
-    set: &BackupSet,
-    rx: &crossbeam_channel::Receiver<Encoded>,
-    shared: &Shared,
-    out: &Arc<Pool<AlignedBuf>>,
-    sink: &dyn ChunkSink,
-) -> u64 {
+fn decode_loop(set: &BackupSet, rx: &crossbeam_channel::Receiver<Encoded>, shared: &Shared, out: &Arc<Pool<AlignedBuf>>, sink: &dyn ChunkSink) -> u64 {
     let mut lane = match sink.lane() {
         Ok(l) => l,
         Err(e) => {

@@ -41,10 +41,7 @@ impl Plan<'_> {
                         };
                         return Err(Error::new(
                             ErrorKind::TargetNotEmpty,
-                            format!(
-                                "restore target {} is not empty ({what}): choose an empty or new directory, or pass --force to replace what is there",
-                                r.display()
-                            ),
+                            format!("restore target {} is not empty ({what}): choose an empty or new directory, or pass --force to replace what is there", r.display()),
                         ));
                     }
                     clear_dir(r)?;
@@ -99,10 +96,7 @@ impl Plan<'_> {
             for m in &self.markers {
                 let _ = fs::write(m, self.manifest.backup_id.as_bytes());
             }
-            e.context(format!(
-                "restore failed; {} is incomplete (marked by {INCOMPLETE_MARKER})",
-                self.roots[0].display()
-            ))
+            e.context(format!("restore failed; {} is incomplete (marked by {INCOMPLETE_MARKER})", self.roots[0].display()))
         }
     }
 }
@@ -122,9 +116,7 @@ pub(super) fn clear_dir(dir: &Path) -> Result<()> {
 
 pub(super) fn ensure_parent(p: &Path) -> Result<()> {
     match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() && !d.exists() => {
-            fs::create_dir_all(d).map_err(|e| io_at(ErrorKind::Target, "cannot create directory", d, e))
-        }
+        Some(d) if !d.as_os_str().is_empty() && !d.exists() => fs::create_dir_all(d).map_err(|e| io_at(ErrorKind::Target, "cannot create directory", d, e)),
         _ => Ok(()),
     }
 }
@@ -180,12 +172,7 @@ impl Space<'_> {
             if bytes > free {
                 return Err(Error::io(
                     ErrorKind::NoSpace,
-                    format!(
-                        "the restore writes {} to the filesystem of {}, which has {} free",
-                        crate::size::format_size(bytes),
-                        root.display(),
-                        crate::size::format_size(free)
-                    ),
+                    format!("the restore writes {} to the filesystem of {}, which has {} free", crate::size::format_size(bytes), root.display(), crate::size::format_size(free)),
                     std::io::Error::from_raw_os_error(libc::ENOSPC),
                 ));
             }

@@ -3,10 +3,10 @@
 //! finishes the file (trim, owner, mode, times) on its last; and its lane per decompressor
 //! thread, which keeps direct writes in flight on an io_uring of its own.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -59,9 +59,7 @@ impl Inherit {
         let has_default_acl = |r: &Path| rustix::fs::getxattr_query(r, "system.posix_acl_default").is_ok();
         let acl = roots.iter().any(|r| has_default_acl(r));
         let setgid = roots.iter().any(|r| fs::metadata(r).map_or(true, |m| m.mode() & libc::S_ISGID != 0));
-        let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        });
+        let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| s.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok()));
         let ids = crate::host::effective_ids();
         Inherit { umask: umask.filter(|_| !acl), owner: (!setgid).then_some(ids) }
     }
@@ -499,10 +497,8 @@ impl WriteLane<'_, '_> {
         }
         let key = self.flight.iter().position(Option::is_none).expect("a free slot after reaping");
         use std::os::unix::io::AsRawFd;
-        let op = io_uring::opcode::Write::new(io_uring::types::Fd(file.file.as_raw_fd()), data[range.clone()].as_ptr(), range.len() as u32)
-            .offset(offset)
-            .build()
-            .user_data(key as u64);
+        let op =
+            io_uring::opcode::Write::new(io_uring::types::Fd(file.file.as_raw_fd()), data[range.clone()].as_ptr(), range.len() as u32).offset(offset).build().user_data(key as u64);
         let ring = self.ring.as_mut().expect("only with a ring");
         // SAFETY: the buffer and the descriptor live in `flight` until the kernel reports the write
         // complete (`reap`), and the lane waits for every write before it is dropped.

@@ -34,9 +34,7 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     let caps = store.capabilities();
     let kind = format!("{:?}", store);
     let at = |n: &str| Location::new(store.clone(), format!("{base}/{n}"));
-    let listed = |prefix: &str| -> Vec<String> {
-        store.list(&format!("{base}/{prefix}")).unwrap_or_else(|e| panic!("{kind}: list: {e}")).into_iter().map(|o| o.name).collect()
-    };
+    let listed = |prefix: &str| -> Vec<String> { store.list(&format!("{base}/{prefix}")).unwrap_or_else(|e| panic!("{kind}: list: {e}")).into_iter().map(|o| o.name).collect() };
 
     // A stripe written in pieces publishes whole and reads back exactly, by position and as a stream.
     let loc = at("whole.sheaf");
@@ -132,10 +130,7 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
         }
         let deep = store.list(&format!("{base}/deep/")).unwrap_or_else(|e| panic!("{kind}: list: {e}"));
         let got: Vec<(String, u64)> = deep.into_iter().map(|o| (o.name, o.size)).collect();
-        let want: Vec<(String, u64)> = [("deep/a/one", 5), ("deep/a/two", 7), ("deep/b/c/three", 0)]
-            .iter()
-            .map(|(n, l)| (format!("{base}/{n}"), *l))
-            .collect();
+        let want: Vec<(String, u64)> = [("deep/a/one", 5), ("deep/a/two", 7), ("deep/b/c/three", 0)].iter().map(|(n, l)| (format!("{base}/{n}"), *l)).collect();
         assert_eq!(got, want, "{kind}: a listing reaches into folders and gives sizes");
         assert_eq!(listed("deep").len(), 4, "{kind}: a prefix that is not a whole folder name matches too");
         for n in ["deep/a/one", "deep/a/two", "deep/b/c/three", "deeper"] {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Capabilities, Store, Stored, StripeSink, StripeSource};
 use crate::error::{io_at, Error, ErrorKind, Result};
+use crate::whole::{parent_dir, rename_into_place, sync_dir};
 
 const WRITE_BUFFER: usize = 256 * 1024;
 
@@ -85,10 +86,7 @@ impl Store for LocalStore {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !root.exists() => {
-                    return Err(Error::new(
-                        ErrorKind::Incomplete,
-                        format!("{} is gone (moved or removed while in use?): not making it again", root.display()),
-                    ))
+                    return Err(Error::new(ErrorKind::Incomplete, format!("{} is gone (moved or removed while in use?): not making it again", root.display())))
                 }
                 Err(e) => return Err(io_at(ErrorKind::Target, "cannot create folder", &at, e)),
             }
@@ -149,20 +147,6 @@ pub struct LocalSink {
     overwrite: bool,
 }
 
-/// Rename, refusing to replace an existing file unless `overwrite` (where the filesystem can say).
-fn rename_into_place(from: &Path, to: &Path, overwrite: bool) -> std::io::Result<()> {
-    if overwrite {
-        return fs::rename(from, to);
-    }
-    use rustix::fs::{renameat_with, RenameFlags, CWD};
-    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
-        Ok(()) => Ok(()),
-        // Filesystems without RENAME_NOREPLACE: the existence check at create time stands.
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => fs::rename(from, to),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Take an exclusive, non-blocking `flock` on `file`: `Ok(false)` when another process holds it.
 /// A filesystem without flock (some network and FUSE ones) counts as unlocked: the lock guards
 /// against a second writer, and without it sheaf behaves as before it had one.
@@ -204,22 +188,13 @@ impl LocalSink {
     pub fn create(path: &Path, overwrite: bool) -> Result<Self> {
         let dir = parent_dir(path);
         if !dir.is_dir() {
-            return Err(Error::new(
-                ErrorKind::Target,
-                format!("target folder {} does not exist: create it first", dir.display()),
-            ));
+            return Err(Error::new(ErrorKind::Target, format!("target folder {} does not exist: create it first", dir.display())));
         }
         if path.is_dir() {
-            return Err(Error::new(
-                ErrorKind::Target,
-                format!("target {} is a directory: give a file name, e.g. {}/backup_1.sheaf", path.display(), path.display()),
-            ));
+            return Err(Error::new(ErrorKind::Target, format!("target {} is a directory: give a file name, e.g. {}/backup_1.sheaf", path.display(), path.display())));
         }
         if path.exists() && !overwrite {
-            return Err(Error::new(
-                ErrorKind::Target,
-                format!("target {} already exists: remove it, choose another name, or pass --overwrite", path.display()),
-            ));
+            return Err(Error::new(ErrorKind::Target, format!("target {} already exists: remove it, choose another name, or pass --overwrite", path.display())));
         }
         let partial = partial_name(path);
         // The writer holds an exclusive lock on its .partial for as long as it writes; the kernel
@@ -264,18 +239,6 @@ impl LocalSink {
     }
 }
 
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// fsync a directory so that a rename or create in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 impl StripeSink for LocalSink {
     fn write_all(&mut self, buf: &[u8]) -> Result<()> {
         let path = self.partial.clone();
@@ -291,9 +254,7 @@ impl StripeSink for LocalSink {
             use std::os::fd::AsRawFd;
             // rustix has no sync_file_range. SAFETY: a plain system call on a descriptor we own,
             // with no memory passed; a hint, whose failure the final fsync would report.
-            unsafe {
-                libc::sync_file_range(f.get_ref().as_raw_fd(), kicked as libc::off64_t, (in_file - kicked) as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE)
-            };
+            unsafe { libc::sync_file_range(f.get_ref().as_raw_fd(), kicked as libc::off64_t, (in_file - kicked) as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE) };
             self.kicked = in_file;
         }
         Ok(())
@@ -329,10 +290,7 @@ impl StripeSink for LocalSink {
         // writer could take the .partial over and truncate what is being published.
         rename_into_place(&self.partial, &self.path, self.overwrite).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::new(
-                    ErrorKind::Target,
-                    format!("target {} appeared while the backup ran: remove it, or pass --overwrite", self.path.display()),
-                )
+                Error::new(ErrorKind::Target, format!("target {} appeared while the backup ran: remove it, or pass --overwrite", self.path.display()))
             } else {
                 io_at(ErrorKind::Target, "cannot rename stripe into place:", &self.path, e)
             }

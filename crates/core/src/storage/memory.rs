@@ -35,10 +35,7 @@ impl Store for MemoryStore {
     }
     fn create(&self, name: &str, overwrite: bool, _: u64) -> Result<Box<dyn StripeSink>> {
         if !overwrite && self.objects().contains_key(name) {
-            return Err(Error::new(
-                ErrorKind::Target,
-                format!("target {} already exists: remove it, choose another name, or pass --overwrite", self.describe(name)),
-            ));
+            return Err(Error::new(ErrorKind::Target, format!("target {} already exists: remove it, choose another name, or pass --overwrite", self.describe(name))));
         }
         Ok(Box::new(MemorySink { objects: self.objects.clone(), name: name.into(), buf: Vec::new(), published: false, overwrite }))
     }

@@ -1,6 +1,6 @@
 //! The null target: counts bytes and keeps none.
 
-use super::{Capabilities, StripeSink, StripeSource, Store};
+use super::{Capabilities, Store, StripeSink, StripeSource};
 use crate::error::{Error, Result};
 
 /// SQL Server's `DISK='NUL'`: every stripe is counted and discarded; nothing can be read back.

@@ -14,7 +14,8 @@ use sheaf_core::{BackupSet, CodecKind, LocalOnly, Location, NoProgress, RestoreO
 fn write_old_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize, version: u16) {
     let entry_len = index_entry_len(version);
     let id = BackupId([9; 16]);
-    let header = StripeHeader { version, stripe_index: 0, stripe_count: 1, backup_id: id, codec: CodecKind::None, level: 0, transfer_size: ts as u32, created_unix_ms: 1, key_block: None };
+    let header =
+        StripeHeader { version, stripe_index: 0, stripe_count: 1, backup_id: id, codec: CodecKind::None, level: 0, transfer_size: ts as u32, created_unix_ms: 1, key_block: None };
     let mut out = header.encode().to_vec();
     let mut index = Vec::new();
     let mut entries = vec![Entry { kind: EntryKind::Dir, mode: 0o755, ..Default::default() }];
@@ -22,7 +23,8 @@ fn write_old_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize, version: u16
         let file_id = entries.len() as u32;
         for (k, chunk) in data.chunks(ts).enumerate() {
             let crc = crc32c::crc32c(chunk);
-            let h = FrameHeader { file_id, offset: (k * ts) as u64, raw_len: chunk.len() as u32, stored_len: chunk.len() as u32, codec: 0, flags: 0, raw_crc: crc, stored_crc: crc };
+            let h =
+                FrameHeader { file_id, offset: (k * ts) as u64, raw_len: chunk.len() as u32, stored_len: chunk.len() as u32, codec: 0, flags: 0, raw_crc: crc, stored_crc: crc };
             let e = IndexEntry { file_id, offset: h.offset, frame_pos: out.len() as u64, raw_len: h.raw_len, stored_len: h.stored_len, raw_crc: crc, frame_off: 0, hash: 0 };
             let mut enc = Vec::new();
             e.encode_into(&mut enc);
@@ -30,7 +32,14 @@ fn write_old_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize, version: u16
             out.extend_from_slice(&h.encode());
             out.extend_from_slice(chunk);
         }
-        entries.push(Entry { path: name.to_string(), mode: 0o640, mtime_ns: 1_500_000_000_000_000_000, size: data.len() as u64, crc32c: Some(crc32c::crc32c(data)), ..Default::default() });
+        entries.push(Entry {
+            path: name.to_string(),
+            mode: 0o640,
+            mtime_ns: 1_500_000_000_000_000_000,
+            size: data.len() as u64,
+            crc32c: Some(crc32c::crc32c(data)),
+            ..Default::default()
+        });
     }
     let manifest = Manifest {
         format_version: version,

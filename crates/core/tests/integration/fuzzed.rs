@@ -10,9 +10,8 @@ use sheaf_core::{BackupSet, LocalOnly, Location, NoProgress};
 
 fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzzed").join(target);
-    let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .map(|rd| rd.flatten().map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect())
-        .unwrap_or_default();
+    let mut v: Vec<_> =
+        std::fs::read_dir(&dir).map(|rd| rd.flatten().map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect()).unwrap_or_default();
     v.sort();
     v
 }

@@ -101,7 +101,9 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     std::fs::create_dir_all(src.join("dir")).unwrap();
-    for (name, size, seed) in [("big", 2 << 20, 1), ("grow", 100 << 10, 2), ("shrink", 300 << 10, 3), ("same", 200 << 10, 4), ("small", 20 << 10, 5), ("gone", 50 << 10, 6), ("dir/x", 3000, 7)] {
+    for (name, size, seed) in
+        [("big", 2 << 20, 1), ("grow", 100 << 10, 2), ("shrink", 300 << 10, 3), ("same", 200 << 10, 4), ("small", 20 << 10, 5), ("gone", 50 << 10, 6), ("dir/x", 3000, 7)]
+    {
         write_file(&src.join(name), size, seed, 0.5).unwrap();
     }
     let full = take(&src, d.path(), "full", None);
@@ -217,12 +219,7 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     assert!(frames(&merged) <= frames(&full) + 4, "{} frames against the full's {}", frames(&merged), frames(&full));
 
     // An incremental alone, a chain with a set left out or out of order: refused, nothing made.
-    for (sets, what) in [
-        (vec![&incr2], "builds on"),
-        (vec![&full, &incr2], "builds on"),
-        (vec![&incr1, &full, &incr2], "builds on"),
-        (vec![&full, &full], "full backup"),
-    ] {
+    for (sets, what) in [(vec![&incr2], "builds on"), (vec![&full, &incr2], "builds on"), (vec![&incr1, &full, &incr2], "builds on"), (vec![&full, &full], "full backup")] {
         let to = out("refused");
         let e = restored(&sets, &to).unwrap_err();
         assert!(e.to_string().contains(what), "{e}");

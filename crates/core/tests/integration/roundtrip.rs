@@ -52,8 +52,7 @@ fn round_trip(codec: &str) {
         let src = tree(ts);
         for stripes in STRIPES {
             let work = tempfile::tempdir().unwrap();
-            let targets: Vec<Location> =
-                (0..stripes).map(|k| Location::file(work.path().join(format!("b_{k}.sheaf")))).collect();
+            let targets: Vec<Location> = (0..stripes).map(|k| Location::file(work.path().join(format!("b_{k}.sheaf")))).collect();
             let mut opts = BackupOptions::new(targets);
             opts.codec = spec;
             opts.transfer_size = ts;
@@ -171,7 +170,6 @@ fn restore_refuses_non_empty_target_unless_forced() {
     assert!(!out.join("precious").exists());
     assert!(!out.join(sheaf_core::restore::INCOMPLETE_MARKER).exists());
 }
-
 
 #[test]
 fn zero_chunks_restore_as_holes_and_data_is_allocated() {

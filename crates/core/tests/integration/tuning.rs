@@ -58,7 +58,12 @@ fn smallest_pipeline_still_completes() {
     let r = sheaf_core::backup_directory(&src, &o, std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
     assert_eq!(r.buffer_count, 2);
     let out = d.path().join("out");
-    sheaf_core::restore(&sheaf_core::BackupSet::open(&[Location::file(d.path().join("a"))], &sheaf_core::LocalOnly).unwrap(), &sheaf_core::RestoreOptions::new(&out), std::sync::Arc::new(sheaf_core::NoProgress)).unwrap();
+    sheaf_core::restore(
+        &sheaf_core::BackupSet::open(&[Location::file(d.path().join("a"))], &sheaf_core::LocalOnly).unwrap(),
+        &sheaf_core::RestoreOptions::new(&out),
+        std::sync::Arc::new(sheaf_core::NoProgress),
+    )
+    .unwrap();
     sheaf_core::datagen::compare_trees(&src, &out).unwrap();
 }
 

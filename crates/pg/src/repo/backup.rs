@@ -9,11 +9,11 @@ use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result
 use super::meta::RepoMeta;
 use super::paths;
 use super::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord};
+use crate::backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 use crate::incremental::{may_build_on, Parent};
 use crate::server::parse_lsn;
 use sheaf_core::manifest::BackupType;
 use sheaf_core::{Lineage, Schemes};
-use crate::backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 
 /// What kind of backup goes into the repository.
 #[derive(Clone, Copy, Debug)]
@@ -153,7 +153,15 @@ pub fn backup_to_repo(
 /// # Errors
 /// A backup that is full already, a chain that is not all there or does not read back (named),
 /// and whatever a backup meets writing; a failed consolidation leaves no record.
-pub fn consolidate_in_repo(repo: &Repo, id: &str, stripes: usize, opts: &BackupOptions, threads: Option<usize>, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<(BackupReport, BackupRecord)> {
+pub fn consolidate_in_repo(
+    repo: &Repo,
+    id: &str,
+    stripes: usize,
+    opts: &BackupOptions,
+    threads: Option<usize>,
+    schemes: &dyn Schemes,
+    progress: Arc<dyn Progress>,
+) -> Result<(BackupReport, BackupRecord)> {
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }

@@ -37,11 +37,6 @@ impl Status {
             Status::Critical => "CRITICAL",
         }
     }
-
-    /// The exit code monitoring systems read: 0, 1, 2.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
 }
 
 /// One thing checked.
@@ -153,7 +148,11 @@ fn archive(repos: &[&Repo], server: &mut Server, a: &crate::server::Archiver, op
         return f.add("archive", Status::Critical, "archive_mode is off: no WAL reaches the repository, so no backup can be restored past its end; set archive_mode = on and archive_command = 'sheaf wal-push %p', and restart");
     }
     if a.in_recovery {
-        return f.add("archive", Status::Warning, "the server is a standby: it cannot switch segments, so archiving was not tested end to end; run sheaf check against the primary");
+        return f.add(
+            "archive",
+            Status::Warning,
+            "the server is a standby: it cannot switch segments, so archiving was not tested end to end; run sheaf check against the primary",
+        );
     }
     let segment = match server.switch_wal_named() {
         Ok(s) => s,
@@ -176,6 +175,10 @@ fn archive(repos: &[&Repo], server: &mut Server, a: &crate::server::Archiver, op
             break;
         }
         if t0.elapsed() >= opts.archive_timeout {
+            // pg_stat_archiver as it is now: a failure to archive the switched segment came after
+            // the first look.
+            let now = server.archiver().ok();
+            let a = now.as_ref().unwrap_or(a);
             let failing = if a.last_failed_wal.is_empty() {
                 String::new()
             } else {
@@ -198,8 +201,17 @@ fn archive(repos: &[&Repo], server: &mut Server, a: &crate::server::Archiver, op
     }
 }
 
-/// The newest backup's age, unfinished backups, and the WAL since the newest backup.
+/// The newest backup's age, unfinished backups, and the WAL since the newest backup, each
+/// finding naming the repository it is about.
 fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) {
+    let mut here = Findings(Vec::new());
+    backups_in(repo, meta, opts, &mut here);
+    for x in here.0 {
+        f.add(x.check, x.status, format!("{}: {}", repo.display(), x.message));
+    }
+}
+
+fn backups_in(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) {
     let inv = match Inventory::take(repo, meta) {
         Ok(i) => i,
         Err(e) => return f.add("backup", Status::Critical, format!("cannot list the repository's backups: {e}")),
@@ -223,7 +235,15 @@ fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) 
     if let Some(l) = &meta.lock {
         match newest.locked_until {
             Some(u) if u > opts.now => f.add("lock", Status::Ok, format!("{} is locked until {} ({} mode)", newest.id, sheaf_core::time::utc(u), l.mode)),
-            Some(u) => f.add("lock", Status::Warning, format!("the newest backup's lock ran out at {}: anyone with the repository's credentials can delete every backup; take a backup (each one is locked for {} days)", sheaf_core::time::utc(u), l.days)),
+            Some(u) => f.add(
+                "lock",
+                Status::Warning,
+                format!(
+                    "the newest backup's lock ran out at {}: anyone with the repository's credentials can delete every backup; take a backup (each one is locked for {} days)",
+                    sheaf_core::time::utc(u),
+                    l.days
+                ),
+            ),
             None => f.add("lock", Status::Warning, format!("the newest backup, {}, was written without a lock (by a sheaf that knows none?): it can be deleted", newest.id)),
         }
     }
@@ -236,16 +256,16 @@ fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) 
         Some(last) => {
             let gap = missing(&inv.files, start.timeline, start.segno, last, seg);
             if gap.is_empty() {
-                f.add("wal", Status::Ok, format!("no gap in the WAL from {} to {} ({} segments)", newest.start_wal, crate::wal::segment_name(start.timeline, last, seg), last + 1 - start.segno));
+                f.add(
+                    "wal",
+                    Status::Ok,
+                    format!("no gap in the WAL from {} to {} ({} segments)", newest.start_wal, crate::wal::segment_name(start.timeline, last, seg), last + 1 - start.segno),
+                );
             } else {
                 f.add(
                     "wal",
                     Status::Critical,
-                    format!(
-                        "{} segment(s) missing since the newest backup's start, the first {}: recovery cannot pass it; take a new backup",
-                        gap.len(),
-                        gap[0]
-                    ),
+                    format!("{} segment(s) missing since the newest backup's start, the first {}: recovery cannot pass it; take a new backup", gap.len(), gap[0]),
                 );
             }
         }

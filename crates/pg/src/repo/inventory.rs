@@ -102,17 +102,12 @@ pub struct WalGap {
 
 /// The gaps between the runs [`ranges`] found.
 pub fn gaps(ranges: &[WalRange]) -> Vec<WalGap> {
-    ranges
-        .windows(2)
-        .filter(|w| w[0].timeline == w[1].timeline)
-        .map(|w| WalGap { timeline: w[0].timeline, after: w[0].last.clone(), before: w[1].first.clone() })
-        .collect()
+    ranges.windows(2).filter(|w| w[0].timeline == w[1].timeline).map(|w| WalGap { timeline: w[0].timeline, after: w[0].last.clone(), before: w[1].first.clone() }).collect()
 }
 
 /// The segments missing between `from` and `to` (inclusive) on `timeline`, given what is archived.
 pub fn missing(files: &[(WalFile, u64)], timeline: u32, from: u64, to: u64, seg_size: u64) -> Vec<String> {
-    let have: std::collections::HashSet<(u32, u64)> =
-        files.iter().filter(|(w, _)| w.kind == WalKind::Segment).map(|(w, _)| (w.timeline, w.segno)).collect();
+    let have: std::collections::HashSet<(u32, u64)> = files.iter().filter(|(w, _)| w.kind == WalKind::Segment).map(|(w, _)| (w.timeline, w.segno)).collect();
     (from..=to).filter(|s| !have.contains(&(timeline, *s))).map(|s| segment_name(timeline, s, seg_size)).collect()
 }
 

@@ -69,11 +69,7 @@ pub fn open(repo: &Repo) -> Result<RepoMeta> {
         return Err(Error::invalid(format!("{} is a repository of {}, not of a PostgreSQL cluster", repo.display(), meta.kind)));
     }
     if meta.format > REPO_FORMAT {
-        return Err(Error::invalid(format!(
-            "{} was written by a newer sheaf (repository format {}, this one knows {REPO_FORMAT}): upgrade sheaf",
-            repo.display(),
-            meta.format
-        )));
+        return Err(Error::invalid(format!("{} was written by a newer sheaf (repository format {}, this one knows {REPO_FORMAT}): upgrade sheaf", repo.display(), meta.format)));
     }
     if let Some(lock) = &meta.lock {
         if repo.write_lock().is_none() {
@@ -92,7 +88,10 @@ pub fn open(repo: &Repo) -> Result<RepoMeta> {
 pub fn init(repo: &Repo, url: &str, lock: Option<RepoLock>) -> Result<RepoMeta> {
     if let Some(l) = &lock {
         if l.days == 0 || l.days > MAX_LOCK_DAYS {
-            return Err(Error::invalid(format!("--lock {}: give the days each object stays locked, 1 .. {MAX_LOCK_DAYS}; at least your retention (expire --keep-within) plus the time between full backups", l.days)));
+            return Err(Error::invalid(format!(
+                "--lock {}: give the days each object stays locked, 1 .. {MAX_LOCK_DAYS}; at least your retention (expire --keep-within) plus the time between full backups",
+                l.days
+            )));
         }
         if !repo.lock_enabled()? {
             return Err(Error::invalid(format!(

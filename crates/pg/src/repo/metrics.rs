@@ -57,10 +57,8 @@ pub struct ServerPosition {
 /// The repository's metrics, at `now` (seconds since the epoch).
 pub fn repository(repo: &str, meta: &RepoMeta, inv: &Inventory, now: i64, server: Option<ServerPosition>) -> Vec<Metric> {
     let r = || ("repo", repo.to_string());
-    let mut out = vec![Metric::gauge("sheaf_repository_info", "The repository and the cluster it holds (always 1).").with(
-        vec![r(), ("cluster", meta.system_identifier.clone()), ("server_version", meta.server_version.clone())],
-        1.0,
-    )];
+    let mut out = vec![Metric::gauge("sheaf_repository_info", "The repository and the cluster it holds (always 1).")
+        .with(vec![r(), ("cluster", meta.system_identifier.clone()), ("server_version", meta.server_version.clone())], 1.0)];
     let mut count = Metric::gauge("sheaf_backups", "Finished backups in the repository, by type.");
     let mut end = Metric::gauge("sheaf_backup_last_end_timestamp_seconds", "When the newest backup of each type ended.");
     let mut age = Metric::gauge("sheaf_backup_last_age_seconds", "How long ago the newest backup of each type ended.");
@@ -95,13 +93,18 @@ pub fn repository(repo: &str, meta: &RepoMeta, inv: &Inventory, now: i64, server
     out.push(Metric::gauge("sheaf_wal_archived_size_bytes", "Bytes the archived WAL stores.").with(vec![r()], inv.wal_bytes as f64));
     if inv.wal_newest_unix > 0 {
         out.push(Metric::gauge("sheaf_wal_last_archived_timestamp_seconds", "When the newest archived segment was written.").with(vec![r()], inv.wal_newest_unix as f64));
-        out.push(Metric::gauge("sheaf_wal_archive_lag_seconds", "How long ago the newest archived segment was written.").with(vec![r()], (now - inv.wal_newest_unix).max(0) as f64));
+        out.push(
+            Metric::gauge("sheaf_wal_archive_lag_seconds", "How long ago the newest archived segment was written.").with(vec![r()], (now - inv.wal_newest_unix).max(0) as f64),
+        );
     }
     if let Some(s) = server {
         // The WAL written past the end of the newest segment archived on the server's timeline.
         let seg = meta.wal_segment_size;
         let archived_end = inv.files.iter().filter(|(w, _)| w.kind == WalKind::Segment && w.timeline == s.timeline).map(|(w, _)| (w.segno + 1) * seg).max().unwrap_or(0);
-        out.push(Metric::gauge("sheaf_wal_archive_lag_bytes", "WAL the server has written past the end of the newest segment archived on its timeline.").with(vec![r()], s.lsn.saturating_sub(archived_end) as f64));
+        out.push(
+            Metric::gauge("sheaf_wal_archive_lag_bytes", "WAL the server has written past the end of the newest segment archived on its timeline.")
+                .with(vec![r()], s.lsn.saturating_sub(archived_end) as f64),
+        );
     }
     out.push(Metric::gauge("sheaf_wal_gaps", "Gaps in the archived WAL (recovery cannot cross one).").with(vec![r()], inv.gaps.len() as f64));
     out.push(Metric::gauge("sheaf_wal_dropped_segments", "WAL segments wal-push --queue-max left out of the archive.").with(vec![r()], inv.dropped.len() as f64));

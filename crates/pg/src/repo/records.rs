@@ -240,7 +240,10 @@ pub fn chain_of<'a>(records: &'a [BackupRecord], record: &'a BackupRecord) -> Re
         let found = records.iter().find(|r| &r.id == id).ok_or_else(|| {
             Error::new(
                 ErrorKind::Incomplete,
-                format!("backup {} is a {} backup that builds on backup {id}, which is not in the repository (deleted by hand?): it cannot be restored; take a full backup", record.id, record.backup_type),
+                format!(
+                    "backup {} is a {} backup that builds on backup {id}, which is not in the repository (deleted by hand?): it cannot be restored; take a full backup",
+                    record.id, record.backup_type
+                ),
             )
         })?;
         out.push(found);

@@ -145,15 +145,9 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
             needed.extend(r.chain.iter().cloned());
         }
     }
-    let unprotected =
-        if lock.is_some() { done.iter().filter(|r| by_policy.contains(&r.id) && locked_until(r).is_none()).map(|r| r.id.clone()).collect() } else { Vec::new() };
+    let unprotected = if lock.is_some() { done.iter().filter(|r| by_policy.contains(&r.id) && locked_until(r).is_none()).map(|r| r.id.clone()).collect() } else { Vec::new() };
     keep_ids.extend(needed);
-    let mut plan = ExpirePlan {
-        pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(),
-        locked,
-        unprotected,
-        ..ExpirePlan::default()
-    };
+    let mut plan = ExpirePlan { pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(), locked, unprotected, ..ExpirePlan::default() };
     // Until when an object written at `modified` is locked, at the latest.
     let object_lock = |modified: i64| lock.map(|s| modified + s).filter(|&u| u > now);
     let listed = repo.list(paths::BACKUPS)?;
@@ -293,7 +287,15 @@ mod tests {
     fn test_repo(dir: &std::path::Path) -> (Repo, RepoMeta, u64) {
         let repo = Repo::at(dir.join("r").to_str().unwrap(), &LocalOnly).unwrap();
         let seg = 16 << 20;
-        let meta = RepoMeta { format: 1, kind: "postgres".into(), system_identifier: "1".into(), wal_segment_size: seg, server_version: String::new(), created: String::new(), lock: None };
+        let meta = RepoMeta {
+            format: 1,
+            kind: "postgres".into(),
+            system_identifier: "1".into(),
+            wal_segment_size: seg,
+            server_version: String::new(),
+            created: String::new(),
+            lock: None,
+        };
         repo.init(&meta).unwrap();
         (repo, meta, seg)
     }

@@ -80,10 +80,9 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
                 check.problems.push(format!("backup {} ({} on {}): its chain does not restore: {e}", r.id, r.backup_type, r.chain.join(" <- ")));
             }
         }
-        if let (Some(start), Some(last)) = (
-            WalFile::parse(&r.start_wal, meta.wal_segment_size),
-            files.iter().filter(|(w, _)| w.timeline == r.timeline && w.kind == WalKind::Segment).map(|(w, _)| w.segno).max(),
-        ) {
+        if let (Some(start), Some(last)) =
+            (WalFile::parse(&r.start_wal, meta.wal_segment_size), files.iter().filter(|(w, _)| w.timeline == r.timeline && w.kind == WalKind::Segment).map(|(w, _)| w.segno).max())
+        {
             let gaps = missing(&files, r.timeline, start.segno, last, meta.wal_segment_size);
             if !gaps.is_empty() {
                 check.wal_missing = true;

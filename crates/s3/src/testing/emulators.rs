@@ -113,7 +113,8 @@ impl Azurite {
         let key = base64::engine::general_purpose::STANDARD.decode(AZURITE_KEY).expect("the key is base64");
         let signature = base64::engine::general_purpose::STANDARD.encode(hmac(&key, to_sign.as_bytes()));
         let auth = format!("SharedKey {AZURITE_ACCOUNT}:{signature}");
-        let (status, body) = http(&self.addr, "PUT", &path, "restype=container", &[("x-ms-date", &date), ("x-ms-version", version), ("Authorization", &auth)]).expect("create container");
+        let (status, body) =
+            http(&self.addr, "PUT", &path, "restype=container", &[("x-ms-date", &date), ("x-ms-version", version), ("Authorization", &auth)]).expect("create container");
         assert_eq!(status, 201, "create container {container}: {body}");
     }
 }
@@ -174,11 +175,24 @@ impl FakeGcs {
         for _ in 0..5 {
             let port = free_port();
             let mut cmd = Command::new(&bin);
-            cmd.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string(), "-public-host", &format!("127.0.0.1:{port}"), "-backend", "filesystem", "-log-level", "error"])
-                .arg("-filesystem-root")
-                .arg(data.path().join("root"))
-                .arg("-data")
-                .arg(&preload);
+            cmd.args([
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                &port.to_string(),
+                "-public-host",
+                &format!("127.0.0.1:{port}"),
+                "-backend",
+                "filesystem",
+                "-log-level",
+                "error",
+            ])
+            .arg("-filesystem-root")
+            .arg(data.path().join("root"))
+            .arg("-data")
+            .arg(&preload);
             if let Some(child) = started(cmd, port, "fake-gcs-server") {
                 return FakeGcs { child, addr: format!("127.0.0.1:{port}"), data };
             }

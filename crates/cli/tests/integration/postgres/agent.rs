@@ -38,12 +38,8 @@ impl AgentProc {
             }
             None => sheaf_pg::scratch::as_server_user(SHEAF),
         };
-        let child = cmd
-            .args(["agent", "--listen", &addr, "--pgdata", data.to_str().unwrap(), "--tls-dir", tls.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .unwrap();
+        let child =
+            cmd.args(["agent", "--listen", &addr, "--pgdata", data.to_str().unwrap(), "--tls-dir", tls.to_str().unwrap()]).stdout(Stdio::null()).stderr(out).spawn().unwrap();
         let t0 = Instant::now();
         while std::net::TcpStream::connect(&addr).is_err() {
             assert!(t0.elapsed() < Duration::from_secs(20), "the agent did not listen: {}", std::fs::read_to_string(&log).unwrap_or_default());

@@ -8,12 +8,7 @@ use crate::integration::common::sheaf;
 
 #[test]
 fn an_interrupted_demo_stops_its_server_and_cleans_up() {
-    let mut child = sheaf()
-        .args(["demo", "--scale", "0.01", "--compression", "lz4"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = sheaf().args(["demo", "--scale", "0.01", "--compression", "lz4"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let data = loop {
         let line = lines.next().expect("demo ended before naming its cluster").unwrap();

@@ -27,10 +27,12 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     let o = run(sheaf().args(["backup", &c.url("postgres"), "--to", stripe.to_str().unwrap(), "--to", dir.join("b_2.sheaf").to_str().unwrap()]));
     assert!(o.status.success(), "{}", stderr(&o));
     // The lab on the running server's relation, and on the backup's copy of it.
-    let lab = json(&run(sheaf().args(["lab", "--url", &c.url("shop"), "--relation", "public.orders", "-c", "lz4", "--unit", "8KiB", "--repeat", "1", "--accesses", "50", "--json"])));
+    let lab =
+        json(&run(sheaf().args(["lab", "--url", &c.url("shop"), "--relation", "public.orders", "-c", "lz4", "--unit", "8KiB", "--repeat", "1", "--accesses", "50", "--json"])));
     assert_eq!(lab["rows"].as_array().unwrap().len(), 2, "{lab}");
     assert_eq!(lab["sample_bytes"].as_u64().unwrap(), blocks * 8192);
-    let lab = json(&run(sheaf().args(["lab", stripe.to_str().unwrap(), "--relation", "orders", "-c", "zstd:low", "--unit", "64KiB", "--repeat", "1", "--accesses", "50", "--json"])));
+    let lab =
+        json(&run(sheaf().args(["lab", stripe.to_str().unwrap(), "--relation", "orders", "-c", "zstd:low", "--unit", "64KiB", "--repeat", "1", "--accesses", "50", "--json"])));
     assert!(lab["rows"][1]["ratio"].as_f64().unwrap() > 1.5, "{lab}");
 
     // The database lab: TOAST pglz, lz4 and none, each smaller than none where compressed, and
@@ -77,7 +79,19 @@ fn a_relation_and_one_page_come_out_as_they_were_backed_up() {
     // One page: verified, and equal to the source's.
     let block = blocks / 2;
     let out = dir.join("page");
-    let o = run(sheaf().args(["extract", stripe.to_str().unwrap(), "--relation", "public.orders", "--database", "shop", "--block", &block.to_string(), "--to", out.to_str().unwrap(), "--json"]));
+    let o = run(sheaf().args([
+        "extract",
+        stripe.to_str().unwrap(),
+        "--relation",
+        "public.orders",
+        "--database",
+        "shop",
+        "--block",
+        &block.to_string(),
+        "--to",
+        out.to_str().unwrap(),
+        "--json",
+    ]));
     let p = json(&o);
     assert_eq!(p["page"]["checksum"], "ok", "{p}");
     let page = std::fs::read(out.join(format!("{base}.block{block}"))).unwrap();

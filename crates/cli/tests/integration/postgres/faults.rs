@@ -37,7 +37,9 @@ fn connection_and_permission_problems_are_named() {
 
     // Password authentication over TCP.
     let hba = c.data.join("pg_hba.conf");
-    let text = std::fs::read_to_string(&hba).unwrap().replace("host    all             all             127.0.0.1/32            trust", "host    all             all             127.0.0.1/32            scram-sha-256");
+    let text = std::fs::read_to_string(&hba)
+        .unwrap()
+        .replace("host    all             all             127.0.0.1/32            trust", "host    all             all             127.0.0.1/32            scram-sha-256");
     std::fs::write(&hba, text).unwrap();
     c.sql("postgres", "SELECT pg_reload_conf()");
     let o = backup(&format!("postgres://pw:wrong@127.0.0.1:{}/postgres", c.port), &out, &[]);

@@ -155,7 +155,21 @@ fn under_churn(base: &tempfile::TempDir, repo: &TestRepo) {
     let incr2_id = incr2["postgres"]["repository_id"].as_str().unwrap();
     let ts = tablespace("incr1");
     let delta = json(ok(
-        run(sheaf().args(["restore", "--repo", r, "--to", out.join("incr1").to_str().unwrap(), "--delta", "--set", incr2_id, "--target", "immediate", "--tablespace", &ts, "--json"])),
+        run(sheaf().args([
+            "restore",
+            "--repo",
+            r,
+            "--to",
+            out.join("incr1").to_str().unwrap(),
+            "--delta",
+            "--set",
+            incr2_id,
+            "--target",
+            "immediate",
+            "--tablespace",
+            &ts,
+            "--json",
+        ])),
         "restore --delta",
     ));
     let kept = &delta["delta"];
@@ -198,7 +212,8 @@ fn under_churn(base: &tempfile::TempDir, repo: &TestRepo) {
         }
     }
     let listing = |d: &Path| {
-        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect();
+        let mut v: Vec<(String, Vec<u8>)> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect();
         v.sort();
         v
     };
@@ -266,9 +281,20 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
 
     // Killed mid-way: no record; the next incremental builds on the full, and expire clears it.
     ok(run(c.tool("pgbench").args(["-n", "-t", "300", "app"]).stdout(Stdio::null())), "pgbench");
-    let mut child = sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--type", "incr", "--check-changes", "--max-rate", "16KiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = sheaf()
+        .args(["backup", &c.url("postgres"), "--repo", r, "--type", "incr", "--check-changes", "--max-rate", "16KiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Killed once it writes its stripe (a .partial under backups/ID/).
-    let writing = || std::fs::read_dir(repo.join("backups")).unwrap().flatten().filter(|e| e.path().is_dir()).any(|d| std::fs::read_dir(d.path()).unwrap().flatten().any(|f| f.file_name().to_string_lossy().ends_with(".partial")));
+    let writing = || {
+        std::fs::read_dir(repo.join("backups"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .any(|d| std::fs::read_dir(d.path()).unwrap().flatten().any(|f| f.file_name().to_string_lossy().ends_with(".partial")))
+    };
     let t0 = std::time::Instant::now();
     while !writing() && child.try_wait().unwrap().is_none() && t0.elapsed().as_secs() < 60 {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -279,7 +305,10 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
     let states: Vec<&str> = info["backups"].as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["complete", "unfinished"], "{info}");
-    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND query ILIKE '%pg_backup%'");
+    c.sql(
+        "postgres",
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND query ILIKE '%pg_backup%'",
+    );
     let incr = backup(&c, &test_repo, "incr");
     assert_eq!(incr["postgres"]["chain"], serde_json::json!([full_id]), "{incr}");
     let expired = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));

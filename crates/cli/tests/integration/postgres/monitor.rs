@@ -20,7 +20,9 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     let r = repo.to_str().unwrap();
     let url = c.url("postgres");
     let check = |extra: &[&str]| run(sheaf().args(["check", &url, "--repo", r]).args(extra));
-    let findings = |o: &std::process::Output| -> serde_json::Value { serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", String::from_utf8_lossy(&o.stdout), stderr(o))) };
+    let findings = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", String::from_utf8_lossy(&o.stdout), stderr(o)))
+    };
     let status_of = |j: &serde_json::Value, check: &str| j["findings"].as_array().unwrap().iter().find(|f| f["check"] == check).map(|f| f["status"].as_str().unwrap().to_string());
 
     // No backup yet: critical, though archiving works end to end.
@@ -41,14 +43,20 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     for what in ["repository", "archive", "backup", "wal"] {
         assert!(text.lines().any(|l| l.starts_with("OK") && l.contains(what)), "{what}: {text}");
     }
+    // Every finding names the repository it is about.
+    for l in text.lines().skip(1) {
+        assert!(l.contains(r), "{l}");
+    }
     // Too old for --max-age.
     std::thread::sleep(Duration::from_millis(2100));
     let o = check(&["--max-age", "1s"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("SHEAF CRITICAL - the newest backup"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with(&format!("SHEAF CRITICAL - {r}: the newest backup")), "{}", String::from_utf8_lossy(&o.stdout));
     let o = run(sheaf().args(["check", &url, "--repo", r, "--max-age", "3y"]));
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--max-age") && stderr(&o).contains("units"), "{}", stderr(&o));
+    // One duration parser for every duration flag: 26h and 8s as well as seconds.
+    assert_eq!(check(&["--max-age", "26h", "--archive-timeout", "8s"]).status.code(), Some(0));
 
     // The same state as Prometheus metrics, with the server's lag and this host's runs.
     let prom = ok(run(sheaf().args(["info", "--repo", r, "--format", "prometheus", &url])), "info --format prometheus");
@@ -83,7 +91,7 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     let o = check(&[]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(o.status.code(), Some(1), "{text}");
-    assert!(text.starts_with("SHEAF WARNING - unfinished backup(s) left by a crash"), "{text}");
+    assert!(text.starts_with(&format!("SHEAF WARNING - {r}: unfinished backup(s) left by a crash")), "{text}");
     ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "5"])), "expire");
 
     // archive_command pointed at another repository: critical, naming it.
@@ -96,6 +104,18 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(o.status.code(), Some(2), "{text}{}", stderr(&o));
     assert!(text.contains(&format!("did not reach {r} within 5 s")) && text.contains(elsewhere.to_str().unwrap()), "{text}");
+
+    // An archive_command that fails: the message names pg_stat_archiver's last failure, as it is
+    // once the wait is over (the switched segment's failures come after the first look).
+    c.sql("postgres", "ALTER SYSTEM SET archive_command = 'false'");
+    c.sql("postgres", "SELECT pg_reload_conf()");
+    let o = check(&["--archive-timeout", "5s"]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(2), "{text}{}", stderr(&o));
+    let failed = c.sql("postgres", "SELECT last_failed_wal FROM pg_stat_archiver");
+    assert!(!failed.is_empty() && text.contains("pg_stat_archiver: ") && text.contains(&format!("the last on {failed}")), "{failed}: {text}");
+    c.sql("postgres", "ALTER SYSTEM RESET archive_command");
+    c.sql("postgres", "SELECT pg_reload_conf()");
 
     // A server of another cluster.
     let other = Cluster::new(&[], &[]);

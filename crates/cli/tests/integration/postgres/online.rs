@@ -45,15 +45,7 @@ fn online_backup_under_pgbench_restores_relocated_and_starts_consistent() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let out = c.base.path().join("stripes");
     std::fs::create_dir_all(&out).unwrap();
-    let backup = run(sheaf().args([
-        "backup",
-        &c.url("postgres"),
-        "--to",
-        out.join("pg_1.sheaf").to_str().unwrap(),
-        "--to",
-        out.join("pg_2.sheaf").to_str().unwrap(),
-        "--json",
-    ]));
+    let backup = run(sheaf().args(["backup", &c.url("postgres"), "--to", out.join("pg_1.sheaf").to_str().unwrap(), "--to", out.join("pg_2.sheaf").to_str().unwrap(), "--json"]));
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(load.try_wait().unwrap().is_none(), "pgbench must still be writing when the backup ends");
     let _ = load.kill();

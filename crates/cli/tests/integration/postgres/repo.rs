@@ -206,7 +206,8 @@ impl TestRepo {
         if self.env.is_empty() {
             return String::new();
         }
-        let vars: Vec<String> = self.env.iter().filter(|(k, _)| ["AWS_", "AZURE_", "GOOGLE_", "SHEAF_"].iter().any(|p| k.starts_with(p))).map(|(k, v)| format!("{k}={v}")).collect();
+        let vars: Vec<String> =
+            self.env.iter().filter(|(k, _)| ["AWS_", "AZURE_", "GOOGLE_", "SHEAF_"].iter().any(|p| k.starts_with(p))).map(|(k, v)| format!("{k}={v}")).collect();
         format!("env {} ", vars.join(" "))
     }
 
@@ -247,10 +248,7 @@ fn batches(c: &Cluster) -> String {
 }
 
 pub(super) fn pgbench_invariant(c: &Cluster) -> (String, String) {
-    let r = c.sql(
-        "app",
-        "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)",
-    );
+    let r = c.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts), (SELECT coalesce(sum(delta), 0) FROM pgbench_history)");
     let mut p = r.split('|').map(str::to_string);
     (p.next().unwrap(), p.next().unwrap())
 }
@@ -445,8 +443,11 @@ fn timelines_retention_and_gaps() {
     archive_now(&c);
     insert(&c, 7);
     archive_now(&c);
-    let mut segs: Vec<PathBuf> =
-        std::fs::read_dir(repo.join("wal/00000001")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().len() == "000000010000000000000001.wal".len() && p.extension().is_some_and(|e| e == "wal")).collect();
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(repo.join("wal/00000001"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().len() == "000000010000000000000001.wal".len() && p.extension().is_some_and(|e| e == "wal"))
+        .collect();
     segs.sort();
     assert!(segs.len() >= 3, "{segs:?}");
     let hole = segs[1].clone();
@@ -574,7 +575,8 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let keyless = base.path().join("keyless.toml");
     std::fs::write(&keyless, &plain).unwrap();
-    let creds: String = minio.env().iter().filter(|(k, _)| k.starts_with("AWS_ACCESS") || k.starts_with("AWS_SECRET") || *k == "AWS_REGION").map(|(k, v)| format!("{k}={v} ")).collect();
+    let creds: String =
+        minio.env().iter().filter(|(k, _)| k.starts_with("AWS_ACCESS") || k.starts_with("AWS_SECRET") || *k == "AWS_REGION").map(|(k, v)| format!("{k}={v} ")).collect();
     let archive = format!("archive_command = 'env {creds}SHEAF_CONFIG={} {} wal-push %p'", config.display(), SHEAF);
     let c = Cluster::new(&[], &["archive_mode = on", archive.as_str()]);
     let cli = || {
@@ -598,7 +600,8 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     archive_now(&c);
     // An incremental in the encrypted bucket, from its encrypted WAL summaries (checked against
     // the page scan); everything after reads it through its chain.
-    let incr: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["backup", &c.url("postgres"), "--type", "incr", "--check-changes", "--json"])), "incremental into the bucket")).unwrap();
+    let incr: serde_json::Value =
+        serde_json::from_str(&ok(run(cli().args(["backup", &c.url("postgres"), "--type", "incr", "--check-changes", "--json"])), "incremental into the bucket")).unwrap();
     assert_eq!(incr["postgres"]["backup_type"], "incr", "{incr}");
     assert!(incr["postgres"]["method"].as_str().unwrap().contains("checked against the WAL summaries"), "{incr}");
     c.sql("app", "DROP TABLE churn");
@@ -620,7 +623,9 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
 
     // Less than everything, from the encrypted bucket: one relation, and its files by glob.
     let out = base.path().join("extracted");
-    let e: serde_json::Value = serde_json::from_str(&ok(run(cli().args(["extract", "--relation", "t", "--database", "app", "--to", out.to_str().unwrap(), "--json"])), "extract from the bucket")).unwrap();
+    let e: serde_json::Value =
+        serde_json::from_str(&ok(run(cli().args(["extract", "--relation", "t", "--database", "app", "--to", out.to_str().unwrap(), "--json"])), "extract from the bucket"))
+            .unwrap();
     assert_eq!(e["relation"], "public.t", "{e}");
     let path = e["path"].as_str().unwrap().to_string();
     let only = base.path().join("only");

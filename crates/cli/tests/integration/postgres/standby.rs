@@ -86,10 +86,7 @@ fn a_hybrid_backup_reads_the_standby_and_the_primary_s_control_file() {
     // pgbench's TRUNCATE at start-up gives pgbench_history a new file: a standby that had not
     // written out its catalogs would hand over the old one.
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let out = json(ok(
-        run(sheaf().args(["backup", "--primary", &c.url("postgres"), "--standby", &sb.url("postgres"), "--repo", r, "--json"])),
-        "hybrid backup",
-    ));
+    let out = json(ok(run(sheaf().args(["backup", "--primary", &c.url("postgres"), "--standby", &sb.url("postgres"), "--repo", r, "--json"])), "hybrid backup"));
     assert_eq!(out["postgres"]["taken_on"], "hybrid", "{out}");
     assert!(out["postgres"]["standby_url"].as_str().unwrap().contains(&sb.port.to_string()), "{out}");
     let id = out["postgres"]["repository_id"].as_str().unwrap().to_string();

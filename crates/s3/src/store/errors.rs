@@ -1,0 +1,187 @@
+//! What a failed request means: the side it failed on, the service's error code (never its words),
+//! whether it may pass on a second try, and error bodies scrubbed of signatures and secrets.
+
+use sheaf_core::{Error, ErrorKind};
+use std::sync::Arc;
+
+/// Which side of a request failed: it decides the exit code and what "not found" means.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    /// Starting an upload: not found means no such bucket.
+    Create,
+    /// Parts, completion, deletes: not found means the upload (or bucket) went away.
+    Write,
+    /// HEAD and GET.
+    Read,
+}
+
+/// Values that must never appear in a message (the secret key, a session token), and the parts of
+/// S3 error bodies that can quote signed headers (AWS's SignatureDoesNotMatch echoes the canonical
+/// request, token included).
+#[derive(Clone, Default)]
+pub(crate) struct Redact(pub(super) Arc<Vec<String>>, pub(super) &'static str);
+
+/// Where each cloud's credentials come from, for the messages that say to check them.
+pub(crate) const AWS_CREDENTIALS: &str = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile";
+pub(crate) const AZURE_CREDENTIALS: &str =
+    "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_TOKEN, or AZURE_CLIENT_ID / AZURE_CLIENT_SECRET / AZURE_TENANT_ID)";
+pub(crate) const GCS_CREDENTIALS: &str = "GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT (a service account key file)";
+
+impl Redact {
+    fn hint(&self) -> &'static str {
+        if self.1.is_empty() {
+            AWS_CREDENTIALS
+        } else {
+            self.1
+        }
+    }
+
+    pub(super) fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for tag in ["CanonicalRequest", "CanonicalRequestBytes", "StringToSign", "StringToSignBytes"] {
+            let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+            let mut kept = String::with_capacity(out.len());
+            let mut rest = out.as_str();
+            while let Some(a) = rest.find(&open) {
+                kept.push_str(&rest[..a]);
+                kept.push_str(&open);
+                kept.push_str("(removed)");
+                kept.push_str(&close);
+                // An unclosed element is cut to the end.
+                rest = rest[a..].find(&close).map_or("", |b| &rest[a + b + close.len()..]);
+            }
+            kept.push_str(rest);
+            out = kept;
+        }
+        for secret in self.0.iter().filter(|s| s.len() >= 4) {
+            out = out.replace(secret.as_str(), "(redacted)");
+        }
+        out
+    }
+}
+
+/// Whether a failure of the object store may pass if tried again, by the client's error variants
+/// (never the text): a connection that failed or was cut, a request that timed out. The client
+/// retried these already (with backoff, within its budget); the caller may still try later.
+fn is_transient(e: &object_store::Error) -> bool {
+    use object_store::client::HttpErrorKind as K;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(h) = c.downcast_ref::<object_store::client::HttpError>() {
+            return matches!(h.kind(), K::Connect | K::Request | K::Timeout | K::Interrupted);
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// What went wrong, in words a DBA can act on, with the kind that picks the exit code and whether
+/// it is transient. The message holds the whole cause chain, scrubbed of secrets; the raw cause is
+/// not kept beside it, since it would show them again.
+pub(super) fn map_err(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> Error {
+    let transient = is_transient(&e);
+    classify(e, what, side, redact).transient(transient)
+}
+
+fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> Error {
+    use object_store::Error as E;
+    // The whole chain: "error sending request" alone hides the cause (a certificate, a refusal).
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    let text = redact.scrub(&text);
+    let kind = if side == Side::Read { ErrorKind::Io } else { ErrorKind::Target };
+    const NO_BUCKET: &str = "the bucket (Azure: the container) does not exist (create it first, or check the name and endpoint)";
+    match e {
+        E::NotFound { .. } if side == Side::Create => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
+        E::NotFound { .. } if side == Side::Write => {
+            Error::new(kind, format!("{what}: the upload or its bucket no longer exists (a lifecycle rule that aborts uploads, or someone removed it): {text}"))
+        }
+        E::NotFound { .. } => Error::incomplete(format!("{what} does not exist")),
+        E::PermissionDenied { .. } => Error::new(
+            kind,
+            format!("{what}: access denied (403): the credentials are wrong, or lack permission on this bucket (check the keys, the profile and the bucket's policy): {text}"),
+        ),
+        E::Unauthenticated { .. } => Error::new(kind, format!("{what}: the server rejected the credentials (check {}, and the clock): {text}", redact.hint())),
+        E::Precondition { .. } => Error::incomplete(format!("{what}: the object changed while it was being read (it was replaced): read it again")),
+        // Otherwise by the service's error code (S3's and Azure's XML error body), never the words.
+        _ => match service_code(&text).as_deref() {
+            Some("NoSuchBucket" | "ContainerNotFound") => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
+            Some("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AuthenticationFailed" | "AuthorizationFailure") => {
+                Error::new(kind, format!("{what}: the server rejected the credentials (check {}): {text}", redact.hint()))
+            }
+            Some("AccessDenied") => Error::new(kind, format!("{what}: access denied: {text}")),
+            Some(c) if c.contains("Quota") || c == "EntityTooLarge" || c == "XMinioStorageFull" => {
+                Error::new(ErrorKind::NoSpace, format!("{what}: the bucket's quota or size limit is reached: {text}"))
+            }
+            _ => Error::new(kind, format!("{what}: {text}")),
+        },
+    }
+}
+
+/// The error code in an S3 or Azure XML error body quoted in `text` (`<Error><Code>..</Code>`).
+fn service_code(text: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Body {
+        code: Option<String>,
+    }
+    let start = text.find("<Error>")?;
+    let end = text[start..].find("</Error>")? + start + "</Error>".len();
+    quick_xml::de::from_str::<Body>(&text[start..end]).ok()?.code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_code_is_read_from_the_error_body_not_the_words() {
+        let chain = "Error performing PUT http://x/b/o in 1ms - Server returned non-2xx status code: 507: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>XMinioStorageFull</Code><Message>Storage backend has reached its minimum free drive threshold. Quota AccessDenied</Message><Key>o</Key></Error>";
+        assert_eq!(service_code(chain).as_deref(), Some("XMinioStorageFull"));
+        assert_eq!(service_code("connection reset by peer (Quota, AccessDenied, NoSuchBucket)"), None, "words outside a body are no code");
+        assert_eq!(service_code("<Error><Message>no code</Message></Error>"), None);
+    }
+
+    #[test]
+    fn error_bodies_lose_signed_headers_and_secrets() {
+        let r = Redact(Arc::new(vec!["SeCrEtKeY123".into(), "FQoGZXIvYXdzEToken".into()]), AWS_CREDENTIALS);
+        let body = "<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>AKIAEXAMPLE</AWSAccessKeyId>\
+            <StringToSign>AWS4-HMAC-SHA256\n20261122T000000Z</StringToSign><CanonicalRequest>PUT\n/b/k\n\
+            x-amz-security-token:FQoGZXIvYXdzEToken\n</CanonicalRequest><CanonicalRequestBytes>50 55</CanonicalRequestBytes>\
+            <Message>key SeCrEtKeY123</Message></Error>";
+        let out = r.scrub(body);
+        assert!(!out.contains("FQoGZXIvYXdzEToken") && !out.contains("SeCrEtKeY123"), "{out}");
+        assert!(!out.contains("x-amz-security-token") && !out.contains("20261122T000000Z") && !out.contains("50 55"), "{out}");
+        assert!(out.contains("SignatureDoesNotMatch") && out.contains("<CanonicalRequest>(removed)</CanonicalRequest>"), "{out}");
+        // An element cut short by a truncated body is removed to the end.
+        assert_eq!(r.scrub("a<StringToSign>xyz"), "a<StringToSign>(removed)</StringToSign>");
+
+        let e = object_store::Error::Generic { store: "S3", source: body.into() };
+        let mapped = map_err(e, "uploading part of s3://b/k", Side::Write, &r);
+        assert_eq!(mapped.kind(), ErrorKind::Target);
+        let text = mapped.to_string();
+        assert!(text.contains("rejected the credentials") && !text.contains("FQoGZXIvYXdzEToken"), "{text}");
+    }
+
+    #[test]
+    fn transience_comes_from_the_clients_error_kind_not_the_text() {
+        use object_store::client::{HttpError, HttpErrorKind as K};
+        let http = |kind, text: &str| object_store::Error::Generic { store: "S3", source: Box::new(HttpError::new(kind, std::io::Error::other(text.to_string()))) };
+        let r = Redact::default();
+        for kind in [K::Connect, K::Request, K::Timeout, K::Interrupted] {
+            assert!(map_err(http(kind, "reset"), "reading s3://b/k", Side::Read, &r).is_transient(), "{kind:?}");
+        }
+        // A timeout named in a body is not one: only the kind counts.
+        assert!(!map_err(http(K::Decode, "operation timed out"), "reading s3://b/k", Side::Read, &r).is_transient());
+        let denied = object_store::Error::PermissionDenied { path: "k".into(), source: "timed out".into() };
+        assert!(!map_err(denied, "reading s3://b/k", Side::Read, &r).is_transient());
+    }
+}

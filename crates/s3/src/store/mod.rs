@@ -1,0 +1,225 @@
+//! One bucket as a [`Store`]: stripes are objects.
+//!
+//! Writing: a multipart upload per stripe. Bytes fill a part buffer from a small pool of
+//! `parts_in_flight + 1` buffers; a full part is handed to the upload as a payload that owns its
+//! pool guard, so the buffer returns when the request ends, however it ends (success, failure after
+//! the retries, abort). The writer waits while `parts_in_flight` parts are uploading: memory per
+//! stripe is bounded by `(parts_in_flight + 1) × part_size`, which [`Store::sink_memory`] reports
+//! for the budget. The object exists only once the upload completes ([`StripeSink::publish`]);
+//! a sink dropped before that aborts its upload, so a failed backup leaves no object under a final
+//! name and no open upload. (A killed process leaves an open upload, never an object; a bucket
+//! lifecycle rule that aborts incomplete uploads cleans those up.)
+//!
+//! Reading: `HEAD` for the length and ETag, then ranged GETs pinned to that ETag (`If-Match`), so an
+//! object replaced while being read is named, not mixed. [`StripeSource::stream`] keeps
+//! `read_ahead` GETs of `read_block` bytes in flight.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use futures::StreamExt;
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt};
+use sheaf_core::storage::{Capabilities, LockMode, ObjectVersion, Stored, StripeSink, StripeSource, WriteLock};
+use sheaf_core::{Error, ErrorKind, Result, Store};
+use tokio::runtime::Runtime;
+
+use crate::config::S3Options;
+use crate::gcs::GcsWriter;
+use crate::lock::{call_failed, S3Extra};
+
+mod clients;
+mod errors;
+mod sink;
+mod source;
+pub(crate) use errors::*;
+use sink::*;
+use source::*;
+
+/// A bucket of an S3-compatible store, an Azure Blob Storage container or a Google Cloud Storage
+/// bucket: the same multipart writes and pinned ranged reads through `object_store`.
+pub struct S3Store {
+    /// `s3`, `az` or `gs`.
+    scheme: &'static str,
+    bucket: String,
+    endpoint: String,
+    client: Arc<dyn ObjectStore>,
+    runtime: Arc<Runtime>,
+    options: S3Options,
+    redact: Redact,
+    /// S3's own calls (Object Lock, versions); `None` for Azure and GCS.
+    extra: Option<S3Extra>,
+    /// GCS's JSON API uploads; `None` for S3 and Azure.
+    gcs: Option<GcsWriter>,
+    /// Once a locked repository is opened here: the lock, and the client that sends the parts of
+    /// uploads that carry it.
+    locked: OnceLock<(Arc<object_store::aws::AmazonS3>, WriteLock)>,
+}
+
+impl fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the client: it holds the credentials.
+        write!(f, "S3Store({}://{} at {})", self.scheme, self.bucket, self.endpoint)
+    }
+}
+
+impl Store for S3Store {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { readable: true, atomic_publish: true, list: true }
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("{}://{}/{name}", self.scheme, self.bucket)
+    }
+
+    fn sink_memory(&self, expected_bytes: u64) -> u64 {
+        (self.options.parts_in_flight as u64 + 1) * self.options.part_size_for(expected_bytes)
+    }
+
+    fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        // Azure starts a block blob upload without a request, and a GCS upload here starts only
+        // once a part is full: a listing asks first whether the container or bucket is there and
+        // the credentials are good, as S3 answers at the start.
+        if self.scheme != "s3" {
+            let client = self.client.clone();
+            let p = path.clone();
+            self.handle()
+                .block_on(async move { client.list_with_delimiter(Some(&p)).await })
+                .map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
+        }
+        // A GCS object that fits in one part goes in one request when published (its XML
+        // multipart upload takes three, and some emulators have none); a larger one starts its
+        // multipart upload when its first part is full.
+        let lazy = self.scheme == "gs";
+        let part_size = self.options.part_size_for(expected_bytes) as usize;
+        if lazy {
+            if self.exists(name).map_err(|e| Error::new(ErrorKind::Target, e.message()))? && !overwrite {
+                return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
+            }
+            return Ok(Box::new(S3Sink::new(self, path, shown, None, part_size, overwrite)));
+        }
+        // Starting the upload first gives the server's own words for a missing bucket or bad
+        // credentials (a HEAD's 403 has no body to tell them apart).
+        let client = self.client.clone();
+        let p = path.clone();
+        let started = match (self.lock_for(name), &self.extra) {
+            (Some((parts, lock)), Some(extra)) => {
+                self.handle().block_on(async { extra.start_locked(parts.clone(), name, lock).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
+            }
+            _ => self.handle().block_on(async move { client.put_multipart(&p).await }),
+        };
+        let mut upload = started.map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
+        let exists = match self.exists(name) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = self.handle().block_on(async { upload.abort().await });
+                return Err(Error::new(ErrorKind::Target, e.message()));
+            }
+        };
+        if exists && !overwrite {
+            let _ = self.handle().block_on(async { upload.abort().await });
+            return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
+        }
+        Ok(Box::new(S3Sink::new(self, path, shown, Some(upload), part_size, overwrite)))
+    }
+
+    fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        let p = path.clone();
+        let meta = self.handle().block_on(async move { client.head(&p).await }).map_err(|e| map_err(e, &format!("stripe {shown}"), Side::Read, &self.redact))?;
+        Ok(Box::new(S3Source {
+            redact: self.redact.clone(),
+            handle: self.handle().clone(),
+            client: self.client.clone(),
+            path,
+            shown,
+            len: meta.size,
+            etag: meta.e_tag,
+            read_ahead: self.options.read_ahead,
+            block: self.options.read_block,
+        }))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        match self.handle().block_on(async move { client.head(&path).await }) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(map_err(e, &format!("cannot look at {}", self.describe(name)), Side::Read, &self.redact)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
+        // object_store lists by whole path segments: list the folder, then filter by the prefix.
+        let dir = prefix.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        let dir_path = if dir.is_empty() { None } else { Some(self.path(dir)?) };
+        let client = self.client.clone();
+        let items: Vec<_> = self.handle().block_on(async move { client.list(dir_path.as_ref()).collect::<Vec<_>>().await });
+        let mut out = Vec::new();
+        for item in items {
+            let meta = item.map_err(|e| map_err(e, &format!("cannot list {}", self.describe(prefix)), Side::Read, &self.redact))?;
+            let key = meta.location.to_string();
+            if key.starts_with(prefix) {
+                out.push(Stored { name: key, size: meta.size, modified: meta.last_modified.timestamp() });
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn lock_enabled(&self) -> Result<bool> {
+        let extra = self.extra()?;
+        let what = format!("cannot ask whether {}://{} has Object Lock", self.scheme, self.bucket);
+        self.handle().block_on(extra.lock_enabled()).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
+    }
+
+    fn lock_writes(&self, lock: &WriteLock) -> Result<()> {
+        if let Some((_, held)) = self.locked.get() {
+            return if held.mode == lock.mode {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!("{}://{} holds repositories locked in both {} and {} mode: use one mode per bucket", self.scheme, self.bucket, held.mode, lock.mode)))
+            };
+        }
+        let client = self.extra()?.checksummed()?;
+        let _ = self.locked.set((client, lock.clone()));
+        Ok(())
+    }
+
+    fn extend_lock(&self, name: &str, mode: LockMode, until: i64) -> Result<()> {
+        let extra = self.extra()?;
+        let what = format!("cannot lock {} until {}", self.describe(name), sheaf_core::time::utc(until));
+        self.handle().block_on(extra.put_retention(name, mode, until)).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
+    }
+
+    fn lock_of(&self, name: &str) -> Result<Option<(LockMode, i64)>> {
+        let extra = self.extra()?;
+        let what = format!("cannot read the lock of {}", self.describe(name));
+        self.handle().block_on(extra.retention(name)).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
+    }
+
+    fn versions(&self, prefix: &str) -> Result<Vec<ObjectVersion>> {
+        let extra = self.extra()?;
+        let what = format!("cannot list the versions under {}", self.describe(prefix));
+        self.handle().block_on(extra.versions(prefix)).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
+    }
+
+    fn delete_version(&self, name: &str, version: &str) -> Result<()> {
+        let extra = self.extra()?;
+        let what = format!("cannot remove version {version} of {}", self.describe(name));
+        self.handle().block_on(extra.delete_version(name, version)).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        match self.handle().block_on(async move { client.delete(&path).await }) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! One stripe uploaded ([`S3Sink`]): a multipart upload (a GCS resumable one, or one that carries
+//! a lock), visible only once complete, aborted when dropped unpublished.
+
+use crate::config::MAX_PARTS;
+use crate::gcs::GcsWriter;
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
+use sheaf_core::pipeline::{Pool, PoolBuf};
+use sheaf_core::storage::StripeSink;
+use sheaf_core::{Error, ErrorKind, Result};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use super::*;
+
+type PartResult = std::result::Result<(), object_store::Error>;
+
+/// One stripe being uploaded.
+pub(super) struct S3Sink {
+    redact: Redact,
+    handle: Handle,
+    client: Arc<dyn ObjectStore>,
+    path: Path,
+    shown: String,
+    upload: Option<Box<dyn MultipartUpload>>,
+    /// Its upload is not started yet: it starts when the first part is full, and an object that
+    /// fits in one part is published by one request.
+    lazy: bool,
+    /// GCS's JSON API writer, which starts and sends lazy uploads there.
+    gcs: Option<GcsWriter>,
+    pool: Arc<Pool>,
+    current: Option<PoolBuf>,
+    filled: usize,
+    in_flight: VecDeque<JoinHandle<PartResult>>,
+    max_in_flight: usize,
+    parts: u64,
+    written: u64,
+    /// The last bytes written (a stripe's or blob's trailer, which names its content), to know
+    /// our own object when a completion's answer was lost.
+    tail: Vec<u8>,
+    published: bool,
+    overwrite: bool,
+}
+
+/// How many of the last bytes written [`S3Sink`] keeps.
+const TAIL_KEPT: usize = 64;
+
+impl S3Sink {
+    /// A sink for `path` in `store`: its upload started, or (`None`) to be started when its first
+    /// part is full, or never if it fits in one.
+    pub(super) fn new(store: &S3Store, path: Path, shown: String, upload: Option<Box<dyn MultipartUpload>>, part_size: usize, overwrite: bool) -> Self {
+        S3Sink {
+            redact: store.redact.clone(),
+            handle: store.handle().clone(),
+            client: store.client.clone(),
+            path,
+            shown,
+            lazy: upload.is_none(),
+            gcs: store.gcs.clone(),
+            upload,
+            pool: Pool::new(store.options.parts_in_flight + 1, part_size),
+            current: None,
+            filled: 0,
+            in_flight: VecDeque::new(),
+            max_in_flight: store.options.parts_in_flight,
+            parts: 0,
+            written: 0,
+            tail: Vec::with_capacity(2 * TAIL_KEPT),
+            published: false,
+            overwrite,
+        }
+    }
+
+    fn part_failed(&self, e: object_store::Error) -> Error {
+        map_err(e, &format!("uploading part of {}", self.shown), Side::Write, &self.redact)
+    }
+
+    /// Wait for the oldest part in flight; its buffer is back in the pool once its request ended.
+    fn wait_oldest(&mut self) -> Result<()> {
+        let Some(h) = self.in_flight.pop_front() else { return Ok(()) };
+        match self.handle.block_on(h) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.part_failed(e)),
+            Err(e) => Err(Error::new(ErrorKind::Target, format!("uploading part of {}: the upload task failed: {e}", self.shown))),
+        }
+    }
+
+    /// Send the part being filled.
+    fn send_part(&mut self) -> Result<()> {
+        let Some(mut buf) = self.current.take() else { return Ok(()) };
+        buf.set_len(self.filled);
+        self.filled = 0;
+        self.parts += 1;
+        if self.parts > MAX_PARTS {
+            return Err(Error::new(
+                ErrorKind::Target,
+                format!(
+                    "{} needs more than {MAX_PARTS} parts of {}: give a larger --s3-part-size, or more stripes",
+                    self.shown,
+                    sheaf_core::size::format_size(self.pool.buffer_len() as u64)
+                ),
+            ));
+        }
+        if self.lazy {
+            let (client, path, gcs) = (self.client.clone(), self.path.clone(), self.gcs.clone());
+            let started = self.handle.block_on(async move {
+                match gcs {
+                    Some(w) => w.start(path.as_ref()).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>),
+                    None => client.put_multipart(&path).await,
+                }
+            });
+            self.upload = Some(started.map_err(|e| map_err(e, &format!("cannot start uploading {}", self.shown), Side::Create, &self.redact))?);
+            self.lazy = false;
+        }
+        let upload = self.upload.as_mut().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
+        // The payload owns the guard: the buffer goes back when the request is done with it.
+        let part = upload.put_part(PutPayload::from_bytes(Bytes::from_owner(buf)));
+        self.in_flight.push_back(self.handle.spawn(part));
+        while self.in_flight.len() >= self.max_in_flight {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        // Cancel the parts in flight and wait until they have stopped, so that none lands after
+        // the abort below and keeps storage (their buffers return to the pool as they drop).
+        let parts: Vec<_> = self.in_flight.drain(..).collect();
+        parts.iter().for_each(JoinHandle::abort);
+        for h in parts {
+            let _ = self.handle.block_on(h);
+        }
+        if let Some(mut upload) = self.upload.take() {
+            let _ = self.handle.block_on(async move { upload.abort().await });
+        }
+    }
+}
+
+impl StripeSink for S3Sink {
+    fn write_all(&mut self, mut buf: &[u8]) -> Result<()> {
+        let keep = &buf[buf.len().saturating_sub(TAIL_KEPT)..];
+        self.tail.extend_from_slice(keep);
+        let excess = self.tail.len().saturating_sub(TAIL_KEPT);
+        self.tail.drain(..excess);
+        while !buf.is_empty() {
+            if self.current.is_none() {
+                self.current = Some(self.pool.take_wait());
+            }
+            let cur = self.current.as_mut().expect("just set");
+            let n = (cur.len() - self.filled).min(buf.len());
+            cur[self.filled..self.filled + n].copy_from_slice(&buf[..n]);
+            self.filled += n;
+            self.written += n as u64;
+            buf = &buf[n..];
+            if self.filled == cur.len() {
+                self.send_part()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        // An object not started yet is sent whole at publish: nothing is durable before it anyway.
+        if self.lazy {
+            return Ok(());
+        }
+        if self.filled > 0 {
+            self.send_part()?;
+        }
+        while !self.in_flight.is_empty() {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self) -> Result<()> {
+        self.sync()?;
+        if !self.overwrite {
+            let (client, path) = (self.client.clone(), self.path.clone());
+            if self.handle.block_on(async move { client.head(&path).await }).is_ok() {
+                return Err(Error::new(ErrorKind::Target, format!("target {} appeared while the backup ran: remove it, or pass --overwrite", self.shown)));
+            }
+        }
+        if self.lazy {
+            // The part buffer itself goes out (back to the pool when the request is done).
+            let bytes = self.current.take().map_or_else(Bytes::new, |mut b| {
+                b.set_len(self.filled);
+                Bytes::from_owner(b)
+            });
+            self.filled = 0;
+            let (client, path, gcs) = (self.client.clone(), self.path.clone(), self.gcs.clone());
+            let done = self.handle.block_on(async move {
+                match gcs {
+                    Some(w) => w.put(path.as_ref(), bytes).await,
+                    None => client.put(&path, PutPayload::from_bytes(bytes)).await.map(|_| ()),
+                }
+            });
+            return match done {
+                Ok(()) => {
+                    self.published = true;
+                    self.lazy = false;
+                    Ok(())
+                }
+                Err(e) => Err(map_err(e, &format!("cannot upload {}", self.shown), Side::Create, &self.redact)),
+            };
+        }
+        let mut upload = self.upload.take().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
+        let done = self.handle.block_on(async { upload.complete().await });
+        match done {
+            Ok(_) => {
+                self.published = true;
+                Ok(())
+            }
+            Err(e) => {
+                // The server may have completed it and the answer been lost (a retry then finds no
+                // such upload): an object of exactly our size that ends with exactly our last bytes
+                // (its trailer: backup id or content checksum), not there when we started, is ours.
+                let (client, path) = (self.client.clone(), self.path.clone());
+                let (size, tail) = (self.written, self.tail.clone());
+                let ours = self.handle.block_on(async move {
+                    let meta = client.head(&path).await.ok()?;
+                    if meta.size != size {
+                        return Some(false);
+                    }
+                    let range = size - tail.len() as u64..size;
+                    let opts = GetOptions { range: Some(GetRange::Bounded(range)), if_match: meta.e_tag, ..Default::default() };
+                    let got = client.get_opts(&path, opts).await.ok()?.bytes().await.ok()?;
+                    Some(got[..] == tail[..])
+                });
+                if ours == Some(true) && !self.overwrite {
+                    self.published = true;
+                    return Ok(());
+                }
+                let _ = self.handle.block_on(async move { upload.abort().await });
+                Err(map_err(e, &format!("cannot complete the upload of {}", self.shown), Side::Write, &self.redact))
+            }
+        }
+    }
+
+    fn discard(&mut self) {
+        self.abort();
+        if self.published {
+            let (client, path) = (self.client.clone(), self.path.clone());
+            let _ = self.handle.block_on(async move { client.delete(&path).await });
+            self.published = false;
+        }
+    }
+
+    fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+impl Drop for S3Sink {
+    fn drop(&mut self) {
+        if !self.published {
+            self.discard();
+        }
+    }
+}
