@@ -19,7 +19,10 @@ PG_VERSIONS ?= 15 18
 # The peers' bench test runs on the first version only: Debian's pgBackRest 2.45 refuses newer
 # servers, and the wheel's pg_basebackup has neither lz4 nor zstd.
 PEER_SKIP = -- --skip postgres::bench::a_bench_on_a_small_tpch_cluster
+# It first holds the code to what the workspace's lints and rustfmt.toml promise (as `make lint`).
 test: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@scripts/module-cycles.py
 	SHEAF_PG=$(firstword $(PG_VERSIONS)) $(CARGO) test --workspace --locked
 	@for v in $(wordlist 2,99,$(PG_VERSIONS)); do \
@@ -29,6 +32,7 @@ test: deps
 
 # Clippy (with the workspace's lints: undocumented unsafe is an error) and the import-circle check.
 lint: deps
+	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	@scripts/module-cycles.py
 

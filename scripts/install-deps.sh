@@ -5,6 +5,14 @@
 set -euo pipefail
 
 need=()
+# make test holds the code to rustfmt and clippy: both come with the Rust toolchain (rustup's
+# default profile); say so plainly where one is missing rather than fail later.
+for tool in fmt clippy; do
+  if ! cargo "$tool" --version >/dev/null 2>&1; then
+    echo "install-deps: cargo $tool is missing: rustup component add $( [ $tool = fmt ] && echo rustfmt || echo clippy )" >&2
+    exit 1
+  fi
+done
 command -v nasm >/dev/null || need+=(nasm)
 command -v autoreconf >/dev/null || need+=(autoconf)
 command -v automake >/dev/null || need+=(automake)

@@ -32,6 +32,7 @@ pub mod size;
 pub mod source;
 pub(crate) mod spill;
 pub mod storage;
+pub mod testing;
 pub mod text;
 pub mod time;
 pub mod whole;

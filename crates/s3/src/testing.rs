@@ -48,7 +48,7 @@ pub fn minio_binary() -> Option<PathBuf> {
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    sheaf_core::testing::free_port()
 }
 
 /// A running MinIO.

@@ -721,7 +721,7 @@ mod tests {
         let p = d.path().join("f");
         let f = match OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(&p) {
             Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return eprintln!("skipped: {} takes no O_DIRECT", d.path().display()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return crate::testing::missing(&format!("{} takes no O_DIRECT", d.path().display())),
             Err(e) => panic!("{e}"),
         };
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();

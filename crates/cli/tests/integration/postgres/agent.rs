@@ -22,7 +22,7 @@ pub(super) struct AgentProc {
 
 impl AgentProc {
     pub(super) fn start(data: &Path, tls: &Path, log: PathBuf) -> AgentProc {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = sheaf_core::testing::free_port();
         Self::start_at(data, tls, log, &format!("127.0.0.1:{port}"), None)
     }
 
@@ -234,8 +234,7 @@ impl Drop for Link {
 #[test]
 fn a_link_cut_mid_read_is_dialled_again_within_a_bound_then_fails_clearly() {
     if !sheaf_core::host::is_root() {
-        eprintln!("skipped: a network namespace needs root");
-        return;
+        return sheaf_core::testing::missing("a network namespace needs root");
     }
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
