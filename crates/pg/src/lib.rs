@@ -46,6 +46,7 @@ pub mod tarstream;
 pub mod tls;
 pub mod topology;
 pub mod wal;
+pub mod walfetch;
 pub mod walmap;
 pub mod walread;
 pub mod wire;

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind};
-use sheaf_pg::archive::Recovered;
 use sheaf_pg::spool::Spool;
 use sheaf_pg::wal::{is_segment_name, wal_dir};
+use sheaf_pg::walfetch::Recovered;
 
 use crate::args::WalFetchArgs;
 use crate::context::Context;
@@ -66,7 +66,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let info = if from_spool {
         None
     } else {
-        match sheaf_pg::archive::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
+        match sheaf_pg::walfetch::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
             Recovered::Archived(info) | Recovered::Streamed(info) => Some(info),
             Recovered::End => return Ok(false),
         }
