@@ -20,6 +20,9 @@ command -v libtoolize >/dev/null || need+=(libtool)
 command -v make >/dev/null || need+=(make)
 command -v cc >/dev/null || need+=(gcc)
 command -v setpriv >/dev/null || need+=(util-linux)
+# The test that PostgreSQL's errors are read by SQLSTATE runs a server whose lc_messages is German:
+# Debian's postgres-15.mo and a generated de_DE.UTF-8 locale.
+command -v localedef >/dev/null || need+=(locales)
 # make test checks the crates' modules for import circles with a Python script.
 command -v python3 >/dev/null || need+=(python3)
 command -v mount >/dev/null || need+=(mount)
@@ -88,6 +91,13 @@ if ((${#need[@]})); then
   echo "install-deps: installing ${need[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! locale -a 2>/dev/null | grep -qi '^de_DE\.utf-\?8$'; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "install-deps: generating the de_DE.UTF-8 locale (the German-messages test)" >&2
+  $sudo localedef -i de_DE -c -f UTF-8 de_DE.UTF-8
 fi
 
 if ((want_minio)); then

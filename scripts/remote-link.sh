@@ -17,6 +17,10 @@ case $cmd in
     ip link set "$r" netns "$name"
     ip addr add "10.77.$n.1/24" dev "$h"
     ip link set "$h" up
+    # While this end is down (a test cuts the link), its connected route goes with it: the
+    # unreachable route behind it keeps 10.77.N.0/24 from following the default route off the
+    # machine, and a new connection fails here at once (EHOSTUNREACH).
+    ip route replace unreachable "10.77.$n.0/24" metric 4000
     ip netns exec "$name" ip addr add "10.77.$n.2/24" dev "$r"
     ip netns exec "$name" ip link set "$r" up
     ip netns exec "$name" ip link set lo up
@@ -29,6 +33,7 @@ case $cmd in
   down)
     ip netns del "$name" 2>/dev/null || true
     ip link del "$h" 2>/dev/null || true
+    ip route del unreachable "10.77.$n.0/24" metric 4000 2>/dev/null || true
     ;;
   *) echo "usage: $0 up NAME N RATE | down NAME N" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ fn keys() -> &'static Keys {
 
 fuzz_target!(|data: &[u8]| {
     let store = Arc::new(MemoryStore::new());
-    let mut sink = store.create("b.wal", true, 0).expect("memory store");
+    let mut sink = store.create("b.wal", &sheaf_core::storage::WriteOptions { overwrite: true, ..Default::default() }).expect("memory store");
     sink.write_all(data).expect("memory store");
     sink.publish().expect("memory store");
     let src = store.open("b.wal").expect("memory store");

@@ -23,7 +23,7 @@ fn keys() -> &'static Keys {
 
 fn read(data: &[u8]) {
     let store = Arc::new(MemoryStore::new());
-    let mut sink = store.create("s.sheaf", true, 0).expect("memory store");
+    let mut sink = store.create("s.sheaf", &sheaf_core::storage::WriteOptions { overwrite: true, ..Default::default() }).expect("memory store");
     sink.write_all(data).expect("memory store");
     sink.publish().expect("memory store");
     let at = Location::new(store, "s.sheaf");

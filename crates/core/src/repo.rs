@@ -26,7 +26,7 @@ use crate::blob::{read_blob, write_blob, BlobInfo};
 use crate::codec::{CodecKind, CodecSpec};
 use crate::crypto::{Encryption, Kdf, Keys};
 use crate::error::{Error, ErrorKind, Result};
-use crate::storage::{Location, ObjectVersion, Schemes, Store, Stored, WriteLock};
+use crate::storage::{retention_of, Location, ObjectLock, ObjectVersion, Retention, Schemes, Store, Stored, WriteLock, WriteOptions};
 
 /// The repository's description, `repo.json`.
 pub const META: &str = "repo.json";
@@ -135,9 +135,20 @@ impl Repo {
         }
     }
 
-    /// `rel` as a [`Location`] (for stripes).
+    /// `rel` as a [`Location`] (for stripes), written with the repository's lock, if any.
     pub fn location(&self, rel: &str) -> Location {
-        Location::new(self.store.clone(), self.name(rel))
+        Location::new(self.store.clone(), self.name(rel)).with_lock(self.object_lock(rel))
+    }
+
+    /// The lock an object `rel` is written with: the repository's ([`Repo::lock_writes`]), but
+    /// for the names it spares.
+    fn object_lock(&self, rel: &str) -> Option<ObjectLock> {
+        self.lock.get().and_then(|l| l.for_name(rel))
+    }
+
+    /// The store's retention, or the refusal of a store that has none.
+    fn retention(&self, rel: &str) -> Result<&dyn Retention> {
+        retention_of(self.store.as_ref(), &self.name(rel))
     }
 
     /// Make sure `rel` can be created (its folders, on a filesystem).
@@ -182,7 +193,8 @@ impl Repo {
     pub fn put(&self, rel: &str, content: &mut dyn Read, spec: CodecSpec, overwrite: bool, what: &str) -> Result<BlobInfo> {
         self.prepare(rel)?;
         let enc = self.encryption()?;
-        let sink = self.store.create(&self.name(rel), overwrite, 0).map_err(|e| self.writable_hint(e))?;
+        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: self.object_lock(rel) };
+        let sink = self.store.create(&self.name(rel), &opts).map_err(|e| self.writable_hint(e))?;
         write_blob(sink, content, spec, what, enc.as_ref()).map_err(|e| self.writable_hint(e))
     }
 
@@ -276,7 +288,7 @@ impl Repo {
     /// # Errors
     /// A store that has no such thing (naming what to use); when it cannot be asked.
     pub fn lock_enabled(&self) -> Result<bool> {
-        self.store.lock_enabled()
+        self.retention("")?.lock_enabled()
     }
 
     /// From now on every object written here carries `lock` (but for the names it spares).
@@ -284,7 +296,7 @@ impl Repo {
     /// # Errors
     /// A store that cannot lock objects.
     pub fn lock_writes(&self, lock: WriteLock) -> Result<()> {
-        self.store.lock_writes(&lock)?;
+        self.retention("")?;
         let _ = self.lock.set(lock);
         Ok(())
     }
@@ -299,7 +311,7 @@ impl Repo {
     /// # Errors
     /// A store that cannot lock objects; the server's refusal.
     pub fn extend_lock(&self, rel: &str, mode: crate::storage::LockMode, until: i64) -> Result<()> {
-        self.store.extend_lock(&self.name(rel), mode, until)
+        self.retention(rel)?.extend_lock(&self.name(rel), mode, until)
     }
 
     /// The lock `rel` carries, if any.
@@ -307,7 +319,7 @@ impl Repo {
     /// # Errors
     /// A store that cannot lock objects; when it cannot be asked.
     pub fn lock_of(&self, rel: &str) -> Result<Option<(crate::storage::LockMode, i64)>> {
-        self.store.lock_of(&self.name(rel))
+        self.retention(rel)?.lock_of(&self.name(rel))
     }
 
     /// Every version of the objects under `rel` (names relative to the repository).
@@ -317,7 +329,7 @@ impl Repo {
     pub fn versions(&self, rel: &str) -> Result<Vec<ObjectVersion>> {
         let strip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
         Ok(self
-            .store
+            .retention(rel)?
             .versions(&self.name(rel))?
             .into_iter()
             .filter_map(|v| {
@@ -332,7 +344,7 @@ impl Repo {
     /// # Errors
     /// A store that keeps no versions; the server's refusal (a locked version).
     pub fn delete_version(&self, rel: &str, version: &str) -> Result<()> {
-        self.store.delete_version(&self.name(rel), version)
+        self.retention(rel)?.delete_version(&self.name(rel), version)
     }
 
     /// Read `repo.json`.

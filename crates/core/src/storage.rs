@@ -56,11 +56,12 @@ pub trait Store: Send + Sync + fmt::Debug {
         0
     }
     /// Start writing stripe `name` under a temporary name; it becomes visible only through
-    /// [`StripeSink::publish`]. `expected_bytes` sizes upload parts where that matters.
+    /// [`StripeSink::publish`], written as `opts` says.
     ///
     /// # Errors
-    /// [`ErrorKind::Target`] when `name` exists and `overwrite` is false, or the place is unusable.
-    fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>>;
+    /// [`ErrorKind::Target`] when `name` exists and `opts.overwrite` is false, or the place is
+    /// unusable; [`ErrorKind::InvalidInput`] for a lock a store that cannot lock is asked for.
+    fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>>;
     /// Open a published stripe.
     ///
     /// # Errors
@@ -105,56 +106,74 @@ pub trait Store: Send + Sync + fmt::Debug {
             None => sibling.to_string(),
         }
     }
-    /// Whether this place can keep objects from being deleted or overwritten (S3 Object Lock
-    /// enabled on the bucket). `Ok(false)` for a bucket without it.
+    /// What it can keep from being deleted or overwritten, and the versions it keeps (S3 Object
+    /// Lock): `None` for a store that has no such thing. A capability a store may offer, so that a
+    /// decorator forwards this one method and no store answers for what it cannot do.
+    fn retention(&self) -> Option<&dyn Retention> {
+        None
+    }
+}
+
+/// How one object is written ([`Store::create`]): everything a write needs travels with it, so a
+/// store shared by several repositories (one bucket, two prefixes) keeps no state of theirs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Replace an object already at the name.
+    pub overwrite: bool,
+    /// About how many bytes it will hold (sizes upload parts where that matters; 0: unknown).
+    pub expected_bytes: u64,
+    /// The lock it carries from its first byte (S3 Object Lock); a store that cannot lock refuses.
+    pub lock: Option<ObjectLock>,
+}
+
+/// A lock one object is written with: it cannot be deleted or overwritten before `until`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectLock {
+    /// Governance or compliance.
+    pub mode: LockMode,
+    /// Seconds since the epoch.
+    pub until: i64,
+}
+
+/// What a store that keeps objects from being deleted offers ([`Store::retention`]): S3 Object
+/// Lock and the versions of a versioned bucket.
+pub trait Retention: Send + Sync {
+    /// Whether this place keeps objects from being deleted or overwritten (Object Lock enabled on
+    /// the bucket); `Ok(false)` for a bucket without it.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`] for a kind of store that has no such thing; when it cannot be
-    /// asked.
-    fn lock_enabled(&self) -> Result<bool> {
-        Err(no_lock(&self.describe("")))
-    }
-    /// From now on, every object this store creates carries `lock`, except names ending in one of
-    /// `lock.spare` (locks and probes that are removed again).
-    ///
-    /// # Errors
-    /// [`ErrorKind::InvalidInput`] for a kind of store that cannot lock objects.
-    fn lock_writes(&self, lock: &WriteLock) -> Result<()> {
-        let _ = lock;
-        Err(no_lock(&self.describe("")))
-    }
+    /// When it cannot be asked.
+    fn lock_enabled(&self) -> Result<bool>;
     /// Keep `name` locked until `until` (seconds since the epoch): a lock is only ever lengthened.
     ///
     /// # Errors
-    /// A store that cannot lock objects; the server's refusal (a shorter date).
-    fn extend_lock(&self, name: &str, mode: LockMode, until: i64) -> Result<()> {
-        let _ = (mode, until);
-        Err(no_lock(&self.describe(name)))
-    }
+    /// The server's refusal (a shorter date), or when it cannot be asked.
+    fn extend_lock(&self, name: &str, mode: LockMode, until: i64) -> Result<()>;
     /// The lock `name` carries, if any.
     ///
     /// # Errors
-    /// A store that cannot lock objects; when it cannot be asked.
-    fn lock_of(&self, name: &str) -> Result<Option<(LockMode, i64)>> {
-        Err(no_lock(&self.describe(name)))
-    }
+    /// When it cannot be asked.
+    fn lock_of(&self, name: &str) -> Result<Option<(LockMode, i64)>>;
     /// Every version of the objects under `prefix` (a versioned bucket keeps each overwrite and a
     /// delete marker for each delete), sorted by name, newest first within a name.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`] for a store that keeps no versions; when it cannot be listed.
-    fn versions(&self, prefix: &str) -> Result<Vec<ObjectVersion>> {
-        Err(Error::invalid(format!("{} keeps no versions of objects: only S3 buckets with versioning (as Object Lock needs) do", self.describe(prefix))))
-    }
+    /// When it cannot be listed.
+    fn versions(&self, prefix: &str) -> Result<Vec<ObjectVersion>>;
     /// Remove one version of `name` for good (a delete marker, or an overwrite). A locked version
     /// is refused by the server.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidInput`] for a store that keeps no versions; the server's refusal.
-    fn delete_version(&self, name: &str, version: &str) -> Result<()> {
-        let _ = version;
-        Err(Error::invalid(format!("{} keeps no versions of objects", self.describe(name))))
-    }
+    /// The server's refusal.
+    fn delete_version(&self, name: &str, version: &str) -> Result<()>;
+}
+
+/// `store`'s retention, or the refusal of a store that has none, naming `name`'s place.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`] for a store that cannot lock objects or keep versions.
+pub fn retention_of<'a>(store: &'a dyn Store, name: &str) -> Result<&'a dyn Retention> {
+    store.retention().ok_or_else(|| no_lock(&store.describe(name)))
 }
 
 /// The refusal of a store that cannot lock objects.
@@ -207,7 +226,8 @@ impl std::str::FromStr for LockMode {
     }
 }
 
-/// What a store's new objects carry: they cannot be deleted or overwritten before `until`.
+/// What a repository's new objects carry: they cannot be deleted or overwritten before `until`;
+/// each write is given its [`ObjectLock`] ([`WriteLock::for_name`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteLock {
     /// Governance or compliance.
@@ -216,6 +236,13 @@ pub struct WriteLock {
     pub until: i64,
     /// Name endings written without a lock: objects that are removed again soon.
     pub spare: Vec<String>,
+}
+
+impl WriteLock {
+    /// The lock an object called `name` is written with: none for the names it spares.
+    pub fn for_name(&self, name: &str) -> Option<ObjectLock> {
+        (!self.spare.iter().any(|s| name.ends_with(s.as_str()))).then_some(ObjectLock { mode: self.mode, until: self.until })
+    }
 }
 
 /// One version of an object in a versioned bucket.
@@ -270,6 +297,8 @@ impl Schemes for LocalOnly {
 pub struct Location {
     store: Arc<dyn Store>,
     name: String,
+    /// The lock a stripe written here carries (a locked repository's).
+    lock: Option<ObjectLock>,
 }
 
 impl Location {
@@ -301,7 +330,7 @@ impl Location {
                 return Err(Error::invalid(format!("location {text}: the object name has an empty, '.' or '..' part")));
             }
             let (store, name) = schemes.resolve(&scheme.to_ascii_lowercase(), bucket, key)?;
-            return Ok(Location { store, name });
+            return Ok(Location { store, name, lock: None });
         }
         Ok(Location::file(text))
     }
@@ -309,17 +338,17 @@ impl Location {
     /// A stripe file at `path`.
     pub fn file(path: impl Into<PathBuf>) -> Location {
         let path: PathBuf = path.into();
-        Location { store: Arc::new(LocalStore), name: path.to_string_lossy().into_owned() }
+        Location { store: Arc::new(LocalStore), name: path.to_string_lossy().into_owned(), lock: None }
     }
 
     /// The null target: stripes are counted and discarded.
     pub fn null() -> Location {
-        Location { store: Arc::new(NullStore), name: "nul".into() }
+        Location { store: Arc::new(NullStore), name: "nul".into(), lock: None }
     }
 
     /// `name` in `store`.
     pub fn new(store: Arc<dyn Store>, name: impl Into<String>) -> Location {
-        Location { store, name: name.into() }
+        Location { store, name: name.into(), lock: None }
     }
 
     /// The store.
@@ -361,20 +390,26 @@ impl Location {
     /// This location with every byte written to it or read from it, and from its siblings, held
     /// to `limit` (shared with whatever else holds it): `--max-rate`.
     pub fn throttled(&self, limit: &Arc<RateLimit>) -> Location {
-        Location { store: Arc::new(Throttled::new(self.store.clone(), limit.clone())), name: self.name.clone() }
+        Location { store: Arc::new(Throttled::new(self.store.clone(), limit.clone())), name: self.name.clone(), lock: self.lock }
     }
 
     /// The stripe called `name` beside this one (same folder, same prefix).
     pub fn sibling(&self, name: &str) -> Location {
-        Location { store: self.store.clone(), name: self.store.sibling(&self.name, name) }
+        Location { store: self.store.clone(), name: self.store.sibling(&self.name, name), lock: self.lock }
     }
 
-    /// Start writing a stripe here; see [`Store::create`].
+    /// This location, its stripes written with `lock` (a locked repository's).
+    pub fn with_lock(mut self, lock: Option<ObjectLock>) -> Location {
+        self.lock = lock;
+        self
+    }
+
+    /// Start writing a stripe here (with this location's lock, if any); see [`Store::create`].
     ///
     /// # Errors
     /// As [`Store::create`].
     pub fn create(&self, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
-        self.store.create(&self.name, overwrite, expected_bytes)
+        self.store.create(&self.name, &WriteOptions { overwrite, expected_bytes, lock: self.lock })
     }
 
     /// Open the published stripe here; see [`Store::open`].

@@ -21,7 +21,7 @@ use object_store::path::Path;
 use object_store::signer::{SignedUrlOptions, Signer};
 use object_store::{ClientOptions, MultipartUpload, PutPayload, PutResult, UploadPart};
 use serde::Deserialize;
-use sheaf_core::storage::{LockMode, ObjectVersion, WriteLock};
+use sheaf_core::storage::{LockMode, ObjectLock, ObjectVersion};
 use sheaf_core::{Error, ErrorKind, Result};
 
 /// A bucket's S3-only calls.
@@ -59,7 +59,7 @@ impl S3Extra {
     /// [`S3Extra::checksummed`]). Only the request that starts an upload takes the lock headers
     /// (S3 and MinIO refuse them on the others), and `object_store` starts its own uploads
     /// without a way to add them, so this one is started here and driven by its low-level calls.
-    pub(crate) async fn start_locked(&self, parts: Arc<AmazonS3>, key: &str, lock: &WriteLock) -> std::result::Result<LockedUpload, object_store::Error> {
+    pub(crate) async fn start_locked(&self, parts: Arc<AmazonS3>, key: &str, lock: &ObjectLock) -> std::result::Result<LockedUpload, object_store::Error> {
         let generic = |e: String| object_store::Error::Generic { store: "S3", source: e.into() };
         let headers = [
             ("x-amz-object-lock-mode", lock.mode.as_s3().to_string()),

@@ -174,7 +174,13 @@ fn gcs_conforms_through_the_fault_proxy() {
 
 /// Write `bytes` to `name` in `store`, published.
 fn put(store: &dyn sheaf_core::Store, name: &str, bytes: &[u8]) {
-    let mut sink = store.create(name, true, bytes.len() as u64).unwrap();
+    put_with(store, name, bytes, None);
+}
+
+/// As [`put`], the object written with `lock`.
+fn put_with(store: &dyn sheaf_core::Store, name: &str, bytes: &[u8], lock: Option<sheaf_core::storage::ObjectLock>) {
+    let opts = sheaf_core::storage::WriteOptions { overwrite: true, expected_bytes: bytes.len() as u64, lock };
+    let mut sink = store.create(name, &opts).unwrap();
     sink.write_all(bytes).unwrap();
     sink.publish().unwrap();
 }
@@ -188,31 +194,33 @@ fn object_lock_keeps_what_was_written_from_the_same_credentials() {
     let s = schemes(&m, m.options());
     let (store, _) = s.resolve("s3", "locked", "x").unwrap();
     let (plain, _) = s.resolve("s3", "plain", "x").unwrap();
-    assert!(store.lock_enabled().unwrap());
-    assert!(!plain.lock_enabled().unwrap());
+    assert!(store.retention().unwrap().lock_enabled().unwrap());
+    assert!(!plain.retention().unwrap().lock_enabled().unwrap());
 
     let until = sheaf_core::time::now_ms() / 1000 + 3600;
-    store.lock_writes(&WriteLock { mode: LockMode::Governance, until, spare: vec![".lock".into()] }).unwrap();
-    put(store.as_ref(), "r/data.wal", b"sixteen megabytes, nearly");
-    put(store.as_ref(), "r/backup.lock", b"removed again");
-    assert_eq!(store.lock_of("r/data.wal").unwrap(), Some((LockMode::Governance, until)));
-    assert_eq!(store.lock_of("r/backup.lock").unwrap(), None, "spared");
+    let lock = WriteLock { mode: LockMode::Governance, until, spare: vec![".lock".into()] };
+    put_with(store.as_ref(), "r/data.wal", b"sixteen megabytes, nearly", lock.for_name("r/data.wal"));
+    put_with(store.as_ref(), "r/backup.lock", b"removed again", lock.for_name("r/backup.lock"));
+    let store_retention = store.retention().expect("S3 keeps versions and locks");
+    let store = &*store;
+    assert_eq!(store_retention.lock_of("r/data.wal").unwrap(), Some((LockMode::Governance, until)));
+    assert_eq!(store_retention.lock_of("r/backup.lock").unwrap(), None, "spared");
     // A lock is lengthened, never shortened.
-    store.extend_lock("r/data.wal", LockMode::Governance, until + 7200).unwrap();
-    assert_eq!(store.lock_of("r/data.wal").unwrap(), Some((LockMode::Governance, until + 7200)));
-    let e = store.extend_lock("r/data.wal", LockMode::Governance, until).expect_err("shorter");
+    store_retention.extend_lock("r/data.wal", LockMode::Governance, until + 7200).unwrap();
+    assert_eq!(store_retention.lock_of("r/data.wal").unwrap(), Some((LockMode::Governance, until + 7200)));
+    let e = store_retention.extend_lock("r/data.wal", LockMode::Governance, until).expect_err("shorter");
     assert_eq!(e.kind(), ErrorKind::Target, "{e}");
-    let versions = store.versions("r/").unwrap();
+    let versions = store_retention.versions("r/").unwrap();
     assert_eq!(versions.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["r/backup.lock", "r/data.wal"]);
     assert!(versions.iter().all(|v| v.latest && !v.deleted));
 
     // The same credentials cannot remove the locked version; the spared one goes.
     let data = versions.iter().find(|v| v.name == "r/data.wal").unwrap();
-    let e = store.delete_version(&data.name, &data.version).expect_err("a locked version stays");
+    let e = store_retention.delete_version(&data.name, &data.version).expect_err("a locked version stays");
     assert_eq!(e.kind(), ErrorKind::Target, "{e}");
     assert!(e.to_string().contains("WORM") || e.to_string().contains("AccessDenied"), "{e}");
     let spare = versions.iter().find(|v| v.name == "r/backup.lock").unwrap();
-    store.delete_version(&spare.name, &spare.version).unwrap();
+    store_retention.delete_version(&spare.name, &spare.version).unwrap();
     assert!(!store.exists("r/backup.lock").unwrap());
     // Nor overwrite it: an overwrite (by a client that sets no lock) is a new version on top; the
     // locked one is still there.
@@ -223,22 +231,53 @@ fn object_lock_keeps_what_was_written_from_the_same_credentials() {
     // A plain delete only hides it behind a delete marker, which can be removed again.
     theirs.delete("r/data.wal").unwrap();
     assert!(!store.exists("r/data.wal").unwrap());
-    let versions = store.versions("r/data.wal").unwrap();
+    let versions = store_retention.versions("r/data.wal").unwrap();
     assert_eq!(versions.len(), 3, "{versions:?}");
     assert!(versions[0].latest && versions[0].deleted, "{versions:?}");
     assert_eq!(versions[2].version, data.version, "oldest last: {versions:?}");
     for v in &versions[..2] {
-        store.delete_version(&v.name, &v.version).unwrap();
+        store_retention.delete_version(&v.name, &v.version).unwrap();
     }
     let mut back = Vec::new();
     store.open("r/data.wal").unwrap().stream(0, 25).unwrap().read_to_end(&mut back).unwrap();
     assert_eq!(back, b"sixteen megabytes, nearly");
 
     // A bucket without Object Lock refuses locked uploads, with S3's words.
-    plain.lock_writes(&WriteLock { mode: LockMode::Governance, until, spare: vec![] }).unwrap();
-    let e = plain.create("x.wal", false, 0).err().expect("no Object Lock on this bucket");
+    let opts = sheaf_core::storage::WriteOptions { lock: lock.for_name("x.wal"), ..Default::default() };
+    let e = plain.create("x.wal", &opts).err().expect("no Object Lock on this bucket");
     assert!(e.to_string().contains("ObjectLockConfiguration"), "{e}");
+    // A store that cannot lock refuses a locked write rather than write it unlocked.
+    let e = sheaf_core::Store::create(&sheaf_core::storage::LocalStore, "/tmp/never.wal", &opts).err().expect("a folder cannot lock");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     // Azure and Google Cloud Storage have their own immutability; sheaf's --lock is S3's.
     let e = sheaf_core::storage::no_lock("az://c");
     assert!(e.to_string().contains("immutability policy"), "{e}");
+}
+
+/// Two repositories in one bucket, reached through one store (the schemes keep one per bucket),
+/// each locked in its own mode and for its own time: every object carries its own repository's
+/// lock (a lock kept in the shared store gave the second the first one's date).
+#[test]
+fn two_repositories_in_one_bucket_keep_their_own_locks() {
+    use sheaf_core::repo::Repo;
+    use sheaf_core::storage::{LockMode, WriteLock};
+    let m = Minio::start();
+    m.create_locked_bucket("shared");
+    let s = schemes(&m, m.options());
+    let (a, b) = (Repo::at("s3://shared/a", &s).unwrap(), Repo::at("s3://shared/b", &s).unwrap());
+    let now = sheaf_core::time::now_ms() / 1000;
+    a.lock_writes(WriteLock { mode: LockMode::Governance, until: now + 3600, spare: vec![".lock".into()] }).unwrap();
+    b.lock_writes(WriteLock { mode: LockMode::Compliance, until: now + 600, spare: vec![] }).unwrap();
+    for r in [&a, &b] {
+        r.put_json("backups/x.json", &serde_json::json!({ "at": r.display() }), false).unwrap();
+        let mut sink = r.location("backups/x_1.sheaf").create(false, 0).unwrap();
+        sink.write_all(b"a stripe").unwrap();
+        sink.publish().unwrap();
+    }
+    a.put_json("backups/x.lock", &serde_json::json!({}), false).unwrap();
+    for name in ["backups/x.json", "backups/x_1.sheaf"] {
+        assert_eq!(a.lock_of(name).unwrap(), Some((LockMode::Governance, now + 3600)), "a's {name}");
+        assert_eq!(b.lock_of(name).unwrap(), Some((LockMode::Compliance, now + 600)), "b's {name}");
+    }
+    assert_eq!(a.lock_of("backups/x.lock").unwrap(), None, "spared");
 }

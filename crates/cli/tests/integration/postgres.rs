@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod demo;
 pub mod extract;
 pub mod faults;
+pub mod german;
 pub mod incremental;
 pub mod keep;
 pub mod lock;

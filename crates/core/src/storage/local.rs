@@ -10,7 +10,7 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{Capabilities, Store, Stored, StripeSink, StripeSource};
+use super::{no_lock, Capabilities, Store, Stored, StripeSink, StripeSource, WriteOptions};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::whole::{parent_dir, rename_into_place, sync_dir};
 
@@ -40,8 +40,11 @@ impl Store for LocalStore {
         dir.join(p.file_name().unwrap_or_default()).display().to_string()
     }
 
-    fn create(&self, name: &str, overwrite: bool, _expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
-        Ok(Box::new(LocalSink::create(Path::new(name), overwrite)?))
+    fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
+        if opts.lock.is_some() {
+            return Err(no_lock(&self.describe(name)));
+        }
+        Ok(Box::new(LocalSink::create(Path::new(name), opts.overwrite)?))
     }
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {

@@ -33,7 +33,11 @@ impl Store for MemoryStore {
     fn describe(&self, name: &str) -> String {
         format!("memory://{name}")
     }
-    fn create(&self, name: &str, overwrite: bool, _: u64) -> Result<Box<dyn StripeSink>> {
+    fn create(&self, name: &str, opts: &super::WriteOptions) -> Result<Box<dyn StripeSink>> {
+        if opts.lock.is_some() {
+            return Err(super::no_lock(&self.describe(name)));
+        }
+        let overwrite = opts.overwrite;
         if !overwrite && self.objects().contains_key(name) {
             return Err(Error::new(ErrorKind::Target, format!("target {} already exists: remove it, choose another name, or pass --overwrite", self.describe(name))));
         }

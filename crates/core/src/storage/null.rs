@@ -14,7 +14,7 @@ impl Store for NullStore {
     fn describe(&self, _: &str) -> String {
         "nul".into()
     }
-    fn create(&self, _: &str, _: bool, _: u64) -> Result<Box<dyn StripeSink>> {
+    fn create(&self, _: &str, _: &super::WriteOptions) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(NullSink::default()))
     }
     fn open(&self, _: &str) -> Result<Box<dyn StripeSource>> {

@@ -94,8 +94,8 @@ impl Store for Throttled {
     fn sink_memory(&self, expected_bytes: u64) -> u64 {
         self.inner.sink_memory(expected_bytes)
     }
-    fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
-        Ok(Box::new(ThrottledSink { inner: self.inner.create(name, overwrite, expected_bytes)?, limit: self.limit.clone() }))
+    fn create(&self, name: &str, opts: &super::WriteOptions) -> Result<Box<dyn StripeSink>> {
+        Ok(Box::new(ThrottledSink { inner: self.inner.create(name, opts)?, limit: self.limit.clone() }))
     }
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         Ok(Box::new(ThrottledSource { inner: self.inner.open(name)?, limit: self.limit.clone() }))
@@ -121,23 +121,8 @@ impl Store for Throttled {
     fn sibling(&self, name: &str, sibling: &str) -> String {
         self.inner.sibling(name, sibling)
     }
-    fn lock_enabled(&self) -> Result<bool> {
-        self.inner.lock_enabled()
-    }
-    fn lock_writes(&self, lock: &super::WriteLock) -> Result<()> {
-        self.inner.lock_writes(lock)
-    }
-    fn extend_lock(&self, name: &str, mode: super::LockMode, until: i64) -> Result<()> {
-        self.inner.extend_lock(name, mode, until)
-    }
-    fn lock_of(&self, name: &str) -> Result<Option<(super::LockMode, i64)>> {
-        self.inner.lock_of(name)
-    }
-    fn versions(&self, prefix: &str) -> Result<Vec<super::ObjectVersion>> {
-        self.inner.versions(prefix)
-    }
-    fn delete_version(&self, name: &str, version: &str) -> Result<()> {
-        self.inner.delete_version(name, version)
+    fn retention(&self) -> Option<&dyn super::Retention> {
+        self.inner.retention()
     }
 }
 
@@ -241,7 +226,7 @@ mod tests {
         assert!(RateLimit::new(0).unwrap_err().message().contains("--max-rate 0"));
         let store = Throttled::new(Arc::new(crate::storage::MemoryStore::new()), RateLimit::new(10 << 20).unwrap());
         let t0 = Instant::now();
-        let mut s = store.create("a", false, 0).unwrap();
+        let mut s = store.create("a", &Default::default()).unwrap();
         for _ in 0..3 {
             s.write_all(&[7u8; 1 << 20]).unwrap();
         }

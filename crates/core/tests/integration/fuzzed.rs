@@ -20,7 +20,7 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
 /// resealed (their own checksums made to match, as the target also tries them).
 fn read_stripe(data: &[u8]) -> sheaf_core::Result<()> {
     let store = Arc::new(MemoryStore::new());
-    let mut sink = store.create("s.sheaf", true, 0)?;
+    let mut sink = store.create("s.sheaf", &sheaf_core::storage::WriteOptions { overwrite: true, ..Default::default() })?;
     sink.write_all(data)?;
     sink.publish()?;
     let set = BackupSet::open(&[Location::new(store, "s.sheaf")], &LocalOnly)?;

@@ -11,7 +11,7 @@ use object_store::client::HttpConnector;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 use object_store::{BackoffConfig, Certificate, ClientOptions, RetryConfig};
-use sheaf_core::storage::{no_lock, WriteLock};
+use sheaf_core::storage::no_lock;
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use std::sync::{Arc, OnceLock};
 use tokio::runtime::{Handle, Runtime};
@@ -79,7 +79,7 @@ impl S3Store {
             redact: Redact(Arc::new(secrets), AWS_CREDENTIALS),
             extra: Some(extra),
             gcs: None,
-            locked: OnceLock::new(),
+            checksummed: OnceLock::new(),
         })
     }
 
@@ -133,7 +133,7 @@ impl S3Store {
             redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS),
             extra: None,
             gcs: None,
-            locked: OnceLock::new(),
+            checksummed: OnceLock::new(),
         })
     }
 
@@ -186,7 +186,7 @@ impl S3Store {
             redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS),
             extra: None,
             gcs: Some(writer),
-            locked: OnceLock::new(),
+            checksummed: OnceLock::new(),
         })
     }
 
@@ -198,9 +198,13 @@ impl S3Store {
         self.runtime.handle()
     }
 
-    /// The lock an upload of `name` carries: the one set, but for the names it spares.
-    pub(super) fn lock_for(&self, name: &str) -> Option<&(Arc<object_store::aws::AmazonS3>, WriteLock)> {
-        self.locked.get().filter(|(_, lock)| !lock.spare.iter().any(|s| name.ends_with(s.as_str())))
+    /// The client that sends the parts of an upload that carries a lock (made once).
+    pub(super) fn checksummed(&self) -> Result<Arc<object_store::aws::AmazonS3>> {
+        if let Some(c) = self.checksummed.get() {
+            return Ok(c.clone());
+        }
+        let c = self.extra()?.checksummed()?;
+        Ok(self.checksummed.get_or_init(|| c).clone())
     }
 
     /// S3's own calls, or the refusal for Azure and GCS.

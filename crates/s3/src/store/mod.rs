@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 
 use futures::StreamExt;
 use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt};
-use sheaf_core::storage::{Capabilities, LockMode, ObjectVersion, Stored, StripeSink, StripeSource, WriteLock};
+use sheaf_core::storage::{no_lock, Capabilities, LockMode, ObjectVersion, Retention, Stored, StripeSink, StripeSource, WriteOptions};
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use tokio::runtime::Runtime;
 
@@ -50,9 +50,10 @@ pub struct S3Store {
     extra: Option<S3Extra>,
     /// GCS's JSON API uploads; `None` for S3 and Azure.
     gcs: Option<GcsWriter>,
-    /// Once a locked repository is opened here: the lock, and the client that sends the parts of
-    /// uploads that carry it.
-    locked: OnceLock<(Arc<object_store::aws::AmazonS3>, WriteLock)>,
+    /// The client that sends the parts of uploads that carry a lock (with a checksum of each, as
+    /// S3 requires), made for the first such upload. The locks themselves come with each write:
+    /// repositories that share this bucket keep their own.
+    checksummed: OnceLock<Arc<object_store::aws::AmazonS3>>,
 }
 
 impl fmt::Debug for S3Store {
@@ -75,7 +76,11 @@ impl Store for S3Store {
         (self.options.parts_in_flight as u64 + 1) * self.options.part_size_for(expected_bytes)
     }
 
-    fn create(&self, name: &str, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
+    fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
+        let (overwrite, expected_bytes) = (opts.overwrite, opts.expected_bytes);
+        if opts.lock.is_some() && self.extra.is_none() {
+            return Err(no_lock(&self.describe(name)));
+        }
         let shown = self.describe(name);
         let path = self.path(name)?;
         // Azure starts a block blob upload without a request, and a GCS upload here starts only
@@ -103,9 +108,10 @@ impl Store for S3Store {
         // credentials (a HEAD's 403 has no body to tell them apart).
         let client = self.client.clone();
         let p = path.clone();
-        let started = match (self.lock_for(name), &self.extra) {
-            (Some((parts, lock)), Some(extra)) => {
-                self.handle().block_on(async { extra.start_locked(parts.clone(), name, lock).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
+        let started = match (&opts.lock, &self.extra) {
+            (Some(lock), Some(extra)) => {
+                let parts = self.checksummed()?;
+                self.handle().block_on(async { extra.start_locked(parts, name, lock).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
             }
             _ => self.handle().block_on(async move { client.put_multipart(&p).await }),
         };
@@ -171,23 +177,27 @@ impl Store for S3Store {
         Ok(out)
     }
 
+    fn retention(&self) -> Option<&dyn Retention> {
+        self.extra.is_some().then_some(self as &dyn Retention)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        match self.handle().block_on(async move { client.delete(&path).await }) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
+        }
+    }
+}
+
+/// S3 Object Lock and the versions of a versioned bucket (S3 only: Azure and GCS have their own
+/// immutability, which sheaf leaves to them).
+impl Retention for S3Store {
     fn lock_enabled(&self) -> Result<bool> {
         let extra = self.extra()?;
         let what = format!("cannot ask whether {}://{} has Object Lock", self.scheme, self.bucket);
         self.handle().block_on(extra.lock_enabled()).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
-    }
-
-    fn lock_writes(&self, lock: &WriteLock) -> Result<()> {
-        if let Some((_, held)) = self.locked.get() {
-            return if held.mode == lock.mode {
-                Ok(())
-            } else {
-                Err(Error::invalid(format!("{}://{} holds repositories locked in both {} and {} mode: use one mode per bucket", self.scheme, self.bucket, held.mode, lock.mode)))
-            };
-        }
-        let client = self.extra()?.checksummed()?;
-        let _ = self.locked.set((client, lock.clone()));
-        Ok(())
     }
 
     fn extend_lock(&self, name: &str, mode: LockMode, until: i64) -> Result<()> {
@@ -212,14 +222,5 @@ impl Store for S3Store {
         let extra = self.extra()?;
         let what = format!("cannot remove version {version} of {}", self.describe(name));
         self.handle().block_on(extra.delete_version(name, version)).map_err(|e| call_failed(&what, &e, |t| self.redact.scrub(t)))
-    }
-
-    fn delete(&self, name: &str) -> Result<()> {
-        let path = self.path(name)?;
-        let client = self.client.clone();
-        match self.handle().block_on(async move { client.delete(&path).await }) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
-        }
     }
 }

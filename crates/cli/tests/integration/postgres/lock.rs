@@ -79,17 +79,18 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
     let env: Vec<(String, String)> = repo.env().to_vec();
     let attacker = sheaf_s3::S3Schemes::with_env(sheaf_s3::S3Options::default(), move |k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()));
     let (store, _) = attacker.resolve("s3", "locked", "x").unwrap();
+    let kept = store.retention().expect("S3 keeps versions and locks");
     let record = format!("cluster/backups/{first}.json");
     let three_days = now + 3 * 86_400;
-    assert_eq!(store.lock_of(&record).unwrap(), Some((sheaf_core::storage::LockMode::Governance, three_days)));
-    let versions = store.versions("cluster/").unwrap();
+    assert_eq!(kept.lock_of(&record).unwrap(), Some((sheaf_core::storage::LockMode::Governance, three_days)));
+    let versions = kept.versions("cluster/").unwrap();
     assert!(versions.len() > 10, "{versions:?}");
     let mut refused = 0;
     for v in &versions {
         // Delete markers, and what is removed again soon (the backups' own locks, check's probe),
         // are not data, and not locked.
         let spare = v.deleted || sheaf_pg::repo::paths::UNLOCKED.iter().any(|s| v.name.ends_with(s));
-        match store.delete_version(&v.name, &v.version) {
+        match kept.delete_version(&v.name, &v.version) {
             Ok(()) => assert!(spare, "{} was removed for good with the repository's credentials", v.name),
             Err(e) => {
                 assert!(!spare && e.to_string().contains("WORM"), "{}: {e}", v.name);
@@ -98,7 +99,7 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
         }
     }
     assert!(refused >= 10, "{refused} of {versions:?}");
-    let mut sink = store.create(&record, true, 0).unwrap();
+    let mut sink = store.create(&record, &sheaf_core::storage::WriteOptions { overwrite: true, ..Default::default() }).unwrap();
     sink.write_all(b"{\"paid\": false}").unwrap();
     sink.publish().unwrap();
     let listed = store.list("cluster/").unwrap();
