@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use sheaf_core::repo::Repo;
-use sheaf_core::size::parse_size;
 use sheaf_core::storage::RateLimit;
 use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Keys, Location, Result};
 use sheaf_pg::repo::meta::RepoMeta;
@@ -155,7 +154,7 @@ impl Context {
                 path_style: r.s3_path_style.then_some(true),
                 profile: r.s3_profile.clone(),
                 ca_bundle: r.s3_ca_bundle.clone(),
-                part_size: parse_size(&given.s3_part_size)?,
+                part_size: given.s3_part_size,
                 parts_in_flight: given.s3_parts_in_flight,
                 read_ahead: given.s3_read_ahead,
                 ..Default::default()
@@ -225,18 +224,7 @@ impl Context {
     /// # Errors
     /// A rate that is not a size.
     pub fn rate(&self) -> Result<Option<Arc<RateLimit>>> {
-        once(&self.rate, || {
-            self.shared
-                .rate
-                .max_rate
-                .as_deref()
-                .map(|t| {
-                    let bytes = parse_size(t).map_err(|e| Error::invalid(format!("--max-rate {t}: {} (bytes per second, e.g. 100MiB)", e.message())))?;
-                    RateLimit::new(bytes)
-                })
-                .transpose()
-        })
-        .cloned()
+        once(&self.rate, || self.shared.rate.max_rate.map(RateLimit::new).transpose()).cloned()
     }
 
     /// Stripes of a backup into a repository: the flag, else `stripes` from the environment or

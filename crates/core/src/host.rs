@@ -25,6 +25,25 @@ pub fn real_ids() -> (u32, u32) {
     (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw())
 }
 
+/// The name of user `uid` as /etc/passwd gives it, else `uid N`: for messages about who owns a
+/// file (no NSS lookup: a name from a directory service shows as its number).
+pub fn user_name(uid: u32) -> String {
+    let found = std::fs::read_to_string("/etc/passwd").ok().and_then(|t| {
+        t.lines().find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+        })
+    });
+    found.unwrap_or_else(|| format!("uid {uid}"))
+}
+
+/// The owner (user id) of `path`, or of the nearest folder above it that exists.
+pub fn owner_of(path: &Path) -> Option<(u32, std::path::PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().find_map(|p| std::fs::symlink_metadata(p).ok().map(|m| (m.uid(), p.to_path_buf())))
+}
+
 /// Whether process `pid` exists (signal 0 reaches it, or it exists but belongs to someone else).
 pub fn process_alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };

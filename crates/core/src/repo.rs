@@ -158,24 +158,34 @@ impl Repo {
     pub fn prepare(&self, rel: &str) -> Result<()> {
         // Only `init` (writing repo.json) may make the repository's own folder.
         let below = (rel != META && !self.root.is_empty()).then_some(self.root.as_str());
-        self.store.prepare(&self.name(rel), below).map_err(|e| self.writable_hint(e))
+        self.store.prepare(&self.name(rel), below).map_err(|e| self.writable_hint(rel, e))
     }
 
-    /// A permission error, with who lacks the permission and the fix.
-    fn writable_hint(&self, e: Error) -> Error {
+    /// A permission error on `rel`, naming the file, its owner, who sheaf runs as, and the fix.
+    fn writable_hint(&self, rel: &str, e: Error) -> Error {
         let denied = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>()).is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
         if !denied {
             return e;
         }
-        let uid = crate::host::effective_ids().0;
-        Error::new(
-            e.kind(),
-            format!(
-                "{}: the repository {} is not writable by this user (uid {uid}); for archive_command that is the user PostgreSQL runs as: give it write access (chown -R, or a group with write permission)",
-                e.message(),
+        let me = crate::host::effective_ids().0;
+        let my_name = crate::host::user_name(me);
+        let name = self.name(rel);
+        let hint = match crate::host::owner_of(std::path::Path::new(&name)) {
+            Some((uid, at)) if uid != me => {
+                let owner = crate::host::user_name(uid);
+                format!(
+                    "{} belongs to {owner} (uid {uid}), not to {my_name} (uid {me}), who runs sheaf: run sheaf as {owner} (sudo -u {owner} sheaf ...), so that every file in the repository is {owner}'s; for archive_command that is the user PostgreSQL runs as",
+                    at.display()
+                )
+            }
+            Some((_, at)) => format!(
+                "{} is {my_name}'s (uid {me}), but the repository {} is not writable by this user; for archive_command that is the user PostgreSQL runs as: give it write access (chmod u+w, or a group with write permission)",
+                at.display(),
                 self.shown
             ),
-        )
+            None => format!("the repository {} is not writable by this user ({my_name}, uid {me}); for archive_command that is the user PostgreSQL runs as: give it write access (chown -R, or a group with write permission)", self.shown),
+        };
+        Error::new(e.kind(), format!("{}: {hint}", e.message()))
     }
 
     /// Whether `rel` exists.
@@ -194,8 +204,8 @@ impl Repo {
         self.prepare(rel)?;
         let enc = self.encryption()?;
         let opts = WriteOptions { overwrite, expected_bytes: 0, lock: self.object_lock(rel) };
-        let sink = self.store.create(&self.name(rel), &opts).map_err(|e| self.writable_hint(e))?;
-        write_blob(sink, content, spec, what, enc.as_ref()).map_err(|e| self.writable_hint(e))
+        let sink = self.store.create(&self.name(rel), &opts).map_err(|e| self.writable_hint(rel, e))?;
+        write_blob(sink, content, spec, what, enc.as_ref()).map_err(|e| self.writable_hint(rel, e))
     }
 
     /// Store `value` as JSON at `rel`.

@@ -260,17 +260,12 @@ fn ok_or(status: u16, body: &[u8], name: &str) -> Result<(), Error> {
     }
 }
 
-/// Percent-encode for a query value or a path segment: all but the unreserved characters.
+/// All but RFC 3986's unreserved characters, which a query value or a path segment keeps as they are.
+const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// Percent-encode for a query value or a path segment.
 fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, RESERVED).to_string()
 }
 
 #[cfg(test)]
@@ -278,5 +273,6 @@ mod tests {
     #[test]
     fn names_are_escaped_whole() {
         assert_eq!(super::escape("run1/a b_1.sheaf"), "run1%2Fa%20b_1.sheaf");
+        assert_eq!(super::escape("é~&="), "%C3%A9~%26%3D");
     }
 }

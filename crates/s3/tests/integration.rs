@@ -265,6 +265,9 @@ fn two_repositories_in_one_bucket_keep_their_own_locks() {
     m.create_locked_bucket("shared");
     let s = schemes(&m, m.options());
     let (a, b) = (Repo::at("s3://shared/a", &s).unwrap(), Repo::at("s3://shared/b", &s).unwrap());
+    for r in [&a, &b] {
+        r.init(&serde_json::json!({ "at": r.display() })).unwrap();
+    }
     let now = sheaf_core::time::now_ms() / 1000;
     a.lock_writes(WriteLock { mode: LockMode::Governance, until: now + 3600, spare: vec![".lock".into()] }).unwrap();
     b.lock_writes(WriteLock { mode: LockMode::Compliance, until: now + 600, spare: vec![] }).unwrap();

@@ -42,8 +42,8 @@ pub struct BackupArgs {
     /// for a link slower than the codec. Needs a codec and level (not none or auto); small files
     /// still come raw and are packed here. Either way every chunk is checked here (decompressed,
     /// its checksum and page checksums verified) before it is written.
-    #[arg(long, value_name = "host|agent", default_value = "host", value_parser = ["host", "agent"])]
-    pub compress_on: String,
+    #[arg(long, value_enum, default_value_t = CompressOn::Host)]
+    pub compress_on: CompressOn,
     /// PostgreSQL, through --agent: how long a connection waits for the agent (to connect, then
     /// for each answer's next bytes; 90s, 5m, or seconds). A link silent that long fails the read,
     /// which is tried again on a new connection (3 times, with pauses of 0.5, 1 and 2 s) before
@@ -55,8 +55,8 @@ pub struct BackupArgs {
     /// nothing of sheaf's on the database host; the role needs REPLICATION and pg_hba.conf a
     /// `replication` line; full backups only; PostgreSQL 15+). The stream is cut into chunks and
     /// compressed on this host's cores.
-    #[arg(long, value_name = "files|base-backup", default_value = "files", value_parser = ["files", "base-backup"])]
-    pub via: String,
+    #[arg(long, value_enum, default_value_t = Via::Files)]
+    pub via: Via,
     /// The folder with the agent's CA and this backup host's certificate (ca.pem, client.pem,
     /// client.key, from sheaf agent --init-certs). Default: tls-dir in the config file.
     #[arg(long, value_name = "DIR")]
@@ -64,8 +64,8 @@ pub struct BackupArgs {
     /// PostgreSQL: where the backup's WAL comes from: `local` (the pg_wal beside the files read,
     /// then the repository's archive for what it lacks) or `archive` (the repository's archive
     /// only, waiting for the segments to arrive; proves the archive holds them).
-    #[arg(long, value_name = "local|archive", default_value = "local", value_parser = ["local", "archive"])]
-    pub wal_from: String,
+    #[arg(long, value_enum, default_value_t = WalFrom::Local)]
+    pub wal_from: WalFrom,
     /// PostgreSQL: how long to wait for WAL to reach the archive, or for a standby to replay past
     /// the backup's start or receive its end, before failing (90s, 5m, or seconds).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::duration)]
@@ -114,8 +114,8 @@ pub struct BackupArgs {
     pub compression: Option<String>,
     /// Chunk size (SQL Server's MAXTRANSFERSIZE), 64KiB .. 16MiB. The unit of reading, compressing,
     /// checksumming and restoring.
-    #[arg(long, value_name = "SIZE", default_value = "1MiB")]
-    pub transfer_size: String,
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = super::size)]
+    pub transfer_size: u64,
     /// Buffers in flight (SQL Server's BUFFERCOUNT), each compressor's output buffer included.
     /// Memory for chunk data is bounded by buffer count × transfer size. Default: stripes × 4 +
     /// 2 × readers (at least 2 × threads), plus one per compressor thread.
@@ -147,8 +147,8 @@ pub struct BackupArgs {
     #[arg(long, value_name = "NAME")]
     pub slot: Option<String>,
     /// PostgreSQL: checkpoint at backup start, `fast` (at once) or `spread` (gentler, slower).
-    #[arg(long, value_name = "MODE", default_value = "fast", value_parser = ["fast", "spread"])]
-    pub checkpoint: String,
+    #[arg(long, value_enum, default_value_t = Checkpoint::Fast)]
+    pub checkpoint: Checkpoint,
     /// PostgreSQL: keep a backup that found page checksum failures (they are recorded and listed).
     #[arg(long)]
     pub ignore_checksum_failures: bool,
@@ -277,8 +277,8 @@ pub struct RecoveryArgs {
     pub target: Option<String>,
     /// What the server does at the target: promote (open for writes on a new timeline), pause
     /// (read-only, to look first: then SELECT pg_wal_replay_resume()), or shutdown.
-    #[arg(long, value_name = "ACTION", default_value = "promote", value_parser = ["promote", "pause", "shutdown"])]
-    pub target_action: String,
+    #[arg(long, value_enum, default_value_t = TargetAction::Promote)]
+    pub target_action: TargetAction,
     /// The timeline to follow: latest, current (the backup's) or a number.
     #[arg(long, value_name = "TIMELINE", default_value = "latest")]
     pub target_timeline: String,
@@ -320,4 +320,64 @@ pub struct ExtractArgs {
     pub json: bool,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// Where a backup through an agent compresses (`--compress-on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompressOn {
+    /// On this host's cores: the link carries raw bytes.
+    Host,
+    /// On the database host, by the agent: the link carries compressed bytes.
+    Agent,
+}
+
+/// How a PostgreSQL cluster is read (`--via`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Via {
+    /// Its data directory's files, here or through `--agent`.
+    Files,
+    /// The replication protocol's BASE_BACKUP, as pg_basebackup reads it.
+    BaseBackup,
+}
+
+/// Where a backup's WAL comes from (`--wal-from`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WalFrom {
+    /// The pg_wal beside the files read, then the repository's archive for what it lacks.
+    Local,
+    /// The repository's archive only.
+    Archive,
+}
+
+/// The checkpoint a backup starts with (`--checkpoint`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Checkpoint {
+    /// At once, as fast as the disks allow.
+    Fast,
+    /// Spread over checkpoint_completion_target, as a scheduled checkpoint is.
+    Spread,
+}
+
+/// What a restored cluster does at its recovery target (`--target-action`, PostgreSQL's
+/// `recovery_target_action`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TargetAction {
+    /// End recovery and accept writes.
+    #[default]
+    Promote,
+    /// Pause there, for a look before promoting by hand.
+    Pause,
+    /// Stop the server there.
+    Shutdown,
+}
+
+impl TargetAction {
+    /// PostgreSQL's word for it.
+    pub fn as_pg(self) -> &'static str {
+        match self {
+            TargetAction::Promote => "promote",
+            TargetAction::Pause => "pause",
+            TargetAction::Shutdown => "shutdown",
+        }
+    }
 }

@@ -273,3 +273,9 @@ impl Command {
 pub fn duration(text: &str) -> Result<Duration, String> {
     sheaf_core::time::parse_duration(text).map_err(|e| e.message().to_string())
 }
+
+/// Every size flag's parser: `65536`, `64KiB`, `16MiB` ([`sheaf_core::size::parse_size`], also
+/// every size setting's).
+pub fn size(text: &str) -> Result<u64, String> {
+    sheaf_core::size::parse_size(text).map_err(|e| e.message().to_string())
+}

@@ -122,8 +122,8 @@ pub struct InfoArgs {
     pub repo: RepoArg,
     /// How to print: a table (text), JSON, or Prometheus's text format (metrics named sheaf_*,
     /// with the catalog's runs beside the repository's state).
-    #[arg(long, value_name = "text|json|prometheus", default_value = "text", value_parser = ["text", "json", "prometheus"])]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = InfoFormat::Text)]
+    pub format: InfoFormat,
     /// Print JSON (as --format json).
     #[arg(long)]
     pub json: bool,
@@ -263,4 +263,15 @@ pub struct ConfigArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How `info` prints (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InfoFormat {
+    /// For a person.
+    Text,
+    /// For a program.
+    Json,
+    /// Prometheus' text exposition format, for a collector.
+    Prometheus,
 }

@@ -12,8 +12,8 @@ pub struct RateArgs {
     /// Hold the bytes written to all stripes together (backup), or read from them (restore,
     /// verify), to RATE per second, e.g. 100MiB: a backup that leaves the server's disks and the
     /// network room for its own work. Any 5 seconds carry at most about 5 % more. Default: no limit.
-    #[arg(long, value_name = "RATE")]
-    pub max_rate: Option<String>,
+    #[arg(long, value_name = "RATE", value_parser = super::size)]
+    pub max_rate: Option<u64>,
 }
 
 /// How to reach s3:// locations. Credentials come only from the environment (AWS_ACCESS_KEY_ID,
@@ -44,8 +44,8 @@ pub struct S3Args {
     pub s3_ca_bundle: Option<PathBuf>,
     /// Upload part size, 5MiB .. 5GiB; raised automatically so that no stripe object needs more than
     /// 10,000 parts. Each stripe holds (parts in flight + 1) parts in memory, counted in the budget.
-    #[arg(long, value_name = "SIZE", default_value = "16MiB")]
-    pub s3_part_size: String,
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = super::size)]
+    pub s3_part_size: u64,
     /// Parts uploading at once, per stripe.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub s3_parts_in_flight: usize,

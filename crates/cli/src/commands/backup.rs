@@ -2,10 +2,11 @@
 //! recorded in the history catalog.
 
 use sheaf_core::manifest::BackupType;
-use sheaf_core::size::{format_size, parse_size};
+use sheaf_core::size::format_size;
 use sheaf_core::{BackupOptions, BackupReport, Error};
 use sheaf_pg::ClusterFacts;
 
+use crate::args::data::{Checkpoint, CompressOn, Via, WalFrom};
 use crate::args::BackupArgs;
 use crate::context::{Context, Source};
 use crate::output::{mib, plural, rate};
@@ -67,7 +68,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
     opts.stop = Some(ctx.interrupt.stop_flag());
     opts.codec = codec;
-    opts.transfer_size = parse_size(&a.transfer_size)?;
+    opts.transfer_size = a.transfer_size;
     opts.buffer_count = a.buffer_count;
     opts.readers = a.readers;
     opts.threads = a.threads;
@@ -89,9 +90,11 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     })?;
                     let timeout = a.agent_timeout;
                     let files = sheaf_agent::AgentFiles::connect_within(&addr, std::path::Path::new(&tls), timeout)?;
-                    Some(if a.compress_on == "agent" { files.compressing(opts.codec)? } else { files })
+                    Some(if a.compress_on == CompressOn::Agent { files.compressing(opts.codec)? } else { files })
                 }
-                None if a.compress_on == "agent" => return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host")),
+                None if a.compress_on == CompressOn::Agent => {
+                    return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host"))
+                }
                 None => None,
             };
             // Through an agent, the data directory is the one it serves unless told otherwise.
@@ -100,17 +103,17 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 url: url.clone(),
                 pgdata,
                 slot: a.slot.clone(),
-                spread_checkpoint: a.checkpoint == "spread",
+                spread_checkpoint: a.checkpoint == Checkpoint::Spread,
                 ignore_checksum_failures: a.ignore_checksum_failures,
                 expect_system_identifier: None,
                 parent: None,
                 standby: a.standby.clone(),
                 primary: a.primary.clone(),
-                wal_from_archive: a.wal_from == "archive",
+                wal_from_archive: a.wal_from == WalFrom::Archive,
                 wal_timeout: Some(a.wal_timeout),
                 archive: None,
                 remote: remote.map(|r| sheaf_pg::backup::Remote(std::sync::Arc::new(r))),
-                via_base_backup: a.via == "base-backup",
+                via_base_backup: a.via == Via::BaseBackup,
             };
             if into_repo {
                 let (repo, meta) = ctx.open_repos()?.into_iter().nth(target).map(|(r, m)| m.map(|m| (r, m))).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
@@ -150,10 +153,10 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 || a.ignore_checksum_failures
                 || a.primary.is_some()
                 || a.standby.is_some()
-                || a.wal_from != "local"
+                || a.wal_from != WalFrom::Local
                 || a.agent.is_some()
-                || a.via != "files"
-                || a.compress_on != "host"
+                || a.via != Via::Files
+                || a.compress_on != CompressOn::Host
             {
                 return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }

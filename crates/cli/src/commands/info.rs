@@ -6,6 +6,7 @@ use sheaf_core::Error;
 use sheaf_pg::repo::inventory::Inventory;
 use sheaf_pg::repo::records::Found;
 
+use crate::args::repo::InfoFormat;
 use crate::args::InfoArgs;
 use crate::context::Context;
 use crate::output::plural;
@@ -16,7 +17,7 @@ use crate::output::plural;
 /// A repository that cannot be read.
 pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     let repos = ctx.open_repos()?;
-    if a.format == "prometheus" || a.prometheus.is_some() {
+    if a.format == InfoFormat::Prometheus || a.prometheus.is_some() {
         let text = prometheus(ctx, &a, &repos);
         return match &a.prometheus {
             None => {
@@ -30,7 +31,7 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
         return Err(Error::invalid("the server's URL adds the archive's lag to the Prometheus metrics: give --format prometheus (or --prometheus FILE), or leave the URL out"));
     }
     // Each repository in turn; one that cannot be read is said and fails the command at the end.
-    let json = a.json || a.format == "json";
+    let json = a.json || a.format == InfoFormat::Json;
     let several = repos.len() > 1;
     let mut values = Vec::new();
     let mut failed = None;

@@ -104,7 +104,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
         lsn: r.target_lsn.clone(),
         name: r.target_name.clone(),
         immediate: r.target.is_some(),
-        action: r.target_action.clone(),
+        action: r.target_action.as_pg().to_string(),
         timeline: r.target_timeline.clone(),
     };
     // The first repository that can serve the restore; one that cannot be read, or fails before

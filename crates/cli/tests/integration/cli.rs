@@ -776,3 +776,27 @@ fn lab_measures_codecs_on_a_file_of_pages() {
     assert_fails(&run(&["lab", "--file", s(&pages), "--unit", "10000"]), 2, &["multiple of 8 KiB"]);
     assert_fails(&run(&["lab"]), 2, &["--file PATH"]);
 }
+
+/// A reader that went away (`sheaf list | head`) ends the command quietly with success, as every
+/// Unix tool does, instead of a panic about a broken pipe.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = sheaf().arg("list").stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "nothing said: {}", stderr(&o));
+}
+
+/// Every duration flag reads the same forms (`8s`, `26h`, or seconds), and what sheaf suggests
+/// pastes into a shell as it reads (a URL's `&` quoted).
+#[test]
+fn durations_read_alike_and_suggestions_are_shell_quoted() {
+    for bad in [["check", "postgres://x/y", "--archive-timeout", "8y"], ["check", "postgres://x/y", "--max-age", "0h"]] {
+        let o = sheaf().args(bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(bad[2]), "names the flag: {}", stderr(&o));
+    }
+    let o = sheaf().args(["backup", "/nonexistent", "--to", "nul", "--wal-timeout", "8s", "--agent-timeout", "2m"]).output().unwrap();
+    assert_ne!(o.status.code(), Some(2), "8s and 2m are durations: {}", stderr(&o));
+}

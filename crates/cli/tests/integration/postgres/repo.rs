@@ -105,7 +105,10 @@ pub(super) fn start_restored(dir: &Path, archive: bool) -> Cluster {
 pub(super) fn setup() -> (tempfile::TempDir, PathBuf, Cluster) {
     let (base, repo) = repo_dir();
     let c = archiving(&repo, &[]);
-    ok(run(sheaf().args(["init", "--repo", repo.to_str().unwrap(), &c.url("postgres")])), "init");
+    let said = ok(run(sheaf().args(["init", "--repo", repo.to_str().unwrap(), &c.url("postgres")])), "init");
+    // The command it suggests pastes into a shell as it reads (the URL's `?` and `&` quoted).
+    let next = said.lines().find_map(|l| l.split_once(" then ")).map(|(_, cmd)| cmd).unwrap_or_else(|| panic!("init suggests the next command: {said}"));
+    assert_eq!(shlex::split(next).unwrap(), ["sheaf", "backup", &c.url("postgres"), "--repo", repo.to_str().unwrap()], "{next}");
     c.sql("postgres", "CREATE DATABASE app");
     c.sql("app", "CREATE TABLE t (id int, batch int, at timestamptz DEFAULT clock_timestamp())");
     (base, repo, c)
@@ -510,6 +513,7 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     }
     let log = std::fs::read_to_string(c.log()).unwrap();
     assert!(log.contains("is not writable by this user") && log.contains("the user PostgreSQL runs as"), "{log}");
+    assert!(log.contains(&format!("{} is postgres's", timeline.display())), "the file and its owner are named: {log}");
     std::fs::set_permissions(&timeline, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     archive_now(&c);
     assert!(timeline.join(format!("{waiting}.wal")).exists());
