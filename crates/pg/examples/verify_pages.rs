@@ -5,6 +5,7 @@ use std::path::Path;
 
 use sheaf_pg::checksum::{verify_page, Verdict, PAGE_SIZE};
 use sheaf_pg::layout::{is_relation_path, BLOCKS_PER_SEGMENT};
+use sheaf_pg::Lsn;
 
 fn main() {
     let root = std::env::args().nth(1).expect("usage: verify_pages PGDATA");
@@ -20,7 +21,7 @@ fn main() {
         while std::io::Read::read_exact(&mut f, &mut page).is_ok() {
             let blk = rel.segment * BLOCKS_PER_SEGMENT + i;
             i += 1;
-            match verify_page(&page, blk, u64::MAX) {
+            match verify_page(&page, blk, Lsn(u64::MAX)) {
                 Verdict::Ok => ok += 1,
                 Verdict::New | Verdict::Recent => new += 1,
                 Verdict::Mismatch { stored, computed } => {

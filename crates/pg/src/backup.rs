@@ -28,8 +28,8 @@ use sheaf_core::{Backup, BackupOptions, ChunkCheck, Error, ErrorKind, Progress, 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::facts::ClusterFacts;
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
+use crate::lsn::Lsn;
 pub use crate::options::{PgBackupOptions, PgBackupReport, Remote};
-use crate::server::{format_lsn, parse_lsn};
 use crate::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::wal;
 use crate::walmap::choose_changes;
@@ -84,7 +84,7 @@ fn copy_here(files: &dyn Files, abs: &Path, dest: &Path) -> Result<()> {
 
 /// Verifies page checksums of relation files as their chunks pass through the compressors.
 pub struct PageCheck {
-    start_lsn: u64,
+    start_lsn: Lsn,
     /// Where a page torn by a concurrent write is read again.
     files: Arc<dyn Files>,
     /// Root id → its display prefix (`""` for the data directory, `pg_tblspc/OID/` otherwise).
@@ -359,11 +359,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     if stop.lsn < start_lsn {
         return Err(Error::new(
             ErrorKind::Source,
-            format!(
-                "the backup's stop {} is before its start {}: the server's minimum recovery point went back (was it restarted?); take the backup again",
-                format_lsn(stop.lsn),
-                format_lsn(start_lsn)
-            ),
+            format!("the backup's stop {} is before its start {}: the server's minimum recovery point went back (was it restarted?); take the backup again", stop.lsn, start_lsn),
         ));
     }
     let stop_wal = wal::segment_holding(stop.timeline, stop.lsn, facts.wal_segment_size, true);
@@ -433,7 +429,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         standby.drop_slot(&slot);
     }
 
-    let checkpoint = stop.backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(parse_lsn);
+    let checkpoint = stop.backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(|l| l.parse().ok());
     let verified = check.as_ref().map_or(0, |c| c.verified.load(Ordering::Relaxed));
     let skipped = check.as_ref().map_or(0, |c| c.skipped.load(Ordering::Relaxed));
     let mut recorded = ClusterFacts {
@@ -443,9 +439,9 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         server_version_num: facts.version_num,
         system_identifier: facts.system_identifier,
         timeline,
-        start_lsn: format_lsn(start_lsn),
-        stop_lsn: format_lsn(stop.lsn),
-        checkpoint_lsn: checkpoint.map(format_lsn),
+        start_lsn,
+        stop_lsn: stop.lsn,
+        checkpoint_lsn: checkpoint,
         start_wal_file: start_wal,
         stop_wal_file: stop_wal,
         wal_files: segments.len(),

@@ -15,15 +15,16 @@ use sheaf_core::manifest::{BackupType, Entry, EntryKind, Root};
 use sheaf_core::{Backup, BackupOptions, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::facts::ClusterFacts;
+use crate::lsn::Lsn;
 use crate::options::{PgBackupOptions, PgBackupReport};
-use crate::server::{format_lsn, parse_lsn, Server};
+use crate::server::Server;
 use crate::tarstream::{Event, Kind, TarStream};
 use crate::wal;
 use crate::wire::{Copy, Replication, Row};
 
-fn lsn_of(rows: &[Row], what: &str) -> Result<(u64, u32)> {
+fn lsn_of(rows: &[Row], what: &str) -> Result<(Lsn, u32)> {
     let row = rows.first().ok_or_else(|| Error::corrupt(format!("BASE_BACKUP sent no {what} position")))?;
-    let lsn = row.first().cloned().flatten().and_then(|l| parse_lsn(&l)).ok_or_else(|| Error::corrupt(format!("BASE_BACKUP's {what} position does not parse")))?;
+    let lsn = row.first().and_then(|l| l.as_deref()?.parse().ok()).ok_or_else(|| Error::corrupt(format!("BASE_BACKUP's {what} position does not parse")))?;
     let tli = row.get(1).cloned().flatten().and_then(|t| t.parse().ok()).unwrap_or(1);
     Ok((lsn, tli))
 }
@@ -226,7 +227,7 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
     }
     let start_wal = wal::segment_holding(timeline, start_lsn, facts.wal_segment_size, false);
     let stop_wal = wal::segment_holding(stop_tli, stop_lsn, facts.wal_segment_size, true);
-    let checkpoint = backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(parse_lsn);
+    let checkpoint = backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(|l| l.parse().ok());
     let recorded = ClusterFacts {
         kind: crate::facts::KIND.into(),
         url: server.url().to_string(),
@@ -234,9 +235,9 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
         server_version_num: facts.version_num,
         system_identifier: facts.system_identifier,
         timeline,
-        start_lsn: format_lsn(start_lsn),
-        stop_lsn: format_lsn(stop_lsn),
-        checkpoint_lsn: checkpoint.map(format_lsn),
+        start_lsn,
+        stop_lsn,
+        checkpoint_lsn: checkpoint,
         start_wal_file: start_wal,
         stop_wal_file: stop_wal,
         wal_files: wal_files.len(),

@@ -4,6 +4,8 @@
 //! two rounds of zeros; the lanes are xor-folded, the block number is mixed in, and the result is
 //! reduced to 1..=65535. The checksum field itself (bytes 8..10) counts as zero.
 
+use crate::lsn::Lsn;
+
 /// PostgreSQL's page size (sheaf supports the default build only).
 pub const PAGE_SIZE: usize = 8192;
 
@@ -47,7 +49,7 @@ pub fn page_checksum(page: &[u8; PAGE_SIZE], blkno: u32) -> u16 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageFacts {
     /// `pd_lsn`.
-    pub lsn: u64,
+    pub lsn: Lsn,
     /// `pd_checksum`.
     pub stored: u16,
     /// `pd_upper == 0`: a new, never-initialised page, which carries no checksum.
@@ -58,7 +60,7 @@ pub struct PageFacts {
 pub fn page_facts(page: &[u8; PAGE_SIZE]) -> PageFacts {
     let hi = u32::from_le_bytes(page[0..4].try_into().expect("4"));
     let lo = u32::from_le_bytes(page[4..8].try_into().expect("4"));
-    PageFacts { lsn: (u64::from(hi) << 32) | u64::from(lo), stored: u16::from_le_bytes([page[8], page[9]]), is_new: u16::from_le_bytes([page[14], page[15]]) == 0 }
+    PageFacts { lsn: Lsn((u64::from(hi) << 32) | u64::from(lo)), stored: u16::from_le_bytes([page[8], page[9]]), is_new: u16::from_le_bytes([page[14], page[15]]) == 0 }
 }
 
 /// The verdict on one page.
@@ -81,7 +83,7 @@ pub enum Verdict {
 
 /// Check one page of a relation fork. Pages whose LSN is at or after `start_lsn` are being written
 /// while the backup runs and are not judged.
-pub fn verify_page(page: &[u8; PAGE_SIZE], blkno: u32, start_lsn: u64) -> Verdict {
+pub fn verify_page(page: &[u8; PAGE_SIZE], blkno: u32, start_lsn: Lsn) -> Verdict {
     let f = page_facts(page);
     if f.is_new {
         return Verdict::New;
@@ -122,12 +124,12 @@ mod tests {
         let c = page_checksum(&p, 7);
         p[8..10].copy_from_slice(&c.to_le_bytes());
         assert_eq!(page_checksum(&p, 7), c, "the checksum field does not feed the checksum");
-        assert_eq!(verify_page(&p, 7, u64::MAX), Verdict::Ok);
-        assert!(matches!(verify_page(&p, 8, u64::MAX), Verdict::Mismatch { .. }), "block number is mixed in");
+        assert_eq!(verify_page(&p, 7, Lsn(u64::MAX)), Verdict::Ok);
+        assert!(matches!(verify_page(&p, 8, Lsn(u64::MAX)), Verdict::Mismatch { .. }), "block number is mixed in");
         p[5000] ^= 1;
-        assert!(matches!(verify_page(&p, 7, u64::MAX), Verdict::Mismatch { .. }));
-        assert_eq!(verify_page(&p, 7, 0x1_0000_0100), Verdict::Recent, "pages written since the start are not judged");
-        assert_eq!(verify_page(&Box::new([0u8; PAGE_SIZE]), 0, u64::MAX), Verdict::New);
+        assert!(matches!(verify_page(&p, 7, Lsn(u64::MAX)), Verdict::Mismatch { .. }));
+        assert_eq!(verify_page(&p, 7, Lsn(0x1_0000_0100)), Verdict::Recent, "pages written since the start are not judged");
+        assert_eq!(verify_page(&Box::new([0u8; PAGE_SIZE]), 0, Lsn(u64::MAX)), Verdict::New);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use sheaf_core::{BackupSet, Error, ErrorKind, Result};
 
 use crate::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::facts::ClusterFacts;
+use crate::lsn::Lsn;
 use crate::server::{DatabaseInfo, RelationInfo};
 
 /// Blocks in one segment file of a relation (1 GiB of 8 KiB pages, PostgreSQL's default).
@@ -37,7 +38,7 @@ pub struct PageReport {
     /// Block number in the relation.
     pub block: u64,
     /// The page's LSN.
-    pub lsn: String,
+    pub lsn: Lsn,
     /// `ok`, `new` (all zeros, never written), `recent` (written while the backup ran, so WAL
     /// replay rewrites it; its checksum is not judged), `mismatch`, or `not checked` (the
     /// cluster has no data checksums).
@@ -205,7 +206,7 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
             f.read_at(offset, &mut page[..])?;
             report.bytes_read = f.bytes_read();
             let header = crate::checksum::page_facts(&page);
-            let verdict = match verify_page(&page, block as u32, facts.start_lsn()) {
+            let verdict = match verify_page(&page, block as u32, facts.start_lsn) {
                 _ if !facts.data_checksums => "not checked".to_string(),
                 Verdict::Ok => "ok".into(),
                 Verdict::New => "new".into(),
@@ -216,7 +217,7 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
             sheaf_core::whole::write_whole(&opts.dest.join(&name), &page[..])?;
             report.files.push(name);
             report.bytes_written = PAGE_SIZE as u64;
-            report.page = Some(PageReport { block, lsn: crate::server::format_lsn(header.lsn), checksum: verdict });
+            report.page = Some(PageReport { block, lsn: header.lsn, checksum: verdict });
         }
         None => {
             let mut buf = vec![0u8; set.stripes[0].header.transfer_size as usize];

@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use sheaf_core::{BackupSet, Error, Result};
 
-use crate::server::{parse_lsn, DatabaseInfo, Tablespace};
+use crate::lsn::Lsn;
+use crate::server::{DatabaseInfo, Tablespace};
 
 /// The `kind` of a PostgreSQL backup's source facts.
 pub const KIND: &str = "postgres";
@@ -30,11 +31,11 @@ pub struct ClusterFacts {
     /// The timeline the backup was taken on.
     pub timeline: u32,
     /// Where WAL replay starts (the checkpoint's redo point).
-    pub start_lsn: String,
+    pub start_lsn: Lsn,
     /// Where the copy is consistent.
-    pub stop_lsn: String,
+    pub stop_lsn: Lsn,
     /// The start checkpoint's own LSN, from backup_label.
-    pub checkpoint_lsn: Option<String>,
+    pub checkpoint_lsn: Option<Lsn>,
     /// First WAL segment the backup needs.
     pub start_wal_file: String,
     /// Last WAL segment it needs to be consistent.
@@ -103,11 +104,6 @@ impl ClusterFacts {
             .as_deref()
             .ok_or_else(|| Error::invalid("this backup does not record its databases and relations (made by an older sheaf): restore it, or extract files by path"))
     }
-
-    /// The start LSN as a number (`u64::MAX` when it does not parse: every page is then recent).
-    pub fn start_lsn(&self) -> u64 {
-        parse_lsn(&self.start_lsn).unwrap_or(u64::MAX)
-    }
 }
 
 #[cfg(test)]
@@ -148,9 +144,14 @@ mod tests {
         );
         assert_eq!(v["checkpoint_lsn"], serde_json::Value::Null);
         assert_eq!(serde_json::from_value::<ClusterFacts>(v).unwrap(), facts);
+        // LSNs are the strings PostgreSQL writes, as they always were.
+        let facts = ClusterFacts { start_lsn: Lsn(0x200_0028), stop_lsn: Lsn(0x1_0000_00A0), checkpoint_lsn: Some(Lsn(0x200_0060)), ..facts };
+        let v = facts.to_value();
+        assert_eq!((&v["start_lsn"], &v["stop_lsn"], &v["checkpoint_lsn"]), (&serde_json::json!("0/2000028"), &serde_json::json!("1/A0"), &serde_json::json!("0/2000060")));
+        assert_eq!(serde_json::from_value::<ClusterFacts>(v).unwrap(), facts);
         // Before sheaf recorded the catalogs: no databases, and no complaint until they are asked for.
         let old: ClusterFacts = serde_json::from_str(r#"{"kind":"postgres","system_identifier":"7","start_lsn":"0/2000028"}"#).unwrap();
         assert!(old.databases.is_none() && old.databases().is_err());
-        assert_eq!(old.start_lsn(), 0x0200_0028);
+        assert_eq!(old.start_lsn, Lsn(0x0200_0028));
     }
 }

@@ -28,7 +28,7 @@ use crate::repo::meta::RepoMeta;
 
 use crate::checksum::PAGE_SIZE;
 use crate::layout;
-use crate::server::format_lsn;
+use crate::lsn::Lsn;
 
 /// The backup an incremental or differential builds on, and what the page scan needs of it.
 #[derive(Clone, Debug)]
@@ -38,10 +38,10 @@ pub struct Parent {
     /// The parent's name in the repository (for messages and the record).
     pub name: String,
     /// Where the parent's WAL replay started: pages at or after it changed since.
-    pub start_lsn: u64,
+    pub start_lsn: Lsn,
     /// Where the parent became consistent: the current timeline must not have left the parent's
     /// before it.
-    pub stop_lsn: u64,
+    pub stop_lsn: Lsn,
     /// The parent's timeline.
     pub timeline: u32,
     /// The length of each relation main-fork file in the parent, by (root name, path).
@@ -61,7 +61,7 @@ pub struct Parent {
 
 impl Parent {
     /// The parent that the opened set `set` is; `lineage` is the new backup's.
-    pub fn new(lineage: Lineage, name: &str, start_lsn: u64, stop_lsn: u64, timeline: u32, set: &BackupSet) -> Parent {
+    pub fn new(lineage: Lineage, name: &str, start_lsn: Lsn, stop_lsn: Lsn, timeline: u32, set: &BackupSet) -> Parent {
         let m = &set.manifest;
         let files = || m.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| (m.roots[e.root as usize].name.clone(), e));
         let sizes = files().filter(|(root, e)| main_fork(root, &e.path)).map(|(root, e)| ((root, e.path.clone()), e.size)).collect();
@@ -77,13 +77,13 @@ impl Parent {
         if self.timeline == timeline {
             return None;
         }
-        let parent = format!("backup {} (timeline {}, consistent at {})", self.name, self.timeline, format_lsn(self.stop_lsn));
+        let parent = format!("backup {} (timeline {}, consistent at {})", self.name, self.timeline, self.stop_lsn);
         let Some(history) = history else {
             return Some(format!("{parent} is not on timeline {timeline}, whose history file could not be read"));
         };
         match crate::wal::parse_history(history).into_iter().find(|(tli, _)| *tli == self.timeline) {
             Some((_, switch)) if self.stop_lsn <= switch => None,
-            Some((_, switch)) => Some(format!("{parent}: timeline {timeline} branched from it at {}, before the parent was consistent", format_lsn(switch))),
+            Some((_, switch)) => Some(format!("{parent}: timeline {timeline} branched from it at {switch}, before the parent was consistent")),
             None => Some(format!("{parent} is not in the history of timeline {timeline}")),
         }
     }
@@ -96,7 +96,7 @@ fn main_fork(root: &str, rel: &str) -> bool {
 
 /// The page scan: what an incremental holds of each file, from the parent's sizes and start LSN.
 pub struct PageScan {
-    since: u64,
+    since: Lsn,
     sizes: HashMap<(String, String), u64>,
     /// Database directories made again since the parent (by root name): held whole.
     remade: HashSet<(String, String)>,
@@ -137,15 +137,15 @@ impl Changes for PageScan {
 
 /// A page changed since `since`: see the module documentation.
 struct SinceLsn {
-    since: u64,
+    since: Lsn,
     /// Whole pages the parent had of the file.
     parent_pages: u64,
 }
 
 /// A page's LSN: its first 8 bytes, the high half first.
-pub fn page_lsn(page: &[u8]) -> u64 {
+pub fn page_lsn(page: &[u8]) -> Lsn {
     let half = |at: usize| u64::from(u32::from_le_bytes(page[at..at + 4].try_into().expect("4 bytes")));
-    (half(0) << 32) | half(4)
+    Lsn((half(0) << 32) | half(4))
 }
 
 impl UnitFilter for SinceLsn {
@@ -180,8 +180,8 @@ mod tests {
 
     #[test]
     fn pages_count_as_changed_by_lsn_length_and_zeros() {
-        let f = SinceLsn { since: 0x1_0000_2000, parent_pages: 10 };
-        assert_eq!(page_lsn(&page(0x1_0000_2000, 1)), 0x1_0000_2000);
+        let f = SinceLsn { since: Lsn(0x1_0000_2000), parent_pages: 10 };
+        assert_eq!(page_lsn(&page(0x1_0000_2000, 1)), Lsn(0x1_0000_2000));
         assert!(f.changed(0, &page(0x1_0000_2000, 1)), "at the parent's start");
         assert!(f.changed(0, &page(0x2_0000_0000, 1)));
         assert!(!f.changed(0, &page(0x1_0000_1fff, 1)), "before it");
@@ -195,7 +195,7 @@ mod tests {
         let mut sizes = HashMap::new();
         sizes.insert((String::new(), "base/5/16384".to_string()), 3 * PAGE_SIZE as u64);
         sizes.insert(("pg_tblspc/16400".to_string(), "PG_18_202506291/5/16401.1".to_string()), PAGE_SIZE as u64);
-        let s = PageScan { since: 1, sizes, remade: [(String::new(), "base/6".to_string())].into_iter().collect() };
+        let s = PageScan { since: Lsn(1), sizes, remade: [(String::new(), "base/6".to_string())].into_iter().collect() };
         let mut more = s.sizes.clone();
         more.insert((String::new(), "base/6/16384".to_string()), PAGE_SIZE as u64);
         let s = PageScan { sizes: more, ..s };
@@ -212,8 +212,8 @@ mod tests {
         let p = Parent {
             lineage: Lineage { backup_type: BackupType::Incr, chain: vec![] },
             name: "b".into(),
-            start_lsn: 0x100,
-            stop_lsn: 0x3000000,
+            start_lsn: Lsn(0x100),
+            stop_lsn: Lsn(0x3000000),
             timeline: 1,
             sizes: HashMap::new(),
             versions: HashMap::new(),

@@ -13,6 +13,7 @@
 //! - [`incremental`]: the parent an incremental or differential builds on, and the page scan that
 //!   finds what changed since it.
 //! - [`layout`]: what a base backup leaves out, and which files are relation forks.
+//! - [`lsn`]: [`Lsn`], a WAL position, read and written as PostgreSQL writes it (`X/Y`).
 //! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files);
 //!   [`walread`]: WAL pages and records decoded; [`blocksum`]: what a span of WAL changed, per
 //!   relation fork; [`summarize`]: each archived segment's summary, made by wal-push and stored
@@ -32,6 +33,7 @@ pub mod extract;
 pub mod facts;
 pub mod incremental;
 pub mod layout;
+pub mod lsn;
 pub mod options;
 pub mod pitr;
 pub mod queue;
@@ -53,5 +55,6 @@ pub mod wire;
 
 pub use backup::backup_postgres;
 pub use facts::{is_postgres, ClusterFacts};
+pub use lsn::Lsn;
 pub use options::{PgBackupOptions, PgBackupReport};
 pub use restore::{restore_postgres, restore_postgres_chain, PgRestoreOptions};

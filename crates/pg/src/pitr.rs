@@ -12,12 +12,12 @@ use std::sync::Arc;
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind, Progress, RestoreReport, Result, Schemes};
 
+use crate::lsn::Lsn;
 use crate::repo::inventory::{archived, missing};
 use crate::repo::meta::RepoMeta;
 use crate::repo::paths::wal_object;
 use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord};
 use crate::restore::{restore_postgres_chain, PgRestoreOptions};
-use crate::server::{format_lsn, parse_lsn};
 use crate::wal::{archived_history, history_name, segment_name, WalFile, WalKind};
 
 /// Where recovery stops.
@@ -30,7 +30,7 @@ pub enum Target {
     /// A moment: the text as given (PostgreSQL reads it) and milliseconds since the epoch.
     Time(String, i64),
     /// An LSN.
-    Lsn(u64),
+    Lsn(Lsn),
     /// A restore point made with `pg_create_restore_point`.
     Name(String),
 }
@@ -136,14 +136,14 @@ pub fn pg_time(ms: i64) -> String {
 ///
 /// # Errors
 /// More than one target, or a value that does not parse.
-pub fn target_from(time: Option<&str>, lsn: Option<&str>, name: Option<&str>, immediate: bool) -> Result<Target> {
+pub fn target_from(time: Option<&str>, lsn: Option<Lsn>, name: Option<&str>, immediate: bool) -> Result<Target> {
     let n = usize::from(time.is_some()) + usize::from(lsn.is_some()) + usize::from(name.is_some()) + usize::from(immediate);
     if n > 1 {
         return Err(Error::invalid("give one recovery target: --target-time, --target-lsn, --target-name or --target immediate"));
     }
     Ok(match (time, lsn, name) {
         (Some(t), _, _) => Target::Time(t.to_string(), parse_time(t)?),
-        (_, Some(l), _) => Target::Lsn(parse_lsn(l).ok_or_else(|| Error::invalid(format!("--target-lsn '{l}': write an LSN as PostgreSQL shows it, e.g. 0/3000060")))?),
+        (_, Some(l), _) => Target::Lsn(l),
         (_, _, Some(n)) if n.is_empty() || n.contains('\0') => return Err(Error::invalid("--target-name: give the name given to pg_create_restore_point")),
         (_, _, Some(n)) => Target::Name(n.to_string()),
         _ if immediate => Target::Immediate,
@@ -153,7 +153,7 @@ pub fn target_from(time: Option<&str>, lsn: Option<&str>, name: Option<&str>, im
 
 /// A timeline's ancestry from its history file: `(timeline, switch LSN)` for each ancestor,
 /// oldest first; the timeline itself runs on from the last switch.
-fn ancestry(repo: &Repo, timeline: u32) -> Result<Vec<(u32, u64)>> {
+fn ancestry(repo: &Repo, timeline: u32) -> Result<Vec<(u32, Lsn)>> {
     archived_history(repo, timeline)?.ok_or_else(|| {
         Error::new(
             ErrorKind::Incomplete,
@@ -185,7 +185,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     let newest_tli = files.iter().map(|(w, _)| w.timeline).chain(records.iter().map(|r| r.timeline)).max().unwrap_or(1);
     let fits = |r: &BackupRecord| match &recovery.target {
         Target::Time(_, ms) => r.stop_ms <= *ms,
-        Target::Lsn(l) => r.stop_lsn() <= *l,
+        Target::Lsn(l) => r.stop_lsn <= *l,
         _ => true,
     };
     let timeline = match recovery.timeline.as_str() {
@@ -196,7 +196,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     };
     let history = ancestry(repo, timeline)?;
     // A backup on this timeline, or on an ancestor and consistent before the switch away from it.
-    let on_path = |r: &BackupRecord| r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn() <= *switch);
+    let on_path = |r: &BackupRecord| r.timeline == timeline || history.iter().any(|(t, switch)| *t == r.timeline && r.stop_lsn <= *switch);
     let backup = match chosen {
         Some(r) => {
             if !on_path(r) {
@@ -237,10 +237,10 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
         // The segment holding the switch is read from the next timeline (which begins in it), so
         // the old one is needed only up to the segment before; its own copy of the switch segment
         // is often archived only as .partial.
-        if let Some(last) = (switch / seg).checked_sub(1) {
+        if let Some(last) = switch.segment_number(seg).checked_sub(1) {
             path.push((*t, from, last));
         }
-        from = switch / seg;
+        from = switch.segment_number(seg);
     }
     let end_on_target = segs_on(timeline).max();
     if let Some(end) = end_on_target {
@@ -275,14 +275,14 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Opti
     }
     let archive_end = end_on_target.map(|s| segment_name(timeline, s, seg));
     // The archive's end against the target.
-    let end_lsn = end_on_target.map_or(0, |s| (s + 1) * seg);
+    let end_lsn = end_on_target.map_or(Lsn(0), |s| Lsn::at_segment(s + 1, seg)).max(backup.stop_lsn);
     match &recovery.target {
-        Target::Lsn(l) if *l > end_lsn.max(backup.stop_lsn()) => {
+        Target::Lsn(l) if *l > end_lsn => {
             return Err(Error::invalid(format!(
                 "the target LSN {} is past the end of the archive ({} ends at {}): recovery would stop short. If the server runs, SELECT pg_switch_wal() archives the current segment; or choose an earlier target",
-                format_lsn(*l),
+                l,
                 archive_end.as_deref().unwrap_or("the backup"),
-                format_lsn(end_lsn.max(backup.stop_lsn()))
+                end_lsn
             )))
         }
         Target::Time(text, ms) => {
@@ -317,7 +317,7 @@ pub struct Request {
     /// `--target-time`.
     pub time: Option<String>,
     /// `--target-lsn`.
-    pub lsn: Option<String>,
+    pub lsn: Option<Lsn>,
     /// `--target-name`.
     pub name: Option<String>,
     /// `--target immediate`.
@@ -349,7 +349,7 @@ pub fn restore(
 ) -> Result<(RestoreReport, Plan)> {
     let records = complete(repo)?;
     let chosen = request.set.as_deref().map(|id| pick(&records, id)).transpose()?;
-    let target = target_from(request.time.as_deref(), request.lsn.as_deref(), request.name.as_deref(), request.immediate)?;
+    let target = target_from(request.time.as_deref(), request.lsn, request.name.as_deref(), request.immediate)?;
     let recovery = Recovery { target, action: request.action.clone(), timeline: request.timeline.clone() };
     let plan = plan(repo, meta, &records, chosen, &recovery)?;
     // An incremental restores through its chain: every set of it opened and checked first.
@@ -385,7 +385,7 @@ pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -
         Target::Immediate => conf.push_str("recovery_target = 'immediate'\n"),
         // Normalised to UTC: the server parses it, and takes fewer spellings than sheaf does.
         Target::Time(_, ms) => conf.push_str(&format!("recovery_target_time = {}\n", lit(&pg_time(*ms)))),
-        Target::Lsn(l) => conf.push_str(&format!("recovery_target_lsn = {}\n", lit(&format_lsn(*l)))),
+        Target::Lsn(l) => conf.push_str(&format!("recovery_target_lsn = {}\n", lit(&l.to_string()))),
         Target::Name(n) => conf.push_str(&format!("recovery_target_name = {}\n", lit(n))),
     }
     if recovery.target != Target::End {
@@ -433,8 +433,8 @@ mod tests {
 
     #[test]
     fn one_target_at_most() {
-        assert!(target_from(Some("2026-11-21 10:30:45Z"), Some("0/1"), None, false).is_err());
-        assert_eq!(target_from(None, Some("1/A0"), None, false).unwrap(), Target::Lsn((1 << 32) | 0xA0));
+        assert!(target_from(Some("2026-11-21 10:30:45Z"), Some(Lsn(1)), None, false).is_err());
+        assert_eq!(target_from(None, Some(Lsn((1 << 32) | 0xA0)), None, false).unwrap(), Target::Lsn(Lsn((1 << 32) | 0xA0)));
         assert_eq!(target_from(None, None, None, false).unwrap(), Target::End);
     }
 }

@@ -40,10 +40,10 @@ use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::archive;
+use crate::lsn::Lsn;
 use crate::repo::meta::{foreign, RepoMeta};
 use crate::repo::paths;
-use crate::server::{format_lsn, parse_lsn};
-use crate::wal::{segment_name, WalFile, WalKind};
+use crate::wal::{history_name, segment_name, WalFile, WalKind};
 use crate::wire::{Copy, Replication, Row};
 
 /// How often the receiver tells the server where it stands when nothing else makes it.
@@ -81,8 +81,10 @@ pub struct ReceiveReport {
     pub already_archived: u64,
     /// Copies of the segment being received stored in the repository.
     pub partial_uploads: u64,
-    /// The last position flushed to the spool and reported to the server.
-    pub flushed: String,
+    /// The last position flushed to the spool and reported to the server (in JSON, `""` before
+    /// anything was).
+    #[serde(serialize_with = "lsn_or_empty")]
+    pub flushed: Option<Lsn>,
     /// The timeline last streamed.
     pub timeline: u32,
     /// Connections made.
@@ -91,6 +93,14 @@ pub struct ReceiveReport {
     pub histories: Vec<String>,
     /// The last failure met (the receiver then connected again).
     pub last_error: Option<String>,
+}
+
+/// An LSN as its text, none as `""`: the report's `flushed` as it has always been written.
+fn lsn_or_empty<S: serde::Serializer>(lsn: &Option<Lsn>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match lsn {
+        Some(l) => l.serialize(s),
+        None => s.serialize_str(""),
+    }
 }
 
 /// Where the receiver's messages go (it never prints by itself).
@@ -107,8 +117,8 @@ struct State {
     /// The segment being received: its spool file, its name, and its flushed bytes (the
     /// position in it up to which it is on disk).
     partial: Option<(PathBuf, String)>,
-    /// Flushed WAL position (absolute).
-    flushed: u64,
+    /// Flushed WAL position.
+    flushed: Lsn,
     /// Bumped whenever the partial has more on disk.
     version: u64,
     /// Set once the receiver is done: the uploader stores what is left and ends.
@@ -245,8 +255,8 @@ fn cell<'a>(rows: &'a [Row], col: usize, what: &str) -> Result<Option<&'a str>> 
     Ok(row.get(col).ok_or_else(|| Error::corrupt(format!("{what} answered too few columns")))?.as_deref())
 }
 
-fn lsn_cell(rows: &[Row], col: usize, what: &str) -> Result<Option<u64>> {
-    cell(rows, col, what)?.map(|t| parse_lsn(t).ok_or_else(|| Error::corrupt(format!("{what}: '{t}' is not an LSN")))).transpose()
+fn lsn_cell(rows: &[Row], col: usize, what: &str) -> Result<Option<Lsn>> {
+    cell(rows, col, what)?.map(|t| t.parse().map_err(|_| Error::corrupt(format!("{what}: '{t}' is not an LSN")))).transpose()
 }
 
 /// The segment a spool's partial file holds, if it has one: (timeline, segment number).
@@ -280,7 +290,7 @@ fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOp
         }
     }
     let server_tli: u32 = cell(&id, 1, "IDENTIFY_SYSTEM")?.and_then(|t| t.parse().ok()).unwrap_or(1);
-    let server_pos = lsn_cell(&id, 2, "IDENTIFY_SYSTEM")?.unwrap_or(0);
+    let server_pos = lsn_cell(&id, 2, "IDENTIFY_SYSTEM")?.unwrap_or_default();
     let slot = c.query(&format!("READ_REPLICATION_SLOT {}", opts.slot))?;
     let restart = match cell(&slot, 0, "READ_REPLICATION_SLOT")? {
         None => {
@@ -294,30 +304,31 @@ fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOp
         Some("physical") => {
             let lsn = lsn_cell(&slot, 1, "READ_REPLICATION_SLOT")?;
             let tli: Option<u32> = cell(&slot, 2, "READ_REPLICATION_SLOT")?.and_then(|t| t.parse().ok());
-            lsn.filter(|&l| l > 0).map(|l| (tli.unwrap_or(server_tli), l))
+            lsn.filter(|&l| l > Lsn(0)).map(|l| (tli.unwrap_or(server_tli), l))
         }
         Some(other) => return Err(Error::invalid(format!("replication slot {} is a {other} slot: wal-receive needs a physical one (give another --slot)", opts.slot))),
     };
     let (mut tli, mut start) = match spool_partial(&opts.spool, seg) {
-        Some((t, segno, _)) => (t, segno * seg),
+        Some((t, segno, _)) => (t, Lsn::at_segment(segno, seg)),
         None => match restart {
-            Some((t, lsn)) => (t, lsn - lsn % seg),
+            Some((t, lsn)) => (t, lsn.segment_start(seg)),
             None => {
-                events(&format!("streaming from {}, the server's position now: WAL before it reaches the repository through wal-push", format_lsn(server_pos - server_pos % seg)));
-                (server_tli, server_pos - server_pos % seg)
+                let from = server_pos.segment_start(seg);
+                events(&format!("streaming from {from}, the server's position now: WAL before it reaches the repository through wal-push"));
+                (server_tli, from)
             }
         },
     };
     // A connection that starts on a later timeline (the server was promoted while we were away)
     // stores that timeline's history file first, if a repository lacks it (or cannot say): a
     // restore follows the timelines through them.
-    let history = crate::repo::paths::wal_object(&format!("{tli:08X}.history"));
+    let history = crate::repo::paths::wal_object(&history_name(tli));
     if tli > 1 && !repos.iter().all(|(r, _)| r.exists(&history).unwrap_or(false)) {
         store_history(&mut c, opts, shared, tli)?;
     }
     loop {
         shared.report().timeline = tli;
-        c.start_copy(&format!("START_REPLICATION SLOT {} PHYSICAL {} TIMELINE {tli}", opts.slot, format_lsn(start)))?;
+        c.start_copy(&format!("START_REPLICATION SLOT {} PHYSICAL {start} TIMELINE {tli}", opts.slot))?;
         let Some((next, at, left)) = stream(&mut c, opts, shared, tli, start, seg)? else { return Ok(()) };
         // The timeline ended. Its last segment never completes: its streamed copy is stored, and
         // the spool lets it go (the next timeline's first segment holds the same bytes up to the
@@ -349,9 +360,9 @@ fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOp
         }
         // Then the timeline's history file, and the next timeline from its first segment.
         store_history(&mut c, opts, shared, next)?;
-        events(&format!("timeline {tli} ended; streaming timeline {next} from {}", format_lsn(at)));
+        events(&format!("timeline {tli} ended; streaming timeline {next} from {at}"));
         tli = next;
-        start = at - at % seg;
+        start = at.segment_start(seg);
     }
 }
 
@@ -376,12 +387,12 @@ fn put_streamed(repo: &Repo, path: &Path, name: &str, opts: &ReceiveOptions) -> 
 }
 
 /// A standby status update: written, flushed (and applied: never, as pg_receivewal says).
-fn status(c: &mut Replication, written: u64, flushed: u64) -> Result<()> {
+fn status(c: &mut Replication, written: Lsn, flushed: Lsn) -> Result<()> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64) - 946_684_800_000_000;
     let mut m = Vec::with_capacity(34);
     m.push(b'r');
-    m.extend_from_slice(&written.to_be_bytes());
-    m.extend_from_slice(&flushed.to_be_bytes());
+    m.extend_from_slice(&written.0.to_be_bytes());
+    m.extend_from_slice(&flushed.0.to_be_bytes());
     m.extend_from_slice(&0u64.to_be_bytes());
     m.extend_from_slice(&now.to_be_bytes());
     m.push(0);
@@ -402,11 +413,11 @@ fn be64(b: &[u8]) -> u64 {
 
 /// What streaming a timeline to its end leaves: the next timeline, where it starts, and the
 /// timeline's last segment, synced and never to complete.
-type TimelineEnd = (u32, u64, Option<Open>);
+type TimelineEnd = (u32, Lsn, Option<Open>);
 
 /// Stream timeline `tli` from `start` (a segment's start) until stopped (`None`) or the timeline
 /// ends.
-fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32, start: u64, seg: u64) -> Result<Option<TimelineEnd>> {
+fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32, start: Lsn, seg: u64) -> Result<Option<TimelineEnd>> {
     let mut open: Option<Open> = None;
     let (mut written, mut flushed) = (start, start);
     let mut last_status = Instant::now();
@@ -435,15 +446,15 @@ fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32,
             }
             Some(Copy::Data(d)) => match d.first() {
                 Some(b'w') if d.len() >= 25 => {
-                    let at = be64(&d[1..]);
+                    let at = Lsn(be64(&d[1..]));
                     let data = &d[25..];
                     if at > written {
-                        return Err(Error::corrupt(format!("the server sent WAL from {} where {} was next: a gap", format_lsn(at), format_lsn(written))));
+                        return Err(Error::corrupt(format!("the server sent WAL from {at} where {written} was next: a gap")));
                     }
                     let mut pos = at;
                     let mut rest = data;
                     while !rest.is_empty() {
-                        let segno = pos / seg;
+                        let segno = pos.segment_number(seg);
                         if open.as_ref().is_none_or(|o| o.segno != segno) {
                             if let Some(o) = open.take() {
                                 complete(o, shared)?;
@@ -451,12 +462,12 @@ fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32,
                             open = Some(open_segment(&opts.spool, tli, segno, seg, shared)?);
                         }
                         let o = open.as_ref().expect("just opened");
-                        let off = pos % seg;
+                        let off = pos.segment_offset(seg);
                         let n = rest.len().min((seg - off) as usize);
                         o.file.write_all_at(&rest[..n], off).map_err(|e| io("cannot write", &o.path, e))?;
                         pos += n as u64;
                         rest = &rest[n..];
-                        if pos % seg == 0 {
+                        if pos.segment_offset(seg) == 0 {
                             let o = open.take().expect("open");
                             complete(o, shared)?;
                         }
@@ -494,7 +505,7 @@ fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32,
 
 /// Everything written up to `written` on disk: the segment being written synced (those before
 /// it were when they completed); the new flush position, shared with the uploader.
-fn flush(open: Option<&Open>, shared: &Shared, written: u64) -> Result<u64> {
+fn flush(open: Option<&Open>, shared: &Shared, written: Lsn) -> Result<Lsn> {
     if let Some(o) = open {
         o.file.sync_data().map_err(|e| Error::io(ErrorKind::Io, format!("cannot sync {}", o.path.display()), e))?;
     }
@@ -505,7 +516,7 @@ fn flush(open: Option<&Open>, shared: &Shared, written: u64) -> Result<u64> {
             st.version += 1;
         }
     }
-    shared.report().flushed = format_lsn(written);
+    shared.report().flushed = Some(written);
     Ok(written)
 }
 
@@ -688,6 +699,14 @@ pub fn fetch_streamed(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_says_flushed_as_before() {
+        let none = serde_json::to_value(ReceiveReport::default()).unwrap();
+        assert_eq!(none["flushed"], "", "nothing flushed yet");
+        let some = serde_json::to_value(ReceiveReport { flushed: Some(Lsn(0x1_0300_0000)), ..Default::default() }).unwrap();
+        assert_eq!(some["flushed"], "1/3000000");
+    }
 
     #[test]
     fn streamed_copies_live_beside_the_archived_segments() {

@@ -6,6 +6,8 @@ use postgres::error::SqlState;
 use postgres::Client;
 use sheaf_core::{Error, ErrorKind, Result};
 
+use crate::lsn::Lsn;
+
 /// Whether `text` names a PostgreSQL server (a `postgres://` or `postgresql://` URL) rather than a
 /// path: how every command tells a running cluster from a directory.
 pub fn is_url(text: &str) -> bool {
@@ -141,35 +143,24 @@ pub struct RelationInfo {
 #[derive(Clone, Copy, Debug)]
 pub struct Start {
     /// The redo point: where WAL replay starts.
-    pub lsn: u64,
+    pub lsn: Lsn,
     /// Its timeline.
     pub timeline: u32,
     /// The start checkpoint's own record.
-    pub checkpoint: u64,
+    pub checkpoint: Lsn,
 }
 
 /// What `pg_backup_stop` returns.
 #[derive(Clone, Debug)]
 pub struct StopInfo {
     /// The LSN at which the backup ends.
-    pub lsn: u64,
+    pub lsn: Lsn,
     /// The backup_label file's content.
     pub backup_label: String,
     /// The tablespace_map file's content (empty without tablespaces).
     pub tablespace_map: String,
     /// The timeline of the stop LSN: on a standby, its minimum recovery point's.
     pub timeline: u32,
-}
-
-/// Parse `X/Y` into a 64-bit LSN.
-pub fn parse_lsn(text: &str) -> Option<u64> {
-    let (hi, lo) = text.trim().split_once('/')?;
-    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
-}
-
-/// Format a 64-bit LSN as `X/Y`.
-pub fn format_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
 }
 
 /// Whether a server's error may pass on a second try, by its SQLSTATE: the connection's class
@@ -258,7 +249,7 @@ pub struct Archiver {
     /// When, seconds since the epoch (0: never).
     pub last_failed_time: i64,
     /// The server's WAL position now (written on a primary, replayed on a standby).
-    pub lsn: u64,
+    pub lsn: Lsn,
     /// Its timeline (of the last checkpoint).
     pub timeline: u32,
     /// The cluster's system identifier.
@@ -518,7 +509,7 @@ impl Server {
     pub fn backup_start(&mut self, label: &str, fast: bool) -> Result<Start> {
         let r = self.client.query_one("SELECT pg_backup_start($1, $2)::text", &[&label, &fast]).map_err(|e| self.refused("pg_backup_start", e, false))?;
         let lsn: String = r.get(0);
-        let lsn = parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?;
+        let lsn = lsn.parse().map_err(|_| Error::corrupt(format!("server returned LSN '{lsn}'")))?;
         // The checkpoint (or restartpoint) pg_backup_start waited for is the control file's now:
         // its timeline is the start's (backup_label confirms it at the stop).
         let (timeline, checkpoint) = self.checkpoint()?;
@@ -559,10 +550,10 @@ impl Server {
 
     /// The control file's last checkpoint (a restartpoint on a standby): its timeline and its
     /// record's LSN.
-    fn checkpoint(&mut self) -> Result<(u32, u64)> {
+    fn checkpoint(&mut self) -> Result<(u32, Lsn)> {
         let r = self.one("reading the last checkpoint", "SELECT timeline_id::int8, checkpoint_lsn::text FROM pg_control_checkpoint()")?;
         let at: String = r.get(1);
-        Ok((r.get::<_, i64>(0) as u32, parse_lsn(&at).unwrap_or(0)))
+        Ok((r.get::<_, i64>(0) as u32, at.parse().unwrap_or_default()))
     }
 
     /// `CHECKPOINT` (on a standby, a restartpoint at the last checkpoint record it replayed, which
@@ -570,7 +561,7 @@ impl Server {
     ///
     /// # Errors
     /// A role that may not checkpoint, naming the grant.
-    pub fn restartpoint(&mut self) -> Result<u64> {
+    pub fn restartpoint(&mut self) -> Result<Lsn> {
         self.client.batch_execute("CHECKPOINT").map_err(|e| {
             if e.as_db_error().is_some_and(|d| *d.code() == SqlState::INSUFFICIENT_PRIVILEGE) {
                 Error::invalid(format!(
@@ -583,7 +574,7 @@ impl Server {
         })?;
         let r = self.one("reading the last checkpoint", "SELECT redo_lsn::text FROM pg_control_checkpoint()")?;
         let redo: String = r.get(0);
-        Ok(parse_lsn(&redo).unwrap_or(0))
+        Ok(redo.parse().unwrap_or_default())
     }
 
     /// `pg_backup_stop(false)`: end the backup (without waiting for archiving, since sheaf copies
@@ -605,7 +596,7 @@ impl Server {
         } else {
             start_timeline
         };
-        Ok(StopInfo { lsn: parse_lsn(&lsn).ok_or_else(|| Error::corrupt(format!("server returned LSN '{lsn}'")))?, backup_label: r.get(1), tablespace_map: r.get(2), timeline })
+        Ok(StopInfo { lsn: lsn.parse().map_err(|_| Error::corrupt(format!("server returned LSN '{lsn}'")))?, backup_label: r.get(1), tablespace_map: r.get(2), timeline })
     }
 
     /// Whether WAL is on disk past `lsn`: flushed on a primary; received (or, on a standby fed
@@ -613,8 +604,8 @@ impl Server {
     ///
     /// # Errors
     /// A database error.
-    pub fn wal_reached(&mut self, lsn: u64) -> Result<bool> {
-        let l = format_lsn(lsn);
+    pub fn wal_reached(&mut self, lsn: Lsn) -> Result<bool> {
+        let l = lsn.to_string();
         let r = self
             .client
             .query_one(
@@ -631,10 +622,10 @@ impl Server {
     ///
     /// # Errors
     /// A database error.
-    pub fn standby_position(&mut self) -> Result<(bool, u64, Option<u64>)> {
+    pub fn standby_position(&mut self) -> Result<(bool, Lsn, Option<Lsn>)> {
         let r = self.one("reading the standby's position", "SELECT pg_is_in_recovery(), coalesce(pg_last_wal_replay_lsn(), '0/0')::text, pg_last_wal_receive_lsn()::text")?;
         let (recovering, replay, received): (bool, String, Option<String>) = (r.get(0), r.get(1), r.get(2));
-        Ok((recovering, parse_lsn(&replay).unwrap_or(0), received.as_deref().and_then(parse_lsn)))
+        Ok((recovering, replay.parse().unwrap_or_default(), received.and_then(|r| r.parse().ok())))
     }
 
     /// Ask a primary to finish its current WAL segment (`pg_switch_wal`), so that the archiver
@@ -682,7 +673,7 @@ impl Server {
             failed_count: r.get(7),
             last_failed_wal: r.get(8),
             last_failed_time: r.get(9),
-            lsn: parse_lsn(&r.get::<_, String>(10)).unwrap_or(0),
+            lsn: r.get::<_, String>(10).parse().unwrap_or_default(),
             timeline: u32::try_from(r.get::<_, i64>(11)).unwrap_or(0),
             system_identifier: r.get(12),
         })
@@ -719,14 +710,6 @@ impl Server {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lsn_round_trip() {
-        assert_eq!(parse_lsn("0/16B3748"), Some(0x16B3748));
-        assert_eq!(parse_lsn("1A/0"), Some(0x1A_0000_0000));
-        assert_eq!(format_lsn(0x1A_0000_0010), "1A/10");
-        assert_eq!(parse_lsn("nope"), None);
-    }
 
     #[test]
     fn redaction() {

@@ -218,7 +218,7 @@ fn branched_from(repo: &Repo, timeline: u32, segno: u64, seg: u64) -> Result<Opt
         return Ok(None);
     }
     let Some(&(parent, switch)) = crate::wal::archived_history(repo, timeline)?.as_deref().and_then(<[_]>::last) else { return Ok(None) };
-    if switch / seg != segno {
+    if switch.segment_number(seg) != segno {
         return Ok(None);
     }
     Ok(read_summary(repo, &segment_name(parent, segno - 1, seg))?.map(|p| (parent, p.end)))

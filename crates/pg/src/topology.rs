@@ -26,8 +26,9 @@ use sheaf_core::repo::Repo;
 use sheaf_core::source::Files;
 use sheaf_core::{Error, ErrorKind, Progress, Result};
 
+use crate::lsn::Lsn;
 use crate::repo::meta::RepoMeta;
-use crate::server::{format_lsn, redact, Server, ServerFacts, Start};
+use crate::server::{redact, Server, ServerFacts, Start};
 
 /// How long a backup waits, by default, for WAL to reach the archive or a standby to replay.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
@@ -179,25 +180,20 @@ impl Sides {
             if replay > start.checkpoint && standby.restartpoint()? >= start.lsn {
                 return Ok(());
             }
-            let at = format!("it has replayed to {}{}", format_lsn(replay), received.map(|r| format!(" and received to {}", format_lsn(r))).unwrap_or_default());
+            let at = format!("it has replayed to {replay}{}", received.map(|r| format!(" and received to {r}")).unwrap_or_default());
             if t0.elapsed() >= wait {
                 return Err(Error::new(
                     ErrorKind::Source,
                     format!(
                         "standby {} did not replay the backup's start checkpoint {} within {} s ({at}): it lags behind the primary or cannot reach its WAL (see pg_stat_wal_receiver there, and its primary_conninfo and restore_command); wait longer with --wal-timeout, or back up without --standby",
                         standby.url(),
-                        format_lsn(start.checkpoint),
+                        start.checkpoint,
                         wait.as_secs()
                     ),
                 ));
             }
             if !said && t0.elapsed() >= Duration::from_secs(2) {
-                progress.note(&format!(
-                    "waiting up to {} s for standby {} to replay the backup's start checkpoint {} ({at})",
-                    wait.as_secs(),
-                    standby.url(),
-                    format_lsn(start.checkpoint)
-                ));
+                progress.note(&format!("waiting up to {} s for standby {} to replay the backup's start checkpoint {} ({at})", wait.as_secs(), standby.url(), start.checkpoint));
                 said = true;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -209,7 +205,7 @@ impl Sides {
     ///
     /// # Errors
     /// Not there within `wait`.
-    pub fn wait_for_wal(&mut self, lsn: u64, wait: Duration) -> Result<()> {
+    pub fn wait_for_wal(&mut self, lsn: Lsn, wait: Duration) -> Result<()> {
         let (server, _) = self.reader();
         let deadline = Instant::now() + wait;
         loop {
@@ -222,7 +218,7 @@ impl Sides {
                     format!(
                         "{} has not got WAL past the backup's end ({}) within {} s: a standby lags behind the primary or cannot reach it; wait longer with --wal-timeout",
                         server.url(),
-                        format_lsn(lsn),
+                        lsn,
                         wait.as_secs()
                     ),
                 ));

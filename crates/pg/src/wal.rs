@@ -8,6 +8,8 @@ use std::path::Path;
 
 use sheaf_core::{Error, Result};
 
+use crate::lsn::Lsn;
+
 /// What kind of file PostgreSQL archives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -85,9 +87,9 @@ pub fn segment_name(timeline: u32, segno: u64, seg_size: u64) -> String {
 /// The name of the segment holding the WAL byte at `lsn` on `timeline`; with `ending`, of the byte
 /// before it, as `pg_walfile_name` names the segment of a stop LSN (a record that ends exactly at
 /// a segment's end lies in that segment, not the next).
-pub fn segment_holding(timeline: u32, lsn: u64, seg_size: u64, ending: bool) -> String {
+pub fn segment_holding(timeline: u32, lsn: Lsn, seg_size: u64, ending: bool) -> String {
     let byte = if ending { lsn.saturating_sub(1) } else { lsn };
-    segment_name(timeline, byte / seg_size.max(1), seg_size)
+    segment_name(timeline, byte.segment_number(seg_size.max(1)), seg_size)
 }
 
 /// A timeline's history file name, `TTTTTTTT.history`.
@@ -97,12 +99,12 @@ pub fn history_name(timeline: u32) -> String {
 
 /// A timeline history file's lines, `parent-timeline switch-LSN reason`, as (timeline, the LSN
 /// where the next timeline left it), oldest first: the ancestry of the file's timeline.
-pub fn parse_history(text: &str) -> Vec<(u32, u64)> {
+pub fn parse_history(text: &str) -> Vec<(u32, Lsn)> {
     text.lines()
         .filter(|l| !l.trim_start().starts_with('#'))
         .filter_map(|l| {
             let mut f = l.split_whitespace();
-            Some((f.next()?.parse().ok()?, crate::server::parse_lsn(f.next()?)?))
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
         })
         .collect()
 }
@@ -112,7 +114,7 @@ pub fn parse_history(text: &str) -> Vec<(u32, u64)> {
 ///
 /// # Errors
 /// The store's errors, a damaged file.
-pub fn archived_history(repo: &sheaf_core::repo::Repo, timeline: u32) -> Result<Option<Vec<(u32, u64)>>> {
+pub fn archived_history(repo: &sheaf_core::repo::Repo, timeline: u32) -> Result<Option<Vec<(u32, Lsn)>>> {
     if timeline <= 1 {
         return Ok(Some(Vec::new()));
     }
@@ -171,13 +173,19 @@ mod tests {
             assert!(WalFile::parse(bad, seg).is_none(), "{bad}");
         }
         assert_eq!(history_name(3), "00000003.history");
-        assert_eq!(segment_holding(1, 0x0300_0028, seg, false), "000000010000000000000003");
-        assert_eq!(segment_holding(2, 0x0400_0000, seg, true), "000000020000000000000003");
-        assert_eq!(segment_holding(2, 0x0400_0000, seg, false), "000000020000000000000004");
-        assert_eq!(segment_holding(1, 0x1_0000_0010, seg, true), "000000010000000100000000");
+        assert_eq!(segment_holding(1, Lsn(0x0300_0028), seg, false), "000000010000000000000003");
+        assert_eq!(segment_holding(2, Lsn(0x0400_0000), seg, true), "000000020000000000000003");
+        assert_eq!(segment_holding(2, Lsn(0x0400_0000), seg, false), "000000020000000000000004");
+        assert_eq!(segment_holding(1, Lsn(0x1_0000_0010), seg, true), "000000010000000100000000");
         assert!(is_segment_name("0000000200000001000000FF"));
         assert!(!is_segment_name("00000002.history") && !is_segment_name("0000000200000001000000ff"));
         assert_eq!(timeline_of("0000000A00000001000000FF"), 10);
+    }
+
+    #[test]
+    fn history_files_read_as_postgres_writes_them() {
+        let text = "1\t0/5000000\tno recovery target specified\n\n# a comment\n2\t1/A0\tbefore 2026-11-24 10:00:00+00\n3\tnot-an-lsn\tx\n";
+        assert_eq!(parse_history(text), [(1, Lsn(0x500_0000)), (2, Lsn(0x1_0000_00A0))]);
     }
 
     #[test]

@@ -18,8 +18,8 @@ use crate::incremental::{page_lsn, PageScan, Parent};
 use crate::blocksum::{BlockSummary, MAIN};
 use crate::checksum::PAGE_SIZE;
 use crate::layout::{self, BLOCKS_PER_SEGMENT};
+use crate::lsn::Lsn;
 use crate::repo::meta::RepoMeta;
-use crate::server::format_lsn;
 use crate::summarize::{read_summary, summarize_from};
 use crate::wal::segment_name;
 use crate::walread::Locator;
@@ -33,18 +33,18 @@ const GLOBAL_TABLESPACE: u32 = 1664;
 /// timeline before the last, the segments wholly before the one it was left in; the next
 /// timeline's first segment holds the rest (PostgreSQL copies the old WAL up to the branch into
 /// it), and its summary starts where the old timeline's previous segment's ends.
-fn segments(first: u32, last: u32, from: u64, to: u64, history: &[(u32, u64)], seg: u64) -> Vec<(u32, u64)> {
+fn segments(first: u32, last: u32, from: Lsn, to: Lsn, history: &[(u32, Lsn)], seg: u64) -> Vec<(u32, u64)> {
     let mut out = Vec::new();
-    let mut at = from / seg;
+    let mut at = from.segment_number(seg);
     if first != last {
         for &(timeline, left_at) in history.iter().filter(|(t, _)| *t >= first && *t < last) {
-            while at < left_at / seg {
+            while at < left_at.segment_number(seg) {
                 out.push((timeline, at));
                 at += 1;
             }
         }
     }
-    while at <= to.saturating_sub(1) / seg {
+    while at <= to.saturating_sub(1).segment_number(seg) {
         out.push((last, at));
         at += 1;
     }
@@ -64,8 +64,8 @@ fn segments(first: u32, last: u32, from: u64, to: u64, history: &[(u32, u64)], s
 pub fn changes_since(
     repo: &Repo,
     meta: &RepoMeta,
-    (parent_timeline, from): (u32, u64),
-    (timeline, to): (u32, u64),
+    (parent_timeline, from): (u32, Lsn),
+    (timeline, to): (u32, Lsn),
     history: Option<&str>,
     pg_wal: &LocalWal<'_>,
 ) -> Result<std::result::Result<BlockSummary, String>> {
@@ -103,8 +103,9 @@ pub fn changes_since(
         }
         prev_timeline = timeline;
     }
-    if merged.start > from || merged.end < to {
-        return Ok(Err(format!("the WAL summaries cover {} .. {}, not all of {} .. {}", format_lsn(merged.start), format_lsn(merged.end), format_lsn(from), format_lsn(to))));
+    let (start, end) = (Lsn(merged.start), Lsn(merged.end));
+    if start > from || end < to {
+        return Ok(Err(format!("the WAL summaries cover {start} .. {end}, not all of {from} .. {to}")));
     }
     if merged.minimal {
         return Ok(Err("WAL was written at wal_level = minimal since the parent: changes may be missing from it".into()));
@@ -138,7 +139,7 @@ pub type Misses = Arc<Mutex<Vec<String>>>;
 /// followed from the parent's timeline through it.
 pub fn choose_changes(
     parent: &Parent,
-    (timeline, start): (u32, u64),
+    (timeline, start): (u32, Lsn),
     history: Option<&str>,
     pg_wal: &LocalWal<'_>,
     roots: &[(String, PathBuf)],
@@ -158,7 +159,7 @@ pub fn choose_changes(
                     return Ok((Arc::new(checked), format!("page scan, checked against the WAL summaries ({named} blocks named)"), Some(misses)));
                 }
                 let across = if parent.timeline == timeline { String::new() } else { format!(" (timelines {} to {timeline})", parent.timeline) };
-                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {}{across}", format_lsn(parent.start_lsn), format_lsn(start)), None));
+                return Ok((Arc::new(wal), format!("WAL summaries: {named} blocks named from {} to {start}{across}", parent.start_lsn), None));
             }
             Err(why) => why,
         },
@@ -290,7 +291,7 @@ impl UnitFilter for CheckedFilter {
             if !self.wal.iter().any(|r| r.start <= at && at < r.end) {
                 let mut m = self.misses.lock().unwrap_or_else(|p| p.into_inner());
                 if m.len() < 100 {
-                    m.push(format!("{} block {n} (page LSN {})", self.file, format_lsn(page_lsn(data))));
+                    m.push(format!("{} block {n} (page LSN {})", self.file, page_lsn(data)));
                 }
             }
         }
@@ -342,14 +343,14 @@ mod tests {
     fn segments_follow_the_timelines_through_the_history() {
         let seg = 16 << 20;
         // One timeline: the segments from the one holding `from` to the one holding `to - 1`.
-        assert_eq!(segments(1, 1, 3 * seg + 40, 5 * seg, &[], seg), [(1, 3), (1, 4)]);
+        assert_eq!(segments(1, 1, Lsn(3 * seg + 40), Lsn(5 * seg), &[], seg), [(1, 3), (1, 4)]);
         // Timeline 1 left for 2 inside segment 6, 2 left for 3 at the start of segment 9: 1's
         // segments before 6, then 2's from 6 (its copy of 1's WAL up to the branch), then 3's.
-        let history = [(1, 6 * seg + 0x1000), (2, 9 * seg)];
-        assert_eq!(segments(1, 3, 4 * seg, 10 * seg + 1, &history, seg), [(1, 4), (1, 5), (2, 6), (2, 7), (2, 8), (3, 9), (3, 10)]);
+        let history = [(1, Lsn(6 * seg + 0x1000)), (2, Lsn(9 * seg))];
+        assert_eq!(segments(1, 3, Lsn(4 * seg), Lsn(10 * seg + 1), &history, seg), [(1, 4), (1, 5), (2, 6), (2, 7), (2, 8), (3, 9), (3, 10)]);
         // A parent on 2 skips 1's part of the history; one in the branch's segment starts on 2.
-        assert_eq!(segments(2, 3, 7 * seg, 9 * seg + 1, &history, seg), [(2, 7), (2, 8), (3, 9)]);
-        assert_eq!(segments(1, 2, 6 * seg + 8, 7 * seg, &history[..1], seg), [(2, 6)]);
+        assert_eq!(segments(2, 3, Lsn(7 * seg), Lsn(9 * seg + 1), &history, seg), [(2, 7), (2, 8), (3, 9)]);
+        assert_eq!(segments(1, 2, Lsn(6 * seg + 8), Lsn(7 * seg), &history[..1], seg), [(2, 6)]);
     }
 
     #[test]

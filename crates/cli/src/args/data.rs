@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use sheaf_pg::Lsn;
 
 use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
 
@@ -268,7 +269,7 @@ pub struct RecoveryArgs {
     pub target_time: Option<String>,
     /// Recover to this LSN, e.g. 0/3000060.
     #[arg(long, value_name = "LSN")]
-    pub target_lsn: Option<String>,
+    pub target_lsn: Option<Lsn>,
     /// Recover to a restore point made with pg_create_restore_point('NAME').
     #[arg(long, value_name = "NAME")]
     pub target_name: Option<String>,

@@ -101,7 +101,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
     let request = sheaf_pg::pitr::Request {
         set: r.set.clone(),
         time: r.target_time.clone(),
-        lsn: r.target_lsn.clone(),
+        lsn: r.target_lsn,
         name: r.target_name.clone(),
         immediate: r.target.is_some(),
         action: r.target_action.as_pg().to_string(),

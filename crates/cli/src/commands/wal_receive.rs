@@ -43,7 +43,7 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
         eprintln!(
             "sheaf: received {} bytes of WAL up to {} on timeline {}; {} segment(s) stored ({} archived by wal-push already), the last one received copied {} time(s)",
             r.bytes,
-            if r.flushed.is_empty() { "-" } else { &r.flushed },
+            r.flushed.map_or_else(|| "-".to_string(), |l| l.to_string()),
             r.timeline,
             r.segments.len(),
             r.already_archived,

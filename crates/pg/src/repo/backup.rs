@@ -11,7 +11,6 @@ use super::paths;
 use super::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord};
 use crate::backup::{backup_postgres, PgBackupOptions, PgBackupReport};
 use crate::incremental::{may_build_on, Parent};
-use crate::server::parse_lsn;
 use sheaf_core::manifest::BackupType;
 use sheaf_core::{Lineage, Schemes};
 
@@ -67,8 +66,7 @@ pub fn backup_to_repo(
             let chain = chain_of(&records, p)?;
             let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
             let lineage = Lineage { backup_type, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
-            let start = parse_lsn(&p.start_lsn).ok_or_else(|| Error::corrupt(format!("backup {}'s record: start LSN '{}' does not parse", p.id, p.start_lsn)))?;
-            let mut parent = Parent::new(lineage, &p.id, start, p.stop_lsn(), p.timeline, &set);
+            let mut parent = Parent::new(lineage, &p.id, p.start_lsn, p.stop_lsn, p.timeline, &set);
             parent.summaries = Some((repo.clone(), meta.clone()));
             parent.check_changes = check_changes;
             parent.page_scan = page_scan;
@@ -116,8 +114,8 @@ pub fn backup_to_repo(
             start_unix,
             stop_unix,
             stop_ms,
-            start_lsn: f.start_lsn.clone(),
-            stop_lsn: f.stop_lsn.clone(),
+            start_lsn: f.start_lsn,
+            stop_lsn: f.stop_lsn,
             timeline: f.timeline,
             start_wal: f.start_wal_file.clone(),
             stop_wal: f.stop_wal_file.clone(),

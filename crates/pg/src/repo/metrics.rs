@@ -12,6 +12,7 @@ use sheaf_core::manifest::BackupType;
 use super::inventory::Inventory;
 use super::meta::RepoMeta;
 use super::records::Found;
+use crate::lsn::Lsn;
 use crate::wal::WalKind;
 
 /// One metric family: its samples, each with its labels.
@@ -49,7 +50,7 @@ impl Metric {
 #[derive(Clone, Copy, Debug)]
 pub struct ServerPosition {
     /// Written WAL position.
-    pub lsn: u64,
+    pub lsn: Lsn,
     /// Timeline.
     pub timeline: u32,
 }
@@ -100,10 +101,11 @@ pub fn repository(repo: &str, meta: &RepoMeta, inv: &Inventory, now: i64, server
     if let Some(s) = server {
         // The WAL written past the end of the newest segment archived on the server's timeline.
         let seg = meta.wal_segment_size;
-        let archived_end = inv.files.iter().filter(|(w, _)| w.kind == WalKind::Segment && w.timeline == s.timeline).map(|(w, _)| (w.segno + 1) * seg).max().unwrap_or(0);
+        let archived_end =
+            inv.files.iter().filter(|(w, _)| w.kind == WalKind::Segment && w.timeline == s.timeline).map(|(w, _)| Lsn::at_segment(w.segno + 1, seg)).max().unwrap_or_default();
         out.push(
             Metric::gauge("sheaf_wal_archive_lag_bytes", "WAL the server has written past the end of the newest segment archived on its timeline.")
-                .with(vec![r()], s.lsn.saturating_sub(archived_end) as f64),
+                .with(vec![r()], s.lsn.bytes_since(archived_end) as f64),
         );
     }
     out.push(Metric::gauge("sheaf_wal_gaps", "Gaps in the archived WAL (recovery cannot cross one).").with(vec![r()], inv.gaps.len() as f64));

@@ -8,7 +8,7 @@ use sheaf_core::repo::Repo;
 use sheaf_core::{BackupSet, Error, ErrorKind, Location, Result, Schemes};
 
 use super::paths;
-use crate::server::parse_lsn;
+use crate::lsn::Lsn;
 
 /// A finished backup in the repository (`backups/ID.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -31,9 +31,9 @@ pub struct BackupRecord {
     /// after it is consistent with this backup.
     pub stop_ms: i64,
     /// Where WAL replay starts (the checkpoint's redo point) and where the copy is consistent.
-    pub start_lsn: String,
+    pub start_lsn: Lsn,
     /// See `start_lsn`.
-    pub stop_lsn: String,
+    pub stop_lsn: Lsn,
     /// Timeline it was taken on.
     pub timeline: u32,
     /// First WAL segment it needs.
@@ -71,10 +71,6 @@ pub struct BackupRecord {
 }
 
 impl BackupRecord {
-    /// Where it is consistent.
-    pub fn stop_lsn(&self) -> u64 {
-        parse_lsn(&self.stop_lsn).unwrap_or(u64::MAX)
-    }
     /// Its parent's repository id, for a diff or incr.
     pub fn parent(&self) -> Option<&str> {
         self.chain.last().map(String::as_str)
@@ -309,6 +305,15 @@ mod tests {
         assert!(!gone.running());
         let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400, chain: vec![] };
         assert!(!elsewhere.running(), "another host's lock older than a day is stale");
+    }
+
+    #[test]
+    fn a_record_written_before_reads_and_writes_back_the_same() {
+        let old = r#"{"id":"20260101-000000Z","backup_id":"b","label":null,"start_time":"2026-01-01 00:00:00","stop_time":"2026-01-01 00:00:02","start_unix":1767225600,"stop_unix":1767225602,"stop_ms":1767225602000,"start_lsn":"0/2000028","stop_lsn":"1/A0","timeline":1,"start_wal":"000000010000000000000002","stop_wal":"000000010000000100000000","bytes_read":1,"bytes_written":1,"compression":"zstd:3","stripes":["backups/20260101-000000Z/1.sheaf"],"server_version":"17.2","backup_type":"full","bytes_held":0}"#;
+        let r: BackupRecord = serde_json::from_str(old).unwrap();
+        assert_eq!((r.start_lsn, r.stop_lsn), (Lsn(0x200_0028), Lsn(0x1_0000_00A0)));
+        assert_eq!(serde_json::to_string(&r).unwrap(), old);
+        assert!(serde_json::from_str::<BackupRecord>(&old.replace("1/A0", "1/A0/0")).is_err(), "an LSN that does not parse is refused");
     }
 
     #[test]

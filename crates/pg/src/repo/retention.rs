@@ -251,6 +251,7 @@ pub fn expire(repo: &Repo, plan: &ExpirePlan) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lsn::Lsn;
     use crate::repo::records::{host_name, BackupLock};
     use crate::wal::segment_name;
     use sheaf_core::LocalOnly;
@@ -265,8 +266,8 @@ mod tests {
             start_unix: stop_unix - 10,
             stop_unix,
             stop_ms: stop_unix * 1000,
-            start_lsn: "0/0".into(),
-            stop_lsn: "0/0".into(),
+            start_lsn: Lsn(0),
+            stop_lsn: Lsn(0),
             timeline: 1,
             start_wal: start_wal.into(),
             stop_wal: start_wal.into(),
