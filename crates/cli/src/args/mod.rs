@@ -279,3 +279,8 @@ pub fn duration(text: &str) -> Result<Duration, String> {
 pub fn size(text: &str) -> Result<u64, String> {
     sheaf_core::size::parse_size(text).map_err(|e| e.message().to_string())
 }
+
+/// `--max-rate`'s parser: a size per second (`100MiB`).
+pub fn rate(text: &str) -> Result<u64, String> {
+    size(text).map_err(|e| format!("{e} (bytes per second, e.g. 100MiB)"))
+}

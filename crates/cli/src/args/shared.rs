@@ -12,7 +12,7 @@ pub struct RateArgs {
     /// Hold the bytes written to all stripes together (backup), or read from them (restore,
     /// verify), to RATE per second, e.g. 100MiB: a backup that leaves the server's disks and the
     /// network room for its own work. Any 5 seconds carry at most about 5 % more. Default: no limit.
-    #[arg(long, value_name = "RATE", value_parser = super::size)]
+    #[arg(long, value_name = "RATE", value_parser = super::rate)]
     pub max_rate: Option<u64>,
 }
 

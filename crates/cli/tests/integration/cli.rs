@@ -626,7 +626,7 @@ fn max_rate_holds_backup_and_restore_to_a_rate() {
     assert!(o.status.success(), "{}", stderr(&o));
     sheaf_core::datagen::compare_trees(&f.src, &out).unwrap();
     assert_fails(&run(&["backup", s(&f.src), "--to", s(&f.path("z.sheaf")), "--max-rate", "0"]), 2, &["--max-rate 0 would never write a byte"]);
-    assert_fails(&run(&["restore", s(&stripe), "--to", s(&f.path("o2")), "--max-rate", "fast"]), 2, &["--max-rate fast", "e.g. 100MiB"]);
+    assert_fails(&run(&["restore", s(&stripe), "--to", s(&f.path("o2")), "--max-rate", "fast"]), 2, &["--max-rate", "'fast'", "e.g. 100MiB"]);
     assert!(!f.path("z.sheaf").exists() && !f.path("o2").exists(), "nothing started");
 }
 
