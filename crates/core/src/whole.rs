@@ -64,7 +64,7 @@ impl WholeFile {
     /// As [`WholeFile::create`].
     pub fn create_with(dest: &Path, mode: u32, kind: ErrorKind) -> Result<WholeFile> {
         let tmp = temporary(dest);
-        let file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(|e| io_at(kind, "cannot create", &tmp, e))?;
+        let file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(|e| io_at(kind, "cannot write", dest, e))?;
         Ok(WholeFile { dest: dest.to_path_buf(), tmp, file: Some(file), sync: Durability::Full, replace: true, kind })
     }
 
@@ -255,6 +255,7 @@ mod tests {
     fn a_folder_that_cannot_be_written_is_a_target_error_naming_it() {
         let e = write_whole(Path::new("/nonexistent/sheaf/x"), b"x").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Target);
-        assert!(e.to_string().contains("/nonexistent/sheaf"), "{e}");
+        // The file asked for, not the temporary beside it.
+        assert!(e.to_string().contains("cannot write /nonexistent/sheaf/x:"), "{e}");
     }
 }
