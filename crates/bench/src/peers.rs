@@ -175,7 +175,7 @@ pub fn find(program: &str) -> Option<PathBuf> {
             return Some(p);
         }
     }
-    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.is_file()))
+    sheaf_core::host::on_path(program)
 }
 
 /// pg_basebackup of the server at `url` into `out` (tar format, WAL fetched into it, fast

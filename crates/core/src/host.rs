@@ -44,6 +44,31 @@ pub fn owner_of(path: &Path) -> Option<(u32, std::path::PathBuf)> {
     path.ancestors().find_map(|p| std::fs::symlink_metadata(p).ok().map(|m| (m.uid(), p.to_path_buf())))
 }
 
+/// A port on 127.0.0.1 that was free a moment ago (for a throwaway server: a scratch cluster, a
+/// test's object store).
+///
+/// # Errors
+/// When no port can be bound at all.
+pub fn free_port() -> std::io::Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port())
+}
+
+/// The first file named `name` in a folder of the PATH.
+pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// Where a helper program is, looked for as sheaf's scripts install them: the file the
+/// environment variable `env` names, else `~/.cache/sheaf/CACHED` (where `scripts/install-deps.sh`
+/// puts what no package provides), else `name` on the PATH.
+pub fn find_program(env: &str, cached: &str, name: &str) -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return Some(p.into());
+    }
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/sheaf").join(cached));
+    home.filter(|p| p.is_file()).or_else(|| on_path(name))
+}
+
 /// Whether process `pid` exists (signal 0 reaches it, or it exists but belongs to someone else).
 pub fn process_alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };

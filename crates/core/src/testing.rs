@@ -8,7 +8,7 @@
 /// # Panics
 /// When no port can be bound at all.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port on 127.0.0.1")
+    crate::host::free_port().expect("a free port on 127.0.0.1")
 }
 
 /// Whether this run is CI's.

@@ -1,4 +1,8 @@
-//! Wall-clock time as people read it, without a date crate.
+//! Wall-clock time as people read and write it: instants in UTC (chrono does the calendar) and
+//! spans (`14d`). sheaf's own rule is which zones an instant may name: one is required, so that
+//! the server's zone never decides what a date means.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 /// The current time in UTC, to the second: `2026-11-21T08:30:00Z`.
 pub fn utc_now() -> String {
@@ -12,18 +16,53 @@ pub fn now_ms() -> i64 {
 
 /// Seconds since 1970-01-01 in UTC as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    instant(secs * 1000).format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Milliseconds since the epoch as PostgreSQL reads a UTC time: `2026-11-22 10:15:00.250+00`.
+pub fn utc_ms(ms: i64) -> String {
+    instant(ms).format("%Y-%m-%d %H:%M:%S%.3f+00").to_string()
+}
+
+/// `ms` as a chrono instant, held to the range chrono can represent.
+fn instant(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or(if ms < 0 { DateTime::<Utc>::MIN_UTC } else { DateTime::<Utc>::MAX_UTC })
+}
+
+/// Parse an instant with its zone: `2026-11-22 10:15:00+00`, `2026-11-22T10:15:00.123Z`,
+/// `... UTC`, `... +01:00`, `... -0500`, into milliseconds since the epoch (fractions past the
+/// millisecond dropped). A zone is required: without one the reader's zone would decide.
+///
+/// # Errors
+/// What is wrong with the text, in words for a message that names the flag and gives an example.
+pub fn parse_instant(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    // The date and time end where the zone begins: at a letter other than the `T` between them,
+    // a space, or a sign after the time.
+    let zone_at = t.char_indices().skip(11).find(|&(_, c)| c == ' ' || c == '+' || c == '-' || (c.is_alphabetic() && c != 'T')).map_or(t.len(), |(i, _)| i);
+    let (when, zone) = t.split_at(zone_at);
+    let when = when.replacen('T', " ", 1);
+    let naive = NaiveDateTime::parse_from_str(&when, "%Y-%m-%d %H:%M:%S%.f").map_err(|e| format!("not a date and time ({e})"))?;
+    let offset_min: i64 = match zone.trim() {
+        "Z" | "z" | "UTC" | "utc" | "GMT" | "+00" | "-00" => 0,
+        "" => return Err("no time zone (the server's zone would decide); add Z, +00 or an offset like +01:00".into()),
+        z if z.starts_with('+') || z.starts_with('-') => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let digits: String = z[1..].chars().filter(|c| *c != ':').collect();
+            let num = |s: &str| s.parse::<i64>().map_err(|_| "an offset must be +HH, +HHMM or +HH:MM".to_string());
+            let (hh, mm) = match digits.len() {
+                2 => (num(&digits)?, 0),
+                4 => (num(&digits[..2])?, num(&digits[2..])?),
+                _ => return Err("an offset must be +HH, +HHMM or +HH:MM".into()),
+            };
+            if hh > 15 || mm > 59 {
+                return Err("offset out of range".into());
+            }
+            sign * (hh * 60 + mm)
+        }
+        _ => return Err("a time zone sheaf does not read (use Z, UTC or an offset such as +01:00)".into()),
+    };
+    Ok(naive.and_utc().timestamp_millis() - offset_min * 60_000)
 }
 
 /// A span as people write it (`14d`, `36h`, `90m`, `600s`, `2w`; a bare number is seconds) in
@@ -75,9 +114,37 @@ mod tests {
 
     #[test]
     fn civil_dates() {
-        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(super::utc(1_795_257_045), "2026-11-21T10:30:45Z");
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_257_045), "2026-11-21T10:30:45Z");
+        assert_eq!(utc_ms(1_795_257_045_250), "2026-11-21 10:30:45.250+00");
+    }
+
+    #[test]
+    fn instants_with_zones() {
+        let base = parse_instant("2026-11-21 10:30:45Z").unwrap();
+        assert_eq!(base, 1_795_257_045_000);
+        assert_eq!(parse_instant("2026-11-21T10:30:45+00").unwrap(), base);
+        assert_eq!(parse_instant("2026-11-21 11:30:45+01:00").unwrap(), base);
+        assert_eq!(parse_instant("2026-11-21 05:30:45-0500").unwrap(), base);
+        assert_eq!(parse_instant("2026-11-21 10:30:45.25 UTC").unwrap(), base + 250);
+        assert_eq!(parse_instant("2026-11-21T10:30:45.123456Z").unwrap(), base + 123);
+        assert_eq!(parse_instant("2000-02-29 00:00:00Z").unwrap(), 951_782_400_000);
+        assert_eq!(parse_instant(&utc_ms(1_795_257_045_250)).unwrap(), 1_795_257_045_250);
+        for bad in [
+            "2026-11-21 10:30:45",
+            "2026-13-01 00:00:00Z",
+            "yesterday",
+            "2026-11-21 10:30:45 CET",
+            "2026-02-29 00:00:00Z",
+            "2026-04-31 00:00:00Z",
+            "2026-11-21 10:30:€Z",
+            "2026-11-21 10:30:45.Z",
+            "2026-11-21 10:30:45+1",
+        ] {
+            assert!(parse_instant(bad).is_err(), "{bad}");
+        }
+        assert!(parse_instant("2026-11-21 10:30:45").unwrap_err().contains("zone"));
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub(crate) fn rename_into_place(from: &Path, to: &Path, overwrite: bool) -> std:
 }
 
 /// The folder `path` is in (`.` for a bare name).
-pub(crate) fn parent_dir(path: &Path) -> PathBuf {
+pub fn parent_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

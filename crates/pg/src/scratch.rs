@@ -169,8 +169,7 @@ pub fn stop_all() {
 }
 
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("no free port: {e}")))?;
-    Ok(l.local_addr().map_err(|e| err(e.to_string()))?.port())
+    sheaf_core::host::free_port().map_err(|e| err(format!("no free port on 127.0.0.1: {e}")))
 }
 
 /// A running scratch cluster.

@@ -22,6 +22,8 @@ use postgres_protocol::message::backend::{ErrorFields, Message};
 use postgres_protocol::message::frontend;
 use sheaf_core::{Error, ErrorKind, Result};
 
+use crate::lsn::Lsn;
+
 use crate::server::{redact, transient_state};
 use postgres::error::SqlState;
 
@@ -35,6 +37,40 @@ pub type Row = Vec<Option<String>>;
 enum Sock {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+/// A message on START_REPLICATION's stream, from the server.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Streamed<'a> {
+    /// XLogData: WAL from `at` on.
+    Wal {
+        /// Where `data` starts.
+        at: Lsn,
+        /// The WAL bytes.
+        data: &'a [u8],
+    },
+    /// A primary keepalive; `reply` when the server asks for a status update now (a server
+    /// shutting down waits for it).
+    Keepalive {
+        /// Whether an answer is asked for at once.
+        reply: bool,
+    },
+    /// A message sheaf does not act on (or one too short to be what its tag says).
+    Other,
+}
+
+impl<'a> Streamed<'a> {
+    /// The message in one CopyData payload.
+    pub fn parse(d: &'a [u8]) -> Streamed<'a> {
+        let be64 = |b: &[u8]| u64::from_be_bytes(b[..8].try_into().expect("8 bytes"));
+        match d.first() {
+            // 'w', start, end of WAL on the server, send time, then the WAL.
+            Some(b'w') if d.len() >= 25 => Streamed::Wal { at: Lsn(be64(&d[1..])), data: &d[25..] },
+            // 'k', end of WAL on the server, send time, reply-requested.
+            Some(b'k') if d.len() >= 18 => Streamed::Keepalive { reply: d[17] != 0 },
+            _ => Streamed::Other,
+        }
+    }
 }
 
 /// A connection in replication mode.
@@ -384,6 +420,24 @@ impl Replication {
         self.flush()
     }
 
+    /// A standby status update on START_REPLICATION's stream: `written` and `flushed` (applied is
+    /// never claimed, as pg_receivewal does not), and our clock, in microseconds since 2000.
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn send_standby_status(&mut self, written: Lsn, flushed: Lsn) -> Result<()> {
+        const POSTGRES_EPOCH_US: i64 = 946_684_800_000_000;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64) - POSTGRES_EPOCH_US;
+        let mut m = Vec::with_capacity(34);
+        m.push(b'r');
+        m.extend_from_slice(&written.0.to_be_bytes());
+        m.extend_from_slice(&flushed.0.to_be_bytes());
+        m.extend_from_slice(&0u64.to_be_bytes());
+        m.extend_from_slice(&now.to_be_bytes());
+        m.push(0);
+        self.send_copy(&m)
+    }
+
     /// Answer the server's end of a COPY-both stream with ours (it then sends what follows: the
     /// next timeline, at a timeline's end).
     ///
@@ -473,5 +527,27 @@ impl Drop for Replication {
     fn drop(&mut self) {
         frontend::terminate(&mut self.out);
         let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_messages_by_their_tag() {
+        let mut w = vec![b'w'];
+        w.extend_from_slice(&0x1_0300_0000u64.to_be_bytes());
+        w.extend_from_slice(&[0; 16]);
+        w.extend_from_slice(b"wal");
+        assert_eq!(Streamed::parse(&w), Streamed::Wal { at: Lsn(0x1_0300_0000), data: b"wal" });
+        let mut k = vec![b'k'];
+        k.extend_from_slice(&[0; 16]);
+        assert_eq!(Streamed::parse(&[k.as_slice(), &[1]].concat()), Streamed::Keepalive { reply: true });
+        assert_eq!(Streamed::parse(&[k.as_slice(), &[0]].concat()), Streamed::Keepalive { reply: false });
+        // Too short for its tag, or a tag sheaf does not act on.
+        assert_eq!(Streamed::parse(&w[..20]), Streamed::Other);
+        assert_eq!(Streamed::parse(b"x"), Streamed::Other);
+        assert_eq!(Streamed::parse(b""), Streamed::Other);
     }
 }

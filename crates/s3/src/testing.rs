@@ -34,22 +34,10 @@ pub const REGION: &str = "us-east-1";
 
 /// Where the MinIO binary is: `SHEAF_MINIO`, `~/.cache/sheaf/bin/minio`, or `minio` on the PATH.
 pub fn minio_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SHEAF_MINIO") {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let p = PathBuf::from(home).join(".cache/sheaf/bin/minio");
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join("minio")).find(|p| p.is_file())
+    sheaf_core::host::find_program("SHEAF_MINIO", "bin/minio", "minio")
 }
 
-/// A free TCP port on 127.0.0.1.
-pub fn free_port() -> u16 {
-    sheaf_core::testing::free_port()
-}
+pub use sheaf_core::testing::free_port;
 
 /// A running MinIO.
 pub struct Minio {

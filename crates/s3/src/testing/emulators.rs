@@ -16,27 +16,14 @@ pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
 /// Its well-known key (public: it is in every Azure SDK's documentation).
 pub const AZURITE_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-fn cached(env: &str, rel: &str, on_path: &str) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(env) {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let p = PathBuf::from(home).join(".cache/sheaf").join(rel);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(on_path)).find(|p| p.is_file())
-}
-
 /// Where Azurite's blob server is.
 pub fn azurite_binary() -> Option<PathBuf> {
-    cached("SHEAF_AZURITE", "azurite/node_modules/.bin/azurite-blob", "azurite-blob")
+    sheaf_core::host::find_program("SHEAF_AZURITE", "azurite/node_modules/.bin/azurite-blob", "azurite-blob")
 }
 
 /// Where fake-gcs-server is.
 pub fn fake_gcs_binary() -> Option<PathBuf> {
-    cached("SHEAF_FAKE_GCS", "bin/fake-gcs-server", "fake-gcs-server")
+    sheaf_core::host::find_program("SHEAF_FAKE_GCS", "bin/fake-gcs-server", "fake-gcs-server")
 }
 
 /// Start `cmd` (whose port is `port`) and wait until it accepts connections; `None` when it

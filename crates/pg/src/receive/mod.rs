@@ -26,28 +26,29 @@
 //!   streamed copy; a segment leaves the spool only once every one has it. A repository that is
 //!   away (or cannot be opened yet) is tried again every `retry_every`, and the others go on.
 
-use std::collections::HashMap;
+mod stream;
+mod upload;
+
 use std::fs::{self, File};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sheaf_core::repo::Repo;
 use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
-use crate::archive;
 use crate::lsn::Lsn;
 use crate::repo::meta::{foreign, RepoMeta};
 use crate::repo::paths;
-use crate::wal::{history_name, segment_name, WalFile, WalKind};
-use crate::wire::{Copy, Replication, Row};
+use crate::wal::{history_name, WalFile, WalKind};
+use crate::wire::{Replication, Row};
 
-/// How often the receiver tells the server where it stands when nothing else makes it.
-const STATUS_EVERY: Duration = Duration::from_secs(10);
+use stream::stream;
+pub use upload::fetch_streamed;
+use upload::{put_streamed, upload_loop, Target};
 
 /// What to receive, and how.
 #[derive(Clone)]
@@ -137,46 +138,6 @@ impl Shared {
     }
     fn report(&self) -> std::sync::MutexGuard<'_, ReceiveReport> {
         self.report.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// A repository the receiver stores into, as the uploader sees it: opened when it can be.
-struct Target<'a> {
-    repo: &'a Repo,
-    meta: Option<RepoMeta>,
-    /// Not tried again before then, after a failure (but always when the receiver stops).
-    retry_at: Option<Instant>,
-    /// The segment being received as last stored here: (name, version).
-    partial: Option<(String, u64)>,
-}
-
-impl Target<'_> {
-    /// Whether to try it now: it is not waiting out a failure, or the receiver stops.
-    fn due(&self, done: bool) -> bool {
-        done || self.retry_at.is_none_or(|t| Instant::now() >= t)
-    }
-
-    /// Its contents, opened now if they were not: an unreachable repository at the start is one
-    /// to catch up once it is back.
-    fn meta(&mut self, system: &str) -> Result<&RepoMeta> {
-        if self.meta.is_none() {
-            let m = crate::repo::meta::open(self.repo)?;
-            if m.system_identifier != system {
-                return Err(foreign(self.repo, &m, "the server", system));
-            }
-            self.meta = Some(m);
-        }
-        Ok(self.meta.as_ref().expect("opened above"))
-    }
-
-    /// A failure here: said, and the repository left alone for `wait`.
-    fn failed(&mut self, e: Error, wait: Duration, several: bool) -> Error {
-        self.retry_at = Some(Instant::now() + wait);
-        if several {
-            e.context(format!("repository {}", self.repo.display()))
-        } else {
-            e
-        }
     }
 }
 
@@ -378,322 +339,6 @@ fn store_history(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tl
     sheaf_core::whole::write_whole_with(&opts.spool.join(&name), content.as_bytes(), 0o666, ErrorKind::Io)?;
     shared.wake.notify_all();
     Ok(())
-}
-
-/// The spool file at `path` (segment `name`, still being received) as its streamed copy.
-fn put_streamed(repo: &Repo, path: &Path, name: &str, opts: &ReceiveOptions) -> Result<()> {
-    let mut f = File::open(path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))?;
-    repo.put(&streaming_object(name), &mut f, opts.codec, true, &path.display().to_string()).map(|_| ())
-}
-
-/// A standby status update: written, flushed (and applied: never, as pg_receivewal says).
-fn status(c: &mut Replication, written: Lsn, flushed: Lsn) -> Result<()> {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64) - 946_684_800_000_000;
-    let mut m = Vec::with_capacity(34);
-    m.push(b'r');
-    m.extend_from_slice(&written.0.to_be_bytes());
-    m.extend_from_slice(&flushed.0.to_be_bytes());
-    m.extend_from_slice(&0u64.to_be_bytes());
-    m.extend_from_slice(&now.to_be_bytes());
-    m.push(0);
-    c.send_copy(&m)
-}
-
-/// The segment file being written.
-struct Open {
-    segno: u64,
-    name: String,
-    path: PathBuf,
-    file: File,
-}
-
-fn be64(b: &[u8]) -> u64 {
-    u64::from_be_bytes(b[..8].try_into().expect("8 bytes"))
-}
-
-/// What streaming a timeline to its end leaves: the next timeline, where it starts, and the
-/// timeline's last segment, synced and never to complete.
-type TimelineEnd = (u32, Lsn, Option<Open>);
-
-/// Stream timeline `tli` from `start` (a segment's start) until stopped (`None`) or the timeline
-/// ends.
-fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared, tli: u32, start: Lsn, seg: u64) -> Result<Option<TimelineEnd>> {
-    let mut open: Option<Open> = None;
-    let (mut written, mut flushed) = (start, start);
-    let mut last_status = Instant::now();
-    let io = |what: &str, p: &Path, e: std::io::Error| Error::io(ErrorKind::Io, format!("{what} {}", p.display()), e);
-    loop {
-        if opts.stop.load(Ordering::Relaxed) {
-            if let Some(o) = &open {
-                o.file.sync_data().map_err(|e| io("cannot sync", &o.path, e))?;
-            }
-            let _ = status(c, written, flushed);
-            return Ok(None);
-        }
-        match c.next_copy_within(Duration::from_millis(500))? {
-            None => {}
-            Some(Copy::Done) => {
-                c.end_copy()?;
-                let rows = c.finish_copy()?;
-                if let Some(o) = &open {
-                    o.file.sync_data().map_err(|e| io("cannot sync", &o.path, e))?;
-                }
-                let next: u32 = cell(&rows, 0, "the end of the timeline")?
-                    .and_then(|t| t.parse().ok())
-                    .ok_or_else(|| Error::corrupt("the server ended the stream without naming the next timeline"))?;
-                let at = lsn_cell(&rows, 1, "the end of the timeline")?.unwrap_or(written);
-                return Ok(Some((next, at, open)));
-            }
-            Some(Copy::Data(d)) => match d.first() {
-                Some(b'w') if d.len() >= 25 => {
-                    let at = Lsn(be64(&d[1..]));
-                    let data = &d[25..];
-                    if at > written {
-                        return Err(Error::corrupt(format!("the server sent WAL from {at} where {written} was next: a gap")));
-                    }
-                    let mut pos = at;
-                    let mut rest = data;
-                    while !rest.is_empty() {
-                        let segno = pos.segment_number(seg);
-                        if open.as_ref().is_none_or(|o| o.segno != segno) {
-                            if let Some(o) = open.take() {
-                                complete(o, shared)?;
-                            }
-                            open = Some(open_segment(&opts.spool, tli, segno, seg, shared)?);
-                        }
-                        let o = open.as_ref().expect("just opened");
-                        let off = pos.segment_offset(seg);
-                        let n = rest.len().min((seg - off) as usize);
-                        o.file.write_all_at(&rest[..n], off).map_err(|e| io("cannot write", &o.path, e))?;
-                        pos += n as u64;
-                        rest = &rest[n..];
-                        if pos.segment_offset(seg) == 0 {
-                            let o = open.take().expect("open");
-                            complete(o, shared)?;
-                        }
-                    }
-                    written = written.max(pos);
-                    shared.report().bytes += data.len() as u64;
-                    // A burst is flushed once, at its end.
-                    if !c.has_message() {
-                        flushed = flush(open.as_ref(), shared, written)?;
-                        status(c, written, flushed)?;
-                        last_status = Instant::now();
-                    }
-                }
-                // Asked where it stands (a server shutting down waits until all it sent is
-                // flushed): all that was written is flushed first.
-                Some(b'k') if d.len() >= 18 && d[17] != 0 => {
-                    flushed = flush(open.as_ref(), shared, written)?;
-                    status(c, written, flushed)?;
-                    last_status = Instant::now();
-                }
-                _ => {}
-            },
-        }
-        if flushed < written && !c.has_message() {
-            flushed = flush(open.as_ref(), shared, written)?;
-            status(c, written, flushed)?;
-            last_status = Instant::now();
-        }
-        if last_status.elapsed() >= STATUS_EVERY {
-            status(c, written, flushed)?;
-            last_status = Instant::now();
-        }
-    }
-}
-
-/// Everything written up to `written` on disk: the segment being written synced (those before
-/// it were when they completed); the new flush position, shared with the uploader.
-fn flush(open: Option<&Open>, shared: &Shared, written: Lsn) -> Result<Lsn> {
-    if let Some(o) = open {
-        o.file.sync_data().map_err(|e| Error::io(ErrorKind::Io, format!("cannot sync {}", o.path.display()), e))?;
-    }
-    {
-        let mut st = shared.lock();
-        if st.flushed != written {
-            st.flushed = written;
-            st.version += 1;
-        }
-    }
-    shared.report().flushed = Some(written);
-    Ok(written)
-}
-
-/// The spool file for a segment, made at its full size (zeros past what is received), and known
-/// to the uploader as the segment being received.
-fn open_segment(spool: &Path, tli: u32, segno: u64, seg: u64, shared: &Shared) -> Result<Open> {
-    let name = segment_name(tli, segno, seg);
-    let path = spool.join(format!("{name}.partial"));
-    let file =
-        File::options().create(true).truncate(false).read(true).write(true).open(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))?;
-    file.set_len(seg).map_err(|e| Error::io(ErrorKind::Io, format!("cannot size {}", path.display()), e))?;
-    shared.lock().partial = Some((path.clone(), name.clone()));
-    Ok(Open { segno, name, path, file })
-}
-
-/// A segment received whole: on disk, renamed to its name, handed to the uploader.
-fn complete(o: Open, shared: &Shared) -> Result<()> {
-    o.file.sync_data().map_err(|e| Error::io(ErrorKind::Io, format!("cannot sync {}", o.path.display()), e))?;
-    let done = o.path.with_file_name(&o.name);
-    fs::rename(&o.path, &done).map_err(|e| Error::io(ErrorKind::Io, format!("cannot rename {}", o.path.display()), e))?;
-    if let Some(dir) = done.parent() {
-        let _ = File::open(dir).and_then(|d| d.sync_all());
-    }
-    let mut st = shared.lock();
-    if st.partial.as_ref().is_some_and(|(p, _)| *p == o.path) {
-        st.partial = None;
-    }
-    drop(st);
-    shared.wake.notify_all();
-    Ok(())
-}
-
-/// Store complete segments (and history files) as they come, and the segment being received
-/// every `partial_every` and at the end, into every repository.
-fn upload_loop(mut targets: Vec<Target>, meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
-    let several = targets.len() > 1;
-    // What each spool file has reached: per name, per repository, whether it is there (and was
-    // there already).
-    let mut reached: HashMap<String, Vec<Option<bool>>> = HashMap::new();
-    let mut last_partial = Instant::now();
-    loop {
-        let (done, partial, version) = {
-            let st = shared.lock();
-            let (st, _) = shared.wake.wait_timeout(st, Duration::from_millis(500)).unwrap_or_else(|p| p.into_inner());
-            (st.done, st.partial.clone(), st.version)
-        };
-        let stored = store_complete(&mut targets, &mut reached, meta, opts, shared, events, done);
-        let due = done || last_partial.elapsed() >= opts.partial_every;
-        let mut failed = None;
-        if let Some((path, name)) = partial.filter(|(p, _)| due && p.exists()) {
-            let mut put = false;
-            for t in targets.iter_mut().filter(|t| t.partial.as_ref().is_none_or(|(n, v)| *n != name || *v != version)) {
-                if !t.due(done) {
-                    continue;
-                }
-                let r = t.meta(&meta.system_identifier).map(|_| ()).and_then(|()| put_streamed(t.repo, &path, &name, opts));
-                match r {
-                    Ok(()) => {
-                        t.partial = Some((name.clone(), version));
-                        put = true;
-                    }
-                    Err(e) => {
-                        let e = t.failed(e, opts.retry_every, several);
-                        events(&format!("cannot store the segment being received (trying again): {e}"));
-                        failed = Some(e);
-                    }
-                }
-            }
-            if put && failed.is_none() {
-                shared.report().partial_uploads += 1;
-            }
-            last_partial = Instant::now();
-        }
-        if done {
-            return stored.and(failed.map_or(Ok(()), |e| Err(e.context("cannot store the segment being received"))));
-        }
-        if let Err(e) = stored {
-            events(&format!("{e} (trying again)"));
-        }
-    }
-}
-
-/// Every complete segment and history file in the spool into every repository, oldest first;
-/// each leaves the spool once every repository has it (a segment's streamed copy then leaves the
-/// repositories). A repository that fails is left alone until it is due again (with `done`, it
-/// is tried now); the others go on.
-///
-/// # Errors
-/// The first repository's failure, once every repository has been tried.
-fn store_complete(
-    targets: &mut [Target],
-    reached: &mut HashMap<String, Vec<Option<bool>>>,
-    meta: &RepoMeta,
-    opts: &ReceiveOptions,
-    shared: &Shared,
-    events: &Events,
-    done: bool,
-) -> Result<()> {
-    let several = targets.len() > 1;
-    let mut names: Vec<(String, WalKind)> = fs::read_dir(&opts.spool)
-        .map_err(|e| Error::io(ErrorKind::Io, format!("cannot list {}", opts.spool.display()), e))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter_map(|n| WalFile::parse(&n, meta.wal_segment_size).filter(|w| matches!(w.kind, WalKind::Segment | WalKind::History)).map(|w| (n, w.kind)))
-        .collect();
-    names.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut first_error = None;
-    // Tried once per call: one that fails is not asked again for the next file.
-    let mut tried: Vec<bool> = targets.iter().map(|t| t.due(done)).collect();
-    for (name, kind) in names {
-        let path = opts.spool.join(&name);
-        let got = reached.entry(name.clone()).or_insert_with(|| vec![None; targets.len()]);
-        for (k, t) in targets.iter_mut().enumerate() {
-            if got[k].is_some() || !tried[k] {
-                continue;
-            }
-            match store_one(t, meta, &path, &name, kind, opts, events) {
-                Ok(already) => got[k] = Some(already),
-                Err(e) => {
-                    tried[k] = false;
-                    let e = t.failed(e.context(format!("cannot store received {name}")), opts.retry_every, several);
-                    if first_error.is_none() {
-                        first_error = Some(e);
-                    } else {
-                        events(&e.to_string());
-                    }
-                }
-            }
-        }
-        if got.iter().all(Option::is_some) {
-            let already = got.iter().all(|g| *g == Some(true));
-            reached.remove(&name);
-            fs::remove_file(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", path.display()), e))?;
-            let mut r = shared.report();
-            if kind == WalKind::History {
-                r.histories.push(name);
-            } else {
-                r.already_archived += u64::from(already);
-                r.segments.push(name);
-            }
-        }
-    }
-    first_error.map_or(Ok(()), Err)
-}
-
-/// One spool file into one repository, as wal-push stores it (a segment summarized, its streamed
-/// copy removed); whether it was there already.
-fn store_one(t: &mut Target, meta: &RepoMeta, path: &Path, name: &str, kind: WalKind, opts: &ReceiveOptions, events: &Events) -> Result<bool> {
-    let repo = t.repo;
-    let m = t.meta(&meta.system_identifier)?;
-    let pushed = archive::push(repo, m, path, opts.codec)?;
-    if kind != WalKind::Segment {
-        return Ok(pushed.already);
-    }
-    if !pushed.already {
-        if let Err(e) = crate::summarize::summarize_and_store(repo, m, name, Some(path)) {
-            events(&format!("{name}: no block summary in {} ({e}); sheaf wal-summarize makes it later", repo.display()));
-        }
-    }
-    let streamed = streaming_object(name);
-    if repo.exists(&streamed)? {
-        repo.delete(&streamed)?;
-    }
-    Ok(pushed.already)
-}
-
-/// Restore a segment's streamed copy (what `sheaf wal-receive` had received of a segment the
-/// archive does not hold whole) to `dest`, as [`archive::fetch`] restores archived files.
-/// `Ok(None)` when there is none.
-///
-/// # Errors
-/// As [`archive::fetch`].
-pub fn fetch_streamed(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path) -> Result<Option<sheaf_core::blob::BlobInfo>> {
-    if !WalFile::parse(name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment) {
-        return Ok(None);
-    }
-    archive::fetch_object(repo, &streaming_object(name), dest, false)
 }
 
 #[cfg(test)]
