@@ -15,6 +15,10 @@
 # is also replayed straight from pg_wal (no restore_command at all): the replay floor.
 #
 #   DURATION=60 SCALE=10 OUT=archive-report scripts/bench-archive.sh
+#
+# A sheaf mode with `@old` runs another build of sheaf, SHEAF_OLD, under the same conditions, so
+# that a change is measured pairwise in one run:
+#   SHEAF_OLD=/path/to/old/sheaf MODES="sheaf sheaf@old sheaf-ahead sheaf-ahead@old" scripts/bench-archive.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -41,7 +45,11 @@ busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 echo "mode,wal_segments,archived_in_run,segments_per_s,max_ready,cpu_busy_pct,pgbench_tps,recovery_segments,recovery_s,backlog_segments,backlog_drain_s,replay_floor_crash_s,replay_floor_archive_s" > "$OUT/archive.csv"
 
 for mode in $MODES; do
-  d=$work/$mode
+  d=$work/${mode/@/-}
+  bin=$sheaf
+  case $mode in
+    sheaf*@old) bin=${SHEAF_OLD:?"$mode runs the build SHEAF_OLD names: set it"} ;;
+  esac
   mkdir -p "$d/sock" "$d/arch" "$d/spool" "$d/log"
   chown -R postgres "$d"
   port=$(free_port)
@@ -74,9 +82,9 @@ EOF
   chown postgres "$d/pgbackrest.conf"
   case $mode in
     cp) cmd="test ! -f $d/arch/%f && cp %p $d/arch/%f"; get="cp $d/arch/%f %p" ;;
-    sheaf*) as_pg "$sheaf" init --repo "$d/arch/repo" "$url" >/dev/null
-           n=$([ "$mode" = sheaf-ahead ] && echo 4 || echo 1)
-           cmd="$sheaf wal-push %p --repo $d/arch/repo --parallel $n"; get="$sheaf wal-fetch %f %p --repo $d/arch/repo --parallel $n" ;;
+    sheaf*) as_pg "$bin" init --repo "$d/arch/repo" "$url" >/dev/null
+           n=$(case $mode in sheaf-ahead*) echo 4 ;; *) echo 1 ;; esac)
+           cmd="$bin wal-push %p --repo $d/arch/repo --parallel $n"; get="$bin wal-fetch %f %p --repo $d/arch/repo --parallel $n" ;;
     pgbackrest*) as_pg pgbackrest --config="$d/pgbackrest.conf" --stanza=bench stanza-create >/dev/null
            cmd="pgbackrest --config=$d/pgbackrest.conf --stanza=bench archive-push %p"
            get="pgbackrest --config=$d/pgbackrest.conf --stanza=bench --pg1-path=$d/rec archive-get %f \"%p\"" ;;
