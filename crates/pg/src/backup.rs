@@ -206,13 +206,13 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // tablespaces included. In-place tablespaces (a relative location) live inside the data
     // directory.
     let tablespaces: Vec<_> = sides.reader().0.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
-    let cluster = Cluster { pg, files: files.as_ref(), pgdata: &pgdata, tablespaces: &tablespaces };
+    let cluster = Cluster { pg, files: &files, pgdata: &pgdata, tablespaces: &tablespaces };
     let changes = match &pg.parent {
         Some(parent) => cluster.changes_since(parent, &mut session, (timeline, start_lsn), spool.path())?,
         None => Incremental::default(),
     };
     // 4. Read everything.
-    let Read { main_root, check, dropped, databases } = cluster.read(&mut session, &mut sides, &facts, start_lsn, files.clone())?;
+    let Read { main_root, check, dropped, databases } = cluster.read(&mut session, &mut sides, &facts, start_lsn)?;
     changes.check_misses()?;
     // pg_control last among the files and before the stop, as PostgreSQL's own base backup does:
     // a standby's minimum recovery point in it (where the copy becomes consistent) is then at or
@@ -412,7 +412,7 @@ impl Incremental {
 /// The cluster's files as the backup reads them: where they are, and its tablespaces.
 struct Cluster<'a> {
     pg: &'a PgBackupOptions,
-    files: &'a dyn Files,
+    files: &'a Arc<dyn Files>,
     pgdata: &'a Path,
     tablespaces: &'a [crate::server::Tablespace],
 }
@@ -442,10 +442,10 @@ impl Cluster<'_> {
                 return Ok(Some(abs));
             }
             let copy = spool.join(format!("summarize-{name}"));
-            copy_here(self.files, &abs, &copy)?;
+            copy_here(self.files.as_ref(), &abs, &copy)?;
             Ok(Some(copy))
         };
-        let (changes, how, misses) = choose_changes(parent, (timeline, start_lsn), history.as_deref(), &local_wal, &roots, self.files)?;
+        let (changes, how, misses) = choose_changes(parent, (timeline, start_lsn), history.as_deref(), &local_wal, &roots, self.files.as_ref())?;
         session.incremental(parent.lineage.clone(), changes);
         Ok(Incremental { backup_type: parent.lineage.backup_type, method: Some(how), misses, ..Incremental::default() })
     }
@@ -453,7 +453,7 @@ impl Cluster<'_> {
     /// Read the data directory and every tablespace into `session` (all but pg_control and, in
     /// a hybrid backup, the primary's configuration), their pages checked on the way: the data
     /// directory's root id, the page check, and how many entries a base backup omits were left.
-    fn read(&self, session: &mut Backup, sides: &mut Sides, facts: &crate::server::ServerFacts, start_lsn: Lsn, files: Arc<dyn Files>) -> Result<Read> {
+    fn read(&self, session: &mut Backup, sides: &mut Sides, facts: &crate::server::ServerFacts, start_lsn: Lsn) -> Result<Read> {
         let role = sides.role;
         // The catalogs as the files are listed: which database and relation each file is, for
         // restoring or extracting less than everything. Relations created or rewritten during
@@ -477,7 +477,8 @@ impl Cluster<'_> {
             prefixes.push(format!("pg_tblspc/{}/", ts.oid));
             ts_roots.push((id, Path::new(&ts.location)));
         }
-        let check: Option<Arc<PageCheck>> = verify.then(|| Arc::new(PageCheck { start_lsn, files, prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) }));
+        let check: Option<Arc<PageCheck>> =
+            verify.then(|| Arc::new(PageCheck { start_lsn, files: self.files.clone(), prefixes, verified: AtomicU64::new(0), skipped: AtomicU64::new(0) }));
         let as_check = || check.clone().map(|c| c as Arc<dyn ChunkCheck>);
         // A tablespace's directory holds one folder per server version: ours only.
         let ours = format!("{}/", facts.tablespace_version_dir);
@@ -494,7 +495,7 @@ impl Cluster<'_> {
         let ts_warnings = std::cell::RefCell::new(Vec::new());
         let (dropped, ts_dropped) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
         let read = {
-            let main = layout::filter_stream(&mut walk, false, &dropped, self.files)
+            let main = layout::filter_stream(&mut walk, false, &dropped, self.files.as_ref())
                 .filter(|l| !l.as_ref().is_ok_and(|l| from_primary(&l.entry.path)))
                 .map(|l| l.map(|l| (main_root, l, as_check())));
             let ts_warnings = &ts_warnings;
@@ -511,7 +512,7 @@ impl Cluster<'_> {
                         next
                     }
                 });
-                layout::filter_stream(listing.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped, self.files).map(move |l| l.map(|l| (id, l, as_check())))
+                layout::filter_stream(listing.filter(|l| l.as_ref().map_or(true, in_ours)), true, &ts_dropped, self.files.as_ref()).map(move |l| l.map(|l| (id, l, as_check())))
             });
             session.read_streamed(main.chain(spaces))
         };
