@@ -325,6 +325,33 @@ impl Context {
             .collect()
     }
 
+    /// Every repository given that this command writes into, each opened as
+    /// [`Context::open_repos`] opens it, refused before anything is written when another user
+    /// owns it ([`Repo::check_writer`]).
+    ///
+    /// # Errors
+    /// As [`Context::open_repos`]; [`sheaf_core::ErrorKind::Denied`] for another user's.
+    pub fn open_repos_to_write(&self) -> Result<Vec<(Repo, Result<RepoMeta>)>> {
+        let repos = self.open_repos()?;
+        for (r, _) in &repos {
+            r.check_writer()?;
+        }
+        Ok(repos)
+    }
+
+    /// Every repository given that this command writes into ([`Context::repos`]), each refused
+    /// when another user owns it ([`Repo::check_writer`]).
+    ///
+    /// # Errors
+    /// As [`Context::repos`]; [`sheaf_core::ErrorKind::Denied`] for another user's.
+    pub fn repos_to_write(&self) -> Result<Vec<Repo>> {
+        let repos = self.repos()?;
+        for r in &repos {
+            r.check_writer()?;
+        }
+        Ok(repos)
+    }
+
     /// Every repository given, each opened (what it holds read), held to `--max-rate`: one result
     /// per repository, so that one unreachable leaves the others usable.
     ///

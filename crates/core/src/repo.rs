@@ -43,6 +43,8 @@ pub struct Repo {
     kdf: Arc<OnceLock<Option<Kdf>>>,
     /// The lock its new objects carry, once set ([`Repo::lock_writes`]).
     lock: Arc<OnceLock<WriteLock>>,
+    /// Why this process may not write here, once asked ([`Repo::check_writer`]); `None`: it may.
+    refusal: Arc<OnceLock<Option<String>>>,
 }
 
 impl Repo {
@@ -65,7 +67,7 @@ impl Repo {
         let name = meta.name();
         let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();
         let shown = meta.display().strip_suffix(&format!("/{META}")).map(str::to_string).unwrap_or_else(|| trimmed.to_string());
-        Ok(Repo { store: meta.store().clone(), root, shown, keys: None, kdf: Arc::new(OnceLock::new()), lock: Arc::new(OnceLock::new()) })
+        Ok(Repo { store: meta.store().clone(), root, shown, keys: None, kdf: Arc::new(OnceLock::new()), lock: Arc::new(OnceLock::new()), refusal: Arc::new(OnceLock::new()) })
     }
 
     /// This repository, read and written with `keys` (its key file or passphrase), if any.
@@ -158,7 +160,46 @@ impl Repo {
     pub fn prepare(&self, rel: &str) -> Result<()> {
         // Only `init` (writing repo.json) may make the repository's own folder.
         let below = (rel != META && !self.root.is_empty()).then_some(self.root.as_str());
+        self.check_writer()?;
         self.store.prepare(&self.name(rel), below).map_err(|e| self.writable_hint(rel, e))
+    }
+
+    /// Refuse to change a repository on this host's filesystem that belongs to another user than
+    /// the one sheaf runs as, naming both, before anything is written: what one user writes into
+    /// another's folders the owner cannot remove later (an `expire` that fails, and running it
+    /// again does not mend), and root writing into a folder another user controls can be led by
+    /// a link to write anywhere. Asked once per process; buckets have no owner to compare.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Denied`], naming the repository, its owner, this user and the fix.
+    pub fn check_writer(&self) -> Result<()> {
+        let refusal = self.refusal.get_or_init(|| {
+            if !self.store.capabilities().files {
+                return None;
+            }
+            let root = std::path::Path::new(if self.root.is_empty() { "." } else { &self.root });
+            // Not made yet (init makes it, as ours), or gone: nothing to compare.
+            let (owner, at) = crate::host::owner_of(root)?;
+            let me = crate::host::effective_ids().0;
+            if at != root || owner == me {
+                return None;
+            }
+            let (owner_name, my_name) = (crate::host::user_name(owner), crate::host::user_name(me));
+            let hazard = if me == 0 {
+                format!("files root writes there {owner_name} could not remove later (expire would fail), and a link {owner_name} left in it could lead root to write anywhere")
+            } else {
+                format!("files {my_name} writes there {owner_name} could not remove later (expire would fail)")
+            };
+            Some(format!(
+                "the repository {} belongs to {owner_name} (uid {owner}), and sheaf runs as {my_name} (uid {me}): {hazard}. Run sheaf as {owner_name} (sudo -u {owner_name} sheaf ...), the user PostgreSQL's archive_command runs as; or, if {my_name} is to own it, chown -R {my_name} {}",
+                self.shown,
+                crate::text::shell_quote(&self.shown),
+            ))
+        });
+        match refusal {
+            Some(why) => Err(Error::new(ErrorKind::Denied, why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// A permission error on `rel`, naming the file, its owner, who sheaf runs as, and the fix.
@@ -280,6 +321,7 @@ impl Repo {
     /// # Errors
     /// When it exists and cannot be removed.
     pub fn delete(&self, rel: &str) -> Result<()> {
+        self.check_writer()?;
         self.store.delete(&self.name(rel))
     }
 
@@ -398,6 +440,32 @@ impl Repo {
 mod tests {
     use super::*;
     use crate::storage::LocalOnly;
+
+    #[test]
+    fn another_user_s_repository_is_refused_before_anything_is_written() {
+        if !crate::host::is_root() {
+            crate::testing::missing("root, to give a folder to another user");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let place = d.path().join("repo");
+        Repo::at(place.to_str().unwrap(), &LocalOnly).unwrap().init(&serde_json::json!({"system_identifier": "7"})).unwrap();
+        std::os::unix::fs::chown(&place, Some(65534), Some(65534)).unwrap();
+        let repo = Repo::at(place.to_str().unwrap(), &LocalOnly).unwrap();
+        let e = repo.put("wal/00000001/a.wal", &mut &b"abc"[..], CodecSpec::default(), false, "a").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Denied);
+        let owner = crate::host::user_name(65534);
+        for part in [format!("belongs to {owner} (uid 65534)"), "sheaf runs as root (uid 0)".into(), format!("sudo -u {owner} sheaf"), "chown -R root".into()] {
+            assert!(e.to_string().contains(&part), "{part}: {e}");
+        }
+        assert_eq!(repo.delete(META).unwrap_err().kind(), ErrorKind::Denied);
+        assert!(place.join(META).exists() && !place.join("wal").exists(), "nothing written, nothing removed");
+        // Reading is no hazard.
+        assert_eq!(repo.meta::<serde_json::Value>().unwrap()["system_identifier"], "7");
+        // Given back to us, it is writable again (a new process asks again).
+        std::os::unix::fs::chown(&place, Some(0), Some(0)).unwrap();
+        Repo::at(place.to_str().unwrap(), &LocalOnly).unwrap().put("wal/00000001/a.wal", &mut &b"abc"[..], CodecSpec::default(), false, "a").unwrap();
+    }
 
     #[test]
     fn a_repository_is_made_once_and_keeps_records() {

@@ -41,6 +41,9 @@ pub struct Capabilities {
     pub atomic_publish: bool,
     /// `list` works.
     pub list: bool,
+    /// Names are paths on this host's filesystem: what is written is owned by the user who
+    /// writes it.
+    pub files: bool,
 }
 
 /// Where stripes live: a filesystem, a bucket, memory, or nowhere (`nul`). Names are the store's

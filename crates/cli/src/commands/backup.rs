@@ -116,7 +116,8 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 via_base_backup: a.via == Via::BaseBackup,
             };
             if into_repo {
-                let (repo, meta) = ctx.open_repos()?.into_iter().nth(target).map(|(r, m)| m.map(|m| (r, m))).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
+                let (repo, meta) =
+                    ctx.open_repos_to_write()?.into_iter().nth(target).map(|(r, m)| m.map(|m| (r, m))).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
                 let stripes = ctx.repo_stripes(a.stripes)?;
                 let backup_type = match ctx.settings.get("type", a.backup_type.clone()) {
                     Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,

@@ -16,7 +16,7 @@ use crate::progress::for_terminal as progress;
 /// A full backup named, a chain that is not whole, no repository holding the backup, and
 /// whatever writing the new backup meets.
 pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
-    let repos = ctx.open_repos()?;
+    let repos = ctx.open_repos_to_write()?;
     let several = repos.len() > 1;
     let stripes = ctx.repo_stripes(a.stripes)?;
     let mut opts = BackupOptions::new(Vec::new());

@@ -19,7 +19,7 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     let keep = retention::Retention { keep_full: a.keep_full, keep_within: a.keep_within.map(|d| d.as_secs() as i64) };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     let mut failed = None;
-    let repos = ctx.open_repos()?;
+    let repos = if a.dry_run { ctx.open_repos()? } else { ctx.open_repos_to_write()? };
     let several = repos.len() > 1;
     for (repo, meta) in repos {
         let r = meta.and_then(|meta| one(&a, &repo, &meta, &keep, now));

@@ -14,7 +14,7 @@ use crate::context::Context;
 /// # Errors
 /// No repository given, a cluster that cannot be reached, a place that is not empty.
 pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
-    let repos = ctx.repos()?;
+    let repos = ctx.repos_to_write()?;
     let lock = a.lock.map(|days| a.lock_mode.parse().map(|mode| RepoLock { days, mode })).transpose()?;
     for repo in &repos {
         let meta = sheaf_pg::repo::meta::init(repo, &a.url, lock)?;

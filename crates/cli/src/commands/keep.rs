@@ -16,7 +16,7 @@ use crate::context::Context;
 /// No such finished backup anywhere, a date that is past or does not parse, the repositories'
 /// errors.
 pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
-    let given = ctx.open_repos()?;
+    let given = ctx.open_repos_to_write()?;
     let several = given.len() > 1;
     let mut repos: Vec<(Repo, RepoMeta)> = Vec::new();
     for (repo, meta) in given {

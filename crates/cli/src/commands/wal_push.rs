@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
     // archived once every one has it (or, under --queue-max, has it or recorded its drop). One
     // that fails does not keep the others from getting it; the archiver then asks again, and
     // those that have it answer at once.
-    let repos = ctx.repos()?;
+    let repos = ctx.repos_to_write()?;
     let several = repos.len() > 1;
     let mut failed: Option<Error> = None;
     let mut reports = Vec::new();

@@ -27,7 +27,7 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
     }
     // Into every repository given; one that cannot be read now is tried again as WAL comes. The
     // spool is the first repository's (the received WAL is the same for all).
-    let repos = ctx.open_repos()?;
+    let repos = ctx.open_repos_to_write()?;
     let first = &repos[0].0;
     // The spool setting is given, so the WAL folder the spool would default to plays no part.
     let spool = ctx.spool(Path::new("."), first)?.dir().join("receive");

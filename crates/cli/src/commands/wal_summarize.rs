@@ -12,7 +12,7 @@ use crate::context::Context;
 /// # Errors
 /// A repository that cannot be read; segments that cannot be summarized, after the others are.
 pub fn run(ctx: &Context, a: WalSummarizeArgs) -> Result<(), Error> {
-    let repos = ctx.open_repos()?;
+    let repos = ctx.open_repos_to_write()?;
     let several = repos.len() > 1;
     let mut json = Vec::new();
     let mut failed: Vec<String> = Vec::new();

@@ -21,6 +21,12 @@ pub fn catalog() -> &'static Path {
     Box::leak(d.path().join("catalog.db").into_boxed_path())
 }
 
+/// The catalog of the commands the PostgreSQL suite runs as the cluster's user, beside
+/// [`catalog`] (a catalog made by one user is not another's to write).
+pub fn server_catalog() -> &'static Path {
+    Box::leak(catalog().with_file_name("catalog-server.db").into_boxed_path())
+}
+
 /// `sheaf`, recording into `catalog`.
 pub fn sheaf_with_catalog(catalog: &Path) -> Command {
     let mut c = Command::new(SHEAF);

@@ -25,7 +25,7 @@ pub struct LocalStore;
 
 impl Store for LocalStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { readable: true, atomic_publish: true, list: true }
+        Capabilities { readable: true, atomic_publish: true, list: true, files: true }
     }
 
     fn describe(&self, name: &str) -> String {

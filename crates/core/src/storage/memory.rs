@@ -28,7 +28,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { readable: true, atomic_publish: true, list: true }
+        Capabilities { readable: true, atomic_publish: true, list: true, files: false }
     }
     fn describe(&self, name: &str) -> String {
         format!("memory://{name}")

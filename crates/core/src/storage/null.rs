@@ -9,7 +9,7 @@ pub struct NullStore;
 
 impl Store for NullStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { readable: false, atomic_publish: true, list: false }
+        Capabilities { readable: false, atomic_publish: true, list: false, files: false }
     }
     fn describe(&self, _: &str) -> String {
         "nul".into()

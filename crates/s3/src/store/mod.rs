@@ -65,7 +65,7 @@ impl fmt::Debug for S3Store {
 
 impl Store for S3Store {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { readable: true, atomic_publish: true, list: true }
+        Capabilities { readable: true, atomic_publish: true, list: true, files: false }
     }
 
     fn describe(&self, name: &str) -> String {

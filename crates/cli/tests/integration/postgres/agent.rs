@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::cluster::{pg_dir, Cluster};
 use super::repo::{archive_now, json, ok, recover, setup};
-use crate::integration::common::{assert_fails, catalog, run, sheaf, stderr, SHEAF};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run, server_catalog, stderr, SHEAF};
 
 /// `sheaf agent` serving `data`, as the server's user; stopped on drop.
 pub(super) struct AgentProc {
@@ -77,25 +78,29 @@ pub(super) fn certificates(base: &Path, names: &[&str]) -> (PathBuf, PathBuf) {
     for f in ["ca.pem", "client.pem", "client.key"] {
         std::fs::copy(tls.join(f), host.join(f)).unwrap();
     }
+    // The agent and the backup host's sheaf both run as the cluster's user here.
     let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap();
-    for e in std::fs::read_dir(&tls).unwrap() {
-        std::os::unix::fs::chown(e.unwrap().path(), Some(uid), Some(gid)).unwrap();
+    for dir in [&tls, &host] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            std::os::unix::fs::chown(e.unwrap().path(), Some(uid), Some(gid)).unwrap();
+        }
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid)).unwrap();
     }
-    std::os::unix::fs::chown(&tls, Some(uid), Some(gid)).unwrap();
     (tls, host)
 }
 
-/// `sheaf ARGS` on the "backup host": as root, in a mount namespace of its own where `hidden`
-/// (the data directory) is an empty tmpfs, so that nothing is read there.
+/// `sheaf ARGS` on the "backup host": in a mount namespace of its own where `hidden` (the data
+/// directory) is an empty tmpfs, so that nothing is read there; as the repository's owner (the
+/// cluster's user here), made root only to mount.
 pub(super) fn on_backup_host(hidden: &Path) -> Command {
     let mut c = if sheaf_core::host::is_root() {
         let mut c = Command::new("unshare");
-        c.args(["--mount", "--propagation", "private", "sh", "-c", r#"mount -t tmpfs hidden "$0" && exec "$@""#]).arg(hidden).arg(SHEAF);
+        c.args(["--mount", "--propagation", "private", "sh", "-c", r#"mount -t tmpfs hidden "$0" && exec runuser -u postgres -- "$@""#]).arg(hidden).arg(SHEAF);
         c
     } else {
         Command::new(SHEAF)
     };
-    c.env("SHEAF_CATALOG", catalog());
+    c.env("SHEAF_CATALOG", server_catalog());
     c
 }
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::cluster::pg_dir;
 use super::repo::{archive_now, json, ok, recover, setup};
-use crate::integration::common::{assert_fails, run, sheaf};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run};
 
 #[test]
 fn a_backup_over_the_replication_protocol_restores() {

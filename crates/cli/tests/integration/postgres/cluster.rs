@@ -64,6 +64,21 @@ pub fn pg_dir(path: &Path) {
     server_dir(path).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Give `path` to the cluster's user (a file the test made as root, for sheaf run as that user).
+pub fn give_to_server(path: &Path) {
+    let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap();
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+}
+
+/// A temporary folder of the cluster's user (mode 0755, so that root and the server both reach
+/// in): where a test's repository, restores and spools go, as that user makes them.
+pub fn server_tempdir(prefix: &str) -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    server_dir(d.path()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    d
+}
+
 /// No server process left on `data`: an immediate shutdown removes the pid file a moment before
 /// the postmaster has exited, so this waits up to 10 s.
 pub fn assert_no_server_on(data: &Path) {

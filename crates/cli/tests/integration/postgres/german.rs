@@ -9,7 +9,8 @@ use std::process::Stdio;
 use super::agent::{certificates, on_backup_host, tcp_url, AgentProc};
 use super::cluster::Cluster;
 use super::repo::{archiving, json, ok, recover, repo_dir};
-use crate::integration::common::{assert_fails, run, sheaf};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run};
 
 const GERMAN: &str = "lc_messages = 'de_DE.UTF-8'";
 

@@ -7,7 +7,8 @@ use std::process::Stdio;
 
 use super::cluster::Cluster;
 use super::repo::{archive_now, json, ok, recover, setup, TestRepo};
-use crate::integration::common::{run, sheaf, stderr};
+use super::sheaf;
+use crate::integration::common::{run, stderr};
 
 /// Every database's dump, less what differs between two dumps of the same data (comments with
 /// times and versions, pg_dump's per-run restrict key, the tablespace's location).
@@ -67,16 +68,14 @@ fn churn(c: &Cluster, round: u32, tablespace: &str) {
 
 #[test]
 fn incrementals_and_a_differential_under_churn_restore_like_the_full_recovered_to_their_point() {
-    let base = tempfile::Builder::new().prefix("sheaf-churn.").tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let base = super::cluster::server_tempdir("sheaf-churn.");
     under_churn(&base, &TestRepo::folder(base.path()));
 }
 
 /// The same in an encrypted repository in a bucket: WAL, its summaries and every set sealed.
 #[test]
 fn incrementals_under_churn_in_an_encrypted_bucket_restore_like_the_full() {
-    let base = tempfile::Builder::new().prefix("sheaf-churn-s3.").tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let base = super::cluster::server_tempdir("sheaf-churn-s3.");
     under_churn(&base, &TestRepo::encrypted_bucket(base.path()));
 }
 

@@ -2,7 +2,8 @@
 //! it consistent, and restores; released, it goes.
 
 use super::repo::{archive_now, json, ok, recover, setup};
-use crate::integration::common::{assert_fails, run, sheaf};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run};
 
 #[test]
 fn a_pinned_backup_outlives_expire_and_restores() {

@@ -3,7 +3,6 @@
 //! it, and `sheaf undelete` brings it back for a restore that replays to the end. Expire leaves
 //! what is locked and says until when; a lock shorter than the retention is refused.
 
-use std::os::unix::fs::PermissionsExt;
 
 use sheaf_core::Schemes;
 
@@ -13,8 +12,7 @@ use crate::integration::common::{assert_fails, run, stderr};
 #[test]
 fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
     let repo = TestRepo::locked_bucket();
-    let base = tempfile::Builder::new().prefix("sheaf-lock.").tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let base = super::cluster::server_tempdir("sheaf-lock.");
     let r = repo.arg.clone();
     let c = repo.cluster_init(&["--lock", "1"]);
     let url = c.url("postgres");

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::cluster::Cluster;
 use super::repo::{ok, setup};
-use crate::integration::common::{run, sheaf, stderr, SHEAF};
+use super::sheaf;
+use crate::integration::common::{run, stderr, SHEAF};
 
 /// The value of the sample whose line starts with `prefix` (name and labels).
 fn sample(text: &str, prefix: &str) -> Option<f64> {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::cluster::{pg_dir, Cluster};
 use super::repo::{archive_now, json, ok, recover, setup};
-use crate::integration::common::{assert_fails, run, sheaf};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run};
 
 /// The receiver, stopped (SIGTERM) on drop if still running.
 struct Receiver(Option<Child>);

@@ -7,7 +7,8 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{pg_dir, Cluster};
-use crate::integration::common::{assert_fails, run, sheaf, stderr, SHEAF};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run, stderr, SHEAF};
 use sheaf_pg::repo::paths;
 
 pub(super) fn ok(o: Output, what: &str) -> String {
@@ -24,8 +25,7 @@ pub(super) fn archiving(repo: &Path, extra: &[&str]) -> Cluster {
 }
 
 pub(super) fn repo_dir() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::Builder::new().prefix("sheaf-repo.").tempdir().unwrap();
-    std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let d = super::cluster::server_tempdir("sheaf-repo.");
     let repo = d.path().join("repo");
     pg_dir(&repo);
     (d, repo)
@@ -332,6 +332,7 @@ fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
     let wal = c.data.join("pg_wal").join(&seg);
     let copy = base.path().join(&seg);
     std::fs::copy(&wal, &copy).unwrap();
+    super::cluster::give_to_server(&copy);
 
     // The same segment again: success, said so.
     let again = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r]));
@@ -381,6 +382,54 @@ fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
     let none = run(sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", base.path().join("absent").to_str().unwrap()]));
     assert_eq!(none.status.code(), Some(2));
     assert!(stderr(&none).contains("there is no sheaf repository") && stderr(&none).contains("sheaf init"), "{}", stderr(&none));
+}
+
+/// A repository belongs to the user who made it (here the cluster's, as archive_command runs):
+/// root writing into it is refused before anything is written or the server is touched, naming
+/// both users and the fix, and reading it as root still works.
+#[test]
+fn another_user_is_refused_writing_into_the_repository() {
+    if !sheaf_core::host::is_root() {
+        sheaf_core::testing::missing("root, to write as another user than the repository's");
+        return;
+    }
+    let (_base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r])), "backup as the repository's owner");
+    let backups = || tree(&repo.join("backups"));
+    let before = backups();
+    let as_root = |args: &[&str]| run(crate::integration::common::sheaf().args(args));
+    let o = as_root(&["backup", &c.url("postgres"), "--repo", r]);
+    assert_fails(&o, 10, &[&format!("the repository {r} belongs to postgres"), "sheaf runs as root (uid 0)", "sudo -u postgres sheaf", "chown -R root"]);
+    assert_eq!(c.sql("postgres", "SELECT count(*) FROM pg_replication_slots"), "0", "the server was not touched");
+    for args in [&["expire", "--repo", r, "--keep-full", "1"][..], &["wal-summarize", "--repo", r]] {
+        assert_fails(&as_root(args), 10, &["belongs to postgres"]);
+    }
+    // (The archiver, the repository's owner, may still be storing the backup's history file.)
+    assert_eq!(backups(), before, "no backup written, none removed");
+    assert!(tree(&repo).iter().all(|(_, uid)| *uid != 0), "nothing of root's in the repository: {:?}", tree(&repo));
+    // Reading is no hazard: info and verify as root.
+    ok(as_root(&["info", "--repo", r]), "info as root");
+    ok(as_root(&["verify", "--repo", r]), "verify as root");
+}
+
+/// Every file under `dir` with its owner, sorted.
+fn tree(dir: &Path) -> Vec<(PathBuf, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                todo.push(p.clone());
+            }
+            out.push((p, m.uid()));
+        }
+    }
+    out.sort();
+    out
 }
 
 #[test]
@@ -566,8 +615,7 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
 fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     let minio = sheaf_s3::testing::Minio::start();
     minio.create_bucket("pitr");
-    let base = tempfile::Builder::new().prefix("sheaf-s3repo.").tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let base = super::cluster::server_tempdir("sheaf-s3repo.");
     // Settings in one file, so that archive_command stays short; credentials from the environment.
     let config = base.path().join("sheaf.toml");
     let plain = format!("repo = \"s3://pitr/cluster-a\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint());

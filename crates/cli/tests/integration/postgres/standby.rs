@@ -8,7 +8,8 @@ use std::process::{Child, Stdio};
 
 use super::cluster::Cluster;
 use super::repo::{archive_now, json, ok, recover, setup};
-use crate::integration::common::{assert_fails, run, sheaf, stderr};
+use super::sheaf;
+use crate::integration::common::{assert_fails, run, stderr};
 
 /// pgbench's three balances (accounts, tellers, branches): every transaction moves all three
 /// alike, so they agree in any consistent copy.

@@ -119,7 +119,7 @@ fn the_wal_reader_finds_what_pg_waldump_finds() {
 #[test]
 fn incrementals_survive_what_the_first_wal_summarizers_missed() {
     use super::repo::{archive_now, json, ok, recover, setup};
-    use crate::integration::common::sheaf;
+    use super::sheaf;
     let (base, repo, mut c) = setup();
     let r = repo.to_str().unwrap();
     let backup = |c: &Cluster, extra: &[&str]| json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--json"]).args(extra)), "backup"));
@@ -196,7 +196,7 @@ fn incrementals_survive_what_the_first_wal_summarizers_missed() {
 #[test]
 fn an_incremental_summarizes_what_lacks_a_summary_from_where_the_last_one_ended() {
     use super::repo::{archive_now, json, ok, setup};
-    use crate::integration::common::sheaf;
+    use super::sheaf;
     let (_base, repo, c) = setup();
     let r = repo.to_str().unwrap();
     let backup = |extra: &[&str]| json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--json"]).args(extra)), "backup"));
