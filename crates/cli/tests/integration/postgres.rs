@@ -26,8 +26,23 @@ use crate::integration::common::{server_catalog, SHEAF};
 /// suite's server catalog: as a DBA runs it beside archive_command, so that the repository, its
 /// spool and what is restored are that user's. sheaf refuses to write into a folder repository
 /// as another user than its owner; the tests that show that refusal run `common::sheaf` as root.
+/// setpriv execs sheaf itself (runuser would stay between), so a signal the test sends reaches it.
 pub fn sheaf() -> Command {
-    let mut c = sheaf_pg::scratch::as_server_user(SHEAF);
+    let mut c = if sheaf_core::host::is_root() {
+        let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = Command::new("setpriv");
+        c.args([format!("--reuid={uid}"), format!("--regid={gid}"), "--init-groups".into(), SHEAF.into()]);
+        c.env("HOME", home_of(uid)).env("USER", "postgres").env("LOGNAME", "postgres");
+        c
+    } else {
+        Command::new(SHEAF)
+    };
     c.env("SHEAF_CATALOG", server_catalog());
     c
+}
+
+/// User `uid`'s home folder as /etc/passwd gives it (`/` when it gives none).
+fn home_of(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.len() > 5 && f[2] == uid.to_string()).map_or("/".into(), |f| f[5].to_string())
 }

@@ -128,7 +128,8 @@ fn under_churn(base: &tempfile::TempDir, repo: &TestRepo) {
     // Each incremental and the differential, recovered only to where it is consistent, against the
     // full recovered to the same LSN.
     let out = base.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
+    super::cluster::pg_dir(&out);
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let tablespace = |name: &str| format!("{}={}", space.display(), out.join(format!("{name}-space")).display());
     let mut dumps = std::collections::HashMap::new();
     for (name, b) in [("incr1", &incr1), ("diff", &diff), ("incr2", &incr2)] {
@@ -318,7 +319,8 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
     // Restored to the end and promoted on timeline 2, archiving into the same repository: an
     // incremental there builds on the chain from timeline 1 and restores to what it holds.
     let out = base.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
+    super::cluster::pg_dir(&out);
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let promoted = recover_with(&repo, &out.join("promoted"), &[], true);
     assert_eq!(promoted.sql("postgres", "SELECT timeline_id FROM pg_control_checkpoint()"), "2");
     ok(run(promoted.tool("pgbench").args(["-n", "-t", "200", "app"]).stdout(Stdio::null())), "pgbench on timeline 2");

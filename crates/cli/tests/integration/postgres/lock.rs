@@ -3,7 +3,6 @@
 //! it, and `sheaf undelete` brings it back for a restore that replays to the end. Expire leaves
 //! what is locked and says until when; a lock shorter than the retention is refused.
 
-
 use sheaf_core::Schemes;
 
 use super::repo::{archive_now, json, ok, TestRepo};

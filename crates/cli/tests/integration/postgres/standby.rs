@@ -119,7 +119,8 @@ fn a_standby_with_a_tablespace_backs_up_to_stripes_from_its_own_places() {
     c.sql("postgres", "INSERT INTO far SELECT g FROM generate_series(50001, 60000) g");
     sb.catch_up(&c);
     let out = c.base.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
+    super::cluster::pg_dir(&out);
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let stripe = out.join("s.sheaf");
     let report = json(ok(run(sheaf().args(["backup", &sb.url("postgres"), "--to", stripe.to_str().unwrap(), "--json"])), "backup of the standby"));
     // The standby's tablespace is read where the standby keeps it, not where the primary does.

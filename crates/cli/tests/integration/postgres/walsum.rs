@@ -144,7 +144,8 @@ fn incrementals_survive_what_the_first_wal_summarizers_missed() {
     // for here, or a loaded machine restores before the last segment is in (a race, seen once).
     archive_now(&c);
     let out = base.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
+    super::cluster::pg_dir(&out);
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let restored = recover(&repo, &out.join("a"), &["--set", id, "--target", "immediate"]);
     let gone = restored.query("lakh", "SELECT * FROM t1");
     assert!(gone.is_err_and(|e| e.to_string().contains("does not exist")), "t1 came back in the remade database");
