@@ -38,7 +38,7 @@ archive_command = '$S wal-push %p --repo $W/repo'
 EOF
 as_pg "$PGBIN/pg_ctl" -D "$W/data" -l "$W/sock/log" -w start >/dev/null
 psql() { as_pg "$PGBIN/psql" -h "$W/sock" -p "$PORT" -U postgres -Atq "$@"; }
-"$S" init --repo "$W/repo" "$URL" >/dev/null
+"${AS_PG[@]}" "$S" init --repo "$W/repo" "$URL" >/dev/null
 psql -c "CREATE DATABASE tpch"
 echo "loading TPC-H scale $SCALE" >&2
 "$S" load-tpch "$TPCH" --scale "$SCALE" >/dev/null
@@ -51,7 +51,7 @@ declare -A T
 # read from disk, as on a cluster larger than memory.
 cold() { sync; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 timed() { local n=$1; shift; cold; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
-backup() { "$S" backup "$URL" --repo "$W/repo" --json "$@"; }
+backup() { "${AS_PG[@]}" "$S" backup "$URL" --repo "$W/repo" --json "$@"; }
 archive_now() {
   local seg; seg=$(psql -c "SELECT pg_logical_emit_message(false, 'bench', 'x')" -c "SELECT pg_walfile_name(pg_switch_wal())" | tail -1)
   for _ in $(seq 600); do
@@ -81,7 +81,7 @@ archive_now
 timed full backup --type full >"$W/full.json"
 change 5 0
 # Peak resident memory of the incremental, against the budget it prints.
-timed diff_wal /usr/bin/time -f %M -o "$W/diff_wal.rss" "$S" backup "$URL" --repo "$W/repo" --json --type diff >"$W/diff_wal.json"
+timed diff_wal /usr/bin/time -f %M -o "$W/diff_wal.rss" "${AS_PG[@]}" "$S" backup "$URL" --repo "$W/repo" --json --type diff >"$W/diff_wal.json"
 timed diff_scan backup --type diff --page-scan >"$W/diff_scan.json"
 # A chain: 6 incrementals of about 1 % each.
 for i in 1 2 3 4 5 6; do
@@ -90,7 +90,7 @@ for i in 1 2 3 4 5 6; do
 done
 last=$(field "$W/incr6.json" "d['postgres']['repository_id']")
 full_id=$(field "$W/full.json" "d['postgres']['repository_id']")
-timed consolidate "$S" consolidate --repo "$W/repo" --set "$last" --json >"$W/merged.json"
+timed consolidate "${AS_PG[@]}" "$S" consolidate --repo "$W/repo" --set "$last" --json >"$W/merged.json"
 merged=$(field "$W/merged.json" "d['record']['id']")
 restore() { local to=$1; shift; rm -rf "$to"; "$S" restore --repo "$W/repo" --to "$to" --target immediate --json "$@" >/dev/null; }
 timed restore_merged restore "$W/r-merged" --set "$merged"

@@ -42,7 +42,7 @@ archive_command = '$S wal-push %p --repo $W/repo'
 EOF
 as_pg "$PGBIN/pg_ctl" -D "$W/p" -l "$W/sock/p.log" -w start >/dev/null
 psql() { local port=$1; shift; as_pg "$PGBIN/psql" -h "$W/sock" -p "$port" -U postgres -Atq "$@"; }
-"$S" init --repo "$W/repo" "$P" >/dev/null
+"${AS_PG[@]}" "$S" init --repo "$W/repo" "$P" >/dev/null
 psql "$PORT" -c "CREATE DATABASE tpch"
 echo "loading TPC-H scale $SCALE" >&2
 "$S" load-tpch "postgres://postgres@localhost:$PORT/tpch?host=$W/sock" --scale "$SCALE" >/dev/null
@@ -71,11 +71,11 @@ run() {
   local n=$1; shift
   cold
   local r0 t0; r0=$(primary_reads); t0=$(now)
-  "$S" backup "$@" --repo "$W/repo" --json >"$OUT/$n.json"
+  "${AS_PG[@]}" "$S" backup "$@" --repo "$W/repo" --json >"$OUT/$n.json"
   T[$n]=$(echo "$(now) - $t0" | bc -l); R[$n]=$(( $(primary_reads) - r0 ))
   B[$n]=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$OUT/$n.json")
   # Again under strace, untimed: every file sheaf opened under the primary's data directory.
-  strace -f -qq -e trace=openat,open -o "$W/$n.strace" "$S" backup "$@" --repo "$W/repo" --json >/dev/null
+  strace -f -qq -e trace=openat,open -o "$W/$n.strace" "${AS_PG[@]}" "$S" backup "$@" --repo "$W/repo" --json >/dev/null
   O[$n]=$(grep -c "\"$W/p/" "$W/$n.strace" || true)
   echo "$n: ${T[$n]} s, primary read ${R[$n]} bytes, sheaf opened ${O[$n]} files under the primary's data directory" >&2
 }

@@ -10,6 +10,11 @@ pg_bin_dir() {
 # Run a command as postgres when we are root (initdb refuses root), as ourselves otherwise.
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
+# The repository belongs to the server's user, whose archive_command pushes into it, and sheaf
+# writes into a repository only as its owner: "${AS_PG[@]}" "$S" backup ... runs it so (also
+# under time or strace, which cannot run a shell function).
+AS_PG=(); if [ "$(id -u)" -eq 0 ]; then AS_PG=(runuser -u postgres --); fi
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

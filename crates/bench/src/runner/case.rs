@@ -81,6 +81,19 @@ impl Ctx<'_> {
         c
     }
 
+    /// [`Ctx::sheaf_op`] for an operation that writes into the bench's repository (made for the
+    /// cluster's user, whose archive_command pushes WAL into it): run as root, it runs as that
+    /// user, since sheaf refuses to write into another user's repository, and records into that
+    /// user's own catalog.
+    pub(super) fn repo_op(&self, op: &str) -> Command {
+        if !sheaf_core::host::is_root() {
+            return self.sheaf_op(op);
+        }
+        let mut c = sheaf_pg::scratch::as_server_user(&self.opts.sheaf);
+        c.arg(op).args(&self.opts.key_args);
+        c
+    }
+
     pub(super) fn settle(&self) -> Result<()> {
         settle(self.opts, self.src.cluster.as_ref(), self.archiving)
     }
@@ -134,11 +147,10 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// `sheaf backup` of the source with permutation `p`'s settings and `where_to` (`--to`
+    /// `c` (`sheaf backup`, from [`Ctx::sheaf_op`] or [`Ctx::repo_op`]) of the source with permutation `p`'s settings and `where_to` (`--to`
     /// stripes, or a repository and its type), timed after settling; its figures (bytes read,
     /// bytes written, buffers used). `what` ends the label and names a failure.
-    pub(super) fn timed_backup(&self, p: &Permutation, where_to: &[&str], what: &str) -> Result<(Finished, (u64, u64, usize))> {
-        let mut c = self.sheaf_op("backup");
+    pub(super) fn timed_backup(&self, mut c: Command, p: &Permutation, where_to: &[&str], what: &str) -> Result<(Finished, (u64, u64, usize))> {
         c.arg(&self.src.arg).args(where_to);
         c.args(["-c", &p.compression, "--transfer-size", &p.transfer_size.to_string(), "--json", "--label"]).arg(format!("sheaf bench: {}, {what}", p.name()));
         if let Some(b) = p.buffer_count {
@@ -157,7 +169,7 @@ impl Ctx<'_> {
     pub(super) fn sheaf_run(&mut self, p: &Permutation, repeat: usize) -> Result<Sample> {
         let stripes: Vec<String> = (0..p.stripes).map(|k| p.target.stripe_location(&self.work_name, k).unwrap_or_else(|| "nul".to_string())).collect();
         let to: Vec<&str> = stripes.iter().flat_map(|s| ["--to", s.as_str()]).collect();
-        let (b, (bytes_read, size_bytes, buffers_used)) = self.timed_backup(p, &to, &format!("run {repeat}"))?;
+        let (b, (bytes_read, size_bytes, buffers_used)) = self.timed_backup(self.sheaf_op("backup"), p, &to, &format!("run {repeat}"))?;
         let (mut verify, mut restore) = (None, None);
         if p.target != BenchTarget::Nul {
             let mut c = self.sheaf_op("verify");

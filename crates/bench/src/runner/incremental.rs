@@ -62,7 +62,7 @@ impl Ctx<'_> {
     pub(super) fn incremental_setup(&mut self, repo: &Path, summarize_wal: bool) -> Result<()> {
         let cluster = self.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
         sheaf_pg::scratch::server_dir(repo)?;
-        let mut c = self.sheaf_op("init");
+        let mut c = self.repo_op("init");
         c.arg("--repo").arg(repo).arg(&self.src.arg);
         let f = measure::run(c)?;
         if !f.ok() {
@@ -89,7 +89,8 @@ impl Ctx<'_> {
     /// One sheaf backup of type `t` into `repo`, timed, then restored and timed.
     fn repo_backup(&mut self, p: &Permutation, t: BackupType, repo: &Path, dir: &Path, repeat: usize) -> Result<Measured> {
         let (kind, stripes, repo_arg) = (t.to_string(), p.stripes.to_string(), repo.display().to_string());
-        let (b, (bytes_read, size, buffers_used)) = self.timed_backup(p, &["--repo", &repo_arg, "--type", &kind, "--stripes", &stripes], &format!("{t}, run {repeat}"))?;
+        let (b, (bytes_read, size, buffers_used)) =
+            self.timed_backup(self.repo_op("backup"), p, &["--repo", &repo_arg, "--type", &kind, "--stripes", &stripes], &format!("{t}, run {repeat}"))?;
         let id = repository_id(&b.stdout)?;
         let dest = self.restore_dir(dir);
         let mut c = self.sheaf_op("restore");
