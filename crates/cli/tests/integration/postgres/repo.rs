@@ -573,6 +573,7 @@ fn archiving_survives_an_unreachable_repository_and_a_killed_push() {
     c.sql("postgres", "CHECKPOINT");
     let copy = base.path().join(&seg);
     std::fs::copy(c.data.join("pg_wal").join(&seg), &copy).unwrap();
+    super::cluster::give_to_server(&copy);
     let object = repo.join(format!("wal/00000001/{seg}.wal"));
     let partial = repo.join(format!("wal/00000001/{seg}.wal.partial"));
     let mut child = sheaf().args(["wal-push", copy.to_str().unwrap(), "--repo", r, "-c", "zstd:19"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
@@ -771,7 +772,7 @@ fn wal_push_looks_ahead_and_wal_fetch_prefetches() {
 
     // Prefetch: serving one segment starts a prefetcher that fetches the next ones, checked.
     let dest = base.path().join("recovering");
-    std::fs::create_dir(&dest).unwrap();
+    pg_dir(&dest);
     let fetch = |seg: &str, n: &str| run(sheaf().args(["wal-fetch", seg, dest.join("RECOVERYXLOG").to_str().unwrap(), "--repo", r, "--parallel", n, "--json"]));
     let got = json(ok(fetch(&segs[0], "3"), "wal-fetch"));
     assert_eq!(got["from_spool"], false, "{got}");

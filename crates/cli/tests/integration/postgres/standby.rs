@@ -125,8 +125,8 @@ fn a_standby_with_a_tablespace_backs_up_to_stripes_from_its_own_places() {
     let report = json(ok(run(sheaf().args(["backup", &sb.url("postgres"), "--to", stripe.to_str().unwrap(), "--json"])), "backup of the standby"));
     // The standby's tablespace is read where the standby keeps it, not where the primary does.
     assert_eq!(report["postgres"]["tablespaces"][0]["location"], standby_ts.to_str().unwrap(), "{report}");
-    let to = c.base.path().join("restored");
-    let moved = c.base.path().join("restored-ts");
+    let to = out.join("restored");
+    let moved = out.join("restored-ts");
     ok(run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", to.to_str().unwrap(), "--tablespace", &format!("{}={}", standby_ts.display(), moved.display())])), "restore");
     assert!(!to.join("standby.signal").exists(), "a standby's signal is left out");
     let sock = c.base.path().join("restored-sock");
