@@ -26,6 +26,8 @@ command -v localedef >/dev/null || need+=(locales)
 # make test checks the crates' modules for import circles with a Python script.
 command -v python3 >/dev/null || need+=(python3)
 command -v mount >/dev/null || need+=(mount)
+# The crash tests' power-loss file system (crates/crashfs) is FUSE: fusermount3 and /dev/fuse.
+command -v fusermount3 >/dev/null || need+=(fuse3)
 # The HTTPS test of S3 makes a self-signed certificate.
 command -v openssl >/dev/null || need+=(openssl)
 # The PostgreSQL tests start throwaway clusters with Debian's server, pgbench and pg_amcheck.
