@@ -253,13 +253,20 @@ impl Catalog {
             },
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| err(&format!("cannot create {}", dir.display()), e))?;
+            sheaf_core::whole::create_dirs(dir).map_err(|e| err(&format!("cannot create {}", dir.display()), e))?;
         }
+        let new = !path.exists();
         let conn = Connection::open(&path).map_err(|e| err(&format!("cannot open {}", path.display()), e))?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| err("busy timeout", e))?;
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;").map_err(|e| err("pragmas", e))?;
         let mut c = Catalog { conn, path };
         c.migrate()?;
+        if new {
+            // SQLite fsyncs the folder for its WAL file, not for the database it creates: without
+            // this, a power cut could take the whole catalog's name with it.
+            let dir = sheaf_core::whole::parent_dir(&c.path);
+            sheaf_core::whole::sync_dir(&dir).map_err(|e| err(&format!("cannot fsync {}", dir.display()), e))?;
+        }
         c.mark_interrupted()?;
         Ok(c)
     }

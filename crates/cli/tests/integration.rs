@@ -5,6 +5,7 @@
 mod integration {
     pub mod cli;
     pub mod common;
+    pub mod crash;
     pub mod postgres;
     pub mod s3;
 }

@@ -188,6 +188,34 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Make folder `dir`, durably: a name is durable only once the folder holding it is fsynced, and
+/// a file fsynced into a folder whose own name was lost with the power is lost with it.
+///
+/// # Errors
+/// As `mkdir(2)` (`AlreadyExists` among them), or the parent's fsync.
+pub fn create_dir(dir: &Path) -> std::io::Result<()> {
+    fs::create_dir(dir)?;
+    sync_dir(&parent_dir(dir))
+}
+
+/// [`create_dir`] for `dir` and every missing folder above it, as `mkdir -p`; a folder already
+/// there is success.
+///
+/// # Errors
+/// As [`create_dir`].
+pub fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(up) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dirs(up)?;
+    }
+    match create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        r => r,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,7 +61,7 @@ impl Spool {
     /// Its folder `part`, made if missing.
     pub(crate) fn sub(&self, part: &str) -> Result<PathBuf> {
         let d = self.dir.join(part);
-        fs::create_dir_all(&d).map_err(|e| io(format!("cannot create the spool folder {} (set spool = \"DIR\" or --spool to move it)", d.display()), e))?;
+        sheaf_core::whole::create_dirs(&d).map_err(|e| io(format!("cannot create the spool folder {} (set spool = \"DIR\" or --spool to move it)", d.display()), e))?;
         Ok(d)
     }
 }

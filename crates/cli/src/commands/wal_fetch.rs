@@ -87,7 +87,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
 fn start_prefetcher(ctx: &Context, a: &WalFetchArgs, repo: &Repo, parallel: usize, spool: &Spool) -> Result<(), Error> {
     use std::os::unix::process::CommandExt;
     let exe = ctx.exe()?;
-    std::fs::create_dir_all(spool.dir()).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", spool.dir().display()), e))?;
+    sheaf_core::whole::create_dirs(spool.dir()).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", spool.dir().display()), e))?;
     let log_path = spool.dir().join("prefetch.log");
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", log_path.display()), e))?;
     let mut cmd = std::process::Command::new(exe);

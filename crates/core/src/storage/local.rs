@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::{no_lock, Capabilities, Store, Stored, StripeSink, StripeSource, WriteOptions};
 use crate::error::{io_at, Error, ErrorKind, Result};
-use crate::whole::{parent_dir, rename_into_place, sync_dir};
+use crate::whole::{create_dir, create_dirs, parent_dir, rename_into_place, sync_dir};
 
 const WRITE_BUFFER: usize = 256 * 1024;
 
@@ -78,14 +78,14 @@ impl Store for LocalStore {
     fn prepare(&self, name: &str, below: Option<&str>) -> Result<()> {
         let dir = parent_dir(Path::new(name));
         let Some((root, rel)) = below.map(Path::new).and_then(|r| Some((r, dir.strip_prefix(r).ok()?))) else {
-            return fs::create_dir_all(&dir).map_err(|e| io_at(ErrorKind::Target, "cannot create folder", &dir, e));
+            return create_dirs(&dir).map_err(|e| io_at(ErrorKind::Target, "cannot create folder", &dir, e));
         };
         // One level at a time from a root that must still be there: a repository moved or removed
         // while a writer had it open is not made again, empty, where it was.
         let mut at = root.to_path_buf();
         for c in rel.components() {
             at.push(c);
-            match fs::create_dir(&at) {
+            match create_dir(&at) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !root.exists() => {
@@ -102,10 +102,13 @@ impl Store for LocalStore {
     }
 
     fn delete(&self, name: &str) -> Result<()> {
-        match fs::remove_file(name) {
-            Ok(()) => Ok(()),
+        let p = Path::new(name);
+        match fs::remove_file(p) {
+            // Durable before the caller goes on: a backup's manifest removed and then its stripes
+            // must never come back after a power cut as a manifest without its stripes.
+            Ok(()) => sync_dir(&parent_dir(p)).map_err(|e| io_at(ErrorKind::Target, "cannot fsync the folder of", p, e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_at(ErrorKind::Target, "cannot remove", Path::new(name), e)),
+            Err(e) => Err(io_at(ErrorKind::Target, "cannot remove", p, e)),
         }
     }
 }

@@ -169,7 +169,7 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
         }
     }
     let meta = first.ok_or_else(|| Error::new(ErrorKind::Target, "none of the repositories given can be read"))?;
-    fs::create_dir_all(&opts.spool).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot make the spool folder {}", opts.spool.display()), e))?;
+    sheaf_core::whole::create_dirs(&opts.spool).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot make the spool folder {}", opts.spool.display()), e))?;
     let lock_path = opts.spool.join("receiver.lock");
     let lock =
         File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", lock_path.display()), e))?;

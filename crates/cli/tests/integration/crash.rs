@@ -1,0 +1,184 @@
+//! Power cuts (issue 36): sheaf's commands run with the repository, the spool and the history
+//! catalog on a file system that loses power (`sheaf-crashfs`), which is cut at random moments;
+//! after each cut the file system is mounted again and what every acknowledged command promised
+//! is checked. SIGKILL alone cannot find a missing fsync (the kernel keeps the page cache when a
+//! process dies); dropping what was never made durable does.
+//!
+//! `CRASH_POINTS` sets the cuts per workload (the suite's short run: 24; `make crash`: 200) and
+//! `CRASH_SEED` replays a run (each test prints the seed it used).
+
+pub mod wal_push;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+use sheaf_crashfs::{CrashFs, Cut, CutReport};
+
+/// Cuts per workload.
+pub fn points() -> usize {
+    std::env::var("CRASH_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+}
+
+/// xorshift64*, seeded from `CRASH_SEED` or the clock.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(workload: &str) -> Rng {
+        let seed = std::env::var("CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+        });
+        eprintln!("crash {workload}: CRASH_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+/// What one workload's run found: the figures the issue asks for, printed as one line.
+#[derive(Default)]
+pub struct Report {
+    pub workload: String,
+    /// Power cuts made.
+    pub points: usize,
+    /// Of those, cuts that landed while a command ran.
+    pub mid_command: usize,
+    /// Items acknowledged (a command that exited 0) before a cut.
+    pub acknowledged: usize,
+    /// Acknowledged items missing or different after a cut: the goal is 0.
+    pub lost: Vec<String>,
+    /// Repositories that sheaf could not carry on with after a cut (a command refused, verify
+    /// failed) and would need a hand repair: the goal is 0.
+    pub repairs: Vec<String>,
+    /// Changes dropped by the cuts, and kept by their random prefixes.
+    pub dropped: usize,
+    pub kept: usize,
+    pub torn: usize,
+}
+
+impl Report {
+    pub fn new(workload: &str) -> Report {
+        Report { workload: workload.into(), ..Report::default() }
+    }
+
+    pub fn cut(&mut self, r: CutReport, mid: bool) {
+        self.points += 1;
+        self.mid_command += usize::from(mid);
+        self.dropped += r.pending - r.kept;
+        self.kept += r.kept;
+        self.torn += usize::from(r.torn);
+    }
+
+    /// Print the line, append it to `CRASH_REPORT` when set (`make crash` gathers them), and fail
+    /// on any loss or repair.
+    pub fn finish(&self) {
+        let mut line = format!(
+            "{}: {} power cuts ({} during a command), {} acknowledged, {} lost, {} needing repair; {} unsynced changes dropped, {} kept by prefixes, {} torn writes",
+            self.workload,
+            self.points,
+            self.mid_command,
+            self.acknowledged,
+            self.lost.len(),
+            self.repairs.len(),
+            self.dropped,
+            self.kept,
+            self.torn
+        );
+        for l in self.lost.iter().chain(&self.repairs) {
+            let _ = write!(line, "\n  {l}");
+        }
+        eprintln!("{line}");
+        if let Some(p) = std::env::var_os("CRASH_REPORT") {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap();
+            writeln!(f, "{line}").unwrap();
+        }
+        assert!(self.lost.is_empty() && self.repairs.is_empty(), "{line}");
+        assert!(self.points > 0 && self.acknowledged > 0, "the workload ran: {line}");
+    }
+}
+
+/// A power-loss file system mounted for one workload, with the rest of its scratch space.
+pub struct Rig {
+    pub dir: tempfile::TempDir,
+    fs: Option<CrashFs>,
+    mnt: PathBuf,
+}
+
+impl Rig {
+    /// Mounted, or None (saying why) where this host cannot mount FUSE; CI must.
+    pub fn new() -> Option<Rig> {
+        let dir = tempfile::Builder::new().prefix("sheaf-crash").tempdir().unwrap();
+        let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));
+        std::fs::create_dir(&backing).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        match CrashFs::mount(&backing, &mnt) {
+            Ok(fs) => Some(Rig { dir, fs: Some(fs), mnt }),
+            Err(e) => {
+                sheaf_core::testing::missing(&format!("cannot mount the power-loss file system (FUSE: /dev/fuse, root or fusermount3): {e}"));
+                None
+            }
+        }
+    }
+
+    /// The mount: what lives here is cut with the power.
+    pub fn root(&self) -> &Path {
+        &self.mnt
+    }
+
+    fn fs(&mut self) -> &mut CrashFs {
+        self.fs.as_mut().expect("mounted")
+    }
+
+    /// Lose power now, with a random crash state: SIGKILL `child` (power loss ends every process),
+    /// mount again, and say how `child` ended (an exit 0 that came after the cut still counts as
+    /// acknowledged: whatever it did past the cut failed).
+    pub fn cut(&mut self, rng: &mut Rng, child: Option<Child>) -> (CutReport, Option<ExitStatus>) {
+        let how = if rng.below(2) == 0 { Cut::Clean } else { Cut::Prefix { seed: rng.below(u64::MAX) } };
+        let r = self.fs().cut(how);
+        let status = child.map(|mut c| {
+            let _ = c.kill();
+            c.wait().unwrap()
+        });
+        self.fs().remount().unwrap_or_else(|e| panic!("mount again after a power cut: {e}"));
+        (r, status)
+    }
+
+    /// Remove everything on the mount, durably.
+    pub fn wipe(&mut self) {
+        for e in std::fs::read_dir(&self.mnt).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+        std::fs::File::open(&self.mnt).unwrap().sync_all().unwrap();
+    }
+}
+
+/// Wait for `child` until `deadline`: how it ended (with its standard error when piped), or the
+/// child back when it still runs.
+pub fn wait_until(mut child: Child, deadline: Instant) -> Result<(ExitStatus, String), Child> {
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            return Ok((s, err));
+        }
+        if Instant::now() >= deadline {
+            return Err(child);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

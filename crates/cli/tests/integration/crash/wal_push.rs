@@ -1,0 +1,173 @@
+//! Workload 1: `wal-push` of a stream of segments, as PostgreSQL's archiver calls it (one call at
+//! a time, `.ready` files for the segments behind), plain, with look-ahead (`--parallel 4`) and
+//! encrypted, cut at random. Every segment whose push exited 0 before a cut must come back from
+//! `wal-fetch` byte for byte; the push a cut interrupted must succeed when the archiver retries.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{points, wait_until, Report, Rig, Rng};
+use crate::integration::common::{run, s, sheaf_with_catalog, stderr};
+use crate::integration::postgres::cluster::{server_tempdir, Cluster};
+
+/// Segments in one stream (1 MiB each).
+const SEGMENTS: usize = 24;
+
+/// Real WAL: a cluster with 1 MiB segments, written to and switched, archived by `cp`.
+fn segments(stage: &Path) -> (Cluster, Vec<String>) {
+    let cmd = format!("archive_command = 'cp %p {}/%f'", stage.display());
+    let c = Cluster::new(&["--wal-segsize=1"], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
+    c.sql("postgres", "CREATE TABLE t (id int, pad text)");
+    for i in 0..SEGMENTS {
+        c.sql("postgres", &format!("INSERT INTO t SELECT g, md5(g::text) FROM generate_series({}, {}) g; SELECT pg_switch_wal()", i * 6000, i * 6000 + 5999));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut names: Vec<String> = std::fs::read_dir(stage).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.len() == 24).collect();
+        names.sort();
+        if names.len() >= SEGMENTS {
+            names.truncate(SEGMENTS);
+            return (c, names);
+        }
+        assert!(Instant::now() < deadline, "the archiver copied {} of {SEGMENTS} segments", names.len());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Stream {
+    pg_wal: PathBuf,
+    names: Vec<String>,
+    repo: PathBuf,
+    spool: PathBuf,
+    catalog: PathBuf,
+    key: PathBuf,
+}
+
+impl Stream {
+    fn sheaf(&self) -> Command {
+        sheaf_with_catalog(&self.catalog)
+    }
+
+    /// The archiver's view: every segment not yet archived is `.ready`.
+    fn mark(&self, done: usize) {
+        let status = self.pg_wal.join("archive_status");
+        let _ = std::fs::remove_dir_all(&status);
+        std::fs::create_dir(&status).unwrap();
+        for (i, n) in self.names.iter().enumerate() {
+            std::fs::write(status.join(format!("{n}.{}", if i < done { "done" } else { "ready" })), b"").unwrap();
+        }
+    }
+
+    fn push(&self, i: usize, args: &[&str]) -> std::process::Child {
+        let seg = self.pg_wal.join(&self.names[i]);
+        self.sheaf()
+            .args(["wal-push", s(&seg), "--repo", s(&self.repo), "--spool", s(&self.spool)])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Whether the repository gives back segment `i` as it was: None when it does, else why not.
+    fn fetch(&self, i: usize, args: &[&str], scratch: &Path) -> Option<String> {
+        let dest = scratch.join("fetched");
+        let _ = std::fs::remove_file(&dest);
+        let o = run(self.sheaf().args(["wal-fetch", &self.names[i], s(&dest), "--repo", s(&self.repo)]).args(args));
+        if !o.status.success() {
+            return Some(format!("{}: wal-fetch exited {:?}: {}", self.names[i], o.status.code(), stderr(&o).trim()));
+        }
+        let (got, want) = (std::fs::read(&dest).unwrap(), std::fs::read(self.pg_wal.join(&self.names[i])).unwrap());
+        (got != want).then(|| format!("{}: wal-fetch gave {} bytes that differ from the {} pushed", self.names[i], got.len(), want.len()))
+    }
+}
+
+#[test]
+fn acknowledged_segments_survive_power_cuts() {
+    let Some(mut rig) = Rig::new() else { return };
+    let mut rng = Rng::new("wal-push");
+    let mut report = Report::new("wal-push");
+    let stage = server_tempdir("sheaf-crash-wal");
+    let (c, names) = segments(stage.path());
+    let pg_wal = rig.dir.path().join("pg_wal");
+    std::fs::create_dir(&pg_wal).unwrap();
+    for n in &names {
+        std::fs::copy(stage.path().join(n), pg_wal.join(n)).unwrap();
+    }
+    let key = rig.dir.path().join("key");
+    std::fs::write(&key, [0x5au8; 32]).unwrap();
+    let root = rig.root().to_path_buf();
+    let st = Stream { pg_wal, names, repo: root.join("repo"), spool: root.join("spool"), catalog: root.join("catalog.db"), key };
+    let key_args = ["--encryption-key-file", s(&st.key)];
+    let variants: [(&str, Vec<&str>, &[&str]); 3] =
+        [("plain", vec!["--parallel", "1"], &[]), ("look-ahead", vec!["--parallel", "4"], &[]), ("encrypted", vec!["--parallel", "4", key_args[0], key_args[1]], &key_args)];
+    let scratch = rig.dir.path().to_path_buf();
+    let total = points();
+    let mut cycle = 0;
+    while report.points < total {
+        let (variant, push_args, key) = &variants[cycle % variants.len()];
+        cycle += 1;
+        rig.wipe();
+        let init = run(st.sheaf().args(["init", "--repo", s(&st.repo), &c.url("postgres")]).args(*key));
+        assert!(init.status.success(), "init: {}", stderr(&init));
+        st.mark(0);
+        let mut next = 0;
+        let mut checked = 0;
+        while next < SEGMENTS && report.points < total {
+            // One round: pushes one after another until the power is cut, up to 0.3 s away.
+            let deadline = Instant::now() + Duration::from_millis(rng.below(300));
+            let mut mid = false;
+            let mut cut = None;
+            while next < SEGMENTS && Instant::now() < deadline {
+                match wait_until(st.push(next, push_args), deadline) {
+                    Ok((status, _)) if status.success() => {
+                        report.acknowledged += 1;
+                        next += 1;
+                        st.mark(next);
+                    }
+                    Ok((status, err)) => {
+                        report.repairs.push(format!("{variant}: wal-push of {} exited {:?} with no cut: {}", st.names[next], status.code(), err.trim()));
+                        break;
+                    }
+                    Err(child) => {
+                        let (r, status) = rig.cut(&mut rng, Some(child));
+                        if status.is_some_and(|s| s.success()) {
+                            report.acknowledged += 1;
+                            next += 1;
+                            st.mark(next);
+                        }
+                        (mid, cut) = (true, Some(r));
+                    }
+                }
+            }
+            if !report.repairs.is_empty() {
+                break;
+            }
+            let r = cut.unwrap_or_else(|| rig.cut(&mut rng, None).0);
+            report.cut(r, mid);
+            // What was acknowledged since the last check must be there, byte for byte.
+            for i in checked..next {
+                if let Some(why) = st.fetch(i, key, &scratch) {
+                    report.lost.push(format!("{variant}: {why}"));
+                }
+            }
+            checked = next;
+        }
+        if !report.repairs.is_empty() || !report.lost.is_empty() {
+            break;
+        }
+        // The whole stream at the end of a cycle, and the repository verifies.
+        for i in 0..next {
+            if let Some(why) = st.fetch(i, key, &scratch) {
+                report.lost.push(format!("{variant} (end of stream): {why}"));
+            }
+        }
+        let v = run(st.sheaf().args(["verify", "--repo", s(&st.repo)]).args(*key));
+        if !v.status.success() {
+            report.repairs.push(format!("{variant}: verify --repo exited {:?}: {}", v.status.code(), stderr(&v).trim()));
+        }
+    }
+    report.finish();
+}
