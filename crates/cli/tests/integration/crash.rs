@@ -7,6 +7,7 @@
 //! `CRASH_POINTS` sets the cuts per workload (the suite's short run: 24; `make crash`: 200) and
 //! `CRASH_SEED` replays a run (each test prints the seed it used).
 
+pub mod receive;
 pub mod wal_push;
 
 use std::fmt::Write as _;
@@ -16,9 +17,15 @@ use std::time::{Duration, Instant};
 
 use sheaf_crashfs::{CrashFs, Cut, CutReport};
 
-/// Cuts per workload.
+/// Cuts per workload: `CRASH_POINTS`, else the suite's short run of 24.
 pub fn points() -> usize {
-    std::env::var("CRASH_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    points_or(24)
+}
+
+/// `CRASH_POINTS`, else `short`: for a workload whose every cut is checked by a restore that
+/// starts a server (seconds each), the suite's short run makes fewer.
+pub fn points_or(short: usize) -> usize {
+    std::env::var("CRASH_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(short)
 }
 
 /// xorshift64*, seeded from `CRASH_SEED` or the clock.
@@ -136,18 +143,37 @@ impl Rig {
         self.fs.as_mut().expect("mounted")
     }
 
-    /// Lose power now, with a random crash state: SIGKILL `child` (power loss ends every process),
-    /// mount again, and say how `child` ended (an exit 0 that came after the cut still counts as
-    /// acknowledged: whatever it did past the cut failed).
+    /// Lose power now, with a random crash state: SIGKILL `child` and every other process using
+    /// the mount (power loss ends them all), mount again, and say how `child` ended (an exit 0
+    /// that came after the cut still counts as acknowledged: whatever it did past the cut failed).
     pub fn cut(&mut self, rng: &mut Rng, child: Option<Child>) -> (CutReport, Option<ExitStatus>) {
-        let how = if rng.below(2) == 0 { Cut::Clean } else { Cut::Prefix { seed: rng.below(u64::MAX) } };
-        let r = self.fs().cut(how);
+        let r = self.power_off(rng);
         let status = child.map(|mut c| {
             let _ = c.kill();
             c.wait().unwrap()
         });
-        self.fs().remount().unwrap_or_else(|e| panic!("mount again after a power cut: {e}"));
+        self.power_on();
         (r, status)
+    }
+
+    /// The first half of [`Rig::cut`]: from here every operation on the mount fails.
+    pub fn power_off(&mut self, rng: &mut Rng) -> CutReport {
+        let how = if rng.below(2) == 0 { Cut::Clean } else { Cut::Prefix { seed: rng.below(u64::MAX) } };
+        self.fs().cut(how)
+    }
+
+    /// The second half: every process still using the mount killed, and mounted again.
+    pub fn power_on(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            kill_users(&self.mnt);
+            match self.fs().remount() {
+                Ok(()) => return,
+                // EBUSY: a process killed is not yet gone.
+                Err(e) if e.raw_os_error() == Some(16) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => panic!("mount again after a power cut: {e}"),
+            }
+        }
     }
 
     /// Remove everything on the mount, durably.
@@ -161,6 +187,25 @@ impl Rig {
             }
         }
         std::fs::File::open(&self.mnt).unwrap().sync_all().unwrap();
+    }
+}
+
+/// SIGKILL every process (but this one) with a file, its working folder or its root under `mnt`,
+/// as `fuser -km` does.
+fn kill_users(mnt: &Path) {
+    let me = std::process::id().to_string();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = p.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let under = |l: &Path| std::fs::read_link(l).is_ok_and(|t| t.starts_with(mnt));
+        let uses = under(&p.path().join("cwd"))
+            || under(&p.path().join("root"))
+            || std::fs::read_dir(p.path().join("fd")).into_iter().flatten().flatten().any(|fd| under(&fd.path()));
+        if uses {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+        }
     }
 }
 

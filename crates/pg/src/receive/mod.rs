@@ -176,8 +176,9 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
     if !try_lock_exclusive(&lock).map_err(|e| Error::io(ErrorKind::Io, format!("cannot lock {}", lock_path.display()), e))? {
         return Err(Error::invalid(format!("another sheaf wal-receive uses the spool {} (one receiver per repository and spool)", opts.spool.display())));
     }
-    let targets: Vec<Target> = repos.iter().map(|(repo, m)| Target { repo, meta: m.as_ref().ok().cloned(), retry_at: None, partial: None }).collect();
     let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), report: Mutex::new(ReceiveReport::default()) };
+    hand_over(&repos, &meta, opts, &shared, events);
+    let targets: Vec<Target> = repos.iter().map(|(repo, m)| Target { repo, meta: m.as_ref().ok().cloned(), retry_at: None, partial: None }).collect();
     let result = std::thread::scope(|s| {
         let uploader = s.spawn(|| upload_loop(targets, &meta, opts, &shared, events));
         let r = receive_loop(&repos, &meta, opts, &shared, events);
@@ -188,6 +189,34 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
     });
     drop(lock);
     result.map(|()| shared.report().clone())
+}
+
+/// What a receiver that stopped (killed, or the host lost power) left in the spool's partial
+/// segment is on the spool's disk and was reported flushed: synchronous commits returned on it.
+/// It goes into every repository as the segment's streamed copy now, before the server is asked
+/// for anything, so that a restore finds it even when the server is gone for good. A repository
+/// that cannot take it is said; the uploader stores it again as streaming goes on.
+fn hand_over(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) {
+    let Some((_, _, path)) = spool_partial(&opts.spool, meta.wal_segment_size) else { return };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".partial")).map(str::to_string) else { return };
+    let mut stored = false;
+    for (repo, m) in repos {
+        if m.is_err() {
+            continue;
+        }
+        // Archived whole already (wal-push, or this receiver before it stopped): nothing to add.
+        if repo.exists(&paths::wal_object(&name)).unwrap_or(false) {
+            continue;
+        }
+        match upload::put_streamed(repo, &path, &name, opts) {
+            Ok(()) => stored = true,
+            Err(e) => events(&format!("cannot store what the spool holds of {name} in {} (the uploader tries again): {e}", repo.display())),
+        }
+    }
+    if stored {
+        shared.report().partial_uploads += 1;
+        events(&format!("stored what the spool held of {name}, left by a receiver that stopped, as its streamed copy"));
+    }
 }
 
 fn receive_loop(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {

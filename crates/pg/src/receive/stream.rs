@@ -140,6 +140,10 @@ fn open_segment(spool: &Path, tli: u32, segno: u64, seg: u64, shared: &Shared) -
     let file =
         File::options().create(true).truncate(false).read(true).write(true).open(&path).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", path.display()), e))?;
     file.set_len(seg).map_err(|e| Error::io(ErrorKind::Io, format!("cannot size {}", path.display()), e))?;
+    // Its name durable before any position in it is reported flushed: a synchronous commit the
+    // server acknowledges on that report must survive a power cut here.
+    file.sync_all().map_err(|e| Error::io(ErrorKind::Io, format!("cannot sync {}", path.display()), e))?;
+    sheaf_core::whole::sync_dir(spool).map_err(|e| Error::io(ErrorKind::Io, format!("cannot sync the spool folder {}", spool.display()), e))?;
     shared.lock().partial = Some((path.clone(), name.clone()));
     Ok(Open { segno, name, path, file })
 }

@@ -51,7 +51,7 @@ impl Drop for Receiver {
 }
 
 /// Kill the server and its processes at once, as a power cut would.
-fn kill_server(c: &Cluster) {
+pub(crate) fn kill_server(c: &Cluster) {
     let pid = std::fs::read_to_string(c.data.join("postmaster.pid")).unwrap().lines().next().unwrap().trim().to_string();
     let _ = std::process::Command::new("pkill").args(["-KILL", "-P", &pid]).status();
     let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();

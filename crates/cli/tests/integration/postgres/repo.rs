@@ -11,7 +11,7 @@ use super::sheaf;
 use crate::integration::common::{assert_fails, run, stderr, SHEAF};
 use sheaf_pg::repo::paths;
 
-pub(super) fn ok(o: Output, what: &str) -> String {
+pub(crate) fn ok(o: Output, what: &str) -> String {
     assert!(o.status.success(), "{what}: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -74,7 +74,7 @@ pub(super) fn recover_with(repo: &Path, dir: &Path, args: &[&str], archive: bool
 
 /// Start the cluster restored into `dir` (archiving off unless `archive`) and wait until recovery
 /// has ended; the restore must have written restore_command and recovery.signal.
-pub(super) fn start_restored(dir: &Path, archive: bool) -> Cluster {
+pub(crate) fn start_restored(dir: &Path, archive: bool) -> Cluster {
     let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
     assert!(auto.contains("restore_command = ") && auto.contains("wal-fetch %f %p"), "{auto}");
     assert!(dir.join("recovery.signal").exists());
@@ -720,7 +720,7 @@ fn as_archiver(c: &Cluster, args: &[&str]) -> Output {
     run(cmd.current_dir(&c.data).args(args))
 }
 
-pub(super) fn json(out: String) -> serde_json::Value {
+pub(crate) fn json(out: String) -> serde_json::Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 

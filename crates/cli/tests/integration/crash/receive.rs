@@ -1,0 +1,124 @@
+//! Workload 4: `wal-receive` as the synchronous standby, its spool, the repository and the
+//! catalog on the power-loss file system. Commits return only once the receiver reported them
+//! flushed; the power is cut at a random moment (the server and the receiver die with it, and the
+//! server is then taken as lost); the receiver is started again with no server to reach, and a
+//! restore from the repository to its end must hold every commit that returned.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{points_or, Report, Rig, Rng};
+use crate::integration::common::{run, s, SHEAF};
+use crate::integration::postgres::cluster::{pg_dir, server_tempdir, Cluster};
+use crate::integration::postgres::receive::kill_server;
+use crate::integration::postgres::repo::{ok, start_restored};
+
+/// `sheaf` as the cluster's user, its catalog on the power-loss file system.
+fn sheaf(catalog: &Path) -> std::process::Command {
+    let mut c = crate::integration::postgres::sheaf();
+    c.env("SHEAF_CATALOG", catalog);
+    c
+}
+
+fn receiver(catalog: &Path, url: &str, repo: &Path, spool: &Path) -> Child {
+    sheaf(catalog)
+        .args(["wal-receive", url, "--repo", s(repo), "--spool", s(spool), "--partial-every", "1", "--retry-every", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_sync(c: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.query("postgres", "SELECT coalesce(string_agg(sync_state, ','), '') FROM pg_stat_replication WHERE application_name = 'sheaf_rx'").ok().as_deref() != Some("sync") {
+        assert!(Instant::now() < deadline, "the receiver is not the synchronous standby: {}", std::fs::read_to_string(c.log()).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn every_commit_that_returned_survives_a_power_cut() {
+    let Some(mut rig) = Rig::new() else { return };
+    let mut rng = Rng::new("wal-receive");
+    let mut report = Report::new("wal-receive (synchronous standby)");
+    let root = rig.root().to_path_buf();
+    let (repo, spool, cat) = (root.join("repo"), root.join("spool"), root.join("catalog"));
+    for d in [&repo, &spool, &cat] {
+        pg_dir(d);
+    }
+    std::fs::File::open(&root).unwrap().sync_all().unwrap();
+    let catalog = cat.join("catalog.db");
+    let archive = format!("archive_command = 'env SHEAF_CATALOG={} {SHEAF} wal-push %p --repo {}'", catalog.display(), repo.display());
+    let mut c = Cluster::new(&["--wal-segsize=1"], &["archive_mode = on", archive.as_str(), "archive_timeout = 0"]);
+    ok(run(sheaf(&catalog).args(["init", "--repo", s(&repo), &c.url("postgres")])), "init");
+    c.sql("postgres", "CREATE DATABASE app");
+    c.sql("app", "CREATE TABLE t (id int PRIMARY KEY)");
+    ok(run(sheaf(&catalog).args(["backup", &c.url("postgres"), "--repo", s(&repo)])), "backup");
+    let url = format!("{}&application_name=sheaf_rx", c.url("postgres"));
+    let gone = "postgres://127.0.0.1:1/postgres?application_name=sheaf_rx&connect_timeout=1";
+    let returned = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut next_id = 0u64;
+    let restores = server_tempdir("sheaf-crash-rx");
+    for point in 0..points_or(4) {
+        let mut rx = receiver(&catalog, &url, &repo, &spool);
+        if point == 0 {
+            c.sql("postgres", "ALTER SYSTEM SET synchronous_standby_names = 'sheaf_rx'");
+            c.sql("postgres", "SELECT pg_reload_conf()");
+        }
+        wait_sync(&c);
+        // Commits, one row each, from another thread until the power goes.
+        let ids = Arc::clone(&returned);
+        let cluster = &c;
+        let first = next_id;
+        let cut = std::thread::scope(|sc| {
+            let committer = sc.spawn(move || {
+                let mut id = first;
+                while cluster.query("app", &format!("INSERT INTO t VALUES ({id})")).is_ok() {
+                    ids.lock().unwrap().insert(id);
+                    id += 1;
+                }
+                id
+            });
+            std::thread::sleep(Duration::from_millis(200 + rng.below(1500)));
+            let r = rig.power_off(&mut rng);
+            kill_server(cluster);
+            let _ = rx.kill();
+            let _ = rx.wait();
+            rig.power_on();
+            next_id = committer.join().unwrap() + 1;
+            r
+        });
+        report.cut(cut, true);
+        // The server is lost; the receiver, started again, has only its spool.
+        let mut again = receiver(&catalog, gone, &repo, &spool);
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = std::process::Command::new("kill").args(["-TERM", &again.id().to_string()]).status();
+        let _ = again.wait();
+        // A restore from the repository to its end holds every commit that returned.
+        let dir = restores.path().join(format!("r{point}"));
+        let o = run(sheaf(&catalog).args(["restore", "--repo", s(&repo), "--to", s(&dir)]));
+        if !o.status.success() {
+            report.repairs.push(format!("point {point}: restore failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
+            break;
+        }
+        let r = start_restored(&dir, false);
+        let have: BTreeSet<u64> = r.sql("app", "SELECT coalesce(string_agg(id::text, ','), '') FROM t").split(',').filter(|v| !v.is_empty()).map(|v| v.parse().unwrap()).collect();
+        drop(r);
+        let _ = std::fs::remove_dir_all(&dir);
+        let want = returned.lock().unwrap().clone();
+        report.acknowledged = want.len();
+        let missing: Vec<u64> = want.difference(&have).copied().collect();
+        if !missing.is_empty() {
+            report.lost.push(format!("point {point}: {} of {} returned commits missing after restore (ids {:?}...)", missing.len(), want.len(), &missing[..missing.len().min(5)]));
+            break;
+        }
+        // The server comes back for the next round (crash recovery from its own disk).
+        c.start();
+    }
+    report.finish();
+}
