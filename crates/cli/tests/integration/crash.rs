@@ -8,6 +8,7 @@
 //! `CRASH_SEED` replays a run (each test prints the seed it used).
 
 pub mod receive;
+pub mod repo;
 pub mod wal_push;
 
 use std::fmt::Write as _;

@@ -1,0 +1,241 @@
+//! Workloads 2, 3 and 5: the commands that change a repository (`backup --repo` full and
+//! incremental, `expire`, `consolidate`, `keep`, `wal-summarize`) run one after another on a
+//! cluster that archives into the same repository, the repository and the history catalog on the
+//! power-loss file system, the power cut at random. After each cut:
+//! - every backup whose command exited 0 is listed complete, unless an `expire` that exited 0
+//!   since removed it, and a kept one is never removed;
+//! - a backup listed complete is whole: `verify --repo` reads every object of every backup and
+//!   the archived WAL, and exits 0;
+//! - `expire` clears what a cut backup left (no unfinished backup is listed after it);
+//! - the history catalog opens and lists every backup that finished;
+//! - every few cuts, and at the end, the newest backup restores and its server starts with the
+//!   data it had.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{points_or, wait_until, Report, Rig, Rng};
+use crate::integration::common::{run, s, stderr, SHEAF};
+use crate::integration::postgres::cluster::{pg_dir, server_tempdir, Cluster};
+use crate::integration::postgres::repo::{json, start_restored};
+
+/// `sheaf` as the cluster's user, its catalog on the power-loss file system.
+fn sheaf(catalog: &Path) -> Command {
+    let mut c = crate::integration::postgres::sheaf();
+    c.env("SHEAF_CATALOG", catalog);
+    c
+}
+
+/// The repository's backups as `info` lists them: id → (state, the set's backup id).
+fn listed(catalog: &Path, repo: &Path) -> Result<BTreeMap<String, (String, String)>, String> {
+    let o = run(sheaf(catalog).args(["info", "--repo", s(repo), "--json"]));
+    if !o.status.success() {
+        return Err(format!("info exited {:?}: {}", o.status.code(), stderr(&o).trim()));
+    }
+    let info = json(String::from_utf8_lossy(&o.stdout).into_owned());
+    Ok(info["backups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| (b["id"].as_str().unwrap_or_default().to_string(), (b["state"].as_str().unwrap_or_default().to_string(), b["backup_id"].as_str().unwrap_or_default().to_string())))
+        .collect())
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Full,
+    Incr,
+    Expire,
+    Consolidate,
+    Keep,
+    Summarize,
+}
+
+#[test]
+fn what_repository_commands_acknowledged_survives_power_cuts() {
+    let Some(mut rig) = Rig::new() else { return };
+    let mut rng = Rng::new("repository");
+    let mut report = Report::new("backup, expire, consolidate, keep, wal-summarize");
+    let root = rig.root().to_path_buf();
+    let (repo, cat) = (root.join("repo"), root.join("catalog"));
+    pg_dir(&repo);
+    pg_dir(&cat);
+    std::fs::File::open(&root).unwrap().sync_all().unwrap();
+    let catalog = cat.join("catalog.db");
+    let archive = format!("archive_command = 'env SHEAF_CATALOG={} {SHEAF} wal-push %p --repo {}'", catalog.display(), repo.display());
+    let c = Cluster::new(&["--wal-segsize=1"], &["archive_mode = on", archive.as_str(), "archive_timeout = 0"]);
+    let init = run(sheaf(&catalog).args(["init", "--repo", s(&repo), &c.url("postgres")]));
+    assert!(init.status.success(), "init: {}", stderr(&init));
+    c.sql("postgres", "CREATE TABLE t (id int PRIMARY KEY, v int)");
+    c.sql("postgres", "INSERT INTO t SELECT g, 0 FROM generate_series(1, 100000) g");
+    let url = c.url("postgres");
+    let restores = server_tempdir("sheaf-crash-repo");
+    // Backups acknowledged and not removed by an acknowledged expire since; those kept.
+    let mut acked: BTreeSet<String> = BTreeSet::new();
+    let mut kept: BTreeSet<String> = BTreeSet::new();
+    // The set ids of the backups acknowledged: the catalog must list each.
+    let mut recorded: BTreeSet<String> = BTreeSet::new();
+    // The newest acknowledged backup and the table's sum when it was taken.
+    let mut newest: Option<(String, i64)> = None;
+    let mut round = 0u64;
+    let total = points_or(8);
+    while report.points < total {
+        round += 1;
+        let deadline = Instant::now() + Duration::from_millis(rng.below(3000));
+        let mut mid = false;
+        let mut cut = None;
+        while Instant::now() < deadline {
+            c.sql("postgres", &format!("UPDATE t SET v = v + 1 WHERE id % 20 = {}; SELECT pg_switch_wal()", round % 20));
+            let sum: i64 = c.sql("postgres", "SELECT sum(v) FROM t").parse().unwrap();
+            let op = match rng.below(10) {
+                0..=2 => Op::Full,
+                3..=5 => Op::Incr,
+                6 => Op::Expire,
+                7 => Op::Consolidate,
+                8 => Op::Keep,
+                _ => Op::Summarize,
+            };
+            let before = listed(&catalog, &repo).unwrap_or_default();
+            let mut cmd = sheaf(&catalog);
+            let mut pin = None;
+            match op {
+                Op::Full | Op::Incr => {
+                    cmd.args(["backup", &url, "--repo", s(&repo), "--type", if matches!(op, Op::Full) { "full" } else { "incr" }]);
+                }
+                Op::Expire => {
+                    cmd.args(["expire", "--repo", s(&repo), "--keep-full", "2"]);
+                }
+                Op::Consolidate => {
+                    cmd.args(["consolidate", "--repo", s(&repo), "--set", "latest"]);
+                }
+                Op::Keep => {
+                    let Some(id) = acked.iter().nth(rng.below(acked.len() as u64) as usize).cloned() else { continue };
+                    cmd.args(["keep", "--repo", s(&repo), "--set", &id]);
+                    pin = Some(id);
+                }
+                Op::Summarize => {
+                    cmd.args(["wal-summarize", "--repo", s(&repo)]);
+                }
+            }
+            let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+            let (status, err) = match wait_until(child, deadline) {
+                Ok(done) => done,
+                Err(child) => {
+                    let (r, status) = rig.cut(&mut rng, Some(child));
+                    (mid, cut) = (true, Some(r));
+                    (status.unwrap(), String::new())
+                }
+            };
+            if !status.success() {
+                // A consolidate of a chain that is not there, a keep of a backup expire removed
+                // meanwhile: refusals, not damage. A failure with no cut is said.
+                if cut.is_none() && !matches!(op, Op::Consolidate | Op::Keep) {
+                    report.repairs.push(format!("round {round}: {op:?} exited {:?} with no cut: {}", status.code(), err.trim()));
+                }
+                continue;
+            }
+            report.acknowledged += 1;
+            let after = match listed(&catalog, &repo) {
+                Ok(l) => l,
+                Err(e) if cut.is_some() => {
+                    report.repairs.push(format!("round {round}: after the cut: {e}"));
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            match op {
+                Op::Full | Op::Incr | Op::Consolidate => {
+                    if let Some((id, (_, set))) = after.iter().find(|(id, _)| !before.contains_key(*id)) {
+                        acked.insert(id.clone());
+                        if !matches!(op, Op::Consolidate) {
+                            newest = Some((id.clone(), sum));
+                            recorded.insert(set.clone());
+                        }
+                    }
+                }
+                Op::Expire => {
+                    // What it removed is no longer owed; a kept backup must not be among it.
+                    for id in acked.clone() {
+                        if !after.contains_key(&id) {
+                            if kept.contains(&id) {
+                                report.lost.push(format!("round {round}: expire removed kept backup {id}"));
+                            }
+                            acked.remove(&id);
+                        }
+                    }
+                    if let Some(u) = after.iter().find(|(_, (st, _))| st == "unfinished") {
+                        report.repairs.push(format!("round {round}: expire left unfinished backup {}", u.0));
+                    }
+                    if newest.as_ref().is_some_and(|(id, _)| !after.contains_key(id)) {
+                        newest = None;
+                    }
+                }
+                Op::Keep => kept.extend(pin),
+                Op::Summarize => {}
+            }
+        }
+        if !report.repairs.is_empty() || !report.lost.is_empty() {
+            break;
+        }
+        let r = cut.unwrap_or_else(|| rig.cut(&mut rng, None).0);
+        report.cut(r, mid);
+        check(&catalog, &repo, &acked, &recorded, round, &mut report);
+        if !report.repairs.is_empty() || !report.lost.is_empty() {
+            break;
+        }
+        if report.points % 25 == 0 || report.points == total {
+            if let Some((id, sum)) = &newest {
+                restore_and_count(&catalog, &repo, id, *sum, &restores.path().join(format!("r{round}")), &mut report);
+            }
+        }
+    }
+    report.finish();
+}
+
+/// After a cut: every acknowledged backup listed complete, the repository verifies, and the
+/// catalog opens and lists the backups that finished.
+fn check(catalog: &Path, repo: &Path, acked: &BTreeSet<String>, recorded: &BTreeSet<String>, round: u64, report: &mut Report) {
+    let listed = match listed(catalog, repo) {
+        Ok(l) => l,
+        Err(e) => return report.repairs.push(format!("round {round}: {e}")),
+    };
+    for id in acked {
+        match listed.get(id) {
+            Some((state, _)) if state == "complete" => {}
+            other => report.lost.push(format!("round {round}: acknowledged backup {id} is {other:?} after the cut")),
+        }
+    }
+    let v = run(sheaf(catalog).args(["verify", "--repo", s(repo)]));
+    if !v.status.success() {
+        report.repairs.push(format!("round {round}: verify --repo exited {:?}: {}", v.status.code(), stderr(&v).trim()));
+    }
+    let l = run(sheaf(catalog).args(["list", "--json", "--limit", "100000"]));
+    if !l.status.success() {
+        return report.repairs.push(format!("round {round}: the catalog does not open: {}", stderr(&l).trim()));
+    }
+    let runs = json(String::from_utf8_lossy(&l.stdout).into_owned());
+    let has: BTreeSet<&str> = runs.as_array().into_iter().flatten().filter(|r| r["status"] == "complete").filter_map(|r| r["backup_id"].as_str()).collect();
+    for id in recorded {
+        if !has.contains(id.as_str()) {
+            let seen: Vec<String> = runs.as_array().into_iter().flatten().map(|r| format!("{}:{}:{}", r["operation"], r["status"], r["backup_id"])).collect();
+            report.lost.push(format!("round {round}: the catalog lost the run of backup {id} (it lists {seen:?})"));
+        }
+    }
+}
+
+/// The newest acknowledged backup restored and started: the table as it was when taken.
+fn restore_and_count(catalog: &Path, repo: &Path, id: &str, sum: i64, dir: &Path, report: &mut Report) {
+    let o = run(sheaf(catalog).args(["restore", "--repo", s(repo), "--set", id, "--target", "immediate", "--to", s(dir)]));
+    if !o.status.success() {
+        return report.repairs.push(format!("restore of {id} failed: {}", stderr(&o).trim()));
+    }
+    let r = start_restored(dir, false);
+    let got: i64 = r.sql("postgres", "SELECT sum(v) FROM t").parse().unwrap();
+    drop(r);
+    let _ = std::fs::remove_dir_all(dir);
+    if got != sum {
+        report.lost.push(format!("backup {id} restored with sum {got}, taken at {sum}"));
+    }
+}
