@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test lint demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
+.PHONY: all deps build test lint crash demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
 
 all: build
 
@@ -30,6 +30,16 @@ test: deps
 	  echo "== the PostgreSQL suite on PostgreSQL $$v"; \
 	  SHEAF_PG=$$v $(CARGO) test --locked -p sheaf --test integration postgres:: $(PEER_SKIP) || exit 1; \
 	done
+
+# Power cuts (issue 36, docs/durability.md): every workload on the power-loss file system
+# (crates/crashfs, FUSE) or against MinIO, CRASH_POINTS cuts each (default 200; make test runs a
+# short version of each); CRASH_SEED replays a run. One line per workload in crash-report.txt.
+CRASH_POINTS ?= 200
+crash: deps
+	@rm -f crash-report.txt
+	CRASH_POINTS=$(CRASH_POINTS) CRASH_REPORT=$(CURDIR)/crash-report.txt SHEAF_PG=$(firstword $(PG_VERSIONS)) \
+	  $(CARGO) test --locked -p sheaf --test integration crash:: -- --nocapture --test-threads 1
+	@cat crash-report.txt
 
 # Clippy (with the workspace's lints: undocumented unsafe is an error) and the import-circle check.
 lint: deps

@@ -65,6 +65,8 @@ pub struct Report {
     /// failed) and would need a hand repair: the goal is 0.
     pub repairs: Vec<String>,
     /// Changes dropped by the cuts, and kept by their random prefixes.
+    /// What `verify --repo` flagged that is not damage (with why), listed in the report.
+    pub flagged: Vec<String>,
     pub dropped: usize,
     pub kept: usize,
     pub torn: usize,
@@ -87,18 +89,19 @@ impl Report {
     /// on any loss or repair.
     pub fn finish(&self) {
         let mut line = format!(
-            "{}: {} power cuts ({} during a command), {} acknowledged, {} lost, {} needing repair; {} unsynced changes dropped, {} kept by prefixes, {} torn writes",
+            "{}: {} power cuts ({} during a command), {} acknowledged, {} lost, {} needing repair, {} flagged by verify; {} unsynced changes dropped, {} kept by prefixes, {} torn writes",
             self.workload,
             self.points,
             self.mid_command,
             self.acknowledged,
             self.lost.len(),
             self.repairs.len(),
+            self.flagged.len(),
             self.dropped,
             self.kept,
             self.torn
         );
-        for l in self.lost.iter().chain(&self.repairs) {
+        for l in self.lost.iter().chain(&self.repairs).chain(self.flagged.iter().take(3)) {
             let _ = write!(line, "\n  {l}");
         }
         eprintln!("{line}");
@@ -106,6 +109,11 @@ impl Report {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap();
             writeln!(f, "{line}").unwrap();
+        }
+        if (!self.lost.is_empty() || !self.repairs.is_empty()) && std::env::var_os("CRASH_HOLD").is_some() {
+            // Time to look at what was left (the mount stays up) before it is cleaned away.
+            eprintln!("CRASH_HOLD: holding for 10 minutes");
+            std::thread::sleep(Duration::from_secs(600));
         }
         assert!(self.lost.is_empty() && self.repairs.is_empty(), "{line}");
         assert!(self.points > 0 && self.acknowledged > 0, "the workload ran: {line}");

@@ -153,22 +153,24 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     let listed = repo.list(paths::BACKUPS)?;
     let pin_objects: std::collections::HashMap<String, i64> = repo.list(super::keep::KEEP)?.into_iter().map(|o| (o.name, o.modified)).collect();
     let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
+    // Records first, newest first: a backup is complete while its record is there, so a crash (or
+    // a kill) midway leaves stripes without a record, an unfinished backup the next expire
+    // removes, never a record without its stripes, nor an incremental listed on a base whose
+    // record is gone. Then the stripes and what unfinished backups left; pins that ran out last.
+    let (mut records, mut rest, mut pins) = (Vec::new(), Vec::new(), Vec::new());
     for f in &found {
         match f {
             Found::Complete(r) if keep_ids.contains(&r.id) => plan.kept.push(r.id.clone()),
             Found::Complete(r) => {
                 plan.removed.push(r.id.clone());
+                records.push(paths::record(&r.id));
                 for s in &r.stripes {
                     plan.bytes += size_of(s);
-                    plan.objects.push(s.clone());
+                    rest.push(s.clone());
                 }
-                // The record goes last, so a crash midway leaves an unfinished backup, which the
-                // next expire removes, never a record without its stripes; a pin that ran out goes
-                // after it.
-                plan.objects.push(paths::record(&r.id));
                 let pin = super::keep::pin_object(&r.id);
                 if pin_objects.get(&pin).is_some_and(|&m| object_lock(m).is_none()) {
-                    plan.objects.push(pin);
+                    pins.push(pin);
                 }
             }
             Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
@@ -182,12 +184,13 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
                 for o in objects {
                     plan.bytes += size_of(o);
                 }
-                let (locks, rest): (Vec<&String>, Vec<&String>) = objects.iter().partition(|o| o.ends_with(".lock"));
-                plan.objects.extend(rest.into_iter().cloned());
-                plan.objects.extend(locks.into_iter().cloned());
+                let (locks, others): (Vec<&String>, Vec<&String>) = objects.iter().partition(|o| o.ends_with(".lock"));
+                rest.extend(others.into_iter().cloned());
+                rest.extend(locks.into_iter().cloned());
             }
         }
     }
+    plan.objects = records.into_iter().rev().chain(rest).chain(pins).collect();
     plan.kept.retain(|id| !locked_ids.contains(id));
     // The WAL from the oldest backup the policy keeps on; a pinned backup's own span besides.
     let kept: Vec<&&BackupRecord> = done.iter().filter(|r| by_policy.contains(&r.id)).collect();
@@ -375,6 +378,39 @@ mod tests {
         let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()] };
         repo.put_json("backups/f.lock", &live, false).unwrap();
         assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn records_go_first_newest_first_so_no_cut_leaves_a_record_without_its_stripes() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a full, b incr on a, c full: keeping one full removes b and a.
+        for (i, (id, chain)) in [("a", &[][..]), ("b", &["a"][..]), ("c", &[][..])].iter().enumerate() {
+            let mut r = record(id, 1000 * (i as i64 + 1), &segment_name(1, 2 + 2 * i as u64, seg));
+            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        let plan = plan_expire(&repo, &meta, &Retention { keep_full: Some(1), keep_within: None }, 5000).unwrap();
+        assert_eq!(plan.removed, vec!["a", "b"]);
+        assert_eq!(plan.objects[..2], [paths::record("b"), paths::record("a")], "{:?}", plan.objects);
+        // Cut after each step: what is left never lists a backup whose stripes or base are gone.
+        for n in 0..plan.objects.len() {
+            let found = super::super::records::backups(&repo).unwrap();
+            for f in &found {
+                if let Found::Complete(r) = f {
+                    for s in &r.stripes {
+                        assert!(repo.exists(s).unwrap(), "after {n} removals {} is listed without {s}", r.id);
+                    }
+                    for base in &r.chain {
+                        assert!(found.iter().any(|g| matches!(g, Found::Complete(b) if &b.id == base)), "after {n} removals {} is listed without its base {base}", r.id);
+                    }
+                }
+            }
+            repo.delete(&plan.objects[n]).unwrap();
+        }
     }
 
     #[test]
