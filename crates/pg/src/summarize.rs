@@ -44,8 +44,24 @@ pub fn read_summary(repo: &Repo, name: &str) -> Result<Option<BlockSummary>> {
 /// The store's errors.
 pub fn write_summary(repo: &Repo, name: &str, summary: &BlockSummary) -> Result<()> {
     let bytes = summary.to_bytes();
-    repo.put(&summary_object(name), &mut bytes.as_slice(), CodecSpec::default(), true, &format!("summary of {name}"))?;
-    Ok(())
+    let object = summary_object(name);
+    // Another process may be writing the same summary (wal-summarize beside the archiver's
+    // wal-push, or two look-aheads): it is the same bytes, made from the same segment. Wait for
+    // it a little; once it is there, this one is done.
+    let mut wait = std::time::Duration::from_millis(20);
+    loop {
+        match repo.put(&object, &mut bytes.as_slice(), CodecSpec::default(), true, &format!("summary of {name}")) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_transient() && wait < std::time::Duration::from_secs(3) => {
+                std::thread::sleep(wait);
+                if repo.exists(&object)? {
+                    return Ok(());
+                }
+                wait *= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Pages of WAL fed in order to a decoder, and its records to a summary.
