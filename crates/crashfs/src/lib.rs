@@ -24,8 +24,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use model::{Cut, CutReport};
 use model::{Content, Image, Meta, State, ROOT};
+pub use model::{Cut, CutReport};
 
 /// A mounted power-loss file system.
 pub struct CrashFs {

@@ -97,13 +97,30 @@ pub struct Image {
 /// A change not yet durable.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Write { ino: u64, off: u64, data: Vec<u8> },
-    SetLen { ino: u64, len: u64 },
+    Write {
+        ino: u64,
+        off: u64,
+        data: Vec<u8>,
+    },
+    SetLen {
+        ino: u64,
+        len: u64,
+    },
     /// A name made (`Some`: create, mkdir) or removed (`None`: unlink, rmdir).
-    Name { dir: u64, name: OsString, ino: Option<u64> },
+    Name {
+        dir: u64,
+        name: OsString,
+        ino: Option<u64>,
+    },
     /// A rename, one change whose two halves become durable with their own folders: the side
     /// already made durable by a folder's fsync is not applied again.
-    Rename { from: (u64, OsString), to: (u64, OsString), ino: u64, from_done: bool, to_done: bool },
+    Rename {
+        from: (u64, OsString),
+        to: (u64, OsString),
+        ino: u64,
+        from_done: bool,
+        to_done: bool,
+    },
 }
 
 impl Op {

@@ -63,12 +63,22 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
         }),
         None => false,
     };
+    let mut from_receiver = false;
     let info = if from_spool {
         None
     } else {
         match sheaf_pg::walfetch::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
-            Recovered::Archived(info) | Recovered::Streamed(info) => Some(info),
-            Recovered::End => return Ok(false),
+            Recovered::Archived(info) => Some(info),
+            // Not archived whole: a receiver on this host may hold more of it than the repository
+            // does (it hands its spool over when it starts again; until then, it is here).
+            other => {
+                from_receiver = from_receiver_spool(ctx, a, &repo)?;
+                match other {
+                    _ if from_receiver => None,
+                    Recovered::Streamed(info) => Some(info),
+                    _ => return Ok(false),
+                }
+            }
         }
     };
     if let Some(spool) = spool.as_ref().filter(|s| is_segment_name(&a.name) && !s.prefetcher_running()) {
@@ -77,8 +87,27 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
         }
     }
     if a.json {
-        say!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
+        say!("{}", serde_json::json!({"name": a.name, "from_spool": from_spool, "from_receiver": from_receiver, "info": info, "seconds": t0.elapsed().as_secs_f64()}));
     }
+    Ok(true)
+}
+
+/// The segment `a.name` from the spool of a `wal-receive` on this host (the same `spool` setting,
+/// the same first repository): complete and not yet uploaded, or the one being received, which
+/// holds everything the receiver reported flushed (a synchronous standby's returned commits). Put
+/// at `a.dest` whole; whether it was there.
+fn from_receiver_spool(ctx: &Context, a: &WalFetchArgs, repo: &Repo) -> Result<bool, Error> {
+    if !is_segment_name(&a.name) || ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).is_none() {
+        return Ok(false);
+    }
+    let dir = ctx.spool(std::path::Path::new("."), repo)?.dir().join("receive");
+    let Some(src) = [dir.join(&a.name), dir.join(format!("{}.partial", a.name))].into_iter().find(|p| p.is_file()) else { return Ok(false) };
+    let mut from = std::fs::File::open(&src).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", src.display()), e))?;
+    // PostgreSQL fsyncs what restore_command gives it.
+    let mut to = sheaf_core::whole::WholeFile::create_with(&a.dest, 0o600, ErrorKind::Target)?.sync(sheaf_core::whole::Durability::RenameOnly);
+    std::io::copy(&mut from, &mut to).map_err(|e| Error::io(ErrorKind::Target, format!("cannot copy {} to {}", src.display(), a.dest.display()), e))?;
+    to.commit()?;
+    eprintln!("sheaf: {} from the receiver's spool ({}): the repository does not hold it whole", a.name, src.display());
     Ok(true)
 }
 

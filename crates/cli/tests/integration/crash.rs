@@ -5,7 +5,8 @@
 //! process dies); dropping what was never made durable does.
 //!
 //! `CRASH_POINTS` sets the cuts per workload (the suite's short run: 24; `make crash`: 200) and
-//! `CRASH_SEED` replays a run (each test prints the seed it used).
+//! `CRASH_SEED` replays a run (each test prints the seed it used); with `CRASH_HOLD` set, a run that
+//! found a loss keeps its mount up for 10 minutes, to look at what was left.
 
 pub mod receive;
 pub mod repo;
@@ -34,9 +35,10 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(workload: &str) -> Rng {
-        let seed = std::env::var("CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-        });
+        let seed = std::env::var("CRASH_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64));
         eprintln!("crash {workload}: CRASH_SEED={seed}");
         Rng(seed | 1)
     }
@@ -209,9 +211,8 @@ fn kill_users(mnt: &Path) {
             continue;
         }
         let under = |l: &Path| std::fs::read_link(l).is_ok_and(|t| t.starts_with(mnt));
-        let uses = under(&p.path().join("cwd"))
-            || under(&p.path().join("root"))
-            || std::fs::read_dir(p.path().join("fd")).into_iter().flatten().flatten().any(|fd| under(&fd.path()));
+        let uses =
+            under(&p.path().join("cwd")) || under(&p.path().join("root")) || std::fs::read_dir(p.path().join("fd")).into_iter().flatten().flatten().any(|fd| under(&fd.path()));
         if uses {
             let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
         }

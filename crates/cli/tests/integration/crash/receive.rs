@@ -94,11 +94,16 @@ fn every_commit_that_returned_survives_a_power_cut() {
             r
         });
         report.cut(cut, true);
-        // The server is lost; the receiver, started again, has only its spool.
-        let mut again = receiver(&catalog, gone, &repo, &spool);
-        std::thread::sleep(Duration::from_secs(2));
-        let _ = std::process::Command::new("kill").args(["-TERM", &again.id().to_string()]).status();
-        let _ = again.wait();
+        // The server is lost. Every other round the receiver is started again, with only its
+        // spool, and hands it over; in the others it is not, and the restore's wal-fetch, on the
+        // receiver's host with its spool setting, finds the segment there.
+        let via_fetch = point % 2 == 1;
+        if !via_fetch {
+            let mut again = receiver(&catalog, gone, &repo, &spool);
+            std::thread::sleep(Duration::from_secs(2));
+            let _ = std::process::Command::new("kill").args(["-TERM", &again.id().to_string()]).status();
+            let _ = again.wait();
+        }
         // A restore from the repository to its end holds every commit that returned.
         let dir = restores.path().join(format!("r{point}"));
         let o = run(sheaf(&catalog).args(["restore", "--repo", s(&repo), "--to", s(&dir)]));
@@ -106,7 +111,17 @@ fn every_commit_that_returned_survives_a_power_cut() {
             report.repairs.push(format!("point {point}: restore failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
             break;
         }
+        if via_fetch {
+            let auto = dir.join("postgresql.auto.conf");
+            let text = std::fs::read_to_string(&auto).unwrap();
+            assert!(text.contains("wal-fetch %f %p"), "{text}");
+            std::fs::write(&auto, text.replace("wal-fetch %f %p", &format!("wal-fetch %f %p --spool {}", spool.display()))).unwrap();
+        }
         let r = start_restored(&dir, false);
+        if via_fetch {
+            let log = std::fs::read_to_string(r.log()).unwrap_or_default();
+            assert!(log.contains("from the receiver's spool"), "wal-fetch did not read the receiver's spool: {log}");
+        }
         let have: BTreeSet<u64> = r.sql("app", "SELECT coalesce(string_agg(id::text, ','), '') FROM t").split(',').filter(|v| !v.is_empty()).map(|v| v.parse().unwrap()).collect();
         drop(r);
         let _ = std::fs::remove_dir_all(&dir);

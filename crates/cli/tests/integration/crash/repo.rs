@@ -115,9 +115,13 @@ enum Op {
     Summarize,
 }
 
+/// Cut the power (or kill) now, ending the command running if any: what the cut left, and how
+/// that command ended.
+type CutNow<'a> = dyn FnMut(&mut Rng, Option<Child>) -> (CutReport, Option<ExitStatus>) + 'a;
+
 /// The commands one after another, `cut` ending a random one (or falling between two), and the
 /// checks after each cut.
-fn workload(repo: &Repo, report: &mut Report, cut_now: &mut dyn FnMut(&mut Rng, Option<Child>) -> (CutReport, Option<ExitStatus>)) {
+fn workload(repo: &Repo, report: &mut Report, cut_now: &mut CutNow) {
     let mut rng = Rng::new(&report.workload);
     let env: String = repo.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
     let archive = format!("archive_command = 'env {env}SHEAF_CATALOG={} {SHEAF} wal-push %p --repo {}'", repo.catalog.display(), repo.arg);
@@ -321,7 +325,13 @@ fn check(repo: &Repo, acked: &BTreeSet<String>, kept: &BTreeSet<String>, recorde
             kept.contains(id) && l.contains("WAL segments are missing after its start")
         };
         if v.status.code() == Some(4) && !problems.is_empty() && problems.iter().all(retention) {
-            report.flagged.extend(problems.iter().map(|l| format!("round {round}: {l} (kept; expire removed its WAL past consistency)")));
+            // Once per backup.
+            for l in problems {
+                let id = l.trim_start_matches("sheaf: backup ").split(':').next().unwrap_or_default();
+                if !report.flagged.iter().any(|f| f.contains(&format!("backup {id}:"))) {
+                    report.flagged.push(format!("from round {round}: {l} (kept; expire removed its WAL past consistency)"));
+                }
+            }
         } else {
             report.repairs.push(format!("round {round}: verify --repo exited {:?}: {}", v.status.code(), err.trim()));
         }
@@ -345,6 +355,13 @@ fn restore_and_count(repo: &Repo, id: &str, sum: i64, dir: &Path, report: &mut R
     let o = run(repo.sheaf().args(["restore", "--repo", &repo.arg, "--set", id, "--target", "immediate", "--to", s(dir)]));
     if !o.status.success() {
         return report.repairs.push(format!("restore of {id} failed: {}", stderr(&o).trim()));
+    }
+    if !repo.env.is_empty() {
+        // The server's restore_command reaches the bucket with the same settings.
+        let auto = dir.join("postgresql.auto.conf");
+        let env: String = repo.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        let text = std::fs::read_to_string(&auto).unwrap().replace("restore_command = '", &format!("restore_command = 'env {env}"));
+        std::fs::write(&auto, text).unwrap();
     }
     let r = start_restored(dir, false);
     let got: i64 = r.sql("postgres", "SELECT sum(v) FROM t").parse().unwrap();
