@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use sheaf_crashfs::{CrashFs, Cut, CutReport};
 
+/// Cut the power (or kill) now, ending the command running if any: what the cut left, and how
+/// that command ended.
+pub type CutNow<'a> = dyn FnMut(&mut Rng, Option<Child>) -> (CutReport, Option<ExitStatus>) + 'a;
+
 /// Cuts per workload: `CRASH_POINTS`, else the suite's short run of 24.
 pub fn points() -> usize {
     points_or(24)

@@ -13,12 +13,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sheaf_crashfs::CutReport;
 
-use super::{points_or, wait_until, Report, Rig, Rng};
+use super::{points_or, wait_until, CutNow, Report, Rig, Rng};
 use crate::integration::common::{run, s, stderr, SHEAF};
 use crate::integration::postgres::cluster::{pg_dir, server_tempdir, Cluster};
 use crate::integration::postgres::repo::{json, start_restored};
@@ -114,10 +114,6 @@ enum Op {
     Keep,
     Summarize,
 }
-
-/// Cut the power (or kill) now, ending the command running if any: what the cut left, and how
-/// that command ended.
-type CutNow<'a> = dyn FnMut(&mut Rng, Option<Child>) -> (CutReport, Option<ExitStatus>) + 'a;
 
 /// The commands one after another, `cut` ending a random one (or falling between two), and the
 /// checks after each cut.

@@ -1,13 +1,16 @@
 //! Workload 1: `wal-push` of a stream of segments, as PostgreSQL's archiver calls it (one call at
 //! a time, `.ready` files for the segments behind), plain, with look-ahead (`--parallel 4`) and
-//! encrypted, cut at random. Every segment whose push exited 0 before a cut must come back from
+//! encrypted, cut at random: on the power-loss file system (the power cut), and into a MinIO
+//! bucket (sheaf SIGKILLed). Every segment whose push exited 0 before a cut must come back from
 //! `wal-fetch` byte for byte; the push a cut interrupted must succeed when the archiver retries.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{points, wait_until, Report, Rig, Rng};
+use sheaf_crashfs::CutReport;
+
+use super::{points, wait_until, CutNow, Report, Rig, Rng};
 use crate::integration::common::{run, s, sheaf_with_catalog, stderr};
 use crate::integration::postgres::cluster::{server_tempdir, Cluster};
 
@@ -38,15 +41,20 @@ fn segments(stage: &Path) -> (Cluster, Vec<String>) {
 struct Stream {
     pg_wal: PathBuf,
     names: Vec<String>,
-    repo: PathBuf,
+    /// `--repo`'s value and the spool, fresh for each stream.
+    repo: String,
     spool: PathBuf,
     catalog: PathBuf,
     key: PathBuf,
+    /// The store's settings (a bucket's endpoint and credentials).
+    env: Vec<(String, String)>,
 }
 
 impl Stream {
     fn sheaf(&self) -> Command {
-        sheaf_with_catalog(&self.catalog)
+        let mut c = sheaf_with_catalog(&self.catalog);
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
     }
 
     /// The archiver's view: every segment not yet archived is `.ready`.
@@ -62,7 +70,7 @@ impl Stream {
     fn push(&self, i: usize, args: &[&str]) -> std::process::Child {
         let seg = self.pg_wal.join(&self.names[i]);
         self.sheaf()
-            .args(["wal-push", s(&seg), "--repo", s(&self.repo), "--spool", s(&self.spool)])
+            .args(["wal-push", s(&seg), "--repo", &self.repo, "--spool", s(&self.spool)])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -75,7 +83,7 @@ impl Stream {
     fn fetch(&self, i: usize, args: &[&str], scratch: &Path) -> Option<String> {
         let dest = scratch.join("fetched");
         let _ = std::fs::remove_file(&dest);
-        let o = run(self.sheaf().args(["wal-fetch", &self.names[i], s(&dest), "--repo", s(&self.repo)]).args(args));
+        let o = run(self.sheaf().args(["wal-fetch", &self.names[i], s(&dest), "--repo", &self.repo]).args(args));
         if !o.status.success() {
             return Some(format!("{}: wal-fetch exited {:?}: {}", self.names[i], o.status.code(), stderr(&o).trim()));
         }
@@ -84,33 +92,81 @@ impl Stream {
     }
 }
 
+/// The repository, the spool and the catalog on the power-loss file system.
 #[test]
 fn acknowledged_segments_survive_power_cuts() {
     let Some(mut rig) = Rig::new() else { return };
-    let mut rng = Rng::new("wal-push");
-    let mut report = Report::new("wal-push");
+    let root = rig.root().to_path_buf();
+    let scratch = rig.dir.path().to_path_buf();
+    let (repo, spool, catalog) = (root.join("repo"), root.join("spool"), root.join("catalog.db"));
+    let rig = std::cell::RefCell::new(&mut rig);
+    workload(
+        &mut Report::new("wal-push"),
+        &scratch,
+        catalog,
+        Vec::new(),
+        &mut |_| {
+            rig.borrow_mut().wipe();
+            (s(&repo).to_string(), spool.clone())
+        },
+        &mut |rng, child| rig.borrow_mut().cut(rng, child),
+    );
+}
+
+/// A bucket of a local MinIO, durable itself: wal-push is killed (SIGKILL) at random points.
+#[test]
+fn acknowledged_segments_survive_kills_on_minio() {
+    let minio = sheaf_s3::testing::Minio::start();
+    minio.create_bucket("crash");
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().to_path_buf();
+    let config = scratch.join("sheaf.toml");
+    std::fs::write(&config, format!("s3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
+    let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    env.push(("SHEAF_CONFIG".into(), s(&config).to_string()));
+    workload(
+        &mut Report::new("wal-push on MinIO, killed"),
+        &scratch,
+        scratch.join("catalog.db"),
+        env,
+        &mut |cycle| (format!("s3://crash/stream{cycle}"), scratch.join(format!("spool{cycle}"))),
+        &mut |_, child| {
+            let status = child.map(|mut c| {
+                let _ = c.kill();
+                c.wait().unwrap()
+            });
+            (CutReport::default(), status)
+        },
+    );
+}
+
+/// A fresh repository and spool for stream `cycle`.
+type Fresh<'a> = dyn FnMut(usize) -> (String, PathBuf) + 'a;
+
+/// Streams of segments pushed and cut (`cut_now`), checked after each cut.
+fn workload(report: &mut Report, scratch: &Path, catalog: PathBuf, env: Vec<(String, String)>, fresh: &mut Fresh, cut_now: &mut CutNow) {
+    let mut rng = Rng::new(&report.workload);
     let stage = server_tempdir("sheaf-crash-wal");
     let (c, names) = segments(stage.path());
-    let pg_wal = rig.dir.path().join("pg_wal");
+    let pg_wal = scratch.join("pg_wal");
     std::fs::create_dir(&pg_wal).unwrap();
     for n in &names {
         std::fs::copy(stage.path().join(n), pg_wal.join(n)).unwrap();
     }
-    let key = rig.dir.path().join("key");
+    let key = scratch.join("key");
     std::fs::write(&key, [0x5au8; 32]).unwrap();
-    let root = rig.root().to_path_buf();
-    let st = Stream { pg_wal, names, repo: root.join("repo"), spool: root.join("spool"), catalog: root.join("catalog.db"), key };
-    let key_args = ["--encryption-key-file", s(&st.key)];
+    let mut st = Stream { pg_wal, names, repo: String::new(), spool: PathBuf::new(), catalog, key, env };
+    let key_path = st.key.clone();
+    let key_args = ["--encryption-key-file", s(&key_path)];
     let variants: [(&str, Vec<&str>, &[&str]); 3] =
         [("plain", vec!["--parallel", "1"], &[]), ("look-ahead", vec!["--parallel", "4"], &[]), ("encrypted", vec!["--parallel", "4", key_args[0], key_args[1]], &key_args)];
-    let scratch = rig.dir.path().to_path_buf();
     let total = points();
     let mut cycle = 0;
     while report.points < total {
         let (variant, push_args, key) = &variants[cycle % variants.len()];
+        (st.repo, st.spool) = fresh(cycle);
         cycle += 1;
-        rig.wipe();
-        let init = run(st.sheaf().args(["init", "--repo", s(&st.repo), &c.url("postgres")]).args(*key));
+        let init = run(st.sheaf().args(["init", "--repo", &st.repo, &c.url("postgres")]).args(*key));
         assert!(init.status.success(), "init: {}", stderr(&init));
         st.mark(0);
         let mut next = 0;
@@ -132,7 +188,7 @@ fn acknowledged_segments_survive_power_cuts() {
                         break;
                     }
                     Err(child) => {
-                        let (r, status) = rig.cut(&mut rng, Some(child));
+                        let (r, status) = cut_now(&mut rng, Some(child));
                         if status.is_some_and(|s| s.success()) {
                             report.acknowledged += 1;
                             next += 1;
@@ -145,11 +201,11 @@ fn acknowledged_segments_survive_power_cuts() {
             if !report.repairs.is_empty() {
                 break;
             }
-            let r = cut.unwrap_or_else(|| rig.cut(&mut rng, None).0);
+            let r = cut.unwrap_or_else(|| cut_now(&mut rng, None).0);
             report.cut(r, mid);
             // What was acknowledged since the last check must be there, byte for byte.
             for i in checked..next {
-                if let Some(why) = st.fetch(i, key, &scratch) {
+                if let Some(why) = st.fetch(i, key, scratch) {
                     report.lost.push(format!("{variant}: {why}"));
                 }
             }
@@ -160,11 +216,11 @@ fn acknowledged_segments_survive_power_cuts() {
         }
         // The whole stream at the end of a cycle, and the repository verifies.
         for i in 0..next {
-            if let Some(why) = st.fetch(i, key, &scratch) {
+            if let Some(why) = st.fetch(i, key, scratch) {
                 report.lost.push(format!("{variant} (end of stream): {why}"));
             }
         }
-        let v = run(st.sheaf().args(["verify", "--repo", s(&st.repo)]).args(*key));
+        let v = run(st.sheaf().args(["verify", "--repo", &st.repo]).args(*key));
         if !v.status.success() {
             report.repairs.push(format!("{variant}: verify --repo exited {:?}: {}", v.status.code(), stderr(&v).trim()));
         }
