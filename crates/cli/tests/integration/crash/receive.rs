@@ -5,10 +5,12 @@
 //! restore from the repository to its end must hold every commit that returned.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use sheaf_crashfs::CutReport;
 
 use super::{points_or, Report, Rig, Rng};
 use crate::integration::common::{run, s, SHEAF};
@@ -16,21 +18,36 @@ use crate::integration::postgres::cluster::{pg_dir, server_tempdir, Cluster};
 use crate::integration::postgres::receive::kill_server;
 use crate::integration::postgres::repo::{ok, start_restored};
 
-/// `sheaf` as the cluster's user, its catalog on the power-loss file system.
-fn sheaf(catalog: &Path) -> std::process::Command {
-    let mut c = crate::integration::postgres::sheaf();
-    c.env("SHEAF_CATALOG", catalog);
-    c
+/// Where the repository, the spool and the catalog are, and how sheaf reaches them.
+struct Place {
+    repo: String,
+    spool: PathBuf,
+    catalog: PathBuf,
+    env: Vec<(String, String)>,
 }
 
-fn receiver(catalog: &Path, url: &str, repo: &Path, spool: &Path) -> Child {
-    sheaf(catalog)
-        .args(["wal-receive", url, "--repo", s(repo), "--spool", s(spool), "--partial-every", "1", "--retry-every", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+impl Place {
+    /// `sheaf` as the cluster's user, with the place's catalog and environment.
+    fn sheaf(&self) -> std::process::Command {
+        let mut c = crate::integration::postgres::sheaf();
+        c.env("SHEAF_CATALOG", &self.catalog).envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    /// `env K=V ... ` for the commands the server runs.
+    fn env_prefix(&self) -> String {
+        self.env.iter().map(|(k, v)| format!("{k}={v} ")).collect()
+    }
+
+    fn receiver(&self, url: &str) -> Child {
+        self.sheaf()
+            .args(["wal-receive", url, "--repo", &self.repo, "--spool", s(&self.spool), "--partial-every", "1", "--retry-every", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
 }
 
 fn wait_sync(c: &Cluster) {
@@ -44,28 +61,54 @@ fn wait_sync(c: &Cluster) {
 #[test]
 fn every_commit_that_returned_survives_a_power_cut() {
     let Some(mut rig) = Rig::new() else { return };
-    let mut rng = Rng::new("wal-receive");
-    let mut report = Report::new("wal-receive (synchronous standby)");
     let root = rig.root().to_path_buf();
     let (repo, spool, cat) = (root.join("repo"), root.join("spool"), root.join("catalog"));
     for d in [&repo, &spool, &cat] {
         pg_dir(d);
     }
     std::fs::File::open(&root).unwrap().sync_all().unwrap();
-    let catalog = cat.join("catalog.db");
-    let archive = format!("archive_command = 'env SHEAF_CATALOG={} {SHEAF} wal-push %p --repo {}'", catalog.display(), repo.display());
+    let place = Place { repo: s(&repo).to_string(), spool, catalog: cat.join("catalog.db"), env: Vec::new() };
+    let rig = std::cell::RefCell::new(&mut rig);
+    workload(&place, &mut Report::new("wal-receive (synchronous standby)"), &mut |rng| rig.borrow_mut().power_off(rng), &mut || rig.borrow_mut().power_on());
+}
+
+/// The repository in a bucket of a local MinIO (durable itself), the spool and the catalog on
+/// this host's disk: the server and the receiver are SIGKILLed together instead.
+#[test]
+fn every_commit_that_returned_survives_kills_on_minio() {
+    use std::os::unix::fs::PermissionsExt;
+    let minio = sheaf_s3::testing::Minio::start();
+    minio.create_bucket("crash");
+    let dir = server_tempdir("sheaf-crash-rx-minio");
+    let config = dir.path().join("sheaf.toml");
+    std::fs::write(&config, format!("s3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    env.push(("SHEAF_CONFIG".into(), s(&config).to_string()));
+    let spool = dir.path().join("spool");
+    pg_dir(&spool);
+    let place = Place { repo: "s3://crash/cluster".into(), spool, catalog: dir.path().join("catalog.db"), env };
+    workload(&place, &mut Report::new("wal-receive (synchronous standby) on MinIO, killed"), &mut |_| CutReport::default(), &mut || {});
+}
+
+/// Rounds of commits ended by `off` (the power, or nothing) with the server and the receiver
+/// killed, `on` after; then the checks.
+fn workload(place: &Place, report: &mut Report, off: &mut dyn FnMut(&mut Rng) -> CutReport, on: &mut dyn FnMut()) {
+    let mut rng = Rng::new(&report.workload);
+    let catalog = &place.catalog;
+    let archive = format!("archive_command = 'env {}SHEAF_CATALOG={} {SHEAF} wal-push %p --repo {}'", place.env_prefix(), catalog.display(), place.repo);
     let mut c = Cluster::new(&["--wal-segsize=1"], &["archive_mode = on", archive.as_str(), "archive_timeout = 0"]);
-    ok(run(sheaf(&catalog).args(["init", "--repo", s(&repo), &c.url("postgres")])), "init");
+    ok(run(place.sheaf().args(["init", "--repo", &place.repo, &c.url("postgres")])), "init");
     c.sql("postgres", "CREATE DATABASE app");
     c.sql("app", "CREATE TABLE t (id int PRIMARY KEY)");
-    ok(run(sheaf(&catalog).args(["backup", &c.url("postgres"), "--repo", s(&repo)])), "backup");
+    ok(run(place.sheaf().args(["backup", &c.url("postgres"), "--repo", &place.repo])), "backup");
     let url = format!("{}&application_name=sheaf_rx", c.url("postgres"));
     let gone = "postgres://127.0.0.1:1/postgres?application_name=sheaf_rx&connect_timeout=1";
     let returned = Arc::new(Mutex::new(BTreeSet::new()));
     let mut next_id = 0u64;
     let restores = server_tempdir("sheaf-crash-rx");
     for point in 0..points_or(4) {
-        let mut rx = receiver(&catalog, &url, &repo, &spool);
+        let mut rx = place.receiver(&url);
         if point == 0 {
             c.sql("postgres", "ALTER SYSTEM SET synchronous_standby_names = 'sheaf_rx'");
             c.sql("postgres", "SELECT pg_reload_conf()");
@@ -85,11 +128,11 @@ fn every_commit_that_returned_survives_a_power_cut() {
                 id
             });
             std::thread::sleep(Duration::from_millis(200 + rng.below(1500)));
-            let r = rig.power_off(&mut rng);
+            let r = off(&mut rng);
             kill_server(cluster);
             let _ = rx.kill();
             let _ = rx.wait();
-            rig.power_on();
+            on();
             next_id = committer.join().unwrap() + 1;
             r
         });
@@ -99,24 +142,27 @@ fn every_commit_that_returned_survives_a_power_cut() {
         // receiver's host with its spool setting, finds the segment there.
         let via_fetch = point % 2 == 1;
         if !via_fetch {
-            let mut again = receiver(&catalog, gone, &repo, &spool);
+            let mut again = place.receiver(gone);
             std::thread::sleep(Duration::from_secs(2));
             let _ = std::process::Command::new("kill").args(["-TERM", &again.id().to_string()]).status();
             let _ = again.wait();
         }
         // A restore from the repository to its end holds every commit that returned.
         let dir = restores.path().join(format!("r{point}"));
-        let o = run(sheaf(&catalog).args(["restore", "--repo", s(&repo), "--to", s(&dir)]));
+        let o = run(place.sheaf().args(["restore", "--repo", &place.repo, "--to", s(&dir)]));
         if !o.status.success() {
             report.repairs.push(format!("point {point}: restore failed: {}", String::from_utf8_lossy(&o.stderr).trim()));
             break;
         }
+        // The server's restore_command reaches the store with the same settings, and in the
+        // rounds that read the receiver's spool, names it.
+        let auto = dir.join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&auto).unwrap();
+        assert!(text.contains("wal-fetch %f %p"), "{text}");
         if via_fetch {
-            let auto = dir.join("postgresql.auto.conf");
-            let text = std::fs::read_to_string(&auto).unwrap();
-            assert!(text.contains("wal-fetch %f %p"), "{text}");
-            std::fs::write(&auto, text.replace("wal-fetch %f %p", &format!("wal-fetch %f %p --spool {}", spool.display()))).unwrap();
+            text = text.replace("wal-fetch %f %p", &format!("wal-fetch %f %p --spool {}", place.spool.display()));
         }
+        std::fs::write(&auto, text.replace("restore_command = '", &format!("restore_command = 'env {}", place.env_prefix()))).unwrap();
         let r = start_restored(&dir, false);
         if via_fetch {
             let log = std::fs::read_to_string(r.log()).unwrap_or_default();
