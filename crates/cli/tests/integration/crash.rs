@@ -223,6 +223,21 @@ fn kill_users(mnt: &Path) {
     }
 }
 
+/// A MinIO of its own with bucket `crash`, and the environment that sheaf and the server's
+/// commands reach it with: a config file in `dir` (readable by the cluster's user) naming the
+/// endpoint, and the credentials.
+pub fn minio(dir: &Path) -> (sheaf_s3::testing::Minio, Vec<(String, String)>) {
+    use std::os::unix::fs::PermissionsExt;
+    let minio = sheaf_s3::testing::Minio::start();
+    minio.create_bucket("crash");
+    let config = dir.join("sheaf.toml");
+    std::fs::write(&config, format!("s3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    env.push(("SHEAF_CONFIG".into(), config.display().to_string()));
+    (minio, env)
+}
+
 /// Wait for `child` until `deadline`: how it ended (with its standard error when piped), or the
 /// child back when it still runs.
 pub fn wait_until(mut child: Child, deadline: Instant) -> Result<(ExitStatus, String), Child> {

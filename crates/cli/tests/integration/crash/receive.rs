@@ -76,15 +76,8 @@ fn every_commit_that_returned_survives_a_power_cut() {
 /// this host's disk: the server and the receiver are SIGKILLed together instead.
 #[test]
 fn every_commit_that_returned_survives_kills_on_minio() {
-    use std::os::unix::fs::PermissionsExt;
-    let minio = sheaf_s3::testing::Minio::start();
-    minio.create_bucket("crash");
     let dir = server_tempdir("sheaf-crash-rx-minio");
-    let config = dir.path().join("sheaf.toml");
-    std::fs::write(&config, format!("s3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    env.push(("SHEAF_CONFIG".into(), s(&config).to_string()));
+    let (_minio, env) = super::minio(dir.path());
     let spool = dir.path().join("spool");
     pg_dir(&spool);
     let place = Place { repo: "s3://crash/cluster".into(), spool, catalog: dir.path().join("catalog.db"), env };

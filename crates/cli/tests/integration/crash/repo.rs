@@ -58,15 +58,8 @@ fn what_repository_commands_acknowledged_survives_power_cuts() {
 /// A bucket of a local MinIO, durable itself: sheaf is killed (SIGKILL) at random points instead.
 #[test]
 fn what_repository_commands_acknowledged_survives_kills_on_minio() {
-    use std::os::unix::fs::PermissionsExt;
-    let minio = sheaf_s3::testing::Minio::start();
-    minio.create_bucket("crash");
     let dir = server_tempdir("sheaf-crash-minio");
-    let config = dir.path().join("sheaf.toml");
-    std::fs::write(&config, format!("s3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    env.push(("SHEAF_CONFIG".into(), s(&config).to_string()));
+    let (_minio, env) = super::minio(dir.path());
     let place = Repo { arg: "s3://crash/cluster".into(), catalog: dir.path().join("catalog.db"), env };
     workload(&place, &mut Report::new("the same on MinIO, killed"), &mut |_, child| {
         let status = child.map(|mut c| {

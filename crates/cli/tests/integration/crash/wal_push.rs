@@ -102,6 +102,7 @@ fn acknowledged_segments_survive_power_cuts() {
     let rig = std::cell::RefCell::new(&mut rig);
     workload(
         &mut Report::new("wal-push"),
+        300,
         &scratch,
         catalog,
         Vec::new(),
@@ -116,16 +117,12 @@ fn acknowledged_segments_survive_power_cuts() {
 /// A bucket of a local MinIO, durable itself: wal-push is killed (SIGKILL) at random points.
 #[test]
 fn acknowledged_segments_survive_kills_on_minio() {
-    let minio = sheaf_s3::testing::Minio::start();
-    minio.create_bucket("crash");
     let dir = tempfile::tempdir().unwrap();
     let scratch = dir.path().to_path_buf();
-    let config = scratch.join("sheaf.toml");
-    std::fs::write(&config, format!("s3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint())).unwrap();
-    let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    env.push(("SHEAF_CONFIG".into(), s(&config).to_string()));
+    let (_minio, env) = super::minio(&scratch);
     workload(
         &mut Report::new("wal-push on MinIO, killed"),
+        1500,
         &scratch,
         scratch.join("catalog.db"),
         env,
@@ -144,7 +141,9 @@ fn acknowledged_segments_survive_kills_on_minio() {
 type Fresh<'a> = dyn FnMut(usize) -> (String, PathBuf) + 'a;
 
 /// Streams of segments pushed and cut (`cut_now`), checked after each cut.
-fn workload(report: &mut Report, scratch: &Path, catalog: PathBuf, env: Vec<(String, String)>, fresh: &mut Fresh, cut_now: &mut CutNow) {
+/// A cut comes up to `span_ms` after a round starts (a push to a bucket takes longer than one to
+/// a folder).
+fn workload(report: &mut Report, span_ms: u64, scratch: &Path, catalog: PathBuf, env: Vec<(String, String)>, fresh: &mut Fresh, cut_now: &mut CutNow) {
     let mut rng = Rng::new(&report.workload);
     let stage = server_tempdir("sheaf-crash-wal");
     let (c, names) = segments(stage.path());
@@ -172,8 +171,8 @@ fn workload(report: &mut Report, scratch: &Path, catalog: PathBuf, env: Vec<(Str
         let mut next = 0;
         let mut checked = 0;
         while next < SEGMENTS && report.points < total {
-            // One round: pushes one after another until the power is cut, up to 0.3 s away.
-            let deadline = Instant::now() + Duration::from_millis(rng.below(300));
+            // One round: pushes one after another until the power is cut.
+            let deadline = Instant::now() + Duration::from_millis(rng.below(span_ms));
             let mut mid = false;
             let mut cut = None;
             while next < SEGMENTS && Instant::now() < deadline {
