@@ -48,20 +48,13 @@ pub fn write_summary(repo: &Repo, name: &str, summary: &BlockSummary) -> Result<
     // Another process may be writing the same summary (wal-summarize beside the archiver's
     // wal-push, or two look-aheads): it is the same bytes, made from the same segment. Wait for
     // it a little; once it is there, this one is done.
-    let mut wait = std::time::Duration::from_millis(20);
-    loop {
-        match repo.put(&object, &mut bytes.as_slice(), CodecSpec::default(), true, &format!("summary of {name}")) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.is_transient() && wait < std::time::Duration::from_secs(3) => {
-                std::thread::sleep(wait);
-                if repo.exists(&object)? {
-                    return Ok(());
-                }
-                wait *= 2;
-            }
-            Err(e) => return Err(e),
+    const OTHER_WRITER: sheaf_core::retry::Backoff = sheaf_core::retry::Backoff::new(8, std::time::Duration::from_millis(20), std::time::Duration::from_secs(1));
+    OTHER_WRITER.run(|n| {
+        if n > 0 && repo.exists(&object)? {
+            return Ok(());
         }
-    }
+        repo.put(&object, &mut bytes.as_slice(), CodecSpec::default(), true, &format!("summary of {name}")).map(|_| ())
+    })
 }
 
 /// Pages of WAL fed in order to a decoder, and its records to a summary.
@@ -248,4 +241,45 @@ pub fn summarize_and_store(repo: &Repo, meta: &RepoMeta, name: &str, local: Opti
     let s = summarize(repo, meta, name, local, true)?;
     write_summary(repo, name, &s)?;
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sheaf_core::storage::{LocalSink, StripeSink};
+
+    #[test]
+    fn a_summary_another_process_is_writing_is_waited_for_not_failed() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &sheaf_core::LocalOnly).unwrap();
+        let meta = RepoMeta {
+            format: 1,
+            kind: "postgres".into(),
+            system_identifier: "1".into(),
+            wal_segment_size: 16 << 20,
+            server_version: String::new(),
+            created: String::new(),
+            lock: None,
+        };
+        repo.init(&meta).unwrap();
+        let name = "000000010000000000000003";
+        let object = summary_object(name);
+        repo.prepare(&object).unwrap();
+        let summary = BlockSummary::default();
+        // The other writer holds the summary's .partial (locked) and publishes it a moment later.
+        let mut other = LocalSink::create(Path::new(&repo.name(&object)), true).unwrap();
+        let later = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            other.write_all(&BlockSummary::default().to_bytes()).unwrap();
+            other.publish().unwrap();
+        });
+        write_summary(&repo, name, &summary).unwrap();
+        later.join().unwrap();
+        assert!(repo.exists(&object).unwrap());
+        // One that never finishes: refused as transient (another run makes it), not hung.
+        let held = LocalSink::create(Path::new(&repo.name(&summary_object("000000010000000000000004"))), true).unwrap();
+        let e = write_summary(&repo, "000000010000000000000004", &summary).unwrap_err();
+        assert!(e.is_transient() && e.to_string().contains("being written by another process"), "{e}");
+        drop(held);
+    }
 }
