@@ -1,8 +1,9 @@
 //! Workload 1: `wal-push` of a stream of segments, as PostgreSQL's archiver calls it (one call at
-//! a time, `.ready` files for the segments behind), plain, with look-ahead (`--parallel 4`) and
-//! encrypted, cut at random: on the power-loss file system (the power cut), and into a MinIO
-//! bucket (sheaf SIGKILLed). Every segment whose push exited 0 before a cut must come back from
-//! `wal-fetch` byte for byte; the push a cut interrupted must succeed when the archiver retries.
+//! a time, `.ready` files for the segments behind), plain, with look-ahead (`--parallel 4`),
+//! encrypted by a key file and by a passphrase, cut at random: on the power-loss file system (the
+//! power cut), and into a MinIO bucket (sheaf SIGKILLed). Every segment whose push exited 0 before
+//! a cut must come back from `wal-fetch` byte for byte; the push a cut interrupted must succeed
+//! when the archiver retries.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -157,8 +158,16 @@ fn workload(report: &mut Report, span_ms: u64, scratch: &Path, catalog: PathBuf,
     let mut st = Stream { pg_wal, names, repo: String::new(), spool: PathBuf::new(), catalog, key, env };
     let key_path = st.key.clone();
     let key_args = ["--encryption-key-file", s(&key_path)];
-    let variants: [(&str, Vec<&str>, &[&str]); 3] =
-        [("plain", vec!["--parallel", "1"], &[]), ("look-ahead", vec!["--parallel", "4"], &[]), ("encrypted", vec!["--parallel", "4", key_args[0], key_args[1]], &key_args)];
+    // A passphrase goes through Argon2id in every push: a slower push, the same promise.
+    let pass_path = scratch.join("passphrase");
+    std::fs::write(&pass_path, "crash test passphrase\n").unwrap();
+    let pass_args = ["--passphrase-file", s(&pass_path)];
+    let variants: [(&str, Vec<&str>, &[&str]); 4] = [
+        ("plain", vec!["--parallel", "1"], &[]),
+        ("look-ahead", vec!["--parallel", "4"], &[]),
+        ("encrypted", vec!["--parallel", "4", key_args[0], key_args[1]], &key_args),
+        ("passphrase", vec!["--parallel", "4", pass_args[0], pass_args[1]], &pass_args),
+    ];
     let total = points();
     let mut cycle = 0;
     while report.points < total {

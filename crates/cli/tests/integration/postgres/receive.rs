@@ -53,10 +53,21 @@ impl Drop for Receiver {
 /// Kill the server and its processes at once, as a power cut would.
 pub(crate) fn kill_server(c: &Cluster) {
     let pid = std::fs::read_to_string(c.data.join("postmaster.pid")).unwrap().lines().next().unwrap().trim().to_string();
-    let _ = std::process::Command::new("pkill").args(["-KILL", "-P", &pid]).status();
-    let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+    let signal = |sig: &str, pids: &[String]| {
+        let _ = std::process::Command::new("kill").arg(sig).args(pids).stderr(Stdio::null()).status();
+    };
+    // Stopped first, the postmaster cannot start new children (it would, seeing one die: crash
+    // recovery) while its children are killed; then it goes too, and all of them are waited for,
+    // so that none still holds the shared memory when the server is started again.
+    signal("-STOP", std::slice::from_ref(&pid));
+    let out = std::process::Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+    let mut all: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
+    signal("-KILL", &all);
+    signal("-KILL", std::slice::from_ref(&pid));
+    all.push(pid);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::process::Command::new("kill").args(["-0", &pid]).stderr(Stdio::null()).status().unwrap().success() {
+    // Until reaped: PostgreSQL takes a dead postmaster's zombie for a live one.
+    while all.iter().any(|p| std::path::Path::new(&format!("/proc/{p}")).exists()) {
         assert!(Instant::now() < deadline, "the server outlived SIGKILL");
         std::thread::sleep(Duration::from_millis(50));
     }
