@@ -250,6 +250,28 @@ impl Context {
         }
     }
 
+    /// The retention policy in force: `--keep-full`/`--keep-within`, else `retention-full` and
+    /// `retention-within` from the environment or the config file (a flag given replaces both
+    /// settings: the command line says the whole policy).
+    ///
+    /// # Errors
+    /// A setting that does not parse, naming where it came from.
+    pub fn retention(&self, keep_full: Option<usize>, keep_within: Option<std::time::Duration>) -> Result<sheaf_pg::repo::retention::Retention> {
+        let secs = |d: std::time::Duration| d.as_secs() as i64;
+        if keep_full.is_some() || keep_within.is_some() {
+            return Ok(sheaf_pg::repo::retention::Retention { keep_full, keep_within: keep_within.map(secs) });
+        }
+        let keep_full = match self.settings.get("retention-full", None) {
+            Some((v, o)) => Some(v.parse::<usize>().map_err(|_| Error::invalid(format!("retention-full = '{v}' from {o}: give a number of full backups, 1 or more")))?),
+            None => None,
+        };
+        let keep_within = match self.settings.get("retention-within", None) {
+            Some((v, o)) => Some(secs(sheaf_core::time::parse_duration(&v).map_err(|e| e.context(format!("retention-within from {o}")))?)),
+            None => None,
+        };
+        Ok(sheaf_pg::repo::retention::Retention { keep_full, keep_within })
+    }
+
     /// `--parallel`, else the `parallel` setting, else 4. At most 64: each is a thread, and for
     /// wal-fetch a segment kept in pg_wal's filesystem.
     ///

@@ -22,13 +22,15 @@
 //!   retention, verify); [`archive`]: WAL push and fetch; [`spool`]: the archiver's look-ahead
 //!   and recovery's prefetch; [`queue`]: the archiver's queue bound; [`pitr`]: point-in-time
 //!   recovery from the repository; [`receive`]: WAL streamed into the repository over a
-//!   replication slot (`sheaf wal-receive`).
+//!   replication slot (`sheaf wal-receive`); [`drill`]: a backup restored, started, recovered
+//!   and checked on a scratch server, timed and recorded (`sheaf drill`).
 
 pub mod archive;
 pub mod backup;
 pub mod basebackup;
 pub mod blocksum;
 pub mod checksum;
+pub mod drill;
 pub mod extract;
 pub mod facts;
 pub mod incremental;

@@ -4,7 +4,6 @@
 //! target with no manual step. What can be known before starting is checked here (a target before
 //! every backup, past the end of the archive, gaps in the WAL between); the rest PostgreSQL reports.
 
-use std::io::Write;
 use std::path::Path;
 
 use std::sync::Arc;
@@ -311,12 +310,7 @@ pub fn restore(
 /// I/O errors naming the file.
 pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -> Result<()> {
     let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
-    let mut conf = format!(
-        "\n# Added by sheaf restore at {}: recovery from the repository (remove after recovery ends).\nrestore_command = {}\nrecovery_target_timeline = {}\n",
-        sheaf_core::time::utc_now(),
-        lit(restore_command),
-        lit(&recovery.timeline)
-    );
+    let mut conf = format!("restore_command = {}\nrecovery_target_timeline = {}\n", lit(restore_command), lit(&recovery.timeline));
     match &recovery.target {
         Target::End => {}
         Target::Immediate => conf.push_str("recovery_target = 'immediate'\n"),
@@ -328,10 +322,8 @@ pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -
     if recovery.target != Target::End {
         conf.push_str(&format!("recovery_target_action = {}\n", lit(&recovery.action)));
     }
-    let auto = data.join("postgresql.auto.conf");
+    crate::restore::append_settings(data, "recovery from the repository (remove after recovery ends)", &conf)?;
     let io = |p: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e);
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&auto).map_err(|e| io(&auto, e))?;
-    f.write_all(conf.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| io(&auto, e))?;
     let signal = data.join("recovery.signal");
     std::fs::File::create(&signal).and_then(|f| f.sync_all()).map_err(|e| io(&signal, e))?;
     // Restored as root, the data directory belongs to the server's user: so must the signal.

@@ -29,12 +29,19 @@ pub struct PgRestoreOptions {
     /// the others' files come back as sparse files of zeros, so that the cluster starts and they
     /// can be dropped (pgBackRest's `--db-include`). Empty: all.
     pub db_include: Vec<String>,
+    /// Write `archive_mode = off` into the restored postgresql.auto.conf (pgBackRest's
+    /// `--archive-mode=off`): a test restore then never archives its new timeline into the
+    /// production repository. `false` keeps the backup's archive settings.
+    pub archive_off: bool,
+    /// Put every tablespace not mapped by `tablespaces` under this folder, as `DIR/OID` (a drill's
+    /// scratch restore, which must never write where the source cluster's tablespaces live).
+    pub tablespaces_under: Option<PathBuf>,
 }
 
 impl PgRestoreOptions {
     /// Restore into the data directory `target` with defaults.
     pub fn new(target: impl Into<PathBuf>) -> Self {
-        PgRestoreOptions { core: RestoreOptions::new(target), tablespaces: Vec::new(), db_include: Vec::new() }
+        PgRestoreOptions { core: RestoreOptions::new(target), tablespaces: Vec::new(), db_include: Vec::new(), archive_off: false, tablespaces_under: None }
     }
 
     /// The new data directory.
@@ -129,6 +136,10 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
         if places.iter().any(|(t, _)| t.oid == ts.oid) {
             continue;
         }
+        if let Some(dir) = &opts.tablespaces_under {
+            places.push((ts.clone(), dir.join(ts.oid.to_string())));
+            continue;
+        }
         let original = PathBuf::from(&ts.location);
         if !opts.core.original_paths {
             return Err(Error::invalid(format!(
@@ -166,9 +177,66 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", marker.display()), e);
     fs::write(&marker, b"relinking tablespaces").map_err(|e| io("cannot write", e))?;
     fix_up(target, &places)?;
+    if opts.archive_off {
+        append_settings(target, "restored with --archive-mode off, so that it never archives into the repository it came from", "archive_mode = off\n")?;
+    }
     fs::remove_file(&marker).map_err(|e| io("cannot remove", e))?;
     fs::File::open(target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
     Ok(report)
+}
+
+/// Append `lines` (each ending in a newline) to `data`'s postgresql.auto.conf, made durable,
+/// after a comment saying why.
+///
+/// # Errors
+/// I/O errors naming the file.
+pub fn append_settings(data: &Path, why: &str, lines: &str) -> Result<()> {
+    use std::io::Write;
+    let auto = data.join("postgresql.auto.conf");
+    let io = |e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", auto.display()), e);
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(&auto).map_err(io)?;
+    f.write_all(format!("\n# Added by sheaf restore at {}: {why}.\n{lines}", sheaf_core::time::utc_now()).as_bytes()).and_then(|()| f.sync_all()).map_err(io)
+}
+
+/// `archive_mode` and `archive_command` as a restored data directory would start with them:
+/// postgresql.conf, then postgresql.auto.conf (the last setting wins; `include` files are not
+/// followed, and a configuration kept outside the data directory is not seen). Defaults: `off`, ``.
+pub fn archive_settings(data: &Path) -> (String, String) {
+    let (mut mode, mut command) = ("off".to_string(), String::new());
+    for file in ["postgresql.conf", "postgresql.auto.conf"] {
+        for line in fs::read_to_string(data.join(file)).unwrap_or_default().lines() {
+            let Some((key, value)) = line.split_once('=') else { continue };
+            let key = key.trim();
+            if key.starts_with('#') {
+                continue;
+            }
+            let value = value.trim();
+            // 'quoted '' text' or a bare word, then an optional comment.
+            let value = match value.strip_prefix('\'') {
+                Some(rest) => {
+                    let (mut out, mut chars) = (String::new(), rest.chars().peekable());
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '\'' if chars.peek() == Some(&'\'') => {
+                                chars.next();
+                                out.push('\'');
+                            }
+                            '\'' => break,
+                            c => out.push(c),
+                        }
+                    }
+                    out
+                }
+                None => value.split(['#', ' ', '\t']).next().unwrap_or_default().to_string(),
+            };
+            match key {
+                "archive_mode" => mode = value,
+                "archive_command" => command = value,
+                _ => {}
+            }
+        }
+    }
+    (mode, command)
 }
 
 /// For `--delta`: the target is empty, or a data directory of the cluster the backup is of.
@@ -235,4 +303,19 @@ fn fix_up(target: &Path, places: &[(Tablespace, PathBuf)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_settings_as_the_server_reads_them() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(archive_settings(d.path()), ("off".into(), String::new()), "nothing set: PostgreSQL's defaults");
+        fs::write(d.path().join("postgresql.conf"), "#archive_mode = on\narchive_mode = on  # on\narchive_command = 'sheaf wal-push %p --repo ''/r'''\n").unwrap();
+        assert_eq!(archive_settings(d.path()), ("on".into(), "sheaf wal-push %p --repo '/r'".into()));
+        append_settings(d.path(), "a test", "archive_mode = off\n").unwrap();
+        assert_eq!(archive_settings(d.path()).0, "off", "postgresql.auto.conf comes last and wins");
+    }
 }

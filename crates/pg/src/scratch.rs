@@ -74,6 +74,47 @@ pub fn chosen_bin_dir() -> Result<Option<PathBuf>> {
     }
 }
 
+/// The major version of the server in bin directory `bin` (`postgres --version`), if it runs.
+pub fn server_major(bin: &Path) -> Option<u32> {
+    let out = Command::new(bin.join("postgres")).arg("--version").output().ok()?;
+    // "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(2)?.split(['.', 'b', 'r']).next()?.parse().ok()
+}
+
+/// The bin directory of a PostgreSQL `major` server: `given` (which must hold that version), else
+/// the first of `pg_config --bindir`, Debian's /usr/lib/postgresql/N/bin, RHEL's /usr/pgsql-N/bin
+/// and the folders scripts/install-deps.sh installs into whose `postgres --version` is `major`.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`] naming the version and every place looked at, when none holds it.
+pub fn server_bin_for(major: u32, given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(g) = given {
+        return match server_major(g) {
+            Some(m) if m == major => Ok(g.to_path_buf()),
+            Some(m) => Err(Error::invalid(format!("--pg-bin {}: that is PostgreSQL {m}, the backup is of PostgreSQL {major}: give a {major} server's bin directory", g.display()))),
+            None => Err(Error::invalid(format!("--pg-bin {}: no postgres that runs in that folder: give a PostgreSQL {major} server's bin directory", g.display()))),
+        };
+    }
+    let mut tried: Vec<PathBuf> = Vec::new();
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !dir.is_empty() {
+            tried.push(PathBuf::from(dir));
+        }
+    }
+    tried.push(PathBuf::from(format!("/usr/lib/postgresql/{major}/bin")));
+    tried.push(PathBuf::from(format!("/usr/pgsql-{major}/bin")));
+    tried.extend(candidates(major).into_iter().skip(1));
+    match tried.iter().find(|p| server_major(p) == Some(major)) {
+        Some(p) => Ok(p.clone()),
+        None => Err(Error::invalid(format!(
+            "the backup is of PostgreSQL {major}, and no PostgreSQL {major} server was found (looked in {}): install it (Debian: apt-get install postgresql-{major}) or give its bin directory with --pg-bin",
+            tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
 /// The bin directory scratch clusters use, when there is one ([`chosen_bin_dir`] without its error).
 pub fn bin_dir() -> Option<PathBuf> {
     chosen_bin_dir().ok().flatten()
@@ -186,6 +227,12 @@ pub struct ScratchCluster {
     pub port: u16,
     /// Server bin directory.
     pub bin: PathBuf,
+    /// The role tools and URLs connect as.
+    pub user: String,
+    /// What Ctrl-C removes besides stopping it (a drill's folder), for clusters over a restore.
+    cleanup: Option<PathBuf>,
+    /// How long `start` waits for the server to accept connections, in seconds.
+    start_timeout: u64,
     running: bool,
 }
 
@@ -225,7 +272,7 @@ impl ScratchCluster {
             conf.push('\n');
         }
         append(&data.join("postgresql.conf"), &conf)?;
-        let mut c = ScratchCluster { base, owns_base: true, data, sock, port, bin, running: false };
+        let mut c = ScratchCluster { base, owns_base: true, data, sock, port, bin, user: "postgres".into(), cleanup: None, start_timeout: 120, running: false };
         c.start()?;
         Ok(c)
     }
@@ -260,7 +307,8 @@ impl ScratchCluster {
             conf.push('\n');
         }
         append(&data.join("postgresql.conf"), &conf)?;
-        let mut c = ScratchCluster { base, owns_base: true, data, sock, port, bin: primary.bin.clone(), running: false };
+        let mut c =
+            ScratchCluster { base, owns_base: true, data, sock, port, bin: primary.bin.clone(), user: "postgres".into(), cleanup: None, start_timeout: 120, running: false };
         c.start()?;
         Ok(c)
     }
@@ -286,9 +334,66 @@ impl ScratchCluster {
         let base = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
         let port = free_port()?;
         append(&data.join("postgresql.conf"), &format!("\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n", sock.display()))?;
-        let mut c = ScratchCluster { base, owns_base: false, data: data.to_path_buf(), sock: sock.to_path_buf(), port, bin, running: false };
+        let mut c = ScratchCluster {
+            base,
+            owns_base: false,
+            data: data.to_path_buf(),
+            sock: sock.to_path_buf(),
+            port,
+            bin,
+            user: "postgres".into(),
+            cleanup: None,
+            start_timeout: 120,
+            running: false,
+        };
         c.start()?;
         Ok(c)
+    }
+
+    /// A server over a restored data directory with the binaries in `bin`, connected to as
+    /// `user`: on a new port, its socket in `sock`, no TCP listener, and `settings` appended to
+    /// postgresql.auto.conf (which wins over postgresql.conf). Registered before it starts, so that
+    /// Ctrl-C stops it and removes `cleanup`; started, waiting up to `timeout` for connections.
+    ///
+    /// # Errors
+    /// Start-up failing (with the server log's tail).
+    pub fn over_restore(bin: PathBuf, data: &Path, sock: &Path, user: &str, settings: &[String], cleanup: Option<PathBuf>, timeout: std::time::Duration) -> Result<ScratchCluster> {
+        let base = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
+        let port = free_port()?;
+        let mut lines = format!("port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n", sock.display());
+        for s in settings {
+            lines.push_str(s);
+            lines.push('\n');
+        }
+        crate::restore::append_settings(data, "a scratch server over this restore", &lines)?;
+        let mut c = ScratchCluster {
+            base,
+            owns_base: false,
+            data: data.to_path_buf(),
+            sock: sock.to_path_buf(),
+            port,
+            bin,
+            user: user.to_string(),
+            cleanup,
+            start_timeout: timeout.as_secs().max(1),
+            running: false,
+        };
+        c.start()?;
+        Ok(c)
+    }
+
+    /// Whether its postmaster still runs (a server that shut itself down, at a recovery target
+    /// with `shutdown` or on a FATAL error, does not).
+    pub fn alive(&self) -> bool {
+        let text = std::fs::read_to_string(self.data.join("postmaster.pid")).unwrap_or_default();
+        text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()).is_some_and(sheaf_core::host::process_alive)
+    }
+
+    /// The last `n` lines of the server log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(n).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
     /// The server log.
@@ -303,7 +408,7 @@ impl ScratchCluster {
     pub fn start(&mut self) -> Result<()> {
         // Registered before starting, so that Ctrl-C during a long start-up still stops it.
         if !registry().iter().any(|r| r.data == self.data) {
-            let base = self.owns_base.then(|| self.base.path().to_path_buf());
+            let base = self.cleanup.clone().or_else(|| self.owns_base.then(|| self.base.path().to_path_buf()));
             registry().push(Registered { bin: self.bin.clone(), data: self.data.clone(), base });
         }
         let out = as_server_user(self.bin.join("pg_ctl"))
@@ -311,20 +416,15 @@ impl ScratchCluster {
             .arg(&self.data)
             .arg("-l")
             .arg(self.log())
-            .args(["-w", "-t", "120", "start"])
+            .args(["-w", "-t", &self.start_timeout.to_string(), "start"])
             .stdout(Stdio::null())
             .output()
             .map_err(|e| err(format!("pg_ctl: {e}")))?;
         if !out.status.success() {
+            // pg_ctl gave up waiting, or the server exited: either way, not left running.
+            let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "immediate", "-w", "stop"]).output();
             registry().retain(|r| r.data != self.data);
-            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(8).collect();
-            return Err(err(format!(
-                "the server in {} did not start: {}{}",
-                self.data.display(),
-                String::from_utf8_lossy(&out.stderr),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            )));
+            return Err(err(format!("the server in {} did not start: {}{}", self.data.display(), String::from_utf8_lossy(&out.stderr), self.log_tail(8))));
         }
         self.running = true;
         Ok(())
@@ -339,7 +439,7 @@ impl ScratchCluster {
 
     /// A URL for database `db` over the socket.
     pub fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@localhost:{}/{db}?host={}", self.port, self.sock.display())
+        format!("postgres://{}@localhost:{}/{db}?host={}", self.user, self.port, self.sock.display())
     }
 
     /// psql's raw output for `sql`.
@@ -366,7 +466,7 @@ impl ScratchCluster {
     /// A client tool (psql, pgbench, pg_amcheck...) pointed at this server.
     pub fn tool(&self, name: &str) -> Command {
         let mut c = as_server_user(self.bin.join(name));
-        c.arg("-h").arg(&self.sock).args(["-p", &self.port.to_string(), "-U", "postgres"]);
+        c.arg("-h").arg(&self.sock).args(["-p", &self.port.to_string(), "-U", &self.user]);
         c
     }
 }

@@ -256,6 +256,9 @@ pub struct Archiver {
     pub system_identifier: String,
 }
 
+/// A row as text, `None` for NULL ([`Server::simple_query`]).
+pub type TextRow = Vec<Option<String>>;
+
 /// A connected server.
 pub struct Server {
     client: Client,
@@ -331,6 +334,26 @@ impl Server {
     /// The URL without password.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Run `sql` (one or more statements) with the simple query protocol: per statement, its rows
+    /// as text (`None` for NULL), or `None` for a statement that returns no rows (SET, CREATE).
+    ///
+    /// # Errors
+    /// The server's error for the first statement that fails.
+    pub fn simple_query(&mut self, sql: &str) -> Result<Vec<Option<Vec<TextRow>>>> {
+        use postgres::SimpleQueryMessage as M;
+        let mut out = Vec::new();
+        let mut rows: Option<Vec<TextRow>> = None;
+        for m in self.client.simple_query(sql).map_err(|e| db_err("running the queries", e))? {
+            match m {
+                M::RowDescription(_) => rows = Some(Vec::new()),
+                M::Row(r) => rows.get_or_insert_with(Vec::new).push((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect()),
+                M::CommandComplete(_) => out.push(rows.take()),
+                _ => {}
+            }
+        }
+        Ok(out)
     }
 
     fn one(&mut self, what: &str, sql: &str) -> Result<postgres::Row> {

@@ -97,6 +97,12 @@ pub struct BackupArgs {
     /// else full.
     #[arg(long = "type", value_name = "full|diff|incr", conflicts_with = "to")]
     pub backup_type: Option<String>,
+    /// Into a repository: once the backup has finished, run `sheaf expire` on that repository
+    /// with the retention configured (retention-full, retention-within), as pgBackRest's
+    /// expire-auto. Default: expire-auto in the config file (false). A failing expire is reported
+    /// as a warning: the backup itself stands.
+    #[arg(long, conflicts_with = "to")]
+    pub expire_auto: bool,
     /// For an incremental or differential: find the changed pages both ways, by the WAL block
     /// summaries wal-push keeps and by reading every page, keep what the page scan finds, and
     /// fail if the summaries missed a page (a check of sheaf itself; the summaries alone are the
@@ -223,6 +229,13 @@ pub struct RestoreArgs {
     /// writes synchronously by itself.
     #[arg(long)]
     pub sync_writes: bool,
+    /// PostgreSQL: `preserve` keeps the backup's archive settings; `off` writes archive_mode = off
+    /// into the restored postgresql.auto.conf, so that a test restore never archives its new
+    /// timeline into the production repository (where recovery_target_timeline = latest could
+    /// later follow it). As pgBackRest's --archive-mode. When archiving is preserved and runs
+    /// sheaf wal-push, restore says so in its last lines.
+    #[arg(long, value_enum, default_value_t = ArchiveMode::Preserve)]
+    pub archive_mode: ArchiveMode,
     #[command(flatten)]
     pub rate: RateArgs,
     /// Print one JSON object with the results instead of the summary.
@@ -232,6 +245,15 @@ pub struct RestoreArgs {
     pub recovery: RecoveryArgs,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// What a restored cluster does with its WAL (`restore --archive-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArchiveMode {
+    /// Keep the backup's archive_mode and archive_command.
+    Preserve,
+    /// archive_mode = off.
+    Off,
 }
 
 #[derive(Args)]
@@ -264,18 +286,8 @@ pub struct RecoveryArgs {
     /// consistent before the target.
     #[arg(long, value_name = "ID")]
     pub set: Option<String>,
-    /// Recover to this moment, with its zone: '2026-11-22 10:15:00+00'.
-    #[arg(long, value_name = "TIMESTAMP")]
-    pub target_time: Option<String>,
-    /// Recover to this LSN, e.g. 0/3000060.
-    #[arg(long, value_name = "LSN")]
-    pub target_lsn: Option<Lsn>,
-    /// Recover to a restore point made with pg_create_restore_point('NAME').
-    #[arg(long, value_name = "NAME")]
-    pub target_name: Option<String>,
-    /// `immediate`: stop as soon as the backup is consistent.
-    #[arg(long, value_name = "immediate", value_parser = ["immediate"])]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub targets: TargetArgs,
     /// What the server does at the target: promote (open for writes on a new timeline), pause
     /// (read-only, to look first: then SELECT pg_wal_replay_resume()), or shutdown.
     #[arg(long, value_enum, default_value_t = TargetAction::Promote)]
@@ -288,7 +300,44 @@ pub struct RecoveryArgs {
 impl RecoveryArgs {
     /// Whether any repository-only flag was given.
     pub fn any_target(&self) -> bool {
-        self.set.is_some() || self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target.is_some()
+        self.set.is_some() || self.targets.any()
+    }
+}
+
+/// Where recovery stops (restore --repo, drill): one of these, or the end of the archive.
+#[derive(Args, Clone, Default)]
+pub struct TargetArgs {
+    /// Recover to this moment, with its zone: '2026-11-22 10:15:00+00'.
+    #[arg(long, value_name = "TIMESTAMP")]
+    pub target_time: Option<String>,
+    /// Recover to this LSN, e.g. 0/3000060.
+    #[arg(long, value_name = "LSN")]
+    pub target_lsn: Option<Lsn>,
+    /// Recover to a restore point made with pg_create_restore_point('NAME').
+    #[arg(long, value_name = "NAME")]
+    pub target_name: Option<String>,
+    /// `immediate`: stop as soon as the backup is consistent.
+    #[arg(long, value_name = "immediate", value_parser = ["immediate"])]
+    pub target: Option<String>,
+}
+
+impl TargetArgs {
+    /// Whether a target was given.
+    pub fn any(&self) -> bool {
+        self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target.is_some()
+    }
+
+    /// The request for `sheaf_pg::pitr`, with the backup `set`, the action and the timeline.
+    pub fn request(&self, set: Option<String>, action: &str, timeline: &str) -> sheaf_pg::pitr::Request {
+        sheaf_pg::pitr::Request {
+            set,
+            time: self.target_time.clone(),
+            lsn: self.target_lsn,
+            name: self.target_name.clone(),
+            immediate: self.target.is_some(),
+            action: action.to_string(),
+            timeline: timeline.to_string(),
+        }
     }
 }
 

@@ -20,7 +20,9 @@ use clap::{Parser, Subcommand};
 
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
-pub use repo::{CheckArgs, ConfigArgs, ConsolidateArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs};
+pub use repo::{
+    CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs,
+};
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ShowArgs};
 
@@ -166,6 +168,20 @@ The new backup holds the cluster as the incremental does, with its LSNs, timelin
 --repo and point-in-time recovery use it in place of the chain, and the next incremental builds on \
 it. The chain stays until expire removes it.")]
     Consolidate(ConsolidateArgs),
+    /// Prove a backup: restore it (and its chain) into a scratch folder, start a server of its
+    /// version on it with archiving off, recover through the repository's WAL to the target,
+    /// check it (every database, pg_amcheck --heapallindexed, your --check-sql), stop it, remove
+    /// the folder, and record the verdict and each phase's time in the repository.
+    #[command(after_help = "Examples:\n  \
+sheaf drill --repo /srv/sheaf                                   # the newest backup, to the end of the archive\n  \
+sheaf drill --repo /srv/sheaf --random --check-sql /etc/sheaf/canary.sql --check-db app\n  \
+sheaf drill --repo /srv/sheaf --set 20261124-101500Z --target immediate --keep\n\n\
+The drill never touches the source cluster and writes nothing into the repository but its record \
+(drills/). It times the restore, the recovery (with the WAL replayed) and the checks: their sum is \
+the recovery time, measured. sheaf info shows each backup's last drill; sheaf check --max-drill-age \
+7d warns when the newest passing drill is older, and is critical when the last one failed. Exit 0 \
+when it passed; 3 when it found damage or a check failed; 4 when WAL was missing.")]
+    Drill(DrillArgs),
     /// Remove old backups and the WAL no kept backup needs, by policy.
     #[command(after_help = "Examples:\n  \
 sheaf expire --keep-full 2               # the two newest backups and the WAL from the older one on\n  \
@@ -255,6 +271,7 @@ impl Command {
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Check(a) => with(&a.s3, &a.repo),
             Command::Keep(a) => with(&a.s3, &a.repo),
+            Command::Drill(a) => Shared { rate: a.rate.clone(), spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Undelete(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),
             Command::Consolidate(a) => with(&a.s3, &a.repo),

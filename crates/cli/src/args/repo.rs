@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::shared::{RepoArg, S3Args, SpoolArg};
+use super::shared::{RateArgs, RepoArg, S3Args, SpoolArg};
 
 #[derive(Args)]
 pub struct InitArgs {
@@ -168,6 +168,59 @@ pub struct KeepArgs {
 }
 
 #[derive(Args)]
+pub struct DrillArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The backup to drill: an id as sheaf info lists it. Default: the newest (--latest).
+    #[arg(long = "set", value_name = "ID", conflicts_with_all = ["latest", "random"])]
+    pub set: Option<String>,
+    /// The newest finished backup (the default).
+    #[arg(long, conflicts_with = "random")]
+    pub latest: bool,
+    /// A finished backup chosen at random: drilled every night, each backup gets its turn.
+    #[arg(long)]
+    pub random: bool,
+    /// Where recovery stops. Default: the end of the archive (for a pinned backup older than what
+    /// retention keeps: its consistency point).
+    #[command(flatten)]
+    pub targets: super::data::TargetArgs,
+    /// The drill's folder (new or empty; removed afterwards unless --keep). Default: a new folder
+    /// beside the spool (SHEAF_SPOOL or spool in the config file), else in the system's temporary
+    /// folder. The restore checks it has room before it writes.
+    #[arg(long = "to", value_name = "DIR")]
+    pub to: Option<PathBuf>,
+    /// The bin directory of a server of the backup's major version. Default: found from
+    /// pg_config, /usr/lib/postgresql/N/bin, /usr/pgsql-N/bin.
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<PathBuf>,
+    /// Queries that must each return true once the server is up (row counts, a canary row, a
+    /// business invariant), e.g. SELECT count(*) > 1000 FROM orders;
+    #[arg(long, value_name = "FILE")]
+    pub check_sql: Option<PathBuf>,
+    /// The database --check-sql runs in.
+    #[arg(long, value_name = "DB", default_value = "postgres")]
+    pub check_db: String,
+    /// Leave the restored cluster (stopped) in the folder, to look at.
+    #[arg(long)]
+    pub keep: bool,
+    /// How long the server may take to start and recover to the target.
+    #[arg(long, value_name = "DURATION", value_parser = super::duration, default_value = "1h")]
+    pub timeout: std::time::Duration,
+    /// Restore threads. Default: one per core.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    /// Print one JSON object (the drill's record) instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub spool: SpoolArg,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
 pub struct UndeleteArgs {
     #[command(flatten)]
     pub repo: RepoArg,
@@ -198,6 +251,10 @@ pub struct CheckArgs {
     /// How long to wait for the switched segment to reach the repository (60s, 5m, or seconds).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::duration)]
     pub archive_timeout: std::time::Duration,
+    /// The newest passing drill (sheaf drill) may be at most this old (7d): older, or none, is a
+    /// warning; a last drill that failed is critical whatever its age. Not checked unless given.
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    pub max_drill_age: Option<std::time::Duration>,
     /// Print the findings as JSON.
     #[arg(long)]
     pub json: bool,

@@ -65,6 +65,18 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     if into_repo && ctx.repo_given().is_none() {
         return Err(Error::invalid("say where the backup goes: --to TARGET (repeat for stripes), or --repo REPO (or SHEAF_REPO, or repo in the config file)"));
     }
+    // Retention after the backup: checked now, so that a policy missing fails before, not after.
+    let auto_expire = if into_repo && ctx.settings.switch("expire-auto", a.expire_auto)? {
+        let keep = ctx.retention(None, None)?;
+        if keep.keep_full.is_none() && keep.keep_within.is_none() {
+            return Err(Error::invalid(
+                "expire-auto is on but no retention is set: set retention-full (e.g. 2) and/or retention-within (e.g. 14d) in the config file, or turn expire-auto off",
+            ));
+        }
+        Some(keep)
+    } else {
+        None
+    };
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
     opts.stop = Some(ctx.interrupt.stop_flag());
     opts.codec = codec;
@@ -79,6 +91,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         // A set of its own: a fresh KDF (salt) for this backup. Into a repository, its own KDF.
         opts.encryption = ctx.keys()?.map(|keys| keys.fresh_kdf().map(|kdf| sheaf_core::crypto::Encryption { keys, kdf })).transpose()?;
     }
+    let mut expired = None;
     let (r, cluster) = match &source {
         Source::Postgres(url) => {
             let remote = match ctx.settings.get("agent", a.agent.clone()) {
@@ -138,6 +151,11 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 let mut json = r.postgres();
                 json["repository_id"] = serde_json::json!(record.id);
                 json["chain"] = serde_json::json!(record.chain);
+                if let Some(keep) = &auto_expire {
+                    let (v, plan) = expire_after(&repo, &meta, keep);
+                    json["expire"] = v;
+                    expired = plan;
+                }
                 (r.report, Some(Cluster { facts: r.facts, json, repository_id: Some(record.id) }))
             } else {
                 let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
@@ -177,8 +195,30 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         say!("{v}");
     } else {
         summary(&r, cluster.as_ref());
+        if let Some(plan) = &expired {
+            say!("expire-auto:");
+            super::expire::say_plan(plan, false);
+        }
     }
     Ok(Done { json: v, cluster: cluster.map(|c| c.facts) })
+}
+
+/// expire-auto: the policy run on the repository the backup went into. Its plan as JSON (or the
+/// error), and the plan; a failure is a warning, never the backup's.
+fn expire_after(
+    repo: &sheaf_core::repo::Repo,
+    meta: &sheaf_pg::repo::meta::RepoMeta,
+    keep: &sheaf_pg::repo::retention::Retention,
+) -> (serde_json::Value, Option<sheaf_pg::repo::retention::ExpirePlan>) {
+    let now = sheaf_core::time::now_ms() / 1000;
+    let done = sheaf_pg::repo::retention::plan_expire(repo, meta, keep, now).and_then(|plan| sheaf_pg::repo::retention::expire(repo, &plan).map(|()| plan));
+    match done {
+        Ok(plan) => (serde_json::to_value(&plan).expect("plan serialises"), Some(plan)),
+        Err(e) => {
+            eprintln!("sheaf: warning: the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish");
+            (serde_json::json!({ "error": e.to_string() }), None)
+        }
+    }
 }
 
 fn summary(r: &BackupReport, cluster: Option<&Cluster>) {

@@ -12,7 +12,8 @@ use crate::exit::{self, Outcome};
 pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
     let report = match ctx.repos() {
         Ok(repos) => {
-            let opts = CheckOptions { url: a.url.clone(), max_age: a.max_age, archive_timeout: a.archive_timeout, now: sheaf_core::time::now_ms() / 1000 };
+            let opts =
+                CheckOptions { url: a.url.clone(), max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
             check(&repos, &opts)
         }
         Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },

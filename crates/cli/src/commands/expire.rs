@@ -16,8 +16,8 @@ use crate::output::plural;
 pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     // The same policy in every repository given; one that cannot be read fails the command after
     // the others are done.
-    let keep = retention::Retention { keep_full: a.keep_full, keep_within: a.keep_within.map(|d| d.as_secs() as i64) };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let keep = ctx.retention(a.keep_full, a.keep_within)?;
+    let now = sheaf_core::time::now_ms() / 1000;
     let mut failed = None;
     let repos = if a.dry_run { ctx.open_repos()? } else { ctx.open_repos_to_write()? };
     let several = repos.len() > 1;
@@ -47,7 +47,13 @@ fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::met
         say!("{v}");
         return Ok(());
     }
-    let verb = if a.dry_run { "would remove" } else { "removed" };
+    say_plan(&plan, a.dry_run);
+    Ok(())
+}
+
+/// What a plan removed (or would, on a dry run) and kept, in lines.
+pub fn say_plan(plan: &retention::ExpirePlan, dry_run: bool) {
+    let verb = if dry_run { "would remove" } else { "removed" };
     say!(
         "{verb} {} backup{}{}, {} WAL files ({}); kept {} backup{} ({}) and WAL from {}",
         plan.removed.len(),
@@ -85,5 +91,4 @@ fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::met
         );
     }
     say!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
-    Ok(())
 }

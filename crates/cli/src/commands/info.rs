@@ -62,11 +62,11 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
 
 /// One repository, printed (its JSON returned instead, with `json`).
 fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv: Inventory, json: bool) -> Result<serde_json::Value, Error> {
-    let Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, streaming, .. } = inv;
+    let Inventory { found, files, ranges, gaps, expired, needs, drills, dropped, wal_bytes, backup_bytes, streaming, .. } = inv;
     let pins = sheaf_pg::repo::keep::pins(repo)?;
     if json {
         return Ok(serde_json::json!({
-            "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps,
+            "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps, "retention_gaps": expired, "retention_horizon": needs.horizon, "drills": drills.last_of,
             "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins, "streaming": streaming,
         }));
     }
@@ -108,7 +108,7 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
                 r.ratio(),
                 r.compression,
                 r.stripes.len(),
-                notes(r, pins.iter().find(|p| p.id == r.id))
+                notes(r, pins.iter().find(|p| p.id == r.id), drills.last_of.iter().find(|d| d.backup == r.id))
             ),
             Found::Unfinished { id, running, .. } => {
                 say!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
@@ -135,6 +135,14 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
     for g in &gaps {
         say!("WAL GAP on timeline {}: nothing between {} and {}: recovery cannot cross it", g.timeline, g.after, g.before);
     }
+    for g in &expired {
+        say!(
+            "WAL removed by retention on timeline {}: between {} and {} (sheaf expire; a pinned backup before it keeps only the WAL that makes it consistent)",
+            g.timeline,
+            g.after,
+            g.before
+        );
+    }
     for s in &streaming {
         say!("WAL STREAMING: {s} is in the repository as far as sheaf wal-receive got (not archived whole yet); wal-fetch serves it");
     }
@@ -147,8 +155,15 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
 }
 
 /// A backup's label, then whether it is pinned and until when it is locked.
-fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo::keep::Pin>) -> String {
+fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo::keep::Pin>, drill: Option<&sheaf_pg::repo::drills::DrillRecord>) -> String {
     let mut out = r.label.clone().unwrap_or_default();
+    if let Some(d) = drill {
+        out.push_str(&if d.passed {
+            format!(" [drill passed {}: recovered in {:.1} s]", sheaf_core::time::utc(d.ended_unix), d.phases.total_seconds)
+        } else {
+            format!(" [drill FAILED {}: {}]", sheaf_core::time::utc(d.ended_unix), d.failure.as_deref().unwrap_or("a check failed"))
+        });
+    }
     if let Some(p) = pin {
         out.push_str(&format!(" [kept {}]", p.until_text()));
     }

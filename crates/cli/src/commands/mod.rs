@@ -8,6 +8,7 @@ pub mod check;
 pub mod config;
 pub mod consolidate;
 pub mod demo;
+pub mod drill;
 pub mod expire;
 pub mod extract;
 pub mod generate;

@@ -7,6 +7,7 @@ use sheaf_core::text::shell_quote;
 use sheaf_core::{Error, ErrorKind, RestoreOptions, RestoreReport};
 use sheaf_pg::PgRestoreOptions;
 
+use crate::args::data::ArchiveMode;
 use crate::args::RestoreArgs;
 use crate::context::Context;
 use crate::output::{mib, plural, rate};
@@ -46,7 +47,30 @@ fn pg_options(a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
         core: core_options(a)?,
         tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
         db_include: a.db_include.clone(),
+        archive_off: a.archive_mode == ArchiveMode::Off,
+        tablespaces_under: None,
     })
+}
+
+/// The warning a restored cluster's archive settings call for, when archiving is preserved and
+/// runs `sheaf wal-push` into `repo` (any repository, when `repo` is `None` or the command names
+/// none): once started, it archives a new timeline there.
+fn archive_warning(a: &RestoreArgs, repo: Option<&str>) -> Option<String> {
+    if a.archive_mode == ArchiveMode::Off {
+        return None;
+    }
+    let (mode, command) = sheaf_pg::restore::archive_settings(&a.to);
+    if mode == "off" || !command.contains("wal-push") {
+        return None;
+    }
+    let names_other = repo.is_some_and(|r| command.contains("--repo") && !command.contains(r.trim_end_matches('/')));
+    if names_other {
+        return None;
+    }
+    Some(format!(
+        "the restored cluster keeps archive_mode = {mode} and archive_command = '{command}': once started it archives a new timeline into {}; for a test restore, restore with --archive-mode off",
+        repo.map_or_else(|| "the repository that command names".to_string(), |r| format!("{r}, the repository it came from"))
+    ))
 }
 
 /// The report as `--json` prints it: the core's, with its rate.
@@ -91,6 +115,9 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
             r.target
         );
     }
+    if let Some(w) = archive_warning(&a, None) {
+        eprintln!("sheaf: warning: {w}");
+    }
     Ok(v)
 }
 
@@ -98,15 +125,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     let opts = pg_options(&a)?;
     let r = &a.recovery;
-    let request = sheaf_pg::pitr::Request {
-        set: r.set.clone(),
-        time: r.target_time.clone(),
-        lsn: r.target_lsn,
-        name: r.target_name.clone(),
-        immediate: r.target.is_some(),
-        action: r.target_action.as_pg().to_string(),
-        timeline: r.target_timeline.clone(),
-    };
+    let request = r.targets.request(r.set.clone(), r.target_action.as_pg(), &r.target_timeline);
     // The first repository that can serve the restore; one that cannot be read, or fails before
     // anything is written (no backup that fits, a gap, a damaged record), is passed over for the
     // next. A failure once the restore has written is final: its files are not the next one's.
@@ -119,8 +138,8 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
             Ok(meta) => sheaf_pg::pitr::restore(repo, meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, repo), progress(a.json)),
         };
         match attempt {
-            Ok(done) => {
-                outcome = Some(Ok(done));
+            Ok((r, plan)) => {
+                outcome = Some(Ok((r, plan, repo.display().to_string())));
                 break;
             }
             Err(e) if several && k + 1 < repos.len() && nothing_written(&a.to) => {
@@ -133,7 +152,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
             }
         }
     }
-    let (r, plan) = outcome.expect("at least one repository")?;
+    let (r, plan, from) = outcome.expect("at least one repository")?;
     let mut v = report(&r);
     v["repository_backup"] = serde_json::json!(plan.backup.id);
     v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
@@ -152,12 +171,15 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
         );
         say!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
     }
+    if let Some(w) = archive_warning(&a, Some(&from)) {
+        eprintln!("sheaf: warning: {w}");
+    }
     Ok(v)
 }
 
 /// The restore_command a restored cluster runs: this sheaf, by absolute path, with the settings
 /// that found the repository (no secrets: credentials stay in the environment or ~/.aws).
-fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<String, Error> {
+pub fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<String, Error> {
     let exe = ctx.exe()?;
     let mut parts = vec![shell_quote(&exe.display().to_string()).into_owned(), "wal-fetch".into(), "%f".into(), "%p".into()];
     if let Some(c) = ctx.config_flag() {

@@ -107,6 +107,9 @@ fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta
             format_size(check.wal_bytes),
             if n == 0 { "every checksum matches and the WAL each backup needs is there".to_string() } else { format!("{n} problem{}", plural(n)) }
         );
+        if let Some(h) = &check.horizon {
+            say!("WAL before {} was removed by retention (sheaf expire, {}): a backup older than that needs only the WAL that makes it consistent", h.first_kept, h.set_at);
+        }
     }
     match check.failure() {
         Some(e) => Err(e),

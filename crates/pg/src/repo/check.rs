@@ -1,6 +1,7 @@
 //! `sheaf check`: is this cluster's backup of record healthy now? The repository reachable and
 //! writable and of this cluster, archiving working end to end (a segment switched and seen
-//! arriving), the newest backup young enough, and no gap in the WAL since it. Each finding is
+//! arriving), the newest backup young enough, no gap in the WAL since it, and none in what older
+//! backups need (retention's removals told apart, as verify does). Each finding is
 //! ok, warning or critical, the worst sets the exit (Nagios's 0, 1, 2); nothing here fails as
 //! an error: what cannot be checked is itself a finding.
 
@@ -68,6 +69,8 @@ pub struct CheckOptions {
     pub max_age: Duration,
     /// How long to wait for the switched segment to reach the repository.
     pub archive_timeout: Duration,
+    /// The newest passing drill may be at most this old; `None`: drills are not checked.
+    pub max_drill_age: Option<Duration>,
     /// Now, seconds since the epoch.
     pub now: i64,
 }
@@ -201,6 +204,49 @@ fn archive(repos: &[&Repo], server: &mut Server, a: &crate::server::Archiver, op
     }
 }
 
+/// The drills (`sheaf drill`): the last one failed is critical; no passing one within `max` a
+/// warning.
+fn drills(s: &super::drills::DrillSummary, max: Duration, now: i64, f: &mut Findings) {
+    let max_s = max.as_secs() as i64;
+    match (&s.last, &s.last_passed) {
+        (None, _) => f.add("drill", Status::Warning, format!("no backup was ever drilled: run sheaf drill (daily, within --max-drill-age {})", sheaf_core::time::span(max_s))),
+        (Some(last), _) if !last.passed => f.add(
+            "drill",
+            Status::Critical,
+            format!(
+                "the last drill ({}, of backup {}) failed: {}; sheaf info --repo shows it, sheaf drill --set {} --keep leaves the cluster to look at",
+                last.id,
+                last.backup,
+                last.failure.as_deref().unwrap_or("a check failed"),
+                last.backup
+            ),
+        ),
+        (Some(_), Some(ok)) if now - ok.ended_unix > max_s => f.add(
+            "drill",
+            Status::Warning,
+            format!(
+                "the newest passing drill ({}, of backup {}) ended {} ago: older than --max-drill-age {}; is the drill job running?",
+                ok.id,
+                ok.backup,
+                sheaf_core::time::span(now - ok.ended_unix),
+                sheaf_core::time::span(max_s)
+            ),
+        ),
+        (Some(_), Some(ok)) => f.add(
+            "drill",
+            Status::Ok,
+            format!(
+                "the newest drill ({}, of backup {}) passed {} ago; the recovery took {:.1} s",
+                ok.id,
+                ok.backup,
+                sheaf_core::time::span(now - ok.ended_unix),
+                ok.phases.total_seconds
+            ),
+        ),
+        (Some(_), None) => f.add("drill", Status::Warning, "no drill has passed yet"),
+    }
+}
+
 /// The newest backup's age, unfinished backups, and the WAL since the newest backup, each
 /// finding naming the repository it is about.
 fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) {
@@ -247,6 +293,9 @@ fn backups_in(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Finding
             None => f.add("lock", Status::Warning, format!("the newest backup, {}, was written without a lock (by a sheaf that knows none?): it can be deleted", newest.id)),
         }
     }
+    if let Some(max) = opts.max_drill_age {
+        drills(&inv.drills, max, opts.now, f);
+    }
     // The WAL from the newest backup's start to the newest archived segment of its timeline.
     let seg = meta.wal_segment_size;
     let Some(start) = WalFile::parse(&newest.start_wal, seg) else { return };
@@ -268,6 +317,27 @@ fn backups_in(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Finding
                     format!("{} segment(s) missing since the newest backup's start, the first {}: recovery cannot pass it; take a new backup", gap.len(), gap[0]),
                 );
             }
+        }
+    }
+    // Older backups: WAL they need that is missing is a real gap (what retention removed on
+    // purpose, before its horizon, is not), as verify and the metrics count it.
+    let older: Vec<String> = inv
+        .found
+        .iter()
+        .filter_map(Found::record)
+        .filter(|r| r.id != newest.id)
+        .filter_map(|r| inv.needs.missing(&inv.files, r, seg).filter(|m| !m.is_empty()).map(|m| format!("{} ({} missing, the first {})", r.id, m.len(), m[0])))
+        .collect();
+    if !older.is_empty() {
+        f.add(
+            "wal",
+            Status::Warning,
+            format!("WAL that older backups need is missing: {}: point-in-time recovery from them cannot pass the gap; sheaf verify --repo names every segment", older.join(", ")),
+        );
+    }
+    if let Some(h) = &inv.needs.horizon {
+        if !inv.expired.is_empty() {
+            f.add("wal", Status::Ok, format!("WAL before {} removed by retention (sheaf expire, {}), not missing: pinned backups keep their own span", h.first_kept, h.set_at));
         }
     }
 }

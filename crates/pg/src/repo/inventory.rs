@@ -1,14 +1,16 @@
 //! What the repository holds, as `sheaf info` shows it: its backups, the archived WAL per timeline
-//! in runs of consecutive segments, the gaps between runs, the WAL dropped by `--queue-max`, and
-//! totals. [`archived`] and [`missing`] are also what retention, verify and recovery read.
+//! in runs of consecutive segments, the gaps between runs (told apart from those retention made on
+//! purpose), the WAL dropped by `--queue-max`, and totals. [`archived`], [`missing`] and
+//! [`WalNeeds`] are also what retention, verify, check and recovery read.
 
 use serde::Serialize;
 use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
+use super::horizon::{needed_to, Horizon};
 use super::meta::RepoMeta;
 use super::paths;
-use super::records::{backups, Found};
+use super::records::{backups, BackupRecord, Found};
 use crate::queue::{dropped, Dropped};
 use crate::wal::{segment_name, WalFile, WalKind};
 
@@ -111,6 +113,73 @@ pub fn missing(files: &[(WalFile, u64)], timeline: u32, from: u64, to: u64, seg_
     (from..=to).filter(|s| !have.contains(&(timeline, *s))).map(|s| segment_name(timeline, s, seg_size)).collect()
 }
 
+/// What WAL each finished backup needs: from its start to the end of its timeline; before the
+/// retention horizon only its own span (start to stop), which makes it consistent; and none when it
+/// lies before the horizon, is not pinned, and another backup builds on it (kept only as the data
+/// of a pinned incremental's chain, which recovers from its own start).
+#[derive(Clone, Debug, Default)]
+pub struct WalNeeds {
+    /// How far back `expire` removed WAL, if it ever did.
+    pub horizon: Option<Horizon>,
+    /// Backups pinned now.
+    pinned: std::collections::BTreeSet<String>,
+    /// Backups another finished backup builds on.
+    bases: std::collections::BTreeSet<String>,
+}
+
+impl WalNeeds {
+    /// The horizon and pins of `repo` at `now` (seconds since the epoch), and the chains of `found`.
+    ///
+    /// # Errors
+    /// When the horizon or the pins cannot be read.
+    pub fn read(repo: &Repo, found: &[Found], now: i64) -> Result<WalNeeds> {
+        let horizon = super::horizon::read(repo)?;
+        let pinned = super::keep::pins(repo)?.into_iter().filter(|p| p.holds(now)).map(|p| p.id).collect();
+        let bases = found.iter().filter_map(Found::record).flat_map(|r| r.chain.iter().cloned()).collect();
+        Ok(WalNeeds { horizon, pinned, bases })
+    }
+
+    /// Whether `r` needs no WAL of its own (see [`WalNeeds`]).
+    pub fn data_only(&self, r: &BackupRecord, seg_size: u64) -> bool {
+        let below = self.horizon.as_ref().is_some_and(|h| WalFile::parse(&r.stop_wal, seg_size).is_some_and(|w| h.below(w.segno + 1)));
+        below && !self.pinned.contains(&r.id) && self.bases.contains(&r.id)
+    }
+
+    /// The archived segments `r` needs that are missing; `None` when nothing of its timeline is
+    /// archived.
+    pub fn missing(&self, files: &[(WalFile, u64)], r: &BackupRecord, seg_size: u64) -> Option<Vec<String>> {
+        let start = WalFile::parse(&r.start_wal, seg_size)?;
+        let stop = WalFile::parse(&r.stop_wal, seg_size).map_or(start.segno, |w| w.segno.max(start.segno));
+        let last = files.iter().filter(|(w, _)| w.timeline == r.timeline && w.kind == WalKind::Segment).map(|(w, _)| w.segno).max()?;
+        if self.data_only(r, seg_size) {
+            return Some(Vec::new());
+        }
+        Some(missing(files, r.timeline, start.segno, needed_to(stop, last, self.horizon.as_ref()), seg_size))
+    }
+}
+
+/// The gaps retention made on purpose, apart from the rest: a gap wholly before the horizon that
+/// the own span (start to stop) of no finished backup that needs it reaches into. Returns (real
+/// gaps, retention's).
+pub fn split_gaps(gaps: Vec<WalGap>, found: &[Found], needs: &WalNeeds, seg_size: u64) -> (Vec<WalGap>, Vec<WalGap>) {
+    let Some(h) = &needs.horizon else { return (gaps, Vec::new()) };
+    let segno = |name: &str| WalFile::parse(name, seg_size).map(|w| w.segno);
+    let spans: Vec<(u32, u64, u64)> = found
+        .iter()
+        .filter_map(Found::record)
+        .filter(|r| !needs.data_only(r, seg_size))
+        .filter_map(|r| {
+            let a = segno(&r.start_wal)?;
+            Some((r.timeline, a, segno(&r.stop_wal).unwrap_or(a)))
+        })
+        .collect();
+    gaps.into_iter().partition(|g| {
+        let (Some(after), Some(before)) = (segno(&g.after), segno(&g.before)) else { return true };
+        // Missing: after + 1 ..= before - 1.
+        !h.below(before - 1) || spans.iter().any(|&(t, a, b)| t == g.timeline && a < before && b > after)
+    })
+}
+
 /// What the repository holds.
 #[derive(Clone, Debug)]
 pub struct Inventory {
@@ -120,8 +189,14 @@ pub struct Inventory {
     pub files: Vec<(WalFile, u64)>,
     /// Runs of consecutive segments per timeline.
     pub ranges: Vec<WalRange>,
-    /// Gaps between the runs.
+    /// Gaps between the runs: WAL that is missing, not removed by retention.
     pub gaps: Vec<WalGap>,
+    /// Gaps retention made on purpose (before its horizon, outside every backup's own span).
+    pub expired: Vec<WalGap>,
+    /// What WAL each backup needs, by the retention horizon and the pins.
+    pub needs: WalNeeds,
+    /// The drills (`sheaf drill`): each backup's last, the last, the last that passed.
+    pub drills: super::drills::DrillSummary,
     /// WAL files `wal-push --queue-max` left out.
     pub dropped: Vec<Dropped>,
     /// Stored bytes of the archived WAL.
@@ -146,8 +221,10 @@ impl Inventory {
         let wal_bytes = files.iter().map(|(_, s)| s).sum();
         let backup_bytes = found.iter().filter_map(Found::record).map(|r| r.bytes_written).sum();
         let dropped = dropped(repo)?;
-        let gaps = gaps(&ranges);
-        Ok(Inventory { found, files, ranges, gaps, dropped, wal_bytes, backup_bytes, wal_newest_unix, streaming })
+        let needs = WalNeeds::read(repo, &found, sheaf_core::time::now_ms() / 1000)?;
+        let (gaps, expired) = split_gaps(gaps(&ranges), &found, &needs, meta.wal_segment_size);
+        let drills = super::drills::summary(repo)?;
+        Ok(Inventory { found, files, ranges, gaps, expired, needs, drills, dropped, wal_bytes, backup_bytes, wal_newest_unix, streaming })
     }
 }
 

@@ -108,7 +108,25 @@ pub fn repository(repo: &str, meta: &RepoMeta, inv: &Inventory, now: i64, server
                 .with(vec![r()], s.lsn.bytes_since(archived_end) as f64),
         );
     }
-    out.push(Metric::gauge("sheaf_wal_gaps", "Gaps in the archived WAL (recovery cannot cross one).").with(vec![r()], inv.gaps.len() as f64));
+    out.push(Metric::gauge("sheaf_wal_gaps", "Gaps in the archived WAL (recovery cannot cross one); not those retention made on purpose.").with(vec![r()], inv.gaps.len() as f64));
+    out.push(
+        Metric::gauge("sheaf_wal_retention_gaps", "Gaps retention made on purpose: WAL sheaf expire removed between pinned backups and the oldest backup its policy keeps.")
+            .with(vec![r()], inv.expired.len() as f64),
+    );
+    // The drills: when the newest passing one ended, whether the last passed, its phases.
+    let d = &inv.drills;
+    if let Some(ok) = &d.last_passed {
+        out.push(Metric::gauge("sheaf_drill_last_success_timestamp_seconds", "When the newest drill that passed ended (sheaf drill).").with(vec![r()], ok.ended_unix as f64));
+    }
+    if let Some(last) = &d.last {
+        out.push(Metric::gauge("sheaf_drill_last_result", "Whether the last drill passed (1) or failed (0).").with(vec![r()], if last.passed { 1.0 } else { 0.0 }));
+        let p = &last.phases;
+        let mut phases = Metric::gauge("sheaf_drill_last_phase_seconds", "How long each phase of the last drill took; total is the recovery time measured.");
+        for (phase, s) in [("restore", p.restore_seconds), ("recovery", p.recovery_seconds), ("checks", p.checks_seconds), ("total", p.total_seconds)] {
+            phases = phases.with(vec![r(), ("phase", phase.to_string())], s);
+        }
+        out.push(phases);
+    }
     out.push(Metric::gauge("sheaf_wal_dropped_segments", "WAL segments wal-push --queue-max left out of the archive.").with(vec![r()], inv.dropped.len() as f64));
     out
 }

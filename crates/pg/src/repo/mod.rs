@@ -11,12 +11,17 @@
 //! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age and
 //!   the WAL since it, judged ok, warning or critical for monitoring.
 //! - [`retention`]: what `sheaf expire` removes, and removing it; [`keep`]: pinned backups, which
-//!   it never removes.
+//!   it never removes; [`horizon`]: how far back it removed WAL on purpose, so that what retention
+//!   removed is never taken for damage.
+//! - [`drills`]: the records `sheaf drill` leaves, and what info, check and the metrics read of
+//!   them.
 //! - [`summaries`]: `sheaf wal-summarize`: block summaries made for archived WAL that lacks them.
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read and checked.
 
 pub mod backup;
 pub mod check;
+pub mod drills;
+pub mod horizon;
 pub mod inventory;
 pub mod keep;
 pub mod meta;

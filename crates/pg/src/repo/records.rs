@@ -106,7 +106,7 @@ pub(crate) fn now_unix() -> i64 {
     sheaf_core::time::now_ms().div_euclid(1000)
 }
 
-pub(crate) fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
 }
 

@@ -31,6 +31,9 @@ pub struct ExpirePlan {
     pub wal_bytes: u64,
     /// First WAL segment kept (the oldest kept backup's start).
     pub wal_kept_from: Option<String>,
+    /// The same, understood: the retention horizon [`expire`] raises before removing WAL.
+    #[serde(skip)]
+    pub horizon: Option<WalFile>,
     /// Backups kept because they are pinned (`sheaf keep`), with until when.
     pub pinned: Vec<String>,
     /// Backups the policy would remove, left because their objects are still locked (S3 Object
@@ -66,7 +69,9 @@ pub struct Retention {
 /// No retention given; the repository cannot be read.
 pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> Result<ExpirePlan> {
     if keep.keep_full.is_none() && keep.keep_within.is_none() {
-        return Err(Error::invalid("say what to keep: --keep-full N (the newest N backups) and/or --keep-within DURATION (e.g. 14d)"));
+        return Err(Error::invalid(
+            "say what to keep: --keep-full N (the newest N full backups) and/or --keep-within DURATION (e.g. 14d), or retention-full / retention-within in the config file",
+        ));
     }
     if keep.keep_full == Some(0) {
         return Err(Error::invalid("--keep-full 0 would remove every backup: keep at least 1"));
@@ -153,10 +158,12 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     let listed = repo.list(paths::BACKUPS)?;
     let pin_objects: std::collections::HashMap<String, i64> = repo.list(super::keep::KEEP)?.into_iter().map(|o| (o.name, o.modified)).collect();
     let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
+    let drills = super::drills::drill_objects(repo)?;
     // Records first, newest first: a backup is complete while its record is there, so a crash (or
     // a kill) midway leaves stripes without a record, an unfinished backup the next expire
     // removes, never a record without its stripes, nor an incremental listed on a base whose
-    // record is gone. Then the stripes and what unfinished backups left; pins that ran out last.
+    // record is gone. Then the stripes and what unfinished backups left; pins that ran out and the
+    // removed backups' drill records last.
     let (mut records, mut rest, mut pins) = (Vec::new(), Vec::new(), Vec::new());
     for f in &found {
         match f {
@@ -172,6 +179,8 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
                 if pin_objects.get(&pin).is_some_and(|&m| object_lock(m).is_none()) {
                     pins.push(pin);
                 }
+                // Its drills' records go with it, last.
+                pins.extend(drills.iter().filter(|d| super::drills::drill_backup(d) == Some(r.id.as_str())).cloned());
             }
             Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
             Found::Unfinished { id, objects, .. } => {
@@ -200,6 +209,7 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     let oldest = kept.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).min_by_key(|w| w.segno);
     if let Some(oldest) = oldest {
         plan.wal_kept_from = Some(oldest.name.clone());
+        plan.horizon = Some(oldest.clone());
         let listed = repo.list(paths::WAL)?;
         let summaries: std::collections::HashSet<String> = listed.iter().map(|o| o.name.clone()).filter(|n| n.ends_with(".sum")).collect();
         // wal-receive's copies of segments never completed (a receiver that stopped for good, a
@@ -236,12 +246,16 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     Ok(plan)
 }
 
-/// Carry out a plan: remove its objects in order, then empty folders.
+/// Carry out a plan: raise the retention horizon (so that the WAL removed is known to be the
+/// policy's, [`super::horizon`]), remove its objects in order, then empty folders.
 ///
 /// # Errors
-/// The first object that cannot be removed (what was removed before it stays removed; running
-/// expire again finishes the work).
+/// The horizon cannot be written; the first object that cannot be removed (what was removed
+/// before it stays removed; running expire again finishes the work).
 pub fn expire(repo: &Repo, plan: &ExpirePlan) -> Result<()> {
+    if let Some(first) = &plan.horizon {
+        super::horizon::raise(repo, first).map_err(|e| e.context("expire removed nothing: the retention horizon could not be written"))?;
+    }
     for o in &plan.objects {
         repo.delete(o).map_err(|e| e.context("expire stopped; run it again to finish"))?;
     }
@@ -414,6 +428,40 @@ mod tests {
     }
 
     #[test]
+    fn the_bases_of_a_pinned_incremental_are_its_data_and_need_no_wal_of_their_own() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a full (2), b incr on a (4), c incr on a, b (6), pinned; d full (9), the newest.
+        let chains: [(&str, i64, u64, &[&str]); 4] = [("a", 1000, 2, &[]), ("b", 2000, 4, &["a"]), ("c", 3000, 6, &["a", "b"]), ("d", 4000, 9, &[])];
+        for (id, stop, wal, chain) in chains {
+            let mut r = record(id, stop, &segment_name(1, wal, seg));
+            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in 1..=10 {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+        super::super::keep::pin(&repo, &meta, "c", None, 4500).unwrap();
+        let plan = plan_expire(&repo, &meta, &Retention { keep_full: Some(1), keep_within: None }, 4500).unwrap();
+        assert_eq!(plan.kept, vec!["a", "b", "c", "d"], "c is pinned, and builds on a and b");
+        expire(&repo, &plan).unwrap();
+        let inv = super::super::inventory::Inventory::take(&repo, &meta).unwrap();
+        assert!(inv.gaps.is_empty(), "{:?}", inv.gaps);
+        for r in inv.found.iter().filter_map(Found::record) {
+            assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
+            assert_eq!(inv.needs.data_only(r, seg), r.id == "a" || r.id == "b", "{}", r.id);
+        }
+        // c's own segment lost is damage still.
+        repo.delete(&paths::wal_object(&segment_name(1, 6, seg))).unwrap();
+        let inv = super::super::inventory::Inventory::take(&repo, &meta).unwrap();
+        let c = inv.found.iter().filter_map(Found::record).find(|r| r.id == "c").unwrap();
+        assert_eq!(inv.needs.missing(&inv.files, c, seg), Some(vec![segment_name(1, 6, seg)]));
+    }
+
+    #[test]
     fn a_pinned_backup_stays_with_the_wal_that_makes_it_consistent_until_its_pin_ends() {
         let d = tempfile::tempdir().unwrap();
         let (repo, meta, seg) = test_repo(d.path());
@@ -446,6 +494,27 @@ mod tests {
         for s in [1, 4, 8] {
             assert!(!left.contains(&paths::wal_object(&segment_name(1, s, seg))), "{s}: {left:?}");
         }
+        // The gap before c is the policy's: the horizon says so, and a needs only its own span.
+        let h = super::super::horizon::read(&repo).unwrap().expect("expire raised the horizon");
+        assert_eq!(h.first_kept, segment_name(1, 9, seg));
+        assert_eq!(super::super::horizon::needed_to(3, 10, Some(&h)), 3);
+        let inv = super::super::inventory::Inventory::take(&repo, &meta).unwrap();
+        assert!(inv.gaps.is_empty(), "retention's gaps are not damage: {:?}", inv.gaps);
+        assert_eq!(inv.expired.iter().map(|g| (g.after.clone(), g.before.clone())).collect::<Vec<_>>(), vec![(segment_name(1, 3, seg), segment_name(1, 9, seg))]);
+        for r in inv.found.iter().filter_map(Found::record) {
+            assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
+        }
+        // A segment of a's own span lost, and one after the horizon: both are damage.
+        repo.delete(&paths::wal_object(&segment_name(1, 3, seg))).unwrap();
+        repo.delete(&paths::wal_object(&segment_name(1, 10, seg))).unwrap();
+        put(&paths::wal_object(&segment_name(1, 11, seg)));
+        let inv = super::super::inventory::Inventory::take(&repo, &meta).unwrap();
+        assert_eq!(inv.gaps.len(), 2, "{:?}", inv.gaps);
+        assert!(inv.expired.is_empty(), "{:?}", inv.expired);
+        let a = inv.found.iter().filter_map(Found::record).find(|r| r.id == "a").unwrap();
+        assert_eq!(inv.needs.missing(&inv.files, a, seg), Some(vec![segment_name(1, 3, seg)]));
+        put(&paths::wal_object(&segment_name(1, 3, seg)));
+        put(&paths::wal_object(&segment_name(1, 10, seg)));
         // Once the pin has run out, a goes, and its pin with it.
         let plan = plan_expire(&repo, &meta, &keep, 6000).unwrap();
         assert_eq!((plan.kept.clone(), plan.removed.clone()), (vec!["c".to_string()], vec!["a".to_string()]));

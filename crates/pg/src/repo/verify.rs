@@ -1,5 +1,6 @@
 //! `sheaf verify --repo`: every finished backup read and checked, every archived WAL file read and
-//! checked, and the WAL each backup needs from its start to the end of its timeline present.
+//! checked, and the WAL each backup needs present: from its start to the end of its timeline, or
+//! for a backup before the retention horizon (a pinned one) its own span ([`super::horizon`]).
 //! Problems are collected, not raised one by one, so that one run names them all.
 
 use std::sync::Arc;
@@ -8,11 +9,11 @@ use serde::Serialize;
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind, NoProgress, Result, Schemes};
 
-use super::inventory::{archived, missing};
+use super::inventory::archived;
 use super::meta::RepoMeta;
 use super::paths;
 use super::records::{backups, open_chain, open_set_lean, BackupRecord, Found};
-use crate::wal::{WalFile, WalKind};
+use crate::wal::WalFile;
 
 /// A backup that read back whole.
 #[derive(Clone, Debug, Serialize)]
@@ -36,6 +37,8 @@ pub struct RepoCheck {
     pub wal_bytes: u64,
     /// Every problem, one line each.
     pub problems: Vec<String>,
+    /// How far back `expire` removed WAL on purpose: a backup before it needs only its own span.
+    pub horizon: Option<super::horizon::Horizon>,
     /// Whether any problem is WAL a backup needs that is not there.
     #[serde(skip)]
     pub wal_missing: bool,
@@ -65,7 +68,9 @@ impl RepoCheck {
 pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Option<usize>) -> Result<RepoCheck> {
     let found = backups(repo)?;
     let files = archived(repo, meta)?;
-    let mut check = RepoCheck { backups: Vec::new(), wal_files: files.len(), wal_bytes: 0, problems: Vec::new(), wal_missing: false };
+    let needs = super::inventory::WalNeeds::read(repo, &found, sheaf_core::time::now_ms() / 1000)?;
+    let horizon = needs.horizon.clone();
+    let mut check = RepoCheck { backups: Vec::new(), wal_files: files.len(), wal_bytes: 0, problems: Vec::new(), wal_missing: false, horizon: horizon.clone() };
     let records: Vec<BackupRecord> = found.iter().filter_map(Found::record).cloned().collect();
     for r in &records {
         match open_set_lean(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress))) {
@@ -80,21 +85,25 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
                 check.problems.push(format!("backup {} ({} on {}): its chain does not restore: {e}", r.id, r.backup_type, r.chain.join(" <- ")));
             }
         }
-        if let (Some(start), Some(last)) =
-            (WalFile::parse(&r.start_wal, meta.wal_segment_size), files.iter().filter(|(w, _)| w.timeline == r.timeline && w.kind == WalKind::Segment).map(|(w, _)| w.segno).max())
-        {
-            let gaps = missing(&files, r.timeline, start.segno, last, meta.wal_segment_size);
-            if !gaps.is_empty() {
-                check.wal_missing = true;
-                check.problems.push(format!(
-                    "backup {}: {} WAL segment{} missing after its start ({}{}): recovery from it stops there",
-                    r.id,
-                    gaps.len(),
-                    if gaps.len() == 1 { " is" } else { "s are" },
-                    gaps.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
-                    if gaps.len() > 3 { ", ..." } else { "" }
-                ));
-            }
+        // The WAL it needs: to the archive's end, or only its own span when it lies before the
+        // retention horizon (what expire removed there on purpose is not missing), or none when it
+        // is only the data of a pinned incremental's chain there.
+        let gaps = needs.missing(&files, r, meta.wal_segment_size).unwrap_or_default();
+        if !gaps.is_empty() {
+            check.wal_missing = true;
+            let within = if horizon.as_ref().is_some_and(|h| WalFile::parse(&r.stop_wal, meta.wal_segment_size).is_some_and(|w| h.below(w.segno + 1))) {
+                "of its own span, which makes it consistent: it cannot be restored"
+            } else {
+                "after its start: recovery from it stops there"
+            };
+            check.problems.push(format!(
+                "backup {}: {} WAL segment{} missing {within} ({}{})",
+                r.id,
+                gaps.len(),
+                if gaps.len() == 1 { " is" } else { "s are" },
+                gaps.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                if gaps.len() > 3 { ", ..." } else { "" }
+            ));
         }
     }
     for (w, _) in &files {
@@ -113,7 +122,7 @@ mod tests {
 
     #[test]
     fn missing_wal_outranks_damage() {
-        let mut c = RepoCheck { backups: Vec::new(), wal_files: 0, wal_bytes: 0, problems: Vec::new(), wal_missing: false };
+        let mut c = RepoCheck { backups: Vec::new(), wal_files: 0, wal_bytes: 0, problems: Vec::new(), wal_missing: false, horizon: None };
         assert!(c.ok() && c.failure().is_none());
         c.problems = vec!["backup a: damaged".into(), "backup b: 2 WAL segments are missing".into()];
         assert_eq!(c.failure().unwrap().kind(), ErrorKind::Corrupt);

@@ -11,7 +11,7 @@ use super::sheaf;
 use crate::integration::common::{run, stderr, SHEAF};
 
 /// The value of the sample whose line starts with `prefix` (name and labels).
-fn sample(text: &str, prefix: &str) -> Option<f64> {
+pub(super) fn sample(text: &str, prefix: &str) -> Option<f64> {
     text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
 }
 

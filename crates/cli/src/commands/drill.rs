@@ -1,0 +1,91 @@
+//! `sheaf drill`: a backup restored, started, recovered and checked on a scratch server
+//! ([`sheaf_pg::drill`]), its verdict and times printed and recorded in the repository and the
+//! history catalog.
+
+use sheaf_core::size::format_size;
+use sheaf_core::Error;
+use sheaf_pg::drill::{DrillOptions, Pick};
+use sheaf_pg::repo::drills::{drill_object, DrillRecord};
+
+use crate::args::DrillArgs;
+use crate::context::Context;
+use crate::progress::for_terminal as progress;
+use crate::recorder::{recorded, Done};
+
+/// Run it.
+///
+/// # Errors
+/// A refusal (no such backup, no server of its version, a folder in use, no room), or the drill's
+/// failure: [`sheaf_core::ErrorKind::Corrupt`] for damage or a failed check,
+/// [`sheaf_core::ErrorKind::Incomplete`] for missing WAL.
+pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
+    let repos = ctx.repos_given();
+    let start = sheaf_catalog::RunStart { operation: "drill".into(), source: repos.first().cloned(), label: a.set.clone(), ..Default::default() };
+    recorded(ctx.catalog(), start, || drill(ctx, &a))
+}
+
+fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
+    let (repo, meta) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository: --repo R (or SHEAF_REPO, or repo in the config file)"))?;
+    let meta = meta?;
+    let pick = match (&a.set, a.random) {
+        (Some(id), _) => Pick::Set(id.clone()),
+        (None, true) => Pick::Random,
+        (None, false) => Pick::Latest,
+    };
+    let request = a.targets.request(None, "promote", "latest");
+    let spool = ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).map(std::path::PathBuf::from);
+    let work = match &a.to {
+        Some(dir) => dir.clone(),
+        None => sheaf_pg::drill::default_work(spool.as_deref().and_then(std::path::Path::parent)),
+    };
+    let opts = DrillOptions {
+        pick,
+        request,
+        work,
+        pg_bin: a.pg_bin.clone(),
+        check_sql: a.check_sql.clone(),
+        check_db: a.check_db.clone(),
+        keep: a.keep,
+        timeout: a.timeout,
+        threads: a.threads,
+    };
+    let record = sheaf_pg::drill::drill(&repo, &meta, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, &repo), progress(a.json))?;
+    let mut v = serde_json::to_value(&record).expect("record serialises");
+    v["repo"] = serde_json::json!(repo.display());
+    v["backup_id"] = serde_json::json!(record.backup);
+    v["seconds"] = serde_json::json!(record.phases.total_seconds);
+    v["bytes_written"] = serde_json::json!(record.bytes_restored);
+    if a.json {
+        say!("{v}");
+    } else {
+        summary(&record, repo.display());
+    }
+    match sheaf_pg::drill::failure_error(&record) {
+        Some(e) => Err(e),
+        None => Ok(Done::from(v)),
+    }
+}
+
+fn summary(r: &DrillRecord, repo: &str) {
+    say!("drill of backup {} ({}) to {}: {}", r.backup, r.backup_type, r.target, if r.passed { "PASSED" } else { "FAILED" });
+    let p = &r.phases;
+    say!("  restore  {:>9.2} s  ({} written)", p.restore_seconds, format_size(r.bytes_restored));
+    let replayed = match (&r.reached_lsn, r.wal_bytes_replayed) {
+        (Some(lsn), Some(b)) => format!("  ({} of WAL replayed, to {lsn}{})", format_size(b), r.timeline.map(|t| format!(" on timeline {t}")).unwrap_or_default()),
+        _ => String::new(),
+    };
+    say!("  recovery {:>9.2} s{replayed}", p.recovery_seconds);
+    let passed = r.checks.iter().filter(|c| c.ok).count();
+    say!("  checks   {:>9.2} s  ({passed} of {} passed)", p.checks_seconds, r.checks.len());
+    say!("  total    {:>9.2} s  (the recovery time, measured)", p.total_seconds);
+    for c in &r.checks {
+        say!("    {} {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.check, c.detail);
+    }
+    if let Some(f) = &r.failure {
+        say!("first failure: {f}");
+    }
+    if let Some(k) = &r.kept {
+        say!("kept: the restored cluster is in {k} (stopped)");
+    }
+    say!("recorded as {} in {repo}", drill_object(&r.id, &r.backup));
+}
