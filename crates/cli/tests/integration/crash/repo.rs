@@ -145,7 +145,10 @@ fn workload(repo: &Repo, report: &mut Report, cut_now: &mut CutNow) {
                 8 => Op::Keep,
                 _ => Op::Summarize,
             };
-            let before = listed(repo).unwrap_or_default();
+            // What is there before, to tell the backup a command adds: without it, the op is left
+            // out (an empty listing would pass every backup off as new, a consolidated one too,
+            // which no backup run records).
+            let Ok(before) = listed(repo) else { continue };
             let mut cmd = repo.sheaf();
             let mut pin = None;
             let mut planned: BTreeSet<String> = BTreeSet::new();
