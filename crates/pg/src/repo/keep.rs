@@ -78,6 +78,22 @@ pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64)
     if let Some(u) = until.filter(|&u| u <= now) {
         return Err(Error::invalid(format!("--until {} is already past: give a date to come", sheaf_core::time::utc(u))));
     }
+    // A pin promises a backup that restores by itself: the WAL that makes it consistent must be
+    // there. A backup kept only as the data of an incremental's chain may have lost it to
+    // retention; pinning it then would promise what cannot be kept.
+    let gone = own_wal_missing(repo, meta, &record)?;
+    if !gone.is_empty() {
+        let builders: Vec<&str> = found.iter().filter_map(Found::record).filter(|r| r.chain.iter().any(|c| c == id)).map(|r| r.id.as_str()).collect();
+        return Err(Error::new(
+            ErrorKind::Incomplete,
+            format!(
+                "backup {id} cannot be restored by itself: the WAL that makes it consistent is gone ({}){}; a pin would not bring it back{}",
+                gone.join(", "),
+                if builders.is_empty() { String::new() } else { format!(" (retention removed it: {id} is kept as the data of {})", builders.join(", ")) },
+                builders.last().map(|b| format!(": pin {b}, the newest backup built on it, instead")).unwrap_or_default()
+            ),
+        ));
+    }
     let mut p = Pin { id: id.to_string(), until, pinned_at: sheaf_core::time::utc_now(), locked_until: None };
     if let (Some(lock), Some(u)) = (&meta.lock, until) {
         for o in kept_objects(repo, meta, &record, &found)? {
@@ -89,6 +105,20 @@ pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64)
     }
     repo.put_json(&pin_object(id), &p, true)?;
     Ok(p)
+}
+
+/// The segments from `r`'s start to its stop that are not archived.
+fn own_wal_missing(repo: &Repo, meta: &RepoMeta, r: &BackupRecord) -> Result<Vec<String>> {
+    let seg = meta.wal_segment_size;
+    let (Some(start), Some(stop)) = (WalFile::parse(&r.start_wal, seg), WalFile::parse(&r.stop_wal, seg)) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for s in start.segno..=stop.segno.max(start.segno) {
+        let name = crate::wal::segment_name(r.timeline, s, seg);
+        if !repo.exists(&super::paths::wal_object(&name))? {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 /// An object a pin keeps, with until when it is locked at the latest.

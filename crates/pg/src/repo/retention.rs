@@ -454,6 +454,10 @@ mod tests {
             assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
             assert_eq!(inv.needs.data_only(r, seg), r.id == "a" || r.id == "b", "{}", r.id);
         }
+        // Pinning a base now would promise a backup that cannot restore by itself: refused.
+        let e = super::super::keep::pin(&repo, &meta, "a", None, 4500).unwrap_err();
+        assert_eq!(e.kind(), sheaf_core::ErrorKind::Incomplete);
+        assert!(e.to_string().contains("pin c, the newest backup built on it, instead"), "{e}");
         // c's own segment lost is damage still.
         repo.delete(&paths::wal_object(&segment_name(1, 6, seg))).unwrap();
         let inv = super::super::inventory::Inventory::take(&repo, &meta).unwrap();
