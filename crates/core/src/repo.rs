@@ -312,7 +312,7 @@ impl Repo {
             .store
             .list(&self.name(rel_prefix))?
             .into_iter()
-            .filter_map(|o| Some(Stored { name: o.name.get(skip..)?.to_string(), size: o.size, modified: o.modified }))
+            .filter_map(|o| Some(Stored { name: o.name.get(skip..)?.to_string(), size: o.size, modified: o.modified, tag: o.tag }))
             .collect())
     }
 

@@ -274,6 +274,10 @@ pub struct Stored {
     pub size: u64,
     /// When it was last written, seconds since the epoch (0 where the store does not say).
     pub modified: i64,
+    /// What changes whenever the object is written again: the store's ETag, or a file's inode
+    /// and modification time in nanoseconds (empty where the store gives nothing). Equal name,
+    /// size and tag mean the very object read before (`verify`'s ledger trusts that).
+    pub tag: String,
 }
 
 /// Makes stores for URL schemes core does not know (`s3://BUCKET/KEY`). The CLI hands one in that

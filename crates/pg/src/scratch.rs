@@ -238,7 +238,8 @@ pub struct ScratchCluster {
 
 impl ScratchCluster {
     /// initdb (data checksums on) under a new temp dir in `parent` (or the system's), append
-    /// `settings` to postgresql.conf, start. `initdb_args` go to initdb.
+    /// `settings` to postgresql.conf, start. `initdb_args` go to initdb; `--no-data-checksums`
+    /// among them leaves page checksums off on every major (initdb has the option from 18 on).
     ///
     /// # Errors
     /// PostgreSQL missing, initdb or start failing (with the server log).
@@ -254,11 +255,18 @@ impl ScratchCluster {
         server_dir(&data)?;
         server_dir(&sock)?;
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o755)).map_err(|e| err(e.to_string()))?;
+        let no_sums = initdb_args.contains(&"--no-data-checksums");
+        let sums = match (no_sums, server_major(&bin)) {
+            (false, _) => Some("--data-checksums"),
+            (true, Some(m)) if m >= 18 => Some("--no-data-checksums"),
+            (true, _) => None,
+        };
         let out = as_server_user(bin.join("initdb"))
             .arg("-D")
             .arg(&data)
-            .args(["--data-checksums", "-A", "trust", "-U", "postgres"])
-            .args(initdb_args)
+            .args(sums)
+            .args(["-A", "trust", "-U", "postgres"])
+            .args(initdb_args.iter().filter(|a| **a != "--no-data-checksums"))
             .output()
             .map_err(|e| err(format!("initdb: {e}")))?;
         if !out.status.success() {

@@ -386,9 +386,7 @@ impl Server {
         let (version, version_num, in_recovery, wal_level): (String, i32, bool, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
         let (data_checksums, wal_segment_size, max_slots, user): (bool, i64, i32, String) = (r.get(4), r.get(5), r.get(6), r.get(7));
         let (block_size, segment_blocks): (i32, i64) = (r.get(8), r.get(9));
-        if version_num < 150000 {
-            return Err(Error::invalid(format!("{} runs PostgreSQL {version}; sheaf needs 15 or newer", self.url)));
-        }
+        supported_major((version_num / 10000) as u32, &version, &self.url)?;
         if wal_level == "minimal" {
             return Err(Error::invalid(format!(
                 "{} has wal_level = minimal, which cannot take an online backup: set wal_level = replica (ALTER SYSTEM SET wal_level = replica) and restart the server",
@@ -676,6 +674,16 @@ impl Server {
             .map_err(|e| db_err(&format!("asking {} to switch WAL segments (pg_switch_wal)", self.url), e))
     }
 
+    /// Whether sheaf works with this server's major ([`supported_major`]).
+    ///
+    /// # Errors
+    /// A database error, or [`supported_major`]'s refusal.
+    pub fn supported(&mut self) -> Result<()> {
+        let r = self.one("reading the server's version", "SELECT current_setting('server_version'), current_setting('server_version_num')::int")?;
+        let (version, num): (String, i32) = (r.get(0), r.get(1));
+        supported_major((num / 10000) as u32, &version, &self.url)
+    }
+
     /// How the server archives, and how its archiver has fared (`pg_stat_archiver`).
     ///
     /// # Errors
@@ -730,6 +738,36 @@ impl Server {
     }
 }
 
+/// The PostgreSQL majors this sheaf was tested on (the suite runs its scenarios on each).
+pub const TESTED_MAJORS: std::ops::RangeInclusive<u32> = 15..=18;
+
+/// The environment variable that lets sheaf work with a major it was never tested on: the major
+/// itself (`SHEAF_UNTESTED_PG=19`), so that the next one is refused again until it is tested.
+pub const UNTESTED_VAR: &str = "SHEAF_UNTESTED_PG";
+
+/// Whether sheaf works with a server of PostgreSQL `major` (`version` and `url` for the message):
+/// older than 15 never, newer than the last tested major only when [`UNTESTED_VAR`] names it.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`] naming the version, the tested ones and the way out.
+pub fn supported_major(major: u32, version: &str, url: &str) -> Result<()> {
+    allowed_major(major, version, url, std::env::var(UNTESTED_VAR).ok().as_deref())
+}
+
+fn allowed_major(major: u32, version: &str, url: &str, allow: Option<&str>) -> Result<()> {
+    let (first, last) = (*TESTED_MAJORS.start(), *TESTED_MAJORS.end());
+    if major < first {
+        return Err(Error::invalid(format!("{url} runs PostgreSQL {version}; sheaf needs {first} or newer")));
+    }
+    if major <= last || allow.map(str::trim) == Some(major.to_string().as_str()) {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{url} runs PostgreSQL {version}, which this sheaf ({}) was never tested on (it is tested on {first} to {last}): a new major may change the WAL records, the control file or the backup protocol in ways sheaf would misread. Use a sheaf that supports {major}, or, to go on at your own risk (and restore-test what you get), set {UNTESTED_VAR}={major}",
+        env!("CARGO_PKG_VERSION")
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,5 +779,20 @@ mod tests {
         assert_eq!(redact("postgres://bob:p@ss@db/x"), "postgres://bob@db/x");
         assert_eq!(redact("postgres://bob@db/x?sslmode=disable&password=s3cret&host=/tmp"), "postgres://bob@db/x?sslmode=disable&host=/tmp");
         assert_eq!(redact("postgres://db"), "postgres://db");
+    }
+
+    #[test]
+    fn majors_never_tested_are_refused_unless_named() {
+        let url = "postgresql://db";
+        for m in super::TESTED_MAJORS {
+            assert!(super::allowed_major(m, &format!("{m}.1"), url, None).is_ok(), "{m} is tested");
+        }
+        let old = super::allowed_major(14, "14.19", url, Some("14")).unwrap_err().to_string();
+        assert!(old.contains("needs 15 or newer"), "{old}");
+        let new = super::allowed_major(19, "19.0", url, None).unwrap_err().to_string();
+        assert!(new.contains("never tested") && new.contains("SHEAF_UNTESTED_PG=19") && new.contains("15 to 18"), "{new}");
+        assert!(super::allowed_major(19, "19.0", url, Some(" 19 ")).is_ok());
+        // Naming one major lets that one through, not the next.
+        assert!(super::allowed_major(20, "20.0", url, Some("19")).is_err());
     }
 }

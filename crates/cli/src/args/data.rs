@@ -267,6 +267,16 @@ pub struct VerifyArgs {
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// With --repo: read every backup and WAL file again. Without it, verify reads only what is
+    /// new or changed (another size or ETag, a file written again) since it last read back whole,
+    /// as the repository's verify ledger (verify.ledger) records, and does not check a chain again
+    /// that was found whole on the same objects.
+    #[arg(long)]
+    pub full: bool,
+    /// With --repo: read again what last read back whole longer ago than this, unchanged or not
+    /// (what a disk rots in place keeps its size and date).
+    #[arg(long, value_name = "DURATION", value_parser = super::duration, default_value = "30d")]
+    pub recheck_after: std::time::Duration,
     #[command(flatten)]
     pub rate: RateArgs,
     /// Print one JSON object with the results instead of the summary.

@@ -85,7 +85,8 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
 
 fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, several: bool) -> Result<serde_json::Value, Error> {
     let t0 = Instant::now();
-    let check = sheaf_pg::repo::verify::verify(repo, meta, ctx.schemes()?, a.threads)?;
+    let opts = sheaf_pg::repo::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()) };
+    let check = sheaf_pg::repo::verify::verify(repo, meta, ctx.schemes()?, a.threads, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
     let mut v = serde_json::to_value(&check).expect("check serialises");
     v["repo"] = serde_json::json!(repo.display());
@@ -97,14 +98,22 @@ fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta
         for p in &check.problems {
             eprintln!("sheaf: {p}");
         }
+        for w in &check.warnings {
+            eprintln!("sheaf: warning: {w}");
+        }
         let n = check.problems.len();
+        let read = check.backups.iter().filter(|b| b.read).count();
+        let unchanged = |read: usize, all: usize| if read == all { String::new() } else { format!(" ({read} read, {} unchanged since they last read back whole)", all - read) };
         say!(
-            "verified repository {}: {} backup{}, {} WAL files ({}) in {seconds:.2} s; {}",
+            "verified repository {}: {} backup{}{}, {} WAL files{} ({}) in {seconds:.2} s, {} read; {}",
             repo.display(),
             check.backups.len(),
             plural(check.backups.len()),
+            unchanged(read, check.backups.len()),
             check.wal_files,
+            unchanged(check.wal_files_read, check.wal_files),
             format_size(check.wal_bytes),
+            format_size(check.bytes_read),
             if n == 0 { "every checksum matches and the WAL each backup needs is there".to_string() } else { format!("{n} problem{}", plural(n)) }
         );
         if let Some(h) = &check.horizon {

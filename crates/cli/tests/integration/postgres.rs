@@ -17,6 +17,7 @@ pub mod online;
 pub mod receive;
 pub mod repo;
 pub mod standby;
+pub mod verify;
 pub mod walsum;
 
 use std::process::Command;

@@ -87,15 +87,31 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     let e = loc.create(false, 10).err().expect("refused");
     assert_eq!(e.kind(), ErrorKind::Target, "{kind}: {e}");
     assert!(e.to_string().contains("--overwrite"), "{kind}: the error names the fix: {e}");
-    let mut s = loc.create(true, 10).unwrap();
-    s.write_all(b"second").unwrap();
-    s.publish().unwrap();
-    drop(s);
-    let src = loc.open().unwrap();
-    let mut b = vec![0u8; 6];
-    src.read_exact_at(&mut b, 0).unwrap();
-    assert_eq!(&b, b"second", "{kind}: overwritten");
-    drop(src);
+    let tag = |n: &str| -> String {
+        let l = store.list(&format!("{base}/{n}")).unwrap_or_else(|e| panic!("{kind}: list: {e}"));
+        assert_eq!(l.len(), 1, "{kind}: one object listed as {n}");
+        l[0].tag.clone()
+    };
+    let mut tags = Vec::new();
+    for text in [b"second", b"thirds"] {
+        let mut s = loc.create(true, 10).unwrap();
+        s.write_all(text).unwrap();
+        s.publish().unwrap();
+        drop(s);
+        let src = loc.open().unwrap();
+        let mut b = vec![0u8; 6];
+        src.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(&b, text, "{kind}: overwritten");
+        drop(src);
+        if caps.list {
+            tags.push(tag("whole.sheaf"));
+        }
+    }
+    // What verify's ledger relies on: an object written again (same name, same size) lists with
+    // another tag.
+    if caps.list {
+        assert!(!tags[0].is_empty() && tags[0] != tags[1], "{kind}: a rewrite of the same size changes the tag: {tags:?}");
+    }
 
     // Dropped unpublished after all of `big` (parts still uploading, where a store has parts):
     // nothing appears, nothing is left.

@@ -132,8 +132,9 @@ fn list_into(dir: &Path, base: &str, shown: &dyn Fn(&str) -> String, out: &mut V
             let inner = |rest: &str| shown(&format!("{n}/{rest}"));
             list_into(&item.path(), "", &inner, out)?;
         } else if meta.is_file() && !n.ends_with(".partial") {
-            let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64);
-            out.push(Stored { name: shown(&n), size: meta.len(), modified });
+            let since = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+            let tag = format!("{:x}-{:x}", std::os::unix::fs::MetadataExt::ino(&meta), since.as_nanos());
+            out.push(Stored { name: shown(&n), size: meta.len(), modified: since.as_secs() as i64, tag });
         }
     }
     Ok(())

@@ -51,7 +51,12 @@ impl Store for MemoryStore {
         Ok(self.objects().contains_key(name))
     }
     fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
-        Ok(self.objects().iter().filter(|(k, _)| k.starts_with(prefix)).map(|(k, v)| Stored { name: k.clone(), size: v.len() as u64, modified: 0 }).collect())
+        Ok(self
+            .objects()
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| Stored { name: k.clone(), size: v.len() as u64, modified: 0, tag: format!("{:08x}", crc32c::crc32c(v)) })
+            .collect())
     }
     fn delete(&self, name: &str) -> Result<()> {
         self.objects().remove(name);

@@ -121,6 +121,9 @@ fn run(repos: &[Repo], opts: &CheckOptions, f: &mut Findings) {
             return;
         }
     };
+    if let Err(e) = server.supported() {
+        f.add("server", Status::Critical, e.to_string());
+    }
     let (ours, foreign): (Vec<_>, Vec<_>) = usable.into_iter().partition(|(_, m)| m.system_identifier == archiver.system_identifier);
     for (repo, meta) in &foreign {
         f.add(

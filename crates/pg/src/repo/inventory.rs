@@ -38,10 +38,15 @@ pub struct WalListing {
 /// # Errors
 /// When the repository cannot be listed.
 pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<WalListing> {
+    Ok(archived_in(repo.list(paths::WAL)?, meta))
+}
+
+/// [`archived_since`] of a listing of `wal/` already made.
+pub fn archived_in(listing: Vec<sheaf_core::storage::Stored>, meta: &RepoMeta) -> WalListing {
     let mut out = Vec::new();
     let mut newest = 0;
     let mut streaming = Vec::new();
-    for o in repo.list(paths::WAL)? {
+    for o in listing {
         if let Some(n) = o.name.rsplit('/').next().and_then(|n| n.strip_suffix(".streaming")) {
             streaming.push(n.to_string());
         }
@@ -55,7 +60,7 @@ pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<WalListing> {
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     streaming.sort();
-    Ok(WalListing { files: out, newest_unix: newest, streaming })
+    WalListing { files: out, newest_unix: newest, streaming }
 }
 
 /// A run of consecutive segments on one timeline.

@@ -24,6 +24,7 @@ pub mod drills;
 pub mod horizon;
 pub mod inventory;
 pub mod keep;
+pub mod ledger;
 pub mod meta;
 pub mod metrics;
 pub mod paths;

@@ -10,12 +10,15 @@
 //! wal/TTTTTTTT/NAME.sum              a segment's block summary (crate::summarize)
 //! dropped/NAME.json                  a WAL file wal-push --queue-max left out
 //! keep/ID.json                       a pinned backup (crate::repo::keep)
+//! drills/DRILL_ID.json               a drill's record (crate::repo::drills)
+//! retention.json                     how far back expire removed WAL (crate::repo::horizon)
+//! verify.ledger                      what verify read back whole (crate::repo::ledger)
 //! ```
 
 /// Name endings of objects a locked repository writes without a lock: they are removed again
 /// soon (a running backup's lock, wal-receive's copy of the segment in progress, `check`'s
-/// probe), and are not needed to restore.
-pub const UNLOCKED: [&str; 3] = [".lock", ".streaming", ".probe"];
+/// probe) or rewritten each time (verify's ledger), and are not needed to restore.
+pub const UNLOCKED: [&str; 4] = [".lock", ".streaming", ".probe", ".ledger"];
 
 /// Where backups, their records and locks live.
 pub const BACKUPS: &str = "backups/";

@@ -170,7 +170,8 @@ impl Store for S3Store {
             let meta = item.map_err(|e| map_err(e, &format!("cannot list {}", self.describe(prefix)), Side::Read, &self.redact))?;
             let key = meta.location.to_string();
             if key.starts_with(prefix) {
-                out.push(Stored { name: key, size: meta.size, modified: meta.last_modified.timestamp() });
+                let tag = meta.e_tag.clone().unwrap_or_else(|| meta.last_modified.timestamp_nanos_opt().unwrap_or_default().to_string());
+                out.push(Stored { name: key, size: meta.size, modified: meta.last_modified.timestamp(), tag });
             }
         }
         out.sort();

@@ -309,7 +309,8 @@ fn check(repo: &Repo, acked: &BTreeSet<String>, recorded: &BTreeSet<String>, rou
     }
     // What expire removed on purpose (a kept backup's WAL past its consistency point) is below the
     // retention horizon and not a problem (issue 37): verify passes outright, or it is a repair.
-    let v = run(repo.sheaf().args(["verify", "--repo", &repo.arg]));
+    // Everything is read after every cut (--full), not only what its ledger has not seen.
+    let v = run(repo.sheaf().args(["verify", "--repo", &repo.arg, "--full"]));
     if !v.status.success() {
         report.repairs.push(format!("round {round}: verify --repo exited {:?}: {}", v.status.code(), stderr(&v).trim()));
     }

@@ -228,7 +228,7 @@ fn workload(report: &mut Report, span_ms: u64, scratch: &Path, catalog: PathBuf,
                 report.lost.push(format!("{variant} (end of stream): {why}"));
             }
         }
-        let v = run(st.sheaf().args(["verify", "--repo", &st.repo]).args(*key));
+        let v = run(st.sheaf().args(["verify", "--repo", &st.repo, "--full"]).args(*key));
         if !v.status.success() {
             report.repairs.push(format!("{variant}: verify --repo exited {:?}: {}", v.status.code(), stderr(&v).trim()));
         }

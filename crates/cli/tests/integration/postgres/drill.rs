@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::cluster::Cluster;
 use super::monitor::sample;
-use super::repo::{archive_now, archiving, json, ok, repo_dir, setup};
+use super::repo::{archive_now, archiving_with, json, ok, repo_dir, setup};
 use super::sheaf;
 use crate::integration::common::{run, stderr, stdout};
 
@@ -133,12 +133,9 @@ fn corrupt_btree_leaf(file: &Path) {
 fn a_drill_finds_an_index_corrupted_where_no_checksum_can_see() {
     let (_base, repo) = repo_dir();
     let r = repo.to_str().unwrap();
-    let mut c: Cluster = archiving(&repo, &[]);
     // Page checksums off, as many clusters still run.
-    c.stop();
-    let out = sheaf_pg::scratch::as_server_user(c.bin.join("pg_checksums")).arg("--disable").arg("-D").arg(&c.data).output().unwrap();
-    assert!(out.status.success(), "pg_checksums --disable: {}", String::from_utf8_lossy(&out.stderr));
-    c.start();
+    let mut c: Cluster = archiving_with(&repo, &["--no-data-checksums"], &[]);
+    assert_eq!(c.sql("postgres", "SHOW data_checksums"), "off");
     ok(run(sheaf().args(["init", "--repo", r, &c.url("postgres")])), "init");
     c.sql("postgres", "CREATE DATABASE app");
     c.sql("app", "CREATE TABLE t (id int); INSERT INTO t SELECT g FROM generate_series(1, 2000) g; CREATE INDEX t_id ON t (id); CHECKPOINT");

@@ -18,10 +18,15 @@ pub(crate) fn ok(o: Output, what: &str) -> String {
 
 /// A cluster archiving into `repo` with `sheaf wal-push`.
 pub(super) fn archiving(repo: &Path, extra: &[&str]) -> Cluster {
+    archiving_with(repo, &[], extra)
+}
+
+/// [`archiving`] with arguments for initdb.
+pub(super) fn archiving_with(repo: &Path, initdb: &[&str], extra: &[&str]) -> Cluster {
     let cmd = format!("archive_command = '{} wal-push %p --repo {}'", SHEAF, repo.display());
     let mut settings = vec!["archive_mode = on", cmd.as_str(), "archive_timeout = 0"];
     settings.extend_from_slice(extra);
-    Cluster::new(&[], &settings)
+    Cluster::new(initdb, &settings)
 }
 
 pub(super) fn repo_dir() -> (tempfile::TempDir, PathBuf) {
