@@ -90,6 +90,43 @@ const MIGRATIONS: &[&str] = &[
         location TEXT NOT NULL,
         PRIMARY KEY (run_id, position)
      );",
+    // 2: drills (sheaf drill) are runs too. SQLite cannot change a CHECK in place: the table is
+    // made again and the rows copied (foreign keys off meanwhile, so that the stripes stay).
+    "CREATE TABLE runs_new (
+        id INTEGER PRIMARY KEY,
+        operation TEXT NOT NULL CHECK (operation IN ('backup', 'restore', 'verify', 'drill')),
+        status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed')),
+        pid INTEGER NOT NULL,
+        backup_id TEXT,
+        label TEXT,
+        source_kind TEXT,
+        source TEXT,
+        system_identifier TEXT,
+        started_at TEXT NOT NULL,
+        ended_at TEXT,
+        seconds REAL,
+        bytes_read INTEGER,
+        bytes_written INTEGER,
+        ratio REAL,
+        mib_per_second REAL,
+        compression TEXT,
+        codec TEXT,
+        level INTEGER,
+        transfer_size INTEGER,
+        buffer_count INTEGER,
+        readers INTEGER,
+        threads INTEGER,
+        stripe_count INTEGER,
+        user_cpu_seconds REAL,
+        system_cpu_seconds REAL,
+        peak_rss_bytes INTEGER,
+        error TEXT,
+        details TEXT
+     );
+     INSERT INTO runs_new SELECT * FROM runs;
+     DROP TABLE runs;
+     ALTER TABLE runs_new RENAME TO runs;
+     CREATE INDEX runs_backup_id ON runs (backup_id);",
 ];
 
 /// The schema version this sheaf writes.
@@ -108,7 +145,7 @@ pub fn default_path() -> Option<PathBuf> {
 /// What a run is, known before it starts.
 #[derive(Clone, Debug, Default)]
 pub struct RunStart {
-    /// `backup`, `restore` or `verify`.
+    /// `backup`, `restore`, `verify` or `drill`.
     pub operation: String,
     /// `directory` or `postgres`.
     pub source_kind: Option<String>,
@@ -284,13 +321,28 @@ impl Catalog {
                 format!("catalog {} has schema version {version}, newer than this sheaf's {}: upgrade sheaf or use another --catalog", self.path.display(), schema_version()),
             ));
         }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self.conn.transaction().map_err(|e| err("migration", e))?;
-            tx.execute_batch(sql).map_err(|e| err(&format!("migration {}", i + 1), e))?;
-            tx.pragma_update(None, "user_version", i as i64 + 1).map_err(|e| err("migration", e))?;
-            tx.commit().map_err(|e| err("migration", e))?;
-        }
-        Ok(())
+        // A migration may make a table again (SQLite's way to change a constraint): with foreign
+        // keys on, dropping the old one would take the rows that refer to it. They are checked
+        // before each commit instead.
+        self.conn.pragma_update(None, "foreign_keys", false).map_err(|e| err("pragmas", e))?;
+        let migrated = (|| {
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                let tx = self.conn.transaction().map_err(|e| err("migration", e))?;
+                tx.execute_batch(sql).map_err(|e| err(&format!("migration {}", i + 1), e))?;
+                let dangling: i64 = tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| r.get(0)).map_err(|e| err("migration", e))?;
+                if dangling > 0 {
+                    return Err(Error::new(
+                        ErrorKind::Io,
+                        format!("catalog {}: migration {} would leave {dangling} rows without their run; nothing was changed", self.path.display(), i + 1),
+                    ));
+                }
+                tx.pragma_update(None, "user_version", i as i64 + 1).map_err(|e| err("migration", e))?;
+                tx.commit().map_err(|e| err("migration", e))?;
+            }
+            Ok(())
+        })();
+        self.conn.pragma_update(None, "foreign_keys", true).map_err(|e| err("pragmas", e))?;
+        migrated
     }
 
     /// Runs left `running` by a process that no longer exists were interrupted.
@@ -488,6 +540,31 @@ mod tests {
         drop(conn);
         let e = Catalog::open(Some(&p)).err().unwrap();
         assert!(e.to_string().contains("newer than this sheaf"), "{e}");
+    }
+
+    #[test]
+    fn a_catalog_of_the_first_schema_keeps_its_runs_and_takes_drills() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.db");
+        let conn = Connection::open(&p).unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             INSERT INTO runs (id, operation, status, pid, backup_id, started_at) VALUES (7, 'backup', 'complete', 1, 'old', '2026-01-01T00:00:00Z');
+             INSERT INTO stripes VALUES (7, 0, '/srv/a.sheaf'), (7, 1, '/srv/b.sheaf');",
+        )
+        .unwrap();
+        let e = conn.execute("INSERT INTO runs (operation, status, pid, started_at) VALUES ('drill', 'running', 1, 'x')", []).unwrap_err();
+        assert!(e.to_string().contains("CHECK"), "{e}");
+        drop(conn);
+        let c = Catalog::open(Some(&p)).unwrap();
+        let old = c.show(7, false).unwrap().unwrap();
+        assert_eq!((old.operation.as_str(), old.stripes.len()), ("backup", 2), "the run and its stripes survive");
+        let drill = c.begin(&RunStart { operation: "drill".into(), ..Default::default() }).unwrap();
+        assert_eq!(c.show(drill, false).unwrap().unwrap().operation, "drill");
+        // Foreign keys are on again: a stripe of no run is refused.
+        assert!(c.conn.execute("INSERT INTO stripes VALUES (999, 0, 'x')", []).is_err());
     }
 
     #[test]

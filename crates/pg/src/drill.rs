@@ -96,7 +96,8 @@ fn major_of(version: &str) -> Option<u32> {
 struct Failed(Error);
 
 /// Run a drill of the backup `opts.pick` names. A refusal before anything is restored (no such
-/// backup, no server of its version, a folder in use, no room) is an error and no drill; from
+/// backup, no server of its version, a repository this user may not write its record into, a
+/// folder in use, no room) is an error and no drill; from
 /// the restore on, the drill is recorded in the repository whatever happens, and its record
 /// returned with the verdict.
 ///
@@ -110,6 +111,8 @@ pub fn drill(
     restore_command: impl FnOnce() -> Result<String>,
     progress: Arc<dyn Progress>,
 ) -> Result<DrillRecord> {
+    // Its record is written at the end: a user who may not write it is told before the drill.
+    repo.check_writer().map_err(|e| e.context("a drill records itself in the repository"))?;
     let backup = choose(repo, &opts.pick, meta.wal_segment_size)?;
     let major = major_of(&backup.server_version)
         .ok_or_else(|| Error::corrupt(format!("backup {}: its record names no server version ('{}'), so no server can be chosen to drill it", backup.id, backup.server_version)))?;

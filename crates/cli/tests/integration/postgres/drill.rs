@@ -47,6 +47,8 @@ fn a_drill_proves_a_backup_and_records_it() {
     let work = base.path().join("drill");
     let before = listing(&repo);
     let o = run(sheaf().args(["drill", "--repo", r, "--to", work.to_str().unwrap(), "--check-sql", sql.to_str().unwrap(), "--check-db", "app", "--json"]));
+    // Recorded in the catalog as well, without a word (a catalog that refused drills warned).
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
     let d = json(ok(o, "drill"));
     assert_eq!(d["passed"], true, "{d}");
     assert_eq!(d["backup"], id.as_str());
@@ -131,7 +133,7 @@ fn corrupt_btree_leaf(file: &Path) {
 
 #[test]
 fn a_drill_finds_an_index_corrupted_where_no_checksum_can_see() {
-    let (_base, repo) = repo_dir();
+    let (base, repo) = repo_dir();
     let r = repo.to_str().unwrap();
     // Page checksums off, as many clusters still run.
     let mut c: Cluster = archiving_with(&repo, &["--no-data-checksums"], &[]);
@@ -150,4 +152,22 @@ fn a_drill_finds_an_index_corrupted_where_no_checksum_can_see() {
     assert_eq!(o.status.code(), Some(3), "{}{}", stdout(&o), stderr(&o));
     let said = stdout(&o);
     assert!(said.contains("FAIL pg_amcheck") && said.contains("t_id"), "{said}");
+
+    // Where the server has no pg_amcheck: the amcheck extension's functions, database by
+    // database, find it too, and pass the databases that are whole.
+    let bin = base.path().join("bin-without-pg_amcheck");
+    std::fs::create_dir(&bin).unwrap();
+    for e in std::fs::read_dir(&c.bin).unwrap().flatten() {
+        if e.file_name() != "pg_amcheck" {
+            std::os::unix::fs::symlink(e.path(), bin.join(e.file_name())).unwrap();
+        }
+    }
+    let o = run(sheaf().args(["drill", "--repo", r, "--pg-bin", bin.to_str().unwrap(), "--json"]));
+    assert_eq!(o.status.code(), Some(3), "{}{}", stdout(&o), stderr(&o));
+    let d: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let check = |name: &str| d["checks"].as_array().unwrap().iter().find(|c| c["check"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {d}"));
+    let (app, postgres) = (check("amcheck app"), check("amcheck postgres"));
+    assert_eq!(app["ok"], false, "{d}");
+    assert!(app["detail"].as_str().unwrap().contains("t_id"), "{app}");
+    assert_eq!(postgres["ok"], true, "{postgres}");
 }
