@@ -288,6 +288,10 @@ fn incremental_peers(ctx: &Ctx, runs: &[PeerRun], warnings: &mut Vec<String>) ->
     for r in runs {
         match r.tool {
             "pgbackrest" => out.push(r.clone()),
+            "pg_basebackup" if version >= 170_000 && !cluster.bin.join("pg_combinebackup").exists() => warn(format!(
+                "peer pg_basebackup --incremental skipped: pg_combinebackup, which restores its chains, is not in {} (the npm servers of 16 and 17 have no client tools)",
+                cluster.bin.display()
+            )),
             "pg_basebackup" if version >= 170_000 => out.push(r.clone()),
             "pg_basebackup" => {
                 warn(format!("peer pg_basebackup --incremental skipped: it needs PostgreSQL 17 or later, and the bench's cluster is {version} (SHEAF_PG=18 picks 18)"))

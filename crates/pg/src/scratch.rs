@@ -308,6 +308,19 @@ impl ScratchCluster {
         if !out.status.success() {
             return Err(err(format!("pg_basebackup -R failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
+        // A newer pg_basebackup (18's beside the npm servers of 16) writes connection options the
+        // server's own libpq refuses: sslnegotiation came with 17.
+        if server_major(&primary.bin).is_some_and(|m| m < 17) {
+            let auto = data.join("postgresql.auto.conf");
+            let mut text = std::fs::read_to_string(&auto).map_err(|e| err(format!("{}: {e}", auto.display())))?;
+            while let Some(at) = text.find("sslnegotiation=") {
+                let rest = &text[at..];
+                let end = rest.find([' ', '\'', '\n']).unwrap_or(rest.len());
+                let end = if rest[end..].starts_with(' ') { end + 1 } else { end };
+                text.replace_range(at..at + end, "");
+            }
+            std::fs::write(&auto, text).map_err(|e| err(format!("{}: {e}", auto.display())))?;
+        }
         let port = free_port()?;
         let mut conf = format!("\nport = {port}\nunix_socket_directories = '{}'\n", sock.display());
         for s in settings {

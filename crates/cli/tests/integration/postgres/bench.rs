@@ -142,7 +142,10 @@ fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
             _ => assert!(stderr.contains(skipped), "{tool} measured or skipped with a reason: {stderr}"),
         }
     }
-    assert!(peers >= 1, "at least one peer on every version: {stderr}");
+    // At least one peer on every version, unless neither can run there and each says why (the
+    // npm servers of 16 and 17: pgBackRest 2.45 refuses them, and they have no pg_combinebackup).
+    let both_said = stderr.contains("peer pgbackrest skipped") && stderr.contains("pg_basebackup --incremental skipped");
+    assert!(peers >= 1 || both_said, "at least one peer: {stderr}");
     assert_eq!(rows.len(), 3 + 3 * peers, "{rows:#?}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| sheaf | incr 2 | none |"), "{md}");
