@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 use serde::Serialize;
 use sheaf_core::{Error, ErrorKind, Result};
 
@@ -113,14 +113,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// # Errors
 /// A server that cannot be reached, lacks the privileges to create tables, or any query failing.
 pub fn run(url: &str, opts: &DbLabOptions) -> Result<Vec<DbLabRow>> {
-    let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", sheaf_pg::server::redact(url))))?;
-    if config.get_password().is_none() {
-        if let Ok(pw) = std::env::var("PGPASSWORD") {
-            config.password(pw);
-        }
+    let mut info = sheaf_pg::conninfo::ConnInfo::resolve(url)?;
+    if info.get("application_name").is_none() {
+        info.set("application_name", "sheaf lab");
     }
-    config.application_name("sheaf lab");
-    let mut c = config.connect(NoTls).map_err(err("connecting"))?;
+    let mut c = sheaf_pg::server::open(&mut info, None)?;
     let lz4 = c.simple_query("CREATE TEMP TABLE sheaf_lab_probe (t text COMPRESSION lz4); DROP TABLE sheaf_lab_probe").is_ok();
     let mut methods = vec!["none", "pglz"];
     if lz4 {

@@ -30,6 +30,7 @@ pub mod backup;
 pub mod basebackup;
 pub mod blocksum;
 pub mod checksum;
+pub mod conninfo;
 pub mod drill;
 pub mod extract;
 pub mod facts;

@@ -202,7 +202,18 @@ pub fn db_err(what: &str, e: postgres::Error) -> Error {
 /// part (up to the last `@` before the host, since a password may hold `@`) and any `password=`
 /// parameter are dropped.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // keyword=value pairs: the password dropped, the rest as given.
+        return match crate::conninfo::parse(url) {
+            Ok(pairs) => pairs
+                .into_iter()
+                .filter(|(k, _)| k != "password")
+                .map(|(k, v)| if v.is_empty() || v.contains([' ', '\'', '\\']) { format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'")) } else { format!("{k}={v}") })
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(_) => "(a connection string that does not parse)".into(),
+        };
+    };
     let (authority_and_path, query) = match rest.split_once('?') {
         Some((a, q)) => (a, Some(q)),
         None => (rest, None),
@@ -220,9 +231,122 @@ pub fn redact(url: &str) -> String {
     format!("{scheme}://{authority}{path}{query}")
 }
 
-/// TLS for a connection, as the URL's sslmode asks (see [`crate::tls`]).
-fn tls() -> Result<crate::tls::Rustls> {
-    crate::tls::client_config().map(crate::tls::Rustls).map_err(|e| Error::new(ErrorKind::Source, format!("TLS: {e}")))
+/// A SQL connection to the first of `info`'s hosts that answers and is what its
+/// `target_session_attrs` asks for, in database `db` (else `info`'s), as libpq makes it: TLS as
+/// its `sslmode` says on TCP (never on a Unix socket), the password from the string, the
+/// service, `PGPASSWORD` or the password file.
+///
+/// # Errors
+/// Bad parameters or TLS files ([`ErrorKind::InvalidInput`]); no host that answers, each host's
+/// failure said, with the likely fix and what was wrong with the password file.
+pub fn open(info: &mut crate::conninfo::ConnInfo, db: Option<&str>) -> Result<Client> {
+    use crate::conninfo::{Endpoint, SessionAttrs, SslMode};
+    let policy = crate::tls::Policy::for_conn(info)?;
+    let targets = info.targets()?;
+    let dbname = db.map_or_else(|| info.dbname(), str::to_string);
+    let attrs = info.session_attrs();
+    let shown = info.shown();
+    let mut failures: Vec<String> = Vec::new();
+    let mut last: Option<Error> = None;
+    // prefer-standby: a standby first, then any.
+    let passes: &[bool] = if attrs == SessionAttrs::PreferStandby { &[true, false] } else { &[false] };
+    for &standby_only in passes {
+        for t in &targets {
+            let mut config = postgres::Config::new();
+            match &t.endpoint {
+                Endpoint::Socket(dir) => {
+                    config.host_path(dir).ssl_mode(postgres::config::SslMode::Disable);
+                }
+                Endpoint::Tcp { host, addr } => {
+                    config.host(host);
+                    if let Some(a) = addr {
+                        config.hostaddr(a.parse().map_err(|_| Error::invalid(format!("invalid hostaddr \"{a}\": give a numeric IP address")))?);
+                    }
+                    config.ssl_mode(match policy.mode {
+                        SslMode::Disable => postgres::config::SslMode::Disable,
+                        SslMode::Allow | SslMode::Prefer => postgres::config::SslMode::Prefer,
+                        _ => postgres::config::SslMode::Require,
+                    });
+                }
+            }
+            config.port(t.port).user(&info.user()).dbname(&dbname).connect_timeout(info.connect_timeout());
+            config.application_name(info.get("application_name").or(info.get("fallback_application_name")).unwrap_or("sheaf"));
+            if let Some(o) = info.get("options") {
+                config.options(o);
+            }
+            // A backup session idles for as long as the copy takes: keep it alive.
+            config.keepalives(info.get("keepalives") != Some("0"));
+            config.keepalives_idle(std::time::Duration::from_secs(info.get("keepalives_idle").and_then(|v| v.parse().ok()).unwrap_or(60)));
+            if let Some(pw) = info.password(t, &dbname) {
+                config.password(pw);
+            }
+            let where_ = match &t.endpoint {
+                Endpoint::Socket(d) => format!("socket {}/.s.PGSQL.{}", d.display(), t.port),
+                Endpoint::Tcp { host, .. } => format!("{host}:{}", t.port),
+            };
+            let connected = match &policy.config {
+                Some(c) => config.connect(crate::tls::Rustls(c.clone())),
+                None => config.connect(postgres::NoTls),
+            };
+            let mut client = match connected {
+                Ok(c) => c,
+                Err(e) => {
+                    // The whole chain's words: the TLS and configuration causes are in the sources.
+                    let mut text = e.to_string();
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(s) = source {
+                        text.push_str(&format!(": {s}"));
+                        source = s.source();
+                    }
+                    let text = text.to_ascii_lowercase();
+                    let hint = match e.as_db_error().map(|d| d.code()) {
+                        _ if text.contains("client certificate") => "the server wants a client certificate its CA signed: give sslcert and sslkey",
+                        _ if text.contains("peer certificate") => {
+                            "the server's certificate does not check against the root certificate (sslrootcert), or does not name the host (verify-full): check both, or the host you dial"
+                        }
+                        Some(&SqlState::INVALID_PASSWORD | &SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => {
+                            "check the user and password (in the connection string, PGPASSWORD or ~/.pgpass) and pg_hba.conf"
+                        }
+                        Some(&SqlState::INVALID_CATALOG_NAME) => "the database does not exist; any database will do, e.g. dbname=postgres",
+                        _ if text.contains("password missing") => "the server asks for a password: give it in the connection string, PGPASSWORD or a password file (~/.pgpass, mode 0600)",
+                        _ => "check that the server runs and that host, port or socket directory are right",
+                    };
+                    let err = db_err(&format!("cannot connect to {where_}"), e);
+                    failures.push(format!("{}; {hint}", err.message()));
+                    last = Some(err);
+                    continue;
+                }
+            };
+            if attrs != SessionAttrs::Any {
+                let r =
+                    client.query_one("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'", &[]).map_err(|e| db_err("checking target_session_attrs", e))?;
+                let (recovery, read_only): (bool, bool) = (r.get(0), r.get(1));
+                let fits = match attrs {
+                    SessionAttrs::Any => true,
+                    SessionAttrs::ReadWrite => !read_only,
+                    SessionAttrs::ReadOnly => read_only,
+                    SessionAttrs::Primary => !recovery,
+                    SessionAttrs::Standby => recovery,
+                    SessionAttrs::PreferStandby => recovery || !standby_only,
+                };
+                if !fits {
+                    failures.push(format!(
+                        "{where_} is {} (target_session_attrs={})",
+                        if recovery { "a standby" } else { "a primary" },
+                        info.get("target_session_attrs").unwrap_or_default()
+                    ));
+                    continue;
+                }
+            }
+            return Ok(client);
+        }
+    }
+    let transient = last.as_ref().is_some_and(Error::is_transient);
+    let mut said = failures.join("; ");
+    for w in &info.warnings {
+        said.push_str(&format!(" ({w})"));
+    }
+    Err(Error::new(ErrorKind::Source, format!("cannot connect to {shown}: {said}")).transient(transient))
 }
 
 /// How a server archives its WAL, and how that has gone (`pg_stat_archiver`).
@@ -268,14 +392,8 @@ pub struct Server {
 /// The relations with storage of database `db`, through `url` with `db` swapped in, packed
 /// ([`DatabaseInfo::packed`]) as the rows stream in.
 fn relations_of(url: &str, db: &str) -> Result<String> {
-    let mut config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", redact(url))))?;
-    if config.get_password().is_none() {
-        if let Ok(pw) = std::env::var("PGPASSWORD") {
-            config.password(pw);
-        }
-    }
-    config.dbname(db).application_name("sheaf").connect_timeout(std::time::Duration::from_secs(10));
-    let mut client = config.connect(tls()?).map_err(|e| db_err(&format!("cannot connect to database {db} to list its relations"), e))?;
+    let mut info = crate::conninfo::ConnInfo::resolve(url)?;
+    let mut client = open(&mut info, Some(db)).map_err(|e| e.context(format!("listing the relations of database {db}")))?;
     let what = || format!("listing the relations of database {db}");
     let mut rows = client
         .query_raw(
@@ -293,35 +411,16 @@ fn relations_of(url: &str, db: &str) -> Result<String> {
 }
 
 impl Server {
-    /// Connect with a libpq-style URL (`postgres://USER[:PASSWORD]@HOST:PORT/DB?host=/socket/dir`).
-    /// Without a password in the URL, `PGPASSWORD` is used if set.
+    /// Connect with a libpq connection string: a URL (`postgres://USER@HOST:PORT/DB?host=/socket/dir`)
+    /// or keyword/value pairs, completed from the service file, the environment and the password
+    /// file as libpq does ([`crate::conninfo`], [`open`]).
     ///
     /// # Errors
     /// [`ErrorKind::InvalidInput`] for a URL that does not parse; [`ErrorKind::Source`] naming the
     /// server when it cannot be reached or refuses the login.
     pub fn connect(url: &str) -> Result<Server> {
-        let mut config: postgres::Config =
-            url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}; write e.g. postgres://user@host:5432/postgres", redact(url))))?;
-        if config.get_password().is_none() {
-            if let Ok(pw) = std::env::var("PGPASSWORD") {
-                config.password(pw);
-            }
-        }
-        config.application_name("sheaf");
-        config.connect_timeout(std::time::Duration::from_secs(10));
-        // A backup session idles for as long as the copy takes: keep it alive.
-        config.keepalives(true);
-        config.keepalives_idle(std::time::Duration::from_secs(60));
-        let client = config.connect(tls()?).map_err(|e| {
-            let hint = match e.as_db_error().map(|d| d.code()) {
-                Some(&SqlState::INVALID_PASSWORD | &SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => "check the user and password (in the URL or PGPASSWORD) and pg_hba.conf",
-                Some(&SqlState::INVALID_CATALOG_NAME) => "the database in the URL does not exist; any database will do, e.g. /postgres",
-                _ => "check that the server runs and that host, port or socket directory are right",
-            };
-            let err = db_err(&format!("cannot connect to {}", redact(url)), e);
-            let transient = err.is_transient();
-            Error::new(err.kind(), format!("{}; {hint}", err.message())).transient(transient)
-        })?;
+        let mut info = crate::conninfo::ConnInfo::resolve(url)?;
+        let client = open(&mut info, None)?;
         let mut server = Server { client, url: redact(url) };
         // Role or server timeouts must not end the session mid-backup.
         server

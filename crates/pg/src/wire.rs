@@ -14,9 +14,10 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use crate::conninfo::{ConnInfo, Endpoint, SslMode};
+use crate::tls::Policy;
 use bytes::{Buf, Bytes, BytesMut};
 use fallible_iterator::FallibleIterator;
-use postgres::config::{Host, SslMode};
 use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::backend::{ErrorFields, Message};
 use postgres_protocol::message::frontend;
@@ -130,20 +131,22 @@ impl Replication {
     /// refusing the login (pg_hba.conf must allow `replication` for the user), or asking for an
     /// authentication sheaf does not speak: each named with the fix.
     pub fn connect(url: &str) -> Result<Replication> {
-        let config: postgres::Config = url.parse().map_err(|e| Error::invalid(format!("'{}' is not a PostgreSQL URL: {e}", redact(url))))?;
+        let mut info = ConnInfo::resolve(url)?;
         let shown = redact(url);
         let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Source, format!("{shown}: {what}"), e).transient(true);
-        let user = config.get_user().map(str::to_string).or_else(|| std::env::var("PGUSER").ok()).unwrap_or_else(|| "postgres".into());
-        let password: Option<Vec<u8>> = config.get_password().map(<[u8]>::to_vec).or_else(|| std::env::var("PGPASSWORD").ok().map(String::into_bytes));
-        // Each host in turn, as libpq and the postgres crate try them: the first that answers.
-        let hosts: Vec<Host> = if config.get_hosts().is_empty() { vec![Host::Unix("/var/run/postgresql".into())] } else { config.get_hosts().to_vec() };
-        let ports = config.get_ports();
+        let user = info.user();
+        let policy = Policy::for_conn(&info)?;
+        let timeout = info.connect_timeout();
+        // Each host in turn, as libpq tries them: the first that answers.
         let mut failures = Vec::new();
         let mut stream: Option<(Box<dyn Stream>, Option<Sock>)> = None;
-        for (i, host) in hosts.iter().enumerate() {
-            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-            let attempt: Result<(Box<dyn Stream>, Option<Sock>)> = match host {
-                Host::Unix(dir) => {
+        let mut password: Option<Vec<u8>> = None;
+        for target in info.targets()? {
+            let port = target.port;
+            // The password file matches a replication connection's database as `replication`.
+            password = info.password(&target, "replication").map(String::into_bytes);
+            let attempt: Result<(Box<dyn Stream>, Option<Sock>)> = match &target.endpoint {
+                Endpoint::Socket(dir) => {
                     let path = dir.join(format!(".s.PGSQL.{port}"));
                     UnixStream::connect(&path)
                         .map(|s| {
@@ -152,7 +155,7 @@ impl Replication {
                         })
                         .map_err(|e| io(&format!("cannot connect to {}", path.display()), e))
                 }
-                Host::Tcp(name) => Self::tcp(name, port, config.get_ssl_mode(), &shown),
+                Endpoint::Tcp { host, addr } => Self::tcp(host, addr.as_deref(), port, &policy, timeout, &shown),
             };
             match attempt {
                 Ok(s) => {
@@ -166,11 +169,12 @@ impl Replication {
             // No host answered: transient where each failure was (a server starting or restarting).
             let transient = failures.iter().all(Error::is_transient);
             let said: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            let said: Vec<String> = said.into_iter().chain(info.warnings.iter().cloned()).collect();
             Error::new(ErrorKind::Source, format!("{}; check that the server runs and that host, port or socket directory are right", said.join("; "))).transient(transient)
         })?;
         let mut out = BytesMut::new();
-        let app = config.get_application_name().unwrap_or("sheaf");
-        frontend::startup_message([("user", user.as_str()), ("database", "replication"), ("replication", "true"), ("application_name", app)], &mut out)
+        let app = info.get("application_name").or(info.get("fallback_application_name")).unwrap_or("sheaf").to_string();
+        frontend::startup_message([("user", user.as_str()), ("database", "replication"), ("replication", "true"), ("application_name", app.as_str())], &mut out)
             .map_err(|e| io("start-up", e))?;
         stream.write_all(&out).map_err(|e| io("start-up", e))?;
         out.clear();
@@ -188,24 +192,24 @@ impl Replication {
         }
     }
 
-    fn tcp(name: &str, port: u16, mode: SslMode, shown: &str) -> Result<(Box<dyn Stream>, Option<Sock>)> {
+    fn tcp(name: &str, hostaddr: Option<&str>, port: u16, policy: &Policy, timeout: Duration, shown: &str) -> Result<(Box<dyn Stream>, Option<Sock>)> {
         let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Source, format!("{shown}: {what}"), e).transient(true);
-        let addr = format!("{name}:{port}");
+        let addr = format!("{}:{port}", hostaddr.unwrap_or(name));
         let sock = std::net::ToSocketAddrs::to_socket_addrs(&addr.as_str())
             .map_err(|e| io(&format!("cannot resolve {addr}"), e))?
             .next()
             .ok_or_else(|| Error::new(ErrorKind::Source, format!("{shown}: {addr} resolves to no address")))?;
-        let tcp = TcpStream::connect_timeout(&sock, Duration::from_secs(10)).map_err(|e| io(&format!("cannot connect to {addr}"), e))?;
+        let tcp = TcpStream::connect_timeout(&sock, timeout).map_err(|e| io(&format!("cannot connect to {addr}"), e))?;
         let _ = tcp.set_nodelay(true);
         let _ = tcp.set_read_timeout(Some(Duration::from_secs(600)));
         let sock = tcp.try_clone().ok().map(Sock::Tcp);
-        match mode {
-            SslMode::Disable => Ok((Box::new(tcp), sock)),
-            mode => Self::tls(tcp, name, mode == SslMode::Require, shown).map(|s| (s, sock)),
+        match &policy.config {
+            None => Ok((Box::new(tcp), sock)),
+            Some(config) => Self::tls(tcp, name, config.clone(), policy.required(), policy.mode, shown).map(|s| (s, sock)),
         }
     }
 
-    fn tls(mut tcp: TcpStream, name: &str, required: bool, shown: &str) -> Result<Box<dyn Stream>> {
+    fn tls(mut tcp: TcpStream, name: &str, config: std::sync::Arc<rustls::ClientConfig>, required: bool, mode: SslMode, shown: &str) -> Result<Box<dyn Stream>> {
         let mut req = BytesMut::new();
         frontend::ssl_request(&mut req);
         let io = |e: std::io::Error| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}"));
@@ -216,19 +220,32 @@ impl Replication {
             if required {
                 return Err(Error::new(
                     ErrorKind::Source,
-                    format!("{shown}: sslmode=require, but the server does not offer TLS (ssl = off): turn it on there, or use sslmode=prefer"),
+                    format!("{shown}: sslmode={}, but the server does not offer TLS (ssl = off): turn it on there, or use sslmode=prefer", mode.name()),
                 ));
             }
             return Ok(Box::new(tcp));
         }
-        let config = crate::tls::client_config().map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?;
-        let server = rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| Error::invalid(format!("{shown}: '{name}': {e}")))?;
+        let server = Policy::server_name(name).map_err(|e| e.context(shown))?;
         let conn = rustls::ClientConnection::new(config, server).map_err(|e| Error::new(ErrorKind::Source, format!("{shown}: TLS: {e}")))?;
-        Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
+        let mut stream = rustls::StreamOwned::new(conn, tcp);
+        // The handshake now, so that a certificate refused is said as such, not as a failed write.
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
+                Error::new(
+                    ErrorKind::Source,
+                    format!("{shown}: TLS: {e}: the server's certificate does not check against the root certificate (sslrootcert), or does not name the host (verify-full)"),
+                )
+            })?;
+        }
+        Ok(Box::new(stream))
     }
 
     fn authenticate(&mut self, user: &str, password: Option<&[u8]>) -> Result<()> {
-        let need = |url: &str| Error::invalid(format!("{url} asks for a password: put it in the URL (postgres://USER:PASSWORD@...) or PGPASSWORD"));
+        let need = |url: &str| {
+            Error::invalid(format!(
+                "{url} asks for a password: give it in the connection string, PGPASSWORD or a password file (~/.pgpass, mode 0600, with a line for the database `replication`)"
+            ))
+        };
         let mut scram: Option<sasl::ScramSha256> = None;
         loop {
             match self.read()? {

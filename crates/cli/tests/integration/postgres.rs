@@ -17,6 +17,7 @@ pub mod online;
 pub mod receive;
 pub mod repo;
 pub mod standby;
+pub mod tls;
 pub mod verify;
 pub mod walsum;
 
