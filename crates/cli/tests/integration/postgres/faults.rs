@@ -22,7 +22,8 @@ fn connection_and_permission_problems_are_named() {
 
     let o = backup("postgres://[nope", &out, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("not a PostgreSQL URL"));
+    // The real cause, in libpq's words (it was "not a PostgreSQL URL: invalid connection string").
+    assert!(stderr(&o).contains("missing \"]\" in IPv6 host address"), "{}", stderr(&o));
 
     let wrong_port = format!("postgres://postgres@localhost:{}/postgres?host={}", c.port + 1, c.sock.display());
     let o = backup(&wrong_port, &out, &[]);
