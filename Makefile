@@ -18,8 +18,9 @@ build: deps
 PG_VERSIONS ?= 15 18
 # Two tests run on the first version only: the peers' bench (Debian's pgBackRest 2.45 refuses
 # newer servers, and the wheel's pg_basebackup has neither lz4 nor zstd) and the German-messages
-# test (the wheel's server is built without translations; Debian's 15 has postgres-15.mo).
-PEER_SKIP = -- --skip postgres::bench::a_bench_on_a_small_tpch_cluster --skip postgres::german
+# test (the wheel's server is built without translations; Debian's 15 has postgres-15.mo), and the
+# TLS test (the wheel's server is built without SSL).
+PEER_SKIP = -- --skip postgres::bench::a_bench_on_a_small_tpch_cluster --skip postgres::german --skip postgres::tls::
 # The scenarios that matter most run on PG_SCENARIO_VERSIONS as well (servers from npm, client
 # tools from 18's wheel; scripts/install-deps.sh): an online backup into a repository, PITR to a
 # named point, an incremental chain under DDL with --delta, the drills, sheaf's WAL reader against
