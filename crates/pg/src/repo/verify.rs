@@ -45,7 +45,7 @@ pub struct VerifyOptions {
 }
 
 /// What [`verify`] found.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct RepoCheck {
     /// The backups that read back whole.
     pub backups: Vec<Checked>,
@@ -105,18 +105,7 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
     let stripes_listed: BTreeMap<String, Stored> = repo.list(paths::BACKUPS)?.into_iter().map(|o| (o.name.clone(), o)).collect();
     let needs = super::inventory::WalNeeds::read(repo, &found, now)?;
     let horizon = needs.horizon.clone();
-    let mut check = RepoCheck {
-        backups: Vec::new(),
-        wal_files: 0,
-        wal_files_read: 0,
-        wal_bytes: 0,
-        bytes_read: 0,
-        chains_checked: 0,
-        problems: Vec::new(),
-        warnings: Vec::new(),
-        wal_missing: false,
-        horizon: horizon.clone(),
-    };
+    let mut check = RepoCheck { horizon: horizon.clone(), ..RepoCheck::default() };
     let before = if opts.full {
         Ledger::default()
     } else {
@@ -234,18 +223,7 @@ mod tests {
 
     #[test]
     fn missing_wal_outranks_damage() {
-        let mut c = RepoCheck {
-            backups: Vec::new(),
-            wal_files: 0,
-            wal_files_read: 0,
-            wal_bytes: 0,
-            bytes_read: 0,
-            chains_checked: 0,
-            problems: Vec::new(),
-            warnings: Vec::new(),
-            wal_missing: false,
-            horizon: None,
-        };
+        let mut c = RepoCheck::default();
         assert!(c.ok() && c.failure().is_none());
         c.problems = vec!["backup a: damaged".into(), "backup b: 2 WAL segments are missing".into()];
         assert_eq!(c.failure().unwrap().kind(), ErrorKind::Corrupt);
