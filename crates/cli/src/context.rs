@@ -164,56 +164,60 @@ impl Context {
         })
     }
 
-    /// The secret's files as given or set: (key file, passphrase file).
-    fn key_files(&self) -> (Option<PathBuf>, Option<PathBuf>) {
+    /// The secret's sources as given or set: (key file, passphrase file, key command).
+    fn key_sources(&self) -> (Option<PathBuf>, Option<PathBuf>, Option<String>) {
         let k = &self.shared.keys;
         let path = |key: &str, flag: &Option<PathBuf>| self.settings.value(key, flag.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
-        (path("encryption-key-file", &k.encryption_key_file), path("passphrase-file", &k.passphrase_file))
+        (path("encryption-key-file", &k.encryption_key_file), path("passphrase-file", &k.passphrase_file), self.settings.value("key-command", k.key_command.clone()))
     }
 
-    /// The keys given, if any: a key file, a passphrase file, or SHEAF_PASSPHRASE (one of them).
+    /// The keys given, if any: a key file, a passphrase file, a key command or SHEAF_PASSPHRASE
+    /// (one of them).
     ///
     /// # Errors
-    /// More than one secret, a file that cannot be read, a key that is not one.
+    /// More than one secret, a file that cannot be read, a command that fails, a key that is not
+    /// one.
     pub fn keys(&self) -> Result<Option<Arc<Keys>>> {
         once(&self.keys, || {
-            let (key_file, pass_file) = self.key_files();
+            let (key_file, pass_file, command) = self.key_sources();
             let env = std::env::var_os("SHEAF_PASSPHRASE").filter(|v| !v.is_empty());
-            let given = usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(env.is_some());
+            let given = usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(command.is_some()) + usize::from(env.is_some());
             if given > 1 {
-                return Err(Error::new(ErrorKind::Key, "more than one secret given (an encryption key file, a passphrase file, SHEAF_PASSPHRASE): give one"));
+                return Err(Error::new(ErrorKind::Key, "more than one secret given (an encryption key file, a passphrase file, a key command, SHEAF_PASSPHRASE): give one"));
             }
             if let Some(v) = env {
                 use std::os::unix::ffi::OsStringExt;
                 return Ok(Some(Arc::new(Keys::from_passphrase(v.into_vec())?)));
             }
-            load_keys(key_file, pass_file)
+            load_keys(key_file, pass_file, command, "--key-command")
         })
         .cloned()
     }
 
-    /// The keys of repository `n` (2 to 4) when it has its own (`repoN-encryption-key-file` or
-    /// `repoN-passphrase-file`), else `None`: it takes the one key given.
+    /// The keys of repository `n` (2 to 4) when it has its own (`repoN-encryption-key-file`,
+    /// `repoN-passphrase-file` or `repoN-key-command`), else `None`: it takes the one key given.
     ///
     /// # Errors
-    /// Both given, a file that cannot be read, a key that is not one.
+    /// More than one given, a file that cannot be read, a key that is not one.
     fn own_keys(&self, n: usize) -> Result<Option<Arc<Keys>>> {
         let key_file = self.settings.value(&format!("repo{n}-encryption-key-file"), None).map(PathBuf::from);
         let pass_file = self.settings.value(&format!("repo{n}-passphrase-file"), None).map(PathBuf::from);
-        if key_file.is_some() && pass_file.is_some() {
-            return Err(Error::new(ErrorKind::Key, format!("repo{n} has both an encryption key file and a passphrase file: give one")));
+        let command = self.settings.value(&format!("repo{n}-key-command"), None);
+        if usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(command.is_some()) > 1 {
+            return Err(Error::new(ErrorKind::Key, format!("repo{n} has more than one secret (encryption key file, passphrase file, key command): give one")));
         }
-        load_keys(key_file, pass_file)
+        load_keys(key_file, pass_file, command, &format!("repo{n}-key-command"))
     }
 
     /// Flags that give the same secret to another sheaf (restore_command, the prefetcher, the
-    /// bench's runs): the files by absolute path. `None` when the secret came from
-    /// SHEAF_PASSPHRASE, which no flag can carry safely.
+    /// bench's runs): the files by absolute path, or the command. `None` when the secret came
+    /// from SHEAF_PASSPHRASE, which no flag can carry safely.
     pub fn key_flags(&self) -> Option<Vec<String>> {
         let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
-        match self.key_files() {
-            (Some(k), _) => Some(vec!["--encryption-key-file".into(), abs(k)]),
-            (_, Some(p)) => Some(vec!["--passphrase-file".into(), abs(p)]),
+        match self.key_sources() {
+            (Some(k), _, _) => Some(vec!["--encryption-key-file".into(), abs(k)]),
+            (_, Some(p), _) => Some(vec!["--passphrase-file".into(), abs(p)]),
+            (_, _, Some(c)) => Some(vec!["--key-command".into(), c]),
             _ if std::env::var_os("SHEAF_PASSPHRASE").is_some_and(|v| !v.is_empty()) => None,
             _ => Some(Vec::new()),
         }
@@ -486,18 +490,46 @@ impl Context {
     }
 }
 
-/// Keys from a key file or a passphrase file (its first line), if either is given.
-fn load_keys(key_file: Option<PathBuf>, pass_file: Option<PathBuf>) -> Result<Option<Arc<Keys>>> {
+/// Keys from a key file, a passphrase file (its first line) or a key command, if one is given;
+/// `command_name` names the command in errors (never its output, nor the command itself, which
+/// may name where the secret lives).
+pub fn load_keys(key_file: Option<PathBuf>, pass_file: Option<PathBuf>, command: Option<String>, command_name: &str) -> Result<Option<Arc<Keys>>> {
     let keys = if let Some(f) = key_file {
         Keys::from_key_file(&f)?
     } else if let Some(f) = pass_file {
-        let text = std::fs::read(&f).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the passphrase file {}", f.display()), e))?;
+        let text = zeroize::Zeroizing::new(std::fs::read(&f).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the passphrase file {}", f.display()), e))?);
         let line = text.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
         Keys::from_passphrase(line).map_err(|e| Error::new(ErrorKind::Key, format!("{}: {}", f.display(), e.message())))?
+    } else if let Some(c) = command {
+        Keys::from_printed(run_key_command(&c, command_name)?, command_name)?
     } else {
         return Ok(None);
     };
     Ok(Some(Arc::new(keys)))
+}
+
+/// Run a key command with `sh -c` and take what it prints (at most 64 KiB); its messages go to
+/// our stderr.
+fn run_key_command(command: &str, name: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("sh")
+        .args(["-c", command])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| Error::io(ErrorKind::Key, format!("cannot run the key command ({name}) with sh"), e))?;
+    // Room for all of it up front: no reallocation leaves a copy of the secret behind.
+    let mut out = Vec::with_capacity((64 << 10) + 1);
+    let read = child.stdout.take().expect("piped").take(64 << 10).read_to_end(&mut out);
+    let status = child.wait().map_err(|e| Error::io(ErrorKind::Key, format!("the key command ({name}) could not be waited for"), e))?;
+    let out = zeroize::Zeroizing::new(out);
+    read.map_err(|e| Error::io(ErrorKind::Key, format!("cannot read what the key command ({name}) printed"), e))?;
+    if !status.success() {
+        return Err(Error::new(ErrorKind::Key, format!("the key command ({name}) failed ({status}); its messages, if any, are above")));
+    }
+    Ok(out.to_vec())
 }
 
 #[cfg(test)]

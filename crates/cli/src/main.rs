@@ -55,6 +55,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::Check(a) => return Ok(commands::check::run(ctx, a)),
         Command::Expire(a) => commands::expire::run(ctx, a)?,
         Command::Keep(a) => commands::keep::run(ctx, a)?,
+        Command::Key(a) => commands::key::run(ctx, a)?,
         Command::Drill(a) => commands::drill::run(ctx, a)?,
         Command::Undelete(a) => commands::undelete::run(ctx, a)?,
         Command::Consolidate(a) => commands::consolidate::run(ctx, a)?,

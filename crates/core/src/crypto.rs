@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  key file (32 bytes) ─────────────────────────┐
-//!  passphrase ──Argon2id(kdf salt, m, t, p)─────┴─► master key
+//!  passphrase ──Argon2id(kdf salt, m, t, p)─────┴─► master key          (a `--to` set; older repositories)
+//!  repository key ring, generation G ─────────────► master key          (repositories: keyring.rs)
 //!  master key ──HKDF-SHA256(data salt)──► data key (AES-256-GCM), key check, content-crc mask
 //! ```
 //!
@@ -55,6 +56,7 @@ pub const NONCE_MANIFEST: u32 = 2;
 const KEY_BLOCK_MAGIC: &[u8; 4] = b"SKEY";
 const KDF_KEY_FILE: u8 = 1;
 const KDF_ARGON2ID: u8 = 2;
+const KDF_RING: u8 = 3;
 /// Argon2id cost for new passphrase-protected backups: 64 MiB, 3 passes, 1 lane (RFC 9106's
 /// second recommendation, with one lane for small machines).
 pub const ARGON2_DEFAULT: (u32, u32, u32) = (64 * 1024, 3, 1);
@@ -79,6 +81,14 @@ pub enum Kdf {
         /// Salt.
         salt: [u8; 16],
     },
+    /// Generation `generation` of a repository's key ring (random keys, held only wrapped by the
+    /// repository's keys: [`crate::keyring`]).
+    Ring {
+        /// The ring's id.
+        ring: [u8; 16],
+        /// The generation (from 1; a rotation adds one).
+        generation: u32,
+    },
 }
 
 impl Kdf {
@@ -87,6 +97,7 @@ impl Kdf {
         match self {
             Kdf::KeyFile => "a key file (--encryption-key-file)",
             Kdf::Argon2id { .. } => "a passphrase (SHEAF_PASSPHRASE or --passphrase-file)",
+            Kdf::Ring { .. } => "one of its keys (a passphrase, a key file or --key-command; `sheaf key list` names them)",
         }
     }
 }
@@ -117,6 +128,11 @@ impl KeyBlock {
                 b[12..16].copy_from_slice(&t.to_le_bytes());
                 b[16..20].copy_from_slice(&p.to_le_bytes());
                 b[20..36].copy_from_slice(&salt);
+            }
+            Kdf::Ring { ring, generation } => {
+                b[6] = KDF_RING;
+                b[8..24].copy_from_slice(&ring);
+                b[24..28].copy_from_slice(&generation.to_le_bytes());
             }
         }
         b[36..68].copy_from_slice(&self.data_salt);
@@ -150,6 +166,8 @@ impl KeyBlock {
                 }
                 Kdf::Argon2id { m_kib, t, p, salt: b[20..36].try_into().expect("16 bytes") }
             }
+            KDF_RING if word(24) >= 1 => Kdf::Ring { ring: b[8..24].try_into().expect("16 bytes"), generation: word(24) },
+            KDF_RING => return Err(Error::corrupt("key block: key ring generation 0 (damaged)")),
             k => return Err(Error::corrupt(format!("key block: unknown key derivation {k} (damaged)"))),
         };
         Ok(KeyBlock { kdf, data_salt: b[36..68].try_into().expect("32 bytes"), check: b[68..84].try_into().expect("16 bytes") })
@@ -163,11 +181,25 @@ enum Secret {
 }
 
 /// The user's secret, and the master keys made from it so far (Argon2id runs once per salt and
-/// parameters, however many stripes or objects share them).
+/// parameters, however many stripes or objects share them), and those of the key rings it opened.
 pub struct Keys {
     secret: Secret,
     argon2: (u32, u32, u32),
     masters: Mutex<Vec<(Kdf, Zeroizing<[u8; 32]>)>>,
+    /// Master keys from the key rings this secret opened ([`Keys::install_ring`]): a ring's
+    /// generations, and the master keys of what was written before a repository had a ring.
+    ring_keys: Mutex<Vec<(Kdf, Zeroizing<[u8; 32]>)>>,
+    /// Why a repository's key ring did not open, for the error of what then cannot be read.
+    ring_failure: Mutex<Option<Error>>,
+}
+
+/// Which kind of secret.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SecretKind {
+    /// 32 random bytes.
+    Key,
+    /// A passphrase, stretched with Argon2id.
+    Passphrase,
 }
 
 impl std::fmt::Debug for Keys {
@@ -190,6 +222,66 @@ fn random<const N: usize>() -> Result<[u8; N]> {
 }
 
 impl Keys {
+    fn with_secret(secret: Secret) -> Keys {
+        Keys { secret, argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()), ring_keys: Mutex::new(Vec::new()), ring_failure: Mutex::new(None) }
+    }
+
+    /// Keys from what a program printed (`--key-command`): a key when it is 32 bytes, or 64 hex
+    /// digits and a newline; else a passphrase (its first line). `what` names it in errors, which
+    /// never quote it.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`] when it printed nothing.
+    pub fn from_printed(printed: Vec<u8>, what: &str) -> Result<Keys> {
+        let printed = Zeroizing::new(printed);
+        if printed.len() == 32 {
+            let mut key = Zeroizing::new([0u8; 32]);
+            key.copy_from_slice(&printed);
+            return Ok(Keys::with_secret(Secret::Key(key)));
+        }
+        let text = printed.strip_suffix(b"\n").unwrap_or(&printed);
+        if let Some(decoded) = (text.len() == 64).then(|| crate::text::unhex(text)).flatten().map(Zeroizing::new) {
+            let mut key = Zeroizing::new([0u8; 32]);
+            key.copy_from_slice(&decoded);
+            return Ok(Keys::with_secret(Secret::Key(key)));
+        }
+        let line = printed.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+        Keys::from_passphrase(line).map_err(|_| key_error(format!("{what} printed no key or passphrase: it should print 32 bytes, 64 hex digits or a passphrase on its first line")))
+    }
+
+    /// Which kind of secret this is.
+    pub fn kind(&self) -> SecretKind {
+        match self.secret {
+            Secret::Key(_) => SecretKind::Key,
+            Secret::Passphrase(_) => SecretKind::Passphrase,
+        }
+    }
+
+    /// The Argon2id cost new passphrase-protected things get (memory KiB, passes, lanes).
+    pub fn argon2_cost(&self) -> (u32, u32, u32) {
+        self.argon2
+    }
+
+    /// Master keys a key ring holds, from now on found by what needs them (a ring's
+    /// generations, and the master keys of what was written before it).
+    pub fn install_ring(&self, entries: &[(Kdf, Zeroizing<[u8; 32]>)]) {
+        let mut held = self.ring_keys.lock().unwrap_or_else(|p| p.into_inner());
+        for (kdf, key) in entries {
+            if !held.iter().any(|(k, _)| k == kdf) {
+                held.push((*kdf, key.clone()));
+            }
+        }
+    }
+
+    /// Why a repository's key ring did not open: the error of whatever then needs it.
+    pub fn note_ring_failure(&self, e: Error) {
+        *self.ring_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    fn ring_key(&self, kdf: &Kdf) -> Option<Zeroizing<[u8; 32]>> {
+        self.ring_keys.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| k == kdf).map(|(_, m)| m.clone())
+    }
+
     /// Keys from a key file: exactly 32 bytes, or 64 hex digits (a newline after them is fine).
     ///
     /// # Errors
@@ -211,12 +303,12 @@ impl Keys {
                 path.display()
             )));
         }
-        Ok(Keys { secret: Secret::Key(key), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) })
+        Ok(Keys::with_secret(Secret::Key(key)))
     }
 
     /// Keys from a key held in memory (a library caller's own key management).
     pub fn from_key(key: [u8; 32]) -> Keys {
-        Keys { secret: Secret::Key(Zeroizing::new(key)), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) }
+        Keys::with_secret(Secret::Key(Zeroizing::new(key)))
     }
 
     /// Keys from a passphrase (one trailing newline is dropped, as files and `echo` add one).
@@ -231,7 +323,7 @@ impl Keys {
         if pass.is_empty() {
             return Err(key_error("the passphrase is empty: set SHEAF_PASSPHRASE or --passphrase-file to a non-empty one"));
         }
-        Ok(Keys { secret: Secret::Passphrase(pass), argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()) })
+        Ok(Keys::with_secret(Secret::Passphrase(pass)))
     }
 
     /// The same keys with another Argon2id cost for what they encrypt from now on (memory KiB,
@@ -261,7 +353,12 @@ impl Keys {
         })
     }
 
-    fn master(&self, kdf: &Kdf) -> Result<Zeroizing<[u8; 32]>> {
+    /// The master key this secret makes under `kdf` (a key file's bytes, or Argon2id's output;
+    /// cached): what a key record's key-encryption key is made from.
+    ///
+    /// # Errors
+    /// `kdf` needs the other kind of secret, or is a key ring's.
+    pub fn own_master(&self, kdf: &Kdf) -> Result<Zeroizing<[u8; 32]>> {
         match (&self.secret, kdf) {
             (Secret::Key(k), Kdf::KeyFile) => Ok(k.clone()),
             (Secret::Passphrase(pass), Kdf::Argon2id { m_kib, t, p, salt }) => {
@@ -277,7 +374,18 @@ impl Keys {
                 cache.push((*kdf, out.clone()));
                 Ok(out)
             }
+            (_, Kdf::Ring { .. }) => Err(self.ring_failure.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|e| Error::new(e.kind(), e.message())).unwrap_or_else(|| {
+                key_error("it is encrypted with a repository's key ring, which was not opened: read it through its repository (--repo)")
+            })),
             (_, kdf) => Err(key_error(format!("it was encrypted with {}, and that was not given", kdf.needs()))),
+        }
+    }
+
+    /// The master key under `kdf`: a ring's, else this secret's own.
+    fn master(&self, kdf: &Kdf) -> Result<Zeroizing<[u8; 32]>> {
+        match self.ring_key(kdf) {
+            Some(m) => Ok(m),
+            None => self.own_master(kdf),
         }
     }
 
@@ -296,14 +404,19 @@ impl Keys {
     /// # Errors
     /// [`ErrorKind::Key`]: the other kind of secret is needed, or this one is not the right one.
     pub fn open(&self, block: &KeyBlock) -> Result<Arc<Cipher>> {
-        let derived = Derived::new(&self.master(&block.kdf)?, &block.data_salt);
-        if derived.check != block.check {
-            return Err(key_error(match block.kdf {
-                Kdf::KeyFile => "wrong key: the key file given is not the one this was encrypted with",
-                Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
-            }));
+        let fits = |master: &Zeroizing<[u8; 32]>| Some(Derived::new(master, &block.data_salt)).filter(|d| d.check == block.check).map(|d| Arc::new(d.cipher));
+        // A ring's key first: what a repository wrote before its ring opens with any of its keys.
+        if let Some(c) = self.ring_key(&block.kdf).as_ref().and_then(fits) {
+            return Ok(c);
         }
-        Ok(Arc::new(derived.cipher))
+        if let Some(c) = fits(&self.own_master(&block.kdf)?) {
+            return Ok(c);
+        }
+        Err(key_error(match block.kdf {
+            Kdf::KeyFile => "wrong key: the key file given is not the one this was encrypted with",
+            Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
+            Kdf::Ring { .. } => "the repository's key ring does not hold the key this was encrypted with (damaged, or from another repository)",
+        }))
     }
 }
 

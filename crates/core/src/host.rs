@@ -38,6 +38,16 @@ pub fn user_name(uid: u32) -> String {
     found.unwrap_or_else(|| format!("uid {uid}"))
 }
 
+/// This machine's name (the kernel's), else `localhost`.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "localhost".into())
+}
+
+/// `user@host` of this process, for records of who did something.
+pub fn who() -> String {
+    format!("{}@{}", user_name(effective_ids().0), host_name())
+}
+
 /// The owner (user id) of `path`, or of the nearest folder above it that exists.
 pub fn owner_of(path: &Path) -> Option<(u32, std::path::PathBuf)> {
     use std::os::unix::fs::MetadataExt;

@@ -22,6 +22,7 @@ pub mod error;
 pub mod format;
 pub mod frame;
 pub mod host;
+pub mod keyring;
 pub mod manifest;
 pub mod pipeline;
 pub mod repo;

@@ -11,10 +11,13 @@
 //! Everything but stripes is a [`crate::blob`]: checksummed, published whole. What a record means
 //! is the caller's business (PostgreSQL's lives in sheaf-pg); this module knows places and bytes.
 //!
-//! An encrypted repository is one whose `repo.json` is encrypted: that object's key block is the
-//! repository's (its KDF, salt and cost), and every object and backup written to it later uses the
-//! same KDF with a data key of its own. So the passphrase is stretched once per process, and a
-//! wrong one is refused before anything is written.
+//! An encrypted repository is one whose `repo.json` is encrypted. Its keys are in `keys/ID.key`
+//! ([`crate::keyring`]): any one of them opens the key ring, whose newest generation every object
+//! and backup written from then on uses, each with a data key of its own. So a passphrase is
+//! stretched once per process, and a wrong one is refused before anything is written. A
+//! repository made before key rings has no `keys/`: `repo.json`'s key block names its one KDF
+//! (a passphrase's salt and cost, or a key file), which everything in it used, until
+//! `sheaf key migrate` adopts it.
 
 use std::io::Read;
 use std::sync::{Arc, OnceLock};
@@ -26,6 +29,7 @@ use crate::blob::{read_blob, write_blob, BlobInfo};
 use crate::codec::{CodecKind, CodecSpec};
 use crate::crypto::{Encryption, Kdf, Keys};
 use crate::error::{Error, ErrorKind, Result};
+use crate::keyring::{KeyRecord, Ring, KEYS_DIR, KEY_SUFFIX};
 use crate::storage::{retention_of, Location, ObjectLock, ObjectVersion, Retention, Schemes, Store, Stored, WriteLock, WriteOptions};
 
 /// The repository's description, `repo.json`.
@@ -45,6 +49,49 @@ pub struct Repo {
     lock: Arc<OnceLock<WriteLock>>,
     /// Why this process may not write here, once asked ([`Repo::check_writer`]); `None`: it may.
     refusal: Arc<OnceLock<Option<String>>>,
+    /// The key ring the keys opened, once asked ([`Repo::unlock`]).
+    unlocked: Arc<OnceLock<std::result::Result<Option<Arc<Unlocked>>, (ErrorKind, String)>>>,
+}
+
+/// A repository's key ring, opened.
+#[derive(Debug)]
+pub struct Unlocked {
+    /// The ring.
+    pub ring: Ring,
+    /// The id of the record that opened it.
+    pub opened_by: String,
+    /// Every key's record, by id.
+    pub records: Vec<KeyRecord>,
+}
+
+impl Unlocked {
+    /// The newest generation any record wraps: more than this ring's after a rotation cut short.
+    pub fn newest(&self) -> u32 {
+        self.records.iter().map(|r| r.generations).max().unwrap_or(0)
+    }
+
+    /// Refuse to write with a ring a rotation left behind: what others write would not open
+    /// with this key, nor this key's with theirs.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`], naming the keys that are up to date and the fix.
+    pub fn check_current(&self) -> Result<()> {
+        if self.newest() <= self.ring.generations() {
+            return Ok(());
+        }
+        let ahead: Vec<&str> = self.records.iter().filter(|r| r.generations == self.newest()).map(|r| r.id.as_str()).collect();
+        Err(Error::new(
+            ErrorKind::Key,
+            format!(
+                "the key given (record {}) wraps key ring generation {}, and key {} generation {}: a `sheaf key rotate` was cut short; run it again with {} (reading is fine meanwhile)",
+                self.opened_by,
+                self.ring.generations(),
+                ahead.join(", "),
+                self.newest(),
+                if ahead.len() == 1 { "that key" } else { "one of those keys" }
+            ),
+        ))
+    }
 }
 
 impl Repo {
@@ -67,7 +114,16 @@ impl Repo {
         let name = meta.name();
         let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();
         let shown = meta.display().strip_suffix(&format!("/{META}")).map(str::to_string).unwrap_or_else(|| trimmed.to_string());
-        Ok(Repo { store: meta.store().clone(), root, shown, keys: None, kdf: Arc::new(OnceLock::new()), lock: Arc::new(OnceLock::new()), refusal: Arc::new(OnceLock::new()) })
+        Ok(Repo {
+            store: meta.store().clone(),
+            root,
+            shown,
+            keys: None,
+            kdf: Arc::new(OnceLock::new()),
+            lock: Arc::new(OnceLock::new()),
+            refusal: Arc::new(OnceLock::new()),
+            unlocked: Arc::new(OnceLock::new()),
+        })
     }
 
     /// This repository, read and written with `keys` (its key file or passphrase), if any.
@@ -76,9 +132,107 @@ impl Repo {
         self
     }
 
-    /// The keys given.
+    /// The keys given, with the repository's key ring opened into them (if it has one and they
+    /// open it; if not, what then cannot be read says why).
     pub fn keys(&self) -> Option<&Keys> {
+        if self.keys.is_some() {
+            let _ = self.unlock();
+        }
         self.keys.as_deref()
+    }
+
+    /// The key records, as stored (no secret needed: they hold only public values).
+    ///
+    /// # Errors
+    /// When the store cannot be listed or a record read; a damaged record.
+    pub fn key_records(&self) -> Result<Vec<KeyRecord>> {
+        let mut out = Vec::new();
+        for o in self.list(KEYS_DIR)?.into_iter().filter(|o| o.name.ends_with(KEY_SUFFIX)) {
+            let src = self.store.open(&self.name(&o.name))?;
+            let mut text = Vec::new();
+            read_blob(src.as_ref(), None, &mut |c| {
+                text.extend_from_slice(c);
+                Ok(())
+            })?;
+            let r: KeyRecord = serde_json::from_slice(&text).map_err(|e| Error::corrupt(format!("{}: not a key record: {e}", self.describe(&o.name))))?;
+            if r.name() != o.name {
+                return Err(Error::corrupt(format!("{}: the record of key {} under another name (moved by hand?)", self.describe(&o.name), r.id)));
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// Write a key record (whole, never locked: a removal or rotation replaces it).
+    ///
+    /// # Errors
+    /// Write errors; [`ErrorKind::Target`] when it exists and `overwrite` is false.
+    pub fn put_key_record(&self, r: &KeyRecord, overwrite: bool) -> Result<()> {
+        let rel = r.name();
+        self.prepare(&rel)?;
+        let text = serde_json::to_vec_pretty(r).map_err(|e| Error::invalid(format!("{rel}: {e}")))?;
+        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None };
+        let sink = self.store.create(&self.name(&rel), &opts).map_err(|e| self.writable_hint(&rel, e))?;
+        write_blob(sink, &mut &text[..], CodecSpec { kind: CodecKind::None, level: 0, named: None }, &rel, None).map(drop).map_err(|e| self.writable_hint(&rel, e))
+    }
+
+    /// Open the key ring with the keys given, once per process: `None` without keys or for a
+    /// repository without key records (not encrypted, or encrypted before key rings).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Key`] when no record opens with the keys given; reading the records.
+    pub fn unlock(&self) -> Result<Option<Arc<Unlocked>>> {
+        let Some(keys) = self.keys.as_deref() else { return Ok(None) };
+        let r = self.unlocked.get_or_init(|| {
+            let opened = self.open_ring(keys);
+            if let Err(e) = &opened {
+                keys.note_ring_failure(Error::new(e.kind(), e.message()));
+            }
+            opened.map_err(|e| (e.kind(), e.message().to_string()))
+        });
+        r.clone().map_err(|(kind, message)| Error::new(kind, message))
+    }
+
+    fn open_ring(&self, keys: &Keys) -> Result<Option<Arc<Unlocked>>> {
+        let records = self.key_records()?;
+        if records.is_empty() {
+            return Ok(None);
+        }
+        // Up-to-date records first, so that a key a rotation reached is the one that opens.
+        let mut order: Vec<&KeyRecord> = records.iter().collect();
+        order.sort_by_key(|r| std::cmp::Reverse(r.generations));
+        for r in order {
+            if let Some(ring) = r.open(keys)? {
+                keys.install_ring(ring.entries());
+                return Ok(Some(Arc::new(Unlocked { ring, opened_by: r.id.clone(), records: records.clone() })));
+            }
+        }
+        let kind = match keys.kind() {
+            crate::crypto::SecretKind::Key => "key",
+            crate::crypto::SecretKind::Passphrase => "passphrase",
+        };
+        let same: Vec<&str> = records.iter().filter(|r| r.secret_kind() == keys.kind()).map(|r| r.id.as_str()).collect();
+        Err(Error::new(
+            ErrorKind::Key,
+            if same.is_empty() {
+                format!(
+                    "repository {}: none of its {} keys is a {kind} ({}): give one of its keys (`sheaf key list` names them)",
+                    self.shown,
+                    records.len(),
+                    records.iter().map(crate::keyring::describe).collect::<Vec<_>>().join(", ")
+                )
+            } else {
+                format!("repository {}: wrong {kind}: it opens none of its keys ({}); `sheaf key list` names them", self.shown, records.iter().map(crate::keyring::describe).collect::<Vec<_>>().join(", "))
+            },
+        ))
+    }
+
+    /// Set what [`Repo::unlock`] gives, after a key operation changed the ring or the records.
+    fn set_unlocked(&self, u: Unlocked) {
+        if let Some(keys) = self.keys.as_deref() {
+            keys.install_ring(u.ring.entries());
+        }
+        let _ = self.unlocked.set(Ok(Some(Arc::new(u))));
     }
 
     /// What new objects and backups are encrypted with: `None` for a repository that is not
@@ -94,13 +248,26 @@ impl Repo {
                 let src = self.store.open(&self.name(META))?;
                 let info = crate::blob::blob_info(src.as_ref())?;
                 if let (Some(block), Some(keys)) = (&info.key_block, self.keys()) {
+                    if matches!(block.kdf, Kdf::Ring { .. }) {
+                        self.unlock()?;
+                    }
                     keys.open(block).map_err(|e| e.context(format!("repository {}", self.shown)))?;
                 }
                 *self.kdf.get_or_init(|| info.key_block.map(|b| b.kdf))
             }
         };
         match (kdf, &self.keys) {
-            (Some(kdf), Some(keys)) => Ok(Some(Encryption { keys: keys.clone(), kdf })),
+            (Some(kdf), Some(keys)) => match self.unlock()? {
+                Some(u) => {
+                    u.check_current()?;
+                    Ok(Some(Encryption { keys: keys.clone(), kdf: u.ring.current() }))
+                }
+                None if matches!(kdf, Kdf::Ring { .. }) => Err(Error::new(
+                    ErrorKind::Key,
+                    format!("the repository {} is encrypted with a key ring, and its key records ({KEYS_DIR}) are gone: restore them from a copy (or a bucket's versions: `sheaf undelete`)", self.shown),
+                )),
+                None => Ok(Some(Encryption { keys: keys.clone(), kdf })),
+            },
             (None, None) => Ok(None),
             (Some(kdf), None) => Err(Error::new(
                 ErrorKind::Key,
@@ -429,10 +596,40 @@ impl Repo {
                 format!("{} is not empty (it holds {}, and {} more): a repository needs a place of its own", self.shown, o.name, other.len() - 1),
             ));
         }
-        // repo.json is written before the KDF is known to anyone else: it is chosen here.
+        // With keys, the first key's record is written first, then repo.json under the ring's
+        // first generation.
+        let kdf = match self.keys.as_deref() {
+            None => None,
+            Some(keys) => {
+                let ring = Ring::new()?;
+                let record = KeyRecord::seal(keys, &ring, crate::time::now_ms() / 1000, &crate::host::who())?;
+                self.put_key_record(&record, false).map_err(|e| e.context(format!("cannot create a repository at {}", self.shown)))?;
+                let kdf = ring.current();
+                self.set_unlocked(Unlocked { ring, opened_by: record.id.clone(), records: vec![record] });
+                Some(kdf)
+            }
+        };
+        let _ = self.kdf.set(kdf);
+        let written = self.put_json(META, meta, false).map_err(|e| e.context(format!("cannot create a repository at {}", self.shown)));
+        if written.is_err() {
+            if let Some(Ok(Some(u))) = self.unlocked.get() {
+                let _ = self.delete(&u.records[0].name());
+            }
+        }
+        written
+    }
+
+    /// Create a repository as sheaf did before key rings: everything under one KDF of the
+    /// secret's. For tests of `sheaf key migrate`.
+    ///
+    /// # Errors
+    /// As [`Repo::init`].
+    #[doc(hidden)]
+    pub fn init_without_ring<T: Serialize>(&self, meta: &T) -> Result<()> {
         let kdf = self.keys.as_ref().map(|k| k.fresh_kdf()).transpose()?;
         let _ = self.kdf.set(kdf);
-        self.put_json(META, meta, false).map_err(|e| e.context(format!("cannot create a repository at {}", self.shown)))
+        let _ = self.unlocked.set(Ok(None));
+        self.put_json(META, meta, false)
     }
 }
 

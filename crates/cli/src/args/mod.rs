@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{
-    CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs,
+    CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs,
 };
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ShowArgs};
@@ -200,6 +200,20 @@ sheaf keep --repo /srv/sheaf                                                   #
 Only the WAL from the backup's start to its stop is kept for it: recovery to a later moment needs \
 the WAL the policy keeps.")]
     Keep(KeepArgs),
+    /// The keys of an encrypted repository: any one opens it; add, remove and rotate them without
+    /// rewriting a backup.
+    #[command(after_help = "Examples:\n  \
+sheaf key list --repo /srv/sheaf\n  \
+sheaf key add --repo /srv/sheaf --passphrase-file old.pass --new-key-command 'vault kv get -field=key secret/sheaf'\n  \
+sheaf key remove --repo /srv/sheaf --key-command 'vault kv get -field=key secret/sheaf' --key 3f2a9c0d1e4b5a67\n  \
+sheaf key rotate --repo /srv/sheaf --passphrase-file dba.pass\n  \
+sheaf key migrate --repo /srv/sheaf --passphrase-file dba.pass    # a repository from before key rings\n\n\
+A repository's backups and WAL are encrypted with random data keys (the key ring), stored only \
+wrapped for each of its keys: a passphrase, a key file or a key command's output. Adding or removing \
+a key rewrites one small record. After removing a key that may have leaked, rotate: what is written \
+from then on uses a new data key that the removed key never saw (what it could read before, it may \
+have copied). docs/encryption.md says which secret opens what.")]
+    Key(KeyCommandArgs),
     /// After a wipe of a locked repository (S3 Object Lock), make what the lock kept readable
     /// again: remove the delete markers, and with --since the overwrites, on top of its objects.
     #[command(after_help = "Examples:\n  \
@@ -271,6 +285,14 @@ impl Command {
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Check(a) => with(&a.s3, &a.repo),
             Command::Keep(a) => with(&a.s3, &a.repo),
+            Command::Key(a) => {
+                let on = match &a.action {
+                    KeyAction::List(o) | KeyAction::Rotate(o) | KeyAction::Migrate(o) => o,
+                    KeyAction::Add(x) => &x.on,
+                    KeyAction::Remove(x) => &x.on,
+                };
+                with(&on.s3, &on.repo)
+            }
             Command::Drill(a) => Shared { rate: a.rate.clone(), spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Undelete(a) => with(&a.s3, &a.repo),
             Command::Expire(a) => with(&a.s3, &a.repo),

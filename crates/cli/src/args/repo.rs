@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::shared::{RateArgs, RepoArg, S3Args, SpoolArg};
 
@@ -331,4 +331,67 @@ pub enum InfoFormat {
     Json,
     /// Prometheus' text exposition format, for a collector.
     Prometheus,
+}
+
+#[derive(Args)]
+pub struct KeyCommandArgs {
+    #[command(subcommand)]
+    pub action: KeyAction,
+}
+
+#[derive(Subcommand)]
+pub enum KeyAction {
+    /// List the keys that open the repository: id, kind, when and by whom added, the key ring
+    /// generations each opens. Needs no key; with one, marks it.
+    List(KeyOn),
+    /// Add a key (--new-passphrase-file, --new-key-file or --new-key-command), opening the
+    /// repository with a current one.
+    Add(KeyAddArgs),
+    /// Remove a key (--key ID, from `sheaf key list`), opening the repository with another one.
+    /// The last key cannot be removed.
+    Remove(KeyRemoveArgs),
+    /// Start a new data key for everything written from now on; what was written keeps its own,
+    /// re-wrapped: nothing is rewritten, only the keys' small records.
+    Rotate(KeyOn),
+    /// Move a repository encrypted before key rings (one passphrase or key file) to them, in
+    /// place: only a key record is written.
+    Migrate(KeyOn),
+}
+
+#[derive(Args)]
+pub struct KeyOn {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args)]
+#[group(id = "new", required = true, multiple = false, args = ["new_passphrase_file", "new_key_file", "new_key_command"])]
+pub struct KeyAddArgs {
+    #[command(flatten)]
+    pub on: KeyOn,
+    /// The new key: the passphrase in FILE (its first line), stretched with Argon2id.
+    #[arg(long, value_name = "FILE")]
+    pub new_passphrase_file: Option<PathBuf>,
+    /// The new key: the key in FILE, 32 random bytes or 64 hex digits
+    /// (`head -c 32 /dev/urandom > FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub new_key_file: Option<PathBuf>,
+    /// The new key: what CMD prints (as --key-command), e.g. from Vault or a cloud KMS.
+    #[arg(long, value_name = "CMD")]
+    pub new_key_command: Option<String>,
+}
+
+#[derive(Args)]
+pub struct KeyRemoveArgs {
+    #[command(flatten)]
+    pub on: KeyOn,
+    /// The key to remove: its id as `sheaf key list` shows it (or enough of its start to name
+    /// one).
+    #[arg(long = "key", value_name = "ID")]
+    pub key: String,
 }

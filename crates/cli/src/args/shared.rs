@@ -84,6 +84,13 @@ pub struct KeyArgs {
     /// config file.
     #[arg(long, value_name = "FILE")]
     pub passphrase_file: Option<PathBuf>,
+    /// Run CMD (with sh -c) and take the secret from what it prints: a key (32 bytes, or 64 hex
+    /// digits) or else a passphrase (its first line). So Vault, a cloud KMS or an HSM can hold the
+    /// secret: e.g. `vault kv get -field=key secret/sheaf`. CMD itself must hold no secret (it
+    /// is passed on to restore_command, as the files above are); a failure or an empty output
+    /// stops the command. Default: SHEAF_KEY_COMMAND, else key-command in the config file.
+    #[arg(long, value_name = "CMD")]
+    pub key_command: Option<String>,
 }
 
 /// Where look-ahead and prefetch keep their files.

@@ -16,6 +16,7 @@ pub mod history;
 pub mod info;
 pub mod init;
 pub mod keep;
+pub mod key;
 pub mod lab;
 pub mod load_tpch;
 pub mod restore;

@@ -16,6 +16,8 @@
 //! - [`drills`]: the records `sheaf drill` leaves, and what info, check and the metrics read of
 //!   them.
 //! - [`summaries`]: `sheaf wal-summarize`: block summaries made for archived WAL that lacks them.
+//! - [`keys`]: `sheaf key`: the keys of an encrypted repository: list, add, remove, rotate,
+//!   migrate.
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read and checked.
 
 pub mod backup;
@@ -24,6 +26,7 @@ pub mod drills;
 pub mod horizon;
 pub mod inventory;
 pub mod keep;
+pub mod keys;
 pub mod ledger;
 pub mod meta;
 pub mod metrics;

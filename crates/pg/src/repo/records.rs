@@ -106,9 +106,7 @@ pub(crate) fn now_unix() -> i64 {
     sheaf_core::time::now_ms().div_euclid(1000)
 }
 
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
-}
+pub use sheaf_core::host::host_name;
 
 impl BackupLock {
     /// The lock this process holds for backup `id`, begun at `start_unix`.

@@ -1,0 +1,85 @@
+//! `sheaf key`: list, add, remove and rotate the keys of an encrypted repository, and move one
+//! from before key rings to them ([`sheaf_pg::repo::keys`]).
+
+use sheaf_core::Error;
+use sheaf_pg::repo::keys::{self, KeyInfo};
+
+use crate::args::{KeyAction, KeyCommandArgs};
+use crate::context::{load_keys, Context};
+
+/// Run it on the repository given (the first, when several are).
+///
+/// # Errors
+/// The repository's errors; the wrong key; a key that cannot be removed.
+pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
+    let repo = ctx.repo()?;
+    let shown = |k: &KeyInfo| format!("{} ({})", k.id, k.kind);
+    match a.action {
+        KeyAction::List(on) => {
+            let list = keys::list(&repo)?;
+            if on.json {
+                say!("{}", serde_json::to_string_pretty(&list).expect("serialises"));
+                return Ok(());
+            }
+            if list.scheme == "single" {
+                say!("{}: encrypted before key rings, with one {} (no key records); `sheaf key migrate` moves it to key rings in place", list.repo, list.keys[0].kind);
+                return Ok(());
+            }
+            say!("{:<18} {:<10} {:<20} {:<24} generations", "key", "kind", "added (UTC)", "by");
+            for k in &list.keys {
+                say!("{:<18} {:<10} {:<20} {:<24} {}{}", k.id, k.kind, k.added, k.added_by, k.generations, if k.this { "  <- the key given" } else { "" });
+            }
+            let behind = list.keys.iter().filter(|k| k.generations < list.generation).count();
+            say!(
+                "{} key{}; what is written now uses key ring generation {}{}",
+                list.keys.len(),
+                if list.keys.len() == 1 { "" } else { "s" },
+                list.generation,
+                if behind > 0 { format!(" ({behind} key(s) behind it: a rotation was cut short; run `sheaf key rotate` again with an up-to-date key)") } else { String::new() }
+            );
+        }
+        KeyAction::Add(x) => {
+            let new = load_keys(x.new_key_file, x.new_passphrase_file, x.new_key_command, "--new-key-command")?.expect("clap requires one of the new key's flags");
+            let k = keys::add(&repo, &new)?;
+            if x.on.json {
+                say!("{}", serde_json::to_string_pretty(&k).expect("serialises"));
+            } else {
+                say!("added key {} to {}: it opens everything in it, older backups and WAL too", shown(&k), repo.display());
+            }
+        }
+        KeyAction::Remove(x) => {
+            let k = keys::remove(&repo, &x.key)?;
+            if x.on.json {
+                say!("{}", serde_json::to_string_pretty(&k).expect("serialises"));
+            } else {
+                say!("removed key {} from {}: it no longer opens the repository", shown(&k), repo.display());
+                say!("if it may have leaked, run `sheaf key rotate` now: what it could read until now may have been copied, what is written after a rotation it cannot read");
+            }
+        }
+        KeyAction::Rotate(on) => {
+            let r = keys::rotate(&repo)?;
+            if on.json {
+                say!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
+            } else {
+                say!(
+                    "rotated {}: what is written from now on uses key ring generation {}; {} key record{} rewritten ({} bytes), no backup or WAL file touched",
+                    r.repo,
+                    r.generation,
+                    r.records,
+                    if r.records == 1 { "" } else { "s" },
+                    r.bytes_written
+                );
+            }
+        }
+        KeyAction::Migrate(on) => {
+            let k = keys::migrate(&repo)?;
+            if on.json {
+                say!("{}", serde_json::to_string_pretty(&k).expect("serialises"));
+            } else {
+                say!("moved {} to key rings: key {} opens it, and what is written from now on uses a new random data key", repo.display(), shown(&k));
+                say!("add more keys with `sheaf key add`; what was written before stays readable with the secret given too (that would take rewriting it)");
+            }
+        }
+    }
+    Ok(())
+}
