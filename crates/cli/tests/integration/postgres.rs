@@ -11,6 +11,7 @@ pub mod faults;
 pub mod german;
 pub mod incremental;
 pub mod keep;
+pub mod keys;
 pub mod lock;
 pub mod monitor;
 pub mod online;
