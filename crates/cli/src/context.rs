@@ -223,6 +223,50 @@ impl Context {
         }
     }
 
+    /// The cluster's connection: `given` (a command's argument), else `pg-url`, else a keyword/value
+    /// string of `pg-host`, `pg-port`, `pg-socket-path`, `pg-user` and `pg-database` (from the
+    /// environment as SHEAF_PG_URL, SHEAF_PG_HOST, ... or the config file), else, when PGSERVICE,
+    /// PGHOST, PGHOSTADDR or PGDATABASE is set, libpq's defaults (an empty connection string).
+    ///
+    /// # Errors
+    /// None given anywhere; pg-url and the pg-* keywords both; pg-host and pg-socket-path both.
+    pub fn pg_url(&self, given: Option<String>) -> Result<String> {
+        if let Some(g) = given {
+            return Ok(g);
+        }
+        let url = self.settings.get("pg-url", None);
+        let parts: Vec<(&str, (String, crate::settings::Origin))> = [("host", "pg-host"), ("host", "pg-socket-path"), ("port", "pg-port"), ("user", "pg-user"), ("dbname", "pg-database")]
+            .into_iter()
+            .filter_map(|(k, setting)| self.settings.get(setting, None).map(|v| (k, v)))
+            .collect();
+        if let Some((u, o)) = &url {
+            if sheaf_pg::conninfo::parse(u).map_err(|e| e.context(format!("pg-url ({o})")))?.iter().any(|(k, _)| k == "password") {
+                return Err(Error::invalid(format!(
+                    "pg-url ({o}) holds a password: sheaf takes no secrets in its settings; put it in ~/.pgpass (or the file PGPASSFILE names, mode 0600) as libpq does"
+                )));
+            }
+        }
+        match (url, parts.is_empty()) {
+            (Some((u, _)), true) => Ok(u),
+            (Some((_, o)), false) => Err(Error::invalid(format!(
+                "pg-url ({o}) and {} are both set: give the connection one way (pg-url, or the pg-* keywords)",
+                parts.iter().map(|(_, (_, o))| o.to_string()).collect::<Vec<_>>().join(", ")
+            ))),
+            (None, false) => {
+                if parts.iter().filter(|(k, _)| *k == "host").count() > 1 {
+                    return Err(Error::invalid("pg-host and pg-socket-path are both set: the server is reached over TCP (pg-host) or its Unix socket (pg-socket-path), give one"));
+                }
+                let pairs: Vec<(&str, &str)> = parts.iter().map(|(k, (v, _))| (*k, v.as_str())).collect();
+                Ok(sheaf_pg::conninfo::keyword_string(&pairs))
+            }
+            // As psql: the environment may name the server by itself.
+            (None, true) if ["PGSERVICE", "PGHOST", "PGHOSTADDR", "PGDATABASE"].iter().any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty())) => Ok(String::new()),
+            (None, true) => Err(Error::invalid(
+                "no PostgreSQL server given: give its URL (postgres://USER@HOST/DB) or keyword/value string (host=... dbname=...), or set pg-url (or pg-host, pg-port, pg-socket-path, pg-user, pg-database) in the config file or as SHEAF_PG_URL ...",
+            )),
+        }
+    }
+
     /// The `--max-rate` limit, one for every stripe and object of this run, if one was asked for.
     ///
     /// # Errors

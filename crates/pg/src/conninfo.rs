@@ -402,6 +402,18 @@ fn known(keyword: &str) -> bool {
     KEYWORDS.iter().any(|(k, _)| *k == keyword)
 }
 
+/// Whether `text` is a keyword/value connection string (`host=/run/postgresql dbname=app`): it
+/// starts with one of libpq's keywords and `=`.
+pub fn is_keyword_string(text: &str) -> bool {
+    let t = text.trim_start();
+    t.split_once('=').is_some_and(|(k, _)| KEYWORDS.iter().any(|(name, _)| *name == k.trim_end()))
+}
+
+/// A keyword/value connection string of `pairs`, each value quoted as libpq reads it.
+pub fn keyword_string(pairs: &[(&str, &str)]) -> String {
+    pairs.iter().map(|(k, v)| format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))).collect::<Vec<_>>().join(" ")
+}
+
 /// A connection string's keywords and values: a URL (`postgres://` or `postgresql://`) or
 /// keyword/value pairs; empty gives none.
 ///
@@ -672,6 +684,19 @@ mod tests {
     fn with_env(text: &str, env: &[(&str, &str)]) -> Result<ConnInfo> {
         let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         ConnInfo::resolve_with(text, &move |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn keyword_strings_are_told_from_paths_and_written_as_libpq_reads_them() {
+        for t in ["host=/run/postgresql dbname=app", "  dbname = x", "service=nightly"] {
+            assert!(is_keyword_string(t), "{t}");
+        }
+        for t in ["/srv/data", "data=dir", "./host", ""] {
+            assert!(!is_keyword_string(t), "{t}");
+        }
+        let text = keyword_string(&[("host", "/run/postgresql"), ("user", "o'brien"), ("dbname", "a b\\c")]);
+        let info = with_env(&text, &[]).unwrap();
+        assert_eq!((info.get("host"), info.get("user"), info.get("dbname")), (Some("/run/postgresql"), Some("o'brien"), Some("a b\\c")));
     }
 
     #[test]

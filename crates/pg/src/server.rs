@@ -8,10 +8,11 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::lsn::Lsn;
 
-/// Whether `text` names a PostgreSQL server (a `postgres://` or `postgresql://` URL) rather than a
+/// Whether `text` names a PostgreSQL server (a `postgres://` or `postgresql://` URL, or a libpq
+/// keyword/value string such as `host=/run/postgresql dbname=postgres`) rather than a
 /// path: how every command tells a running cluster from a directory.
 pub fn is_url(text: &str) -> bool {
-    text.starts_with("postgres://") || text.starts_with("postgresql://")
+    text.starts_with("postgres://") || text.starts_with("postgresql://") || crate::conninfo::is_keyword_string(text)
 }
 
 /// What sheaf needs to know about the server.

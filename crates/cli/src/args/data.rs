@@ -15,8 +15,8 @@ pub struct BackupArgs {
     /// (online and consistent; sheaf must run on the host whose files it reads). A hot standby's
     /// URL takes the backup there, sparing the primary: started at a restartpoint, stopped at the
     /// standby's minimum recovery point, its files and WAL read on the standby's host. May be left
-    /// out with --primary and --standby.
-    #[arg(required_unless_present_all = ["primary", "standby"])]
+    /// out with --primary and --standby. Default: pg-url (or pg-host, pg-port, ...) in the
+    /// config file.
     pub source: Option<String>,
     /// PostgreSQL: the primary. With a standby as the source, it is asked to switch WAL segments
     /// when the backup waits for WAL to reach the archive (an idle primary never finishes its

@@ -8,8 +8,9 @@ use super::shared::{RateArgs, RepoArg, S3Args, SpoolArg};
 
 #[derive(Args)]
 pub struct InitArgs {
-    /// The cluster the repository is for (its system identifier is recorded), as a libpq URL.
-    pub url: String,
+    /// The cluster the repository is for (its system identifier is recorded), as a libpq URL or
+    /// keyword/value string. Default: pg-url (or pg-host, pg-port, ...) in the config file.
+    pub url: Option<String>,
     #[command(flatten)]
     pub repo: RepoArg,
     /// Lock every object backups and wal-push write for DAYS after it is written (S3 Object Lock;
@@ -59,8 +60,9 @@ pub struct WalPushArgs {
 pub struct WalReceiveArgs {
     /// The server to stream from: a PostgreSQL URL of a role with REPLICATION, which pg_hba.conf
     /// admits for `replication`. Its application_name (default sheaf) is the name to put in
-    /// synchronous_standby_names for a recovery point of zero.
-    pub url: String,
+    /// synchronous_standby_names for a recovery point of zero. Default: pg-url (or pg-host,
+    /// pg-port, ...) in the config file.
+    pub url: Option<String>,
     #[command(flatten)]
     pub repo: RepoArg,
     /// The physical replication slot to stream from; made when missing. The server keeps WAL for
@@ -242,7 +244,8 @@ pub struct UndeleteArgs {
 #[derive(Args)]
 pub struct CheckArgs {
     /// The cluster's server (its primary: archiving is tested with a segment switch there).
-    pub url: String,
+    /// Default: pg-url (or pg-host, pg-port, ...) in the config file.
+    pub url: Option<String>,
     #[command(flatten)]
     pub repo: RepoArg,
     /// The newest backup may be at most this old (26h, 1d, 1w): older is critical.

@@ -20,11 +20,12 @@ use crate::settings::Origin;
 /// The backup's.
 pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
     // `--primary P --standby S` alone: the primary is the source.
-    let named = match a.source.clone() {
-        Some(s) => s,
-        None => a.primary.take().ok_or_else(|| Error::invalid("say what to back up: a directory or a PostgreSQL URL"))?,
+    // Else the connection in the settings.
+    let source = match (a.source.clone(), a.standby.is_some()) {
+        (Some(s), _) => Source::of(&s),
+        (None, true) if a.primary.is_some() => Source::of(&a.primary.take().expect("checked")),
+        (None, _) => Source::Postgres(ctx.pg_url(None).map_err(|e| Error::invalid(format!("say what to back up: a directory or a PostgreSQL server ({})", e.message())))?),
     };
-    let source = Source::of(&named);
     // Into a repository: the one --repo-target names (of those given), or each in turn.
     let repos = ctx.repos_given();
     let targets: Vec<usize> = if !a.to.is_empty() {

@@ -10,10 +10,10 @@ use crate::exit::{self, Outcome};
 
 /// Run it; every failure, even to read the configuration, is a finding and an exit code.
 pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
-    let report = match ctx.repos() {
-        Ok(repos) => {
+    let report = match ctx.repos().and_then(|r| ctx.pg_url(a.url.clone()).map(|u| (r, u))) {
+        Ok((repos, url)) => {
             let opts =
-                CheckOptions { url: a.url.clone(), max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
+                CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
             check(&repos, &opts)
         }
         Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },

@@ -11,7 +11,9 @@ use crate::settings::{Settings, KEYS};
 /// None: what cannot be read was refused when the settings were loaded.
 pub fn run(settings: &Settings, a: ConfigArgs) -> Result<(), Error> {
     type Row<'a> = (String, Option<(String, String)>, &'a str);
-    let rows: Vec<Row> = KEYS.iter().map(|(k, what)| (k.to_string(), settings.get(k, None).map(|(v, o)| (v, o.to_string())), *what)).collect();
+    // A connection string is shown without its password (sheaf refuses one there anyway).
+    let shown = |k: &str, v: String| if k == "pg-url" { sheaf_pg::server::redact(&v) } else { v };
+    let rows: Vec<Row> = KEYS.iter().map(|(k, what)| (k.to_string(), settings.get(k, None).map(|(v, o)| (shown(k, v), o.to_string())), *what)).collect();
     let files: Vec<String> = settings.files().map(|p| p.display().to_string()).collect();
     let aws: Vec<(&str, String)> = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_PROFILE"]
         .iter()

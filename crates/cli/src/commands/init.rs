@@ -14,10 +14,11 @@ use crate::context::Context;
 /// # Errors
 /// No repository given, a cluster that cannot be reached, a place that is not empty.
 pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
+    let url = ctx.pg_url(a.url.clone())?;
     let repos = ctx.repos_to_write()?;
     let lock = a.lock.map(|days| a.lock_mode.parse().map(|mode| RepoLock { days, mode })).transpose()?;
     for repo in &repos {
-        let meta = sheaf_pg::repo::meta::init(repo, &a.url, lock)?;
+        let meta = sheaf_pg::repo::meta::init(repo, &url, lock)?;
         say!(
             "created {}{}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
             if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
@@ -43,6 +44,6 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     // is a PostgreSQL string literal, its quotes doubled.
     let flags: String = repos.iter().map(|r| format!(" --repo {}", shell_quote(r.display()))).collect();
     let archive = format!("sheaf wal-push %p{flags}").replace('\'', "''");
-    say!("next: archive_command = '{archive}' and archive_mode = on, then sheaf backup {}{flags}", shell_quote(&sheaf_pg::server::redact(&a.url)));
+    say!("next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}", a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::server::redact(u)))).unwrap_or_default());
     Ok(())
 }

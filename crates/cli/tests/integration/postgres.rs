@@ -4,6 +4,7 @@ pub mod agent;
 pub mod basebackup;
 pub mod bench;
 pub mod cluster;
+pub mod connect;
 pub mod demo;
 pub mod drill;
 pub mod extract;
