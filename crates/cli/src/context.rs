@@ -109,6 +109,11 @@ impl Context {
         a.s3_ca_bundle = s.value("s3-ca-bundle", a.s3_ca_bundle.map(|p| p.display().to_string())).map(PathBuf::from);
         a.s3_allow_http = s.switch("s3-allow-http", a.s3_allow_http)?;
         a.s3_path_style = s.switch("s3-path-style", a.s3_path_style)?;
+        a.s3_kms_key_id = s.value("s3-kms-key-id", a.s3_kms_key_id);
+        a.s3_sse_customer_key_file = s.value("s3-sse-customer-key-file", a.s3_sse_customer_key_file.map(|p| p.display().to_string())).map(PathBuf::from);
+        if a.s3_kms_key_id.is_some() && a.s3_sse_customer_key_file.is_some() {
+            return Err(Error::invalid("s3-kms-key-id and s3-sse-customer-key-file are both set: S3 encrypts an object one way, SSE-KMS or SSE-C; give one"));
+        }
         Ok(a)
     }
 
@@ -130,6 +135,8 @@ impl Context {
         add("s3-region", r.s3_region.clone());
         add("s3-profile", r.s3_profile.clone());
         add("s3-ca-bundle", r.s3_ca_bundle.as_ref().map(|p| p.display().to_string()));
+        add("s3-kms-key-id", r.s3_kms_key_id.clone());
+        add("s3-sse-customer-key-file", r.s3_sse_customer_key_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         if r.s3_allow_http {
             f.push("--s3-allow-http".into());
         }
@@ -157,6 +164,11 @@ impl Context {
                 part_size: given.s3_part_size,
                 parts_in_flight: given.s3_parts_in_flight,
                 read_ahead: given.s3_read_ahead,
+                sse: match (&r.s3_kms_key_id, &r.s3_sse_customer_key_file) {
+                    (Some(id), _) => sheaf_s3::Sse::Kms(id.clone()),
+                    (None, Some(f)) => sheaf_s3::Sse::Customer(sheaf_core::crypto::read_key_file(f, "SSE-C key file")?),
+                    (None, None) => sheaf_s3::Sse::None,
+                },
                 ..Default::default()
             };
             o.check()?;

@@ -50,6 +50,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ("s3-ca-bundle", "PEM certificates to trust for the endpoint"),
     ("s3-allow-http", "allow a plain-HTTP endpoint (true/false)"),
     ("s3-path-style", "path-style addressing (true/false)"),
+    ("s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)"),
+    ("s3-sse-customer-key-file", "SSE-C: the file holding the key S3 encrypts with (see --s3-sse-customer-key-file)"),
 ];
 
 /// Where a value came from.

@@ -221,6 +221,31 @@ fn random<const N: usize>() -> Result<[u8; N]> {
     Ok(b)
 }
 
+/// A 256-bit key from a file (`what` names it in errors): exactly 32 bytes, or 64 hex digits (a
+/// newline after them is fine).
+///
+/// # Errors
+/// [`ErrorKind::Key`] when the file cannot be read or holds anything else; the message never
+/// quotes the file's content.
+pub fn read_key_file(path: &Path, what: &str) -> Result<Zeroizing<[u8; 32]>> {
+    let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the {what} {}", path.display()), e))?);
+    let mut key = Zeroizing::new([0u8; 32]);
+    let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    if bytes.len() == 32 {
+        key.copy_from_slice(&bytes);
+    } else if let Some(decoded) = (text.len() == 64).then(|| crate::text::unhex(text)).flatten().map(Zeroizing::new) {
+        key.copy_from_slice(&decoded);
+    } else {
+        return Err(key_error(format!(
+            "the {what} {} holds {} bytes: a key is 32 random bytes (or 64 hex digits); make one with `head -c 32 /dev/urandom > {}` and keep a copy apart from the backups",
+            path.display(),
+            bytes.len(),
+            path.display()
+        )));
+    }
+    Ok(key)
+}
+
 impl Keys {
     fn with_secret(secret: Secret) -> Keys {
         Keys { secret, argon2: ARGON2_DEFAULT, masters: Mutex::new(Vec::new()), ring_keys: Mutex::new(Vec::new()), ring_failure: Mutex::new(None) }
@@ -288,22 +313,7 @@ impl Keys {
     /// [`ErrorKind::Key`] when the file cannot be read or holds anything else; the message never
     /// quotes the file's content.
     pub fn from_key_file(path: &Path) -> Result<Keys> {
-        let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| Error::io(ErrorKind::Key, format!("cannot read the key file {}", path.display()), e))?);
-        let mut key = Zeroizing::new([0u8; 32]);
-        let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-        if bytes.len() == 32 {
-            key.copy_from_slice(&bytes);
-        } else if let Some(decoded) = (text.len() == 64).then(|| crate::text::unhex(text)).flatten().map(Zeroizing::new) {
-            key.copy_from_slice(&decoded);
-        } else {
-            return Err(key_error(format!(
-                "the key file {} holds {} bytes: a key is 32 random bytes (or 64 hex digits); make one with `head -c 32 /dev/urandom > {}` and keep a copy apart from the backups",
-                path.display(),
-                bytes.len(),
-                path.display()
-            )));
-        }
-        Ok(Keys::with_secret(Secret::Key(key)))
+        Ok(Keys::with_secret(Secret::Key(read_key_file(path, "key file")?)))
     }
 
     /// Keys from a key held in memory (a library caller's own key management).

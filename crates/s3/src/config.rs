@@ -58,6 +58,8 @@ pub struct S3Options {
     pub retry_timeout: Duration,
     /// One request's time limit.
     pub request_timeout: Duration,
+    /// Server-side encryption to ask for.
+    pub sse: Sse,
 }
 
 impl Default for S3Options {
@@ -76,6 +78,56 @@ impl Default for S3Options {
             max_retries: 8,
             retry_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(60),
+            sse: Sse::None,
+        }
+    }
+}
+
+/// Server-side encryption S3 applies to what sheaf stores, besides (or instead of) sheaf's own.
+#[derive(Clone, Default)]
+pub enum Sse {
+    /// The bucket's default.
+    #[default]
+    None,
+    /// SSE-KMS with this key id (pgBackRest's repo-s3-kms-key-id).
+    Kms(String),
+    /// SSE-C with this 256-bit key, sent with every request and kept by nobody but the caller
+    /// (pgBackRest's repo-s3-sse-customer-key).
+    Customer(zeroize::Zeroizing<[u8; 32]>),
+}
+
+impl fmt::Debug for Sse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Sse::None => f.write_str("None"),
+            Sse::Kms(id) => write!(f, "Kms({id})"),
+            Sse::Customer(_) => f.write_str("Customer(..)"),
+        }
+    }
+}
+
+impl Sse {
+    /// The key of SSE-C in base64, as S3's headers carry it.
+    pub(crate) fn customer_key_base64(&self) -> Option<String> {
+        use base64::Engine as _;
+        match self {
+            Sse::Customer(k) => Some(base64::engine::general_purpose::STANDARD.encode(k.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// The headers a request that starts an upload carries for it.
+    pub(crate) fn upload_headers(&self) -> Vec<(&'static str, String)> {
+        use base64::Engine as _;
+        use md5::Digest as _;
+        match self {
+            Sse::None => Vec::new(),
+            Sse::Kms(id) => vec![("x-amz-server-side-encryption", "aws:kms".into()), ("x-amz-server-side-encryption-aws-kms-key-id", id.clone())],
+            Sse::Customer(k) => vec![
+                ("x-amz-server-side-encryption-customer-algorithm", "AES256".into()),
+                ("x-amz-server-side-encryption-customer-key", self.customer_key_base64().expect("a customer key")),
+                ("x-amz-server-side-encryption-customer-key-md5", base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(k.as_ref()))),
+            ],
         }
     }
 }
@@ -183,6 +235,11 @@ impl S3Options {
             }
             if e.starts_with("http://") && !allow_http {
                 return Err(Error::invalid(format!("S3 endpoint {e} is plain HTTP: pass --s3-allow-http (or set AWS_ALLOW_HTTP=true) to send requests unencrypted")));
+            }
+            if e.starts_with("http://") && matches!(self.sse, Sse::Customer(_)) {
+                return Err(Error::invalid(format!(
+                    "S3 endpoint {e} is plain HTTP, and SSE-C (--s3-sse-customer-key-file) sends its key with every request: S3 servers refuse that; use an https:// endpoint"
+                )));
             }
         }
         let path_style = self.path_style.unwrap_or_else(|| match env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") {

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sheaf_core::{Error, ErrorKind, Result, Schemes, Store};
 
-pub use config::{S3Options, MAX_PARTS, MIN_PART_SIZE};
+pub use config::{S3Options, Sse, MAX_PARTS, MIN_PART_SIZE};
 pub use store::S3Store;
 
 /// Reads one environment variable (the process's, or a test's).

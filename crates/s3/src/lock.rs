@@ -30,6 +30,8 @@ pub(crate) struct S3Extra {
     http: HttpClient,
     builder: AmazonS3Builder,
     client_options: ClientOptions,
+    /// The server-side encryption headers an upload starts with.
+    sse: Vec<(&'static str, String)>,
 }
 
 /// What a call answered: the status and the body.
@@ -37,9 +39,9 @@ type Answer = (u16, Bytes);
 
 impl S3Extra {
     /// The calls for the bucket `builder` (configured but for its client options) reaches.
-    pub(crate) fn new(builder: AmazonS3Builder, client_options: ClientOptions, signer: Arc<AmazonS3>) -> Result<Self> {
+    pub(crate) fn new(builder: AmazonS3Builder, client_options: ClientOptions, signer: Arc<AmazonS3>, sse: Vec<(&'static str, String)>) -> Result<Self> {
         let http = ReqwestConnector::default().connect(&client_options).map_err(|e| Error::invalid(format!("S3 client: {e}")))?;
-        Ok(S3Extra { signer, http, builder, client_options })
+        Ok(S3Extra { signer, http, builder, client_options, sse })
     }
 
     /// A client of the same bucket that sends a checksum of each part, as S3 requires of an upload
@@ -61,11 +63,13 @@ impl S3Extra {
     /// without a way to add them, so this one is started here and driven by its low-level calls.
     pub(crate) async fn start_locked(&self, parts: Arc<AmazonS3>, key: &str, lock: &ObjectLock) -> std::result::Result<LockedUpload, object_store::Error> {
         let generic = |e: String| object_store::Error::Generic { store: "S3", source: e.into() };
-        let headers = [
+        let mut headers = vec![
             ("x-amz-object-lock-mode", lock.mode.as_s3().to_string()),
             ("x-amz-object-lock-retain-until-date", sheaf_core::time::utc(lock.until)),
             ("x-amz-checksum-algorithm", "SHA256".to_string()),
         ];
+        // Server-side encryption is asked for when the upload starts.
+        headers.extend(self.sse.iter().cloned());
         let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers, Bytes::new()).await.map_err(|r| generic(r.to_string()))?;
         if status != 200 {
             let why = Refusal::of(status, &body);

@@ -39,6 +39,9 @@ pub fn minio_binary() -> Option<PathBuf> {
 
 pub use sheaf_core::testing::free_port;
 
+/// The id of the KMS key every test MinIO has (SSE-KMS).
+pub const KMS_KEY_ID: &str = "sheaf-test-kms";
+
 /// A running MinIO.
 pub struct Minio {
     child: Child,
@@ -142,6 +145,11 @@ impl Minio {
         }
         plain.ca = Some(ca);
         plain
+    }
+
+    /// The folder MinIO keeps its buckets' objects in, as it lays them out on disk.
+    pub fn data_dir(&self) -> PathBuf {
+        self._data.path().join("data")
     }
 
     /// `http://127.0.0.1:PORT`, or `https://` when started with TLS.
@@ -271,6 +279,8 @@ fn spawn(bin: &std::path::Path, data: &std::path::Path, addr: &str, console: u16
         .env("MINIO_BROWSER", "off")
         .env("MINIO_UPDATE", "off")
         .env("MINIO_CI_CD", "1")
+        // A built-in KMS key, so that SSE-KMS (key id KMS_KEY_ID) can be tested.
+        .env("MINIO_KMS_SECRET_KEY", format!("{KMS_KEY_ID}:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

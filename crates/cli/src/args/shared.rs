@@ -52,6 +52,17 @@ pub struct S3Args {
     /// Ranged GETs in flight per stripe when reading (4 MiB each).
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub s3_read_ahead: usize,
+    /// Ask S3 to encrypt what sheaf stores with this KMS key (SSE-KMS, pgBackRest's
+    /// repo-s3-kms-key-id): the bucket's owner controls and audits the key; sheaf's own
+    /// encryption (a repository's keys) is independent of it. Default: s3-kms-key-id in the
+    /// config file.
+    #[arg(long, value_name = "ID", conflicts_with = "s3_sse_customer_key_file")]
+    pub s3_kms_key_id: Option<String>,
+    /// SSE-C (pgBackRest's repo-s3-sse-customer-key): S3 encrypts with the key in FILE (32 bytes
+    /// or 64 hex digits), which it never keeps: every request, reads too, must carry it; HTTPS
+    /// only. Default: s3-sse-customer-key-file in the config file.
+    #[arg(long, value_name = "FILE")]
+    pub s3_sse_customer_key_file: Option<PathBuf>,
 }
 
 /// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.

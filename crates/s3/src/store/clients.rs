@@ -65,10 +65,15 @@ impl S3Store {
         if let Some(t) = &r.session_token {
             b = b.with_token(t);
         }
+        match &options.sse {
+            crate::config::Sse::None => {}
+            crate::config::Sse::Kms(id) => b = b.with_sse_kms_encryption(id),
+            c @ crate::config::Sse::Customer(_) => b = b.with_ssec_encryption(c.customer_key_base64().expect("a customer key")),
+        }
         let client = Arc::new(b.clone().with_client_options(client_options.clone()).build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?);
-        let extra = S3Extra::new(b, client_options, client.clone())?;
+        let extra = S3Extra::new(b, client_options, client.clone(), options.sse.upload_headers())?;
         let endpoint = r.endpoint.clone().unwrap_or_else(|| format!("AWS {}", r.region));
-        let secrets = [r.secret_access_key.clone(), r.session_token.clone()].into_iter().flatten().collect();
+        let secrets = [r.secret_access_key.clone(), r.session_token.clone(), options.sse.customer_key_base64()].into_iter().flatten().collect();
         Ok(S3Store {
             scheme: "s3",
             bucket: bucket.into(),
