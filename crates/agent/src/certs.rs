@@ -5,7 +5,9 @@
 //! `client.pem`/`client.key` (a backup host's: copy them with `ca.pem` to it) and
 //! `allowed-clients`, the SHA-256 fingerprints of the client certificates the agent accepts. A
 //! certificate signed by the CA but not on the list is refused, so one CA can serve many agents
-//! while each admits only its own backup hosts.
+//! while each admits only its own backup hosts. `add_client` issues one more backup host's
+//! certificate into `clients/NAME/` (a ready `--tls-dir` for that host) and lists it; removing
+//! its line (and `kill -HUP` of the agent) revokes it.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -142,8 +144,127 @@ fn issue(issuer: &Issuer<'_, KeyPair>, dir: &Path, stem: &str, cn: &str, not_bef
 /// # Errors
 /// A folder without the CA's certificate and key; I/O.
 pub fn issue_client(ca_dir: &Path, out: &Path, stem: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> Result<String> {
+    issue(&load_issuer(ca_dir)?, out, stem, &format!("sheaf backup host ({stem})"), not_before, not_after)
+}
+
+/// The CA in `ca_dir`, to sign with.
+fn load_issuer(ca_dir: &Path) -> Result<Issuer<'static, KeyPair>> {
     let read = |name: &str| std::fs::read_to_string(ca_dir.join(name)).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", ca_dir.join(name).display()), e));
     let key = KeyPair::from_pem(&read(CA_KEY)?).map_err(|e| cert_err("the CA's key does not parse", e))?;
-    let issuer = Issuer::from_ca_cert_pem(&read(CA)?, key).map_err(|e| cert_err("the CA's certificate does not parse", e))?;
-    issue(&issuer, out, stem, &format!("sheaf backup host ({stem})"), not_before, not_after)
+    Issuer::from_ca_cert_pem(&read(CA)?, key).map_err(|e| cert_err("the CA's certificate does not parse", e))
+}
+
+/// What [`add_client`] made.
+#[derive(Clone, Debug)]
+pub struct AddedClient {
+    /// The folder to copy to the backup host as its `--tls-dir` (ca.pem, client.pem, client.key).
+    pub dir: std::path::PathBuf,
+    /// Its certificate's fingerprint, as the allow-list holds it.
+    pub fingerprint: String,
+}
+
+/// The allow-list's entries: fingerprint and the name that follows it (empty when none).
+///
+/// # Errors
+/// The file cannot be read.
+pub fn allowed_clients(dir: &Path) -> Result<Vec<(String, String)>> {
+    let path = dir.join(ALLOWED);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read {}", path.display()), e))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let fp = w.next()?.to_ascii_lowercase();
+            Some((fp, w.collect::<Vec<_>>().join(" ")))
+        })
+        .collect())
+}
+
+/// Issue one more backup host's certificate, named `name`, with the CA in `dir`, into
+/// `dir/clients/NAME/` with a copy of the CA's certificate, and add it to the allow-list.
+///
+/// # Errors
+/// No CA in `dir`; a name that is not a plain word, or one issued already; I/O.
+pub fn add_client(dir: &Path, name: &str) -> Result<AddedClient> {
+    if !dir.join(CA_KEY).exists() {
+        return Err(Error::invalid(format!(
+            "{} holds no CA key ({CA_KEY}): make the CA first with `sheaf agent --init-certs {}`, or name the folder that holds it",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) || name.starts_with('.') {
+        return Err(Error::invalid(format!("--add-client '{name}': name the backup host with letters, digits, '-', '_' or '.' (it names a folder and the allow-list entry)")));
+    }
+    let allowed = allowed_clients(dir)?;
+    if allowed.iter().any(|(_, n)| n == name) {
+        return Err(Error::new(ErrorKind::TargetNotEmpty, format!("{} already lists a client named {name}: choose another name, or remove its line first", dir.join(ALLOWED).display())));
+    }
+    let out = dir.join("clients").join(name);
+    if out.exists() {
+        return Err(Error::new(ErrorKind::TargetNotEmpty, format!("{} exists already: sheaf never replaces certificates; choose another name, or remove it first", out.display())));
+    }
+    std::fs::create_dir_all(&out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot make {}", out.display()), e))?;
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o700)).map_err(|e| Error::io(ErrorKind::Target, format!("cannot set the mode of {}", out.display()), e))?;
+    let ca = std::fs::read_to_string(dir.join(CA)).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", dir.join(CA).display()), e))?;
+    write_file(&out.join(CA), &ca, 0o644)?;
+    let now = OffsetDateTime::now_utc() - Duration::minutes(5);
+    let stem = CLIENT.strip_suffix(".pem").expect("client.pem");
+    let fp = issue(&load_issuer(dir)?, &out, stem, &format!("sheaf backup host ({name})"), now, now + Duration::days(3650))?;
+    // The allow-list, with one more line, replaced whole.
+    let path = dir.join(ALLOWED);
+    let mut text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {}", path.display()), e))?;
+    if !text.ends_with('\n') && !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&format!("{fp} {name}\n"));
+    let mut f = WholeFile::create_with(&path, 0o644, ErrorKind::Target)?;
+    f.write_all(text.as_bytes()).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e))?;
+    f.commit()?;
+    Ok(AddedClient { dir: out, fingerprint: fp })
+}
+
+/// When each certificate in `dir` (the CA's, the agent's, a backup host's: those present) stops
+/// being valid, seconds since the epoch.
+///
+/// # Errors
+/// A certificate file that does not parse.
+pub fn expiries(dir: &Path) -> Result<Vec<(String, i64)>> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let mut out = Vec::new();
+    for name in [CA, SERVER, CLIENT] {
+        let path = dir.join(name);
+        let Ok(text) = std::fs::read(&path) else { continue };
+        for pem in x509_parser::pem::Pem::iter_from_buffer(&text) {
+            let pem = pem.map_err(|e| Error::corrupt(format!("{}: not a PEM certificate: {e}", path.display())))?;
+            let (_, cert) = X509Certificate::from_der(&pem.contents).map_err(|e| Error::corrupt(format!("{}: not a certificate: {e}", path.display())))?;
+            out.push((path.display().to_string(), cert.validity().not_after.timestamp()));
+        }
+    }
+    Ok(out)
+}
+
+/// Warnings for the certificates in `dir` that expire within `days` of `now` (or have), one line
+/// each, naming the file, the date and the fix.
+///
+/// # Errors
+/// As [`expiries`].
+pub fn expiring(dir: &Path, now: i64, days: i64) -> Result<Vec<String>> {
+    Ok(expiries(dir)?
+        .into_iter()
+        .filter(|(_, until)| *until - now < days * 86_400)
+        .map(|(file, until)| {
+            let when = sheaf_core::time::utc(until);
+            if until <= now {
+                format!("the certificate {file} expired on {when}: connections with it fail; issue new ones (sheaf agent --init-certs DIR --add-client NAME for a backup host, or a new --init-certs folder)")
+            } else {
+                format!(
+                    "the certificate {file} expires on {when}, in {} days: issue a new one before then (sheaf agent --init-certs DIR --add-client NAME for a backup host, or a new --init-certs folder)",
+                    (until - now) / 86_400
+                )
+            }
+        })
+        .collect())
 }

@@ -4,14 +4,14 @@
 //! request) are served; `..` and symlinks are resolved before that check, so neither leads
 //! out. Files are opened read-only, and no request writes.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use sheaf_core::codec::CodecSpec;
@@ -42,11 +42,16 @@ pub struct AgentConfig {
 /// Where the agent reports connections refused and failures (it never prints by itself).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// The client certificates admitted: fingerprint to name. Replaced whole on a reload.
+type Allowed = Arc<RwLock<Arc<HashMap<String, String>>>>;
+
 /// A bound agent.
 pub struct Agent {
     listener: TcpListener,
     tls: Arc<ServerConfig>,
-    allowed: Arc<HashSet<String>>,
+    allowed: Allowed,
+    tls_dir: PathBuf,
+    reload: Arc<AtomicBool>,
     pgdata: PathBuf,
     system_identifier: String,
     max_connections: usize,
@@ -124,7 +129,9 @@ impl Agent {
         Ok(Agent {
             listener,
             tls,
-            allowed: Arc::new(allowed),
+            allowed: Arc::new(RwLock::new(Arc::new(allowed))),
+            tls_dir: config.tls_dir.clone(),
+            reload: Arc::new(AtomicBool::new(false)),
             pgdata: config.pgdata.clone(),
             system_identifier: id.to_string(),
             max_connections: config.max_connections.max(1),
@@ -140,14 +147,58 @@ impl Agent {
         self.listener.local_addr().map_err(|e| Error::io(ErrorKind::Io, "the agent's address", e))
     }
 
-    /// Serve until `stop` is set, a thread per connection.
+    /// The flag that makes it read `allowed-clients` again (what SIGHUP sets): connections
+    /// open go on; new ones are admitted by the new list. A list that does not read is logged
+    /// and the old one kept.
+    pub fn reload_flag(&self) -> Arc<AtomicBool> {
+        self.reload.clone()
+    }
+
+    fn reload_allowed(&self, log: &Log) {
+        match crate::tls::allowed(&self.tls_dir) {
+            Ok(new) => {
+                let mut held = self.allowed.write().unwrap_or_else(|p| p.into_inner());
+                let name = |fp: &String, names: &HashMap<String, String>| format!("{} ({}…)", names.get(fp).filter(|n| !n.is_empty()).map_or("unnamed", |n| n.as_str()), &fp[..fp.len().min(12)]);
+                let added: Vec<String> = new.keys().filter(|fp| !held.contains_key(*fp)).map(|fp| name(fp, &new)).collect();
+                let removed: Vec<String> = held.keys().filter(|fp| !new.contains_key(*fp)).map(|fp| name(fp, &held)).collect();
+                log(&format!(
+                    "reloaded {}: {} clients admitted; added: {}; removed: {} (connections open go on)",
+                    self.tls_dir.join(crate::certs::ALLOWED).display(),
+                    new.len(),
+                    if added.is_empty() { "none".into() } else { added.join(", ") },
+                    if removed.is_empty() { "none".into() } else { removed.join(", ") }
+                ));
+                *held = Arc::new(new);
+            }
+            Err(e) => log(&format!("the allow-list was not reloaded, the one in force stays: {e}")),
+        }
+    }
+
+    fn warn_expiring(&self, log: &Log) {
+        match crate::certs::expiring(&self.tls_dir, sheaf_core::time::now_ms() / 1000, 30) {
+            Ok(warnings) => warnings.iter().for_each(|w| log(&format!("warning: {w}"))),
+            Err(e) => log(&format!("warning: {e}")),
+        }
+    }
+
+    /// Serve until `stop` is set, a thread per connection; each connection is logged when it
+    /// opens (who) and when it ends (what it read, bytes, how it ended).
     ///
     /// # Errors
     /// The listener failing.
     pub fn serve(self, stop: Arc<AtomicBool>, log: Log) -> Result<()> {
         self.listener.set_nonblocking(true).map_err(|e| Error::io(ErrorKind::Io, "the agent's socket", e))?;
         let busy = Arc::new(AtomicUsize::new(0));
+        let mut checked = Instant::now();
+        self.warn_expiring(&log);
         while !stop.load(Ordering::Relaxed) {
+            if self.reload.swap(false, Ordering::SeqCst) {
+                self.reload_allowed(&log);
+            }
+            if checked.elapsed() > Duration::from_secs(86_400) {
+                checked = Instant::now();
+                self.warn_expiring(&log);
+            }
             let (stream, peer) = match self.listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -162,10 +213,28 @@ impl Agent {
                 continue;
             }
             busy.fetch_add(1, Ordering::Relaxed);
-            let (tls, allowed, busy, log) = (self.tls.clone(), self.allowed.clone(), busy.clone(), log.clone());
+            let allowed = self.allowed.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let (tls, busy, log) = (self.tls.clone(), busy.clone(), log.clone());
             let served = Served { pgdata: self.pgdata.clone(), id: self.system_identifier.clone(), threads: self.threads };
             std::thread::spawn(move || {
-                if let Err(e) = serve_one(stream, tls, &allowed, &served) {
+                let mut tally = Tally::default();
+                let t0 = Instant::now();
+                let end = serve_one(stream, tls, &allowed, &served, &mut tally, &|m: &str| log(&format!("{peer}: {m}")));
+                if !tally.who.is_empty() {
+                    log(&format!(
+                        "{peer}: {} done after {:.1} s: {} requests, {} reads of {} files, {} bytes sent; {}",
+                        tally.who,
+                        t0.elapsed().as_secs_f64(),
+                        tally.requests,
+                        tally.reads,
+                        tally.files,
+                        tally.bytes,
+                        match &end {
+                            Ok(()) => "closed by the client".to_string(),
+                            Err(e) => format!("ended by an error: {e}"),
+                        }
+                    ));
+                } else if let Err(e) = end {
                     log(&format!("{peer}: {e}"));
                 }
                 busy.fetch_sub(1, Ordering::Relaxed);
@@ -184,7 +253,44 @@ struct Served {
     threads: usize,
 }
 
-fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String>, served: &Served) -> std::result::Result<(), String> {
+/// What one connection did, for its log line.
+#[derive(Default)]
+struct Tally {
+    /// The client, as the allow-list names it, and its fingerprint's start.
+    who: String,
+    requests: u64,
+    reads: u64,
+    /// Files read (a file counts again when reads of others came between: nothing is held).
+    files: u64,
+    last: String,
+    bytes: u64,
+}
+
+/// A writer that counts what passes.
+struct Counted<'a, W: Write> {
+    inner: &'a mut W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<'_, W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(b)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn serve_one(
+    stream: TcpStream,
+    tls: Arc<ServerConfig>,
+    allowed: &HashMap<String, String>,
+    served: &Served,
+    tally: &mut Tally,
+    log: &dyn Fn(&str),
+) -> std::result::Result<(), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
@@ -194,7 +300,10 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
         s.conn.complete_io(&mut s.sock).map_err(|e| format!("TLS handshake failed: {e}"))?;
     }
     let fp = s.conn.peer_certificates().and_then(|c| c.first()).map(|c| fingerprint(c.as_ref())).unwrap_or_default();
-    if !allowed.contains(&fp) {
+    if let Some(name) = allowed.get(&fp) {
+        tally.who = format!("{} (SHA-256 {}…)", if name.is_empty() { "an unnamed client" } else { name }, &fp[..fp.len().min(12)]);
+        log(&format!("{} connected, served {}", tally.who, served.pgdata.display()));
+    } else {
         // The client's hello first, so that its write does not meet a closed connection (whose
         // reset could lose the refusal before the client reads it).
         let mut hello = Vec::new();
@@ -225,7 +334,18 @@ fn serve_one(stream: TcpStream, tls: Arc<ServerConfig>, allowed: &HashSet<String
                 return Err("a frame that is not a request".into());
             }
         };
-        answer(&mut s, request, served, &mut data, &mut squeezer).map_err(|e| format!("writing an answer: {e}"))?;
+        tally.requests += 1;
+        if let Request::Read { path, .. } | Request::ReadChunks { path, .. } = &request {
+            tally.reads += 1;
+            if tally.last != *path {
+                tally.files += 1;
+                tally.last.clone_from(path);
+            }
+        }
+        let mut counted = Counted { inner: &mut s, bytes: 0 };
+        let r = answer(&mut counted, request, served, &mut data, &mut squeezer);
+        tally.bytes += counted.bytes;
+        r.map_err(|e| format!("writing an answer: {e}"))?;
         s.flush().map_err(|e| format!("writing an answer: {e}"))?;
     }
 }

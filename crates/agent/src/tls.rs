@@ -3,7 +3,7 @@
 //! in the handshake) and then checks it is on the allow-list; the client checks the agent's
 //! certificate against the CA and the name it dialled.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -51,11 +51,24 @@ fn tls_err(what: &str, e: rustls::Error) -> Error {
     Error::new(ErrorKind::InvalidInput, format!("{what}: {e}"))
 }
 
-/// The agent's configuration, and its allow-list of client certificate fingerprints.
+/// The allow-list: each client certificate's fingerprint and its name.
+///
+/// # Errors
+/// The file missing; an empty list.
+pub fn allowed(dir: &Path) -> Result<HashMap<String, String>> {
+    let allowed: HashMap<String, String> = crate::certs::allowed_clients(dir).map_err(|e| missing(dir, ALLOWED, e.message()))?.into_iter().collect();
+    if allowed.is_empty() {
+        return Err(Error::invalid(format!("{} lists no client certificate: no backup host could connect", dir.join(ALLOWED).display())));
+    }
+    Ok(allowed)
+}
+
+/// The agent's configuration, and its allow-list of client certificate fingerprints (with the
+/// names that follow them).
 ///
 /// # Errors
 /// Files missing or not parsing, naming them; an empty allow-list.
-pub fn server_config(dir: &Path) -> Result<(Arc<ServerConfig>, HashSet<String>)> {
+pub fn server_config(dir: &Path) -> Result<(Arc<ServerConfig>, HashMap<String, String>)> {
     let verifier = WebPkiClientVerifier::builder_with_provider(roots(dir)?, provider()).build().map_err(|e| Error::invalid(format!("the CA in {}: {e}", dir.display())))?;
     let config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -63,13 +76,7 @@ pub fn server_config(dir: &Path) -> Result<(Arc<ServerConfig>, HashSet<String>)>
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs(dir, SERVER)?, key(dir, SERVER_KEY)?)
         .map_err(|e| tls_err("the agent's certificate and key", e))?;
-    let text = std::fs::read_to_string(dir.join(ALLOWED)).map_err(|e| missing(dir, ALLOWED, e))?;
-    let allowed: HashSet<String> =
-        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).filter_map(|l| l.split_whitespace().next()).map(str::to_ascii_lowercase).collect();
-    if allowed.is_empty() {
-        return Err(Error::invalid(format!("{} lists no client certificate: no backup host could connect", dir.join(ALLOWED).display())));
-    }
-    Ok((Arc::new(config), allowed))
+    Ok((Arc::new(config), allowed(dir)?))
 }
 
 /// The backup host's configuration.

@@ -20,6 +20,7 @@ struct Fixture {
     addr: String,
     log: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
 }
 
 impl Drop for Fixture {
@@ -50,9 +51,9 @@ fn fixture() -> Fixture {
     let addr = format!("127.0.0.1:{}", agent.local_addr().unwrap().port());
     let log = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let (l, s) = (log.clone(), stop.clone());
+    let (l, s, reload) = (log.clone(), stop.clone(), agent.reload_flag());
     std::thread::spawn(move || agent.serve(s, Arc::new(move |m: &str| l.lock().unwrap().push(m.to_string()))));
-    Fixture { _dir: dir, pgdata, tablespace, tls, addr, log, stop }
+    Fixture { _dir: dir, pgdata, tablespace, tls, addr, log, stop, reload }
 }
 
 fn p(path: &Path) -> String {
@@ -287,4 +288,98 @@ fn the_agent_compresses_chunks_that_restore_byte_for_byte() {
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
         assert!(e.to_string().contains("--compress-on agent"), "{e}");
     }
+}
+
+impl Fixture {
+    /// Wait (up to 10 s) for a log line holding every one of `parts`; the line.
+    fn logged(&self, parts: &[&str]) -> String {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(l) = self.log.lock().unwrap().iter().find(|l| parts.iter().all(|p| l.contains(p))) {
+                return l.clone();
+            }
+            assert!(t0.elapsed().as_secs() < 10, "no log line with {parts:?}: {:?}", self.log.lock().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Reload the allow-list (what SIGHUP does) and wait until it is done.
+    fn reload(&self) -> String {
+        let before = self.log.lock().unwrap().iter().filter(|l| l.contains("reloaded")).count();
+        self.reload.store(true, std::sync::atomic::Ordering::SeqCst);
+        let t0 = std::time::Instant::now();
+        loop {
+            let log = self.log.lock().unwrap();
+            let reloads: Vec<&String> = log.iter().filter(|l| l.contains("reloaded")).collect();
+            if reloads.len() > before {
+                return reloads[before].clone();
+            }
+            assert!(t0.elapsed().as_secs() < 10, "no reload: {log:?}");
+            drop(log);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_client_added_or_removed_counts_after_a_reload_and_open_connections_go_on() {
+    let f = fixture();
+    let file = p(&f.pgdata.join("base/5/16384"));
+    let added = certs::add_client(&f.tls, "backup-2").unwrap();
+    for n in [certs::CA, certs::CLIENT, certs::CLIENT_KEY] {
+        assert!(added.dir.join(n).exists(), "{n} in {}", added.dir.display());
+    }
+    assert!(std::fs::read_to_string(f.tls.join(certs::ALLOWED)).unwrap().contains(&format!("{} backup-2", added.fingerprint)));
+    for (name, want) in [("backup-2", "already lists"), ("../x", "letters, digits"), ("", "letters, digits")] {
+        let e = certs::add_client(&f.tls, name).unwrap_err();
+        assert!(e.to_string().contains(want), "{name}: {e}");
+    }
+    let e = certs::add_client(&added.dir, "x").unwrap_err();
+    assert!(e.to_string().contains("no CA key"), "{e}");
+
+    // Listed, but the agent read its list before: refused until the reload.
+    let e = AgentClient::connect(&f.addr, &added.dir).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Denied, "{e}");
+    let mut first = AgentClient::connect(&f.addr, &f.tls).unwrap();
+    let line = f.reload();
+    assert!(line.contains("added: backup-2") && line.contains("removed: none"), "{line}");
+    let mut second = AgentClient::connect(&f.addr, &added.dir).unwrap();
+    let mut buf = vec![0u8; 100];
+    assert_eq!(second.read_at(&file, 0, &mut buf).unwrap(), 100);
+    drop(second);
+    let done = f.logged(&["backup-2 (SHA-256", "done after", "1 reads of 1 files", "closed by the client"]);
+    assert!(done.contains("bytes sent"), "{done}");
+    f.logged(&["backup-2 (SHA-256", "connected, served"]);
+
+    // The first host's line removed: new connections refused, the open one goes on.
+    let text = std::fs::read_to_string(f.tls.join(certs::ALLOWED)).unwrap();
+    std::fs::write(f.tls.join(certs::ALLOWED), text.lines().filter(|l| !l.ends_with("client.pem")).map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    let line = f.reload();
+    assert!(line.contains("removed: client.pem") && line.contains("1 clients admitted"), "{line}");
+    let e = AgentClient::connect(&f.addr, &f.tls).err().unwrap();
+    assert!(e.to_string().contains("not in the agent's allowed-clients"), "{e}");
+    assert_eq!(first.read_at(&file, 8192, &mut buf).unwrap(), 100, "a connection open before the reload goes on");
+    // A list that no longer reads keeps the one in force.
+    std::fs::write(f.tls.join(certs::ALLOWED), "# nobody\n").unwrap();
+    f.reload.store(true, std::sync::atomic::Ordering::SeqCst);
+    f.logged(&["not reloaded", "lists no client certificate"]);
+    AgentClient::connect(&f.addr, &added.dir).unwrap();
+}
+
+#[test]
+fn certificates_near_their_end_are_warned_of_a_month_ahead() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    let secs = now.unix_timestamp();
+    assert!(certs::expiring(&f.tls, secs, 30).unwrap().is_empty(), "new ones are good for ten years");
+    assert_eq!(certs::expiries(&f.tls).unwrap().len(), 3, "the CA's, the agent's and the client's");
+    let soon = tempfile::tempdir().unwrap();
+    certs::issue_client(&f.tls, soon.path(), "client", now - Duration::days(1), now + Duration::days(10)).unwrap();
+    let w = certs::expiring(soon.path(), secs, 30).unwrap();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("client.pem expires on") && (w[0].contains("in 9 days") || w[0].contains("in 10 days")) && w[0].contains("--add-client"), "{w:?}");
+    assert!(certs::expiring(soon.path(), secs, 5).unwrap().is_empty());
+    let gone = tempfile::tempdir().unwrap();
+    certs::issue_client(&f.tls, gone.path(), "client", now - Duration::days(10), now - Duration::days(1)).unwrap();
+    assert!(certs::expiring(gone.path(), secs, 30).unwrap()[0].contains("expired on"));
 }

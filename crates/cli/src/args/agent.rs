@@ -15,6 +15,12 @@ pub struct AgentArgs {
     /// With --init-certs: another name (or address) backup hosts dial the agent by. Repeatable.
     #[arg(long, value_name = "NAME", requires = "init_certs")]
     pub name: Vec<String>,
+    /// With --init-certs DIR that holds a CA already: issue one more backup host's certificate,
+    /// signed by that CA, into DIR/clients/NAME (copy that folder to the host as its --tls-dir)
+    /// and add it to DIR/allowed-clients. A running agent admits it after `kill -HUP`; removing
+    /// its line and another `kill -HUP` revokes it (connections open go on).
+    #[arg(long, value_name = "NAME", requires = "init_certs", conflicts_with = "name")]
+    pub add_client: Option<String>,
     /// Serve on ADDR:PORT (e.g. 0.0.0.0:7400). Default: agent-listen in the config file.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<String>,

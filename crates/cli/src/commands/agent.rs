@@ -14,6 +14,13 @@ use crate::context::Context;
 /// # Errors
 /// Certificates that exist already, a missing setting, the agent's own.
 pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
+    if let (Some(dir), Some(name)) = (&a.init_certs, &a.add_client) {
+        let added = certs::add_client(dir, name)?;
+        say!("issued backup host {name}'s certificate with the CA in {}: {}", dir.display(), added.dir.display());
+        say!("  copy that folder ({}, {}, {}) to {name} and give it as --tls-dir (or tls-dir in its config file)", certs::CA, certs::CLIENT, certs::CLIENT_KEY);
+        say!("  allowed:     {} now lists it (SHA-256 {}); a running agent admits it after `kill -HUP` of its process", dir.join(certs::ALLOWED).display(), added.fingerprint);
+        return Ok(());
+    }
     if let Some(dir) = &a.init_certs {
         let made = certs::init(dir, &a.name)?;
         say!("made a CA and certificates in {}", dir.display());
@@ -34,7 +41,15 @@ pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
         threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     };
     let agent = Agent::bind(&config)?;
-    eprintln!("sheaf agent: serving {} (read-only) on {}, to clients in {}", config.pgdata.display(), agent.local_addr()?, config.tls_dir.join(certs::ALLOWED).display());
+    // SIGHUP reads allowed-clients again (a flag the agent polls; nothing else runs in the handler).
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, agent.reload_flag()).map_err(|e| Error::io(sheaf_core::ErrorKind::Io, "cannot install the SIGHUP handler", e))?;
+    eprintln!(
+        "sheaf agent: serving {} (read-only) on {}, to clients in {} (kill -HUP {} reads it again)",
+        config.pgdata.display(),
+        agent.local_addr()?,
+        config.tls_dir.join(certs::ALLOWED).display(),
+        std::process::id()
+    );
     let log = Arc::new(|m: &str| eprintln!("sheaf agent: {} {m}", sheaf_core::time::utc_now()));
     agent.serve(ctx.interrupt.stop_flag(), log)
 }

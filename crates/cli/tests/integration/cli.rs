@@ -800,3 +800,91 @@ fn durations_read_alike_and_suggestions_are_shell_quoted() {
     let o = sheaf().args(["backup", "/nonexistent", "--to", "nul", "--wal-timeout", "8s", "--agent-timeout", "2m"]).output().unwrap();
     assert_ne!(o.status.code(), Some(2), "8s and 2m are durations: {}", stderr(&o));
 }
+
+/// `sheaf agent --init-certs DIR --add-client NAME` issues a backup host's certificate from the
+/// existing CA; the running agent admits it after SIGHUP (not before), logs each connection with
+/// who it was and what it sent; `sheaf check` warns of a certificate in tls-dir that expires
+/// within 30 days.
+#[test]
+fn agent_clients_are_added_and_admitted_on_sighup_and_check_warns_of_expiring_certificates() {
+    let d = tempfile::tempdir().unwrap();
+    let (pgdata, tls) = (d.path().join("data"), d.path().join("tls"));
+    fs::create_dir_all(pgdata.join("global")).unwrap();
+    fs::write(pgdata.join("global/pg_control"), 4242_u64.to_le_bytes().repeat(4)).unwrap();
+    fs::write(pgdata.join("PG_VERSION"), "15\n").unwrap();
+    let o = run(&["agent", "--init-certs", s(&tls)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let port = sheaf_core::host::free_port().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let log = d.path().join("agent.log");
+    /// The agent, killed however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut agent = Killed(
+        Command::new(SHEAF)
+            .args(["agent", "--listen", &addr, "--pgdata", s(&pgdata), "--tls-dir", s(&tls)])
+            .stderr(fs::File::create(&log).unwrap())
+            .stdout(Stdio::null())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    while sheaf_agent::AgentClient::connect(&addr, &tls).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the agent did not come up: {}", fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = run(&["agent", "--init-certs", s(&tls), "--add-client", "nightly-2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("kill -HUP"), "{}", stdout(&o));
+    let host2 = tls.join("clients/nightly-2");
+    let e = sheaf_agent::AgentClient::connect(&addr, &host2).err().expect("not admitted before the reload");
+    assert!(e.to_string().contains("not in the agent's allowed-clients"), "{e}");
+    let o = run(&["agent", "--init-certs", s(&tls), "--add-client", "nightly-2"]);
+    assert_fails(&o, 5, &["already lists"]);
+
+    rustix::process::kill_process(rustix::process::Pid::from_raw(agent.0.id() as i32).unwrap(), rustix::process::Signal::HUP).unwrap();
+    let t0 = Instant::now();
+    let mut client = loop {
+        if let Ok(c) = sheaf_agent::AgentClient::connect(&addr, &host2) {
+            break c;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not admitted after SIGHUP: {}", fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut buf = [0u8; 16];
+    assert_eq!(client.read_at(&s(&pgdata.join("PG_VERSION")), 0, &mut buf).unwrap(), 3);
+    drop(client);
+    let t0 = Instant::now();
+    loop {
+        let text = fs::read_to_string(&log).unwrap();
+        if text.contains("nightly-2 (SHA-256") && text.contains("done after") {
+            assert!(text.contains("added: nightly-2") && text.contains("connected, served") && text.contains("bytes sent"), "{text}");
+            assert!(agent.0.try_wait().unwrap().is_none(), "SIGHUP does not end the agent");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(agent);
+
+    // check, on a backup host whose certificate ends in 12 days.
+    let soon = d.path().join("soon");
+    fs::create_dir(&soon).unwrap();
+    fs::copy(tls.join("ca.pem"), soon.join("ca.pem")).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    sheaf_agent::certs::issue_client(&tls, &soon, "client", now - time::Duration::days(1), now + time::Duration::days(12)).unwrap();
+    let conf = d.path().join("sheaf.toml");
+    fs::write(&conf, format!("tls-dir = \"{}\"\nrepo = \"{}\"\n", soon.display(), d.path().join("no-repo").display())).unwrap();
+    let o = Command::new(SHEAF).args(["check", "--json", "postgres://nobody@127.0.0.1:1/x"]).env("SHEAF_CONFIG", &conf).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));
+    let certs: Vec<&serde_json::Value> = report["findings"].as_array().unwrap().iter().filter(|f| f["check"] == "certs").collect();
+    assert_eq!(certs.len(), 1, "{report}");
+    assert_eq!(certs[0]["status"], "warning", "{report}");
+    assert!(certs[0]["message"].as_str().unwrap().contains("client.pem expires on"), "{report}");
+}
