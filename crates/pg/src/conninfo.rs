@@ -169,7 +169,7 @@ impl Target {
 
 /// The parameters, resolved: the string's, the service's, the environment's and libpq's
 /// defaults, each where the one before is silent.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ConnInfo {
     /// Every keyword given a value, by any source.
     values: BTreeMap<String, String>,
@@ -178,6 +178,26 @@ pub struct ConnInfo {
     /// What the password search found wrong (libpq's warnings), for the message when the login
     /// fails.
     pub warnings: Vec<String>,
+}
+
+/// Shown without its secrets.
+impl std::fmt::Debug for ConnInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: BTreeMap<&str, &str> = self.values.iter().map(|(k, v)| (k.as_str(), if SECRET.contains(&k.as_str()) { "****" } else { v.as_str() })).collect();
+        f.debug_struct("ConnInfo").field("values", &shown).field("warnings", &self.warnings).finish_non_exhaustive()
+    }
+}
+
+/// The keywords whose values are secrets.
+const SECRET: [&str; 2] = ["password", "sslpassword"];
+
+/// The values are wiped when it goes (a password given in the connection string among them).
+impl Drop for ConnInfo {
+    fn drop(&mut self) {
+        for v in self.values.values_mut() {
+            zeroize::Zeroize::zeroize(v);
+        }
+    }
 }
 
 impl ConnInfo {
@@ -359,9 +379,9 @@ impl ConnInfo {
     /// The password for `target` and database `db`: given (string, service, `PGPASSWORD`), else
     /// the password file's first matching line. What made the file unusable goes into
     /// [`ConnInfo::warnings`].
-    pub fn password(&mut self, target: &Target, db: &str) -> Option<String> {
+    pub fn password(&mut self, target: &Target, db: &str) -> Option<zeroize::Zeroizing<String>> {
         if let Some(p) = self.get("password").filter(|p| !p.is_empty()) {
-            return Some(p.to_string());
+            return Some(zeroize::Zeroizing::new(p.to_string()));
         }
         let file = match self.get("passfile") {
             Some(f) => PathBuf::from(f),
@@ -634,7 +654,7 @@ fn service_in(text: &str, name: &str, file: &Path) -> Result<Option<Vec<(String,
 /// The password of the first line of the password file `file` matching host, port, database and
 /// user (`*` matches anything; `\:` and `\\` escape). `Err` carries libpq's warning when the file
 /// is not used: not a plain file, or readable by group or others.
-fn pgpass_lookup(file: &Path, host: &str, port: u16, db: &str, user: &str) -> std::result::Result<Option<String>, String> {
+fn pgpass_lookup(file: &Path, host: &str, port: u16, db: &str, user: &str) -> std::result::Result<Option<zeroize::Zeroizing<String>>, String> {
     use std::os::unix::fs::PermissionsExt;
     let Ok(meta) = std::fs::metadata(file) else { return Ok(None) };
     if !meta.is_file() {
@@ -643,19 +663,19 @@ fn pgpass_lookup(file: &Path, host: &str, port: u16, db: &str, user: &str) -> st
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(format!("WARNING: password file \"{}\" has group or world access; permissions should be u=rw (0600) or less", file.display()));
     }
-    let Ok(text) = std::fs::read_to_string(file) else { return Ok(None) };
+    let Ok(text) = std::fs::read_to_string(file).map(zeroize::Zeroizing::new) else { return Ok(None) };
     let port = port.to_string();
     for line in text.lines() {
         if line.starts_with('#') || line.trim().is_empty() {
             continue;
         }
-        let fields = pgpass_fields(line);
-        if fields.len() < 5 {
-            continue;
-        }
+        let mut fields = pgpass_fields(line);
         let matches = |field: &str, want: &str| field == "*" || field == want;
-        if matches(&fields[0], host) && matches(&fields[1], &port) && matches(&fields[2], db) && matches(&fields[3], user) {
-            return Ok(Some(fields[4..].join(":")));
+        let found = fields.len() >= 5 && matches(&fields[0], host) && matches(&fields[1], &port) && matches(&fields[2], db) && matches(&fields[3], user);
+        let password = found.then(|| zeroize::Zeroizing::new(fields[4..].join(":")));
+        fields.iter_mut().for_each(zeroize::Zeroize::zeroize);
+        if password.is_some() {
+            return Ok(password);
         }
     }
     Ok(None)
@@ -697,6 +717,8 @@ mod tests {
         let text = keyword_string(&[("host", "/run/postgresql"), ("user", "o'brien"), ("dbname", "a b\\c")]);
         let info = with_env(&text, &[]).unwrap();
         assert_eq!((info.get("host"), info.get("user"), info.get("dbname")), (Some("/run/postgresql"), Some("o'brien"), Some("a b\\c")));
+        let shown = format!("{:?}", with_env("password=hunter2 sslpassword=keypw dbname=x", &[]).unwrap());
+        assert!(shown.contains("dbname") && !shown.contains("hunter2") && !shown.contains("keypw"), "{shown}");
     }
 
     #[test]
@@ -767,18 +789,18 @@ mod tests {
         let p = pass.to_str().unwrap();
         let mut c = with_env("host=/run/pg port=5433 user=app", &[("PGPASSFILE", p)]).unwrap();
         let t = c.targets().unwrap()[0].clone();
-        assert_eq!(c.password(&t, "app").as_deref(), Some("sock:et"), "a socket matches as localhost");
+        assert_eq!(c.password(&t, "app").as_deref().map(String::as_str), Some("sock:et"), "a socket matches as localhost");
         let mut c = with_env("host=db1 user=app", &[("PGPASSFILE", p)]).unwrap();
         let t = c.targets().unwrap()[0].clone();
-        assert_eq!(c.password(&t, "sales").as_deref(), Some("tcp:with:colons"));
-        assert_eq!(c.password(&t, "other").as_deref(), Some("fallback"));
+        assert_eq!(c.password(&t, "sales").as_deref().map(String::as_str), Some("tcp:with:colons"));
+        assert_eq!(c.password(&t, "other").as_deref().map(String::as_str), Some("fallback"));
         // A password given wins over the file.
         let mut given = with_env("host=db1 user=app password=given", &[("PGPASSFILE", p)]).unwrap();
-        assert_eq!(given.password(&t, "sales").as_deref(), Some("given"));
+        assert_eq!(given.password(&t, "sales").as_deref().map(String::as_str), Some("given"));
         // Readable by others: ignored, with libpq's warning.
         std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
         let mut open = with_env("host=db1 user=app", &[("PGPASSFILE", p)]).unwrap();
-        assert_eq!(open.password(&t, "sales"), None);
+        assert!(open.password(&t, "sales").is_none());
         assert!(open.warnings[0].contains("has group or world access; permissions should be u=rw (0600) or less"), "{:?}", open.warnings);
     }
 }

@@ -279,7 +279,7 @@ pub fn open(info: &mut crate::conninfo::ConnInfo, db: Option<&str>) -> Result<Cl
             config.keepalives(info.get("keepalives") != Some("0"));
             config.keepalives_idle(std::time::Duration::from_secs(info.get("keepalives_idle").and_then(|v| v.parse().ok()).unwrap_or(60)));
             if let Some(pw) = info.password(t, &dbname) {
-                config.password(pw);
+                config.password(pw.as_str());
             }
             let where_ = match &t.endpoint {
                 Endpoint::Socket(d) => format!("socket {}/.s.PGSQL.{}", d.display(), t.port),

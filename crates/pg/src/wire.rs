@@ -140,11 +140,11 @@ impl Replication {
         // Each host in turn, as libpq tries them: the first that answers.
         let mut failures = Vec::new();
         let mut stream: Option<(Box<dyn Stream>, Option<Sock>)> = None;
-        let mut password: Option<Vec<u8>> = None;
+        let mut password: Option<zeroize::Zeroizing<String>> = None;
         for target in info.targets()? {
             let port = target.port;
             // The password file matches a replication connection's database as `replication`.
-            password = info.password(&target, "replication").map(String::into_bytes);
+            password = info.password(&target, "replication");
             let attempt: Result<(Box<dyn Stream>, Option<Sock>)> = match &target.endpoint {
                 Endpoint::Socket(dir) => {
                     let path = dir.join(format!(".s.PGSQL.{port}"));
@@ -179,7 +179,7 @@ impl Replication {
         stream.write_all(&out).map_err(|e| io("start-up", e))?;
         out.clear();
         let mut c = Replication { stream, sock, inbuf: BytesMut::with_capacity(1 << 20), out, url: shown, server_version: String::new(), notices: Vec::new() };
-        c.authenticate(&user, password.as_deref())?;
+        c.authenticate(&user, password.as_deref().map(String::as_bytes))?;
         loop {
             match c.read()? {
                 Msg::Pg(Message::ReadyForQuery(_)) => return Ok(c),

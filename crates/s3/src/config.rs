@@ -152,6 +152,15 @@ pub struct Resolved {
     pub credentials_from: String,
 }
 
+/// The credentials are wiped when it goes (object_store keeps its own copy while a store lives).
+impl Drop for Resolved {
+    fn drop(&mut self) {
+        for s in [&mut self.secret_access_key, &mut self.session_token].into_iter().flatten() {
+            zeroize::Zeroize::zeroize(s);
+        }
+    }
+}
+
 impl fmt::Debug for Resolved {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Resolved")
