@@ -601,6 +601,8 @@ impl Repo {
         let kdf = match self.keys.as_deref() {
             None => None,
             Some(keys) => {
+                // The repository's own folder is made as for repo.json (only init makes it).
+                self.prepare(META)?;
                 let ring = Ring::new()?;
                 let record = KeyRecord::seal(keys, &ring, crate::time::now_ms() / 1000, &crate::host::who())?;
                 self.put_key_record(&record, false).map_err(|e| e.context(format!("cannot create a repository at {}", self.shown)))?;

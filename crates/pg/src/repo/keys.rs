@@ -252,56 +252,58 @@ mod tests {
 
     #[test]
     fn keys_are_added_rotated_and_removed_without_rewriting_anything_else() {
-        let d = tempfile::tempdir().unwrap();
+        let top = tempfile::tempdir().unwrap();
+        // A folder init makes, as sheaf init does.
+        let d = &top.path().join("new");
         let (alice, bob) = (|| pass("alice: correct horse"), || Arc::new(Keys::from_key([0x42; 32])));
-        at(d.path(), &alice).init(&serde_json::json!({"system_identifier": "7"})).unwrap();
-        put(&at(d.path(), &alice), "wal/00000001/a.wal", "written under generation 1");
-        let listed = list(&at(d.path(), &alice)).unwrap();
+        at(d, &alice).init(&serde_json::json!({"system_identifier": "7"})).unwrap();
+        put(&at(d, &alice), "wal/00000001/a.wal", "written under generation 1");
+        let listed = list(&at(d, &alice)).unwrap();
         assert_eq!((listed.scheme.as_str(), listed.generation, listed.keys.len()), ("ring", 1, 1));
         assert!(listed.keys[0].this && listed.keys[0].kind == "passphrase");
 
         // Bob's key is added by alice; then it opens everything, what was written before too.
-        let e = add(&at(d.path(), &alice), &alice()).unwrap_err();
+        let e = add(&at(d, &alice), &alice()).unwrap_err();
         assert!(e.message().contains("a key of") && e.message().contains("already"), "{e}");
-        let b = add(&at(d.path(), &alice), &bob()).unwrap();
+        let b = add(&at(d, &alice), &bob()).unwrap();
         assert_eq!(b.kind, "key");
-        assert_eq!(get(&at(d.path(), &bob), "wal/00000001/a.wal").unwrap(), "written under generation 1");
-        let e = at(d.path(), &|| Arc::new(Keys::from_key([0x43; 32]))).get_bytes("repo.json").unwrap_err();
+        assert_eq!(get(&at(d, &bob), "wal/00000001/a.wal").unwrap(), "written under generation 1");
+        let e = at(d, &|| Arc::new(Keys::from_key([0x43; 32]))).get_bytes("repo.json").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Key);
         assert!(e.message().contains("wrong key") && e.message().contains(&b.id), "names the keys: {e}");
-        let e = at(d.path(), &|| pass("mallory")).encryption().unwrap_err();
+        let e = at(d, &|| pass("mallory")).encryption().unwrap_err();
         assert!(e.message().contains("wrong passphrase"), "{e}");
 
         // A rotation by bob: only key records are written, whatever else the repository holds.
         for n in 0..20 {
-            put(&at(d.path(), &alice), &format!("wal/00000001/{n:02}.wal"), &"x".repeat(n * 1000));
+            put(&at(d, &alice), &format!("wal/00000001/{n:02}.wal"), &"x".repeat(n * 1000));
         }
-        let before = others(d.path());
-        let r = rotate(&at(d.path(), &bob)).unwrap();
+        let before = others(d);
+        let r = rotate(&at(d, &bob)).unwrap();
         assert_eq!((r.generation, r.records), (2, 2));
         assert!(r.bytes_written < 2 * 2048, "two small records: {r:?}");
-        assert_eq!(others(d.path()), before, "nothing but key records rewritten");
-        put(&at(d.path(), &alice), "wal/00000001/b.wal", "written under generation 2");
-        assert_eq!(generation_of(&at(d.path(), &alice), "wal/00000001/b.wal"), 2);
-        assert_eq!(generation_of(&at(d.path(), &alice), "wal/00000001/a.wal"), 1, "kept its own");
+        assert_eq!(others(d), before, "nothing but key records rewritten");
+        put(&at(d, &alice), "wal/00000001/b.wal", "written under generation 2");
+        assert_eq!(generation_of(&at(d, &alice), "wal/00000001/b.wal"), 2);
+        assert_eq!(generation_of(&at(d, &alice), "wal/00000001/a.wal"), 1, "kept its own");
         for k in [&alice as &dyn Fn() -> Arc<Keys>, &bob] {
-            assert_eq!(get(&at(d.path(), k), "wal/00000001/a.wal").unwrap(), "written under generation 1");
-            assert_eq!(get(&at(d.path(), k), "wal/00000001/b.wal").unwrap(), "written under generation 2");
+            assert_eq!(get(&at(d, k), "wal/00000001/a.wal").unwrap(), "written under generation 1");
+            assert_eq!(get(&at(d, k), "wal/00000001/b.wal").unwrap(), "written under generation 2");
         }
 
         // Removing: never the key given, never the last; a removed key opens nothing.
-        let a_id = list(&at(d.path(), &bob)).unwrap().keys.iter().find(|k| k.kind == "passphrase").unwrap().id.clone();
-        let e = remove(&at(d.path(), &alice), &a_id).unwrap_err();
+        let a_id = list(&at(d, &bob)).unwrap().keys.iter().find(|k| k.kind == "passphrase").unwrap().id.clone();
+        let e = remove(&at(d, &alice), &a_id).unwrap_err();
         assert!(e.message().contains("give another"), "{e}");
-        assert!(remove(&at(d.path(), &bob), "zz").unwrap_err().message().contains("no key"));
-        remove(&at(d.path(), &bob), &a_id[..6]).unwrap();
+        assert!(remove(&at(d, &bob), "zz").unwrap_err().message().contains("no key"));
+        remove(&at(d, &bob), &a_id[..6]).unwrap();
         for rel in ["repo.json", "wal/00000001/a.wal", "wal/00000001/b.wal"] {
-            let e = at(d.path(), &alice).get_bytes(rel).unwrap_err();
+            let e = at(d, &alice).get_bytes(rel).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Key, "{rel}: {e}");
         }
-        let e = remove(&at(d.path(), &bob), &b.id).unwrap_err();
+        let e = remove(&at(d, &bob), &b.id).unwrap_err();
         assert!(e.message().contains("last key"), "{e}");
-        assert_eq!(get(&at(d.path(), &bob), "wal/00000001/b.wal").unwrap(), "written under generation 2");
+        assert_eq!(get(&at(d, &bob), "wal/00000001/b.wal").unwrap(), "written under generation 2");
     }
 
     #[test]
