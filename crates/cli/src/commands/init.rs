@@ -38,7 +38,7 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
         }
     }
     if repos.iter().any(|r| r.keys().is_some()) {
-        say!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too");
+        say!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; archive_command and restores need it too. A second key (`sheaf key add`) kept elsewhere is a spare");
     }
     // Shell-quoted, so that a URL's `&` or a path's space pastes as it reads; the archive_command
     // is a PostgreSQL string literal, its quotes doubled.
