@@ -200,7 +200,10 @@ pub fn add_client(dir: &Path, name: &str) -> Result<AddedClient> {
     }
     let allowed = allowed_clients(dir)?;
     if allowed.iter().any(|(_, n)| n == name) {
-        return Err(Error::new(ErrorKind::TargetNotEmpty, format!("{} already lists a client named {name}: choose another name, or remove its line first", dir.join(ALLOWED).display())));
+        return Err(Error::new(
+            ErrorKind::TargetNotEmpty,
+            format!("{} already lists a client named {name}: choose another name, or remove its line first", dir.join(ALLOWED).display()),
+        ));
     }
     let out = dir.join("clients").join(name);
     if out.exists() {

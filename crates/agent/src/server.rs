@@ -158,7 +158,9 @@ impl Agent {
         match crate::tls::allowed(&self.tls_dir) {
             Ok(new) => {
                 let mut held = self.allowed.write().unwrap_or_else(|p| p.into_inner());
-                let name = |fp: &String, names: &HashMap<String, String>| format!("{} ({}…)", names.get(fp).filter(|n| !n.is_empty()).map_or("unnamed", |n| n.as_str()), &fp[..fp.len().min(12)]);
+                let name = |fp: &String, names: &HashMap<String, String>| {
+                    format!("{} ({}…)", names.get(fp).filter(|n| !n.is_empty()).map_or("unnamed", |n| n.as_str()), &fp[..fp.len().min(12)])
+                };
                 let added: Vec<String> = new.keys().filter(|fp| !held.contains_key(*fp)).map(|fp| name(fp, &new)).collect();
                 let removed: Vec<String> = held.keys().filter(|fp| !new.contains_key(*fp)).map(|fp| name(fp, &held)).collect();
                 log(&format!(

@@ -247,10 +247,11 @@ impl Context {
             return Ok(g);
         }
         let url = self.settings.get("pg-url", None);
-        let parts: Vec<(&str, (String, crate::settings::Origin))> = [("host", "pg-host"), ("host", "pg-socket-path"), ("port", "pg-port"), ("user", "pg-user"), ("dbname", "pg-database")]
-            .into_iter()
-            .filter_map(|(k, setting)| self.settings.get(setting, None).map(|v| (k, v)))
-            .collect();
+        let parts: Vec<(&str, (String, crate::settings::Origin))> =
+            [("host", "pg-host"), ("host", "pg-socket-path"), ("port", "pg-port"), ("user", "pg-user"), ("dbname", "pg-database")]
+                .into_iter()
+                .filter_map(|(k, setting)| self.settings.get(setting, None).map(|v| (k, v)))
+                .collect();
         if let Some((u, o)) = &url {
             if sheaf_pg::conninfo::parse(u).map_err(|e| e.context(format!("pg-url ({o})")))?.iter().any(|(k, _)| k == "password") {
                 return Err(Error::invalid(format!(

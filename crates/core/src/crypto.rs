@@ -271,7 +271,8 @@ impl Keys {
             return Ok(Keys::with_secret(Secret::Key(key)));
         }
         let line = printed.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
-        Keys::from_passphrase(line).map_err(|_| key_error(format!("{what} printed no key or passphrase: it should print 32 bytes, 64 hex digits or a passphrase on its first line")))
+        Keys::from_passphrase(line)
+            .map_err(|_| key_error(format!("{what} printed no key or passphrase: it should print 32 bytes, 64 hex digits or a passphrase on its first line")))
     }
 
     /// Which kind of secret this is.
@@ -384,9 +385,13 @@ impl Keys {
                 cache.push((*kdf, out.clone()));
                 Ok(out)
             }
-            (_, Kdf::Ring { .. }) => Err(self.ring_failure.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|e| Error::new(e.kind(), e.message())).unwrap_or_else(|| {
-                key_error("it is encrypted with a repository's key ring, which was not opened: read it through its repository (--repo)")
-            })),
+            (_, Kdf::Ring { .. }) => Err(self
+                .ring_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map(|e| Error::new(e.kind(), e.message()))
+                .unwrap_or_else(|| key_error("it is encrypted with a repository's key ring, which was not opened: read it through its repository (--repo)"))),
             (_, kdf) => Err(key_error(format!("it was encrypted with {}, and that was not given", kdf.needs()))),
         }
     }

@@ -337,7 +337,12 @@ impl KeyRecord {
         let shared = secret.diffie_hellman(&PublicKey::from(bytes::<32>(&self.ephemeral, "ephemeral key")?));
         let aead = wrap_key(shared.as_bytes(), &self.ephemeral, &self.public);
         let mut buf = Zeroizing::new(unhex(self.sealed.as_bytes()).ok_or_else(|| Error::corrupt(format!("key record {}: its sealed ring is not hex (damaged)", self.id)))?);
-        let damaged = || Error::corrupt(format!("key record {}: the ring does not open with its own key: the record was altered or damaged (another key may still open the repository)", self.id));
+        let damaged = || {
+            Error::corrupt(format!(
+                "key record {}: the ring does not open with its own key: the record was altered or damaged (another key may still open the repository)",
+                self.id
+            ))
+        };
         let plain = aead.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(self.aad()), buf.as_mut_slice()).map_err(|_| damaged())?;
         let ring = Ring::decode(bytes(&self.ring, "ring id")?, plain)?;
         if ring.generations() != self.generations {

@@ -50,8 +50,12 @@ pub struct Repo {
     /// Why this process may not write here, once asked ([`Repo::check_writer`]); `None`: it may.
     refusal: Arc<OnceLock<Option<String>>>,
     /// The key ring the keys opened, once asked ([`Repo::unlock`]).
-    unlocked: Arc<OnceLock<std::result::Result<Option<Arc<Unlocked>>, (ErrorKind, String)>>>,
+    unlocked: Arc<OnceLock<Unlocking>>,
 }
+
+/// What opening the key ring gave, kept for the process: the ring (none without keys or key
+/// records), or why it did not open.
+type Unlocking = std::result::Result<Option<Arc<Unlocked>>, (ErrorKind, String)>;
 
 /// A repository's key ring, opened.
 #[derive(Debug)]
@@ -222,7 +226,11 @@ impl Repo {
                     records.iter().map(crate::keyring::describe).collect::<Vec<_>>().join(", ")
                 )
             } else {
-                format!("repository {}: wrong {kind}: it opens none of its keys ({}); `sheaf key list` names them", self.shown, records.iter().map(crate::keyring::describe).collect::<Vec<_>>().join(", "))
+                format!(
+                    "repository {}: wrong {kind}: it opens none of its keys ({}); `sheaf key list` names them",
+                    self.shown,
+                    records.iter().map(crate::keyring::describe).collect::<Vec<_>>().join(", ")
+                )
             },
         ))
     }

@@ -21,7 +21,8 @@ use clap::{Parser, Subcommand};
 pub use agent::AgentArgs;
 pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{
-    CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs,
+    CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs,
+    WalReceiveArgs, WalSummarizeArgs,
 };
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
 pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ShowArgs};

@@ -12,8 +12,7 @@ use crate::exit::{self, Outcome};
 pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
     let report = match ctx.repos().and_then(|r| ctx.pg_url(a.url.clone()).map(|u| (r, u))) {
         Ok((repos, url)) => {
-            let opts =
-                CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
+            let opts = CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
             check(&repos, &opts)
         }
         Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
@@ -23,7 +22,9 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
     if let Some(dir) = ctx.settings.value("tls-dir", None) {
         let now = sheaf_core::time::now_ms() / 1000;
         match sheaf_agent::certs::expiring(std::path::Path::new(&dir), now, 30) {
-            Ok(w) if w.is_empty() => report.findings.push(Finding { check: "certs", status: Status::Ok, message: format!("the certificates in {dir} are valid for 30 days or more") }),
+            Ok(w) if w.is_empty() => {
+                report.findings.push(Finding { check: "certs", status: Status::Ok, message: format!("the certificates in {dir} are valid for 30 days or more") })
+            }
             Ok(w) => {
                 for m in w {
                     let status = if m.contains(" expired on ") { Status::Critical } else { Status::Warning };

@@ -44,6 +44,9 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     // is a PostgreSQL string literal, its quotes doubled.
     let flags: String = repos.iter().map(|r| format!(" --repo {}", shell_quote(r.display()))).collect();
     let archive = format!("sheaf wal-push %p{flags}").replace('\'', "''");
-    say!("next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}", a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::server::redact(u)))).unwrap_or_default());
+    say!(
+        "next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}",
+        a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::server::redact(u)))).unwrap_or_default()
+    );
     Ok(())
 }

@@ -858,7 +858,7 @@ fn agent_clients_are_added_and_admitted_on_sighup_and_check_warns_of_expiring_ce
         std::thread::sleep(Duration::from_millis(100));
     };
     let mut buf = [0u8; 16];
-    assert_eq!(client.read_at(&s(&pgdata.join("PG_VERSION")), 0, &mut buf).unwrap(), 3);
+    assert_eq!(client.read_at(s(&pgdata.join("PG_VERSION")), 0, &mut buf).unwrap(), 3);
     drop(client);
     let t0 = Instant::now();
     loop {

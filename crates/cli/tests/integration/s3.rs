@@ -420,10 +420,6 @@ fn s3_server_side_encryption_with_a_kms_key_or_a_customer_key() {
     let o = restored("s3://sse/ssec.sheaf", &["--s3-sse-customer-key-file", s(&other)], "ssec-shown");
     assert!(!stderr(&o).contains(secret_b64) && !stderr(&o).contains("Ojo6Ojo6"), "no key in messages: {}", stderr(&o));
 
-    let o = sheaf()
-        .args(["backup", s(&src), "--to", "s3://sse/http.sheaf", "--s3-endpoint", &format!("http://{}", m.addr), "--s3-allow-http"])
-        .args(k)
-        .output()
-        .unwrap();
+    let o = sheaf().args(["backup", s(&src), "--to", "s3://sse/http.sheaf", "--s3-endpoint", &format!("http://{}", m.addr), "--s3-allow-http"]).args(k).output().unwrap();
     assert!(!o.status.success() && stderr(&o).contains("SSE-C") && stderr(&o).contains("https://"), "{}", stderr(&o));
 }

@@ -52,7 +52,10 @@ fn info(r: &KeyRecord, opened_by: Option<&str>) -> KeyInfo {
 }
 
 fn not_encrypted(repo: &Repo) -> Error {
-    Error::new(ErrorKind::InvalidInput, format!("the repository {} is not encrypted: it has no keys to manage (a repository is encrypted when it is made: `sheaf init` with a key)", repo.display()))
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!("the repository {} is not encrypted: it has no keys to manage (a repository is encrypted when it is made: `sheaf init` with a key)", repo.display()),
+    )
 }
 
 /// The ring, opened with the keys given: the repository must be encrypted and have one.
@@ -68,7 +71,11 @@ fn opened(repo: &Repo) -> Result<std::sync::Arc<Unlocked>> {
             None => not_encrypted(repo),
             Some(_) => Error::new(
                 ErrorKind::InvalidInput,
-                format!("the repository {} was encrypted before key rings (one secret opens it): move it to key rings first with `sheaf key migrate --repo {}`", repo.display(), repo.display()),
+                format!(
+                    "the repository {} was encrypted before key rings (one secret opens it): move it to key rings first with `sheaf key migrate --repo {}`",
+                    repo.display(),
+                    repo.display()
+                ),
             ),
         });
     }
@@ -143,7 +150,10 @@ pub fn remove(repo: &Repo, id: &str) -> Result<KeyInfo> {
         _ => return Err(Error::new(ErrorKind::InvalidInput, format!("{id:?} names {} keys of {}: give more of the id ({})", matching.len(), repo.display(), ids()))),
     };
     if u.records.len() == 1 {
-        return Err(Error::new(ErrorKind::InvalidInput, format!("key {} is the last key of {}: without it nothing in the repository could be read; add another first (`sheaf key add`)", r.id, repo.display())));
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("key {} is the last key of {}: without it nothing in the repository could be read; add another first (`sheaf key add`)", r.id, repo.display()),
+        ));
     }
     if r.id == u.opened_by {
         return Err(Error::new(
@@ -199,7 +209,9 @@ pub fn rotate(repo: &Repo) -> Result<Rotation> {
 /// # Errors
 /// Not encrypted, a ring already, the wrong secret; writing the record.
 pub fn migrate(repo: &Repo) -> Result<KeyInfo> {
-    let keys = repo.keys().ok_or_else(|| Error::new(ErrorKind::Key, format!("give the secret that opens {} (--passphrase-file, --encryption-key-file, --key-command or SHEAF_PASSPHRASE)", repo.display())))?;
+    let keys = repo.keys().ok_or_else(|| {
+        Error::new(ErrorKind::Key, format!("give the secret that opens {} (--passphrase-file, --encryption-key-file, --key-command or SHEAF_PASSPHRASE)", repo.display()))
+    })?;
     if !repo.key_records()?.is_empty() {
         return Err(Error::new(ErrorKind::InvalidInput, format!("the repository {} has key rings already: nothing to migrate (`sheaf key list`)", repo.display())));
     }

@@ -94,7 +94,16 @@ fn keys_are_added_rotated_and_removed_while_archiving_and_any_key_restores() {
     let o = run(sheaf().args([&["info", "--repo", r], &pass_flag[..]].concat()));
     assert_eq!(o.status.code(), Some(9), "the removed passphrase opens nothing: {}", stderr(&o));
     assert!(stderr(&o).contains("none of its 1 keys is a passphrase"), "{}", stderr(&o));
-    let o = run(sheaf().args(["key", "remove", "--repo", r, "--key", &l["keys"].as_array().unwrap().iter().find(|k| k["this"] == true).unwrap()["id"].as_str().unwrap().to_string(), "--key-command", &key_command]));
+    let o = run(sheaf().args([
+        "key",
+        "remove",
+        "--repo",
+        r,
+        "--key",
+        l["keys"].as_array().unwrap().iter().find(|k| k["this"] == true).unwrap()["id"].as_str().unwrap(),
+        "--key-command",
+        &key_command,
+    ]));
     assert!(!o.status.success() && stderr(&o).contains("last key"), "{}", stderr(&o));
     c.sql("postgres", &format!("ALTER SYSTEM SET archive_command = $$ {SHEAF} wal-push %p --repo {r} --key-command 'cat {}' $$", vault.display()));
     c.sql("postgres", "SELECT pg_reload_conf()");
@@ -111,7 +120,10 @@ fn keys_are_added_rotated_and_removed_while_archiving_and_any_key_restores() {
     let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
     assert!(auto.contains("--key-command"), "restore_command carries the key command: {auto}");
     let restored = start_restored(&dir, false);
-    assert_eq!(restored.sql("app", "SELECT string_agg(batch || ':' || n, ',' ORDER BY batch) FROM (SELECT batch, count(*) n FROM t GROUP BY batch) x"), "0:1000,1:1000,2:1000,3:1000");
+    assert_eq!(
+        restored.sql("app", "SELECT string_agg(batch || ':' || n, ',' ORDER BY batch) FROM (SELECT batch, count(*) n FROM t GROUP BY batch) x"),
+        "0:1000,1:1000,2:1000,3:1000"
+    );
 
     // No secret in anything printed, written into the repository, the catalog, the settings or
     // the logs.
