@@ -7,8 +7,12 @@
 //!  master key ──HKDF-SHA256(data salt)──► data key (AES-256-GCM), key check, content-crc mask
 //! ```
 //!
-//! Every stripe and every repository object carries a [`KeyBlock`] in the clear: how the master key
-//! is made (the KDF, its salt and parameters), a fresh random 32-byte data salt, and a key check.
+//! Every stripe and every repository object carries a [`KeyBlock`] in the clear. Layout 1: how the
+//! master key is made (the KDF, its salt and parameters), a fresh random 32-byte data salt, and a
+//! key check (a key ring's generations use it). Layout 2 (sets and objects under one secret):
+//! the data key's 32 random bytes (its HKDF PRK), sealed with a key-encryption key the secret
+//! makes with a salt of the block's own, so that the secret only ever wraps a random key and a
+//! set's secret can be changed by rewriting the block in place ([`Keys::rewrap`]).
 //! The data salt makes each backup's (and each object's) data key its own, so the nonces inside
 //! one (a counter per frame, fixed numbers for the index and the manifest) can never repeat under
 //! a key. The key check lets a wrong key be named before any byte is decrypted.
@@ -107,18 +111,44 @@ impl Kdf {
 pub struct KeyBlock {
     /// How the master key is made.
     pub kdf: Kdf,
-    /// This backup's (or object's) own salt for its data key.
+    /// This backup's (or object's) own salt for its data key (layout 1).
     pub data_salt: [u8; 32],
-    /// A value derived from the keys, to tell a wrong secret from damage.
+    /// A value derived from the keys, to tell a wrong secret from damage (layout 1).
     pub check: [u8; 16],
+    /// Layout 2: the data key's PRK, sealed, and the salt of the key that seals it.
+    pub wrapped: Option<Wrapped>,
+}
+
+/// A data key sealed in a key block (layout 2).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Wrapped {
+    /// Salt of the key-encryption key (Argon2id's own salt for a passphrase).
+    pub salt: [u8; 16],
+    /// AES-256-GCM of the 32-byte PRK, then its tag.
+    pub sealed: [u8; 48],
 }
 
 impl KeyBlock {
     /// Encode with its own checksum.
     pub fn encode(&self) -> [u8; KEY_BLOCK_LEN] {
+        let mut b = self.head();
+        if let Some(w) = &self.wrapped {
+            b[36..84].copy_from_slice(&w.sealed);
+        } else {
+            b[36..68].copy_from_slice(&self.data_salt);
+            b[68..84].copy_from_slice(&self.check);
+        }
+        let crc = crc32c::crc32c(&b[..92]);
+        b[92..96].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Bytes 0..36 (magic, layout, cipher, KDF and its parameters; layout 2's salt), the rest
+    /// zero: what a layout 2 block's sealed key is bound to.
+    fn head(&self) -> [u8; KEY_BLOCK_LEN] {
         let mut b = [0u8; KEY_BLOCK_LEN];
         b[0..4].copy_from_slice(KEY_BLOCK_MAGIC);
-        b[4] = 1; // layout version
+        b[4] = if self.wrapped.is_some() { 2 } else { 1 }; // layout version
         b[5] = CIPHER_AES256GCM;
         match self.kdf {
             Kdf::KeyFile => b[6] = KDF_KEY_FILE,
@@ -135,10 +165,10 @@ impl KeyBlock {
                 b[24..28].copy_from_slice(&generation.to_le_bytes());
             }
         }
-        b[36..68].copy_from_slice(&self.data_salt);
-        b[68..84].copy_from_slice(&self.check);
-        let crc = crc32c::crc32c(&b[..92]);
-        b[92..96].copy_from_slice(&crc.to_le_bytes());
+        if let Some(w) = &self.wrapped {
+            // A passphrase's block has Argon2id's salt there already, which is this salt too.
+            b[20..36].copy_from_slice(&w.salt);
+        }
         b
     }
 
@@ -153,7 +183,7 @@ impl KeyBlock {
         if crc32c::crc32c(&b[..92]) != u32::from_le_bytes(b[92..96].try_into().expect("4 bytes")) {
             return Err(Error::corrupt("key block: checksum mismatch (the header is damaged)"));
         }
-        if b[4] != 1 || b[5] != CIPHER_AES256GCM {
+        if !(1..=2).contains(&b[4]) || b[5] != CIPHER_AES256GCM {
             return Err(Error::invalid(format!("key block: layout {} / cipher {} is not known to this sheaf: upgrade sheaf", b[4], b[5])));
         }
         let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
@@ -170,7 +200,23 @@ impl KeyBlock {
             KDF_RING => return Err(Error::corrupt("key block: key ring generation 0 (damaged)")),
             k => return Err(Error::corrupt(format!("key block: unknown key derivation {k} (damaged)"))),
         };
-        Ok(KeyBlock { kdf, data_salt: b[36..68].try_into().expect("32 bytes"), check: b[68..84].try_into().expect("16 bytes") })
+        if b[4] == 2 {
+            if matches!(kdf, Kdf::Ring { .. }) {
+                return Err(Error::corrupt("key block: a key ring's generation in layout 2 (damaged)"));
+            }
+            let wrapped = Wrapped { salt: b[20..36].try_into().expect("16 bytes"), sealed: b[36..84].try_into().expect("48 bytes") };
+            return Ok(KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(wrapped) });
+        }
+        Ok(KeyBlock { kdf, data_salt: b[36..68].try_into().expect("32 bytes"), check: b[68..84].try_into().expect("16 bytes"), wrapped: None })
+    }
+
+    /// The AEAD that seals a layout 2 block's key: from the master key the secret makes under
+    /// its KDF and the block's own salt (so each block has a key-encryption key of its own, and
+    /// the nonce can be fixed).
+    fn kek(master: &Zeroizing<[u8; 32]>, salt: &[u8; 16]) -> LessSafeKey {
+        let mut key = Zeroizing::new([0u8; 32]);
+        Hkdf::<Sha256>::new(Some(salt), master.as_ref()).expand(b"sheaf/2 key block key-encryption key", key.as_mut()).expect("32 bytes is a valid HKDF length");
+        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key.as_ref()).expect("a 32-byte key"))
     }
 }
 
@@ -409,9 +455,74 @@ impl Keys {
     /// # Errors
     /// When the random source fails, or `kdf` needs the other kind of secret.
     pub fn seal(&self, kdf: Kdf) -> Result<(KeyBlock, Arc<Cipher>)> {
-        let data_salt = random()?;
-        let derived = Derived::new(&self.master(&kdf)?, &data_salt);
-        Ok((KeyBlock { kdf, data_salt, check: derived.check }, Arc::new(derived.cipher)))
+        if matches!(kdf, Kdf::Ring { .. }) {
+            let data_salt = random()?;
+            let derived = Derived::new(&self.master(&kdf)?, &data_salt);
+            return Ok((KeyBlock { kdf, data_salt, check: derived.check, wrapped: None }, Arc::new(derived.cipher)));
+        }
+        // Under a secret of its own: a random data key, sealed.
+        let prk = Zeroizing::new(random::<32>()?);
+        let block = self.wrap_prk(kdf, &prk)?;
+        Ok((block, Arc::new(Derived::from_prk(&prk).cipher)))
+    }
+
+    /// A layout 2 block under `kdf` sealing `prk`.
+    fn wrap_prk(&self, kdf: Kdf, prk: &Zeroizing<[u8; 32]>) -> Result<KeyBlock> {
+        let salt = match kdf {
+            Kdf::Argon2id { salt, .. } => salt,
+            _ => random()?,
+        };
+        let mut block = KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(Wrapped { salt, sealed: [0; 48] }) };
+        let mut buf = prk.clone();
+        let tag = KeyBlock::kek(&self.master(&kdf)?, &salt)
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice())
+            .expect("AES-GCM seals 32 bytes");
+        let w = block.wrapped.as_mut().expect("set above");
+        w.sealed[..32].copy_from_slice(buf.as_slice());
+        w.sealed[32..].copy_from_slice(tag.as_ref());
+        Ok(block)
+    }
+
+    /// The data key's PRK of what `block` describes, when this secret opens it.
+    fn prk_of(&self, block: &KeyBlock) -> Result<Zeroizing<[u8; 32]>> {
+        match &block.wrapped {
+            Some(w) => {
+                let mut buf = Zeroizing::new(w.sealed);
+                let kek = KeyBlock::kek(&self.master(&block.kdf)?, &w.salt);
+                let wrong = || {
+                    key_error(match block.kdf {
+                        Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
+                        _ => "wrong key: the key given is not the one this was encrypted with",
+                    })
+                };
+                let plain = kek.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice()).map_err(|_| wrong())?;
+                let mut prk = Zeroizing::new([0u8; 32]);
+                prk.copy_from_slice(plain);
+                Ok(prk)
+            }
+            None => {
+                self.open(block)?;
+                let (prk, _) = Hkdf::<Sha256>::extract(Some(&block.data_salt), self.master(&block.kdf)?.as_ref());
+                let mut out = Zeroizing::new([0u8; 32]);
+                out.copy_from_slice(&prk);
+                Ok(out)
+            }
+        }
+    }
+
+    /// `block` (a set's or an object's under one secret, either layout) as a layout 2 block
+    /// that `new` opens (this secret again, with a fresh salt, or another one): the same data
+    /// key, so nothing else changes. What [`crate`]'s callers write over a stripe's key block to
+    /// move it to layout 2 or change its secret.
+    ///
+    /// # Errors
+    /// This secret does not open `block`; `block` is a key ring's; the random source.
+    pub fn rewrap(&self, block: &KeyBlock, new: &Keys) -> Result<KeyBlock> {
+        if matches!(block.kdf, Kdf::Ring { .. }) {
+            return Err(key_error("a repository's object: its keys are changed with `sheaf key` on the repository"));
+        }
+        let prk = self.prk_of(block)?;
+        new.wrap_prk(new.fresh_kdf()?, &prk)
     }
 
     /// The cipher of what `block` describes, once the key check holds.
@@ -419,6 +530,9 @@ impl Keys {
     /// # Errors
     /// [`ErrorKind::Key`]: the other kind of secret is needed, or this one is not the right one.
     pub fn open(&self, block: &KeyBlock) -> Result<Arc<Cipher>> {
+        if block.wrapped.is_some() {
+            return Ok(Arc::new(Derived::from_prk(&self.prk_of(block)?).cipher));
+        }
         let fits = |master: &Zeroizing<[u8; 32]>| Some(Derived::new(master, &block.data_salt)).filter(|d| d.check == block.check).map(|d| Arc::new(d.cipher));
         // A ring's key first: what a repository wrote before its ring opens with any of its keys.
         if let Some(c) = self.ring_key(&block.kdf).as_ref().and_then(fits) {
@@ -465,7 +579,16 @@ struct Derived {
 
 impl Derived {
     fn new(master: &Zeroizing<[u8; 32]>, data_salt: &[u8; 32]) -> Derived {
-        let hk = Hkdf::<Sha256>::new(Some(data_salt), master.as_ref());
+        Derived::expand(&Hkdf::<Sha256>::new(Some(data_salt), master.as_ref()))
+    }
+
+    /// From a data key's PRK (a layout 2 block's, or HKDF-Extract of a layout 1 block's master
+    /// key and data salt: the same keys).
+    fn from_prk(prk: &Zeroizing<[u8; 32]>) -> Derived {
+        Derived::expand(&Hkdf::<Sha256>::from_prk(prk.as_ref()).expect("a 32-byte PRK"))
+    }
+
+    fn expand(hk: &Hkdf<Sha256>) -> Derived {
         let mut key = Zeroizing::new([0u8; 32]);
         let (mut check, mut mask) = ([0u8; 16], [0u8; 4]);
         hk.expand(b"sheaf/1 aes-256-gcm data key", key.as_mut()).expect("32 bytes is a valid HKDF length");
@@ -620,12 +743,49 @@ mod tests {
         let kdf = keys.fresh_kdf().unwrap();
         let (b1, c1) = keys.seal(kdf).unwrap();
         let (b2, c2) = keys.seal(kdf).unwrap();
-        assert_ne!(b1.data_salt, b2.data_salt);
+        assert_ne!(b1.wrapped.unwrap().sealed, b2.wrapped.unwrap().sealed, "a random data key each");
         let (mut x, mut y) = (vec![0u8; 32], vec![0u8; 32]);
         c1.seal(NONCE_FRAMES, 0, &[], &mut x);
         c2.seal(NONCE_FRAMES, 0, &[], &mut y);
         assert_ne!(x, y, "same nonce, different keys");
         assert_eq!(keys.masters.lock().unwrap().len(), 1, "Argon2id ran once for one salt");
+    }
+
+    #[test]
+    fn a_set_s_block_is_rewrapped_in_place_with_the_same_data_key() {
+        let d = tempfile::tempdir().unwrap();
+        let kf = d.path().join("k");
+        std::fs::write(&kf, [9u8; 32]).unwrap();
+        let (old, new, other) = (passphrase("old"), Keys::from_key_file(&kf).unwrap(), passphrase("other"));
+        // A layout 1 block under one secret, as sheaf wrote them before layout 2.
+        let kdf = old.fresh_kdf().unwrap();
+        let data_salt = [3u8; 32];
+        let derived = Derived::new(&old.own_master(&kdf).unwrap(), &data_salt);
+        let v1 = KeyBlock { kdf, data_salt, check: derived.check, wrapped: None };
+        assert_eq!(KeyBlock::decode(&v1.encode()).unwrap(), v1);
+        let mut text = b"written before".to_vec();
+        let tag = derived.cipher.seal(NONCE_FRAMES, 1, b"", &mut text);
+
+        // Moved to layout 2 under the same secret, then to another: the same data key opens it.
+        let v2 = old.rewrap(&v1, &old).unwrap();
+        assert_eq!(KeyBlock::decode(&v2.encode()).unwrap(), v2);
+        assert_eq!(v2.encode()[4], 2);
+        let v2b = old.rewrap(&v2, &new).unwrap();
+        for (keys, block) in [(&old, &v1), (&old, &v2), (&new, &v2b)] {
+            let mut copy = text.clone();
+            keys.open(block).unwrap().open(NONCE_FRAMES, 1, b"", &mut copy, &tag).unwrap();
+            assert_eq!(&copy[..], b"written before");
+        }
+        assert!(new.open(&v2).is_err() && old.open(&v2b).is_err(), "each opens with its own secret only");
+        let e = other.open(&v2).unwrap_err();
+        assert!(e.message().contains("wrong passphrase"), "{e}");
+        assert!(other.rewrap(&v2, &other).is_err(), "only its secret rewraps it");
+        // The parameters are bound to the sealed key: another salt does not open.
+        let mut b = v2.encode();
+        b[21] ^= 1;
+        let crc = crc32c::crc32c(&b[..92]);
+        b[92..96].copy_from_slice(&crc.to_le_bytes());
+        assert!(old.open(&KeyBlock::decode(&b).unwrap()).is_err());
     }
 
     #[test]

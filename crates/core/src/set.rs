@@ -14,7 +14,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use crate::crypto::{index_piece_nonce, Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, INDEX_PIECE, TRAILER_LEN};
 use crate::frame::FrameDecoder;
 use crate::manifest::pages::{in_memory, PagedRegion};
@@ -281,6 +281,47 @@ impl OpenStripe {
             Some(Ok(frame))
         }))
     }
+}
+
+/// What [`rewrap`] did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Rewrapped {
+    /// Stripes whose key block was written again.
+    pub stripes: usize,
+    /// Of those, how many had the older layout (a key made from the secret itself).
+    pub from_layout_1: usize,
+}
+
+/// Give an encrypted set, opened with `keys`, a key block that `new` opens (the same secret with
+/// a fresh salt, or another), written over each stripe's own in place: the set's data key is
+/// unchanged, so nothing else is rewritten. A stripe of the older layout (its data key made from
+/// the secret) gets the newer (a random data key sealed by the secret) on the way. The 96 bytes
+/// lie in each stripe's first sector, which disks write whole (as PostgreSQL relies on for
+/// pg_control); each stripe is synced before the next, and a set half done opens with either
+/// secret stripe by stripe, so running it again finishes it.
+///
+/// # Errors
+/// A set that is not encrypted, or is a repository's; a stripe that is not a file on this host
+/// (an object cannot be changed in place); `keys` do not open it; writing.
+pub fn rewrap(set: &BackupSet, keys: &Keys, new: &Keys) -> Result<Rewrapped> {
+    use std::os::unix::fs::FileExt;
+    let mut done = Rewrapped { stripes: 0, from_layout_1: 0 };
+    for s in &set.stripes {
+        let loc = &s.location;
+        let block = s.header.key_block.ok_or_else(|| Error::invalid(format!("stripe {loc} is not encrypted: there is no key to change")))?;
+        if !loc.capabilities().files {
+            return Err(Error::invalid(format!(
+                "stripe {loc} is an object: objects cannot be changed in place; copy the set to files (or restore it and back it up again with the new secret)"
+            )));
+        }
+        let new_block = keys.rewrap(&block, new).map_err(at(loc))?;
+        let f = std::fs::OpenOptions::new().write(true).open(loc.name()).map_err(|e| Error::io(ErrorKind::Target, format!("cannot open {loc} for writing"), e))?;
+        f.write_all_at(&new_block.encode(), HEADER_LEN as u64).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {loc}'s key block"), e))?;
+        f.sync_data().map_err(|e| Error::io(ErrorKind::Target, format!("cannot sync {loc}"), e))?;
+        done.stripes += 1;
+        done.from_layout_1 += usize::from(block.wrapped.is_none());
+    }
+    Ok(done)
 }
 
 impl BackupSet {

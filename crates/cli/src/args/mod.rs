@@ -288,7 +288,8 @@ impl Command {
             Command::Keep(a) => with(&a.s3, &a.repo),
             Command::Key(a) => {
                 let on = match &a.action {
-                    KeyAction::List(o) | KeyAction::Rotate(o) | KeyAction::Migrate(o) => o,
+                    KeyAction::List(o) | KeyAction::Rotate(o) => o,
+                    KeyAction::Migrate(x) => &x.on,
                     KeyAction::Add(x) => &x.on,
                     KeyAction::Remove(x) => &x.on,
                 };

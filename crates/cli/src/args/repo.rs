@@ -357,8 +357,30 @@ pub enum KeyAction {
     /// re-wrapped: nothing is rewritten, only the keys' small records.
     Rotate(KeyOn),
     /// Move a repository encrypted before key rings (one passphrase or key file) to them, in
-    /// place: only a key record is written.
-    Migrate(KeyOn),
+    /// place: only a key record is written. With --set, a `--to` set: each stripe's key block is
+    /// written again in place, a random data key sealed by the secret (by a new one with
+    /// --new-*): nothing else is rewritten.
+    Migrate(KeyMigrateArgs),
+}
+
+#[derive(Args)]
+#[group(id = "new_secret", multiple = false, args = ["new_passphrase_file", "new_key_file", "new_key_command"])]
+pub struct KeyMigrateArgs {
+    #[command(flatten)]
+    pub on: KeyOn,
+    /// A `--to` set instead of a repository: its stripe files on this host (any one finds the
+    /// others beside it), opened with the secret given as usual.
+    #[arg(long = "set", value_name = "STRIPE", num_args = 1..)]
+    pub set: Vec<String>,
+    /// With --set: seal it for the passphrase in FILE instead (its first line).
+    #[arg(long, value_name = "FILE", requires = "set")]
+    pub new_passphrase_file: Option<PathBuf>,
+    /// With --set: seal it for the key in FILE instead (32 bytes or 64 hex digits).
+    #[arg(long, value_name = "FILE", requires = "set")]
+    pub new_key_file: Option<PathBuf>,
+    /// With --set: seal it for what CMD prints instead (as --key-command).
+    #[arg(long, value_name = "CMD", requires = "set")]
+    pub new_key_command: Option<String>,
 }
 
 #[derive(Args)]

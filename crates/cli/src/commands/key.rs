@@ -12,6 +12,11 @@ use crate::context::{load_keys, Context};
 /// # Errors
 /// The repository's errors; the wrong key; a key that cannot be removed.
 pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
+    if let KeyAction::Migrate(x) = &a.action {
+        if !x.set.is_empty() {
+            return migrate_set(ctx, x);
+        }
+    }
     let repo = ctx.repo()?;
     let shown = |k: &KeyInfo| format!("{} ({})", k.id, k.kind);
     match a.action {
@@ -71,15 +76,45 @@ pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
                 );
             }
         }
-        KeyAction::Migrate(on) => {
+        KeyAction::Migrate(x) => {
+            if x.new_passphrase_file.is_some() || x.new_key_file.is_some() || x.new_key_command.is_some() {
+                return Err(Error::invalid(
+                    "--new-passphrase-file, --new-key-file and --new-key-command go with --set; a repository's keys change with `sheaf key add` and `remove`",
+                ));
+            }
             let k = keys::migrate(&repo)?;
-            if on.json {
+            if x.on.json {
                 say!("{}", serde_json::to_string_pretty(&k).expect("serialises"));
             } else {
                 say!("moved {} to key rings: key {} opens it, and what is written from now on uses a new random data key", repo.display(), shown(&k));
                 say!("add more keys with `sheaf key add`; what was written before stays readable with the secret given too (that would take rewriting it)");
             }
         }
+    }
+    Ok(())
+}
+
+/// `sheaf key migrate --set`: each stripe's key block written again in place, for the same secret
+/// (moving an older set to a random data key) or a new one; then the set is opened with it.
+fn migrate_set(ctx: &Context, x: &crate::args::repo::KeyMigrateArgs) -> Result<(), Error> {
+    let keys =
+        ctx.keys()?.ok_or_else(|| Error::new(sheaf_core::ErrorKind::Key, "give the set's secret (--passphrase-file, --encryption-key-file, --key-command or SHEAF_PASSPHRASE)"))?;
+    let set = ctx.open_stripes(&x.set)?;
+    let new = load_keys(x.new_key_file.clone(), x.new_passphrase_file.clone(), x.new_key_command.clone(), "--new-key-command")?.unwrap_or_else(|| keys.clone());
+    let done = sheaf_core::set::rewrap(&set, &keys, &new)?;
+    let locations: Vec<sheaf_core::Location> = set.stripes.iter().map(|s| s.location.clone()).collect();
+    drop(set);
+    sheaf_core::BackupSet::open_with(&locations, ctx.schemes()?, Some(&new)).map_err(|e| e.context("the set does not open after its key blocks were written (run it again)"))?;
+    if x.on.json {
+        say!("{}", serde_json::to_string_pretty(&done).expect("serialises"));
+    } else {
+        say!(
+            "wrote the key block of {} stripe{} in place ({} from the older layout): the set opens with {}; nothing else was rewritten",
+            done.stripes,
+            if done.stripes == 1 { "" } else { "s" },
+            done.from_layout_1,
+            if std::sync::Arc::ptr_eq(&new, &keys) { "the same secret, sealing a random data key" } else { "the new secret only" }
+        );
     }
     Ok(())
 }

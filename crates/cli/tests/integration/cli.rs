@@ -888,3 +888,90 @@ fn agent_clients_are_added_and_admitted_on_sighup_and_check_warns_of_expiring_ce
     assert_eq!(certs[0]["status"], "warning", "{report}");
     assert!(certs[0]["message"].as_str().unwrap().contains("client.pem expires on"), "{report}");
 }
+
+/// Sets written before layout 2 (their data key made from the secret itself; a real one, in
+/// tests/fixtures/v1-set) still restore; `sheaf key migrate --set` writes only each stripe's key
+/// block, after which the same secret opens a random data key sealed for it, or with --new-* only
+/// the new secret does; every other byte of the stripes stays as it was. New sets are layout 2.
+#[test]
+fn a_set_s_key_block_is_moved_to_a_sealed_random_key_and_its_secret_changed_in_place() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-set");
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("v1-a.sheaf"), d.path().join("v1-b.sheaf"));
+    for (from, to) in [("v1-a.sheaf", &a), ("v1-b.sheaf", &b)] {
+        fs::copy(fixture.join(from), to).unwrap();
+    }
+    let pass = fixture.join("pass");
+    let layout = |p: &Path| fs::read(p).unwrap()[64 + 4];
+    let restores = |with: &[&str], name: &str| -> Output {
+        let out = d.path().join(name);
+        let o = run(&[&["restore", s(&a), "--to", s(&out)], with].concat());
+        if o.status.success() {
+            same_files(&fixture.join("src"), &out);
+        }
+        o
+    };
+    assert_eq!((layout(&a), layout(&b)), (1, 1));
+    assert!(restores(&["--passphrase-file", s(&pass)], "before").status.success(), "an older set restores as before");
+    let before: Vec<Vec<u8>> = [&a, &b].iter().map(|p| fs::read(p).unwrap()).collect();
+    let outside_the_block = |p: &Path, was: &[u8]| {
+        let now = fs::read(p).unwrap();
+        assert_eq!(now.len(), was.len());
+        assert!(now[..64] == was[..64] && now[160..] == was[160..], "{}: only bytes 64..160 change", p.display());
+        now[64..160] != was[64..160]
+    };
+
+    let wrong = d.path().join("wrong");
+    fs::write(&wrong, "not it\n").unwrap();
+    let o = run(&["key", "migrate", "--set", s(&a), "--passphrase-file", s(&wrong)]);
+    assert_fails(&o, 9, &["wrong passphrase"]);
+    assert_eq!(fs::read(&a).unwrap(), before[0], "nothing written with the wrong secret");
+
+    let o = run(&["key", "migrate", "--set", s(&a), "--passphrase-file", s(&pass), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let done: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((done["stripes"].as_u64(), done["from_layout_1"].as_u64()), (Some(2), Some(2)), "{done}");
+    assert_eq!((layout(&a), layout(&b)), (2, 2));
+    assert!(outside_the_block(&a, &before[0]) && outside_the_block(&b, &before[1]));
+    assert!(restores(&["--passphrase-file", s(&pass)], "after").status.success(), "the same secret opens it");
+
+    // A new secret, in place: the old one no longer opens the set.
+    let key = d.path().join("new.key");
+    fs::write(&key, "ab".repeat(32)).unwrap();
+    let o = run(&["key", "migrate", "--set", s(&a), "--passphrase-file", s(&pass), "--new-key-file", s(&key)]);
+    assert!(o.status.success() && stdout(&o).contains("the new secret only"), "{}", stderr(&o));
+    assert_fails(&restores(&["--passphrase-file", s(&pass)], "old-secret"), 9, &["encrypted with a key file"]);
+    assert!(restores(&["--encryption-key-file", s(&key)], "new-secret").status.success());
+    assert!(outside_the_block(&a, &before[0]));
+
+    // A set written now is layout 2 from the start, here under a key command's key.
+    let set = d.path().join("new.sheaf");
+    let o = run(&["backup", s(&fixture.join("src")), "--to", s(&set), "--key-command", &format!("cat {}", s(&key))]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(layout(&set), 2);
+    let out = d.path().join("from-new");
+    let o = run(&["restore", s(&set), "--to", s(&out), "--encryption-key-file", s(&key)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    same_files(&fixture.join("src"), &out);
+}
+
+/// Every file under `a` is under `b` with the same bytes, and no more (a checkout's times differ
+/// from those the fixture recorded, so only contents are compared).
+fn same_files(a: &Path, b: &Path) {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.push((p.strip_prefix(root).unwrap().to_path_buf(), fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    walk(a, a, &mut x);
+    walk(b, b, &mut y);
+    x.sort();
+    y.sort();
+    assert!(!x.is_empty() && x == y, "{} and {} differ", a.display(), b.display());
+}
