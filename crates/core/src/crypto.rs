@@ -474,7 +474,7 @@ impl Keys {
         };
         let mut block = KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(Wrapped { salt, sealed: [0; 48] }) };
         let mut buf = prk.clone();
-        let tag = KeyBlock::kek(&self.master(&kdf)?, &salt)
+        let tag = KeyBlock::kek(&self.own_master(&kdf)?, &salt)
             .seal_in_place_separate_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice())
             .expect("AES-GCM seals 32 bytes");
         let w = block.wrapped.as_mut().expect("set above");
@@ -483,31 +483,47 @@ impl Keys {
         Ok(block)
     }
 
-    /// The data key's PRK of what `block` describes, when this secret opens it.
+    /// The master keys that may be `kdf`'s: a key ring's entry (what a repository wrote before
+    /// its ring), then this secret's own.
+    fn masters_for(&self, kdf: &Kdf) -> Result<Vec<Zeroizing<[u8; 32]>>> {
+        let mut out: Vec<_> = self.ring_key(kdf).into_iter().collect();
+        match self.own_master(kdf) {
+            Ok(m) => out.push(m),
+            Err(e) if out.is_empty() => return Err(e),
+            Err(_) => {}
+        }
+        Ok(out)
+    }
+
+    /// The data key's PRK of what `block` describes, when this secret (or a ring it opened)
+    /// opens it.
     fn prk_of(&self, block: &KeyBlock) -> Result<Zeroizing<[u8; 32]>> {
-        match &block.wrapped {
-            Some(w) => {
+        let masters = self.masters_for(&block.kdf)?;
+        if let Some(w) = &block.wrapped {
+            for m in &masters {
                 let mut buf = Zeroizing::new(w.sealed);
-                let kek = KeyBlock::kek(&self.master(&block.kdf)?, &w.salt);
-                let wrong = || {
-                    key_error(match block.kdf {
-                        Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
-                        _ => "wrong key: the key given is not the one this was encrypted with",
-                    })
-                };
-                let plain = kek.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice()).map_err(|_| wrong())?;
-                let mut prk = Zeroizing::new([0u8; 32]);
-                prk.copy_from_slice(plain);
-                Ok(prk)
+                let kek = KeyBlock::kek(m, &w.salt);
+                if let Ok(plain) = kek.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice()) {
+                    let mut prk = Zeroizing::new([0u8; 32]);
+                    prk.copy_from_slice(plain);
+                    return Ok(prk);
+                }
             }
-            None => {
-                self.open(block)?;
-                let (prk, _) = Hkdf::<Sha256>::extract(Some(&block.data_salt), self.master(&block.kdf)?.as_ref());
+            return Err(key_error(match block.kdf {
+                Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
+                _ => "wrong key: the key given is not the one this was encrypted with",
+            }));
+        }
+        for m in &masters {
+            if Derived::new(m, &block.data_salt).check == block.check {
+                let (prk, _) = Hkdf::<Sha256>::extract(Some(&block.data_salt), m.as_ref());
                 let mut out = Zeroizing::new([0u8; 32]);
                 out.copy_from_slice(&prk);
-                Ok(out)
+                return Ok(out);
             }
         }
+        // None fits: the error open gives, which names the secret that was wrong.
+        Err(self.open(block).err().unwrap_or_else(|| key_error("the key given does not open this")))
     }
 
     /// `block` (a set's or an object's under one secret, either layout) as a layout 2 block
@@ -786,6 +802,29 @@ mod tests {
         let crc = crc32c::crc32c(&b[..92]);
         b[92..96].copy_from_slice(&crc.to_le_bytes());
         assert!(old.open(&KeyBlock::decode(&b).unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_ring_s_older_master_key_does_not_hide_the_secret_s_own() {
+        // A process that opened a migrated repository (its ring holds the key file it used
+        // before) also reads a set under its own key file.
+        let keys = Keys::from_key([1; 32]);
+        keys.install_ring(&[(Kdf::KeyFile, Zeroizing::new([2; 32]))]);
+        let (v2, cipher) = keys.seal(Kdf::KeyFile).unwrap();
+        let mut text = b"own".to_vec();
+        let tag = cipher.seal(NONCE_FRAMES, 0, b"", &mut text);
+        keys.open(&v2).unwrap().open(NONCE_FRAMES, 0, b"", &mut text.clone(), &tag).unwrap();
+        Keys::from_key([1; 32]).open(&v2).expect("sealed under the secret's own key, so it opens without the ring").open(NONCE_FRAMES, 0, b"", &mut text, &tag).unwrap();
+        assert_eq!(&text[..], b"own");
+        let own = Derived::new(&Zeroizing::new([1; 32]), &[5; 32]);
+        let v1 = KeyBlock { kdf: Kdf::KeyFile, data_salt: [5; 32], check: own.check, wrapped: None };
+        let moved = keys.rewrap(&v1, &keys).unwrap();
+        let mut t = b"v1".to_vec();
+        let tag = own.cipher.seal(NONCE_FRAMES, 3, b"", &mut t);
+        keys.open(&moved).unwrap().open(NONCE_FRAMES, 3, b"", &mut t, &tag).expect("the same data key as the secret's own");
+        // And the ring's entry still opens what it made.
+        let ring_made = Derived::new(&Zeroizing::new([2; 32]), &[6; 32]);
+        keys.open(&KeyBlock { kdf: Kdf::KeyFile, data_salt: [6; 32], check: ring_made.check, wrapped: None }).unwrap();
     }
 
     #[test]
