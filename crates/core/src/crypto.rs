@@ -261,6 +261,15 @@ fn key_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Key, message)
 }
 
+/// The secret given does not open what `kdf` made.
+fn wrong_secret(kdf: &Kdf) -> Error {
+    key_error(match kdf {
+        Kdf::KeyFile => "wrong key: the key given is not the one this was encrypted with",
+        Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
+        Kdf::Ring { .. } => "the repository's key ring does not hold the key this was encrypted with (damaged, or from another repository)",
+    })
+}
+
 fn random<const N: usize>() -> Result<[u8; N]> {
     let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| Error::new(ErrorKind::Io, format!("the system's random source failed: {e}")))?;
@@ -441,15 +450,6 @@ impl Keys {
             (_, kdf) => Err(key_error(format!("it was encrypted with {}, and that was not given", kdf.needs()))),
         }
     }
-
-    /// The master key under `kdf`: a ring's, else this secret's own.
-    fn master(&self, kdf: &Kdf) -> Result<Zeroizing<[u8; 32]>> {
-        match self.ring_key(kdf) {
-            Some(m) => Ok(m),
-            None => self.own_master(kdf),
-        }
-    }
-
     /// A new key block under `kdf` (from [`Keys::fresh_kdf`], or a repository's) and its cipher.
     ///
     /// # Errors
@@ -457,7 +457,7 @@ impl Keys {
     pub fn seal(&self, kdf: Kdf) -> Result<(KeyBlock, Arc<Cipher>)> {
         if matches!(kdf, Kdf::Ring { .. }) {
             let data_salt = random()?;
-            let derived = Derived::new(&self.master(&kdf)?, &data_salt);
+            let derived = Derived::new(&self.ring_key(&kdf).map_or_else(|| self.own_master(&kdf), Ok)?, &data_salt);
             return Ok((KeyBlock { kdf, data_salt, check: derived.check, wrapped: None }, Arc::new(derived.cipher)));
         }
         // Under a secret of its own: a random data key, sealed.
@@ -496,7 +496,9 @@ impl Keys {
     }
 
     /// The data key's PRK of what `block` describes, when this secret (or a ring it opened)
-    /// opens it.
+    /// opens it: layout 2 unseals it; layout 1 derives it (HKDF-Extract of the master key that
+    /// passes the key check, a ring's first: what a repository wrote before its ring opens with
+    /// any of its keys).
     fn prk_of(&self, block: &KeyBlock) -> Result<Zeroizing<[u8; 32]>> {
         let masters = self.masters_for(&block.kdf)?;
         if let Some(w) = &block.wrapped {
@@ -509,10 +511,7 @@ impl Keys {
                     return Ok(prk);
                 }
             }
-            return Err(key_error(match block.kdf {
-                Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
-                _ => "wrong key: the key given is not the one this was encrypted with",
-            }));
+            return Err(wrong_secret(&block.kdf));
         }
         for m in &masters {
             if Derived::new(m, &block.data_salt).check == block.check {
@@ -522,8 +521,7 @@ impl Keys {
                 return Ok(out);
             }
         }
-        // None fits: the error open gives, which names the secret that was wrong.
-        Err(self.open(block).err().unwrap_or_else(|| key_error("the key given does not open this")))
+        Err(wrong_secret(&block.kdf))
     }
 
     /// `block` (a set's or an object's under one secret, either layout) as a layout 2 block
@@ -546,22 +544,7 @@ impl Keys {
     /// # Errors
     /// [`ErrorKind::Key`]: the other kind of secret is needed, or this one is not the right one.
     pub fn open(&self, block: &KeyBlock) -> Result<Arc<Cipher>> {
-        if block.wrapped.is_some() {
-            return Ok(Arc::new(Derived::from_prk(&self.prk_of(block)?).cipher));
-        }
-        let fits = |master: &Zeroizing<[u8; 32]>| Some(Derived::new(master, &block.data_salt)).filter(|d| d.check == block.check).map(|d| Arc::new(d.cipher));
-        // A ring's key first: what a repository wrote before its ring opens with any of its keys.
-        if let Some(c) = self.ring_key(&block.kdf).as_ref().and_then(fits) {
-            return Ok(c);
-        }
-        if let Some(c) = fits(&self.own_master(&block.kdf)?) {
-            return Ok(c);
-        }
-        Err(key_error(match block.kdf {
-            Kdf::KeyFile => "wrong key: the key file given is not the one this was encrypted with",
-            Kdf::Argon2id { .. } => "wrong passphrase: it is not the one this was encrypted with",
-            Kdf::Ring { .. } => "the repository's key ring does not hold the key this was encrypted with (damaged, or from another repository)",
-        }))
+        Ok(Arc::new(Derived::from_prk(&self.prk_of(block)?).cipher))
     }
 }
 

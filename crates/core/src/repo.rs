@@ -156,6 +156,9 @@ impl Repo {
             let mut text = Vec::new();
             read_blob(src.as_ref(), None, &mut |c| {
                 text.extend_from_slice(c);
+                if text.len() > 1 << 20 {
+                    return Err(Error::corrupt(format!("{}: a key record over 1 MiB (damaged, or not a key record)", self.describe(&o.name))));
+                }
                 Ok(())
             })?;
             let r: KeyRecord = serde_json::from_slice(&text).map_err(|e| Error::corrupt(format!("{}: not a key record: {e}", self.describe(&o.name))))?;

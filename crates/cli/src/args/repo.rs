@@ -364,23 +364,16 @@ pub enum KeyAction {
 }
 
 #[derive(Args)]
-#[group(id = "new_secret", multiple = false, args = ["new_passphrase_file", "new_key_file", "new_key_command"])]
 pub struct KeyMigrateArgs {
     #[command(flatten)]
     pub on: KeyOn,
     /// A `--to` set instead of a repository: its stripe files on this host (any one finds the
-    /// others beside it), opened with the secret given as usual.
+    /// others beside it), opened with the secret given as usual. With --new-*, sealed for that
+    /// secret instead.
     #[arg(long = "set", value_name = "STRIPE", num_args = 1..)]
     pub set: Vec<String>,
-    /// With --set: seal it for the passphrase in FILE instead (its first line).
-    #[arg(long, value_name = "FILE", requires = "set")]
-    pub new_passphrase_file: Option<PathBuf>,
-    /// With --set: seal it for the key in FILE instead (32 bytes or 64 hex digits).
-    #[arg(long, value_name = "FILE", requires = "set")]
-    pub new_key_file: Option<PathBuf>,
-    /// With --set: seal it for what CMD prints instead (as --key-command).
-    #[arg(long, value_name = "CMD", requires = "set")]
-    pub new_key_command: Option<String>,
+    #[command(flatten)]
+    pub new: NewKeyArgs,
 }
 
 #[derive(Args)]
@@ -395,20 +388,34 @@ pub struct KeyOn {
 }
 
 #[derive(Args)]
-#[group(id = "new", required = true, multiple = false, args = ["new_passphrase_file", "new_key_file", "new_key_command"])]
 pub struct KeyAddArgs {
     #[command(flatten)]
     pub on: KeyOn,
-    /// The new key: the passphrase in FILE (its first line), stretched with Argon2id.
+    #[command(flatten)]
+    pub new: NewKeyArgs,
+}
+
+/// The new secret of `sheaf key add`, and of `sheaf key migrate --set` when it changes a set's.
+#[derive(Args)]
+#[group(id = "new_secret", multiple = false)]
+pub struct NewKeyArgs {
+    /// The new secret: the passphrase in FILE (its first line), stretched with Argon2id.
     #[arg(long, value_name = "FILE")]
     pub new_passphrase_file: Option<PathBuf>,
-    /// The new key: the key in FILE, 32 random bytes or 64 hex digits
+    /// The new secret: the key in FILE, 32 random bytes or 64 hex digits
     /// (`head -c 32 /dev/urandom > FILE`).
     #[arg(long, value_name = "FILE")]
     pub new_key_file: Option<PathBuf>,
-    /// The new key: what CMD prints (as --key-command), e.g. from Vault or a cloud KMS.
+    /// The new secret: what CMD prints (as --key-command), e.g. from Vault or a cloud KMS.
     #[arg(long, value_name = "CMD")]
     pub new_key_command: Option<String>,
+}
+
+impl NewKeyArgs {
+    /// Whether one was given.
+    pub fn given(&self) -> bool {
+        self.new_passphrase_file.is_some() || self.new_key_file.is_some() || self.new_key_command.is_some()
+    }
 }
 
 #[derive(Args)]

@@ -10,14 +10,13 @@ use crate::exit::{self, Outcome};
 
 /// Run it; every failure, even to read the configuration, is a finding and an exit code.
 pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
-    let report = match ctx.repos().and_then(|r| ctx.pg_url(a.url.clone()).map(|u| (r, u))) {
+    let mut report = match ctx.repos().and_then(|r| ctx.pg_url(a.url.clone()).map(|u| (r, u))) {
         Ok((repos, url)) => {
             let opts = CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
             check(&repos, &opts)
         }
         Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
     };
-    let mut report = report;
     // A backup host's certificates for the agent (tls-dir): warned of 30 days before they expire.
     if let Some(dir) = ctx.settings.value("tls-dir", None) {
         let now = sheaf_core::time::now_ms() / 1000;

@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
             );
         }
         KeyAction::Add(x) => {
-            let new = load_keys(x.new_key_file, x.new_passphrase_file, x.new_key_command, "--new-key-command")?.expect("clap requires one of the new key's flags");
+            let new = new_keys(&x.new)?.ok_or_else(|| Error::invalid("give the new key: --new-passphrase-file FILE, --new-key-file FILE or --new-key-command CMD"))?;
             let k = keys::add(&repo, &new)?;
             if x.on.json {
                 say!("{}", serde_json::to_string_pretty(&k).expect("serialises"));
@@ -77,7 +77,7 @@ pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
             }
         }
         KeyAction::Migrate(x) => {
-            if x.new_passphrase_file.is_some() || x.new_key_file.is_some() || x.new_key_command.is_some() {
+            if x.new.given() {
                 return Err(Error::invalid(
                     "--new-passphrase-file, --new-key-file and --new-key-command go with --set; a repository's keys change with `sheaf key add` and `remove`",
                 ));
@@ -100,7 +100,7 @@ fn migrate_set(ctx: &Context, x: &crate::args::repo::KeyMigrateArgs) -> Result<(
     let keys =
         ctx.keys()?.ok_or_else(|| Error::new(sheaf_core::ErrorKind::Key, "give the set's secret (--passphrase-file, --encryption-key-file, --key-command or SHEAF_PASSPHRASE)"))?;
     let set = ctx.open_stripes(&x.set)?;
-    let new = load_keys(x.new_key_file.clone(), x.new_passphrase_file.clone(), x.new_key_command.clone(), "--new-key-command")?.unwrap_or_else(|| keys.clone());
+    let new = new_keys(&x.new)?.unwrap_or_else(|| keys.clone());
     let done = sheaf_core::set::rewrap(&set, &keys, &new)?;
     let locations: Vec<sheaf_core::Location> = set.stripes.iter().map(|s| s.location.clone()).collect();
     drop(set);
@@ -117,4 +117,9 @@ fn migrate_set(ctx: &Context, x: &crate::args::repo::KeyMigrateArgs) -> Result<(
         );
     }
     Ok(())
+}
+
+/// The new secret the flags give, if any.
+fn new_keys(n: &crate::args::repo::NewKeyArgs) -> Result<Option<std::sync::Arc<sheaf_core::Keys>>, Error> {
+    load_keys(n.new_key_file.clone(), n.new_passphrase_file.clone(), n.new_key_command.clone(), "--new-key-command")
 }

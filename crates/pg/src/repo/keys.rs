@@ -66,8 +66,10 @@ fn opened(repo: &Repo) -> Result<std::sync::Arc<Unlocked>> {
             format!("give one of the repository's current keys to open {} (--passphrase-file, --encryption-key-file, --key-command or SHEAF_PASSPHRASE)", repo.display()),
         ));
     }
-    if repo.key_records()?.is_empty() {
-        return Err(match single_kdf(repo)? {
+    match repo.unlock()? {
+        Some(u) => Ok(u),
+        // No key records: not encrypted, or encrypted before key rings.
+        None => Err(match single_kdf(repo)? {
             None => not_encrypted(repo),
             Some(_) => Error::new(
                 ErrorKind::InvalidInput,
@@ -77,9 +79,8 @@ fn opened(repo: &Repo) -> Result<std::sync::Arc<Unlocked>> {
                     repo.display()
                 ),
             ),
-        });
+        }),
     }
-    repo.unlock()?.ok_or_else(|| not_encrypted(repo))
 }
 
 /// The KDF `repo.json` names (`None`: not encrypted).
