@@ -31,6 +31,7 @@ pub mod basebackup;
 pub mod blocksum;
 pub mod checksum;
 pub mod conninfo;
+pub mod delta;
 pub mod drill;
 pub mod extract;
 pub mod facts;

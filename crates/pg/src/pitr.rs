@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sheaf_core::repo::Repo;
+use sheaf_core::restore::DeltaSource;
 use sheaf_core::{Error, ErrorKind, Progress, RestoreReport, Result, Schemes};
 
 use crate::lsn::Lsn;
@@ -299,8 +300,24 @@ pub fn restore(
         }
     }
     let command = restore_command()?;
-    let report = restore_postgres_chain(&sets.iter().collect::<Vec<_>>(), opts, progress)?;
+    let mut opts = opts.clone();
+    if opts.core.delta && !opts.delta_hash {
+        crate::restore::same_cluster(opts.target(), &meta.system_identifier)?;
+        let source = crate::delta::plan(repo, meta, &records, &plan.backup, opts.target())?;
+        if opts.check_changes && source.changes.is_none() {
+            return Err(Error::invalid(format!("--check-changes compares what the WAL says changed with the target, but the WAL cannot say here: {}", source.how)));
+        }
+        opts.core.delta_source = DeltaSource { check: opts.check_changes, ..source };
+    }
+    let report = restore_postgres_chain(&sets.iter().collect::<Vec<_>>(), &opts, progress)?;
     write_recovery(opts.target(), &command, &recovery)?;
+    if let Some(d) = report.delta.as_ref().filter(|d| d.missed > 0) {
+        return Err(Error::corrupt(format!(
+            "--check-changes: the target differed from the backup in {} block(s) that the WAL summaries did not name (the restore itself is whole: it hashed the target, and wrote them): {}",
+            d.missed,
+            d.misses.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        )));
+    }
     Ok((report, plan))
 }
 

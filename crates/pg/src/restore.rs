@@ -36,12 +36,25 @@ pub struct PgRestoreOptions {
     /// Put every tablespace not mapped by `tablespaces` under this folder, as `DIR/OID` (a drill's
     /// scratch restore, which must never write where the source cluster's tablespaces live).
     pub tablespaces_under: Option<PathBuf>,
+    /// `--delta=hash`: compare every chunk with the target by its hash, whatever the WAL could
+    /// say ([`crate::delta`]).
+    pub delta_hash: bool,
+    /// `--check-changes` with `--delta`: hash, and fail where the WAL missed a difference.
+    pub check_changes: bool,
 }
 
 impl PgRestoreOptions {
     /// Restore into the data directory `target` with defaults.
     pub fn new(target: impl Into<PathBuf>) -> Self {
-        PgRestoreOptions { core: RestoreOptions::new(target), tablespaces: Vec::new(), db_include: Vec::new(), archive_off: false, tablespaces_under: None }
+        PgRestoreOptions {
+            core: RestoreOptions::new(target),
+            tablespaces: Vec::new(),
+            db_include: Vec::new(),
+            archive_off: false,
+            tablespaces_under: None,
+            delta_hash: false,
+            check_changes: false,
+        }
     }
 
     /// The new data directory.
@@ -109,6 +122,8 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     let target = opts.target();
     if opts.core.delta {
         same_cluster(target, &facts.system_identifier)?;
+    } else if opts.check_changes {
+        return Err(Error::invalid("--check-changes checks a delta restore's use of the WAL: give it with --delta"));
     }
     if let Some(pid) = running_postmaster(target) {
         return Err(Error::new(
@@ -163,6 +178,16 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     }
 
     let mut core = opts.core.clone();
+    if core.delta && core.delta_source.how.is_empty() {
+        if opts.check_changes && !opts.delta_hash {
+            return Err(Error::invalid("--check-changes compares the WAL summaries with the target, and needs the repository that holds them: restore with --repo"));
+        }
+        core.delta_source.how = if opts.delta_hash {
+            "every chunk compared with the target by its hash, as --delta=hash asks".into()
+        } else {
+            "every chunk compared with the target by its hash, because the backup is restored from its stripes: no repository's WAL summaries say what changed".into()
+        };
+    }
     if !opts.db_include.is_empty() {
         core.hollow = left_out_folders(&facts, &opts.db_include)?;
     }
@@ -240,7 +265,7 @@ pub fn archive_settings(data: &Path) -> (String, String) {
 }
 
 /// For `--delta`: the target is empty, or a data directory of the cluster the backup is of.
-fn same_cluster(target: &Path, system_identifier: &str) -> Result<()> {
+pub(crate) fn same_cluster(target: &Path, system_identifier: &str) -> Result<()> {
     let empty = fs::read_dir(target).map(|mut d| d.next().is_none()).unwrap_or(true);
     if empty {
         return Ok(());

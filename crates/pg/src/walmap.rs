@@ -208,42 +208,50 @@ impl WalChanges {
 
     /// The byte ranges of the file at (`root`, `rel`) that changed, or `None` for the whole file.
     pub fn ranges(&self, root: &str, rel: &str) -> Option<Vec<Range<u64>>> {
-        let (locator, fork, segno) = locate(root, rel)?;
-        if !fork.is_empty() {
-            return None;
-        }
         let old = *self.sizes.get(&(root.to_string(), rel.to_string()))?;
-        if self.summary.databases.contains(&(locator.spc, locator.db)) {
-            return None;
-        }
-        let first = u64::from(segno) * u64::from(BLOCKS_PER_SEGMENT);
-        let page = PAGE_SIZE as u64;
-        // Past the parent's length, every page (the relation grew, maybe without WAL yet).
-        let mut from_end = old;
-        let mut ranges: Vec<Range<u64>> = Vec::new();
-        if let Some(c) = self.summary.forks.get(&(locator, MAIN)) {
-            if let Some(limit) = c.limit {
-                let limit = u64::from(limit);
-                if limit <= first {
-                    return None;
-                }
-                from_end = from_end.min((limit - first) * page);
-            }
-            for &b in c.blocks.range(first as u32..(first + u64::from(BLOCKS_PER_SEGMENT)).min(u64::from(u32::MAX)) as u32) {
-                let at = (u64::from(b) - first) * page;
-                match ranges.last_mut() {
-                    Some(r) if r.end == at => r.end += page,
-                    _ => ranges.push(at..at + page),
-                }
-            }
-        }
-        ranges.retain(|r| r.start < from_end);
-        if let Some(last) = ranges.last_mut() {
-            last.end = last.end.min(from_end);
-        }
-        ranges.push(from_end..u64::MAX);
-        Some(ranges)
+        ranges_named(&self.summary, root, rel, old)
     }
+}
+
+/// The byte ranges of the file at (`root`, `rel`), `old` bytes long before the WAL `summary`
+/// covers, that the WAL says may have changed: the pages it names, every page at or past a cut,
+/// and everything past `old`; `None` for the whole file (not a relation's main fork, a relation
+/// made again, or a database made or dropped whole).
+pub fn ranges_named(summary: &BlockSummary, root: &str, rel: &str, old: u64) -> Option<Vec<Range<u64>>> {
+    let (locator, fork, segno) = locate(root, rel)?;
+    if !fork.is_empty() {
+        return None;
+    }
+    if summary.databases.contains(&(locator.spc, locator.db)) {
+        return None;
+    }
+    let first = u64::from(segno) * u64::from(BLOCKS_PER_SEGMENT);
+    let page = PAGE_SIZE as u64;
+    // Past the old length, every page (the relation grew, maybe without WAL yet).
+    let mut from_end = old;
+    let mut ranges: Vec<Range<u64>> = Vec::new();
+    if let Some(c) = summary.forks.get(&(locator, MAIN)) {
+        if let Some(limit) = c.limit {
+            let limit = u64::from(limit);
+            if limit <= first {
+                return None;
+            }
+            from_end = from_end.min((limit - first) * page);
+        }
+        for &b in c.blocks.range(first as u32..(first + u64::from(BLOCKS_PER_SEGMENT)).min(u64::from(u32::MAX)) as u32) {
+            let at = (u64::from(b) - first) * page;
+            match ranges.last_mut() {
+                Some(r) if r.end == at => r.end += page,
+                _ => ranges.push(at..at + page),
+            }
+        }
+    }
+    ranges.retain(|r| r.start < from_end);
+    if let Some(last) = ranges.last_mut() {
+        last.end = last.end.min(from_end);
+    }
+    ranges.push(from_end..u64::MAX);
+    Some(ranges)
 }
 
 impl Changes for WalChanges {

@@ -207,13 +207,22 @@ pub struct RestoreArgs {
     /// exactly the backup (SQL Server's WITH REPLACE).
     #[arg(long)]
     pub force: bool,
-    /// Make an existing directory (a failed primary, a stale standby) equal to the backup while
-    /// rewriting only what differs: what the backup lacks is removed, and each chunk already on
-    /// disk as the backup has it (compared by its XXH3-128) is neither read nor written. The result
-    /// is byte for byte a fresh restore's. A PostgreSQL target must be a data directory of the same
-    /// cluster, with no server running on it.
-    #[arg(long, conflicts_with = "force")]
-    pub delta: bool,
+    /// Make an existing directory (a failed primary, a stale standby, an earlier restore) equal to
+    /// the backup while rewriting only what differs; what the backup lacks is removed. A
+    /// PostgreSQL target must be a data directory of the same cluster, shut down. From a
+    /// repository (`--repo`), what differs is what the WAL summaries name between the target's
+    /// state and the backup's end (as pg_rewind decides), and nothing else of the target is read;
+    /// where they cannot say (a target not shut down cleanly, a gap in the summaries, timelines
+    /// that do not meet, a former primary that wrote past the promotion without checksums or
+    /// wal_log_hints) and for `--delta=hash` or a restore from stripes, each chunk is compared
+    /// with the target by its XXH3-128 instead, and the report says why.
+    #[arg(long, conflicts_with = "force", num_args = 0..=1, require_equals = true, default_missing_value = "auto", value_name = "HOW")]
+    pub delta: Option<DeltaHow>,
+    /// With `--delta` from a repository: compare every chunk with the target by its hash (the
+    /// restore is the hashing one), and fail if a block differed that the WAL summaries did not
+    /// name (a check of sheaf itself).
+    #[arg(long, requires = "delta")]
+    pub check_changes: bool,
     /// Decompressor threads. Default: one per core.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -380,6 +389,15 @@ pub struct ExtractArgs {
     pub json: bool,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// How `restore --delta` finds what differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeltaHow {
+    /// From the repository's WAL summaries where they can say, else by hashing.
+    Auto,
+    /// By hashing every chunk of the target.
+    Hash,
 }
 
 /// Where a backup through an agent compresses (`--compress-on`).

@@ -7,7 +7,7 @@ use sheaf_core::text::shell_quote;
 use sheaf_core::{Error, ErrorKind, RestoreOptions, RestoreReport};
 use sheaf_pg::PgRestoreOptions;
 
-use crate::args::data::ArchiveMode;
+use crate::args::data::{ArchiveMode, DeltaHow};
 use crate::args::RestoreArgs;
 use crate::context::Context;
 use crate::output::{mib, plural, rate};
@@ -29,7 +29,7 @@ fn core_options(a: &RestoreArgs) -> Result<RestoreOptions, Error> {
     let mut opts = RestoreOptions::new(&a.to);
     opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
     opts.force = a.force;
-    opts.delta = a.delta;
+    opts.delta = a.delta.is_some();
     opts.original_paths = a.original_paths;
     opts.threads = a.threads;
     opts.buffered = a.buffered_io;
@@ -43,12 +43,17 @@ fn pg_options(a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
     if !a.relocate.is_empty() {
         return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
     }
+    if a.check_changes && a.delta == Some(DeltaHow::Hash) {
+        return Err(Error::invalid("--check-changes checks what the WAL says changed against the target's hashes: give it with --delta, not --delta=hash"));
+    }
     Ok(PgRestoreOptions {
         core: core_options(a)?,
         tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
         db_include: a.db_include.clone(),
         archive_off: a.archive_mode == ArchiveMode::Off,
         tablespaces_under: None,
+        delta_hash: a.delta == Some(DeltaHow::Hash),
+        check_changes: a.check_changes,
     })
 }
 
@@ -70,6 +75,25 @@ fn archive_warning(a: &RestoreArgs, repo: Option<&str>) -> Option<String> {
     Some(format!(
         "the restored cluster keeps archive_mode = {mode} and archive_command = '{command}': once started it archives a new timeline into {}; for a test restore, restore with --archive-mode off",
         repo.map_or_else(|| "the repository that command names".to_string(), |r| format!("{r}, the repository it came from"))
+    ))
+}
+
+/// What a delta restore did, in a line: kept, rewritten, created, removed, and how it decided.
+fn delta_line(r: &RestoreReport) -> Option<String> {
+    let d = r.delta.as_ref()?;
+    Some(format!(
+        "delta: {} file{} kept as they were, {} rewritten in part ({} written), {} created ({}), {} entr{} removed ({}); {} kept unread; {}",
+        d.files_kept,
+        plural(d.files_kept as usize),
+        d.files_rewritten,
+        format_size(d.bytes_rewritten),
+        d.files_created,
+        format_size(d.bytes_created),
+        d.removed,
+        if d.removed == 1 { "y" } else { "ies" },
+        format_size(d.bytes_removed),
+        format_size(d.bytes_kept),
+        d.how
     ))
 }
 
@@ -114,6 +138,9 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
             rate(r.bytes_written, r.seconds),
             r.target
         );
+        if let Some(line) = delta_line(&r) {
+            say!("{line}");
+        }
     }
     if let Some(w) = archive_warning(&a, None) {
         eprintln!("sheaf: warning: {w}");
@@ -169,6 +196,9 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
             plan.timeline,
             plan.archive_end.as_deref().map(|e| format!(" (it ends at {e})")).unwrap_or_default()
         );
+        if let Some(line) = delta_line(&r) {
+            say!("{line}");
+        }
         say!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
     }
     if let Some(w) = archive_warning(&a, Some(&from)) {

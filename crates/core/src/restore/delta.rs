@@ -26,6 +26,7 @@ use crate::error::{io_at, ErrorKind, Result};
 use crate::manifest::{Entry, EntryKind};
 use crate::set::BackupSet;
 use crate::spill::{kind_code, kind_of, ByteLog, Record, Sorter};
+use crate::{Changes, FileChanges};
 
 impl Plan<'_> {
     /// Remove what is under the roots but not in the plan (the markers aside), and what is there
@@ -34,7 +35,9 @@ impl Plan<'_> {
     /// is read a level of folders at a time, each level's entries sorted by the same hash (their
     /// paths aside, on disk past a few MiB) and merged with what is wanted. Only the folders to
     /// go down into are held.
-    pub(super) fn prune_for_delta(&self) -> Result<u64> {
+    /// Returns the entries removed and the bytes of the regular files among them (those inside
+    /// removed folders too).
+    pub(super) fn prune_for_delta(&self) -> Result<(u64, u64)> {
         let mut wanted: Sorter<Wanted> = Sorter::default();
         self.set.each_entry(|id, e| {
             if let Some(d) = self.dest(id, e) {
@@ -43,7 +46,7 @@ impl Plan<'_> {
             Ok(())
         })?;
         let wanted = wanted.into_sorted()?;
-        let mut removed = 0;
+        let (mut removed, mut bytes) = (0, 0);
         let mut level: Vec<PathBuf> = self.roots.clone();
         let mut seen: HashSet<PathBuf> = HashSet::new();
         let mut path = Vec::new();
@@ -103,6 +106,7 @@ impl Plan<'_> {
                 if same {
                     level.push(p);
                 } else {
+                    bytes += tree_bytes(&p);
                     remove_any(&p)?;
                     removed += 1;
                 }
@@ -111,7 +115,16 @@ impl Plan<'_> {
                 return Err(e);
             }
         }
-        Ok(removed)
+        Ok((removed, bytes))
+    }
+}
+
+/// The bytes of the regular files at or under `p` (for the report: unreadable parts count 0).
+fn tree_bytes(p: &Path) -> u64 {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(m) if m.is_dir() => fs::read_dir(p).map(|rd| rd.flatten().map(|i| tree_bytes(&i.path())).sum()).unwrap_or(0),
+        _ => 0,
     }
 }
 
@@ -209,38 +222,133 @@ struct Pending {
     entry: Entry,
     dest: PathBuf,
     givings: Vec<Giving>,
+    /// `--check-changes`: the ranges the caller says may differ (the rest is checked).
+    given: Option<Vec<std::ops::Range<u64>>>,
+}
+
+/// What `--check-changes` keeps of a block outside the given ranges of a chunk that differed:
+/// the file (an index into [`Checks::files`]), the block and its hash before the restore.
+struct Suspect {
+    file: u32,
+    offset: u64,
+    len: u32,
+    hash: u64,
+}
+
+/// `--check-changes`' blocks to read again once the restore is done: any whose bytes changed
+/// was outside the ranges given, yet differed.
+#[derive(Default)]
+pub(super) struct Checks {
+    files: Vec<PathBuf>,
+    suspects: Vec<Suspect>,
+}
+
+/// The unit `--check-changes` checks in (PostgreSQL's page: the ranges a caller gives are in
+/// whole units of it).
+const CHECK_UNIT: u64 = 8192;
+
+/// Ranges `a` cut to those in `b` (both sorted and disjoint).
+fn intersect(a: &[std::ops::Range<u64>], b: &[std::ops::Range<u64>]) -> Vec<std::ops::Range<u64>> {
+    a.iter().flat_map(|r| within(b, r.start, r.end - r.start)).collect()
+}
+
+/// The chain's block map for a target whose differences from the backup the caller knows
+/// (`changes`: PostgreSQL's WAL summaries): of each file the target holds as a regular file, only
+/// the bytes in the ranges `changes` gives for it (given its length there) are written; the rest
+/// is kept, neither read from the backup nor written, and the target is not read at all. A file
+/// not there, or that `changes` says to write whole, is written whole.
+pub(super) fn map_from_changes(sets: &[&BackupSet], plan: &Plan, changes: &dyn Changes) -> Result<(BlockMap, DeltaReport)> {
+    let mut map = BlockMap::empty(sets);
+    let roots = &plan.set.manifest.roots;
+    walk_chain(sets, |f, e, mut givings| {
+        let mut dropped = 0;
+        let on_disk = plan.dest(f, e).and_then(|d| fs::symlink_metadata(d).ok()).filter(fs::Metadata::is_file);
+        if let (Some(m), Some(root)) = (on_disk, roots.get(usize::from(e.root))) {
+            if let FileChanges::Ranges(keep) = changes.of(&root.name, &e.path, m.len()) {
+                for gv in &mut givings {
+                    let before: u64 = gv.ranges.iter().map(|r| r.end - r.start).sum();
+                    gv.ranges = intersect(&gv.ranges, &keep);
+                    dropped += before - gv.ranges.iter().map(|r| r.end - r.start).sum::<u64>();
+                }
+            }
+        }
+        map.record(f, e, &givings, dropped);
+        Ok(())
+    })?;
+    Ok((map, DeltaReport { method: "wal", ..DeltaReport::default() }))
+}
+
+impl Checks {
+    /// Read every suspect block again (the restore has written the backup's bytes there): those
+    /// that changed are the misses, `path bytes A..B`, the first 100 named.
+    pub(super) fn misses(&mut self, report: &mut DeltaReport) -> Result<()> {
+        self.suspects.sort_unstable_by_key(|s| (s.file, s.offset));
+        let mut buf = Vec::new();
+        let mut open: Option<(u32, fs::File)> = None;
+        for s in &self.suspects {
+            let path = &self.files[s.file as usize];
+            if open.as_ref().is_none_or(|(i, _)| *i != s.file) {
+                let f = fs::File::open(path).map_err(|e| io_at(ErrorKind::Target, "cannot open", path, e))?;
+                open = Some((s.file, f));
+            }
+            let (_, file) = open.as_ref().expect("opened");
+            buf.resize(s.len as usize, 0);
+            file.read_exact_at(&mut buf, s.offset).map_err(|e| io_at(ErrorKind::Target, "cannot read", path, e))?;
+            report.bytes_compared += u64::from(s.len);
+            if xxhash_rust::xxh3::xxh3_64(&buf) != s.hash {
+                report.missed += 1;
+                if report.misses.len() < 100 {
+                    report.misses.push(format!("{} bytes {}..{}", path.display(), s.offset, s.offset + u64::from(s.len)));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The chain's block map, with every chunk whose bytes are at its place on disk already taken
 /// out: the chain walked file by file in key order ([`walk_chain`]), each file's giving chunks
 /// compared in batches on `threads` threads, each taking a run of one file's chunks in offset
 /// order at a time. Only the target is read: nothing is written.
-pub(super) fn map_what_differs(sets: &[&BackupSet], plan: &Plan, threads: usize) -> Result<(BlockMap, DeltaReport)> {
+///
+/// With `check` (`--check-changes`), each block outside the ranges `check` gives for its file of
+/// a chunk that differs is hashed and kept in the returned [`Checks`], to be read again after the
+/// restore.
+pub(super) fn map_what_differs(sets: &[&BackupSet], plan: &Plan, threads: usize, check: Option<&dyn Changes>) -> Result<(BlockMap, DeltaReport, Checks)> {
     let mut map = BlockMap::empty(sets);
-    let mut report = DeltaReport::default();
+    let mut report = DeltaReport { method: "hash", ..DeltaReport::default() };
+    let mut checks = Checks::default();
     let mut batch: Vec<Pending> = Vec::new();
     let mut chunks = 0;
+    let roots = &plan.set.manifest.roots;
     walk_chain(sets, |f, e, givings| {
         // A delta restore has no hollow files and no `--only`: every file has its place.
         let Some(dest) = plan.dest(f, e) else {
             map.record(f, e, &givings, 0);
             return Ok(());
         };
+        let given = check.and_then(|c| {
+            let m = fs::symlink_metadata(&dest).ok().filter(fs::Metadata::is_file)?;
+            match c.of(&roots.get(usize::from(e.root))?.name, &e.path, m.len()) {
+                FileChanges::Ranges(r) => Some(r),
+                _ => None,
+            }
+        });
         chunks += givings.iter().map(|g| g.chunks.len()).sum::<usize>();
-        batch.push(Pending { f, entry: e.clone(), dest, givings });
+        batch.push(Pending { f, entry: e.clone(), dest, givings, given });
         if batch.len() >= BATCH_FILES || chunks >= BATCH_CHUNKS {
-            compare(&mut map, std::mem::take(&mut batch), threads, &mut report)?;
+            compare(&mut map, std::mem::take(&mut batch), threads, &mut report, &mut checks)?;
             chunks = 0;
         }
         Ok(())
     })?;
-    compare(&mut map, batch, threads, &mut report)?;
-    Ok((map, report))
+    compare(&mut map, batch, threads, &mut report, &mut checks)?;
+    Ok((map, report, checks))
 }
 
 /// Compare a batch's giving chunks with the disk, take the pieces of those that match out of
 /// their givings, and record the files in `map`.
-fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: &mut DeltaReport) -> Result<()> {
+fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: &mut DeltaReport, checks: &mut Checks) -> Result<()> {
     // Per file, its chunks that give something, in offset order, so that reading them is
     // sequential (read-ahead works), cut into runs of [`RUN_BYTES`] that the threads take in
     // turn, so that a large file is compared by all of them. A data chunk of a set older than
@@ -271,13 +379,15 @@ fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: 
         }
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    // Per thread: the chunks that matched (file, giving, chunk), and the bytes compared.
-    type Found = Result<(Vec<(usize, usize, usize)>, u64)>;
+    // Per thread: the chunks that matched (file, giving, chunk), the bytes compared, and
+    // `--check-changes`' suspect blocks (file, offset, length, hash).
+    type Found = Result<(Vec<(usize, usize, usize)>, u64, Vec<(usize, u64, u32, u64)>)>;
     let results: Vec<Found> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(|| {
                     let mut matched = Vec::new();
+                    let mut suspects = Vec::new();
                     let mut compared = 0u64;
                     let mut buf = Vec::new();
                     loop {
@@ -299,19 +409,42 @@ fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: 
                             compared += n;
                             if same_on_disk(&file, &p.dest, c.offset, n, c.stored_len == 0, c.hash, &mut buf)? {
                                 matched.push((*i, j, k));
+                            } else if let Some(given) = &p.given {
+                                // Differs: each block of it outside the given ranges is hashed
+                                // now, and read again once the restore has written it.
+                                for r in subtract(c.offset..c.offset + n, given) {
+                                    let mut at = r.start;
+                                    while at < r.end {
+                                        let len = (CHECK_UNIT - at % CHECK_UNIT).min(r.end - at);
+                                        buf.resize(len as usize, 0);
+                                        file.read_exact_at(&mut buf, at).map_err(|e| io_at(ErrorKind::Target, "cannot read", &p.dest, e))?;
+                                        compared += len;
+                                        suspects.push((*i, at, len as u32, xxhash_rust::xxh3::xxh3_64(&buf)));
+                                        at += len;
+                                    }
+                                }
                             }
                         }
                     }
-                    Ok((matched, compared))
+                    Ok((matched, compared, suspects))
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::Error::new(ErrorKind::Io, "a delta comparer thread panicked")))).collect()
     });
     let mut dropped = vec![0u64; batch.len()];
+    // Each file with suspects named once in `checks`.
+    let mut named: std::collections::HashMap<usize, u32> = std::collections::HashMap::new();
     for r in results {
-        let (matched, compared) = r?;
+        let (matched, compared, suspects) = r?;
         report.bytes_compared += compared;
+        for (i, offset, len, hash) in suspects {
+            let file = *named.entry(i).or_insert_with(|| {
+                checks.files.push(batch[i].dest.clone());
+                (checks.files.len() - 1) as u32
+            });
+            checks.suspects.push(Suspect { file, offset, len, hash });
+        }
         for (i, j, k) in matched {
             let gv = &mut batch[i].givings[j];
             let c = gv.chunks[k];
@@ -320,7 +453,6 @@ fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: 
             gv.ranges = gv.ranges.iter().flat_map(|x| subtract(x.clone(), std::slice::from_ref(&r))).collect();
             dropped[i] += bytes;
             report.chunks_kept += 1;
-            report.bytes_kept += bytes;
         }
     }
     for (p, d) in batch.iter().zip(dropped) {

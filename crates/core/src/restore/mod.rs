@@ -52,7 +52,7 @@ use plan::Plan;
 pub use chain::{chain_file, check_chain, ChainFile};
 
 pub use consolidate::consolidate;
-pub use options::{parse_relocation, DeltaReport, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
+pub use options::{parse_relocation, DeltaReport, DeltaSource, RestoreOptions, RestoreReport, INCOMPLETE_MARKER};
 pub use verify::{verify, VerifyReport};
 
 /// Restore the set `stripes` belong to.
@@ -86,18 +86,28 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
     // the target's files with it, reading only.
     let mut space = plan.space();
     let threads = opts.threads.unwrap_or_else(crate::host::available_cores);
-    let (map, mut delta) = if opts.delta {
-        let (map, d) = delta::map_what_differs(sets, &plan, threads)?;
-        (map, Some(d))
-    } else if sets.len() == 1 {
-        (BlockMap::single(), None)
-    } else {
-        (BlockMap::new(sets, |f, bytes| space.add(&plan, f, bytes))?, None)
+    // A delta restore's map comes from what the caller knows changed, or from comparing the
+    // target's chunks with the backup's hashes (and with `--check-changes`, both).
+    let source = &opts.delta_source;
+    let mut checks = None;
+    let (map, mut delta) = match (opts.delta, &source.changes) {
+        (true, Some(changes)) if !source.check => {
+            let (map, d) = delta::map_from_changes(sets, &plan, changes.as_ref())?;
+            (map, Some(d))
+        }
+        (true, changes) => {
+            let check = changes.as_deref().filter(|_| source.check);
+            let (map, d, c) = delta::map_what_differs(sets, &plan, threads, check)?;
+            checks = check.map(|_| c);
+            (map, Some(d))
+        }
+        (false, _) if sets.len() == 1 => (BlockMap::single(), None),
+        (false, _) => (BlockMap::new(sets, |f, bytes| space.add(&plan, f, bytes))?, None),
     };
     let prepared = plan.prepare_roots(opts.force, opts.delta)?;
     let ran = (|| {
         if let Some(d) = &mut delta {
-            d.removed = plan.prune_for_delta()?;
+            (d.removed, d.bytes_removed) = plan.prune_for_delta()?;
         }
         plan.run(sets, &map, space, opts, progress)
     })();
@@ -105,6 +115,15 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
         Ok(d) => d,
         Err(e) => return Err(plan.clean_up_after(e, &prepared)),
     };
+    if let Some(d) = &mut delta {
+        d.how.clone_from(&source.how);
+        (d.files_kept, d.bytes_kept) = restored.kept;
+        (d.files_rewritten, d.bytes_rewritten) = restored.rewritten;
+        (d.files_created, d.bytes_created) = restored.created;
+        if let Some(c) = &mut checks {
+            c.misses(d)?;
+        }
+    }
     Ok(RestoreReport {
         backup_id: set.manifest.backup_id.clone(),
         target: opts.target.display().to_string(),

@@ -2,10 +2,12 @@
 //! ([`RestoreReport`]), and the marker it keeps in every target root until it has finished.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::Changes;
 
 /// Name of the file a restore keeps in its target until it has finished.
 pub const INCOMPLETE_MARKER: &str = ".sheaf-restore-incomplete";
@@ -47,6 +49,29 @@ pub struct RestoreOptions {
     /// the backup lacks is removed, and each chunk already on disk as the backup has it (by its
     /// XXH3-128) is neither read nor written.
     pub delta: bool,
+    /// How a delta restore finds what differs: by hashing the target (the default), or from what
+    /// the caller knows changed (PostgreSQL's WAL summaries).
+    pub delta_source: DeltaSource,
+}
+
+/// What says which bytes of a delta restore's target may differ from the backup.
+#[derive(Clone, Default)]
+pub struct DeltaSource {
+    /// Per file of the backup (by its root's name and path), the byte ranges that may differ from
+    /// what the target holds, given the target file's length (past it, everything is written).
+    /// `None`: every chunk is compared with the target by its hash.
+    pub changes: Option<Arc<dyn Changes>>,
+    /// How that was decided, or why the target is hashed: said in the report.
+    pub how: String,
+    /// `--check-changes`: hash as without `changes`, and record as a miss every block outside the
+    /// ranges `changes` gives that differed all the same.
+    pub check: bool,
+}
+
+impl std::fmt::Debug for DeltaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeltaSource").field("changes", &self.changes.is_some()).field("how", &self.how).field("check", &self.check).finish()
+    }
 }
 
 impl RestoreOptions {
@@ -63,6 +88,7 @@ impl RestoreOptions {
             only: Vec::new(),
             hollow: Vec::new(),
             delta: false,
+            delta_source: DeltaSource::default(),
         }
     }
 }
@@ -91,7 +117,7 @@ pub struct RestoreReport {
     pub files: usize,
     /// Entries restored (files, directories, symlinks).
     pub entries: usize,
-    /// Raw bytes restored.
+    /// Raw bytes written (for a delta restore, not those found on disk already).
     pub bytes_written: u64,
     /// Bytes of frames read from the stripes (all of them, or with `only`, those that hold the
     /// chosen files).
@@ -115,17 +141,42 @@ pub struct RestoreReport {
     pub delta: Option<DeltaReport>,
 }
 
-/// What a delta restore found on disk.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+/// What a delta restore did: what it found right and kept, what it wrote, what it removed.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct DeltaReport {
-    /// Entries removed: not in the backup, or of another kind there.
-    pub removed: u64,
-    /// Chunks found on disk as the backup has them, and their bytes: not read, not written.
-    pub chunks_kept: u64,
-    /// See `chunks_kept`.
+    /// `wal` (the ranges came from what the caller knows changed) or `hash` (every chunk compared
+    /// with the target).
+    pub method: &'static str,
+    /// How the ranges were found, or why the target was hashed.
+    pub how: String,
+    /// Files already there that needed no byte written, and the bytes of every file already there
+    /// that were kept (not read from the backup, not written).
+    pub files_kept: u64,
+    /// See `files_kept`.
     pub bytes_kept: u64,
-    /// Bytes read from the target to compare.
+    /// Files already there that got some bytes written, and those bytes.
+    pub files_rewritten: u64,
+    /// See `files_rewritten`.
+    pub bytes_rewritten: u64,
+    /// Files that were not there, and their bytes.
+    pub files_created: u64,
+    /// See `files_created`.
+    pub bytes_created: u64,
+    /// Entries removed (not in the backup, or of another kind there), and the bytes of the
+    /// regular files among them.
+    pub removed: u64,
+    /// See `removed`.
+    pub bytes_removed: u64,
+    /// Chunks found on disk as the backup has them (hashing).
+    pub chunks_kept: u64,
+    /// Bytes read from the target to compare (hashing) or to check (`--check-changes`).
     pub bytes_compared: u64,
+    /// `--check-changes`: blocks outside the ranges given that differed all the same (up to 100,
+    /// as `path block N`), and their number.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub misses: Vec<String>,
+    /// See `misses`.
+    pub missed: u64,
 }
 
 #[cfg(test)]

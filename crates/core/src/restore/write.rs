@@ -119,6 +119,8 @@ pub(super) struct Writer<'a> {
     open: Vec<Mutex<HashMap<u32, Arc<Slot>>>>,
     /// Per entry: created (by its first chunk, or by `finish_untouched`).
     created: Bits,
+    /// A delta restore: per entry, a regular file was there already when it was opened.
+    existed: Bits,
     as_root: bool,
     inherit: Inherit,
     /// Direct I/O still in use: cleared for good by the first filesystem that refuses it.
@@ -137,12 +139,37 @@ pub(super) struct Writer<'a> {
 }
 
 /// What [`Writer::finish_untouched`] counts: the entries restored, and of them the regular files
-/// and their bytes.
+/// and the bytes written into them; for a delta restore, the files kept, rewritten and created.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Restored {
     pub(super) entries: usize,
     pub(super) files: usize,
     pub(super) bytes: u64,
+    /// Files there already that got no byte (`.0`), and the bytes of files there already kept
+    /// (`.1`).
+    pub(super) kept: (u64, u64),
+    /// Files there already that got some bytes, and those bytes.
+    pub(super) rewritten: (u64, u64),
+    /// Files that were not there, and their bytes.
+    pub(super) created: (u64, u64),
+}
+
+impl Restored {
+    /// A delta restore's file of `size` bytes, `written` of them written: kept, rewritten or
+    /// created.
+    fn count_delta(&mut self, existed: bool, size: u64, written: u64) {
+        let add = |c: &mut (u64, u64), bytes: u64| *c = (c.0 + 1, c.1 + bytes);
+        if !existed {
+            add(&mut self.created, written);
+            return;
+        }
+        self.kept.1 += size - written;
+        if written == 0 {
+            self.kept.0 += 1;
+        } else {
+            add(&mut self.rewritten, written);
+        }
+    }
 }
 
 impl<'a> Writer<'a> {
@@ -166,6 +193,7 @@ impl<'a> Writer<'a> {
             sparse,
             open: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             created: Bits::new(plan.set.entry_count()),
+            existed: Bits::new(if keep_existing { plan.set.entry_count() } else { 0 }),
             as_root,
             inherit,
             direct: AtomicBool::new(direct),
@@ -229,6 +257,9 @@ impl<'a> Writer<'a> {
                 o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false), fresh: true, plain: Default::default() })
             }
         };
+        if self.keep_existing && fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+            self.existed.set(id);
+        }
         let f = match open(&o) {
             Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
                 o.create_new(false).create(true).truncate(true);
@@ -280,13 +311,17 @@ impl<'a> Writer<'a> {
             if e.kind != EntryKind::File {
                 return Ok(());
             }
-            if !hollow {
-                n.files += 1;
-                n.bytes += e.size;
-            }
             if !self.created.get(id) {
                 let f = self.create(id, e, &d, None)?;
                 self.finish_file(e, &f, &d)?;
+            }
+            if !hollow {
+                let written = self.map.expected(id, e);
+                n.files += 1;
+                n.bytes += written;
+                if self.keep_existing {
+                    n.count_delta(self.existed.get(id), e.size, written);
+                }
             }
             Ok(())
         })?;

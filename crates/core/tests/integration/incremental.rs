@@ -261,6 +261,91 @@ fn chunks_cut_by_newer_sets_are_written_as_their_pieces() {
     }
 }
 
+/// What changed, as a caller that knows it (PostgreSQL's WAL summaries) tells a delta restore:
+/// per file, the byte ranges that may differ; everything past the target file's length too.
+struct Told(HashMap<String, Vec<std::ops::Range<u64>>>);
+
+impl Changes for Told {
+    fn of(&self, _root: &str, rel: &str, size: u64) -> FileChanges {
+        let mut r = self.0.get(rel).cloned().unwrap_or_default();
+        r.retain(|x| x.start < size);
+        r.push(size..u64::MAX);
+        FileChanges::Ranges(r)
+    }
+}
+
+/// A delta restore told what changed writes only that, reading nothing of the target; told less
+/// than the truth, it trusts what it is told (the page it was not told of stays stale), and with
+/// `check` it hashes as without, writes every difference, and names the page it was not told of.
+#[test]
+fn a_delta_told_what_changed_writes_only_that_and_a_check_finds_what_it_was_not_told() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("dir")).unwrap();
+    for (name, size, seed) in [("big", 2 << 20, 1), ("shrink", 300 << 10, 3), ("same", 200 << 10, 4), ("dir/x", 3000, 7)] {
+        write_file(&src.join(name), size, seed, 0.5).unwrap();
+    }
+    let old = take(&src, d.path(), "old", None);
+    overwrite(&src.join("big"), 3 * PAGE as u64, &[0xAA; 2 * PAGE]);
+    overwrite(&src.join("big"), 100 * PAGE as u64, &[0xAB; PAGE]);
+    std::fs::OpenOptions::new().write(true).open(src.join("shrink")).unwrap().set_len(100 << 10).unwrap();
+    write_file(&src.join("new"), 70 << 10, 8, 0.5).unwrap();
+    let new = take(&src, d.path(), "new", None);
+    let p = PAGE as u64;
+    let truth = || Told(HashMap::from([("big".to_string(), vec![3 * p..5 * p, 100 * p..101 * p])]));
+    let stale = |name: &str| {
+        let to = d.path().join(name);
+        restored(&[&old], &to).unwrap();
+        std::fs::write(to.join("junk"), b"not in the backup").unwrap();
+        to
+    };
+    let delta = |to: &Path, told: Told, check: bool| {
+        let mut o = RestoreOptions::new(to);
+        o.delta = true;
+        o.delta_source = sheaf_core::restore::DeltaSource { changes: Some(Arc::new(told)), how: "told".into(), check };
+        restore_chain(&[&new], &o, Arc::new(NoProgress)).unwrap()
+    };
+
+    // Told the truth: the tree is the new state; three pages written into big, the rest kept.
+    let to = stale("told");
+    let r = delta(&to, truth(), false);
+    compare_trees(&src, &to).unwrap();
+    let dr = r.delta.clone().unwrap();
+    assert_eq!((dr.method, dr.how.as_str(), dr.bytes_compared, dr.chunks_kept), ("wal", "told", 0, 0), "{dr:?}");
+    assert_eq!((dr.files_rewritten, dr.bytes_rewritten), (1, 3 * p), "big's three pages: {dr:?}");
+    assert_eq!((dr.files_created, dr.bytes_created), (1, 70 << 10), "new: {dr:?}");
+    assert_eq!(dr.files_kept, 3, "shrink (only cut), same, dir/x: {dr:?}");
+    assert_eq!(dr.bytes_kept, (2 << 20) - 3 * p + (100 << 10) + (200 << 10) + 3000, "{dr:?}");
+    assert_eq!((dr.removed, dr.bytes_removed), (1, 17), "junk: {dr:?}");
+    assert_eq!(r.bytes_written, 3 * p + (70 << 10), "only what was written is counted written");
+    assert!(r.bytes_read < new.stored_bytes() / 2, "read {} of {}", r.bytes_read, new.stored_bytes());
+
+    // Told less than the truth (big's page 100 left out): that page stays as it was.
+    let to = stale("untold");
+    let less = || Told(HashMap::from([("big".to_string(), vec![3 * p..5 * p])]));
+    delta(&to, less(), false);
+    let at = |path: &Path| {
+        let mut b = vec![0u8; PAGE];
+        std::fs::File::open(path.join("big")).unwrap().read_exact_at(&mut b, 100 * p).unwrap();
+        b
+    };
+    assert_ne!(at(&to), vec![0xAB; PAGE], "the page it was not told of is not written");
+    assert_eq!(at(&src), vec![0xAB; PAGE]);
+
+    // Checked: hashed as without being told, so the tree is whole, and the page is named.
+    let to = stale("checked");
+    let r = delta(&to, less(), true);
+    compare_trees(&src, &to).unwrap();
+    let dr = r.delta.unwrap();
+    assert_eq!((dr.method, dr.missed), ("hash", 1), "{dr:?}");
+    assert_eq!(dr.misses, vec![format!("{} bytes {}..{}", to.join("big").display(), 100 * p, 101 * p)]);
+    // Told the truth, the check finds nothing.
+    let to = stale("checked-truth");
+    let dr = delta(&to, truth(), true).delta.unwrap();
+    compare_trees(&src, &to).unwrap();
+    assert_eq!((dr.missed, dr.misses.len()), (0, 0), "{dr:?}");
+}
+
 fn io_uring_available() -> bool {
     std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |v| v.trim() == "0")
 }

@@ -1,0 +1,403 @@
+//! `restore --delta` from what the WAL says changed, as `pg_rewind` decides what to copy: when the
+//! target is a copy of this cluster whose state the repository can place (a restore of one of its
+//! backups never started, a standby, a former primary shut down cleanly), the blocks that can
+//! differ between it and the backup are those the repository's WAL summaries name between the
+//! lower of the target's redo point and the backup's start and the higher of where the target's
+//! pages may reach and the backup's end, following the timelines; for a target that ran on past
+//! the point where the backup's timeline left its own (a former primary after a promotion
+//! elsewhere), also those its own WAL names from there, read from the repository or its
+//! `pg_wal`. Those blocks, every file that is not a relation's main fork, and files made, dropped
+//! or cut in the range are written; nothing else is read or written.
+//!
+//! Where that cannot be decided, the delta restore hashes the target (the core's path), and the
+//! report says why: a target not shut down cleanly, a gap in the summaries, timelines that do not
+//! lead to each other, or a former primary that diverged with neither page checksums nor
+//! `wal_log_hints` (its hint bits were set without WAL, and may refer to transactions the
+//! backup's history never committed).
+
+use std::fs;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sheaf_core::repo::Repo;
+use sheaf_core::restore::DeltaSource;
+use sheaf_core::{Changes, FileChanges, Result};
+
+use crate::blocksum::BlockSummary;
+use crate::lsn::Lsn;
+use crate::repo::meta::RepoMeta;
+use crate::repo::paths::wal_object;
+use crate::repo::records::BackupRecord;
+use crate::walmap::{blocks_named, changes_since, ranges_named};
+
+/// What `pg_control` says of a data directory, as far as a delta restore needs it. The layout
+/// read is that of control file versions 1300 (PostgreSQL 12 to 16), 1700 and 1800 (17, 18),
+/// which agree on every field read here; the file's CRC is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Control {
+    /// The cluster's system identifier.
+    pub system_identifier: u64,
+    /// `pg_control_version`.
+    pub version: u32,
+    /// The server's state when it last wrote the file.
+    pub state: DbState,
+    /// The last checkpoint record.
+    pub checkpoint: Lsn,
+    /// Its redo point: every page changed before it was on disk when the checkpoint ended.
+    pub redo: Lsn,
+    /// The checkpoint's timeline.
+    pub timeline: u32,
+    /// A standby's (or a recovering server's) minimum recovery point: no page on disk holds a
+    /// change past it.
+    pub min_recovery: Lsn,
+    /// Its timeline.
+    pub min_recovery_timeline: u32,
+    /// Recovery from a backup that had not reached the backup's end: where that backup started
+    /// and (when known) ended.
+    pub backup_start: Lsn,
+    /// See `backup_start`.
+    pub backup_end: Lsn,
+    /// `wal_log_hints`.
+    pub wal_log_hints: bool,
+    /// Page checksums are on.
+    pub checksums: bool,
+}
+
+/// `DBState`: what the server was doing when it last wrote `pg_control`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbState {
+    /// Shut down cleanly as a primary.
+    ShutDown,
+    /// Shut down cleanly while in recovery (a standby).
+    ShutDownInRecovery,
+    /// In archive recovery or streaming (a standby, or a restore recovering): stopped any way.
+    InArchiveRecovery,
+    /// Running as a primary, in crash recovery, starting or shutting down: stopped uncleanly.
+    Other(u32),
+}
+
+impl std::fmt::Display for DbState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DbState::ShutDown => f.write_str("shut down"),
+            DbState::ShutDownInRecovery => f.write_str("shut down in recovery"),
+            DbState::InArchiveRecovery => f.write_str("in archive recovery"),
+            DbState::Other(3) => f.write_str("shutting down"),
+            DbState::Other(4) => f.write_str("in crash recovery"),
+            DbState::Other(6) => f.write_str("in production"),
+            DbState::Other(n) => write!(f, "state {n}"),
+        }
+    }
+}
+
+impl Control {
+    /// Parse the bytes of `global/pg_control`.
+    ///
+    /// # Errors
+    /// Why it cannot be read: too short, a control file version not known here, a CRC that does
+    /// not match, or a page size that is not 8 KiB.
+    pub fn parse(b: &[u8]) -> std::result::Result<Control, String> {
+        let u32_at = |at: usize| b.get(at..at + 4).map(|x| u32::from_le_bytes(x.try_into().expect("4 bytes")));
+        let u64_at = |at: usize| b.get(at..at + 8).map(|x| u64::from_le_bytes(x.try_into().expect("8 bytes")));
+        let version = u32_at(8).ok_or("it is too short")?;
+        // Where the CRC sits: after the authentication nonce, which 1800 moved by a byte (the new
+        // default_char_signedness before it), aligned to 4.
+        let crc_at = match version {
+            1300 | 1700 => 288,
+            1800 => 292,
+            v => return Err(format!("its format (control file version {v}) is not one sheaf reads (PostgreSQL 12 to 18)")),
+        };
+        let stored = u32_at(crc_at).ok_or("it is too short")?;
+        if crc32c::crc32c(&b[..crc_at]) != stored {
+            return Err("its CRC does not match its contents".into());
+        }
+        let field = |at: usize| u64_at(at).ok_or_else(|| "it is too short".to_string());
+        let word = |at: usize| u32_at(at).ok_or_else(|| "it is too short".to_string());
+        if word(216)? != 8192 {
+            return Err(format!("its page size is {} bytes, not 8192", word(216)?));
+        }
+        let state = match word(16)? {
+            1 => DbState::ShutDown,
+            2 => DbState::ShutDownInRecovery,
+            5 => DbState::InArchiveRecovery,
+            n => DbState::Other(n),
+        };
+        Ok(Control {
+            system_identifier: field(0)?,
+            version,
+            state,
+            checkpoint: Lsn(field(32)?),
+            redo: Lsn(field(40)?),
+            timeline: word(48)?,
+            min_recovery: Lsn(field(136)?),
+            min_recovery_timeline: word(144)?,
+            backup_start: Lsn(field(152)?),
+            backup_end: Lsn(field(160)?),
+            wal_log_hints: b.get(176).is_some_and(|&x| x != 0),
+            checksums: word(252)? != 0,
+        })
+    }
+
+    /// Read `data`'s `global/pg_control`.
+    ///
+    /// # Errors
+    /// As [`Control::parse`], and a file that cannot be read.
+    pub fn read(data: &Path) -> std::result::Result<Control, String> {
+        let path = data.join("global/pg_control");
+        let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Control::parse(&bytes).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    }
+}
+
+/// Where a target's pages stand: every page holds at least the changes before `low` and none
+/// after `high`, on `timeline` (where `high` lies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Standing {
+    what: String,
+    timeline: u32,
+    low: Lsn,
+    high: Lsn,
+}
+
+/// `backup_label`'s start: `START WAL LOCATION` and `START TIMELINE`.
+fn label_start(text: &str) -> Option<(Lsn, u32)> {
+    let at = text.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "))?.split_whitespace().next()?.parse().ok()?;
+    let timeline = text.lines().find_map(|l| l.strip_prefix("START TIMELINE: "))?.trim().parse().ok()?;
+    Some((at, timeline))
+}
+
+/// Where the target in `data` stands, from its `backup_label` (a restore never started: its pages
+/// are those of the backup the repository lists with that start) or its `pg_control`; `Err` says
+/// why that cannot be told.
+fn standing(data: &Path, control: &Control, records: &[BackupRecord]) -> std::result::Result<Standing, String> {
+    if let Ok(label) = fs::read_to_string(data.join("backup_label")) {
+        let (start, timeline) = label_start(&label).ok_or("its backup_label has no START WAL LOCATION and START TIMELINE")?;
+        let r = records.iter().find(|r| r.start_lsn == start && r.timeline == timeline).ok_or_else(|| {
+            format!(
+                "it holds the backup_label of a backup that started at {start} on timeline {timeline}, which the repository does not list, so where its pages reach is not known"
+            )
+        })?;
+        return Ok(Standing { what: format!("a restore of backup {} never started", r.id), timeline, low: start, high: r.stop_lsn });
+    }
+    match control.state {
+        DbState::ShutDown => Ok(Standing { what: format!("a primary shut down cleanly at {}", control.checkpoint), timeline: control.timeline, low: control.redo, high: control.checkpoint }),
+        DbState::ShutDownInRecovery | DbState::InArchiveRecovery => {
+            if control.backup_start != Lsn(0) && control.backup_end == Lsn(0) {
+                return Err(format!("it was recovering from a backup that started at {} and had not reached that backup's end", control.backup_start));
+            }
+            let high = control.min_recovery.max(control.checkpoint).max(control.backup_end);
+            let timeline = control.timeline.max(control.min_recovery_timeline);
+            Ok(Standing { what: format!("a standby {} with pages up to {high}", control.state), timeline, low: control.redo, high })
+        }
+        DbState::Other(_) => Err(format!(
+            "it was not shut down cleanly (its pg_control says {}), so its pages may hold changes up to any point of its WAL: start it and stop it cleanly (pg_ctl start, then pg_ctl stop -m fast), or accept the hashing",
+            control.state
+        )),
+    }
+}
+
+/// A timeline's history file as text: from the repository, else from `pg_wal` in `data`.
+fn history_text(repo: &Repo, data: &Path, timeline: u32) -> Result<Option<String>> {
+    if timeline <= 1 {
+        return Ok(Some(String::new()));
+    }
+    let name = crate::wal::history_name(timeline);
+    match repo.get_bytes(&wal_object(&name)) {
+        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+        Err(e) if e.kind() == sheaf_core::ErrorKind::Incomplete => Ok(fs::read_to_string(data.join("pg_wal").join(&name)).ok()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What differs between a target and a backup, by the union of the WAL summaries of the ranges
+/// that can hold a difference.
+pub struct WalDelta {
+    summaries: Vec<BlockSummary>,
+}
+
+impl Changes for WalDelta {
+    fn of(&self, root: &str, rel: &str, size: u64) -> FileChanges {
+        let mut all: Vec<Range<u64>> = Vec::new();
+        for s in &self.summaries {
+            let Some(r) = ranges_named(s, root, rel, size) else { return FileChanges::Whole };
+            all.extend(r);
+        }
+        // Sorted and disjoint, as the core takes them.
+        all.sort_unstable_by_key(|r| r.start);
+        let mut out: Vec<Range<u64>> = Vec::with_capacity(all.len());
+        for r in all {
+            match out.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => out.push(r),
+            }
+        }
+        FileChanges::Ranges(out)
+    }
+}
+
+/// How `restore --delta` of `backup` into `target` finds what differs: from the repository's WAL
+/// summaries where they can say (see the module's notes), else by hashing, with the reason.
+///
+/// # Errors
+/// The repository's errors. Every reason the WAL cannot decide is a fallback, not an error.
+pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &BackupRecord, target: &Path) -> Result<DeltaSource> {
+    let hash = |why: String| Ok(DeltaSource { changes: None, how: format!("every chunk compared with the target by its hash, because {why}"), check: false });
+    if !target.join("global/pg_control").exists() {
+        return hash("the target holds no data directory yet (everything is created)".into());
+    }
+    let control = match Control::read(target) {
+        Ok(c) => c,
+        Err(why) => return hash(format!("the target's pg_control {why}")),
+    };
+    let stand = match standing(target, &control, records) {
+        Ok(s) => s,
+        Err(why) => return hash(format!("the target cannot be placed: {why}")),
+    };
+    let local = |name: &str| -> Result<Option<PathBuf>> {
+        let p = target.join("pg_wal").join(name);
+        Ok(p.is_file().then_some(p))
+    };
+    let (start, stop, tl) = (backup.start_lsn, backup.stop_lsn, backup.timeline);
+    let hints = control.checksums || control.wal_log_hints;
+    // The spans of WAL to summarize: ((from timeline, LSN), (to timeline, LSN), history of the
+    // latter).
+    let mut spans: Vec<((u32, Lsn), (u32, Lsn), Option<String>)> = Vec::new();
+    let t = stand.timeline;
+    if t == tl {
+        spans.push(((tl, stand.low.min(start)), (tl, stand.high.max(stop)), None));
+    } else {
+        let theirs = history_text(repo, target, tl)?;
+        let ours = history_text(repo, target, t)?;
+        let left = |history: &Option<String>, of: u32| history.as_deref().map(crate::wal::parse_history).and_then(|h| h.iter().find(|(x, _)| *x == of).map(|(_, at)| *at));
+        if let Some(split) = left(&theirs, t) {
+            // The target's timeline is an ancestor of the backup's, left at `split`.
+            if stand.high <= split {
+                spans.push(((t, stand.low.min(start)), (tl, stop.max(stand.high)), theirs));
+            } else if !hints {
+                return hash(format!(
+                    "the target ran on timeline {t} past {split}, where the backup's timeline {tl} left it, and has neither page checksums nor wal_log_hints: its hint bits were set without WAL, and may name transactions that never committed in the backup's history (pg_rewind's rule)"
+                ));
+            } else {
+                let from = stand.low.min(start).min(split);
+                spans.push(((t, from), (tl, stop), theirs));
+                // What the target wrote after the split, from its own WAL.
+                spans.push(((t, split), (t, stand.high), ours));
+            }
+        } else if let Some(split) = left(&ours, tl) {
+            // The backup's timeline is an ancestor of the target's, left at `split`.
+            if stop <= split {
+                spans.push(((tl, stand.low.min(start)), (t, stand.high.max(stop)), ours));
+            } else if !hints {
+                return hash(format!(
+                    "the target ran on timeline {t} from {split}, where it left the backup's timeline {tl}, and has neither page checksums nor wal_log_hints: its hint bits were set without WAL, and may name transactions that never committed in the backup's history (pg_rewind's rule)"
+                ));
+            } else {
+                // Both ran on after the split: the backup's side, and what the target wrote on
+                // its own timeline.
+                spans.push(((tl, stand.low.min(start).min(split)), (tl, stop), None));
+                spans.push(((tl, split), (t, stand.high), ours));
+            }
+        } else {
+            return hash(format!(
+                "the target is on timeline {t} and the backup on {tl}, and neither timeline's history (in the repository or the target's pg_wal) leads to the other"
+            ));
+        }
+    }
+    let mut summaries = Vec::new();
+    let mut named = 0;
+    let mut said = Vec::new();
+    for (from, to, history) in spans {
+        match changes_since(repo, meta, from, to, history.as_deref(), &local)? {
+            Ok(s) => {
+                named += blocks_named(&s);
+                said.push(if from.0 == to.0 {
+                    format!("{} .. {} on timeline {}", from.1, to.1, to.0)
+                } else {
+                    format!("{} on timeline {} .. {} on {}", from.1, from.0, to.1, to.0)
+                });
+                summaries.push(s);
+            }
+            Err(why) => return hash(format!("the WAL summaries cannot say what changed: {why}")),
+        }
+    }
+    Ok(DeltaSource {
+        changes: Some(Arc::new(WalDelta { summaries })),
+        how: format!("WAL summaries: {named} blocks named in {} (the target: {})", said.join(" and "), stand.what),
+        check: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A control file of `version` with the fields set, its CRC made.
+    fn control(version: u32, state: u32, checksums: bool) -> Vec<u8> {
+        let mut b = vec![0u8; 8192];
+        b[..8].copy_from_slice(&7u64.to_le_bytes());
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        b[16..20].copy_from_slice(&state.to_le_bytes());
+        b[32..40].copy_from_slice(&0x0300_0060u64.to_le_bytes());
+        b[40..48].copy_from_slice(&0x0300_0028u64.to_le_bytes());
+        b[48..52].copy_from_slice(&2u32.to_le_bytes());
+        b[136..144].copy_from_slice(&0x0400_0000u64.to_le_bytes());
+        b[144..148].copy_from_slice(&3u32.to_le_bytes());
+        b[216..220].copy_from_slice(&8192u32.to_le_bytes());
+        b[252..256].copy_from_slice(&u32::from(checksums).to_le_bytes());
+        let at = if version == 1800 { 292 } else { 288 };
+        let crc = crc32c::crc32c(&b[..at]);
+        b[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn control_files_are_read_and_damage_or_unknown_versions_refused() {
+        for v in [1300, 1700, 1800] {
+            let c = Control::parse(&control(v, 2, true)).unwrap();
+            assert_eq!((c.system_identifier, c.state, c.checkpoint, c.redo, c.timeline), (7, DbState::ShutDownInRecovery, Lsn(0x0300_0060), Lsn(0x0300_0028), 2));
+            assert_eq!((c.min_recovery, c.min_recovery_timeline, c.checksums, c.wal_log_hints), (Lsn(0x0400_0000), 3, true, false));
+        }
+        let mut bad = control(1800, 1, false);
+        bad[40] ^= 1;
+        assert!(Control::parse(&bad).unwrap_err().contains("CRC"));
+        assert!(Control::parse(&control(1201, 1, false)).unwrap_err().contains("control file version 1201"));
+        assert_eq!(Control::parse(&control(1300, 6, false)).unwrap().state.to_string(), "in production");
+    }
+
+    #[test]
+    fn a_standby_reaches_its_minimum_recovery_point_and_an_unclean_primary_cannot_be_placed() {
+        let d = tempfile::tempdir().unwrap();
+        let c = Control::parse(&control(1800, 5, true)).unwrap();
+        let s = standing(d.path(), &c, &[]).unwrap();
+        assert_eq!((s.timeline, s.low, s.high), (3, Lsn(0x0300_0028), Lsn(0x0400_0000)));
+        let c = Control::parse(&control(1800, 6, true)).unwrap();
+        assert!(standing(d.path(), &c, &[]).unwrap_err().contains("not shut down cleanly"));
+        let c = Control::parse(&control(1800, 1, true)).unwrap();
+        let s = standing(d.path(), &c, &[]).unwrap();
+        assert_eq!((s.timeline, s.low, s.high), (2, Lsn(0x0300_0028), Lsn(0x0300_0060)));
+        // A restore never started: its backup_label names a backup the repository must list.
+        fs::write(d.path().join("backup_label"), "START WAL LOCATION: 0/5000028 (file 000000010000000000000005)\nSTART TIMELINE: 1\n").unwrap();
+        assert!(standing(d.path(), &c, &[]).unwrap_err().contains("does not list"));
+    }
+
+    #[test]
+    fn several_summaries_give_the_union_of_their_ranges() {
+        use crate::blocksum::{ForkChanges, MAIN};
+        use crate::walread::Locator;
+        let t = Locator { spc: 1663, db: 5, rel: 16384 };
+        let one = |blocks: &[u32]| {
+            let mut s = BlockSummary::default();
+            s.forks.insert((t, MAIN), ForkChanges { limit: None, blocks: blocks.iter().copied().collect() });
+            s
+        };
+        let p = 8192u64;
+        let w = WalDelta { summaries: vec![one(&[1, 2]), one(&[2, 3, 7])] };
+        match w.of("", "base/5/16384", 10 * p) {
+            FileChanges::Ranges(r) => assert_eq!(r, vec![p..4 * p, 7 * p..8 * p, 10 * p..u64::MAX]),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(w.of("", "base/5/16384_vm", p), FileChanges::Whole));
+        assert!(matches!(w.of("", "global/pg_control", p), FileChanges::Whole));
+    }
+}
