@@ -314,7 +314,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &Bac
                 said.push(if from.0 == to.0 {
                     format!("{} .. {} on timeline {}", from.1, to.1, to.0)
                 } else {
-                    format!("{} on timeline {} .. {} on {}", from.1, from.0, to.1, to.0)
+                    format!("{} on timeline {} .. {} on timeline {}", from.1, from.0, to.1, to.0)
                 });
                 summaries.push(s);
             }

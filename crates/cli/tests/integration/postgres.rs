@@ -5,6 +5,7 @@ pub mod basebackup;
 pub mod bench;
 pub mod cluster;
 pub mod connect;
+pub mod delta;
 pub mod demo;
 pub mod drill;
 pub mod extract;
