@@ -550,6 +550,7 @@ mod tests {
             restore_cpu_pct: (target != "nul").then(|| s(40.0)),
             restore_host_cpu_pct: None,
             restore_peak_rss_bytes: None,
+            delta_restore_seconds: None,
         }
     }
 

@@ -39,6 +39,7 @@ struct Flat {
     restore_cpu_pct_median: Option<f64>,
     restore_host_cpu_pct_median: Option<f64>,
     restore_peak_rss_bytes_median: Option<f64>,
+    delta_restore_s_median: Option<f64>,
     repeats: usize,
 }
 
@@ -71,6 +72,7 @@ impl From<&Row> for Flat {
             restore_cpu_pct_median: r.restore_cpu_pct.map(|s| s.median),
             restore_host_cpu_pct_median: r.restore_host_cpu_pct.map(|s| s.median),
             restore_peak_rss_bytes_median: r.restore_peak_rss_bytes.map(|s| s.median),
+            delta_restore_s_median: r.delta_restore_seconds.map(|s| s.median),
             repeats: r.backup_seconds.n,
         }
     }
@@ -108,7 +110,7 @@ fn range(s: &Summary, unit_digits: usize) -> String {
 }
 
 /// The table's columns, as text cells, for the Markdown and terminal writers.
-const HEADER: [&str; 17] = [
+const HEADER: [&str; 18] = [
     "tool",
     "type",
     "compression",
@@ -126,9 +128,10 @@ const HEADER: [&str; 17] = [
     "verify s",
     "restore s",
     "restore CPU %",
+    "delta restore s",
 ];
 
-fn cells(r: &Row) -> [String; 17] {
+fn cells(r: &Row) -> [String; 18] {
     let sheaf = r.setting.tool == "sheaf";
     let knob = |v: String| if sheaf { v } else { "-".to_string() };
     let opt = |s: &Option<Summary>, f: &dyn Fn(&Summary) -> String| s.as_ref().map_or_else(|| "-".to_string(), f);
@@ -154,6 +157,7 @@ fn cells(r: &Row) -> [String; 17] {
         opt(&r.verify_seconds, &|s| format!("{:.2}", s.median)),
         opt(&r.restore_seconds, &|s| range(s, 2)),
         opt(&r.restore_cpu_pct, &|s| format!("{:.0}", s.median)),
+        opt(&r.delta_restore_seconds, &|s| range(s, 2)),
     ]
 }
 
@@ -177,7 +181,7 @@ pub fn write_markdown(rows: &[Row], mut out: impl Write) -> std::io::Result<()> 
 /// # Errors
 /// I/O errors of `out`.
 pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
-    let all: Vec<[String; 17]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
+    let all: Vec<[String; 18]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
     let width: Vec<usize> = (0..HEADER.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for r in &all {
         let line: Vec<String> = r.iter().enumerate().map(|(c, v)| if c < 3 || c == 6 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) }).collect();
@@ -249,6 +253,7 @@ struct SampleLine<'a> {
     restore_system_s: Option<f64>,
     restore_peak_rss_bytes: Option<u64>,
     restore_host_cpu_pct: Option<f64>,
+    delta_restore_s: Option<f64>,
 }
 
 impl<'a> From<&'a Sample> for SampleLine<'a> {
@@ -277,6 +282,7 @@ impl<'a> From<&'a Sample> for SampleLine<'a> {
             restore_system_s: s.restore.map(|c| c.system_seconds),
             restore_peak_rss_bytes: s.restore.map(|c| c.peak_rss_bytes),
             restore_host_cpu_pct: s.restore.map(|c| c.host_cpu_pct),
+            delta_restore_s: s.delta_restore.map(|c| c.seconds),
         }
     }
 }
@@ -335,6 +341,7 @@ mod tests {
                 restore_cpu_pct: summarize(&[50.0, 49.0, 52.0]),
                 restore_host_cpu_pct: summarize(&[55.0, 59.0, 52.0]),
                 restore_peak_rss_bytes: summarize(&[11e6, 11e6, 12e6]),
+                delta_restore_seconds: None,
             },
             Row {
                 setting: Setting {
@@ -359,6 +366,7 @@ mod tests {
                 restore_cpu_pct: None,
                 restore_host_cpu_pct: None,
                 restore_peak_rss_bytes: None,
+                delta_restore_seconds: None,
             },
             Row {
                 setting: Setting {
@@ -383,6 +391,7 @@ mod tests {
                 restore_cpu_pct: summarize(&[60.0, 61.0]),
                 restore_host_cpu_pct: summarize(&[62.0, 63.0]),
                 restore_peak_rss_bytes: summarize(&[30e6, 31e6]),
+                delta_restore_seconds: None,
             },
         ]
     }

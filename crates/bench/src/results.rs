@@ -65,6 +65,8 @@ pub struct Row {
     pub restore_host_cpu_pct: Option<Summary>,
     /// Restore peak RSS, bytes.
     pub restore_peak_rss_bytes: Option<Summary>,
+    /// Delta restore wall seconds (incrementals: onto a restore of the backup before).
+    pub delta_restore_seconds: Option<Summary>,
 }
 
 impl Row {
@@ -107,6 +109,10 @@ pub struct Sample {
     pub verify: Option<Cost>,
     /// The restore (disk targets).
     pub restore: Option<Cost>,
+    /// For an incremental: `restore --delta` of it onto a restore of the backup before it (a copy
+    /// one change behind, as a standby rebuilt or a test copy refreshed).
+    #[serde(default)]
+    pub delta_restore: Option<Cost>,
 }
 
 /// How the bench ran: what a reader of the report needs to judge it.
@@ -174,6 +180,7 @@ pub fn rows(samples: &[Sample], cores: usize) -> Vec<Row> {
                 restore_cpu_pct: of_opt(&|s| s.restore.map(|c| c.cpu_pct(cores))),
                 restore_host_cpu_pct: of_opt(&|s| s.restore.map(|c| c.host_cpu_pct)),
                 restore_peak_rss_bytes: of_opt(&|s| s.restore.map(|c| c.peak_rss_bytes as f64)),
+                delta_restore_seconds: of_opt(&|s| s.delta_restore.map(|c| c.seconds)),
             })
         })
         .collect()
@@ -203,6 +210,7 @@ mod tests {
             backup: cost(secs),
             verify: None,
             restore: restore.map(cost),
+            delta_restore: None,
         }
     }
 

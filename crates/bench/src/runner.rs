@@ -190,7 +190,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                 target: dir.display().to_string(),
                 backup_type: "full".into(),
             };
-            let br = if run.tool == "pgbackrest" {
+            let br = if run.tool.starts_with("pgbackrest") {
                 // Set up on the first of its runs on this target, after pg_basebackup's.
                 let ready = backrest_ready.get_or_insert_with(|| match (&home, &src.cluster) {
                     (Some(h), Some(c)) => match backrest_setup(c, &h.0, &dir.join(&work_name).join("pgbackrest"), None) {
@@ -230,6 +230,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                         backup,
                         verify: None,
                         restore: Some(restore),
+                        delta_restore: None,
                     }),
                     Err(e) => {
                         samples.retain(|s| s.setting != setting);
@@ -287,7 +288,15 @@ fn incremental_peers(ctx: &Ctx, runs: &[PeerRun], warnings: &mut Vec<String>) ->
     let version: u32 = cluster.query("postgres", "SHOW server_version_num")?.trim().parse().unwrap_or(0);
     for r in runs {
         match r.tool {
-            "pgbackrest" => out.push(r.clone()),
+            "pgbackrest" => {
+                // Its block incremental (beta in 2.45) is the fair peer for sheaf's page-level
+                // incrementals; its file-level one is measured too, named so.
+                let mut block = r.clone();
+                block.tool = "pgbackrest block";
+                block.options.extend(["--repo1-bundle", "--repo1-block", "--beta"].map(String::from));
+                out.push(block);
+                out.push(PeerRun { tool: "pgbackrest file", ..r.clone() });
+            }
             "pg_basebackup" if version >= 170_000 && !cluster.bin.join("pg_combinebackup").exists() => warn(format!(
                 "peer pg_basebackup --incremental skipped: pg_combinebackup, which restores its chains, is not in {} (the npm servers of 16 and 17 have no client tools)",
                 cluster.bin.display()
@@ -339,7 +348,7 @@ fn incremental_sweep(
     let basebackup = peers::find("pg_basebackup");
     for run in peers {
         let cluster = ctx.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
-        let br = if run.tool == "pgbackrest" {
+        let br = if run.tool.starts_with("pgbackrest") {
             let Some(home) = home else { continue };
             match backrest_setup(cluster, home, &dir.join(&ctx.work_name).join("pgbackrest"), ctx.archive.as_deref()) {
                 Ok(b) => Some(b),
@@ -400,6 +409,7 @@ fn incremental_sweep(
                 backup: m.backup,
                 verify: None,
                 restore: Some(m.restore),
+                delta_restore: m.delta,
             });
         }
     }

@@ -209,6 +209,7 @@ impl Ctx<'_> {
             backup: b.cost,
             verify,
             restore,
+            delta_restore: None,
         })
     }
 }

@@ -33,6 +33,8 @@ pub(super) struct Measured {
     pub(super) buffers_used: Option<usize>,
     pub(super) backup: Cost,
     pub(super) restore: Cost,
+    /// An incremental's `restore --delta` onto a restore of the backup before it.
+    pub(super) delta: Option<Cost>,
 }
 
 /// The archive command that pushes the cluster's WAL into `repo`.
@@ -86,20 +88,47 @@ impl Ctx<'_> {
         change::touch(cluster, "tpch", inc.change_percent, self.round)
     }
 
-    /// One sheaf backup of type `t` into `repo`, timed, then restored and timed.
-    fn repo_backup(&mut self, p: &Permutation, t: BackupType, repo: &Path, dir: &Path, repeat: usize) -> Result<Measured> {
+    /// One sheaf backup of type `t` into `repo`, timed, then restored and timed; with `before`
+    /// (the backup before it), also `restore --delta` onto a restore of that one (made untimed),
+    /// timed. Returns the measures and the new backup's id.
+    fn repo_backup(&mut self, p: &Permutation, t: BackupType, repo: &Path, dir: &Path, repeat: usize, before: Option<&str>) -> Result<(Measured, String)> {
         let (kind, stripes, repo_arg) = (t.to_string(), p.stripes.to_string(), repo.display().to_string());
         let (b, (bytes_read, size, buffers_used)) =
             self.timed_backup(self.repo_op("backup"), p, &["--repo", &repo_arg, "--type", &kind, "--stripes", &stripes], &format!("{t}, run {repeat}"))?;
         let id = repository_id(&b.stdout)?;
+        let restore = |ctx: &Self, set: &str, to: &Path| {
+            let mut c = ctx.sheaf_op("restore");
+            c.arg("--repo").arg(repo).args(["--set", set, "--target", "immediate", "--json", "--to"]).arg(to);
+            c
+        };
         let dest = self.restore_dir(dir);
-        let mut c = self.sheaf_op("restore");
-        c.arg("--repo").arg(repo).args(["--set", &id, "--target", "immediate", "--json", "--to"]).arg(&dest);
-        let (r, restored) = self.timed_restore(&dest, |_| Ok(()), c, holds_cluster)?;
+        let (r, restored) = self.timed_restore(&dest, |_| Ok(()), restore(self, &id, &dest), holds_cluster)?;
         if !r.ok() || !restored {
             return Err(r.failure(&format!("sheaf restore of the {t} backup {id} ({})", p.name())));
         }
-        Ok(Measured { label: t.to_string(), size, bytes_read: Some(bytes_read), buffers_used: Some(buffers_used), backup: b.cost, restore: r.cost })
+        let delta = match before {
+            None => None,
+            Some(before) => {
+                // The copy one change behind, restored untimed; then the delta onto it, timed.
+                let copy_command = restore(self, before, &dest);
+                let copy = move |_: &Path| {
+                    let f = measure::run(copy_command)?;
+                    if f.ok() {
+                        Ok(())
+                    } else {
+                        Err(f.failure(&format!("sheaf restore of backup {before} (the copy a delta restore updates)")))
+                    }
+                };
+                let mut c = restore(self, &id, &dest);
+                c.arg("--delta");
+                let (r, restored) = self.timed_restore(&dest, copy, c, holds_cluster)?;
+                if !r.ok() || !restored {
+                    return Err(r.failure(&format!("sheaf restore --delta of the {t} backup {id} ({})", p.name())));
+                }
+                Some(r.cost)
+            }
+        };
+        Ok((Measured { label: t.to_string(), size, bytes_read: Some(bytes_read), buffers_used: Some(buffers_used), backup: b.cost, restore: r.cost, delta }, id))
     }
 
     /// One repeat of a sheaf permutation: the full, then each type after a change.
@@ -115,8 +144,10 @@ impl Ctx<'_> {
             target: dir.display().to_string(),
             backup_type: label,
         };
+        let mut ids: Vec<String> = Vec::new();
         let mut take = |ctx: &mut Self, t: BackupType, label: String| -> Result<()> {
-            let m = ctx.repo_backup(p, t, repo, dir, repeat)?;
+            let (m, id) = ctx.repo_backup(p, t, repo, dir, repeat, ids.last().map(String::as_str))?;
+            ids.push(id);
             if t != BackupType::Full || inc.full_rows {
                 out.push(Sample {
                     setting: setting(label),
@@ -127,6 +158,7 @@ impl Ctx<'_> {
                     backup: m.backup,
                     verify: None,
                     restore: Some(m.restore),
+                    delta_restore: m.delta,
                 });
             }
             Ok(())
@@ -142,10 +174,13 @@ impl Ctx<'_> {
     /// One repeat of pgBackRest: a full, then each type after a change, each restored; the
     /// repository then keeps only the newest full, untimed.
     pub(super) fn backrest_cycle(&mut self, br: &BackRest, run: &PeerRun, inc: &Incremental, dir: &Path, repeat: usize) -> Result<Vec<Measured>> {
-        let mut out = vec![self.backrest_backup(br, run, BackupType::Full, dir, repeat)?];
+        let (full, mut before) = self.backrest_backup(br, run, BackupType::Full, dir, repeat, None)?;
+        let mut out = vec![full];
         for (&t, label) in inc.types.iter().zip(inc.labels()) {
             self.change(inc)?;
-            out.push(Measured { label, ..self.backrest_backup(br, run, t, dir, repeat)? });
+            let (m, id) = self.backrest_backup(br, run, t, dir, repeat, Some(&before))?;
+            out.push(Measured { label, ..m });
+            before = id;
         }
         let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
         if !e.ok() {
@@ -204,7 +239,7 @@ impl Ctx<'_> {
                 let _ = remove(&root);
                 return Err(r.failure(&format!("pg_combinebackup ({t}, run {repeat})")));
             }
-            out.push(Measured { label, size, bytes_read: None, buffers_used: None, backup: b.cost, restore: r.cost });
+            out.push(Measured { label, size, bytes_read: None, buffers_used: None, backup: b.cost, restore: r.cost, delta: None });
         }
         remove(&root)?;
         Ok(out)

@@ -60,7 +60,7 @@ impl Ctx<'_> {
 
     /// One repeat of pgBackRest: a full backup into the repository, then a restore.
     pub(super) fn backrest_run(&mut self, br: &BackRest, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
-        let m = self.backrest_backup(br, run, BackupType::Full, dir, repeat)?;
+        let (m, _) = self.backrest_backup(br, run, BackupType::Full, dir, repeat, None)?;
         // Keep only this backup, untimed, so that no timed backup pays for expiring the last one.
         let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
         if !e.ok() {
@@ -70,8 +70,10 @@ impl Ctx<'_> {
     }
 
     /// A pgBackRest backup of type `t` (its own words: full, diff, incr), timed, then restored
-    /// (the newest backup, through whatever it builds on) and timed.
-    pub(super) fn backrest_backup(&mut self, br: &BackRest, run: &PeerRun, t: BackupType, dir: &Path, repeat: usize) -> Result<Measured> {
+    /// (the newest backup, through whatever it builds on) and timed; with `before` (the label of
+    /// the backup before it), also `restore --delta` onto a restore of that one (made untimed),
+    /// timed. Returns the measures and the new backup's label.
+    pub(super) fn backrest_backup(&mut self, br: &BackRest, run: &PeerRun, t: BackupType, dir: &Path, repeat: usize, before: Option<&str>) -> Result<(Measured, String)> {
         let kind = format!("--type={t}");
         let mut args: Vec<&str> = vec!["backup", &kind];
         args.extend(run.options.iter().map(String::as_str));
@@ -81,17 +83,44 @@ impl Ctx<'_> {
             return Err(b.failure(&format!("pgbackrest backup {kind} {} (run {repeat})", run.settings())));
         }
         let info = measure::run(br.command(&["info", "--output=json"]))?;
-        let size = backrest_size(&info.stdout).ok_or_else(|| Error::new(ErrorKind::Io, format!("pgbackrest info printed no backup size: {}", info.stdout)))?;
+        let (size, label) = backrest_newest(&info.stdout).ok_or_else(|| Error::new(ErrorKind::Io, format!("pgbackrest info printed no backup size and label: {}", info.stdout)))?;
         let dest = self.restore_dir(dir);
         let process_max: Vec<&str> = run.options.iter().filter(|o| o.starts_with("--process-max")).map(String::as_str).collect();
         let pg1 = format!("--pg1-path={}", dest.display());
-        let mut args = vec!["restore", pg1.as_str()];
-        args.extend(process_max);
-        let (r, restored) = self.timed_restore(&dest, scratch::server_dir, br.command(&args), holds_cluster)?;
+        let restore = |set: &str, delta: bool| {
+            let set = format!("--set={set}");
+            let mut args = vec!["restore", pg1.as_str(), set.as_str(), "--type=immediate"];
+            if delta {
+                args.push("--delta");
+            }
+            args.extend(process_max.iter().copied());
+            br.command(&args)
+        };
+        let (r, restored) = self.timed_restore(&dest, scratch::server_dir, restore(&label, false), holds_cluster)?;
         if !r.ok() || !restored {
             return Err(r.failure(&format!("pgbackrest restore ({kind} {})", run.settings())));
         }
-        Ok(Measured { label: t.to_string(), size, bytes_read: None, buffers_used: None, backup: b.cost, restore: r.cost })
+        let delta = match before {
+            None => None,
+            Some(before) => {
+                let copy_command = restore(before, false);
+                let copy = move |d: &Path| {
+                    scratch::server_dir(d)?;
+                    let f = measure::run(copy_command)?;
+                    if f.ok() {
+                        Ok(())
+                    } else {
+                        Err(f.failure(&format!("pgbackrest restore --set={before} (the copy a delta restore updates)")))
+                    }
+                };
+                let (r, restored) = self.timed_restore(&dest, copy, restore(&label, true), holds_cluster)?;
+                if !r.ok() || !restored {
+                    return Err(r.failure(&format!("pgbackrest restore --delta ({kind} {})", run.settings())));
+                }
+                Some(r.cost)
+            }
+        };
+        Ok((Measured { label: t.to_string(), size, bytes_read: None, buffers_used: None, backup: b.cost, restore: r.cost, delta }, label))
     }
 }
 
@@ -100,12 +129,14 @@ fn create_dir(dest: &Path) -> Result<()> {
     std::fs::create_dir_all(dest).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dest.display()), e))
 }
 
-/// What the newest backup in `pgbackrest info --output=json` stored in the repository: its
-/// `delta` (for a full, its whole size; for a diff or incr, only the files it copied).
-fn backrest_size(json: &str) -> Option<u64> {
+/// What the newest backup in `pgbackrest info --output=json` stored in the repository (its
+/// `delta`: for a full, its whole size; for a diff or incr, only what it copied), and its label.
+fn backrest_newest(json: &str) -> Option<(u64, String)> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    let repo = v.get(0)?.get("backup")?.as_array()?.last()?.pointer("/info/repository")?;
-    repo.get("delta").or_else(|| repo.get("size"))?.as_u64()
+    let newest = v.get(0)?.get("backup")?.as_array()?.last()?;
+    let repo = newest.pointer("/info/repository")?;
+    let size = repo.get("delta").or_else(|| repo.get("size"))?.as_u64()?;
+    Some((size, newest.get("label")?.as_str()?.to_string()))
 }
 
 /// Set up pgBackRest on the cluster with its repository in `repo`: config and stanza, then WAL
@@ -149,11 +180,11 @@ mod tests {
 
     #[test]
     fn backrest_size_reads_the_newest_backup() {
-        let json = r#"[{"name":"bench","backup":[{"info":{"repository":{"size":10}}},{"info":{"repository":{"size":42}}}]}]"#;
-        assert_eq!(backrest_size(json), Some(42));
-        let incr = r#"[{"name":"bench","backup":[{"info":{"repository":{"size":10,"delta":10}}},{"info":{"repository":{"size":12,"delta":2}}}]}]"#;
-        assert_eq!(backrest_size(incr), Some(2), "an incremental's own files");
-        assert_eq!(backrest_size("[]"), None);
-        assert_eq!(backrest_size("not json"), None);
+        let json = r#"[{"name":"bench","backup":[{"label":"A","info":{"repository":{"size":10}}},{"label":"B","info":{"repository":{"size":42}}}]}]"#;
+        assert_eq!(backrest_newest(json), Some((42, "B".into())));
+        let incr = r#"[{"name":"bench","backup":[{"label":"A","info":{"repository":{"size":10,"delta":10}}},{"label":"A_I","info":{"repository":{"size":12,"delta":2}}}]}]"#;
+        assert_eq!(backrest_newest(incr), Some((2, "A_I".into())), "an incremental's own files");
+        assert_eq!(backrest_newest("[]"), None);
+        assert_eq!(backrest_newest("not json"), None);
     }
 }

@@ -113,7 +113,11 @@ fn delta_restores_write_what_the_wal_says_changed() {
 
     // A few percent of the pages changed, and files made, dropped and cut.
     pgbench(&c, "300");
-    for sql in ["CREATE TABLE made AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 20000) g", "TRUNCATE t", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 500) g"] {
+    for sql in [
+        "CREATE TABLE made AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 20000) g",
+        "TRUNCATE t",
+        "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 500) g",
+    ] {
         c.sql("app", sql);
     }
     c.sql("postgres", "CREATE DATABASE later");
