@@ -101,6 +101,15 @@ restore "$W/r-stale" --set "$full_id"
 cold
 t0=$(now); "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"; T[delta]=$(echo "$(now) - $t0" | bc -l)
 echo "delta: ${T[delta]} s" >&2
+# The same by hashing the target (--delta=hash), onto the full's state again.
+restore "$W/r-stale" --set "$full_id"
+cold
+t0=$(now); "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta=hash --json >"$W/delta_hash.json"; T[delta_hash]=$(echo "$(now) - $t0" | bc -l)
+echo "delta_hash: ${T[delta_hash]} s" >&2
+# The disk's limit for a full restore's bytes: dd with direct writes, same size, same folder.
+mb=$(( $(du -sm "$W/r-merged" | cut -f1) ))
+timed dd dd if=/dev/zero of="$W/dd.out" bs=1M count="$mb" oflag=direct status=none
+rm -f "$W/dd.out"
 
 size() { field "$W/$1.json" "d['bytes_written']"; }
 read_() { field "$W/$1.json" "d['bytes_read']"; }
@@ -119,9 +128,13 @@ ratio() { echo "scale=3; $1 / $2" | bc -l; }
   echo "|---|---|---|"
   echo "| full (the consolidation) | ${T[restore_merged]} | 1 |"
   echo "| chain: full + 6 incrementals | ${T[restore_chain]} | $(ratio "${T[restore_chain]}" "${T[restore_merged]}") |"
-  echo "| --delta onto the full's state | ${T[delta]} | $(ratio "${T[delta]}" "${T[restore_merged]}") |"
+  echo "| --delta onto the full's state (from the WAL) | ${T[delta]} | $(ratio "${T[delta]}" "${T[restore_merged]}") |"
+  echo "| --delta=hash onto the full's state | ${T[delta_hash]} | $(ratio "${T[delta_hash]}" "${T[restore_merged]}") |"
+  echo "| dd oflag=direct, the same $mb MiB | ${T[dd]} | $(ratio "${T[dd]}" "${T[restore_merged]}") |"
   echo
+  echo "Consolidation copied $(field "$W/merged.json" "d['stored_chunks']") of $(field "$W/merged.json" "d['frames']") frames as stored."
   echo "Chain and consolidation restore to identical files: $same. Delta: $(field "$W/delta.json" "d['delta']")"
+  echo "Delta by hashing: $(field "$W/delta_hash.json" "d['delta']")"
   echo "diff_wal method: $(field "$W/diff_wal.json" "d['postgres']['method']")"
   echo "diff_wal memory: peak RSS $(( $(cat "$W/diff_wal.rss") / 1024 )) MiB; printed budget $(( $(field "$W/diff_wal.json" "d['memory_budget_bytes']") / 1048576 )) MiB (buffers × transfer size)"
 } | tee "$OUT/incremental.md"

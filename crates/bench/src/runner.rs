@@ -157,6 +157,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
         ctx.archiving = true;
         let dir = dir_targets.first().ok_or_else(|| Error::invalid("--type diff or incr needs a directory in --target"))?;
         let peers = incremental_peers(&ctx, &peer_runs, &mut warnings)?;
+        // pgBackRest runs twice here (block and file level), and skipped peers not at all.
+        ctx.clock.total = (perms.len() + peers.len()) * opts.matrix.repeat;
         let needs_summaries = peers.iter().any(|r| r.tool == "pg_basebackup");
         ctx.incremental_setup(&dir.join(&work_name).join("repo"), needs_summaries)?;
         failure = incremental_sweep(&mut ctx, inc, &perms, &peers, dir, home.as_ref().map(|h| h.0.as_path()), &mut samples, &mut warnings);

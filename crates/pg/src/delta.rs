@@ -173,7 +173,9 @@ fn label_start(text: &str) -> Option<(Lsn, u32)> {
 fn standing(data: &Path, control: &Control, records: &[BackupRecord]) -> std::result::Result<Standing, String> {
     if let Ok(label) = fs::read_to_string(data.join("backup_label")) {
         let (start, timeline) = label_start(&label).ok_or("its backup_label has no START WAL LOCATION and START TIMELINE")?;
-        let r = records.iter().find(|r| r.start_lsn == start && r.timeline == timeline).ok_or_else(|| {
+        // Backups taken on a standby between two of its restartpoints share a start: the one
+        // that ended last bounds them all.
+        let r = records.iter().filter(|r| r.start_lsn == start && r.timeline == timeline).max_by_key(|r| r.stop_lsn).ok_or_else(|| {
             format!(
                 "it holds the backup_label of a backup that started at {start} on timeline {timeline}, which the repository does not list, so where its pages reach is not known"
             )

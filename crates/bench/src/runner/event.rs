@@ -35,6 +35,6 @@ pub(super) struct Clock {
 
 impl Clock {
     pub(super) fn eta(&self) -> Option<Duration> {
-        (self.done > 0).then(|| self.start.elapsed().mul_f64((self.total - self.done) as f64 / self.done as f64))
+        (self.done > 0).then(|| self.start.elapsed().mul_f64(self.total.saturating_sub(self.done) as f64 / self.done as f64))
     }
 }

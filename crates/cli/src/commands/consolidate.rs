@@ -75,13 +75,15 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
             json.push(v);
         } else {
             say!(
-                "consolidated into full backup {}{} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s); {}",
+                "consolidated into full backup {}{} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s), {} of {} frames copied as stored (not compressed again); {}",
                 record.id,
                 if several { format!(" in {}", repo.display()) } else { String::new() },
                 report.seconds,
                 mib(report.bytes_held),
                 mib(report.bytes_written),
                 report.stripes,
+                report.stored_chunks,
+                report.frames,
                 record.method.as_deref().unwrap_or_default()
             );
         }

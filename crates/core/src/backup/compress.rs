@@ -44,6 +44,8 @@ pub(super) struct Frame {
 pub(super) struct CompressStats {
     pub(super) zero: u64,
     pub(super) raw: u64,
+    /// Chunks framed as they came stored (not compressed here).
+    pub(super) adopted: u64,
 }
 
 /// One compressor: `encoder` at `level` to start with, and its `spare` pool buffer to encode
@@ -80,6 +82,7 @@ pub(super) fn compress_loop(
             match adopted {
                 Ok(frame) => {
                     stats.raw += u64::from(stored.codec == CodecKind::None);
+                    stats.adopted += 1;
                     if tx.send(frame).is_err() {
                         break;
                     }
@@ -158,13 +161,13 @@ fn adopt(encoder: &FrameEncoder, decoders: &mut DecompressorSet, spare: Option<&
         let out = spare.filter(|s| s.len() >= job.len).ok_or_else(|| Error::invalid("internal: a compressor without room to expand a chunk compressed on the source's host"))?;
         decoders
             .decompress(stored.codec, &buf[..stored.len], &mut out[..job.len])
-            .map_err(|e| e.context(format!("a chunk compressed on the source's host (file {}, offset {})", job.file_id, job.offset)))?;
+            .map_err(|e| e.context(format!("a chunk stored already (compressed on the source's host, or copied from another set: file {}, offset {})", job.file_id, job.offset)))?;
         &out[..job.len]
     };
     let raw_crc = crc32c::crc32c(raw);
     if raw_crc != stored.raw_crc {
         return Err(Error::corrupt(format!(
-            "a chunk compressed on the source's host (file {}, offset {}) does not expand to the bytes it was made from (crc32c {raw_crc:08x}, not {:08x})",
+            "a chunk stored already (compressed on the source's host, or copied from another set: file {}, offset {}) does not expand to the bytes it was made from (crc32c {raw_crc:08x}, not {:08x})",
             job.file_id, job.offset, stored.raw_crc
         )));
     }

@@ -212,6 +212,10 @@ pub struct BackupReport {
     pub zero_chunks: u64,
     /// Chunks stored raw because compression did not pay.
     pub raw_chunks: u64,
+    /// Chunks taken as they came stored, not compressed here: compressed on the source's host
+    /// (`--compress-on agent`), or frames `consolidate` copied from the set that held them.
+    #[serde(default)]
+    pub stored_chunks: u64,
     /// Files that changed while read, special files skipped, and the like.
     pub warnings: Vec<String>,
     /// What a [`ChunkCheck`] found (e.g. page checksum failures), also in the manifest.

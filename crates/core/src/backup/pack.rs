@@ -63,6 +63,17 @@ impl Packer {
     /// first, so that this never holds a buffer while it waits for another (a pool of one would
     /// deadlock). False when the backup is stopping.
     pub(super) fn send_alone(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> bool {
+        self.send(file_id, offset, len, data, None)
+    }
+
+    /// Send a chunk stored already (`payload`, as `stored` says) alone. False when the backup is
+    /// stopping.
+    pub(super) fn send_stored(&mut self, file_id: u32, offset: u64, len: usize, stored: super::job::Stored, payload: &[u8]) -> bool {
+        self.send(file_id, offset, len, Some(payload), Some(stored))
+    }
+
+    /// Send `data` (the raw chunk, or with `stored` its stored bytes; `None`: `len` zeros) alone.
+    fn send(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>, stored: Option<super::job::Stored>) -> bool {
         if !self.flush() {
             return false;
         }
@@ -74,7 +85,7 @@ impl Packer {
             }
             None => None,
         };
-        let job = Job { file_id, offset, len, buf, check: None, members: Vec::new(), stored: None };
+        let job = Job { file_id, offset, len, buf, check: None, members: Vec::new(), stored };
         if self.tx.send(job).is_err() {
             self.shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
             return false;
@@ -133,6 +144,17 @@ impl Feeder {
             Some(d) if d.len() < crate::format::PACK_LIMIT as usize => self.0.pack_bytes(file_id, offset, d),
             _ => self.0.send_alone(file_id, offset, len, data),
         };
+        if ok {
+            self.0.shared.count(len as u64);
+        }
+        ok
+    }
+
+    /// A whole chunk of `len` raw bytes of file `file_id` at `offset`, as another set stored it
+    /// (`payload`, by `codec`; `raw_crc` the raw bytes' checksum): framed as it is, after the
+    /// compressor has expanded it to check it. False when the backup is stopping.
+    pub(crate) fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32) -> bool {
+        let ok = self.0.send_stored(file_id, offset, len, super::job::Stored { codec, len: payload.len(), raw_crc }, payload);
         if ok {
             self.0.shared.count(len as u64);
         }

@@ -657,6 +657,19 @@ impl Lane for SetLane<'_> {
         }
     }
 
+    fn takes_stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind) -> bool {
+        // Only a frame this set gives whole (no newer set cuts into it) goes on as it is stored.
+        match self.map.cut(self.g, file_id, offset, len as u64) {
+            Some((f, pieces)) if pieces.len() == 1 && pieces[0] == (offset..offset + len as u64) => self.inner.takes_stored(f, offset, len, codec),
+            _ => false,
+        }
+    }
+
+    fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32) -> Result<()> {
+        let f = self.map.giver(self.g, file_id).ok_or_else(|| crate::Error::invalid("internal: a stored frame of a file the chain does not give"))?;
+        self.inner.stored(f, offset, len, codec, payload, raw_crc)
+    }
+
     fn finish(&mut self) -> Result<()> {
         self.inner.finish()
     }

@@ -1,14 +1,19 @@
 //! Consolidation: a new full set written from a chain (a full and the incrementals on it) without
 //! the source: every chunk the newest set needs is read once from the set that gives it, as a
-//! restore reads it, and handed to a backup session instead of a file. Small pieces (runs of pages)
-//! are packed back into full-size chunks. The new set holds the newest set's entries, whole, and
-//! its source facts: it restores to exactly what the chain restores to.
+//! restore reads it, and handed to a backup session instead of a file. A frame that one set gives
+//! whole (no newer set cuts into it), stored in the clear by the codec the new set writes (or raw),
+//! is copied as it is stored: its stored checksum checked here, its raw one where the backup's
+//! compressor expands it to check it and take its hash, and not compressed again. Everything else
+//! is decompressed and compressed, and small pieces (runs of pages) are packed back into full-size
+//! chunks. The new set holds the newest set's entries, whole, and its source facts: it restores to
+//! exactly what the chain restores to.
 
 use std::sync::Arc;
 
 use super::chain::{check_order, BlockMap};
 use super::scan::{scan, ChunkSink, Decoded, Lane};
 use crate::backup::{Backup, BackupOptions, BackupReport, Feeder, Tuning};
+use crate::codec::CodecKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::pipeline::{NoProgress, Progress};
 use crate::set::BackupSet;
@@ -31,7 +36,7 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
     let mut b = Backup::start(&opts, tuning, progress)?;
     b.warnings.extend(m.warnings.iter().cloned());
     b.adopt(m.roots.clone(), &m.entries)?;
-    let sink = IntoBackup(&b);
+    let sink = IntoBackup { backup: &b, codec: opts.codec.kind, transfer_size: tuning.transfer_size };
     for (g, set) in sets.iter().enumerate() {
         if let Err(e) = scan(set, threads, Arc::new(NoProgress), &map.sink(g, &sink)) {
             // A backup that stopped says why itself.
@@ -41,20 +46,41 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
     b.finish(m.source.clone())
 }
 
-/// The sink that hands every piece to the backup, one feeder per decompressor thread.
-struct IntoBackup<'a>(&'a Backup);
+/// The sink that hands every piece to the backup, one feeder per decompressor thread; frames in
+/// the new set's codec (or raw) that fit its chunk size are taken as they are stored.
+struct IntoBackup<'a> {
+    backup: &'a Backup,
+    codec: CodecKind,
+    transfer_size: usize,
+}
 
 impl ChunkSink for IntoBackup<'_> {
     fn lane(&self) -> Result<Box<dyn Lane + '_>> {
-        Ok(Box::new(FeedLane(self.0.feeder())))
+        Ok(Box::new(FeedLane { feeder: self.backup.feeder(), codec: self.codec, transfer_size: self.transfer_size }))
     }
 }
 
-struct FeedLane(Feeder);
+struct FeedLane {
+    feeder: Feeder,
+    codec: CodecKind,
+    transfer_size: usize,
+}
 
 impl Lane for FeedLane {
+    fn takes_stored(&mut self, _file_id: u32, _offset: u64, len: usize, codec: CodecKind) -> bool {
+        len <= self.transfer_size && (codec == self.codec || codec == CodecKind::None)
+    }
+
+    fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: CodecKind, payload: &[u8], raw_crc: u32) -> Result<()> {
+        if self.feeder.stored(file_id, offset, len, codec, payload, raw_crc) {
+            Ok(())
+        } else {
+            Err(Error::new(ErrorKind::Cancelled, "the consolidation's backup stopped"))
+        }
+    }
+
     fn chunk(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> Result<()> {
-        if self.0.piece(file_id, offset, len, data) {
+        if self.feeder.piece(file_id, offset, len, data) {
             Ok(())
         } else {
             Err(Error::new(ErrorKind::Cancelled, "the consolidation's backup stopped"))
@@ -66,7 +92,7 @@ impl Lane for FeedLane {
     }
 
     fn finish(&mut self) -> Result<()> {
-        if self.0.finish() {
+        if self.feeder.finish() {
             Ok(())
         } else {
             Err(Error::new(ErrorKind::Cancelled, "the consolidation's backup stopped"))

@@ -10,6 +10,7 @@ use std::thread;
 use crossbeam_channel::bounded;
 
 use crate::aligned::AlignedBuf;
+use crate::codec::CodecKind;
 use crate::crypto::FRAME_OVERHEAD;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, IndexEntry, FLAG_PACKED, FRAME_HEADER_LEN, MAX_ZERO_FRAME};
@@ -75,6 +76,19 @@ pub(super) trait Lane {
             self.chunk(file_id, *offset, r.len(), Some(&data[r.clone()]))?;
         }
         Ok(())
+    }
+
+    /// Whether the lane takes the whole frame of file `file_id` at `offset` (`len` raw bytes,
+    /// stored by `codec`) as it is stored, not decompressed here (consolidation copies such
+    /// frames). By default, no.
+    fn takes_stored(&mut self, _file_id: u32, _offset: u64, _len: usize, _codec: CodecKind) -> bool {
+        false
+    }
+
+    /// The payload of a frame the lane said it takes stored ([`Lane::takes_stored`]), its stored
+    /// checksum checked; `raw_crc` is for the lane to check the bytes against once expanded.
+    fn stored(&mut self, _file_id: u32, _offset: u64, _len: usize, _codec: CodecKind, _payload: &[u8], _raw_crc: u32) -> Result<()> {
+        Err(Error::invalid("internal: a stored frame handed to a lane that takes none"))
     }
 
     /// No more chunks: finish what the lane still holds.
@@ -293,6 +307,18 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
             h.offset,
         ))
     };
+    // A whole frame in the clear that the sink takes as it is stored: its stored checksum checked
+    // here, its raw one where the sink expands it.
+    let codec = CodecKind::from_id(h.codec).filter(|_| set.cipher.is_none() && h.flags & FLAG_PACKED == 0 && h.stored_len != 0);
+    if let (Some(codec), Some(buf)) = (codec, job.buf.as_ref()) {
+        if sink.takes_stored(h.file_id, h.offset, h.raw_len as usize, codec) {
+            let payload = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
+            if crc32c::crc32c(payload) != h.stored_crc {
+                return Err(here("payload checksum mismatch (the stored bytes are damaged)".into()));
+            }
+            return sink.stored(h.file_id, h.offset, h.raw_len as usize, codec, payload, h.raw_crc);
+        }
+    }
     let stored = job.buf.as_mut().map(|b| &mut b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
     let (raw, crc) = decoder.decode(h, stored, &mut out).map_err(here)?;
     if set.cipher.is_some() && crc != index_crc(members) {

@@ -209,6 +209,9 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
     opts.codec = CodecSpec::parse("zstd:low").unwrap();
     opts.transfer_size = 64 << 10;
     let rep = sheaf_core::consolidate(&[&full, &incr1, &incr2], &opts, None, Arc::new(NoProgress)).unwrap();
+    // The full's frames that no incremental cuts (and the incrementals' whole chunks) are copied
+    // as stored, not compressed again; those cut, and the packed pieces, are made anew.
+    assert!(rep.stored_chunks > rep.frames / 2 && rep.stored_chunks < rep.frames, "{} of {} frames copied", rep.stored_chunks, rep.frames);
     let merged = BackupSet::open(&stripes.iter().map(Location::file).collect::<Vec<_>>(), &LocalOnly).unwrap();
     assert_eq!((merged.manifest.backup_type, merged.manifest.chain.len()), (BackupType::Full, 0));
     assert!(merged.manifest.entries.iter().all(|e| e.delta.is_none()));

@@ -73,6 +73,7 @@ impl Backup {
                 Ok(s) => {
                     stats.zero += s.zero;
                     stats.raw += s.raw;
+                    stats.adopted += s.adopted;
                 }
                 Err(_) => self.shared.fail(Error::new(ErrorKind::Io, "a compressor thread panicked")),
             }
@@ -148,6 +149,7 @@ impl Backup {
             frames,
             zero_chunks: stats.zero,
             raw_chunks: stats.raw,
+            stored_chunks: stats.adopted,
             warnings: manifest.warnings,
             changed_files: manifest.changed_files,
             vanished_files: manifest.vanished_files,
