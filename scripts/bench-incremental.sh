@@ -17,6 +17,9 @@ W=$(mktemp -d /var/tmp/sheaf-incr.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$OUT"
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# sheaf runs as the cluster's user (it refuses a repository another user owns); the script stays
+# root where it is, to drop the page cache.
+if [ "$(id -u)" -eq 0 ]; then AS_PG=(runuser -u postgres --); chown postgres "$W"; else AS_PG=(); fi
 mkdir -p "$W/data" "$W/sock" "$W/repo"
 [ "$(id -u)" -eq 0 ] && chown postgres "$W/data" "$W/sock" "$W/repo"
 PORT=$((20000 + RANDOM % 20000))
@@ -41,7 +44,7 @@ psql() { as_pg "$PGBIN/psql" -h "$W/sock" -p "$PORT" -U postgres -Atq "$@"; }
 "${AS_PG[@]}" "$S" init --repo "$W/repo" "$URL" >/dev/null
 psql -c "CREATE DATABASE tpch"
 echo "loading TPC-H scale $SCALE" >&2
-"$S" load-tpch "$TPCH" --scale "$SCALE" >/dev/null
+"${AS_PG[@]}" "$S" load-tpch "$TPCH" --scale "$SCALE" >/dev/null
 psql -d tpch -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
 now() { date +%s.%N; }
@@ -92,19 +95,19 @@ last=$(field "$W/incr6.json" "d['postgres']['repository_id']")
 full_id=$(field "$W/full.json" "d['postgres']['repository_id']")
 timed consolidate "${AS_PG[@]}" "$S" consolidate --repo "$W/repo" --set "$last" --json >"$W/merged.json"
 merged=$(field "$W/merged.json" "d['record']['id']")
-restore() { local to=$1; shift; rm -rf "$to"; "$S" restore --repo "$W/repo" --to "$to" --target immediate --json "$@" >/dev/null; }
+restore() { local to=$1; shift; rm -rf "$to"; "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$to" --target immediate --json "$@" >/dev/null; }
 timed restore_merged restore "$W/r-merged" --set "$merged"
 timed restore_chain restore "$W/r-chain" --set "$last"
 diff -rq --exclude=postgresql.auto.conf "$W/r-merged" "$W/r-chain" >/dev/null && same=yes || same=no
 # Delta: the full's state, made equal to the chain's end.
 restore "$W/r-stale" --set "$full_id"
 cold
-t0=$(now); "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"; T[delta]=$(echo "$(now) - $t0" | bc -l)
+t0=$(now); "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"; T[delta]=$(echo "$(now) - $t0" | bc -l)
 echo "delta: ${T[delta]} s" >&2
 # The same by hashing the target (--delta=hash), onto the full's state again.
 restore "$W/r-stale" --set "$full_id"
 cold
-t0=$(now); "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta=hash --json >"$W/delta_hash.json"; T[delta_hash]=$(echo "$(now) - $t0" | bc -l)
+t0=$(now); "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta=hash --json >"$W/delta_hash.json"; T[delta_hash]=$(echo "$(now) - $t0" | bc -l)
 echo "delta_hash: ${T[delta_hash]} s" >&2
 # The disk's limit for a full restore's bytes: dd with direct writes, same size, same folder.
 mb=$(( $(du -sm "$W/r-merged" | cut -f1) ))
