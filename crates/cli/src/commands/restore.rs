@@ -82,7 +82,7 @@ fn archive_warning(a: &RestoreArgs, repo: Option<&str>) -> Option<String> {
 fn delta_line(r: &RestoreReport) -> Option<String> {
     let d = r.delta.as_ref()?;
     Some(format!(
-        "delta: {} file{} kept as they were, {} rewritten in part ({} written), {} created ({}), {} entr{} removed ({}); {} kept unread; {}",
+        "delta: {} file{} kept (no byte written), {} rewritten in part ({} written), {} created ({}), {} entr{} removed ({}); {} of the target kept, not read from the backup; {}",
         d.files_kept,
         plural(d.files_kept as usize),
         d.files_rewritten,

@@ -103,6 +103,10 @@ fn delta_restores_write_what_the_wal_says_changed() {
     let out = base.path().join("out");
     super::cluster::pg_dir(&out);
     ok(run(c.tool("pgbench").args(["-i", "-s", "4", "-q", "app"])), "pgbench -i");
+    // A table nothing writes to after the full (frozen, so not even hint bits move).
+    c.sql("app", "CREATE TABLE untouched AS SELECT g AS id FROM generate_series(1, 10000) g");
+    c.sql("app", "VACUUM FREEZE untouched");
+    let untouched = c.sql("app", "SELECT pg_relation_filepath('untouched')");
     let full = backup(&c, &repo, "full");
     // A copy restored from that backup and never started, and a standby stopped behind.
     let copy = out.join("copy");
@@ -151,6 +155,15 @@ fn delta_restores_write_what_the_wal_says_changed() {
     let d = delta(&repo, &checked, &second, &["--check-changes"]);
     assert_eq!((said(&d, "method"), count(&d, "missed")), ("hash", 0), "{d}");
     assert!(count(&d, "bytes_compared") > 0, "{d}");
+    // A block changed behind the WAL's back (the copy's own damage): the check names it and
+    // fails; the restore, hashed, has put it right all the same.
+    let damaged = checked.join(&untouched);
+    std::fs::OpenOptions::new().write(true).open(&damaged).and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[0xAB; 8192], 8192)).unwrap();
+    let o = run(sheaf().args(["restore", "--repo", repo.to_str().unwrap(), "--to", checked.to_str().unwrap(), "--set", &second, "--delta", "--check-changes"]));
+    assert!(!o.status.success(), "a block the WAL did not name fails --check-changes");
+    let e = stderr(&o);
+    assert!(e.contains("did not name") && e.contains(&format!("{} bytes 8192..16384", damaged.display())), "{e}");
+    same_relation_files(&reference, &checked, "the copy checked and put right");
     // --delta=hash: hashed, saying so.
     let d = delta(&repo, &checked, &second, &["--delta=hash"]);
     assert!(said(&d, "how").contains("--delta=hash"), "{d}");
