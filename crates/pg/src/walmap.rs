@@ -104,7 +104,7 @@ pub fn changes_since(
         prev_timeline = timeline;
     }
     let (start, end) = (Lsn(merged.start), Lsn(merged.end));
-    if start > from || end < to {
+    if start > first_record_from(from, seg) || end < to {
         return Ok(Err(format!("the WAL summaries cover {start} .. {end}, not all of {from} .. {to}")));
     }
     if merged.minimal {
@@ -114,6 +114,17 @@ pub fn changes_since(
         return Ok(Err(format!("the WAL holds what sheaf cannot follow: {u}")));
     }
     Ok(Ok(merged))
+}
+
+/// Where the first record at or after `at` can start: no record starts inside a page's header,
+/// so a span that starts at a page boundary (a timeline left at the end of a segment) starts past
+/// it (40 bytes at a segment's start, 24 at another page's).
+fn first_record_from(at: Lsn, seg: u64) -> Lsn {
+    match (at.0 % seg, at.0 % crate::walread::PAGE as u64) {
+        (0, _) => Lsn(at.0 + 40),
+        (_, 0) => Lsn(at.0 + 24),
+        _ => at,
+    }
 }
 
 /// A WAL segment not archived yet, by name, as a file on this host (pg_wal's, or a copy of the
@@ -346,6 +357,14 @@ mod tests {
     }
 
     const P: u64 = PAGE_SIZE as u64;
+
+    #[test]
+    fn no_record_starts_inside_a_page_header() {
+        let seg = 16 << 20;
+        assert_eq!(first_record_from(Lsn(0x9D00_0000), seg), Lsn(0x9D00_0028), "a segment's long header");
+        assert_eq!(first_record_from(Lsn(0x9D00_2000), seg), Lsn(0x9D00_2018), "a page's short header");
+        assert_eq!(first_record_from(Lsn(0x9D00_2060), seg), Lsn(0x9D00_2060));
+    }
 
     #[test]
     fn segments_follow_the_timelines_through_the_history() {
