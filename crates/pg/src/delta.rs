@@ -238,6 +238,10 @@ impl Changes for WalDelta {
     }
 }
 
+/// A span of WAL to summarize: from (timeline, LSN), to (timeline, LSN), and the history file of
+/// the latter where the timelines differ.
+type Span = ((u32, Lsn), (u32, Lsn), Option<String>);
+
 /// How `restore --delta` of `backup` into `target` finds what differs: from the repository's WAL
 /// summaries where they can say (see the module's notes), else by hashing, with the reason.
 ///
@@ -262,9 +266,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &Bac
     };
     let (start, stop, tl) = (backup.start_lsn, backup.stop_lsn, backup.timeline);
     let hints = control.checksums || control.wal_log_hints;
-    // The spans of WAL to summarize: ((from timeline, LSN), (to timeline, LSN), history of the
-    // latter).
-    let mut spans: Vec<((u32, Lsn), (u32, Lsn), Option<String>)> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
     let t = stand.timeline;
     if t == tl {
         spans.push(((tl, stand.low.min(start)), (tl, stand.high.max(stop)), None));

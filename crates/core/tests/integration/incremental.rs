@@ -325,7 +325,7 @@ fn a_delta_told_what_changed_writes_only_that_and_a_check_finds_what_it_was_not_
 
     // Told less than the truth (big's page 100 left out): that page stays as it was.
     let to = stale("untold");
-    let less = || Told(HashMap::from([("big".to_string(), vec![3 * p..5 * p])]));
+    let less = || Told(HashMap::from([("big".to_string(), std::iter::once(3 * p..5 * p).collect())]));
     delta(&to, less(), false);
     let at = |path: &Path| {
         let mut b = vec![0u8; PAGE];
