@@ -125,18 +125,27 @@ fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
         assert!(f(incr, "size_bytes_median") * 4.0 < f(full, "size_bytes_median"), "{incr:?} against {full:?}");
         assert!(f(incr, "bytes_read") < f(full, "bytes_read"), "{incr:?}");
         assert!(f(incr, "restore_s_median") > 0.0 && f(incr, "backup_s_median") > 0.0, "{incr:?}");
+        // And restored by --delta onto a restore of the backup before it, timed.
+        assert!(f(incr, "delta_restore_s_median") > 0.0, "{incr:?}");
     }
+    assert_eq!(full["delta_restore_s_median"], "", "a full has no backup before it: {full:?}");
     assert!(f(full, "restore_s_median") > 0.0, "{full:?}");
-    // Each peer measured where it can run: pgBackRest 2.45 up to PostgreSQL 17, pg_basebackup
-    // --incremental from 17 on; otherwise a warning says why.
+    // Each peer measured where it can run: pgBackRest 2.45 up to PostgreSQL 17 (its block
+    // incremental and its file-level one, each a tool of the report, each with its delta
+    // restores), pg_basebackup --incremental from 17 on; otherwise a warning says why.
     let mut peers = 0;
-    for (tool, skipped) in [("pgbackrest", "peer pgbackrest skipped"), ("pg_basebackup -Fp", "pg_basebackup --incremental skipped")] {
+    for (tool, skipped) in
+        [("pgbackrest block", "peer pgbackrest skipped"), ("pgbackrest file", "peer pgbackrest skipped"), ("pg_basebackup -Fp", "pg_basebackup --incremental skipped")]
+    {
         match (row(tool, "full"), row(tool, "incr"), row(tool, "incr 2")) {
             (Some(pf), Some(pi), Some(pi2)) => {
                 peers += 1;
                 for i in [pi, pi2] {
                     assert!(f(i, "size_bytes_median") < f(pf, "size_bytes_median"), "{tool}: {i:?} against {pf:?}");
                     assert!(f(i, "restore_s_median") > 0.0, "{i:?}");
+                    if tool.starts_with("pgbackrest") {
+                        assert!(f(i, "delta_restore_s_median") > 0.0, "{i:?}");
+                    }
                 }
             }
             _ => assert!(stderr.contains(skipped), "{tool} measured or skipped with a reason: {stderr}"),
