@@ -227,20 +227,40 @@ struct Pending {
 }
 
 /// What `--check-changes` keeps of a block outside the given ranges of a chunk that differed:
-/// the file (an index into [`Checks::files`]), the block and its hash before the restore.
+/// its file's path (its place and length in [`Checks::paths`]), the block and its hash before the
+/// restore. In that order, so that sorted they come file by file, in offset order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Suspect {
-    file: u32,
+    path_at: u64,
+    path_len: u32,
     offset: u64,
     len: u32,
     hash: u64,
 }
 
+impl Record for Suspect {
+    const LEN: usize = 32;
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.path_at.to_le_bytes());
+        out.extend_from_slice(&self.path_len.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.hash.to_le_bytes());
+    }
+    fn decode(b: &[u8]) -> Suspect {
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        Suspect { path_at: u64_at(0), path_len: u32_at(8), offset: u64_at(12), len: u32_at(20), hash: u64_at(24) }
+    }
+}
+
 /// `--check-changes`' blocks to read again once the restore is done: any whose bytes changed
-/// was outside the ranges given, yet differed.
+/// was outside the ranges given, yet differed. On disk past a few MiB, as the prune's lists are:
+/// a target that differs everywhere has a suspect per 8 KiB block of it.
 #[derive(Default)]
 pub(super) struct Checks {
-    files: Vec<PathBuf>,
-    suspects: Vec<Suspect>,
+    paths: ByteLog,
+    suspects: Sorter<Suspect>,
 }
 
 /// The unit `--check-changes` checks in (PostgreSQL's page: the ranges a caller gives are in
@@ -279,19 +299,22 @@ pub(super) fn map_from_changes(sets: &[&BackupSet], plan: &Plan, changes: &dyn C
 }
 
 impl Checks {
-    /// Read every suspect block again (the restore has written the backup's bytes there): those
-    /// that changed are the misses, `path bytes A..B`, the first 100 named.
-    pub(super) fn misses(&mut self, report: &mut DeltaReport) -> Result<()> {
-        self.suspects.sort_unstable_by_key(|s| (s.file, s.offset));
-        let mut buf = Vec::new();
-        let mut open: Option<(u32, fs::File)> = None;
-        for s in &self.suspects {
-            let path = &self.files[s.file as usize];
-            if open.as_ref().is_none_or(|(i, _)| *i != s.file) {
-                let f = fs::File::open(path).map_err(|e| io_at(ErrorKind::Target, "cannot open", path, e))?;
-                open = Some((s.file, f));
+    /// Read every suspect block again (the restore has written the backup's bytes there), file by
+    /// file in offset order: those that changed are the misses, `path bytes A..B`, the first 100
+    /// named.
+    pub(super) fn misses(self, report: &mut DeltaReport) -> Result<()> {
+        let sorted = self.suspects.into_sorted()?;
+        let mut suspects = sorted.read();
+        let (mut buf, mut name) = (Vec::new(), Vec::new());
+        let mut open: Option<(u64, PathBuf, fs::File)> = None;
+        for s in suspects.by_ref() {
+            if open.as_ref().is_none_or(|(at, _, _)| *at != s.path_at) {
+                self.paths.get(s.path_at, s.path_len as usize, &mut name)?;
+                let path = PathBuf::from(std::ffi::OsStr::from_bytes(&name));
+                let f = fs::File::open(&path).map_err(|e| io_at(ErrorKind::Target, "cannot open", &path, e))?;
+                open = Some((s.path_at, path, f));
             }
-            let (_, file) = open.as_ref().expect("opened");
+            let (_, path, file) = open.as_ref().expect("opened");
             buf.resize(s.len as usize, 0);
             file.read_exact_at(&mut buf, s.offset).map_err(|e| io_at(ErrorKind::Target, "cannot read", path, e))?;
             report.bytes_compared += u64::from(s.len);
@@ -302,7 +325,7 @@ impl Checks {
                 }
             }
         }
-        Ok(())
+        suspects.error().map_or(Ok(()), Err)
     }
 }
 
@@ -321,6 +344,9 @@ pub(super) fn map_what_differs(sets: &[&BackupSet], plan: &Plan, threads: usize,
     let mut batch: Vec<Pending> = Vec::new();
     let mut chunks = 0;
     let roots = &plan.set.manifest.roots;
+    // Checking, a batch's threads hold up to a suspect (32 bytes) per 8 KiB block of each chunk
+    // that differed until the batch ends: smaller batches keep that under 16 MiB for 1 MiB chunks.
+    let batch_chunks = if check.is_some() { BATCH_CHUNKS / 16 } else { BATCH_CHUNKS };
     walk_chain(sets, |f, e, givings| {
         // A delta restore has no hollow files and no `--only`: every file has its place.
         let Some(dest) = plan.dest(f, e) else {
@@ -336,7 +362,7 @@ pub(super) fn map_what_differs(sets: &[&BackupSet], plan: &Plan, threads: usize,
         });
         chunks += givings.iter().map(|g| g.chunks.len()).sum::<usize>();
         batch.push(Pending { f, entry: e.clone(), dest, givings, given });
-        if batch.len() >= BATCH_FILES || chunks >= BATCH_CHUNKS {
+        if batch.len() >= BATCH_FILES || chunks >= batch_chunks {
             compare(&mut map, std::mem::take(&mut batch), threads, &mut report, &mut checks)?;
             chunks = 0;
         }
@@ -433,17 +459,22 @@ fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: 
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::Error::new(ErrorKind::Io, "a delta comparer thread panicked")))).collect()
     });
     let mut dropped = vec![0u64; batch.len()];
-    // Each file with suspects named once in `checks`.
-    let mut named: std::collections::HashMap<usize, u32> = std::collections::HashMap::new();
+    // Each file with suspects has its path kept once.
+    let mut named: std::collections::HashMap<usize, (u64, u32)> = std::collections::HashMap::new();
     for r in results {
         let (matched, compared, suspects) = r?;
         report.bytes_compared += compared;
         for (i, offset, len, hash) in suspects {
-            let file = *named.entry(i).or_insert_with(|| {
-                checks.files.push(batch[i].dest.clone());
-                (checks.files.len() - 1) as u32
-            });
-            checks.suspects.push(Suspect { file, offset, len, hash });
+            let (path_at, path_len) = match named.get(&i) {
+                Some(&p) => p,
+                None => {
+                    let bytes = batch[i].dest.as_os_str().as_bytes();
+                    let p = (checks.paths.push(bytes)?, bytes.len() as u32);
+                    named.insert(i, p);
+                    p
+                }
+            };
+            checks.suspects.push(Suspect { path_at, path_len, offset, len, hash })?;
         }
         for (i, j, k) in matched {
             let gv = &mut batch[i].givings[j];

@@ -120,7 +120,7 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
         (d.files_kept, d.bytes_kept) = restored.kept;
         (d.files_rewritten, d.bytes_rewritten) = restored.rewritten;
         (d.files_created, d.bytes_created) = restored.created;
-        if let Some(c) = &mut checks {
+        if let Some(c) = checks {
             c.misses(d)?;
         }
     }
