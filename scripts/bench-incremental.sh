@@ -16,10 +16,10 @@ PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
 W=$(mktemp -d /var/tmp/sheaf-incr.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$OUT"
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+. scripts/lib.sh
 # sheaf runs as the cluster's user (it refuses a repository another user owns); the script stays
 # root where it is, to drop the page cache.
-if [ "$(id -u)" -eq 0 ]; then AS_PG=(runuser -u postgres --); chown postgres "$W"; else AS_PG=(); fi
+[ "$(id -u)" -eq 0 ] && chown postgres "$W"
 mkdir -p "$W/data" "$W/sock" "$W/repo"
 [ "$(id -u)" -eq 0 ] && chown postgres "$W/data" "$W/sock" "$W/repo"
 PORT=$((20000 + RANDOM % 20000))
@@ -40,55 +40,24 @@ archive_mode = on
 archive_command = '$S wal-push %p --repo $W/repo'
 EOF
 as_pg "$PGBIN/pg_ctl" -D "$W/data" -l "$W/sock/log" -w start >/dev/null
-psql() { as_pg "$PGBIN/psql" -h "$W/sock" -p "$PORT" -U postgres -Atq "$@"; }
+psql() { psql_at "$PORT" "$@"; }
 "${AS_PG[@]}" "$S" init --repo "$W/repo" "$URL" >/dev/null
 psql -c "CREATE DATABASE tpch"
 echo "loading TPC-H scale $SCALE" >&2
 "${AS_PG[@]}" "$S" load-tpch "$TPCH" --scale "$SCALE" >/dev/null
 psql -d tpch -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
-now() { date +%s.%N; }
-# `timed NAME CMD...`: run after sync, record NAME's seconds.
-declare -A T
-# COLD=1: the page cache dropped before each (root), so that the source and the repository are
-# read from disk, as on a cluster larger than memory.
-cold() { sync; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
-timed() { local n=$1; shift; cold; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
 backup() { "${AS_PG[@]}" "$S" backup "$URL" --repo "$W/repo" --json "$@"; }
-archive_now() {
-  local seg; seg=$(psql -c "SELECT pg_logical_emit_message(false, 'bench', 'x')" -c "SELECT pg_walfile_name(pg_switch_wal())" | tail -1)
-  for _ in $(seq 600); do
-    local last; last=$(psql -c "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
-    [[ "$last" > "$seg" || "$last" == "$seg" ]] && return; sleep 0.2
-  done
-  echo "archiving stalled" >&2; exit 1
-}
-# Touch about `$1` % of lineitem's and orders' pages: half scattered (every Nth page), half one
-# contiguous run; the new row versions land on further pages.
-change() {
-  local pct=$1 off=$2
-  for t in lineitem orders; do
-    local col; col=$([ $t = lineitem ] && echo l_comment || echo o_comment)
-    local pages; pages=$(psql -d tpch -c "SELECT relpages FROM pg_class WHERE relname = '$t'")
-    local every; every=$(echo "scale=0; 200 / $pct" | bc)
-    local run; run=$(echo "scale=0; $pages * $pct / 200" | bc)
-    local from=$(( (pages * off / 100) % pages ))
-    psql -d tpch -c "UPDATE $t SET $col = $col WHERE (ctid::text::point)[0]::bigint % $every = $off % $every OR (ctid::text::point)[0]::bigint BETWEEN $from AND $from + $run"
-  done
-  psql -d tpch -c "CHECKPOINT"
-  archive_now
-}
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-archive_now
+archive_now "$PORT"
 timed full backup --type full >"$W/full.json"
-change 5 0
+change "$PORT" 5 0
 # Peak resident memory of the incremental, against the budget it prints.
 timed diff_wal /usr/bin/time -f %M -o "$W/diff_wal.rss" "${AS_PG[@]}" "$S" backup "$URL" --repo "$W/repo" --json --type diff >"$W/diff_wal.json"
 timed diff_scan backup --type diff --page-scan >"$W/diff_scan.json"
 # A chain: 6 incrementals of about 1 % each.
 for i in 1 2 3 4 5 6; do
-  change 1 $((i * 13))
+  change "$PORT" 1 $((i * 13))
   timed "incr$i" backup --type incr >"$W/incr$i.json"
 done
 last=$(field "$W/incr6.json" "d['postgres']['repository_id']")
@@ -101,14 +70,10 @@ timed restore_chain restore "$W/r-chain" --set "$last"
 diff -rq --exclude=postgresql.auto.conf "$W/r-merged" "$W/r-chain" >/dev/null && same=yes || same=no
 # Delta: the full's state, made equal to the chain's end.
 restore "$W/r-stale" --set "$full_id"
-cold
-t0=$(now); "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"; T[delta]=$(echo "$(now) - $t0" | bc -l)
-echo "delta: ${T[delta]} s" >&2
+timed delta "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta --json >"$W/delta.json"
 # The same by hashing the target (--delta=hash), onto the full's state again.
 restore "$W/r-stale" --set "$full_id"
-cold
-t0=$(now); "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta=hash --json >"$W/delta_hash.json"; T[delta_hash]=$(echo "$(now) - $t0" | bc -l)
-echo "delta_hash: ${T[delta_hash]} s" >&2
+timed delta_hash "${AS_PG[@]}" "$S" restore --repo "$W/repo" --to "$W/r-stale" --set "$last" --target immediate --delta=hash --json >"$W/delta_hash.json"
 # The disk's limit for a full restore's bytes: dd with direct writes, same size, same folder.
 mb=$(( $(du -sm "$W/r-merged" | cut -f1) ))
 timed dd dd if=/dev/zero of="$W/dd.out" bs=1M count="$mb" oflag=direct status=none

@@ -17,7 +17,8 @@ PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
 W=$(mktemp -d /var/tmp/sheaf-rewind.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$OUT"
-if [ "$(id -u)" -eq 0 ]; then AS_PG=(runuser -u postgres --); chown postgres "$W"; else AS_PG=(); fi
+. scripts/lib.sh
+[ "$(id -u)" -eq 0 ] && chown postgres "$W"
 mkdir -p "$W/a" "$W/sock" "$W/repo"
 [ "$(id -u)" -eq 0 ] && chown postgres "$W/a" "$W/sock" "$W/repo"
 PA=$((20000 + RANDOM % 20000)); PB=$((PA + 1))
@@ -40,40 +41,12 @@ archive_mode = on
 archive_command = '$S wal-push %p --repo $W/repo'
 EOF
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$W/a" -l "$W/sock/a.log" -w start >/dev/null
-psql() { local port=$1; shift; "${AS_PG[@]}" "$PGBIN/psql" -h "$W/sock" -p "$port" -U postgres -Atq "$@"; }
+
 "${AS_PG[@]}" "$S" init --repo "$W/repo" "$(url $PA)" >/dev/null
-psql $PA -c "CREATE DATABASE tpch"
+psql_at $PA -c "CREATE DATABASE tpch"
 echo "loading TPC-H scale $SCALE" >&2
 "${AS_PG[@]}" "$S" load-tpch "$(url $PA tpch)" --scale "$SCALE" >/dev/null
-psql $PA -d tpch -c "VACUUM ANALYZE" -c "CHECKPOINT"
-
-now() { date +%s.%N; }
-declare -A T
-cold() { sync; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
-timed() { local n=$1; shift; cold; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
-archive_now() {
-  local port=$1 seg
-  seg=$(psql "$port" -c "SELECT pg_logical_emit_message(false, 'bench', 'x')" -c "SELECT pg_walfile_name(pg_switch_wal())" | tail -1)
-  for _ in $(seq 600); do
-    local last; last=$(psql "$port" -c "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
-    [[ "$last" > "$seg" || "$last" == "$seg" ]] && return; sleep 0.2
-  done
-  echo "archiving stalled" >&2; exit 1
-}
-# Touch about `$2` % of lineitem's and orders' pages on the server at port `$1`.
-change() {
-  local port=$1 pct=$2 off=$3
-  for t in lineitem orders; do
-    local col; col=$([ $t = lineitem ] && echo l_comment || echo o_comment)
-    local pages; pages=$(psql "$port" -d tpch -c "SELECT relpages FROM pg_class WHERE relname = '$t'")
-    local every; every=$(echo "scale=0; 200 / $pct" | bc)
-    local run; run=$(echo "scale=0; $pages * $pct / 200" | bc)
-    local from=$(( (pages * off / 100) % pages ))
-    psql "$port" -d tpch -c "UPDATE $t SET $col = $col WHERE (ctid::text::point)[0]::bigint % $every = $off % $every OR (ctid::text::point)[0]::bigint BETWEEN $from AND $from + $run"
-  done
-  psql "$port" -d tpch -c "CHECKPOINT"
-}
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+psql_at $PA -d tpch -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
 # The full, then the standby (a copy of the primary streaming from it).
 archive_now $PA
@@ -81,12 +54,12 @@ archive_now $PA
 "${AS_PG[@]}" "$PGBIN/pg_basebackup" -h "$W/sock" -p $PA -U postgres -D "$W/b" -R -c fast
 printf "\nport = %s\n" "$PB" >>"$W/b/postgresql.conf"
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$W/b" -l "$W/sock/b.log" -w start >/dev/null
-lsn=$(psql $PA -c "SELECT pg_current_wal_lsn()")
-until [ "$(psql $PB -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'")" = t ]; do sleep 0.2; done
+lsn=$(psql_at $PA -c "SELECT pg_current_wal_lsn()")
+until [ "$(psql_at $PB -c "SELECT pg_last_wal_replay_lsn() >= '$lsn'")" = t ]; do sleep 0.2; done
 # The split: the standby promoted and changed; the old primary writes a little more, then stops.
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$W/b" -w promote >/dev/null
 change $PB 5 7
-psql $PA -d tpch -c "UPDATE orders SET o_comment = o_comment WHERE o_orderkey % 5000 = 1" -c "CHECKPOINT"
+psql_at $PA -d tpch -c "UPDATE orders SET o_comment = o_comment WHERE o_orderkey % 5000 = 1" -c "CHECKPOINT"
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$W/a" -m fast -w stop >/dev/null
 archive_now $PB
 "${AS_PG[@]}" "$S" backup "$(url $PB)" --repo "$W/repo" --type incr --json >"$W/incr.json"
@@ -104,8 +77,8 @@ rm -f "$W/dd.out"
 # The delta'd former primary starts and recovers to the backup's end (a check, untimed).
 printf "\nport = %s\narchive_mode = off\n" "$((PB + 1))" >>"$W/a-sheaf/postgresql.auto.conf"
 "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$W/a-sheaf" -l "$W/sock/a-sheaf.log" -w -t 300 start >/dev/null
-until [ "$(psql $((PB + 1)) -c "SELECT NOT pg_is_in_recovery()")" = t ]; do sleep 0.2; done
-rows=$(psql $((PB + 1)) -d tpch -c "SELECT count(*) FROM orders")
+until [ "$(psql_at $((PB + 1)) -c "SELECT NOT pg_is_in_recovery()")" = t ]; do sleep 0.2; done
+rows=$(psql_at $((PB + 1)) -d tpch -c "SELECT count(*) FROM orders")
 
 ratio() { echo "scale=3; $1 / $2" | bc -l; }
 {

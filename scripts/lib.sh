@@ -18,3 +18,47 @@ AS_PG=(); if [ "$(id -u)" -eq 0 ]; then AS_PG=(runuser -u postgres --); fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# --- The TPC-H scripts' steps (bench-incremental.sh, bench-rewind.sh): they set $W (a work folder
+# holding the socket folder $W/sock) and $PGBIN before calling these.
+
+# psql on the server at port `$1`, unaligned, tuples only.
+psql_at() { local port=$1; shift; as_pg "$PGBIN/psql" -h "$W/sock" -p "$port" -U postgres -Atq "$@"; }
+
+now() { date +%s.%N; }
+# `timed NAME CMD...`: run after sync (COLD=1: with the page cache dropped, root), NAME's seconds
+# into T.
+declare -A T
+cold() { sync; if [ "${COLD:-0}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
+timed() { local n=$1; shift; cold; local t0; t0=$(now); "$@"; T[$n]=$(echo "$(now) - $t0" | bc -l); echo "$n: ${T[$n]} s" >&2; }
+# `field FILE EXPR`: EXPR of the JSON in FILE, as `d`.
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+# Switch the server at port `$1` to a new WAL segment and wait until its archiver has pushed it (a
+# record written first: right after a switch, pg_switch_wal would do nothing).
+archive_now() {
+  local port=$1 seg
+  seg=$(psql_at "$port" -c "SELECT pg_logical_emit_message(false, 'bench', 'x')" -c "SELECT pg_walfile_name(pg_switch_wal())" | tail -1)
+  for _ in $(seq 600); do
+    local last; last=$(psql_at "$port" -c "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")
+    [[ "$last" > "$seg" || "$last" == "$seg" ]] && return; sleep 0.2
+  done
+  echo "archiving stalled" >&2; exit 1
+}
+
+# On the server at port `$1`, touch about `$2` % of lineitem's and orders' pages (`$3` moves where):
+# half scattered (every Nth page), half one contiguous run; the new row versions land on further
+# pages. Then a checkpoint, and the WAL archived.
+change() {
+  local port=$1 pct=$2 off=$3
+  for t in lineitem orders; do
+    local col; col=$([ $t = lineitem ] && echo l_comment || echo o_comment)
+    local pages; pages=$(psql_at "$port" -d tpch -c "SELECT relpages FROM pg_class WHERE relname = '$t'")
+    local every; every=$(echo "scale=0; 200 / $pct" | bc)
+    local run; run=$(echo "scale=0; $pages * $pct / 200" | bc)
+    local from=$(( (pages * off / 100) % pages ))
+    psql_at "$port" -d tpch -c "UPDATE $t SET $col = $col WHERE (ctid::text::point)[0]::bigint % $every = $off % $every OR (ctid::text::point)[0]::bigint BETWEEN $from AND $from + $run"
+  done
+  psql_at "$port" -d tpch -c "CHECKPOINT"
+  archive_now "$port"
+}

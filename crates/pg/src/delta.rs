@@ -27,7 +27,6 @@ use sheaf_core::{Changes, FileChanges, Result};
 use crate::blocksum::BlockSummary;
 use crate::lsn::Lsn;
 use crate::repo::meta::RepoMeta;
-use crate::repo::paths::wal_object;
 use crate::repo::records::BackupRecord;
 use crate::walmap::{blocks_named, changes_since, ranges_named};
 
@@ -201,15 +200,8 @@ fn standing(data: &Path, control: &Control, records: &[BackupRecord]) -> std::re
 
 /// A timeline's history file as text: from the repository, else from `pg_wal` in `data`.
 fn history_text(repo: &Repo, data: &Path, timeline: u32) -> Result<Option<String>> {
-    if timeline <= 1 {
-        return Ok(Some(String::new()));
-    }
     let name = crate::wal::history_name(timeline);
-    match repo.get_bytes(&wal_object(&name)) {
-        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
-        Err(e) if e.kind() == sheaf_core::ErrorKind::Incomplete => Ok(fs::read_to_string(data.join("pg_wal").join(&name)).ok()),
-        Err(e) => Err(e),
-    }
+    Ok(crate::wal::archived_history_text(repo, timeline)?.or_else(|| fs::read_to_string(data.join("pg_wal").join(name)).ok()))
 }
 
 /// What differs between a target and a backup, by the union of the WAL summaries of the ranges
@@ -266,6 +258,12 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &Bac
     };
     let (start, stop, tl) = (backup.start_lsn, backup.stop_lsn, backup.timeline);
     let hints = control.checksums || control.wal_log_hints;
+    let unhinted = |split: Lsn| {
+        hash(format!(
+            "the target ran on timeline {t} past {split}, where its history and the backup's timeline {tl} part, and has neither page checksums nor wal_log_hints: its hint bits were set without WAL, and may name transactions that never committed in the backup's history (pg_rewind's rule)",
+            t = stand.timeline
+        ))
+    };
     let mut spans: Vec<Span> = Vec::new();
     let t = stand.timeline;
     if t == tl {
@@ -279,23 +277,19 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &Bac
             if stand.high <= split {
                 spans.push(((t, stand.low.min(start)), (tl, stop.max(stand.high)), theirs));
             } else if !hints {
-                return hash(format!(
-                    "the target ran on timeline {t} past {split}, where the backup's timeline {tl} left it, and has neither page checksums nor wal_log_hints: its hint bits were set without WAL, and may name transactions that never committed in the backup's history (pg_rewind's rule)"
-                ));
+                return unhinted(split);
             } else {
                 let from = stand.low.min(start).min(split);
                 spans.push(((t, from), (tl, stop), theirs));
                 // What the target wrote after the split, from its own WAL.
-                spans.push(((t, split), (t, stand.high), ours));
+                spans.push(((t, split), (t, stand.high), None));
             }
         } else if let Some(split) = left(&ours, tl) {
             // The backup's timeline is an ancestor of the target's, left at `split`.
             if stop <= split {
                 spans.push(((tl, stand.low.min(start)), (t, stand.high.max(stop)), ours));
             } else if !hints {
-                return hash(format!(
-                    "the target ran on timeline {t} from {split}, where it left the backup's timeline {tl}, and has neither page checksums nor wal_log_hints: its hint bits were set without WAL, and may name transactions that never committed in the backup's history (pg_rewind's rule)"
-                ));
+                return unhinted(split);
             } else {
                 // Both ran on after the split: the backup's side, and what the target wrote on
                 // its own timeline.

@@ -115,11 +115,20 @@ pub fn parse_history(text: &str) -> Vec<(u32, Lsn)> {
 /// # Errors
 /// The store's errors, a damaged file.
 pub fn archived_history(repo: &sheaf_core::repo::Repo, timeline: u32) -> Result<Option<Vec<(u32, Lsn)>>> {
+    Ok(archived_history_text(repo, timeline)?.map(|text| parse_history(&text)))
+}
+
+/// Timeline `timeline`'s history file in the repository, as text; `None` where the repository
+/// lacks it. Timeline 1 has none: empty.
+///
+/// # Errors
+/// The store's errors.
+pub fn archived_history_text(repo: &sheaf_core::repo::Repo, timeline: u32) -> Result<Option<String>> {
     if timeline <= 1 {
-        return Ok(Some(Vec::new()));
+        return Ok(Some(String::new()));
     }
     match repo.get_bytes(&crate::repo::paths::wal_object(&history_name(timeline))) {
-        Ok(text) => Ok(Some(parse_history(&String::from_utf8_lossy(&text)))),
+        Ok(text) => Ok(Some(String::from_utf8_lossy(&text).into_owned())),
         Err(e) if e.kind() == sheaf_core::ErrorKind::Incomplete => Ok(None),
         Err(e) => Err(e),
     }

@@ -658,11 +658,11 @@ impl Lane for SetLane<'_> {
     }
 
     fn takes_stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind) -> bool {
-        // Only a frame this set gives whole (no newer set cuts into it) goes on as it is stored.
-        match self.map.cut(self.g, file_id, offset, len as u64) {
-            Some((f, pieces)) if pieces.len() == 1 && pieces[0] == (offset..offset + len as u64) => self.inner.takes_stored(f, offset, len, codec),
-            _ => false,
-        }
+        // Only a frame this set gives whole (no newer set cuts into it) goes on as it is stored;
+        // the sink is asked first (a restore's never takes one: no cut is made for it).
+        let Some(f) = self.map.giver(self.g, file_id) else { return false };
+        let end = offset + len as u64;
+        self.inner.takes_stored(f, offset, len, codec) && self.map.cut(self.g, file_id, offset, len as u64).is_some_and(|(_, pieces)| pieces == [offset..end])
     }
 
     fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32) -> Result<()> {
