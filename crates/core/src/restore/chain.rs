@@ -662,7 +662,8 @@ impl Lane for SetLane<'_> {
         // the sink is asked first (a restore's never takes one: no cut is made for it).
         let Some(f) = self.map.giver(self.g, file_id) else { return false };
         let end = offset + len as u64;
-        self.inner.takes_stored(f, offset, len, codec) && self.map.cut(self.g, file_id, offset, len as u64).is_some_and(|(_, pieces)| pieces == [offset..end])
+        self.inner.takes_stored(f, offset, len, codec)
+            && self.map.cut(self.g, file_id, offset, len as u64).is_some_and(|(_, pieces)| pieces == std::slice::from_ref(&(offset..end)))
     }
 
     fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32) -> Result<()> {
