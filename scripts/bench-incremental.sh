@@ -100,7 +100,7 @@ ratio() { echo "scale=3; $1 / $2" | bc -l; }
   echo "| --delta=hash onto the full's state | ${T[delta_hash]} | $(ratio "${T[delta_hash]}" "${T[restore_merged]}") |"
   echo "| dd oflag=direct, the same $mb MiB | ${T[dd]} | $(ratio "${T[dd]}" "${T[restore_merged]}") |"
   echo
-  echo "Consolidation copied $(field "$W/merged.json" "d['stored_chunks']") of $(field "$W/merged.json" "d['frames']") frames as stored."
+  echo "Consolidation copied $(field "$W/merged.json" "d['stored_chunks']") of $(field "$W/merged.json" "d['frames']") frames as stored, keeping $(field "$W/merged.json" "d['superseded_bytes']") bytes that newer backups replaced; it wrote $(size merged) bytes ($(ratio "$(size merged)" "$(size full)") × the full's)."
   echo "Chain and consolidation restore to identical files: $same. Delta: $(field "$W/delta.json" "d['delta']")"
   echo "Delta by hashing: $(field "$W/delta_hash.json" "d['delta']")"
   echo "diff_wal method: $(field "$W/diff_wal.json" "d['postgres']['method']")"

@@ -22,8 +22,13 @@ use crate::error::{Error, Result};
 /// Current format version; readers refuse newer ones. Version 2 added packed frames (several
 /// files' bytes in one frame) and the index's offset-in-frame field; 3 the chunk hash; 4 the
 /// paged manifest; 5 seals an encrypted stripe's index in pieces of [`INDEX_PIECE`] entries, so
-/// that it is written and read a piece at a time.
-pub const FORMAT_VERSION: u16 = 5;
+/// that it is written and read a piece at a time; 6 lets a packed frame hold superseded bytes
+/// ([`SUPERSEDED`]), which readers of 5 would take for a file they do not know.
+pub const FORMAT_VERSION: u16 = 6;
+/// The file id of index entries that no file uses: bytes of a frame a consolidation copied as it
+/// was stored although a newer set had replaced them. They keep the frame's members tiling its
+/// raw bytes (so its raw checksum still proves every member) and are never restored.
+pub const SUPERSEDED: u32 = u32::MAX;
 /// Entries per sealed piece of an encrypted stripe's index (format 5 on).
 pub const INDEX_PIECE: usize = 4096;
 
@@ -361,6 +366,11 @@ pub fn chunk_hash(raw: &[u8]) -> u128 {
 }
 
 impl IndexEntry {
+    /// Bytes no file uses ([`SUPERSEDED`]).
+    pub fn is_superseded(&self) -> bool {
+        self.file_id == SUPERSEDED
+    }
+
     /// Append the (current version's) encoding to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.file_id.to_le_bytes());

@@ -123,7 +123,9 @@ fn open_stripe(loc: &Location, keys: Option<&Keys>, lean: bool) -> Result<Opened
         while let Some(plain) = pieces.next_piece()? {
             for e in IndexEntry::decode_all(&plain, header.version).map_err(at(loc))? {
                 raw += u64::from(e.raw_len);
-                sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+                if !e.is_superseded() {
+                    sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+                }
                 n += 1;
             }
         }
@@ -237,11 +239,17 @@ impl<'a> IndexPieces<'a> {
 }
 
 impl OpenStripe {
-    /// Its index entries in stripe order: held, or read from the stripe a piece at a time.
+    /// Its index entries in stripe order, held or read from the stripe a piece at a time: the
+    /// chunks of files (bytes a consolidation kept but no file uses left out).
     ///
     /// # Errors
     /// The index cannot be read.
     pub(crate) fn index_entries(&self) -> Result<Box<dyn Iterator<Item = Result<IndexEntry>> + Send + '_>> {
+        Ok(Box::new(self.all_entries()?.filter(|e| !e.as_ref().is_ok_and(IndexEntry::is_superseded))))
+    }
+
+    /// Every index entry in stripe order, superseded bytes too (they tile the frames).
+    fn all_entries(&self) -> Result<Box<dyn Iterator<Item = Result<IndexEntry>> + Send + '_>> {
         if !self.index_streamed {
             return Ok(Box::new(self.index.iter().copied().map(Ok)));
         }
@@ -263,12 +271,13 @@ impl OpenStripe {
         })))
     }
 
-    /// Its frames in stripe order, each as its index entries (several for a packed frame).
+    /// Its frames in stripe order, each as its index entries (several for a packed frame, with
+    /// any superseded bytes among them).
     ///
     /// # Errors
     /// The index cannot be read.
     pub(crate) fn frames(&self) -> Result<impl Iterator<Item = Result<Vec<IndexEntry>>> + '_> {
-        let mut entries = self.index_entries()?.peekable();
+        let mut entries = self.all_entries()?.peekable();
         Ok(std::iter::from_fn(move || {
             let first = match entries.next()? {
                 Ok(e) => e,
@@ -449,7 +458,9 @@ impl BackupSet {
             let mut sorter = ChunkSorter::in_memory();
             for e in &s.index {
                 raw_total += u64::from(e.raw_len);
-                sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+                if !e.is_superseded() {
+                    sorter.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+                }
             }
             sorters.push(sorter);
         }

@@ -288,6 +288,13 @@ pub struct ConsolidateArgs {
     /// Decompressor threads reading the chain. Default: one per core.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// A frame of the chain that newer backups replaced in part is copied as it is stored (not
+    /// decompressed and compressed again) when at most PCT percent of its bytes were replaced;
+    /// those bytes stay in it, unused ("superseded"), until a later consolidation finds more of
+    /// the frame replaced than this and rewrites it. 0 rewrites every frame a newer backup cut
+    /// into: the smallest backup, at the cost of compressing most of it again.
+    #[arg(long, value_name = "PCT", default_value_t = sheaf_core::backup::DEFAULT_KEEP_SUPERSEDED_PCT, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub keep_superseded: u8,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -22,6 +22,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
     let mut opts = BackupOptions::new(Vec::new());
     opts.codec = ctx.codec(a.compression.clone())?;
     opts.stop = Some(ctx.interrupt.stop_flag());
+    opts.keep_superseded_pct = a.keep_superseded;
     // Which repositories: the one --repo-target names, all, or (by default) those that hold the
     // backup named (latest: the first).
     let picked: Vec<usize> = match a.repo_target.as_deref() {
@@ -75,7 +76,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
             json.push(v);
         } else {
             say!(
-                "consolidated into full backup {}{} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s), {} of {} frames copied as stored (not compressed again); {}",
+                "consolidated into full backup {}{} in {:.2} s: {:.1} MiB held, {:.1} MiB written to {} stripe(s), {} of {} frames copied as stored (not compressed again), keeping {:.1} MiB that newer backups replaced; {}",
                 record.id,
                 if several { format!(" in {}", repo.display()) } else { String::new() },
                 report.seconds,
@@ -84,6 +85,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
                 report.stripes,
                 report.stored_chunks,
                 report.frames,
+                mib(report.superseded_bytes),
                 record.method.as_deref().unwrap_or_default()
             );
         }

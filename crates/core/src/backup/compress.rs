@@ -174,8 +174,16 @@ fn adopt(encoder: &FrameEncoder, decoders: &mut DecompressorSet, spare: Option<&
     if let Some(c) = &job.check {
         run_check(c, job.offset, raw, shared);
     }
-    let hash = crate::format::chunk_hash(raw);
-    let at = FrameHeader { file_id: job.file_id, offset: job.offset, raw_len: job.len as u32, stored_len: 0, codec: stored.codec as u8, flags: 0, raw_crc, stored_crc: 0 };
+    // A frame some of whose bytes are superseded: its members as a packed frame's, each with its
+    // own checksums (they combine to the frame's, checked above).
+    let mut parts = Vec::with_capacity(job.members.len());
+    for m in &job.members {
+        let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
+        let hash = if m.file_id == crate::format::SUPERSEDED { 0 } else { crate::format::chunk_hash(bytes) };
+        parts.push(Part { file_id: m.file_id, offset: m.offset, at: m.at, len: m.len, crc: crc32c::crc32c(bytes), hash });
+    }
+    let (hash, flags) = if parts.is_empty() { (crate::format::chunk_hash(raw), 0) } else { (0, FLAG_PACKED) };
+    let at = FrameHeader { file_id: job.file_id, offset: job.offset, raw_len: job.len as u32, stored_len: 0, codec: stored.codec as u8, flags, raw_crc, stored_crc: 0 };
     let (header, _) = encoder.adopt(at, &mut buf, stored.len)?;
-    Ok(Frame { header, buf: Some(buf), parts: Vec::new(), raw_crc, hash })
+    Ok(Frame { header, buf: Some(buf), parts, raw_crc, hash })
 }

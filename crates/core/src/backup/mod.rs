@@ -55,8 +55,9 @@ use crate::storage::Location;
 pub use auto::{AUTO_LEVELS, AUTO_SETTLE};
 pub use check::{Batch, ChunkCheck, MAX_FINDINGS};
 pub use delta::{Changes, FileChanges, Lineage, UnitFilter};
+pub use options::DEFAULT_KEEP_SUPERSEDED_PCT;
 pub use options::{BackupOptions, BackupReport, Tuning};
-pub(crate) use pack::Feeder;
+pub(crate) use pack::{Feeder, Kept};
 pub use session::Backup;
 
 /// Back up one directory tree: list it, start a session, read everything, finish.

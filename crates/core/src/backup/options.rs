@@ -43,7 +43,15 @@ pub struct BackupOptions {
     /// Encrypt (AES-256-GCM after compression) with these keys, the master key made as this KDF
     /// says (a fresh one per backup for a set, the repository's own in a repository).
     pub encryption: Option<crate::crypto::Encryption>,
+    /// Consolidation only: the largest share of a frame's raw bytes, in percent, that newer sets
+    /// replaced for the frame still to be copied as it is stored (those bytes kept in it, unused:
+    /// [`crate::format::SUPERSEDED`]); a frame cut more is decompressed and what it gives is
+    /// compressed again. 0 rewrites every frame a newer set cuts into (the smallest set).
+    pub keep_superseded_pct: u8,
 }
+
+/// [`BackupOptions::keep_superseded_pct`]'s default: a frame three quarters live is copied.
+pub const DEFAULT_KEEP_SUPERSEDED_PCT: u8 = 25;
 
 impl BackupOptions {
     /// Defaults for these targets: `zstd:low`, 1 MiB chunks, automatic buffers, readers and threads.
@@ -61,6 +69,7 @@ impl BackupOptions {
             expected_bytes: None,
             stop: None,
             encryption: None,
+            keep_superseded_pct: DEFAULT_KEEP_SUPERSEDED_PCT,
         }
     }
 }
@@ -216,6 +225,10 @@ pub struct BackupReport {
     /// (`--compress-on agent`), or frames `consolidate` copied from the set that held them.
     #[serde(default)]
     pub stored_chunks: u64,
+    /// Bytes of frames copied as stored that no file uses (a consolidation's: newer sets replaced
+    /// them; [`crate::format::SUPERSEDED`]). Not in `bytes_held`.
+    #[serde(default)]
+    pub superseded_bytes: u64,
     /// Files that changed while read, special files skipped, and the like.
     pub warnings: Vec<String>,
     /// What a [`ChunkCheck`] found (e.g. page checksum failures), also in the manifest.

@@ -63,17 +63,17 @@ impl Packer {
     /// first, so that this never holds a buffer while it waits for another (a pool of one would
     /// deadlock). False when the backup is stopping.
     pub(super) fn send_alone(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>) -> bool {
-        self.send(file_id, offset, len, data, None)
+        self.send(file_id, offset, len, data, None, Vec::new())
     }
 
     /// Send a chunk stored already (`payload`, as `stored` says) alone. False when the backup is
-    /// stopping.
-    pub(super) fn send_stored(&mut self, file_id: u32, offset: u64, len: usize, stored: super::job::Stored, payload: &[u8]) -> bool {
-        self.send(file_id, offset, len, Some(payload), Some(stored))
+    /// stopping. `members`: what of it is which file's (empty: all of it file `file_id`'s).
+    pub(super) fn send_stored(&mut self, file_id: u32, offset: u64, len: usize, stored: super::job::Stored, payload: &[u8], members: Vec<Member>) -> bool {
+        self.send(file_id, offset, len, Some(payload), Some(stored), members)
     }
 
     /// Send `data` (the raw chunk, or with `stored` its stored bytes; `None`: `len` zeros) alone.
-    fn send(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>, stored: Option<super::job::Stored>) -> bool {
+    fn send(&mut self, file_id: u32, offset: u64, len: usize, data: Option<&[u8]>, stored: Option<super::job::Stored>, members: Vec<Member>) -> bool {
         if !self.flush() {
             return false;
         }
@@ -85,7 +85,7 @@ impl Packer {
             }
             None => None,
         };
-        let job = Job { file_id, offset, len, buf, check: None, members: Vec::new(), stored };
+        let job = Job { file_id, offset, len, buf, check: None, members, stored };
         if self.tx.send(job).is_err() {
             self.shared.fail(Error::new(ErrorKind::Cancelled, "the compressors stopped before the source was read"));
             return false;
@@ -132,6 +132,16 @@ impl Packer {
     }
 }
 
+/// Bytes of a frame that a file uses: `len` bytes at `at` in the frame's raw bytes are file
+/// `file_id`'s from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub(crate) file_id: u32,
+    pub(crate) offset: u64,
+    pub(crate) at: u32,
+    pub(crate) len: u32,
+}
+
 /// Chunks handed to a backup from elsewhere than its readers (a consolidation's chain): pieces of
 /// [`crate::format::PACK_LIMIT`] or more go as chunks of their own, smaller ones are packed.
 pub(crate) struct Feeder(Packer);
@@ -150,13 +160,35 @@ impl Feeder {
         ok
     }
 
-    /// A whole chunk of `len` raw bytes of file `file_id` at `offset`, as another set stored it
-    /// (`payload`, by `codec`; `raw_crc` the raw bytes' checksum): framed as it is, after the
-    /// compressor has expanded it to check it. False when the backup is stopping.
-    pub(crate) fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32) -> bool {
-        let ok = self.0.send_stored(file_id, offset, len, super::job::Stored { codec, len: payload.len(), raw_crc }, payload);
+    /// A frame of `raw_len` raw bytes as another set stored it (`payload`, by `codec`; `raw_crc`
+    /// its raw bytes' checksum), whose bytes `live` (sorted by `at`, disjoint) are files' and the
+    /// rest superseded: framed as it is, after the compressor has expanded it to check it. False
+    /// when the backup is stopping.
+    pub(crate) fn stored(&mut self, raw_len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32, live: &[Kept]) -> bool {
+        let stored = super::job::Stored { codec, len: payload.len(), raw_crc };
+        let used: u64 = live.iter().map(|k| u64::from(k.len)).sum();
+        let ok = match live {
+            [k] if k.at == 0 && k.len as usize == raw_len => self.0.send_stored(k.file_id, k.offset, raw_len, stored, payload, Vec::new()),
+            _ => {
+                // Every byte a member: the superseded between the live.
+                let mut members = Vec::with_capacity(2 * live.len() + 1);
+                let mut at = 0u32;
+                let gap = |members: &mut Vec<Member>, from: u32, to: u32| {
+                    if to > from {
+                        members.push(Member { file_id: crate::format::SUPERSEDED, offset: u64::from(from), at: from, len: to - from, check: None });
+                    }
+                };
+                for k in live {
+                    gap(&mut members, at, k.at);
+                    members.push(Member { file_id: k.file_id, offset: k.offset, at: k.at, len: k.len, check: None });
+                    at = k.at + k.len;
+                }
+                gap(&mut members, at, raw_len as u32);
+                self.0.send_stored(members[0].file_id, members[0].offset, raw_len, stored, payload, members)
+            }
+        };
         if ok {
-            self.0.shared.count(len as u64);
+            self.0.shared.count(used);
         }
         ok
     }

@@ -37,7 +37,10 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, start: u64, rx
     };
     let mut chunks = ChunkSorter::default();
     let mut record = |e: IndexEntry| -> Result<()> {
-        chunks.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+        // Superseded bytes tile their frame in the index but are no file's.
+        if !e.is_superseded() {
+            chunks.push(ChunkRef { file_id: e.file_id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+        }
         index.push(&e)
     };
     let mut pos = start;

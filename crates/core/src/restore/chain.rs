@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use super::plan::Bits;
-use super::scan::{ChunkSink, Decoded, Lane};
+use super::scan::{ChunkSink, Decoded, Kept, Lane};
 use crate::error::{Error, Result};
 use crate::format::IndexEntry;
 use crate::manifest::pages::key_order;
@@ -657,18 +657,21 @@ impl Lane for SetLane<'_> {
         }
     }
 
-    fn takes_stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind) -> bool {
-        // Only a frame this set gives whole (no newer set cuts into it) goes on as it is stored;
-        // the sink is asked first (a restore's never takes one: no cut is made for it).
-        let Some(f) = self.map.giver(self.g, file_id) else { return false };
-        let end = offset + len as u64;
-        self.inner.takes_stored(f, offset, len, codec)
-            && self.map.cut(self.g, file_id, offset, len as u64).is_some_and(|(_, pieces)| pieces == std::slice::from_ref(&(offset..end)))
+    fn takes_stored(&mut self, raw_len: usize, codec: crate::codec::CodecKind, live: &mut Vec<Kept>) -> bool {
+        // The bytes this set gives, under the newest set's ids: the rest of the frame is
+        // superseded (a newer set gives it). The sink decides whether that is worth a copy (a
+        // restore's never is: it writes only what is given).
+        let mut given = Vec::with_capacity(live.len());
+        for k in live.iter() {
+            let Some((f, pieces)) = self.map.cut(self.g, k.file_id, k.offset, k.len.into()) else { continue };
+            given.extend(pieces.into_iter().map(|r| Kept { file_id: f, offset: r.start, at: k.at + (r.start - k.offset) as u32, len: (r.end - r.start) as u32 }));
+        }
+        *live = given;
+        !live.is_empty() && self.inner.takes_stored(raw_len, codec, live)
     }
 
-    fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32) -> Result<()> {
-        let f = self.map.giver(self.g, file_id).ok_or_else(|| crate::Error::invalid("internal: a stored frame of a file the chain does not give"))?;
-        self.inner.stored(f, offset, len, codec, payload, raw_crc)
+    fn stored(&mut self, raw_len: usize, codec: crate::codec::CodecKind, payload: &[u8], raw_crc: u32, live: &[Kept]) -> Result<()> {
+        self.inner.stored(raw_len, codec, payload, raw_crc, live)
     }
 
     fn finish(&mut self) -> Result<()> {

@@ -1,17 +1,18 @@
 //! Consolidation: a new full set written from a chain (a full and the incrementals on it) without
 //! the source: every chunk the newest set needs is read once from the set that gives it, as a
-//! restore reads it, and handed to a backup session instead of a file. A frame that one set gives
-//! whole (no newer set cuts into it), stored in the clear by the codec the new set writes (or raw),
-//! is copied as it is stored: its stored checksum checked here, its raw one where the backup's
-//! compressor expands it to check it and take its hash, and not compressed again. Everything else
-//! is decompressed and compressed, and small pieces (runs of pages) are packed back into full-size
-//! chunks. The new set holds the newest set's entries, whole, and its source facts: it restores to
-//! exactly what the chain restores to.
+//! restore reads it, and handed to a backup session instead of a file. A frame stored in the clear
+//! by the codec the new set writes (or raw) is copied as it is stored when newer sets replaced at
+//! most [`BackupOptions::keep_superseded_pct`] of it: its stored checksum checked here, its raw one
+//! where the backup's compressor expands it to check it and take the hashes of the ranges still
+//! used; the replaced bytes stay in it, [`crate::format::SUPERSEDED`]. Everything else is
+//! decompressed and compressed, and small pieces (runs of pages) are packed back into full-size
+//! chunks. The new set holds the newest set's entries, whole, and its source facts: it restores
+//! to exactly what the chain restores to.
 
 use std::sync::Arc;
 
 use super::chain::{check_order, BlockMap};
-use super::scan::{scan, ChunkSink, Decoded, Lane};
+use super::scan::{scan, ChunkSink, Decoded, Kept, Lane};
 use crate::backup::{Backup, BackupOptions, BackupReport, Feeder, Tuning};
 use crate::codec::CodecKind;
 use crate::error::{Error, ErrorKind, Result};
@@ -36,7 +37,7 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
     let mut b = Backup::start(&opts, tuning, progress)?;
     b.warnings.extend(m.warnings.iter().cloned());
     b.adopt(m.roots.clone(), &m.entries)?;
-    let sink = IntoBackup { backup: &b, codec: opts.codec.kind, transfer_size: tuning.transfer_size };
+    let sink = IntoBackup { backup: &b, codec: opts.codec.kind, transfer_size: tuning.transfer_size, keep_superseded_pct: opts.keep_superseded_pct };
     for (g, set) in sets.iter().enumerate() {
         if let Err(e) = scan(set, threads, Arc::new(NoProgress), &map.sink(g, &sink)) {
             // A backup that stopped says why itself.
@@ -52,11 +53,12 @@ struct IntoBackup<'a> {
     backup: &'a Backup,
     codec: CodecKind,
     transfer_size: usize,
+    keep_superseded_pct: u8,
 }
 
 impl ChunkSink for IntoBackup<'_> {
     fn lane(&self) -> Result<Box<dyn Lane + '_>> {
-        Ok(Box::new(FeedLane { feeder: self.backup.feeder(), codec: self.codec, transfer_size: self.transfer_size }))
+        Ok(Box::new(FeedLane { feeder: self.backup.feeder(), codec: self.codec, transfer_size: self.transfer_size, keep_superseded_pct: self.keep_superseded_pct }))
     }
 }
 
@@ -64,15 +66,18 @@ struct FeedLane {
     feeder: Feeder,
     codec: CodecKind,
     transfer_size: usize,
+    keep_superseded_pct: u8,
 }
 
 impl Lane for FeedLane {
-    fn takes_stored(&mut self, _file_id: u32, _offset: u64, len: usize, codec: CodecKind) -> bool {
-        len <= self.transfer_size && (codec == self.codec || codec == CodecKind::None)
+    fn takes_stored(&mut self, raw_len: usize, codec: CodecKind, live: &mut Vec<Kept>) -> bool {
+        let used: u64 = live.iter().map(|k| u64::from(k.len)).sum();
+        let superseded = raw_len as u64 - used.min(raw_len as u64);
+        raw_len <= self.transfer_size && (codec == self.codec || codec == CodecKind::None) && superseded * 100 <= raw_len as u64 * u64::from(self.keep_superseded_pct)
     }
 
-    fn stored(&mut self, file_id: u32, offset: u64, len: usize, codec: CodecKind, payload: &[u8], raw_crc: u32) -> Result<()> {
-        if self.feeder.stored(file_id, offset, len, codec, payload, raw_crc) {
+    fn stored(&mut self, raw_len: usize, codec: CodecKind, payload: &[u8], raw_crc: u32, live: &[Kept]) -> Result<()> {
+        if self.feeder.stored(raw_len, codec, payload, raw_crc, live) {
             Ok(())
         } else {
             Err(Error::new(ErrorKind::Cancelled, "the consolidation's backup stopped"))

@@ -10,6 +10,7 @@ use std::thread;
 use crossbeam_channel::bounded;
 
 use crate::aligned::AlignedBuf;
+pub(crate) use crate::backup::Kept;
 use crate::codec::CodecKind;
 use crate::crypto::FRAME_OVERHEAD;
 use crate::error::{Error, Result};
@@ -78,16 +79,17 @@ pub(super) trait Lane {
         Ok(())
     }
 
-    /// Whether the lane takes the whole frame of file `file_id` at `offset` (`len` raw bytes,
-    /// stored by `codec`) as it is stored, not decompressed here (consolidation copies such
-    /// frames). By default, no.
-    fn takes_stored(&mut self, _file_id: u32, _offset: u64, _len: usize, _codec: CodecKind) -> bool {
+    /// Whether the lane takes the frame whose file bytes are `live` (its members' ranges, of
+    /// `raw_len` raw bytes stored by `codec`) as it is stored, not decompressed here: what
+    /// consolidation does to copy frames. A lane that stands between may rewrite `live` (a chain
+    /// keeps only the bytes a set gives, under the newest set's file ids). By default, no.
+    fn takes_stored(&mut self, _raw_len: usize, _codec: CodecKind, _live: &mut Vec<Kept>) -> bool {
         false
     }
 
     /// The payload of a frame the lane said it takes stored ([`Lane::takes_stored`]), its stored
-    /// checksum checked; `raw_crc` is for the lane to check the bytes against once expanded.
-    fn stored(&mut self, _file_id: u32, _offset: u64, _len: usize, _codec: CodecKind, _payload: &[u8], _raw_crc: u32) -> Result<()> {
+    /// checksum checked; `raw_crc` is its raw bytes' for the lane to check once expanded.
+    fn stored(&mut self, _raw_len: usize, _codec: CodecKind, _payload: &[u8], _raw_crc: u32, _live: &[Kept]) -> Result<()> {
         Err(Error::invalid("internal: a stored frame handed to a lane that takes none"))
     }
 
@@ -194,7 +196,7 @@ fn read_stripe(
         if e.frame_pos + n as u64 > s.trailer.index_offset {
             return Err(here("the index says it runs into the index itself (index inconsistent)"));
         }
-        if !members.iter().any(|m| sink.wants_chunk(m)) {
+        if !members.iter().any(|m| !m.is_superseded() && sink.wants_chunk(m)) {
             expect_pos += n as u64;
             continue;
         }
@@ -307,16 +309,17 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
             h.offset,
         ))
     };
-    // A whole frame in the clear that the sink takes as it is stored: its stored checksum checked
-    // here, its raw one where the sink expands it.
-    let codec = CodecKind::from_id(h.codec).filter(|_| set.cipher.is_none() && h.flags & FLAG_PACKED == 0 && h.stored_len != 0);
+    // A frame in the clear that the sink takes as it is stored: its stored checksum checked here,
+    // its raw one where the sink expands it.
+    let codec = CodecKind::from_id(h.codec).filter(|_| set.cipher.is_none() && h.stored_len != 0);
     if let (Some(codec), Some(buf)) = (codec, job.buf.as_ref()) {
-        if sink.takes_stored(h.file_id, h.offset, h.raw_len as usize, codec) {
+        let mut live: Vec<Kept> = members.iter().filter(|m| !m.is_superseded()).map(|m| Kept { file_id: m.file_id, offset: m.offset, at: m.frame_off, len: m.raw_len }).collect();
+        if sink.takes_stored(h.raw_len as usize, codec, &mut live) {
             let payload = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize];
             if crc32c::crc32c(payload) != h.stored_crc {
                 return Err(here("payload checksum mismatch (the stored bytes are damaged)".into()));
             }
-            return sink.stored(h.file_id, h.offset, h.raw_len as usize, codec, payload, h.raw_crc);
+            return sink.stored(h.raw_len as usize, codec, payload, h.raw_crc, &live);
         }
     }
     let stored = job.buf.as_mut().map(|b| &mut b[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.stored_len as usize]);
@@ -332,7 +335,17 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
         out.set_len(h.raw_len as usize);
         return sink.owned(h.file_id, h.offset, out);
     }
-    for m in members.iter() {
+    let live = members.iter().filter(|m| !m.is_superseded());
+    // One file's pieces (a consolidation's copied frame, an incremental's runs of one relation):
+    // in their own buffer, so that the large ones go to the disk directly.
+    if let (Some(first), Some(_)) = (live.clone().next(), raw) {
+        if live.clone().all(|m| m.file_id == first.file_id) {
+            let pieces: Vec<(u64, std::ops::Range<usize>)> = live.map(|m| (m.offset, m.frame_off as usize..(m.frame_off + m.raw_len) as usize)).collect();
+            out.set_len(h.raw_len as usize);
+            return sink.owned_pieces(first.file_id, out, &pieces);
+        }
+    }
+    for m in live {
         let (at, len) = (m.frame_off as usize, m.raw_len as usize);
         sink.chunk(m.file_id, m.offset, len, raw.map(|r| &r[at..at + len]))?;
     }

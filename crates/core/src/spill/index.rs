@@ -13,8 +13,10 @@ pub(crate) struct IndexSpill {
     buf: Vec<u8>,
     /// Entries written.
     pub(crate) count: u64,
-    /// Their raw bytes.
+    /// Their raw bytes that files use.
     pub(crate) raw_bytes: u64,
+    /// Their raw bytes that no file uses ([`crate::format::SUPERSEDED`]).
+    pub(crate) superseded_bytes: u64,
 }
 
 impl IndexSpill {
@@ -23,7 +25,7 @@ impl IndexSpill {
     /// # Errors
     /// No temporary file can be made.
     pub(crate) fn new() -> Result<Self> {
-        Ok(IndexSpill { out: BufWriter::with_capacity(1 << 16, temp()?), buf: Vec::with_capacity(64), count: 0, raw_bytes: 0 })
+        Ok(IndexSpill { out: BufWriter::with_capacity(1 << 16, temp()?), buf: Vec::with_capacity(64), count: 0, raw_bytes: 0, superseded_bytes: 0 })
     }
 
     /// Append an entry.
@@ -35,7 +37,11 @@ impl IndexSpill {
         e.encode_into(&mut self.buf);
         self.out.write_all(&self.buf).map_err(|e| io_err("cannot write a stripe's index", e))?;
         self.count += 1;
-        self.raw_bytes += u64::from(e.raw_len);
+        if e.is_superseded() {
+            self.superseded_bytes += u64::from(e.raw_len);
+        } else {
+            self.raw_bytes += u64::from(e.raw_len);
+        }
         Ok(())
     }
 
@@ -61,10 +67,11 @@ mod tests {
         let e = IndexEntry { file_id: 1, offset: 2, frame_pos: 3, raw_len: 4, stored_len: 5, raw_crc: 6, frame_off: 7, hash: 8 };
         s.push(&e).unwrap();
         s.push(&IndexEntry { raw_len: 10, ..e }).unwrap();
-        assert_eq!((s.count, s.raw_bytes), (2, 14));
+        s.push(&IndexEntry { file_id: crate::format::SUPERSEDED, raw_len: 3, ..e }).unwrap();
+        assert_eq!((s.count, s.raw_bytes, s.superseded_bytes), (3, 14, 3));
         let mut bytes = Vec::new();
         s.reader().unwrap().read_to_end(&mut bytes).unwrap();
         let back = IndexEntry::decode_all(&bytes, crate::format::FORMAT_VERSION).unwrap();
-        assert_eq!(back, vec![e, IndexEntry { raw_len: 10, ..e }]);
+        assert_eq!(back, vec![e, IndexEntry { raw_len: 10, ..e }, IndexEntry { file_id: crate::format::SUPERSEDED, raw_len: 3, ..e }]);
     }
 }

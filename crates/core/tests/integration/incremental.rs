@@ -264,6 +264,78 @@ fn chunks_cut_by_newer_sets_are_written_as_their_pieces() {
     }
 }
 
+/// Consolidation copies the frames newer sets cut into as they are stored, the replaced pages kept
+/// in them unused (superseded): exactly those pages, no more. The set restores alone to the
+/// chain's tree, verifies, reads a file in parts, and is copied again by the next consolidation;
+/// told to keep nothing superseded, it compresses the cut frames again.
+#[test]
+fn consolidation_copies_cut_frames_keeping_the_replaced_pages_unused() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    write_file(&src.join("table"), 8 << 20, 11, 0.5).unwrap();
+    write_file(&src.join("small"), 20 << 10, 12, 0.5).unwrap();
+    let t0 = snapshot(&src);
+    let full = take_in(&src, d.path(), "full", None, 1 << 20);
+    let (a, b): (Vec<usize>, Vec<usize>) = ((3..1024).step_by(13).collect(), (7..1024).step_by(29).collect());
+    for &n in &a {
+        overwrite(&src.join("table"), (n * PAGE) as u64, &[0xA1; PAGE]);
+    }
+    let incr1 = take_in(&src, d.path(), "incr1", Some((Lineage { backup_type: BackupType::Incr, chain: vec![full.manifest.backup_id.clone()] }, t0)), 1 << 20);
+    let t1 = snapshot(&src);
+    for &n in &b {
+        overwrite(&src.join("table"), (n * PAGE) as u64, &[0xB2; PAGE]);
+    }
+    let chain = vec![full.manifest.backup_id.clone(), incr1.manifest.backup_id.clone()];
+    let incr2 = take_in(&src, d.path(), "incr2", Some((Lineage { backup_type: BackupType::Incr, chain }, t1)), 1 << 20);
+    let t2 = snapshot(&src);
+    let consolidated = |name: &str, sets: &[&BackupSet], keep: u8| {
+        let stripes: Vec<Location> = (1..=2).map(|k| Location::file(d.path().join(format!("{name}_{k}.sheaf")))).collect();
+        let mut opts = BackupOptions::new(stripes.clone());
+        opts.codec = CodecSpec::parse("zstd:low").unwrap();
+        opts.transfer_size = 1 << 20;
+        opts.keep_superseded_pct = keep;
+        let rep = sheaf_core::consolidate(sets, &opts, None, Arc::new(NoProgress)).unwrap();
+        let set = BackupSet::open(&stripes, &LocalOnly).unwrap();
+        let to = d.path().join(format!("out_{name}"));
+        sheaf_core::restore(&set, &RestoreOptions::new(&to), Arc::new(NoProgress)).unwrap();
+        compare_trees(&src, &to).unwrap();
+        sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap();
+        (rep, set)
+    };
+    let (rep, merged) = consolidated("merged", &[&full, &incr1, &incr2], sheaf_core::backup::DEFAULT_KEEP_SUPERSEDED_PCT);
+    // Every frame copied: the full's eight, cut by both incrementals; incr1's, whose pages incr2
+    // rewrote in part; incr2's and the small file's. What is superseded is every page the
+    // incrementals replaced in the full, and incr1's pages that incr2 replaced: |A| + |B| pages.
+    assert_eq!(rep.stored_chunks, rep.frames, "{rep:?}");
+    assert_eq!(rep.superseded_bytes, ((a.len() + b.len()) * PAGE) as u64, "{rep:?}");
+    assert_eq!(rep.bytes_held, merged.manifest.total_file_bytes());
+    // A file read in parts from the copied frames (what extracting a page does).
+    let id = merged.manifest.entries.iter().position(|e| e.path == "table").unwrap() as u32;
+    let mut f = merged.file(id).unwrap();
+    let mut page = vec![0u8; PAGE];
+    for n in [b[0], a[0], 0] {
+        f.read_at((n * PAGE) as u64, &mut page).unwrap();
+        assert_eq!(page[..], t2["table"][n * PAGE..(n + 1) * PAGE], "page {n}");
+    }
+    // Told to keep nothing superseded: the cut frames are compressed again, none kept.
+    let (tight, _) = consolidated("tight", &[&full, &incr1, &incr2], 0);
+    assert_eq!(tight.superseded_bytes, 0, "{tight:?}");
+    assert!(tight.stored_chunks < tight.frames, "{tight:?}");
+
+    // The next consolidation copies the consolidated set's frames as they are, the superseded
+    // bytes among them, and adds only what a new incremental replaced.
+    for n in (5..1024).step_by(97) {
+        overwrite(&src.join("table"), (n * PAGE) as u64, &[0xC3; PAGE]);
+    }
+    let incr3 = take_in(&src, d.path(), "incr3", Some((Lineage { backup_type: BackupType::Incr, chain: vec![merged.manifest.backup_id.clone()] }, t2)), 1 << 20);
+    let (again, _) = consolidated("again", &[&merged, &incr3], sheaf_core::backup::DEFAULT_KEEP_SUPERSEDED_PCT);
+    assert_eq!(again.stored_chunks, again.frames, "{again:?}");
+    // Each page incr3 wrote replaces one page the consolidated set used.
+    let c = (5..1024).step_by(97).count();
+    assert_eq!(again.superseded_bytes, ((a.len() + b.len() + c) * PAGE) as u64, "{again:?}");
+}
+
 /// What changed, as a caller that knows it (PostgreSQL's WAL summaries) tells a delta restore:
 /// per file, the byte ranges that may differ; everything past the target file's length too.
 struct Told(HashMap<String, Vec<std::ops::Range<u64>>>);

@@ -129,6 +129,7 @@ impl Backup {
             label: manifest.label.clone(),
             bytes_read: manifest.bytes_read,
             bytes_held: outs.iter().map(|o| o.index.raw_bytes).sum(),
+            superseded_bytes: outs.iter().map(|o| o.index.superseded_bytes).sum(),
             bytes_written: outs.iter().map(|o| o.sink.written()).sum(),
             seconds: self.started.elapsed().as_secs_f64(),
             stripes: outs.len(),
