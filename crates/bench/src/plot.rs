@@ -551,6 +551,7 @@ mod tests {
             restore_host_cpu_pct: None,
             restore_peak_rss_bytes: None,
             delta_restore_seconds: None,
+            consolidate_seconds: None,
         }
     }
 

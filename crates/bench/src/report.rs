@@ -40,6 +40,7 @@ struct Flat {
     restore_host_cpu_pct_median: Option<f64>,
     restore_peak_rss_bytes_median: Option<f64>,
     delta_restore_s_median: Option<f64>,
+    consolidate_s_median: Option<f64>,
     repeats: usize,
 }
 
@@ -73,6 +74,7 @@ impl From<&Row> for Flat {
             restore_host_cpu_pct_median: r.restore_host_cpu_pct.map(|s| s.median),
             restore_peak_rss_bytes_median: r.restore_peak_rss_bytes.map(|s| s.median),
             delta_restore_s_median: r.delta_restore_seconds.map(|s| s.median),
+            consolidate_s_median: r.consolidate_seconds.map(|s| s.median),
             repeats: r.backup_seconds.n,
         }
     }
@@ -110,7 +112,7 @@ fn range(s: &Summary, unit_digits: usize) -> String {
 }
 
 /// The table's columns, as text cells, for the Markdown and terminal writers.
-const HEADER: [&str; 18] = [
+const HEADER: [&str; 19] = [
     "tool",
     "type",
     "compression",
@@ -129,9 +131,10 @@ const HEADER: [&str; 18] = [
     "restore s",
     "restore CPU %",
     "delta restore s",
+    "consolidate s",
 ];
 
-fn cells(r: &Row) -> [String; 18] {
+fn cells(r: &Row) -> [String; 19] {
     let sheaf = r.setting.tool == "sheaf";
     let knob = |v: String| if sheaf { v } else { "-".to_string() };
     let opt = |s: &Option<Summary>, f: &dyn Fn(&Summary) -> String| s.as_ref().map_or_else(|| "-".to_string(), f);
@@ -158,6 +161,7 @@ fn cells(r: &Row) -> [String; 18] {
         opt(&r.restore_seconds, &|s| range(s, 2)),
         opt(&r.restore_cpu_pct, &|s| format!("{:.0}", s.median)),
         opt(&r.delta_restore_seconds, &|s| range(s, 2)),
+        opt(&r.consolidate_seconds, &|s| range(s, 2)),
     ]
 }
 
@@ -181,7 +185,7 @@ pub fn write_markdown(rows: &[Row], mut out: impl Write) -> std::io::Result<()> 
 /// # Errors
 /// I/O errors of `out`.
 pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
-    let all: Vec<[String; 18]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
+    let all: Vec<[String; 19]> = std::iter::once(HEADER.map(str::to_string)).chain(rows.iter().map(cells)).collect();
     let width: Vec<usize> = (0..HEADER.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for r in &all {
         let line: Vec<String> = r.iter().enumerate().map(|(c, v)| if c < 3 || c == 6 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) }).collect();
@@ -254,6 +258,7 @@ struct SampleLine<'a> {
     restore_peak_rss_bytes: Option<u64>,
     restore_host_cpu_pct: Option<f64>,
     delta_restore_s: Option<f64>,
+    consolidate_s: Option<f64>,
 }
 
 impl<'a> From<&'a Sample> for SampleLine<'a> {
@@ -283,6 +288,7 @@ impl<'a> From<&'a Sample> for SampleLine<'a> {
             restore_peak_rss_bytes: s.restore.map(|c| c.peak_rss_bytes),
             restore_host_cpu_pct: s.restore.map(|c| c.host_cpu_pct),
             delta_restore_s: s.delta_restore.map(|c| c.seconds),
+            consolidate_s: s.consolidate.map(|c| c.seconds),
         }
     }
 }
@@ -342,6 +348,7 @@ mod tests {
                 restore_host_cpu_pct: summarize(&[55.0, 59.0, 52.0]),
                 restore_peak_rss_bytes: summarize(&[11e6, 11e6, 12e6]),
                 delta_restore_seconds: None,
+                consolidate_seconds: None,
             },
             Row {
                 setting: Setting {
@@ -367,6 +374,7 @@ mod tests {
                 restore_host_cpu_pct: None,
                 restore_peak_rss_bytes: None,
                 delta_restore_seconds: None,
+                consolidate_seconds: None,
             },
             Row {
                 setting: Setting {
@@ -392,6 +400,7 @@ mod tests {
                 restore_host_cpu_pct: summarize(&[62.0, 63.0]),
                 restore_peak_rss_bytes: summarize(&[30e6, 31e6]),
                 delta_restore_seconds: None,
+                consolidate_seconds: None,
             },
         ]
     }

@@ -67,6 +67,10 @@ pub struct Row {
     pub restore_peak_rss_bytes: Option<Summary>,
     /// Delta restore wall seconds (incrementals: onto a restore of the backup before).
     pub delta_restore_seconds: Option<Summary>,
+    /// `sheaf consolidate` wall seconds of the cycle's last backup (an incremental's chain
+    /// written as one full backup).
+    #[serde(default)]
+    pub consolidate_seconds: Option<Summary>,
 }
 
 impl Row {
@@ -113,6 +117,9 @@ pub struct Sample {
     /// one change behind, as a standby rebuilt or a test copy refreshed).
     #[serde(default)]
     pub delta_restore: Option<Cost>,
+    /// For the last backup of a cycle of incrementals: `sheaf consolidate` of its chain.
+    #[serde(default)]
+    pub consolidate: Option<Cost>,
 }
 
 /// How the bench ran: what a reader of the report needs to judge it.
@@ -181,6 +188,7 @@ pub fn rows(samples: &[Sample], cores: usize) -> Vec<Row> {
                 restore_host_cpu_pct: of_opt(&|s| s.restore.map(|c| c.host_cpu_pct)),
                 restore_peak_rss_bytes: of_opt(&|s| s.restore.map(|c| c.peak_rss_bytes as f64)),
                 delta_restore_seconds: of_opt(&|s| s.delta_restore.map(|c| c.seconds)),
+                consolidate_seconds: of_opt(&|s| s.consolidate.map(|c| c.seconds)),
             })
         })
         .collect()
@@ -211,6 +219,7 @@ mod tests {
             verify: None,
             restore: restore.map(cost),
             delta_restore: None,
+            consolidate: None,
         }
     }
 

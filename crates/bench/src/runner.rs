@@ -233,6 +233,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                         verify: None,
                         restore: Some(restore),
                         delta_restore: None,
+                        consolidate: None,
                     }),
                     Err(e) => {
                         samples.retain(|s| s.setting != setting);
@@ -412,6 +413,7 @@ fn incremental_sweep(
                 verify: None,
                 restore: Some(m.restore),
                 delta_restore: m.delta,
+                consolidate: None,
             });
         }
     }

@@ -210,6 +210,7 @@ impl Ctx<'_> {
             verify,
             restore,
             delta_restore: None,
+            consolidate: None,
         })
     }
 }

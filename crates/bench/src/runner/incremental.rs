@@ -3,7 +3,8 @@
 //! sheaf permutation and each peer then takes, per repeat, a full backup and for each type asked a
 //! change of the pages followed by that backup; every backup is timed and restored (an incremental
 //! through its chain: sheaf's restore, pgBackRest's restore, `pg_combinebackup`), and the restore
-//! timed.
+//! timed; sheaf's incrementals also by `restore --delta` onto the backup before, and the cycle's
+//! last backup by `sheaf consolidate` (its chain written as one full backup).
 //!
 //! Peers: pgBackRest's diff and incr (file level), and PostgreSQL 17+'s `pg_basebackup
 //! --incremental` (plain, uncompressed: measured beside sheaf's `-c none`), rebuilt with
@@ -159,6 +160,7 @@ impl Ctx<'_> {
                     verify: None,
                     restore: Some(m.restore),
                     delta_restore: m.delta,
+                    consolidate: None,
                 });
             }
             Ok(())
@@ -167,6 +169,20 @@ impl Ctx<'_> {
         for (&t, label) in inc.types.iter().zip(inc.labels()) {
             self.change(inc)?;
             take(self, t, label)?;
+        }
+        // The last backup's chain written as one full backup, timed: what keeping chains short
+        // costs, beside the full backup's time in the same cycle.
+        if let (Some(last), Some(&t)) = (ids.last(), inc.types.last()) {
+            let mut c = self.repo_op("consolidate");
+            c.arg("--repo").arg(repo).args(["--set", last, "-c", &p.compression, "--stripes", &p.stripes.to_string(), "--json"]);
+            self.settle()?;
+            let f = measure::run(c)?;
+            if !f.ok() {
+                return Err(f.failure(&format!("sheaf consolidate of the {t} backup {last} ({})", p.name())));
+            }
+            if let Some(s) = out.last_mut() {
+                s.consolidate = Some(f.cost);
+            }
         }
         Ok(out)
     }

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use super::plan::Bits;
-use super::scan::{ChunkSink, Decoded, Kept, Lane};
+use super::scan::{ChunkSink, Decoded, Kept, Lane, Piece};
 use crate::error::{Error, Result};
 use crate::format::IndexEntry;
 use crate::manifest::pages::key_order;
@@ -651,10 +651,23 @@ impl Lane for SetLane<'_> {
             // Wholly given: the buffer goes on as it is (a direct write in flight).
             [r] if *r == (offset..offset + len) => self.inner.owned(f, offset, data),
             _ => {
-                let pieces: Vec<(u64, Range<usize>)> = pieces.iter().map(|r| (r.start, (r.start - offset) as usize..(r.end - offset) as usize)).collect();
-                self.inner.owned_pieces(f, data, &pieces)
+                let pieces: Vec<Piece> = pieces.iter().map(|r| (f, r.start, (r.start - offset) as usize..(r.end - offset) as usize)).collect();
+                self.inner.owned_pieces(data, &pieces)
             }
         }
+    }
+
+    fn owned_pieces(&mut self, data: Decoded, pieces: &[Piece]) -> Result<()> {
+        // Each piece cut to what this set gives, under the newest set's ids.
+        let mut given = Vec::with_capacity(pieces.len());
+        for (file_id, offset, r) in pieces {
+            let Some((f, cut)) = self.map.cut(self.g, *file_id, *offset, r.len() as u64) else { continue };
+            given.extend(cut.into_iter().map(|c| (f, c.start, r.start + (c.start - offset) as usize..r.start + (c.end - offset) as usize)));
+        }
+        if given.is_empty() {
+            return Ok(());
+        }
+        self.inner.owned_pieces(data, &given)
     }
 
     fn takes_stored(&mut self, raw_len: usize, codec: crate::codec::CodecKind, live: &mut Vec<Kept>) -> bool {

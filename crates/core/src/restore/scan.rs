@@ -58,6 +58,9 @@ pub(super) struct Scanned {
     pub bytes_read: u64,
 }
 
+/// A piece of a decompressed frame: its file, its offset there, and where it is in the frame.
+pub(super) type Piece = (u32, u64, std::ops::Range<usize>);
+
 /// One decompressor thread's way into a [`ChunkSink`].
 pub(super) trait Lane {
     /// `data` is the chunk's raw bytes, or `None` for an all-zero chunk of `len` bytes.
@@ -69,12 +72,13 @@ pub(super) trait Lane {
         self.chunk(file_id, offset, data.len(), Some(&data))
     }
 
-    /// Pieces of a whole frame's chunk, each `(offset in the file, range of data)`, in their own
-    /// buffer (a chunk that newer sets of a chain cut into): the lane may keep it while the
-    /// pieces are written. Each piece counts as one write. By default, each as [`Lane::chunk`].
-    fn owned_pieces(&mut self, file_id: u32, data: Decoded, pieces: &[(u64, std::ops::Range<usize>)]) -> Result<()> {
-        for (offset, r) in pieces {
-            self.chunk(file_id, *offset, r.len(), Some(&data[r.clone()]))?;
+    /// Pieces of a frame's raw bytes in their own buffer, each `(file, offset in the file, range
+    /// of data)`: a packed frame's members, or a chunk that newer sets of a chain cut into. The
+    /// lane may keep the buffer while the pieces are written. Each piece counts as one write. By
+    /// default, each as [`Lane::chunk`].
+    fn owned_pieces(&mut self, data: Decoded, pieces: &[Piece]) -> Result<()> {
+        for (file_id, offset, r) in pieces {
+            self.chunk(*file_id, *offset, r.len(), Some(&data[r.clone()]))?;
         }
         Ok(())
     }
@@ -336,14 +340,12 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
         return sink.owned(h.file_id, h.offset, out);
     }
     let live = members.iter().filter(|m| !m.is_superseded());
-    // One file's pieces (a consolidation's copied frame, an incremental's runs of one relation):
-    // in their own buffer, so that the large ones go to the disk directly.
-    if let (Some(first), Some(_)) = (live.clone().next(), raw) {
-        if live.clone().all(|m| m.file_id == first.file_id) {
-            let pieces: Vec<(u64, std::ops::Range<usize>)> = live.map(|m| (m.offset, m.frame_off as usize..(m.frame_off + m.raw_len) as usize)).collect();
-            out.set_len(h.raw_len as usize);
-            return sink.owned_pieces(first.file_id, out, &pieces);
-        }
+    // Its members in the frame's own buffer, so that the large ones (runs of pages, a copied
+    // frame's ranges) go to the disk directly while the thread goes on.
+    if raw.is_some() {
+        let pieces: Vec<Piece> = live.map(|m| (m.file_id, m.offset, m.frame_off as usize..(m.frame_off + m.raw_len) as usize)).collect();
+        out.set_len(h.raw_len as usize);
+        return sink.owned_pieces(out, &pieces);
     }
     for m in live {
         let (at, len) = (m.frame_off as usize, m.raw_len as usize);

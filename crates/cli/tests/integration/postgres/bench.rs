@@ -129,6 +129,9 @@ fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
         assert!(f(incr, "delta_restore_s_median") > 0.0, "{incr:?}");
     }
     assert_eq!(full["delta_restore_s_median"], "", "a full has no backup before it: {full:?}");
+    // The cycle's last backup, and only it, consolidated into a full backup, timed.
+    assert!(f(row("sheaf", "incr 2").unwrap(), "consolidate_s_median") > 0.0, "{rows:#?}");
+    assert_eq!(row("sheaf", "incr").unwrap()["consolidate_s_median"], "", "{rows:#?}");
     assert!(f(full, "restore_s_median") > 0.0, "{full:?}");
     // Each peer measured where it can run: pgBackRest 2.45 up to PostgreSQL 17 (its block
     // incremental and its file-level one, each a tool of the report, each with its delta

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{OpenFile, Slot, Writer, SMALL_WRITE};
 use crate::aligned::{is_aligned, ALIGN};
 use crate::error::{io_at, Error, ErrorKind, Result};
-use crate::restore::scan::{Decoded, Lane};
+use crate::restore::scan::{Decoded, Lane, Piece};
 
 /// Chunk buffers one decompressor thread keeps in flight: while the disk writes them, the thread
 /// decompresses the next chunks (a thread that waited for each of its writes left the CPU idle
@@ -180,14 +180,27 @@ impl Lane for WriteLane<'_, '_> {
         self.reap(0)
     }
 
-    fn owned_pieces(&mut self, file_id: u32, data: Decoded, pieces: &[(u64, std::ops::Range<usize>)]) -> Result<()> {
-        let Some(slot) = self.writer.slot(file_id)? else { return Ok(()) };
-        let Some(file) = self.writer.handle(&slot, None)? else {
-            return Err(Error::new(ErrorKind::Io, format!("internal: a chunk of {} came after its last", slot.path.display())));
-        };
+    fn owned_pieces(&mut self, data: Decoded, pieces: &[Piece]) -> Result<()> {
         let data = Arc::new(data);
         let mut held = false;
-        for (offset, r) in pieces {
+        // The file of the piece before (a frame's pieces are mostly one file's, or each its own).
+        let mut last: Option<(u32, Arc<Slot>, Option<Arc<OpenFile>>)> = None;
+        for (file_id, offset, r) in pieces {
+            if last.as_ref().is_none_or(|(id, _, _)| id != file_id) {
+                // A hollow file's pieces (in a frame read for another file) are dropped.
+                let Some(slot) = self.writer.slot(*file_id)? else {
+                    last = None;
+                    continue;
+                };
+                let file = self.writer.handle(&slot, Some(r.len()))?;
+                last = Some((*file_id, slot, file));
+            }
+            let Some((_, slot, file)) = &last else { continue };
+            let (slot, Some(file)) = (slot.clone(), file.clone()) else {
+                // Created and let go already: counted, as a chunk is.
+                self.writer.done(slot, r.len() as u64)?;
+                continue;
+            };
             // Small or unaligned pieces (a page an incremental changed, a file's tail) go through
             // the page cache; large aligned ones straight to the disk, several in flight.
             let direct = self.ring.is_some() && file.direct && r.len() >= SMALL_WRITE && is_aligned(&data[r.clone()], *offset) && r.len() <= u32::MAX as usize;
