@@ -12,7 +12,7 @@ use crate::restore::scan::{Decoded, Lane, Piece};
 /// Chunk buffers one decompressor thread keeps in flight: while the disk writes them, the thread
 /// decompresses the next chunks (a thread that waited for each of its writes left the CPU idle
 /// for every write and the disk idle for every decompression).
-pub(super) const IN_FLIGHT: usize = 3;
+pub(super) const IN_FLIGHT: usize = 6;
 
 /// Writes one thread keeps in flight: a chunk that newer sets of a chain cut into goes out as
 /// several writes from its one buffer.
