@@ -38,6 +38,19 @@ pub(super) fn apply_metadata_fd(e: &Entry, f: &fs::File, p: &Path, chown: bool, 
     rustix::fs::futimens(f, &times(e)).map_err(|err| io_at(ErrorKind::Target, "cannot set times of", p, err.into()))
 }
 
+/// Whether `p` is a regular file that has entry `e`'s size, mode, modification time and (as root)
+/// owner already: what a delta restore keeps as it is needs nothing done to it.
+pub(super) fn already(e: &Entry, p: &Path, as_root: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(p).is_ok_and(|m| {
+        m.is_file()
+            && m.len() == e.size
+            && m.mode() & 0o7777 == e.mode & 0o7777
+            && i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()) == i128::from(e.mtime_ns)
+            && (!as_root || (m.uid() == e.uid && m.gid() == e.gid))
+    })
+}
+
 /// Owner (as root), mode (not of a symlink) and modification time of `p`, not following a link.
 pub(super) fn apply_metadata(e: &Entry, p: &Path, as_root: bool) -> Result<()> {
     if as_root {

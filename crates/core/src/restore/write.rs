@@ -312,8 +312,14 @@ impl<'a> Writer<'a> {
                 return Ok(());
             }
             if !self.created.get(id) {
-                let f = self.create(id, e, &d, None)?;
-                self.finish_file(e, &f, &d)?;
+                // Kept as it is (a delta found every byte there): nothing to do where its size,
+                // mode, time and owner are right already, as they are after a restore.
+                if self.keep_existing && super::metadata::already(e, &d, self.as_root) {
+                    self.existed.set(id);
+                } else {
+                    let f = self.create(id, e, &d, None)?;
+                    self.finish_file(e, &f, &d)?;
+                }
             }
             if !hollow {
                 let written = self.map.expected(id, e);
