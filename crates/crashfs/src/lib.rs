@@ -33,6 +33,10 @@ pub struct CrashFs {
     mnt: PathBuf,
     state: Arc<Mutex<State>>,
     session: Option<fuser::BackgroundSession>,
+    /// An unmount failed (a process still used it) after the session was given up: the mount is
+    /// still there, served by the session's thread, and must go before any mount again, or the
+    /// next would land on top of it.
+    orphaned: bool,
 }
 
 impl CrashFs {
@@ -43,7 +47,7 @@ impl CrashFs {
     pub fn mount(backing: &Path, mnt: &Path) -> io::Result<CrashFs> {
         let state = Arc::new(Mutex::new(load(backing)?));
         let session = serve(&state, mnt)?;
-        Ok(CrashFs { backing: backing.to_path_buf(), mnt: mnt.to_path_buf(), state, session: Some(session) })
+        Ok(CrashFs { backing: backing.to_path_buf(), mnt: mnt.to_path_buf(), state, session: Some(session), orphaned: false })
     }
 
     /// Where it is mounted.
@@ -95,7 +99,14 @@ impl CrashFs {
 
     fn unmount_only(&mut self) -> io::Result<()> {
         if let Some(session) = self.session.take() {
-            session.umount_and_join()?;
+            if let Err(e) = session.umount_and_join() {
+                self.orphaned = true;
+                return Err(e);
+            }
+        }
+        if self.orphaned {
+            unmount_path(&self.mnt, false)?;
+            self.orphaned = false;
         }
         Ok(())
     }
@@ -107,8 +118,38 @@ impl CrashFs {
 
 impl Drop for CrashFs {
     fn drop(&mut self) {
-        let _ = self.unmount_only();
+        // A process still using it (a server a test left running) makes the unmount fail: then
+        // detach it, so that no dead mount outlives this process.
+        if self.unmount_only().is_err() {
+            detach(&self.mnt);
+        }
     }
+}
+
+/// Unmount `mnt`; `lazy`: gone from the tree at once, released when its last user lets go. As
+/// root umount2(2), else fusermount3.
+fn unmount_path(mnt: &Path, lazy: bool) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(mnt.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: `path` is a NUL-terminated string that lives across the call; umount2 only reads it.
+    if unsafe { libc::umount2(path.as_ptr(), if lazy { libc::MNT_DETACH } else { 0 }) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EPERM) {
+        return Err(err);
+    }
+    let ok = std::process::Command::new("fusermount3").args(if lazy { &["-u", "-z"][..] } else { &["-u"][..] }).arg(mnt).status()?.success();
+    if ok {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EBUSY))
+    }
+}
+
+/// Unmount `mnt` lazily, whatever still uses it.
+fn detach(mnt: &Path) {
+    let _ = unmount_path(mnt, true);
 }
 
 fn serve(state: &Arc<Mutex<State>>, mnt: &Path) -> io::Result<fuser::BackgroundSession> {
@@ -244,6 +285,34 @@ mod tests {
         fs::write(m.join("after"), b"x").unwrap();
         cfs.unmount().unwrap();
         assert_eq!(fs::read(d.path().join("backing/after")).unwrap(), b"x");
+    }
+
+    /// How many mounts sit on `m` (stacked ones count each).
+    fn mounts_at(m: &Path) -> usize {
+        let m = fs::canonicalize(m).unwrap();
+        fs::read_to_string("/proc/self/mountinfo").unwrap().lines().filter(|l| l.split(' ').nth(4) == Some(m.to_str().unwrap())).count()
+    }
+
+    /// A mount again while a process still holds a file on it fails (EBUSY) and leaves one mount;
+    /// once the file is let go the mount again succeeds, still one mount, not one on top of a
+    /// stale one; dropped with a file still open, nothing is left mounted.
+    #[test]
+    fn a_busy_mount_is_never_stacked_nor_left_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let Some(mut cfs) = mounted(d.path()) else { return };
+        let m = cfs.path().to_path_buf();
+        fs::write(m.join("f"), b"x").unwrap();
+        let held = fs::File::open(m.join("f")).unwrap();
+        assert!(cfs.remount().is_err(), "busy");
+        assert_eq!(mounts_at(&m), 1);
+        drop(held);
+        cfs.remount().unwrap();
+        assert_eq!(mounts_at(&m), 1, "not stacked");
+        // Served (the file was never synced: power came back without it).
+        fs::write(m.join("g"), b"y").unwrap();
+        let _held = fs::File::open(m.join("g")).unwrap();
+        drop(cfs);
+        assert_eq!(mounts_at(&m), 0, "detached, not left behind");
     }
 
     #[test]

@@ -205,6 +205,15 @@ impl Rig {
     }
 }
 
+impl Drop for Rig {
+    /// Whatever the workload left using the mount goes, then the mount, before the folder holding
+    /// it is removed (never through it): no mount outlives the test.
+    fn drop(&mut self) {
+        kill_users(&self.mnt);
+        drop(self.fs.take());
+    }
+}
+
 /// SIGKILL every process (but this one) with a file, its working folder or its root under `mnt`,
 /// as `fuser -km` does.
 fn kill_users(mnt: &Path) {
