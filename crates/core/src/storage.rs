@@ -507,12 +507,21 @@ pub trait StripeSource: Send + Sync {
     /// # Errors
     /// [`ErrorKind::Incomplete`] when `end` is past the stripe's length.
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        if end < start {
-            return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.location())));
-        }
-        let range = checked_range(self.location(), start, end - start, self.len())?;
+        let range = stream_range(self.location(), start, end, self.len())?;
         Ok(Box::new(Positional { src: self, pos: range.start, end: range.end }))
     }
+}
+
+/// `start..end` of a stripe of `len` bytes, for [`StripeSource::stream`]: refused when it runs
+/// backwards or past the end.
+///
+/// # Errors
+/// [`ErrorKind::InvalidInput`] backwards, [`ErrorKind::Incomplete`] past the end.
+pub(crate) fn stream_range(location: &str, start: u64, end: u64, len: u64) -> Result<std::ops::Range<u64>> {
+    if end < start {
+        return Err(Error::invalid(format!("stripe {location}: a stream from {start} to {end} runs backwards")));
+    }
+    checked_range(location, start, end - start, len)
 }
 
 /// `offset .. offset + n` when a stripe of `len` bytes holds it; else the error that names the stripe

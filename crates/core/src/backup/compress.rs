@@ -164,7 +164,18 @@ fn adopt(encoder: &FrameEncoder, decoders: &mut DecompressorSet, spare: Option<&
             .map_err(|e| e.context(format!("a chunk stored already (compressed on the source's host, or copied from another set: file {}, offset {})", job.file_id, job.offset)))?;
         &out[..job.len]
     };
-    let raw_crc = crc32c::crc32c(raw);
+    // A frame some of whose bytes are superseded goes as a packed frame: its members (which tile
+    // it) each with their own checksums, which combine to the frame's, checked here, so that no
+    // byte is summed twice.
+    let mut parts = Vec::with_capacity(job.members.len());
+    let mut raw_crc = if job.members.is_empty() { crc32c::crc32c(raw) } else { 0 };
+    for m in &job.members {
+        let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
+        let crc = crc32c::crc32c(bytes);
+        raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
+        let hash = if m.file_id == crate::format::SUPERSEDED { 0 } else { crate::format::chunk_hash(bytes) };
+        parts.push(Part { file_id: m.file_id, offset: m.offset, at: m.at, len: m.len, crc, hash });
+    }
     if raw_crc != stored.raw_crc {
         return Err(Error::corrupt(format!(
             "a chunk stored already (compressed on the source's host, or copied from another set: file {}, offset {}) does not expand to the bytes it was made from (crc32c {raw_crc:08x}, not {:08x})",
@@ -173,14 +184,6 @@ fn adopt(encoder: &FrameEncoder, decoders: &mut DecompressorSet, spare: Option<&
     }
     if let Some(c) = &job.check {
         run_check(c, job.offset, raw, shared);
-    }
-    // A frame some of whose bytes are superseded: its members as a packed frame's, each with its
-    // own checksums (they combine to the frame's, checked above).
-    let mut parts = Vec::with_capacity(job.members.len());
-    for m in &job.members {
-        let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
-        let hash = if m.file_id == crate::format::SUPERSEDED { 0 } else { crate::format::chunk_hash(bytes) };
-        parts.push(Part { file_id: m.file_id, offset: m.offset, at: m.at, len: m.len, crc: crc32c::crc32c(bytes), hash });
     }
     let (hash, flags) = if parts.is_empty() { (crate::format::chunk_hash(raw), 0) } else { (0, FLAG_PACKED) };
     let at = FrameHeader { file_id: job.file_id, offset: job.offset, raw_len: job.len as u32, stored_len: 0, codec: stored.codec as u8, flags, raw_crc, stored_crc: 0 };

@@ -370,10 +370,7 @@ impl StripeSource for LocalSource {
         &self.shown
     }
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn std::io::Read + Send + '_>> {
-        if end < start {
-            return Err(crate::Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.shown)));
-        }
-        let range = super::checked_range(&self.shown, start, end - start, self.len)?;
+        let range = super::stream_range(&self.shown, start, end, self.len)?;
         Ok(Box::new(AheadReader { src: self, pos: range.start, end: range.end, advised: range.start }))
     }
 }

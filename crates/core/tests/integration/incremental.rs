@@ -172,10 +172,15 @@ fn chains_of_incrementals_and_a_differential_restore_each_state_exactly() {
         std::fs::write(stale.join("dir/junk"), b"nor in a folder it has").unwrap();
         std::fs::remove_file(stale.join("small")).unwrap();
         std::fs::create_dir_all(stale.join("small/inside")).unwrap();
+        // A file whose bytes are right but whose mode and time are not: its metadata is set again.
+        std::fs::set_permissions(stale.join("same"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::fs::File::options().write(true).open(stale.join("same")).unwrap().set_modified(std::time::UNIX_EPOCH).unwrap();
         let mut o = RestoreOptions::new(&stale);
         o.delta = true;
         let r = restore_chain(sets, &o, Arc::new(NoProgress)).unwrap();
         compare_trees(&src, &stale).unwrap();
+        let mtime = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+        assert_eq!(mtime(&stale.join("same")), mtime(&src.join("same")), "the kept file's time is the backup's");
         (r, o)
     };
     let (r, mut o) = stale_delta("stale", &[&full, &incr1, &incr2]);
