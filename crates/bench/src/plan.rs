@@ -190,14 +190,18 @@ pub struct Resolved {
 /// `--type` and `--change` for the source and targets: what incrementals to measure, if any.
 fn incremental(types: &str, change: Option<String>, source: &Source, matrix: &Matrix) -> Result<Option<Incremental>> {
     // The full once; the others in order, repeats kept (`full,incr,incr,incr`: a chain of three).
-    let (mut full_rows, mut after) = (false, Vec::new());
+    let (mut full_rows, mut after, mut rewind) = (false, Vec::new(), false);
     for t in types.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        match BackupType::parse(t).map_err(|e| Error::invalid(format!("--type: {}", e.message())))? {
+        if t.eq_ignore_ascii_case("rewind") {
+            rewind = true;
+            continue;
+        }
+        match BackupType::parse(t).map_err(|e| Error::invalid(format!("--type: {} (or rewind: a former primary put back)", e.message())))? {
             BackupType::Full => full_rows = true,
             t => after.push(t),
         }
     }
-    if after.is_empty() {
+    if after.is_empty() && !rewind {
         if change.is_some() {
             return Err(Error::invalid("--change is the change before an incremental: give --type full,incr (or diff) with it"));
         }
@@ -205,14 +209,14 @@ fn incremental(types: &str, change: Option<String>, source: &Source, matrix: &Ma
     }
     if !matches!(source, Source::Tpch(_)) {
         return Err(Error::invalid(
-            "--type diff or incr changes the source between the full and the incremental (--change): it runs on --dataset tpch:SCALE, a cluster the bench makes and removes, never on yours",
+            "--type diff, incr or rewind changes the source between the full and the incremental (--change): it runs on --dataset tpch:SCALE, a cluster the bench makes and removes, never on yours",
         ));
     }
     if !matches!(matrix.target.as_slice(), [BenchTarget::Dir(d)] if d.len() == 1) {
-        return Err(Error::invalid("--type diff or incr backs up into one repository: give one directory in --target (not nul, s3:// or DIR+DIR)"));
+        return Err(Error::invalid("--type diff, incr or rewind backs up into one repository: give one directory in --target (not nul, s3:// or DIR+DIR)"));
     }
     let change_percent = change.as_deref().map_or(Ok(DEFAULT_CHANGE_PERCENT), crate::change::parse_percent)?;
-    Ok(Some(Incremental { full_rows, types: after, change_percent }))
+    Ok(Some(Incremental { full_rows, types: after, change_percent, rewind }))
 }
 
 /// Merge: flags over the plan over the defaults.
@@ -310,11 +314,14 @@ out = "report"
     fn incrementals_need_a_cluster_of_the_bench_and_one_directory() {
         let plan = Plan::parse("dataset = \"tpch:0.1\"\ntarget = \"/var/tmp\"\ntype = [\"full\", \"incr\"]\nchange = 2").unwrap();
         let r = resolve(Flags::default(), plan.clone()).unwrap();
-        assert_eq!(r.incremental, Some(Incremental { full_rows: true, types: vec![BackupType::Incr], change_percent: 2.0 }));
+        assert_eq!(r.incremental, Some(Incremental { full_rows: true, types: vec![BackupType::Incr], change_percent: 2.0, rewind: false }));
         let flags = Flags { backup_type: Some("diff,incr,incr".into()), change: Some("10%".into()), ..Flags::default() };
         let inc = resolve(flags, plan.clone()).unwrap().incremental.unwrap();
-        assert_eq!(inc, Incremental { full_rows: false, types: vec![BackupType::Diff, BackupType::Incr, BackupType::Incr], change_percent: 10.0 });
+        assert_eq!(inc, Incremental { full_rows: false, types: vec![BackupType::Diff, BackupType::Incr, BackupType::Incr], change_percent: 10.0, rewind: false });
         assert_eq!(inc.labels(), ["diff", "incr", "incr 2"], "a chain of incrementals, each a row");
+        // A former primary put back, alone or after a chain.
+        let inc = resolve(Flags { backup_type: Some("full,Rewind".into()), ..Flags::default() }, plan.clone()).unwrap().incremental.unwrap();
+        assert_eq!(inc, Incremental { full_rows: true, types: vec![], change_percent: 2.0, rewind: true });
         let r = resolve(Flags { backup_type: Some("full".into()), ..Flags::default() }, Plan { change: None, ..plan.clone() }).unwrap();
         assert_eq!(r.incremental, None, "full alone is the plain sweep");
         for (flags, needle) in [
@@ -323,6 +330,7 @@ out = "report"
             (Flags { target: Some("/a,/b".into()), ..Flags::default() }, "one directory"),
             (Flags { change: Some("80%".into()), ..Flags::default() }, "at most 50"),
             (Flags { backup_type: Some("full,weekly".into()), ..Flags::default() }, "--type: backup type 'weekly'"),
+            (Flags { backup_type: Some("rewind".into()), target: Some("nul".into()), ..Flags::default() }, "one directory"),
             (Flags { backup_type: Some("full".into()), change: Some("5%".into()), ..Flags::default() }, "give --type full,incr"),
         ] {
             let e = resolve(flags, plan.clone()).unwrap_err().to_string();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::results::{BenchResult, Row, Sample};
+use crate::results::{BenchResult, DiskProbe, RewindSample, Row, Sample};
 use crate::stats::Summary;
 
 /// The flat record a CSV row holds.
@@ -194,6 +194,103 @@ pub fn write_text(rows: &[Row], mut out: impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The former primary put back (`--type rewind`), per sheaf permutation: each way's seconds
+/// (median, min–max) and its ratio to `pg_rewind`'s median, with what the delta did. Empty when
+/// none ran.
+fn rewind_table(rewinds: &[RewindSample], cores: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut keys: Vec<(&str, usize)> = Vec::new();
+    for r in rewinds {
+        if !keys.contains(&(r.compression.as_str(), r.stripes)) {
+            keys.push((r.compression.as_str(), r.stripes));
+        }
+    }
+    for (codec, stripes) in keys {
+        let g: Vec<&RewindSample> = rewinds.iter().filter(|r| r.compression == codec && r.stripes == stripes).collect();
+        let of = |f: &dyn Fn(&RewindSample) -> Option<&crate::measure::Cost>| {
+            let costs: Option<Vec<&crate::measure::Cost>> = g.iter().map(|r| f(r)).collect();
+            costs.and_then(|c| {
+                Some((
+                    crate::stats::summarize(&c.iter().map(|c| c.seconds).collect::<Vec<_>>())?,
+                    crate::stats::summarize(&c.iter().map(|c| c.cpu_pct(cores)).collect::<Vec<_>>())?,
+                ))
+            })
+        };
+        let rewind = of(&|r| r.pg_rewind.as_ref());
+        let ways = [
+            ("pg_rewind against the running new primary".to_string(), rewind),
+            (format!("sheaf restore --delta from the repository ({codec}, {stripes} stripe{})", if stripes == 1 { "" } else { "s" }), of(&|r| Some(&r.sheaf_delta))),
+            ("sheaf restore of the same backup into an empty folder".to_string(), of(&|r| Some(&r.sheaf_restore))),
+        ];
+        out.push("| a former primary put back | seconds | × pg_rewind | CPU % |".into());
+        out.push("|---|---|---|---|".into());
+        for (way, m) in ways {
+            let Some((secs, cpu)) = m else {
+                out.push(format!("| {way} | not measured (no pg_rewind beside the server) | | |"));
+                continue;
+            };
+            let ratio = rewind.map_or_else(|| "—".to_string(), |(w, _)| if w.median > 0.0 { format!("{:.2}", secs.median / w.median) } else { "—".into() });
+            out.push(format!("| {way} | {} | {ratio} | {} |", range(&secs, 2), range(&cpu, 0)));
+        }
+        if let Some(first) = g.first() {
+            out.push(String::new());
+            out.push(format!(
+                "The delta ({}): wrote {}, kept {}; {}",
+                first.delta_method,
+                sheaf_core::size::format_size(first.delta_bytes_written),
+                sheaf_core::size::format_size(first.delta_bytes_kept),
+                first.delta_how
+            ));
+        }
+        out.push(String::new());
+    }
+    out
+}
+
+/// The disk's rate beside the full restores': dd's seconds (median, min–max) for the same bytes,
+/// and each sheaf full restore's rate as a share of dd's (dd's median time over the restore's).
+fn disk_lines(disk: &[DiskProbe], rows: &[Row]) -> Vec<String> {
+    let Some(dd) = crate::stats::summarize(&disk.iter().map(|d| d.cost.seconds).collect::<Vec<_>>()) else { return Vec::new() };
+    let bytes = disk.iter().map(|d| d.bytes).max().unwrap_or(0);
+    let shares: Vec<String> = rows
+        .iter()
+        .filter(|r| r.setting.tool == "sheaf" && r.setting.backup_type == "full")
+        .filter_map(|r| {
+            let restore = r.restore_seconds?;
+            (restore.median > 0.0).then(|| format!("{} ×{} {:.2}", r.setting.compression, r.setting.stripes, dd.median / restore.median))
+        })
+        .collect();
+    let mut out = vec![format!(
+        "The disk's limit: dd oflag=direct wrote the {} a full restore writes in {} s ({:.0} MB/s), in the same run, each started as a restore is.",
+        sheaf_core::size::format_size(bytes),
+        range(&dd, 2),
+        if dd.median > 0.0 { bytes as f64 / dd.median / 1e6 } else { 0.0 }
+    )];
+    if !shares.is_empty() {
+        out.push(format!("Full restores at that rate (dd's time over the restore's): {}.", shares.join(", ")));
+    }
+    out.push(String::new());
+    out
+}
+
+/// Write what follows the table, for a terminal or `report.md`: the disk's rate beside the full
+/// restores' (where it was measured), and the former-primary table (`--type rewind`).
+///
+/// # Errors
+/// I/O errors of `out`.
+pub fn write_extras(result: &BenchResult, mut out: impl Write) -> std::io::Result<()> {
+    for line in disk_lines(&result.disk, &result.rows) {
+        writeln!(out, "{line}")?;
+    }
+    if !result.rewinds.is_empty() {
+        writeln!(out, "## A former primary put back\n")?;
+        for line in rewind_table(&result.rewinds, result.info.cores) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
 /// Write the report into `dir` (created if missing): `report.csv`, `report.json` (rows, samples
 /// and how the bench ran), `samples.csv` (every repeat), the plots (SVG and PNG), and `report.md`
 /// (how it ran, the table, the plots). Returns the files.
@@ -309,6 +406,7 @@ fn write_markdown_report(result: &BenchResult, plots: &[PathBuf], mut out: impl 
     writeln!(out)?;
     write_markdown(&result.rows, &mut out)?;
     writeln!(out)?;
+    write_extras(result, &mut out)?;
     for p in plots.iter().filter(|p| p.extension().is_some_and(|e| e == "svg")) {
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         writeln!(out, "![{}]({name})\n", name.trim_end_matches(".svg").replace('_', " "))?;

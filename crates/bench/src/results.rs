@@ -122,6 +122,45 @@ pub struct Sample {
     pub consolidate: Option<Cost>,
 }
 
+/// One repeat of a former primary put back (`--type rewind`): the standby of a primary promoted
+/// and changed, the old primary (which wrote on after the split, then stopped) brought to the new
+/// primary's state by `pg_rewind` against the running new primary and, on an identical copy, by
+/// `sheaf restore --delta` of the new primary's backup from the repository.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RewindSample {
+    /// The sheaf permutation's codec and stripes.
+    pub compression: String,
+    pub stripes: usize,
+    /// Which repeat, from 1.
+    pub repeat: usize,
+    /// `pg_rewind`; `None` where the server's binaries lack it.
+    pub pg_rewind: Option<Cost>,
+    /// `sheaf restore --delta` onto the former primary.
+    pub sheaf_delta: Cost,
+    /// `sheaf restore` of the same backup into an empty folder.
+    pub sheaf_restore: Cost,
+    /// The delta's method (`wal`: from the WAL summaries; `hash`: it read the target) and how it
+    /// found what differs, as its `--json` says.
+    pub delta_method: String,
+    pub delta_how: String,
+    /// Bytes the delta wrote (rewritten and created) and kept.
+    pub delta_bytes_written: u64,
+    pub delta_bytes_kept: u64,
+}
+
+/// The disk's own rate for a restore's writes, measured in the same run as the restores: `dd
+/// oflag=direct` writing as many bytes as the full backups read (what their restores write) into
+/// the folder restores go to, the cache dropped before it as before them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DiskProbe {
+    /// Which repeat, from 1.
+    pub repeat: usize,
+    /// Bytes written.
+    pub bytes: u64,
+    /// dd's run.
+    pub cost: Cost,
+}
+
 /// How the bench ran: what a reader of the report needs to judge it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunInfo {
@@ -152,6 +191,12 @@ pub struct BenchResult {
     pub rows: Vec<Row>,
     /// Every repeat.
     pub samples: Vec<Sample>,
+    /// A former primary put back, each repeat (`--type rewind`).
+    #[serde(default)]
+    pub rewinds: Vec<RewindSample>,
+    /// The disk's rate, each repeat (directory targets with restores).
+    #[serde(default)]
+    pub disk: Vec<DiskProbe>,
 }
 
 /// Group the samples into rows (medians and ranges), in the order they first ran.

@@ -13,6 +13,7 @@ mod incremental;
 mod options;
 mod peer_case;
 mod prepare;
+mod rewind;
 mod trash;
 mod work;
 
@@ -25,7 +26,7 @@ use sheaf_pg::scratch;
 use crate::matrix::BenchTarget;
 use crate::measure;
 use crate::peers::{self, BackRest, Peer, PeerRun};
-use crate::results::{rows, BenchResult, RunInfo, Sample, Setting};
+use crate::results::{rows, BenchResult, RewindSample, RunInfo, Sample, Setting};
 use crate::source::Source;
 use crate::stats::summarize;
 use case::Ctx;
@@ -152,16 +153,18 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     };
     ctx.warm_up()?;
     let mut samples = Vec::new();
+    let mut rewinds = Vec::new();
+    let mut disk = Vec::new();
     let mut failure = None;
     if let Some(inc) = &opts.incremental {
         ctx.archiving = true;
         let dir = dir_targets.first().ok_or_else(|| Error::invalid("--type diff or incr needs a directory in --target"))?;
         let peers = incremental_peers(&ctx, &peer_runs, &mut warnings)?;
         // pgBackRest runs twice here (block and file level), and skipped peers not at all.
-        ctx.clock.total = (perms.len() + peers.len()) * opts.matrix.repeat;
+        ctx.clock.total = (perms.len() * (1 + usize::from(inc.rewind)) + peers.len()) * opts.matrix.repeat;
         let needs_summaries = peers.iter().any(|r| r.tool == "pg_basebackup");
         ctx.incremental_setup(&dir.join(&work_name).join("repo"), needs_summaries)?;
-        failure = incremental_sweep(&mut ctx, inc, &perms, &peers, dir, home.as_ref().map(|h| h.0.as_path()), &mut samples, &mut warnings);
+        failure = incremental_sweep(&mut ctx, inc, &perms, &peers, dir, home.as_ref().map(|h| h.0.as_path()), &mut samples, &mut rewinds, &mut warnings);
     }
     'sweep: for p in perms.iter().filter(|_| opts.incremental.is_none()) {
         for r in 1..=opts.matrix.repeat {
@@ -178,6 +181,20 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     }
     let sheaf_read: Vec<f64> = samples.iter().map(|s| s.bytes_read as f64).collect();
     let source_bytes = summarize(&sheaf_read).map_or(0, |s| s.median as u64);
+    // The disk's rate for the full restores' bytes, once per repeat, in the same run.
+    let full_bytes = samples.iter().filter(|s| s.setting.backup_type == "full" && s.restore.is_some()).map(|s| s.bytes_read).max();
+    if let (None, Some(dir), Some(bytes)) = (&failure, dir_targets.first(), full_bytes) {
+        for r in 1..=opts.matrix.repeat {
+            match ctx.disk_probe(dir, bytes, r) {
+                Ok(Some(d)) => disk.push(d),
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+    }
     let basebackup = peers::find("pg_basebackup");
     for dir in dir_targets.iter().filter(|_| failure.is_none() && opts.incremental.is_none()) {
         let mut backrest_ready: Option<Option<BackRest>> = None;
@@ -273,6 +290,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
             },
             rows,
             samples,
+            rewinds,
+            disk,
         },
         failure,
     })
@@ -329,6 +348,7 @@ fn incremental_sweep(
     dir: &std::path::Path,
     home: Option<&std::path::Path>,
     samples: &mut Vec<Sample>,
+    rewinds: &mut Vec<RewindSample>,
     warnings: &mut Vec<String>,
 ) -> Option<Error> {
     let repo = dir.join(&ctx.work_name).join("repo");
@@ -338,6 +358,16 @@ fn incremental_sweep(
             ctx.announce(&format!("sheaf full, {types} {} ({})", p.name(), repo.display()), r);
             match ctx.sheaf_cycle(p, inc, &repo, dir, r) {
                 Ok(s) => samples.extend(s),
+                Err(e) => return Some(e),
+            }
+            ctx.clock.done += 1;
+        }
+    }
+    for p in perms.iter().filter(|_| inc.rewind) {
+        for r in 1..=ctx.opts.matrix.repeat {
+            ctx.announce(&format!("a former primary put back: pg_rewind, and sheaf restore --delta {}", p.name()), r);
+            match ctx.rewind_cycle(p, inc, dir, r) {
+                Ok(s) => rewinds.push(s),
                 Err(e) => return Some(e),
             }
             ctx.clock.done += 1;

@@ -292,7 +292,21 @@ impl ScratchCluster {
     /// # Errors
     /// pg_basebackup or start-up failing.
     pub fn standby_of(primary: &ScratchCluster, tablespaces: &[(PathBuf, PathBuf)], settings: &[&str]) -> Result<ScratchCluster> {
-        let base = tempfile::Builder::new().prefix("sheaf-standby.").tempdir().map_err(|e| err(format!("cannot make a temp dir: {e}")))?;
+        Self::standby_in(None, primary, tablespaces, settings)
+    }
+
+    /// [`ScratchCluster::standby_of`], its temp dir in `parent` (else the system's).
+    ///
+    /// # Errors
+    /// pg_basebackup or start-up failing.
+    pub fn standby_in(parent: Option<&Path>, primary: &ScratchCluster, tablespaces: &[(PathBuf, PathBuf)], settings: &[&str]) -> Result<ScratchCluster> {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("sheaf-standby.");
+        let base = match parent {
+            Some(p) => builder.tempdir_in(p),
+            None => builder.tempdir(),
+        }
+        .map_err(|e| err(format!("cannot make a temp dir: {e}")))?;
         std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).map_err(|e| err(e.to_string()))?;
         let (data, sock) = (base.path().join("data"), base.path().join("sock"));
         server_dir(&data)?;

@@ -128,6 +128,29 @@ impl Ctx<'_> {
         Ok((r, restored))
     }
 
+    /// The disk's own rate, beside the restores of this repeat: `dd oflag=direct` of `bytes`
+    /// (what a full restore writes) into the folder restores go to in `target_dir`, settled as a
+    /// restore is; `None` (with a note) where dd cannot run.
+    pub(super) fn disk_probe(&mut self, target_dir: &Path, bytes: u64, repeat: usize) -> Result<Option<crate::results::DiskProbe>> {
+        let out = self.restore_dir(target_dir).with_file_name("dd.out");
+        let mut c = Command::new("dd");
+        c.arg("if=/dev/zero").arg(format!("of={}", out.display())).args(["bs=1M", &format!("count={}", bytes.div_ceil(1 << 20)), "oflag=direct", "status=none"]);
+        self.settle()?;
+        let f = measure::run(c);
+        let _ = std::fs::remove_file(&out);
+        match f {
+            Ok(f) if f.ok() => Ok(Some(crate::results::DiskProbe { repeat, bytes: bytes.div_ceil(1 << 20) << 20, cost: f.cost })),
+            Ok(f) => {
+                (self.note)(Event::Warning(&format!("the disk's rate is not measured: {}", f.failure("dd oflag=direct"))));
+                Ok(None)
+            }
+            Err(e) => {
+                (self.note)(Event::Warning(&format!("the disk's rate is not measured: dd: {e}")));
+                Ok(None)
+            }
+        }
+    }
+
     /// With a warm cache asked for, make it warm: one untimed read of the whole source (a backup
     /// to nul without compression), so the first timed run does not read cold and the report's
     /// "warm" holds from the first run on.

@@ -50,7 +50,7 @@ pub(super) fn wal_push_command(sheaf: &Path, repo: &Path, key_args: &[String]) -
 }
 
 /// The text of `postgres.repository_id` in `sheaf backup --repo --json`.
-fn repository_id(stdout: &str) -> Result<String> {
+pub(super) fn repository_id(stdout: &str) -> Result<String> {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| Error::new(ErrorKind::Io, format!("sheaf backup --json printed no JSON ({e})")))?;
     v.pointer("/postgres/repository_id")
         .and_then(serde_json::Value::as_str)

@@ -42,6 +42,10 @@ pub struct Incremental {
     pub types: Vec<BackupType>,
     /// The share of the pages each change touches, in percent.
     pub change_percent: f64,
+    /// A former primary put back (`rewind` in `--type`): per permutation and repeat, a primary
+    /// and its standby of the bench's data, the standby promoted and changed, the old primary
+    /// put back by `pg_rewind` and by `sheaf restore --delta` (see `runner::rewind`).
+    pub rewind: bool,
 }
 
 impl Incremental {

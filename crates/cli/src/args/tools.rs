@@ -92,7 +92,10 @@ pub struct BenchArgs {
     /// through its chain) and timed; `full,incr,incr,incr` measures a chain of three. Needs
     /// --dataset tpch:SCALE (the change writes to the source) and one directory target. Peers:
     /// pgbackrest's diff and incr, and pg_basebackup --incremental with pg_combinebackup
-    /// (PostgreSQL 17+, SHEAF_PG=18; beside -c none) [default: full].
+    /// (PostgreSQL 17+, SHEAF_PG=18; beside -c none). `rewind` adds a former primary put back:
+    /// a primary and its standby cloned from the cluster, the standby promoted and changed, then
+    /// pg_rewind against it and sheaf restore --delta from the repository, each timed on a copy of
+    /// the old primary [default: full].
     #[arg(long = "type", value_name = "LIST")]
     pub backup_type: Option<String>,
     /// The change before each incremental: updates touching this share of lineitem's and orders'

@@ -84,6 +84,10 @@ fn bench_output(result: &BenchResult, out: &Path, json: bool) -> Result<(), Erro
     } else {
         let mut table = Vec::new();
         sheaf_bench::report::write_text(&result.rows, &mut table).expect("a table in memory");
+        if !result.rewinds.is_empty() || !result.disk.is_empty() {
+            table.push(b'\n');
+            sheaf_bench::report::write_extras(result, &mut table).expect("a table in memory");
+        }
         say_raw!("{}", String::from_utf8_lossy(&table));
         say!("(median of {} runs, (min-max) where they differ; CPU % of all {} cores; cache {})", result.info.repeats, result.info.cores, result.info.cache);
     }

@@ -38,17 +38,33 @@ pub(super) fn apply_metadata_fd(e: &Entry, f: &fs::File, p: &Path, chown: bool, 
     rustix::fs::futimens(f, &times(e)).map_err(|err| io_at(ErrorKind::Target, "cannot set times of", p, err.into()))
 }
 
-/// Whether `p` is a regular file that has entry `e`'s size, mode, modification time and (as root)
-/// owner already: what a delta restore keeps as it is needs nothing done to it.
-pub(super) fn already(e: &Entry, p: &Path, as_root: bool) -> bool {
+/// A file a delta restore keeps whole (every byte found there): where `p` is a regular file of
+/// entry `e`'s size, set by path only what differs of its owner (as root), mode and modification
+/// time, and say so; `false` (nothing done) where it is not such a file. A kept file of a restore
+/// of this cluster needs nothing, one of a standby or a former primary its time: one stat, and
+/// one call where anything differs, instead of an open, a truncate and three calls on it.
+///
+/// # Errors
+/// What setting the owner, mode or time failed on.
+pub(super) fn keep(e: &Entry, p: &Path, as_root: bool) -> Result<bool> {
     use std::os::unix::fs::MetadataExt;
-    fs::symlink_metadata(p).is_ok_and(|m| {
-        m.is_file()
-            && m.len() == e.size
-            && m.mode() & 0o7777 == e.mode & 0o7777
-            && i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()) == i128::from(e.mtime_ns)
-            && (!as_root || (m.uid() == e.uid && m.gid() == e.gid))
-    })
+    let Ok(m) = fs::symlink_metadata(p) else { return Ok(false) };
+    if !m.is_file() || m.len() != e.size {
+        return Ok(false);
+    }
+    let chown = as_root && (m.uid() != e.uid || m.gid() != e.gid);
+    if chown {
+        let (uid, gid) = owner(e);
+        rustix::fs::chownat(CWD, p, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW).map_err(|err| io_at(ErrorKind::Target, "cannot set owner of", p, err.into()))?;
+    }
+    // A change of owner clears set-ID bits: the mode follows it.
+    if chown || m.mode() & 0o7777 != e.mode & 0o7777 {
+        fs::set_permissions(p, fs::Permissions::from_mode(e.mode)).map_err(|err| io_at(ErrorKind::Target, "cannot set mode of", p, err))?;
+    }
+    if i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()) != i128::from(e.mtime_ns) {
+        rustix::fs::utimensat(CWD, p, &times(e), AtFlags::SYMLINK_NOFOLLOW).map_err(|err| io_at(ErrorKind::Target, "cannot set times of", p, err.into()))?;
+    }
+    Ok(true)
 }
 
 /// Owner (as root), mode (not of a symlink) and modification time of `p`, not following a link.

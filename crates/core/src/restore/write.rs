@@ -312,9 +312,9 @@ impl<'a> Writer<'a> {
                 return Ok(());
             }
             if !self.created.get(id) {
-                // Kept as it is (a delta found every byte there): nothing to do where its size,
-                // mode, time and owner are right already, as they are after a restore.
-                if self.keep_existing && super::metadata::already(e, &d, self.as_root) {
+                // Kept as it is (a delta found every byte there): of a file of the right size,
+                // only what differs of its owner, mode and time is set.
+                if self.keep_existing && super::metadata::keep(e, &d, self.as_root)? {
                     self.existed.set(id);
                 } else {
                     let f = self.create(id, e, &d, None)?;

@@ -77,6 +77,17 @@ fn a_bench_on_a_small_tpch_cluster_measures_sheaf_and_its_peers() {
     assert!(json["info"]["cache"].as_str().unwrap().starts_with("warm"));
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| tool | type | compression | stripes |") && md.contains("![size vs backup time](size_vs_backup_time.svg)"), "{md}");
+    // The disk's own rate, once per repeat, for the bytes a full restore writes; each full
+    // restore's share of it in the report.
+    let disk = json["disk"].as_array().expect("disk in report.json");
+    assert_eq!(disk.len(), 2, "{disk:#?}");
+    let full_read = rows.iter().filter(|r| r["tool"] == "sheaf").map(|r| f(r, "bytes_read")).fold(0.0, f64::max);
+    for d in disk {
+        let bytes = d["bytes"].as_f64().unwrap();
+        assert!(bytes >= full_read && bytes < full_read + f64::from(1 << 20), "{d:#} against {full_read}");
+        assert!(d["cost"]["seconds"].as_f64().unwrap() > 0.0, "{d:#}");
+    }
+    assert!(md.contains("The disk's limit: dd oflag=direct wrote") && md.contains("Full restores at that rate (dd's time over the restore's): lz4 ×1 "), "{md}");
     for plot in ["size_vs_backup_time", "throughput_vs_stripes", "throughput_vs_transfer_size", "throughput_vs_buffer_count", "cpu_per_codec"] {
         for ext in ["svg", "png"] {
             let len = std::fs::metadata(out.join(format!("{plot}.{ext}"))).map(|m| m.len()).unwrap_or(0);
@@ -105,7 +116,7 @@ fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
     let o = run(sheaf()
         .arg("--catalog")
         .arg(&catalog)
-        .args(["bench", "--dataset", "tpch:0.01", "-c", "none", "--type", "full,incr,incr", "--change", "5%", "--repeat", "1", "--peers", "pg_basebackup,pgbackrest"])
+        .args(["bench", "--dataset", "tpch:0.01", "-c", "none", "--type", "full,incr,incr,rewind", "--change", "5%", "--repeat", "1", "--peers", "pg_basebackup,pgbackrest"])
         .arg("--target")
         .arg(&target)
         .arg("--out")
@@ -161,6 +172,19 @@ fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
     assert_eq!(rows.len(), 3 + 3 * peers, "{rows:#?}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| sheaf | incr 2 | none |"), "{md}");
+    // A former primary put back: pg_rewind against the running new primary, and sheaf's delta
+    // from the repository, which found what differs in the WAL summaries, not by reading it.
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rewinds = report["rewinds"].as_array().expect("rewinds in report.json");
+    assert_eq!(rewinds.len(), 1, "{rewinds:#?}");
+    let w = &rewinds[0];
+    assert!(w["pg_rewind"]["seconds"].as_f64().unwrap() > 0.0, "{w:#}");
+    assert!(w["sheaf_delta"]["seconds"].as_f64().unwrap() > 0.0 && w["sheaf_restore"]["seconds"].as_f64().unwrap() > 0.0, "{w:#}");
+    assert_eq!(w["delta_method"], "wal", "{w:#}");
+    assert!(w["delta_how"].as_str().unwrap().contains("a primary shut down cleanly"), "{w:#}");
+    assert!(w["delta_bytes_written"].as_u64().unwrap() > 0 && w["delta_bytes_kept"].as_u64().unwrap() > w["delta_bytes_written"].as_u64().unwrap(), "{w:#}");
+    assert!(md.contains("## A former primary put back") && md.contains("| pg_rewind against the running new primary | "), "{md}");
+    assert_eq!(report["disk"].as_array().map(Vec::len), Some(1), "the disk's rate beside the full's restore: {report:#}");
     // The repository, the peers' backups and the restores are gone.
     let left: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "left in the target: {left:?}");
