@@ -19,7 +19,12 @@ pub(super) struct Durable {
 }
 
 /// Bytes written through the page cache between two early write-backs ([`Durable::flush_while`]).
-pub(super) const FLUSH_EVERY: u64 = 32 << 20;
+/// What is dirty when the scan ends is written back after it, on nobody's time but the restore's:
+/// measured pairwise, cold, on a delta restore that rewrites 137 MB of TPC-H scale 1 (much of it
+/// runs of pages, written through the cache), 0.22–0.23 s with 8 MiB against 0.26–0.29 s with
+/// 32 MiB; a full restore of the same chain 1.54–1.58 s against 1.49–1.56 s, and 100,000 files of
+/// 8 KiB 2.88–3.32 s against 2.91–3.24 s (each within the other's spread).
+pub(super) const FLUSH_EVERY: u64 = 8 << 20;
 
 impl Durable {
     pub(super) fn open(roots: &[PathBuf]) -> Self {
