@@ -111,10 +111,10 @@ impl Ctx<'_> {
         let id = backup(self, &new.url("postgres"), "incr")?;
         change::archive_now(&new)?;
 
-        // Each way on its own copy of the stopped former primary.
+        // Each way on its own copy of the stopped former primary, one copy at a time (each is
+        // the size of the cluster).
         let (for_rewind, for_sheaf) = (work.join("rewind-pg_rewind"), work.join("rewind-sheaf"));
         copy_tree(&old.data, &for_rewind)?;
-        copy_tree(&old.data, &for_sheaf)?;
         let pg_rewind = old.bin.join("pg_rewind");
         let rewind = if pg_rewind.exists() {
             let mut c = scratch::as_server_user(&pg_rewind);
@@ -129,6 +129,7 @@ impl Ctx<'_> {
             None
         };
         remove(&for_rewind)?;
+        copy_tree(&old.data, &for_sheaf)?;
         let restore = |ctx: &Self, to: &Path| {
             let mut c = ctx.sheaf_op("restore");
             c.arg("--repo").arg(&repo).args(["--set", &id, "--target", "immediate", "--json", "--to"]).arg(to);

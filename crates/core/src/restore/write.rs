@@ -257,7 +257,9 @@ impl<'a> Writer<'a> {
                 o.open(path).map(|file| OpenFile { file, direct: false, padded: AtomicBool::new(false), fresh: true, plain: Default::default() })
             }
         };
-        if self.keep_existing && fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        // A delta restore's file already there, and its length.
+        let there = if self.keep_existing { fs::symlink_metadata(path).ok().filter(fs::Metadata::is_file).map(|m| m.len()) } else { None };
+        if there.is_some() {
             self.existed.set(id);
         }
         let f = match open(&o) {
@@ -271,9 +273,13 @@ impl<'a> Writer<'a> {
         self.created.set(id);
         if self.keep_existing {
             // What was there keeps its chunks that match; it may be longer or shorter than the
-            // backup's file, and its owner and mode may differ.
+            // backup's file, and its owner and mode may differ. Sized only where its length
+            // differs: a truncate to the same length still has ext4 read the last block to zero
+            // its tail, one synchronous read per file from a cold cache.
             f.fresh = false;
-            f.file.set_len(size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+            if there != Some(size) {
+                f.file.set_len(size).map_err(|e| io_at(ErrorKind::Target, "cannot size file", path, e))?;
+            }
             return Ok(f);
         }
         if first.is_some_and(|n| n as u64 == size) {
