@@ -322,6 +322,9 @@ out = "report"
         // A former primary put back, alone or after a chain.
         let inc = resolve(Flags { backup_type: Some("full,Rewind".into()), ..Flags::default() }, plan.clone()).unwrap().incremental.unwrap();
         assert_eq!(inc, Incremental { full_rows: true, types: vec![], change_percent: 2.0, rewind: true });
+        assert!(inc.cycles(), "the fulls are rows");
+        let inc = resolve(Flags { backup_type: Some("rewind".into()), ..Flags::default() }, plan.clone()).unwrap().incremental.unwrap();
+        assert!(inc.rewind && !inc.cycles(), "the failover alone: no cycles of backups beside it");
         let r = resolve(Flags { backup_type: Some("full".into()), ..Flags::default() }, Plan { change: None, ..plan.clone() }).unwrap();
         assert_eq!(r.incremental, None, "full alone is the plain sweep");
         for (flags, needle) in [

@@ -511,6 +511,39 @@ mod tests {
     }
 
     #[test]
+    fn the_disk_and_pg_rewind_are_put_beside_what_they_measure() {
+        let cost = |s: f64| crate::measure::Cost { seconds: s, user_seconds: s, system_seconds: 0.0, peak_rss_bytes: 0, host_cpu_pct: 0.0 };
+        // dd's median 1.8 s against the sheaf full restore's 3.6 s: half its rate. The restore
+        // to nul and the peer's incr have no share.
+        let disk: Vec<DiskProbe> = [1.8, 1.6, 1.9].iter().enumerate().map(|(i, &s)| DiskProbe { repeat: i + 1, bytes: 900 << 20, cost: cost(s) }).collect();
+        let lines = disk_lines(&disk, &rows());
+        assert!(lines[0].contains("wrote the 900 MiB") && lines[0].contains("in 1.80 (1.60–1.90) s (524 MB/s)"), "{lines:?}");
+        assert_eq!(lines[1], "Full restores at that rate (dd's time over the restore's): zstd:low ×2 0.50.");
+        assert!(disk_lines(&[], &rows()).is_empty(), "not measured: nothing said");
+
+        let sample = |repeat: usize, rewind: Option<f64>, delta: f64| RewindSample {
+            compression: "zstd:low".into(),
+            stripes: 1,
+            repeat,
+            pg_rewind: rewind.map(cost),
+            sheaf_delta: cost(delta),
+            sheaf_restore: cost(2.0),
+            delta_method: "wal".into(),
+            delta_how: "WAL summaries: 12 blocks".into(),
+            delta_bytes_written: 1 << 20,
+            delta_bytes_kept: 9 << 20,
+        };
+        let table = rewind_table(&[sample(1, Some(2.0), 0.55), sample(2, Some(2.2), 0.66), sample(3, Some(2.4), 0.77)], 1).join("\n");
+        assert!(table.contains("| pg_rewind against the running new primary | 2.20 (2.00–2.40) | 1.00 | 100 |"), "{table}");
+        assert!(table.contains("| sheaf restore --delta from the repository (zstd:low, 1 stripe) | 0.66 (0.55–0.77) | 0.30 | 100 |"), "{table}");
+        assert!(table.contains("| sheaf restore of the same backup into an empty folder | 2.00 | 0.91 |"), "{table}");
+        assert!(table.contains("The delta (wal): wrote 1 MiB, kept 9 MiB; WAL summaries: 12 blocks"), "{table}");
+        // Without pg_rewind beside the server: said so, and no ratios to it.
+        let table = rewind_table(&[sample(1, None, 0.5)], 1).join("\n");
+        assert!(table.contains("| pg_rewind against the running new primary | not measured") && table.contains("| 0.50 | — |"), "{table}");
+    }
+
+    #[test]
     fn csv_parses_back() {
         let text = written(|b| write_csv(&rows(), b));
         let mut r = csv::Reader::from_reader(text.as_bytes());

@@ -161,7 +161,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
         let dir = dir_targets.first().ok_or_else(|| Error::invalid("--type diff or incr needs a directory in --target"))?;
         let peers = incremental_peers(&ctx, &peer_runs, &mut warnings)?;
         // pgBackRest runs twice here (block and file level), and skipped peers not at all.
-        ctx.clock.total = (perms.len() * (1 + usize::from(inc.rewind)) + peers.len()) * opts.matrix.repeat;
+        let cycles = usize::from(inc.cycles());
+        ctx.clock.total = (perms.len() * (cycles + usize::from(inc.rewind)) + peers.len() * cycles) * opts.matrix.repeat;
         let needs_summaries = peers.iter().any(|r| r.tool == "pg_basebackup");
         ctx.incremental_setup(&dir.join(&work_name).join("repo"), needs_summaries)?;
         failure = incremental_sweep(&mut ctx, inc, &perms, &peers, dir, home.as_ref().map(|h| h.0.as_path()), &mut samples, &mut rewinds, &mut warnings);
@@ -353,7 +354,7 @@ fn incremental_sweep(
 ) -> Option<Error> {
     let repo = dir.join(&ctx.work_name).join("repo");
     let types = inc.labels().join(", ");
-    for p in perms {
+    for p in perms.iter().filter(|_| inc.cycles()) {
         for r in 1..=ctx.opts.matrix.repeat {
             ctx.announce(&format!("sheaf full, {types} {} ({})", p.name(), repo.display()), r);
             match ctx.sheaf_cycle(p, inc, &repo, dir, r) {
@@ -379,7 +380,7 @@ fn incremental_sweep(
         summarize(&v).map_or(0, |s| s.median as u64)
     };
     let basebackup = peers::find("pg_basebackup");
-    for run in peers {
+    for run in peers.iter().filter(|_| inc.cycles()) {
         let cluster = ctx.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
         let br = if run.tool.starts_with("pgbackrest") {
             let Some(home) = home else { continue };

@@ -25,7 +25,6 @@ use exit::Outcome;
 use interrupt::Interrupt;
 
 fn main() -> ExitCode {
-    read_code_ahead();
     let cli = Cli::parse();
     let interrupt = Interrupt::default();
     on_interrupt(&cli.command, &interrupt);
@@ -38,28 +37,6 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(status)
-}
-
-/// Ask the kernel to read this program's code in ahead of its use, in large reads in the
-/// background. Started from a cold page cache (after a reboot, on a host whose cache the database
-/// fills), each first touch of a page of its 24 MB of code is otherwise a small synchronous read,
-/// as a restore reaches its decompressors and writers (the loader's reads before `main`, 30-40 ms
-/// of a cold start here, are not helped). Measured pairwise on a cold delta restore of TPC-H
-/// scale 1: 0.24-0.31 s against 0.25-0.31 s, a small gain. Pages already cached cost a lookup.
-fn read_code_ahead() {
-    unsafe extern "C" {
-        // The linker's marks of the executable's first byte and the end of its code (GNU ld,
-        // gold and lld all define them).
-        static __executable_start: u8;
-        static etext: u8;
-    }
-    let (start, end) = (&raw const __executable_start as usize, &raw const etext as usize);
-    let start = start & !(4096 - 1);
-    if end > start {
-        // SAFETY: the range is this program's own mapped code; MADV_WILLNEED only starts reading
-        // its pages into the page cache and changes nothing of the mapping or its contents.
-        let _ = unsafe { rustix::mm::madvise(start as *mut std::ffi::c_void, end - start, rustix::mm::Advice::WillNeed) };
-    }
 }
 
 /// Build the context and run the command.

@@ -49,6 +49,12 @@ pub struct Incremental {
 }
 
 impl Incremental {
+    /// Whether permutations and peers take cycles of backups (a full, then the types): not for
+    /// `--type rewind` alone, whose failover takes backups of its own.
+    pub fn cycles(&self) -> bool {
+        self.full_rows || !self.types.is_empty()
+    }
+
     /// How the report names each of `types`: the type, numbered from its second time on (`incr`,
     /// `incr 2`, ...: the second incremental of the chain).
     pub fn labels(&self) -> Vec<String> {
