@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Import circles between the modules of each crate (`make lint`).
+"""Import circles between the modules of each crate, and between its folders (`make lint`).
 
 Every source file under crates/*/src is a module. A file depends on another when it names it:
 `crate::a::b` (the file of module a::b, or a's own file when b is an item of it), `super::x`
@@ -9,6 +9,13 @@ holds it; a child naming its parent's items (implementing the trait its parent d
 containment too, except for a binary's main.rs, which nothing should reach back into; a library's root (lib.rs) is its facade of re-exports, so naming it is not an edge
 either (a binary's main.rs is a module like any other). Test modules (`#[cfg(test)] mod tests` to the end of a file) are left out. Prints each
 circle as `a -> b -> a` and exits 1 when there is one.
+
+Floors, not only circles: inside every folder, its files and sub-folders are taken each as one
+piece (a sub-folder with all it holds), and the pieces must not import each other in a circle
+either, so that each folder stands above what it uses (sheaf-pg's `cluster/` under `connect/`
+under `repo/` ...). And a module never names one of the crate root's re-exports (`crate::Error`
+where `crate::error::Error` is meant): the root stands above every module, so that import would
+run back up to it.
 
     scripts/module-cycles.py [crates/core ...]   # default: every crate
 """
@@ -89,6 +96,62 @@ def edges(mods):
     return out
 
 
+def root_reexports(mods):
+    """Names the library root (lib.rs) re-exports with `pub use`."""
+    if () not in mods or os.path.basename(mods[()]) != "lib.rs":
+        return set()
+    text = strip(open(mods[()], encoding="utf-8").read())
+    names = set()
+    for mt in re.finditer(r"pub use [\w:]+::\{([^}]*)\};", text):
+        names.update(i.strip().split(" as ")[-1] for i in mt.group(1).split(",") if i.strip())
+    for mt in re.finditer(r"pub use [\w:]+::(\w+)(?: as (\w+))?;", text):
+        names.add(mt.group(2) or mt.group(1))
+    return names
+
+
+def through_root(mods, names):
+    """(module, name) for each module that names a re-export of the crate root."""
+    found = []
+    # A name that is also a module (`crate::restore` the module beside `restore` the function) is
+    # read as the module.
+    names = {n for n in names if (n,) not in mods}
+    if not names:
+        return found
+    pat = re.compile(r"\bcrate::(" + "|".join(sorted(names)) + r")\b")
+    grp = re.compile(r"\buse\s+crate::\{([^}]*)\}")
+    for m, file in mods.items():
+        if m == ():
+            continue
+        text = strip(open(file, encoding="utf-8").read())
+        hits = set(pat.findall(text))
+        for g in grp.finditer(text):
+            hits.update(i.strip() for i in g.group(1).split(",") if i.strip() in names)
+        found.extend((m, n) for n in sorted(hits))
+    return found
+
+
+def folder_graphs(mods, graph):
+    """For each folder (a module with children), its pieces and the imports between them: each
+    child module with everything under it is one piece."""
+    out = {}
+    for folder in mods:
+        children = {k[: len(folder) + 1] for k in mods if len(k) > len(folder) and k[: len(folder)] == folder}
+        if len(children) < 2:
+            continue
+        piece = lambda m: m[: len(folder) + 1] if len(m) > len(folder) and m[: len(folder)] == folder else None
+        g = {c: set() for c in children}
+        for a, targets in graph.items():
+            pa = piece(a)
+            if pa is None:
+                continue
+            for b in targets:
+                pb = piece(b)
+                if pb is not None and pb != pa:
+                    g[pa].add(pb)
+        out[folder] = g
+    return out
+
+
 def cycles(graph):
     """Strongly connected components of more than one module (Tarjan)."""
     index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
@@ -141,9 +204,18 @@ def main():
             members = set(comp)
             detail = "; ".join(f"{name(a)} -> {', '.join(sorted(name(b) for b in graph[a] if b in members))}" for a in sorted(comp))
             print(f"{c}: import circle among {len(comp)} modules: {detail}")
+        for folder, g in sorted(folder_graphs(mods, graph).items()):
+            for comp in cycles(g):
+                bad += 1
+                members = set(comp)
+                detail = "; ".join(f"{name(a)} -> {', '.join(sorted(name(b) for b in g[a] if b in members))}" for a in sorted(comp))
+                print(f"{c}: the folders and files of {name(folder)} import each other in a circle (one cannot stand above the other): {detail}")
+        for m, n in through_root(mods, root_reexports(mods)):
+            bad += 1
+            print(f"{c}: {os.path.relpath(mods[m], root)} names crate::{n}, the crate root's re-export: name the module that defines it (the root stands above every module)")
     if bad:
         sys.exit(1)
-    print(f"no import circles in {len(crates)} crates")
+    print(f"no import circles in {len(crates)} crates, between modules or between the folders of one")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sheaf_core::{Error, ErrorKind, Result};
-use sheaf_pg::scratch::ScratchCluster;
+use sheaf_pg::drill::scratch::ScratchCluster;
 
 /// The tables changed, with the column set to itself (a new row version, nothing else).
 const TABLES: [(&str, &str); 2] = [("lineitem", "l_comment"), ("orders", "o_comment")];

@@ -113,11 +113,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// # Errors
 /// A server that cannot be reached, lacks the privileges to create tables, or any query failing.
 pub fn run(url: &str, opts: &DbLabOptions) -> Result<Vec<DbLabRow>> {
-    let mut info = sheaf_pg::conninfo::ConnInfo::resolve(url)?;
+    let mut info = sheaf_pg::connect::conninfo::ConnInfo::resolve(url)?;
     if info.get("application_name").is_none() {
         info.set("application_name", "sheaf lab");
     }
-    let mut c = sheaf_pg::server::open(&mut info, None)?;
+    let mut c = sheaf_pg::connect::server::open(&mut info, None)?;
     let lz4 = c.simple_query("CREATE TEMP TABLE sheaf_lab_probe (t text COMPRESSION lz4); DROP TABLE sheaf_lab_probe").is_ok();
     let mut methods = vec!["none", "pglz"];
     if lz4 {

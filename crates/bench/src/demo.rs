@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use sheaf_core::{BackupOptions, BackupSet, CodecSpec, Error, ErrorKind, LocalOnly, Location, NoProgress, Result};
 
-use sheaf_pg::scratch::ScratchCluster;
+use sheaf_pg::drill::scratch::ScratchCluster;
 use sheaf_pg::{backup_postgres, restore_postgres, PgBackupOptions, PgRestoreOptions};
 
 use crate::tpch;

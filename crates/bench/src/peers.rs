@@ -169,7 +169,7 @@ pub fn runs_for(peers: &[Peer], codec: &CodecSpec, workers: usize) -> Vec<PeerRu
 
 /// Whether `program` is on PATH (or, for PostgreSQL's tools, in the server's bin directory).
 pub fn find(program: &str) -> Option<PathBuf> {
-    if let Some(bin) = sheaf_pg::scratch::bin_dir() {
+    if let Some(bin) = sheaf_pg::drill::scratch::bin_dir() {
         let p = bin.join(program);
         if p.exists() {
             return Some(p);
@@ -227,7 +227,7 @@ impl BackRest {
 
     /// `pgbackrest --config=... --stanza=bench ARGS`, as the server's user.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = sheaf_pg::scratch::as_server_user("pgbackrest");
+        let mut c = sheaf_pg::drill::scratch::as_server_user("pgbackrest");
         c.arg(format!("--config={}", self.config.display())).arg("--stanza=bench").args(args);
         c
     }

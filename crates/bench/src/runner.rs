@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use sheaf_core::{Error, Result};
-use sheaf_pg::scratch;
+use sheaf_pg::drill::scratch;
 
 use crate::matrix::BenchTarget;
 use crate::measure;

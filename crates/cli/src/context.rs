@@ -12,7 +12,7 @@ use sheaf_core::repo::Repo;
 use sheaf_core::storage::RateLimit;
 use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Keys, Location, Result};
 use sheaf_pg::repo::meta::RepoMeta;
-use sheaf_pg::spool::Spool;
+use sheaf_pg::wal::spool::Spool;
 use sheaf_s3::S3Schemes;
 
 use crate::args::{S3Args, Shared};
@@ -31,7 +31,7 @@ pub enum Source {
 impl Source {
     /// What `text` names.
     pub fn of(text: &str) -> Source {
-        if sheaf_pg::server::is_url(text) {
+        if sheaf_pg::connect::server::is_url(text) {
             Source::Postgres(text.to_string())
         } else {
             Source::Directory(PathBuf::from(text))
@@ -49,7 +49,7 @@ impl Source {
     /// For messages and the catalog: the URL without its password, or the path.
     pub fn describe(&self) -> String {
         match self {
-            Source::Postgres(url) => sheaf_pg::server::redact(url),
+            Source::Postgres(url) => sheaf_pg::connect::server::redact(url),
             Source::Directory(p) => p.display().to_string(),
         }
     }
@@ -253,7 +253,7 @@ impl Context {
                 .filter_map(|(k, setting)| self.settings.get(setting, None).map(|v| (k, v)))
                 .collect();
         if let Some((u, o)) = &url {
-            if sheaf_pg::conninfo::parse(u).map_err(|e| e.context(format!("pg-url ({o})")))?.iter().any(|(k, _)| k == "password") {
+            if sheaf_pg::connect::conninfo::parse(u).map_err(|e| e.context(format!("pg-url ({o})")))?.iter().any(|(k, _)| k == "password") {
                 return Err(Error::invalid(format!(
                     "pg-url ({o}) holds a password: sheaf takes no secrets in its settings; put it in ~/.pgpass (or the file PGPASSFILE names, mode 0600) as libpq does"
                 )));
@@ -270,7 +270,7 @@ impl Context {
                     return Err(Error::invalid("pg-host and pg-socket-path are both set: the server is reached over TCP (pg-host) or its Unix socket (pg-socket-path), give one"));
                 }
                 let pairs: Vec<(&str, &str)> = parts.iter().map(|(k, (v, _))| (*k, v.as_str())).collect();
-                Ok(sheaf_pg::conninfo::keyword_string(&pairs))
+                Ok(sheaf_pg::connect::conninfo::keyword_string(&pairs))
             }
             // As psql: the environment may name the server by itself.
             (None, true) if ["PGSERVICE", "PGHOST", "PGHOSTADDR", "PGDATABASE"].iter().any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty())) => Ok(String::new()),
@@ -317,10 +317,10 @@ impl Context {
     ///
     /// # Errors
     /// A setting that does not parse, naming where it came from.
-    pub fn retention(&self, keep_full: Option<usize>, keep_within: Option<std::time::Duration>) -> Result<sheaf_pg::repo::retention::Retention> {
+    pub fn retention(&self, keep_full: Option<usize>, keep_within: Option<std::time::Duration>) -> Result<sheaf_pg::maintain::expire::Retention> {
         let secs = |d: std::time::Duration| d.as_secs() as i64;
         if keep_full.is_some() || keep_within.is_some() {
-            return Ok(sheaf_pg::repo::retention::Retention { keep_full, keep_within: keep_within.map(secs) });
+            return Ok(sheaf_pg::maintain::expire::Retention { keep_full, keep_within: keep_within.map(secs) });
         }
         let keep_full = match self.settings.get("retention-full", None) {
             Some((v, o)) => Some(v.parse::<usize>().map_err(|_| Error::invalid(format!("retention-full = '{v}' from {o}: give a number of full backups, 1 or more")))?),
@@ -330,7 +330,7 @@ impl Context {
             Some((v, o)) => Some(secs(sheaf_core::time::parse_duration(&v).map_err(|e| e.context(format!("retention-within from {o}")))?)),
             None => None,
         };
-        Ok(sheaf_pg::repo::retention::Retention { keep_full, keep_within })
+        Ok(sheaf_pg::maintain::expire::Retention { keep_full, keep_within })
     }
 
     /// `--parallel`, else the `parallel` setting, else 4. At most 64: each is a thread, and for

@@ -44,8 +44,8 @@ pub const CHECK_WARNING: u8 = 1;
 pub const CHECK_CRITICAL: u8 = 2;
 
 /// check's status for its verdict.
-pub fn check_code(status: sheaf_pg::repo::check::Status) -> u8 {
-    use sheaf_pg::repo::check::Status;
+pub fn check_code(status: sheaf_pg::maintain::check::Status) -> u8 {
+    use sheaf_pg::maintain::check::Status;
     match status {
         Status::Ok => CHECK_OK,
         Status::Warning => CHECK_WARNING,

@@ -106,7 +106,7 @@ fn on_interrupt(command: &Command, interrupt: &Interrupt) {
                 i.arrive();
                 eprintln!("sheaf: interrupted; stopping the servers the {what} started");
                 sheaf_bench::runner::cleanup();
-                sheaf_pg::scratch::stop_all();
+                sheaf_pg::drill::scratch::stop_all();
                 std::process::exit(i32::from(exit::INTERRUPTED));
             });
         }

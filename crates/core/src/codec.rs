@@ -86,7 +86,7 @@ impl CodecSpec {
     /// Parse a codec spec.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::InvalidInput`] for an unknown codec or a level out of range, naming both
+    /// [`crate::error::ErrorKind::InvalidInput`] for an unknown codec or a level out of range, naming both
     /// the text and the accepted forms.
     pub fn parse(text: &str) -> Result<CodecSpec> {
         let lower = text.trim().to_ascii_lowercase();
@@ -203,7 +203,7 @@ pub trait Decompressor: Send {
     /// Decompress `src` into `dst`, which has exactly the chunk's raw length.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] when the payload does not decode to exactly `dst.len()` bytes.
+    /// [`crate::error::ErrorKind::Corrupt`] when the payload does not decode to exactly `dst.len()` bytes.
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()>;
 }
 
@@ -291,7 +291,7 @@ mod tests {
             ("lz4:3", "takes no level"),
         ] {
             let e = CodecSpec::parse(t).unwrap_err();
-            assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput);
             assert!(e.to_string().contains(needle), "{t}: {e}");
         }
     }
@@ -352,7 +352,7 @@ mod tests {
             bad.truncate(n / 2);
             let mut back = vec![0u8; data.len()];
             let e = decompressor(spec.kind).unwrap().decompress(&bad, &mut back).unwrap_err();
-            assert_eq!(e.kind(), crate::ErrorKind::Corrupt, "{s}: {e}");
+            assert_eq!(e.kind(), crate::error::ErrorKind::Corrupt, "{s}: {e}");
         }
     }
 }

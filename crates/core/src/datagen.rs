@@ -103,14 +103,14 @@ pub fn make_dataset(root: &Path, total: u64, files: u64, repeat: f64, seed: u64)
 /// Parse `COUNTxSIZE` (e.g. `100000x8KiB`): many files of one size.
 ///
 /// # Errors
-/// [`crate::ErrorKind::InvalidInput`] naming the expected form.
-pub fn parse_files_spec(text: &str) -> crate::Result<(u64, u64)> {
-    let bad = || crate::Error::invalid(format!("'{text}': write COUNTxSIZE, e.g. 100000x8KiB (100,000 files of 8 KiB)"));
+/// [`crate::error::ErrorKind::InvalidInput`] naming the expected form.
+pub fn parse_files_spec(text: &str) -> crate::error::Result<(u64, u64)> {
+    let bad = || crate::error::Error::invalid(format!("'{text}': write COUNTxSIZE, e.g. 100000x8KiB (100,000 files of 8 KiB)"));
     let (count, size) = text.split_once(['x', 'X']).ok_or_else(bad)?;
     let count: u64 = count.trim().replace('_', "").parse().map_err(|_| bad())?;
     let size = crate::size::parse_size(size.trim()).map_err(|_| bad())?;
     if count == 0 || count > 100_000_000 {
-        return Err(crate::Error::invalid(format!("'{text}': COUNT must be 1 .. 100,000,000")));
+        return Err(crate::error::Error::invalid(format!("'{text}': COUNT must be 1 .. 100,000,000")));
     }
     Ok((count, size))
 }

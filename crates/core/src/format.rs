@@ -99,7 +99,7 @@ impl BackupId {
     /// When the operating system's random source fails.
     pub fn random() -> Result<Self> {
         let mut b = [0u8; 16];
-        getrandom::fill(&mut b).map_err(|e| Error::new(crate::ErrorKind::Io, format!("random backup id: {e}")))?;
+        getrandom::fill(&mut b).map_err(|e| Error::new(crate::error::ErrorKind::Io, format!("random backup id: {e}")))?;
         Ok(BackupId(b))
     }
 
@@ -189,7 +189,7 @@ impl StripeHeader {
     /// Decode and check magic, checksum and version; `b` holds [`StripeHeader::len_from`] bytes.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] naming what does not match.
+    /// [`crate::error::ErrorKind::Corrupt`] naming what does not match.
     pub fn decode(b: &[u8]) -> Result<Self> {
         if b.len() < HEADER_LEN || &b[0..8] != HEADER_MAGIC {
             return Err(Error::corrupt("header: not a sheaf stripe (bad magic)"));
@@ -305,7 +305,7 @@ impl FrameHeader {
     /// Decode and check magic and checksum.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`].
+    /// [`crate::error::ErrorKind::Corrupt`].
     pub fn decode(b: &[u8]) -> Result<Self> {
         if b.len() < FRAME_HEADER_LEN || &b[0..4] != FRAME_MAGIC {
             return Err(Error::corrupt("frame header: bad magic"));
@@ -328,7 +328,7 @@ impl FrameHeader {
     /// The codec of the payload, or `None` for a zero frame.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] for an unknown codec id.
+    /// [`crate::error::ErrorKind::Corrupt`] for an unknown codec id.
     pub fn codec_kind(&self) -> Result<Option<CodecKind>> {
         if self.codec == ZERO_FRAME {
             return Ok(None);
@@ -387,7 +387,7 @@ impl IndexEntry {
     /// the trailer).
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] when the length is not a whole number of entries.
+    /// [`crate::error::ErrorKind::Corrupt`] when the length is not a whole number of entries.
     pub fn decode_all(b: &[u8], version: u16) -> Result<Vec<IndexEntry>> {
         let len = index_entry_len(version);
         if b.len() % len != 0 {
@@ -460,8 +460,8 @@ impl Trailer {
     /// Decode and check magic and checksum.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Incomplete`] when the magic is missing (a truncated or unfinished stripe),
-    /// [`crate::ErrorKind::Corrupt`] when the checksum does not match.
+    /// [`crate::error::ErrorKind::Incomplete`] when the magic is missing (a truncated or unfinished stripe),
+    /// [`crate::error::ErrorKind::Corrupt`] when the checksum does not match.
     pub fn decode(b: &[u8]) -> Result<Self> {
         if b.len() < TRAILER_LEN {
             return Err(Error::incomplete("trailer: missing (the stripe is truncated or its backup never finished)"));
@@ -611,10 +611,10 @@ mod tests {
         }
         let mut bad_magic = b;
         bad_magic[79] = 0;
-        assert_eq!(Trailer::decode(&bad_magic).unwrap_err().kind(), crate::ErrorKind::Corrupt, "damaged, not cut");
+        assert_eq!(Trailer::decode(&bad_magic).unwrap_err().kind(), crate::error::ErrorKind::Corrupt, "damaged, not cut");
         let mut tail_of_frames = [0x41u8; TRAILER_LEN];
         tail_of_frames[0] = 1;
-        assert_eq!(Trailer::decode(&tail_of_frames).unwrap_err().kind(), crate::ErrorKind::Incomplete, "cut short");
+        assert_eq!(Trailer::decode(&tail_of_frames).unwrap_err().kind(), crate::error::ErrorKind::Incomplete, "cut short");
     }
 
     #[test]

@@ -476,7 +476,7 @@ impl Repo {
     ///
     /// # Errors
     /// [`ErrorKind::Incomplete`] when missing.
-    pub fn open(&self, rel: &str) -> Result<Box<dyn crate::StripeSource>> {
+    pub fn open(&self, rel: &str) -> Result<Box<dyn crate::storage::StripeSource>> {
         self.store.open(&self.name(rel))
     }
 

@@ -338,7 +338,7 @@ impl BackupSet {
     /// beside it or where the backup wrote them.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`crate::ErrorKind::Corrupt`]
+    /// [`crate::error::ErrorKind::Incomplete`] for a missing, truncated or unfinished stripe; [`crate::error::ErrorKind::Corrupt`]
     /// for a damaged region (both also for stripes of different sets).
     pub fn open(given: &[Location], schemes: &dyn Schemes) -> Result<BackupSet> {
         Self::open_with(given, schemes, None)
@@ -669,7 +669,7 @@ impl BackupSet {
     /// The file at position `file_id` of the manifest's entries, for reading in parts.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::InvalidInput`] for an entry that is not a regular file.
+    /// [`crate::error::ErrorKind::InvalidInput`] for an entry that is not a regular file.
     pub fn file(&self, file_id: u32) -> Result<FileInSet<'_>> {
         let entry = self.manifest.entries.get(file_id as usize).ok_or_else(|| Error::invalid(format!("the backup has no entry {file_id}")))?;
         if entry.kind != crate::manifest::EntryKind::File {
@@ -700,8 +700,8 @@ impl FileInSet<'_> {
     /// Fill `out` with the file's bytes from `offset`.
     ///
     /// # Errors
-    /// A range past the file's end ([`crate::ErrorKind::InvalidInput`]); a missing chunk or a
-    /// damaged frame ([`crate::ErrorKind::Corrupt`], naming stripe and frame); read errors.
+    /// A range past the file's end ([`crate::error::ErrorKind::InvalidInput`]); a missing chunk or a
+    /// damaged frame ([`crate::error::ErrorKind::Corrupt`], naming stripe and frame); read errors.
     pub fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
         let end = offset.checked_add(out.len() as u64).filter(|&e| e <= self.size()).ok_or_else(|| {
             Error::invalid(format!("bytes {offset}..+{} are past the end of {} ({} bytes)", out.len(), self.set.manifest.entries[self.file_id as usize].path, self.size()))

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 /// forms K, M, G are powers of 1024; KB, MB, GB are powers of 1000.
 ///
 /// # Errors
-/// [`crate::ErrorKind::InvalidInput`] naming the text and the accepted forms.
+/// [`crate::error::ErrorKind::InvalidInput`] naming the text and the accepted forms.
 pub fn parse_size(text: &str) -> Result<u64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());

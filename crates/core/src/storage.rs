@@ -92,7 +92,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// are made and it must still exist.
     ///
     /// # Errors
-    /// When a folder cannot be made; [`crate::ErrorKind::Incomplete`] when `below` is gone.
+    /// When a folder cannot be made; [`crate::error::ErrorKind::Incomplete`] when `below` is gone.
     fn prepare(&self, _name: &str, _below: Option<&str>) -> Result<()> {
         Ok(())
     }
@@ -458,7 +458,7 @@ pub trait StripeSink: Send {
     /// Append bytes.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Target`] or [`crate::ErrorKind::NoSpace`].
+    /// [`crate::error::ErrorKind::Target`] or [`crate::error::ErrorKind::NoSpace`].
     fn write_all(&mut self, buf: &[u8]) -> Result<()>;
     /// Flush and make durable what can be made durable before publishing.
     ///
@@ -468,7 +468,7 @@ pub trait StripeSink: Send {
     /// Give the stripe its final name, durably.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Target`].
+    /// [`crate::error::ErrorKind::Target`].
     fn publish(&mut self) -> Result<()>;
     /// Remove whatever was written, published or not (best effort).
     fn discard(&mut self);
@@ -497,7 +497,7 @@ pub trait StripeSource: Send + Sync {
     /// Fill `buf` from `offset`.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Incomplete`] when the stripe ends before `offset + buf.len()`, else I/O.
+    /// [`crate::error::ErrorKind::Incomplete`] when the stripe ends before `offset + buf.len()`, else I/O.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     /// Where it is, for messages.
     fn location(&self) -> &str;

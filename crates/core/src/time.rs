@@ -70,30 +70,30 @@ pub fn parse_instant(text: &str) -> Result<i64, String> {
 ///
 /// # Errors
 /// No number, another unit, or zero; the message names the forms (the caller names the flag).
-pub fn parse_span(text: &str) -> crate::Result<i64> {
+pub fn parse_span(text: &str) -> crate::error::Result<i64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
-    let n: i64 = n.parse().map_err(|_| crate::Error::invalid(format!("'{text}': write a number and a unit, e.g. 14d, 36h, 90m, 30s")))?;
+    let n: i64 = n.parse().map_err(|_| crate::error::Error::invalid(format!("'{text}': write a number and a unit, e.g. 14d, 36h, 90m, 30s")))?;
     let mult = match unit.trim() {
         "" | "s" | "sec" => 1,
         "m" | "min" => 60,
         "h" => 3600,
         "d" => 86_400,
         "w" => 7 * 86_400,
-        _ => return Err(crate::Error::invalid(format!("'{text}': units are s, m, h, d, w (e.g. 14d)"))),
+        _ => return Err(crate::error::Error::invalid(format!("'{text}': units are s, m, h, d, w (e.g. 14d)"))),
     };
     if n == 0 {
-        return Err(crate::Error::invalid(format!("'{text}': give a span longer than zero")));
+        return Err(crate::error::Error::invalid(format!("'{text}': give a span longer than zero")));
     }
-    n.checked_mul(mult).ok_or_else(|| crate::Error::invalid(format!("'{text}': too long a span")))
+    n.checked_mul(mult).ok_or_else(|| crate::error::Error::invalid(format!("'{text}': too long a span")))
 }
 
 /// [`parse_span`] as a [`std::time::Duration`].
 ///
 /// # Errors
 /// As [`parse_span`].
-pub fn parse_duration(text: &str) -> crate::Result<std::time::Duration> {
+pub fn parse_duration(text: &str) -> crate::error::Result<std::time::Duration> {
     parse_span(text).map(|s| std::time::Duration::from_secs(s as u64))
 }
 

@@ -1,6 +1,6 @@
 //! Single-core speed of the page checksum over a file of pages: `checksum_speed FILE`.
 
-use sheaf_pg::checksum::{page_checksum, PAGE_SIZE};
+use sheaf_pg::cluster::checksum::{page_checksum, PAGE_SIZE};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: checksum_speed FILE");

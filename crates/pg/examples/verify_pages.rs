@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use sheaf_pg::checksum::{verify_page, Verdict, PAGE_SIZE};
-use sheaf_pg::layout::{is_relation_path, BLOCKS_PER_SEGMENT};
+use sheaf_pg::cluster::checksum::{verify_page, Verdict, PAGE_SIZE};
+use sheaf_pg::cluster::layout::{is_relation_path, BLOCKS_PER_SEGMENT};
 use sheaf_pg::Lsn;
 
 fn main() {

@@ -1,64 +1,35 @@
-//! sheaf-pg: PostgreSQL as a sheaf source.
+//! sheaf-pg: PostgreSQL as a sheaf source. Its folders, from the ground up, each using only those
+//! below it:
 //!
-//! - [`backup`]: [`backup_postgres`], an online, consistent backup of a running cluster.
-//! - [`restore`]: [`restore_postgres`], a restore that `pg_ctl start` brings up consistent.
-//! - [`facts`]: [`ClusterFacts`], what a backup records about its cluster, read back everywhere.
-//! - [`server`]: the connection, its checks, and the backup functions.
-//! - [`wire`]: a client of the replication protocol; [`basebackup`]: `--via base-backup`, the
-//!   cluster read over it (BASE_BACKUP), its tar archives parsed as they stream ([`tarstream`]).
-//! - [`topology`]: where a backup runs and reads (the primary, a hot standby, or both) and where
-//!   its WAL comes from.
-//! - [`checksum`]: PostgreSQL's page checksum, to verify pages while they are read.
-//! - [`extract`]: one relation, or one page of it, out of a backup.
-//! - [`incremental`]: the parent an incremental or differential builds on, and the page scan that
-//!   finds what changed since it.
-//! - [`layout`]: what a base backup leaves out, and which files are relation forks.
-//! - [`lsn`]: [`Lsn`], a WAL position, read and written as PostgreSQL writes it (`X/Y`).
-//! - [`wal`]: WAL file names (segments, timelines, history, partial and backup files);
-//!   [`walread`]: WAL pages and records decoded; [`blocksum`]: what a span of WAL changed, per
-//!   relation fork; [`summarize`]: each archived segment's summary, made by wal-push and stored
-//!   beside it; [`walmap`]: what changed since a parent, from the summaries.
-//! - [`repo`]: a cluster's repository (meta, layout, records, backups into it, inventory,
-//!   retention, verify); [`archive`]: WAL push and fetch; [`spool`]: the archiver's look-ahead
-//!   and recovery's prefetch; [`queue`]: the archiver's queue bound; [`pitr`]: point-in-time
-//!   recovery from the repository; [`receive`]: WAL streamed into the repository over a
-//!   replication slot (`sheaf wal-receive`); [`drill`]: a backup restored, started, recovered
-//!   and checked on a scratch server, timed and recorded (`sheaf drill`).
+//! - [`cluster`]: what PostgreSQL itself writes, as types: WAL positions ([`Lsn`]) and WAL file
+//!   names, the data directory's layout, pages and their checksums, `pg_control`, the
+//!   configuration files. No connection and no repository: the words every other folder speaks.
+//! - [`connect`]: reaching the server: connection parameters as libpq finds them, TLS, the SQL
+//!   connection with the facts and statements a backup needs, the replication protocol.
+//! - [`repo`]: the repository's model: `repo.json`, where everything lives, the records of
+//!   backups, pins, drills and dropped WAL, what it holds and how far back retention went.
+//! - [`wal`]: WAL read and summarized, archived into the repository and fetched back (with the
+//!   archiver's look-ahead, queue bound and recovery's prefetch), and streamed (`wal-receive`).
+//! - [`maintain`]: what a DBA does to a repository besides backing up into it: expire, keep,
+//!   verify, check, metrics, keys, undelete.
+//! - [`backup`]: an online backup, read directly or over the replication protocol, on a primary,
+//!   a standby or both; incrementals; a backup into the repository.
+//! - [`restore`]: a backup into a data directory that starts; point-in-time recovery; `--delta`;
+//!   one relation or page out of a backup.
+//! - [`drill`]: a backup restored, started, recovered and checked on a scratch server; the
+//!   scratch servers themselves.
 
-pub mod archive;
 pub mod backup;
-pub mod basebackup;
-pub mod blocksum;
-pub mod checksum;
-pub mod conninfo;
-pub mod delta;
+pub mod cluster;
+pub mod connect;
 pub mod drill;
-pub mod extract;
-pub mod facts;
-pub mod incremental;
-pub mod layout;
-pub mod lsn;
-pub mod options;
-pub mod pitr;
-pub mod queue;
-pub mod receive;
+pub mod maintain;
 pub mod repo;
 pub mod restore;
-pub mod scratch;
-pub mod server;
-pub mod spool;
-pub mod summarize;
-pub mod tarstream;
-pub mod tls;
-pub mod topology;
 pub mod wal;
-pub mod walfetch;
-pub mod walmap;
-pub mod walread;
-pub mod wire;
 
-pub use backup::backup_postgres;
-pub use facts::{is_postgres, ClusterFacts};
-pub use lsn::Lsn;
-pub use options::{PgBackupOptions, PgBackupReport};
-pub use restore::{restore_postgres, restore_postgres_chain, PgRestoreOptions};
+pub use backup::direct::backup_postgres;
+pub use backup::facts::{is_postgres, ClusterFacts};
+pub use backup::options::{PgBackupOptions, PgBackupReport};
+pub use cluster::lsn::Lsn;
+pub use restore::directory::{restore_postgres, restore_postgres_chain, PgRestoreOptions};

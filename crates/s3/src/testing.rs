@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::S3Options;
+use crate::config::S3Options;
 
 mod emulators;
 pub use emulators::{azurite_binary, fake_gcs_binary, Azurite, FakeGcs, AZURITE_ACCOUNT, AZURITE_KEY};

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sheaf_core::{Error, ErrorKind, Result};
-use sheaf_pg::scratch::ScratchCluster;
+use sheaf_pg::drill::scratch::ScratchCluster;
 
 use super::event::{Clock, Event};
 use super::options::BenchOptions;
@@ -89,7 +89,7 @@ impl Ctx<'_> {
         if !sheaf_core::host::is_root() {
             return self.sheaf_op(op);
         }
-        let mut c = sheaf_pg::scratch::as_server_user(&self.opts.sheaf);
+        let mut c = sheaf_pg::drill::scratch::as_server_user(&self.opts.sheaf);
         c.arg(op).args(&self.opts.key_args);
         c
     }

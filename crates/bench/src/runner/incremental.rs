@@ -64,7 +64,7 @@ impl Ctx<'_> {
     /// them.
     pub(super) fn incremental_setup(&mut self, repo: &Path, summarize_wal: bool) -> Result<()> {
         let cluster = self.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
-        sheaf_pg::scratch::server_dir(repo)?;
+        sheaf_pg::drill::scratch::server_dir(repo)?;
         let mut c = self.repo_op("init");
         c.arg("--repo").arg(repo).arg(&self.src.arg);
         let f = measure::run(c)?;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use sheaf_core::manifest::BackupType;
 use sheaf_core::{Error, ErrorKind, Result};
-use sheaf_pg::scratch::{self, ScratchCluster};
+use sheaf_pg::drill::scratch::{self, ScratchCluster};
 
 use super::case::Ctx;
 use super::incremental::Measured;

@@ -2,7 +2,7 @@
 //! throwaway cluster built and loaded with TPC-H (and pgBackRest's home beside it).
 
 use sheaf_core::{Error, ErrorKind, Result};
-use sheaf_pg::scratch::{self, ScratchCluster};
+use sheaf_pg::drill::scratch::{self, ScratchCluster};
 
 use super::event::Event;
 use super::options::BenchOptions;

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sheaf_core::{Error, ErrorKind, Result};
-use sheaf_pg::scratch::{self, ScratchCluster};
+use sheaf_pg::drill::scratch::{self, ScratchCluster};
 
 use super::case::Ctx;
 use super::incremental::{repository_id, wal_push_command};

@@ -346,9 +346,9 @@ impl TargetArgs {
         self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target.is_some()
     }
 
-    /// The request for `sheaf_pg::pitr`, with the backup `set`, the action and the timeline.
-    pub fn request(&self, set: Option<String>, action: &str, timeline: &str) -> sheaf_pg::pitr::Request {
-        sheaf_pg::pitr::Request {
+    /// The request for `sheaf_pg::restore::pitr`, with the backup `set`, the action and the timeline.
+    pub fn request(&self, set: Option<String>, action: &str, timeline: &str) -> sheaf_pg::restore::pitr::Request {
+        sheaf_pg::restore::pitr::Request {
             set,
             time: self.target_time.clone(),
             lsn: self.target_lsn,

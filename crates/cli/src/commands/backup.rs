@@ -126,7 +126,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 wal_from_archive: a.wal_from == WalFrom::Archive,
                 wal_timeout: Some(a.wal_timeout),
                 archive: None,
-                remote: remote.map(|r| sheaf_pg::backup::Remote(std::sync::Arc::new(r))),
+                remote: remote.map(|r| sheaf_pg::backup::options::Remote(std::sync::Arc::new(r))),
                 via_base_backup: a.via == Via::BaseBackup,
             };
             if into_repo {
@@ -137,12 +137,12 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,
                     None => BackupType::Full,
                 };
-                let (r, record) = sheaf_pg::repo::backup::backup_to_repo(
+                let (r, record) = sheaf_pg::backup::repo::backup_to_repo(
                     &repo,
                     &meta,
                     &pg,
                     &opts,
-                    sheaf_pg::repo::backup::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan },
+                    sheaf_pg::backup::repo::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan },
                     ctx.schemes()?,
                     progress(a.json),
                 )?;
@@ -209,10 +209,10 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
 fn expire_after(
     repo: &sheaf_core::repo::Repo,
     meta: &sheaf_pg::repo::meta::RepoMeta,
-    keep: &sheaf_pg::repo::retention::Retention,
-) -> (serde_json::Value, Option<sheaf_pg::repo::retention::ExpirePlan>) {
+    keep: &sheaf_pg::maintain::expire::Retention,
+) -> (serde_json::Value, Option<sheaf_pg::maintain::expire::ExpirePlan>) {
     let now = sheaf_core::time::now_ms() / 1000;
-    let done = sheaf_pg::repo::retention::plan_expire(repo, meta, keep, now).and_then(|plan| sheaf_pg::repo::retention::expire(repo, &plan).map(|()| plan));
+    let done = sheaf_pg::maintain::expire::plan_expire(repo, meta, keep, now).and_then(|plan| sheaf_pg::maintain::expire::expire(repo, &plan).map(|()| plan));
     match done {
         Ok(plan) => (serde_json::to_value(&plan).expect("plan serialises"), Some(plan)),
         Err(e) => {

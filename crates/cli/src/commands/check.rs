@@ -1,8 +1,8 @@
-//! `sheaf check`: the backup of record judged for monitoring ([`sheaf_pg::repo::check`]): the
+//! `sheaf check`: the backup of record judged for monitoring ([`sheaf_pg::maintain::check`]): the
 //! verdict on the first line as monitoring plugins print it, a line per check, and the exit code
 //! Nagios and its kin read (0 ok, 1 warning, 2 critical).
 
-use sheaf_pg::repo::check::{check, CheckOptions, CheckReport, Finding, Status};
+use sheaf_pg::maintain::check::{check, CheckOptions, CheckReport, Finding, Status};
 
 use crate::args::CheckArgs;
 use crate::context::Context;

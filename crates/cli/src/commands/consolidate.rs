@@ -1,5 +1,5 @@
 //! `sheaf consolidate`: an incremental's chain written as one new full backup in the repository
-//! ([`sheaf_pg::repo::backup::consolidate_in_repo`]), in each repository given that holds it.
+//! ([`sheaf_pg::backup::repo::consolidate_in_repo`]), in each repository given that holds it.
 
 use sheaf_core::repo::Repo;
 use sheaf_core::{BackupOptions, Error, ErrorKind};
@@ -60,7 +60,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
     }
     let mut json = Vec::new();
     for (repo, _meta) in &chosen {
-        let (report, record) = sheaf_pg::repo::backup::consolidate_in_repo(repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json)).map_err(|e| {
+        let (report, record) = sheaf_pg::backup::repo::consolidate_in_repo(repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json)).map_err(|e| {
             if several {
                 e.context(format!("repository {}", repo.display()))
             } else {

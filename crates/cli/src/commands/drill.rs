@@ -1,10 +1,10 @@
 //! `sheaf drill`: a backup restored, started, recovered and checked on a scratch server
-//! ([`sheaf_pg::drill`]), its verdict and times printed and recorded in the repository and the
+//! ([`sheaf_pg::drill::run`]), its verdict and times printed and recorded in the repository and the
 //! history catalog.
 
 use sheaf_core::size::format_size;
 use sheaf_core::Error;
-use sheaf_pg::drill::{DrillOptions, Pick};
+use sheaf_pg::drill::run::{DrillOptions, Pick};
 use sheaf_pg::repo::drills::{drill_object, DrillRecord};
 
 use crate::args::DrillArgs;
@@ -36,7 +36,7 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
     let spool = ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).map(std::path::PathBuf::from);
     let work = match &a.to {
         Some(dir) => dir.clone(),
-        None => sheaf_pg::drill::default_work(spool.as_deref().and_then(std::path::Path::parent)),
+        None => sheaf_pg::drill::run::default_work(spool.as_deref().and_then(std::path::Path::parent)),
     };
     let opts = DrillOptions {
         pick,
@@ -49,7 +49,7 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
         timeout: a.timeout,
         threads: a.threads,
     };
-    let record = sheaf_pg::drill::drill(&repo, &meta, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, &repo), progress(a.json))?;
+    let record = sheaf_pg::drill::run::drill(&repo, &meta, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, &repo), progress(a.json))?;
     let mut v = serde_json::to_value(&record).expect("record serialises");
     v["repo"] = serde_json::json!(repo.display());
     v["backup_id"] = serde_json::json!(record.backup);
@@ -60,7 +60,7 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
     } else {
         summary(&record, repo.display());
     }
-    match sheaf_pg::drill::failure_error(&record) {
+    match sheaf_pg::drill::run::failure_error(&record) {
         Some(e) => Err(e),
         None => Ok(Done::from(v)),
     }

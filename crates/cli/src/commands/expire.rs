@@ -1,9 +1,9 @@
 //! `sheaf expire`: old backups and the WAL no kept backup needs removed, by policy
-//! ([`sheaf_pg::repo::retention`]).
+//! ([`sheaf_pg::maintain::expire`]).
 
 use sheaf_core::size::format_size;
 use sheaf_core::Error;
-use sheaf_pg::repo::retention;
+use sheaf_pg::maintain::expire;
 
 use crate::args::ExpireArgs;
 use crate::context::Context;
@@ -35,10 +35,10 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     failed.map_or(Ok(()), Err)
 }
 
-fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, keep: &retention::Retention, now: i64) -> Result<(), Error> {
-    let plan = retention::plan_expire(repo, meta, keep, now)?;
+fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, keep: &expire::Retention, now: i64) -> Result<(), Error> {
+    let plan = expire::plan_expire(repo, meta, keep, now)?;
     if !a.dry_run {
-        retention::expire(repo, &plan)?;
+        expire::expire(repo, &plan)?;
     }
     if a.json {
         let mut v = serde_json::to_value(&plan).expect("plan serialises");
@@ -52,7 +52,7 @@ fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::met
 }
 
 /// What a plan removed (or would, on a dry run) and kept, in lines.
-pub fn say_plan(plan: &retention::ExpirePlan, dry_run: bool) {
+pub fn say_plan(plan: &expire::ExpirePlan, dry_run: bool) {
     let verb = if dry_run { "would remove" } else { "removed" };
     say!(
         "{verb} {} backup{}{}, {} WAL files ({}); kept {} backup{} ({}) and WAL from {}",

@@ -1,5 +1,5 @@
 //! `sheaf extract`: one relation's files, or one page of it, out of a PostgreSQL backup (from
-//! stripes or a repository); the work is [`sheaf_pg::extract`]'s.
+//! stripes or a repository); the work is [`sheaf_pg::restore::extract`]'s.
 
 use sheaf_core::size::format_size;
 use sheaf_core::Error;
@@ -24,8 +24,8 @@ pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
         }
         vec![ctx.open_stripes(&a.stripes)?]
     };
-    let opts = sheaf_pg::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone() };
-    let r = sheaf_pg::extract::extract(&sets.iter().collect::<Vec<_>>(), &opts)?;
+    let opts = sheaf_pg::restore::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone() };
+    let r = sheaf_pg::restore::extract::extract(&sets.iter().collect::<Vec<_>>(), &opts)?;
     if a.json {
         say!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {

@@ -1,5 +1,5 @@
 //! `sheaf info`: what the repository holds ([`sheaf_pg::repo::inventory`]), as a table, JSON or
-//! Prometheus metrics ([`sheaf_pg::repo::metrics`], with the catalog's runs beside them).
+//! Prometheus metrics ([`sheaf_pg::maintain::metrics`], with the catalog's runs beside them).
 
 use sheaf_core::size::format_size;
 use sheaf_core::Error;
@@ -177,10 +177,10 @@ fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo:
 /// Every repository's metrics (`sheaf_repository_up` says which could be read), the server's lag
 /// when a URL is given (`sheaf_server_up` says whether it answered), and the catalog's runs.
 fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Repo, Result<sheaf_pg::repo::meta::RepoMeta, Error>)]) -> String {
-    use sheaf_pg::repo::metrics::{render, repository, Metric, ServerPosition};
+    use sheaf_pg::maintain::metrics::{render, repository, Metric, ServerPosition};
     let now = sheaf_core::time::now_ms() / 1000;
     let server = a.url.as_deref().map(|url| {
-        let pos = sheaf_pg::server::Server::connect(url).and_then(|mut s| s.archiver()).map(|x| ServerPosition { lsn: x.lsn, timeline: x.timeline });
+        let pos = sheaf_pg::connect::server::Server::connect(url).and_then(|mut s| s.archiver()).map(|x| ServerPosition { lsn: x.lsn, timeline: x.timeline });
         if let Err(e) = &pos {
             eprintln!("sheaf: the server did not answer, so the archive's lag is left out: {e}");
         }
@@ -239,7 +239,7 @@ fn write_whole(file: &std::path::Path, text: &str) -> Result<(), Error> {
 
 /// `more` into `all`: a family already there gets the new samples, so each name has one HELP and
 /// TYPE whatever the number of repositories.
-fn merge(all: &mut Vec<sheaf_pg::repo::metrics::Metric>, more: Vec<sheaf_pg::repo::metrics::Metric>) {
+fn merge(all: &mut Vec<sheaf_pg::maintain::metrics::Metric>, more: Vec<sheaf_pg::maintain::metrics::Metric>) {
     for m in more {
         match all.iter_mut().find(|x| x.name == m.name) {
             Some(x) => x.samples.extend(m.samples),

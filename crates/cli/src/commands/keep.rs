@@ -44,15 +44,15 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
         }
         done += 1;
         if a.release {
-            let had = keep::release(repo, id)?;
+            let had = sheaf_pg::maintain::keep::release(repo, id)?;
             json.push(serde_json::json!({ "repo": repo.display(), "id": id, "released": had }));
             if !a.json {
                 say!("{id}{at} {}", if had { "is no longer pinned: expire treats it by the policy" } else { "was not pinned" });
             }
             continue;
         }
-        let until = a.until.as_deref().map(|t| sheaf_pg::pitr::parse_time_as("--until", t)).transpose()?.map(|ms| ms.div_euclid(1000));
-        let p = keep::pin(repo, meta, id, until, now)?;
+        let until = a.until.as_deref().map(|t| sheaf_pg::restore::pitr::parse_time_as("--until", t)).transpose()?.map(|ms| ms.div_euclid(1000));
+        let p = sheaf_pg::maintain::keep::pin(repo, meta, id, until, now)?;
         let mut v = serde_json::to_value(&p).expect("pin serialises");
         v["repo"] = serde_json::json!(repo.display());
         json.push(v);

@@ -1,8 +1,8 @@
 //! `sheaf key`: list, add, remove and rotate the keys of an encrypted repository, and move one
-//! from before key rings to them ([`sheaf_pg::repo::keys`]).
+//! from before key rings to them ([`sheaf_pg::maintain::keys`]).
 
 use sheaf_core::Error;
-use sheaf_pg::repo::keys::{self, KeyInfo};
+use sheaf_pg::maintain::keys::{self, KeyInfo};
 
 use crate::args::{KeyAction, KeyCommandArgs};
 use crate::context::{load_keys, Context};

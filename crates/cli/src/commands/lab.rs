@@ -17,7 +17,8 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
     if let Some(url) = &a.db_url {
         let opts = sheaf_bench::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
         let rows = sheaf_bench::dblab::run(url, &opts)?;
-        let v = serde_json::json!({ "source": sheaf_pg::server::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
+        let v =
+            serde_json::json!({ "source": sheaf_pg::connect::server::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
         if let Some(out) = &a.out {
             std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
             let p = out.join("dblab.json");
@@ -27,7 +28,7 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
             say!("{v}");
         } else {
             let what = opts.table.as_deref().map_or_else(|| "rows of generated wide text".to_string(), |t| format!("rows at most of {t}"));
-            say!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::server::redact(url), opts.rows, opts.repeat);
+            say!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::connect::server::redact(url), opts.rows, opts.repeat);
             say_raw!("{}", sheaf_bench::dblab::table(&rows));
             say!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
         }
@@ -48,15 +49,15 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
         (Some(f), _, _) => (f.display().to_string(), read_file(f)?),
         (None, Some(url), _) => {
             let rel = a.relation.as_deref().ok_or_else(|| Error::invalid("--url needs --relation SCHEMA.NAME"))?;
-            let path = sheaf_pg::server::Server::connect(url)?.relation_file(rel)?;
+            let path = sheaf_pg::connect::server::Server::connect(url)?.relation_file(rel)?;
             (format!("{rel} ({})", path.display()), read_file(&path)?)
         }
         (None, None, false) => {
             let rel = a.relation.as_deref().ok_or_else(|| Error::invalid("a backup needs --relation NAME"))?;
             let set = ctx.open_stripes(&a.stripes)?;
-            let facts = sheaf_pg::extract::catalog(&set)?;
-            let (db, r) = sheaf_pg::extract::find(facts.databases()?, rel, a.database.as_deref())?;
-            let mut f = sheaf_core::chain_file(&[&set], sheaf_pg::extract::main_fork(&set, &r)?)?;
+            let facts = sheaf_pg::restore::extract::catalog(&set)?;
+            let (db, r) = sheaf_pg::restore::extract::find(facts.databases()?, rel, a.database.as_deref())?;
+            let mut f = sheaf_core::chain_file(&[&set], sheaf_pg::restore::extract::main_fork(&set, &r)?)?;
             let n = (f.size() as usize).min(sample);
             let mut v = vec![0u8; n];
             f.read_at(0, &mut v)?;

@@ -64,7 +64,7 @@ fn archive_warning(a: &RestoreArgs, repo: Option<&str>) -> Option<String> {
     if a.archive_mode == ArchiveMode::Off {
         return None;
     }
-    let (mode, command) = sheaf_pg::restore::archive_settings(&a.to);
+    let (mode, command) = sheaf_pg::cluster::conf::archive_settings(&a.to);
     if mode == "off" || !command.contains("wal-push") {
         return None;
     }
@@ -148,7 +148,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     Ok(v)
 }
 
-/// `restore --repo`: point-in-time recovery, planned and carried out by [`sheaf_pg::pitr::restore`].
+/// `restore --repo`: point-in-time recovery, planned and carried out by [`sheaf_pg::restore::pitr::restore`].
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     let opts = pg_options(&a)?;
     let r = &a.recovery;
@@ -162,7 +162,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
     for (k, (repo, meta)) in repos.iter().enumerate() {
         let attempt = match meta {
             Err(e) => Err(Error::new(e.kind(), e.to_string())),
-            Ok(meta) => sheaf_pg::pitr::restore(repo, meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, repo), progress(a.json)),
+            Ok(meta) => sheaf_pg::restore::pitr::restore(repo, meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, repo), progress(a.json)),
         };
         match attempt {
             Ok((r, plan)) => {

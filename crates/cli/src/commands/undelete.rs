@@ -1,8 +1,8 @@
 //! `sheaf undelete`: make what a locked repository's lock kept readable again after a wipe
-//! ([`sheaf_pg::repo::undelete`]).
+//! ([`sheaf_pg::maintain::undelete`]).
 
 use sheaf_core::{Error, ErrorKind};
-use sheaf_pg::repo::undelete;
+use sheaf_pg::maintain::undelete;
 
 use crate::args::UndeleteArgs;
 use crate::context::Context;
@@ -14,7 +14,7 @@ use crate::context::Context;
 /// removed (each is named).
 pub fn run(ctx: &Context, a: UndeleteArgs) -> Result<(), Error> {
     let repo = ctx.repo()?;
-    let since = a.since.as_deref().map(|t| sheaf_pg::pitr::parse_time_as("--since", t)).transpose()?.map(|ms| ms.div_euclid(1000));
+    let since = a.since.as_deref().map(|t| sheaf_pg::restore::pitr::parse_time_as("--since", t)).transpose()?.map(|ms| ms.div_euclid(1000));
     let plan = undelete::plan_undelete(&repo, since)?;
     if a.dry_run {
         if a.json {

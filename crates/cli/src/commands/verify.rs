@@ -49,7 +49,7 @@ fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {
     Ok(v)
 }
 
-/// `sheaf verify --repo`: the checks are [`sheaf_pg::repo::verify`]'s; here they are printed.
+/// `sheaf verify --repo`: the checks are [`sheaf_pg::maintain::verify`]'s; here they are printed.
 fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error> {
     // Every repository given, each in full; the first failure is the command's, after all ran.
     let repos = ctx.open_repos()?;
@@ -85,8 +85,8 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
 
 fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, several: bool) -> Result<serde_json::Value, Error> {
     let t0 = Instant::now();
-    let opts = sheaf_pg::repo::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()) };
-    let check = sheaf_pg::repo::verify::verify(repo, meta, ctx.schemes()?, a.threads, &opts)?;
+    let opts = sheaf_pg::maintain::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()) };
+    let check = sheaf_pg::maintain::verify::verify(repo, meta, ctx.schemes()?, a.threads, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
     let mut v = serde_json::to_value(&check).expect("check serialises");
     v["repo"] = serde_json::json!(repo.display());

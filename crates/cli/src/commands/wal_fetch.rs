@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind};
-use sheaf_pg::spool::Spool;
-use sheaf_pg::wal::{is_segment_name, wal_dir};
-use sheaf_pg::walfetch::Recovered;
+use sheaf_pg::cluster::walname::{is_segment_name, wal_dir};
+use sheaf_pg::wal::fetch::Recovered;
+use sheaf_pg::wal::spool::Spool;
 
 use crate::args::WalFetchArgs;
 use crate::context::Context;
@@ -44,7 +44,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
         let meta = sheaf_pg::repo::meta::open(&repo)?;
-        let r = sheaf_pg::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
+        let r = sheaf_pg::wal::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
         for e in &r.errors {
             eprintln!("sheaf: prefetch: {e}");
         }
@@ -67,7 +67,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let info = if from_spool {
         None
     } else {
-        match sheaf_pg::walfetch::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
+        match sheaf_pg::wal::fetch::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
             Recovered::Archived(info) => Some(info),
             // Not archived whole: a receiver on this host may hold more of it than the repository
             // does (it hands its spool over when it starts again; until then, it is here).

@@ -1,12 +1,12 @@
 //! `sheaf wal-push`: PostgreSQL's archive_command. The archiving, look-ahead and queue bound are
-//! [`sheaf_pg::queue::archive`]'s; what the server log should hear is said here.
+//! [`sheaf_pg::wal::queue::archive`]'s; what the server log should hear is said here.
 
 use std::time::Instant;
 
 use sheaf_core::size::{format_size, parse_size};
 use sheaf_core::Error;
-use sheaf_pg::queue::{Archived, DropNotice};
-use sheaf_pg::wal::wal_dir;
+use sheaf_pg::cluster::walname::wal_dir;
+use sheaf_pg::wal::queue::{Archived, DropNotice};
 
 use crate::args::WalPushArgs;
 use crate::context::Context;
@@ -35,7 +35,7 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
     for (k, repo) in repos.iter().enumerate() {
         let spool = ctx.spool(wal_dir(&a.path), repo)?;
         let t0 = Instant::now();
-        match sheaf_pg::queue::archive(repo, &spool, &a.path, spec, parallel, queue_max) {
+        match sheaf_pg::wal::queue::archive(repo, &spool, &a.path, spec, parallel, queue_max) {
             Ok(Archived::Pushed { report, published }) => {
                 said(&report, published, a.json, several.then_some(repo.display()));
                 let mut v = serde_json::to_value(&report).expect("report serialises");
@@ -65,7 +65,7 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
 }
 
 /// What the server log should hear of one repository's push.
-fn said(report: &sheaf_pg::spool::PushReport, published: Result<usize, Error>, json: bool, repo: Option<&str>) {
+fn said(report: &sheaf_pg::wal::spool::PushReport, published: Result<usize, Error>, json: bool, repo: Option<&str>) {
     let at = repo.map(|r| format!(" ({r})")).unwrap_or_default();
     match published {
         Ok(0) => {}
@@ -89,7 +89,7 @@ fn said(report: &sheaf_pg::spool::PushReport, published: Result<usize, Error>, j
 }
 
 /// Say loudly, in the server log, that a file was left out of the archive.
-fn dropped(n: &DropNotice, spool: &sheaf_pg::spool::Spool) {
+fn dropped(n: &DropNotice, spool: &sheaf_pg::wal::spool::Spool) {
     let d = &n.dropped;
     let recorded = match &n.recorded {
         Ok(()) => format!("recorded in {}", spool.dir().display()),

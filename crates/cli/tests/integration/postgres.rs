@@ -35,7 +35,7 @@ use crate::integration::common::{server_catalog, SHEAF};
 /// setpriv execs sheaf itself (runuser would stay between), so a signal the test sends reaches it.
 pub fn sheaf() -> Command {
     let mut c = if sheaf_core::host::is_root() {
-        let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap_or_else(|e| panic!("{e}"));
+        let (uid, gid) = sheaf_pg::drill::scratch::server_owner().unwrap_or_else(|e| panic!("{e}"));
         let mut c = Command::new("setpriv");
         c.args([format!("--reuid={uid}"), format!("--regid={gid}"), "--init-groups".into(), SHEAF.into()]);
         c.env("HOME", home_of(uid)).env("USER", "postgres").env("LOGNAME", "postgres");

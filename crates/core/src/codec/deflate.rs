@@ -71,7 +71,7 @@ impl Compressor for Igzip {
         match ret {
             r if r == isal::COMP_OK as i32 && s.avail_in == 0 => Ok(Some(s.total_out as usize).filter(|&n| n < src.len())),
             r if r == isal::STATELESS_OVERFLOW => Ok(None),
-            r => Err(Error::new(crate::ErrorKind::Io, format!("ISA-L deflate failed with code {r}"))),
+            r => Err(Error::new(crate::error::ErrorKind::Io, format!("ISA-L deflate failed with code {r}"))),
         }
     }
     fn kind(&self) -> CodecKind {

@@ -17,7 +17,7 @@ impl Compressor for Lz4 {
             Ok(n) => Ok(Some(n).filter(|&n| n < src.len())),
             Err(lz4_flex::block::CompressError::OutputTooSmall) => Ok(None),
             // The enum is non-exhaustive: a failure lz4_flex may add later fails the backup.
-            Err(e) => Err(Error::new(crate::ErrorKind::Io, format!("lz4 compression failed: {e}"))),
+            Err(e) => Err(Error::new(crate::error::ErrorKind::Io, format!("lz4 compression failed: {e}"))),
         }
     }
     fn kind(&self) -> CodecKind {

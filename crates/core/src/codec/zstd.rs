@@ -22,7 +22,7 @@ impl Compressor for ZstdCompressor {
         match self.0.context_mut().compress2(dst, src) {
             Ok(n) => Ok(Some(n).filter(|&n| n < src.len())),
             Err(code) if is_dst_too_small(code) => Ok(None),
-            Err(code) => Err(Error::new(crate::ErrorKind::Io, format!("zstd compression failed: {}", zstd::zstd_safe::get_error_name(code)))),
+            Err(code) => Err(Error::new(crate::error::ErrorKind::Io, format!("zstd compression failed: {}", zstd::zstd_safe::get_error_name(code)))),
         }
     }
     fn kind(&self) -> CodecKind {
@@ -43,7 +43,7 @@ pub(super) struct ZstdDecompressor(zstd::bulk::Decompressor<'static>);
 
 impl ZstdDecompressor {
     pub(super) fn new() -> Result<Self> {
-        zstd::bulk::Decompressor::new().map(ZstdDecompressor).map_err(|e| Error::new(crate::ErrorKind::Io, format!("zstd decompressor: {e}")))
+        zstd::bulk::Decompressor::new().map(ZstdDecompressor).map_err(|e| Error::new(crate::error::ErrorKind::Io, format!("zstd decompressor: {e}")))
     }
 }
 

@@ -268,7 +268,7 @@ impl Manifest {
     pub fn to_stored_bytes(&self) -> Result<Vec<u8>> {
         // Serialised straight into the compressor: the JSON of a million entries is never held
         // whole, only its compressed form.
-        let io = |e: std::io::Error| Error::new(crate::ErrorKind::Io, format!("manifest: {e}"));
+        let io = |e: std::io::Error| Error::new(crate::error::ErrorKind::Io, format!("manifest: {e}"));
         let mut z = zstd::stream::write::Encoder::new(Vec::new(), 3).map_err(io)?;
         {
             let mut w = std::io::BufWriter::with_capacity(256 << 10, &mut z);
@@ -281,7 +281,7 @@ impl Manifest {
     /// Decompress and parse a footer's manifest region.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] when it does not decode.
+    /// [`crate::error::ErrorKind::Corrupt`] when it does not decode.
     pub fn from_stored_bytes(b: &[u8]) -> Result<Self> {
         let mut d = zstd::stream::read::Decoder::new(b).map_err(|e| Error::corrupt(format!("manifest: does not decompress: {e}")))?;
         let m: Manifest = serde_json::from_reader(std::io::BufReader::with_capacity(64 << 10, &mut d)).map_err(|e| Error::corrupt(format!("manifest: does not parse: {e}")))?;
@@ -293,7 +293,7 @@ impl Manifest {
     /// and the set has at least one stripe. Readers index by these numbers.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] naming the first entry that refers to nothing.
+    /// [`crate::error::ErrorKind::Corrupt`] naming the first entry that refers to nothing.
     pub fn check_references(&self) -> Result<()> {
         if self.stripes.is_empty() {
             return Err(Error::corrupt("manifest: the set lists no stripe"));
@@ -524,16 +524,16 @@ mod tests {
         m.entries = vec![Entry { root: 0, path: "x".into(), kind: EntryKind::File, mode: 0o600, mtime_ns: 5, size: 3, crc32c: Some(9), ..Default::default() }];
         let b = m.to_stored_bytes().unwrap();
         assert_eq!(Manifest::from_stored_bytes(&b).unwrap(), m);
-        assert_eq!(Manifest::from_stored_bytes(&b[..b.len() / 2]).unwrap_err().kind(), crate::ErrorKind::Corrupt);
+        assert_eq!(Manifest::from_stored_bytes(&b[..b.len() / 2]).unwrap_err().kind(), crate::error::ErrorKind::Corrupt);
 
         // An entry that names a root the manifest lacks is refused, not indexed out of bounds.
         let mut bad = m.clone();
         bad.entries[0].root = 3;
         let e = Manifest::from_stored_bytes(&bad.to_stored_bytes().unwrap()).unwrap_err();
-        assert_eq!(e.kind(), crate::ErrorKind::Corrupt);
+        assert_eq!(e.kind(), crate::error::ErrorKind::Corrupt);
         assert!(e.message().contains("names root 3") && e.message().contains("1 root"), "{e}");
         let mut bad = m;
         bad.stripes.clear();
-        assert_eq!(Manifest::from_stored_bytes(&bad.to_stored_bytes().unwrap()).unwrap_err().kind(), crate::ErrorKind::Corrupt);
+        assert_eq!(Manifest::from_stored_bytes(&bad.to_stored_bytes().unwrap()).unwrap_err().kind(), crate::error::ErrorKind::Corrupt);
     }
 }

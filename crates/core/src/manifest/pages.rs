@@ -69,7 +69,7 @@ fn seal(cipher: Option<&Cipher>, counter: u64, plain: Vec<u8>) -> Vec<u8> {
 }
 
 fn zstd_json<T: serde::Serialize + ?Sized>(what: &str, v: &T) -> Result<Vec<u8>> {
-    let io = |e: std::io::Error| Error::new(crate::ErrorKind::Io, format!("manifest {what}: {e}"));
+    let io = |e: std::io::Error| Error::new(crate::error::ErrorKind::Io, format!("manifest {what}: {e}"));
     let mut z = zstd::stream::write::Encoder::new(Vec::new(), 3).map_err(io)?;
     serde_json::to_writer(&mut z, v).map_err(|e| Error::invalid(format!("manifest {what}: {e}")))?;
     z.finish().map_err(io)
@@ -113,7 +113,7 @@ impl<'c, W: Write> RegionWriter<'c, W> {
     }
 
     fn write(&mut self, b: &[u8]) -> Result<()> {
-        self.out.write_all(b).map_err(|e| Error::new(crate::ErrorKind::Io, format!("manifest: {e}")))?;
+        self.out.write_all(b).map_err(|e| Error::new(crate::error::ErrorKind::Io, format!("manifest: {e}")))?;
         self.pos += b.len() as u64;
         Ok(())
     }
@@ -253,7 +253,7 @@ impl PagedRegion {
     /// Open the region of `region_len` bytes that `read` reads: its tail, head and page index.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] for anything that does not check or parse.
+    /// [`crate::error::ErrorKind::Corrupt`] for anything that does not check or parse.
     pub fn open(read: ReadAt, region_len: u64, cipher: Option<&Cipher>) -> Result<Self> {
         if region_len < TAIL_LEN as u64 {
             return Err(Error::corrupt("manifest: shorter than its tail"));
@@ -291,7 +291,7 @@ impl PagedRegion {
     /// The entries of page `k`, checked.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::Corrupt`] when it does not check or parse, or holds another count.
+    /// [`crate::error::ErrorKind::Corrupt`] when it does not check or parse, or holds another count.
     pub fn page(&self, k: usize, read: ReadAt, cipher: Option<&Cipher>) -> Result<Vec<Entry>> {
         let p = &self.pages[k];
         let mut stored = vec![0u8; p.len as usize];
@@ -465,7 +465,7 @@ mod tests {
         let read = in_memory(&b);
         let r = PagedRegion::open(&read, b.len() as u64, None).unwrap();
         let e = r.page(0, &read, None).unwrap_err();
-        assert_eq!(e.kind(), crate::ErrorKind::Corrupt);
+        assert_eq!(e.kind(), crate::error::ErrorKind::Corrupt);
         assert!(!e.to_string().contains("checksum mismatch"), "past the checksum: {e}");
     }
 
@@ -488,7 +488,7 @@ mod tests {
         let r = PagedRegion::open(&read, b.len() as u64, Some(cipher)).unwrap();
         assert_eq!(r.whole(&read, Some(cipher)).unwrap(), m);
         let e = PagedRegion::open(&read, b.len() as u64, None).and_then(|r| r.whole(&read, None)).expect_err("no key");
-        assert_eq!(e.kind(), crate::ErrorKind::Corrupt, "{e}");
+        assert_eq!(e.kind(), crate::error::ErrorKind::Corrupt, "{e}");
 
         // A flipped byte in a page is that page's; in the head, the head's.
         let mut bad = b.clone();

@@ -80,8 +80,8 @@ pub(super) struct BlockMap {
 /// holds in part found down the chain (what `verify --repo` checks of each chain).
 ///
 /// # Errors
-/// [`crate::ErrorKind::InvalidInput`] naming the set that does not belong where it is;
-/// [`crate::ErrorKind::Corrupt`] for bytes no set of the chain holds.
+/// [`crate::error::ErrorKind::InvalidInput`] naming the set that does not belong where it is;
+/// [`crate::error::ErrorKind::Corrupt`] for bytes no set of the chain holds.
 pub fn check_chain(sets: &[&BackupSet]) -> Result<()> {
     check_order(sets)?;
     walk_chain(sets, |_, _, _| Ok(()))

@@ -22,7 +22,7 @@ use crate::set::BackupSet;
 /// Write the chain `sets` (oldest first) as one full set to `opts.targets`.
 ///
 /// # Errors
-/// A chain that is not one ([`crate::check_chain`]), any problem reading it (naming the set,
+/// A chain that is not one ([`crate::restore::check_chain`]), any problem reading it (naming the set,
 /// stripe and frame), and everything a backup can meet writing; nothing is left that looks whole.
 pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<BackupReport> {
     check_order(sets)?;

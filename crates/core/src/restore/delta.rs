@@ -26,7 +26,7 @@ use crate::error::{io_at, ErrorKind, Result};
 use crate::manifest::{Entry, EntryKind};
 use crate::set::BackupSet;
 use crate::spill::{kind_code, kind_of, ByteLog, Record, Sorter};
-use crate::{Changes, FileChanges};
+use crate::{backup::Changes, backup::FileChanges};
 
 impl Plan<'_> {
     /// Remove what is under the roots but not in the plan (the markers aside), and what is there
@@ -456,7 +456,7 @@ fn compare(map: &mut BlockMap, mut batch: Vec<Pending>, threads: usize, report: 
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::Error::new(ErrorKind::Io, "a delta comparer thread panicked")))).collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::error::Error::new(ErrorKind::Io, "a delta comparer thread panicked")))).collect()
     });
     let mut dropped = vec![0u64; batch.len()];
     // Each file with suspects has its path kept once.

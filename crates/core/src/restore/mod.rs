@@ -75,7 +75,7 @@ pub fn restore_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<d
     let t0 = Instant::now();
     check_order(sets)?;
     if opts.delta && (opts.force || !opts.only.is_empty() || !opts.hollow.is_empty()) {
-        return Err(crate::Error::invalid(
+        return Err(crate::error::Error::invalid(
             "--delta makes the target equal to the whole backup, keeping what is already right: it does not combine with --force (which empties the target), --only or --db-include",
         ));
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::backup::Changes;
 use crate::error::{Error, Result};
-use crate::Changes;
 
 /// Name of the file a restore keeps in its target until it has finished.
 pub const INCOMPLETE_MARKER: &str = ".sheaf-restore-incomplete";

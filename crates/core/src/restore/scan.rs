@@ -146,7 +146,7 @@ pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
             .into_iter()
             .map(|w| {
                 w.join().unwrap_or_else(|_| {
-                    shared.fail(Error::new(crate::ErrorKind::Io, "a decompressor thread panicked"));
+                    shared.fail(Error::new(crate::error::ErrorKind::Io, "a decompressor thread panicked"));
                     0
                 })
             })
@@ -158,7 +158,7 @@ pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     }
     let expected = sent.0.load(std::sync::atomic::Ordering::Relaxed);
     if frames != expected {
-        return Err(Error::new(crate::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));
+        return Err(Error::new(crate::error::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));
     }
     Ok(Scanned { frames, bytes_read: sent.1.load(std::sync::atomic::Ordering::Relaxed) })
 }

@@ -35,7 +35,7 @@ impl RateLimit {
     /// A limit of `bytes_per_second`.
     ///
     /// # Errors
-    /// [`crate::ErrorKind::InvalidInput`] for a rate of 0.
+    /// [`crate::error::ErrorKind::InvalidInput`] for a rate of 0.
     pub fn new(bytes_per_second: u64) -> Result<Arc<Self>> {
         if bytes_per_second == 0 {
             return Err(Error::invalid("--max-rate 0 would never write a byte: give a rate such as 100MiB (per second)"));

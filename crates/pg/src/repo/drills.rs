@@ -1,4 +1,4 @@
-//! The drills' records (`sheaf drill`, [`crate::drill`]): one object per drill, `drills/DRILL_BACKUP.json`,
+//! The drills' records (`sheaf drill`, [`crate::drill::run`]): one object per drill, `drills/DRILL_BACKUP.json`,
 //! so that a listing alone says which backup each drill was of; and what `info`, `check` and the
 //! metrics read of them ([`summary`]).
 

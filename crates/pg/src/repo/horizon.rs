@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
-use crate::wal::WalFile;
+use crate::cluster::walname::WalFile;
 
 /// Where the horizon lives, relative to the repository's root.
 pub const HORIZON: &str = "retention.json";
@@ -93,11 +93,11 @@ mod tests {
             lock: None,
         };
         repo.init(&meta).unwrap();
-        let at = |n: u64| WalFile::parse(&crate::wal::segment_name(1, n, seg), seg).unwrap();
+        let at = |n: u64| WalFile::parse(&crate::cluster::walname::segment_name(1, n, seg), seg).unwrap();
         assert_eq!(read(&repo).unwrap(), None);
         assert_eq!(raise(&repo, &at(8)).unwrap().segno, 8);
         assert_eq!(raise(&repo, &at(5)).unwrap().segno, 8, "a looser policy later does not bring removed WAL back");
-        assert_eq!(read(&repo).unwrap().unwrap().first_kept, crate::wal::segment_name(1, 8, seg));
+        assert_eq!(read(&repo).unwrap().unwrap().first_kept, crate::cluster::walname::segment_name(1, 8, seg));
         assert_eq!(raise(&repo, &at(12)).unwrap().segno, 12);
     }
 

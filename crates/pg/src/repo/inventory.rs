@@ -7,12 +7,12 @@ use serde::Serialize;
 use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
+use super::dropped::{dropped, Dropped};
 use super::horizon::{needed_to, Horizon};
 use super::meta::RepoMeta;
 use super::paths;
 use super::records::{backups, BackupRecord, Found};
-use crate::queue::{dropped, Dropped};
-use crate::wal::{segment_name, WalFile, WalKind};
+use crate::cluster::walname::{segment_name, WalFile, WalKind};
 
 /// Every archived WAL file, by name order.
 ///

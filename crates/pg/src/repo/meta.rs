@@ -6,7 +6,7 @@ use sheaf_core::repo::Repo;
 use sheaf_core::storage::{LockMode, WriteLock};
 use sheaf_core::{Error, Result};
 
-use crate::server::Server;
+use crate::connect::server::Server;
 
 /// Newest repository format this sheaf reads: 1, or 2 for a locked repository (so that a sheaf
 /// that knows no locks, and would write unlocked objects, refuses it).

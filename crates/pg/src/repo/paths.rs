@@ -7,7 +7,7 @@
 //! backups/ID.lock                    a backup being written
 //! backups/ID/ID_K.sheaf              its stripes
 //! wal/TTTTTTTT/NAME.wal              an archived WAL file, by timeline
-//! wal/TTTTTTTT/NAME.sum              a segment's block summary (crate::summarize)
+//! wal/TTTTTTTT/NAME.sum              a segment's block summary (crate::wal::summarize)
 //! dropped/NAME.json                  a WAL file wal-push --queue-max left out
 //! keep/ID.json                       a pinned backup (crate::repo::keep)
 //! drills/DRILL_ID.json               a drill's record (crate::repo::drills)
@@ -68,6 +68,18 @@ pub fn wal_name(object: &str) -> Option<&str> {
     object.rsplit('/').next().and_then(|n| n.strip_suffix(".wal"))
 }
 
+/// Where the block summary of archived segment `name` lives.
+pub fn summary_object(name: &str) -> String {
+    let wal = wal_object(name);
+    format!("{}.sum", wal.strip_suffix(".wal").unwrap_or(&wal))
+}
+
+/// The object a segment's streamed copy is stored at while the segment is not complete
+/// (`sheaf wal-receive`).
+pub fn streaming_object(name: &str) -> String {
+    format!("{WAL}{}/{name}.streaming", name.get(..8).unwrap_or("00000000"))
+}
+
 /// The record of a WAL file dropped from the archive.
 pub fn dropped(name: &str) -> String {
     format!("{DROPPED}{name}.json")
@@ -85,5 +97,12 @@ mod tests {
         assert_eq!(backup_id(&stripe("a", 1)), Some("a"));
         assert_eq!(backup_id(&record("b")), Some("b"));
         assert!(of_backup(&lock("a"), "a") && of_backup(&stripe("a", 1), "a") && !of_backup(&stripe("ab", 1), "a"));
+        assert_eq!(summary_object("000000020000000100000003"), "wal/00000002/000000020000000100000003.sum");
+    }
+
+    #[test]
+    fn streamed_copies_live_beside_the_archived_segments() {
+        assert_eq!(streaming_object("000000020000000100000003"), "wal/00000002/000000020000000100000003.streaming");
+        assert_eq!(wal_name(&streaming_object("000000020000000100000003")), None, "not taken for an archived file");
     }
 }

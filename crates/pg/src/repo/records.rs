@@ -8,7 +8,7 @@ use sheaf_core::repo::Repo;
 use sheaf_core::{BackupSet, Error, ErrorKind, Location, Result, Schemes};
 
 use super::paths;
-use crate::lsn::Lsn;
+use crate::cluster::lsn::Lsn;
 
 /// A finished backup in the repository (`backups/ID.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -37,7 +37,7 @@ impl AgentProc {
                 c.args(["netns", "exec", ns, "runuser", "-u", "postgres", "--", SHEAF]);
                 c
             }
-            None => sheaf_pg::scratch::as_server_user(SHEAF),
+            None => sheaf_pg::drill::scratch::as_server_user(SHEAF),
         };
         let child =
             cmd.args(["agent", "--listen", &addr, "--pgdata", data.to_str().unwrap(), "--tls-dir", tls.to_str().unwrap()]).stdout(Stdio::null()).stderr(out).spawn().unwrap();
@@ -79,7 +79,7 @@ pub(super) fn certificates(base: &Path, names: &[&str]) -> (PathBuf, PathBuf) {
         std::fs::copy(tls.join(f), host.join(f)).unwrap();
     }
     // The agent and the backup host's sheaf both run as the cluster's user here.
-    let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap();
+    let (uid, gid) = sheaf_pg::drill::scratch::server_owner().unwrap();
     for dir in [&tls, &host] {
         for e in std::fs::read_dir(dir).unwrap() {
             std::os::unix::fs::chown(e.unwrap().path(), Some(uid), Some(gid)).unwrap();

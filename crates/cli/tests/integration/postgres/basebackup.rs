@@ -29,7 +29,7 @@ fn a_backup_over_the_replication_protocol_restores() {
     ok(run(sheaf().args(["agent", "--init-certs", tls.to_str().unwrap()])), "certificates");
     for f in ["server.pem", "server.key"] {
         std::fs::copy(tls.join(f), c.data.join(f)).unwrap();
-        let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap();
+        let (uid, gid) = sheaf_pg::drill::scratch::server_owner().unwrap();
         std::os::unix::fs::chown(c.data.join(f), Some(uid), Some(gid)).unwrap();
     }
     let hba = std::fs::read_to_string(c.data.join("pg_hba.conf")).unwrap();

@@ -1,11 +1,11 @@
-//! The test side of [`sheaf_pg::scratch`]: panicking shorthands for the clusters the tests start.
+//! The test side of [`sheaf_pg::drill::scratch`]: panicking shorthands for the clusters the tests start.
 
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 
-use sheaf_pg::scratch::ScratchCluster;
+use sheaf_pg::drill::scratch::ScratchCluster;
 
-pub use sheaf_pg::scratch::server_dir;
+pub use sheaf_pg::drill::scratch::server_dir;
 
 pub struct Cluster(pub ScratchCluster);
 
@@ -66,7 +66,7 @@ pub fn pg_dir(path: &Path) {
 
 /// Give `path` to the cluster's user (a file the test made as root, for sheaf run as that user).
 pub fn give_to_server(path: &Path) {
-    let (uid, gid) = sheaf_pg::scratch::server_owner().unwrap();
+    let (uid, gid) = sheaf_pg::drill::scratch::server_owner().unwrap();
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
 }
 

@@ -200,7 +200,7 @@ fn delta_restores_write_what_the_wal_says_changed() {
     let checksums = c.bin.join("pg_checksums");
     let can_disable = checksums.exists();
     if can_disable {
-        let o = run(sheaf_pg::scratch::as_server_user(&checksums).args(["--disable", "-D"]).arg(&unsummed));
+        let o = run(sheaf_pg::drill::scratch::as_server_user(&checksums).args(["--disable", "-D"]).arg(&unsummed));
         assert!(o.status.success(), "pg_checksums --disable: {}", stderr(&o));
     }
 

@@ -722,7 +722,7 @@ fn ready(c: &Cluster) -> Vec<String> {
 
 /// `sheaf ARGS` as the server's user in its data directory, as archive_command runs it.
 fn as_archiver(c: &Cluster, args: &[&str]) -> Output {
-    let mut cmd = sheaf_pg::scratch::as_server_user(SHEAF);
+    let mut cmd = sheaf_pg::drill::scratch::as_server_user(SHEAF);
     run(cmd.current_dir(&c.data).args(args))
 }
 

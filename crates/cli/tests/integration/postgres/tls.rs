@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType};
-use sheaf_pg::server::Server;
-use sheaf_pg::wire::Replication;
+use sheaf_pg::connect::server::Server;
+use sheaf_pg::connect::wire::Replication;
 
 use super::cluster::{give_to_server, server_tempdir, Cluster};
 

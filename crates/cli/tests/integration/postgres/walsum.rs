@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use sheaf_pg::walread::{Decoder, PAGE};
+use sheaf_pg::wal::read::{Decoder, PAGE};
 
 use super::cluster::Cluster;
 use crate::integration::common::{run, stderr};

@@ -1,0 +1,229 @@
+//! A backup written into the repository: stripes under `backups/ID/`, a lock while it runs, and
+//! the record, published only after every stripe is.
+
+use std::sync::Arc;
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result};
+
+use crate::backup::direct::backup_postgres;
+use crate::backup::incremental::{may_build_on, Parent};
+use crate::backup::options::{PgBackupOptions, PgBackupReport};
+use crate::repo::meta::RepoMeta;
+use crate::repo::paths;
+use crate::repo::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord};
+use sheaf_core::manifest::BackupType;
+use sheaf_core::{Lineage, Schemes};
+
+/// What kind of backup goes into the repository.
+#[derive(Clone, Copy, Debug)]
+pub struct Kind {
+    /// Stripes under `backups/ID/`, 1 to 64.
+    pub stripes: usize,
+    /// `full`, `diff` or `incr`.
+    pub backup_type: BackupType,
+    /// Decide what changed by the page scan and fail if the WAL summaries missed any of it.
+    pub check_changes: bool,
+    /// Read every page instead of using the WAL summaries.
+    pub page_scan: bool,
+}
+
+/// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
+/// record is published only after every stripe is. `opts.targets` is ignored. A `diff` builds on
+/// the newest full backup, an `incr` on the newest backup of any type; with none to build on, a
+/// full backup is taken and the report says why. `schemes` opens the parent.
+///
+/// # Errors
+/// A cluster other than the repository's (before anything is written), and everything
+/// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
+pub fn backup_to_repo(
+    repo: &Repo,
+    meta: &RepoMeta,
+    pg: &PgBackupOptions,
+    opts: &BackupOptions,
+    kind: Kind,
+    schemes: &dyn Schemes,
+    progress: Arc<dyn Progress>,
+) -> Result<(PgBackupReport, BackupRecord)> {
+    let Kind { stripes, backup_type, check_changes, page_scan } = kind;
+    if !(1..=64).contains(&stripes) {
+        return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
+    }
+    // The parent, opened before anything is written: one missing, damaged, under another key or of
+    // another cluster is named now.
+    let records = complete(repo)?;
+    let mut no_parent = None;
+    let candidate = if backup_type == BackupType::Full { None } else { records.iter().rev().find(|r| may_build_on(backup_type, r.backup_type)) };
+    let parent = match candidate {
+        None if backup_type == BackupType::Full => None,
+        None => {
+            no_parent = Some(format!(
+                "the repository holds no {} to build a {backup_type} on: taking a full backup",
+                if backup_type == BackupType::Diff { "full backup" } else { "backup" }
+            ));
+            None
+        }
+        Some(p) => {
+            let chain = chain_of(&records, p)?;
+            let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
+            let lineage = Lineage { backup_type, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
+            let mut parent = Parent::new(lineage, &p.id, p.start_lsn, p.stop_lsn, p.timeline, &set);
+            parent.summaries = Some((repo.clone(), meta.clone()));
+            parent.check_changes = check_changes;
+            parent.page_scan = page_scan;
+            Some((parent, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
+        }
+    };
+    let start_unix = now_unix();
+    let mut id = compact_time(start_unix);
+    if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
+        id = format!("{id}-{}", std::process::id());
+    }
+    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&id, k)).collect();
+    let mut opts = opts.clone();
+    opts.targets = names.iter().map(|n| repo.location(n)).collect();
+    // The repository's KDF, with a data key of the backup's own.
+    opts.encryption = repo.encryption()?;
+    for n in &names {
+        repo.prepare(n)?;
+    }
+    let mut pg = pg.clone();
+    pg.expect_system_identifier = Some(meta.system_identifier.clone());
+    pg.archive = Some((repo.clone(), meta.clone()));
+    pg.parent = parent.as_ref().map(|p| p.0.clone());
+    let mut lock = BackupLock::ours(&id, start_unix);
+    lock.chain = parent.as_ref().map(|p| p.1.clone()).unwrap_or_default();
+    repo.put_json(&paths::lock(&id), &lock, false)?;
+    let result = backup_postgres(&pg, &opts, progress);
+    let result = result.and_then(|mut r| {
+        if r.full_because.is_none() {
+            r.full_because = no_parent;
+        }
+        let chain = match (r.backup_type, &parent) {
+            (BackupType::Full, _) | (_, None) => Vec::new(),
+            (_, Some((_, ids))) => ids.clone(),
+        };
+        let f = &r.facts;
+        let stop_ms = sheaf_core::time::now_ms();
+        let stop_unix = stop_ms / 1000;
+        let record = BackupRecord {
+            id: id.clone(),
+            backup_id: r.report.backup_id.clone(),
+            label: r.report.label.clone(),
+            start_time: sheaf_core::time::utc(start_unix),
+            stop_time: sheaf_core::time::utc(stop_unix),
+            start_unix,
+            stop_unix,
+            stop_ms,
+            start_lsn: f.start_lsn,
+            stop_lsn: f.stop_lsn,
+            timeline: f.timeline,
+            start_wal: f.start_wal_file.clone(),
+            stop_wal: f.stop_wal_file.clone(),
+            bytes_read: r.report.bytes_read,
+            bytes_written: r.report.bytes_written,
+            compression: r.report.compression.clone(),
+            stripes: names.clone(),
+            server_version: f.server_version.clone(),
+            backup_type: r.backup_type,
+            chain,
+            method: r.method.clone(),
+            bytes_held: r.report.bytes_held,
+            locked_until: repo.write_lock().map(|l| l.until),
+        };
+        repo.put_json(&paths::record(&id), &record, false)?;
+        Ok((r, record))
+    });
+    if result.is_err() {
+        for n in &names {
+            let _ = repo.delete(n);
+        }
+        repo.prune(&paths::backup_dir(&id));
+    }
+    let _ = repo.delete(&paths::lock(&id));
+    result
+}
+
+/// Write backup `id`'s chain (an incremental or differential and the backups it builds on) as one
+/// new full backup into the repository, without the database: `ID-full`, recorded with the
+/// incremental's LSNs, timeline and WAL, so that it serves recovery exactly as the chain does and
+/// the next incremental can build on it. `opts.targets` is ignored.
+///
+/// # Errors
+/// A backup that is full already, a chain that is not all there or does not read back (named),
+/// and whatever a backup meets writing; a failed consolidation leaves no record.
+pub fn consolidate_in_repo(
+    repo: &Repo,
+    id: &str,
+    stripes: usize,
+    opts: &BackupOptions,
+    threads: Option<usize>,
+    schemes: &dyn Schemes,
+    progress: Arc<dyn Progress>,
+) -> Result<(BackupReport, BackupRecord)> {
+    if !(1..=64).contains(&stripes) {
+        return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
+    }
+    let records = complete(repo)?;
+    let of = pick(&records, id)?;
+    if of.chain.is_empty() {
+        return Err(Error::invalid(format!("backup {} is a full backup already: consolidate an incremental or differential (sheaf info --repo lists them)", of.id)));
+    }
+    let new_id = format!("{}-full", of.id);
+    if repo.exists(&paths::record(&new_id))? {
+        return Err(Error::new(ErrorKind::TargetNotEmpty, format!("backup {} was consolidated already, as {new_id}", of.id)));
+    }
+    let sets = open_chain(repo, &records, of, schemes, false)?;
+    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&new_id, k)).collect();
+    let mut opts = opts.clone();
+    opts.targets = names.iter().map(|n| repo.location(n)).collect();
+    opts.encryption = repo.encryption()?;
+    for n in &names {
+        repo.prepare(n)?;
+    }
+    // While it runs, expire keeps the chain it reads.
+    let mut lock = BackupLock::ours(&new_id, now_unix());
+    lock.chain = of.chain.iter().cloned().chain(std::iter::once(of.id.clone())).collect();
+    repo.put_json(&paths::lock(&new_id), &lock, false)?;
+    let result = sheaf_core::consolidate(&sets.iter().collect::<Vec<_>>(), &opts, threads, progress).and_then(|report| {
+        let record = BackupRecord {
+            id: new_id.clone(),
+            backup_id: report.backup_id.clone(),
+            stripes: names.clone(),
+            bytes_written: report.bytes_written,
+            bytes_held: report.bytes_held,
+            compression: report.compression.clone(),
+            backup_type: BackupType::Full,
+            chain: Vec::new(),
+            method: Some(format!("consolidated from {} ({} backups)", of.id, of.chain.len() + 1)),
+            locked_until: repo.write_lock().map(|l| l.until),
+            ..of.clone()
+        };
+        repo.put_json(&paths::record(&new_id), &record, false)?;
+        Ok((report, record))
+    });
+    if result.is_err() {
+        for n in &names {
+            let _ = repo.delete(n);
+        }
+        repo.prune(&paths::backup_dir(&new_id));
+    }
+    let _ = repo.delete(&paths::lock(&new_id));
+    result
+}
+
+/// `20261122-101500Z` for a time in seconds since the epoch.
+pub fn compact_time(unix: i64) -> String {
+    let t = sheaf_core::time::utc(unix); // 2026-11-22T10:15:00Z
+    format!("{}{}{}-{}{}{}Z", &t[0..4], &t[5..7], &t[8..10], &t[11..13], &t[14..16], &t[17..19])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_sort_by_time() {
+        assert_eq!(compact_time(1_795_257_045), "20261121-103045Z");
+    }
+}

@@ -1,0 +1,486 @@
+//! `sheaf drill`: a backup proven by restoring it, not hoped for. The backup (with its chain) is
+//! restored into a folder of the drill's own, with archiving off; a server of the backup's major
+//! version is started on it on a private socket, recovers through `sheaf wal-fetch` from the same
+//! repository to the target, and is checked: every database connectable, `pg_amcheck
+//! --heapallindexed` (or the amcheck extension's functions), and the user's own queries. Then it is
+//! stopped and the folder removed. Each phase is timed, so the recovery time is measured, not
+//! guessed, and the drill is recorded in the repository (`drills/`), with its verdict and first
+//! failure. A drill reads the repository and writes only its record there; it never touches the
+//! source cluster.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, ErrorKind, Progress, Result, Schemes};
+
+use crate::cluster::lsn::Lsn;
+use crate::drill::scratch::{server_bin_for, server_dir, ScratchCluster};
+use crate::repo::drills::{drill_object, CheckOutcome, DrillRecord, Phases};
+use crate::repo::meta::RepoMeta;
+use crate::repo::records::{complete, pick, BackupRecord};
+use crate::restore::directory::PgRestoreOptions;
+use crate::restore::pitr::Request;
+
+/// Which backup to drill.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// The newest finished backup.
+    Latest,
+    /// One of the finished backups, at random (each night another).
+    Random,
+    /// This one (an id as `sheaf info` lists it).
+    Set(String),
+}
+
+/// How to drill.
+#[derive(Clone, Debug)]
+pub struct DrillOptions {
+    /// The backup.
+    pub pick: Pick,
+    /// The recovery target (its `set` is [`DrillOptions::pick`]'s). With no target, the end of the
+    /// archive; for a backup before the retention horizon (a pinned one), its consistency point.
+    pub request: Request,
+    /// The drill's folder: made by the drill (it must not exist, or be empty), removed after it
+    /// unless `keep`.
+    pub work: PathBuf,
+    /// The server's bin directory; else found for the backup's major version.
+    pub pg_bin: Option<PathBuf>,
+    /// Queries that must each return true.
+    pub check_sql: Option<PathBuf>,
+    /// The database they run in.
+    pub check_db: String,
+    /// Leave the server stopped and the folder in place.
+    pub keep: bool,
+    /// How long recovery may take to reach the target.
+    pub timeout: Duration,
+    /// Restore threads (the core's default when `None`).
+    pub threads: Option<usize>,
+}
+
+/// Choose the backup: its record.
+///
+/// # Errors
+/// No finished backup, or no such backup.
+pub fn choose(repo: &Repo, p: &Pick, seg_size: u64) -> Result<BackupRecord> {
+    let records = complete(repo)?;
+    match p {
+        Pick::Latest => pick(&records, "latest").cloned(),
+        Pick::Set(id) => pick(&records, id).cloned(),
+        Pick::Random => {
+            // Of those that restore by themselves: not the bases a pinned incremental keeps as its
+            // data before the retention horizon, whose own WAL is gone by design.
+            let found = crate::repo::records::backups(repo)?;
+            let needs = crate::repo::inventory::WalNeeds::read(repo, &found, sheaf_core::time::now_ms() / 1000)?;
+            let mut able: Vec<BackupRecord> = records.into_iter().filter(|r| !needs.data_only(r, seg_size)).collect();
+            if able.is_empty() {
+                return pick(&able, "latest").cloned();
+            }
+            let seed = sheaf_core::time::now_ms().unsigned_abs() ^ u64::from(std::process::id()).rotate_left(32);
+            // splitmix64's finaliser spreads the seed over the records.
+            let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let k = ((z ^ (z >> 31)) % able.len() as u64) as usize;
+            Ok(able.swap_remove(k))
+        }
+    }
+}
+
+fn major_of(version: &str) -> Option<u32> {
+    version.split(['.', ' ']).next()?.parse().ok()
+}
+
+/// A drill's failure: the phase's error kind and message, kept for the record.
+struct Failed(Error);
+
+/// Run a drill of the backup `opts.pick` names. A refusal before anything is restored (no such
+/// backup, no server of its version, a repository this user may not write its record into, a
+/// folder in use, no room) is an error and no drill; from
+/// the restore on, the drill is recorded in the repository whatever happens, and its record
+/// returned with the verdict.
+///
+/// # Errors
+/// The refusals above, and a record that cannot be written.
+pub fn drill(
+    repo: &Repo,
+    meta: &RepoMeta,
+    schemes: &dyn Schemes,
+    opts: &DrillOptions,
+    restore_command: impl FnOnce() -> Result<String>,
+    progress: Arc<dyn Progress>,
+) -> Result<DrillRecord> {
+    // Its record is written at the end: a user who may not write it is told before the drill.
+    repo.check_writer().map_err(|e| e.context("a drill records itself in the repository"))?;
+    let backup = choose(repo, &opts.pick, meta.wal_segment_size)?;
+    let major = major_of(&backup.server_version)
+        .ok_or_else(|| Error::corrupt(format!("backup {}: its record names no server version ('{}'), so no server can be chosen to drill it", backup.id, backup.server_version)))?;
+    let bin = server_bin_for(major, opts.pg_bin.as_deref())?;
+    let mut request = opts.request.clone();
+    request.set = Some(backup.id.clone());
+    // A backup before the retention horizon keeps only the WAL that makes it consistent: with no
+    // target asked for, it is drilled to that point.
+    let targetless = request.time.is_none() && request.lsn.is_none() && request.name.is_none() && !request.immediate;
+    if targetless {
+        let horizon = crate::repo::horizon::read(repo)?;
+        let stop = crate::cluster::walname::WalFile::parse(&backup.stop_wal, meta.wal_segment_size).map(|w| w.segno);
+        if horizon.zip(stop).is_some_and(|(h, s)| s + 1 < h.segno) {
+            request.immediate = true;
+        }
+    }
+    let target = describe_target(&request);
+    prepare_work(&opts.work)?;
+    let data = opts.work.join("data");
+    let mut popts = PgRestoreOptions::new(&data);
+    popts.archive_off = true;
+    popts.tablespaces_under = Some(opts.work.join("tablespaces"));
+    popts.core.threads = opts.threads;
+
+    let started_ms = sheaf_core::time::now_ms();
+    let mut record = DrillRecord {
+        id: drill_id(started_ms),
+        backup: backup.id.clone(),
+        backup_type: backup.backup_type.name().to_string(),
+        started_unix: started_ms / 1000,
+        ended_unix: 0,
+        target,
+        reached_lsn: None,
+        timeline: None,
+        wal_bytes_replayed: None,
+        bytes_restored: 0,
+        server_version: String::new(),
+        phases: Phases::default(),
+        checks: Vec::new(),
+        passed: false,
+        failure: None,
+        failure_kind: None,
+        host: crate::repo::records::host_name(),
+        kept: None,
+    };
+    // 1. Restore.
+    let t0 = Instant::now();
+    let restored = crate::restore::pitr::restore(repo, meta, schemes, &request, &popts, restore_command, progress);
+    record.phases.restore_seconds = t0.elapsed().as_secs_f64();
+    let outcome = match restored {
+        // Refusals before a byte was written: no drill took place.
+        Err(e) if nothing_written(&data) && matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::NoSpace | ErrorKind::TargetNotEmpty | ErrorKind::Key) => {
+            remove_work(&opts.work);
+            return Err(e);
+        }
+        Err(e) => Err(Failed(e.context("restore"))),
+        Ok((report, _plan)) => {
+            record.bytes_restored = report.bytes_written;
+            run_server(&bin, &data, &backup, opts, &mut record)
+        }
+    };
+    if let Err(Failed(e)) = outcome {
+        record.failure = Some(e.to_string());
+        record.failure_kind = Some(if e.kind() == ErrorKind::Incomplete { "incomplete" } else { "corrupt" }.into());
+    }
+    record.passed = record.failure.is_none() && record.checks.iter().all(|c| c.ok);
+    if record.passed {
+        record.failure = None;
+    } else if record.failure.is_none() {
+        record.failure = record.checks.iter().find(|c| !c.ok).map(|c| format!("{}: {}", c.check, c.detail));
+        record.failure_kind = Some("corrupt".into());
+    }
+    record.phases.total_seconds = record.phases.restore_seconds + record.phases.recovery_seconds + record.phases.checks_seconds;
+    record.ended_unix = sheaf_core::time::now_ms() / 1000;
+    if opts.keep {
+        record.kept = Some(data.display().to_string());
+    } else {
+        remove_work(&opts.work);
+    }
+    repo.put_json(&drill_object(&record.id, &record.backup), &record, false).map_err(|e| e.context("the drill ran, but its record could not be written"))?;
+    Ok(record)
+}
+
+/// The error a failed drill exits with: damage found (`Corrupt`), WAL missing (`Incomplete`),
+/// else the kind of the phase that failed.
+pub fn failure_error(r: &DrillRecord) -> Option<Error> {
+    if r.passed {
+        return None;
+    }
+    let why = r.failure.clone().unwrap_or_else(|| "a check failed".into());
+    let kind = if r.failure_kind.as_deref() == Some("incomplete") { ErrorKind::Incomplete } else { ErrorKind::Corrupt };
+    Some(Error::new(kind, format!("the drill of backup {} failed: {why}", r.backup)))
+}
+
+fn describe_target(r: &Request) -> String {
+    if let Some(t) = &r.time {
+        format!("time {t}")
+    } else if let Some(l) = r.lsn {
+        format!("lsn {l}")
+    } else if let Some(n) = &r.name {
+        format!("name {n}")
+    } else if r.immediate {
+        "immediate".into()
+    } else {
+        "end of archive".into()
+    }
+}
+
+/// `20261128-041500.123Z`.
+fn drill_id(ms: i64) -> String {
+    format!("{}.{:03}Z", crate::backup::repo::compact_time(ms.div_euclid(1000)).trim_end_matches('Z'), ms.rem_euclid(1000))
+}
+
+fn nothing_written(data: &Path) -> bool {
+    std::fs::read_dir(data).map(|mut d| d.next().is_none()).unwrap_or(true)
+}
+
+/// The drill's folder: made here, or an empty one given.
+fn prepare_work(work: &Path) -> Result<()> {
+    match std::fs::read_dir(work).map(|mut d| d.next().is_some()) {
+        Ok(true) => {
+            return Err(Error::new(
+                ErrorKind::TargetNotEmpty,
+                format!("{} is not empty: a drill restores into a folder of its own; give --to a new or empty folder", work.display()),
+            ))
+        }
+        Ok(false) => {}
+        Err(_) => std::fs::create_dir_all(work).map_err(|e| Error::io(ErrorKind::Target, format!("cannot make the drill's folder {}", work.display()), e))?,
+    }
+    // The server's user must reach its data directory and socket inside.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(work, std::fs::Permissions::from_mode(0o755)).map_err(|e| Error::io(ErrorKind::Target, format!("cannot set the mode of {}", work.display()), e))
+}
+
+fn remove_work(work: &Path) {
+    let _ = std::fs::remove_dir_all(work);
+}
+
+/// 2. and 3.: start the server on the restore, wait for recovery to reach the target, check.
+fn run_server(bin: &Path, data: &Path, backup: &BackupRecord, opts: &DrillOptions, record: &mut DrillRecord) -> std::result::Result<(), Failed> {
+    let t0 = Instant::now();
+    let work = &opts.work;
+    // A configuration kept outside the data directory (Debian's /etc/postgresql) is not in the
+    // backup: the drill brings what a start needs, and its own pg_hba.conf (local trust on the
+    // private socket, no TCP), whatever the original's authentication.
+    if !data.join("postgresql.conf").exists() {
+        std::fs::write(data.join("postgresql.conf"), "# Written by sheaf drill: the backup held no postgresql.conf.\n")
+            .map_err(|e| Failed(Error::io(ErrorKind::Target, "cannot write postgresql.conf", e)))?;
+    }
+    let hba = work.join("pg_hba.conf");
+    std::fs::write(&hba, "# sheaf drill: the private socket only.\nlocal all all trust\n")
+        .map_err(|e| Failed(Error::io(ErrorKind::Target, "cannot write the drill's pg_hba.conf", e)))?;
+    // A short socket path (the limit is about 100 bytes), made for the server's user.
+    let sock = tempfile::Builder::new().prefix("sheaf-drill.").tempdir().map_err(|e| Failed(Error::io(ErrorKind::Io, "cannot make a socket folder", e)))?;
+    server_dir(sock.path()).map_err(Failed)?;
+    let user = superuser_name(data);
+    let settings = vec![format!("hba_file = '{}'", hba.display()), "archive_mode = off".to_string(), "log_min_messages = warning".to_string()];
+    let cleanup = (!opts.keep).then(|| work.to_path_buf());
+    let started = ScratchCluster::over_restore(bin.to_path_buf(), data, sock.path(), &user, &settings, cleanup, opts.timeout);
+    let mut server = match started {
+        Ok(s) => s,
+        Err(e) => {
+            record.phases.recovery_seconds = t0.elapsed().as_secs_f64();
+            return Err(Failed(e));
+        }
+    };
+    let reached = wait_for_recovery(&server, opts.timeout);
+    if let Ok(v) = server.query("postgres", "SELECT version()") {
+        record.server_version = v;
+    }
+    record.phases.recovery_seconds = t0.elapsed().as_secs_f64();
+    let result = match reached {
+        Err(e) => Err(Failed(e)),
+        Ok(()) => {
+            // Where replay ended, and the timeline the server now writes (its current segment's).
+            let sql = "SELECT coalesce(pg_last_wal_replay_lsn(), pg_current_wal_lsn())::text || ' ' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
+            if let Ok(pos) = server.query("postgres", sql) {
+                let mut it = pos.split_whitespace();
+                if let Some(lsn) = it.next().and_then(|l| l.parse::<Lsn>().ok()) {
+                    record.reached_lsn = Some(lsn.to_string());
+                    record.wal_bytes_replayed = Some(lsn.bytes_since(backup.start_lsn));
+                }
+                record.timeline = it.next().and_then(|t| u32::from_str_radix(t, 16).ok());
+            }
+            let t1 = Instant::now();
+            record.checks = checks(&server, opts);
+            record.phases.checks_seconds = t1.elapsed().as_secs_f64();
+            Ok(())
+        }
+    };
+    server.stop();
+    drop(sock);
+    result
+}
+
+/// The bootstrap superuser's name: by default the user who ran initdb, who owns the data
+/// directory; `postgres` when that cannot be told.
+fn superuser_name(data: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(data.join("PG_VERSION")).map(|m| sheaf_core::host::user_name(m.uid())).ok().filter(|n| !n.starts_with("uid ")).unwrap_or_else(|| "postgres".into())
+}
+
+/// Wait until the server has left recovery (it promoted at the target or at the end of the
+/// archive), or it stopped, or `timeout` passed.
+fn wait_for_recovery(server: &ScratchCluster, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match server.query("postgres", "SELECT pg_is_in_recovery()") {
+            Ok(v) if v == "f" => return Ok(()),
+            _ if !server.alive() => {
+                return Err(Error::new(ErrorKind::Incomplete, format!("recovery failed: the server stopped before reaching the target; its log ends:\n{}", server.log_tail(12))))
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::new(
+                ErrorKind::Incomplete,
+                format!("recovery did not reach the target within {} s (--timeout); the server log ends:\n{}", timeout.as_secs(), server.log_tail(12)),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// 4.: every database connectable, amcheck on every one, the user's queries.
+fn checks(server: &ScratchCluster, opts: &DrillOptions) -> Vec<CheckOutcome> {
+    let mut out = Vec::new();
+    let dbs = match server.query("postgres", "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1") {
+        Ok(list) => list.lines().map(str::to_string).collect::<Vec<_>>(),
+        Err(e) => {
+            out.push(CheckOutcome { check: "connect postgres".into(), ok: false, detail: e.to_string() });
+            return out;
+        }
+    };
+    for db in &dbs {
+        match server.query(db, "SELECT 1") {
+            Ok(_) => out.push(CheckOutcome { check: format!("connect {db}"), ok: true, detail: "connected".into() }),
+            Err(e) => out.push(CheckOutcome { check: format!("connect {db}"), ok: false, detail: e.to_string() }),
+        }
+    }
+    out.extend(amcheck(server, &dbs));
+    if let Some(file) = &opts.check_sql {
+        out.extend(check_sql(server, file, &opts.check_db));
+    }
+    out
+}
+
+/// `pg_amcheck --heapallindexed` over every database, installing the extension where missing;
+/// without pg_amcheck, the amcheck extension's functions database by database.
+fn amcheck(server: &ScratchCluster, dbs: &[String]) -> Vec<CheckOutcome> {
+    if server.bin.join("pg_amcheck").exists() {
+        let out = server.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing", "--no-strict-names"]).output();
+        return vec![match out {
+            Ok(o) if o.status.success() => CheckOutcome { check: "pg_amcheck".into(), ok: true, detail: format!("--heapallindexed on {} database(s): no corruption", dbs.len()) },
+            Ok(o) => {
+                let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+                let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).take(6).collect();
+                CheckOutcome { check: "pg_amcheck".into(), ok: false, detail: format!("corruption found (exit {:?}): {}", o.status.code(), lines.join(" | ")) }
+            }
+            Err(e) => CheckOutcome { check: "pg_amcheck".into(), ok: false, detail: format!("cannot run pg_amcheck: {e}") },
+        }];
+    }
+    let sql = "CREATE EXTENSION IF NOT EXISTS amcheck; \
+               SELECT count(bt_index_check(c.oid, true)) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+               JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'btree' AND c.relpersistence <> 't' AND i.indisready AND i.indisvalid";
+    dbs.iter()
+        .filter(|d| d.as_str() != "template0")
+        .map(|db| match server.query(db, sql) {
+            Ok(n) => CheckOutcome { check: format!("amcheck {db}"), ok: true, detail: format!("{n} B-tree index(es) checked with heapallindexed") },
+            Err(e) => CheckOutcome {
+                check: format!("amcheck {db}"),
+                ok: false,
+                detail: format!("{e} (without pg_amcheck the amcheck extension is needed: install the server's contrib package)"),
+            },
+        })
+        .collect()
+}
+
+/// The user's queries, run in `db`: each that returns rows must return one, whose first value is
+/// true.
+fn check_sql(server: &ScratchCluster, file: &Path, db: &str) -> Vec<CheckOutcome> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return vec![CheckOutcome { check: "check-sql".into(), ok: false, detail: format!("cannot read {}: {e}", file.display()) }],
+    };
+    let results = match crate::connect::server::Server::connect(&server.url(db)).and_then(|mut s| s.simple_query(&text)) {
+        Ok(r) => r,
+        Err(e) => return vec![CheckOutcome { check: "check-sql".into(), ok: false, detail: format!("{}: {e}", file.display()) }],
+    };
+    let mut out = Vec::new();
+    for (k, rows) in results.into_iter().enumerate().filter_map(|(k, r)| r.map(|rows| (k, rows))) {
+        let check = format!("check-sql {}", k + 1);
+        let first = rows.first().and_then(|r| r.first().cloned().flatten());
+        let ok = rows.len() == 1 && first.as_deref() == Some("t");
+        let detail = if ok {
+            "true".to_string()
+        } else if rows.len() != 1 {
+            format!("returned {} rows; a check returns one row holding true", rows.len())
+        } else {
+            format!("returned {}", first.unwrap_or_else(|| "NULL".into()))
+        };
+        out.push(CheckOutcome { check, ok, detail });
+    }
+    if out.is_empty() {
+        out.push(CheckOutcome { check: "check-sql".into(), ok: false, detail: format!("{} holds no query that returns rows", file.display()) });
+    }
+    out
+}
+
+/// Where a drill puts its folder when not told: beside the spool (or in the system's temporary
+/// folder), named after its start.
+pub fn default_work(spool: Option<&Path>) -> PathBuf {
+    let parent = spool.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    parent.join(format!("sheaf-drill-{}", drill_id(sheaf_core::time::now_ms())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drill_ids_sort_by_time_to_the_millisecond() {
+        assert_eq!(drill_id(1_795_257_045_123), "20261121-103045.123Z");
+        assert!(drill_id(1_795_257_045_123) < drill_id(1_795_257_045_124));
+    }
+
+    #[test]
+    fn targets_read_as_asked() {
+        let mut r = Request::default();
+        assert_eq!(describe_target(&r), "end of archive");
+        r.immediate = true;
+        assert_eq!(describe_target(&r), "immediate");
+        r.name = Some("before_upgrade".into());
+        assert_eq!(describe_target(&r), "name before_upgrade");
+        assert_eq!(major_of("15.18 (Debian 15.18-0+deb12u1)"), Some(15));
+        assert_eq!(major_of("18.1"), Some(18));
+    }
+
+    #[test]
+    fn a_failed_drill_says_what_kind_of_failure() {
+        let mut r = DrillRecord {
+            id: "d".into(),
+            backup: "b".into(),
+            backup_type: "full".into(),
+            started_unix: 0,
+            ended_unix: 0,
+            target: "end of archive".into(),
+            reached_lsn: None,
+            timeline: None,
+            wal_bytes_replayed: None,
+            bytes_restored: 0,
+            server_version: String::new(),
+            phases: Phases::default(),
+            checks: vec![],
+            passed: true,
+            failure: None,
+            failure_kind: None,
+            host: String::new(),
+            kept: None,
+        };
+        assert!(failure_error(&r).is_none());
+        r.passed = false;
+        r.failure = Some("pg_amcheck: corruption found".into());
+        assert_eq!(failure_error(&r).unwrap().kind(), ErrorKind::Corrupt);
+        r.failure_kind = Some("corrupt".into());
+        assert_eq!(failure_error(&r).unwrap().kind(), ErrorKind::Corrupt);
+        r.failure = Some("restore: the archive has a gap: 1 segment is missing".into());
+        r.failure_kind = Some("incomplete".into());
+        assert_eq!(failure_error(&r).unwrap().kind(), ErrorKind::Incomplete);
+    }
+}

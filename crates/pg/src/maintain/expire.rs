@@ -1,0 +1,532 @@
+//! Retention: what `sheaf expire` removes, by policy ([`plan_expire`]), and removing it in an
+//! order a crash midway cannot hurt ([`expire`]). Never the newest finished backup, nor WAL a kept
+//! backup needs, nor a backup that a kept or running incremental builds on; history files always
+//! stay; a backup still being written is left alone.
+
+use serde::Serialize;
+use sheaf_core::manifest::BackupType;
+use sheaf_core::repo::Repo;
+use sheaf_core::{Error, Result};
+
+use crate::cluster::walname::{WalFile, WalKind};
+use crate::repo::inventory::archived;
+use crate::repo::meta::RepoMeta;
+use crate::repo::paths;
+use crate::repo::records::{backups, BackupRecord, Found};
+
+/// What to keep and what to remove.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExpirePlan {
+    /// Backups kept.
+    pub kept: Vec<String>,
+    /// Finished backups removed.
+    pub removed: Vec<String>,
+    /// Unfinished backups removed (left by a crash).
+    pub unfinished: Vec<String>,
+    /// Unfinished backups left alone because their writer still runs.
+    pub running: Vec<String>,
+    /// WAL files removed.
+    pub wal_removed: u64,
+    /// Their bytes.
+    pub wal_bytes: u64,
+    /// First WAL segment kept (the oldest kept backup's start).
+    pub wal_kept_from: Option<String>,
+    /// The same, understood: the retention horizon [`expire`] raises before removing WAL.
+    #[serde(skip)]
+    pub horizon: Option<WalFile>,
+    /// Backups kept because they are pinned (`sheaf keep`), with until when.
+    pub pinned: Vec<String>,
+    /// Backups the policy would remove, left because their objects are still locked (S3 Object
+    /// Lock), with until when.
+    pub locked: Vec<String>,
+    /// Old WAL files left because they are still locked.
+    pub wal_locked: u64,
+    /// Until when the last of them stays locked (seconds since the epoch).
+    pub wal_locked_until: Option<i64>,
+    /// Backups the policy keeps whose lock has run out: anyone with the repository's credentials
+    /// can delete them now (a lock shorter than what the policy keeps).
+    pub unprotected: Vec<String>,
+    /// Objects removed (or that would be, on a dry run).
+    pub objects: Vec<String>,
+    /// Bytes removed.
+    pub bytes: u64,
+}
+
+/// Retention: how much to keep.
+#[derive(Clone, Debug, Default)]
+pub struct Retention {
+    /// Keep the newest N full backups and the backups that build on them.
+    pub keep_full: Option<usize>,
+    /// Keep what recovers to any moment in the last this many seconds: the backups that end
+    /// inside it and the newest one before it.
+    pub keep_within: Option<i64>,
+}
+
+/// Decide what `expire` removes. Never the newest finished backup, nor WAL a kept backup needs
+/// (from the oldest kept backup's start onwards, every timeline); history files always stay.
+///
+/// # Errors
+/// No retention given; the repository cannot be read.
+pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    if keep.keep_full.is_none() && keep.keep_within.is_none() {
+        return Err(Error::invalid(
+            "say what to keep: --keep-full N (the newest N full backups) and/or --keep-within DURATION (e.g. 14d), or retention-full / retention-within in the config file",
+        ));
+    }
+    if keep.keep_full == Some(0) {
+        return Err(Error::invalid("--keep-full 0 would remove every backup: keep at least 1"));
+    }
+    let lock = meta.lock.map(|l| l.seconds());
+    if let (Some(l), Some(w)) = (&meta.lock, keep.keep_within) {
+        if w > l.seconds() {
+            return Err(Error::invalid(format!(
+                "--keep-within {} is longer than the repository's lock ({} days): the oldest backups it keeps would no longer be locked, and anyone with the repository's credentials could delete them; keep within {} days at most, or move to a repository locked for longer (sheaf init --lock DAYS at a new place)",
+                sheaf_core::time::span(w),
+                l.days,
+                l.days
+            )));
+        }
+    }
+    // Until when a backup's objects are locked: its record says (they all carry the lock of the
+    // process that wrote them).
+    let locked_until = |r: &BackupRecord| lock.map(|s| r.locked_until.unwrap_or(r.start_unix + s)).filter(|&u| u > now);
+    let found = backups(repo)?;
+    let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
+    let mut keep_ids = std::collections::BTreeSet::new();
+    if let Some(n) = keep.keep_full {
+        // The newest N full backups, and every backup that builds on one of them.
+        let fulls: Vec<&str> = done.iter().rev().filter(|r| r.backup_type == BackupType::Full).take(n).map(|r| r.id.as_str()).collect();
+        for r in &done {
+            if fulls.contains(&r.id.as_str()) || r.chain.first().is_some_and(|f| fulls.contains(&f.as_str())) {
+                keep_ids.insert(r.id.clone());
+            }
+        }
+    }
+    if let Some(w) = keep.keep_within {
+        let edge = now - w;
+        for r in &done {
+            if r.stop_unix >= edge {
+                keep_ids.insert(r.id.clone());
+            }
+        }
+        // The newest backup that ends before the window: recovery to the window's first moment
+        // starts from it.
+        if let Some(r) = done.iter().rev().find(|r| r.stop_unix < edge) {
+            keep_ids.insert(r.id.clone());
+        }
+    }
+    if let Some(r) = done.last() {
+        keep_ids.insert(r.id.clone());
+    }
+    // A kept backup keeps the backups it builds on, and so does a backup being written now: an
+    // incremental is only ever removed with, or after, those that depend on it.
+    let mut needed: Vec<String> = done.iter().filter(|r| keep_ids.contains(&r.id)).flat_map(|r| r.chain.iter().cloned()).collect();
+    for f in &found {
+        if let Found::Unfinished { lock: Some(l), running: true, .. } = f {
+            needed.extend(l.chain.iter().cloned());
+        }
+    }
+    // Pinned backups (and what they build on) stay, with the WAL that makes each consistent; the
+    // WAL after them stays only if the policy keeps it.
+    let pins: Vec<crate::repo::keep::Pin> = crate::repo::keep::pins(repo)?.into_iter().filter(|p| p.holds(now) && done.iter().any(|r| r.id == p.id)).collect();
+    let by_policy: std::collections::BTreeSet<String> = keep_ids.iter().cloned().chain(needed.iter().cloned()).collect();
+    let mut pinned_wal: Vec<(u64, u64)> = Vec::new();
+    for p in &pins {
+        let r = done.iter().find(|r| r.id == p.id).expect("filtered on it");
+        keep_ids.insert(r.id.clone());
+        needed.extend(r.chain.iter().cloned());
+        if let (Some(a), Some(b)) = (WalFile::parse(&r.start_wal, meta.wal_segment_size), WalFile::parse(&r.stop_wal, meta.wal_segment_size)) {
+            pinned_wal.push((a.segno, b.segno));
+        }
+    }
+    // Backups still locked stay (with what they build on) whatever the policy says: removing one
+    // would only hide it behind a delete marker.
+    let (mut locked, mut locked_ids) = (Vec::new(), std::collections::BTreeSet::new());
+    for r in &done {
+        if let Some(u) = locked_until(r).filter(|_| !keep_ids.contains(&r.id) && !needed.contains(&r.id)) {
+            locked.push(format!("{} (until {})", r.id, sheaf_core::time::utc(u)));
+            locked_ids.insert(r.id.clone());
+            keep_ids.insert(r.id.clone());
+            needed.extend(r.chain.iter().cloned());
+        }
+    }
+    let unprotected = if lock.is_some() { done.iter().filter(|r| by_policy.contains(&r.id) && locked_until(r).is_none()).map(|r| r.id.clone()).collect() } else { Vec::new() };
+    keep_ids.extend(needed);
+    let mut plan = ExpirePlan { pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(), locked, unprotected, ..ExpirePlan::default() };
+    // Until when an object written at `modified` is locked, at the latest.
+    let object_lock = |modified: i64| lock.map(|s| modified + s).filter(|&u| u > now);
+    let listed = repo.list(paths::BACKUPS)?;
+    let pin_objects: std::collections::HashMap<String, i64> = repo.list(crate::repo::keep::KEEP)?.into_iter().map(|o| (o.name, o.modified)).collect();
+    let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
+    let drills = crate::repo::drills::drill_objects(repo)?;
+    // Records first, newest first: a backup is complete while its record is there, so a crash (or
+    // a kill) midway leaves stripes without a record, an unfinished backup the next expire
+    // removes, never a record without its stripes, nor an incremental listed on a base whose
+    // record is gone. Then the stripes and what unfinished backups left; pins that ran out and the
+    // removed backups' drill records last.
+    let (mut records, mut rest, mut pins) = (Vec::new(), Vec::new(), Vec::new());
+    for f in &found {
+        match f {
+            Found::Complete(r) if keep_ids.contains(&r.id) => plan.kept.push(r.id.clone()),
+            Found::Complete(r) => {
+                plan.removed.push(r.id.clone());
+                records.push(paths::record(&r.id));
+                for s in &r.stripes {
+                    plan.bytes += size_of(s);
+                    rest.push(s.clone());
+                }
+                let pin = crate::repo::keep::pin_object(&r.id);
+                if pin_objects.get(&pin).is_some_and(|&m| object_lock(m).is_none()) {
+                    pins.push(pin);
+                }
+                // Its drills' records go with it, last.
+                pins.extend(drills.iter().filter(|d| crate::repo::drills::drill_backup(d) == Some(r.id.as_str())).cloned());
+            }
+            Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
+            Found::Unfinished { id, objects, .. } => {
+                let newest = objects.iter().filter(|o| !o.ends_with(".lock")).filter_map(|o| listed.iter().find(|l| &l.name == o)).map(|l| l.modified).max();
+                if let Some(u) = newest.and_then(object_lock) {
+                    plan.locked.push(format!("{id} (unfinished, until {})", sheaf_core::time::utc(u)));
+                    continue;
+                }
+                plan.unfinished.push(id.clone());
+                for o in objects {
+                    plan.bytes += size_of(o);
+                }
+                let (locks, others): (Vec<&String>, Vec<&String>) = objects.iter().partition(|o| o.ends_with(".lock"));
+                rest.extend(others.into_iter().cloned());
+                rest.extend(locks.into_iter().cloned());
+            }
+        }
+    }
+    plan.objects = records.into_iter().rev().chain(rest).chain(pins).collect();
+    plan.kept.retain(|id| !locked_ids.contains(id));
+    // The WAL from the oldest backup the policy keeps on; a pinned backup's own span besides.
+    let kept: Vec<&&BackupRecord> = done.iter().filter(|r| by_policy.contains(&r.id)).collect();
+    let seg = meta.wal_segment_size;
+    // Running backups need WAL from their start, which is after every finished one's: nothing to
+    // add. With no finished backup kept there is nothing to anchor WAL to: keep all of it.
+    let oldest = kept.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).min_by_key(|w| w.segno);
+    if let Some(oldest) = oldest {
+        plan.wal_kept_from = Some(oldest.name.clone());
+        plan.horizon = Some(oldest.clone());
+        let listed = repo.list(paths::WAL)?;
+        let summaries: std::collections::HashSet<String> = listed.iter().map(|o| o.name.clone()).filter(|n| n.ends_with(".sum")).collect();
+        // wal-receive's copies of segments never completed (a receiver that stopped for good, a
+        // timeline's last segment) go with the WAL around them.
+        for o in listed.iter().filter(|o| o.name.ends_with(".streaming")) {
+            let name = o.name.rsplit('/').next().and_then(|n| n.strip_suffix(".streaming")).unwrap_or_default();
+            let old = WalFile::parse(name, seg).is_some_and(|w| w.segno < oldest.segno && !pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno)));
+            if old {
+                plan.bytes += o.size;
+                plan.objects.push(o.name.clone());
+            }
+        }
+        let written: std::collections::HashMap<&str, i64> = listed.iter().map(|o| (o.name.as_str(), o.modified)).collect();
+        for (w, size) in archived(repo, meta)? {
+            let pinned = pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno));
+            if w.kind != WalKind::History && w.segno < oldest.segno && !pinned {
+                if let Some(u) = written.get(paths::wal_object(&w.name).as_str()).copied().and_then(object_lock) {
+                    plan.wal_locked += 1;
+                    plan.wal_locked_until = plan.wal_locked_until.max(Some(u));
+                    continue;
+                }
+                plan.wal_removed += 1;
+                plan.wal_bytes += size;
+                plan.bytes += size;
+                // Its block summary first: a summary never outlives its segment.
+                let sum = crate::repo::paths::summary_object(&w.name);
+                if summaries.contains(&sum) {
+                    plan.objects.push(sum);
+                }
+                plan.objects.push(paths::wal_object(&w.name));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Carry out a plan: raise the retention horizon (so that the WAL removed is known to be the
+/// policy's, [`crate::repo::horizon`]), remove its objects in order, then empty folders.
+///
+/// # Errors
+/// The horizon cannot be written; the first object that cannot be removed (what was removed
+/// before it stays removed; running expire again finishes the work).
+pub fn expire(repo: &Repo, plan: &ExpirePlan) -> Result<()> {
+    if let Some(first) = &plan.horizon {
+        crate::repo::horizon::raise(repo, first).map_err(|e| e.context("expire removed nothing: the retention horizon could not be written"))?;
+    }
+    for o in &plan.objects {
+        repo.delete(o).map_err(|e| e.context("expire stopped; run it again to finish"))?;
+    }
+    for id in plan.removed.iter().chain(&plan.unfinished) {
+        repo.prune(&paths::backup_dir(id));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::lsn::Lsn;
+    use crate::cluster::walname::segment_name;
+    use crate::repo::records::{host_name, BackupLock};
+    use sheaf_core::LocalOnly;
+
+    fn record(id: &str, stop_unix: i64, start_wal: &str) -> BackupRecord {
+        BackupRecord {
+            id: id.into(),
+            backup_id: format!("{id}-set"),
+            label: None,
+            start_time: String::new(),
+            stop_time: String::new(),
+            start_unix: stop_unix - 10,
+            stop_unix,
+            stop_ms: stop_unix * 1000,
+            start_lsn: Lsn(0),
+            stop_lsn: Lsn(0),
+            timeline: 1,
+            start_wal: start_wal.into(),
+            stop_wal: start_wal.into(),
+            bytes_read: 0,
+            bytes_written: 0,
+            compression: "zstd:low".into(),
+            stripes: vec![format!("backups/{id}/{id}_1.sheaf")],
+            server_version: String::new(),
+            backup_type: Default::default(),
+            chain: vec![],
+            method: None,
+            bytes_held: 0,
+            locked_until: None,
+        }
+    }
+
+    /// A repository with 16 MiB segments in `dir`: it, its meta, the segment size.
+    fn test_repo(dir: &std::path::Path) -> (Repo, RepoMeta, u64) {
+        let repo = Repo::at(dir.join("r").to_str().unwrap(), &LocalOnly).unwrap();
+        let seg = 16 << 20;
+        let meta = RepoMeta {
+            format: 1,
+            kind: "postgres".into(),
+            system_identifier: "1".into(),
+            wal_segment_size: seg,
+            server_version: String::new(),
+            created: String::new(),
+            lock: None,
+        };
+        repo.init(&meta).unwrap();
+        (repo, meta, seg)
+    }
+
+    #[test]
+    fn expire_spares_a_running_backup_and_removes_one_left_by_a_crash() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        for (id, stop, wal) in [("a", 1000, 2u64), ("b", 2000, 4), ("c", 3000, 6)] {
+            let r = record(id, stop, &segment_name(1, wal, seg));
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in 1..=7 {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+        put(&paths::wal_object("00000002.history"));
+        // What wal-receive left of two segments it never completed: one before the WAL kept.
+        put(&crate::repo::paths::streaming_object(&segment_name(1, 2, seg)));
+        put(&crate::repo::paths::streaming_object(&segment_name(1, 7, seg)));
+        // Being written by this very process (alive), and one whose writer is gone.
+        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500, chain: vec![] };
+        repo.put_json("backups/d.lock", &live, false).unwrap();
+        put("backups/d/d_1.sheaf");
+        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400, chain: vec![] };
+        repo.put_json("backups/e.lock", &dead, false).unwrap();
+        put("backups/e/e_1.sheaf");
+
+        let keep = Retention { keep_full: Some(2), keep_within: None };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["b", "c"]);
+        assert_eq!(plan.removed, vec!["a"]);
+        assert_eq!(plan.running, vec!["d"], "a backup still being written is left alone");
+        assert_eq!(plan.unfinished, vec!["e"], "one left by a crash goes");
+        assert_eq!(plan.wal_removed, 3, "segments 1..3: before b's start (4)");
+        expire(&repo, &plan).unwrap();
+        let left: Vec<String> = repo.list("").unwrap().into_iter().map(|o| o.name).collect();
+        assert!(left.contains(&"backups/d.lock".to_string()) && left.contains(&"backups/d/d_1.sheaf".to_string()), "{left:?}");
+        assert!(!left.iter().any(|n| n.starts_with("backups/e") || n.starts_with("backups/a")), "{left:?}");
+        assert!(left.contains(&paths::wal_object("00000002.history")), "history stays");
+        assert!(left.contains(&paths::wal_object(&segment_name(1, 4, seg))));
+        assert!(!left.contains(&paths::wal_object(&segment_name(1, 3, seg))));
+        assert!(!left.contains(&crate::repo::paths::streaming_object(&segment_name(1, 2, seg))), "an old streamed copy goes");
+        assert!(left.contains(&crate::repo::paths::streaming_object(&segment_name(1, 7, seg))), "a recent one stays");
+
+        // Time-based: the window [3500, 4000] holds no backup end; the newest before it (c) stays.
+        let keep = Retention { keep_full: None, keep_within: Some(500) };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["c"]);
+        assert_eq!(plan.removed, vec!["b"]);
+        assert!(plan_expire(&repo, &meta, &Retention::default(), 4000).is_err(), "a policy is required");
+    }
+
+    #[test]
+    fn an_incremental_goes_only_with_or_after_what_depends_on_it() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a full, b incr on a; c full, d diff on c, e incr on d.
+        let chains: [(&str, i64, &[&str]); 5] = [("a", 1000, &[]), ("b", 2000, &["a"]), ("c", 3000, &[]), ("d", 4000, &["c"]), ("e", 5000, &["c", "d"])];
+        for (i, (id, stop, chain)) in chains.iter().enumerate() {
+            let mut r = record(id, *stop, &segment_name(1, 2 + 2 * i as u64, seg));
+            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        let kept = |keep: Retention| plan_expire(&repo, &meta, &keep, 5500).unwrap().kept;
+        // The newest full, and everything built on it.
+        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["c", "d", "e"]);
+        assert_eq!(kept(Retention { keep_full: Some(2), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+        // A window holding only e's end: e, the newest before the window (d), and their full.
+        assert_eq!(kept(Retention { keep_full: None, keep_within: Some(1000) }), vec!["c", "d", "e"]);
+        // An incremental being written on b keeps b and a.
+        let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()] };
+        repo.put_json("backups/f.lock", &live, false).unwrap();
+        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn records_go_first_newest_first_so_no_cut_leaves_a_record_without_its_stripes() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a full, b incr on a, c full: keeping one full removes b and a.
+        for (i, (id, chain)) in [("a", &[][..]), ("b", &["a"][..]), ("c", &[][..])].iter().enumerate() {
+            let mut r = record(id, 1000 * (i as i64 + 1), &segment_name(1, 2 + 2 * i as u64, seg));
+            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        let plan = plan_expire(&repo, &meta, &Retention { keep_full: Some(1), keep_within: None }, 5000).unwrap();
+        assert_eq!(plan.removed, vec!["a", "b"]);
+        assert_eq!(plan.objects[..2], [paths::record("b"), paths::record("a")], "{:?}", plan.objects);
+        // Cut after each step: what is left never lists a backup whose stripes or base are gone.
+        for n in 0..plan.objects.len() {
+            let found = crate::repo::records::backups(&repo).unwrap();
+            for f in &found {
+                if let Found::Complete(r) = f {
+                    for s in &r.stripes {
+                        assert!(repo.exists(s).unwrap(), "after {n} removals {} is listed without {s}", r.id);
+                    }
+                    for base in &r.chain {
+                        assert!(found.iter().any(|g| matches!(g, Found::Complete(b) if &b.id == base)), "after {n} removals {} is listed without its base {base}", r.id);
+                    }
+                }
+            }
+            repo.delete(&plan.objects[n]).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_bases_of_a_pinned_incremental_are_its_data_and_need_no_wal_of_their_own() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a full (2), b incr on a (4), c incr on a, b (6), pinned; d full (9), the newest.
+        let chains: [(&str, i64, u64, &[&str]); 4] = [("a", 1000, 2, &[]), ("b", 2000, 4, &["a"]), ("c", 3000, 6, &["a", "b"]), ("d", 4000, 9, &[])];
+        for (id, stop, wal, chain) in chains {
+            let mut r = record(id, stop, &segment_name(1, wal, seg));
+            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in 1..=10 {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+        crate::maintain::keep::pin(&repo, &meta, "c", None, 4500).unwrap();
+        let plan = plan_expire(&repo, &meta, &Retention { keep_full: Some(1), keep_within: None }, 4500).unwrap();
+        assert_eq!(plan.kept, vec!["a", "b", "c", "d"], "c is pinned, and builds on a and b");
+        expire(&repo, &plan).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        assert!(inv.gaps.is_empty(), "{:?}", inv.gaps);
+        for r in inv.found.iter().filter_map(Found::record) {
+            assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
+            assert_eq!(inv.needs.data_only(r, seg), r.id == "a" || r.id == "b", "{}", r.id);
+        }
+        // Pinning a base now would promise a backup that cannot restore by itself: refused.
+        let e = crate::maintain::keep::pin(&repo, &meta, "a", None, 4500).unwrap_err();
+        assert_eq!(e.kind(), sheaf_core::ErrorKind::Incomplete);
+        assert!(e.to_string().contains("pin c, the newest backup built on it, instead"), "{e}");
+        // c's own segment lost is damage still.
+        repo.delete(&paths::wal_object(&segment_name(1, 6, seg))).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        let c = inv.found.iter().filter_map(Found::record).find(|r| r.id == "c").unwrap();
+        assert_eq!(inv.needs.missing(&inv.files, c, seg), Some(vec![segment_name(1, 6, seg)]));
+    }
+
+    #[test]
+    fn a_pinned_backup_stays_with_the_wal_that_makes_it_consistent_until_its_pin_ends() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, meta, seg) = test_repo(d.path());
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        // a: WAL 2..3; b: 6..6; c: 9..9. Segments 1..=10 archived.
+        for (id, stop, start, end) in [("a", 1000, 2u64, 3u64), ("b", 2000, 6, 6), ("c", 3000, 9, 9)] {
+            let mut r = record(id, stop, &segment_name(1, start, seg));
+            r.stop_wal = segment_name(1, end, seg);
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in 1..=10 {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+        assert!(crate::maintain::keep::pin(&repo, &meta, "nope", None, 4000).is_err(), "no such backup");
+        assert!(crate::maintain::keep::pin(&repo, &meta, "a", Some(3999), 4000).is_err(), "a date already past");
+        crate::maintain::keep::pin(&repo, &meta, "a", Some(5000), 4000).unwrap();
+        let keep = Retention { keep_full: Some(1), keep_within: None };
+        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["a", "c"]);
+        assert_eq!(plan.removed, vec!["b"]);
+        assert_eq!(plan.pinned.len(), 1);
+        // Removed: 1, 4, 5, 6, 7, 8 (before c's start, outside a's 2..3).
+        assert_eq!(plan.wal_removed, 6);
+        expire(&repo, &plan).unwrap();
+        let left: Vec<String> = repo.list("").unwrap().into_iter().map(|o| o.name).collect();
+        for s in [2, 3, 9, 10] {
+            assert!(left.contains(&paths::wal_object(&segment_name(1, s, seg))), "{s}: {left:?}");
+        }
+        for s in [1, 4, 8] {
+            assert!(!left.contains(&paths::wal_object(&segment_name(1, s, seg))), "{s}: {left:?}");
+        }
+        // The gap before c is the policy's: the horizon says so, and a needs only its own span.
+        let h = crate::repo::horizon::read(&repo).unwrap().expect("expire raised the horizon");
+        assert_eq!(h.first_kept, segment_name(1, 9, seg));
+        assert_eq!(crate::repo::horizon::needed_to(3, 10, Some(&h)), 3);
+        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        assert!(inv.gaps.is_empty(), "retention's gaps are not damage: {:?}", inv.gaps);
+        assert_eq!(inv.expired.iter().map(|g| (g.after.clone(), g.before.clone())).collect::<Vec<_>>(), vec![(segment_name(1, 3, seg), segment_name(1, 9, seg))]);
+        for r in inv.found.iter().filter_map(Found::record) {
+            assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
+        }
+        // A segment of a's own span lost, and one after the horizon: both are damage.
+        repo.delete(&paths::wal_object(&segment_name(1, 3, seg))).unwrap();
+        repo.delete(&paths::wal_object(&segment_name(1, 10, seg))).unwrap();
+        put(&paths::wal_object(&segment_name(1, 11, seg)));
+        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        assert_eq!(inv.gaps.len(), 2, "{:?}", inv.gaps);
+        assert!(inv.expired.is_empty(), "{:?}", inv.expired);
+        let a = inv.found.iter().filter_map(Found::record).find(|r| r.id == "a").unwrap();
+        assert_eq!(inv.needs.missing(&inv.files, a, seg), Some(vec![segment_name(1, 3, seg)]));
+        put(&paths::wal_object(&segment_name(1, 3, seg)));
+        put(&paths::wal_object(&segment_name(1, 10, seg)));
+        // Once the pin has run out, a goes, and its pin with it.
+        let plan = plan_expire(&repo, &meta, &keep, 6000).unwrap();
+        assert_eq!((plan.kept.clone(), plan.removed.clone()), (vec!["c".to_string()], vec!["a".to_string()]));
+        expire(&repo, &plan).unwrap();
+        assert!(crate::repo::keep::pins(&repo).unwrap().is_empty());
+        // Released by hand.
+        crate::maintain::keep::pin(&repo, &meta, "c", None, 6000).unwrap();
+        assert!(crate::maintain::keep::release(&repo, "c").unwrap());
+        assert!(!crate::maintain::keep::release(&repo, "c").unwrap());
+    }
+}

@@ -1,0 +1,18 @@
+//! What a DBA does to a repository besides backing up into it. Each works on the model in
+//! [`crate::repo`].
+//!
+//! - [`expire`]: retention: what `sheaf expire` removes, by policy, and removing it;
+//!   [`keep`]: pinning a backup so that it is never removed; [`undelete`]: after a wipe of a
+//!   locked repository, what the lock kept made readable again.
+//! - [`verify`]: `sheaf verify --repo`: every backup and archived file read back and checked.
+//! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age,
+//!   judged for monitoring; [`metrics`]: the same as Prometheus metrics.
+//! - [`keys`]: `sheaf key`: the keys of an encrypted repository.
+
+pub mod check;
+pub mod expire;
+pub mod keep;
+pub mod keys;
+pub mod metrics;
+pub mod undelete;
+pub mod verify;

@@ -1,0 +1,453 @@
+//! The archiver's look-ahead, its drop record, and recovery's prefetch, kept in a local spool.
+//!
+//! - **Look-ahead** ([`push_ahead`]): when PostgreSQL asks for one segment and more are `.ready`
+//!   behind it, one call pushes up to `parallel` of them at once and leaves a marker for each extra
+//!   one (`out/NAME.ok`: the file's size, mtime and inode when it was pushed). The archiver's next
+//!   calls find their marker and return at once. A marker whose file changed is ignored.
+//! - **Queue bound**: in [`crate::wal::queue`], which keeps its drop records in the spool too.
+//! - **Prefetch** ([`Spool::serve`], [`prefetch`]): recovery asks for segments one at a time;
+//!   after each, a background prefetcher keeps the next `parallel` segments fetched and checked in
+//!   `in/`, so the next call is a rename. Each file is written under a temporary name and renamed,
+//!   so a name in `in/` is always whole.
+//!
+//! The spool lives by default in `pg_wal/.sheaf/` (one folder per repository, by a hash of its
+//! location): on the same filesystem as pg_wal, so a prefetched segment is renamed into place, and
+//! gone with the cluster whose files it describes. PostgreSQL ignores it; base backups leave out
+//! pg_wal's contents.
+
+use std::fs::{self, File};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::blob::BlobInfo;
+use sheaf_core::repo::Repo;
+use sheaf_core::storage::try_lock_exclusive;
+use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
+
+use crate::cluster::walname::{self, segment_name, WalFile, WalKind};
+use crate::repo::meta::RepoMeta;
+use crate::wal::archive::{fetch, fetch_tmp_name as tmp_name, push, Pushed};
+
+/// One repository's spool.
+#[derive(Clone, Debug)]
+pub struct Spool {
+    dir: PathBuf,
+}
+
+fn io(what: String, e: std::io::Error) -> Error {
+    Error::io(ErrorKind::Io, what, e)
+}
+
+/// FNV-1a, 64 bits: a stable name for a repository's folder (not a security boundary).
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+impl Spool {
+    /// The spool for the repository `key` names (its location and, for S3, the endpoint): under
+    /// `base` (the `spool` setting) if given, else `WAL_DIR/.sheaf`.
+    pub fn new(base: Option<&Path>, wal_dir: &Path, key: &str) -> Spool {
+        let base = base.map_or_else(|| wal_dir.join(".sheaf"), Path::to_path_buf);
+        Spool { dir: base.join(format!("{:016x}", fnv(key))) }
+    }
+
+    /// Its folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its folder `part`, made if missing.
+    pub(crate) fn sub(&self, part: &str) -> Result<PathBuf> {
+        let d = self.dir.join(part);
+        sheaf_core::whole::create_dirs(&d).map_err(|e| io(format!("cannot create the spool folder {} (set spool = \"DIR\" or --spool to move it)", d.display()), e))?;
+        Ok(d)
+    }
+}
+
+/// Write `bytes` as the whole of `path`, durably (a marker or a state file of the spool).
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    sheaf_core::whole::write_whole_with(path, bytes, 0o666, ErrorKind::Io)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Look-ahead.
+
+/// What a pushed file looked like, so a marker is only trusted for that very file.
+#[derive(Serialize, Deserialize, PartialEq, Eq, Debug)]
+struct Stamp {
+    len: u64,
+    mtime_ns: i128,
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> std::io::Result<Stamp> {
+    let m = fs::metadata(path)?;
+    Ok(Stamp { len: m.len(), mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()), ino: m.ino() })
+}
+
+/// A look-ahead push that did not get through (the archiver retries it itself).
+#[derive(Clone, Debug, Serialize)]
+pub struct AheadFailure {
+    /// The file.
+    pub name: String,
+    /// Why.
+    pub error: String,
+}
+
+/// What [`push_ahead`] did.
+#[derive(Clone, Debug, Serialize)]
+pub struct PushReport {
+    /// The file PostgreSQL asked for.
+    pub name: String,
+    /// True when an earlier call had pushed it already (its marker was found).
+    pub from_spool: bool,
+    /// What was pushed now: the asked-for file first, then the look-ahead.
+    pub pushed: Vec<Pushed>,
+    /// Look-ahead pushes that failed.
+    pub ahead_failed: Vec<AheadFailure>,
+    /// The spool could not be used (look-ahead was skipped); the push itself went on.
+    pub spool_error: Option<String>,
+    /// Segments whose block summary was made now (for incrementals).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summarized: Vec<String>,
+    /// A summary that could not be made: the push stands; an incremental reads every page where
+    /// summaries are missing (`sheaf wal-summarize` fills them in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_error: Option<String>,
+}
+
+impl PushReport {
+    /// The answer for a file an earlier call's look-ahead pushed: nothing done now.
+    pub fn from_spool(path: &Path) -> PushReport {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        PushReport { name, from_spool: true, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None }
+    }
+}
+
+/// The `.ready` segments in `wal_dir` after `name`, oldest first.
+fn ready_after(wal_dir: &Path, name: &str, seg_size: u64) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(wal_dir.join("archive_status")) else { return Vec::new() };
+    let mut v: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".ready").map(str::to_string))
+        .filter(|n| n.as_str() > name && WalFile::parse(n, seg_size).is_some_and(|w| w.kind == WalKind::Segment))
+        .collect();
+    v.sort();
+    v
+}
+
+impl Spool {
+    /// Whether an earlier call pushed the file at `path` (the same file, unchanged): then the
+    /// archiver's call is answered with no repository access. The marker is consumed either way.
+    pub fn take_pushed(&self, path: &Path) -> bool {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return false };
+        let marker = self.dir.join("out").join(format!("{name}.ok"));
+        let Ok(text) = fs::read(&marker) else { return false };
+        let _ = fs::remove_file(&marker);
+        let Ok(recorded) = serde_json::from_slice::<Stamp>(&text) else { return false };
+        stamp(path).is_ok_and(|now| now == recorded)
+    }
+
+    fn mark_pushed(&self, name: &str, st: &Stamp) -> Result<()> {
+        let out = self.sub("out")?;
+        write_whole(&out.join(format!("{name}.ok")), &serde_json::to_vec(st).expect("serialises"))
+    }
+
+    /// Markers whose file is gone from pg_wal (the archiver will never ask for them again).
+    fn forget_stale(&self, wal_dir: &Path) {
+        let Ok(dir) = fs::read_dir(self.dir.join("out")) else { return };
+        for e in dir.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.strip_suffix(".ok").is_some_and(|seg| !wal_dir.join(seg).exists()) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Archive the file at `path`, and with `parallel > 1` the `.ready` segments after it at the same
+/// time (look-ahead), leaving markers so the archiver's next calls return at once (the caller asks
+/// [`Spool::take_pushed`] first).
+///
+/// # Errors
+/// The asked-for file's push failed ([`push`]'s errors). Look-ahead failures are reported, not
+/// raised: the archiver will ask for those files itself.
+pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let mut report =
+        PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None };
+    let wal_dir = walname::wal_dir(path);
+    let is_segment = WalFile::parse(&name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment);
+    let mut todo = vec![path.to_path_buf()];
+    if parallel > 1 && is_segment {
+        if let Err(e) = spool.sub("out") {
+            report.spool_error = Some(e.to_string());
+        } else {
+            spool.forget_stale(wal_dir);
+            let ahead = ready_after(wal_dir, &name, meta.wal_segment_size);
+            todo.extend(ahead.iter().filter(|n| !spool.dir.join("out").join(format!("{n}.ok")).exists()).take(parallel - 1).map(|n| wal_dir.join(n)));
+        }
+    }
+    // One thread per file (at most `parallel`); each stamps its file before pushing it, so a
+    // marker never vouches for bytes that changed after they were read.
+    let results: Vec<(Option<Stamp>, Result<Pushed>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = todo
+            .iter()
+            .map(|p| {
+                s.spawn(move || {
+                    let st = stamp(p).ok();
+                    (st, push(repo, meta, p, codec))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a push thread panicked")).collect()
+    });
+    let mut results = results.into_iter().zip(&todo);
+    let ((_, first), _) = results.next().expect("the asked-for file");
+    for ((st, r), p) in results {
+        let n = p.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        match (r, st) {
+            (Ok(done), Some(st)) => {
+                if let Err(e) = spool.mark_pushed(&n, &st) {
+                    report.spool_error = Some(e.to_string());
+                }
+                report.pushed.push(done);
+            }
+            (Ok(done), None) => report.pushed.push(done),
+            (Err(e), _) => report.ahead_failed.push(AheadFailure { name: n, error: e.to_string() }),
+        }
+    }
+    report.pushed.insert(0, first?);
+    // Each segment's summary follows the one before it: made in order, after all are archived.
+    let mut segments: Vec<(&str, &Path)> = report
+        .pushed
+        .iter()
+        .filter(|p| WalFile::parse(&p.name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment))
+        .filter_map(|p| todo.iter().find(|t| t.file_name().is_some_and(|n| n == p.name.as_str())).map(|t| (p.name.as_str(), t.as_path())))
+        .collect();
+    segments.sort();
+    let mut made = Vec::new();
+    for (n, local) in segments {
+        let done = match crate::wal::summarize::read_summary(repo, n) {
+            Ok(Some(_)) => Ok(false),
+            Ok(None) => crate::wal::summarize::summarize_and_store(repo, meta, n, Some(local)).map(|_| true),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(true) => made.push(n.to_string()),
+            Ok(false) => {}
+            Err(e) => {
+                report.summary_error = Some(format!("no block summary for {n}: {e}"));
+                break;
+            }
+        }
+    }
+    report.summarized = made;
+    Ok(report)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetch.
+
+/// An exclusive, non-blocking lock on `path`: `Ok(None)` when another process holds it.
+fn try_lock(path: &Path) -> Result<Option<File>> {
+    let f = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| io(format!("cannot open {}", path.display()), e))?;
+    let locked = try_lock_exclusive(&f).map_err(|e| io(format!("cannot lock {}", path.display()), e))?;
+    Ok(locked.then_some(f))
+}
+
+impl Spool {
+    /// Move the prefetched `name` to `dest`, if the spool holds it.
+    fn take_fetched(&self, name: &str, dest: &Path) -> Result<bool> {
+        let at = self.dir.join("in").join(name);
+        match fs::rename(&at, dest) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => {
+                // A spool on another filesystem: copy, then let go of the spooled one.
+                let tmp = dest.with_file_name(tmp_name(name));
+                fs::copy(&at, &tmp).and_then(|_| fs::rename(&tmp, dest)).map_err(|e| {
+                    let _ = fs::remove_file(&tmp);
+                    io(format!("cannot copy {} to {}", at.display(), dest.display()), e)
+                })?;
+                let _ = fs::remove_file(&at);
+                Ok(true)
+            }
+            Err(e) => Err(io(format!("cannot move {} to {}", at.display(), dest.display()), e)),
+        }
+    }
+
+    /// While a running prefetcher is fetching `name`, wait for it (at most `limit`).
+    fn await_in_flight(&self, name: &str, limit: Duration) {
+        let dir = self.dir.join("in");
+        let t0 = Instant::now();
+        while dir.join(tmp_name(name)).exists() && t0.elapsed() < limit {
+            // The prefetcher holds the lock for as long as it runs; a crashed one leaves its
+            // temporary file behind but not the lock.
+            match try_lock(&dir.join(".lock")) {
+                Ok(Some(_free)) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The newest file recovery asked for, so the prefetcher knows where to look ahead from.
+    fn want(&self, name: &str) -> Result<()> {
+        let dir = self.sub("in")?;
+        write_whole(&dir.join(".want"), name.as_bytes())
+    }
+}
+
+impl Spool {
+    /// Serve `name` to `dest` from the prefetch spool, if the prefetcher has it (waiting for it
+    /// while it is being fetched). A segment asked for becomes the point the prefetcher reads
+    /// ahead from, whether served here or not. Needs no repository access: a hit is a rename.
+    ///
+    /// # Errors
+    /// The spool's I/O.
+    pub fn serve(&self, name: &str, dest: &Path) -> Result<bool> {
+        // Said first, so the prefetcher neither fetches this one (its window starts after it) nor
+        // removes it while it is taken (it keeps the newest asked-for segment).
+        if walname::is_segment_name(name) {
+            self.want(name)?;
+        }
+        self.await_in_flight(name, Duration::from_secs(120));
+        self.take_fetched(name, dest)
+    }
+
+    /// Whether a prefetcher holds this spool.
+    pub fn prefetcher_running(&self) -> bool {
+        let lock = self.dir.join("in").join(".lock");
+        lock.exists() && matches!(try_lock(&lock), Ok(None))
+    }
+}
+
+/// What a prefetcher did before it stopped.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PrefetchReport {
+    /// Segments fetched into the spool.
+    pub fetched: usize,
+    /// The first segment the archive did not hold, if it got there.
+    pub end: Option<String>,
+    /// Fetches that failed.
+    pub errors: Vec<String>,
+    /// False when another prefetcher was running already (this one did nothing).
+    pub ran: bool,
+}
+
+/// Keep the `parallel` segments after the newest one recovery asked for fetched into the spool,
+/// until recovery has asked for nothing new for `idle`, or the archive ends.
+///
+/// # Errors
+/// The spool cannot be used.
+pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, idle: Duration) -> Result<PrefetchReport> {
+    let dir = spool.sub("in")?;
+    let mut report = PrefetchReport::default();
+    let Some(_lock) = try_lock(&dir.join(".lock"))? else { return Ok(report) };
+    report.ran = true;
+    // Left by a prefetcher that was killed: nobody else writes them while we hold the lock.
+    for e in fs::read_dir(&dir).map_err(|e| io(format!("cannot read {}", dir.display()), e))?.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".sheaf-fetch") {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    let seg = meta.wal_segment_size;
+    let (mut last_want, mut since) = (String::new(), Instant::now());
+    loop {
+        let want = fs::read_to_string(dir.join(".want")).unwrap_or_default();
+        let Some(w) = WalFile::parse(want.trim(), seg).filter(|w| w.kind == WalKind::Segment) else { return Ok(report) };
+        if want != last_want {
+            (last_want, since) = (want.clone(), Instant::now());
+        }
+        let window: Vec<String> = (1..=parallel as u64).map(|i| segment_name(w.timeline, w.segno + i, seg)).collect();
+        // What recovery is past, or on another timeline, is of no more use; the newest asked-for
+        // segment may be being taken right now.
+        for e in fs::read_dir(&dir).map_err(|e| io(format!("cannot read {}", dir.display()), e))?.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if WalFile::parse(&n, seg).is_some() && !window.contains(&n) && n != w.name {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        let missing: Vec<&String> = window.iter().filter(|n| !dir.join(n).exists()).collect();
+        if missing.is_empty() {
+            if since.elapsed() > idle {
+                // Recovery has ended (or stopped asking): what is left would stay in pg_wal.
+                for n in &window {
+                    let _ = fs::remove_file(dir.join(n));
+                }
+                return Ok(report);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        let results: Vec<(&String, Result<Option<BlobInfo>>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = missing
+                .iter()
+                .map(|n| {
+                    let at = dir.join(n);
+                    s.spawn(move || (*n, fetch(repo, meta, n, &at, true)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a fetch thread panicked")).collect()
+        });
+        let mut stop = false;
+        for (n, r) in results {
+            match r {
+                Ok(Some(_)) => report.fetched += 1,
+                Ok(None) => {
+                    // The archive's end (for now): recovery will ask, get a quiet miss, and the
+                    // next successful fetch starts a new prefetcher.
+                    if report.end.as_ref().is_none_or(|e| n < e) {
+                        report.end = Some(n.clone());
+                    }
+                    stop = true;
+                }
+                Err(e) => {
+                    report.errors.push(format!("{n}: {e}"));
+                    stop = true;
+                }
+            }
+        }
+        if stop {
+            return Ok(report);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spool_folder_is_stable_per_repository() {
+        assert_eq!(fnv("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv("/r/one"), fnv("/r/two"));
+    }
+
+    #[test]
+    fn ready_after_lists_later_segments_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("archive_status")).unwrap();
+        for n in ["000000010000000000000003", "000000010000000000000001", "000000010000000000000002", "00000002.history", "000000010000000000000004.00000028.backup"] {
+            File::create(d.path().join("archive_status").join(format!("{n}.ready"))).unwrap();
+        }
+        File::create(d.path().join("archive_status").join("000000010000000000000005.done")).unwrap();
+        assert_eq!(ready_after(d.path(), "000000010000000000000001", 16 << 20), ["000000010000000000000002", "000000010000000000000003"]);
+    }
+
+    #[test]
+    fn a_marker_vouches_only_for_the_file_it_stamped() {
+        let d = tempfile::tempdir().unwrap();
+        let spool = Spool { dir: d.path().join("spool") };
+        let f = d.path().join("000000010000000000000001");
+        fs::write(&f, b"one").unwrap();
+        spool.mark_pushed("000000010000000000000001", &stamp(&f).unwrap()).unwrap();
+        assert!(spool.take_pushed(&f));
+        assert!(!spool.take_pushed(&f), "consumed");
+        spool.mark_pushed("000000010000000000000001", &stamp(&f).unwrap()).unwrap();
+        fs::write(&f, b"changed!").unwrap();
+        assert!(!spool.take_pushed(&f), "the file changed since");
+    }
+}
