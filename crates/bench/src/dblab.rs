@@ -117,7 +117,7 @@ pub fn run(url: &str, opts: &DbLabOptions) -> Result<Vec<DbLabRow>> {
     if info.get("application_name").is_none() {
         info.set("application_name", "sheaf lab");
     }
-    let mut c = sheaf_pg::connect::server::open(&mut info, None)?;
+    let mut c = sheaf_pg::connect::session::open(&mut info, None)?;
     let lz4 = c.simple_query("CREATE TEMP TABLE sheaf_lab_probe (t text COMPRESSION lz4); DROP TABLE sheaf_lab_probe").is_ok();
     let mut methods = vec!["none", "pglz"];
     if lz4 {

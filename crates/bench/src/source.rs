@@ -35,7 +35,7 @@ impl Source {
             (None, None) => {
                 Err(Error::invalid("nothing to back up: give a source (a directory or a postgres:// URL) or --dataset tpch:SCALE (a throwaway cluster loaded with TPC-H)"))
             }
-            (Some(s), None) if sheaf_pg::connect::server::is_url(s) => Ok(Source::Url(s.to_string())),
+            (Some(s), None) if sheaf_pg::connect::session::is_url(s) => Ok(Source::Url(s.to_string())),
             (Some(s), None) => Ok(Source::Path(PathBuf::from(s))),
             (None, Some(d)) if d.starts_with("files:") => {
                 let (count, size) = sheaf_core::datagen::parse_files_spec(&d["files:".len()..]).map_err(|e| Error::invalid(format!("--dataset {d}: {}", e.message())))?;
@@ -54,7 +54,7 @@ impl Source {
     pub fn describe(&self) -> String {
         match self {
             Source::Path(p) => p.display().to_string(),
-            Source::Url(u) => sheaf_pg::connect::server::redact(u),
+            Source::Url(u) => sheaf_pg::connect::session::redact(u),
             Source::Tpch(s) => format!("TPC-H scale {s} in a throwaway PostgreSQL cluster"),
             Source::Files { count, size } => format!("{count} generated files of {} (seeded text, 1,000 to a folder)", sheaf_core::size::format_size(*size)),
         }
@@ -68,7 +68,7 @@ mod tests {
     #[test]
     fn sources_parse_with_clear_errors() {
         assert_eq!(Source::from_args(Some("/srv/data"), None).unwrap(), Source::Path("/srv/data".into()));
-        assert_eq!(Source::from_args(Some("postgres://u:pw@h/db"), None).unwrap().describe(), sheaf_pg::connect::server::redact("postgres://u:pw@h/db"));
+        assert_eq!(Source::from_args(Some("postgres://u:pw@h/db"), None).unwrap().describe(), sheaf_pg::connect::session::redact("postgres://u:pw@h/db"));
         assert_eq!(Source::from_args(None, Some("tpch:0.5")).unwrap(), Source::Tpch(0.5));
         assert_eq!(Source::from_args(None, Some("files:100000x8KiB")).unwrap(), Source::Files { count: 100_000, size: 8192 });
         assert!(Source::from_args(None, Some("files:many")).unwrap_err().to_string().contains("COUNTxSIZE"));

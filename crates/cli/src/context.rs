@@ -31,7 +31,7 @@ pub enum Source {
 impl Source {
     /// What `text` names.
     pub fn of(text: &str) -> Source {
-        if sheaf_pg::connect::server::is_url(text) {
+        if sheaf_pg::connect::session::is_url(text) {
             Source::Postgres(text.to_string())
         } else {
             Source::Directory(PathBuf::from(text))
@@ -49,7 +49,7 @@ impl Source {
     /// For messages and the catalog: the URL without its password, or the path.
     pub fn describe(&self) -> String {
         match self {
-            Source::Postgres(url) => sheaf_pg::connect::server::redact(url),
+            Source::Postgres(url) => sheaf_pg::connect::session::redact(url),
             Source::Directory(p) => p.display().to_string(),
         }
     }

@@ -23,7 +23,7 @@ const TABLE: &[Status] = &[
     Status { code: 7, kinds: &[ErrorKind::Source, ErrorKind::NotFound], help: "the source cannot be read (or is not there)" },
     Status { code: 8, kinds: &[ErrorKind::Target], help: "the target cannot be written" },
     Status { code: 9, kinds: &[ErrorKind::Key], help: "encryption key: missing, wrong, or not a key (the backup or repository is encrypted)" },
-    Status { code: 10, kinds: &[ErrorKind::Denied], help: "refused: a certificate not accepted, a path not served, files of another owner" },
+    Status { code: 10, kinds: &[ErrorKind::Denied], help: "refused: a certificate or login not accepted, a path not served, files of another owner" },
 ];
 
 /// The status after an interrupt (Ctrl-C, SIGTERM, SIGHUP), as a shell reports one.

@@ -46,7 +46,7 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     let archive = format!("sheaf wal-push %p{flags}").replace('\'', "''");
     say!(
         "next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}",
-        a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::connect::server::redact(u)))).unwrap_or_default()
+        a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::connect::session::redact(u)))).unwrap_or_default()
     );
     Ok(())
 }

@@ -18,7 +18,7 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
         let opts = sheaf_bench::dblab::DbLabOptions { rows: a.rows.max(100), repeat: a.repeat.max(1), accesses: a.accesses.max(1), table: a.relation.clone() };
         let rows = sheaf_bench::dblab::run(url, &opts)?;
         let v =
-            serde_json::json!({ "source": sheaf_pg::connect::server::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
+            serde_json::json!({ "source": sheaf_pg::connect::session::redact(url), "table": opts.table, "rows_in_table": opts.rows, "repeat": opts.repeat, "database_lab": rows });
         if let Some(out) = &a.out {
             std::fs::create_dir_all(out).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", out.display()), e))?;
             let p = out.join("dblab.json");
@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, a: LabArgs) -> Result<(), Error> {
             say!("{v}");
         } else {
             let what = opts.table.as_deref().map_or_else(|| "rows of generated wide text".to_string(), |t| format!("rows at most of {t}"));
-            say!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::connect::server::redact(url), opts.rows, opts.repeat);
+            say!("database lab on {}: {} {what}, warm cache, median of {}", sheaf_pg::connect::session::redact(url), opts.rows, opts.repeat);
             say_raw!("{}", sheaf_bench::dblab::table(&rows));
             say!("(× = as a multiple of the uncompressed table, STORAGE EXTERNAL)");
         }

@@ -34,7 +34,7 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
     let url = ctx.pg_url(a.url.clone())?;
     let opts = ReceiveOptions { url: url.clone(), slot: a.slot.clone(), spool, codec, partial_every: a.partial_every, retry_every: a.retry_every, stop: ctx.interrupt.stop_flag() };
     let into: Vec<String> = repos.iter().map(|(r, _)| r.display().to_string()).collect();
-    eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::connect::server::redact(&url), into.join(" and "), opts.slot, opts.spool.display());
+    eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::connect::session::redact(&url), into.join(" and "), opts.slot, opts.spool.display());
     let events: Events = Arc::new(|m: &str| eprintln!("sheaf: {} {m}", sheaf_core::time::utc_now()));
     let r = receive(repos, &opts, &events)?;
     if a.json {

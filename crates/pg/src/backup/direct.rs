@@ -389,7 +389,7 @@ struct Read {
     /// Entries a base backup omits, left out.
     dropped: usize,
     /// Which database and relation each file is.
-    databases: Vec<crate::connect::server::DatabaseInfo>,
+    databases: Vec<crate::connect::catalog::DatabaseInfo>,
 }
 
 impl Incremental {
@@ -414,7 +414,7 @@ struct Cluster<'a> {
     pg: &'a PgBackupOptions,
     files: &'a Arc<dyn Files>,
     pgdata: &'a Path,
-    tablespaces: &'a [crate::connect::server::Tablespace],
+    tablespaces: &'a [crate::connect::catalog::Tablespace],
 }
 
 impl Cluster<'_> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::{BackupSet, Error, Result};
 
 use crate::cluster::lsn::Lsn;
-use crate::connect::server::{DatabaseInfo, Tablespace};
+use crate::connect::catalog::{DatabaseInfo, Tablespace};
 
 /// The `kind` of a PostgreSQL backup's source facts.
 pub const KIND: &str = "postgres";

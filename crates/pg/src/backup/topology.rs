@@ -27,7 +27,8 @@ use sheaf_core::source::Files;
 use sheaf_core::{Error, ErrorKind, Progress, Result};
 
 use crate::cluster::lsn::Lsn;
-use crate::connect::server::{redact, Server, ServerFacts, Start};
+use crate::connect::server::{Server, ServerFacts, Start};
+use crate::connect::session::redact;
 use crate::repo::meta::RepoMeta;
 
 /// How long a backup waits, by default, for WAL to reach the archive or a standby to replay.

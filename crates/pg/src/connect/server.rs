@@ -4,16 +4,11 @@
 
 use postgres::error::SqlState;
 use postgres::Client;
-use sheaf_core::{Error, ErrorKind, Result};
+use sheaf_core::error::{Error, ErrorKind, Result};
 
 use crate::cluster::lsn::Lsn;
-
-/// Whether `text` names a PostgreSQL server (a `postgres://` or `postgresql://` URL, or a libpq
-/// keyword/value string such as `host=/run/postgresql dbname=postgres`) rather than a
-/// path: how every command tells a running cluster from a directory.
-pub fn is_url(text: &str) -> bool {
-    text.starts_with("postgres://") || text.starts_with("postgresql://") || crate::connect::conninfo::is_keyword_string(text)
-}
+use crate::connect::conninfo::ConnInfo;
+use crate::connect::session::{db_err, open, redact};
 
 /// What sheaf needs to know about the server.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -39,107 +34,6 @@ pub struct ServerFacts {
     pub in_recovery: bool,
 }
 
-/// A tablespace outside the data directory.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct Tablespace {
-    /// Its OID (the name of its link in pg_tblspc).
-    pub oid: u32,
-    /// Its name.
-    pub name: String,
-    /// Where it lives.
-    pub location: String,
-}
-
-/// A database as the catalogs described it when the backup started: what `--db-include`,
-/// `extract --relation` and `lab` find relations by.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct DatabaseInfo {
-    /// Its name.
-    pub name: String,
-    /// Its OID (the name of its folder under base/ or a tablespace).
-    pub oid: u32,
-    /// Its default tablespace's OID.
-    pub tablespace: u32,
-    /// False for a database that takes no connections (template0): its relations are not listed.
-    pub connectable: bool,
-    /// Its relations with storage, as backups made before [`DatabaseInfo::packed`] listed them
-    /// (empty in newer ones, and still written, so that an older sheaf reads the facts).
-    pub relations: Vec<RelationInfo>,
-    /// Its relations with storage, a line each: schema, name, kind and path, separated by tabs
-    /// (a tab, newline, return or backslash in a name written `\t`, `\n`, `\r`, `\\`). One
-    /// string, a few tens of bytes a relation, where an object each took about a kilobyte once
-    /// parsed: a cluster with a schema per tenant has hundreds of thousands of relations, and
-    /// every reader of the manifest's head parses this.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub packed: String,
-}
-
-impl DatabaseInfo {
-    /// Its relations, from whichever list the backup wrote.
-    pub fn relations(&self) -> impl Iterator<Item = Result<RelationInfo>> + '_ {
-        self.relations.iter().cloned().map(Ok).chain(self.packed.split_terminator('\n').map(unpack_relation))
-    }
-}
-
-/// Append `r` to a packed list ([`DatabaseInfo::packed`]).
-pub fn pack_relation(out: &mut String, r: &RelationInfo) {
-    for (i, field) in [&r.schema, &r.name, &r.kind, &r.path].into_iter().enumerate() {
-        if i > 0 {
-            out.push('\t');
-        }
-        for c in field.chars() {
-            match c {
-                '\t' => out.push_str("\\t"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\\' => out.push_str("\\\\"),
-                c => out.push(c),
-            }
-        }
-    }
-    out.push('\n');
-}
-
-/// One line of a packed list back.
-fn unpack_relation(line: &str) -> Result<RelationInfo> {
-    let bad = || Error::corrupt(format!("the manifest's list of relations has a line that does not parse: {line:?}"));
-    let mut fields = Vec::with_capacity(4);
-    for raw in line.split('\t') {
-        let mut f = String::with_capacity(raw.len());
-        let mut chars = raw.chars();
-        while let Some(c) = chars.next() {
-            f.push(if c != '\\' {
-                c
-            } else {
-                match chars.next() {
-                    Some('t') => '\t',
-                    Some('n') => '\n',
-                    Some('r') => '\r',
-                    Some('\\') => '\\',
-                    _ => return Err(bad()),
-                }
-            });
-        }
-        fields.push(f);
-    }
-    let [schema, name, kind, path]: [String; 4] = fields.try_into().map_err(|_| bad())?;
-    Ok(RelationInfo { schema, name, kind, path })
-}
-
-/// A relation with files of its own.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct RelationInfo {
-    /// Schema.
-    pub schema: String,
-    /// Name.
-    pub name: String,
-    /// `pg_class.relkind`: r table, i index, t TOAST table, m materialized view, S sequence, ...
-    pub kind: String,
-    /// Its main fork's path from the data directory (`base/DB/FILENODE`, or under `pg_tblspc/`),
-    /// as `pg_relation_filepath` gives it; other forks and segments add `_fsm`, `.1`, ...
-    pub path: String,
-}
-
 /// Where `pg_backup_start` started the backup.
 #[derive(Clone, Copy, Debug)]
 pub struct Start {
@@ -162,192 +56,6 @@ pub struct StopInfo {
     pub tablespace_map: String,
     /// The timeline of the stop LSN: on a standby, its minimum recovery point's.
     pub timeline: u32,
-}
-
-/// Whether a server's error may pass on a second try, by its SQLSTATE: the connection's class
-/// (08), a server shutting down or starting (57P01-57P03), too many connections or too little of
-/// a resource (53), a serialization failure or deadlock (40001, 40P01). Decided by the code, so a
-/// server whose `lc_messages` is not English is read the same.
-pub fn transient_state(code: &SqlState) -> bool {
-    let c = code.code();
-    c.starts_with("08")
-        || c.starts_with("53")
-        || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW, SqlState::T_R_SERIALIZATION_FAILURE, SqlState::T_R_DEADLOCK_DETECTED].contains(code)
-}
-
-/// sheaf's error for a server's: the SQLSTATE beside the message, transient where the state says
-/// so ([`transient_state`]) or where the client lost the connection (no SQLSTATE at all).
-pub fn db_err(what: &str, e: postgres::Error) -> Error {
-    let transient = match e.as_db_error() {
-        Some(d) => transient_state(d.code()),
-        // The link: closed, refused, reset (an I/O error under the client's).
-        None => e.is_closed() || std::error::Error::source(&e).is_some_and(|c| c.is::<std::io::Error>()),
-    };
-    let detail = match e.as_db_error() {
-        Some(d) => format!("{} ({})", d.message(), d.code().code()),
-        None => {
-            // The client error hides the cause (refused, no such socket) in its source chain.
-            let mut text = e.to_string();
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                text = format!("{text}: {c}");
-                cause = c.source();
-            }
-            text
-        }
-    };
-    Error::new(ErrorKind::Source, format!("{what}: {detail}")).transient(transient)
-}
-
-/// The URL without its password, for messages, reports and manifests: the password in the user
-/// part (up to the last `@` before the host, since a password may hold `@`) and any `password=`
-/// parameter are dropped.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        // keyword=value pairs: the password dropped, the rest as given.
-        return match crate::connect::conninfo::parse(url) {
-            Ok(pairs) => pairs
-                .into_iter()
-                .filter(|(k, _)| k != "password")
-                .map(|(k, v)| if v.is_empty() || v.contains([' ', '\'', '\\']) { format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'")) } else { format!("{k}={v}") })
-                .collect::<Vec<_>>()
-                .join(" "),
-            Err(_) => "(a connection string that does not parse)".into(),
-        };
-    };
-    let (authority_and_path, query) = match rest.split_once('?') {
-        Some((a, q)) => (a, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = match authority_and_path.find('/') {
-        Some(i) => authority_and_path.split_at(i),
-        None => (authority_and_path, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((user_info, host)) => format!("{}@{host}", user_info.split(':').next().unwrap_or_default()),
-        None => authority.to_string(),
-    };
-    let query: Vec<&str> = query.map(|q| q.split('&').filter(|kv| !kv.to_ascii_lowercase().starts_with("password=")).collect()).unwrap_or_default();
-    let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
-    format!("{scheme}://{authority}{path}{query}")
-}
-
-/// A SQL connection to the first of `info`'s hosts that answers and is what its
-/// `target_session_attrs` asks for, in database `db` (else `info`'s), as libpq makes it: TLS as
-/// its `sslmode` says on TCP (never on a Unix socket), the password from the string, the
-/// service, `PGPASSWORD` or the password file.
-///
-/// # Errors
-/// Bad parameters or TLS files ([`ErrorKind::InvalidInput`]); no host that answers, each host's
-/// failure said, with the likely fix and what was wrong with the password file.
-pub fn open(info: &mut crate::connect::conninfo::ConnInfo, db: Option<&str>) -> Result<Client> {
-    use crate::connect::conninfo::{Endpoint, SessionAttrs, SslMode};
-    let policy = crate::connect::tls::Policy::for_conn(info)?;
-    let targets = info.targets()?;
-    let dbname = db.map_or_else(|| info.dbname(), str::to_string);
-    let attrs = info.session_attrs();
-    let shown = info.shown();
-    let mut failures: Vec<String> = Vec::new();
-    let mut last: Option<Error> = None;
-    // prefer-standby: a standby first, then any.
-    let passes: &[bool] = if attrs == SessionAttrs::PreferStandby { &[true, false] } else { &[false] };
-    for &standby_only in passes {
-        for t in &targets {
-            let mut config = postgres::Config::new();
-            match &t.endpoint {
-                Endpoint::Socket(dir) => {
-                    config.host_path(dir).ssl_mode(postgres::config::SslMode::Disable);
-                }
-                Endpoint::Tcp { host, addr } => {
-                    config.host(host);
-                    if let Some(a) = addr {
-                        config.hostaddr(a.parse().map_err(|_| Error::invalid(format!("invalid hostaddr \"{a}\": give a numeric IP address")))?);
-                    }
-                    config.ssl_mode(match policy.mode {
-                        SslMode::Disable => postgres::config::SslMode::Disable,
-                        SslMode::Allow | SslMode::Prefer => postgres::config::SslMode::Prefer,
-                        _ => postgres::config::SslMode::Require,
-                    });
-                }
-            }
-            config.port(t.port).user(&info.user()).dbname(&dbname).connect_timeout(info.connect_timeout());
-            config.application_name(info.get("application_name").or(info.get("fallback_application_name")).unwrap_or("sheaf"));
-            if let Some(o) = info.get("options") {
-                config.options(o);
-            }
-            // A backup session idles for as long as the copy takes: keep it alive.
-            config.keepalives(info.get("keepalives") != Some("0"));
-            config.keepalives_idle(std::time::Duration::from_secs(info.get("keepalives_idle").and_then(|v| v.parse().ok()).unwrap_or(60)));
-            if let Some(pw) = info.password(t, &dbname) {
-                config.password(pw.as_str());
-            }
-            let where_ = match &t.endpoint {
-                Endpoint::Socket(d) => format!("socket {}/.s.PGSQL.{}", d.display(), t.port),
-                Endpoint::Tcp { host, .. } => format!("{host}:{}", t.port),
-            };
-            let connected = match &policy.config {
-                Some(c) => config.connect(crate::connect::tls::Rustls(c.clone())),
-                None => config.connect(postgres::NoTls),
-            };
-            let mut client = match connected {
-                Ok(c) => c,
-                Err(e) => {
-                    // The whole chain's words: the TLS and configuration causes are in the sources.
-                    let mut text = e.to_string();
-                    let mut source = std::error::Error::source(&e);
-                    while let Some(s) = source {
-                        text.push_str(&format!(": {s}"));
-                        source = s.source();
-                    }
-                    let text = text.to_ascii_lowercase();
-                    let hint = match e.as_db_error().map(|d| d.code()) {
-                        _ if text.contains("client certificate") => "the server wants a client certificate its CA signed: give sslcert and sslkey",
-                        _ if text.contains("peer certificate") => {
-                            "the server's certificate does not check against the root certificate (sslrootcert), or does not name the host (verify-full): check both, or the host you dial"
-                        }
-                        Some(&SqlState::INVALID_PASSWORD | &SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => {
-                            "check the user and password (in the connection string, PGPASSWORD or ~/.pgpass) and pg_hba.conf"
-                        }
-                        Some(&SqlState::INVALID_CATALOG_NAME) => "the database does not exist; any database will do, e.g. dbname=postgres",
-                        _ if text.contains("password missing") => "the server asks for a password: give it in the connection string, PGPASSWORD or a password file (~/.pgpass, mode 0600)",
-                        _ => "check that the server runs and that host, port or socket directory are right",
-                    };
-                    let err = db_err(&format!("cannot connect to {where_}"), e);
-                    failures.push(format!("{}; {hint}", err.message()));
-                    last = Some(err);
-                    continue;
-                }
-            };
-            if attrs != SessionAttrs::Any {
-                let r =
-                    client.query_one("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'", &[]).map_err(|e| db_err("checking target_session_attrs", e))?;
-                let (recovery, read_only): (bool, bool) = (r.get(0), r.get(1));
-                let fits = match attrs {
-                    SessionAttrs::Any => true,
-                    SessionAttrs::ReadWrite => !read_only,
-                    SessionAttrs::ReadOnly => read_only,
-                    SessionAttrs::Primary => !recovery,
-                    SessionAttrs::Standby => recovery,
-                    SessionAttrs::PreferStandby => recovery || !standby_only,
-                };
-                if !fits {
-                    failures.push(format!(
-                        "{where_} is {} (target_session_attrs={})",
-                        if recovery { "a standby" } else { "a primary" },
-                        info.get("target_session_attrs").unwrap_or_default()
-                    ));
-                    continue;
-                }
-            }
-            return Ok(client);
-        }
-    }
-    let transient = last.as_ref().is_some_and(Error::is_transient);
-    let mut said = failures.join("; ");
-    for w in &info.warnings {
-        said.push_str(&format!(" ({w})"));
-    }
-    Err(Error::new(ErrorKind::Source, format!("cannot connect to {shown}: {said}")).transient(transient))
 }
 
 /// How a server archives its WAL, and how that has gone (`pg_stat_archiver`).
@@ -386,29 +94,8 @@ pub type TextRow = Vec<Option<String>>;
 
 /// A connected server.
 pub struct Server {
-    client: Client,
+    pub(super) client: Client,
     url: String,
-}
-
-/// The relations with storage of database `db`, through `url` with `db` swapped in, packed
-/// ([`DatabaseInfo::packed`]) as the rows stream in.
-fn relations_of(url: &str, db: &str) -> Result<String> {
-    let mut info = crate::connect::conninfo::ConnInfo::resolve(url)?;
-    let mut client = open(&mut info, Some(db)).map_err(|e| e.context(format!("listing the relations of database {db}")))?;
-    let what = || format!("listing the relations of database {db}");
-    let mut rows = client
-        .query_raw(
-            "SELECT n.nspname::text, c.relname::text, c.relkind::text, pg_relation_filepath(c.oid) \
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE pg_relation_filepath(c.oid) IS NOT NULL ORDER BY 1, 2",
-            std::iter::empty::<&str>(),
-        )
-        .map_err(|e| db_err(&what(), e))?;
-    let mut out = String::new();
-    while let Some(r) = fallible_iterator::FallibleIterator::next(&mut rows).map_err(|e| db_err(&what(), e))? {
-        pack_relation(&mut out, &RelationInfo { schema: r.get(0), name: r.get(1), kind: r.get(2), path: r.get(3) });
-    }
-    Ok(out)
 }
 
 impl Server {
@@ -420,7 +107,7 @@ impl Server {
     /// [`ErrorKind::InvalidInput`] for a URL that does not parse; [`ErrorKind::Source`] naming the
     /// server when it cannot be reached or refuses the login.
     pub fn connect(url: &str) -> Result<Server> {
-        let mut info = crate::connect::conninfo::ConnInfo::resolve(url)?;
+        let mut info = ConnInfo::resolve(url)?;
         let client = open(&mut info, None)?;
         let mut server = Server { client, url: redact(url) };
         // Role or server timeouts must not end the session mid-backup.
@@ -539,65 +226,6 @@ impl Server {
     pub fn databases_size(&mut self) -> Result<u64> {
         let row = self.one("sizing the databases", "SELECT coalesce(sum(pg_database_size(oid)), 0)::int8 FROM pg_database WHERE datallowconn")?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
-    }
-
-    /// Every database, and for each that takes connections, its relations with storage (reached
-    /// with this server's URL, the database swapped in). A database that cannot be read (dropped
-    /// meanwhile, or closed to this role) is listed without relations, and said in `warnings`.
-    ///
-    /// # Errors
-    /// A database error listing the databases.
-    pub fn catalog(&mut self, url: &str, warnings: &mut Vec<String>) -> Result<Vec<DatabaseInfo>> {
-        let rows = self
-            .client
-            .query("SELECT datname::text, oid::int8, dattablespace::int8, datallowconn FROM pg_database ORDER BY oid", &[])
-            .map_err(|e| db_err("listing databases", e))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (name, oid, tablespace, connectable): (String, i64, i64, bool) = (r.get(0), r.get(1), r.get(2), r.get(3));
-            let packed = if connectable {
-                relations_of(url, &name).unwrap_or_else(|e| {
-                    warnings.push(format!("the relations of database {name} are not recorded ({e}): --db-include and extract cannot find them by name"));
-                    String::new()
-                })
-            } else {
-                String::new()
-            };
-            out.push(DatabaseInfo { name, oid: oid as u32, tablespace: tablespace as u32, connectable, relations: Vec::new(), packed });
-        }
-        Ok(out)
-    }
-
-    /// The main fork's file of relation `name` (`SCHEMA.NAME` or a name on the search path), as a
-    /// path on this host: the data directory joined with `pg_relation_filepath`.
-    ///
-    /// # Errors
-    /// A relation that does not exist or has no storage, or a role that may not read the data
-    /// directory's location.
-    pub fn relation_file(&mut self, name: &str) -> Result<std::path::PathBuf> {
-        let row = self
-            .client
-            .query_one("SELECT current_setting('data_directory'), pg_relation_filepath(to_regclass($1))", &[&name])
-            .map_err(|e| db_err(&format!("finding relation {name}"), e))?;
-        let (dir, rel): (String, Option<String>) = (row.get(0), row.get(1));
-        let rel = rel.ok_or_else(|| Error::invalid(format!("no relation {name} with storage in this database (give SCHEMA.NAME, and the database in the URL)")))?;
-        Ok(std::path::Path::new(&dir).join(rel))
-    }
-
-    /// Tablespaces other than pg_default and pg_global.
-    ///
-    /// # Errors
-    /// A database error.
-    pub fn tablespaces(&mut self) -> Result<Vec<Tablespace>> {
-        let rows = self
-            .client
-            .query(
-                "SELECT oid::int8, spcname::text, pg_tablespace_location(oid) FROM pg_tablespace \
-                 WHERE pg_tablespace_location(oid) <> '' ORDER BY oid",
-                &[],
-            )
-            .map_err(|e| db_err("listing tablespaces", e))?;
-        Ok(rows.iter().map(|r| Tablespace { oid: r.get::<_, i64>(0) as u32, name: r.get(1), location: r.get(2) }).collect())
     }
 
     /// Create a temporary physical replication slot that reserves WAL now. It lives as long as this

@@ -25,7 +25,7 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::cluster::lsn::Lsn;
 
-use crate::connect::server::{redact, transient_state};
+use crate::connect::session::{redact, transient_state, Refusal};
 use postgres::error::SqlState;
 
 trait Stream: Read + Write + Send {}
@@ -166,10 +166,14 @@ impl Replication {
             }
         }
         let (mut stream, sock) = stream.ok_or_else(|| {
-            // No host answered: transient where each failure was (a server starting or restarting).
-            let transient = failures.iter().all(Error::is_transient);
             let said: Vec<String> = failures.iter().map(ToString::to_string).collect();
             let said: Vec<String> = said.into_iter().chain(info.warnings.iter().cloned()).collect();
+            // A certificate refused is said as such, whatever the other hosts did; else no host
+            // answered: transient where each failure was (a server starting or restarting).
+            if failures.iter().any(|e| e.kind() == ErrorKind::Denied) {
+                return Error::new(ErrorKind::Denied, said.join("; "));
+            }
+            let transient = failures.iter().all(Error::is_transient);
             Error::new(ErrorKind::Source, format!("{}; check that the server runs and that host, port or socket directory are right", said.join("; "))).transient(transient)
         })?;
         let mut out = BytesMut::new();
@@ -230,22 +234,16 @@ impl Replication {
         let mut stream = rustls::StreamOwned::new(conn, tcp);
         // The handshake now, so that a certificate refused is said as such, not as a failed write.
         while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
-                Error::new(
-                    ErrorKind::Source,
-                    format!("{shown}: TLS: {e}: the server's certificate does not check against the root certificate (sslrootcert), or does not name the host (verify-full)"),
-                )
+            stream.conn.complete_io(&mut stream.sock).map_err(|e| match Refusal::in_chain(&e) {
+                Some(r) => Error::new(ErrorKind::Denied, format!("{shown}: TLS: {e}; {}", r.hint())),
+                None => Error::io(ErrorKind::Source, format!("{shown}: TLS handshake"), e),
             })?;
         }
         Ok(Box::new(stream))
     }
 
     fn authenticate(&mut self, user: &str, password: Option<&[u8]>) -> Result<()> {
-        let need = |url: &str| {
-            Error::invalid(format!(
-                "{url} asks for a password: give it in the connection string, PGPASSWORD or a password file (~/.pgpass, mode 0600, with a line for the database `replication`)"
-            ))
-        };
+        let need = |url: &str| Error::new(ErrorKind::Denied, format!("{url}: {} (with a line for the database `replication`)", Refusal::PasswordMissing.hint()));
         let mut scram: Option<sasl::ScramSha256> = None;
         loop {
             match self.read()? {
@@ -282,12 +280,14 @@ impl Replication {
                 }
                 Msg::Pg(Message::ErrorResponse(e)) => {
                     let (code, text) = fields_text(e.fields());
-                    let hint = match code.as_str() {
-                        "28000" => ": pg_hba.conf must have a `replication` line for this user and host",
-                        "28P01" => ": check the password",
-                        _ => "",
+                    let state = SqlState::from_code(&code);
+                    let hint = match Refusal::of_state(&state) {
+                        Some(_) if state == SqlState::INVALID_PASSWORD => ": check the password",
+                        Some(_) => ": pg_hba.conf must have a `replication` line for this user and host",
+                        None => "",
                     };
-                    return Err(Error::invalid(format!("{} refused the replication connection: {text} ({code}){hint}", self.url)));
+                    let kind = if Refusal::of_state(&state).is_some() { ErrorKind::Denied } else { ErrorKind::InvalidInput };
+                    return Err(Error::new(kind, format!("{} refused the replication connection: {text} ({code}){hint}", self.url)));
                 }
                 Msg::Pg(_) => {
                     return Err(Error::invalid(format!(
@@ -306,10 +306,18 @@ impl Replication {
         Error::io(ErrorKind::Source, format!("{}: {what}", self.url), e).transient(true)
     }
 
-    /// The server's error, by its SQLSTATE: a refusal for this role or request (classes 42 and
-    /// 28) is bad input, a shutdown or a lost connection transient ([`transient_state`]).
+    /// The server's error, by its SQLSTATE: a login refused (class 28) is [`ErrorKind::Denied`], a
+    /// request refused (class 42) bad input, a shutdown or a lost connection transient
+    /// ([`transient_state`]).
     fn server_error(&self, what: &str, (code, text): (String, String)) -> Error {
-        let kind = if code.starts_with("42") || code.starts_with("28") { ErrorKind::InvalidInput } else { ErrorKind::Source };
+        let state = SqlState::from_code(&code);
+        let kind = if Refusal::of_state(&state).is_some() {
+            ErrorKind::Denied
+        } else if code.starts_with("42") {
+            ErrorKind::InvalidInput
+        } else {
+            ErrorKind::Source
+        };
         Error::new(kind, format!("{}: {what}: {text} ({code})", self.url)).transient(transient_state(&SqlState::from_code(&code)))
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sheaf_core::{BackupSet, Error, ErrorKind, Progress, RestoreOptions, RestoreReport, Result};
 
 use crate::backup::facts::ClusterFacts;
-use crate::connect::server::Tablespace;
+use crate::connect::catalog::Tablespace;
 
 /// How to restore a PostgreSQL backup: the core's options, whose `target` is the new data
 /// directory, and what only a cluster has.

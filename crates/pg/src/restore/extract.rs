@@ -14,7 +14,7 @@ use sheaf_core::{BackupSet, Error, ErrorKind, Result};
 use crate::backup::facts::ClusterFacts;
 use crate::cluster::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::cluster::lsn::Lsn;
-use crate::connect::server::{DatabaseInfo, RelationInfo};
+use crate::connect::catalog::{DatabaseInfo, RelationInfo};
 
 /// Blocks in one segment file of a relation (1 GiB of 8 KiB pages, PostgreSQL's default).
 pub const RELSEG_BLOCKS: u64 = 131_072;
@@ -262,7 +262,7 @@ mod tests {
     fn pack(rels: &[RelationInfo]) -> String {
         let mut s = String::new();
         for r in rels {
-            crate::connect::server::pack_relation(&mut s, r);
+            crate::connect::catalog::pack_relation(&mut s, r);
         }
         s
     }

@@ -71,7 +71,7 @@ fn online_backup_under_pgbench_restores_relocated_and_starts_consistent() {
     // Packed, one string a database (what every reader of the head parses), not an object each.
     assert!(app.relations.is_empty() && !app.packed.is_empty());
     assert!(set.manifest.source["databases"].as_array().unwrap().iter().all(|d| d["relations"].as_array().is_some_and(Vec::is_empty)), "the old list still written, empty");
-    let rels: Vec<sheaf_pg::connect::server::RelationInfo> = app.relations().collect::<sheaf_core::Result<_>>().unwrap();
+    let rels: Vec<sheaf_pg::connect::catalog::RelationInfo> = app.relations().collect::<sheaf_core::Result<_>>().unwrap();
     let rel = |name: &str| rels.iter().find(|r| r.schema == "public" && r.name == name).cloned().unwrap_or_else(|| panic!("{name} recorded"));
     let big_rel = rel("big");
     assert_eq!(big_rel.kind, "r");

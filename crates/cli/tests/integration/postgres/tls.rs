@@ -2,16 +2,20 @@
 //! test CA: `hostssl` with `cert` authentication (clientcert=verify-full); a certificate from
 //! another CA refused under verify-ca and verify-full and accepted under require; a name mismatch
 //! refused under verify-full only; a password found only in a password file; a password file
-//! others may read ignored with libpq's warning; sslmode=require over a Unix socket.
+//! others may read ignored with libpq's warning; sslmode=require over a Unix socket. Every
+//! refusal is `Denied` (exit 10) and permanent (issue 50): never called transient.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType};
+use sheaf_core::error::{Error, ErrorKind};
 use sheaf_pg::connect::server::Server;
+use sheaf_pg::connect::session::Refusal;
 use sheaf_pg::connect::wire::Replication;
 
 use super::cluster::{give_to_server, server_tempdir, Cluster};
+use crate::integration::common::{assert_fails, run, sheaf};
 
 struct Pki {
     ca: PathBuf,
@@ -64,11 +68,18 @@ fn pki(dir: &Path, server_dir: &Path) -> Pki {
     p
 }
 
+/// The refusal of `conn`: by kind, permanent, its text for what sheaf itself says.
 fn refused(conn: &str) -> String {
     match Server::connect(conn) {
         Ok(_) => panic!("{conn}: connected, and should not have"),
-        Err(e) => e.to_string(),
+        Err(e) => denied(e),
     }
+}
+
+fn denied(e: Error) -> String {
+    assert_eq!(e.kind(), ErrorKind::Denied, "{e}");
+    assert!(!e.is_transient(), "a refusal is permanent: {e}");
+    e.to_string()
 }
 
 #[test]
@@ -119,12 +130,12 @@ fn connections_check_what_they_connect_to_and_find_their_password() {
     Replication::connect(&url).unwrap();
     // Without the client's certificate, cert authentication refuses.
     let e = refused(&format!("host=localhost port={port} user=certuser dbname=postgres sslmode=verify-full sslrootcert={ca}"));
-    assert!(e.contains("requires a valid client certificate") && e.contains("give sslcert and sslkey"), "{e}");
+    assert!(e.contains(Refusal::Login.hint()), "{e}");
 
     // The name: 127.0.0.1 is not in the certificate. verify-full refuses, verify-ca does not.
     let by_ip = |mode: &str, root: &dyn std::fmt::Display| format!("host=127.0.0.1 port={port} user=certuser dbname=postgres sslmode={mode} sslrootcert={root} {client}");
     let e = refused(&by_ip("verify-full", &ca));
-    assert!(e.contains("not valid for name \"127.0.0.1\"") && e.contains("sslrootcert"), "{e}");
+    assert!(e.contains(Refusal::ServerCertificate.hint()), "{e}");
     Server::connect(&by_ip("verify-ca", &ca)).unwrap();
 
     // Another CA's root: the server cannot prove itself under verify-ca or verify-full, not by
@@ -132,14 +143,20 @@ fn connections_check_what_they_connect_to_and_find_their_password() {
     for mode in ["verify-ca", "verify-full"] {
         let conn = format!("host=localhost port={port} user=certuser dbname=postgres sslmode={mode} sslrootcert={other} {client}");
         let e = refused(&conn);
-        assert!(e.contains("UnknownIssuer"), "{mode}: {e}");
-        let e = Replication::connect(&conn).err().expect("refused").to_string();
-        assert!(e.contains("certificate"), "{mode}, replication: {e}");
+        assert!(e.contains(Refusal::ServerCertificate.hint()), "{mode}: {e}");
+        let e = denied(Replication::connect(&conn).err().expect("refused"));
+        assert!(e.contains(Refusal::ServerCertificate.hint()), "{mode}, replication: {e}");
     }
+    // What the user is told: exit 10, the refusal and its fix, and no word of trying again.
+    let conn = format!("host=localhost port={port} user=certuser dbname=postgres sslmode=verify-full sslrootcert={other} {client}");
+    let out = run(sheaf().args(["backup", &conn, "--to", "nul"]));
+    assert_fails(&out, 10, &[Refusal::ServerCertificate.hint()]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("transient"), "{}", String::from_utf8_lossy(&out.stderr));
     Server::connect(&format!("host=localhost port={port} user=certuser dbname=postgres sslmode=require {client}")).unwrap();
     // verify-full without any root certificate: refused before connecting, naming the fix.
-    let e = refused(&format!("host=localhost port={port} user=certuser dbname=postgres sslmode=verify-full {client}"));
-    assert!(e.contains("root certificate file") && e.contains("sslrootcert"), "{e}");
+    let e = Server::connect(&format!("host=localhost port={port} user=certuser dbname=postgres sslmode=verify-full {client}")).err().expect("refused");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "a setting to mend, not a refusal: {e}");
+    assert!(e.to_string().contains("root certificate file") && e.to_string().contains("sslrootcert"), "{e}");
 
     // A password only in a password file (libpq's format, mode 0600) works; readable by others,
     // it is ignored with libpq's warning, which the failure carries.
@@ -149,7 +166,10 @@ fn connections_check_what_they_connect_to_and_find_their_password() {
     Server::connect(&pw).unwrap();
     std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
     let e = refused(&pw);
-    assert!(e.contains("has group or world access; permissions should be u=rw (0600) or less") && e.contains("password missing"), "{e}");
+    assert!(e.contains("has group or world access; permissions should be u=rw (0600) or less") && e.contains(Refusal::PasswordMissing.hint()), "{e}");
+    // A wrong password: refused, for good.
+    let e = refused(&format!("host=localhost port={port} user=pwuser password=wrong dbname=postgres sslmode=disable"));
+    assert!(e.contains(Refusal::Login.hint()), "{e}");
 
     // sslmode does not apply to a Unix socket (it failed "server does not support TLS" before).
     Server::connect(&format!("host={} port={port} user=postgres dbname=postgres sslmode=require", c.sock.display())).unwrap();

@@ -171,7 +171,7 @@ fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOp
     let seg = meta.wal_segment_size;
     let mut c = Replication::connect(&opts.url)?;
     let major: u32 = c.server_version.split(|ch: char| !ch.is_ascii_digit()).next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    crate::connect::server::supported_major(major, &c.server_version, &crate::connect::server::redact(&opts.url))?;
+    crate::connect::server::supported_major(major, &c.server_version, &crate::connect::session::redact(&opts.url))?;
     let id = c.query("IDENTIFY_SYSTEM")?;
     let system = cell(&id, 0, "IDENTIFY_SYSTEM")?.unwrap_or_default().to_string();
     for (repo, m) in repos {
