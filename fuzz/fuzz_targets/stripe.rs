@@ -28,7 +28,7 @@ fn read(data: &[u8]) {
     sink.publish().expect("memory store");
     let at = Location::new(store, "s.sheaf");
     if let Ok(set) = BackupSet::open_with(&[at], &LocalOnly, Some(keys())) {
-        let _ = sheaf_core::verify(&set, Some(1), Arc::new(NoProgress));
+        let _ = sheaf_core::verify(&set, Some(1), Arc::new(NoProgress), &sheaf_core::stop::Stop::new());
     }
 }
 

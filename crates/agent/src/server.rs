@@ -17,6 +17,7 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use sheaf_core::codec::CodecSpec;
 use sheaf_core::format::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
 use sheaf_core::source::{list_one, Walk};
+use sheaf_core::stop::Stop;
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::certs::fingerprint;
@@ -188,12 +189,12 @@ impl Agent {
     ///
     /// # Errors
     /// The listener failing.
-    pub fn serve(self, stop: Arc<AtomicBool>, log: Log) -> Result<()> {
+    pub fn serve(self, stop: Stop, log: Log) -> Result<()> {
         self.listener.set_nonblocking(true).map_err(|e| Error::io(ErrorKind::Io, "the agent's socket", e))?;
         let busy = Arc::new(AtomicUsize::new(0));
         let mut checked = Instant::now();
         self.warn_expiring(&log);
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.asked() {
             if self.reload.swap(false, Ordering::SeqCst) {
                 self.reload_allowed(&log);
             }

@@ -19,13 +19,13 @@ struct Fixture {
     tls: PathBuf,
     addr: String,
     log: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
+    stop: sheaf_core::stop::Stop,
     reload: Arc<AtomicBool>,
 }
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.ask();
     }
 }
 
@@ -50,7 +50,7 @@ fn fixture() -> Fixture {
     let agent = Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: pgdata.clone(), tls_dir: tls.clone(), max_connections: 8, threads: 2 }).unwrap();
     let addr = format!("127.0.0.1:{}", agent.local_addr().unwrap().port());
     let log = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = sheaf_core::stop::Stop::new();
     let (l, s, reload) = (log.clone(), stop.clone(), agent.reload_flag());
     std::thread::spawn(move || agent.serve(s, Arc::new(move |m: &str| l.lock().unwrap().push(m.to_string()))));
     Fixture { _dir: dir, pgdata, tablespace, tls, addr, log, stop, reload }

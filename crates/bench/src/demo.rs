@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sheaf_core::stop::Stop;
 use sheaf_core::{BackupOptions, BackupSet, CodecSpec, Error, ErrorKind, LocalOnly, Location, NoProgress, Result};
 
 use sheaf_pg::drill::scratch::ScratchCluster;
@@ -21,12 +22,15 @@ pub struct DemoOptions {
     pub codecs: Vec<CodecSpec>,
     /// Stripes per backup.
     pub stripes: usize,
+    /// Asked (Ctrl-C, SIGTERM), the demo stops: its servers stop at once, the backup or restore
+    /// under way stops, and the demo unwinds, removing its cluster and folders.
+    pub stop: Stop,
 }
 
 impl Default for DemoOptions {
     fn default() -> Self {
         let codecs = ["lz4", "deflate:1", "zstd:low", "zstd:medium", "zstd:high"].iter().map(|c| CodecSpec::parse(c).expect("known codec")).collect();
-        DemoOptions { scale: 0.1, codecs, stripes: 2 }
+        DemoOptions { scale: 0.1, codecs, stripes: 2, stop: Stop::new() }
     }
 }
 
@@ -72,10 +76,11 @@ pub fn measured<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64, f64)> {
 ///
 /// # Errors
 /// PostgreSQL missing and not installable, loading, backup or restore failing, or a restored
-/// cluster that does not start.
+/// cluster that does not start; [`ErrorKind::Cancelled`] once `opts.stop` was asked.
 pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
     note("starting a throwaway PostgreSQL cluster (installing Debian's postgresql if missing)");
-    let source = ScratchCluster::create(None, &[], &[])?;
+    let mut source = ScratchCluster::create(None, &[], &[])?;
+    source.stop_with(&opts.stop);
     note(&format!("cluster in {} on port {}", source.data.display(), source.port));
     source.query("postgres", "CREATE DATABASE tpch")?;
     note(&format!("loading TPC-H scale {} with tpchgen", opts.scale));
@@ -85,6 +90,7 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
     let work = source.base.path();
     let mut rows = Vec::new();
     for (i, codec) in opts.codecs.iter().enumerate() {
+        opts.stop.check()?;
         note(&format!("{codec}: backup to {} stripes, restore, start, count rows", opts.stripes));
         let dir = work.join(format!("run{i}"));
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", dir.display()), e))?;
@@ -93,13 +99,16 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
         let mut bo = BackupOptions::new(stripes.iter().map(Location::file).collect());
         bo.codec = *codec;
         bo.label = Some(format!("sheaf demo {codec}"));
+        bo.stop = opts.stop.clone();
         let pg = PgBackupOptions { url: source.url("postgres"), ..Default::default() };
         let (b, backup_s, backup_cpu) = measured(|| backup_postgres(&pg, &bo, Arc::new(NoProgress)))?;
         let restored = dir.join("data");
-        let ro = PgRestoreOptions::new(&restored);
+        let mut ro = PgRestoreOptions::new(&restored);
+        ro.core.stop = opts.stop.clone();
         let (_, restore_s, restore_cpu) = measured(|| restore_postgres(&BackupSet::open(&[Location::file(&stripes[0])], &LocalOnly)?, &ro, Arc::new(NoProgress)))?;
         let rows_match = {
-            let copy = ScratchCluster::over(&restored, &source.sock)?;
+            let mut copy = ScratchCluster::over(&restored, &source.sock)?;
+            copy.stop_with(&opts.stop);
             let got = tpch::counts(&copy.url("tpch"))?;
             got == expected
         };
@@ -116,6 +125,7 @@ pub fn run(opts: &DemoOptions, note: &dyn Fn(&str)) -> Result<Vec<DemoRow>> {
         });
         remove(&dir);
     }
+    opts.stop.check()?;
     Ok(rows)
 }
 

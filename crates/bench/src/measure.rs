@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+use sheaf_core::stop::Stop;
 use sheaf_core::{Error, ErrorKind, Result};
 
 /// What one operation cost.
@@ -97,45 +98,6 @@ fn host_jiffies() -> Option<(u64, u64)> {
     (total > 0).then_some((busy, total))
 }
 
-/// The child being measured, and whether the bench is stopping (then no new child starts).
-struct Running {
-    stopping: bool,
-    pid: u32,
-}
-
-static RUNNING: std::sync::Mutex<Running> = std::sync::Mutex::new(Running { stopping: false, pid: 0 });
-
-fn running() -> std::sync::MutexGuard<'static, Running> {
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Stop measuring, for an interrupt handler: no new operation starts, and the one running is
-/// stopped (SIGTERM, then SIGKILL after 5 s) and waited for, so that nothing writes into the work
-/// folders once this returns.
-pub fn stop_current() {
-    let pid = {
-        let mut r = running();
-        r.stopping = true;
-        r.pid
-    };
-    if pid == 0 {
-        return;
-    }
-    // Our own child, which is not reaped until `run` clears `pid`: the pid cannot be reused.
-    let signal = |s| i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw).map(|p| rustix::process::kill_process(p, s));
-    signal(rustix::process::Signal::TERM);
-    let t0 = Instant::now();
-    while running().pid == pid {
-        if t0.elapsed() > std::time::Duration::from_secs(5) {
-            signal(rustix::process::Signal::KILL);
-        }
-        if t0.elapsed() > std::time::Duration::from_secs(10) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// `pid` and its descendants.
 fn tree(pid: u32, out: &mut Vec<u32>) {
     out.push(pid);
@@ -175,26 +137,47 @@ pub fn drop_caches() -> Result<()> {
     })
 }
 
-/// Run `cmd` to the end, with stdout and stderr captured, then `sync`; measure all of it.
+/// The child being measured while it is not reaped, shared with the hook that stops it: cleared
+/// before it is reaped, so that the hook never signals a process id the system gave to another.
+type Unreaped = std::sync::Arc<std::sync::Mutex<Option<u32>>>;
+
+/// Send `signal` to the child, when it is not reaped yet; whether it was not.
+fn signal(child: &Unreaped, signal: rustix::process::Signal) -> bool {
+    let pid = *child.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()).and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process(p, signal);
+    }
+    pid.is_some()
+}
+
+/// What stops a measured child when the bench is asked to stop: SIGTERM, then SIGKILL after 5 s if
+/// it is still there.
+fn stopper(child: &Unreaped) -> impl FnOnce() + Send + 'static {
+    let child = child.clone();
+    move || {
+        if signal(&child, rustix::process::Signal::TERM) {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                signal(&child, rustix::process::Signal::KILL);
+            });
+        }
+    }
+}
+
+/// Run `cmd` to the end, with stdout and stderr captured, then `sync`; measure all of it. Asked,
+/// `stop` ends it (SIGTERM, then SIGKILL), and no child starts once it was.
 ///
 /// # Errors
-/// When it cannot be started.
-pub fn run(mut cmd: Command) -> Result<Finished> {
+/// When it cannot be started; [`ErrorKind::Cancelled`] once `stop` was asked.
+pub fn run(mut cmd: Command, stop: &Stop) -> Result<Finished> {
     let shown = format!("{cmd:?}");
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    stop.check()?;
     let host0 = host_jiffies();
     let t0 = Instant::now();
-    let mut child = {
-        // Checked and registered under one lock, so that an interrupt either sees this child or
-        // stops it from starting.
-        let mut r = running();
-        if r.stopping {
-            return Err(Error::new(ErrorKind::Cancelled, "interrupted"));
-        }
-        let child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("cannot start {shown}: {e}")))?;
-        r.pid = child.id();
-        child
-    };
+    let mut child = cmd.spawn().map_err(|e| Error::new(ErrorKind::Io, format!("cannot start {shown}: {e}")))?;
+    let unreaped: Unreaped = std::sync::Arc::new(std::sync::Mutex::new(Some(child.id())));
+    let _hook = stop.on_ask(stopper(&unreaped));
     let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
     // Both pipes drain at once, so a child that fills one while we read the other cannot stall.
@@ -225,6 +208,14 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
     let last = tree_rss(pid);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let sampled = sampler.join().unwrap_or(0).max(last);
+    // Wait for it to exit without reaping it, and forget it, before it is reaped: from then on the
+    // hook cannot signal its id.
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        while let Err(rustix::io::Errno::INTR) =
+            rustix::process::waitid(rustix::process::WaitId::Pid(p), rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT)
+        {}
+    }
+    unreaped.lock().unwrap_or_else(|p| p.into_inner()).take();
     // std's Child has no rusage: reap it ourselves with wait4. Its rusage includes the children it
     // waited for (a shell's pipeline, pgBackRest's worker processes).
     let pid = pid as libc::pid_t;
@@ -241,7 +232,6 @@ pub fn run(mut cmd: Command) -> Result<Finished> {
         }
         break r;
     };
-    running().pid = 0;
     if r != pid {
         return Err(Error::new(ErrorKind::Io, format!("wait4 on {shown}: {}", std::io::Error::last_os_error())));
     }
@@ -270,7 +260,7 @@ mod tests {
         // A shell whose children burn CPU and hold 64 MiB: both must be counted.
         let mut c = Command::new("sh");
         c.args(["-c", "head -c 67108864 /dev/zero | sha256sum >/dev/null; dd if=/dev/zero of=/dev/null bs=64M count=16 2>/dev/null; echo out; echo err >&2; exit 3"]);
-        let f = run(c).unwrap();
+        let f = run(c, &Stop::new()).unwrap();
         assert_eq!(f.code, Some(3));
         assert!(!f.ok());
         assert_eq!(f.stdout, "out\n");
@@ -290,14 +280,35 @@ mod tests {
         let big = vec![1u8; 256 << 20];
         let mut c = Command::new("sh");
         c.args(["-c", "sleep 0.2"]);
-        let f = run(c).unwrap();
+        let f = run(c, &Stop::new()).unwrap();
         assert!(big.iter().step_by(4096).all(|&b| b == 1));
         assert!(f.cost.peak_rss_bytes > 0 && f.cost.peak_rss_bytes < 64 << 20, "{:?}", f.cost);
     }
 
     #[test]
     fn a_missing_program_is_named() {
-        let e = run(Command::new("/nonexistent/sheaf-nope")).unwrap_err();
+        let e = run(Command::new("/nonexistent/sheaf-nope"), &Stop::new()).unwrap_err();
         assert!(e.to_string().contains("sheaf-nope"), "{e}");
+    }
+
+    #[test]
+    fn a_stop_ends_the_child_and_starts_no_other() {
+        let stop = Stop::new();
+        let asker = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                stop.ask();
+            })
+        };
+        let t0 = Instant::now();
+        let mut c = Command::new("sleep");
+        c.arg("60");
+        let f = run(c, &stop).unwrap();
+        asker.join().unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "ended by the stop, not by its own end");
+        assert_eq!(f.code, None, "killed by a signal");
+        let again = run(Command::new("true"), &stop).unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::Cancelled);
     }
 }

@@ -287,15 +287,15 @@ mod tests {
             let run = runs_for(&[Peer::Tar], &codec(c), 2).remove(0);
             let (out, target) = (dir.path().join(format!("{c}.tar")), dir.path().join(format!("restored-{c}")));
             std::fs::create_dir_all(&target).unwrap();
-            let b = crate::measure::run(tar_backup_command(&src, &out, &run)).unwrap();
+            let b = crate::measure::run(tar_backup_command(&src, &out, &run), &sheaf_core::stop::Stop::new()).unwrap();
             assert!(b.ok(), "{c}: {}", b.stderr);
-            let r = crate::measure::run(tar_restore_command(&out, &target, &run)).unwrap();
+            let r = crate::measure::run(tar_restore_command(&out, &target, &run), &sheaf_core::stop::Stop::new()).unwrap();
             assert!(r.ok(), "{c}: {}", r.stderr);
             assert_eq!(std::fs::read_to_string(target.join("d/f")).unwrap(), "hello tar\n", "{c}");
         }
         // A failing compressor fails the run (pipefail), not an empty archive passing for one.
         let bad = PeerRun { tool: "tar", codec: "x".into(), options: vec!["false".into()], decompress: Some("cat") };
-        assert!(!crate::measure::run(tar_backup_command(&src, &dir.path().join("bad"), &bad)).unwrap().ok());
+        assert!(!crate::measure::run(tar_backup_command(&src, &dir.path().join("bad"), &bad), &sheaf_core::stop::Stop::new()).unwrap().ok());
     }
 
     #[test]
@@ -309,7 +309,7 @@ mod tests {
         let sh = |cmd: &str| assert!(Command::new("sh").arg("-c").arg(cmd).current_dir(&out).status().unwrap().success(), "{cmd}");
         sh("tar -cf - -C src PG_VERSION | gzip -1 > base.tar.gz && tar -cf - -C src/ts file | gzip -1 > 16384.tar.gz && echo '{}' > backup_manifest");
         let run = runs_for(&[Peer::PgBasebackup], &codec("deflate:1"), 1).remove(0);
-        let f = crate::measure::run(basebackup_restore_command(&out, &target, &run)).unwrap();
+        let f = crate::measure::run(basebackup_restore_command(&out, &target, &run), &sheaf_core::stop::Stop::new()).unwrap();
         assert!(f.ok(), "{}", f.stderr);
         assert_eq!(std::fs::read_to_string(target.join("PG_VERSION")).unwrap(), "15\n");
         assert_eq!(std::fs::read_to_string(dir.path().join("restored.ts/16384/file")).unwrap(), "ts\n");

@@ -38,7 +38,6 @@ use work::WorkDir;
 
 pub use event::Event;
 pub use options::{BenchOptions, Incremental};
-pub use work::cleanup;
 
 /// A bench that ran, completely or not.
 #[derive(Debug)]
@@ -68,7 +67,8 @@ fn check_overlap(opts: &BenchOptions) -> Result<()> {
 /// # Errors
 /// Bad options, or the source or a target unusable before anything ran. A sheaf operation that
 /// fails later stops the sweep and comes back in [`Outcome::failure`] with the runs before it;
-/// peers that fail are warnings, their rows left out.
+/// peers that fail are warnings, their rows left out. [`sheaf_core::error::ErrorKind::Cancelled`]
+/// once `opts.stop` was asked, when everything it made is gone.
 pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     let started = Instant::now();
     let started_at = sheaf_core::time::utc_now();
@@ -213,7 +213,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
             let br = if run.tool.starts_with("pgbackrest") {
                 // Set up on the first of its runs on this target, after pg_basebackup's.
                 let ready = backrest_ready.get_or_insert_with(|| match (&home, &src.cluster) {
-                    (Some(h), Some(c)) => match backrest_setup(c, &h.0, &dir.join(&work_name).join("pgbackrest"), None) {
+                    (Some(h), Some(c)) => match backrest_setup(c, &h.0, &dir.join(&work_name).join("pgbackrest"), None, &opts.stop) {
                         Ok(b) => Some(b),
                         Err(e) => {
                             warn(format!("peer pgbackrest skipped on {}: {e}", dir.display()), &mut warnings);
@@ -254,6 +254,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                         consolidate: None,
                     }),
                     Err(e) => {
+                        // Interrupted: no more peers, and the bench unwinds.
+                        opts.stop.check()?;
                         samples.retain(|s| s.setting != setting);
                         warn(format!("{} {} left out: {e}", run.tool, run.settings()), &mut warnings);
                         ctx.clock.done += opts.matrix.repeat - r;
@@ -266,6 +268,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
             backrest_teardown(c, None);
         }
     }
+    // An interrupted bench reports nothing: its servers stop and its folders go as it unwinds.
+    opts.stop.check()?;
     drop(works);
     drop(src);
     drop(home);
@@ -384,7 +388,7 @@ fn incremental_sweep(
         let cluster = ctx.src.cluster.as_ref().expect("incrementals run on the bench's own cluster");
         let br = if run.tool.starts_with("pgbackrest") {
             let Some(home) = home else { continue };
-            match backrest_setup(cluster, home, &dir.join(&ctx.work_name).join("pgbackrest"), ctx.archive.as_deref()) {
+            match backrest_setup(cluster, home, &dir.join(&ctx.work_name).join("pgbackrest"), ctx.archive.as_deref(), &ctx.opts.stop) {
                 Ok(b) => Some(b),
                 Err(e) => {
                     let w = format!("peer pgbackrest skipped: {e}");

@@ -11,7 +11,7 @@ struct Status {
     help: &'static str,
 }
 
-/// Every status sheaf exits with (besides 130 after an interrupt, and wal-fetch's own).
+/// Every status sheaf exits with (besides 128 + the signal after an interrupt, and wal-fetch's own).
 const TABLE: &[Status] = &[
     Status { code: 0, kinds: &[], help: "success" },
     Status { code: 1, kinds: &[ErrorKind::Io, ErrorKind::Cancelled], help: "other I/O failure" },
@@ -25,9 +25,6 @@ const TABLE: &[Status] = &[
     Status { code: 9, kinds: &[ErrorKind::Key], help: "encryption key: missing, wrong, or not a key (the backup or repository is encrypted)" },
     Status { code: 10, kinds: &[ErrorKind::Denied], help: "refused: a certificate or login not accepted, a path not served, files of another owner" },
 ];
-
-/// The status after an interrupt (Ctrl-C, SIGTERM, SIGHUP), as a shell reports one.
-pub const INTERRUPTED: u8 = 130;
 
 /// wal-fetch, PostgreSQL's `restore_command`: the archive does not hold the file (its end).
 /// PostgreSQL reads any status below 126 so.
@@ -64,7 +61,7 @@ pub fn help() -> String {
     for s in TABLE {
         text.push_str(&format!("\n  {}  {}", s.code, s.help));
     }
-    text.push_str(&format!("\n  {INTERRUPTED}  interrupted (Ctrl-C, SIGTERM, SIGHUP)"));
+    text.push_str("\n  130  interrupted by SIGINT (Ctrl-C); 143 by SIGTERM, 129 by SIGHUP (128 + the signal, as a shell reports it); wal-receive and agent end normally, 0");
     text.push_str(&format!(
         "\ncheck exits as monitoring plugins do: {CHECK_OK} ok, {CHECK_WARNING} warning, {CHECK_CRITICAL} critical. wal-fetch, as PostgreSQL's restore_command: {WAL_FETCH_END} when the archive does not hold the file, {WAL_FETCH_STOP} for any other failure outside standby mode (recovery stops)."
     ));

@@ -32,6 +32,7 @@ pub mod set;
 pub mod size;
 pub mod source;
 pub(crate) mod spill;
+pub mod stop;
 pub mod storage;
 pub mod testing;
 pub mod text;

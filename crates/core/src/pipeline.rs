@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::error::Error;
+use crate::stop::Stop;
 
 /// Receives progress; the library never draws. All methods have empty defaults.
 pub trait Progress: Send + Sync {
@@ -30,8 +31,8 @@ impl Progress for NoProgress {}
 /// State every thread of one operation shares: the first error, a cancel flag, counters.
 pub(crate) struct Shared {
     cancelled: AtomicBool,
-    /// Set by the caller to stop (Ctrl-C): seen like our own cancel.
-    stop_asked: Option<Arc<AtomicBool>>,
+    /// Asked by the caller to stop (Ctrl-C, SIGTERM): seen like our own cancel.
+    stop_asked: Option<Stop>,
     /// Dropped on cancel: whoever waits on `stopped` wakes at once (no polling).
     stop: Mutex<Option<Sender<()>>>,
     stopped: Receiver<()>,
@@ -43,12 +44,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    #[cfg(test)]
     pub(crate) fn new(progress: Arc<dyn Progress>) -> Arc<Self> {
         Self::stoppable(progress, None)
     }
 
-    /// As [`Shared::new`], also cancelled once `stop_asked` is set.
-    pub(crate) fn stoppable(progress: Arc<dyn Progress>, stop_asked: Option<Arc<AtomicBool>>) -> Arc<Self> {
+    /// As [`Shared::new`], also cancelled once a stop is asked of `stop_asked`.
+    pub(crate) fn stoppable(progress: Arc<dyn Progress>, stop_asked: Option<Stop>) -> Arc<Self> {
         let (stop, stopped) = bounded(0);
         Arc::new(Shared {
             cancelled: AtomicBool::new(false),
@@ -79,7 +81,7 @@ impl Shared {
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed) || self.stop_asked.as_ref().is_some_and(|s| s.load(Ordering::Relaxed))
+        self.cancelled.load(Ordering::Relaxed) || self.stop_asked.as_ref().is_some_and(Stop::asked)
     }
 
     pub(crate) fn take_error(&self) -> Option<Error> {

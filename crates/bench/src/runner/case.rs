@@ -66,6 +66,11 @@ pub(super) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Run and measure `cmd` ([`measure::run`]), ended when the bench is asked to stop.
+    pub(super) fn measure(&self, cmd: Command) -> Result<Finished> {
+        measure::run(cmd, &self.opts.stop)
+    }
+
     fn sheaf(&self) -> Command {
         let mut c = Command::new(&self.opts.sheaf);
         if let Some(cat) = &self.opts.catalog {
@@ -122,7 +127,7 @@ impl Ctx<'_> {
         let free = self.trash.make_room(dest, self.note)?;
         make(dest)?;
         self.settle()?;
-        let r = measure::run(command)?;
+        let r = self.measure(command)?;
         let restored = restored(dest);
         self.trash.set_aside(dest, free)?;
         Ok((r, restored))
@@ -136,7 +141,7 @@ impl Ctx<'_> {
         let mut c = Command::new("dd");
         c.arg("if=/dev/zero").arg(format!("of={}", out.display())).args(["bs=1M", &format!("count={}", bytes.div_ceil(1 << 20)), "oflag=direct", "status=none"]);
         self.settle()?;
-        let f = measure::run(c);
+        let f = self.measure(c);
         let _ = std::fs::remove_file(&out);
         match f {
             Ok(f) if f.ok() => Ok(Some(crate::results::DiskProbe { repeat, bytes: bytes.div_ceil(1 << 20) << 20, cost: f.cost })),
@@ -161,7 +166,7 @@ impl Ctx<'_> {
         (self.note)(Event::Note("warming the cache: one untimed read of the source"));
         let mut c = self.sheaf();
         c.arg("backup").arg(&self.src.arg).args(["--to", "nul", "-c", "none", "--json", "--label", "sheaf bench: cache warm-up (untimed)"]);
-        let b = measure::run(c)?;
+        let b = self.measure(c)?;
         if !b.ok() {
             return Err(b.failure("sheaf backup to nul (the cache warm-up)"));
         }
@@ -180,7 +185,7 @@ impl Ctx<'_> {
             c.args(["--buffer-count", &b.to_string()]);
         }
         self.settle()?;
-        let b = measure::run(c)?;
+        let b = self.measure(c)?;
         if !b.ok() {
             return Err(b.failure(&format!("sheaf backup ({}, {what})", p.name())));
         }
@@ -198,7 +203,7 @@ impl Ctx<'_> {
             let mut c = self.sheaf_op("verify");
             c.args([&stripes[0], "--json"]);
             self.settle()?;
-            let v = measure::run(c)?;
+            let v = self.measure(c)?;
             if !v.ok() {
                 return Err(v.failure(&format!("sheaf verify ({})", p.name())));
             }

@@ -67,7 +67,7 @@ impl Ctx<'_> {
         sheaf_pg::drill::scratch::server_dir(repo)?;
         let mut c = self.repo_op("init");
         c.arg("--repo").arg(repo).arg(&self.src.arg);
-        let f = measure::run(c)?;
+        let f = self.measure(c)?;
         if !f.ok() {
             return Err(f.failure("sheaf init (the bench's repository)"));
         }
@@ -112,8 +112,9 @@ impl Ctx<'_> {
             Some(before) => {
                 // The copy one change behind, restored untimed; then the delta onto it, timed.
                 let copy_command = restore(self, before, &dest);
+                let stop = self.opts.stop.clone();
                 let copy = move |_: &Path| {
-                    let f = measure::run(copy_command)?;
+                    let f = measure::run(copy_command, &stop)?;
                     if f.ok() {
                         Ok(())
                     } else {
@@ -176,7 +177,7 @@ impl Ctx<'_> {
             let mut c = self.repo_op("consolidate");
             c.arg("--repo").arg(repo).args(["--set", last, "-c", &p.compression, "--stripes", &p.stripes.to_string(), "--json"]);
             self.settle()?;
-            let f = measure::run(c)?;
+            let f = self.measure(c)?;
             if !f.ok() {
                 return Err(f.failure(&format!("sheaf consolidate of the {t} backup {last} ({})", p.name())));
             }
@@ -198,7 +199,7 @@ impl Ctx<'_> {
             out.push(Measured { label, ..m });
             before = id;
         }
-        let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
+        let e = self.measure(br.command(&["expire", "--repo1-retention-full=1"]))?;
         if !e.ok() {
             return Err(e.failure("pgbackrest expire"));
         }
@@ -234,7 +235,7 @@ impl Ctx<'_> {
                 c.arg(format!("--incremental={}", parent.join("backup_manifest").display()));
             }
             self.settle()?;
-            let b = measure::run(c)?;
+            let b = self.measure(c)?;
             if !b.ok() {
                 let _ = remove(&root);
                 return Err(b.failure(&format!("pg_basebackup -Fp ({t}, run {repeat})")));

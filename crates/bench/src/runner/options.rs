@@ -29,6 +29,9 @@ pub struct BenchOptions {
     pub key_args: Vec<String>,
     /// Incrementals to measure (`--type` with diff or incr), or `None`: full backups only.
     pub incremental: Option<Incremental>,
+    /// Asked (Ctrl-C, SIGTERM), the bench stops: the operation being measured is ended, no other
+    /// starts, and the bench unwinds, stopping its servers and removing its work folders.
+    pub stop: sheaf_core::stop::Stop,
 }
 
 /// Incrementals measured: each permutation (and each peer) takes a full into a repository, then

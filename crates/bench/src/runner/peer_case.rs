@@ -20,7 +20,7 @@ impl Ctx<'_> {
         let out = dir.join(&self.work_name).join("pg_basebackup");
         remove(&out)?;
         self.settle()?;
-        let b = measure::run(peers::basebackup_command(bin, url, &out, run))?;
+        let b = self.measure(peers::basebackup_command(bin, url, &out, run))?;
         if !b.ok() {
             let _ = remove(&out);
             return Err(b.failure(&format!("pg_basebackup {} (run {repeat})", run.settings())));
@@ -42,7 +42,7 @@ impl Ctx<'_> {
         let out = dir.join(&self.work_name).join("tar.out");
         let _ = std::fs::remove_file(&out);
         self.settle()?;
-        let b = measure::run(peers::tar_backup_command(Path::new(&self.src.arg), &out, run))?;
+        let b = self.measure(peers::tar_backup_command(Path::new(&self.src.arg), &out, run))?;
         if !b.ok() {
             let _ = std::fs::remove_file(&out);
             return Err(b.failure(&format!("{} (run {repeat})", run.settings())));
@@ -62,7 +62,7 @@ impl Ctx<'_> {
     pub(super) fn backrest_run(&mut self, br: &BackRest, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
         let (m, _) = self.backrest_backup(br, run, BackupType::Full, dir, repeat, None)?;
         // Keep only this backup, untimed, so that no timed backup pays for expiring the last one.
-        let e = measure::run(br.command(&["expire", "--repo1-retention-full=1"]))?;
+        let e = self.measure(br.command(&["expire", "--repo1-retention-full=1"]))?;
         if !e.ok() {
             return Err(e.failure("pgbackrest expire"));
         }
@@ -78,11 +78,11 @@ impl Ctx<'_> {
         let mut args: Vec<&str> = vec!["backup", &kind];
         args.extend(run.options.iter().map(String::as_str));
         self.settle()?;
-        let b = measure::run(br.command(&args))?;
+        let b = self.measure(br.command(&args))?;
         if !b.ok() {
             return Err(b.failure(&format!("pgbackrest backup {kind} {} (run {repeat})", run.settings())));
         }
-        let info = measure::run(br.command(&["info", "--output=json"]))?;
+        let info = self.measure(br.command(&["info", "--output=json"]))?;
         let (size, label) = backrest_newest(&info.stdout).ok_or_else(|| Error::new(ErrorKind::Io, format!("pgbackrest info printed no backup size and label: {}", info.stdout)))?;
         let dest = self.restore_dir(dir);
         let process_max: Vec<&str> = run.options.iter().filter(|o| o.starts_with("--process-max")).map(String::as_str).collect();
@@ -104,9 +104,10 @@ impl Ctx<'_> {
             None => None,
             Some(before) => {
                 let copy_command = restore(before, false);
+                let stop = self.opts.stop.clone();
                 let copy = move |d: &Path| {
                     scratch::server_dir(d)?;
-                    let f = measure::run(copy_command)?;
+                    let f = measure::run(copy_command, &stop)?;
                     if f.ok() {
                         Ok(())
                     } else {
@@ -142,7 +143,7 @@ fn backrest_newest(json: &str) -> Option<(u64, String)> {
 /// Set up pgBackRest on the cluster with its repository in `repo`: config and stanza, then WAL
 /// archiving through it (after `also`, the archive command already in place, if any). On failure
 /// archiving is back to `also` (or discarding), so nothing waits on it.
-pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path, also: Option<&str>) -> Result<BackRest> {
+pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path, also: Option<&str>, stop: &sheaf_core::stop::Stop) -> Result<BackRest> {
     let setup = || -> Result<BackRest> {
         scratch::server_dir(repo)?;
         let config = home.join("pgbackrest.conf");
@@ -150,7 +151,7 @@ pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path,
         std::fs::write(&config, text).map_err(|e| Error::io(ErrorKind::Io, format!("cannot write {}", config.display()), e))?;
         set_mode(&config, 0o644)?;
         let br = BackRest { config: config.clone() };
-        let f = measure::run(br.command(&["stanza-create"]))?;
+        let f = measure::run(br.command(&["stanza-create"]), stop)?;
         if !f.ok() {
             return Err(f.failure("pgbackrest stanza-create"));
         }

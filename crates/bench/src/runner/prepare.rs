@@ -41,7 +41,10 @@ pub(super) fn prepare_source(opts: &BenchOptions, backrest: bool, work_name: &st
             // WAL from each backup's start matters); they take over once the data is in.
             let archiving = backrest || opts.incremental.is_some();
             let settings: &[&str] = if archiving { &["archive_mode = on", "archive_command = 'true'"] } else { &[] };
-            let cluster = ScratchCluster::create(None, &[], settings)?;
+            let mut cluster = ScratchCluster::create(None, &[], settings)?;
+            // Asked to stop, the server stops at once: a load or query on it fails, and the bench
+            // unwinds (dropping the cluster removes it).
+            cluster.stop_with(&opts.stop);
             note(Event::Note(&format!("cluster in {} on port {}", cluster.data.display(), cluster.port)));
             cluster.query("postgres", "CREATE DATABASE tpch")?;
             note(Event::Note(&format!("loading TPC-H scale {scale} (tpchgen)")));

@@ -24,7 +24,7 @@ use super::options::Incremental;
 use super::work::{holds_cluster, remove};
 use crate::change;
 use crate::matrix::Permutation;
-use crate::measure::{self, Cost};
+use crate::measure::Cost;
 use crate::results::RewindSample;
 
 /// Wait until `standby` has replayed everything `primary` has written so far.
@@ -74,7 +74,7 @@ impl Ctx<'_> {
         let mut old = ScratchCluster::standby_in(Some(&work), bench, &[], &[])?;
         let mut init = self.repo_op("init");
         init.arg("--repo").arg(&repo).arg(old.url("postgres"));
-        let f = measure::run(init)?;
+        let f = self.measure(init)?;
         if !f.ok() {
             return Err(f.failure("sheaf init (the former primary's repository)"));
         }
@@ -90,7 +90,7 @@ impl Ctx<'_> {
         let backup = |ctx: &Self, url: &str, kind: &str| -> Result<String> {
             let mut c = ctx.repo_op("backup");
             c.arg(url).arg("--repo").arg(&repo).args(["--type", kind, "-c", &codec, "--stripes", &stripes, "--json"]);
-            let f = measure::run(c)?;
+            let f = ctx.measure(c)?;
             if !f.ok() {
                 return Err(f.failure(&format!("sheaf backup --type {kind} (former primary put back)")));
             }
@@ -120,7 +120,7 @@ impl Ctx<'_> {
             let mut c = scratch::as_server_user(&pg_rewind);
             c.arg("--target-pgdata").arg(&for_rewind).arg("--source-server").arg(format!("host={} port={} user={} dbname=postgres", new.sock.display(), new.port, new.user));
             self.settle()?;
-            let f = measure::run(c)?;
+            let f = self.measure(c)?;
             if !f.ok() {
                 return Err(f.failure("pg_rewind of the former primary"));
             }
@@ -138,7 +138,7 @@ impl Ctx<'_> {
         let mut c = restore(self, &for_sheaf);
         c.arg("--delta");
         self.settle()?;
-        let d = measure::run(c)?;
+        let d = self.measure(c)?;
         if !d.ok() || !holds_cluster(&for_sheaf) {
             return Err(d.failure(&format!("sheaf restore --delta of backup {id} onto the former primary")));
         }

@@ -1,38 +1,11 @@
-//! The bench's work folders: created where the user pointed, removed on drop, and removed by
-//! [`cleanup`] from an interrupt handler, which cannot unwind to the drops.
+//! The bench's work folders: created where the user pointed, removed on drop (also when the bench
+//! is interrupted: it unwinds to the drops).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::measure;
-
-/// Work directories to remove if the bench is interrupted (signal handlers cannot unwind).
-static WORK_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-
-fn work_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Stop the operation being measured and remove every work directory of running benches: for an
-/// interrupt handler (signal handlers cannot unwind).
-pub fn cleanup() {
-    measure::stop_current();
-    let dirs = work_dirs().clone();
-    for d in dirs {
-        // The bench's own thread may be removing it too (its run just failed): retry until gone.
-        for _ in 0..100 {
-            if std::fs::symlink_metadata(&d).is_err() {
-                break;
-            }
-            let _ = std::fs::remove_dir_all(&d);
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-/// A work directory `NAME` in `parent`, created now and removed on drop (or by [`cleanup`]).
+/// A work directory `NAME` in `parent`, created now and removed on drop.
 pub(super) struct WorkDir(pub(super) PathBuf);
 
 impl WorkDir {
@@ -45,7 +18,6 @@ impl WorkDir {
         let path = parent.join(name);
         std::fs::create_dir(&path).map_err(|e| Error::io(ErrorKind::Target, format!("cannot create {}", path.display()), e))?;
         let dir = WorkDir(path);
-        work_dirs().push(dir.0.clone());
         // Peers run as the server's user (pgBackRest) and must reach into it.
         set_mode(&dir.0, 0o755)?;
         Ok(dir)
@@ -60,7 +32,6 @@ pub(super) fn holds_cluster(dest: &Path) -> bool {
 impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-        work_dirs().retain(|d| d != &self.0);
     }
 }
 

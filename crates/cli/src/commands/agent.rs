@@ -51,5 +51,5 @@ pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
         std::process::id()
     );
     let log = Arc::new(|m: &str| eprintln!("sheaf agent: {} {m}", sheaf_core::time::utc_now()));
-    agent.serve(ctx.interrupt.stop_flag(), log)
+    agent.serve(ctx.interrupt.stop().clone(), log)
 }

@@ -79,7 +79,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         None
     };
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
-    opts.stop = Some(ctx.interrupt.stop_flag());
+    opts.stop = ctx.interrupt.stop().clone();
     opts.codec = codec;
     opts.transfer_size = a.transfer_size;
     opts.buffer_count = a.buffer_count;

@@ -62,6 +62,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
             Some(_) => ctx.key_flags().unwrap_or_default(),
             None => Vec::new(),
         },
+        stop: ctx.interrupt.stop().clone(),
     };
     let note = |e: Event| match e {
         Event::Note(n) => eprintln!("sheaf bench: {n}"),
@@ -70,7 +71,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
             eprintln!("sheaf bench: [{index}/{total}{}] {what} (run {repeat} of {repeats})", eta.map_or_else(String::new, |d| format!(", {} left", duration(d))))
         }
     };
-    let outcome = ctx.interrupt.unless_interrupted(sheaf_bench::runner::run(&opts, &note))?;
+    let outcome = sheaf_bench::runner::run(&opts, &note)?;
     // What ran before a failure is written all the same, marked as stopped early.
     bench_output(&outcome.result, &out, a.json)?;
     outcome.failure.map_or(Ok(()), Err)

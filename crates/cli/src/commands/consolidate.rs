@@ -21,7 +21,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
     let stripes = ctx.repo_stripes(a.stripes)?;
     let mut opts = BackupOptions::new(Vec::new());
     opts.codec = ctx.codec(a.compression.clone())?;
-    opts.stop = Some(ctx.interrupt.stop_flag());
+    opts.stop = ctx.interrupt.stop().clone();
     opts.keep_superseded_pct = a.keep_superseded;
     // Which repositories: the one --repo-target names, all, or (by default) those that hold the
     // backup named (latest: the first).

@@ -16,8 +16,8 @@ pub fn run(ctx: &Context, a: DemoArgs) -> Result<(), Error> {
         return Err(Error::invalid(format!("--scale {}: give a TPC-H scale factor such as 0.1 or 1", a.scale)));
     }
     let codecs = a.compression.split(',').map(|c| CodecSpec::parse(c.trim())).collect::<Result<Vec<_>, _>>()?;
-    let opts = sheaf_bench::demo::DemoOptions { scale: a.scale, codecs, stripes: a.stripes.max(1) };
-    let rows = ctx.interrupt.unless_interrupted(sheaf_bench::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}")))?;
+    let opts = sheaf_bench::demo::DemoOptions { scale: a.scale, codecs, stripes: a.stripes.max(1), stop: ctx.interrupt.stop().clone() };
+    let rows = sheaf_bench::demo::run(&opts, &|n| eprintln!("sheaf demo: {n}"))?;
     if a.json {
         say!("{}", serde_json::to_string(&rows).expect("rows serialise"));
     } else {

@@ -48,6 +48,7 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
         keep: a.keep,
         timeout: a.timeout,
         threads: a.threads,
+        stop: ctx.interrupt.stop().clone(),
     };
     let record = sheaf_pg::drill::run::drill(&repo, &meta, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, &repo), progress(a.json))?;
     let mut v = serde_json::to_value(&record).expect("record serialises");

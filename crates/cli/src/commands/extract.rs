@@ -24,7 +24,7 @@ pub fn run(ctx: &Context, a: ExtractArgs) -> Result<(), Error> {
         }
         vec![ctx.open_stripes(&a.stripes)?]
     };
-    let opts = sheaf_pg::restore::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone() };
+    let opts = sheaf_pg::restore::extract::ExtractOptions { relation: a.relation, database: a.database, block: a.block, dest: a.to.clone(), stop: ctx.interrupt.stop().clone() };
     let r = sheaf_pg::restore::extract::extract(&sets.iter().collect::<Vec<_>>(), &opts)?;
     if a.json {
         say!("{}", serde_json::to_value(&r).expect("report serialises"));

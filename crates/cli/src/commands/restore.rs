@@ -25,8 +25,9 @@ pub fn run(ctx: &Context, a: RestoreArgs) -> Result<(), Error> {
 
 /// The core restore's options from the flags: a directory backup, `--only`, or the part of a
 /// PostgreSQL restore that any set has.
-fn core_options(a: &RestoreArgs) -> Result<RestoreOptions, Error> {
+fn core_options(ctx: &Context, a: &RestoreArgs) -> Result<RestoreOptions, Error> {
     let mut opts = RestoreOptions::new(&a.to);
+    opts.stop = ctx.interrupt.stop().clone();
     opts.relocate = a.relocate.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?;
     opts.force = a.force;
     opts.delta = a.delta.is_some();
@@ -39,7 +40,7 @@ fn core_options(a: &RestoreArgs) -> Result<RestoreOptions, Error> {
 }
 
 /// A PostgreSQL restore's options from the flags (from stripes or from a repository alike).
-fn pg_options(a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
+fn pg_options(ctx: &Context, a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
     if !a.relocate.is_empty() {
         return Err(Error::invalid("a PostgreSQL backup moves with --to (the data directory) and --tablespace OLD=NEW, not --relocate"));
     }
@@ -47,7 +48,7 @@ fn pg_options(a: &RestoreArgs) -> Result<PgRestoreOptions, Error> {
         return Err(Error::invalid("--check-changes checks what the WAL says changed against the target's hashes: give it with --delta, not --delta=hash"));
     }
     Ok(PgRestoreOptions {
-        core: core_options(a)?,
+        core: core_options(ctx, a)?,
         tablespaces: a.tablespace.iter().map(|r| sheaf_core::restore::parse_relocation(r)).collect::<Result<_, _>>()?,
         db_include: a.db_include.clone(),
         archive_off: a.archive_mode == ArchiveMode::Off,
@@ -117,12 +118,12 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     // Entries and index stay out of memory: read a page and a piece at a time.
     let set = ctx.open_stripes_lean(&a.stripes)?;
     let r = if sheaf_pg::is_postgres(&set) {
-        sheaf_pg::restore_postgres(&set, &pg_options(&a)?, progress(a.json))?
+        sheaf_pg::restore_postgres(&set, &pg_options(ctx, &a)?, progress(a.json))?
     } else {
         if !a.tablespace.is_empty() || !a.db_include.is_empty() {
             return Err(Error::invalid("--tablespace and --db-include apply to PostgreSQL backups; this one is of a directory (use --relocate, or --only)"));
         }
-        sheaf_core::restore(&set, &core_options(&a)?, progress(a.json))?
+        sheaf_core::restore(&set, &core_options(ctx, &a)?, progress(a.json))?
     };
     let v = report(&r);
     if a.json {
@@ -150,7 +151,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
 
 /// `restore --repo`: point-in-time recovery, planned and carried out by [`sheaf_pg::restore::pitr::restore`].
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
-    let opts = pg_options(&a)?;
+    let opts = pg_options(ctx, &a)?;
     let r = &a.recovery;
     let request = r.targets.request(r.set.clone(), r.target_action.as_pg(), &r.target_timeline);
     // The first repository that can serve the restore; one that cannot be read, or fails before
@@ -259,7 +260,7 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     } else {
         vec![ctx.open_stripes_lean(&a.stripes)?]
     };
-    let r = sheaf_core::restore_chain(&sets.iter().collect::<Vec<_>>(), &core_options(&a)?, progress(a.json))?;
+    let r = sheaf_core::restore_chain(&sets.iter().collect::<Vec<_>>(), &core_options(ctx, &a)?, progress(a.json))?;
     let v = report(&r);
     if a.json {
         say!("{v}");

@@ -29,7 +29,7 @@ fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {
         return Err(Error::invalid("give stripes or --repo, not both"));
     }
     let set = ctx.open_stripes_lean(&a.stripes)?;
-    let r = sheaf_core::verify(&set, a.threads, progress(a.json))?;
+    let r = sheaf_core::verify(&set, a.threads, progress(a.json), ctx.interrupt.stop())?;
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ok"] = serde_json::json!(true);
     if a.json {
@@ -85,7 +85,7 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
 
 fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, several: bool) -> Result<serde_json::Value, Error> {
     let t0 = Instant::now();
-    let opts = sheaf_pg::maintain::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()) };
+    let opts = sheaf_pg::maintain::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()), stop: ctx.interrupt.stop().clone() };
     let check = sheaf_pg::maintain::verify::verify(repo, meta, ctx.schemes()?, a.threads, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
     let mut v = serde_json::to_value(&check).expect("check serialises");

@@ -32,7 +32,8 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
     // The spool setting is given, so the WAL folder the spool would default to plays no part.
     let spool = ctx.spool(Path::new("."), first)?.dir().join("receive");
     let url = ctx.pg_url(a.url.clone())?;
-    let opts = ReceiveOptions { url: url.clone(), slot: a.slot.clone(), spool, codec, partial_every: a.partial_every, retry_every: a.retry_every, stop: ctx.interrupt.stop_flag() };
+    let opts =
+        ReceiveOptions { url: url.clone(), slot: a.slot.clone(), spool, codec, partial_every: a.partial_every, retry_every: a.retry_every, stop: ctx.interrupt.stop().clone() };
     let into: Vec<String> = repos.iter().map(|(r, _)| r.display().to_string()).collect();
     eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::connect::session::redact(&url), into.join(" and "), opts.slot, opts.spool.display());
     let events: Events = Arc::new(|m: &str| eprintln!("sheaf: {} {m}", sheaf_core::time::utc_now()));

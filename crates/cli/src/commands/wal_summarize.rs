@@ -19,7 +19,7 @@ pub fn run(ctx: &Context, a: WalSummarizeArgs) -> Result<(), Error> {
     let mut unread: Option<Error> = None;
     for (repo, meta) in repos {
         let at = if several { format!(" in {}", repo.display()) } else { String::new() };
-        let r = match meta.and_then(|m| sheaf_pg::wal::summaries::fill_in(&repo, &m)) {
+        let r = match meta.and_then(|m| sheaf_pg::wal::summaries::fill_in(&repo, &m, ctx.interrupt.stop())) {
             Ok(r) => r,
             Err(e) if several => {
                 eprintln!("sheaf: repository {} cannot be read and is left out: {e}", repo.display());

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod faults;
 pub mod german;
 pub mod incremental;
+pub mod interrupt;
 pub mod keep;
 pub mod keys;
 pub mod lock;

@@ -1,8 +1,6 @@
 //! What a backup is asked ([`BackupOptions`]), the knobs and memory budget that resolves to
 //! ([`Tuning`]), and what a finished backup reports ([`BackupReport`]).
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
 use crate::codec::CodecSpec;
@@ -37,9 +35,10 @@ pub struct BackupOptions {
     /// About how many bytes the source holds, when known: sizes upload parts so that no stripe
     /// object needs too many, and the memory they take.
     pub expected_bytes: Option<u64>,
-    /// Set it to stop the backup (Ctrl-C): readers stop at the next chunk, and the session fails
-    /// with [`ErrorKind::Cancelled`], removing every stripe it wrote and aborting every upload.
-    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Ask it to stop the backup (Ctrl-C, SIGTERM): readers stop at the next chunk, and the
+    /// session fails with [`ErrorKind::Cancelled`], removing every stripe it wrote and aborting
+    /// every upload.
+    pub stop: crate::stop::Stop,
     /// Encrypt (AES-256-GCM after compression) with these keys, the master key made as this KDF
     /// says (a fresh one per backup for a set, the repository's own in a repository).
     pub encryption: Option<crate::crypto::Encryption>,
@@ -67,7 +66,7 @@ impl BackupOptions {
             overwrite: false,
             preallocate: false,
             expected_bytes: None,
-            stop: None,
+            stop: crate::stop::Stop::new(),
             encryption: None,
             keep_superseded_pct: DEFAULT_KEEP_SUPERSEDED_PCT,
         }

@@ -127,7 +127,7 @@ impl Backup {
             sinks.push((sink, header.encoded_len() as u64));
         }
 
-        let shared = Shared::stoppable(progress, opts.stop.clone());
+        let shared = Shared::stoppable(progress, Some(opts.stop.clone()));
         // Each compressor that writes output keeps one buffer of the pool as its spare, taken here
         // before any reader runs; readers draw from the rest (`buffer_count - threads` of them).
         let encoders = (0..tuning.threads).map(|_| Ok(FrameEncoder::new(opts.codec)?.sealed(seal.clone()))).collect::<Result<Vec<_>>>()?;

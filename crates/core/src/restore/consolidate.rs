@@ -39,7 +39,7 @@ pub fn consolidate(sets: &[&BackupSet], opts: &BackupOptions, threads: Option<us
     b.adopt(m.roots.clone(), &m.entries)?;
     let sink = IntoBackup { backup: &b, codec: opts.codec.kind, transfer_size: tuning.transfer_size, keep_superseded_pct: opts.keep_superseded_pct };
     for (g, set) in sets.iter().enumerate() {
-        if let Err(e) = scan(set, threads, Arc::new(NoProgress), &map.sink(g, &sink)) {
+        if let Err(e) = scan(set, threads, Arc::new(NoProgress), &opts.stop, &map.sink(g, &sink)) {
             // A backup that stopped says why itself.
             return Err(b.failure().unwrap_or(e));
         }

@@ -52,6 +52,10 @@ pub struct RestoreOptions {
     /// How a delta restore finds what differs: by hashing the target (the default), or from what
     /// the caller knows changed (PostgreSQL's WAL summaries).
     pub delta_source: DeltaSource,
+    /// Ask it to stop the restore (Ctrl-C, SIGTERM): it fails with
+    /// [`crate::error::ErrorKind::Cancelled`] at the next frame, and what it wrote is removed as
+    /// after any failure.
+    pub stop: crate::stop::Stop,
 }
 
 /// What says which bytes of a delta restore's target may differ from the backup.
@@ -89,6 +93,7 @@ impl RestoreOptions {
             hollow: Vec::new(),
             delta: false,
             delta_source: DeltaSource::default(),
+            stop: crate::stop::Stop::new(),
         }
     }
 }

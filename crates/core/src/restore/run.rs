@@ -108,7 +108,11 @@ impl Plan<'_> {
             let mut r = Ok(Scanned::default());
             for (g, set) in sets.iter().enumerate() {
                 r = r.and_then(|total| {
-                    let one = if map.is_single() { scan(set, opts.threads, progress.clone(), &writer)? } else { scan(set, opts.threads, progress.clone(), &map.sink(g, &writer))? };
+                    let one = if map.is_single() {
+                        scan(set, opts.threads, progress.clone(), &opts.stop, &writer)?
+                    } else {
+                        scan(set, opts.threads, progress.clone(), &opts.stop, &map.sink(g, &writer))?
+                    };
                     Ok(Scanned { frames: total.frames + one.frames, bytes_read: total.bytes_read + one.bytes_read })
                 });
             }

@@ -18,6 +18,7 @@ use crate::format::{FrameHeader, IndexEntry, FLAG_PACKED, FRAME_HEADER_LEN, MAX_
 use crate::frame::FrameDecoder;
 use crate::pipeline::{Pool, PoolBuf, Progress, Shared};
 use crate::set::{BackupSet, OpenStripe};
+use crate::stop::Stop;
 use crate::storage::from_io;
 
 /// A decompressed chunk in an aligned buffer of its own, back in the pool when dropped.
@@ -114,11 +115,11 @@ struct Encoded {
 }
 
 /// Read, check and decompress every frame the sink wants; hand chunks to `sink`.
-pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, sink: &dyn ChunkSink) -> Result<Scanned> {
+pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, stop: &Stop, sink: &dyn ChunkSink) -> Result<Scanned> {
     let ts = set.stripes[0].header.transfer_size as usize;
     let threads = threads.unwrap_or_else(crate::host::available_cores).max(1);
     let buffers = set.stripes.len() * 4 + 2 * threads;
-    let shared = Shared::new(progress);
+    let shared = Shared::stoppable(progress, Some(stop.clone()));
     shared.progress.begin("read", set.raw_bytes());
     let pool = Pool::new(buffers, FRAME_HEADER_LEN + ts + FRAME_OVERHEAD);
     // Aligned, so that decompressed chunks go to disk with direct I/O as they are.
@@ -156,6 +157,7 @@ pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
     if let Some(e) = shared.take_error() {
         return Err(e);
     }
+    stop.check()?;
     let expected = sent.0.load(std::sync::atomic::Ordering::Relaxed);
     if frames != expected {
         return Err(Error::new(crate::error::ErrorKind::Io, format!("internal: {frames} of {expected} frames were processed")));

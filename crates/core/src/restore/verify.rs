@@ -7,6 +7,7 @@ use super::scan::{scan, ChunkSink, Lane};
 use crate::error::Result;
 use crate::pipeline::Progress;
 use crate::set::BackupSet;
+use crate::stop::Stop;
 
 /// What a verify reports.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -44,10 +45,11 @@ impl Lane for Discard {
 /// nothing.
 ///
 /// # Errors
-/// The first problem found, naming the stripe and region.
-pub fn verify(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>) -> Result<VerifyReport> {
+/// The first problem found, naming the stripe and region; [`crate::error::ErrorKind::Cancelled`]
+/// once `stop` is asked.
+pub fn verify(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, stop: &Stop) -> Result<VerifyReport> {
     let t0 = std::time::Instant::now();
-    let frames = scan(set, threads, progress, &Discard)?.frames;
+    let frames = scan(set, threads, progress, stop, &Discard)?.frames;
     Ok(VerifyReport {
         backup_id: set.manifest.backup_id.clone(),
         stripes: set.stripes.len(),

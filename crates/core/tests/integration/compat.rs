@@ -98,7 +98,7 @@ fn old_version_round_trip(version: u16) {
     assert_eq!(set.stripes[0].header.version, version);
     assert_eq!(set.manifest.backup_type, sheaf_core::manifest::BackupType::Full);
     assert!(set.stripes[0].index.iter().all(|e| e.hash == 0), "no hash before version 3");
-    let v = sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap();
+    let v = sheaf_core::verify(&set, None, Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap();
     assert_eq!((v.frames, v.bytes_raw), (4, 150_011));
     let out = d.path().join("out");
     sheaf_core::restore(&set, &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
@@ -113,6 +113,6 @@ fn old_version_round_trip(version: u16) {
     b[HEADER_LEN + FRAME_HEADER_LEN + 1000] ^= 1;
     std::fs::write(&stripe, b).unwrap();
     let set = BackupSet::open(&[Location::file(&stripe)], &LocalOnly).unwrap();
-    let e = sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap_err();
+    let e = sheaf_core::verify(&set, None, Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap_err();
     assert!(e.to_string().contains("payload checksum mismatch"), "{e}");
 }

@@ -63,11 +63,11 @@ fn encrypted_sets_round_trip_with_their_secret_only_and_show_nothing() {
         let right = keys("correct horse battery");
         let set = open(&stripes[..1], Some(&right)).unwrap();
         assert!(set.encrypted());
-        let whole = sheaf_core::verify(&set, Some(2), Arc::new(NoProgress)).unwrap();
+        let whole = sheaf_core::verify(&set, Some(2), Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap();
         // Opened lean, the index sealed in pieces is streamed too: the same verdict.
         let lean_set = BackupSet::open_lean(&[Location::file(&stripes[0])], &LocalOnly, Some(&right)).unwrap();
         assert!(lean_set.stripes.iter().all(|s| s.index.is_empty()) && lean_set.manifest.entries.is_empty(), "{codec}: nothing per file held");
-        let lean = sheaf_core::verify(&lean_set, Some(2), Arc::new(NoProgress)).unwrap();
+        let lean = sheaf_core::verify(&lean_set, Some(2), Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap();
         assert_eq!((lean.frames, lean.bytes_raw, lean.files), (whole.frames, whole.bytes_raw, whole.files), "{codec}");
         let out = d.path().join("out");
         sheaf_core::restore(&set, &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
@@ -111,7 +111,7 @@ fn altered_regions_are_named_even_with_their_checksums_made_good() {
     let k = keys("correct horse battery");
     let check = |bytes: Vec<u8>, expect: &str| {
         std::fs::write(&target, &bytes).unwrap();
-        let r = open(&stripes, Some(&k)).and_then(|set| sheaf_core::verify(&set, Some(1), Arc::new(NoProgress)));
+        let r = open(&stripes, Some(&k)).and_then(|set| sheaf_core::verify(&set, Some(1), Arc::new(NoProgress), &sheaf_core::stop::Stop::new()));
         let e = r.err().unwrap_or_else(|| panic!("{expect}: not caught"));
         assert_eq!(e.kind(), ErrorKind::Corrupt, "{expect}: {e}");
         assert!(e.to_string().contains(expect), "wanted '{expect}' in: {e}");
@@ -134,7 +134,7 @@ fn altered_regions_are_named_even_with_their_checksums_made_good() {
     h.offset ^= 1 << 40;
     bad[f..f + FRAME_HEADER_LEN].copy_from_slice(&h.encode());
     std::fs::write(&target, &bad).unwrap();
-    assert!(open(&stripes, Some(&k)).and_then(|s| sheaf_core::verify(&s, Some(1), Arc::new(NoProgress))).is_err(), "a moved frame header");
+    assert!(open(&stripes, Some(&k)).and_then(|s| sheaf_core::verify(&s, Some(1), Arc::new(NoProgress), &sheaf_core::stop::Stop::new())).is_err(), "a moved frame header");
     std::fs::write(&target, &good).unwrap();
     // The index and the manifest, resealed, in every stripe: damage to a later stripe's
     // manifest is named as such, not as a mere difference from the first stripe's.
@@ -150,7 +150,10 @@ fn altered_regions_are_named_even_with_their_checksums_made_good() {
             bad[at] ^= 0x40;
             sheaf_core::format::reseal(&mut bad);
             std::fs::write(p, &bad).unwrap();
-            let e = open(&stripes, Some(&k)).and_then(|set| sheaf_core::verify(&set, Some(1), Arc::new(NoProgress))).err().unwrap_or_else(|| panic!("{region}: not caught"));
+            let e = open(&stripes, Some(&k))
+                .and_then(|set| sheaf_core::verify(&set, Some(1), Arc::new(NoProgress), &sheaf_core::stop::Stop::new()))
+                .err()
+                .unwrap_or_else(|| panic!("{region}: not caught"));
             assert_eq!(e.kind(), ErrorKind::Corrupt, "{region}: {e}");
             for want in [region, "authentication failed", &p.display().to_string()] {
                 assert!(e.to_string().contains(want), "wanted '{want}' in: {e}");
@@ -158,7 +161,7 @@ fn altered_regions_are_named_even_with_their_checksums_made_good() {
         }
         std::fs::write(p, &good).unwrap();
     }
-    sheaf_core::verify(&open(&stripes, Some(&k)).unwrap(), Some(1), Arc::new(NoProgress)).unwrap();
+    sheaf_core::verify(&open(&stripes, Some(&k)).unwrap(), Some(1), Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap();
 }
 
 #[test]
@@ -196,7 +199,7 @@ fn an_encrypted_index_in_pieces_cannot_be_cut_short() {
     let at = [Location::file(&stripe)];
     let set = BackupSet::open_lean(&at, &LocalOnly, Some(&k)).unwrap();
     assert_eq!(set.stripes[0].trailer.frame_count, 5000, "one index entry per small file: two pieces");
-    assert_eq!(sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap().files, 5000);
+    assert_eq!(sheaf_core::verify(&set, None, Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap().files, 5000);
 
     let pristine = std::fs::read(&stripe).unwrap();
     let t = Trailer::decode(&pristine[pristine.len() - TRAILER_LEN..]).unwrap();

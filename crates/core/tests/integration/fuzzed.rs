@@ -24,7 +24,7 @@ fn read_stripe(data: &[u8]) -> sheaf_core::Result<()> {
     sink.write_all(data)?;
     sink.publish()?;
     let set = BackupSet::open(&[Location::new(store, "s.sheaf")], &LocalOnly)?;
-    sheaf_core::verify(&set, Some(1), Arc::new(NoProgress)).map(|_| ())
+    sheaf_core::verify(&set, Some(1), Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).map(|_| ())
 }
 
 #[test]

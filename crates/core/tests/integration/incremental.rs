@@ -305,7 +305,7 @@ fn consolidation_copies_cut_frames_keeping_the_replaced_pages_unused() {
         let to = d.path().join(format!("out_{name}"));
         sheaf_core::restore(&set, &RestoreOptions::new(&to), Arc::new(NoProgress)).unwrap();
         compare_trees(&src, &to).unwrap();
-        sheaf_core::verify(&set, None, Arc::new(NoProgress)).unwrap();
+        sheaf_core::verify(&set, None, Arc::new(NoProgress), &sheaf_core::stop::Stop::new()).unwrap();
         (rep, set)
     };
     let (rep, merged) = consolidated("merged", &[&full, &incr1, &incr2], sheaf_core::backup::DEFAULT_KEEP_SUPERSEDED_PCT);

@@ -23,8 +23,8 @@ fn restore(stripes: &[PathBuf], o: &RestoreOptions, p: Arc<NoProgress>) -> sheaf
 /// and whole: both must say the same.
 fn verify(stripes: &[PathBuf], threads: Option<usize>, p: Arc<NoProgress>) -> sheaf_core::Result<sheaf_core::VerifyReport> {
     let locations: Vec<Location> = stripes.iter().map(Location::file).collect();
-    let lean = sheaf_core::verify(&BackupSet::open_lean(&locations, &LocalOnly, None)?, threads, p.clone())?;
-    let whole = sheaf_core::verify(&open(stripes)?, threads, p)?;
+    let lean = sheaf_core::verify(&BackupSet::open_lean(&locations, &LocalOnly, None)?, threads, p.clone(), &sheaf_core::stop::Stop::new())?;
+    let whole = sheaf_core::verify(&open(stripes)?, threads, p, &sheaf_core::stop::Stop::new())?;
     assert_eq!((lean.frames, lean.bytes_raw, lean.files, lean.stripes), (whole.frames, whole.bytes_raw, whole.files, whole.stripes), "lean and whole verify agree");
     Ok(lean)
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sheaf_core::repo::Repo;
+use sheaf_core::stop::{interrupted, Stop};
 use sheaf_core::{Error, ErrorKind, Progress, Result, Schemes};
 
 use crate::cluster::lsn::Lsn;
@@ -57,6 +58,10 @@ pub struct DrillOptions {
     pub timeout: Duration,
     /// Restore threads (the core's default when `None`).
     pub threads: Option<usize>,
+    /// Asked (Ctrl-C, SIGTERM), the drill stops where it is: the restore stops, the server is
+    /// stopped, the folder removed, and nothing is recorded: an interrupted drill neither passed
+    /// nor failed.
+    pub stop: Stop,
 }
 
 /// Choose the backup: its record.
@@ -102,7 +107,8 @@ struct Failed(Error);
 /// returned with the verdict.
 ///
 /// # Errors
-/// The refusals above, and a record that cannot be written.
+/// The refusals above, and a record that cannot be written; [`ErrorKind::Cancelled`] when
+/// `opts.stop` was asked (then nothing is recorded, and the folder is removed).
 pub fn drill(
     repo: &Repo,
     meta: &RepoMeta,
@@ -136,6 +142,7 @@ pub fn drill(
     popts.archive_off = true;
     popts.tablespaces_under = Some(opts.work.join("tablespaces"));
     popts.core.threads = opts.threads;
+    popts.core.stop = opts.stop.clone();
 
     let started_ms = sheaf_core::time::now_ms();
     let mut record = DrillRecord {
@@ -174,6 +181,10 @@ pub fn drill(
             run_server(&bin, &data, &backup, opts, &mut record)
         }
     };
+    if opts.stop.asked() {
+        remove_work(&opts.work);
+        return Err(interrupted());
+    }
     if let Err(Failed(e)) = outcome {
         record.failure = Some(e.to_string());
         record.failure_kind = Some(if e.kind() == ErrorKind::Incomplete { "incomplete" } else { "corrupt" }.into());
@@ -270,8 +281,7 @@ fn run_server(bin: &Path, data: &Path, backup: &BackupRecord, opts: &DrillOption
     server_dir(sock.path()).map_err(Failed)?;
     let user = superuser_name(data);
     let settings = vec![format!("hba_file = '{}'", hba.display()), "archive_mode = off".to_string(), "log_min_messages = warning".to_string()];
-    let cleanup = (!opts.keep).then(|| work.to_path_buf());
-    let started = ScratchCluster::over_restore(bin.to_path_buf(), data, sock.path(), &user, &settings, cleanup, opts.timeout);
+    let started = ScratchCluster::over_restore(bin.to_path_buf(), data, sock.path(), &user, &settings, &opts.stop, opts.timeout);
     let mut server = match started {
         Ok(s) => s,
         Err(e) => {
@@ -279,7 +289,7 @@ fn run_server(bin: &Path, data: &Path, backup: &BackupRecord, opts: &DrillOption
             return Err(Failed(e));
         }
     };
-    let reached = wait_for_recovery(&server, opts.timeout);
+    let reached = wait_for_recovery(&server, opts.timeout, &opts.stop);
     if let Ok(v) = server.query("postgres", "SELECT version()") {
         record.server_version = v;
     }
@@ -316,8 +326,8 @@ fn superuser_name(data: &Path) -> String {
 }
 
 /// Wait until the server has left recovery (it promoted at the target or at the end of the
-/// archive), or it stopped, or `timeout` passed.
-fn wait_for_recovery(server: &ScratchCluster, timeout: Duration) -> Result<()> {
+/// archive), or it stopped, or `timeout` passed, or `stop` was asked.
+fn wait_for_recovery(server: &ScratchCluster, timeout: Duration, stop: &Stop) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         match server.query("postgres", "SELECT pg_is_in_recovery()") {
@@ -333,7 +343,7 @@ fn wait_for_recovery(server: &ScratchCluster, timeout: Duration) -> Result<()> {
                 format!("recovery did not reach the target within {} s (--timeout); the server log ends:\n{}", timeout.as_secs(), server.log_tail(12)),
             ));
         }
-        std::thread::sleep(Duration::from_millis(200));
+        stop.sleep(Duration::from_millis(200))?;
     }
 }
 
@@ -348,13 +358,16 @@ fn checks(server: &ScratchCluster, opts: &DrillOptions) -> Vec<CheckOutcome> {
         }
     };
     for db in &dbs {
+        if opts.stop.asked() {
+            return out;
+        }
         match server.query(db, "SELECT 1") {
             Ok(_) => out.push(CheckOutcome { check: format!("connect {db}"), ok: true, detail: "connected".into() }),
             Err(e) => out.push(CheckOutcome { check: format!("connect {db}"), ok: false, detail: e.to_string() }),
         }
     }
     out.extend(amcheck(server, &dbs));
-    if let Some(file) = &opts.check_sql {
+    if let Some(file) = opts.check_sql.as_ref().filter(|_| !opts.stop.asked()) {
         out.extend(check_sql(server, file, &opts.check_db));
     }
     out

@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use sheaf_core::stop::{OnAsk, Stop};
 use sheaf_core::{Error, ErrorKind, Result};
 
 fn err(what: impl Into<String>) -> Error {
@@ -179,36 +180,6 @@ pub fn server_dir(path: &Path) -> Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(io)
 }
 
-/// Servers started by this process and not yet stopped: so that an interrupted demo or benchmark
-/// can stop them (pg_ctl detaches them from the terminal, so Ctrl-C alone would leave them running).
-/// The one process-wide list in sheaf, kept for that purpose only.
-static RUNNING: std::sync::Mutex<Vec<Registered>> = std::sync::Mutex::new(Vec::new());
-
-/// A running scratch server: its bin dir, data dir, and the temp dir to remove (clusters we made).
-struct Registered {
-    bin: PathBuf,
-    data: PathBuf,
-    base: Option<PathBuf>,
-}
-
-fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Stop every scratch server this process started (immediate shutdown) and remove the temp dirs
-/// of the clusters it made. For signal handlers, where destructors do not run.
-pub fn stop_all() {
-    let running = std::mem::take(&mut *registry());
-    for r in &running {
-        let _ = as_server_user(r.bin.join("pg_ctl")).arg("-D").arg(&r.data).args(["-m", "immediate", "-w", "stop"]).output();
-    }
-    for r in running {
-        if let Some(base) = r.base {
-            let _ = std::fs::remove_dir_all(base);
-        }
-    }
-}
-
 fn free_port() -> Result<u16> {
     sheaf_core::host::free_port().map_err(|e| err(format!("no free port on 127.0.0.1: {e}")))
 }
@@ -217,8 +188,6 @@ fn free_port() -> Result<u16> {
 pub struct ScratchCluster {
     /// The temp dir holding it (removed on drop for clusters this made).
     pub base: tempfile::TempDir,
-    /// Whether `base` is ours to remove (a cluster we made, not one over a restore).
-    owns_base: bool,
     /// Data directory.
     pub data: PathBuf,
     /// Socket directory.
@@ -229,8 +198,9 @@ pub struct ScratchCluster {
     pub bin: PathBuf,
     /// The role tools and URLs connect as.
     pub user: String,
-    /// What Ctrl-C removes besides stopping it (a drill's folder), for clusters over a restore.
-    cleanup: Option<PathBuf>,
+    /// While it runs: the hook that stops it when its command is asked to stop
+    /// ([`ScratchCluster::stop_with`]).
+    on_stop: Option<OnAsk>,
     /// How long `start` waits for the server to accept connections, in seconds.
     start_timeout: u64,
     running: bool,
@@ -280,7 +250,7 @@ impl ScratchCluster {
             conf.push('\n');
         }
         append(&data.join("postgresql.conf"), &conf)?;
-        let mut c = ScratchCluster { base, owns_base: true, data, sock, port, bin, user: "postgres".into(), cleanup: None, start_timeout: 120, running: false };
+        let mut c = ScratchCluster { base, data, sock, port, bin, user: "postgres".into(), on_stop: None, start_timeout: 120, running: false };
         c.start()?;
         Ok(c)
     }
@@ -342,8 +312,7 @@ impl ScratchCluster {
             conf.push('\n');
         }
         append(&data.join("postgresql.conf"), &conf)?;
-        let mut c =
-            ScratchCluster { base, owns_base: true, data, sock, port, bin: primary.bin.clone(), user: "postgres".into(), cleanup: None, start_timeout: 120, running: false };
+        let mut c = ScratchCluster { base, data, sock, port, bin: primary.bin.clone(), user: "postgres".into(), on_stop: None, start_timeout: 120, running: false };
         c.start()?;
         Ok(c)
     }
@@ -369,30 +338,21 @@ impl ScratchCluster {
         let base = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
         let port = free_port()?;
         append(&data.join("postgresql.conf"), &format!("\nport = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n", sock.display()))?;
-        let mut c = ScratchCluster {
-            base,
-            owns_base: false,
-            data: data.to_path_buf(),
-            sock: sock.to_path_buf(),
-            port,
-            bin,
-            user: "postgres".into(),
-            cleanup: None,
-            start_timeout: 120,
-            running: false,
-        };
+        let mut c =
+            ScratchCluster { base, data: data.to_path_buf(), sock: sock.to_path_buf(), port, bin, user: "postgres".into(), on_stop: None, start_timeout: 120, running: false };
         c.start()?;
         Ok(c)
     }
 
     /// A server over a restored data directory with the binaries in `bin`, connected to as
     /// `user`: on a new port, its socket in `sock`, no TCP listener, and `settings` appended to
-    /// postgresql.auto.conf (which wins over postgresql.conf). Registered before it starts, so that
-    /// Ctrl-C stops it and removes `cleanup`; started, waiting up to `timeout` for connections.
+    /// postgresql.auto.conf (which wins over postgresql.conf). Stopped when `stop` is asked, from
+    /// before it starts (a recovery's start can be long); started, waiting up to `timeout` for
+    /// connections.
     ///
     /// # Errors
     /// Start-up failing (with the server log's tail).
-    pub fn over_restore(bin: PathBuf, data: &Path, sock: &Path, user: &str, settings: &[String], cleanup: Option<PathBuf>, timeout: std::time::Duration) -> Result<ScratchCluster> {
+    pub fn over_restore(bin: PathBuf, data: &Path, sock: &Path, user: &str, settings: &[String], stop: &Stop, timeout: std::time::Duration) -> Result<ScratchCluster> {
         let base = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
         let port = free_port()?;
         let mut lines = format!("port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\n", sock.display());
@@ -403,16 +363,16 @@ impl ScratchCluster {
         crate::cluster::conf::append_settings(data, "a scratch server over this restore", &lines)?;
         let mut c = ScratchCluster {
             base,
-            owns_base: false,
             data: data.to_path_buf(),
             sock: sock.to_path_buf(),
             port,
             bin,
             user: user.to_string(),
-            cleanup,
+            on_stop: None,
             start_timeout: timeout.as_secs().max(1),
             running: false,
         };
+        c.stop_with(stop);
         c.start()?;
         Ok(c)
     }
@@ -441,11 +401,6 @@ impl ScratchCluster {
     /// # Errors
     /// With the server log's tail.
     pub fn start(&mut self) -> Result<()> {
-        // Registered before starting, so that Ctrl-C during a long start-up still stops it.
-        if !registry().iter().any(|r| r.data == self.data) {
-            let base = self.cleanup.clone().or_else(|| self.owns_base.then(|| self.base.path().to_path_buf()));
-            registry().push(Registered { bin: self.bin.clone(), data: self.data.clone(), base });
-        }
         let out = as_server_user(self.bin.join("pg_ctl"))
             .arg("-D")
             .arg(&self.data)
@@ -458,7 +413,6 @@ impl ScratchCluster {
         if !out.status.success() {
             // pg_ctl gave up waiting, or the server exited: either way, not left running.
             let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "immediate", "-w", "stop"]).output();
-            registry().retain(|r| r.data != self.data);
             return Err(err(format!("the server in {} did not start: {}{}", self.data.display(), String::from_utf8_lossy(&out.stderr), self.log_tail(8))));
         }
         self.running = true;
@@ -469,7 +423,22 @@ impl ScratchCluster {
     pub fn stop(&mut self) {
         let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "fast", "-w", "stop"]).output();
         self.running = false;
-        registry().retain(|r| r.data != self.data);
+        self.on_stop = None;
+    }
+
+    /// What stops it at once (immediate shutdown), for a hook run when its command is asked to
+    /// stop: a query or tool waiting on it then fails at once.
+    pub fn stopper(&self) -> impl FnOnce() + Send + 'static {
+        let (bin, data) = (self.bin.clone(), self.data.clone());
+        move || {
+            let _ = as_server_user(bin.join("pg_ctl")).arg("-D").arg(&data).args(["-m", "immediate", "-w", "stop"]).output();
+        }
+    }
+
+    /// Stop it when `stop` is asked, for as long as it runs (its command then unwinds, and drops
+    /// it).
+    pub fn stop_with(&mut self, stop: &Stop) {
+        self.on_stop = Some(stop.on_ask(self.stopper()));
     }
 
     /// A URL for database `db` over the socket.
@@ -519,7 +488,6 @@ impl Drop for ScratchCluster {
     fn drop(&mut self) {
         if self.running {
             let _ = as_server_user(self.bin.join("pg_ctl")).arg("-D").arg(&self.data).args(["-m", "immediate", "-w", "stop"]).output();
-            registry().retain(|r| r.data != self.data);
         }
     }
 }

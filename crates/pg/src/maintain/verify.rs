@@ -42,6 +42,9 @@ pub struct VerifyOptions {
     /// Read again what last read back whole longer ago than this (seconds); `None`: trust the
     /// ledger whatever its age.
     pub recheck_after: Option<u64>,
+    /// Asked, it stops at the next frame ([`sheaf_core::error::ErrorKind::Cancelled`]); the ledger
+    /// keeps what read back whole before.
+    pub stop: sheaf_core::stop::Stop,
 }
 
 /// What [`verify`] found.
@@ -126,7 +129,7 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
                 check.backups.push(Checked { id: r.id.clone(), frames: b.frames, bytes: b.bytes, read: false });
                 Some(b.clone())
             }
-            None => match open_set_lean(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress))) {
+            None => match open_set_lean(repo, r, schemes).and_then(|set| sheaf_core::verify(&set, threads, Arc::new(NoProgress), &opts.stop)) {
                 Ok(v) => {
                     check.backups.push(Checked { id: r.id.clone(), frames: v.frames, bytes: v.bytes_raw, read: true });
                     let stripes: Option<BTreeMap<String, Seen>> = r.stripes.iter().map(|n| Some((n.clone(), Seen::now(stripes_listed.get(n)?, now, 0)))).collect();

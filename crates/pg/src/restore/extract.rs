@@ -30,6 +30,8 @@ pub struct ExtractOptions {
     pub block: Option<u64>,
     /// The folder to write into (made if missing).
     pub dest: PathBuf,
+    /// Asked, it stops at the next chunk, and the file it was writing is not left behind.
+    pub stop: sheaf_core::stop::Stop,
 }
 
 /// One page's verdict.
@@ -228,6 +230,7 @@ pub fn extract(sets: &[&BackupSet], opts: &ExtractOptions) -> Result<ExtractRepo
                 let mut out = WholeFile::create(&dest)?;
                 let (mut at, size, mut crc) = (0u64, f.size(), 0u32);
                 while at < size {
+                    opts.stop.check()?;
                     let n = (size - at).min(buf.len() as u64) as usize;
                     f.read_at(at, &mut buf[..n])?;
                     crc = crc32c::crc32c_append(crc, &buf[..n]);

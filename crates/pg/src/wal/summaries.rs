@@ -2,6 +2,7 @@
 //! not follow its predecessor's, summarized in order ([`fill_in`]).
 
 use sheaf_core::repo::Repo;
+use sheaf_core::stop::Stop;
 use sheaf_core::Result;
 
 use crate::cluster::walname::{WalFile, WalKind};
@@ -27,13 +28,16 @@ pub struct FillReport {
 /// says its WAL could not be followed to the end, in order.
 ///
 /// # Errors
-/// The store's errors; a segment that cannot be summarized is reported in [`FillReport::failed`].
-pub fn fill_in(repo: &Repo, meta: &RepoMeta) -> Result<FillReport> {
+/// The store's errors; a segment that cannot be summarized is reported in [`FillReport::failed`];
+/// [`sheaf_core::error::ErrorKind::Cancelled`] when `stop` is asked (each summary is stored whole,
+/// so those made before stay).
+pub fn fill_in(repo: &Repo, meta: &RepoMeta, stop: &Stop) -> Result<FillReport> {
     let mut report = FillReport::default();
     let mut segments: Vec<WalFile> = archived(repo, meta)?.into_iter().map(|(w, _)| w).filter(|w| w.kind == WalKind::Segment).collect();
     segments.sort_by_key(|w| (w.timeline, w.segno));
     let mut prev: Option<(u32, u64, u64)> = None;
     for w in segments {
+        stop.check()?;
         let follows = |s: &BlockSummary| prev.is_none_or(|(tl, segno, end)| tl != w.timeline || segno + 1 != w.segno || s.start == end);
         let summary = match read_summary(repo, &w.name)? {
             // One that says its WAL held what this reader could not follow (an earlier sheaf's

@@ -193,33 +193,36 @@ fn a_bench_of_incrementals_restores_each_chain_beside_the_peers() {
 #[test]
 fn an_interrupted_bench_stops_its_server_and_removes_its_folders() {
     use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = sheaf()
-        .args(["bench", "--dataset", "tpch:0.01", "-c", "lz4", "--repeat", "50", "--target"])
-        .arg(dir.path())
-        .arg("--out")
-        .arg(dir.path().join("report"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut data = None;
-    // Interrupt in the middle of the sweep, with a backup or restore running.
-    loop {
-        let line = lines.next().expect("the bench ended before its runs").unwrap();
-        if let Some(rest) = line.strip_prefix("sheaf bench: cluster in ") {
-            data = Some(std::path::PathBuf::from(rest.split(" on port ").next().unwrap()));
+    for (signal, code) in super::interrupt::SIGNALS {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = sheaf()
+            .args(["bench", "--dataset", "tpch:0.01", "-c", "lz4", "--repeat", "50", "--target"])
+            .arg(dir.path())
+            .arg("--out")
+            .arg(dir.path().join("report"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut data = None;
+        // Interrupt in the middle of the sweep, with a backup or restore running.
+        loop {
+            let line = lines.next().expect("the bench ended before its runs").unwrap();
+            if let Some(rest) = line.strip_prefix("sheaf bench: cluster in ") {
+                data = Some(std::path::PathBuf::from(rest.split(" on port ").next().unwrap()));
+            }
+            if line.contains("[3/50") {
+                break;
+            }
         }
-        if line.contains("[5/50") {
-            break;
-        }
+        let data = data.expect("the bench names its cluster");
+        rustix::process::kill_process(rustix::process::Pid::from_child(&child), signal).unwrap();
+        let said: Vec<String> = lines.map_while(Result::ok).collect();
+        assert_eq!(child.wait().unwrap().code(), Some(code), "exit status after {signal:?}: {said:?}");
+        assert!(!data.exists(), "the cluster directory is removed after {signal:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "no stripes, restores or report left after {signal:?}: {left:?}");
+        assert_no_server_on(&data);
     }
-    let data = data.expect("the bench names its cluster");
-    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM).unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(130), "exit status after SIGTERM");
-    assert!(!data.exists(), "the cluster directory is removed");
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert!(left.is_empty(), "no stripes, restores or report left: {left:?}");
-    assert_no_server_on(&data);
 }

@@ -32,9 +32,7 @@ mod upload;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
 
 use sheaf_core::repo::Repo;
 use sheaf_core::storage::try_lock_exclusive;
@@ -131,7 +129,7 @@ fn hand_over(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &Receive
 }
 
 fn receive_loop(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
-    while !opts.stop.load(Ordering::Relaxed) {
+    while !opts.stop.asked() {
         shared.report().connections += 1;
         match session(repos, meta, opts, shared, events) {
             Ok(()) => return Ok(()),
@@ -141,10 +139,8 @@ fn receive_loop(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &Rece
             Err(e) => {
                 events(&format!("{e}; connecting again in {} s", opts.retry_every.as_secs()));
                 shared.report().last_error = Some(e.to_string());
-                let until = Instant::now() + opts.retry_every;
-                while Instant::now() < until && !opts.stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                // Stopping during the pause is the receiver's normal end.
+                let _ = opts.stop.sleep(opts.retry_every);
             }
         }
     }

@@ -3,11 +3,11 @@
 //! flushed position), behind one lock and one condition variable.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
+use sheaf_core::stop::Stop;
 use sheaf_core::CodecSpec;
 
 use crate::cluster::lsn::Lsn;
@@ -30,7 +30,7 @@ pub struct ReceiveOptions {
     /// Pause before connecting again after the connection failed.
     pub retry_every: Duration,
     /// Set to stop (what was received is stored first).
-    pub stop: Arc<AtomicBool>,
+    pub stop: Stop,
 }
 
 /// What a receiver did.

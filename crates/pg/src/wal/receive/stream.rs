@@ -4,7 +4,6 @@
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sheaf_core::{Error, ErrorKind, Result};
@@ -38,7 +37,7 @@ pub(super) fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared
     let mut last_status = Instant::now();
     let io = |what: &str, p: &Path, e: std::io::Error| Error::io(ErrorKind::Io, format!("{what} {}", p.display()), e);
     loop {
-        if opts.stop.load(Ordering::Relaxed) {
+        if opts.stop.asked() {
             if let Some(o) = &open {
                 o.file.sync_data().map_err(|e| io("cannot sync", &o.path, e))?;
             }
