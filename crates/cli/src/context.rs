@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use sheaf_core::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::storage::RateLimit;
 use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Keys, Location, Result};
-use sheaf_pg::repo::meta::RepoMeta;
+use sheaf_pg::repo::Repo;
 use sheaf_pg::wal::spool::Spool;
 use sheaf_s3::S3Schemes;
 
@@ -376,9 +376,9 @@ impl Context {
     ///
     /// # Errors
     /// No repository given, a location that does not parse, a bad secret.
-    pub fn repo(&self) -> Result<Repo> {
+    pub fn repo(&self) -> Result<Place> {
         let schemes = self.schemes()?;
-        Ok(Repo::at(&self.repo_text()?, schemes)?.with_keys(self.keys()?))
+        Ok(Place::at(&self.repo_text()?, schemes)?.with_keys(self.keys()?))
     }
 
     /// Every repository given ([`Context::repos_given`]), with the keys given (nothing is read
@@ -386,7 +386,7 @@ impl Context {
     ///
     /// # Errors
     /// None given, more than four, a location that does not parse, a bad secret.
-    pub fn repos(&self) -> Result<Vec<Repo>> {
+    pub fn repos(&self) -> Result<Vec<Place>> {
         let texts = self.repos_given();
         if texts.is_empty() {
             self.repo_text()?;
@@ -403,18 +403,18 @@ impl Context {
             .enumerate()
             .map(|(k, t)| {
                 let own = if from_settings && k > 0 { self.own_keys(k + 1)? } else { None };
-                Ok(Repo::at(t, schemes)?.with_keys(own.or_else(|| keys.clone())))
+                Ok(Place::at(t, schemes)?.with_keys(own.or_else(|| keys.clone())))
             })
             .collect()
     }
 
     /// Every repository given that this command writes into, each opened as
     /// [`Context::open_repos`] opens it, refused before anything is written when another user
-    /// owns it ([`Repo::check_writer`]).
+    /// owns it ([`Place::check_writer`]).
     ///
     /// # Errors
     /// As [`Context::open_repos`]; [`sheaf_core::ErrorKind::Denied`] for another user's.
-    pub fn open_repos_to_write(&self) -> Result<Vec<(Repo, Result<RepoMeta>)>> {
+    pub fn open_repos_to_write(&self) -> Result<Vec<(Place, Result<Repo>)>> {
         let repos = self.open_repos()?;
         for (r, _) in &repos {
             r.check_writer()?;
@@ -423,11 +423,11 @@ impl Context {
     }
 
     /// Every repository given that this command writes into ([`Context::repos`]), each refused
-    /// when another user owns it ([`Repo::check_writer`]).
+    /// when another user owns it ([`Place::check_writer`]).
     ///
     /// # Errors
     /// As [`Context::repos`]; [`sheaf_core::ErrorKind::Denied`] for another user's.
-    pub fn repos_to_write(&self) -> Result<Vec<Repo>> {
+    pub fn repos_to_write(&self) -> Result<Vec<Place>> {
         let repos = self.repos()?;
         for r in &repos {
             r.check_writer()?;
@@ -440,18 +440,18 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::repos`].
-    pub fn open_repos(&self) -> Result<Vec<(Repo, Result<RepoMeta>)>> {
+    pub fn open_repos(&self) -> Result<Vec<(Place, Result<Repo>)>> {
         let rate = self.rate()?;
         Ok(self
             .repos()?
             .into_iter()
-            .map(|r| {
-                let r = match &rate {
-                    Some(limit) => r.throttled(limit),
-                    None => r,
+            .map(|place| {
+                let place = match &rate {
+                    Some(limit) => place.throttled(limit),
+                    None => place,
                 };
-                let meta = sheaf_pg::repo::meta::open(&r);
-                (r, meta)
+                let opened = sheaf_pg::repo::meta::open(&place);
+                (place, opened)
             })
             .collect())
     }
@@ -467,15 +467,15 @@ impl Context {
         let repos = self.open_repos()?;
         let n = repos.len();
         let mut last = None;
-        for (k, (repo, meta)) in repos.iter().enumerate() {
-            let attempt = match meta {
+        for (k, (place, opened)) in repos.iter().enumerate() {
+            let attempt = match opened {
                 Err(e) => Err(Error::new(e.kind(), e.to_string())),
-                Ok(_) => serve(repo),
+                Ok(repo) => serve(repo),
             };
             match attempt {
                 Ok(v) => return Ok(v),
                 Err(e) if k + 1 < n => {
-                    eprintln!("sheaf: repository {} ({}) cannot serve this, trying the next: {e}", k + 1, repo.display());
+                    eprintln!("sheaf: repository {} ({}) cannot serve this, trying the next: {e}", k + 1, place.display());
                     last = Some(e);
                 }
                 Err(e) => return Err(e),
@@ -527,7 +527,7 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::s3`].
-    pub fn spool(&self, wal_dir: &Path, repo: &Repo) -> Result<Spool> {
+    pub fn spool(&self, wal_dir: &Path, repo: &Place) -> Result<Spool> {
         let base = self.settings.value("spool", self.shared.spool.spool.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
         let endpoint = self.s3()?.s3_endpoint.unwrap_or_default();
         Ok(Spool::new(base.as_deref(), wal_dir, &format!("{} {endpoint}", repo.display())))

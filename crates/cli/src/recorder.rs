@@ -73,7 +73,7 @@ fn run_end(done: &Done) -> sheaf_catalog::RunEnd {
     let t = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
     sheaf_catalog::RunEnd {
         backup_id: t("backup_id"),
-        system_identifier: done.cluster.as_ref().map(|c| c.system_identifier.clone()),
+        system_identifier: done.cluster.as_ref().map(|c| c.system_identifier.to_string()),
         seconds: v.get("seconds").and_then(|x| x.as_f64()),
         bytes_read: u("bytes_read").or(u("bytes_stored")),
         bytes_written: u("bytes_written"),

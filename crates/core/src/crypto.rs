@@ -239,13 +239,30 @@ pub struct Keys {
     ring_failure: Mutex<Option<Error>>,
 }
 
-/// Which kind of secret.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// Which kind of secret; in records, `key` or `passphrase`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SecretKind {
     /// 32 random bytes.
     Key,
     /// A passphrase, stretched with Argon2id.
     Passphrase,
+}
+
+impl SecretKind {
+    /// Its name: `key` or `passphrase`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecretKind::Key => "key",
+            SecretKind::Passphrase => "passphrase",
+        }
+    }
+}
+
+impl std::fmt::Display for SecretKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl std::fmt::Debug for Keys {

@@ -8,8 +8,10 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 
-/// What went wrong, coarse enough for a stable exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What went wrong, coarse enough for a stable exit code; in records, by its snake_case name
+/// (`incomplete`, `corrupt`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// Bad options or arguments: unknown codec, level out of range, transfer size out of bounds.
     InvalidInput,
@@ -43,13 +45,16 @@ pub enum ErrorKind {
 /// The cause an [`Error`] keeps.
 pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// sheaf's error: a kind, a human message, an optional cause, and whether it is transient.
+/// sheaf's error: a kind, a human message, an optional cause, whether it is transient, and the
+/// object it concerns, as data (object_store's `NotFound { path, .. }`): a caller that must know
+/// which object is missing or damaged asks [`Error::object`], never the message.
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
     source: Option<Source>,
     transient: bool,
+    object: Option<String>,
 }
 
 /// Result alias used across the crate.
@@ -58,7 +63,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), source: None, transient: false }
+        Error { kind, message: message.into(), source: None, transient: false, object: None }
     }
 
     /// An error caused by an I/O failure. `ENOSPC` and `EDQUOT` become [`ErrorKind::NoSpace`] whatever `kind` says,
@@ -68,7 +73,7 @@ impl Error {
         let full = matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT));
         let kind = if full { ErrorKind::NoSpace } else { kind };
         let transient = matches!(source.kind(), io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock);
-        Error { kind, message: message.into(), source: Some(Box::new(source)), transient }
+        Error { kind, message: message.into(), source: Some(Box::new(source)), transient, object: None }
     }
 
     /// This error, caused by `source` (shown after the message, and kept for callers to inspect).
@@ -82,6 +87,17 @@ impl Error {
     pub fn transient(mut self, transient: bool) -> Self {
         self.transient = transient;
         self
+    }
+
+    /// This error, about `object` (a stripe, a record, a file: the name its store knows it by).
+    pub fn with_object(mut self, object: impl Into<String>) -> Self {
+        self.object = Some(object.into());
+        self
+    }
+
+    /// The object this error concerns, when whoever made it said.
+    pub fn object(&self) -> Option<&str> {
+        self.object.as_deref()
     }
 
     /// Shorthand for [`ErrorKind::InvalidInput`].
@@ -148,7 +164,7 @@ impl std::error::Error for Error {
 
 /// Helper: wrap an `io::Error` with the path it concerns.
 pub(crate) fn io_at(kind: ErrorKind, what: &str, path: &Path, e: io::Error) -> Error {
-    Error::io(kind, format!("{what} {}", path.display()), e)
+    Error::io(kind, format!("{what} {}", path.display()), e).with_object(path.display().to_string())
 }
 
 #[cfg(test)]

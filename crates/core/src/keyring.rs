@@ -189,8 +189,8 @@ pub struct KeyRecord {
     pub format: u32,
     /// Its id (16 hex digits), what `sheaf key remove --key` takes.
     pub id: String,
-    /// `passphrase` or `key`.
-    pub kind: String,
+    /// Which kind of secret opens it.
+    pub kind: SecretKind,
     /// Argon2id's cost, for a passphrase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argon2: Option<Cost>,
@@ -224,11 +224,7 @@ impl KeyRecord {
 
     /// Which kind of secret opens it.
     pub fn secret_kind(&self) -> SecretKind {
-        if self.kind == "passphrase" {
-            SecretKind::Passphrase
-        } else {
-            SecretKind::Key
-        }
+        self.kind
     }
 
     fn kdf(&self) -> Result<Kdf> {
@@ -255,7 +251,7 @@ impl KeyRecord {
     /// The associated data that binds the sealed ring to the record's other fields.
     fn aad(&self) -> Vec<u8> {
         let mut a = b"sheaf key record 1\0".to_vec();
-        for field in [&self.id, &self.kind, &self.salt, &self.public, &self.ring, &self.ephemeral] {
+        for field in [self.id.as_str(), self.kind.name(), &self.salt, &self.public, &self.ring, &self.ephemeral] {
             a.extend_from_slice(field.as_bytes());
             a.push(0);
         }
@@ -274,17 +270,18 @@ impl KeyRecord {
     /// When the random source fails.
     pub fn seal(keys: &Keys, ring: &Ring, created: i64, added_by: &str) -> Result<KeyRecord> {
         let salt: [u8; 16] = random()?;
-        let (kind, argon2) = match keys.kind() {
-            SecretKind::Key => ("key", None),
+        let kind = keys.kind();
+        let argon2 = match kind {
+            SecretKind::Key => None,
             SecretKind::Passphrase => {
                 let (m_kib, t, p) = keys.argon2_cost();
-                ("passphrase", Some(Cost { m_kib, t, p }))
+                Some(Cost { m_kib, t, p })
             }
         };
         let mut record = KeyRecord {
             format: RECORD_FORMAT,
             id: hex(&random::<8>()?),
-            kind: kind.to_string(),
+            kind,
             argon2,
             salt: hex(&salt),
             public: String::new(),

@@ -12,12 +12,15 @@
 //! implementing [`Store`] and passing the conformance suite ([`conformance`]). Kinds core does not
 //! know (`s3://`) come from a [`Schemes`] the caller hands in. Each kind is one file
 //! (`storage/local.rs`, `storage/null.rs`, `storage/memory.rs`; S3 lives in the `sheaf-s3` crate).
-//! [`Throttled`] (`--max-rate`) wraps any of them.
+//! Wrappers take any of them: [`Throttled`] (`--max-rate`), [`Prefixed`] (a repository's root),
+//! [`Locked`] (a locked repository's Object Lock on every write).
 
 pub mod conformance;
 pub(crate) mod local;
+pub mod lock;
 mod memory;
 mod null;
+pub mod prefix;
 pub mod throttle;
 
 use std::fmt;
@@ -28,8 +31,10 @@ use std::sync::Arc;
 use crate::error::{Error, ErrorKind, Result};
 
 pub use local::{try_lock_exclusive, LocalSink, LocalSource, LocalStore};
+pub use lock::Locked;
 pub use memory::MemoryStore;
 pub use null::{NullSink, NullStore};
+pub use prefix::Prefixed;
 pub use throttle::{RateLimit, Throttled};
 
 /// What a store can do, as data (callers never downcast).

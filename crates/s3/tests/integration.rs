@@ -259,18 +259,26 @@ fn object_lock_keeps_what_was_written_from_the_same_credentials() {
 /// lock (a lock kept in the shared store gave the second the first one's date).
 #[test]
 fn two_repositories_in_one_bucket_keep_their_own_locks() {
-    use sheaf_core::repo::Repo;
+    use sheaf_core::repo::{Meta, Place};
     use sheaf_core::storage::{LockMode, WriteLock};
+    /// A description that locks what is written for `secs` in `mode`, sparing `.lock` objects.
+    #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+    struct Locked {
+        mode: LockMode,
+        secs: i64,
+        spare: bool,
+    }
+    impl Meta for Locked {
+        fn lock(&self, now: i64) -> Option<WriteLock> {
+            Some(WriteLock { mode: self.mode, until: now + self.secs, spare: if self.spare { vec![".lock".into()] } else { vec![] } })
+        }
+    }
     let m = Minio::start();
     m.create_locked_bucket("shared");
     let s = schemes(&m, m.options());
-    let (a, b) = (Repo::at("s3://shared/a", &s).unwrap(), Repo::at("s3://shared/b", &s).unwrap());
-    for r in [&a, &b] {
-        r.init(&serde_json::json!({ "at": r.display() })).unwrap();
-    }
     let now = sheaf_core::time::now_ms() / 1000;
-    a.lock_writes(WriteLock { mode: LockMode::Governance, until: now + 3600, spare: vec![".lock".into()] }).unwrap();
-    b.lock_writes(WriteLock { mode: LockMode::Compliance, until: now + 600, spare: vec![] }).unwrap();
+    let a = Place::at("s3://shared/a", &s).unwrap().init(&Locked { mode: LockMode::Governance, secs: 3600, spare: true }).unwrap();
+    let b = Place::at("s3://shared/b", &s).unwrap().init(&Locked { mode: LockMode::Compliance, secs: 600, spare: false }).unwrap();
     for r in [&a, &b] {
         r.put_json("backups/x.json", &serde_json::json!({ "at": r.display() }), false).unwrap();
         let mut sink = r.location("backups/x_1.sheaf").create(false, 0).unwrap();
@@ -279,8 +287,11 @@ fn two_repositories_in_one_bucket_keep_their_own_locks() {
     }
     a.put_json("backups/x.lock", &serde_json::json!({}), false).unwrap();
     for name in ["backups/x.json", "backups/x_1.sheaf"] {
-        assert_eq!(a.lock_of(name).unwrap(), Some((LockMode::Governance, now + 3600)), "a's {name}");
-        assert_eq!(b.lock_of(name).unwrap(), Some((LockMode::Compliance, now + 600)), "b's {name}");
+        // Locked from the open (a second or so after `now`), each for its own time.
+        let (am, at) = a.lock_of(name).unwrap().expect("a's object locked");
+        let (bm, bt) = b.lock_of(name).unwrap().expect("b's object locked");
+        assert!(am == LockMode::Governance && (now + 3600..now + 3660).contains(&at), "a's {name}: {am} {at}");
+        assert!(bm == LockMode::Compliance && (now + 600..now + 660).contains(&bt), "b's {name}: {bm} {bt}");
     }
     assert_eq!(a.lock_of("backups/x.lock").unwrap(), None, "spared");
 }

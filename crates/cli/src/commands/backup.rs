@@ -56,7 +56,7 @@ struct Cluster {
     facts: ClusterFacts,
     json: serde_json::Value,
     /// The backup's id in the repository, when it went into one.
-    repository_id: Option<String>,
+    repository_id: Option<sheaf_pg::repo::id::BackupId>,
 }
 
 fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result<Done, Error> {
@@ -130,8 +130,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 via_base_backup: a.via == Via::BaseBackup,
             };
             if into_repo {
-                let (repo, meta) =
-                    ctx.open_repos_to_write()?.into_iter().nth(target).map(|(r, m)| m.map(|m| (r, m))).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
+                let repo = ctx.open_repos_to_write()?.into_iter().nth(target).map(|(_, r)| r).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
                 let stripes = ctx.repo_stripes(a.stripes)?;
                 let backup_type = match ctx.settings.get("type", a.backup_type.clone()) {
                     Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,
@@ -139,7 +138,6 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 };
                 let (r, record) = sheaf_pg::backup::repo::backup_to_repo(
                     &repo,
-                    &meta,
                     &pg,
                     &opts,
                     sheaf_pg::backup::repo::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan },
@@ -153,7 +151,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 json["repository_id"] = serde_json::json!(record.id);
                 json["chain"] = serde_json::json!(record.chain);
                 if let Some(keep) = &auto_expire {
-                    let (v, plan) = expire_after(&repo, &meta, keep);
+                    let (v, plan) = expire_after(&repo, keep);
                     json["expire"] = v;
                     expired = plan;
                 }
@@ -206,13 +204,9 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
 
 /// expire-auto: the policy run on the repository the backup went into. Its plan as JSON (or the
 /// error), and the plan; a failure is a warning, never the backup's.
-fn expire_after(
-    repo: &sheaf_core::repo::Repo,
-    meta: &sheaf_pg::repo::meta::RepoMeta,
-    keep: &sheaf_pg::maintain::expire::Retention,
-) -> (serde_json::Value, Option<sheaf_pg::maintain::expire::ExpirePlan>) {
+fn expire_after(repo: &sheaf_pg::repo::Repo, keep: &sheaf_pg::maintain::expire::Retention) -> (serde_json::Value, Option<sheaf_pg::maintain::expire::ExpirePlan>) {
     let now = sheaf_core::time::now_ms() / 1000;
-    let done = sheaf_pg::maintain::expire::plan_expire(repo, meta, keep, now).and_then(|plan| sheaf_pg::maintain::expire::expire(repo, &plan).map(|()| plan));
+    let done = sheaf_pg::maintain::expire::plan_expire(repo, keep, now).and_then(|plan| sheaf_pg::maintain::expire::expire(repo, &plan).map(|()| plan));
     match done {
         Ok(plan) => (serde_json::to_value(&plan).expect("plan serialises"), Some(plan)),
         Err(e) => {

@@ -1,9 +1,8 @@
 //! `sheaf consolidate`: an incremental's chain written as one new full backup in the repository
 //! ([`sheaf_pg::backup::repo::consolidate_in_repo`]), in each repository given that holds it.
 
-use sheaf_core::repo::Repo;
 use sheaf_core::{BackupOptions, Error, ErrorKind};
-use sheaf_pg::repo::meta::RepoMeta;
+use sheaf_pg::repo::Repo;
 
 use crate::args::ConsolidateArgs;
 use crate::context::Context;
@@ -34,14 +33,14 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
         },
     };
     let explicit = a.repo_target.as_deref().is_some_and(|t| t != "all") || !several;
-    let mut chosen: Vec<(Repo, RepoMeta)> = Vec::new();
+    let mut chosen: Vec<Repo> = Vec::new();
     let mut unread: Option<Error> = None;
-    for (k, (repo, meta)) in repos.into_iter().enumerate().filter(|(k, _)| picked.contains(k)) {
-        let meta = match meta {
-            Ok(m) => m,
+    for (k, (place, opened)) in repos.into_iter().enumerate().filter(|(k, _)| picked.contains(k)) {
+        let repo = match opened {
+            Ok(r) => r,
             Err(e) if explicit => return Err(e),
             Err(e) => {
-                eprintln!("sheaf: repository {} ({}) cannot be read and is left out: {e}", k + 1, repo.display());
+                eprintln!("sheaf: repository {} ({}) cannot be read and is left out: {e}", k + 1, place.display());
                 unread.get_or_insert(e);
                 continue;
             }
@@ -53,13 +52,13 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
             }
             continue;
         }
-        chosen.push((repo, meta));
+        chosen.push(repo);
     }
     if chosen.is_empty() {
         return Err(unread.unwrap_or_else(|| Error::new(ErrorKind::InvalidInput, format!("no backup {} in any repository given (sheaf info lists them)", a.set))));
     }
     let mut json = Vec::new();
-    for (repo, _meta) in &chosen {
+    for repo in &chosen {
         let (report, record) = sheaf_pg::backup::repo::consolidate_in_repo(repo, &a.set, stripes, &opts, a.threads, ctx.schemes()?, progress(a.json)).map_err(|e| {
             if several {
                 e.context(format!("repository {}", repo.display()))

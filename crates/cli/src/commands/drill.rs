@@ -25,8 +25,8 @@ pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
 }
 
 fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
-    let (repo, meta) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository: --repo R (or SHEAF_REPO, or repo in the config file)"))?;
-    let meta = meta?;
+    let (_, repo) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository: --repo R (or SHEAF_REPO, or repo in the config file)"))?;
+    let repo = repo?;
     let pick = match (&a.set, a.random) {
         (Some(id), _) => Pick::Set(id.clone()),
         (None, true) => Pick::Random,
@@ -50,7 +50,7 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
         threads: a.threads,
         stop: ctx.interrupt.stop().clone(),
     };
-    let record = sheaf_pg::drill::run::drill(&repo, &meta, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, &repo), progress(a.json))?;
+    let record = sheaf_pg::drill::run::drill(&repo, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, repo.place()), progress(a.json))?;
     let mut v = serde_json::to_value(&record).expect("record serialises");
     v["repo"] = serde_json::json!(repo.display());
     v["backup_id"] = serde_json::json!(record.backup);

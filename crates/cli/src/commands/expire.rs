@@ -21,10 +21,10 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     let mut failed = None;
     let repos = if a.dry_run { ctx.open_repos()? } else { ctx.open_repos_to_write()? };
     let several = repos.len() > 1;
-    for (repo, meta) in repos {
-        let r = meta.and_then(|meta| one(&a, &repo, &meta, &keep, now));
+    for (place, opened) in repos {
+        let r = opened.and_then(|repo| one(&a, &repo, &keep, now));
         if let Err(e) = r {
-            let e = if several { e.context(repo.display()) } else { e };
+            let e = if several { e.context(place.display()) } else { e };
             if failed.is_some() {
                 crate::exit::report(&e);
             } else {
@@ -35,8 +35,8 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     failed.map_or(Ok(()), Err)
 }
 
-fn one(a: &ExpireArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, keep: &expire::Retention, now: i64) -> Result<(), Error> {
-    let plan = expire::plan_expire(repo, meta, keep, now)?;
+fn one(a: &ExpireArgs, repo: &sheaf_pg::repo::Repo, keep: &expire::Retention, now: i64) -> Result<(), Error> {
+    let plan = expire::plan_expire(repo, keep, now)?;
     if !a.dry_run {
         expire::expire(repo, &plan)?;
     }
@@ -58,19 +58,19 @@ pub fn say_plan(plan: &expire::ExpirePlan, dry_run: bool) {
         "{verb} {} backup{}{}, {} WAL files ({}); kept {} backup{} ({}) and WAL from {}",
         plan.removed.len(),
         plural(plan.removed.len()),
-        if plan.removed.is_empty() { String::new() } else { format!(" ({})", plan.removed.join(", ")) },
+        if plan.removed.is_empty() { String::new() } else { format!(" ({})", joined(&plan.removed)) },
         plan.wal_removed,
         format_size(plan.wal_bytes),
         plan.kept.len(),
         plural(plan.kept.len()),
-        plan.kept.join(", "),
+        joined(&plan.kept),
         plan.wal_kept_from.as_deref().unwrap_or("the start (no backup to anchor it)")
     );
     if !plan.unfinished.is_empty() {
-        say!("{verb} unfinished backup{} left by a crash: {}", plural(plan.unfinished.len()), plan.unfinished.join(", "));
+        say!("{verb} unfinished backup{} left by a crash: {}", plural(plan.unfinished.len()), joined(&plan.unfinished));
     }
     if !plan.running.is_empty() {
-        say!("left alone, still being written: {}", plan.running.join(", "));
+        say!("left alone, still being written: {}", joined(&plan.running));
     }
     if !plan.pinned.is_empty() {
         say!("kept, pinned by sheaf keep (with the WAL each needs to be consistent): {}", plan.pinned.join(", "));
@@ -86,9 +86,14 @@ pub fn say_plan(plan: &expire::ExpirePlan, dry_run: bool) {
             "warning: {} kept backup{} no longer locked ({}): anyone with the repository's credentials can delete {}; the lock is shorter than what the policy keeps",
             plan.unprotected.len(),
             plural(plan.unprotected.len()),
-            plan.unprotected.join(", "),
+            joined(&plan.unprotected),
             if plan.unprotected.len() == 1 { "it" } else { "them" }
         );
     }
     say!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
+}
+
+/// Backup ids for a line of text.
+fn joined(ids: &[sheaf_pg::repo::id::BackupId]) -> String {
+    ids.iter().map(|i| i.as_str()).collect::<Vec<_>>().join(", ")
 }

@@ -35,19 +35,19 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     let several = repos.len() > 1;
     let mut values = Vec::new();
     let mut failed = None;
-    for (k, (repo, meta)) in repos.iter().enumerate() {
+    for (k, (place, opened)) in repos.iter().enumerate() {
         if k > 0 && !json {
             say!();
         }
-        let shown = match meta {
-            Ok(meta) => Inventory::take(repo, meta).and_then(|inv| one(repo, meta, inv, json)),
+        let shown = match opened {
+            Ok(repo) => Inventory::take(repo).and_then(|inv| one(repo, inv, json)),
             Err(e) => Err(Error::new(e.kind(), e.to_string())),
         };
         match shown {
             Ok(v) => values.push(v),
             Err(e) => {
                 if several {
-                    eprintln!("sheaf: repository {} ({}) cannot be read: {e}", k + 1, repo.display());
+                    eprintln!("sheaf: repository {} ({}) cannot be read: {e}", k + 1, place.display());
                 }
                 failed.get_or_insert(e);
             }
@@ -61,7 +61,8 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
 }
 
 /// One repository, printed (its JSON returned instead, with `json`).
-fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv: Inventory, json: bool) -> Result<serde_json::Value, Error> {
+fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_json::Value, Error> {
+    let meta = repo.meta();
     let Inventory { found, files, ranges, gaps, expired, needs, drills, dropped, wal_bytes, backup_bytes, streaming, .. } = inv;
     let pins = sheaf_pg::repo::keep::pins(repo)?;
     if json {
@@ -97,7 +98,7 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
                 "{:<18} {:<4} {:<18} {:<20} {:<20} {:>3} {:<23} {:>10} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
                 r.id,
                 r.backup_type.name(),
-                r.parent().unwrap_or("-"),
+                r.parent().map_or("-", |p| p.as_str()),
                 r.start_time,
                 r.stop_time,
                 r.timeline,
@@ -122,7 +123,14 @@ fn one(repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, inv
         say!();
         say!("changes found by:");
         for r in incrementals {
-            say!("  {:<18} {} on {}, {} held: {}", r.id, r.backup_type.name(), r.parent().unwrap_or("-"), format_size(r.bytes_held), r.method.as_deref().unwrap_or(""));
+            say!(
+                "  {:<18} {} on {}, {} held: {}",
+                r.id,
+                r.backup_type.name(),
+                r.parent().map_or("-", |p| p.as_str()),
+                format_size(r.bytes_held),
+                r.method.as_deref().unwrap_or("")
+            );
         }
     }
     say!();
@@ -176,7 +184,7 @@ fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo:
 
 /// Every repository's metrics (`sheaf_repository_up` says which could be read), the server's lag
 /// when a URL is given (`sheaf_server_up` says whether it answered), and the catalog's runs.
-fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Repo, Result<sheaf_pg::repo::meta::RepoMeta, Error>)]) -> String {
+fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Place, Result<sheaf_pg::repo::Repo, Error>)]) -> String {
     use sheaf_pg::maintain::metrics::{render, repository, Metric, ServerPosition};
     let now = sheaf_core::time::now_ms() / 1000;
     let server = a.url.as_deref().map(|url| {
@@ -189,9 +197,9 @@ fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Repo, Res
     let mut metrics: Vec<Metric> = Vec::new();
     let mut up = Metric::gauge("sheaf_repository_up", "Whether the repository could be read.");
     let mut server_up = Metric::gauge("sheaf_server_up", "Whether the server answered (the lag metrics need it).");
-    for (repo, meta) in repos {
-        let shown = repo.display();
-        let inv = meta.as_ref().ok().map(|m| Inventory::take(repo, m).map(|inv| (m, inv)));
+    for (place, opened) in repos {
+        let shown = place.display();
+        let inv = opened.as_ref().ok().map(|r| Inventory::take(r).map(|inv| (r.meta(), inv)));
         match inv {
             Some(Ok((meta, inv))) => {
                 up = up.with(vec![("repo", shown.to_string())], 1.0);
@@ -202,7 +210,7 @@ fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Repo, Res
                 up = up.with(vec![("repo", shown.to_string())], 0.0);
             }
             None => {
-                let why = meta.as_ref().err().map(ToString::to_string).unwrap_or_default();
+                let why = opened.as_ref().err().map(ToString::to_string).unwrap_or_default();
                 eprintln!("sheaf: repository {shown} cannot be read, its metrics are left out: {why}");
                 up = up.with(vec![("repo", shown.to_string())], 0.0);
             }

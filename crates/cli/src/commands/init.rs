@@ -18,7 +18,8 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     let repos = ctx.repos_to_write()?;
     let lock = a.lock.map(|days| a.lock_mode.parse().map(|mode| RepoLock { days, mode })).transpose()?;
     for repo in &repos {
-        let meta = sheaf_pg::repo::meta::init(repo, &url, lock)?;
+        let created = sheaf_pg::repo::meta::init(repo, &url, lock)?;
+        let meta = created.meta();
         say!(
             "created {}{}repository {} for cluster {} (PostgreSQL {}, {} WAL segments)",
             if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },

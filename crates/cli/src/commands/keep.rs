@@ -1,10 +1,9 @@
 //! `sheaf keep`: pin a backup against expire, release it, or list the pins
 //! ([`sheaf_pg::repo::keep`]), in every repository given.
 
-use sheaf_core::repo::Repo;
 use sheaf_core::{Error, ErrorKind};
 use sheaf_pg::repo::keep;
-use sheaf_pg::repo::meta::RepoMeta;
+use sheaf_pg::repo::Repo;
 
 use crate::args::KeepArgs;
 use crate::context::Context;
@@ -18,11 +17,11 @@ use crate::context::Context;
 pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
     let given = ctx.open_repos_to_write()?;
     let several = given.len() > 1;
-    let mut repos: Vec<(Repo, RepoMeta)> = Vec::new();
-    for (repo, meta) in given {
-        match meta {
-            Ok(m) => repos.push((repo, m)),
-            Err(e) if several => eprintln!("sheaf: repository {} cannot be read and is left out: {e}", repo.display()),
+    let mut repos: Vec<Repo> = Vec::new();
+    for (place, opened) in given {
+        match opened {
+            Ok(r) => repos.push(r),
+            Err(e) if several => eprintln!("sheaf: repository {} cannot be read and is left out: {e}", place.display()),
             Err(e) => return Err(e),
         }
     }
@@ -33,7 +32,7 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
     let Some(id) = &a.set else { return list(&a, &repos, now) };
     let mut json = Vec::new();
     let mut done = 0;
-    for (repo, meta) in &repos {
+    for repo in &repos {
         let at = if several { format!(" in {}", repo.display()) } else { String::new() };
         let holds = sheaf_pg::repo::records::backups(repo)?.iter().any(|f| f.id() == id);
         if several && !holds {
@@ -52,7 +51,7 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
             continue;
         }
         let until = a.until.as_deref().map(|t| sheaf_pg::restore::pitr::parse_time_as("--until", t)).transpose()?.map(|ms| ms.div_euclid(1000));
-        let p = sheaf_pg::maintain::keep::pin(repo, meta, id, until, now)?;
+        let p = sheaf_pg::maintain::keep::pin(repo, id, until, now)?;
         let mut v = serde_json::to_value(&p).expect("pin serialises");
         v["repo"] = serde_json::json!(repo.display());
         json.push(v);
@@ -62,7 +61,7 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
         say!("{}{at} kept {}: expire leaves it, what it builds on and the WAL it needs to be consistent", p.id, p.until_text());
         if let Some(u) = p.locked_until {
             say!("and all of it is locked until {}: nobody can delete it before then", sheaf_core::time::utc(u));
-        } else if let Some(l) = &meta.lock {
+        } else if let Some(l) = &repo.meta().lock {
             say!("note: a pin until released cannot lengthen the lock ({} days from each write): pin --until a date to lock what it keeps that long", l.days);
         }
     }
@@ -77,10 +76,10 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
 }
 
 /// The pins of each repository.
-fn list(a: &KeepArgs, repos: &[(Repo, RepoMeta)], now: i64) -> Result<(), Error> {
+fn list(a: &KeepArgs, repos: &[Repo], now: i64) -> Result<(), Error> {
     let several = repos.len() > 1;
     let mut all = Vec::new();
-    for (repo, _) in repos {
+    for repo in repos {
         let pins = keep::pins(repo)?;
         if a.json {
             all.push(serde_json::json!({ "repo": repo.display(), "pins": pins }));

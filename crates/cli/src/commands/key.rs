@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
                 say!("{}", serde_json::to_string_pretty(&list).expect("serialises"));
                 return Ok(());
             }
-            if list.scheme == "single" {
+            if list.scheme == sheaf_pg::maintain::keys::KeyScheme::Single {
                 say!("{}: encrypted before key rings, with one {} (no key records); `sheaf key migrate` moves it to key rings in place", list.repo, list.keys[0].kind);
                 return Ok(());
             }

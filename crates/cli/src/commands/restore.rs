@@ -160,18 +160,18 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
     let repos = ctx.open_repos()?;
     let several = repos.len() > 1;
     let mut outcome = None;
-    for (k, (repo, meta)) in repos.iter().enumerate() {
-        let attempt = match meta {
+    for (k, (place, opened)) in repos.iter().enumerate() {
+        let attempt = match opened {
             Err(e) => Err(Error::new(e.kind(), e.to_string())),
-            Ok(meta) => sheaf_pg::restore::pitr::restore(repo, meta, ctx.schemes()?, &request, &opts, || restore_command(ctx, repo), progress(a.json)),
+            Ok(repo) => sheaf_pg::restore::pitr::restore(repo, ctx.schemes()?, &request, &opts, || restore_command(ctx, place), progress(a.json)),
         };
         match attempt {
             Ok((r, plan)) => {
-                outcome = Some(Ok((r, plan, repo.display().to_string())));
+                outcome = Some(Ok((r, plan, place.display().to_string())));
                 break;
             }
             Err(e) if several && k + 1 < repos.len() && nothing_written(&a.to) => {
-                eprintln!("sheaf: repository {} ({}) cannot serve this restore, trying the next: {e}", k + 1, repo.display());
+                eprintln!("sheaf: repository {} ({}) cannot serve this restore, trying the next: {e}", k + 1, place.display());
                 outcome = Some(Err(e));
             }
             Err(e) => {
@@ -209,8 +209,8 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
 }
 
 /// The restore_command a restored cluster runs: this sheaf, by absolute path, with the settings
-/// that found the repository (no secrets: credentials stay in the environment or ~/.aws).
-pub fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Repo) -> Result<String, Error> {
+/// that found the repository `repo` (no secrets: credentials stay in the environment or ~/.aws).
+pub fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Place) -> Result<String, Error> {
     let exe = ctx.exe()?;
     let mut parts = vec![shell_quote(&exe.display().to_string()).into_owned(), "wal-fetch".into(), "%f".into(), "%p".into()];
     if let Some(c) = ctx.config_flag() {

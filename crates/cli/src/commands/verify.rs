@@ -55,10 +55,10 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
     let repos = ctx.open_repos()?;
     let several = repos.len() > 1;
     let (mut values, mut failed) = (Vec::new(), None);
-    for (repo, meta) in &repos {
-        let one = match meta {
-            Ok(meta) => verify_one(ctx, a, repo, meta, several),
-            Err(e) => Err(Error::new(e.kind(), format!("{}: {e}", repo.display()))),
+    for (place, opened) in &repos {
+        let one = match opened {
+            Ok(repo) => verify_one(ctx, a, repo, several),
+            Err(e) => Err(Error::new(e.kind(), format!("{}: {e}", place.display()))),
         };
         match one {
             Ok(v) => values.push(v),
@@ -83,10 +83,10 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
     Ok(values.pop().unwrap_or_default())
 }
 
-fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_core::repo::Repo, meta: &sheaf_pg::repo::meta::RepoMeta, several: bool) -> Result<serde_json::Value, Error> {
+fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_pg::repo::Repo, several: bool) -> Result<serde_json::Value, Error> {
     let t0 = Instant::now();
     let opts = sheaf_pg::maintain::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()), stop: ctx.interrupt.stop().clone() };
-    let check = sheaf_pg::maintain::verify::verify(repo, meta, ctx.schemes()?, a.threads, &opts)?;
+    let check = sheaf_pg::maintain::verify::verify(repo, ctx.schemes()?, a.threads, &opts)?;
     let seconds = t0.elapsed().as_secs_f64();
     let mut v = serde_json::to_value(&check).expect("check serialises");
     v["repo"] = serde_json::json!(repo.display());

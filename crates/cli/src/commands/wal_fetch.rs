@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use sheaf_core::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::{Error, ErrorKind};
 use sheaf_pg::cluster::walname::{is_segment_name, wal_dir};
 use sheaf_pg::wal::fetch::Recovered;
@@ -43,8 +43,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)?) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
-        let meta = sheaf_pg::repo::meta::open(&repo)?;
-        let r = sheaf_pg::wal::spool::prefetch(&repo, &meta, &spool, parallel, std::time::Duration::from_secs(10))?;
+        let r = sheaf_pg::wal::spool::prefetch(&sheaf_pg::repo::meta::open(&repo)?, &spool, parallel, std::time::Duration::from_secs(10))?;
         for e in &r.errors {
             eprintln!("sheaf: prefetch: {e}");
         }
@@ -96,7 +95,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
 /// the same first repository): complete and not yet uploaded, or the one being received, which
 /// holds everything the receiver reported flushed (a synchronous standby's returned commits). Put
 /// at `a.dest` whole; whether it was there.
-fn from_receiver_spool(ctx: &Context, a: &WalFetchArgs, repo: &Repo) -> Result<bool, Error> {
+fn from_receiver_spool(ctx: &Context, a: &WalFetchArgs, repo: &Place) -> Result<bool, Error> {
     if !is_segment_name(&a.name) || ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).is_none() {
         return Ok(false);
     }
@@ -113,7 +112,7 @@ fn from_receiver_spool(ctx: &Context, a: &WalFetchArgs, repo: &Repo) -> Result<b
 
 /// Start `sheaf wal-fetch --prefetch` in the background, detached from PostgreSQL's startup
 /// process (it exits at once if one is running already; its errors go to prefetch.log in the spool).
-fn start_prefetcher(ctx: &Context, a: &WalFetchArgs, repo: &Repo, parallel: usize, spool: &Spool) -> Result<(), Error> {
+fn start_prefetcher(ctx: &Context, a: &WalFetchArgs, repo: &Place, parallel: usize, spool: &Spool) -> Result<(), Error> {
     use std::os::unix::process::CommandExt;
     let exe = ctx.exe()?;
     sheaf_core::whole::create_dirs(spool.dir()).map_err(|e| Error::io(ErrorKind::Io, format!("cannot create {}", spool.dir().display()), e))?;

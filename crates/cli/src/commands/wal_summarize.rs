@@ -17,9 +17,9 @@ pub fn run(ctx: &Context, a: WalSummarizeArgs) -> Result<(), Error> {
     let mut json = Vec::new();
     let mut failed: Vec<String> = Vec::new();
     let mut unread: Option<Error> = None;
-    for (repo, meta) in repos {
+    for (repo, opened) in repos {
         let at = if several { format!(" in {}", repo.display()) } else { String::new() };
-        let r = match meta.and_then(|m| sheaf_pg::wal::summaries::fill_in(&repo, &m, ctx.interrupt.stop())) {
+        let r = match opened.and_then(|r| sheaf_pg::wal::summaries::fill_in(&r, ctx.interrupt.stop())) {
             Ok(r) => r,
             Err(e) if several => {
                 eprintln!("sheaf: repository {} cannot be read and is left out: {e}", repo.display());

@@ -348,7 +348,7 @@ impl LocalSource {
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                Error::incomplete(format!("stripe {} does not exist", path.display()))
+                Error::incomplete(format!("stripe {} does not exist", path.display())).with_object(path.display().to_string())
             } else {
                 io_at(ErrorKind::Io, "cannot open stripe", path, e)
             }

@@ -44,7 +44,7 @@ impl Store for MemoryStore {
         Ok(Box::new(MemorySink { objects: self.objects.clone(), name: name.into(), buf: Vec::new(), published: false, overwrite }))
     }
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
-        let data = self.objects().get(name).cloned().ok_or_else(|| Error::incomplete(format!("stripe {} does not exist", self.describe(name))))?;
+        let data = self.objects().get(name).cloned().ok_or_else(|| Error::incomplete(format!("stripe {} does not exist", self.describe(name))).with_object(name))?;
         Ok(Box::new(MemorySource { data, shown: self.describe(name) }))
     }
     fn exists(&self, name: &str) -> Result<bool> {

@@ -46,7 +46,7 @@ pub fn choose_changes(
     let why_not = match &parent.summaries {
         _ if parent.page_scan && !parent.check_changes => "--page-scan asked for it".to_string(),
         None => "no repository holds WAL summaries for it".to_string(),
-        Some((repo, meta)) => match changes_since(repo, meta, (parent.timeline, parent.start_lsn), (timeline, start), history, pg_wal)? {
+        Some(repo) => match changes_since(repo, (parent.timeline, parent.start_lsn), (timeline, start), history, pg_wal)? {
             Ok(summary) => {
                 let named = blocks_named(&summary);
                 let wal = WalChanges::new(summary, parent);

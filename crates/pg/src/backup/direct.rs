@@ -30,8 +30,10 @@ use crate::backup::facts::ClusterFacts;
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
 use crate::backup::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::cluster::checksum::{verify_page, Verdict, PAGE_SIZE};
+use crate::cluster::control::{Control, CONTROL_FILE};
 use crate::cluster::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::cluster::lsn::Lsn;
+use crate::cluster::system::SystemId;
 use crate::cluster::walname;
 
 /// The files of the backup host's spool (WAL fetched from the archive) on this host, every other
@@ -132,8 +134,8 @@ impl ChunkCheck for PageCheck {
     }
 }
 
-fn system_identifier_of(files: &dyn Files, pgdata: &Path) -> Result<u64> {
-    let control = pgdata.join("global/pg_control");
+fn system_identifier_of(files: &dyn Files, pgdata: &Path) -> Result<SystemId> {
+    let control = pgdata.join(CONTROL_FILE);
     let bytes = files
         .read_small(&control)
         .map_err(|e| match files.host() {
@@ -146,8 +148,7 @@ fn system_identifier_of(files: &dyn Files, pgdata: &Path) -> Result<u64> {
                 format!("there is no {}{}: give the data directory with --pgdata", control.display(), files.host().map(|h| format!(" on {h}")).unwrap_or_default()),
             )
         })?;
-    let first: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
-    Ok(u64::from_le_bytes(first))
+    Control::system_identifier_of(&bytes).map_err(|e| Error::corrupt(format!("{}: {e}", control.display())))
 }
 
 /// Take an online backup of the server at `pg.url` (a primary or a hot standby; with
@@ -329,7 +330,7 @@ fn locate(pg: &PgBackupOptions, sides: &mut Sides) -> Result<(PathBuf, Arc<dyn F
             )));
         }
     }
-    let system = facts.system_identifier.clone();
+    let system = facts.system_identifier;
     let (reader, reader_facts) = sides.reader();
     let reader_url = reader.url().to_string();
     let pgdata = match (&pg.pgdata, &reader_facts.data_directory) {
@@ -339,7 +340,7 @@ fn locate(pg: &PgBackupOptions, sides: &mut Sides) -> Result<(PathBuf, Arc<dyn F
     };
     let files: Arc<dyn Files> = pg.remote.as_ref().map(|r| r.0.clone()).unwrap_or_else(|| Arc::new(LocalFiles));
     let local_id = system_identifier_of(files.as_ref(), &pgdata)?;
-    if local_id.to_string() != system {
+    if local_id != system {
         return Err(Error::invalid(format!(
             "{} holds cluster {local_id}, but {reader_url} is cluster {system}: give the data directory of that server with --pgdata (sheaf must run on the host whose files it reads)",
             pgdata.display(),

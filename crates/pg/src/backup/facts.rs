@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::{BackupSet, Error, Result};
 
 use crate::cluster::lsn::Lsn;
+use crate::cluster::system::SystemId;
 use crate::connect::catalog::{DatabaseInfo, Tablespace};
 
 /// The `kind` of a PostgreSQL backup's source facts.
@@ -27,7 +28,7 @@ pub struct ClusterFacts {
     /// `server_version_num`, e.g. 150018.
     pub server_version_num: i32,
     /// The cluster's system identifier.
-    pub system_identifier: String,
+    pub system_identifier: SystemId,
     /// The timeline the backup was taken on.
     pub timeline: u32,
     /// Where WAL replay starts (the checkpoint's redo point).
@@ -112,7 +113,7 @@ mod tests {
 
     #[test]
     fn facts_keep_their_json_keys_and_older_backups_still_read() {
-        let facts = ClusterFacts { kind: KIND.into(), system_identifier: "7".into(), timeline: 2, databases: Some(Vec::new()), ..Default::default() };
+        let facts = ClusterFacts { kind: KIND.into(), system_identifier: SystemId(7), timeline: 2, databases: Some(Vec::new()), ..Default::default() };
         let v = facts.to_value();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(

@@ -19,12 +19,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::repo::Repo;
 use sheaf_core::manifest::{BackupType, EntryKind};
-use sheaf_core::repo::Repo;
 use sheaf_core::source::Files;
 use sheaf_core::{BackupSet, Changes, FileChanges, Lineage, UnitFilter};
-
-use crate::repo::meta::RepoMeta;
 
 use crate::cluster::checksum::PAGE_SIZE;
 use crate::cluster::layout;
@@ -52,7 +50,7 @@ pub struct Parent {
     /// PG_VERSION says so.
     pub versions: HashMap<(String, String), i64>,
     /// The repository whose WAL block summaries say what changed; without it, the page scan.
-    pub summaries: Option<(Repo, RepoMeta)>,
+    pub summaries: Option<Repo>,
     /// `--check-changes`: keep what the page scan finds, and fail if the summaries missed any of it.
     pub check_changes: bool,
     /// `--page-scan`: read every page, whatever the summaries hold.

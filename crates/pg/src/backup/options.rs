@@ -6,14 +6,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::repo::Repo;
 use sheaf_core::manifest::BackupType;
-use sheaf_core::repo::Repo;
 use sheaf_core::source::Files;
 use sheaf_core::BackupReport;
 
 use crate::backup::facts::ClusterFacts;
 use crate::backup::incremental::Parent;
-use crate::repo::meta::RepoMeta;
 
 /// What a PostgreSQL backup is asked to do, beyond the engine's options.
 #[derive(Clone, Debug, Default)]
@@ -29,7 +28,7 @@ pub struct PgBackupOptions {
     /// Keep a backup that found page checksum failures (they are still recorded).
     pub ignore_checksum_failures: bool,
     /// Refuse a cluster with another system identifier (a repository's), before writing anything.
-    pub expect_system_identifier: Option<String>,
+    pub expect_system_identifier: Option<crate::cluster::system::SystemId>,
     /// Build on this backup (an incremental or differential): only what changed since it is read
     /// into the set. A parent that the server's timeline left before it was consistent makes the
     /// backup a full one, saying so.
@@ -46,7 +45,7 @@ pub struct PgBackupOptions {
     /// [`crate::backup::topology::DEFAULT_WAIT`]).
     pub wal_timeout: Option<Duration>,
     /// The repository the primary archives into: where WAL missing from pg_wal is found.
-    pub archive: Option<(Repo, RepoMeta)>,
+    pub archive: Option<Repo>,
     /// Read the cluster's files on another host, through its agent, rather than on this one.
     pub remote: Option<Remote>,
     /// Read the cluster over the replication protocol (BASE_BACKUP) instead of its files.

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result};
 
 use crate::backup::direct::backup_postgres;
 use crate::backup::incremental::{may_build_on, Parent};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
-use crate::repo::meta::RepoMeta;
+use crate::repo::id::BackupId;
 use crate::repo::paths;
 use crate::repo::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord};
 use sheaf_core::manifest::BackupType;
@@ -38,13 +38,13 @@ pub struct Kind {
 /// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
 pub fn backup_to_repo(
     repo: &Repo,
-    meta: &RepoMeta,
     pg: &PgBackupOptions,
     opts: &BackupOptions,
     kind: Kind,
     schemes: &dyn Schemes,
     progress: Arc<dyn Progress>,
 ) -> Result<(PgBackupReport, BackupRecord)> {
+    let meta = repo.meta();
     let Kind { stripes, backup_type, check_changes, page_scan } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
@@ -68,16 +68,17 @@ pub fn backup_to_repo(
             let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
             let lineage = Lineage { backup_type, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
             let mut parent = Parent::new(lineage, &p.id, p.start_lsn, p.stop_lsn, p.timeline, &set);
-            parent.summaries = Some((repo.clone(), meta.clone()));
+            parent.summaries = Some(repo.clone());
             parent.check_changes = check_changes;
             parent.page_scan = page_scan;
             Some((parent, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
         }
     };
-    let start_unix = now_unix();
-    let mut id = compact_time(start_unix);
+    let start_ms = sheaf_core::time::now_ms();
+    let start_unix = start_ms.div_euclid(1000);
+    let mut id = BackupId::at(start_ms);
     if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
-        id = format!("{id}-{}", std::process::id());
+        id = id.of_process(std::process::id());
     }
     let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&id, k)).collect();
     let mut opts = opts.clone();
@@ -88,8 +89,8 @@ pub fn backup_to_repo(
         repo.prepare(n)?;
     }
     let mut pg = pg.clone();
-    pg.expect_system_identifier = Some(meta.system_identifier.clone());
-    pg.archive = Some((repo.clone(), meta.clone()));
+    pg.expect_system_identifier = Some(meta.system_identifier);
+    pg.archive = Some(repo.clone());
     pg.parent = parent.as_ref().map(|p| p.0.clone());
     let mut lock = BackupLock::ours(&id, start_unix);
     lock.chain = parent.as_ref().map(|p| p.1.clone()).unwrap_or_default();
@@ -169,7 +170,7 @@ pub fn consolidate_in_repo(
     if of.chain.is_empty() {
         return Err(Error::invalid(format!("backup {} is a full backup already: consolidate an incremental or differential (sheaf info --repo lists them)", of.id)));
     }
-    let new_id = format!("{}-full", of.id);
+    let new_id = of.id.consolidated();
     if repo.exists(&paths::record(&new_id))? {
         return Err(Error::new(ErrorKind::TargetNotEmpty, format!("backup {} was consolidated already, as {new_id}", of.id)));
     }
@@ -210,20 +211,4 @@ pub fn consolidate_in_repo(
     }
     let _ = repo.delete(&paths::lock(&new_id));
     result
-}
-
-/// `20261122-101500Z` for a time in seconds since the epoch.
-pub fn compact_time(unix: i64) -> String {
-    let t = sheaf_core::time::utc(unix); // 2026-11-22T10:15:00Z
-    format!("{}{}{}-{}{}{}Z", &t[0..4], &t[5..7], &t[8..10], &t[11..13], &t[14..16], &t[17..19])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_sort_by_time() {
-        assert_eq!(compact_time(1_795_257_045), "20261121-103045Z");
-    }
 }

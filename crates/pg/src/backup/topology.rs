@@ -22,14 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::source::Files;
 use sheaf_core::{Error, ErrorKind, Progress, Result};
 
 use crate::cluster::lsn::Lsn;
 use crate::connect::server::{Server, ServerFacts, Start};
 use crate::connect::session::redact;
-use crate::repo::meta::RepoMeta;
 
 /// How long a backup waits, by default, for WAL to reach the archive or a standby to replay.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
@@ -244,7 +243,7 @@ pub struct WalSource<'a> {
     /// Where the cluster's files are.
     pub files: &'a dyn Files,
     /// The repository the primary archives into.
-    pub archive: Option<&'a (Repo, RepoMeta)>,
+    pub archive: Option<&'a Repo>,
     /// How long to wait for a segment to reach the archive.
     pub wait: Duration,
 }
@@ -262,7 +261,7 @@ impl WalSource<'_> {
                 return Ok(Found::Cluster(at));
             }
         }
-        let Some((repo, meta)) = self.archive else {
+        let Some(repo) = self.archive else {
             return Err(Error::new(
                 ErrorKind::Source,
                 format!(
@@ -276,7 +275,7 @@ impl WalSource<'_> {
         let mut asked: Option<Instant> = None;
         let mut said = false;
         loop {
-            if crate::wal::archive::fetch(repo, meta, name, &dest, false)?.is_some() {
+            if crate::wal::archive::fetch(repo, name, &dest, false)?.is_some() {
                 return Ok(Found::Fetched(dest));
             }
             let is_segment = crate::cluster::walname::is_segment_name(name);

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cluster::lsn::Lsn;
+use crate::cluster::system::SystemId;
 
 /// Where the control file lives in a data directory.
 pub const CONTROL_FILE: &str = "global/pg_control";
@@ -41,7 +42,7 @@ pub enum ControlError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Control {
     /// The cluster's system identifier.
-    pub system_identifier: u64,
+    pub system_identifier: SystemId,
     /// `pg_control_version`.
     pub version: u32,
     /// The server's state when it last wrote the file.
@@ -128,7 +129,7 @@ impl Control {
             n => DbState::Other(n),
         };
         Ok(Control {
-            system_identifier: field(0)?,
+            system_identifier: SystemId(field(0)?),
             version,
             state,
             checkpoint: Lsn(field(32)?),
@@ -158,9 +159,9 @@ impl Control {
     ///
     /// # Errors
     /// [`ControlError::TooShort`].
-    pub fn system_identifier_of(b: &[u8]) -> Result<u64, ControlError> {
+    pub fn system_identifier_of(b: &[u8]) -> Result<SystemId, ControlError> {
         let first: [u8; 8] = b.get(..8).and_then(|b| b.try_into().ok()).ok_or(ControlError::TooShort)?;
-        Ok(u64::from_le_bytes(first))
+        Ok(SystemId(u64::from_le_bytes(first)))
     }
 }
 
@@ -192,7 +193,7 @@ mod tests {
     fn control_files_are_read_and_damage_or_unknown_versions_refused() {
         for v in [1300, 1700, 1800] {
             let c = Control::parse(&sample(v, 2, true)).unwrap();
-            assert_eq!((c.system_identifier, c.state, c.checkpoint, c.redo, c.timeline), (7, DbState::ShutDownInRecovery, Lsn(0x0300_0060), Lsn(0x0300_0028), 2));
+            assert_eq!((c.system_identifier.0, c.state, c.checkpoint, c.redo, c.timeline), (7, DbState::ShutDownInRecovery, Lsn(0x0300_0060), Lsn(0x0300_0028), 2));
             assert_eq!((c.min_recovery, c.min_recovery_timeline, c.checksums, c.wal_log_hints), (Lsn(0x0400_0000), 3, true, false));
         }
         let mut bad = sample(1800, 1, false);
@@ -200,7 +201,7 @@ mod tests {
         assert!(matches!(Control::parse(&bad), Err(ControlError::Crc)));
         assert!(matches!(Control::parse(&sample(1201, 1, false)), Err(ControlError::Version(1201))));
         assert!(matches!(Control::parse(&sample(1800, 1, false)[..100]), Err(ControlError::TooShort)));
-        assert_eq!(Control::system_identifier_of(&sample(1201, 1, false)).unwrap(), 7, "any version");
+        assert_eq!(Control::system_identifier_of(&sample(1201, 1, false)).unwrap(), SystemId(7), "any version");
         assert_eq!(Control::parse(&sample(1300, 6, false)).unwrap().state.to_string(), "in production");
     }
 }

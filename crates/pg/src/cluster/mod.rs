@@ -6,7 +6,7 @@
 //! - [`layout`]: the data directory: what a base backup leaves out, which files are relation
 //!   forks.
 //! - [`checksum`]: the data page checksum, to verify pages as they are read.
-//! - [`control`]: `global/pg_control`, read.
+//! - [`control`]: `global/pg_control`, read; [`system`]: [`system::SystemId`], which cluster.
 //! - [`conf`]: the configuration files a restore reads and appends to.
 
 pub mod checksum;
@@ -14,4 +14,5 @@ pub mod conf;
 pub mod control;
 pub mod layout;
 pub mod lsn;
+pub mod system;
 pub mod walname;

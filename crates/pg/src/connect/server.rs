@@ -7,6 +7,7 @@ use postgres::Client;
 use sheaf_core::error::{Error, ErrorKind, Result};
 
 use crate::cluster::lsn::Lsn;
+use crate::cluster::system::SystemId;
 use crate::connect::conninfo::ConnInfo;
 use crate::connect::session::{db_err, open, redact};
 
@@ -18,7 +19,7 @@ pub struct ServerFacts {
     /// `server_version_num`, e.g. 150018.
     pub version_num: i32,
     /// The cluster's system identifier.
-    pub system_identifier: String,
+    pub system_identifier: SystemId,
     /// `data_directory` as the server reports it (None when the role may not read it).
     pub data_directory: Option<String>,
     /// Whether pages carry checksums.
@@ -86,7 +87,7 @@ pub struct Archiver {
     /// Its timeline (of the last checkpoint).
     pub timeline: u32,
     /// The cluster's system identifier.
-    pub system_identifier: String,
+    pub system_identifier: SystemId,
 }
 
 /// A row as text, `None` for NULL ([`Server::simple_query`]).
@@ -203,7 +204,7 @@ impl Server {
             )));
         }
         let r = self.one("reading the control file", "SELECT system_identifier::text, catalog_version_no FROM pg_control_system()")?;
-        let system_identifier: String = r.get(0);
+        let system_identifier: SystemId = r.get::<_, String>(0).parse()?;
         let catversion: i32 = r.get(1);
         let data_directory = self.client.query_one("SELECT current_setting('data_directory')", &[]).ok().map(|r| r.get::<_, String>(0));
         Ok(ServerFacts {
@@ -434,7 +435,7 @@ impl Server {
             last_failed_time: r.get(9),
             lsn: r.get::<_, String>(10).parse().unwrap_or_default(),
             timeline: u32::try_from(r.get::<_, i64>(11)).unwrap_or(0),
-            system_identifier: r.get(12),
+            system_identifier: r.get::<_, String>(12).parse()?,
         })
     }
 

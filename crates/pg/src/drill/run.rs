@@ -12,14 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::stop::{interrupted, Stop};
 use sheaf_core::{Error, ErrorKind, Progress, Result, Schemes};
 
 use crate::cluster::lsn::Lsn;
 use crate::drill::scratch::{server_bin_for, server_dir, ScratchCluster};
 use crate::repo::drills::{drill_object, CheckOutcome, DrillRecord, Phases};
-use crate::repo::meta::RepoMeta;
 use crate::repo::records::{complete, pick, BackupRecord};
 use crate::restore::directory::PgRestoreOptions;
 use crate::restore::pitr::Request;
@@ -109,14 +108,8 @@ struct Failed(Error);
 /// # Errors
 /// The refusals above, and a record that cannot be written; [`ErrorKind::Cancelled`] when
 /// `opts.stop` was asked (then nothing is recorded, and the folder is removed).
-pub fn drill(
-    repo: &Repo,
-    meta: &RepoMeta,
-    schemes: &dyn Schemes,
-    opts: &DrillOptions,
-    restore_command: impl FnOnce() -> Result<String>,
-    progress: Arc<dyn Progress>,
-) -> Result<DrillRecord> {
+pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_command: impl FnOnce() -> Result<String>, progress: Arc<dyn Progress>) -> Result<DrillRecord> {
+    let meta = repo.meta();
     // Its record is written at the end: a user who may not write it is told before the drill.
     repo.check_writer().map_err(|e| e.context("a drill records itself in the repository"))?;
     let backup = choose(repo, &opts.pick, meta.wal_segment_size)?;
@@ -124,7 +117,7 @@ pub fn drill(
         .ok_or_else(|| Error::corrupt(format!("backup {}: its record names no server version ('{}'), so no server can be chosen to drill it", backup.id, backup.server_version)))?;
     let bin = server_bin_for(major, opts.pg_bin.as_deref())?;
     let mut request = opts.request.clone();
-    request.set = Some(backup.id.clone());
+    request.set = Some(backup.id.to_string());
     // A backup before the retention horizon keeps only the WAL that makes it consistent: with no
     // target asked for, it is drilled to that point.
     let targetless = request.time.is_none() && request.lsn.is_none() && request.name.is_none() && !request.immediate;
@@ -148,7 +141,7 @@ pub fn drill(
     let mut record = DrillRecord {
         id: drill_id(started_ms),
         backup: backup.id.clone(),
-        backup_type: backup.backup_type.name().to_string(),
+        backup_type: backup.backup_type,
         started_unix: started_ms / 1000,
         ended_unix: 0,
         target,
@@ -167,7 +160,7 @@ pub fn drill(
     };
     // 1. Restore.
     let t0 = Instant::now();
-    let restored = crate::restore::pitr::restore(repo, meta, schemes, &request, &popts, restore_command, progress);
+    let restored = crate::restore::pitr::restore(repo, schemes, &request, &popts, restore_command, progress);
     record.phases.restore_seconds = t0.elapsed().as_secs_f64();
     let outcome = match restored {
         // Refusals before a byte was written: no drill took place.
@@ -187,14 +180,14 @@ pub fn drill(
     }
     if let Err(Failed(e)) = outcome {
         record.failure = Some(e.to_string());
-        record.failure_kind = Some(if e.kind() == ErrorKind::Incomplete { "incomplete" } else { "corrupt" }.into());
+        record.failure_kind = Some(if e.kind() == ErrorKind::Incomplete { ErrorKind::Incomplete } else { ErrorKind::Corrupt });
     }
     record.passed = record.failure.is_none() && record.checks.iter().all(|c| c.ok);
     if record.passed {
         record.failure = None;
     } else if record.failure.is_none() {
         record.failure = record.checks.iter().find(|c| !c.ok).map(|c| format!("{}: {}", c.check, c.detail));
-        record.failure_kind = Some("corrupt".into());
+        record.failure_kind = Some(ErrorKind::Corrupt);
     }
     record.phases.total_seconds = record.phases.restore_seconds + record.phases.recovery_seconds + record.phases.checks_seconds;
     record.ended_unix = sheaf_core::time::now_ms() / 1000;
@@ -214,7 +207,7 @@ pub fn failure_error(r: &DrillRecord) -> Option<Error> {
         return None;
     }
     let why = r.failure.clone().unwrap_or_else(|| "a check failed".into());
-    let kind = if r.failure_kind.as_deref() == Some("incomplete") { ErrorKind::Incomplete } else { ErrorKind::Corrupt };
+    let kind = r.failure_kind.unwrap_or(ErrorKind::Corrupt);
     Some(Error::new(kind, format!("the drill of backup {} failed: {why}", r.backup)))
 }
 
@@ -234,7 +227,7 @@ fn describe_target(r: &Request) -> String {
 
 /// `20261128-041500.123Z`.
 fn drill_id(ms: i64) -> String {
-    format!("{}.{:03}Z", crate::backup::repo::compact_time(ms.div_euclid(1000)).trim_end_matches('Z'), ms.rem_euclid(1000))
+    crate::repo::id::stamp(ms)
 }
 
 fn nothing_written(data: &Path) -> bool {
@@ -302,7 +295,7 @@ fn run_server(bin: &Path, data: &Path, backup: &BackupRecord, opts: &DrillOption
             if let Ok(pos) = server.query("postgres", sql) {
                 let mut it = pos.split_whitespace();
                 if let Some(lsn) = it.next().and_then(|l| l.parse::<Lsn>().ok()) {
-                    record.reached_lsn = Some(lsn.to_string());
+                    record.reached_lsn = Some(lsn);
                     record.wal_bytes_replayed = Some(lsn.bytes_since(backup.start_lsn));
                 }
                 record.timeline = it.next().and_then(|t| u32::from_str_radix(t, 16).ok());
@@ -469,7 +462,7 @@ mod tests {
         let mut r = DrillRecord {
             id: "d".into(),
             backup: "b".into(),
-            backup_type: "full".into(),
+            backup_type: sheaf_core::manifest::BackupType::Full,
             started_unix: 0,
             ended_unix: 0,
             target: "end of archive".into(),
@@ -490,10 +483,10 @@ mod tests {
         r.passed = false;
         r.failure = Some("pg_amcheck: corruption found".into());
         assert_eq!(failure_error(&r).unwrap().kind(), ErrorKind::Corrupt);
-        r.failure_kind = Some("corrupt".into());
+        r.failure_kind = Some(ErrorKind::Corrupt);
         assert_eq!(failure_error(&r).unwrap().kind(), ErrorKind::Corrupt);
         r.failure = Some("restore: the archive has a gap: 1 segment is missing".into());
-        r.failure_kind = Some("incomplete".into());
+        r.failure_kind = Some(ErrorKind::Incomplete);
         assert_eq!(failure_error(&r).unwrap().kind(), ErrorKind::Incomplete);
     }
 }

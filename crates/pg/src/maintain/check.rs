@@ -7,15 +7,15 @@
 
 use std::time::{Duration, Instant};
 
+use crate::repo::Repo;
 use serde::Serialize;
-use sheaf_core::repo::Repo;
 
 use crate::cluster::walname::WalFile;
 use crate::connect::server::Server;
 use crate::repo::inventory::{missing, Inventory};
-use crate::repo::meta::RepoMeta;
 use crate::repo::paths;
 use crate::repo::records::Found;
+use sheaf_core::repo::Place;
 
 /// How bad a finding is; the order is the exit code's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -83,40 +83,40 @@ impl Findings {
     }
 }
 
-/// Check the repositories `repos` (opened, not yet read; several when WAL goes to each) against
-/// the server at `opts.url`.
-pub fn check(repos: &[Repo], opts: &CheckOptions) -> CheckReport {
+/// Check the repositories at `repos` (not opened yet: one that does not open is a finding;
+/// several when WAL goes to each) against the server at `opts.url`.
+pub fn check(repos: &[Place], opts: &CheckOptions) -> CheckReport {
     let mut f = Findings(Vec::new());
     run(repos, opts, &mut f);
     let status = f.0.iter().map(|x| x.status).max().unwrap_or(Status::Ok);
     CheckReport { status, findings: f.0 }
 }
 
-fn run(repos: &[Repo], opts: &CheckOptions, f: &mut Findings) {
+fn run(repos: &[Place], opts: &CheckOptions, f: &mut Findings) {
     // Each repository readable and writable; those that are go on to be checked.
-    let mut usable: Vec<(&Repo, RepoMeta)> = Vec::new();
-    for repo in repos {
-        let meta = match crate::repo::meta::open(repo) {
-            Ok(m) => m,
+    let mut usable: Vec<Repo> = Vec::new();
+    for place in repos {
+        let repo = match crate::repo::meta::open(place) {
+            Ok(r) => r,
             Err(e) => {
-                f.add("repository", Status::Critical, format!("cannot read the repository at {}: {e}", repo.display()));
+                f.add("repository", Status::Critical, format!("cannot read the repository at {}: {e}", place.display()));
                 continue;
             }
         };
         let probe = format!("check/{}-{}.probe", std::process::id(), sheaf_core::time::now_ms());
         match repo.put_json(&probe, &serde_json::json!({ "written_by": "sheaf check" }), true).and_then(|()| repo.delete(&probe)) {
-            Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), meta.system_identifier)),
+            Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), repo.meta().system_identifier)),
             Err(e) => f.add("repository", Status::Critical, format!("cannot write to the repository at {}: {e}; backups and wal-push will fail the same way", repo.display())),
         }
-        usable.push((repo, meta));
+        usable.push(repo);
     }
     let server = Server::connect(&opts.url).and_then(|mut s| s.archiver().map(|a| (s, a)));
     let (mut server, archiver) = match server {
         Ok(x) => x,
         Err(e) => {
             f.add("server", Status::Critical, e.to_string());
-            for (repo, meta) in &usable {
-                backups(repo, meta, opts, f);
+            for repo in &usable {
+                backups(repo, opts, f);
             }
             return;
         }
@@ -124,8 +124,8 @@ fn run(repos: &[Repo], opts: &CheckOptions, f: &mut Findings) {
     if let Err(e) = server.supported() {
         f.add("server", Status::Critical, e.to_string());
     }
-    let (ours, foreign): (Vec<_>, Vec<_>) = usable.into_iter().partition(|(_, m)| m.system_identifier == archiver.system_identifier);
-    for (repo, meta) in &foreign {
+    let (ours, foreign): (Vec<_>, Vec<_>) = usable.into_iter().partition(|r| r.meta().system_identifier == archiver.system_identifier);
+    for repo in &foreign {
         f.add(
             "server",
             Status::Critical,
@@ -133,17 +133,17 @@ fn run(repos: &[Repo], opts: &CheckOptions, f: &mut Findings) {
                 "the server is cluster {}, the repository at {} holds cluster {}: check --repo and the URL (each cluster has a repository of its own)",
                 archiver.system_identifier,
                 repo.display(),
-                meta.system_identifier
+                repo.meta().system_identifier
             ),
         );
     }
     if ours.is_empty() {
         return;
     }
-    let targets: Vec<&Repo> = ours.iter().map(|(r, _)| *r).collect();
+    let targets: Vec<&Repo> = ours.iter().collect();
     archive(&targets, &mut server, &archiver, opts, f);
-    for (repo, meta) in &ours {
-        backups(repo, meta, opts, f);
+    for repo in &ours {
+        backups(repo, opts, f);
     }
 }
 
@@ -252,16 +252,17 @@ fn drills(s: &crate::repo::drills::DrillSummary, max: Duration, now: i64, f: &mu
 
 /// The newest backup's age, unfinished backups, and the WAL since the newest backup, each
 /// finding naming the repository it is about.
-fn backups(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) {
+fn backups(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
     let mut here = Findings(Vec::new());
-    backups_in(repo, meta, opts, &mut here);
+    backups_in(repo, opts, &mut here);
     for x in here.0 {
         f.add(x.check, x.status, format!("{}: {}", repo.display(), x.message));
     }
 }
 
-fn backups_in(repo: &Repo, meta: &RepoMeta, opts: &CheckOptions, f: &mut Findings) {
-    let inv = match Inventory::take(repo, meta) {
+fn backups_in(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
+    let meta = repo.meta();
+    let inv = match Inventory::take(repo) {
         Ok(i) => i,
         Err(e) => return f.add("backup", Status::Critical, format!("cannot list the repository's backups: {e}")),
     };

@@ -3,14 +3,14 @@
 //! backup needs, nor a backup that a kept or running incremental builds on; history files always
 //! stay; a backup still being written is left alone.
 
+use crate::repo::Repo;
 use serde::Serialize;
 use sheaf_core::manifest::BackupType;
-use sheaf_core::repo::Repo;
 use sheaf_core::{Error, Result};
 
 use crate::cluster::walname::{WalFile, WalKind};
+use crate::repo::id::BackupId;
 use crate::repo::inventory::archived;
-use crate::repo::meta::RepoMeta;
 use crate::repo::paths;
 use crate::repo::records::{backups, BackupRecord, Found};
 
@@ -18,13 +18,13 @@ use crate::repo::records::{backups, BackupRecord, Found};
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ExpirePlan {
     /// Backups kept.
-    pub kept: Vec<String>,
+    pub kept: Vec<BackupId>,
     /// Finished backups removed.
-    pub removed: Vec<String>,
+    pub removed: Vec<BackupId>,
     /// Unfinished backups removed (left by a crash).
-    pub unfinished: Vec<String>,
+    pub unfinished: Vec<BackupId>,
     /// Unfinished backups left alone because their writer still runs.
-    pub running: Vec<String>,
+    pub running: Vec<BackupId>,
     /// WAL files removed.
     pub wal_removed: u64,
     /// Their bytes.
@@ -45,7 +45,7 @@ pub struct ExpirePlan {
     pub wal_locked_until: Option<i64>,
     /// Backups the policy keeps whose lock has run out: anyone with the repository's credentials
     /// can delete them now (a lock shorter than what the policy keeps).
-    pub unprotected: Vec<String>,
+    pub unprotected: Vec<BackupId>,
     /// Objects removed (or that would be, on a dry run).
     pub objects: Vec<String>,
     /// Bytes removed.
@@ -67,7 +67,8 @@ pub struct Retention {
 ///
 /// # Errors
 /// No retention given; the repository cannot be read.
-pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    let meta = repo.meta();
     if keep.keep_full.is_none() && keep.keep_within.is_none() {
         return Err(Error::invalid(
             "say what to keep: --keep-full N (the newest N full backups) and/or --keep-within DURATION (e.g. 14d), or retention-full / retention-within in the config file",
@@ -120,7 +121,7 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     }
     // A kept backup keeps the backups it builds on, and so does a backup being written now: an
     // incremental is only ever removed with, or after, those that depend on it.
-    let mut needed: Vec<String> = done.iter().filter(|r| keep_ids.contains(&r.id)).flat_map(|r| r.chain.iter().cloned()).collect();
+    let mut needed: Vec<BackupId> = done.iter().filter(|r| keep_ids.contains(&r.id)).flat_map(|r| r.chain.iter().cloned()).collect();
     for f in &found {
         if let Found::Unfinished { lock: Some(l), running: true, .. } = f {
             needed.extend(l.chain.iter().cloned());
@@ -129,7 +130,7 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
     // Pinned backups (and what they build on) stay, with the WAL that makes each consistent; the
     // WAL after them stays only if the policy keeps it.
     let pins: Vec<crate::repo::keep::Pin> = crate::repo::keep::pins(repo)?.into_iter().filter(|p| p.holds(now) && done.iter().any(|r| r.id == p.id)).collect();
-    let by_policy: std::collections::BTreeSet<String> = keep_ids.iter().cloned().chain(needed.iter().cloned()).collect();
+    let by_policy: std::collections::BTreeSet<BackupId> = keep_ids.iter().cloned().chain(needed.iter().cloned()).collect();
     let mut pinned_wal: Vec<(u64, u64)> = Vec::new();
     for p in &pins {
         let r = done.iter().find(|r| r.id == p.id).expect("filtered on it");
@@ -223,7 +224,7 @@ pub fn plan_expire(repo: &Repo, meta: &RepoMeta, keep: &Retention, now: i64) -> 
             }
         }
         let written: std::collections::HashMap<&str, i64> = listed.iter().map(|o| (o.name.as_str(), o.modified)).collect();
-        for (w, size) in archived(repo, meta)? {
+        for (w, size) in archived(repo)? {
             let pinned = pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno));
             if w.kind != WalKind::History && w.segno < oldest.segno && !pinned {
                 if let Some(u) = written.get(paths::wal_object(&w.name).as_str()).copied().and_then(object_lock) {
@@ -271,7 +272,6 @@ mod tests {
     use crate::cluster::lsn::Lsn;
     use crate::cluster::walname::segment_name;
     use crate::repo::records::{host_name, BackupLock};
-    use sheaf_core::LocalOnly;
 
     fn record(id: &str, stop_unix: i64, start_wal: &str) -> BackupRecord {
         BackupRecord {
@@ -301,27 +301,17 @@ mod tests {
         }
     }
 
-    /// A repository with 16 MiB segments in `dir`: it, its meta, the segment size.
-    fn test_repo(dir: &std::path::Path) -> (Repo, RepoMeta, u64) {
-        let repo = Repo::at(dir.join("r").to_str().unwrap(), &LocalOnly).unwrap();
-        let seg = 16 << 20;
-        let meta = RepoMeta {
-            format: 1,
-            kind: "postgres".into(),
-            system_identifier: "1".into(),
-            wal_segment_size: seg,
-            server_version: String::new(),
-            created: String::new(),
-            lock: None,
-        };
-        repo.init(&meta).unwrap();
-        (repo, meta, seg)
+    /// A repository with 16 MiB segments in `dir`: it, and the segment size.
+    fn test_repo(dir: &std::path::Path) -> (Repo, u64) {
+        let repo = crate::repo::meta::test_repo(&dir.join("r"));
+        let seg = repo.meta().wal_segment_size;
+        (repo, seg)
     }
 
     #[test]
     fn expire_spares_a_running_backup_and_removes_one_left_by_a_crash() {
         let d = tempfile::tempdir().unwrap();
-        let (repo, meta, seg) = test_repo(d.path());
+        let (repo, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         for (id, stop, wal) in [("a", 1000, 2u64), ("b", 2000, 4), ("c", 3000, 6)] {
             let r = record(id, stop, &segment_name(1, wal, seg));
@@ -344,7 +334,7 @@ mod tests {
         put("backups/e/e_1.sheaf");
 
         let keep = Retention { keep_full: Some(2), keep_within: None };
-        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        let plan = plan_expire(&repo, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["b", "c"]);
         assert_eq!(plan.removed, vec!["a"]);
         assert_eq!(plan.running, vec!["d"], "a backup still being written is left alone");
@@ -362,27 +352,27 @@ mod tests {
 
         // Time-based: the window [3500, 4000] holds no backup end; the newest before it (c) stays.
         let keep = Retention { keep_full: None, keep_within: Some(500) };
-        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        let plan = plan_expire(&repo, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["c"]);
         assert_eq!(plan.removed, vec!["b"]);
-        assert!(plan_expire(&repo, &meta, &Retention::default(), 4000).is_err(), "a policy is required");
+        assert!(plan_expire(&repo, &Retention::default(), 4000).is_err(), "a policy is required");
     }
 
     #[test]
     fn an_incremental_goes_only_with_or_after_what_depends_on_it() {
         let d = tempfile::tempdir().unwrap();
-        let (repo, meta, seg) = test_repo(d.path());
+        let (repo, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         // a full, b incr on a; c full, d diff on c, e incr on d.
         let chains: [(&str, i64, &[&str]); 5] = [("a", 1000, &[]), ("b", 2000, &["a"]), ("c", 3000, &[]), ("d", 4000, &["c"]), ("e", 5000, &["c", "d"])];
         for (i, (id, stop, chain)) in chains.iter().enumerate() {
             let mut r = record(id, *stop, &segment_name(1, 2 + 2 * i as u64, seg));
-            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.chain = chain.iter().map(|c| BackupId::from(*c)).collect();
             r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
             put(&r.stripes[0]);
             repo.put_json(&paths::record(id), &r, false).unwrap();
         }
-        let kept = |keep: Retention| plan_expire(&repo, &meta, &keep, 5500).unwrap().kept;
+        let kept = |keep: Retention| plan_expire(&repo, &keep, 5500).unwrap().kept;
         // The newest full, and everything built on it.
         assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["c", "d", "e"]);
         assert_eq!(kept(Retention { keep_full: Some(2), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
@@ -397,17 +387,17 @@ mod tests {
     #[test]
     fn records_go_first_newest_first_so_no_cut_leaves_a_record_without_its_stripes() {
         let d = tempfile::tempdir().unwrap();
-        let (repo, meta, seg) = test_repo(d.path());
+        let (repo, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         // a full, b incr on a, c full: keeping one full removes b and a.
         for (i, (id, chain)) in [("a", &[][..]), ("b", &["a"][..]), ("c", &[][..])].iter().enumerate() {
             let mut r = record(id, 1000 * (i as i64 + 1), &segment_name(1, 2 + 2 * i as u64, seg));
-            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.chain = chain.iter().map(|c| BackupId::from(*c)).collect();
             r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
             put(&r.stripes[0]);
             repo.put_json(&paths::record(id), &r, false).unwrap();
         }
-        let plan = plan_expire(&repo, &meta, &Retention { keep_full: Some(1), keep_within: None }, 5000).unwrap();
+        let plan = plan_expire(&repo, &Retention { keep_full: Some(1), keep_within: None }, 5000).unwrap();
         assert_eq!(plan.removed, vec!["a", "b"]);
         assert_eq!(plan.objects[..2], [paths::record("b"), paths::record("a")], "{:?}", plan.objects);
         // Cut after each step: what is left never lists a backup whose stripes or base are gone.
@@ -430,13 +420,13 @@ mod tests {
     #[test]
     fn the_bases_of_a_pinned_incremental_are_its_data_and_need_no_wal_of_their_own() {
         let d = tempfile::tempdir().unwrap();
-        let (repo, meta, seg) = test_repo(d.path());
+        let (repo, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         // a full (2), b incr on a (4), c incr on a, b (6), pinned; d full (9), the newest.
         let chains: [(&str, i64, u64, &[&str]); 4] = [("a", 1000, 2, &[]), ("b", 2000, 4, &["a"]), ("c", 3000, 6, &["a", "b"]), ("d", 4000, 9, &[])];
         for (id, stop, wal, chain) in chains {
             let mut r = record(id, stop, &segment_name(1, wal, seg));
-            r.chain = chain.iter().map(|c| c.to_string()).collect();
+            r.chain = chain.iter().map(|c| BackupId::from(*c)).collect();
             r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
             put(&r.stripes[0]);
             repo.put_json(&paths::record(id), &r, false).unwrap();
@@ -444,23 +434,23 @@ mod tests {
         for s in 1..=10 {
             put(&paths::wal_object(&segment_name(1, s, seg)));
         }
-        crate::maintain::keep::pin(&repo, &meta, "c", None, 4500).unwrap();
-        let plan = plan_expire(&repo, &meta, &Retention { keep_full: Some(1), keep_within: None }, 4500).unwrap();
+        crate::maintain::keep::pin(&repo, "c", None, 4500).unwrap();
+        let plan = plan_expire(&repo, &Retention { keep_full: Some(1), keep_within: None }, 4500).unwrap();
         assert_eq!(plan.kept, vec!["a", "b", "c", "d"], "c is pinned, and builds on a and b");
         expire(&repo, &plan).unwrap();
-        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
         assert!(inv.gaps.is_empty(), "{:?}", inv.gaps);
         for r in inv.found.iter().filter_map(Found::record) {
             assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
             assert_eq!(inv.needs.data_only(r, seg), r.id == "a" || r.id == "b", "{}", r.id);
         }
         // Pinning a base now would promise a backup that cannot restore by itself: refused.
-        let e = crate::maintain::keep::pin(&repo, &meta, "a", None, 4500).unwrap_err();
+        let e = crate::maintain::keep::pin(&repo, "a", None, 4500).unwrap_err();
         assert_eq!(e.kind(), sheaf_core::ErrorKind::Incomplete);
         assert!(e.to_string().contains("pin c, the newest backup built on it, instead"), "{e}");
         // c's own segment lost is damage still.
         repo.delete(&paths::wal_object(&segment_name(1, 6, seg))).unwrap();
-        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
         let c = inv.found.iter().filter_map(Found::record).find(|r| r.id == "c").unwrap();
         assert_eq!(inv.needs.missing(&inv.files, c, seg), Some(vec![segment_name(1, 6, seg)]));
     }
@@ -468,7 +458,7 @@ mod tests {
     #[test]
     fn a_pinned_backup_stays_with_the_wal_that_makes_it_consistent_until_its_pin_ends() {
         let d = tempfile::tempdir().unwrap();
-        let (repo, meta, seg) = test_repo(d.path());
+        let (repo, seg) = test_repo(d.path());
         let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
         // a: WAL 2..3; b: 6..6; c: 9..9. Segments 1..=10 archived.
         for (id, stop, start, end) in [("a", 1000, 2u64, 3u64), ("b", 2000, 6, 6), ("c", 3000, 9, 9)] {
@@ -480,11 +470,11 @@ mod tests {
         for s in 1..=10 {
             put(&paths::wal_object(&segment_name(1, s, seg)));
         }
-        assert!(crate::maintain::keep::pin(&repo, &meta, "nope", None, 4000).is_err(), "no such backup");
-        assert!(crate::maintain::keep::pin(&repo, &meta, "a", Some(3999), 4000).is_err(), "a date already past");
-        crate::maintain::keep::pin(&repo, &meta, "a", Some(5000), 4000).unwrap();
+        assert!(crate::maintain::keep::pin(&repo, "nope", None, 4000).is_err(), "no such backup");
+        assert!(crate::maintain::keep::pin(&repo, "a", Some(3999), 4000).is_err(), "a date already past");
+        crate::maintain::keep::pin(&repo, "a", Some(5000), 4000).unwrap();
         let keep = Retention { keep_full: Some(1), keep_within: None };
-        let plan = plan_expire(&repo, &meta, &keep, 4000).unwrap();
+        let plan = plan_expire(&repo, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["a", "c"]);
         assert_eq!(plan.removed, vec!["b"]);
         assert_eq!(plan.pinned.len(), 1);
@@ -502,7 +492,7 @@ mod tests {
         let h = crate::repo::horizon::read(&repo).unwrap().expect("expire raised the horizon");
         assert_eq!(h.first_kept, segment_name(1, 9, seg));
         assert_eq!(crate::repo::horizon::needed_to(3, 10, Some(&h)), 3);
-        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
         assert!(inv.gaps.is_empty(), "retention's gaps are not damage: {:?}", inv.gaps);
         assert_eq!(inv.expired.iter().map(|g| (g.after.clone(), g.before.clone())).collect::<Vec<_>>(), vec![(segment_name(1, 3, seg), segment_name(1, 9, seg))]);
         for r in inv.found.iter().filter_map(Found::record) {
@@ -512,7 +502,7 @@ mod tests {
         repo.delete(&paths::wal_object(&segment_name(1, 3, seg))).unwrap();
         repo.delete(&paths::wal_object(&segment_name(1, 10, seg))).unwrap();
         put(&paths::wal_object(&segment_name(1, 11, seg)));
-        let inv = crate::repo::inventory::Inventory::take(&repo, &meta).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
         assert_eq!(inv.gaps.len(), 2, "{:?}", inv.gaps);
         assert!(inv.expired.is_empty(), "{:?}", inv.expired);
         let a = inv.found.iter().filter_map(Found::record).find(|r| r.id == "a").unwrap();
@@ -520,12 +510,12 @@ mod tests {
         put(&paths::wal_object(&segment_name(1, 3, seg)));
         put(&paths::wal_object(&segment_name(1, 10, seg)));
         // Once the pin has run out, a goes, and its pin with it.
-        let plan = plan_expire(&repo, &meta, &keep, 6000).unwrap();
-        assert_eq!((plan.kept.clone(), plan.removed.clone()), (vec!["c".to_string()], vec!["a".to_string()]));
+        let plan = plan_expire(&repo, &keep, 6000).unwrap();
+        assert_eq!((plan.kept.clone(), plan.removed.clone()), (vec![BackupId::from("c")], vec![BackupId::from("a")]));
         expire(&repo, &plan).unwrap();
         assert!(crate::repo::keep::pins(&repo).unwrap().is_empty());
         // Released by hand.
-        crate::maintain::keep::pin(&repo, &meta, "c", None, 6000).unwrap();
+        crate::maintain::keep::pin(&repo, "c", None, 6000).unwrap();
         assert!(crate::maintain::keep::release(&repo, "c").unwrap());
         assert!(!crate::maintain::keep::release(&repo, "c").unwrap());
     }

@@ -3,12 +3,11 @@
 //! start to its stop; not the WAL after it, which only recovery past it would need). In a locked
 //! repository a pin with a date also locks what it keeps until then.
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::cluster::walname::{WalFile, WalKind};
 use crate::repo::keep::{pin_object, Pin};
-use crate::repo::meta::RepoMeta;
 use crate::repo::paths;
 use crate::repo::records::{backups, BackupRecord, Found};
 
@@ -18,7 +17,8 @@ use crate::repo::records::{backups, BackupRecord, Found};
 ///
 /// # Errors
 /// No such finished backup; a date already past; a lock the store refuses.
-pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64) -> Result<Pin> {
+pub fn pin(repo: &Repo, id: &str, until: Option<i64>, now: i64) -> Result<Pin> {
+    let meta = repo.meta();
     let found = backups(repo)?;
     let record = match found.iter().find(|f| f.id() == id) {
         Some(Found::Complete(r)) => r.clone(),
@@ -31,7 +31,7 @@ pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64)
     // A pin promises a backup that restores by itself: the WAL that makes it consistent must be
     // there. A backup kept only as the data of an incremental's chain may have lost it to
     // retention; pinning it then would promise what cannot be kept.
-    let gone = own_wal_missing(repo, meta, &record)?;
+    let gone = own_wal_missing(repo, &record)?;
     if !gone.is_empty() {
         let builders: Vec<&str> = found.iter().filter_map(Found::record).filter(|r| r.chain.iter().any(|c| c == id)).map(|r| r.id.as_str()).collect();
         return Err(Error::new(
@@ -44,9 +44,9 @@ pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64)
             ),
         ));
     }
-    let mut p = Pin { id: id.to_string(), until, pinned_at: sheaf_core::time::utc_now(), locked_until: None };
+    let mut p = Pin { id: id.into(), until, pinned_at: sheaf_core::time::utc_now(), locked_until: None };
     if let (Some(lock), Some(u)) = (&meta.lock, until) {
-        for o in kept_objects(repo, meta, &record, &found)? {
+        for o in kept_objects(repo, &record, &found)? {
             if o.locked_until < u {
                 repo.extend_lock(&o.name, lock.mode, u).map_err(|e| e.context(format!("cannot lock what backup {id} needs until {}", sheaf_core::time::utc(u))))?;
             }
@@ -58,7 +58,8 @@ pub fn pin(repo: &Repo, meta: &RepoMeta, id: &str, until: Option<i64>, now: i64)
 }
 
 /// The segments from `r`'s start to its stop that are not archived.
-fn own_wal_missing(repo: &Repo, meta: &RepoMeta, r: &BackupRecord) -> Result<Vec<String>> {
+fn own_wal_missing(repo: &Repo, r: &BackupRecord) -> Result<Vec<String>> {
+    let meta = repo.meta();
     let seg = meta.wal_segment_size;
     let (Some(start), Some(stop)) = (WalFile::parse(&r.start_wal, seg), WalFile::parse(&r.stop_wal, seg)) else { return Ok(Vec::new()) };
     let mut out = Vec::new();
@@ -79,7 +80,8 @@ struct Kept {
 
 /// What a pinned backup needs: its objects and those of the backups it builds on, the WAL from its
 /// start to its stop with its backup history file, and the timeline histories up to its own.
-fn kept_objects(repo: &Repo, meta: &RepoMeta, r: &BackupRecord, found: &[Found]) -> Result<Vec<Kept>> {
+fn kept_objects(repo: &Repo, r: &BackupRecord, found: &[Found]) -> Result<Vec<Kept>> {
+    let meta = repo.meta();
     let secs = meta.lock.map_or(0, |l| l.seconds());
     let mut out = Vec::new();
     for b in std::iter::once(r).chain(r.chain.iter().filter_map(|c| found.iter().filter_map(Found::record).find(|x| &x.id == c))) {

@@ -5,9 +5,9 @@
 //! cost is one record per key, whatever the repository holds.
 
 use serde::Serialize;
-use sheaf_core::crypto::{Kdf, Keys};
+use sheaf_core::crypto::{Kdf, Keys, SecretKind};
 use sheaf_core::keyring::{KeyRecord, Ring};
-use sheaf_core::repo::{Repo, Unlocked, META};
+use sheaf_core::repo::{Place, Unlocked};
 use sheaf_core::{Error, ErrorKind, Result};
 
 /// One key, as `sheaf key list` shows it.
@@ -15,8 +15,8 @@ use sheaf_core::{Error, ErrorKind, Result};
 pub struct KeyInfo {
     /// Its id.
     pub id: String,
-    /// `passphrase` or `key`.
-    pub kind: String,
+    /// Which kind of secret it is.
+    pub kind: SecretKind,
     /// When it was added (UTC).
     pub added: String,
     /// Who added it.
@@ -27,13 +27,32 @@ pub struct KeyInfo {
     pub this: bool,
 }
 
+/// How an encrypted repository's keys open it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyScheme {
+    /// Each key an envelope of the key ring (`keys/ID.key`): keys are added, removed and rotated.
+    Ring,
+    /// Encrypted before key rings: the one secret opens everything (`sheaf key migrate` adopts it).
+    Single,
+}
+
+impl std::fmt::Display for KeyScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KeyScheme::Ring => "ring",
+            KeyScheme::Single => "single",
+        })
+    }
+}
+
 /// The keys of an encrypted repository, as `sheaf key list` shows them.
 #[derive(Clone, Debug, Serialize)]
 pub struct KeyList {
     /// The repository.
     pub repo: String,
-    /// `ring` (keys as envelopes) or `single` (encrypted before key rings: one secret).
-    pub scheme: String,
+    /// Keys as envelopes of a ring, or one secret (encrypted before key rings).
+    pub scheme: KeyScheme,
     /// What new objects use: the newest generation (0 for `single`).
     pub generation: u32,
     /// The keys.
@@ -43,7 +62,7 @@ pub struct KeyList {
 fn info(r: &KeyRecord, opened_by: Option<&str>) -> KeyInfo {
     KeyInfo {
         id: r.id.clone(),
-        kind: r.kind.clone(),
+        kind: r.kind,
         added: sheaf_core::time::utc(r.created),
         added_by: r.added_by.clone(),
         generations: r.generations,
@@ -51,7 +70,7 @@ fn info(r: &KeyRecord, opened_by: Option<&str>) -> KeyInfo {
     }
 }
 
-fn not_encrypted(repo: &Repo) -> Error {
+fn not_encrypted(repo: &Place) -> Error {
     Error::new(
         ErrorKind::InvalidInput,
         format!("the repository {} is not encrypted: it has no keys to manage (a repository is encrypted when it is made: `sheaf init` with a key)", repo.display()),
@@ -59,7 +78,7 @@ fn not_encrypted(repo: &Repo) -> Error {
 }
 
 /// The ring, opened with the keys given: the repository must be encrypted and have one.
-fn opened(repo: &Repo) -> Result<std::sync::Arc<Unlocked>> {
+fn opened(repo: &Place) -> Result<Unlocked> {
     if repo.keys().is_none() {
         return Err(Error::new(
             ErrorKind::Key,
@@ -84,26 +103,26 @@ fn opened(repo: &Repo) -> Result<std::sync::Arc<Unlocked>> {
 }
 
 /// The KDF `repo.json` names (`None`: not encrypted).
-fn single_kdf(repo: &Repo) -> Result<Option<sheaf_core::crypto::KeyBlock>> {
-    Ok(sheaf_core::blob::blob_info(repo.open(META)?.as_ref())?.key_block)
+fn single_kdf(repo: &Place) -> Result<Option<sheaf_core::crypto::KeyBlock>> {
+    repo.key_block()
 }
 
 /// What `sheaf key list` shows. Needs no key for the list itself; with one, marks it.
 ///
 /// # Errors
 /// Reading the records; a repository that is not encrypted; the wrong key.
-pub fn list(repo: &Repo) -> Result<KeyList> {
+pub fn list(repo: &Place) -> Result<KeyList> {
     let records = repo.key_records()?;
     if records.is_empty() {
         return match single_kdf(repo)? {
             None => Err(not_encrypted(repo)),
             Some(b) => Ok(KeyList {
                 repo: repo.display().to_string(),
-                scheme: "single".into(),
+                scheme: KeyScheme::Single,
                 generation: 0,
                 keys: vec![KeyInfo {
                     id: "-".into(),
-                    kind: if matches!(b.kdf, Kdf::KeyFile) { "key".into() } else { "passphrase".into() },
+                    kind: if matches!(b.kdf, Kdf::KeyFile) { SecretKind::Key } else { SecretKind::Passphrase },
                     added: String::new(),
                     added_by: String::new(),
                     generations: 0,
@@ -116,14 +135,14 @@ pub fn list(repo: &Repo) -> Result<KeyList> {
     let by = u.as_ref().map(|u| u.opened_by.as_str());
     let mut keys: Vec<KeyInfo> = records.iter().map(|r| info(r, by)).collect();
     keys.sort_by(|a, b| a.added.cmp(&b.added).then(a.id.cmp(&b.id)));
-    Ok(KeyList { repo: repo.display().to_string(), scheme: "ring".into(), generation: records.iter().map(|r| r.generations).max().unwrap_or(0), keys })
+    Ok(KeyList { repo: repo.display().to_string(), scheme: KeyScheme::Ring, generation: records.iter().map(|r| r.generations).max().unwrap_or(0), keys })
 }
 
 /// Add `new` as a key of the repository (opened with the keys given).
 ///
 /// # Errors
 /// The repository does not open; `new` is a key of it already; writing the record.
-pub fn add(repo: &Repo, new: &Keys) -> Result<KeyInfo> {
+pub fn add(repo: &Place, new: &Keys) -> Result<KeyInfo> {
     let u = opened(repo)?;
     u.check_current()?;
     for r in &u.records {
@@ -141,7 +160,7 @@ pub fn add(repo: &Repo, new: &Keys) -> Result<KeyInfo> {
 /// # Errors
 /// No such key, or more than one; the last key; the key used to open (give another, which shows
 /// that another opens it); deleting the record.
-pub fn remove(repo: &Repo, id: &str) -> Result<KeyInfo> {
+pub fn remove(repo: &Place, id: &str) -> Result<KeyInfo> {
     let u = opened(repo)?;
     let matching: Vec<&KeyRecord> = u.records.iter().filter(|r| !id.is_empty() && r.id.starts_with(id)).collect();
     let ids = || u.records.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ");
@@ -185,7 +204,7 @@ pub struct Rotation {
 /// # Errors
 /// The repository does not open; the key given is behind (a rotation cut short: use one that is
 /// not); writing a record.
-pub fn rotate(repo: &Repo) -> Result<Rotation> {
+pub fn rotate(repo: &Place) -> Result<Rotation> {
     let u = opened(repo)?;
     // Rotating from a key that is behind would give a generation number another key has.
     u.check_current()?;
@@ -209,7 +228,7 @@ pub fn rotate(repo: &Repo) -> Result<Rotation> {
 ///
 /// # Errors
 /// Not encrypted, a ring already, the wrong secret; writing the record.
-pub fn migrate(repo: &Repo) -> Result<KeyInfo> {
+pub fn migrate(repo: &Place) -> Result<KeyInfo> {
     let keys = repo.keys().ok_or_else(|| {
         Error::new(ErrorKind::Key, format!("give the secret that opens {} (--passphrase-file, --encryption-key-file, --key-command or SHEAF_PASSPHRASE)", repo.display()))
     })?;
@@ -236,10 +255,21 @@ mod tests {
         Arc::new(Keys::from_passphrase(p.as_bytes().to_vec()).unwrap().with_argon2(64, 1, 1).unwrap())
     }
 
-    /// The repository at `d`, opened afresh with `keys` made afresh, as another process would
-    /// (keys keep the rings they opened).
+    type Repo = sheaf_core::repo::Repo<serde_json::Value>;
+
+    fn place(d: &std::path::Path) -> Place {
+        Place::at(d.to_str().unwrap(), &LocalOnly).unwrap()
+    }
+
+    /// The place `d` with `keys` made afresh, as another process would (keys keep the rings they
+    /// opened).
+    fn keyed(d: &std::path::Path, keys: &dyn Fn() -> Arc<Keys>) -> Place {
+        place(d).with_keys(Some(keys()))
+    }
+
+    /// The repository at `d`, opened afresh with `keys` made afresh.
     fn at(d: &std::path::Path, keys: &dyn Fn() -> Arc<Keys>) -> Repo {
-        Repo::at(d.to_str().unwrap(), &LocalOnly).unwrap().with_keys(Some(keys()))
+        keyed(d, keys).open().unwrap()
     }
 
     fn put(repo: &Repo, rel: &str, text: &str) {
@@ -252,8 +282,12 @@ mod tests {
 
     /// Every object but the key records: name and tag (a rewrite changes the tag).
     fn others(d: &std::path::Path) -> Vec<(String, String)> {
-        let repo = Repo::at(d.to_str().unwrap(), &LocalOnly).unwrap();
-        repo.list("").unwrap().into_iter().filter(|o| !o.name.starts_with("keys/")).map(|o| (o.name, o.tag)).collect()
+        place(d).list("").unwrap().into_iter().filter(|o| !o.name.starts_with("keys/")).map(|o| (o.name, o.tag)).collect()
+    }
+
+    /// A key operation on `d` with `keys`.
+    fn with<T>(d: &std::path::Path, keys: &dyn Fn() -> Arc<Keys>, op: impl FnOnce(&Place) -> Result<T>) -> Result<T> {
+        op(&keyed(d, keys))
     }
 
     fn generation_of(repo: &Repo, rel: &str) -> u32 {
@@ -269,22 +303,22 @@ mod tests {
         // A folder init makes, as sheaf init does.
         let d = &top.path().join("new");
         let (alice, bob) = (|| pass("alice: correct horse"), || Arc::new(Keys::from_key([0x42; 32])));
-        at(d, &alice).init(&serde_json::json!({"system_identifier": "7"})).unwrap();
+        keyed(d, &alice).init(&serde_json::json!({"system_identifier": "7"})).unwrap();
         put(&at(d, &alice), "wal/00000001/a.wal", "written under generation 1");
-        let listed = list(&at(d, &alice)).unwrap();
-        assert_eq!((listed.scheme.as_str(), listed.generation, listed.keys.len()), ("ring", 1, 1));
-        assert!(listed.keys[0].this && listed.keys[0].kind == "passphrase");
+        let listed = with(d, &alice, list).unwrap();
+        assert_eq!((listed.scheme, listed.generation, listed.keys.len()), (KeyScheme::Ring, 1, 1));
+        assert!(listed.keys[0].this && listed.keys[0].kind == SecretKind::Passphrase);
 
         // Bob's key is added by alice; then it opens everything, what was written before too.
-        let e = add(&at(d, &alice), &alice()).unwrap_err();
+        let e = with(d, &alice, |p| add(p, &alice())).unwrap_err();
         assert!(e.message().contains("a key of") && e.message().contains("already"), "{e}");
-        let b = add(&at(d, &alice), &bob()).unwrap();
-        assert_eq!(b.kind, "key");
+        let b = with(d, &alice, |p| add(p, &bob())).unwrap();
+        assert_eq!(b.kind, SecretKind::Key);
         assert_eq!(get(&at(d, &bob), "wal/00000001/a.wal").unwrap(), "written under generation 1");
-        let e = at(d, &|| Arc::new(Keys::from_key([0x43; 32]))).get_bytes("repo.json").unwrap_err();
+        let e = keyed(d, &|| Arc::new(Keys::from_key([0x43; 32]))).open::<serde_json::Value>().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Key);
         assert!(e.message().contains("wrong key") && e.message().contains(&b.id), "names the keys: {e}");
-        let e = at(d, &|| pass("mallory")).encryption().unwrap_err();
+        let e = keyed(d, &|| pass("mallory")).open::<serde_json::Value>().unwrap_err();
         assert!(e.message().contains("wrong passphrase"), "{e}");
 
         // A rotation by bob: only key records are written, whatever else the repository holds.
@@ -292,7 +326,7 @@ mod tests {
             put(&at(d, &alice), &format!("wal/00000001/{n:02}.wal"), &"x".repeat(n * 1000));
         }
         let before = others(d);
-        let r = rotate(&at(d, &bob)).unwrap();
+        let r = with(d, &bob, rotate).unwrap();
         assert_eq!((r.generation, r.records), (2, 2));
         assert!(r.bytes_written < 2 * 2048, "two small records: {r:?}");
         assert_eq!(others(d), before, "nothing but key records rewritten");
@@ -305,16 +339,14 @@ mod tests {
         }
 
         // Removing: never the key given, never the last; a removed key opens nothing.
-        let a_id = list(&at(d, &bob)).unwrap().keys.iter().find(|k| k.kind == "passphrase").unwrap().id.clone();
-        let e = remove(&at(d, &alice), &a_id).unwrap_err();
+        let a_id = with(d, &bob, list).unwrap().keys.iter().find(|k| k.kind == SecretKind::Passphrase).unwrap().id.clone();
+        let e = with(d, &alice, |p| remove(p, &a_id)).unwrap_err();
         assert!(e.message().contains("give another"), "{e}");
-        assert!(remove(&at(d, &bob), "zz").unwrap_err().message().contains("no key"));
-        remove(&at(d, &bob), &a_id[..6]).unwrap();
-        for rel in ["repo.json", "wal/00000001/a.wal", "wal/00000001/b.wal"] {
-            let e = at(d, &alice).get_bytes(rel).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Key, "{rel}: {e}");
-        }
-        let e = remove(&at(d, &bob), &b.id).unwrap_err();
+        assert!(with(d, &bob, |p| remove(p, "zz")).unwrap_err().message().contains("no key"));
+        with(d, &bob, |p| remove(p, &a_id[..6])).unwrap();
+        let e = keyed(d, &alice).open::<serde_json::Value>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Key, "{e}");
+        let e = with(d, &bob, |p| remove(p, &b.id)).unwrap_err();
         assert!(e.message().contains("last key"), "{e}");
         assert_eq!(get(&at(d, &bob), "wal/00000001/b.wal").unwrap(), "written under generation 2");
     }
@@ -323,22 +355,21 @@ mod tests {
     fn a_rotation_cut_short_is_read_through_and_mended_by_rotating_again() {
         let d = tempfile::tempdir().unwrap();
         let (alice, bob) = (|| pass("alice"), || pass("bob"));
-        at(d.path(), &alice).init(&serde_json::json!({})).unwrap();
-        add(&at(d.path(), &alice), &bob()).unwrap();
+        keyed(d.path(), &alice).init(&serde_json::json!({})).unwrap();
+        with(d.path(), &alice, |p| add(p, &bob())).unwrap();
         put(&at(d.path(), &alice), "wal/00000001/a.wal", "one");
         // Cut short: alice's record reached generation 2, bob's did not.
-        let repo = at(d.path(), &alice);
-        let u = repo.unlock().unwrap().unwrap();
+        let u = keyed(d.path(), &alice).unlock().unwrap().unwrap();
         let next = u.ring.rotated().unwrap();
         let mine = u.records.iter().find(|r| r.id == u.opened_by).unwrap().clone();
-        repo.put_key_record(&mine.clone().wrap(&next).unwrap(), true).unwrap();
+        place(d.path()).put_key_record(&mine.clone().wrap(&next).unwrap(), true).unwrap();
         put(&at(d.path(), &alice), "wal/00000001/b.wal", "two");
 
         assert_eq!(get(&at(d.path(), &bob), "wal/00000001/a.wal").unwrap(), "one", "reads what its generation holds");
         let e = at(d.path(), &bob).put("wal/00000001/c.wal", &mut &b"x"[..], CodecSpec::default(), false, "c").unwrap_err();
         assert!(e.message().contains("cut short") && e.message().contains(&mine.id), "{e}");
-        assert!(rotate(&at(d.path(), &bob)).unwrap_err().message().contains("cut short"));
-        assert_eq!(rotate(&at(d.path(), &alice)).unwrap().generation, 3);
+        assert!(with(d.path(), &bob, rotate).unwrap_err().message().contains("cut short"));
+        assert_eq!(with(d.path(), &alice, rotate).unwrap().generation, 3);
         put(&at(d.path(), &bob), "wal/00000001/c.wal", "three");
         for rel in ["a", "b", "c"] {
             get(&at(d.path(), &bob), &format!("wal/00000001/{rel}.wal")).unwrap();
@@ -349,20 +380,20 @@ mod tests {
     fn a_repository_from_before_key_rings_is_migrated_in_place() {
         let d = tempfile::tempdir().unwrap();
         let old = || pass("the one passphrase");
-        at(d.path(), &old).init_without_ring(&serde_json::json!({"system_identifier": "7"})).unwrap();
+        keyed(d.path(), &old).init_without_ring(&serde_json::json!({"system_identifier": "7"})).unwrap();
         put(&at(d.path(), &old), "wal/00000001/a.wal", "from before");
-        let l = list(&Repo::at(d.path().to_str().unwrap(), &LocalOnly).unwrap()).unwrap();
-        assert_eq!((l.scheme.as_str(), l.keys[0].kind.as_str()), ("single", "passphrase"));
-        let e = add(&at(d.path(), &old), &pass("new")).unwrap_err();
+        let l = list(&place(d.path())).unwrap();
+        assert_eq!((l.scheme, l.keys[0].kind), (KeyScheme::Single, SecretKind::Passphrase));
+        let e = with(d.path(), &old, |p| add(p, &pass("new"))).unwrap_err();
         assert!(e.message().contains("sheaf key migrate"), "{e}");
-        assert!(migrate(&at(d.path(), &|| pass("guess"))).unwrap_err().message().contains("wrong passphrase"));
+        assert!(with(d.path(), &|| pass("guess"), migrate).unwrap_err().message().contains("wrong passphrase"));
 
         let before = others(d.path());
-        let k = migrate(&at(d.path(), &old)).unwrap();
+        let k = with(d.path(), &old, migrate).unwrap();
         assert_eq!(others(d.path()), before, "only a key record written");
-        assert!(migrate(&at(d.path(), &old)).unwrap_err().message().contains("already"));
+        assert!(with(d.path(), &old, migrate).unwrap_err().message().contains("already"));
         let new = || Arc::new(Keys::from_key([9; 32]));
-        add(&at(d.path(), &old), &new()).unwrap();
+        with(d.path(), &old, |p| add(p, &new())).unwrap();
         put(&at(d.path(), &new), "wal/00000001/b.wal", "from after");
         assert_eq!(generation_of(&at(d.path(), &new), "wal/00000001/b.wal"), 1);
         for keys in [&old as &dyn Fn() -> Arc<Keys>, &new] {
@@ -370,7 +401,7 @@ mod tests {
             assert_eq!(get(&at(d.path(), keys), "wal/00000001/b.wal").unwrap(), "from after");
             get(&at(d.path(), keys), "repo.json").unwrap();
         }
-        remove(&at(d.path(), &new), &k.id).unwrap();
-        assert!(at(d.path(), &old).get_bytes("wal/00000001/b.wal").is_err(), "the removed key does not open what was written since");
+        with(d.path(), &new, |p| remove(p, &k.id)).unwrap();
+        assert!(keyed(d.path(), &old).open::<serde_json::Value>().is_err(), "the removed key no longer opens the repository");
     }
 }

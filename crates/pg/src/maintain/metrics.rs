@@ -59,7 +59,7 @@ pub struct ServerPosition {
 pub fn repository(repo: &str, meta: &RepoMeta, inv: &Inventory, now: i64, server: Option<ServerPosition>) -> Vec<Metric> {
     let r = || ("repo", repo.to_string());
     let mut out = vec![Metric::gauge("sheaf_repository_info", "The repository and the cluster it holds (always 1).")
-        .with(vec![r(), ("cluster", meta.system_identifier.clone()), ("server_version", meta.server_version.clone())], 1.0)];
+        .with(vec![r(), ("cluster", meta.system_identifier.to_string()), ("server_version", meta.server_version.clone())], 1.0)];
     let mut count = Metric::gauge("sheaf_backups", "Finished backups in the repository, by type.");
     let mut end = Metric::gauge("sheaf_backup_last_end_timestamp_seconds", "When the newest backup of each type ended.");
     let mut age = Metric::gauge("sheaf_backup_last_age_seconds", "How long ago the newest backup of each type ended.");

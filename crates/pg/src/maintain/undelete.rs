@@ -14,7 +14,7 @@
 //! (new WAL, or the attacker's own, which `verify` and restore's checks would refuse).
 
 use serde::Serialize;
-use sheaf_core::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::storage::ObjectVersion;
 use sheaf_core::Result;
 
@@ -35,7 +35,7 @@ pub struct UndeletePlan {
 ///
 /// # Errors
 /// A store that keeps no versions; when it cannot be listed.
-pub fn plan_undelete(repo: &Repo, since: Option<i64>) -> Result<UndeletePlan> {
+pub fn plan_undelete(repo: &Place, since: Option<i64>) -> Result<UndeletePlan> {
     let versions = repo.versions("")?;
     let mut plan = UndeletePlan::default();
     let mut rest = versions.as_slice();
@@ -85,7 +85,7 @@ pub struct UndeleteReport {
 ///
 /// # Errors
 /// None of its own; every refusal is in the report.
-pub fn undelete(repo: &Repo, plan: &UndeletePlan) -> Result<UndeleteReport> {
+pub fn undelete(repo: &Place, plan: &UndeletePlan) -> Result<UndeleteReport> {
     let mut report = UndeleteReport::default();
     let mut failed: Vec<String> = Vec::new();
     for (name, version) in &plan.remove {

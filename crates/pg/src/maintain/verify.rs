@@ -8,15 +8,15 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::repo::Repo;
 use serde::Serialize;
-use sheaf_core::repo::Repo;
 use sheaf_core::storage::Stored;
 use sheaf_core::{Error, ErrorKind, NoProgress, Result, Schemes};
 
 use crate::cluster::walname::WalFile;
+use crate::repo::id::BackupId;
 use crate::repo::inventory::archived_in;
 use crate::repo::ledger::{BackupSeen, Ledger, Seen};
-use crate::repo::meta::RepoMeta;
 use crate::repo::paths;
 use crate::repo::records::{backups, open_chain, open_set_lean, BackupRecord, Found};
 
@@ -24,7 +24,7 @@ use crate::repo::records::{backups, open_chain, open_set_lean, BackupRecord, Fou
 #[derive(Clone, Debug, Serialize)]
 pub struct Checked {
     /// Its repository id.
-    pub id: String,
+    pub id: BackupId,
     /// Frames read and checked (or, when not read, when they last were).
     pub frames: u64,
     /// Raw bytes they hold.
@@ -99,7 +99,8 @@ impl RepoCheck {
 /// # Errors
 /// Only when the repository cannot be listed or a record read; what is damaged or missing is in
 /// the [`RepoCheck`].
-pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Option<usize>, opts: &VerifyOptions) -> Result<RepoCheck> {
+pub fn verify(repo: &Repo, schemes: &dyn Schemes, threads: Option<usize>, opts: &VerifyOptions) -> Result<RepoCheck> {
+    let meta = repo.meta();
     let now = sheaf_core::time::now_ms() / 1000;
     let found = backups(repo)?;
     let wal_listing = repo.list(paths::WAL)?;
@@ -156,7 +157,12 @@ pub fn verify(repo: &Repo, meta: &RepoMeta, schemes: &dyn Schemes, threads: Opti
                         }
                     }
                     Err(e) => {
-                        check.problems.push(format!("backup {} ({} on {}): its chain does not restore: {e}", r.id, r.backup_type, r.chain.join(" <- ")));
+                        check.problems.push(format!(
+                            "backup {} ({} on {}): its chain does not restore: {e}",
+                            r.id,
+                            r.backup_type,
+                            r.chain.iter().map(BackupId::as_str).collect::<Vec<_>>().join(" <- ")
+                        ));
                         if let Some(s) = seen.as_mut() {
                             s.chain.clear();
                         }

@@ -2,8 +2,13 @@
 //! so that a listing alone says which backup each drill was of; and what `info`, `check` and the
 //! metrics read of them ([`summary`]).
 
+use sheaf_core::error::ErrorKind;
+use sheaf_core::manifest::BackupType;
+
+use crate::cluster::lsn::Lsn;
+use crate::repo::id::BackupId;
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
-use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
 /// Where drill records live in the repository.
@@ -39,9 +44,9 @@ pub struct DrillRecord {
     /// The drill's id (when it started, to the millisecond).
     pub id: String,
     /// The backup drilled.
-    pub backup: String,
+    pub backup: BackupId,
     /// Its type (full, diff, incr).
-    pub backup_type: String,
+    pub backup_type: BackupType,
     /// When the drill started and ended (seconds since the epoch).
     pub started_unix: i64,
     /// When it ended.
@@ -49,7 +54,7 @@ pub struct DrillRecord {
     /// The target, as asked: `end of archive`, `immediate`, a time, an LSN or a name.
     pub target: String,
     /// Where recovery ended (the last WAL record replayed), when it did.
-    pub reached_lsn: Option<String>,
+    pub reached_lsn: Option<Lsn>,
     /// The timeline the server opened on.
     pub timeline: Option<u32>,
     /// WAL replayed from the backup's start to where recovery ended.
@@ -66,9 +71,10 @@ pub struct DrillRecord {
     pub passed: bool,
     /// The first failure, when it failed.
     pub failure: Option<String>,
-    /// What kind: `incomplete` (WAL missing) or `corrupt` (damage found, a check failed).
+    /// What kind: `incomplete` (WAL missing) or `corrupt` (damage found, a check failed); the
+    /// kind the command exits with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_kind: Option<String>,
+    pub failure_kind: Option<ErrorKind>,
     /// The host it ran on.
     pub host: String,
     /// Where the restored cluster was left (`--keep`).

@@ -1,8 +1,8 @@
 //! WAL files `wal-push --queue-max` left out of the archive, recorded in the repository
 //! (`dropped/NAME.json`) so that `sheaf info` and `check` name the gap and why it is there.
 
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
-use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
 use super::paths;

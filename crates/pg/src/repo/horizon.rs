@@ -8,8 +8,8 @@
 //! only ever moves forward. Below it, a finished backup needs only its own span; at or above it,
 //! every segment of the archive is needed.
 
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
-use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
 use crate::cluster::walname::WalFile;
@@ -76,23 +76,12 @@ pub fn needed_to(stop: u64, last: u64, horizon: Option<&Horizon>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sheaf_core::LocalOnly;
 
     #[test]
     fn the_horizon_only_moves_forward() {
         let d = tempfile::tempdir().unwrap();
-        let repo = Repo::at(d.path().to_str().unwrap(), &LocalOnly).unwrap();
-        let seg = 16 << 20;
-        let meta = super::super::meta::RepoMeta {
-            format: 1,
-            kind: "postgres".into(),
-            system_identifier: "1".into(),
-            wal_segment_size: seg,
-            server_version: String::new(),
-            created: String::new(),
-            lock: None,
-        };
-        repo.init(&meta).unwrap();
+        let repo = super::super::meta::test_repo(&d.path().join("r"));
+        let seg = repo.meta().wal_segment_size;
         let at = |n: u64| WalFile::parse(&crate::cluster::walname::segment_name(1, n, seg), seg).unwrap();
         assert_eq!(read(&repo).unwrap(), None);
         assert_eq!(raise(&repo, &at(8)).unwrap().segno, 8);

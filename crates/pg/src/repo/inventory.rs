@@ -3,12 +3,13 @@
 //! purpose), the WAL dropped by `--queue-max`, and totals. [`archived`], [`missing`] and
 //! [`WalNeeds`] are also what retention, verify, check and recovery read.
 
+use crate::repo::Repo;
 use serde::Serialize;
-use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
 use super::dropped::{dropped, Dropped};
 use super::horizon::{needed_to, Horizon};
+use super::id::BackupId;
 use super::meta::RepoMeta;
 use super::paths;
 use super::records::{backups, BackupRecord, Found};
@@ -18,8 +19,8 @@ use crate::cluster::walname::{segment_name, WalFile, WalKind};
 ///
 /// # Errors
 /// When the repository cannot be listed.
-pub fn archived(repo: &Repo, meta: &RepoMeta) -> Result<Vec<(WalFile, u64)>> {
-    archived_since(repo, meta).map(|l| l.files)
+pub fn archived(repo: &Repo) -> Result<Vec<(WalFile, u64)>> {
+    archived_since(repo).map(|l| l.files)
 }
 
 /// What the repository's `wal/` holds.
@@ -37,7 +38,8 @@ pub struct WalListing {
 ///
 /// # Errors
 /// When the repository cannot be listed.
-pub fn archived_since(repo: &Repo, meta: &RepoMeta) -> Result<WalListing> {
+pub fn archived_since(repo: &Repo) -> Result<WalListing> {
+    let meta = repo.meta();
     Ok(archived_in(repo.list(paths::WAL)?, meta))
 }
 
@@ -127,9 +129,9 @@ pub struct WalNeeds {
     /// How far back `expire` removed WAL, if it ever did.
     pub horizon: Option<Horizon>,
     /// Backups pinned now.
-    pinned: std::collections::BTreeSet<String>,
+    pinned: std::collections::BTreeSet<BackupId>,
     /// Backups another finished backup builds on.
-    bases: std::collections::BTreeSet<String>,
+    bases: std::collections::BTreeSet<BackupId>,
 }
 
 impl WalNeeds {
@@ -219,9 +221,10 @@ impl Inventory {
     ///
     /// # Errors
     /// When the repository cannot be listed or a record cannot be read.
-    pub fn take(repo: &Repo, meta: &RepoMeta) -> Result<Inventory> {
+    pub fn take(repo: &Repo) -> Result<Inventory> {
+        let meta = repo.meta();
         let found = backups(repo)?;
-        let WalListing { files, newest_unix: wal_newest_unix, streaming } = archived_since(repo, meta)?;
+        let WalListing { files, newest_unix: wal_newest_unix, streaming } = archived_since(repo)?;
         let ranges = ranges(&files);
         let wal_bytes = files.iter().map(|(_, s)| s).sum();
         let backup_bytes = found.iter().filter_map(Found::record).map(|r| r.bytes_written).sum();

@@ -3,8 +3,9 @@
 //! consistent. A pin is its own object, `keep/ID.json`, so pinning rewrites nothing the backup
 //! wrote. Pinning and releasing are [`crate::maintain::keep`]'s.
 
+use super::id::BackupId;
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
-use sheaf_core::repo::Repo;
 use sheaf_core::Result;
 
 /// Where pins live.
@@ -19,7 +20,7 @@ pub fn pin_object(id: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pin {
     /// The backup's repository id.
-    pub id: String,
+    pub id: BackupId,
     /// Until when (seconds since the epoch); `None`: until released.
     pub until: Option<i64>,
     /// When it was pinned (UTC).

@@ -12,9 +12,10 @@
 
 use std::collections::BTreeMap;
 
+use super::id::BackupId;
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
 use sheaf_core::codec::{CodecKind, CodecSpec};
-use sheaf_core::repo::Repo;
 use sheaf_core::storage::Stored;
 use sheaf_core::{Error, Result};
 
@@ -59,7 +60,7 @@ pub struct BackupSeen {
     pub bytes: u64,
     /// For an incremental: the chain (its record's `chain`) found whole on these stripes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub chain: Vec<String>,
+    pub chain: Vec<BackupId>,
 }
 
 impl BackupSeen {
@@ -75,7 +76,7 @@ pub struct Ledger {
     /// Its format (1).
     pub format: u32,
     /// Backups by id.
-    pub backups: BTreeMap<String, BackupSeen>,
+    pub backups: BTreeMap<BackupId, BackupSeen>,
     /// Archived WAL files by name.
     pub wal: BTreeMap<String, Seen>,
 }

@@ -1,11 +1,14 @@
-//! `repo.json` of a PostgreSQL repository: which cluster it belongs to and in which format it is
-//! written; opening a repository checks both, creating one records them.
+//! `repo.json` of a PostgreSQL repository ([`RepoMeta`]): which cluster it belongs to, in which
+//! format it is written, and whether it is locked; opening a repository checks the first two and
+//! locks what it writes as the third says ([`Meta`]), creating one records them.
 
 use serde::{Deserialize, Serialize};
-use sheaf_core::repo::Repo;
+use sheaf_core::repo::{Meta, Place};
 use sheaf_core::storage::{LockMode, WriteLock};
 use sheaf_core::{Error, Result};
 
+use super::Repo;
+use crate::cluster::system::SystemId;
 use crate::connect::server::Server;
 
 /// Newest repository format this sheaf reads: 1, or 2 for a locked repository (so that a sheaf
@@ -46,7 +49,7 @@ pub struct RepoMeta {
     /// `postgres`.
     pub kind: String,
     /// The cluster it belongs to.
-    pub system_identifier: String,
+    pub system_identifier: SystemId,
     /// WAL segment size of that cluster.
     pub wal_segment_size: u64,
     /// Server version at creation.
@@ -58,34 +61,41 @@ pub struct RepoMeta {
     pub lock: Option<RepoLock>,
 }
 
-/// Open the repository at `repo` and read what it holds; in a locked one, every object written
-/// from now on carries the lock.
-///
-/// # Errors
-/// No repository there (naming `sheaf init`), one of another kind or a newer format.
-pub fn open(repo: &Repo) -> Result<RepoMeta> {
-    let meta: RepoMeta = repo.meta()?;
-    if meta.kind != "postgres" {
-        return Err(Error::invalid(format!("{} is a repository of {}, not of a PostgreSQL cluster", repo.display(), meta.kind)));
-    }
-    if meta.format > REPO_FORMAT {
-        return Err(Error::invalid(format!("{} was written by a newer sheaf (repository format {}, this one knows {REPO_FORMAT}): upgrade sheaf", repo.display(), meta.format)));
-    }
-    if let Some(lock) = &meta.lock {
-        if repo.write_lock().is_none() {
-            repo.lock_writes(lock.write_lock(sheaf_core::time::now_ms() / 1000))?;
+impl Meta for RepoMeta {
+    fn check(&self, place: &str) -> Result<()> {
+        if self.kind != "postgres" {
+            return Err(Error::invalid(format!("{place} is a repository of {}, not of a PostgreSQL cluster", self.kind)));
         }
+        if self.format > REPO_FORMAT {
+            return Err(Error::invalid(format!("{place} was written by a newer sheaf (repository format {}, this one knows {REPO_FORMAT}): upgrade sheaf", self.format)));
+        }
+        Ok(())
     }
-    Ok(meta)
+
+    fn lock(&self, now: i64) -> Option<WriteLock> {
+        self.lock.map(|l| l.write_lock(now))
+    }
 }
 
-/// Create a repository for the cluster at `url`; with `lock`, one whose every object is kept from
-/// being deleted or overwritten for `lock.days` after it is written (S3 Object Lock).
+/// Open the PostgreSQL repository at `place` with its keys: what it holds read and checked (a
+/// repository of another kind, or of a newer format, refused), its keys and owner checked, and in
+/// a locked one every object written from now on locked.
+///
+/// # Errors
+/// No repository there (naming `sheaf init`), one of another kind or a newer format; the keys'
+/// and the store's errors.
+pub fn open(place: &Place) -> Result<Repo> {
+    place.open()
+}
+
+/// Create a repository at `place` for the cluster at `url` (encrypted, when the place has keys);
+/// with `lock`, one whose every object is kept from being deleted or overwritten for `lock.days`
+/// after it is written (S3 Object Lock).
 ///
 /// # Errors
 /// Connection problems, a place that is not empty; a lock on a place without Object Lock, or of
 /// no days or too many.
-pub fn init(repo: &Repo, url: &str, lock: Option<RepoLock>) -> Result<RepoMeta> {
+pub fn init(place: &Place, url: &str, lock: Option<RepoLock>) -> Result<Repo> {
     if let Some(l) = &lock {
         if l.days == 0 || l.days > MAX_LOCK_DAYS {
             return Err(Error::invalid(format!(
@@ -93,10 +103,10 @@ pub fn init(repo: &Repo, url: &str, lock: Option<RepoLock>) -> Result<RepoMeta> 
                 l.days
             )));
         }
-        if !repo.lock_enabled()? {
+        if !place.lock_enabled()? {
             return Err(Error::invalid(format!(
                 "the bucket of {} does not have Object Lock enabled, so --lock cannot keep anything: create a bucket with it (aws s3api create-bucket --object-lock-enabled-for-bucket, or mc mb --with-lock) and init the repository there; it cannot be turned on for an existing bucket by sheaf",
-                repo.display()
+                place.display()
             )));
         }
     }
@@ -111,19 +121,29 @@ pub fn init(repo: &Repo, url: &str, lock: Option<RepoLock>) -> Result<RepoMeta> 
         created: sheaf_core::time::utc_now(),
         lock,
     };
-    // repo.json itself is locked: without it nothing in the repository can be read.
-    if let Some(l) = &lock {
-        repo.lock_writes(l.write_lock(sheaf_core::time::now_ms() / 1000))?;
-    }
-    repo.init(&meta)?;
-    Ok(meta)
+    place.init(&meta)
 }
 
 /// The refusal for a file of another cluster.
-pub fn foreign(repo: &Repo, meta: &RepoMeta, what: &str, theirs: &str) -> Error {
+pub fn foreign(repo: &Repo, what: &str, theirs: SystemId) -> Error {
     Error::invalid(format!(
         "{what} is of cluster {theirs}, but the repository at {} holds cluster {}: each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...); check --repo, SHEAF_REPO or the config file",
         repo.display(),
-        meta.system_identifier
+        repo.meta().system_identifier
     ))
+}
+
+/// A repository for tests at `dir` (made there), of a cluster with 16 MiB segments.
+#[cfg(test)]
+pub(crate) fn test_repo(dir: &std::path::Path) -> Repo {
+    let meta = RepoMeta {
+        format: 1,
+        kind: "postgres".into(),
+        system_identifier: SystemId(1),
+        wal_segment_size: 16 << 20,
+        server_version: String::new(),
+        created: String::new(),
+        lock: None,
+    };
+    Place::at(dir.to_str().unwrap(), &sheaf_core::LocalOnly).unwrap().init(&meta).unwrap()
 }

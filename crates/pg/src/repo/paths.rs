@@ -49,12 +49,17 @@ pub fn stripe(id: &str, k: usize) -> String {
 
 /// Whether `object` belongs to backup `id` (its stripes, record or lock).
 pub fn of_backup(object: &str, id: &str) -> bool {
-    object.strip_prefix(BACKUPS).and_then(|rest| rest.strip_prefix(id)).is_some_and(|rest| rest.starts_with('/') || rest.starts_with('.'))
+    backup_id(object) == Some(id)
 }
 
-/// The backup id an object under `backups/` belongs to.
+/// The backup id an object under `backups/` belongs to: its folder's name (a stripe), or its name
+/// less `.json` or `.lock` (an id may hold a `.`: `20261121-103045.123Z`).
 pub fn backup_id(object: &str) -> Option<&str> {
-    let id = object.strip_prefix(BACKUPS)?.split(['/', '.']).next()?;
+    let rest = object.strip_prefix(BACKUPS)?;
+    let id = match rest.split_once('/') {
+        Some((dir, _)) => dir,
+        None => rest.strip_suffix(".json").or_else(|| rest.strip_suffix(".lock"))?,
+    };
     (!id.is_empty()).then_some(id)
 }
 
@@ -97,6 +102,11 @@ mod tests {
         assert_eq!(backup_id(&stripe("a", 1)), Some("a"));
         assert_eq!(backup_id(&record("b")), Some("b"));
         assert!(of_backup(&lock("a"), "a") && of_backup(&stripe("a", 1), "a") && !of_backup(&stripe("ab", 1), "a"));
+        let id = "20261121-103045.123Z";
+        for o in [record(id), lock(id), stripe(id, 2)] {
+            assert_eq!(backup_id(&o), Some(id), "{o}");
+        }
+        assert!(!of_backup(&record(id), "20261121-103045") && backup_id("backups/x.partial").is_none());
         assert_eq!(summary_object("000000020000000100000003"), "wal/00000002/000000020000000100000003.sum");
     }
 

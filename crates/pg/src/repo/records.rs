@@ -2,19 +2,20 @@
 //! the lock a backup being written holds (`backups/ID.lock`), finding them all ([`backups`]),
 //! choosing one ([`pick`]) and opening its stripes ([`open_set`]).
 
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
 use sheaf_core::manifest::BackupType;
-use sheaf_core::repo::Repo;
 use sheaf_core::{BackupSet, Error, ErrorKind, Location, Result, Schemes};
 
+use super::id::BackupId;
 use super::paths;
 use crate::cluster::lsn::Lsn;
 
 /// A finished backup in the repository (`backups/ID.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BackupRecord {
-    /// The repository's name for it, `YYYYMMDD-HHMMSSZ` of its start.
-    pub id: String,
+    /// The repository's name for it, `YYYYMMDD-HHMMSS.mmmZ` of its start ([`BackupId`]).
+    pub id: BackupId,
     /// The set's backup id.
     pub backup_id: String,
     /// Free text.
@@ -56,7 +57,7 @@ pub struct BackupRecord {
     /// For a diff or incr: the repository ids of the backups it builds on, its full first and its
     /// parent last. Restoring it reads them all; expiring any of them takes this one too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub chain: Vec<String>,
+    pub chain: Vec<BackupId>,
     /// How an incremental found what changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
@@ -72,8 +73,8 @@ pub struct BackupRecord {
 
 impl BackupRecord {
     /// Its parent's repository id, for a diff or incr.
-    pub fn parent(&self) -> Option<&str> {
-        self.chain.last().map(String::as_str)
+    pub fn parent(&self) -> Option<&BackupId> {
+        self.chain.last()
     }
     /// Stored / read.
     pub fn ratio(&self) -> f64 {
@@ -89,7 +90,7 @@ impl BackupRecord {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BackupLock {
     /// Repository id of the backup.
-    pub id: String,
+    pub id: BackupId,
     /// Host name.
     pub host: String,
     /// Process id on that host.
@@ -99,7 +100,7 @@ pub struct BackupLock {
     /// For an incremental or differential: the backups it builds on (expire keeps them while it
     /// runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub chain: Vec<String>,
+    pub chain: Vec<BackupId>,
 }
 
 pub(crate) fn now_unix() -> i64 {
@@ -110,8 +111,8 @@ pub use sheaf_core::host::host_name;
 
 impl BackupLock {
     /// The lock this process holds for backup `id`, begun at `start_unix`.
-    pub fn ours(id: &str, start_unix: i64) -> BackupLock {
-        BackupLock { id: id.to_string(), host: host_name(), pid: std::process::id(), start_unix, chain: Vec::new() }
+    pub fn ours(id: &BackupId, start_unix: i64) -> BackupLock {
+        BackupLock { id: id.clone(), host: host_name(), pid: std::process::id(), start_unix, chain: Vec::new() }
     }
 
     /// Whether its writer still runs: on this host, a live process; on another, begun less than a
@@ -134,7 +135,7 @@ pub enum Found {
     /// Being written, or left by a crash: its lock, if any, and its objects.
     Unfinished {
         /// Repository id.
-        id: String,
+        id: BackupId,
         /// The lock, when it is still there.
         lock: Option<BackupLock>,
         /// Whether its writer still runs (same host, live pid) or started less than a day ago on
@@ -169,11 +170,11 @@ impl Found {
 /// When the repository cannot be listed or a record cannot be read.
 pub fn backups(repo: &Repo) -> Result<Vec<Found>> {
     let listed = repo.list(paths::BACKUPS)?;
-    let mut ids: Vec<String> = Vec::new();
+    let mut ids: Vec<BackupId> = Vec::new();
     for o in &listed {
         if let Some(id) = paths::backup_id(&o.name) {
             if !ids.iter().any(|i| i == id) {
-                ids.push(id.to_string());
+                ids.push(id.into());
             }
         }
     }
@@ -298,8 +299,8 @@ mod tests {
 
     #[test]
     fn a_lock_of_this_process_is_running_and_one_of_a_gone_process_is_not() {
-        assert!(BackupLock::ours("a", now_unix()).running());
-        let gone = BackupLock { pid: 0x7fff_fff0, ..BackupLock::ours("b", now_unix()) };
+        assert!(BackupLock::ours(&"a".into(), now_unix()).running());
+        let gone = BackupLock { pid: 0x7fff_fff0, ..BackupLock::ours(&"b".into(), now_unix()) };
         assert!(!gone.running());
         let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400, chain: vec![] };
         assert!(!elsewhere.running(), "another host's lock older than a day is stale");

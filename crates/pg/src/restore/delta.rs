@@ -20,13 +20,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::restore::DeltaSource;
 use sheaf_core::{Changes, FileChanges, Result};
 
 use crate::cluster::control::{Control, DbState};
 use crate::cluster::lsn::Lsn;
-use crate::repo::meta::RepoMeta;
 use crate::repo::records::BackupRecord;
 use crate::wal::blocksum::BlockSummary;
 use crate::wal::changes::{blocks_named, changes_since, ranges_named};
@@ -121,7 +120,7 @@ type Span = ((u32, Lsn), (u32, Lsn), Option<String>);
 ///
 /// # Errors
 /// The repository's errors. Every reason the WAL cannot decide is a fallback, not an error.
-pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &BackupRecord, target: &Path) -> Result<DeltaSource> {
+pub fn plan(repo: &Repo, records: &[BackupRecord], backup: &BackupRecord, target: &Path) -> Result<DeltaSource> {
     let hash = |why: String| Ok(DeltaSource { changes: None, how: format!("every chunk compared with the target by its hash, because {why}"), check: false });
     if !target.join("global/pg_control").exists() {
         return hash("the target holds no data directory yet (everything is created)".into());
@@ -189,7 +188,7 @@ pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], backup: &Bac
     let mut named = 0;
     let mut said = Vec::new();
     for (from, to, history) in spans {
-        match changes_since(repo, meta, from, to, history.as_deref(), &local)? {
+        match changes_since(repo, from, to, history.as_deref(), &local)? {
             Ok(s) => {
                 named += blocks_named(&s);
                 said.push(if from.0 == to.0 {

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use sheaf_core::{BackupSet, Error, ErrorKind, Progress, RestoreOptions, RestoreReport, Result};
 
 use crate::backup::facts::ClusterFacts;
+use crate::cluster::control::{Control, CONTROL_FILE};
+use crate::cluster::system::SystemId;
 use crate::connect::catalog::Tablespace;
 
 /// How to restore a PostgreSQL backup: the core's options, whose `target` is the new data
@@ -121,7 +123,7 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     };
     let target = opts.target();
     if opts.core.delta {
-        same_cluster(target, &facts.system_identifier)?;
+        same_cluster(target, facts.system_identifier)?;
     } else if opts.check_changes {
         return Err(Error::invalid("--check-changes checks a delta restore's use of the WAL: give it with --delta"));
     }
@@ -211,15 +213,15 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
 }
 
 /// For `--delta`: the target is empty, or a data directory of the cluster the backup is of.
-pub(crate) fn same_cluster(target: &Path, system_identifier: &str) -> Result<()> {
+pub(crate) fn same_cluster(target: &Path, system_identifier: SystemId) -> Result<()> {
     let empty = fs::read_dir(target).map(|mut d| d.next().is_none()).unwrap_or(true);
     if empty {
         return Ok(());
     }
-    let control = target.join("global/pg_control");
-    let theirs = fs::read(&control).ok().and_then(|b| b.get(..8).map(|f| u64::from_le_bytes(f.try_into().expect("8 bytes"))));
+    let control = target.join(CONTROL_FILE);
+    let theirs = fs::read(&control).ok().and_then(|b| Control::system_identifier_of(&b).ok());
     match theirs {
-        Some(id) if id.to_string() == system_identifier => Ok(()),
+        Some(id) if id == system_identifier => Ok(()),
         Some(id) => Err(Error::new(
             ErrorKind::TargetNotEmpty,
             format!(

@@ -8,14 +8,13 @@ use std::path::Path;
 
 use std::sync::Arc;
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::restore::DeltaSource;
 use sheaf_core::{Error, ErrorKind, Progress, RestoreReport, Result, Schemes};
 
 use crate::cluster::lsn::Lsn;
 use crate::cluster::walname::{history_name, segment_name, WalFile, WalKind};
 use crate::repo::inventory::{archived, missing};
-use crate::repo::meta::RepoMeta;
 use crate::repo::paths::wal_object;
 use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord};
 use crate::restore::directory::{restore_postgres_chain, PgRestoreOptions};
@@ -117,9 +116,10 @@ pub struct Plan {
 /// # Errors
 /// A target before every backup, past the end of the archive, a gap in the WAL from the backup to
 /// the target, a timeline the archive does not know; each names the cause and the fix.
-pub fn plan(repo: &Repo, meta: &RepoMeta, records: &[BackupRecord], chosen: Option<&BackupRecord>, recovery: &Recovery) -> Result<Plan> {
+pub fn plan(repo: &Repo, records: &[BackupRecord], chosen: Option<&BackupRecord>, recovery: &Recovery) -> Result<Plan> {
+    let meta = repo.meta();
     let seg = meta.wal_segment_size;
-    let files = archived(repo, meta)?;
+    let files = archived(repo)?;
     let newest_tli = files.iter().map(|(w, _)| w.timeline).chain(records.iter().map(|r| r.timeline)).max().unwrap_or(1);
     let fits = |r: &BackupRecord| match &recovery.target {
         Target::Time(_, ms) => r.stop_ms <= *ms,
@@ -278,18 +278,18 @@ pub struct Request {
 /// [`restore_postgres`] refuses.
 pub fn restore(
     repo: &Repo,
-    meta: &RepoMeta,
     schemes: &dyn Schemes,
     request: &Request,
     opts: &PgRestoreOptions,
     restore_command: impl FnOnce() -> Result<String>,
     progress: Arc<dyn Progress>,
 ) -> Result<(RestoreReport, Plan)> {
+    let meta = repo.meta();
     let records = complete(repo)?;
     let chosen = request.set.as_deref().map(|id| pick(&records, id)).transpose()?;
     let target = target_from(request.time.as_deref(), request.lsn, request.name.as_deref(), request.immediate)?;
     let recovery = Recovery { target, action: request.action.clone(), timeline: request.timeline.clone() };
-    let plan = plan(repo, meta, &records, chosen, &recovery)?;
+    let plan = plan(repo, &records, chosen, &recovery)?;
     // An incremental restores through its chain: every set of it opened and checked first.
     let sets = open_chain(repo, &records, &plan.backup, schemes, true)?;
     for (set, r) in sets.iter().zip(chain_of(&records, &plan.backup)?) {
@@ -303,8 +303,8 @@ pub fn restore(
     let command = restore_command()?;
     let mut opts = opts.clone();
     if opts.core.delta && !opts.delta_hash {
-        crate::restore::directory::same_cluster(opts.target(), &meta.system_identifier)?;
-        let source = crate::restore::delta::plan(repo, meta, &records, &plan.backup, opts.target())?;
+        crate::restore::directory::same_cluster(opts.target(), meta.system_identifier)?;
+        let source = crate::restore::delta::plan(repo, &records, &plan.backup, opts.target())?;
         if opts.check_changes && source.changes.is_none() {
             return Err(Error::invalid(format!("--check-changes compares what the WAL says changed with the target, but the WAL cannot say here: {}", source.how)));
         }

@@ -11,13 +11,15 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 
+use crate::repo::Repo;
 use sheaf_core::blob::{copy_blob, same_content, BlobInfo};
-use sheaf_core::repo::Repo;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
+use crate::cluster::system::SystemId;
 use crate::cluster::walname::{WalFile, WalKind};
-use crate::repo::meta::{foreign, RepoMeta};
+use crate::repo::meta::foreign;
 use crate::repo::paths;
+use crate::wal::read::long_header_system_id;
 
 /// What a push did.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -30,20 +32,15 @@ pub struct Pushed {
     pub info: Option<BlobInfo>,
 }
 
-/// The system identifier in a segment's first page (its long header), if it has one.
-fn segment_system_id(path: &Path) -> Result<Option<u64>> {
+/// The system identifier of the WAL segment at `path`, from its first page's long header; `None`
+/// for a file too short or without one.
+fn segment_system_id(path: &Path) -> Result<Option<SystemId>> {
     let mut page = [0u8; 40];
     let mut f = File::open(path).map_err(|e| Error::io(ErrorKind::Source, format!("cannot open {}", path.display()), e))?;
     if f.read_exact(&mut page).is_err() {
         return Ok(None);
     }
-    // XLogLongPageHeaderData: magic u16, info u16 (XLP_LONG_HEADER = 0x0002), tli u32, pageaddr
-    // u64, rem_len u32 (+4 padding), then sysid u64 at 24.
-    let info = u16::from_le_bytes([page[2], page[3]]);
-    if info & 0x0002 == 0 {
-        return Ok(None);
-    }
-    Ok(Some(u64::from_le_bytes(page[24..32].try_into().expect("8 bytes"))))
+    Ok(long_header_system_id(&page))
 }
 
 /// Archive the file at `path` (as PostgreSQL's `%p`) into the repository.
@@ -51,7 +48,8 @@ fn segment_system_id(path: &Path) -> Result<Option<u64>> {
 /// # Errors
 /// A name PostgreSQL does not archive, a segment of another cluster or of the wrong size,
 /// different content already archived under the name, and the store's errors.
-pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Result<Pushed> {
+pub fn push(repo: &Repo, path: &Path, codec: CodecSpec) -> Result<Pushed> {
+    let meta = repo.meta();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let wal = WalFile::parse(&name, meta.wal_segment_size).ok_or_else(|| {
         Error::invalid(format!("{}: not a file PostgreSQL archives (a WAL segment, .partial, .history or .backup file); archive_command passes %p", path.display()))
@@ -66,8 +64,8 @@ pub fn push(repo: &Repo, meta: &RepoMeta, path: &Path, codec: CodecSpec) -> Resu
     }
     if matches!(wal.kind, WalKind::Segment | WalKind::Partial) {
         if let Some(id) = segment_system_id(path)? {
-            if id.to_string() != meta.system_identifier {
-                return Err(foreign(repo, meta, &format!("WAL file {name}"), &id.to_string()));
+            if id != meta.system_identifier {
+                return Err(foreign(repo, &format!("WAL file {name}"), id));
             }
         }
     }
@@ -124,7 +122,8 @@ pub fn fetch_tmp_name(name: &str) -> String {
 ///
 /// # Errors
 /// A name PostgreSQL does not ask for, damage in the object, I/O on `dest`.
-pub fn fetch(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
+pub fn fetch(repo: &Repo, name: &str, dest: &Path, durable: bool) -> Result<Option<BlobInfo>> {
+    let meta = repo.meta();
     WalFile::parse(name, meta.wal_segment_size).ok_or_else(|| Error::invalid(format!("{name}: not a WAL file name (restore_command passes %f, then %p)")))?;
     fetch_object(repo, &paths::wal_object(name), dest, durable)
 }

@@ -8,14 +8,13 @@
 use std::ops::Range;
 use std::path::PathBuf;
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::Result;
 
 use crate::cluster::checksum::PAGE_SIZE;
 use crate::cluster::layout::{self, BLOCKS_PER_SEGMENT};
 use crate::cluster::lsn::Lsn;
 use crate::cluster::walname::segment_name;
-use crate::repo::meta::RepoMeta;
 use crate::wal::blocksum::{BlockSummary, MAIN};
 use crate::wal::read::Locator;
 use crate::wal::summarize::{read_summary, summarize_from};
@@ -59,12 +58,12 @@ fn segments(first: u32, last: u32, from: Lsn, to: Lsn, history: &[(u32, Lsn)], s
 /// result, saying why.
 pub fn changes_since(
     repo: &Repo,
-    meta: &RepoMeta,
     (parent_timeline, from): (u32, Lsn),
     (timeline, to): (u32, Lsn),
     history: Option<&str>,
     pg_wal: &LocalWal<'_>,
 ) -> Result<std::result::Result<BlockSummary, String>> {
+    let meta = repo.meta();
     let seg = meta.wal_segment_size;
     let history = history.map(crate::cluster::walname::parse_history).unwrap_or_default();
     if parent_timeline != timeline && !history.iter().any(|(t, _)| *t == parent_timeline) {
@@ -91,7 +90,7 @@ pub fn changes_since(
                     };
                     Some(local)
                 };
-                summarize_from(repo, meta, &name, local.as_deref(), archived, after, pg_wal)?
+                summarize_from(repo, &name, local.as_deref(), archived, after, pg_wal)?
             }
         };
         if let Err(e) = merged.follow(&s) {

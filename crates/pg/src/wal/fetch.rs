@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use sheaf_core::blob::BlobInfo;
-use sheaf_core::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::{Error, Result};
 
 use crate::wal::archive::fetch;
@@ -31,26 +31,26 @@ pub enum Recovered {
 ///
 /// # Errors
 /// Every repository's failure, the first given; I/O on `dest`.
-pub fn fetch_for_recovery(repos: &[Repo], name: &str, dest: &Path, say: &dyn Fn(&str)) -> Result<Recovered> {
+pub fn fetch_for_recovery(repos: &[Place], name: &str, dest: &Path, say: &dyn Fn(&str)) -> Result<Recovered> {
     let several = repos.len() > 1;
     let mut failed: Option<Error> = None;
     let mut open = Vec::new();
-    for (k, repo) in repos.iter().enumerate() {
-        let got = crate::repo::meta::open(repo).and_then(|meta| fetch(repo, &meta, name, dest, false).map(|i| (i, meta)));
+    for (k, place) in repos.iter().enumerate() {
+        let got = crate::repo::meta::open(place).and_then(|repo| fetch(&repo, name, dest, false).map(|i| (i, repo)));
         match got {
             Ok((Some(info), _)) => return Ok(Recovered::Archived(info)),
-            Ok((None, meta)) => open.push((repo, meta)),
+            Ok((None, repo)) => open.push(repo),
             Err(e) => {
                 if several {
-                    say(&format!("repository {} ({}) passed over for {name}: {e}", k + 1, repo.display()));
+                    say(&format!("repository {} ({}) passed over for {name}: {e}", k + 1, place.display()));
                 }
                 failed.get_or_insert(e);
             }
         }
     }
     let answered = !open.is_empty();
-    for (repo, meta) in open {
-        if let Some(info) = crate::wal::receive::fetch_streamed(repo, &meta, name, dest)? {
+    for repo in &open {
+        if let Some(info) = crate::wal::receive::fetch_streamed(repo, name, dest)? {
             say(&format!("{name} is not archived whole: served what sheaf wal-receive streamed of it"));
             return Ok(Recovered::Streamed(info));
         }

@@ -2,7 +2,7 @@
 //! recovery, a delta restore or the WAL summaries learn which timelines led to the one they
 //! follow.
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::{ErrorKind, Result};
 
 use crate::cluster::lsn::Lsn;

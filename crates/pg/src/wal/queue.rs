@@ -9,7 +9,8 @@
 use std::fs;
 use std::path::Path;
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::cluster::walname;
@@ -37,14 +38,14 @@ pub enum Archived {
 ///
 /// # Errors
 /// The push failed and the file is not dropped (no bound, under the bound, not a segment).
-pub fn archive(repo: &Repo, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize, queue_max: Option<u64>) -> Result<Archived> {
+pub fn archive(place: &Place, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize, queue_max: Option<u64>) -> Result<Archived> {
     // Pushed already by an earlier call's look-ahead: answered without the repository, so an
     // outage that starts now cannot fail (or, under a bound, drop) what is archived.
     if spool.take_pushed(path) {
         return Ok(Archived::Pushed { report: PushReport::from_spool(path), published: Ok(0) });
     }
-    match meta::open(repo).and_then(|meta| push_ahead(repo, &meta, spool, path, codec, parallel)) {
-        Ok(report) => Ok(Archived::Pushed { report, published: publish_dropped(repo, spool) }),
+    match meta::open(place).and_then(|repo| push_ahead(&repo, spool, path, codec, parallel).map(|r| (r, repo))) {
+        Ok((report, repo)) => Ok(Archived::Pushed { report, published: publish_dropped(&repo, spool) }),
         Err(e) => drop_or_fail(e, queue_max, path, spool).map(Archived::Dropped),
     }
 }

@@ -10,6 +10,8 @@
 
 use sheaf_core::{Error, Result};
 
+use crate::cluster::system::SystemId;
+
 /// WAL page size (XLOG_BLCKSZ); servers built with another are refused.
 pub const PAGE: usize = 8192;
 const SHORT_HEADER: usize = 24;
@@ -19,6 +21,15 @@ const XLP_FIRST_IS_CONTRECORD: u16 = 0x0001;
 const XLP_LONG_HEADER: u16 = 0x0002;
 const XLP_FIRST_IS_OVERWRITE_CONTRECORD: u16 = 0x0008;
 const XLP_ALL_FLAGS: u16 = 0x000F;
+
+/// The system identifier a segment's first page carries in its long header (`XLogLongPageHeaderData`:
+/// magic, info, timeline, page address, remaining length, then the system identifier at byte 24);
+/// `None` for a page without the long header, or too short to hold it.
+pub fn long_header_system_id(page: &[u8]) -> Option<SystemId> {
+    let info = page.get(2..4).map(|b| u16::from_le_bytes([b[0], b[1]]))?;
+    let id = page.get(24..32)?;
+    (info & XLP_LONG_HEADER != 0).then(|| SystemId(u64::from_le_bytes(id.try_into().expect("8 bytes"))))
+}
 
 /// Resource manager ids a summary looks at.
 pub const RM_XLOG: u8 = 0;
@@ -102,7 +113,7 @@ struct Partial {
 /// Records out of pages fed in order.
 pub struct Decoder {
     seg_size: u64,
-    system_identifier: Option<u64>,
+    system_identifier: Option<SystemId>,
     magic: Option<u16>,
     /// The next page expected.
     expect_page: Option<u64>,
@@ -142,7 +153,7 @@ impl Decoder {
 
 impl Decoder {
     /// A decoder for WAL of `seg_size`-byte segments, of the cluster `system_identifier` when known.
-    pub fn new(seg_size: u64, system_identifier: Option<u64>) -> Decoder {
+    pub fn new(seg_size: u64, system_identifier: Option<SystemId>) -> Decoder {
         Decoder { seg_size, system_identifier, magic: None, expect_page: None, next: None, prev: None, partial: None, end: None }
     }
 
@@ -219,9 +230,9 @@ impl Decoder {
                 self.stop(lsn, format!("the first page of segment at {lsn:X} lacks its long header"));
                 return Ok(());
             }
-            let (sysid, seg, blcksz) = (u64_at(page, 24), u32_at(page, 32), u32_at(page, 36));
-            if self.system_identifier.is_some_and(|s| s != sysid) {
-                return Err(Error::invalid(format!("WAL at {lsn:X} is of cluster {sysid}, not {}", self.system_identifier.unwrap_or(0))));
+            let (sysid, seg, blcksz) = (long_header_system_id(page).unwrap_or_default(), u32_at(page, 32), u32_at(page, 36));
+            if let Some(want) = self.system_identifier.filter(|s| *s != sysid) {
+                return Err(Error::invalid(format!("WAL at {lsn:X} is of cluster {sysid}, not {want}")));
             }
             if u64::from(seg) != self.seg_size || blcksz as usize != PAGE {
                 return Err(Error::invalid(format!("WAL at {lsn:X} has {seg}-byte segments of {blcksz}-byte pages; expected {} and {PAGE}", self.seg_size)));
@@ -544,7 +555,7 @@ mod tests {
         let third = record(second_start, 1, 0x00, None, b"commit");
         let ps = pages(0, seg, &[first, long, third]);
         assert!(ps.len() >= 3, "the long record crosses pages");
-        let mut d = Decoder::new(seg, Some(42));
+        let mut d = Decoder::new(seg, Some(SystemId(42)));
         let mut got = Vec::new();
         for (lsn, p) in &ps {
             d.feed(*lsn, p, &mut |r| {
@@ -583,7 +594,7 @@ mod tests {
         records.push(record(prev, RM_XLOG, XLOG_SWITCH, None, b""));
         let ps = pages(0, seg, &records);
         assert_eq!(ps.len(), 2, "the switch continues on the second page");
-        let mut d = Decoder::new(seg, Some(42));
+        let mut d = Decoder::new(seg, Some(SystemId(42)));
         let mut got = Vec::new();
         for (lsn, p) in &ps {
             d.feed(*lsn, p, &mut |r| {
@@ -618,7 +629,7 @@ mod tests {
         .unwrap();
         assert_eq!(n, 1);
         assert!(d.end().unwrap().why.contains("CRC"), "{:?}", d.end());
-        let mut other = Decoder::new(seg, Some(7));
+        let mut other = Decoder::new(seg, Some(SystemId(7)));
         assert!(other.feed(0, &ps[0].1, &mut |_| Ok(())).unwrap_err().to_string().contains("cluster 42"));
     }
 }

@@ -20,14 +20,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
 use sheaf_core::blob::BlobInfo;
-use sheaf_core::repo::Repo;
 use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::cluster::walname::{self, segment_name, WalFile, WalKind};
-use crate::repo::meta::RepoMeta;
 use crate::wal::archive::{fetch, fetch_tmp_name as tmp_name, push, Pushed};
 
 /// One repository's spool.
@@ -173,7 +172,8 @@ impl Spool {
 /// # Errors
 /// The asked-for file's push failed ([`push`]'s errors). Look-ahead failures are reported, not
 /// raised: the archiver will ask for those files itself.
-pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
+pub fn push_ahead(repo: &Repo, spool: &Spool, path: &Path, codec: CodecSpec, parallel: usize) -> Result<PushReport> {
+    let meta = repo.meta();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let mut report =
         PushReport { name: name.clone(), from_spool: false, pushed: Vec::new(), ahead_failed: Vec::new(), spool_error: None, summarized: Vec::new(), summary_error: None };
@@ -197,7 +197,7 @@ pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, code
             .map(|p| {
                 s.spawn(move || {
                     let st = stamp(p).ok();
-                    (st, push(repo, meta, p, codec))
+                    (st, push(repo, p, codec))
                 })
             })
             .collect();
@@ -231,7 +231,7 @@ pub fn push_ahead(repo: &Repo, meta: &RepoMeta, spool: &Spool, path: &Path, code
     for (n, local) in segments {
         let done = match crate::wal::summarize::read_summary(repo, n) {
             Ok(Some(_)) => Ok(false),
-            Ok(None) => crate::wal::summarize::summarize_and_store(repo, meta, n, Some(local)).map(|_| true),
+            Ok(None) => crate::wal::summarize::summarize_and_store(repo, n, Some(local)).map(|_| true),
             Err(e) => Err(e),
         };
         match done {
@@ -342,7 +342,8 @@ pub struct PrefetchReport {
 ///
 /// # Errors
 /// The spool cannot be used.
-pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, idle: Duration) -> Result<PrefetchReport> {
+pub fn prefetch(repo: &Repo, spool: &Spool, parallel: usize, idle: Duration) -> Result<PrefetchReport> {
+    let meta = repo.meta();
     let dir = spool.sub("in")?;
     let mut report = PrefetchReport::default();
     let Some(_lock) = try_lock(&dir.join(".lock"))? else { return Ok(report) };
@@ -387,7 +388,7 @@ pub fn prefetch(repo: &Repo, meta: &RepoMeta, spool: &Spool, parallel: usize, id
                 .iter()
                 .map(|n| {
                     let at = dir.join(n);
-                    s.spawn(move || (*n, fetch(repo, meta, n, &at, true)))
+                    s.spawn(move || (*n, fetch(repo, n, &at, true)))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a fetch thread panicked")).collect()

@@ -1,13 +1,12 @@
 //! `sheaf wal-summarize`: the archive's segments that lack a block summary, or whose summary does
 //! not follow its predecessor's, summarized in order ([`fill_in`]).
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::stop::Stop;
 use sheaf_core::Result;
 
 use crate::cluster::walname::{WalFile, WalKind};
 use crate::repo::inventory::archived;
-use crate::repo::meta::RepoMeta;
 use crate::wal::blocksum::BlockSummary;
 use crate::wal::summarize::{read_summary, summarize_and_store};
 
@@ -31,9 +30,9 @@ pub struct FillReport {
 /// The store's errors; a segment that cannot be summarized is reported in [`FillReport::failed`];
 /// [`sheaf_core::error::ErrorKind::Cancelled`] when `stop` is asked (each summary is stored whole,
 /// so those made before stay).
-pub fn fill_in(repo: &Repo, meta: &RepoMeta, stop: &Stop) -> Result<FillReport> {
+pub fn fill_in(repo: &Repo, stop: &Stop) -> Result<FillReport> {
     let mut report = FillReport::default();
-    let mut segments: Vec<WalFile> = archived(repo, meta)?.into_iter().map(|(w, _)| w).filter(|w| w.kind == WalKind::Segment).collect();
+    let mut segments: Vec<WalFile> = archived(repo)?.into_iter().map(|(w, _)| w).filter(|w| w.kind == WalKind::Segment).collect();
     segments.sort_by_key(|w| (w.timeline, w.segno));
     let mut prev: Option<(u32, u64, u64)> = None;
     for w in segments {
@@ -46,7 +45,7 @@ pub fn fill_in(repo: &Repo, meta: &RepoMeta, stop: &Stop) -> Result<FillReport> 
                 report.kept += 1;
                 Some(s)
             }
-            _ => match summarize_and_store(repo, meta, &w.name, None) {
+            _ => match summarize_and_store(repo, &w.name, None) {
                 Ok(s) => {
                     report.made.push(w.name.clone());
                     Some(s)

@@ -10,11 +10,10 @@
 
 use std::path::Path;
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::cluster::walname::{segment_name, WalFile, WalKind};
-use crate::repo::meta::RepoMeta;
 use crate::repo::paths;
 use crate::wal::blocksum::BlockSummary;
 use crate::wal::read::{version_of_magic, Decoder, Record, PAGE};
@@ -137,8 +136,8 @@ impl Summarizer {
 /// A name that is not a segment, WAL of another cluster or of a version sheaf does not read, and
 /// the store's errors. WAL that ends early is not an error: the summary ends there, and a complete
 /// segment's says so (which makes it unusable).
-pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>, complete: bool) -> Result<BlockSummary> {
-    summarize_from(repo, meta, name, local, complete, None, &|_| Ok(None))
+pub fn summarize(repo: &Repo, name: &str, local: Option<&Path>, complete: bool) -> Result<BlockSummary> {
+    summarize_from(repo, name, local, complete, None, &|_| Ok(None))
 }
 
 /// [`summarize`], starting from `after` when given (the timeline and end of the summary of the WAL
@@ -151,16 +150,16 @@ pub fn summarize(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>,
 /// As [`summarize`].
 pub fn summarize_from(
     repo: &Repo,
-    meta: &RepoMeta,
     name: &str,
     local: Option<&Path>,
     complete: bool,
     after: Option<(u32, u64)>,
     unarchived: &dyn Fn(&str) -> Result<Option<std::path::PathBuf>>,
 ) -> Result<BlockSummary> {
+    let meta = repo.meta();
     let seg = meta.wal_segment_size;
     let wal = WalFile::parse(name, seg).filter(|w| w.kind == WalKind::Segment).ok_or_else(|| Error::invalid(format!("{name} is not a WAL segment")))?;
-    let sysid = meta.system_identifier.parse().ok();
+    let sysid = Some(meta.system_identifier);
     let mut s = Summarizer {
         seg_size: seg,
         decoder: Decoder::new(seg, sysid),
@@ -231,8 +230,8 @@ fn branched_from(repo: &Repo, timeline: u32, segno: u64, seg: u64) -> Result<Opt
 ///
 /// # Errors
 /// As [`summarize`] and [`write_summary`].
-pub fn summarize_and_store(repo: &Repo, meta: &RepoMeta, name: &str, local: Option<&Path>) -> Result<BlockSummary> {
-    let s = summarize(repo, meta, name, local, true)?;
+pub fn summarize_and_store(repo: &Repo, name: &str, local: Option<&Path>) -> Result<BlockSummary> {
+    let s = summarize(repo, name, local, true)?;
     write_summary(repo, name, &s)?;
     Ok(s)
 }
@@ -245,23 +244,13 @@ mod tests {
     #[test]
     fn a_summary_another_process_is_writing_is_waited_for_not_failed() {
         let d = tempfile::tempdir().unwrap();
-        let repo = Repo::at(d.path().join("r").to_str().unwrap(), &sheaf_core::LocalOnly).unwrap();
-        let meta = RepoMeta {
-            format: 1,
-            kind: "postgres".into(),
-            system_identifier: "1".into(),
-            wal_segment_size: 16 << 20,
-            server_version: String::new(),
-            created: String::new(),
-            lock: None,
-        };
-        repo.init(&meta).unwrap();
+        let repo = crate::repo::meta::test_repo(&d.path().join("r"));
         let name = "000000010000000000000003";
         let object = paths::summary_object(name);
         repo.prepare(&object).unwrap();
         let summary = BlockSummary::default();
         // The other writer holds the summary's .partial (locked) and publishes it a moment later.
-        let mut other = LocalSink::create(Path::new(&repo.name(&object)), true).unwrap();
+        let mut other = LocalSink::create(Path::new(&repo.place().full_name(&object)), true).unwrap();
         let later = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(150));
             other.write_all(&BlockSummary::default().to_bytes()).unwrap();
@@ -271,7 +260,7 @@ mod tests {
         later.join().unwrap();
         assert!(repo.exists(&object).unwrap());
         // One that never finishes: refused as transient (another run makes it), not hung.
-        let held = LocalSink::create(Path::new(&repo.name(&paths::summary_object("000000010000000000000004"))), true).unwrap();
+        let held = LocalSink::create(Path::new(&repo.place().full_name(&paths::summary_object("000000010000000000000004"))), true).unwrap();
         let e = write_summary(&repo, "000000010000000000000004", &summary).unwrap_err();
         assert!(e.is_transient() && e.to_string().contains("being written by another process"), "{e}");
         drop(held);

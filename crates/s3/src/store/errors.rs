@@ -104,7 +104,7 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
         E::NotFound { .. } if side == Side::Write => {
             Error::new(kind, format!("{what}: the upload or its bucket no longer exists (a lifecycle rule that aborts uploads, or someone removed it): {text}"))
         }
-        E::NotFound { .. } => Error::incomplete(format!("{what} does not exist")),
+        E::NotFound { path, .. } => Error::incomplete(format!("{what} does not exist")).with_object(path),
         E::PermissionDenied { .. } => Error::new(
             kind,
             format!("{what}: access denied (403): the credentials are wrong, or lack permission on this bucket (check the keys, the profile and the bucket's policy): {text}"),

@@ -21,7 +21,6 @@ fn a_pinned_backup_outlives_expire_and_restores() {
         c.sql("app", &format!("INSERT INTO t (id, batch) SELECT g, {b} FROM generate_series(1, 100) g"));
         archive_now(&c);
     }
-    std::thread::sleep(std::time::Duration::from_millis(1100));
     ok(run(sheaf().args(["backup", &url, "--repo", r])), "backup 2");
     archive_now(&c);
 

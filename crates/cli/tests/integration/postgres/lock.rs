@@ -33,7 +33,6 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
         c.sql("app", &format!("INSERT INTO t (id, batch) SELECT g, {b} FROM generate_series(1, 100) g"));
         archive_now(&c);
     }
-    std::thread::sleep(std::time::Duration::from_millis(1100));
     let second = json(ok(run(repo.sheaf().args(["backup", &url, "--repo", &r, "--json"])), "backup 2"));
     let second = second["postgres"]["repository_id"].as_str().unwrap().to_string();
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 4 FROM generate_series(1, 100) g");

@@ -34,11 +34,13 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::cluster::lsn::Lsn;
+use crate::cluster::system::SystemId;
 use crate::cluster::walname::{history_name, WalFile, WalKind};
 use crate::connect::wire::{cell, lsn_cell, Replication};
 use crate::repo::meta::{foreign, RepoMeta};
@@ -58,7 +60,7 @@ use upload::{put_streamed, upload_loop, Target};
 /// What no new connection mends: a server of another cluster, a slot that is not physical, a
 /// spool another receiver holds, a server older than 15, repositories of different clusters, none
 /// that can be read; and storing into a repository failing when the receiver stops.
-pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, events: &Events) -> Result<ReceiveReport> {
+pub fn receive(repos: Vec<(Place, Result<Repo>)>, opts: &ReceiveOptions, events: &Events) -> Result<ReceiveReport> {
     if opts.slot.is_empty() || !opts.slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
         return Err(Error::invalid(format!("--slot {}: a slot name is lower-case letters, digits and underscores", opts.slot)));
     }
@@ -69,12 +71,12 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
         return Err(repos.pop().expect("one").1.expect_err("checked above"));
     }
     let mut first: Option<RepoMeta> = None;
-    for (repo, meta) in &repos {
-        match (meta, &first) {
-            (Ok(m), None) => first = Some(m.clone()),
-            (Ok(m), Some(f)) if m.system_identifier != f.system_identifier => return Err(foreign(repo, m, "the first repository", &f.system_identifier)),
+    for (place, opened) in &repos {
+        match (opened, &first) {
+            (Ok(r), None) => first = Some(r.meta().clone()),
+            (Ok(r), Some(f)) if r.meta().system_identifier != f.system_identifier => return Err(foreign(r, "the first repository", f.system_identifier)),
             (Ok(_), Some(_)) => {}
-            (Err(e), _) => events(&format!("repository {} cannot be read now; it is tried again as WAL comes: {e}", repo.display())),
+            (Err(e), _) => events(&format!("repository {} cannot be read now; it is tried again as WAL comes: {e}", place.display())),
         }
     }
     let meta = first.ok_or_else(|| Error::new(ErrorKind::Target, "none of the repositories given can be read"))?;
@@ -87,7 +89,7 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
     }
     let shared = Shared { state: Mutex::new(State::default()), wake: Condvar::new(), report: Mutex::new(ReceiveReport::default()) };
     hand_over(&repos, &meta, opts, &shared, events);
-    let targets: Vec<Target> = repos.iter().map(|(repo, m)| Target { repo, meta: m.as_ref().ok().cloned(), retry_at: None, partial: None }).collect();
+    let targets: Vec<Target> = repos.iter().map(|(place, r)| Target { place, repo: r.as_ref().ok().cloned(), retry_at: None, partial: None }).collect();
     let result = std::thread::scope(|s| {
         let uploader = s.spawn(|| upload_loop(targets, &meta, opts, &shared, events));
         let r = receive_loop(&repos, &meta, opts, &shared, events);
@@ -105,14 +107,11 @@ pub fn receive(repos: Vec<(Repo, Result<RepoMeta>)>, opts: &ReceiveOptions, even
 /// It goes into every repository as the segment's streamed copy now, before the server is asked
 /// for anything, so that a restore finds it even when the server is gone for good. A repository
 /// that cannot take it is said; the uploader stores it again as streaming goes on.
-fn hand_over(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) {
+fn hand_over(repos: &[(Place, Result<Repo>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) {
     let Some((_, _, path)) = spool_partial(&opts.spool, meta.wal_segment_size) else { return };
     let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".partial")).map(str::to_string) else { return };
     let mut stored = false;
-    for (repo, m) in repos {
-        if m.is_err() {
-            continue;
-        }
+    for repo in repos.iter().filter_map(|(_, r)| r.as_ref().ok()) {
         // Archived whole already (wal-push, or this receiver before it stopped): nothing to add.
         if repo.exists(&paths::wal_object(&name)).unwrap_or(false) {
             continue;
@@ -128,7 +127,7 @@ fn hand_over(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &Receive
     }
 }
 
-fn receive_loop(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
+fn receive_loop(repos: &[(Place, Result<Repo>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
     while !opts.stop.asked() {
         shared.report().connections += 1;
         match session(repos, meta, opts, shared, events) {
@@ -163,17 +162,15 @@ fn spool_partial(spool: &Path, seg: u64) -> Option<(u32, u64, PathBuf)> {
 }
 
 /// One connection: from where to stream, then each timeline in turn until stopped or failed.
-fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
+fn session(repos: &[(Place, Result<Repo>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
     let seg = meta.wal_segment_size;
     let mut c = Replication::connect(&opts.url)?;
     let major: u32 = c.server_version.split(|ch: char| !ch.is_ascii_digit()).next().and_then(|v| v.parse().ok()).unwrap_or(0);
     crate::connect::server::supported_major(major, &c.server_version, &crate::connect::session::redact(&opts.url))?;
     let id = c.query("IDENTIFY_SYSTEM")?;
-    let system = cell(&id, 0, "IDENTIFY_SYSTEM")?.unwrap_or_default().to_string();
-    for (repo, m) in repos {
-        if let Some(m) = m.as_ref().ok().filter(|m| m.system_identifier != system) {
-            return Err(foreign(repo, m, "the server", &system));
-        }
+    let system: SystemId = cell(&id, 0, "IDENTIFY_SYSTEM")?.unwrap_or_default().parse()?;
+    if let Some(repo) = repos.iter().filter_map(|(_, r)| r.as_ref().ok()).find(|r| r.meta().system_identifier != system) {
+        return Err(foreign(repo, "the server", system));
     }
     let server_tli: u32 = cell(&id, 1, "IDENTIFY_SYSTEM")?.and_then(|t| t.parse().ok()).unwrap_or(1);
     let server_pos = lsn_cell(&id, 2, "IDENTIFY_SYSTEM")?.unwrap_or_default();
@@ -230,11 +227,15 @@ fn session(repos: &[(Repo, Result<RepoMeta>)], meta: &RepoMeta, opts: &ReceiveOp
             // server archives the same bytes as NAME.partial through wal-push).
             let mut stored = 0;
             let mut failed = None;
-            for (repo, _) in repos {
-                match put_streamed(repo, &o.path, &o.name, opts) {
+            for (place, opened) in repos {
+                let put = match opened {
+                    Ok(repo) => put_streamed(repo, &o.path, &o.name, opts),
+                    Err(_) => crate::repo::meta::open(place).and_then(|repo| put_streamed(&repo, &o.path, &o.name, opts)),
+                };
+                match put {
                     Ok(()) => stored += 1,
                     Err(e) => {
-                        events(&format!("cannot store {}'s streamed copy in {}: {e}", o.name, repo.display()));
+                        events(&format!("cannot store {}'s streamed copy in {}: {e}", o.name, place.display()));
                         failed = Some(e);
                     }
                 }

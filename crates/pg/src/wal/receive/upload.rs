@@ -6,10 +6,12 @@ use std::fs::{self, File};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sheaf_core::repo::Repo;
+use crate::repo::Repo;
+use sheaf_core::repo::Place;
 use sheaf_core::{Error, ErrorKind, Result};
 
 use super::shared::{Events, ReceiveOptions, Shared};
+use crate::cluster::system::SystemId;
 use crate::cluster::walname::{WalFile, WalKind};
 use crate::repo::meta::{foreign, RepoMeta};
 use crate::repo::paths::streaming_object;
@@ -17,8 +19,8 @@ use crate::wal::archive;
 
 /// A repository the receiver stores into, as the uploader sees it: opened when it can be.
 pub(super) struct Target<'a> {
-    pub(super) repo: &'a Repo,
-    pub(super) meta: Option<RepoMeta>,
+    pub(super) place: &'a Place,
+    pub(super) repo: Option<Repo>,
     /// Not tried again before then, after a failure (but always when the receiver stops).
     pub(super) retry_at: Option<Instant>,
     /// The segment being received as last stored here: (name, version).
@@ -31,24 +33,24 @@ impl Target<'_> {
         done || self.retry_at.is_none_or(|t| Instant::now() >= t)
     }
 
-    /// Its contents, opened now if they were not: an unreachable repository at the start is one
+    /// The repository, opened now if it was not: an unreachable repository at the start is one
     /// to catch up once it is back.
-    fn meta(&mut self, system: &str) -> Result<&RepoMeta> {
-        if self.meta.is_none() {
-            let m = crate::repo::meta::open(self.repo)?;
-            if m.system_identifier != system {
-                return Err(foreign(self.repo, &m, "the server", system));
+    fn repo(&mut self, system: SystemId) -> Result<&Repo> {
+        if self.repo.is_none() {
+            let r = crate::repo::meta::open(self.place)?;
+            if r.meta().system_identifier != system {
+                return Err(foreign(&r, "the server", system));
             }
-            self.meta = Some(m);
+            self.repo = Some(r);
         }
-        Ok(self.meta.as_ref().expect("opened above"))
+        Ok(self.repo.as_ref().expect("opened above"))
     }
 
     /// A failure here: said, and the repository left alone for `wait`.
     fn failed(&mut self, e: Error, wait: Duration, several: bool) -> Error {
         self.retry_at = Some(Instant::now() + wait);
         if several {
-            e.context(format!("repository {}", self.repo.display()))
+            e.context(format!("repository {}", self.place.display()))
         } else {
             e
         }
@@ -84,7 +86,7 @@ pub(super) fn upload_loop(mut targets: Vec<Target>, meta: &RepoMeta, opts: &Rece
                 if !t.due(done) {
                     continue;
                 }
-                let r = t.meta(&meta.system_identifier).map(|_| ()).and_then(|()| put_streamed(t.repo, &path, &name, opts));
+                let r = t.repo(meta.system_identifier).and_then(|repo| put_streamed(repo, &path, &name, opts));
                 match r {
                     Ok(()) => {
                         t.partial = Some((name.clone(), version));
@@ -177,14 +179,13 @@ fn store_complete(
 /// One spool file into one repository, as wal-push stores it (a segment summarized, its streamed
 /// copy removed); whether it was there already.
 fn store_one(t: &mut Target, meta: &RepoMeta, path: &Path, name: &str, kind: WalKind, opts: &ReceiveOptions, events: &Events) -> Result<bool> {
-    let repo = t.repo;
-    let m = t.meta(&meta.system_identifier)?;
-    let pushed = archive::push(repo, m, path, opts.codec)?;
+    let repo = t.repo(meta.system_identifier)?;
+    let pushed = archive::push(repo, path, opts.codec)?;
     if kind != WalKind::Segment {
         return Ok(pushed.already);
     }
     if !pushed.already {
-        if let Err(e) = crate::wal::summarize::summarize_and_store(repo, m, name, Some(path)) {
+        if let Err(e) = crate::wal::summarize::summarize_and_store(repo, name, Some(path)) {
             events(&format!("{name}: no block summary in {} ({e}); sheaf wal-summarize makes it later", repo.display()));
         }
     }
@@ -201,7 +202,8 @@ fn store_one(t: &mut Target, meta: &RepoMeta, path: &Path, name: &str, kind: Wal
 ///
 /// # Errors
 /// As [`archive::fetch`].
-pub fn fetch_streamed(repo: &Repo, meta: &RepoMeta, name: &str, dest: &Path) -> Result<Option<sheaf_core::blob::BlobInfo>> {
+pub fn fetch_streamed(repo: &Repo, name: &str, dest: &Path) -> Result<Option<sheaf_core::blob::BlobInfo>> {
+    let meta = repo.meta();
     if !WalFile::parse(name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment) {
         return Ok(None);
     }

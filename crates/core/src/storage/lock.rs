@@ -1,0 +1,75 @@
+//! Every object written through a store carries a lock (S3 Object Lock): a locked repository's
+//! policy as a wrapper around its store (object_store's `limit.rs` pattern), not a flag its
+//! writers each remember. What the lock spares ([`WriteLock::for_name`]) is written unlocked; a
+//! write that asks for a lock of its own keeps it.
+
+use std::sync::Arc;
+
+use super::{Capabilities, Retention, Store, Stored, StripeSink, StripeSource, WriteLock, WriteOptions};
+use crate::error::Result;
+
+/// `inner`, every object created through it locked as `lock` says.
+#[derive(Debug)]
+pub struct Locked {
+    inner: Arc<dyn Store>,
+    lock: WriteLock,
+}
+
+impl Locked {
+    /// Objects created through `inner` carry `lock`.
+    ///
+    /// # Errors
+    /// A store that cannot lock objects ([`super::no_lock`]).
+    pub fn new(inner: Arc<dyn Store>, lock: WriteLock) -> Result<Locked> {
+        super::retention_of(inner.as_ref(), "")?;
+        Ok(Locked { inner, lock })
+    }
+
+    /// The lock new objects carry.
+    pub fn lock(&self) -> &WriteLock {
+        &self.lock
+    }
+}
+
+impl Store for Locked {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn describe(&self, name: &str) -> String {
+        self.inner.describe(name)
+    }
+    fn sink_memory(&self, expected_bytes: u64) -> u64 {
+        self.inner.sink_memory(expected_bytes)
+    }
+    fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
+        let opts = WriteOptions { lock: opts.lock.or_else(|| self.lock.for_name(name)), ..opts.clone() };
+        self.inner.create(name, &opts)
+    }
+    fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
+        self.inner.open(name)
+    }
+    fn exists(&self, name: &str) -> Result<bool> {
+        self.inner.exists(name)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, name: &str) -> Result<()> {
+        self.inner.delete(name)
+    }
+    fn prepare(&self, name: &str, below: Option<&str>) -> Result<()> {
+        self.inner.prepare(name, below)
+    }
+    fn prune(&self, dir: &str) {
+        self.inner.prune(dir)
+    }
+    fn identity(&self, name: &str) -> String {
+        self.inner.identity(name)
+    }
+    fn sibling(&self, name: &str, sibling: &str) -> String {
+        self.inner.sibling(name, sibling)
+    }
+    fn retention(&self) -> Option<&dyn Retention> {
+        self.inner.retention()
+    }
+}
