@@ -249,25 +249,39 @@ pub fn expiries(dir: &Path) -> Result<Vec<(String, i64)>> {
     Ok(out)
 }
 
-/// Warnings for the certificates in `dir` that expire within `days` of `now` (or have), one line
-/// each, naming the file, the date and the fix.
+/// A certificate that expires soon, or has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expiring {
+    /// Its file.
+    pub file: String,
+    /// When it stops being valid, seconds since the epoch.
+    pub until: i64,
+    /// It has already: connections with it fail.
+    pub expired: bool,
+    /// What to tell the operator: the file, the date and the fix.
+    pub message: String,
+}
+
+/// The certificates in `dir` that expire within `days` of `now`, or have.
 ///
 /// # Errors
 /// As [`expiries`].
-pub fn expiring(dir: &Path, now: i64, days: i64) -> Result<Vec<String>> {
+pub fn expiring(dir: &Path, now: i64, days: i64) -> Result<Vec<Expiring>> {
     Ok(expiries(dir)?
         .into_iter()
         .filter(|(_, until)| *until - now < days * 86_400)
         .map(|(file, until)| {
             let when = sheaf_core::time::utc(until);
-            if until <= now {
+            let expired = until <= now;
+            let message = if expired {
                 format!("the certificate {file} expired on {when}: connections with it fail; issue new ones (sheaf agent --init-certs DIR --add-client NAME for a backup host, or a new --init-certs folder)")
             } else {
                 format!(
                     "the certificate {file} expires on {when}, in {} days: issue a new one before then (sheaf agent --init-certs DIR --add-client NAME for a backup host, or a new --init-certs folder)",
                     (until - now) / 86_400
                 )
-            }
+            };
+            Expiring { file, until, expired, message }
         })
         .collect())
 }

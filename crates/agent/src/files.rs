@@ -73,6 +73,34 @@ impl Inner {
 /// never a refusal).
 const RECONNECT: Backoff = Backoff::new(1 + RETRIES, Duration::from_millis(500), Duration::from_secs(4));
 
+/// Where an agent is and how a backup reads through it (`sheaf backup --agent`, `--tls-dir`,
+/// `--agent-timeout`, `--compress-on agent`).
+#[derive(Clone, Debug)]
+pub struct AgentAt {
+    /// `HOST:PORT`.
+    pub addr: String,
+    /// The folder `sheaf agent --init-certs` made: the CA's certificate and this host's.
+    pub tls_dir: PathBuf,
+    /// The longest wait for the agent, for the connection and then each answer's next bytes.
+    pub timeout: Duration,
+    /// The agent compresses large files' chunks with this codec ([`AgentFiles::compressing`]).
+    pub compress: Option<CodecSpec>,
+}
+
+impl AgentAt {
+    /// Connect: the agent's files, compressed there when asked.
+    ///
+    /// # Errors
+    /// As [`AgentFiles::connect_within`] and [`AgentFiles::compressing`].
+    pub fn connect(&self) -> Result<AgentFiles> {
+        let files = AgentFiles::connect_within(&self.addr, &self.tls_dir, self.timeout)?;
+        match self.compress {
+            Some(codec) => files.compressing(codec),
+            None => Ok(files),
+        }
+    }
+}
+
 /// A host's files through its agent.
 #[derive(Clone)]
 pub struct AgentFiles {

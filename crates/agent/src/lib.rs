@@ -23,5 +23,5 @@ mod squeeze;
 pub mod tls;
 
 pub use client::AgentClient;
-pub use files::AgentFiles;
+pub use files::{AgentAt, AgentFiles};
 pub use server::{Agent, AgentConfig};

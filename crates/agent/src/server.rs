@@ -179,7 +179,7 @@ impl Agent {
 
     fn warn_expiring(&self, log: &Log) {
         match crate::certs::expiring(&self.tls_dir, sheaf_core::time::now_ms() / 1000, 30) {
-            Ok(warnings) => warnings.iter().for_each(|w| log(&format!("warning: {w}"))),
+            Ok(warnings) => warnings.iter().for_each(|w| log(&format!("warning: {}", w.message))),
             Err(e) => log(&format!("warning: {e}")),
         }
     }

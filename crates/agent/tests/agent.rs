@@ -377,9 +377,12 @@ fn certificates_near_their_end_are_warned_of_a_month_ahead() {
     certs::issue_client(&f.tls, soon.path(), "client", now - Duration::days(1), now + Duration::days(10)).unwrap();
     let w = certs::expiring(soon.path(), secs, 30).unwrap();
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].contains("client.pem expires on") && (w[0].contains("in 9 days") || w[0].contains("in 10 days")) && w[0].contains("--add-client"), "{w:?}");
+    assert!(!w[0].expired && w[0].file.ends_with("client.pem") && matches!((w[0].until - secs) / 86_400, 9 | 10), "{w:?}");
+    let days = format!("in {} days", (w[0].until - secs) / 86_400);
+    assert!(w[0].message.contains("client.pem expires on") && w[0].message.contains(&days) && w[0].message.contains("--add-client"), "{w:?}");
     assert!(certs::expiring(soon.path(), secs, 5).unwrap().is_empty());
     let gone = tempfile::tempdir().unwrap();
     certs::issue_client(&f.tls, gone.path(), "client", now - Duration::days(10), now - Duration::days(1)).unwrap();
-    assert!(certs::expiring(gone.path(), secs, 30).unwrap()[0].contains("expired on"));
+    let w = certs::expiring(gone.path(), secs, 30).unwrap();
+    assert!(w[0].expired && w[0].until < secs && w[0].message.contains("expired on"), "{w:?}");
 }

@@ -1,12 +1,12 @@
-//! The typed context a command runs in, built once from the parsed flags (ripgrep's `hiargs`):
-//! the settings (flags over `SHEAF_*` over the config file), the catalog's path, one S3 scheme
-//! set (one runtime) for every `s3://` location, the encryption secret, the `--max-rate` limit
-//! shared by every stripe, the repository; and [`Source`], what a backup reads, decided in one
-//! place. Each piece is resolved when a command first asks for it, and then kept: an error comes
-//! at the point the command meets it, as the flags' own order says.
+//! The typed context a command runs in, resolved once from the parsed flags and the settings
+//! when the command starts (ripgrep's low-level args becoming its high-level args): the settings
+//! (flags over `SHEAF_*` over the config file), the catalog's path, one S3 scheme set (one
+//! runtime) for every `s3://` location, the encryption secret, the `--max-rate` limit shared by
+//! every stripe, the repositories given with their keys, the spool; and [`Source`], what a backup
+//! reads, decided in one place.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use sheaf_core::repo::Place;
 use sheaf_core::storage::RateLimit;
@@ -15,9 +15,11 @@ use sheaf_pg::repo::Repo;
 use sheaf_pg::wal::spool::Spool;
 use sheaf_s3::S3Schemes;
 
-use crate::args::{S3Args, Shared};
+use sheaf_core::manifest::BackupType;
+
+use crate::args::{RepoTarget, S3Args, Shared};
 use crate::interrupt::Interrupt;
-use crate::settings::Settings;
+use crate::settings::{self, Origin, Settings};
 
 /// What a backup reads: a running PostgreSQL server (a libpq URL), or a directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,36 +57,87 @@ impl Source {
     }
 }
 
-/// Everything a command needs beyond its own flags.
+/// The encryption secret's sources in force (a flag, else its setting), for this command and for
+/// the commands it writes or starts.
+#[derive(Clone, Debug, Default)]
+struct Secret {
+    key_file: Option<PathBuf>,
+    pass_file: Option<PathBuf>,
+    command: Option<String>,
+    /// SHEAF_PASSPHRASE was given (the passphrase itself, which no flag carries on).
+    from_env: bool,
+}
+
+/// A repository given: its location, and the keys it is opened with.
+struct Given {
+    text: String,
+    keys: Result<Option<Arc<Keys>>>,
+}
+
+/// Everything a command needs beyond its own flags, resolved once when the command starts: the
+/// settings, the S3 settings and the one scheme set (one runtime) for every `s3://` location, the
+/// encryption secret, the `--max-rate` limit shared by every stripe, the repositories given (each
+/// with its keys), the spool. Nothing is resolved later, nothing cached: a value that could not be
+/// resolved keeps its error, which the command meets where it first needs the value (so a
+/// command that needs no secret is not stopped by a key command that fails).
 pub struct Context {
     /// The settings in force.
     pub settings: Settings,
     /// What an interrupt has asked for.
     pub interrupt: Interrupt,
     catalog: Option<PathBuf>,
-    shared: Shared,
-    schemes: OnceLock<S3Schemes>,
-    keys: OnceLock<Option<Arc<Keys>>>,
-    rate: OnceLock<Option<Arc<RateLimit>>>,
-}
-
-/// `cell`'s value, made by `make` the first time; an error is returned and nothing kept.
-fn once<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
-    if let Some(v) = cell.get() {
-        return Ok(v);
-    }
-    let v = make()?;
-    Ok(cell.get_or_init(|| v))
+    /// The S3 settings: the flags over the settings (`None`: the command reaches no `s3://`).
+    s3: Option<S3Args>,
+    schemes: Result<S3Schemes>,
+    secret: Secret,
+    keys: Result<Option<Arc<Keys>>>,
+    rate: Result<Option<Arc<RateLimit>>>,
+    repos: Vec<Given>,
+    spool: Option<PathBuf>,
 }
 
 impl Context {
     /// The context for a command with these shared flags.
     ///
     /// # Errors
-    /// A config file that cannot be read or holds what sheaf does not know ([`Settings::load`]).
+    /// A config file that cannot be read or holds what sheaf does not know, a setting that does
+    /// not parse ([`Settings::load`]).
     pub fn new(catalog: Option<PathBuf>, config: Option<&Path>, shared: Shared, interrupt: Interrupt) -> Result<Context> {
         let settings = Settings::load(config)?;
-        Ok(Context { settings, interrupt, catalog, shared, schemes: OnceLock::new(), keys: OnceLock::new(), rate: OnceLock::new() })
+        let s3 = shared.s3.map(|flags| s3_settings(&settings, flags));
+        let schemes = schemes(s3.as_ref());
+        let (secret, keys) = match &shared.keys {
+            Some(flags) => {
+                let secret = Secret {
+                    key_file: settings.value(&settings::ENCRYPTION_KEY_FILE, flags.encryption_key_file.clone()),
+                    pass_file: settings.value(&settings::PASSPHRASE_FILE, flags.passphrase_file.clone()),
+                    command: settings.value(&settings::KEY_COMMAND, flags.key_command.clone()),
+                    from_env: std::env::var_os("SHEAF_PASSPHRASE").is_some_and(|v| !v.is_empty()),
+                };
+                let keys = secret_keys(&secret);
+                (secret, keys)
+            }
+            None => (Secret::default(), Ok(None)),
+        };
+        let rate = shared.rate.max_rate.map(RateLimit::new).transpose();
+        let repos = if !shared.repo.is_empty() {
+            shared.repo.into_iter().map(|text| Given { text, keys: keys.as_ref().map(Clone::clone).map_err(Error::again) }).collect()
+        } else {
+            // From the settings, repo2 .. repo4 may have keys of their own.
+            let first = settings.value(&settings::REPO, None).map(|text| Given { text, keys: keys.as_ref().map(Clone::clone).map_err(Error::again) });
+            let more = settings::MORE_REPOS.iter().filter_map(|more| {
+                let text = settings.value(&more.repo, None)?;
+                let own = if shared.keys.is_some() { own_keys(&settings, more) } else { Ok(None) };
+                let keys = match own {
+                    Ok(None) => keys.as_ref().map(Clone::clone).map_err(Error::again),
+                    other => other,
+                };
+                Some(Given { text, keys })
+            });
+            first.into_iter().chain(more).collect()
+        };
+        let spool = settings.value(&settings::SPOOL, shared.spool.spool);
+        Ok(Context { settings, interrupt, catalog, s3, schemes, secret, keys, rate, repos, spool })
     }
 
     /// The history catalog's path, when `--catalog` gave one (else the catalog's default).
@@ -92,38 +145,10 @@ impl Context {
         self.catalog.as_deref()
     }
 
-    fn s3_flags_given(&self) -> &S3Args {
-        self.shared.s3.as_ref().expect("only a command with the S3 flags reaches s3:// locations")
-    }
-
-    /// The S3 settings in force: the flags over `SHEAF_S3_*` over the config file.
-    ///
-    /// # Errors
-    /// A switch whose value is not true or false.
-    pub fn s3(&self) -> Result<S3Args> {
-        let mut a = self.s3_flags_given().clone();
-        let s = &self.settings;
-        a.s3_endpoint = s.value("s3-endpoint", a.s3_endpoint);
-        a.s3_region = s.value("s3-region", a.s3_region);
-        a.s3_profile = s.value("s3-profile", a.s3_profile);
-        a.s3_ca_bundle = s.value("s3-ca-bundle", a.s3_ca_bundle.map(|p| p.display().to_string())).map(PathBuf::from);
-        a.s3_allow_http = s.switch("s3-allow-http", a.s3_allow_http)?;
-        a.s3_path_style = s.switch("s3-path-style", a.s3_path_style)?;
-        a.s3_kms_key_id = s.value("s3-kms-key-id", a.s3_kms_key_id);
-        a.s3_sse_customer_key_file = s.value("s3-sse-customer-key-file", a.s3_sse_customer_key_file.map(|p| p.display().to_string())).map(PathBuf::from);
-        if a.s3_kms_key_id.is_some() && a.s3_sse_customer_key_file.is_some() {
-            return Err(Error::invalid("s3-kms-key-id and s3-sse-customer-key-file are both set: S3 encrypts an object one way, SSE-KMS or SSE-C; give one"));
-        }
-        Ok(a)
-    }
-
     /// The same S3 settings as flags, for a command sheaf writes for later (restore_command) or
     /// starts (the prefetcher).
-    ///
-    /// # Errors
-    /// As [`Context::s3`].
-    pub fn s3_flags(&self) -> Result<Vec<String>> {
-        let r = self.s3()?;
+    pub fn s3_flags(&self) -> Vec<String> {
+        let Some(r) = &self.s3 else { return Vec::new() };
         let mut f = Vec::new();
         let mut add = |k: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -143,44 +168,15 @@ impl Context {
         if r.s3_path_style {
             f.push("--s3-path-style".into());
         }
-        Ok(f)
+        f
     }
 
     /// The one scheme set every location of this run is parsed with (one S3 runtime).
     ///
     /// # Errors
-    /// S3 settings out of range.
+    /// S3 settings out of range or at odds, an SSE-C key file that cannot be read.
     pub fn schemes(&self) -> Result<&S3Schemes> {
-        once(&self.schemes, || {
-            let r = self.s3()?;
-            let given = self.s3_flags_given();
-            let o = sheaf_s3::S3Options {
-                endpoint: r.s3_endpoint.clone(),
-                region: r.s3_region.clone(),
-                allow_http: r.s3_allow_http,
-                path_style: r.s3_path_style.then_some(true),
-                profile: r.s3_profile.clone(),
-                ca_bundle: r.s3_ca_bundle.clone(),
-                part_size: given.s3_part_size,
-                parts_in_flight: given.s3_parts_in_flight,
-                read_ahead: given.s3_read_ahead,
-                sse: match (&r.s3_kms_key_id, &r.s3_sse_customer_key_file) {
-                    (Some(id), _) => sheaf_s3::Sse::Kms(id.clone()),
-                    (None, Some(f)) => sheaf_s3::Sse::Customer(sheaf_core::crypto::read_key_file(f, "SSE-C key file")?),
-                    (None, None) => sheaf_s3::Sse::None,
-                },
-                ..Default::default()
-            };
-            o.check()?;
-            Ok(S3Schemes::new(o))
-        })
-    }
-
-    /// The secret's sources as given or set: (key file, passphrase file, key command).
-    fn key_sources(&self) -> (Option<PathBuf>, Option<PathBuf>, Option<String>) {
-        let k = &self.shared.keys;
-        let path = |key: &str, flag: &Option<PathBuf>| self.settings.value(key, flag.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
-        (path("encryption-key-file", &k.encryption_key_file), path("passphrase-file", &k.passphrase_file), self.settings.value("key-command", k.key_command.clone()))
+        self.schemes.as_ref().map_err(Error::again)
     }
 
     /// The keys given, if any: a key file, a passphrase file, a key command or SHEAF_PASSPHRASE
@@ -190,47 +186,19 @@ impl Context {
     /// More than one secret, a file that cannot be read, a command that fails, a key that is not
     /// one.
     pub fn keys(&self) -> Result<Option<Arc<Keys>>> {
-        once(&self.keys, || {
-            let (key_file, pass_file, command) = self.key_sources();
-            let env = std::env::var_os("SHEAF_PASSPHRASE").filter(|v| !v.is_empty());
-            let given = usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(command.is_some()) + usize::from(env.is_some());
-            if given > 1 {
-                return Err(Error::new(ErrorKind::Key, "more than one secret given (an encryption key file, a passphrase file, a key command, SHEAF_PASSPHRASE): give one"));
-            }
-            if let Some(v) = env {
-                use std::os::unix::ffi::OsStringExt;
-                return Ok(Some(Arc::new(Keys::from_passphrase(v.into_vec())?)));
-            }
-            load_keys(key_file, pass_file, command, "--key-command")
-        })
-        .cloned()
-    }
-
-    /// The keys of repository `n` (2 to 4) when it has its own (`repoN-encryption-key-file`,
-    /// `repoN-passphrase-file` or `repoN-key-command`), else `None`: it takes the one key given.
-    ///
-    /// # Errors
-    /// More than one given, a file that cannot be read, a key that is not one.
-    fn own_keys(&self, n: usize) -> Result<Option<Arc<Keys>>> {
-        let key_file = self.settings.value(&format!("repo{n}-encryption-key-file"), None).map(PathBuf::from);
-        let pass_file = self.settings.value(&format!("repo{n}-passphrase-file"), None).map(PathBuf::from);
-        let command = self.settings.value(&format!("repo{n}-key-command"), None);
-        if usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(command.is_some()) > 1 {
-            return Err(Error::new(ErrorKind::Key, format!("repo{n} has more than one secret (encryption key file, passphrase file, key command): give one")));
-        }
-        load_keys(key_file, pass_file, command, &format!("repo{n}-key-command"))
+        self.keys.as_ref().map(Clone::clone).map_err(Error::again)
     }
 
     /// Flags that give the same secret to another sheaf (restore_command, the prefetcher, the
     /// bench's runs): the files by absolute path, or the command. `None` when the secret came
     /// from SHEAF_PASSPHRASE, which no flag can carry safely.
     pub fn key_flags(&self) -> Option<Vec<String>> {
-        let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
-        match self.key_sources() {
-            (Some(k), _, _) => Some(vec!["--encryption-key-file".into(), abs(k)]),
-            (_, Some(p), _) => Some(vec!["--passphrase-file".into(), abs(p)]),
-            (_, _, Some(c)) => Some(vec!["--key-command".into(), c]),
-            _ if std::env::var_os("SHEAF_PASSPHRASE").is_some_and(|v| !v.is_empty()) => None,
+        let abs = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string();
+        match &self.secret {
+            Secret { key_file: Some(k), .. } => Some(vec!["--encryption-key-file".into(), abs(k)]),
+            Secret { pass_file: Some(p), .. } => Some(vec!["--passphrase-file".into(), abs(p)]),
+            Secret { command: Some(c), .. } => Some(vec!["--key-command".into(), c.clone()]),
+            Secret { from_env: true, .. } => None,
             _ => Some(Vec::new()),
         }
     }
@@ -246,12 +214,19 @@ impl Context {
         if let Some(g) = given {
             return Ok(g);
         }
-        let url = self.settings.get("pg-url", None);
-        let parts: Vec<(&str, (String, crate::settings::Origin))> =
-            [("host", "pg-host"), ("host", "pg-socket-path"), ("port", "pg-port"), ("user", "pg-user"), ("dbname", "pg-database")]
-                .into_iter()
-                .filter_map(|(k, setting)| self.settings.get(setting, None).map(|v| (k, v)))
-                .collect();
+        let s = &self.settings;
+        let url = s.get(&settings::PG_URL, None);
+        let text = |(v, o): (String, Origin)| (v, o);
+        let parts: Vec<(&str, (String, Origin))> = [
+            ("host", s.get(&settings::PG_HOST, None).map(text)),
+            ("host", s.get(&settings::PG_SOCKET_PATH, None).map(|(p, o)| (p.display().to_string(), o))),
+            ("port", s.get(&settings::PG_PORT, None).map(|(p, o)| (p.to_string(), o))),
+            ("user", s.get(&settings::PG_USER, None).map(text)),
+            ("dbname", s.get(&settings::PG_DATABASE, None).map(text)),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
         if let Some((u, o)) = &url {
             if sheaf_pg::connect::conninfo::parse(u).map_err(|e| e.context(format!("pg-url ({o})")))?.iter().any(|(k, _)| k == "password") {
                 return Err(Error::invalid(format!(
@@ -283,32 +258,32 @@ impl Context {
     /// The `--max-rate` limit, one for every stripe and object of this run, if one was asked for.
     ///
     /// # Errors
-    /// A rate that is not a size.
+    /// A rate out of range.
     pub fn rate(&self) -> Result<Option<Arc<RateLimit>>> {
-        once(&self.rate, || self.shared.rate.max_rate.map(RateLimit::new).transpose()).cloned()
+        self.rate.as_ref().map(Clone::clone).map_err(Error::again)
     }
 
     /// Stripes of a backup into a repository: the flag, else `stripes` from the environment or
     /// the config file, else 1.
     ///
     /// # Errors
-    /// A value that is not a number, naming where it came from.
+    /// A number out of range, naming where it came from.
     pub fn repo_stripes(&self, flag: Option<usize>) -> Result<usize> {
-        match self.settings.get("stripes", flag.map(|s| s.to_string())) {
-            Some((v, o)) => v.parse::<usize>().map_err(|_| Error::invalid(format!("stripes = '{v}' from {o}: give a number, 1 to 64"))),
+        match self.settings.get(&settings::STRIPES, flag) {
+            Some((n, _)) if (1..=64).contains(&n) => Ok(n),
+            Some((n, o)) => Err(Error::invalid(format!("stripes = {n} from {o}: give 1 to 64"))),
             None => Ok(1),
         }
     }
 
     /// The codec in force: the flag, `SHEAF_COMPRESSION`, the config file, else zstd:low.
-    ///
-    /// # Errors
-    /// A codec that does not parse, naming where it came from.
-    pub fn codec(&self, flag: Option<String>) -> Result<CodecSpec> {
-        match self.settings.get("compression", flag) {
-            Some((v, origin)) => CodecSpec::parse(&v).map_err(|e| e.context(format!("compression from {origin}"))),
-            None => Ok(CodecSpec::default()),
-        }
+    pub fn codec(&self, flag: Option<CodecSpec>) -> CodecSpec {
+        self.settings.value(&settings::COMPRESSION, flag).unwrap_or_default()
+    }
+
+    /// The backup type into a repository: the flag, `SHEAF_TYPE`, the config file, else full.
+    pub fn backup_type(&self, flag: Option<BackupType>) -> BackupType {
+        self.settings.value(&settings::TYPE, flag).unwrap_or_default()
     }
 
     /// The retention policy in force: `--keep-full`/`--keep-within`, else `retention-full` and
@@ -316,21 +291,36 @@ impl Context {
     /// settings: the command line says the whole policy).
     ///
     /// # Errors
-    /// A setting that does not parse, naming where it came from.
+    /// A number of full backups of 0, naming where it came from.
     pub fn retention(&self, keep_full: Option<usize>, keep_within: Option<std::time::Duration>) -> Result<sheaf_pg::maintain::expire::Retention> {
         let secs = |d: std::time::Duration| d.as_secs() as i64;
         if keep_full.is_some() || keep_within.is_some() {
             return Ok(sheaf_pg::maintain::expire::Retention { keep_full, keep_within: keep_within.map(secs) });
         }
-        let keep_full = match self.settings.get("retention-full", None) {
-            Some((v, o)) => Some(v.parse::<usize>().map_err(|_| Error::invalid(format!("retention-full = '{v}' from {o}: give a number of full backups, 1 or more")))?),
-            None => None,
+        let keep_full = match self.settings.get(&settings::RETENTION_FULL, None) {
+            Some((0, o)) => return Err(Error::invalid(format!("retention-full = 0 from {o}: give a number of full backups, 1 or more"))),
+            other => other.map(|(n, _)| n),
         };
-        let keep_within = match self.settings.get("retention-within", None) {
-            Some((v, o)) => Some(secs(sheaf_core::time::parse_duration(&v).map_err(|e| e.context(format!("retention-within from {o}")))?)),
-            None => None,
-        };
+        let keep_within = self.settings.value(&settings::RETENTION_WITHIN, None).map(secs);
         Ok(sheaf_pg::maintain::expire::Retention { keep_full, keep_within })
+    }
+
+    /// expire-auto: the retention to apply after a backup into a repository, when `--expire-auto`
+    /// or the setting says so.
+    ///
+    /// # Errors
+    /// expire-auto on with no retention set; as [`Context::retention`].
+    pub fn expire_auto(&self, flag: bool) -> Result<Option<sheaf_pg::maintain::expire::Retention>> {
+        if !self.settings.switch(&settings::EXPIRE_AUTO, flag) {
+            return Ok(None);
+        }
+        let keep = self.retention(None, None)?;
+        if keep.keep_full.is_none() && keep.keep_within.is_none() {
+            return Err(Error::invalid(
+                "expire-auto is on but no retention is set: set retention-full (e.g. 2) and/or retention-within (e.g. 14d) in the config file, or turn expire-auto off",
+            ));
+        }
+        Ok(Some(keep))
     }
 
     /// `--parallel`, else the `parallel` setting, else 4. At most 64: each is a thread, and for
@@ -339,37 +329,53 @@ impl Context {
     /// # Errors
     /// A value that is not 1 to 64.
     pub fn parallel(&self, flag: Option<usize>) -> Result<usize> {
-        match self.settings.get("parallel", flag.map(|n| n.to_string())) {
+        match self.settings.get(&settings::PARALLEL, flag) {
             None => Ok(4),
-            Some((v, origin)) => match v.parse::<usize>() {
-                Ok(n) if (1..=64).contains(&n) => Ok(n),
-                _ => Err(Error::invalid(format!("parallel from {origin}: '{v}': give 1 to 64"))),
-            },
+            Some((n, _)) if (1..=64).contains(&n) => Ok(n),
+            Some((n, origin)) => Err(Error::invalid(format!("parallel from {origin}: {n}: give 1 to 64"))),
         }
+    }
+
+    /// `--queue-max`, else the `queue-max` setting: the most WAL waiting before wal-push drops.
+    pub fn queue_max(&self, flag: Option<u64>) -> Option<u64> {
+        self.settings.value(&settings::QUEUE_MAX, flag.map(settings::Size)).map(|s| s.0)
+    }
+
+    /// The agent a backup reads through (`--agent`, else `agent`), with the folder of its
+    /// certificates (`--tls-dir`, else `tls-dir`).
+    ///
+    /// # Errors
+    /// An agent without the folder.
+    pub fn agent(&self, flag: Option<String>, tls_dir: Option<PathBuf>) -> Result<Option<(String, PathBuf)>> {
+        let Some(addr) = self.settings.value(&settings::AGENT, flag) else { return Ok(None) };
+        let tls = self.tls_dir(tls_dir).ok_or_else(|| {
+            Error::invalid("--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs")
+        })?;
+        Ok(Some((addr, tls)))
+    }
+
+    /// The agent's certificates' folder: `--tls-dir`, else `tls-dir`.
+    pub fn tls_dir(&self, flag: Option<PathBuf>) -> Option<PathBuf> {
+        self.settings.value(&settings::TLS_DIR, flag)
     }
 
     /// The repository's location as given or set, if any.
     pub fn repo_given(&self) -> Option<String> {
-        self.repos_given().into_iter().next()
+        self.repos.first().map(|g| g.text.clone())
     }
 
     /// Every repository given, in order: the `--repo` flags, else `repo`, `repo2`, `repo3` and
     /// `repo4` from the environment or the config file.
     pub fn repos_given(&self) -> Vec<String> {
-        if !self.shared.repo.is_empty() {
-            return self.shared.repo.clone();
-        }
-        ["repo", "repo2", "repo3", "repo4"].iter().filter_map(|k| self.settings.value(k, None)).collect()
+        self.repos.iter().map(|g| g.text.clone()).collect()
     }
 
-    /// The repository's location text, or the error that says where to give it.
+    /// The positions (from 0) of the repositories `target` names among those given.
     ///
     /// # Errors
-    /// None given.
-    pub fn repo_text(&self) -> Result<String> {
-        self.repo_given().ok_or_else(|| {
-            Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX|az://...|gs://..., set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
-        })
+    /// A position past the last one given.
+    pub fn repo_targets(&self, target: RepoTarget) -> Result<Vec<usize>> {
+        target.positions(self.repos.len().max(1))
     }
 
     /// The repository's place, with the keys given (nothing is read yet).
@@ -377,35 +383,23 @@ impl Context {
     /// # Errors
     /// No repository given, a location that does not parse, a bad secret.
     pub fn repo(&self) -> Result<Place> {
-        let schemes = self.schemes()?;
-        Ok(Place::at(&self.repo_text()?, schemes)?.with_keys(self.keys()?))
+        self.repos()?.into_iter().next().ok_or_else(no_repository)
     }
 
-    /// Every repository given ([`Context::repos_given`]), with the keys given (nothing is read
-    /// yet); at least one.
+    /// Every repository given ([`Context::repos_given`]), with its keys (nothing is read yet); at
+    /// least one.
     ///
     /// # Errors
     /// None given, more than four, a location that does not parse, a bad secret.
     pub fn repos(&self) -> Result<Vec<Place>> {
-        let texts = self.repos_given();
-        if texts.is_empty() {
-            self.repo_text()?;
+        if self.repos.is_empty() {
+            return Err(no_repository());
         }
-        if texts.len() > 4 {
-            return Err(Error::invalid(format!("{} repositories given: sheaf keeps up to 4 (repo .. repo4)", texts.len())));
+        if self.repos.len() > 4 {
+            return Err(Error::invalid(format!("{} repositories given: sheaf keeps up to 4 (repo .. repo4)", self.repos.len())));
         }
         let schemes = self.schemes()?;
-        let keys = self.keys()?;
-        // A repository from the config file or environment (not --repo) may have keys of its own.
-        let from_settings = self.shared.repo.is_empty();
-        texts
-            .iter()
-            .enumerate()
-            .map(|(k, t)| {
-                let own = if from_settings && k > 0 { self.own_keys(k + 1)? } else { None };
-                Ok(Place::at(t, schemes)?.with_keys(own.or_else(|| keys.clone())))
-            })
-            .collect()
+        self.repos.iter().map(|g| Ok(Place::at(&g.text, schemes)?.with_keys(g.keys.as_ref().map(Clone::clone).map_err(Error::again)?))).collect()
     }
 
     /// Every repository given that this command writes into, each opened as
@@ -522,15 +516,16 @@ impl Context {
         BackupSet::open_lean(&stripes, self.schemes()?, self.keys()?.as_deref())
     }
 
+    /// The spool folder given (`--spool`, else `spool`), if one was.
+    pub fn spool_dir(&self) -> Option<&Path> {
+        self.spool.as_deref()
+    }
+
     /// The spool of this repository: one per location and endpoint, so that a marker never
     /// vouches for another repository.
-    ///
-    /// # Errors
-    /// As [`Context::s3`].
-    pub fn spool(&self, wal_dir: &Path, repo: &Place) -> Result<Spool> {
-        let base = self.settings.value("spool", self.shared.spool.spool.as_ref().map(|p| p.display().to_string())).map(PathBuf::from);
-        let endpoint = self.s3()?.s3_endpoint.unwrap_or_default();
-        Ok(Spool::new(base.as_deref(), wal_dir, &format!("{} {endpoint}", repo.display())))
+    pub fn spool(&self, wal_dir: &Path, repo: &Place) -> Spool {
+        let endpoint = self.s3.as_ref().and_then(|s| s.s3_endpoint.clone()).unwrap_or_default();
+        Spool::new(self.spool.as_deref(), wal_dir, &format!("{} {endpoint}", repo.display()))
     }
 
     /// This sheaf's executable, for the commands it writes or starts.
@@ -545,6 +540,76 @@ impl Context {
     pub fn config_flag(&self) -> Option<PathBuf> {
         self.settings.explicit.as_ref().map(|c| std::path::absolute(c).unwrap_or_else(|_| c.clone()))
     }
+}
+
+fn no_repository() -> Error {
+    Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX|az://...|gs://..., set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
+}
+
+/// The S3 settings in force: the flags over `SHEAF_S3_*` over the config file.
+fn s3_settings(s: &Settings, mut a: S3Args) -> S3Args {
+    a.s3_endpoint = s.value(&settings::S3_ENDPOINT, a.s3_endpoint);
+    a.s3_region = s.value(&settings::S3_REGION, a.s3_region);
+    a.s3_profile = s.value(&settings::S3_PROFILE, a.s3_profile);
+    a.s3_ca_bundle = s.value(&settings::S3_CA_BUNDLE, a.s3_ca_bundle);
+    a.s3_allow_http = s.switch(&settings::S3_ALLOW_HTTP, a.s3_allow_http);
+    a.s3_path_style = s.switch(&settings::S3_PATH_STYLE, a.s3_path_style);
+    a.s3_kms_key_id = s.value(&settings::S3_KMS_KEY_ID, a.s3_kms_key_id);
+    a.s3_sse_customer_key_file = s.value(&settings::S3_SSE_CUSTOMER_KEY_FILE, a.s3_sse_customer_key_file);
+    a
+}
+
+/// The one scheme set for these S3 settings (`None`: the command reaches no `s3://`).
+fn schemes(s3: Option<&S3Args>) -> Result<S3Schemes> {
+    let Some(r) = s3 else { return Ok(S3Schemes::new(sheaf_s3::S3Options::default())) };
+    if r.s3_kms_key_id.is_some() && r.s3_sse_customer_key_file.is_some() {
+        return Err(Error::invalid("s3-kms-key-id and s3-sse-customer-key-file are both set: S3 encrypts an object one way, SSE-KMS or SSE-C; give one"));
+    }
+    let o = sheaf_s3::S3Options {
+        endpoint: r.s3_endpoint.clone(),
+        region: r.s3_region.clone(),
+        allow_http: r.s3_allow_http,
+        path_style: r.s3_path_style.then_some(true),
+        profile: r.s3_profile.clone(),
+        ca_bundle: r.s3_ca_bundle.clone(),
+        part_size: r.s3_part_size,
+        parts_in_flight: r.s3_parts_in_flight,
+        read_ahead: r.s3_read_ahead,
+        sse: match (&r.s3_kms_key_id, &r.s3_sse_customer_key_file) {
+            (Some(id), _) => sheaf_s3::Sse::Kms(id.clone()),
+            (None, Some(f)) => sheaf_s3::Sse::Customer(sheaf_core::crypto::read_key_file(f, "SSE-C key file")?),
+            (None, None) => sheaf_s3::Sse::None,
+        },
+        ..Default::default()
+    };
+    o.check()?;
+    Ok(S3Schemes::new(o))
+}
+
+/// The keys the secret gives, if any (one of a key file, a passphrase file, a key command and
+/// SHEAF_PASSPHRASE).
+fn secret_keys(s: &Secret) -> Result<Option<Arc<Keys>>> {
+    let given = usize::from(s.key_file.is_some()) + usize::from(s.pass_file.is_some()) + usize::from(s.command.is_some()) + usize::from(s.from_env);
+    if given > 1 {
+        return Err(Error::new(ErrorKind::Key, "more than one secret given (an encryption key file, a passphrase file, a key command, SHEAF_PASSPHRASE): give one"));
+    }
+    if s.from_env {
+        use std::os::unix::ffi::OsStringExt;
+        let v = std::env::var_os("SHEAF_PASSPHRASE").unwrap_or_default();
+        return Ok(Some(Arc::new(Keys::from_passphrase(v.into_vec())?)));
+    }
+    load_keys(s.key_file.clone(), s.pass_file.clone(), s.command.clone(), "--key-command")
+}
+
+/// The keys of repository `n` (2 to 4) when it has its own (`repoN-encryption-key-file`,
+/// `repoN-passphrase-file` or `repoN-key-command`), else `None`: it takes the one key given.
+fn own_keys(s: &Settings, more: &settings::MoreRepo) -> Result<Option<Arc<Keys>>> {
+    let n = more.n;
+    let (key_file, pass_file, command) = (s.value(&more.key_file, None), s.value(&more.pass_file, None), s.value(&more.command, None));
+    if usize::from(key_file.is_some()) + usize::from(pass_file.is_some()) + usize::from(command.is_some()) > 1 {
+        return Err(Error::new(ErrorKind::Key, format!("repo{n} has more than one secret (encryption key file, passphrase file, key command): give one")));
+    }
+    load_keys(key_file, pass_file, command, &format!("repo{n}-key-command"))
 }
 
 /// Keys from a key file, a passphrase file (its first line) or a key command, if one is given;

@@ -154,7 +154,8 @@ mod tests {
     fn the_help_lists_the_table() {
         let h = help();
         assert!(h.starts_with("Exit codes:\n  0  success\n  1  other I/O failure\n  2  bad arguments or options\n"), "{h}");
-        assert!(h.contains("\n  10  refused: a certificate not accepted, a path not served, files of another owner\n  130  interrupted"), "{h}");
+        assert!(h.contains("\n  10  refused: a certificate or login not accepted, a path not served, files of another owner\n  130  interrupted by SIGINT"), "{h}");
+        assert!(h.contains("143 by SIGTERM"), "{h}");
         assert!(h.contains("0 ok, 1 warning, 2 critical") && h.contains("1 when the archive does not hold the file, 255"), "{h}");
         assert_eq!(h.lines().count(), 14);
     }

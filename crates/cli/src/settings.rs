@@ -2,56 +2,221 @@
 //! config file (`--config`, else `SHEAF_CONFIG`, else the user's `~/.config/sheaf/sheaf.toml` over
 //! `/etc/sheaf/sheaf.toml`). So `archive_command = 'sheaf wal-push %p'` stays short, and
 //! `sheaf config` says what is in force and where each value came from.
+//!
+//! Each source is read once, when sheaf starts, into [`Values`]: typed by serde, every value
+//! parsed as the flag of the same name is, an unknown key refused with the nearest known one. A
+//! command asks for a value through its typed [`Key`] and gets the flag's, else the environment's,
+//! else the files', with where it came from.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use sheaf_core::{Error, ErrorKind};
+use serde::de::{Deserializer, Error as _, Visitor};
+use serde::Deserialize;
+use sheaf_core::manifest::BackupType;
+use sheaf_core::{CodecSpec, Error, ErrorKind};
 
-/// Every key the file and the environment may set, with what it is for.
-pub const KEYS: &[(&str, &str)] = &[
-    ("repo", "the repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX"),
-    ("repo2", "a second repository: wal-push archives to every one, wal-fetch and restore fall back to it"),
-    ("repo3", "a third repository (as repo2)"),
-    ("repo4", "a fourth repository (as repo2)"),
-    ("repo2-encryption-key-file", "repo2's own encryption key file (else the one key given)"),
-    ("repo2-passphrase-file", "repo2's own passphrase file (else the one key given)"),
-    ("repo3-encryption-key-file", "repo3's own encryption key file"),
-    ("repo3-passphrase-file", "repo3's own passphrase file"),
-    ("repo4-encryption-key-file", "repo4's own encryption key file"),
-    ("repo4-passphrase-file", "repo4's own passphrase file"),
-    ("repo2-key-command", "repo2's own key command (as key-command)"),
-    ("repo3-key-command", "repo3's own key command"),
-    ("repo4-key-command", "repo4's own key command"),
-    ("pg-url", "the cluster's connection, when a command is given none: a libpq URL or keyword/value string (libpq's environment, service file and .pgpass apply)"),
-    ("pg-host", "the cluster's host name or address, instead of pg-url (as pgBackRest's pg1-host... with libpq's meaning)"),
-    ("pg-port", "the cluster's port, instead of pg-url"),
-    ("pg-socket-path", "the folder of the cluster's Unix socket, instead of pg-url (as pgBackRest's pg1-socket-path)"),
-    ("pg-user", "the role to connect as, instead of pg-url"),
-    ("pg-database", "the database to connect to, instead of pg-url"),
-    ("compression", "codec for backups and WAL (zstd:low by default)"),
-    ("stripes", "stripes per backup into the repository"),
-    ("type", "backup type into the repository: full, diff or incr"),
-    ("retention-full", "expire: keep the newest N full backups (as --keep-full)"),
-    ("retention-within", "expire: keep what recovers to any moment this far back, e.g. 14d (as --keep-within)"),
-    ("expire-auto", "backup into a repository: run expire with the retention above after each successful backup (true/false)"),
-    ("parallel", "wal-push: segments pushed at once (look-ahead); wal-fetch: segments fetched ahead"),
-    ("queue-max", "wal-push: most WAL waiting in pg_wal before segments are dropped from the archive"),
-    ("spool", "where wal-push and wal-fetch keep their look-ahead"),
-    ("encryption-key-file", "encryption key file: 32 random bytes (see --encryption-key-file)"),
-    ("passphrase-file", "file holding the encryption passphrase (see --passphrase-file)"),
-    ("key-command", "a program that prints the encryption key or passphrase (see --key-command)"),
-    ("agent", "backup: read the cluster's files through the sheaf agent at HOST:PORT"),
-    ("tls-dir", "agent, and backup through one: the folder sheaf agent --init-certs made"),
-    ("agent-listen", "agent: ADDR:PORT to serve on"),
-    ("agent-pgdata", "agent: the data directory it serves"),
-    ("s3-endpoint", "S3-compatible endpoint URL"),
-    ("s3-region", "S3 region"),
-    ("s3-profile", "AWS profile for credentials"),
-    ("s3-ca-bundle", "PEM certificates to trust for the endpoint"),
-    ("s3-allow-http", "allow a plain-HTTP endpoint (true/false)"),
-    ("s3-path-style", "path-style addressing (true/false)"),
-    ("s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)"),
-    ("s3-sse-customer-key-file", "SSE-C: the file holding the key S3 encrypts with (see --s3-sse-customer-key-file)"),
+/// A value a setting holds: parsed from text (the environment's, a file's string) or from TOML's
+/// own number or boolean, read as its text.
+pub trait Value: Sized {
+    /// The value `text` gives, or why it gives none (the fix included).
+    fn parse(text: &str) -> Result<Self, String>;
+}
+
+impl Value for String {
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(text.to_string())
+    }
+}
+
+impl Value for PathBuf {
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(PathBuf::from(text))
+    }
+}
+
+impl Value for bool {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err("give true or false".into()),
+        }
+    }
+}
+
+impl Value for usize {
+    fn parse(text: &str) -> Result<Self, String> {
+        text.trim().parse().map_err(|_| "give a whole number".into())
+    }
+}
+
+impl Value for u16 {
+    fn parse(text: &str) -> Result<Self, String> {
+        text.trim().parse().map_err(|_| "give a port number, 1 to 65535".into())
+    }
+}
+
+impl Value for CodecSpec {
+    fn parse(text: &str) -> Result<Self, String> {
+        CodecSpec::parse(text).map_err(|e| e.message().to_string())
+    }
+}
+
+impl Value for BackupType {
+    fn parse(text: &str) -> Result<Self, String> {
+        BackupType::parse(text).map_err(|e| e.message().to_string())
+    }
+}
+
+impl Value for Duration {
+    fn parse(text: &str) -> Result<Self, String> {
+        sheaf_core::time::parse_duration(text).map_err(|e| e.message().to_string())
+    }
+}
+
+/// A number of bytes: `65536`, `64KiB`, `16MiB`, as every size flag takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl Value for Size {
+    fn parse(text: &str) -> Result<Self, String> {
+        sheaf_core::size::parse_size(text).map(Size).map_err(|e| e.message().to_string())
+    }
+}
+
+/// serde's side of [`Value`]: a string, a number or a boolean, parsed as the value's text.
+fn value<'de, D: Deserializer<'de>, T: Value>(d: D) -> Result<Option<T>, D::Error> {
+    struct Text;
+    impl Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a single value (a string, a number or true/false)")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+    let text = d.deserialize_any(Text)?;
+    T::parse(&text).map(Some).map_err(D::Error::custom)
+}
+
+/// A setting a command reads: its name (the config file's key; `SHEAF_` and the name upper-cased
+/// in the environment) and where [`Values`] holds it.
+pub struct Key<T: 'static> {
+    /// The config file's key.
+    pub name: &'static str,
+    get: fn(&Values) -> Option<&T>,
+}
+
+/// The settings: [`Values`] (one field per key, typed), [`KEYS`] (each key with what it is for)
+/// and one [`Key`] constant per key, from one list.
+macro_rules! settings {
+    ($( $konst:ident $field:ident : $ty:ty = $name:literal, $what:literal; )*) => {
+        /// What a config file, or the `SHEAF_*` environment, sets: typed, `None` where it says
+        /// nothing.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Values {
+            $(
+                #[serde(rename = $name, default, deserialize_with = "value")]
+                $field: Option<$ty>,
+            )*
+        }
+
+        /// Every key the file and the environment may set, with what it is for.
+        pub const KEYS: &[(&str, &str)] = &[$(($name, $what),)*];
+
+        $(
+            #[doc = concat!("`", $name, "`: ", $what, ".")]
+            pub const $konst: Key<$ty> = Key {
+                name: $name,
+                get: {
+                    fn get(v: &Values) -> Option<&$ty> {
+                        v.$field.as_ref()
+                    }
+                    get
+                },
+            };
+        )*
+    };
+}
+
+settings! {
+    REPO repo: String = "repo", "the repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX";
+    REPO2 repo2: String = "repo2", "a second repository: wal-push archives to every one, wal-fetch and restore fall back to it";
+    REPO3 repo3: String = "repo3", "a third repository (as repo2)";
+    REPO4 repo4: String = "repo4", "a fourth repository (as repo2)";
+    REPO2_ENCRYPTION_KEY_FILE repo2_encryption_key_file: PathBuf = "repo2-encryption-key-file", "repo2's own encryption key file (else the one key given)";
+    REPO2_PASSPHRASE_FILE repo2_passphrase_file: PathBuf = "repo2-passphrase-file", "repo2's own passphrase file (else the one key given)";
+    REPO3_ENCRYPTION_KEY_FILE repo3_encryption_key_file: PathBuf = "repo3-encryption-key-file", "repo3's own encryption key file";
+    REPO3_PASSPHRASE_FILE repo3_passphrase_file: PathBuf = "repo3-passphrase-file", "repo3's own passphrase file";
+    REPO4_ENCRYPTION_KEY_FILE repo4_encryption_key_file: PathBuf = "repo4-encryption-key-file", "repo4's own encryption key file";
+    REPO4_PASSPHRASE_FILE repo4_passphrase_file: PathBuf = "repo4-passphrase-file", "repo4's own passphrase file";
+    REPO2_KEY_COMMAND repo2_key_command: String = "repo2-key-command", "repo2's own key command (as key-command)";
+    REPO3_KEY_COMMAND repo3_key_command: String = "repo3-key-command", "repo3's own key command";
+    REPO4_KEY_COMMAND repo4_key_command: String = "repo4-key-command", "repo4's own key command";
+    PG_URL pg_url: String = "pg-url", "the cluster's connection, when a command is given none: a libpq URL or keyword/value string (libpq's environment, service file and .pgpass apply)";
+    PG_HOST pg_host: String = "pg-host", "the cluster's host name or address, instead of pg-url (as pgBackRest's pg1-host... with libpq's meaning)";
+    PG_PORT pg_port: u16 = "pg-port", "the cluster's port, instead of pg-url";
+    PG_SOCKET_PATH pg_socket_path: PathBuf = "pg-socket-path", "the folder of the cluster's Unix socket, instead of pg-url (as pgBackRest's pg1-socket-path)";
+    PG_USER pg_user: String = "pg-user", "the role to connect as, instead of pg-url";
+    PG_DATABASE pg_database: String = "pg-database", "the database to connect to, instead of pg-url";
+    COMPRESSION compression: CodecSpec = "compression", "codec for backups and WAL (zstd:low by default)";
+    STRIPES stripes: usize = "stripes", "stripes per backup into the repository";
+    TYPE backup_type: BackupType = "type", "backup type into the repository: full, diff or incr";
+    RETENTION_FULL retention_full: usize = "retention-full", "expire: keep the newest N full backups (as --keep-full)";
+    RETENTION_WITHIN retention_within: Duration = "retention-within", "expire: keep what recovers to any moment this far back, e.g. 14d (as --keep-within)";
+    EXPIRE_AUTO expire_auto: bool = "expire-auto", "backup into a repository: run expire with the retention above after each successful backup (true/false)";
+    PARALLEL parallel: usize = "parallel", "wal-push: segments pushed at once (look-ahead); wal-fetch: segments fetched ahead";
+    QUEUE_MAX queue_max: Size = "queue-max", "wal-push: most WAL waiting in pg_wal before segments are dropped from the archive";
+    SPOOL spool: PathBuf = "spool", "where wal-push and wal-fetch keep their look-ahead";
+    ENCRYPTION_KEY_FILE encryption_key_file: PathBuf = "encryption-key-file", "encryption key file: 32 random bytes (see --encryption-key-file)";
+    PASSPHRASE_FILE passphrase_file: PathBuf = "passphrase-file", "file holding the encryption passphrase (see --passphrase-file)";
+    KEY_COMMAND key_command: String = "key-command", "a program that prints the encryption key or passphrase (see --key-command)";
+    AGENT agent: String = "agent", "backup: read the cluster's files through the sheaf agent at HOST:PORT";
+    TLS_DIR tls_dir: PathBuf = "tls-dir", "agent, and backup through one: the folder sheaf agent --init-certs made";
+    AGENT_LISTEN agent_listen: String = "agent-listen", "agent: ADDR:PORT to serve on";
+    AGENT_PGDATA agent_pgdata: PathBuf = "agent-pgdata", "agent: the data directory it serves";
+    S3_ENDPOINT s3_endpoint: String = "s3-endpoint", "S3-compatible endpoint URL";
+    S3_REGION s3_region: String = "s3-region", "S3 region";
+    S3_PROFILE s3_profile: String = "s3-profile", "AWS profile for credentials";
+    S3_CA_BUNDLE s3_ca_bundle: PathBuf = "s3-ca-bundle", "PEM certificates to trust for the endpoint";
+    S3_ALLOW_HTTP s3_allow_http: bool = "s3-allow-http", "allow a plain-HTTP endpoint (true/false)";
+    S3_PATH_STYLE s3_path_style: bool = "s3-path-style", "path-style addressing (true/false)";
+    S3_KMS_KEY_ID s3_kms_key_id: String = "s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)";
+    S3_SSE_CUSTOMER_KEY_FILE s3_sse_customer_key_file: PathBuf = "s3-sse-customer-key-file", "SSE-C: the file holding the key S3 encrypts with (see --s3-sse-customer-key-file)";
+}
+
+/// A repository after the first: its location's key, and those of the secret of its own it may
+/// have.
+pub struct MoreRepo {
+    /// Which: 2, 3 or 4.
+    pub n: usize,
+    pub repo: Key<String>,
+    pub key_file: Key<PathBuf>,
+    pub pass_file: Key<PathBuf>,
+    pub command: Key<String>,
+}
+
+/// `repo2` .. `repo4`.
+pub const MORE_REPOS: [MoreRepo; 3] = [
+    MoreRepo { n: 2, repo: REPO2, key_file: REPO2_ENCRYPTION_KEY_FILE, pass_file: REPO2_PASSPHRASE_FILE, command: REPO2_KEY_COMMAND },
+    MoreRepo { n: 3, repo: REPO3, key_file: REPO3_ENCRYPTION_KEY_FILE, pass_file: REPO3_PASSPHRASE_FILE, command: REPO3_KEY_COMMAND },
+    MoreRepo { n: 4, repo: REPO4, key_file: REPO4_ENCRYPTION_KEY_FILE, pass_file: REPO4_PASSPHRASE_FILE, command: REPO4_KEY_COMMAND },
 ];
 
 /// Where a value came from.
@@ -75,9 +240,28 @@ impl std::fmt::Display for Origin {
     }
 }
 
-/// The config files read and what they hold.
+/// One source of settings, read: a config file, or the environment.
+struct Layer {
+    /// The file, or `None` for the environment.
+    file: Option<PathBuf>,
+    values: Values,
+    /// What it says, as written, for `sheaf config`.
+    text: BTreeMap<String, String>,
+}
+
+impl Layer {
+    fn origin(&self, key: &str) -> Origin {
+        match &self.file {
+            Some(p) => Origin::File(p.clone()),
+            None => Origin::Env(env_name(key)),
+        }
+    }
+}
+
+/// The settings in force apart from flags: the config files read and the environment, typed.
 pub struct Settings {
-    files: Vec<(PathBuf, toml::Table)>,
+    /// Lowest first: `/etc`'s file, the user's (or the one named), the environment.
+    layers: Vec<Layer>,
     /// The file named by --config or SHEAF_CONFIG, if one was.
     pub explicit: Option<PathBuf>,
 }
@@ -87,118 +271,214 @@ fn env_name(key: &str) -> String {
 }
 
 impl Settings {
-    /// Read the config files: the one named (`--config`, else `SHEAF_CONFIG`), which must exist; or
-    /// else `/etc/sheaf/sheaf.toml` and the user's, where they exist.
+    /// Read the config files, the one named (`--config`, else `SHEAF_CONFIG`), which must exist,
+    /// or else `/etc/sheaf/sheaf.toml` and the user's where they exist; and the `SHEAF_*`
+    /// variables of the keys.
     ///
     /// # Errors
     /// A named file that is missing, a file that is not TOML, a key sheaf does not know (a typo
-    /// would otherwise be ignored silently), a value of the wrong type.
+    /// would otherwise be ignored silently), a value that does not parse, each naming where.
     pub fn load(flag: Option<&Path>) -> Result<Settings, Error> {
-        let named = flag.map(Path::to_path_buf).or_else(|| std::env::var_os("SHEAF_CONFIG").map(PathBuf::from));
-        let mut files = Vec::new();
+        Settings::load_with(flag, |k| std::env::var_os(k))
+    }
+
+    /// [`Settings::load`] with an environment other than the process's (tests).
+    fn load_with(flag: Option<&Path>, env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Settings, Error> {
+        let named = flag.map(Path::to_path_buf).or_else(|| env("SHEAF_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from));
+        let mut layers = Vec::new();
         match &named {
-            Some(p) => files.push((p.clone(), read(p)?)),
+            Some(p) => layers.push(read(p)?),
             None => {
                 let mut candidates = vec![PathBuf::from("/etc/sheaf/sheaf.toml")];
-                let user = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+                let user = env("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".config")));
                 if let Some(u) = user {
                     candidates.push(u.join("sheaf/sheaf.toml"));
                 }
                 for p in candidates {
                     if p.is_file() {
-                        files.push((p.clone(), read(&p)?));
+                        layers.push(read(&p)?);
                     }
                 }
             }
         }
-        Ok(Settings { files, explicit: named })
+        let mut table = toml::Table::new();
+        for (key, _) in KEYS {
+            let var = env_name(key);
+            if let Some(v) = env(&var).filter(|v| !v.is_empty()) {
+                let v = v.into_string().map_err(|_| Error::invalid(format!("{var} is not UTF-8 text: give it as text")))?;
+                table.insert(key.to_string(), toml::Value::String(v));
+            }
+        }
+        layers.push(layer(table, None)?);
+        Ok(Settings { layers, explicit: named })
     }
 
-    /// The value of `key`: the flag's if given, else the environment's, else the last file's.
-    pub fn get(&self, key: &str, flag: Option<String>) -> Option<(String, Origin)> {
+    /// The value of `key`: the flag's if given, else the environment's, else the last file's;
+    /// with where it came from.
+    pub fn get<T: Clone>(&self, key: &Key<T>, flag: Option<T>) -> Option<(T, Origin)> {
         if let Some(v) = flag {
             return Some((v, Origin::Flag));
         }
-        let var = env_name(key);
-        if let Ok(v) = std::env::var(&var) {
-            if !v.is_empty() {
-                return Some((v, Origin::Env(var)));
-            }
-        }
-        self.files.iter().rev().find_map(|(p, t)| t.get(key).map(|v| (v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()), Origin::File(p.clone()))))
+        self.layers.iter().rev().find_map(|l| (key.get)(&l.values).map(|v| (v.clone(), l.origin(key.name))))
     }
 
-    /// The value of `key` alone.
-    pub fn value(&self, key: &str, flag: Option<String>) -> Option<String> {
+    /// The value of `key` alone ([`Settings::get`]).
+    pub fn value<T: Clone>(&self, key: &Key<T>, flag: Option<T>) -> Option<T> {
         self.get(key, flag).map(|(v, _)| v)
     }
 
-    /// A switch: the flag if set, else `true`/`false` from the environment or a file.
-    ///
-    /// # Errors
-    /// A value other than true or false.
-    pub fn switch(&self, key: &str, flag: bool) -> Result<bool, Error> {
-        if flag {
-            return Ok(true);
-        }
-        match self.get(key, None) {
-            None => Ok(false),
-            Some((v, origin)) => match v.as_str() {
-                "true" | "1" | "yes" | "on" => Ok(true),
-                "false" | "0" | "no" | "off" => Ok(false),
-                _ => Err(Error::invalid(format!("{key} = '{v}' in {origin}: give true or false"))),
-            },
-        }
+    /// A switch: on when the flag is given, else as the environment or a file says, else off.
+    pub fn switch(&self, key: &Key<bool>, flag: bool) -> bool {
+        flag || self.value(key, None).unwrap_or(false)
+    }
+
+    /// What the source in force says of the key named `name`, as written there, and where.
+    pub fn shown(&self, name: &str) -> Option<(String, Origin)> {
+        self.layers.iter().rev().find_map(|l| l.text.get(name).map(|v| (v.clone(), l.origin(name))))
     }
 
     /// The files read.
     pub fn files(&self) -> impl Iterator<Item = &Path> {
-        self.files.iter().map(|(p, _)| p.as_path())
+        self.layers.iter().filter_map(|l| l.file.as_deref())
     }
 }
 
-fn read(path: &Path) -> Result<toml::Table, Error> {
+fn read(path: &Path) -> Result<Layer, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::NotFound { ": it does not exist (check --config or SHEAF_CONFIG)" } else { "" };
         Error::io(ErrorKind::InvalidInput, format!("cannot read config file {}{hint}", path.display()), e)
     })?;
     let table: toml::Table = text.parse().map_err(|e| Error::invalid(format!("config file {} is not valid TOML: {e}", path.display())))?;
+    layer(table, Some(path))
+}
+
+/// A source's table read into [`Values`]; `file` is `None` for the environment. Each key is
+/// checked alone first, so that an error names it and where it is set.
+fn layer(table: toml::Table, file: Option<&Path>) -> Result<Layer, Error> {
+    let place = |k: &str| match file {
+        Some(p) => format!("config file {}: '{k}'", p.display()),
+        None => env_name(k),
+    };
+    let mut text = BTreeMap::new();
     for (k, v) in &table {
         if !KEYS.iter().any(|(known, _)| known == k) {
-            let secretish = ["secret", "password", "passphrase", "access-key", "token"].iter().any(|s| k.contains(s));
-            return Err(Error::invalid(if secretish {
-                format!(
-                    "config file {}: '{k}': sheaf takes no secrets in its config (a passphrase goes in passphrase-file or SHEAF_PASSPHRASE); S3 credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws/credentials (s3-profile picks a profile)",
-                    path.display()
-                )
-            } else {
-                format!("config file {}: unknown setting '{k}'; known: {}", path.display(), KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "))
-            }));
+            return Err(Error::invalid(unknown(k, &place(k))));
         }
         if v.is_table() || v.is_array() {
-            return Err(Error::invalid(format!("config file {}: '{k}' takes a single value", path.display())));
+            return Err(Error::invalid(format!("{} takes a single value", place(k))));
         }
+        let shown = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let one: toml::Table = [(k.clone(), v.clone())].into_iter().collect();
+        Values::deserialize(toml::Value::Table(one)).map_err(|e| Error::invalid(format!("{} = '{shown}': {}", place(k), e.message().trim_end())))?;
+        text.insert(k.clone(), shown);
     }
-    Ok(table)
+    let values = Values::deserialize(toml::Value::Table(table)).map_err(|e| Error::invalid(format!("{}: {}", place("settings"), e.message().trim_end())))?;
+    Ok(Layer { file: file.map(Path::to_path_buf), values, text })
+}
+
+/// Why `key` is refused: a secret (which sheaf never takes in its settings), else a key sheaf does
+/// not know, with the nearest it does.
+fn unknown(key: &str, place: &str) -> String {
+    let secretish = ["secret", "password", "passphrase", "access-key", "token"].iter().any(|s| key.contains(s));
+    if secretish {
+        return format!(
+            "{place}: sheaf takes no secrets in its config (a passphrase goes in passphrase-file or SHEAF_PASSPHRASE); S3 credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws/credentials (s3-profile picks a profile)"
+        );
+    }
+    let nearest = KEYS.iter().map(|(k, _)| (strsim::damerau_levenshtein(key, k), *k)).min().filter(|(d, k)| *d <= 2.max(k.len() / 3));
+    match nearest {
+        Some((_, k)) => format!("{place} is not a setting sheaf knows: did you mean '{k}'? (sheaf config lists them all)"),
+        None => format!("{place} is not a setting sheaf knows; sheaf config lists them all"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn load(file: &Path, env: &[(&str, &str)]) -> Result<Settings, Error> {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings::load_with(Some(file), move |k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.into()))
+    }
+
     #[test]
-    fn files_are_checked_for_typos_and_secrets() {
+    fn values_are_typed_and_the_flag_wins_over_the_environment_over_the_file() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("s.toml");
-        std::fs::write(&p, "repo = '/srv/repo'\nstripes = 2\n").unwrap();
-        let s = Settings::load(Some(&p)).unwrap();
-        assert_eq!(s.get("repo", None).unwrap(), ("/srv/repo".to_string(), Origin::File(p.clone())));
-        assert_eq!(s.value("stripes", None).as_deref(), Some("2"));
-        assert_eq!(s.get("repo", Some("x".into())).unwrap().1, Origin::Flag);
-        std::fs::write(&p, "rep = '/srv/repo'\n").unwrap();
-        assert!(Settings::load(Some(&p)).err().unwrap().to_string().contains("unknown setting 'rep'"));
-        std::fs::write(&p, "s3-secret-access-key = 'x'\n").unwrap();
-        assert!(Settings::load(Some(&p)).err().unwrap().to_string().contains("no secrets"));
-        assert!(Settings::load(Some(&d.path().join("none.toml"))).err().unwrap().to_string().contains("does not exist"));
+        std::fs::write(&p, "repo = '/srv/repo'\nstripes = 2\nexpire-auto = true\ntype = 'incr'\nretention-within = '14d'\nqueue-max = '1GiB'\n").unwrap();
+        let s = load(&p, &[("SHEAF_STRIPES", "3"), ("SHEAF_S3_ALLOW_HTTP", "yes")]).unwrap();
+        assert_eq!(s.get(&REPO, None), Some(("/srv/repo".to_string(), Origin::File(p.clone()))));
+        assert_eq!(s.get(&STRIPES, None), Some((3, Origin::Env("SHEAF_STRIPES".into()))));
+        assert_eq!(s.get(&STRIPES, Some(5)), Some((5, Origin::Flag)));
+        assert_eq!(s.value(&TYPE, None), Some(BackupType::Incr));
+        assert_eq!(s.value(&RETENTION_WITHIN, None), Some(Duration::from_secs(14 * 86400)));
+        assert_eq!(s.value(&QUEUE_MAX, None), Some(Size(1 << 30)));
+        assert!(s.switch(&EXPIRE_AUTO, false) && s.switch(&S3_ALLOW_HTTP, false) && !s.switch(&S3_PATH_STYLE, false));
+        assert_eq!(s.value(&PG_URL, None), None);
+        // As written, for sheaf config.
+        assert_eq!(s.shown("stripes"), Some(("3".into(), Origin::Env("SHEAF_STRIPES".into()))));
+        assert_eq!(s.shown("retention-within"), Some(("14d".into(), Origin::File(p.clone()))));
+    }
+
+    #[test]
+    fn a_key_sheaf_does_not_know_is_refused_with_the_nearest_one() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.toml");
+        let refused = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            load(&p, &[]).err().expect("refused").to_string()
+        };
+        assert!(refused("rep = '/srv/repo'\n").contains("'rep' is not a setting sheaf knows: did you mean 'repo'?"));
+        assert!(refused("retention-ful = 2\n").contains("did you mean 'retention-full'?"));
+        assert!(refused("s3-endpont = 'x'\n").contains("did you mean 's3-endpoint'?"));
+        assert!(!refused("colour = 'blue'\n").contains("did you mean"));
+        assert!(refused("s3-secret-access-key = 'x'\n").contains("no secrets"));
+        assert!(refused("repo = ['a', 'b']\n").contains("takes a single value"));
+        assert!(refused("stripes = 'two'\n").contains("'stripes' = 'two': give a whole number"));
+        assert!(refused("expire-auto = 'sometimes'\n").contains("give true or false"));
+        assert!(refused("compression = 'zip'\n").contains("'compression' = 'zip'"));
+        assert!(refused("type = 'weekly'\n").contains("full, diff"));
+        assert!(load(&d.path().join("none.toml"), &[]).err().unwrap().to_string().contains("does not exist"));
+    }
+
+    #[test]
+    fn an_environment_value_that_does_not_parse_names_its_variable() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.toml");
+        std::fs::write(&p, "").unwrap();
+        let e = load(&p, &[("SHEAF_PARALLEL", "many")]).err().expect("refused").to_string();
+        assert!(e.contains("SHEAF_PARALLEL = 'many': give a whole number"), "{e}");
+        let e = load(&p, &[("SHEAF_PG_PORT", "99999")]).err().expect("refused").to_string();
+        assert!(e.contains("SHEAF_PG_PORT"), "{e}");
+    }
+
+    #[test]
+    fn every_key_has_a_field_and_a_purpose() {
+        // A table with every key deserialises (no key lacks its field) and names each once.
+        let mut names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), KEYS.len());
+        assert!(KEYS.iter().all(|(_, what)| !what.is_empty()));
+        let all: toml::Table = KEYS.iter().map(|(k, _)| (k.to_string(), toml::Value::String(sample(k).into()))).collect();
+        let s = layer(all, None).unwrap();
+        assert_eq!(s.text.len(), KEYS.len());
+        for m in &MORE_REPOS {
+            for k in [m.repo.name, m.key_file.name, m.pass_file.name, m.command.name] {
+                assert!(k.starts_with(&format!("repo{}", m.n)) && KEYS.iter().any(|(n, _)| *n == k), "{k}");
+            }
+        }
+    }
+
+    fn sample(key: &str) -> &'static str {
+        match key {
+            "pg-port" | "stripes" | "retention-full" | "parallel" => "2",
+            "compression" => "lz4",
+            "type" => "full",
+            "retention-within" => "1d",
+            "queue-max" => "1GiB",
+            "expire-auto" | "s3-allow-http" | "s3-path-style" => "true",
+            _ => "x",
+        }
     }
 }

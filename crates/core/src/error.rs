@@ -136,6 +136,16 @@ impl Error {
         self.source.as_ref().and_then(|s| s.downcast_ref::<io::Error>())
     }
 
+    /// The same error again, for a value resolved once and asked for more than once: its kind,
+    /// message, transience and object, and its cause as text (an I/O cause keeps its kind).
+    pub fn again(&self) -> Error {
+        let source: Option<Source> = self.source.as_ref().map(|s| match s.downcast_ref::<io::Error>() {
+            Some(io) => Box::new(io::Error::new(io.kind(), io.to_string())) as Source,
+            None => s.to_string().into(),
+        });
+        Error { kind: self.kind, message: self.message.clone(), source, transient: self.transient, object: self.object.clone() }
+    }
+
     /// Prefix the message with more context, keeping kind and cause.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
         self.message = format!("{what}: {}", self.message);
@@ -170,6 +180,14 @@ pub(crate) fn io_at(kind: ErrorKind, what: &str, path: &Path, e: io::Error) -> E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_again_says_what_it_said() {
+        let e = Error::io(ErrorKind::Key, "cannot read the key file k", io::Error::new(io::ErrorKind::NotFound, "gone")).with_object("k").transient(true);
+        let a = e.again();
+        assert_eq!((a.kind(), a.to_string(), a.object(), a.is_transient()), (e.kind(), e.to_string(), e.object(), true));
+        assert_eq!(a.io_error().map(io::Error::kind), Some(io::ErrorKind::NotFound));
+    }
 
     #[test]
     fn enospc_becomes_no_space_with_advice() {

@@ -75,13 +75,22 @@ impl Backoff {
     ///
     /// # Errors
     /// As [`Backoff::run`].
-    pub fn run_with<T>(&self, mut op: impl FnMut(u32) -> Result<T>, mut sleep: impl FnMut(Duration)) -> Result<T> {
+    pub fn run_with<T>(&self, op: impl FnMut(u32) -> Result<T>, mut sleep: impl FnMut(Duration)) -> Result<T> {
+        self.run_telling(op, |_, pause| sleep(pause))
+    }
+
+    /// As [`Backoff::run_with`], `pause` told each transient error before it pauses (to log it,
+    /// keep it, or wait in a way that can be interrupted).
+    ///
+    /// # Errors
+    /// As [`Backoff::run`].
+    pub fn run_telling<T>(&self, mut op: impl FnMut(u32) -> Result<T>, mut pause: impl FnMut(&crate::error::Error, Duration)) -> Result<T> {
         let mut n = 0;
         loop {
             match op(n) {
                 Err(e) if e.is_transient() && n + 1 < self.tries => {
                     n += 1;
-                    sleep(self.pause(n));
+                    pause(&e, self.pause(n));
                 }
                 r => return r,
             }
@@ -109,6 +118,15 @@ mod tests {
         let r = B.run_with(|n| if n < 2 { Err(Error::new(ErrorKind::Source, "link dropped").transient(true)) } else { Ok(n) }, |d| slept.push(d));
         assert_eq!(r.unwrap(), 2);
         assert_eq!(slept, [100, 200].map(Duration::from_millis));
+    }
+
+    #[test]
+    fn each_transient_error_is_told_before_its_pause() {
+        let mut told = Vec::new();
+        let r =
+            B.run_telling(|n| if n < 2 { Err(Error::new(ErrorKind::Source, format!("link dropped {n}")).transient(true)) } else { Ok(n) }, |e, d| told.push((e.to_string(), d)));
+        assert_eq!(r.unwrap(), 2);
+        assert_eq!(told, [("link dropped 0".to_string(), Duration::from_millis(100)), ("link dropped 1".to_string(), Duration::from_millis(200))]);
     }
 
     #[test]

@@ -194,6 +194,7 @@ pub fn no_lock(place: &str) -> Error {
 /// S3 Object Lock's two modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum LockMode {
     /// Nobody deletes a locked version before its date except a user granted
     /// `s3:BypassGovernanceRetention` who asks to bypass it.

@@ -68,6 +68,18 @@ impl WholeFile {
         Ok(WholeFile { dest: dest.to_path_buf(), tmp, file: Some(file), sync: Durability::Full, replace: true, kind })
     }
 
+    /// As [`WholeFile::create_with`], under the temporary name `tmp_name` beside `dest`: a name
+    /// others look for (a fetch in flight, a leftover to clean up). One left there by a writer
+    /// that was killed is written over.
+    ///
+    /// # Errors
+    /// As [`WholeFile::create`].
+    pub fn create_named(dest: &Path, tmp_name: &str, mode: u32, kind: ErrorKind) -> Result<WholeFile> {
+        let tmp = dest.with_file_name(tmp_name);
+        let file = OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp).map_err(|e| io_at(kind, "cannot write", dest, e))?;
+        Ok(WholeFile { dest: dest.to_path_buf(), tmp, file: Some(file), sync: Durability::Full, replace: true, kind })
+    }
+
     /// Made durable as `sync` says (the default is [`Durability::Full`]).
     pub fn sync(mut self, sync: Durability) -> Self {
         self.sync = sync;

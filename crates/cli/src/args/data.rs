@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use sheaf_pg::repo::records::BackupRef;
+use sheaf_pg::restore::pitr::{TargetAction, TimelineTarget};
 use sheaf_pg::Lsn;
 
 use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
@@ -84,7 +86,7 @@ pub struct BackupArgs {
     /// With several repositories: which to back up into, by position (1 for the first), or all
     /// (one backup into each, in turn).
     #[arg(long, value_name = "N|all", default_value = "1")]
-    pub repo_target: String,
+    pub repo_target: super::RepoTarget,
     /// Stripes of a backup into a repository. Default: SHEAF_STRIPES, the config file, else 1.
     #[arg(long, value_name = "N", conflicts_with = "to")]
     pub stripes: Option<usize>,
@@ -95,8 +97,8 @@ pub struct BackupArgs {
     /// writes only the change; restore --repo reads its chain. With nothing to build on, a full
     /// backup is taken and the report says why. Default: SHEAF_TYPE, type in the config file,
     /// else full.
-    #[arg(long = "type", value_name = "full|diff|incr", conflicts_with = "to")]
-    pub backup_type: Option<String>,
+    #[arg(long = "type", value_enum, ignore_case = true, conflicts_with = "to")]
+    pub backup_type: Option<sheaf_core::manifest::BackupType>,
     /// Into a repository: once the backup has finished, run `sheaf expire` on that repository
     /// with the retention configured (retention-full, retention-within), as pgBackRest's
     /// expire-auto. Default: expire-auto in the config file (false). A failing expire is reported
@@ -117,8 +119,8 @@ pub struct BackupArgs {
     /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
     /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:
     /// SHEAF_COMPRESSION, the config file, else zstd:low.
-    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
-    pub compression: Option<String>,
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]", value_parser = super::codec)]
+    pub compression: Option<sheaf_core::CodecSpec>,
     /// Chunk size (SQL Server's MAXTRANSFERSIZE), 64KiB .. 16MiB. The unit of reading, compressing,
     /// checksumming and restoring.
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = super::size)]
@@ -304,7 +306,7 @@ pub struct RecoveryArgs {
     /// The backup: an id as `sheaf info` lists it, or `latest`. Default: the newest that is
     /// consistent before the target.
     #[arg(long, value_name = "ID")]
-    pub set: Option<String>,
+    pub set: Option<BackupRef>,
     #[command(flatten)]
     pub targets: TargetArgs,
     /// What the server does at the target: promote (open for writes on a new timeline), pause
@@ -313,7 +315,7 @@ pub struct RecoveryArgs {
     pub target_action: TargetAction,
     /// The timeline to follow: latest, current (the backup's) or a number.
     #[arg(long, value_name = "TIMELINE", default_value = "latest")]
-    pub target_timeline: String,
+    pub target_timeline: TimelineTarget,
 }
 
 impl RecoveryArgs {
@@ -347,15 +349,15 @@ impl TargetArgs {
     }
 
     /// The request for `sheaf_pg::restore::pitr`, with the backup `set`, the action and the timeline.
-    pub fn request(&self, set: Option<String>, action: &str, timeline: &str) -> sheaf_pg::restore::pitr::Request {
+    pub fn request(&self, set: Option<BackupRef>, action: TargetAction, timeline: TimelineTarget) -> sheaf_pg::restore::pitr::Request {
         sheaf_pg::restore::pitr::Request {
             set,
             time: self.target_time.clone(),
             lsn: self.target_lsn,
             name: self.target_name.clone(),
             immediate: self.target.is_some(),
-            action: action.to_string(),
-            timeline: timeline.to_string(),
+            action,
+            timeline,
         }
     }
 }
@@ -381,7 +383,7 @@ pub struct ExtractArgs {
     pub to: PathBuf,
     /// With --repo: which backup (its id as sheaf info lists it, or latest).
     #[arg(long, value_name = "ID", default_value = "latest")]
-    pub set: String,
+    pub set: BackupRef,
     #[command(flatten)]
     pub repo: RepoArg,
     /// Print one JSON object with the results instead of the summary.
@@ -434,28 +436,4 @@ pub enum Checkpoint {
     Fast,
     /// Spread over checkpoint_completion_target, as a scheduled checkpoint is.
     Spread,
-}
-
-/// What a restored cluster does at its recovery target (`--target-action`, PostgreSQL's
-/// `recovery_target_action`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum TargetAction {
-    /// End recovery and accept writes.
-    #[default]
-    Promote,
-    /// Pause there, for a look before promoting by hand.
-    Pause,
-    /// Stop the server there.
-    Shutdown,
-}
-
-impl TargetAction {
-    /// PostgreSQL's word for it.
-    pub fn as_pg(self) -> &'static str {
-        match self {
-            TargetAction::Promote => "promote",
-            TargetAction::Pause => "pause",
-            TargetAction::Shutdown => "shutdown",
-        }
-    }
 }

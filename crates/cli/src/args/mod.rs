@@ -262,8 +262,8 @@ the backup started.")]
 pub struct Shared {
     /// How to reach `s3://` locations (`None`: the command reaches none).
     pub s3: Option<S3Args>,
-    /// The encryption secret.
-    pub keys: KeyArgs,
+    /// The encryption secret (`None`: the command takes none, and none is read).
+    pub keys: Option<KeyArgs>,
     /// `--repo`, each time given.
     pub repo: Vec<String>,
     /// `--max-rate`.
@@ -275,9 +275,9 @@ pub struct Shared {
 impl Command {
     /// The flags this command shares with others.
     pub fn shared(&self) -> Shared {
-        let with = |s3: &S3Args, repo: &RepoArg| Shared { s3: Some(s3.clone()), keys: repo.keys.clone(), repo: repo.repo.clone(), ..Shared::default() };
+        let with = |s3: &S3Args, repo: &RepoArg| Shared { s3: Some(s3.clone()), keys: Some(repo.keys.clone()), repo: repo.repo.clone(), ..Shared::default() };
         match self {
-            Command::Backup(a) => Shared { s3: Some(a.s3.clone()), keys: a.keys.clone(), repo: a.repo.clone(), rate: a.rate.clone(), ..Shared::default() },
+            Command::Backup(a) => Shared { s3: Some(a.s3.clone()), keys: Some(a.keys.clone()), repo: a.repo.clone(), rate: a.rate.clone(), ..Shared::default() },
             Command::Restore(a) => Shared { rate: a.rate.clone(), ..with(&a.s3, &a.recovery.repo) },
             Command::Verify(a) => Shared { rate: a.rate.clone(), ..with(&a.s3, &a.repo) },
             Command::Extract(a) => with(&a.s3, &a.repo),
@@ -303,7 +303,7 @@ impl Command {
             Command::WalPush(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalReceive(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
-            Command::Bench(a) => Shared { keys: a.keys.clone(), ..Shared::default() },
+            Command::Bench(a) => Shared { keys: Some(a.keys.clone()), ..Shared::default() },
             Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) | Command::Agent(_) => Shared::default(),
         }
     }
@@ -319,6 +319,51 @@ pub fn duration(text: &str) -> Result<Duration, String> {
 /// every size setting's).
 pub fn size(text: &str) -> Result<u64, String> {
     sheaf_core::size::parse_size(text).map_err(|e| e.message().to_string())
+}
+
+/// Every codec flag's parser: `none`, `lz4`, `deflate[:0-12]`, `zstd[:low|medium|high|-7..22]`,
+/// `auto` ([`sheaf_core::CodecSpec::parse`], also the `compression` setting's).
+pub fn codec(text: &str) -> Result<sheaf_core::CodecSpec, String> {
+    sheaf_core::CodecSpec::parse(text).map_err(|e| e.message().to_string())
+}
+
+/// Which of the repositories given a command writes into (`--repo-target`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepoTarget {
+    /// Each in turn.
+    All,
+    /// This one, counted from 1 (as `--repo` and `repo`, `repo2`, ... give them).
+    Nth(usize),
+}
+
+impl std::str::FromStr for RepoTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "all" => Ok(RepoTarget::All),
+            n => match n.parse::<usize>() {
+                Ok(k) if k >= 1 => Ok(RepoTarget::Nth(k)),
+                _ => Err(format!("'{n}': give a repository's position (1 for the first) or all")),
+            },
+        }
+    }
+}
+
+impl RepoTarget {
+    /// The positions (from 0) it names among `given` repositories.
+    ///
+    /// # Errors
+    /// A position past the last one given.
+    pub fn positions(self, given: usize) -> sheaf_core::Result<Vec<usize>> {
+        match self {
+            RepoTarget::All => Ok((0..given).collect()),
+            RepoTarget::Nth(k) if k <= given => Ok(vec![k - 1]),
+            RepoTarget::Nth(k) => Err(sheaf_core::Error::invalid(format!(
+                "--repo-target {k}: {given} {} given; give a repository's position, 1 to {given}, or all",
+                if given == 1 { "repository is" } else { "repositories are" }
+            ))),
+        }
+    }
 }
 
 /// `--max-rate`'s parser: a size per second (`100MiB`).

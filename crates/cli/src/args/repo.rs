@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use sheaf_pg::repo::records::BackupRef;
 
 use super::shared::{RateArgs, RepoArg, S3Args, SpoolArg};
 
@@ -22,8 +23,8 @@ pub struct InitArgs {
     /// governance (a user granted s3:BypassGovernanceRetention can still remove a locked version:
     /// keep that permission away from the backup's credentials) or compliance (nobody can, not
     /// even the account's root user, until the date; choose it once sure of the days).
-    #[arg(long, value_name = "MODE", default_value = "governance", requires = "lock")]
-    pub lock_mode: String,
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = sheaf_core::storage::LockMode::Governance, requires = "lock")]
+    pub lock_mode: sheaf_core::storage::LockMode,
     #[command(flatten)]
     pub s3: S3Args,
 }
@@ -35,8 +36,8 @@ pub struct WalPushArgs {
     #[command(flatten)]
     pub repo: RepoArg,
     /// Codec for archived WAL. Default: SHEAF_COMPRESSION, the config file, else zstd:low.
-    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
-    pub compression: Option<String>,
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]", value_parser = super::codec)]
+    pub compression: Option<sheaf_core::CodecSpec>,
     /// Look-ahead: push this segment and up to N-1 `.ready` ones after it at once, so the
     /// archiver's next calls return at once. Default: SHEAF_PARALLEL, the config file, else 4.
     #[arg(long, value_name = "N")]
@@ -45,8 +46,8 @@ pub struct WalPushArgs {
     /// PostgreSQL can recycle the segment, keeping pg_wal from filling the disk. The segment is then
     /// NOT archived: recovery cannot pass it until the next backup (the gap is recorded and shown
     /// by sheaf info). Default: no bound (archiving waits, pg_wal grows).
-    #[arg(long, value_name = "SIZE")]
-    pub queue_max: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = super::size)]
+    pub queue_max: Option<u64>,
     #[command(flatten)]
     pub spool: SpoolArg,
     /// Print what was done as JSON (archive_command output goes to the server log).
@@ -71,8 +72,8 @@ pub struct WalReceiveArgs {
     pub slot: String,
     /// Codec for the WAL stored in the repository. Default: SHEAF_COMPRESSION, the config file,
     /// else zstd:low.
-    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
-    pub compression: Option<String>,
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]", value_parser = super::codec)]
+    pub compression: Option<sheaf_core::CodecSpec>,
     /// How often the segment being received is copied into the repository (complete segments go
     /// at once; the flush position the server hears is the spool's): 10s, 1m, or seconds.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration)]
@@ -175,7 +176,7 @@ pub struct DrillArgs {
     pub repo: RepoArg,
     /// The backup to drill: an id as sheaf info lists it. Default: the newest (--latest).
     #[arg(long = "set", value_name = "ID", conflicts_with_all = ["latest", "random"])]
-    pub set: Option<String>,
+    pub set: Option<BackupRef>,
     /// The newest finished backup (the default).
     #[arg(long, conflicts_with = "random")]
     pub latest: bool,
@@ -273,18 +274,18 @@ pub struct ConsolidateArgs {
     /// With several repositories it is consolidated in each that holds it; latest is the first
     /// repository's newest backup unless --repo-target says which.
     #[arg(long, value_name = "ID")]
-    pub set: String,
+    pub set: BackupRef,
     /// With several repositories: consolidate in this one only, by position (1 for the first),
     /// or in all (latest: each one's newest backup).
     #[arg(long, value_name = "N|all")]
-    pub repo_target: Option<String>,
+    pub repo_target: Option<super::RepoTarget>,
     /// Stripes of the new backup. Default: SHEAF_STRIPES, the config file, else 1.
     #[arg(long, value_name = "N")]
     pub stripes: Option<usize>,
     /// Codec of the new backup (as for sheaf backup). Default: SHEAF_COMPRESSION, the config
     /// file, else zstd:low.
-    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]")]
-    pub compression: Option<String>,
+    #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]", value_parser = super::codec)]
+    pub compression: Option<sheaf_core::CodecSpec>,
     /// Decompressor threads reading the chain. Default: one per core.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

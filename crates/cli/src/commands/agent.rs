@@ -1,6 +1,5 @@
 //! `sheaf agent`: make the certificates, or serve the cluster's files to backup hosts.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use sheaf_agent::{certs, Agent, AgentConfig};
@@ -8,6 +7,7 @@ use sheaf_core::Error;
 
 use crate::args::AgentArgs;
 use crate::context::Context;
+use crate::settings::{self, Key};
 
 /// Run it.
 ///
@@ -30,13 +30,13 @@ pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
         say!("then: sheaf agent --listen 0.0.0.0:7400 --pgdata DATA_DIR --tls-dir {}", dir.display());
         return Ok(());
     }
-    let need = |key: &str, flag: Option<String>, what: &str| -> Result<String, Error> {
-        ctx.settings.get(key, flag).map(|(v, _)| v).ok_or_else(|| Error::invalid(format!("sheaf agent needs {what} (or {key} in the config file)")))
-    };
+    fn need<T: Clone>(ctx: &Context, key: &Key<T>, flag: Option<T>, what: &str) -> Result<T, Error> {
+        ctx.settings.value(key, flag).ok_or_else(|| Error::invalid(format!("sheaf agent needs {what} (or {} in the config file)", key.name)))
+    }
     let config = AgentConfig {
-        listen: need("agent-listen", a.listen, "--listen ADDR:PORT")?,
-        pgdata: PathBuf::from(need("agent-pgdata", a.pgdata.map(|p| p.display().to_string()), "--pgdata DIR")?),
-        tls_dir: PathBuf::from(need("tls-dir", a.tls_dir.map(|p| p.display().to_string()), "--tls-dir DIR (made by sheaf agent --init-certs DIR)")?),
+        listen: need(ctx, &settings::AGENT_LISTEN, a.listen, "--listen ADDR:PORT")?,
+        pgdata: need(ctx, &settings::AGENT_PGDATA, a.pgdata, "--pgdata DIR")?,
+        tls_dir: need(ctx, &settings::TLS_DIR, a.tls_dir, "--tls-dir DIR (made by sheaf agent --init-certs DIR)")?,
         max_connections: a.max_connections,
         threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     };

@@ -1,10 +1,16 @@
 //! `sheaf backup`: a directory or a running PostgreSQL server, to stripes or into a repository;
 //! recorded in the history catalog.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use sheaf_core::manifest::BackupType;
 use sheaf_core::size::format_size;
 use sheaf_core::{BackupOptions, BackupReport, Error};
-use sheaf_pg::ClusterFacts;
+use sheaf_pg::backup::options::{PgBackupReport, Remote};
+use sheaf_pg::backup::repo::{backup_to_repo, InRepo, Kind};
+use sheaf_pg::maintain::expire::ExpirePlan;
+use sheaf_pg::repo::records::BackupRecord;
 
 use crate::args::data::{Checkpoint, CompressOn, Via, WalFrom};
 use crate::args::BackupArgs;
@@ -12,7 +18,6 @@ use crate::context::{Context, Source};
 use crate::output::{mib, plural, rate};
 use crate::progress::for_terminal as progress;
 use crate::recorder::{recorded, Done};
-use crate::settings::Origin;
 
 /// Run it.
 ///
@@ -28,16 +33,7 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
     };
     // Into a repository: the one --repo-target names (of those given), or each in turn.
     let repos = ctx.repos_given();
-    let targets: Vec<usize> = if !a.to.is_empty() {
-        vec![0]
-    } else if a.repo_target == "all" {
-        (0..repos.len().max(1)).collect()
-    } else {
-        match a.repo_target.parse::<usize>() {
-            Ok(n) if n >= 1 && n <= repos.len().max(1) => vec![n - 1],
-            _ => return Err(Error::invalid(format!("--repo-target {}: give a repository's position, 1 to {}, or all", a.repo_target, repos.len().max(1)))),
-        }
-    };
+    let targets: Vec<usize> = if a.to.is_empty() { ctx.repo_targets(a.repo_target)? } else { vec![0] };
     for target in targets {
         let start = sheaf_catalog::RunStart {
             operation: "backup".into(),
@@ -51,33 +47,40 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// A PostgreSQL backup's facts as the report gives them, and where they came from.
+/// A PostgreSQL backup: its report, and its record when it went into a repository, with what
+/// expire-auto did after it.
 struct Cluster {
-    facts: ClusterFacts,
-    json: serde_json::Value,
-    /// The backup's id in the repository, when it went into one.
-    repository_id: Option<sheaf_pg::repo::id::BackupId>,
+    backup: PgBackupReport,
+    record: Option<BackupRecord>,
+    expired: Option<Result<ExpirePlan, Error>>,
+}
+
+impl Cluster {
+    /// The report's `postgres` object.
+    fn json(&self) -> serde_json::Value {
+        let mut json = self.backup.postgres();
+        if let Some(record) = &self.record {
+            json["repository_id"] = serde_json::json!(record.id);
+            json["chain"] = serde_json::json!(record.chain);
+        }
+        match &self.expired {
+            Some(Ok(plan)) => json["expire"] = serde_json::to_value(plan).expect("plan serialises"),
+            Some(Err(e)) => json["expire"] = serde_json::json!({ "error": e.to_string() }),
+            None => {}
+        }
+        json
+    }
 }
 
 fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result<Done, Error> {
-    let codec = ctx.codec(a.compression.clone())?;
+    let codec = ctx.codec(a.compression);
     ctx.schemes()?;
     let into_repo = a.to.is_empty();
     if into_repo && ctx.repo_given().is_none() {
         return Err(Error::invalid("say where the backup goes: --to TARGET (repeat for stripes), or --repo REPO (or SHEAF_REPO, or repo in the config file)"));
     }
     // Retention after the backup: checked now, so that a policy missing fails before, not after.
-    let auto_expire = if into_repo && ctx.settings.switch("expire-auto", a.expire_auto)? {
-        let keep = ctx.retention(None, None)?;
-        if keep.keep_full.is_none() && keep.keep_within.is_none() {
-            return Err(Error::invalid(
-                "expire-auto is on but no retention is set: set retention-full (e.g. 2) and/or retention-within (e.g. 14d) in the config file, or turn expire-auto off",
-            ));
-        }
-        Some(keep)
-    } else {
-        None
-    };
+    let auto_expire = if into_repo { ctx.expire_auto(a.expire_auto)? } else { None };
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
     opts.stop = ctx.interrupt.stop().clone();
     opts.codec = codec;
@@ -92,30 +95,18 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         // A set of its own: a fresh KDF (salt) for this backup. Into a repository, its own KDF.
         opts.encryption = ctx.keys()?.map(|keys| keys.fresh_kdf().map(|kdf| sheaf_core::crypto::Encryption { keys, kdf })).transpose()?;
     }
-    let mut expired = None;
     let (r, cluster) = match &source {
         Source::Postgres(url) => {
-            let remote = match ctx.settings.get("agent", a.agent.clone()) {
-                Some((addr, _)) => {
-                    let tls = ctx.settings.get("tls-dir", a.tls_dir.as_ref().map(|p| p.display().to_string())).map(|(v, _)| v).ok_or_else(|| {
-                        Error::invalid(
-                            "--agent needs --tls-dir DIR (or tls-dir in the config file): the folder with ca.pem, client.pem and client.key from sheaf agent --init-certs",
-                        )
-                    })?;
-                    let timeout = a.agent_timeout;
-                    let files = sheaf_agent::AgentFiles::connect_within(&addr, std::path::Path::new(&tls), timeout)?;
-                    Some(if a.compress_on == CompressOn::Agent { files.compressing(opts.codec)? } else { files })
-                }
-                None if a.compress_on == CompressOn::Agent => {
-                    return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host"))
-                }
-                None => None,
-            };
-            // Through an agent, the data directory is the one it serves unless told otherwise.
-            let pgdata = a.pgdata.clone().or_else(|| remote.as_ref().map(|r| std::path::PathBuf::from(&r.hello.pgdata)));
+            let agent = ctx.agent(a.agent.clone(), a.tls_dir.clone())?;
+            if a.compress_on == CompressOn::Agent && agent.is_none() {
+                return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host"));
+            }
+            let agent =
+                agent.map(|(addr, tls_dir)| sheaf_agent::AgentAt { addr, tls_dir, timeout: a.agent_timeout, compress: (a.compress_on == CompressOn::Agent).then_some(opts.codec) });
+            let remote = agent.map(|at| at.connect()).transpose()?.map(|files| Remote { pgdata: PathBuf::from(&files.hello.pgdata), files: Arc::new(files) });
             let pg = sheaf_pg::PgBackupOptions {
                 url: url.clone(),
-                pgdata,
+                pgdata: a.pgdata.clone(),
                 slot: a.slot.clone(),
                 spread_checkpoint: a.checkpoint == Checkpoint::Spread,
                 ignore_checksum_failures: a.ignore_checksum_failures,
@@ -126,40 +117,30 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 wal_from_archive: a.wal_from == WalFrom::Archive,
                 wal_timeout: Some(a.wal_timeout),
                 archive: None,
-                remote: remote.map(|r| sheaf_pg::backup::options::Remote(std::sync::Arc::new(r))),
+                remote,
                 via_base_backup: a.via == Via::BaseBackup,
             };
             if into_repo {
                 let repo = ctx.open_repos_to_write()?.into_iter().nth(target).map(|(_, r)| r).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
-                let stripes = ctx.repo_stripes(a.stripes)?;
-                let backup_type = match ctx.settings.get("type", a.backup_type.clone()) {
-                    Some((v, o)) => BackupType::parse(&v).map_err(|e| if o == Origin::Flag { e } else { e.context(format!("type from {o}")) })?,
-                    None => BackupType::Full,
+                let kind = Kind {
+                    stripes: ctx.repo_stripes(a.stripes)?,
+                    backup_type: ctx.backup_type(a.backup_type),
+                    check_changes: a.check_changes,
+                    page_scan: a.page_scan,
+                    expire_after: auto_expire,
                 };
-                let (r, record) = sheaf_pg::backup::repo::backup_to_repo(
-                    &repo,
-                    &pg,
-                    &opts,
-                    sheaf_pg::backup::repo::Kind { stripes, backup_type, check_changes: a.check_changes, page_scan: a.page_scan },
-                    ctx.schemes()?,
-                    progress(a.json),
-                )?;
-                if let Some(why) = &r.full_because {
+                let InRepo { backup, record, expired } = backup_to_repo(&repo, &pg, &opts, kind, ctx.schemes()?, progress(a.json))?;
+                if let Some(why) = &backup.full_because {
                     eprintln!("sheaf: {why}");
                 }
-                let mut json = r.postgres();
-                json["repository_id"] = serde_json::json!(record.id);
-                json["chain"] = serde_json::json!(record.chain);
-                if let Some(keep) = &auto_expire {
-                    let (v, plan) = expire_after(&repo, keep);
-                    json["expire"] = v;
-                    expired = plan;
+                if let Some(Err(e)) = &expired {
+                    eprintln!("sheaf: warning: the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish");
                 }
-                (r.report, Some(Cluster { facts: r.facts, json, repository_id: Some(record.id) }))
+                let report = backup.report.clone();
+                (report, Some(Cluster { backup, record: Some(record), expired }))
             } else {
-                let r = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
-                let json = r.postgres();
-                (r.report, Some(Cluster { facts: r.facts, json, repository_id: None }))
+                let backup = sheaf_pg::backup_postgres(&pg, &opts, progress(a.json))?;
+                (backup.report.clone(), Some(Cluster { backup, record: None, expired: None }))
             }
         }
         Source::Directory(dir) => {
@@ -188,32 +169,18 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     v["ratio"] = serde_json::json!(r.ratio());
     v["mib_per_second"] = serde_json::json!(rate(r.bytes_read, r.seconds));
     if let Some(c) = &cluster {
-        v["postgres"] = c.json.clone();
+        v["postgres"] = c.json();
     }
     if a.json {
         say!("{v}");
     } else {
         summary(&r, cluster.as_ref());
-        if let Some(plan) = &expired {
+        if let Some(Some(Ok(plan))) = cluster.as_ref().map(|c| &c.expired) {
             say!("expire-auto:");
             super::expire::say_plan(plan, false);
         }
     }
-    Ok(Done { json: v, cluster: cluster.map(|c| c.facts) })
-}
-
-/// expire-auto: the policy run on the repository the backup went into. Its plan as JSON (or the
-/// error), and the plan; a failure is a warning, never the backup's.
-fn expire_after(repo: &sheaf_pg::repo::Repo, keep: &sheaf_pg::maintain::expire::Retention) -> (serde_json::Value, Option<sheaf_pg::maintain::expire::ExpirePlan>) {
-    let now = sheaf_core::time::now_ms() / 1000;
-    let done = sheaf_pg::maintain::expire::plan_expire(repo, keep, now).and_then(|plan| sheaf_pg::maintain::expire::expire(repo, &plan).map(|()| plan));
-    match done {
-        Ok(plan) => (serde_json::to_value(&plan).expect("plan serialises"), Some(plan)),
-        Err(e) => {
-            eprintln!("sheaf: warning: the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish");
-            (serde_json::json!({ "error": e.to_string() }), None)
-        }
-    }
+    Ok(Done { json: v, cluster: cluster.map(|c| c.backup.facts) })
 }
 
 fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
@@ -249,13 +216,14 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
         say!("encrypted with {}", r.encryption.to_uppercase());
     }
     say!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
-    let Some(Cluster { facts: f, repository_id, json }) = cluster else { return };
-    if let Some(id) = repository_id {
+    let Some(Cluster { backup, record, .. }) = cluster else { return };
+    let f = &backup.facts;
+    if let Some(record) = record {
+        let id = &record.id;
         say!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id})");
-    }
-    if let Some(t) = json.get("backup_type").and_then(|t| t.as_str()).filter(|t| *t != "full") {
-        let chain: Vec<&str> = json["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
-        say!("{t} backup on {} (a chain of {} backups); changes found by {}", chain.last().copied().unwrap_or("?"), chain.len() + 1, json["method"].as_str().unwrap_or_default());
+        if let Some(parent) = record.chain.last().filter(|_| backup.backup_type != BackupType::Full) {
+            say!("{} backup on {parent} (a chain of {} backups); changes found by {}", backup.backup_type, record.chain.len() + 1, backup.method.as_deref().unwrap_or_default());
+        }
     }
     say!(
         "PostgreSQL {} (system {}), timeline {}, LSN {} .. {}, {} WAL files; page checksums: {} pages verified, {} not checked (new or written during the backup), {} failures",

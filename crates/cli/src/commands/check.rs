@@ -18,16 +18,16 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
         Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
     };
     // A backup host's certificates for the agent (tls-dir): warned of 30 days before they expire.
-    if let Some(dir) = ctx.settings.value("tls-dir", None) {
+    if let Some(dir) = ctx.tls_dir(None) {
         let now = sheaf_core::time::now_ms() / 1000;
-        match sheaf_agent::certs::expiring(std::path::Path::new(&dir), now, 30) {
+        match sheaf_agent::certs::expiring(&dir, now, 30) {
             Ok(w) if w.is_empty() => {
-                report.findings.push(Finding { check: "certs", status: Status::Ok, message: format!("the certificates in {dir} are valid for 30 days or more") })
+                report.findings.push(Finding { check: "certs", status: Status::Ok, message: format!("the certificates in {} are valid for 30 days or more", dir.display()) })
             }
             Ok(w) => {
-                for m in w {
-                    let status = if m.contains(" expired on ") { Status::Critical } else { Status::Warning };
-                    report.findings.push(Finding { check: "certs", status, message: m });
+                for cert in w {
+                    let status = if cert.expired { Status::Critical } else { Status::Warning };
+                    report.findings.push(Finding { check: "certs", status, message: cert.message });
                 }
             }
             Err(e) => report.findings.push(Finding { check: "certs", status: Status::Warning, message: e.to_string() }),

@@ -13,7 +13,7 @@ pub fn run(settings: &Settings, a: ConfigArgs) -> Result<(), Error> {
     type Row<'a> = (String, Option<(String, String)>, &'a str);
     // A connection string is shown without its password (sheaf refuses one there anyway).
     let shown = |k: &str, v: String| if k == "pg-url" { sheaf_pg::connect::session::redact(&v) } else { v };
-    let rows: Vec<Row> = KEYS.iter().map(|(k, what)| (k.to_string(), settings.get(k, None).map(|(v, o)| (shown(k, v), o.to_string())), *what)).collect();
+    let rows: Vec<Row> = KEYS.iter().map(|(k, what)| (k.to_string(), settings.shown(k).map(|(v, o)| (shown(k, v), o.to_string())), *what)).collect();
     let files: Vec<String> = settings.files().map(|p| p.display().to_string()).collect();
     let aws: Vec<(&str, String)> = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_PROFILE"]
         .iter()

@@ -4,7 +4,9 @@
 use sheaf_core::{BackupOptions, Error, ErrorKind};
 use sheaf_pg::repo::Repo;
 
-use crate::args::ConsolidateArgs;
+use sheaf_pg::repo::records::BackupRef;
+
+use crate::args::{ConsolidateArgs, RepoTarget};
 use crate::context::Context;
 use crate::output::mib;
 use crate::progress::for_terminal as progress;
@@ -19,20 +21,17 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
     let several = repos.len() > 1;
     let stripes = ctx.repo_stripes(a.stripes)?;
     let mut opts = BackupOptions::new(Vec::new());
-    opts.codec = ctx.codec(a.compression.clone())?;
+    opts.codec = ctx.codec(a.compression);
     opts.stop = ctx.interrupt.stop().clone();
     opts.keep_superseded_pct = a.keep_superseded;
     // Which repositories: the one --repo-target names, all, or (by default) those that hold the
     // backup named (latest: the first).
-    let picked: Vec<usize> = match a.repo_target.as_deref() {
-        None if a.set == "latest" => vec![0],
-        None | Some("all") => (0..repos.len()).collect(),
-        Some(n) => match n.parse::<usize>() {
-            Ok(k) if (1..=repos.len()).contains(&k) => vec![k - 1],
-            _ => return Err(Error::invalid(format!("--repo-target {n}: give a repository's position, 1 to {}, or all", repos.len()))),
-        },
+    let picked: Vec<usize> = match a.repo_target {
+        None if a.set == BackupRef::Latest => vec![0],
+        None => (0..repos.len()).collect(),
+        Some(target) => ctx.repo_targets(target)?,
     };
-    let explicit = a.repo_target.as_deref().is_some_and(|t| t != "all") || !several;
+    let explicit = matches!(a.repo_target, Some(RepoTarget::Nth(_))) || !several;
     let mut chosen: Vec<Repo> = Vec::new();
     let mut unread: Option<Error> = None;
     for (k, (place, opened)) in repos.into_iter().enumerate().filter(|(k, _)| picked.contains(k)) {
@@ -46,7 +45,7 @@ pub fn run(ctx: &Context, a: ConsolidateArgs) -> Result<(), Error> {
             }
         };
         // A backup named by id is consolidated where it is; elsewhere there is nothing to do.
-        if !explicit && a.set != "latest" && sheaf_pg::repo::records::pick(&sheaf_pg::repo::records::complete(&repo)?, &a.set).is_err() {
+        if !explicit && a.set != BackupRef::Latest && sheaf_pg::repo::records::pick(&sheaf_pg::repo::records::complete(&repo)?, &a.set).is_err() {
             if !a.json {
                 say!("{} is not in {}: nothing to do there", a.set, repo.display());
             }

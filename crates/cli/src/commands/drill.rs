@@ -6,6 +6,8 @@ use sheaf_core::size::format_size;
 use sheaf_core::Error;
 use sheaf_pg::drill::run::{DrillOptions, Pick};
 use sheaf_pg::repo::drills::{drill_object, DrillRecord};
+use sheaf_pg::repo::records::BackupRef;
+use sheaf_pg::restore::pitr::{TargetAction, TimelineTarget};
 
 use crate::args::DrillArgs;
 use crate::context::Context;
@@ -20,7 +22,7 @@ use crate::recorder::{recorded, Done};
 /// [`sheaf_core::ErrorKind::Incomplete`] for missing WAL.
 pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
     let repos = ctx.repos_given();
-    let start = sheaf_catalog::RunStart { operation: "drill".into(), source: repos.first().cloned(), label: a.set.clone(), ..Default::default() };
+    let start = sheaf_catalog::RunStart { operation: "drill".into(), source: repos.first().cloned(), label: a.set.as_ref().map(ToString::to_string), ..Default::default() };
     recorded(ctx.catalog(), start, || drill(ctx, &a))
 }
 
@@ -28,15 +30,14 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
     let (_, repo) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository: --repo R (or SHEAF_REPO, or repo in the config file)"))?;
     let repo = repo?;
     let pick = match (&a.set, a.random) {
-        (Some(id), _) => Pick::Set(id.clone()),
+        (Some(which), _) => Pick::Named(which.clone()),
         (None, true) => Pick::Random,
-        (None, false) => Pick::Latest,
+        (None, false) => Pick::Named(BackupRef::Latest),
     };
-    let request = a.targets.request(None, "promote", "latest");
-    let spool = ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).map(std::path::PathBuf::from);
+    let request = a.targets.request(None, TargetAction::Promote, TimelineTarget::Latest);
     let work = match &a.to {
         Some(dir) => dir.clone(),
-        None => sheaf_pg::drill::run::default_work(spool.as_deref().and_then(std::path::Path::parent)),
+        None => sheaf_pg::drill::run::default_work(ctx.spool_dir().and_then(std::path::Path::parent)),
     };
     let opts = DrillOptions {
         pick,

@@ -16,7 +16,7 @@ use crate::context::Context;
 pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     let url = ctx.pg_url(a.url.clone())?;
     let repos = ctx.repos_to_write()?;
-    let lock = a.lock.map(|days| a.lock_mode.parse().map(|mode| RepoLock { days, mode })).transpose()?;
+    let lock = a.lock.map(|days| RepoLock { days, mode: a.lock_mode });
     for repo in &repos {
         let created = sheaf_pg::repo::meta::init(repo, &url, lock)?;
         let meta = created.meta();

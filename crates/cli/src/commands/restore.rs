@@ -5,6 +5,7 @@
 use sheaf_core::size::format_size;
 use sheaf_core::text::shell_quote;
 use sheaf_core::{Error, ErrorKind, RestoreOptions, RestoreReport};
+use sheaf_pg::repo::records::BackupRef;
 use sheaf_pg::PgRestoreOptions;
 
 use crate::args::data::{ArchiveMode, DeltaHow};
@@ -153,7 +154,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     let opts = pg_options(ctx, &a)?;
     let r = &a.recovery;
-    let request = r.targets.request(r.set.clone(), r.target_action.as_pg(), &r.target_timeline);
+    let request = r.targets.request(r.set.clone(), r.target_action, r.target_timeline);
     // The first repository that can serve the restore; one that cannot be read, or fails before
     // anything is written (no backup that fits, a gap, a damaged record), is passed over for the
     // next. A failure once the restore has written is final: its files are not the next one's.
@@ -227,7 +228,7 @@ pub fn restore_command(ctx: &Context, repo: &sheaf_core::repo::Place) -> Result<
         parts.push("--repo".into());
         parts.push(shell_quote(&r).into_owned());
     }
-    for f in ctx.s3_flags()? {
+    for f in ctx.s3_flags() {
         parts.push(shell_quote(&f).into_owned());
     }
     if repo.keys().is_some() {
@@ -256,7 +257,7 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     // the first repository that has it and reads, as a restore falls back.
     let sets = if a.stripes.is_empty() {
         let schemes = ctx.schemes()?;
-        ctx.first_repo_serving(|repo| sheaf_pg::repo::records::open_backup_chain(repo, a.recovery.set.as_deref().unwrap_or("latest"), schemes, true))?
+        ctx.first_repo_serving(|repo| sheaf_pg::repo::records::open_backup_chain(repo, a.recovery.set.as_ref().unwrap_or(&BackupRef::Latest), schemes, true))?
     } else {
         vec![ctx.open_stripes_lean(&a.stripes)?]
     };

@@ -40,7 +40,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let repos = ctx.repos()?;
     let readable = if repos.len() > 1 { repos.iter().position(|r| sheaf_pg::repo::meta::open(r).is_ok()).unwrap_or(0) } else { 0 };
     let repo = repos.into_iter().nth(readable).expect("at least one");
-    let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)?) } else { None };
+    let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
         let r = sheaf_pg::wal::spool::prefetch(&sheaf_pg::repo::meta::open(&repo)?, &spool, parallel, std::time::Duration::from_secs(10))?;
@@ -96,10 +96,10 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
 /// holds everything the receiver reported flushed (a synchronous standby's returned commits). Put
 /// at `a.dest` whole; whether it was there.
 fn from_receiver_spool(ctx: &Context, a: &WalFetchArgs, repo: &Place) -> Result<bool, Error> {
-    if !is_segment_name(&a.name) || ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).is_none() {
+    if !is_segment_name(&a.name) || ctx.spool_dir().is_none() {
         return Ok(false);
     }
-    let dir = ctx.spool(std::path::Path::new("."), repo)?.dir().join("receive");
+    let dir = ctx.spool(std::path::Path::new("."), repo).dir().join("receive");
     let Some(src) = [dir.join(&a.name), dir.join(format!("{}.partial", a.name))].into_iter().find(|p| p.is_file()) else { return Ok(false) };
     let mut from = std::fs::File::open(&src).map_err(|e| Error::io(ErrorKind::Io, format!("cannot open {}", src.display()), e))?;
     // PostgreSQL fsyncs what restore_command gives it.
@@ -125,7 +125,7 @@ fn start_prefetcher(ctx: &Context, a: &WalFetchArgs, repo: &Place, parallel: usi
     cmd.arg("wal-fetch").arg(&a.name).arg(std::path::absolute(&a.dest).unwrap_or_else(|_| a.dest.clone()));
     cmd.args(["--prefetch", "--parallel", &parallel.to_string(), "--repo", repo.display()]);
     cmd.arg("--spool").arg(spool_base(spool));
-    cmd.args(ctx.s3_flags()?);
+    cmd.args(ctx.s3_flags());
     // The secret's file, if one was named (SHEAF_PASSPHRASE the prefetcher inherits).
     cmd.args(ctx.key_flags().unwrap_or_default());
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log).process_group(0);

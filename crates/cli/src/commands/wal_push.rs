@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use sheaf_core::size::{format_size, parse_size};
+use sheaf_core::size::format_size;
 use sheaf_core::Error;
 use sheaf_pg::cluster::walname::wal_dir;
 use sheaf_pg::wal::queue::{Archived, DropNotice};
@@ -18,12 +18,9 @@ use crate::exit;
 /// # Errors
 /// The push failed and the file was not dropped.
 pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
-    let spec = ctx.codec(a.compression.clone())?;
+    let spec = ctx.codec(a.compression);
     let parallel = ctx.parallel(a.parallel)?;
-    let queue_max = match ctx.settings.get("queue-max", a.queue_max.clone()) {
-        Some((v, origin)) => Some(parse_size(&v).map_err(|e| e.context(format!("queue-max from {origin}")))?),
-        None => None,
-    };
+    let queue_max = ctx.queue_max(a.queue_max);
     // Into every repository, each with its own look-ahead and drop records: the file counts as
     // archived once every one has it (or, under --queue-max, has it or recorded its drop). One
     // that fails does not keep the others from getting it; the archiver then asks again, and
@@ -33,7 +30,7 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
     let mut failed: Option<Error> = None;
     let mut reports = Vec::new();
     for (k, repo) in repos.iter().enumerate() {
-        let spool = ctx.spool(wal_dir(&a.path), repo)?;
+        let spool = ctx.spool(wal_dir(&a.path), repo);
         let t0 = Instant::now();
         match sheaf_pg::wal::queue::archive(repo, &spool, &a.path, spec, parallel, queue_max) {
             Ok(Archived::Pushed { report, published }) => {

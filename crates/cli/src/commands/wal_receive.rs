@@ -16,11 +16,11 @@ use crate::context::Context;
 /// What connecting again cannot mend (another cluster, a logical slot, a busy spool, a server
 /// older than 15), and storing what was received failing at the end.
 pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
-    let codec = ctx.codec(a.compression.clone())?;
+    let codec = ctx.codec(a.compression);
     if codec.is_auto() {
         return Err(Error::invalid("--compression auto steers a backup's level; give wal-receive a codec and level (e.g. zstd:low)"));
     }
-    if ctx.settings.value("spool", a.spool.spool.as_ref().map(|p| p.display().to_string())).is_none() {
+    if ctx.spool_dir().is_none() {
         return Err(Error::invalid(
             "wal-receive keeps the segment it is receiving on this host's disk before it reaches the repository: give --spool DIR (or spool in the config file), a folder kept across restarts",
         ));
@@ -30,7 +30,7 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
     let repos = ctx.open_repos_to_write()?;
     let first = &repos[0].0;
     // The spool setting is given, so the WAL folder the spool would default to plays no part.
-    let spool = ctx.spool(Path::new("."), first)?.dir().join("receive");
+    let spool = ctx.spool(Path::new("."), first).dir().join("receive");
     let url = ctx.pg_url(a.url.clone())?;
     let opts =
         ReceiveOptions { url: url.clone(), slot: a.slot.clone(), spool, codec, partial_every: a.partial_every, retry_every: a.retry_every, stop: ctx.interrupt.stop().clone() };

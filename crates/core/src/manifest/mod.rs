@@ -104,13 +104,16 @@ pub struct Delta {
 /// A backup's type, in pgBackRest's words.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum BackupType {
     /// Every byte of every file.
     #[default]
     Full,
     /// What changed since the last full backup.
+    #[cfg_attr(feature = "clap", value(alias = "differential"))]
     Diff,
     /// What changed since the last backup of any type.
+    #[cfg_attr(feature = "clap", value(alias = "incremental"))]
     Incr,
 }
 

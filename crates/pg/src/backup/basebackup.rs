@@ -14,12 +14,12 @@ use std::time::Instant;
 use sheaf_core::manifest::{BackupType, Entry, EntryKind, Root};
 use sheaf_core::{Backup, BackupOptions, Error, ErrorKind, Progress, Result, Tuning};
 
-use crate::backup::facts::ClusterFacts;
+use crate::backup::facts::{ClusterFacts, Taken, WalSpan};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
 use crate::backup::tarstream::{Event, Kind, TarStream};
 use crate::cluster::lsn::Lsn;
 use crate::cluster::walname;
-use crate::connect::server::Server;
+use crate::connect::server::{Server, StopInfo};
 use crate::connect::wire::{Copy, Replication, Row};
 
 fn lsn_of(rows: &[Row], what: &str) -> Result<(Lsn, u32)> {
@@ -225,35 +225,24 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
             Entry { path: format!("pg_tblspc/{}", t.oid), kind: EntryKind::Symlink, mode: 0o777, uid, gid, target: Some(t.location.clone()), ..Default::default() },
         )?;
     }
-    let start_wal = walname::segment_holding(timeline, start_lsn, facts.wal_segment_size, false);
-    let stop_wal = walname::segment_holding(stop_tli, stop_lsn, facts.wal_segment_size, true);
-    let checkpoint = backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(|l| l.parse().ok());
-    let recorded = ClusterFacts {
-        kind: crate::backup::facts::KIND.into(),
+    let stop = StopInfo { lsn: stop_lsn, backup_label, tablespace_map, timeline: stop_tli };
+    let span = WalSpan::of((start_lsn, timeline), &stop, facts.wal_segment_size)?;
+    let taken_on = facts.in_recovery.then(|| "standby".to_string());
+    let recorded = ClusterFacts::taken(Taken {
+        server: facts,
         url: server.url().to_string(),
-        server_version: facts.version,
-        server_version_num: facts.version_num,
-        system_identifier: facts.system_identifier,
-        timeline,
-        start_lsn,
-        stop_lsn,
-        checkpoint_lsn: checkpoint,
-        start_wal_file: start_wal,
-        stop_wal_file: stop_wal,
+        start: (start_lsn, timeline),
+        stop,
+        span,
         wal_files: wal_files.len(),
-        data_checksums: facts.data_checksums,
-        pages_verified: 0,
-        pages_not_checked: 0,
         tablespaces,
-        tablespace_version_dir: facts.tablespace_version_dir,
+        databases,
+        // The server verified the pages as it read them: a failure would have failed the stream.
+        pages: (0, 0),
         excluded_entries: 0,
-        backup_label,
-        tablespace_map,
-        databases: Some(databases),
-        checksum_failures: 0,
-        taken_on: facts.in_recovery.then(|| "standby".to_string()),
+        taken_on,
         standby_url: None,
-    };
+    });
     let report = session.finish(recorded.to_value())?;
     server.drop_slot(&slot);
     Ok(PgBackupReport {

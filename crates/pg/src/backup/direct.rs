@@ -26,7 +26,7 @@ use sheaf_core::source::{list_one, read_full_at, Files, Listed, Listing, LocalFi
 use sheaf_core::{Backup, BackupOptions, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::backup::changes::choose_changes;
-use crate::backup::facts::ClusterFacts;
+use crate::backup::facts::{ClusterFacts, Taken, WalSpan};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
 use crate::backup::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::cluster::checksum::{verify_page, Verdict, PAGE_SIZE};
@@ -201,7 +201,6 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
     let start = sides.control.backup_start(&label, !pg.spread_checkpoint)?;
     let (start_lsn, timeline) = (start.lsn, start.timeline);
-    let start_wal = walname::segment_holding(timeline, start_lsn, facts.wal_segment_size, false);
     sides.prepare_standby(start, wait, &progress)?;
     // 3. List only now: everything created before the start LSN is on disk and listed,
     // tablespaces included. In-place tablespaces (a relative location) live inside the data
@@ -234,8 +233,8 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     }
     // 5. The stop, the WAL from start to stop, and the files that say where the copy begins.
     let stop = sides.control.backup_stop(facts.in_recovery, timeline)?;
-    let stop_wal = check_stop(&stop, start_lsn, &start_wal, facts.wal_segment_size)?;
-    let segments = walname::segments_between(&start_wal, &stop_wal, facts.wal_segment_size)?;
+    let span = WalSpan::of((start_lsn, timeline), &stop, facts.wal_segment_size)?;
+    let segments = walname::segments_between(&span.start_wal, &span.stop_wal, facts.wal_segment_size)?;
     let pg_wal = pgdata.join("pg_wal");
     let source = WalSource { pg_wal: (!pg.wal_from_archive).then_some(pg_wal.as_path()), files: files.as_ref(), archive: pg.archive.as_ref(), wait };
     if source.pg_wal.is_some() {
@@ -270,35 +269,21 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         standby.drop_slot(&slot);
     }
     // 6. What the backup records of the cluster, kept only if the pages checked out.
-    let checkpoint = stop.backup_label.lines().find_map(|l| l.strip_prefix("CHECKPOINT LOCATION: ")).and_then(|l| l.parse().ok());
-    let verified = check.as_ref().map_or(0, |c| c.verified.load(Ordering::Relaxed));
-    let skipped = check.as_ref().map_or(0, |c| c.skipped.load(Ordering::Relaxed));
-    let mut recorded = ClusterFacts {
-        kind: crate::backup::facts::KIND.into(),
+    let pages = check.as_ref().map_or((0, 0), |c| (c.verified.load(Ordering::Relaxed), c.skipped.load(Ordering::Relaxed)));
+    let mut recorded = ClusterFacts::taken(Taken {
+        server: facts,
         url: sides.control.url().to_string(),
-        server_version: facts.version,
-        server_version_num: facts.version_num,
-        system_identifier: facts.system_identifier,
-        timeline,
-        start_lsn,
-        stop_lsn: stop.lsn,
-        checkpoint_lsn: checkpoint,
-        start_wal_file: start_wal,
-        stop_wal_file: stop_wal,
+        start: (start_lsn, timeline),
+        stop,
+        span,
         wal_files: segments.len(),
-        data_checksums: facts.data_checksums,
-        pages_verified: verified,
-        pages_not_checked: skipped,
         tablespaces,
-        tablespace_version_dir: facts.tablespace_version_dir,
+        databases,
+        pages,
         excluded_entries: dropped,
-        backup_label: stop.backup_label,
-        tablespace_map: stop.tablespace_map,
-        databases: Some(databases),
-        checksum_failures: 0,
         taken_on: role.recorded(),
         standby_url: (role == Role::Hybrid).then_some(reader_url),
-    };
+    });
     let ignore = pg.ignore_checksum_failures;
     let report = session.finish_with(|failures| {
         if !failures.is_empty() && !ignore {
@@ -333,12 +318,13 @@ fn locate(pg: &PgBackupOptions, sides: &mut Sides) -> Result<(PathBuf, Arc<dyn F
     let system = facts.system_identifier;
     let (reader, reader_facts) = sides.reader();
     let reader_url = reader.url().to_string();
-    let pgdata = match (&pg.pgdata, &reader_facts.data_directory) {
+    // Through an agent, the data directory is the one it serves unless told otherwise.
+    let pgdata = match (pg.pgdata.as_ref().or(pg.remote.as_ref().map(|r| &r.pgdata)), &reader_facts.data_directory) {
         (Some(p), _) => p.clone(),
         (None, Some(d)) => PathBuf::from(d),
         (None, None) => return Err(Error::invalid("the server will not say where its data directory is (the role lacks pg_read_all_settings): give it with --pgdata")),
     };
-    let files: Arc<dyn Files> = pg.remote.as_ref().map(|r| r.0.clone()).unwrap_or_else(|| Arc::new(LocalFiles));
+    let files: Arc<dyn Files> = pg.remote.as_ref().map(|r| r.files.clone()).unwrap_or_else(|| Arc::new(LocalFiles));
     let local_id = system_identifier_of(files.as_ref(), &pgdata)?;
     if local_id != system {
         return Err(Error::invalid(format!(
@@ -347,28 +333,6 @@ fn locate(pg: &PgBackupOptions, sides: &mut Sides) -> Result<(PathBuf, Arc<dyn F
         )));
     }
     Ok((pgdata, files, reader_url))
-}
-
-/// The stop's own checks: it is not before the start, and backup_label starts where the server
-/// said the backup started. The WAL file holding the stop.
-fn check_stop(stop: &crate::connect::server::StopInfo, start_lsn: Lsn, start_wal: &str, segment_size: u64) -> Result<String> {
-    if stop.lsn < start_lsn {
-        return Err(Error::new(
-            ErrorKind::Source,
-            format!("the backup's stop {} is before its start {}: the server's minimum recovery point went back (was it restarted?); take the backup again", stop.lsn, start_lsn),
-        ));
-    }
-    if let Some(found) = label_start_wal(&stop.backup_label) {
-        if found != start_wal {
-            return Err(Error::new(
-                ErrorKind::Source,
-                format!(
-                    "backup_label starts in WAL file {found}, not {start_wal} as the server said at the start: the timeline changed as the backup started; take the backup again"
-                ),
-            ));
-        }
-    }
-    Ok(walname::segment_holding(stop.timeline, stop.lsn, segment_size, true))
 }
 
 /// What an incremental or differential backup decided (a full backup's is the default).
@@ -555,10 +519,3 @@ impl Cluster<'_> {
 /// Files of a hybrid backup read on the primary rather than the standby: the configuration, which
 /// is not replicated (a standby's names its primary, and would make a restored copy a standby).
 const PRIMARY_FILES: [&str; 4] = ["postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_ident.conf"];
-
-/// The WAL file backup_label's `START WAL LOCATION: X/Y (file NAME)` names.
-fn label_start_wal(label: &str) -> Option<String> {
-    let line = label.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "))?;
-    let name = line.split("(file ").nth(1)?.strip_suffix(')')?;
-    Some(name.to_string())
-}

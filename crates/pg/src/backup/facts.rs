@@ -1,16 +1,20 @@
-//! What a PostgreSQL backup records about its cluster, as one type: [`ClusterFacts`] is written
-//! into the manifest's `source` once (by [`crate::backup::direct`]) and read back from it by everything
+//! What a PostgreSQL backup records about its cluster, as one type: [`ClusterFacts`] is made in
+//! one place ([`ClusterFacts::taken`], from what either backup path saw: sheaf reading the files,
+//! or `BASE_BACKUP`), written into the manifest's `source` once and read back from it by everything
 //! else: the repository's records, restore (tablespaces, `--db-include`), extract and lab (the
 //! catalogs), the CLI's report and history. The core keeps `source` opaque JSON, so that it knows
 //! nothing of PostgreSQL; the keys are this struct's fields, unchanged since the first backups,
 //! and a key an older sheaf did not write reads as its default.
 
 use serde::{Deserialize, Serialize};
-use sheaf_core::{BackupSet, Error, Result};
+use sheaf_core::{BackupSet, Error, ErrorKind, Result};
 
+use crate::cluster::label::BackupLabel;
 use crate::cluster::lsn::Lsn;
 use crate::cluster::system::SystemId;
+use crate::cluster::walname;
 use crate::connect::catalog::{DatabaseInfo, Tablespace};
+use crate::connect::server::{ServerFacts, StopInfo};
 
 /// The `kind` of a PostgreSQL backup's source facts.
 pub const KIND: &str = "postgres";
@@ -79,7 +83,103 @@ pub fn is_postgres(set: &BackupSet) -> bool {
     set.manifest.source.get("kind").and_then(|k| k.as_str()) == Some(KIND)
 }
 
+/// The WAL a backup needs, from the segment of its start to that of its stop, and its label.
+#[derive(Clone, Debug)]
+pub(crate) struct WalSpan {
+    pub label: BackupLabel,
+    pub start_wal: String,
+    pub stop_wal: String,
+}
+
+impl WalSpan {
+    /// The span from `start` (LSN and timeline, as the server gave them at the start) to `stop`,
+    /// checked: the stop is not before the start, and the label starts where the server said.
+    ///
+    /// # Errors
+    /// Either check failing ([`ErrorKind::Source`]: take the backup again); a label that does
+    /// not parse.
+    pub fn of(start: (Lsn, u32), stop: &StopInfo, segment_size: u64) -> Result<WalSpan> {
+        let (start_lsn, timeline) = start;
+        if stop.lsn < start_lsn {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!("the backup's stop {} is before its start {start_lsn}: the server's minimum recovery point went back (was it restarted?); take the backup again", stop.lsn),
+            ));
+        }
+        let label = BackupLabel::parse(&stop.backup_label)?;
+        let start_wal = walname::segment_holding(timeline, start_lsn, segment_size, false);
+        if label.start_wal != start_wal {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!(
+                    "backup_label starts in WAL file {}, not {start_wal} as the server said at the start: the timeline changed as the backup started; take the backup again",
+                    label.start_wal
+                ),
+            ));
+        }
+        let stop_wal = walname::segment_holding(stop.timeline, stop.lsn, segment_size, true);
+        Ok(WalSpan { label, start_wal, stop_wal })
+    }
+}
+
+/// What a backup saw of its cluster, by either path: made into its [`ClusterFacts`] by
+/// [`ClusterFacts::taken`].
+pub(crate) struct Taken {
+    /// The server's facts, from the start.
+    pub server: ServerFacts,
+    /// The server that started and stopped the backup, without password.
+    pub url: String,
+    /// The start's LSN and timeline.
+    pub start: (Lsn, u32),
+    /// The stop, with the label and map the server returned.
+    pub stop: StopInfo,
+    /// Its WAL ([`WalSpan::of`]).
+    pub span: WalSpan,
+    /// WAL segments the backup holds.
+    pub wal_files: usize,
+    pub tablespaces: Vec<Tablespace>,
+    pub databases: Vec<DatabaseInfo>,
+    /// Pages whose checksum was verified, and pages not checked.
+    pub pages: (u64, u64),
+    /// Entries a base backup leaves out that were left out.
+    pub excluded_entries: usize,
+    /// `standby` or `hybrid`, when not on a primary alone.
+    pub taken_on: Option<String>,
+    /// A hybrid backup's standby.
+    pub standby_url: Option<String>,
+}
+
 impl ClusterFacts {
+    /// The record of a backup taken: the one place a backup's facts are made.
+    pub(crate) fn taken(t: Taken) -> ClusterFacts {
+        ClusterFacts {
+            kind: KIND.into(),
+            url: t.url,
+            server_version: t.server.version,
+            server_version_num: t.server.version_num,
+            system_identifier: t.server.system_identifier,
+            timeline: t.start.1,
+            start_lsn: t.start.0,
+            stop_lsn: t.stop.lsn,
+            checkpoint_lsn: Some(t.span.label.checkpoint),
+            start_wal_file: t.span.start_wal,
+            stop_wal_file: t.span.stop_wal,
+            wal_files: t.wal_files,
+            data_checksums: t.server.data_checksums,
+            pages_verified: t.pages.0,
+            pages_not_checked: t.pages.1,
+            tablespaces: t.tablespaces,
+            tablespace_version_dir: t.server.tablespace_version_dir,
+            excluded_entries: t.excluded_entries,
+            backup_label: t.stop.backup_label,
+            tablespace_map: t.stop.tablespace_map,
+            databases: Some(t.databases),
+            checksum_failures: 0,
+            taken_on: t.taken_on,
+            standby_url: t.standby_url,
+        }
+    }
+
     /// The facts a PostgreSQL backup recorded; `None` for a backup of something else.
     ///
     /// # Errors
@@ -110,6 +210,28 @@ impl ClusterFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stop(lsn: Lsn, label_start: &str) -> StopInfo {
+        let backup_label = format!("START WAL LOCATION: 0/2000028 (file {label_start})\nCHECKPOINT LOCATION: 0/2000060\nSTART TIMELINE: 1\n");
+        StopInfo { lsn, backup_label, tablespace_map: String::new(), timeline: 1 }
+    }
+
+    #[test]
+    fn a_backups_wal_span_is_checked_against_its_label() {
+        const SEG: u64 = 16 << 20;
+        let start = (Lsn(0x200_0028), 1);
+        let span = WalSpan::of(start, &stop(Lsn(0x500_0100), "000000010000000000000002"), SEG).unwrap();
+        assert_eq!((span.start_wal.as_str(), span.stop_wal.as_str()), ("000000010000000000000002", "000000010000000000000005"));
+        assert_eq!(span.label.checkpoint, Lsn(0x200_0060));
+        // The stop before the start (a standby restarted), and a label of another start: both
+        // refused as the source's, to be taken again.
+        let e = WalSpan::of(start, &stop(Lsn(0x100_0000), "000000010000000000000002"), SEG).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Source);
+        assert!(e.to_string().contains("before its start"), "{e}");
+        let e = WalSpan::of(start, &stop(Lsn(0x500_0100), "000000020000000000000002"), SEG).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Source);
+        assert!(e.to_string().contains("the timeline changed"), "{e}");
+    }
 
     #[test]
     fn facts_keep_their_json_keys_and_older_backups_still_read() {

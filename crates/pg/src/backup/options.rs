@@ -54,11 +54,16 @@ pub struct PgBackupOptions {
 
 /// Another host's files (through its agent): the backup is taken on a backup host.
 #[derive(Clone)]
-pub struct Remote(pub Arc<dyn Files>);
+pub struct Remote {
+    /// Its files.
+    pub files: Arc<dyn Files>,
+    /// The data directory it serves: read unless [`PgBackupOptions::pgdata`] says otherwise.
+    pub pgdata: PathBuf,
+}
 
 impl std::fmt::Debug for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Remote({})", self.0.host().unwrap_or_default())
+        write!(f, "Remote({}:{})", self.files.host().unwrap_or_default(), self.pgdata.display())
     }
 }
 

@@ -9,14 +9,15 @@ use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result
 use crate::backup::direct::backup_postgres;
 use crate::backup::incremental::{may_build_on, Parent};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
+use crate::maintain::expire::{apply, ExpirePlan, Retention};
 use crate::repo::id::BackupId;
 use crate::repo::paths;
-use crate::repo::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord};
+use crate::repo::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord, BackupRef};
 use sheaf_core::manifest::BackupType;
 use sheaf_core::{Lineage, Schemes};
 
-/// What kind of backup goes into the repository.
-#[derive(Clone, Copy, Debug)]
+/// What kind of backup goes into the repository, and what follows it.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Kind {
     /// Stripes under `backups/ID/`, 1 to 64.
     pub stripes: usize,
@@ -26,6 +27,20 @@ pub struct Kind {
     pub check_changes: bool,
     /// Read every page instead of using the WAL summaries.
     pub page_scan: bool,
+    /// expire-auto: apply this retention once the backup is published.
+    pub expire_after: Option<Retention>,
+}
+
+/// A backup published in the repository.
+#[derive(Debug)]
+pub struct InRepo {
+    /// The backup's report.
+    pub backup: PgBackupReport,
+    /// Its record.
+    pub record: BackupRecord,
+    /// With [`Kind::expire_after`]: what expire removed, or why it failed. A failure is the
+    /// expire's, never the backup's: the backup stands, and `sheaf expire` finishes the work.
+    pub expired: Option<Result<ExpirePlan>>,
 }
 
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
@@ -33,19 +48,14 @@ pub struct Kind {
 /// the newest full backup, an `incr` on the newest backup of any type; with none to build on, a
 /// full backup is taken and the report says why. `schemes` opens the parent.
 ///
+/// With [`Kind::expire_after`], the retention is applied once the backup is published.
+///
 /// # Errors
 /// A cluster other than the repository's (before anything is written), and everything
 /// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
-pub fn backup_to_repo(
-    repo: &Repo,
-    pg: &PgBackupOptions,
-    opts: &BackupOptions,
-    kind: Kind,
-    schemes: &dyn Schemes,
-    progress: Arc<dyn Progress>,
-) -> Result<(PgBackupReport, BackupRecord)> {
+pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, kind: Kind, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<InRepo> {
     let meta = repo.meta();
-    let Kind { stripes, backup_type, check_changes, page_scan } = kind;
+    let Kind { stripes, backup_type, check_changes, page_scan, expire_after } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
@@ -80,23 +90,14 @@ pub fn backup_to_repo(
     if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
         id = id.of_process(std::process::id());
     }
-    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&id, k)).collect();
-    let mut opts = opts.clone();
-    opts.targets = names.iter().map(|n| repo.location(n)).collect();
-    // The repository's KDF, with a data key of the backup's own.
-    opts.encryption = repo.encryption()?;
-    for n in &names {
-        repo.prepare(n)?;
-    }
     let mut pg = pg.clone();
     pg.expect_system_identifier = Some(meta.system_identifier);
     pg.archive = Some(repo.clone());
     pg.parent = parent.as_ref().map(|p| p.0.clone());
     let mut lock = BackupLock::ours(&id, start_unix);
     lock.chain = parent.as_ref().map(|p| p.1.clone()).unwrap_or_default();
-    repo.put_json(&paths::lock(&id), &lock, false)?;
-    let result = backup_postgres(&pg, &opts, progress);
-    let result = result.and_then(|mut r| {
+    publish_or_clean_up(repo, &id, stripes, lock, opts, |opts, names| {
+        let mut r = backup_postgres(&pg, opts, progress)?;
         if r.full_because.is_none() {
             r.full_because = no_parent;
         }
@@ -124,7 +125,7 @@ pub fn backup_to_repo(
             bytes_read: r.report.bytes_read,
             bytes_written: r.report.bytes_written,
             compression: r.report.compression.clone(),
-            stripes: names.clone(),
+            stripes: names.to_vec(),
             server_version: f.server_version.clone(),
             backup_type: r.backup_type,
             chain,
@@ -132,16 +133,50 @@ pub fn backup_to_repo(
             bytes_held: r.report.bytes_held,
             locked_until: repo.write_lock().map(|l| l.until),
         };
-        repo.put_json(&paths::record(&id), &record, false)?;
         Ok((r, record))
+    })
+    .map(|(backup, record)| {
+        let expired = expire_after.map(|keep| apply(repo, &keep, sheaf_core::time::now_ms() / 1000));
+        InRepo { backup, record, expired }
+    })
+}
+
+/// Write backup `id` into the repository and publish it, or leave nothing: its `stripes`
+/// stripes under `backups/ID/` prepared, `lock` put while it runs (so that expire keeps what it
+/// reads), `write` given the options with the stripes as targets and the repository's KDF, and
+/// its record put only once `write` has finished. When `write` fails (or is interrupted), its
+/// stripes and folder are removed; the lock goes either way.
+///
+/// # Errors
+/// Preparing the stripes or putting the lock; `write`'s; putting the record.
+fn publish_or_clean_up<T>(
+    repo: &Repo,
+    id: &BackupId,
+    stripes: usize,
+    lock: BackupLock,
+    opts: &BackupOptions,
+    write: impl FnOnce(&BackupOptions, &[String]) -> Result<(T, BackupRecord)>,
+) -> Result<(T, BackupRecord)> {
+    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(id, k)).collect();
+    let mut opts = opts.clone();
+    opts.targets = names.iter().map(|n| repo.location(n)).collect();
+    // The repository's KDF, with a data key of the backup's own.
+    opts.encryption = repo.encryption()?;
+    for n in &names {
+        repo.prepare(n)?;
+    }
+    repo.put_json(&paths::lock(id), &lock, false)?;
+    let result = write(&opts, &names).and_then(|(t, record)| {
+        repo.put_json(&paths::record(id), &record, false)?;
+        Ok((t, record))
     });
     if result.is_err() {
         for n in &names {
             let _ = repo.delete(n);
         }
-        repo.prune(&paths::backup_dir(&id));
+        repo.prune(&paths::backup_dir(id));
     }
-    let _ = repo.delete(&paths::lock(&id));
+    let _ = repo.delete(&paths::lock(id));
     result
 }
 
@@ -155,7 +190,7 @@ pub fn backup_to_repo(
 /// and whatever a backup meets writing; a failed consolidation leaves no record.
 pub fn consolidate_in_repo(
     repo: &Repo,
-    id: &str,
+    which: &BackupRef,
     stripes: usize,
     opts: &BackupOptions,
     threads: Option<usize>,
@@ -166,7 +201,7 @@ pub fn consolidate_in_repo(
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
     let records = complete(repo)?;
-    let of = pick(&records, id)?;
+    let of = pick(&records, which)?;
     if of.chain.is_empty() {
         return Err(Error::invalid(format!("backup {} is a full backup already: consolidate an incremental or differential (sheaf info --repo lists them)", of.id)));
     }
@@ -175,22 +210,15 @@ pub fn consolidate_in_repo(
         return Err(Error::new(ErrorKind::TargetNotEmpty, format!("backup {} was consolidated already, as {new_id}", of.id)));
     }
     let sets = open_chain(repo, &records, of, schemes, false)?;
-    let names: Vec<String> = (1..=stripes).map(|k| paths::stripe(&new_id, k)).collect();
-    let mut opts = opts.clone();
-    opts.targets = names.iter().map(|n| repo.location(n)).collect();
-    opts.encryption = repo.encryption()?;
-    for n in &names {
-        repo.prepare(n)?;
-    }
     // While it runs, expire keeps the chain it reads.
     let mut lock = BackupLock::ours(&new_id, now_unix());
     lock.chain = of.chain.iter().cloned().chain(std::iter::once(of.id.clone())).collect();
-    repo.put_json(&paths::lock(&new_id), &lock, false)?;
-    let result = sheaf_core::consolidate(&sets.iter().collect::<Vec<_>>(), &opts, threads, progress).and_then(|report| {
+    publish_or_clean_up(repo, &new_id, stripes, lock, opts, |opts, names| {
+        let report = sheaf_core::consolidate(&sets.iter().collect::<Vec<_>>(), opts, threads, progress)?;
         let record = BackupRecord {
             id: new_id.clone(),
             backup_id: report.backup_id.clone(),
-            stripes: names.clone(),
+            stripes: names.to_vec(),
             bytes_written: report.bytes_written,
             bytes_held: report.bytes_held,
             compression: report.compression.clone(),
@@ -200,15 +228,6 @@ pub fn consolidate_in_repo(
             locked_until: repo.write_lock().map(|l| l.until),
             ..of.clone()
         };
-        repo.put_json(&paths::record(&new_id), &record, false)?;
         Ok((report, record))
-    });
-    if result.is_err() {
-        for n in &names {
-            let _ = repo.delete(n);
-        }
-        repo.prune(&paths::backup_dir(&new_id));
-    }
-    let _ = repo.delete(&paths::lock(&new_id));
-    result
+    })
 }

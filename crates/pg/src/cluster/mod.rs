@@ -8,10 +8,12 @@
 //! - [`checksum`]: the data page checksum, to verify pages as they are read.
 //! - [`control`]: `global/pg_control`, read; [`system`]: [`system::SystemId`], which cluster.
 //! - [`conf`]: the configuration files a restore reads and appends to.
+//! - [`label`]: `backup_label`, where a backup's WAL replay starts.
 
 pub mod checksum;
 pub mod conf;
 pub mod control;
+pub mod label;
 pub mod layout;
 pub mod lsn;
 pub mod system;

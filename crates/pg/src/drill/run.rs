@@ -19,19 +19,17 @@ use sheaf_core::{Error, ErrorKind, Progress, Result, Schemes};
 use crate::cluster::lsn::Lsn;
 use crate::drill::scratch::{server_bin_for, server_dir, ScratchCluster};
 use crate::repo::drills::{drill_object, CheckOutcome, DrillRecord, Phases};
-use crate::repo::records::{complete, pick, BackupRecord};
+use crate::repo::records::{complete, pick, BackupRecord, BackupRef};
 use crate::restore::directory::PgRestoreOptions;
 use crate::restore::pitr::Request;
 
 /// Which backup to drill.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pick {
-    /// The newest finished backup.
-    Latest,
+    /// The one named (by default the newest finished backup).
+    Named(BackupRef),
     /// One of the finished backups, at random (each night another).
     Random,
-    /// This one (an id as `sheaf info` lists it).
-    Set(String),
 }
 
 /// How to drill.
@@ -70,8 +68,7 @@ pub struct DrillOptions {
 pub fn choose(repo: &Repo, p: &Pick, seg_size: u64) -> Result<BackupRecord> {
     let records = complete(repo)?;
     match p {
-        Pick::Latest => pick(&records, "latest").cloned(),
-        Pick::Set(id) => pick(&records, id).cloned(),
+        Pick::Named(which) => pick(&records, which).cloned(),
         Pick::Random => {
             // Of those that restore by themselves: not the bases a pinned incremental keeps as its
             // data before the retention horizon, whose own WAL is gone by design.
@@ -79,7 +76,7 @@ pub fn choose(repo: &Repo, p: &Pick, seg_size: u64) -> Result<BackupRecord> {
             let needs = crate::repo::inventory::WalNeeds::read(repo, &found, sheaf_core::time::now_ms() / 1000)?;
             let mut able: Vec<BackupRecord> = records.into_iter().filter(|r| !needs.data_only(r, seg_size)).collect();
             if able.is_empty() {
-                return pick(&able, "latest").cloned();
+                return pick(&able, &BackupRef::Latest).cloned();
             }
             let seed = sheaf_core::time::now_ms().unsigned_abs() ^ u64::from(std::process::id()).rotate_left(32);
             // splitmix64's finaliser spreads the seed over the records.
@@ -117,7 +114,7 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_co
         .ok_or_else(|| Error::corrupt(format!("backup {}: its record names no server version ('{}'), so no server can be chosen to drill it", backup.id, backup.server_version)))?;
     let bin = server_bin_for(major, opts.pg_bin.as_deref())?;
     let mut request = opts.request.clone();
-    request.set = Some(backup.id.to_string());
+    request.set = Some(BackupRef::Id(backup.id.to_string()));
     // A backup before the retention horizon keeps only the WAL that makes it consistent: with no
     // target asked for, it is drilled to that point.
     let targetless = request.time.is_none() && request.lsn.is_none() && request.name.is_none() && !request.immediate;

@@ -53,7 +53,7 @@ pub struct ExpirePlan {
 }
 
 /// Retention: how much to keep.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Keep the newest N full backups and the backups that build on them.
     pub keep_full: Option<usize>,
@@ -244,6 +244,17 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
             }
         }
     }
+    Ok(plan)
+}
+
+/// Apply `keep` at `now`: plan ([`plan_expire`]) and carry the plan out ([`expire`]), as
+/// `sheaf expire` without `--dry-run` and a backup with expire-auto do.
+///
+/// # Errors
+/// As [`plan_expire`] and [`expire`].
+pub fn apply(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    let plan = plan_expire(repo, keep, now)?;
+    expire(repo, &plan)?;
     Ok(plan)
 }
 

@@ -208,14 +208,47 @@ pub fn complete(repo: &Repo) -> Result<Vec<BackupRecord>> {
         .collect())
 }
 
-/// The newest finished backup, or the one named.
+/// A backup as a command names it: the newest finished one, or one by its id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackupRef {
+    /// `latest`: the newest finished backup.
+    #[default]
+    Latest,
+    /// Its id, as `sheaf info` lists it (or the set's own backup id).
+    Id(String),
+}
+
+impl std::str::FromStr for BackupRef {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "" => Err(Error::invalid("no backup named: give its id, as sheaf info lists it, or latest")),
+            "latest" => Ok(BackupRef::Latest),
+            id => Ok(BackupRef::Id(id.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for BackupRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackupRef::Latest => f.write_str("latest"),
+            BackupRef::Id(id) => f.write_str(id),
+        }
+    }
+}
+
+/// The backup `which` names among `records` (oldest first).
 ///
 /// # Errors
 /// None there, or no such id (listing those there are).
-pub fn pick<'a>(records: &'a [BackupRecord], id: &str) -> Result<&'a BackupRecord> {
-    if id == "latest" {
-        return records.last().ok_or_else(|| Error::new(ErrorKind::Incomplete, "the repository holds no finished backup: take one with sheaf backup --repo"));
-    }
+pub fn pick<'a>(records: &'a [BackupRecord], which: &BackupRef) -> Result<&'a BackupRecord> {
+    let id = match which {
+        BackupRef::Latest => {
+            return records.last().ok_or_else(|| Error::new(ErrorKind::Incomplete, "the repository holds no finished backup: take one with sheaf backup --repo"));
+        }
+        BackupRef::Id(id) => id.as_str(),
+    };
     records.iter().find(|r| r.id == id || r.backup_id == id).ok_or_else(|| {
         Error::invalid(format!(
             "no backup {id} in the repository; it holds: {}",
@@ -284,13 +317,13 @@ pub fn open_set(repo: &Repo, record: &BackupRecord, schemes: &dyn Schemes) -> Re
 }
 
 /// A finished backup of the repository with the backups it builds on, opened, oldest first (a
-/// full backup alone): its id as `sheaf info` lists it, or `latest`.
+/// full backup alone).
 ///
 /// # Errors
 /// As [`complete`], [`pick`] and [`open_chain`].
-pub fn open_backup_chain(repo: &Repo, id: &str, schemes: &dyn Schemes, lean: bool) -> Result<Vec<BackupSet>> {
+pub fn open_backup_chain(repo: &Repo, which: &BackupRef, schemes: &dyn Schemes, lean: bool) -> Result<Vec<BackupSet>> {
     let records = complete(repo)?;
-    open_chain(repo, &records, pick(&records, id)?, schemes, lean)
+    open_chain(repo, &records, pick(&records, which)?, schemes, lean)
 }
 
 #[cfg(test)]
@@ -317,7 +350,7 @@ mod tests {
 
     #[test]
     fn pick_names_what_there_is() {
-        assert_eq!(pick(&[], "latest").unwrap_err().kind(), ErrorKind::Incomplete);
-        assert!(pick(&[], "x").unwrap_err().to_string().contains("it holds: none"));
+        assert_eq!(pick(&[], &BackupRef::Latest).unwrap_err().kind(), ErrorKind::Incomplete);
+        assert!(pick(&[], &BackupRef::Id("x".into())).unwrap_err().to_string().contains("it holds: none"));
     }
 }

@@ -25,6 +25,7 @@ use sheaf_core::restore::DeltaSource;
 use sheaf_core::{Changes, FileChanges, Result};
 
 use crate::cluster::control::{Control, DbState};
+use crate::cluster::label::BackupLabel;
 use crate::cluster::lsn::Lsn;
 use crate::repo::records::BackupRecord;
 use crate::wal::blocksum::BlockSummary;
@@ -40,19 +41,12 @@ struct Standing {
     high: Lsn,
 }
 
-/// `backup_label`'s start: `START WAL LOCATION` and `START TIMELINE`.
-fn label_start(text: &str) -> Option<(Lsn, u32)> {
-    let at = text.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "))?.split_whitespace().next()?.parse().ok()?;
-    let timeline = text.lines().find_map(|l| l.strip_prefix("START TIMELINE: "))?.trim().parse().ok()?;
-    Some((at, timeline))
-}
-
 /// Where the target in `data` stands, from its `backup_label` (a restore never started: its pages
 /// are those of the backup the repository lists with that start) or its `pg_control`; `Err` says
 /// why that cannot be told.
 fn standing(data: &Path, control: &Control, records: &[BackupRecord]) -> std::result::Result<Standing, String> {
     if let Ok(label) = fs::read_to_string(data.join("backup_label")) {
-        let (start, timeline) = label_start(&label).ok_or("its backup_label has no START WAL LOCATION and START TIMELINE")?;
+        let BackupLabel { start_lsn: start, timeline, .. } = BackupLabel::parse(&label).map_err(|e| format!("its {}", e.message()))?;
         // Backups taken on a standby between two of its restartpoints share a start: the one
         // that ended last bounds them all.
         let r = records.iter().filter(|r| r.start_lsn == start && r.timeline == timeline).max_by_key(|r| r.stop_lsn).ok_or_else(|| {
@@ -225,7 +219,7 @@ mod tests {
         let s = standing(d.path(), &c, &[]).unwrap();
         assert_eq!((s.timeline, s.low, s.high), (2, Lsn(0x0300_0028), Lsn(0x0300_0060)));
         // A restore never started: its backup_label names a backup the repository must list.
-        fs::write(d.path().join("backup_label"), "START WAL LOCATION: 0/5000028 (file 000000010000000000000005)\nSTART TIMELINE: 1\n").unwrap();
+        fs::write(d.path().join("backup_label"), "START WAL LOCATION: 0/5000028 (file 000000010000000000000005)\nCHECKPOINT LOCATION: 0/5000060\nSTART TIMELINE: 1\n").unwrap();
         assert!(standing(d.path(), &c, &[]).unwrap_err().contains("does not list"));
     }
 

@@ -16,7 +16,7 @@ use crate::cluster::lsn::Lsn;
 use crate::cluster::walname::{history_name, segment_name, WalFile, WalKind};
 use crate::repo::inventory::{archived, missing};
 use crate::repo::paths::wal_object;
-use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord};
+use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord, BackupRef};
 use crate::restore::directory::{restore_postgres_chain, PgRestoreOptions};
 use crate::wal::history::archived_history;
 
@@ -35,15 +35,75 @@ pub enum Target {
     Name(String),
 }
 
+/// What a restored cluster does at its recovery target (PostgreSQL's `recovery_target_action`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum TargetAction {
+    /// End recovery and accept writes.
+    #[default]
+    Promote,
+    /// Pause there, for a look before promoting by hand.
+    Pause,
+    /// Stop the server there.
+    Shutdown,
+}
+
+impl TargetAction {
+    /// PostgreSQL's word for it.
+    pub fn as_pg(self) -> &'static str {
+        match self {
+            TargetAction::Promote => "promote",
+            TargetAction::Pause => "pause",
+            TargetAction::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// The timeline recovery follows (PostgreSQL's `recovery_target_timeline`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimelineTarget {
+    /// The newest the archive holds.
+    #[default]
+    Latest,
+    /// The restored backup's own.
+    Current,
+    /// This one.
+    Id(u32),
+}
+
+impl std::str::FromStr for TimelineTarget {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "latest" => Ok(TimelineTarget::Latest),
+            "current" => Ok(TimelineTarget::Current),
+            n => match n.parse::<u32>() {
+                Ok(t) if t >= 1 => Ok(TimelineTarget::Id(t)),
+                _ => Err(Error::invalid(format!("timeline '{n}': give latest, current or a timeline number (1 or more)"))),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for TimelineTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TimelineTarget::Latest => f.write_str("latest"),
+            TimelineTarget::Current => f.write_str("current"),
+            TimelineTarget::Id(t) => write!(f, "{t}"),
+        }
+    }
+}
+
 /// How to recover.
 #[derive(Clone, Debug)]
 pub struct Recovery {
     /// Where to stop.
     pub target: Target,
-    /// `promote`, `pause` or `shutdown` once there.
-    pub action: String,
-    /// `latest`, `current` or a number.
-    pub timeline: String,
+    /// What the server does once there.
+    pub action: TargetAction,
+    /// The timeline to follow.
+    pub timeline: TimelineTarget,
 }
 
 /// Parse `2026-11-22 10:15:00+00`, `2026-11-22T10:15:00.123Z`, `... UTC`, `... +01:00`, into
@@ -126,11 +186,11 @@ pub fn plan(repo: &Repo, records: &[BackupRecord], chosen: Option<&BackupRecord>
         Target::Lsn(l) => r.stop_lsn <= *l,
         _ => true,
     };
-    let timeline = match recovery.timeline.as_str() {
-        "latest" => newest_tli,
+    let timeline = match recovery.timeline {
+        TimelineTarget::Latest => newest_tli,
         // The timeline of the backup that will be restored, as PostgreSQL reads 'current'.
-        "current" => chosen.or_else(|| records.iter().rev().find(|r| fits(r))).or(records.last()).map_or(1, |r| r.timeline),
-        n => n.parse::<u32>().map_err(|_| Error::invalid(format!("--target-timeline {n}: give latest, current or a timeline number")))?,
+        TimelineTarget::Current => chosen.or_else(|| records.iter().rev().find(|r| fits(r))).or(records.last()).map_or(1, |r| r.timeline),
+        TimelineTarget::Id(t) => t,
     };
     let history = ancestry(repo, timeline)?;
     // A backup on this timeline, or on an ancestor and consistent before the switch away from it.
@@ -249,9 +309,8 @@ pub fn plan(repo: &Repo, records: &[BackupRecord], chosen: Option<&BackupRecord>
 /// What `restore --repo` was asked for, as given: parsed here, in the order the repository is read.
 #[derive(Clone, Debug, Default)]
 pub struct Request {
-    /// The backup: an id as `sheaf info` lists it, or `latest`; by default the newest that is
-    /// consistent before the target.
-    pub set: Option<String>,
+    /// The backup; by default the newest that is consistent before the target.
+    pub set: Option<BackupRef>,
     /// `--target-time`.
     pub time: Option<String>,
     /// `--target-lsn`.
@@ -260,10 +319,10 @@ pub struct Request {
     pub name: Option<String>,
     /// `--target immediate`.
     pub immediate: bool,
-    /// `promote`, `pause` or `shutdown` at the target.
-    pub action: String,
-    /// `latest`, `current` or a number.
-    pub timeline: String,
+    /// What the server does at the target.
+    pub action: TargetAction,
+    /// The timeline to follow.
+    pub timeline: TimelineTarget,
 }
 
 /// Restore from the repository for point-in-time recovery: choose the backup ([`plan`]), open its
@@ -286,9 +345,9 @@ pub fn restore(
 ) -> Result<(RestoreReport, Plan)> {
     let meta = repo.meta();
     let records = complete(repo)?;
-    let chosen = request.set.as_deref().map(|id| pick(&records, id)).transpose()?;
+    let chosen = request.set.as_ref().map(|which| pick(&records, which)).transpose()?;
     let target = target_from(request.time.as_deref(), request.lsn, request.name.as_deref(), request.immediate)?;
-    let recovery = Recovery { target, action: request.action.clone(), timeline: request.timeline.clone() };
+    let recovery = Recovery { target, action: request.action, timeline: request.timeline };
     let plan = plan(repo, &records, chosen, &recovery)?;
     // An incremental restores through its chain: every set of it opened and checked first.
     let sets = open_chain(repo, &records, &plan.backup, schemes, true)?;
@@ -328,7 +387,7 @@ pub fn restore(
 /// I/O errors naming the file.
 pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -> Result<()> {
     let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
-    let mut conf = format!("restore_command = {}\nrecovery_target_timeline = {}\n", lit(restore_command), lit(&recovery.timeline));
+    let mut conf = format!("restore_command = {}\nrecovery_target_timeline = {}\n", lit(restore_command), lit(&recovery.timeline.to_string()));
     match &recovery.target {
         Target::End => {}
         Target::Immediate => conf.push_str("recovery_target = 'immediate'\n"),
@@ -338,7 +397,7 @@ pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -
         Target::Name(n) => conf.push_str(&format!("recovery_target_name = {}\n", lit(n))),
     }
     if recovery.target != Target::End {
-        conf.push_str(&format!("recovery_target_action = {}\n", lit(&recovery.action)));
+        conf.push_str(&format!("recovery_target_action = {}\n", lit(recovery.action.as_pg())));
     }
     crate::cluster::conf::append_settings(data, "recovery from the repository (remove after recovery ends)", &conf)?;
     let io = |p: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e);

@@ -13,6 +13,8 @@ use std::path::Path;
 
 use crate::repo::Repo;
 use sheaf_core::blob::{copy_blob, same_content, BlobInfo};
+use sheaf_core::retry::Backoff;
+use sheaf_core::whole::{Durability, WholeFile};
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::cluster::system::SystemId;
@@ -93,21 +95,15 @@ pub fn push(repo: &Repo, path: &Path, codec: CodecSpec) -> Result<Pushed> {
         // segment or a history file, or two archivers retry one): once it has published the
         // object, ours counts as archived if the two match.
         Err(e) if e.is_transient() => {
-            let until = std::time::Instant::now() + BUSY_WAIT;
-            while std::time::Instant::now() < until {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                if repo.exists(&object)? {
-                    return archived(repo);
-                }
-            }
-            Err(e.context(format!("cannot archive {name}")))
+            BUSY_WAIT.run(|_| if repo.exists(&object)? { archived(repo) } else { Err(e.again()) }).map_err(|e| e.context(format!("cannot archive {name}")))
         }
         Err(e) => Err(e.context(format!("cannot archive {name}"))),
     }
 }
 
-/// How long [`push`] waits for another writer of the same name to publish it.
-const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long [`push`] waits for another writer of the same name to publish it: 30 s, looking
+/// every 100 ms.
+const BUSY_WAIT: Backoff = Backoff::new(300, std::time::Duration::from_millis(100), std::time::Duration::from_millis(100));
 
 /// The temporary name [`fetch`] writes `name` under, beside it.
 pub fn fetch_tmp_name(name: &str) -> String {
@@ -138,15 +134,11 @@ pub fn fetch_object(repo: &Repo, object: &str, dest: &Path, durable: bool) -> Re
         Err(e) if e.kind() == ErrorKind::Incomplete => return Ok(None),
         Err(e) => return Err(e),
     };
-    let tmp = dest.with_file_name(fetch_tmp_name(dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal")));
-    let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", tmp.display()), e);
-    let mut file = File::create(&tmp).map_err(|e| io("cannot create", e))?;
-    let r = copy_blob(src.as_ref(), repo.keys(), &mut file, &tmp.display().to_string())
-        .and_then(|info| file.flush().map_err(|e| io("cannot write", e)).map(|()| info))
-        .and_then(|info| if durable { file.sync_data().map_err(|e| io("cannot sync", e)).map(|()| info) } else { Ok(info) })
-        .and_then(|info| std::fs::rename(&tmp, dest).map_err(|e| io("cannot rename", e)).map(|()| info));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r.map(Some)
+    let tmp = fetch_tmp_name(dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal"));
+    // Without `durable`, PostgreSQL makes the file durable itself; it is never seen half-written.
+    let mut file = WholeFile::create_named(dest, &tmp, 0o666, ErrorKind::Target)?.sync(if durable { Durability::Full } else { Durability::RenameOnly });
+    let info = copy_blob(src.as_ref(), repo.keys(), &mut file, &dest.display().to_string())?;
+    file.flush().map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", dest.display()), e))?;
+    file.commit()?;
+    Ok(Some(info))
 }

@@ -24,6 +24,7 @@ use crate::repo::Repo;
 use serde::{Deserialize, Serialize};
 use sheaf_core::blob::BlobInfo;
 use sheaf_core::storage::try_lock_exclusive;
+use sheaf_core::whole::{Durability, WholeFile};
 use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 
 use crate::cluster::walname::{self, segment_name, WalFile, WalKind};
@@ -266,11 +267,10 @@ impl Spool {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => {
                 // A spool on another filesystem: copy, then let go of the spooled one.
-                let tmp = dest.with_file_name(tmp_name(name));
-                fs::copy(&at, &tmp).and_then(|_| fs::rename(&tmp, dest)).map_err(|e| {
-                    let _ = fs::remove_file(&tmp);
-                    io(format!("cannot copy {} to {}", at.display(), dest.display()), e)
-                })?;
+                // PostgreSQL makes the file durable itself; it is never seen half-written.
+                let mut to = WholeFile::create_named(dest, &tmp_name(name), 0o666, ErrorKind::Io)?.sync(Durability::RenameOnly);
+                fs::File::open(&at).and_then(|mut from| std::io::copy(&mut from, &mut to)).map_err(|e| io(format!("cannot copy {} to {}", at.display(), dest.display()), e))?;
+                to.commit()?;
                 let _ = fs::remove_file(&at);
                 Ok(true)
             }

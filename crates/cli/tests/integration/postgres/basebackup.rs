@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::cluster::pg_dir;
 use super::repo::{archive_now, json, ok, recover, setup};
 use super::sheaf;
-use crate::integration::common::{assert_fails, run};
+use crate::integration::common::{assert_fails, run, stderr};
 
 #[test]
 fn a_backup_over_the_replication_protocol_restores() {
@@ -87,10 +87,12 @@ fn a_backup_over_the_replication_protocol_restores() {
     assert_eq!(end.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)"), balances);
     drop(end);
 
-    // pg_hba.conf without a replication line for the role: refused, naming the fix.
+    // pg_hba.conf without a replication line for the role: refused (a login refused: exit 10,
+    // never "transient"), naming the fix.
     let nohba = format!("postgres://nohba:other%20words@127.0.0.1:{}/postgres?sslmode=prefer", c.port);
     let o = run(sheaf().args(["backup", &nohba, "--via", "base-backup", "--repo", r]));
-    assert_fails(&o, 2, &["refused the replication connection", "pg_hba.conf"]);
+    assert_fails(&o, 10, &["refused the replication connection", "pg_hba.conf"]);
+    assert!(!stderr(&o).contains("transient"), "{}", stderr(&o));
     // An incremental cannot come over BASE_BACKUP.
     let o = run(sheaf().args(["backup", &url, "--via", "base-backup", "--repo", r, "--type", "incr"]));
     assert_fails(&o, 2, &["--via base-backup reads every file whole"]);

@@ -43,8 +43,10 @@ fn connection_and_permission_problems_are_named() {
         .replace("host    all             all             127.0.0.1/32            trust", "host    all             all             127.0.0.1/32            scram-sha-256");
     std::fs::write(&hba, text).unwrap();
     c.sql("postgres", "SELECT pg_reload_conf()");
+    // A login refused is permanent: exit 10 (denied), never "transient".
     let o = backup(&format!("postgres://pw:wrong@127.0.0.1:{}/postgres", c.port), &out, &[]);
-    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("transient"), "{}", stderr(&o));
     assert!(stderr(&o).contains("password") && !stderr(&o).contains("wrong@"), "names the cause, hides the password: {}", stderr(&o));
 
     c.sql("postgres", "SELECT pg_create_physical_replication_slot('sheaf_taken')");

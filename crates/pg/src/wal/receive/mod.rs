@@ -36,6 +36,7 @@ use std::sync::{Condvar, Mutex};
 
 use crate::repo::Repo;
 use sheaf_core::repo::Place;
+use sheaf_core::retry::Backoff;
 use sheaf_core::storage::try_lock_exclusive;
 use sheaf_core::{Error, ErrorKind, Result};
 
@@ -127,23 +128,25 @@ fn hand_over(repos: &[(Place, Result<Repo>)], meta: &RepoMeta, opts: &ReceiveOpt
     }
 }
 
+/// Receive, connecting again every `retry_every` for as long as the error says it may pass (the
+/// link, a server restarting); a refusal or damage ends the receiver, to be mended first. Asked
+/// to stop (during a pause too), it ends normally.
 fn receive_loop(repos: &[(Place, Result<Repo>)], meta: &RepoMeta, opts: &ReceiveOptions, shared: &Shared, events: &Events) -> Result<()> {
-    while !opts.stop.asked() {
-        shared.report().connections += 1;
-        match session(repos, meta, opts, shared, events) {
-            Ok(()) => return Ok(()),
-            // What may pass on a second try (the link, a server restarting), as the error says;
-            // a refusal or damage ends the receiver, to be mended first.
-            Err(e) if !e.is_transient() => return Err(e),
-            Err(e) => {
-                events(&format!("{e}; connecting again in {} s", opts.retry_every.as_secs()));
-                shared.report().last_error = Some(e.to_string());
-                // Stopping during the pause is the receiver's normal end.
-                let _ = opts.stop.sleep(opts.retry_every);
+    let again = Backoff::new(u32::MAX, opts.retry_every, opts.retry_every);
+    again.run_telling(
+        |_| {
+            if opts.stop.asked() {
+                return Ok(());
             }
-        }
-    }
-    Ok(())
+            shared.report().connections += 1;
+            session(repos, meta, opts, shared, events)
+        },
+        |e, pause| {
+            events(&format!("{e}; connecting again in {} s", pause.as_secs()));
+            shared.report().last_error = Some(e.to_string());
+            let _ = opts.stop.sleep(pause);
+        },
+    )
 }
 
 /// The segment a spool's partial file holds, if it has one: (timeline, segment number).
