@@ -13,14 +13,17 @@
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
-use crate::crypto::{index_piece_nonce, Cipher, Keys, FRAME_OVERHEAD, NONCE_INDEX, NONCE_MANIFEST};
+use crate::crypto::{index_piece_nonce, Cipher, Keys, NONCE_INDEX, NONCE_MANIFEST};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{FrameHeader, IndexEntry, StripeHeader, Trailer, FLAG_PACKED, FRAME_HEADER_LEN, HEADER_LEN, INDEX_PIECE, TRAILER_LEN};
-use crate::frame::FrameDecoder;
+use crate::format::{IndexEntry, StripeHeader, Trailer, HEADER_LEN, INDEX_PIECE, TRAILER_LEN};
 use crate::manifest::pages::{in_memory, PagedRegion};
 use crate::manifest::{ChunkRef, Entry, EntryKind, Manifest, TileFault, Tiler};
 use crate::spill::ChunkSorter;
 use crate::storage::{Location, Schemes, StripeSource};
+
+mod file;
+
+pub use file::FileInSet;
 
 /// The frames of an index: runs of adjacent entries that share a frame position (a packed frame
 /// has one entry per chunk it holds), as `(first entry, entries)`.
@@ -649,120 +652,6 @@ impl BackupSet {
     }
 }
 
-/// One file of a set, read in parts from only the frames that hold them: what extracting a
-/// relation or a single page needs, without a pass over the whole set. Every frame read is checked
-/// as a full scan checks it (frame header against the index, stored checksum, seal, codec, raw
-/// checksum against the index).
-pub struct FileInSet<'a> {
-    set: &'a BackupSet,
-    file_id: u32,
-    /// Its chunks in offset order: stripe and index entry.
-    chunks: Vec<(usize, IndexEntry)>,
-    decoder: FrameDecoder,
-    frame: Vec<u8>,
-    raw: Vec<u8>,
-    /// Bytes read from the stripes so far (frame headers and payloads).
-    pub bytes_read: u64,
-}
-
-impl BackupSet {
-    /// The file at position `file_id` of the manifest's entries, for reading in parts.
-    ///
-    /// # Errors
-    /// [`crate::error::ErrorKind::InvalidInput`] for an entry that is not a regular file.
-    pub fn file(&self, file_id: u32) -> Result<FileInSet<'_>> {
-        let entry = self.manifest.entries.get(file_id as usize).ok_or_else(|| Error::invalid(format!("the backup has no entry {file_id}")))?;
-        if entry.kind != crate::manifest::EntryKind::File {
-            return Err(Error::invalid(format!("{} is not a regular file in the backup", entry.path)));
-        }
-        let mut chunks: Vec<(usize, IndexEntry)> =
-            self.stripes.iter().enumerate().flat_map(|(k, s)| s.index.iter().filter(|e| e.file_id == file_id).map(move |e| (k, *e))).collect();
-        chunks.sort_by_key(|(_, e)| e.offset);
-        let ts = self.stripes[0].header.transfer_size as usize;
-        Ok(FileInSet {
-            set: self,
-            file_id,
-            chunks,
-            decoder: FrameDecoder::new(self.cipher.clone()),
-            frame: vec![0u8; FRAME_HEADER_LEN + ts + FRAME_OVERHEAD],
-            raw: vec![0u8; ts],
-            bytes_read: 0,
-        })
-    }
-}
-
-impl FileInSet<'_> {
-    /// The file's size in the backup.
-    pub fn size(&self) -> u64 {
-        self.set.manifest.entries[self.file_id as usize].size
-    }
-
-    /// Fill `out` with the file's bytes from `offset`.
-    ///
-    /// # Errors
-    /// A range past the file's end ([`crate::error::ErrorKind::InvalidInput`]); a missing chunk or a
-    /// damaged frame ([`crate::error::ErrorKind::Corrupt`], naming stripe and frame); read errors.
-    pub fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
-        let end = offset.checked_add(out.len() as u64).filter(|&e| e <= self.size()).ok_or_else(|| {
-            Error::invalid(format!("bytes {offset}..+{} are past the end of {} ({} bytes)", out.len(), self.set.manifest.entries[self.file_id as usize].path, self.size()))
-        })?;
-        let mut at = offset;
-        while at < end {
-            // The chunk holding byte `at`: the last one starting at or before it.
-            let i = self.chunks.partition_point(|(_, e)| e.offset <= at);
-            let (k, e) = match i.checked_sub(1).map(|i| self.chunks[i]) {
-                Some(c) if at < c.1.offset + u64::from(c.1.raw_len) => c,
-                _ => return Err(Error::corrupt(format!("{}: no chunk holds byte {at} (the index is inconsistent)", self.set.manifest.entries[self.file_id as usize].path))),
-            };
-            let take = (end.min(e.offset + u64::from(e.raw_len)) - at) as usize;
-            let from = (at - e.offset) as usize;
-            let dst = &mut out[(at - offset) as usize..(at - offset) as usize + take];
-            match self.chunk(k, &e)? {
-                Some(raw) => dst.copy_from_slice(&raw[from..from + take]),
-                None => dst.fill(0),
-            }
-            at += take as u64;
-        }
-        Ok(())
-    }
-
-    /// The raw bytes of one chunk, checked; `None` for a zero chunk.
-    fn chunk(&mut self, k: usize, e: &IndexEntry) -> Result<Option<&[u8]>> {
-        let s = &self.set.stripes[k];
-        let here = |what: &str| Error::corrupt(format!("stripe {}: frame at byte {}: {what}", s.location, e.frame_pos));
-        let n = FRAME_HEADER_LEN + e.stored_len as usize;
-        if n > self.frame.len() || e.frame_pos < s.header.encoded_len() as u64 || e.frame_pos + n as u64 > s.trailer.index_offset {
-            return Err(here("the index places it where no frame can be (index inconsistent)"));
-        }
-        s.source.read_exact_at(&mut self.frame[..n], e.frame_pos)?;
-        self.bytes_read += n as u64;
-        let h = FrameHeader::decode(&self.frame[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
-        let agrees = if h.flags & FLAG_PACKED != 0 {
-            h.stored_len == e.stored_len && u64::from(e.frame_off) + u64::from(e.raw_len) <= u64::from(h.raw_len)
-        } else {
-            h.flags == 0 && e.frame_off == 0 && h.file_id == e.file_id && h.offset == e.offset && h.raw_len == e.raw_len && h.stored_len == e.stored_len
-        };
-        if !agrees {
-            return Err(here("frame header disagrees with the index"));
-        }
-        if h.stored_len == 0 {
-            self.decoder.decode(&h, None, &mut []).map_err(|err| here(&err))?;
-            return Ok(None);
-        }
-        if h.raw_len as usize > self.raw.len() {
-            return Err(here("frame larger than the chunk size"));
-        }
-        let (raw, crc) = self.decoder.decode(&h, Some(&mut self.frame[FRAME_HEADER_LEN..n]), &mut self.raw).map_err(|err| here(&err))?;
-        let raw = raw.expect("a frame with a payload");
-        let (from, len) = (e.frame_off as usize, e.raw_len as usize);
-        let ours = if h.flags & FLAG_PACKED != 0 { crc32c::crc32c(&raw[from..from + len]) } else { crc };
-        if ours != e.raw_crc {
-            return Err(here("frame disagrees with the index (the index or the frame was replaced)"));
-        }
-        Ok(Some(&raw[from..from + len]))
-    }
-}
-
 fn open_manifest(s: &OpenStripe, mb: &[u8]) -> Result<Manifest> {
     if s.header.version >= 4 {
         let read = crate::manifest::pages::in_memory(mb);
@@ -811,4 +700,91 @@ fn check_member(s: &OpenStripe, m: &Manifest, mb: &[u8], first_mb: &[u8], first:
         return Err(Error::corrupt(format!("stripe {}: manifest differs from that of {first}", s.location)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::pipeline::NoProgress;
+    use crate::storage::LocalOnly;
+
+    /// A backup of a small tree (three files, one spanning several chunks) into `stripes` stripe
+    /// files in `dir`; their locations.
+    pub(crate) fn backed_up(dir: &Path, name: &str, stripes: usize) -> (PathBuf, Vec<Location>) {
+        let src = dir.join(format!("{name}-src"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        crate::datagen::write_file(&src.join("big"), 300 << 10, 7, 0.5).unwrap();
+        std::fs::write(src.join("small"), b"a small file").unwrap();
+        std::fs::write(src.join("sub/zeros"), vec![0u8; 200 << 10]).unwrap();
+        let locations: Vec<Location> = (1..=stripes).map(|k| Location::file(dir.join(format!("{name}_{k}.sheaf")))).collect();
+        let mut opts = crate::backup::BackupOptions::new(locations.clone());
+        opts.transfer_size = 64 << 10;
+        crate::backup::backup_directory(&src, &opts, Arc::new(NoProgress)).unwrap();
+        (src, locations)
+    }
+
+    #[test]
+    fn any_one_stripe_finds_the_others_beside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, stripes) = backed_up(d.path(), "a", 3);
+        let whole = BackupSet::open(&stripes, &LocalOnly).unwrap();
+        let from_one = BackupSet::open(&stripes[1..2], &LocalOnly).unwrap();
+        assert_eq!(from_one.manifest.backup_id, whole.manifest.backup_id);
+        assert_eq!((from_one.stripes.len(), from_one.file_count(), from_one.raw_bytes()), (3, 3, whole.raw_bytes()));
+        assert_eq!(whole.raw_bytes(), (300 << 10) + 12 + (200 << 10));
+        let e = BackupSet::open(&[], &LocalOnly).err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        let e = BackupSet::open(&[stripes[0].clone(), stripes[0].clone()], &LocalOnly).err().expect("refused");
+        assert!(e.to_string().contains("stripe 1 of the set is given twice"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_stripe_is_named_and_stripes_of_two_backups_do_not_mix() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, a) = backed_up(d.path(), "a", 2);
+        let (_, b) = backed_up(d.path(), "b", 2);
+        let e = BackupSet::open(&[a[0].clone(), b[1].clone()], &LocalOnly).err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Incomplete);
+        assert!(e.to_string().contains("do not mix stripes of different backups"), "{e}");
+        std::fs::remove_file(d.path().join("a_2.sheaf")).unwrap();
+        let e = BackupSet::open(&a[..1], &LocalOnly).err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Incomplete);
+        assert!(e.to_string().contains("stripe 2 (a_2.sheaf) is missing"), "{e}");
+    }
+
+    #[test]
+    fn a_damaged_index_is_corrupt_and_names_its_stripe() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, stripes) = backed_up(d.path(), "a", 1);
+        let path = d.path().join("a_1.sheaf");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() - TRAILER_LEN - 8;
+        bytes[at] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        let e = BackupSet::open(&stripes, &LocalOnly).err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+        assert!(e.to_string().contains("a_1.sheaf"), "{e}");
+    }
+
+    #[test]
+    fn a_set_opened_lean_holds_no_entries_and_reads_each_on_asking() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, stripes) = backed_up(d.path(), "a", 2);
+        let whole = BackupSet::open(&stripes, &LocalOnly).unwrap();
+        let lean = BackupSet::open_lean(&stripes, &LocalOnly, None).unwrap();
+        assert!(lean.is_lean() && !whole.is_lean());
+        assert!(lean.manifest.entries.is_empty() && !whole.manifest.entries.is_empty());
+        assert_eq!(lean.entry_count(), whole.entry_count());
+        let mut seen = Vec::new();
+        lean.each_entry(|k, e| {
+            assert_eq!(e.path, whole.entry(k).unwrap().path);
+            seen.push(e.path.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen.iter().any(|p| p == "sub/zeros"), "{seen:?}");
+    }
 }
