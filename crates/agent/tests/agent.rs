@@ -111,7 +111,7 @@ fn it_serves_the_cluster_s_files_and_nothing_outside() {
     assert!(c.list(&p(out)).unwrap_err().to_string().contains("outside"));
     assert!(c.stat(&format!("{}/etc/passwd", p(&f.pgdata))).unwrap_err().to_string().contains("outside"));
     let e = c.read_at(&p(&f.pgdata.join("base/5/nothing")), 0, &mut buf).unwrap_err();
-    assert!(e.to_string().contains("no such file"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     // The connection is still good after every refusal.
     assert_eq!(c.stat(&p(&f.pgdata.join("global/pg_control"))).unwrap().entry.size, 32);
 }
@@ -180,9 +180,9 @@ fn certificates_off_the_list_expired_or_of_another_ca_and_plain_tcp_are_refused(
     let fp = certs::issue_client(&f.tls, expired.path(), "client", now - Duration::days(10), now - Duration::days(1)).unwrap();
     std::fs::OpenOptions::new().append(true).open(f.tls.join(certs::ALLOWED)).unwrap().write_all(format!("{fp} expired\n").as_bytes()).unwrap();
     let e = AgentClient::connect(&f.addr, expired.path()).err().unwrap();
-    // The alert, read after the first request or instead of its answer; or the closed connection.
-    assert!(e.to_string().contains("unexpired") && (e.to_string().contains("CertificateExpired") || e.to_string().contains("Broken pipe")), "{e}");
+    // Refused for good, whether the alert came or the connection closed first; sheaf's hint says why.
     assert_eq!((e.kind(), e.is_transient()), (ErrorKind::Denied, false), "{e}");
+    assert!(e.to_string().contains("unexpired"), "{e}");
 
     // A client of another CA: the agent's certificate is not trusted, nor the client's.
     let stranger = tempfile::tempdir().unwrap();
@@ -205,10 +205,12 @@ fn certificates_off_the_list_expired_or_of_another_ca_and_plain_tcp_are_refused(
     assert!(got.len() < 64, "only a TLS alert comes back: {} bytes", got.len());
 
     // The agent said why it refused each.
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let log = f.log.lock().unwrap().join("\n");
-    assert!(log.contains("not on the allow-list"), "{log}");
-    assert!(log.matches("TLS handshake failed").count() >= 3, "{log}");
+    let log = f.logged(&["not on the allow-list"]);
+    let t0 = std::time::Instant::now();
+    while f.log.lock().unwrap().join("\n").matches("TLS handshake failed").count() < 3 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "{log}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // And the rightful client still gets in.
     assert!(AgentClient::connect(&f.addr, &f.tls).is_ok());
 }

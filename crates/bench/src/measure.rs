@@ -291,13 +291,29 @@ mod tests {
         assert!(e.to_string().contains("sheaf-nope"), "{e}");
     }
 
+    /// Whether a child of this process runs the program `name` (from /proc).
+    fn child_running(name: &str) -> bool {
+        let me = std::process::id().to_string();
+        std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid ...
+            let Some((comm, rest)) = stat.split_once(") ").map(|(a, b)| (a.rsplit_once('(').map_or("", |(_, c)| c), b)) else { return false };
+            comm == name && rest.split(' ').nth(1) == Some(me.as_str())
+        })
+    }
+
     #[test]
     fn a_stop_ends_the_child_and_starts_no_other() {
         let stop = Stop::new();
         let asker = {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(300));
+                // Once the child runs: asked before, run() would start nothing (another test).
+                let t0 = Instant::now();
+                while !child_running("sleep") {
+                    assert!(t0.elapsed() < std::time::Duration::from_secs(30), "the child never started");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
                 stop.ask();
             })
         };

@@ -15,6 +15,47 @@
 //! Wrappers take any of them: [`Throttled`] (`--max-rate`), [`Prefixed`] (a repository's root),
 //! [`Locked`] (a locked repository's Object Lock on every write).
 
+/// The [`Store`] methods a wrapper (a lock on what it creates, a rate on what it moves) passes to
+/// its `inner` store unchanged: it writes only `create` and `open`.
+macro_rules! pass_to_inner {
+    () => {
+        fn capabilities(&self) -> $crate::storage::Capabilities {
+            self.inner.capabilities()
+        }
+        fn describe(&self, name: &str) -> String {
+            self.inner.describe(name)
+        }
+        fn sink_memory(&self, expected_bytes: u64) -> u64 {
+            self.inner.sink_memory(expected_bytes)
+        }
+        fn exists(&self, name: &str) -> $crate::error::Result<bool> {
+            self.inner.exists(name)
+        }
+        fn list(&self, prefix: &str) -> $crate::error::Result<Vec<$crate::storage::Stored>> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, name: &str) -> $crate::error::Result<()> {
+            self.inner.delete(name)
+        }
+        fn prepare(&self, name: &str, below: Option<&str>) -> $crate::error::Result<()> {
+            self.inner.prepare(name, below)
+        }
+        fn prune(&self, dir: &str) {
+            self.inner.prune(dir)
+        }
+        fn identity(&self, name: &str) -> String {
+            self.inner.identity(name)
+        }
+        fn sibling(&self, name: &str, sibling: &str) -> String {
+            self.inner.sibling(name, sibling)
+        }
+        fn retention(&self) -> Option<&dyn $crate::storage::Retention> {
+            self.inner.retention()
+        }
+    };
+}
+pub(crate) use pass_to_inner;
+
 pub mod conformance;
 pub(crate) mod local;
 pub mod lock;

@@ -24,6 +24,10 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 pub enum Durability {
     /// The data fsynced before the rename, the folder after it: the default.
     Full,
+    /// The data fsynced before the rename, the folder not: a cache that is fetched again when a
+    /// crash loses its name, written out now so that a later fsync of it (PostgreSQL's, of a
+    /// prefetched segment) finds nothing left to write.
+    DataOnly,
     /// Renamed without an fsync, for a reader that makes the file durable itself (PostgreSQL
     /// fsyncs each segment a `restore_command` gives it): still never seen half-written.
     RenameOnly,
@@ -105,8 +109,10 @@ impl WholeFile {
     /// already at the name; the temporary is removed and the name left as it was.
     pub fn commit(mut self) -> Result<()> {
         let file = self.file.take().expect("committed once");
-        if self.sync == Durability::Full {
-            file.sync_all().map_err(|e| io_at(self.kind, "cannot write back", &self.dest, e))?;
+        match self.sync {
+            Durability::Full => file.sync_all().map_err(|e| io_at(self.kind, "cannot write back", &self.dest, e))?,
+            Durability::DataOnly => file.sync_data().map_err(|e| io_at(self.kind, "cannot write back", &self.dest, e))?,
+            Durability::RenameOnly => {}
         }
         drop(file);
         rename_into_place(&self.tmp, &self.dest, self.replace).map_err(|e| {

@@ -64,3 +64,40 @@ pub fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
         assert!(err.contains(n), "stderr lacks {n:?}: {err}");
     }
 }
+
+/// Wait until `cond` holds, looking every 20 ms; fail naming `what` after `limit`. Where a test
+/// needs a moment to have come (a server's statistic, a file written, a process mid-way), it
+/// waits for that, never for a guess at how long it takes.
+pub fn wait_for(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "waited {limit:?} for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// [`wait_for`] while `child` runs: it must still be running once `cond` holds (what the test
+/// does next needs it mid-way), within two minutes.
+pub fn wait_while_running(child: &mut std::process::Child, what: &str, mut cond: impl FnMut() -> bool) {
+    wait_for(what, std::time::Duration::from_secs(120), || {
+        assert!(child.try_wait().unwrap().is_none(), "the command ended before {what}: make it slower");
+        cond()
+    });
+}
+
+/// Whether a file under `dir` (recursively) whose name ends with `suffix` holds bytes: a
+/// stripe being written (`.partial`) has begun.
+pub fn has_bytes(dir: &Path, suffix: &str) -> bool {
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                todo.push(e.path());
+            } else if e.file_name().to_string_lossy().ends_with(suffix) && meta.len() > 0 {
+                return true;
+            }
+        }
+    }
+    false
+}

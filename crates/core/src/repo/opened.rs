@@ -59,20 +59,6 @@ pub struct Repo<M> {
 }
 
 impl<M: Meta> Repo<M> {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn opened(
-        place: Place,
-        store: Arc<dyn Store>,
-        meta: M,
-        keys: Option<Arc<Keys>>,
-        ring: Option<Arc<Unlocked>>,
-        kdf: Option<Kdf>,
-        refusal: Option<String>,
-        lock: Option<WriteLock>,
-    ) -> Repo<M> {
-        Repo { place, store, meta, keys, ring, kdf, refusal, lock }
-    }
-
     /// What `repo.json` says.
     pub fn meta(&self) -> &M {
         &self.meta
@@ -291,7 +277,7 @@ impl Place {
             None => self.store().clone(),
         };
         let kdf = block.map(|b| b.kdf);
-        Ok(Repo::opened(self.clone(), store, meta, keys, ring.map(Arc::new), kdf, self.refusal(), lock))
+        Ok(Repo { place: self.clone(), store, meta, keys, ring: ring.map(Arc::new), kdf, refusal: self.refusal(), lock })
     }
 
     /// Create the repository: `repo.json` written with `meta`, refusing a place that already holds
@@ -333,7 +319,7 @@ impl Place {
             }
         };
         let kdf = ring.as_ref().map(|u| u.ring.current());
-        let repo = Repo::opened(self.clone(), store, meta.clone(), keys, ring, kdf, self.refusal(), lock);
+        let repo = Repo { place: self.clone(), store, meta: meta.clone(), keys, ring, kdf, refusal: self.refusal(), lock };
         if let Err(e) = repo.put_json(META, meta, false) {
             if let Some(u) = repo.ring() {
                 let _ = self.delete(&u.records[0].name());

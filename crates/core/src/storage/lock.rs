@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{Capabilities, Retention, Store, Stored, StripeSink, StripeSource, WriteLock, WriteOptions};
+use super::{Store, StripeSink, StripeSource, WriteLock, WriteOptions};
 use crate::error::Result;
 
 /// `inner`, every object created through it locked as `lock` says.
@@ -32,44 +32,12 @@ impl Locked {
 }
 
 impl Store for Locked {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self, name: &str) -> String {
-        self.inner.describe(name)
-    }
-    fn sink_memory(&self, expected_bytes: u64) -> u64 {
-        self.inner.sink_memory(expected_bytes)
-    }
+    super::pass_to_inner!();
     fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
         let opts = WriteOptions { lock: opts.lock.or_else(|| self.lock.for_name(name)), ..opts.clone() };
         self.inner.create(name, &opts)
     }
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         self.inner.open(name)
-    }
-    fn exists(&self, name: &str) -> Result<bool> {
-        self.inner.exists(name)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, name: &str) -> Result<()> {
-        self.inner.delete(name)
-    }
-    fn prepare(&self, name: &str, below: Option<&str>) -> Result<()> {
-        self.inner.prepare(name, below)
-    }
-    fn prune(&self, dir: &str) {
-        self.inner.prune(dir)
-    }
-    fn identity(&self, name: &str) -> String {
-        self.inner.identity(name)
-    }
-    fn sibling(&self, name: &str, sibling: &str) -> String {
-        self.inner.sibling(name, sibling)
-    }
-    fn retention(&self) -> Option<&dyn Retention> {
-        self.inner.retention()
     }
 }

@@ -16,7 +16,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Capabilities, Store, Stored, StripeSink, StripeSource};
+use super::{Store, StripeSink, StripeSource};
 use crate::error::{Error, Result};
 
 /// Idle time a transfer may make up for at once: a burst of `rate × BURST` bytes.
@@ -85,44 +85,12 @@ impl fmt::Debug for Throttled {
 }
 
 impl Store for Throttled {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn describe(&self, name: &str) -> String {
-        self.inner.describe(name)
-    }
-    fn sink_memory(&self, expected_bytes: u64) -> u64 {
-        self.inner.sink_memory(expected_bytes)
-    }
+    super::pass_to_inner!();
     fn create(&self, name: &str, opts: &super::WriteOptions) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(ThrottledSink { inner: self.inner.create(name, opts)?, limit: self.limit.clone() }))
     }
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         Ok(Box::new(ThrottledSource { inner: self.inner.open(name)?, limit: self.limit.clone() }))
-    }
-    fn exists(&self, name: &str) -> Result<bool> {
-        self.inner.exists(name)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, name: &str) -> Result<()> {
-        self.inner.delete(name)
-    }
-    fn prepare(&self, name: &str, below: Option<&str>) -> Result<()> {
-        self.inner.prepare(name, below)
-    }
-    fn prune(&self, dir: &str) {
-        self.inner.prune(dir)
-    }
-    fn identity(&self, name: &str) -> String {
-        self.inner.identity(name)
-    }
-    fn sibling(&self, name: &str, sibling: &str) -> String {
-        self.inner.sibling(name, sibling)
-    }
-    fn retention(&self) -> Option<&dyn super::Retention> {
-        self.inner.retention()
     }
 }
 

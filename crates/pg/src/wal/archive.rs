@@ -136,7 +136,8 @@ pub fn fetch_object(repo: &Repo, object: &str, dest: &Path, durable: bool) -> Re
     };
     let tmp = fetch_tmp_name(dest.file_name().and_then(|n| n.to_str()).unwrap_or("wal"));
     // Without `durable`, PostgreSQL makes the file durable itself; it is never seen half-written.
-    let mut file = WholeFile::create_named(dest, &tmp, 0o666, ErrorKind::Target)?.sync(if durable { Durability::Full } else { Durability::RenameOnly });
+    // With it (the prefetcher), the data only: a segment whose name a crash lost is fetched again.
+    let mut file = WholeFile::create_named(dest, &tmp, 0o666, ErrorKind::Target)?.sync(if durable { Durability::DataOnly } else { Durability::RenameOnly });
     let info = copy_blob(src.as_ref(), repo.keys(), &mut file, &dest.display().to_string())?;
     file.flush().map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", dest.display()), e))?;
     file.commit()?;

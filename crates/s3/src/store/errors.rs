@@ -75,10 +75,34 @@ fn is_transient(e: &object_store::Error) -> bool {
     false
 }
 
+/// Whether the endpoint's TLS certificate was refused, by rustls's error variant (never the text),
+/// wherever it lies in the chain (an I/O error wraps it without naming it as its source).
+fn certificate_refused(e: &object_store::Error) -> bool {
+    let refused = |c: &(dyn std::error::Error + 'static)| matches!(c.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_)));
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let inner = c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).map(|i| i as &(dyn std::error::Error + 'static));
+        if refused(c) || inner.is_some_and(refused) {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// What went wrong, in words a DBA can act on, with the kind that picks the exit code and whether
 /// it is transient. The message holds the whole cause chain, scrubbed of secrets; the raw cause is
 /// not kept beside it, since it would show them again.
 pub(super) fn map_err(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> Error {
+    // A certificate refused is permanent, whatever the connection's failure says: nothing changes
+    // by trying again until the CA is given.
+    if certificate_refused(&e) {
+        let e = classify(e, what, side, redact);
+        return Error::new(
+            ErrorKind::Denied,
+            format!("{}: the endpoint's TLS certificate is not trusted: give its CA with --s3-ca-bundle (or AWS_CA_BUNDLE, or ca_bundle in the profile)", e.message()),
+        );
+    }
     let transient = is_transient(&e);
     classify(e, what, side, redact).transient(transient)
 }

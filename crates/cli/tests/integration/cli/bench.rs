@@ -128,7 +128,7 @@ fn a_bench_that_fails_mid_way_writes_what_it_measured_and_exits_with_the_failure
     fs::create_dir_all(&mnt).unwrap();
     // nul runs first and succeeds; the 1 MiB tmpfs then fills up.
     let o = on_small_tmpfs(&mnt, &format!("bench {} -c none --repeat 1 --target nul,{} --out {}", s(&f.src), s(&mnt), s(&out)));
-    assert_fails(&o, 6, &["No space left on device"]);
+    assert_fails(&o, 6, &["the device or quota is full"]);
     assert_eq!(stdout(&o).lines().filter(|l| l.starts_with("sheaf ")).count(), 1, "the nul row is printed: {}", stdout(&o));
     assert!(!stdout(&o).contains("sheaf-bench-"), "the work folder is not left on the full filesystem: {}", stdout(&o));
     let report: serde_json::Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();

@@ -71,8 +71,9 @@ fn encryption_from_the_command_line_keeps_its_secret() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // spawn() returns once the program runs: its command line is final, and it is still running.
     let cmdline = fs::read(format!("/proc/{}/cmdline", child.id())).unwrap_or_default();
+    assert!(child.try_wait().unwrap().is_none(), "the slow backup ended before its command line was read");
     assert!(child.wait().unwrap().success());
     assert!(!cmdline.is_empty() && !cmdline.windows(32).any(|w| w == [5u8; 32]), "the key in the process's command line");
     let o = run(&["verify", s(&slow), "--encryption-key-file", s(&key), "--json"]);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sheaf_crashfs::CutReport;
 
 use super::{points_or, Report, Rig, Rng};
-use crate::integration::common::{run, s, SHEAF};
+use crate::integration::common::{run, s, wait_for, SHEAF};
 use crate::integration::postgres::cluster::{pg_dir, server_tempdir, Cluster};
 use crate::integration::postgres::receive::kill_server;
 use crate::integration::postgres::repo::{ok, start_restored};
@@ -40,11 +40,15 @@ impl Place {
     }
 
     fn receiver(&self, url: &str) -> Child {
+        self.receiver_with(url, Stdio::null())
+    }
+
+    fn receiver_with(&self, url: &str, stderr: impl Into<Stdio>) -> Child {
         self.sheaf()
             .args(["wal-receive", url, "--repo", &self.repo, "--spool", s(&self.spool), "--partial-every", "1", "--retry-every", "1"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap()
     }
@@ -135,8 +139,11 @@ fn workload(place: &Place, report: &mut Report, off: &mut dyn FnMut(&mut Rng) ->
         // receiver's host with its spool setting, finds the segment there.
         let via_fetch = point % 2 == 1;
         if !via_fetch {
-            let mut again = place.receiver(gone);
-            std::thread::sleep(Duration::from_secs(2));
+            // It hands its spool over before it first connects, and says so when that connection
+            // fails ("connecting again").
+            let log = restores.path().join(format!("rx{point}.log"));
+            let mut again = place.receiver_with(gone, std::fs::File::create(&log).unwrap());
+            wait_for("the receiver to hand its spool over", Duration::from_secs(60), || std::fs::read_to_string(&log).unwrap_or_default().contains("connecting again"));
             let _ = std::process::Command::new("kill").args(["-TERM", &again.id().to_string()]).status();
             let _ = again.wait();
         }

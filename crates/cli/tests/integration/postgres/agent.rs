@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::cluster::{pg_dir, Cluster};
 use super::repo::{archive_now, json, ok, recover, setup};
 use super::sheaf;
-use crate::integration::common::{assert_fails, run, server_catalog, stderr, SHEAF};
+use crate::integration::common::{assert_fails, has_bytes, run, server_catalog, stderr, wait_while_running, SHEAF};
 
 /// `sheaf agent` serving `data`, as the server's user; stopped on drop.
 pub(super) struct AgentProc {
@@ -131,8 +131,8 @@ fn a_backup_host_reads_the_cluster_through_the_agent() {
     assert_eq!(incr["postgres"]["backup_type"], "incr", "{incr}");
     let _ = load.kill();
     let _ = load.wait();
-    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
-    std::thread::sleep(Duration::from_millis(300));
+    // Waits for each to exit (pg_terminate_backend's timeout): no commit is in flight after it.
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
     let balances = c.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)");
     archive_now(&c);
 
@@ -187,7 +187,8 @@ fn an_agent_killed_mid_read_or_of_another_cluster_fails_the_backup_clearly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut backup = backup;
+    wait_while_running(&mut backup, "the backup reading through the agent", || has_bytes(&out, ".partial"));
     agent.kill();
     let o = backup.wait_with_output().unwrap();
     assert_fails(&o, 7, &[&format!("agent at {}", agent.addr), "gave up after 3 new connections"]);
@@ -262,8 +263,8 @@ fn a_link_cut_mid_read_is_dialled_again_within_a_bound_then_fails_clearly() {
 
     // Cut for 5 s mid-read: the read waits out --agent-timeout, dials again (refused while the
     // link is down, then through), resumes where it stood, and the backup restores whole.
-    let running = backup(&["--repo", r]);
-    std::thread::sleep(Duration::from_millis(2500));
+    let mut running = backup(&["--repo", r]);
+    wait_while_running(&mut running, "the backup reading through the agent", || has_bytes(std::path::Path::new(r), ".partial"));
     link.set(false);
     std::thread::sleep(Duration::from_secs(5));
     link.set(true);
@@ -279,8 +280,8 @@ fn a_link_cut_mid_read_is_dialled_again_within_a_bound_then_fails_clearly() {
     // nothing left that looks like a backup.
     let out = base.path().join("stripes");
     pg_dir(&out);
-    let running = backup(&["--to", out.join("a.sheaf").to_str().unwrap()]);
-    std::thread::sleep(Duration::from_millis(2500));
+    let mut running = backup(&["--to", out.join("a.sheaf").to_str().unwrap()]);
+    wait_while_running(&mut running, "the backup reading through the agent", || has_bytes(&out, ".partial"));
     link.set(false);
     let t0 = Instant::now();
     let o = running.wait_with_output().unwrap();

@@ -5,7 +5,6 @@
 //! pg_amcheck clean. A role pg_hba.conf does not let replicate is refused with the fix.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use super::cluster::pg_dir;
 use super::repo::{archive_now, json, ok, recover, setup};
@@ -65,12 +64,10 @@ fn a_backup_over_the_replication_protocol_restores() {
     assert_eq!(out["postgres"]["method"], "BASE_BACKUP over the replication protocol", "{out}");
     assert!(out["postgres"]["wal_files"].as_u64().unwrap() >= 1, "{out}");
     let id = out["postgres"]["repository_id"].as_str().unwrap().to_string();
-    // The server saw one TLS replication connection from sheaf.
-    std::thread::sleep(Duration::from_millis(200));
     let _ = load.kill();
     let _ = load.wait();
-    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
-    std::thread::sleep(Duration::from_millis(300));
+    // Waits for each to exit (pg_terminate_backend's timeout): no commit is in flight after it.
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
     let balances = c.sql("app", "SELECT (SELECT sum(abalance) FROM pgbench_accounts) || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)");
     archive_now(&c);
 

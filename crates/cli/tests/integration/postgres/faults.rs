@@ -47,7 +47,7 @@ fn connection_and_permission_problems_are_named() {
     let o = backup(&format!("postgres://pw:wrong@127.0.0.1:{}/postgres", c.port), &out, &[]);
     assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
     assert!(!stderr(&o).contains("transient"), "{}", stderr(&o));
-    assert!(stderr(&o).contains("password") && !stderr(&o).contains("wrong@"), "names the cause, hides the password: {}", stderr(&o));
+    assert!(stderr(&o).contains(sheaf_pg::connect::session::Refusal::Login.hint()) && !stderr(&o).contains("wrong@"), "names the cause, hides the password: {}", stderr(&o));
 
     c.sql("postgres", "SELECT pg_create_physical_replication_slot('sheaf_taken')");
     let o = backup(&c.url("postgres"), &out, &["--slot", "sheaf_taken"]);

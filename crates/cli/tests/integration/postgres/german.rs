@@ -10,7 +10,7 @@ use super::agent::{certificates, on_backup_host, tcp_url, AgentProc};
 use super::cluster::Cluster;
 use super::repo::{archiving, json, ok, recover, repo_dir};
 use super::sheaf;
-use crate::integration::common::{assert_fails, run};
+use crate::integration::common::{assert_fails, has_bytes, run, wait_while_running};
 
 const GERMAN: &str = "lc_messages = 'de_DE.UTF-8'";
 
@@ -63,8 +63,8 @@ fn a_server_that_speaks_german_is_read_as_one_that_speaks_english() {
 
     // Promoted mid-backup: refused, as in English.
     let slow = ["--repo", r, "--compression", "none", "--max-rate", "8MiB"];
-    let backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo, ".partial"));
     sb.promote().unwrap();
     let o = backup.wait_with_output().unwrap();
     assert_fails(&o, 7, &["was promoted while the backup ran", "take the backup again"]);

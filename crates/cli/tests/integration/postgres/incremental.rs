@@ -8,7 +8,7 @@ use std::process::Stdio;
 use super::cluster::Cluster;
 use super::repo::{archive_now, json, ok, recover, setup, TestRepo};
 use super::sheaf;
-use crate::integration::common::{run, stderr};
+use crate::integration::common::{run, stderr, wait_while_running};
 
 /// Every database's dump, less what differs between two dumps of the same data (comments with
 /// times and versions, pg_dump's per-run restrict key, the tablespace's location).
@@ -299,11 +299,7 @@ fn damaged_parents_other_clusters_kills_and_timeline_changes() {
             .filter(|e| e.path().is_dir())
             .any(|d| std::fs::read_dir(d.path()).unwrap().flatten().any(|f| f.file_name().to_string_lossy().ends_with(".partial")))
     };
-    let t0 = std::time::Instant::now();
-    while !writing() && child.try_wait().unwrap().is_none() && t0.elapsed().as_secs() < 60 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(child.try_wait().unwrap().is_none(), "the incremental finished before it could be killed; slow it more");
+    wait_while_running(&mut child, "the incremental writing its stripe", writing);
     child.kill().unwrap();
     child.wait().unwrap();
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::cluster::Cluster;
 use super::repo::{ok, setup};
 use super::sheaf;
-use crate::integration::common::{run, stderr, SHEAF};
+use crate::integration::common::{has_bytes, run, stderr, wait_while_running, SHEAF};
 
 /// The value of the sample whose line starts with `prefix` (name and labels).
 pub(super) fn sample(text: &str, prefix: &str) -> Option<f64> {
@@ -86,7 +86,7 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
 
     // A backup killed mid-way leaves an unfinished one: a warning.
     let mut crash = sheaf().args(["backup", &url, "--repo", r, "--max-rate", "1MiB", "-c", "none"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(2000));
+    wait_while_running(&mut crash, "the backup writing its stripes", || has_bytes(&repo, ".partial"));
     let _ = std::process::Command::new("kill").args(["-KILL", &crash.id().to_string()]).status();
     let _ = crash.wait();
     let o = check(&[]);

@@ -3,7 +3,7 @@
 use std::process::Stdio;
 
 use super::cluster::{pg_dir, Cluster};
-use crate::integration::common::{run, sheaf, stderr};
+use crate::integration::common::{has_bytes, run, sheaf, stderr, wait_while_running};
 
 fn pgbench_invariant(c: &Cluster, db: &str) -> Vec<String> {
     c.sql(
@@ -193,13 +193,10 @@ fn a_database_dropped_mid_backup_is_summed_up_in_one_line() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Once the backup's slot exists, pg_backup_start and the listing follow within moments.
-    let t0 = std::time::Instant::now();
-    while c.sql("postgres", "SELECT count(*) FROM pg_replication_slots") == "0" {
-        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the backup never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(3000));
+    // Once the stripe holds bytes, pg_backup_start is done and the files are being read: the
+    // drop falls inside the read.
+    let mut child = child;
+    wait_while_running(&mut child, "the backup reading the cluster's files", || has_bytes(&out, ".partial"));
     c.sql("postgres", "DROP DATABASE churn");
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::cluster::{pg_dir, Cluster};
 use super::repo::{archive_now, json, ok, recover, setup};
 use super::sheaf;
-use crate::integration::common::{assert_fails, run};
+use crate::integration::common::{assert_fails, run, wait_for};
 
 /// The receiver, stopped (SIGTERM) on drop if still running.
 struct Receiver(Option<Child>);
@@ -129,7 +129,8 @@ fn a_synchronous_receiver_keeps_every_acknowledged_commit_through_a_crash() {
         assert!(Instant::now() < deadline, "the open transaction did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // The open transaction's WAL reached the receiver before the crash.
+    wait_received(&c);
     kill_server(&c);
     let _ = open.kill();
     let _ = open.wait();
@@ -171,6 +172,13 @@ fn wal_objects(repo: &Path, suffix: &str) -> Vec<String> {
     walk(&repo.join("wal")).into_iter().filter_map(|p| p.file_name()?.to_str().map(str::to_string)).filter(|n| n.ends_with(suffix)).collect()
 }
 
+/// Wait until the receiver has flushed the WAL written so far.
+fn wait_received(c: &Cluster) {
+    let lsn = c.sql("postgres", "SELECT pg_current_wal_insert_lsn()");
+    let flushed = format!("SELECT coalesce(bool_or(flush_lsn >= '{lsn}'), false) FROM pg_stat_replication WHERE application_name = 'sheaf_rx'");
+    wait_for("the receiver to flush the WAL written", Duration::from_secs(60), || c.sql("postgres", &flushed) == "t");
+}
+
 fn wait_streaming(c: &Cluster) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while c.sql("postgres", "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'sheaf_rx' AND state = 'streaming'") != "1" {
@@ -195,7 +203,9 @@ fn a_receiver_connects_again_and_completes_the_segment_it_left() {
     wait_streaming(&c);
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 1000) g");
     let segment = c.sql("postgres", "SELECT pg_walfile_name(pg_current_wal_insert_lsn())");
-    std::thread::sleep(Duration::from_millis(2500));
+    wait_received(&c);
+    let streamed = format!("{segment}.streaming");
+    wait_for("the segment being received to reach the repository", Duration::from_secs(60), || wal_objects(&repo, ".streaming") == [streamed.clone()]);
     let first = json(ok(rx.stop(), "wal-receive"));
     assert!(first["connections"].as_u64().unwrap() >= 2, "{first}");
     assert_eq!(wal_objects(&repo, ".streaming"), vec![format!("{segment}.streaming")], "the segment being received is in the repository");
@@ -247,7 +257,8 @@ fn a_receiver_follows_its_server_onto_a_new_timeline() {
         assert!(Instant::now() < deadline, "nothing streamed on timeline 2: {:?}", wal_objects(&repo, ""));
         std::thread::sleep(Duration::from_millis(200));
     }
-    std::thread::sleep(Duration::from_millis(2500));
+    // Batch 2 received, so that the restore below finds it.
+    wait_received(&standby);
     let report = json(ok(rx.stop(), "wal-receive"));
     assert_eq!(report["timeline"], 2, "{report}");
     assert_eq!(report["histories"], serde_json::json!(["00000002.history"]), "{report}");

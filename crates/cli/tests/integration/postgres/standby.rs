@@ -9,7 +9,7 @@ use std::process::{Child, Stdio};
 use super::cluster::Cluster;
 use super::repo::{archive_now, json, ok, recover, setup};
 use super::sheaf;
-use crate::integration::common::{assert_fails, run, stderr};
+use crate::integration::common::{assert_fails, has_bytes, run, stderr, wait_while_running};
 
 /// pgbench's three balances (accounts, tellers, branches): every transaction moves all three
 /// alike, so they agree in any consistent copy.
@@ -37,8 +37,8 @@ fn stop_load(c: &Cluster, mut load: Child) {
     // runuser's child outlives a kill of runuser: end the load from the server's side.
     let _ = load.kill();
     let _ = load.wait();
-    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Waits for each to exit (pg_terminate_backend's timeout): no commit is in flight after it.
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
 }
 
 #[test]
@@ -83,10 +83,10 @@ fn a_hybrid_backup_reads_the_standby_and_the_primary_s_control_file() {
     let r = repo.to_str().unwrap();
     ok(run(c.tool("pgbench").args(["-i", "-s", "2", "-q", "app"])), "pgbench -i");
     let sb = Cluster::standby_of(&c, &[]);
+    // A TRUNCATE gives pgbench_history a new file: a standby that had not written out its
+    // catalogs would hand over the old one.
+    c.sql("app", "TRUNCATE pgbench_history");
     let writes = load(&c);
-    // pgbench's TRUNCATE at start-up gives pgbench_history a new file: a standby that had not
-    // written out its catalogs would hand over the old one.
-    std::thread::sleep(std::time::Duration::from_millis(500));
     let out = json(ok(run(sheaf().args(["backup", "--primary", &c.url("postgres"), "--standby", &sb.url("postgres"), "--repo", r, "--json"])), "hybrid backup"));
     assert_eq!(out["postgres"]["taken_on"], "hybrid", "{out}");
     assert!(out["postgres"]["standby_url"].as_str().unwrap().contains(&sb.port.to_string()), "{out}");
@@ -192,8 +192,8 @@ fn what_a_backup_from_a_standby_cannot_do_is_refused() {
     // WAL written with full_page_writes off, replayed during the backup.
     // Uncompressed, so that --max-rate (on the bytes written) makes the backup last a few seconds.
     let slow = ["--repo", r, "--compression", "none", "--max-rate", "8MiB"];
-    let backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo, ".partial"));
     c.sql("postgres", "ALTER SYSTEM SET full_page_writes = off");
     c.sql("postgres", "SELECT pg_reload_conf()");
     c.sql("app", "CREATE TABLE torn AS SELECT g FROM generate_series(1, 1000) g");
@@ -211,8 +211,8 @@ fn what_a_backup_from_a_standby_cannot_do_is_refused() {
     nothing_kept(1);
 
     // Promoted mid-backup: refused, nothing kept, no slot or backup left on the new primary.
-    let backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo, ".partial"));
     sb.promote().unwrap();
     let o = backup.wait_with_output().unwrap();
     assert_fails(&o, 7, &["was promoted while the backup ran", "take the backup again"]);

@@ -37,8 +37,8 @@ fn point_in_time_recovery_to_a_time_a_name_an_lsn_and_the_end() {
     // runuser's child outlives a kill of runuser: end the load from the server's side.
     let _ = load.kill();
     let _ = load.wait();
-    c.sql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
-    std::thread::sleep(Duration::from_millis(300));
+    // Waits for each to exit (pg_terminate_backend's timeout): no commit is in flight after it.
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
     let invariant = pgbench_invariant(&c);
     let last = archive_now(&c);
 
