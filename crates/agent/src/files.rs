@@ -210,14 +210,19 @@ impl AgentFiles {
         self.inner.received.load(Ordering::Relaxed)
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut AgentClient) -> Result<T>) -> Result<T> {
-        let mut c = self.inner.take()?;
-        let r = f(&mut c);
-        // After an error the connection may be out of step (a broken link): not reused.
-        if r.is_ok() {
-            self.inner.give(c);
-        }
-        r
+    /// One request (a stat, a folder's names, a small file), and while the link fails, the same
+    /// again on a new connection, as [`RECONNECT`] says: each is asked whole, so asking again is
+    /// safe (`f` starts its answer afresh each time).
+    fn with<T>(&self, mut f: impl FnMut(&mut AgentClient) -> Result<T>) -> Result<T> {
+        RECONNECT.run(|n| {
+            let mut c = if n == 0 { self.inner.take()? } else { self.inner.dial()? };
+            let r = f(&mut c);
+            // After an error the connection may be out of step (a broken link): not reused.
+            if r.is_ok() {
+                self.inner.give(c);
+            }
+            r
+        })
     }
 }
 
@@ -245,6 +250,7 @@ impl Files for AgentFiles {
         let read = || -> Result<Option<Vec<u8>>> {
             let mut out = Vec::new();
             match self.with(|c| {
+                out.clear();
                 c.read(&path, 0, 16 << 20, |d| {
                     out.extend_from_slice(d);
                     Ok(())

@@ -81,11 +81,15 @@ fn certificate_refused(e: &object_store::Error) -> bool {
     let refused = |c: &(dyn std::error::Error + 'static)| matches!(c.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_)));
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
-        let inner = c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).map(|i| i as &(dyn std::error::Error + 'static));
-        if refused(c) || inner.is_some_and(refused) {
+        if refused(c) {
             return true;
         }
-        cause = c.source();
+        // An io::Error's source() is its wrapped error's source, skipping the wrapped error
+        // itself (TLS errors come wrapped, sometimes twice): step into it instead.
+        cause = match c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        };
     }
     false
 }

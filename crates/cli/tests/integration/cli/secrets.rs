@@ -71,9 +71,14 @@ fn encryption_from_the_command_line_keeps_its_secret() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // spawn() returns once the program runs: its command line is final, and it is still running.
-    let cmdline = fs::read(format!("/proc/{}/cmdline", child.id())).unwrap_or_default();
-    assert!(child.try_wait().unwrap().is_none(), "the slow backup ended before its command line was read");
+    // Read once the program's own command line is there (the new image's, naming its command),
+    // while it still runs.
+    let proc_cmdline = format!("/proc/{}/cmdline", child.id());
+    let mut cmdline = Vec::new();
+    crate::integration::common::wait_while_running(&mut child, "the slow backup's command line", || {
+        cmdline = fs::read(&proc_cmdline).unwrap_or_default();
+        cmdline.windows(7).any(|w| w == b"backup\0")
+    });
     assert!(child.wait().unwrap().success());
     assert!(!cmdline.is_empty() && !cmdline.windows(32).any(|w| w == [5u8; 32]), "the key in the process's command line");
     let o = run(&["verify", s(&slow), "--encryption-key-file", s(&key), "--json"]);
