@@ -24,11 +24,11 @@ PEER_SKIP = -- --skip postgres::bench::a_bench_on_a_small_tpch_cluster --skip po
 # The scenarios that matter most run on PG_SCENARIO_VERSIONS as well (servers from npm, client
 # tools from 18's wheel; scripts/install-deps.sh): an online backup into a repository, PITR to a
 # named point, an incremental chain under DDL with --delta, the drills, sheaf's WAL reader against
-# the server's own, retention and pins, verify's ledger, TLS. PG_VERSIONS="15 16 17 18" runs the whole suite on each.
+# the server's own, retention and pins, verify's ledger, TLS, standbys built from the repository. PG_VERSIONS="15 16 17 18" runs the whole suite on each.
 PG_SCENARIO_VERSIONS ?= 16 17
 SCENARIOS = postgres::online::online_backup_under_pgbench postgres::repo::point_in_time_recovery \
   postgres::incremental::incrementals_and_a_differential postgres::drill:: postgres::walsum:: postgres::keep:: \
-  postgres::verify:: postgres::tls::
+  postgres::verify:: postgres::tls:: postgres::replica::standbys_from_the_repository
 # It first holds the code to what the workspace's lints and rustfmt.toml promise (as `make lint`).
 test: deps
 	$(CARGO) fmt --all --check

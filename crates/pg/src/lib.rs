@@ -4,6 +4,8 @@
 //! - [`cluster`]: what PostgreSQL itself writes, as types: WAL positions ([`Lsn`]) and WAL file
 //!   names, the data directory's layout, pages and their checksums, `pg_control`, the
 //!   configuration files. No connection and no repository: the words every other folder speaks.
+//! - [`installed`]: the PostgreSQL programs on this host, by major version, and the user its
+//!   servers run as.
 //! - [`connect`]: reaching the server: connection parameters as libpq finds them, TLS, the SQL
 //!   connection with the facts and statements a backup needs, the replication protocol.
 //! - [`repo`]: the repository's model: `repo.json`, where everything lives, the records of
@@ -23,6 +25,7 @@ pub mod backup;
 pub mod cluster;
 pub mod connect;
 pub mod drill;
+pub mod installed;
 pub mod maintain;
 pub mod repo;
 pub mod restore;

@@ -211,7 +211,8 @@ pub struct RestoreArgs {
     pub force: bool,
     /// Make an existing directory (a failed primary, a stale standby, an earlier restore) equal to
     /// the backup while rewriting only what differs; what the backup lacks is removed. A
-    /// PostgreSQL target must be a data directory of the same cluster, shut down. From a
+    /// PostgreSQL target must be a data directory of the same cluster, shut down; a standby
+    /// stays a standby (its standby.signal and configuration files kept) unless --promote. From a
     /// repository (`--repo`), what differs is what the WAL summaries name between the target's
     /// state and the backup's end (as pg_rewind decides), and nothing else of the target is read;
     /// where they cannot say (a target not shut down cleanly, a gap in the summaries, timelines
@@ -248,6 +249,8 @@ pub struct RestoreArgs {
     #[arg(long, value_enum, default_value_t = ArchiveMode::Preserve)]
     pub archive_mode: ArchiveMode,
     #[command(flatten)]
+    pub start: StartArgs,
+    #[command(flatten)]
     pub rate: RateArgs,
     /// Print one JSON object with the results instead of the summary.
     #[arg(long)]
@@ -256,6 +259,67 @@ pub struct RestoreArgs {
     pub recovery: RecoveryArgs,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// How a restored PostgreSQL cluster starts: a standby, its recovery settings, its links.
+#[derive(Args, Clone, Default)]
+pub struct StartArgs {
+    /// PostgreSQL: restore a standby. standby.signal (never recovery.signal), restore_command
+    /// through sheaf wal-fetch from the repository (it catches up from the archive first), and
+    /// --primary-conninfo and --slot when given: it streams from its primary once the archive
+    /// runs out, and never promotes. Without --repo (from stripes) it has no restore_command,
+    /// and streams only.
+    #[arg(long, help_heading = "Standby and recovery settings")]
+    pub standby: bool,
+    /// With --standby: the primary to stream from, in libpq's syntax ('host=db1 user=replicator
+    /// application_name=db2', or a postgresql:// URL), written as primary_conninfo. No password:
+    /// put it in the server user's ~/.pgpass.
+    #[arg(long, value_name = "CONNINFO", requires = "standby", help_heading = "Standby and recovery settings")]
+    pub primary_conninfo: Option<String>,
+    /// With --standby: the primary's physical replication slot to stream through
+    /// (primary_slot_name), so that the primary keeps the WAL the standby has not received.
+    #[arg(long, value_name = "NAME", requires = "standby", help_heading = "Standby and recovery settings")]
+    pub slot: Option<String>,
+    /// With --slot and --primary-conninfo: create the slot on the primary before restoring
+    /// (dropped again if the restore fails). A slot of that name that no standby uses is taken
+    /// over; one in use is refused.
+    #[arg(long, requires_all = ["slot", "primary_conninfo"], help_heading = "Standby and recovery settings")]
+    pub create_slot: bool,
+    /// With --delta onto a standby: make it a primary (recovery.signal; it promotes at the end of
+    /// recovery). Without it a delta onto a standby (standby.signal, or primary_conninfo in its
+    /// settings) keeps it a standby with its own settings.
+    #[arg(long, requires = "delta", conflicts_with = "standby", help_heading = "Standby and recovery settings")]
+    pub promote: bool,
+    /// Leave the recovery settings the backed-up cluster had in postgresql.auto.conf (a backup
+    /// of a standby has its primary_conninfo; an earlier restore's target). By default they are
+    /// commented out, with a note, before the new ones are written.
+    #[arg(long, help_heading = "Standby and recovery settings")]
+    pub keep_recovery_settings: bool,
+    /// Write NAME = VALUE into the restored postgresql.auto.conf (repeatable): any parameter the
+    /// restored major knows, checked against its own list (postgres --describe-config) before
+    /// anything is written; e.g. recovery_min_apply_delay=5min.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = recovery_option, help_heading = "Standby and recovery settings")]
+    pub recovery_option: Vec<(String, String)>,
+    /// The restored major's bin directory, for checking --recovery-option. Default: found as
+    /// drill finds servers (pg_config, /usr/lib/postgresql/N/bin, /usr/pgsql-N/bin).
+    #[arg(long, value_name = "DIR", help_heading = "Standby and recovery settings")]
+    pub pg_bin: Option<PathBuf>,
+    /// Put the data directory's NAME (pg_wal, or a link the backup holds) at DIR, with a
+    /// symbolic link in its place (repeatable; as pgBackRest's --link-map). A backup whose
+    /// pg_wal was a link restores it as a folder unless this or --original-paths says where.
+    #[arg(long, value_name = "NAME=DIR", value_parser = link_map, help_heading = "Standby and recovery settings")]
+    pub link_map: Vec<(String, PathBuf)>,
+}
+
+fn recovery_option(text: &str) -> Result<(String, String), String> {
+    sheaf_pg::restore::startup::parse_option(text).map_err(|e| e.to_string())
+}
+
+fn link_map(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, dir)) if !name.trim_matches('/').is_empty() && !dir.is_empty() => Ok((name.trim_matches('/').to_string(), PathBuf::from(dir))),
+        _ => Err(format!("'{text}': write NAME=DIR, e.g. --link-map pg_wal=/mnt/wal/db1")),
+    }
 }
 
 /// What a restored cluster does with its WAL (`restore --archive-mode`).
@@ -337,15 +401,22 @@ pub struct TargetArgs {
     /// Recover to a restore point made with pg_create_restore_point('NAME').
     #[arg(long, value_name = "NAME")]
     pub target_name: Option<String>,
+    /// Recover to the end of a transaction, by its id (pg_current_xact_id(), txid_current()).
+    #[arg(long, value_name = "XID")]
+    pub target_xid: Option<u64>,
     /// `immediate`: stop as soon as the backup is consistent.
     #[arg(long, value_name = "immediate", value_parser = ["immediate"])]
     pub target: Option<String>,
+    /// Stop just before the target (a time, an LSN or a transaction) instead of just after it:
+    /// recovery_target_inclusive = off.
+    #[arg(long)]
+    pub target_exclusive: bool,
 }
 
 impl TargetArgs {
     /// Whether a target was given.
     pub fn any(&self) -> bool {
-        self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target.is_some()
+        self.target_time.is_some() || self.target_lsn.is_some() || self.target_name.is_some() || self.target_xid.is_some() || self.target.is_some() || self.target_exclusive
     }
 
     /// The request for `sheaf_pg::restore::pitr`, with the backup `set`, the action and the timeline.
@@ -355,7 +426,9 @@ impl TargetArgs {
             time: self.target_time.clone(),
             lsn: self.target_lsn,
             name: self.target_name.clone(),
+            xid: self.target_xid,
             immediate: self.target.is_some(),
+            exclusive: self.target_exclusive,
             action,
             timeline,
         }

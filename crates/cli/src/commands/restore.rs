@@ -6,6 +6,8 @@ use sheaf_core::size::format_size;
 use sheaf_core::text::shell_quote;
 use sheaf_core::{Error, ErrorKind, RestoreOptions, RestoreReport};
 use sheaf_pg::repo::records::BackupRef;
+use sheaf_pg::restore::directory::Restored;
+use sheaf_pg::restore::startup::{Role, Startup, Upstream, Written};
 use sheaf_pg::PgRestoreOptions;
 
 use crate::args::data::{ArchiveMode, DeltaHow};
@@ -56,14 +58,24 @@ fn pg_options(ctx: &Context, a: &RestoreArgs) -> Result<PgRestoreOptions, Error>
         tablespaces_under: None,
         delta_hash: a.delta == Some(DeltaHow::Hash),
         check_changes: a.check_changes,
+        startup: startup(a),
+        link_map: a.start.link_map.clone(),
     })
+}
+
+/// How the restored cluster starts, as the flags ask: a standby, or (the library decides) a
+/// recovery from the repository or a start as backed up.
+fn startup(a: &RestoreArgs) -> Startup {
+    let s = &a.start;
+    let role = if s.standby { Role::Standby(Upstream { conninfo: s.primary_conninfo.clone(), slot: s.slot.clone(), create_slot: s.create_slot }, None) } else { Role::AsBackedUp };
+    Startup { role, restore_command: None, options: s.recovery_option.clone(), keep_recovery_settings: s.keep_recovery_settings, promote: s.promote, pg_bin: s.pg_bin.clone() }
 }
 
 /// The warning a restored cluster's archive settings call for, when archiving is preserved and
 /// runs `sheaf wal-push` into `repo` (any repository, when `repo` is `None` or the command names
-/// none): once started, it archives a new timeline there.
-fn archive_warning(a: &RestoreArgs, repo: Option<&str>) -> Option<String> {
-    if a.archive_mode == ArchiveMode::Off {
+/// none): once started, it archives a new timeline there. A standby archives no new timeline.
+fn archive_warning(a: &RestoreArgs, written: &Written, repo: Option<&str>) -> Option<String> {
+    if a.archive_mode == ArchiveMode::Off || written.starts_as == "standby" {
         return None;
     }
     let (mode, command) = sheaf_pg::cluster::conf::archive_settings(&a.to);
@@ -106,6 +118,38 @@ fn report(r: &RestoreReport) -> serde_json::Value {
     v
 }
 
+/// A PostgreSQL restore's report: the core's, and what was written for its start.
+fn pg_report(r: &Restored) -> serde_json::Value {
+    let mut v = report(&r.report);
+    v["startup"] = serde_json::to_value(&r.startup).expect("startup serialises");
+    v
+}
+
+/// What was written for the start, in lines, and the next step.
+fn startup_lines(w: &Written, to: &std::path::Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    if w.kept_target_settings {
+        lines.push("the target was a standby: its own standby.signal, postgresql.conf, postgresql.auto.conf, pg_hba.conf and pg_ident.conf are kept, and it stays a standby (--promote makes it a primary)".to_string());
+    }
+    if !w.removed.is_empty() {
+        lines.push(format!("commented out in postgresql.auto.conf, recovery settings of the cluster backed up: {} (--keep-recovery-settings keeps them)", w.removed.join(", ")));
+    }
+    if !w.settings.is_empty() {
+        lines.push(format!("written to postgresql.auto.conf: {}", w.settings.iter().map(|s| format!("{} = '{}'", s.name, s.value)).collect::<Vec<_>>().join(", ")));
+    }
+    if let Some(slot) = &w.slot_created {
+        lines.push(format!("created the physical replication slot {slot} on the primary: it keeps WAL for this standby; drop it if the standby goes for good"));
+    }
+    lines.extend(w.links.iter().cloned());
+    let signal = w.signal.as_deref().map(|s| format!(" ({s} is there)")).unwrap_or_default();
+    lines.push(match w.starts_as.as_str() {
+        "standby" => format!("next: pg_ctl start -D {}: it starts as a standby{signal} and never promotes on its own", to.display()),
+        "primary" => format!("next: pg_ctl start -D {}: it recovers through the archive{signal} and then opens for writes", to.display()),
+        _ => format!("next: pg_ctl start -D {}: it replays the backup's own WAL and opens", to.display()),
+    });
+    lines
+}
+
 fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     if !a.only.is_empty() {
         return restore_only(ctx, a);
@@ -118,15 +162,21 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     }
     // Entries and index stay out of memory: read a page and a piece at a time.
     let set = ctx.open_stripes_lean(&a.stripes)?;
-    let r = if sheaf_pg::is_postgres(&set) {
-        sheaf_pg::restore_postgres(&set, &pg_options(ctx, &a)?, progress(a.json))?
+    let (r, written) = if sheaf_pg::is_postgres(&set) {
+        let restored = sheaf_pg::restore_postgres(&set, &pg_options(ctx, &a)?, progress(a.json))?;
+        (restored.report, Some(restored.startup))
     } else {
-        if !a.tablespace.is_empty() || !a.db_include.is_empty() {
-            return Err(Error::invalid("--tablespace and --db-include apply to PostgreSQL backups; this one is of a directory (use --relocate, or --only)"));
+        if !a.tablespace.is_empty() || !a.db_include.is_empty() || a.start.standby || !a.start.recovery_option.is_empty() || !a.start.link_map.is_empty() {
+            return Err(Error::invalid(
+                "--tablespace, --db-include, --standby, --recovery-option and --link-map apply to PostgreSQL backups; this one is of a directory (use --relocate, or --only)",
+            ));
         }
-        sheaf_core::restore(&set, &core_options(ctx, &a)?, progress(a.json))?
+        (sheaf_core::restore(&set, &core_options(ctx, &a)?, progress(a.json))?, None)
     };
-    let v = report(&r);
+    let mut v = report(&r);
+    if let Some(w) = &written {
+        v["startup"] = serde_json::to_value(w).expect("startup serialises");
+    }
     if a.json {
         say!("{v}");
     } else {
@@ -143,8 +193,16 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
         if let Some(line) = delta_line(&r) {
             say!("{line}");
         }
+        if let Some(w) = &written {
+            if w.starts_as == "standby" {
+                say!("restored from stripes, not a repository: the standby has no restore_command and streams from its primary only");
+            }
+            for line in startup_lines(w, &a.to) {
+                say!("{line}");
+            }
+        }
     }
-    if let Some(w) = archive_warning(&a, None) {
+    if let Some(w) = written.as_ref().and_then(|w| archive_warning(&a, w, None)) {
         eprintln!("sheaf: warning: {w}");
     }
     Ok(v)
@@ -181,8 +239,9 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
             }
         }
     }
-    let (r, plan, from) = outcome.expect("at least one repository")?;
-    let mut v = report(&r);
+    let (restored, plan, from) = outcome.expect("at least one repository")?;
+    let r = &restored.report;
+    let mut v = pg_report(&restored);
     v["repository_backup"] = serde_json::json!(plan.backup.id);
     v["recovery"] = serde_json::to_value(&plan).expect("plan serialises");
     if a.json {
@@ -198,12 +257,14 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
             plan.timeline,
             plan.archive_end.as_deref().map(|e| format!(" (it ends at {e})")).unwrap_or_default()
         );
-        if let Some(line) = delta_line(&r) {
+        if let Some(line) = delta_line(r) {
             say!("{line}");
         }
-        say!("next: pg_ctl start -D {} (restore_command, the target and recovery.signal are written)", a.to.display());
+        for line in startup_lines(&restored.startup, &a.to) {
+            say!("{line}");
+        }
     }
-    if let Some(w) = archive_warning(&a, Some(&from)) {
+    if let Some(w) = archive_warning(&a, &restored.startup, Some(&from)) {
         eprintln!("sheaf: warning: {w}");
     }
     Ok(v)

@@ -19,6 +19,7 @@ pub mod lock;
 pub mod monitor;
 pub mod online;
 pub mod receive;
+pub mod replica;
 pub mod repo;
 pub mod standby;
 pub mod tls;

@@ -61,7 +61,7 @@ impl Plan<'_> {
                 for item in rd {
                     let item = item.map_err(|e| io_at(ErrorKind::Target, "cannot list", &dir, e))?;
                     let p = item.path();
-                    if item.file_name() == INCOMPLETE_MARKER || self.roots.contains(&p) {
+                    if item.file_name() == INCOMPLETE_MARKER || self.roots.contains(&p) || self.keeps(&p) {
                         continue;
                     }
                     let ft = item.file_type().map_err(|e| io_at(ErrorKind::Target, "cannot stat", &p, e))?;

@@ -52,6 +52,12 @@ pub struct RestoreOptions {
     /// How a delta restore finds what differs: by hashing the target (the default), or from what
     /// the caller knows changed (PostgreSQL's WAL summaries).
     pub delta_source: DeltaSource,
+    /// With `delta`: paths under the target (as the backup holds them, e.g. `standby.signal`)
+    /// that the restore leaves exactly as the target has them, neither removed nor rewritten nor
+    /// created: what belongs to the copy being updated rather than to the backup (a standby's own
+    /// signal file and settings). Kept through an interrupted restore too, so that running it
+    /// again still finds them.
+    pub keep: Vec<String>,
     /// Ask it to stop the restore (Ctrl-C, SIGTERM): it fails with
     /// [`crate::error::ErrorKind::Cancelled`] at the next frame, and what it wrote is removed as
     /// after any failure.
@@ -93,6 +99,7 @@ impl RestoreOptions {
             hollow: Vec::new(),
             delta: false,
             delta_source: DeltaSource::default(),
+            keep: Vec::new(),
             stop: crate::stop::Stop::new(),
         }
     }

@@ -57,6 +57,9 @@ pub(super) struct Plan<'s> {
     hollow: Vec<String>,
     /// With `--only`: the entries chosen.
     chosen: Option<Bits>,
+    /// With a delta restore, what the target keeps as it is ([`RestoreOptions::keep`]): paths
+    /// in the main root, and where they are.
+    pub(super) keep: Vec<(String, PathBuf)>,
     /// Folders that receive a tree: the target and each relocation or extra root.
     pub(super) roots: Vec<PathBuf>,
     /// One incomplete-marker per root.
@@ -81,6 +84,7 @@ impl<'s> Plan<'s> {
             relocate: opts.relocate.clone(),
             hollow: opts.hollow.iter().map(|h| h.trim_end_matches('/').to_string()).collect(),
             chosen,
+            keep: if opts.delta { opts.keep.iter().map(|k| (k.trim_matches('/').to_string(), opts.target.join(k.trim_matches('/')))).collect() } else { Vec::new() },
             roots: Vec::new(),
             markers: Vec::new(),
         };
@@ -185,9 +189,23 @@ impl<'s> Plan<'s> {
         Ok(plan)
     }
 
-    /// Whether entry `id` is restored at all: not vanished, and chosen by `--only` when given.
+    /// Whether entry `id` is restored at all: not vanished, chosen by `--only` when given, and
+    /// not one the target keeps.
     fn chosen_entry(&self, id: u32, e: &Entry) -> bool {
-        !e.vanished && self.chosen.as_ref().is_none_or(|c| c.get(id))
+        !e.vanished && self.chosen.as_ref().is_none_or(|c| c.get(id)) && (self.keep.is_empty() || !self.kept(e))
+    }
+
+    /// Whether `e` is at or under a path the target keeps.
+    fn kept(&self, e: &Entry) -> bool {
+        e.root == 0 && {
+            let p = e.path_bytes();
+            self.keep.iter().any(|(k, _)| p.strip_prefix(k.as_bytes()).is_some_and(|rest| rest.is_empty() || rest[0] == b'/'))
+        }
+    }
+
+    /// Whether `path` (on disk) is at a path the target keeps.
+    pub(super) fn keeps(&self, path: &Path) -> bool {
+        self.keep.iter().any(|(_, at)| at == path)
     }
 
     /// Where entry `id` goes; `None` when it is not restored.

@@ -242,6 +242,8 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
         excluded_entries: 0,
         taken_on,
         standby_url: None,
+        // The server sends its folders as folders: where a link pointed stays on its host.
+        links: Vec::new(),
     });
     let report = session.finish(recorded.to_value())?;
     server.drop_slot(&slot);

@@ -26,7 +26,7 @@ use sheaf_core::source::{list_one, read_full_at, Files, Listed, Listing, LocalFi
 use sheaf_core::{Backup, BackupOptions, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
 use crate::backup::changes::choose_changes;
-use crate::backup::facts::{ClusterFacts, Taken, WalSpan};
+use crate::backup::facts::{ClusterFacts, Link, Taken, WalSpan};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
 use crate::backup::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
 use crate::cluster::checksum::{verify_page, Verdict, PAGE_SIZE};
@@ -283,6 +283,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
         excluded_entries: dropped,
         taken_on: role.recorded(),
         standby_url: (role == Role::Hybrid).then_some(reader_url),
+        links: linked_folders(files.as_ref(), &pgdata),
     });
     let ignore = pg.ignore_checksum_failures;
     let report = session.finish_with(|failures| {
@@ -299,6 +300,20 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     })?;
     let Incremental { backup_type, method, full_because, .. } = changes;
     Ok(PgBackupReport { report, facts: recorded, seconds_total: t0.elapsed().as_secs_f64(), backup_type, method, full_because })
+}
+
+/// The folders whose contents a backup leaves out that are symbolic links in `pgdata` (pg_wal put
+/// elsewhere by `initdb -X`), with where they point: backed up as plain folders, recorded so that a
+/// restore can link them again.
+fn linked_folders(files: &dyn Files, pgdata: &Path) -> Vec<Link> {
+    layout::EMPTY_DIRS
+        .iter()
+        .filter_map(|name| {
+            let l = files.list_one(&pgdata.join(name), (*name).to_string(), 0).ok()??;
+            let target = l.entry.target.filter(|_| l.entry.kind == sheaf_core::manifest::EntryKind::Symlink)?;
+            Some(Link { path: (*name).to_string(), target })
+        })
+        .collect()
 }
 
 /// The data directory of the server whose files are read, where they are read from (this host or

@@ -76,6 +76,20 @@ pub struct ClusterFacts {
     /// The standby a hybrid backup read its files from, without password.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub standby_url: Option<String>,
+    /// Folders of the data directory that were symbolic links (`initdb -X` puts pg_wal
+    /// elsewhere), backed up as plain folders: where each pointed, so that a restore can put the
+    /// link back (`--original-paths`, `--link-map`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<Link>,
+}
+
+/// A folder of the data directory that was a symbolic link when backed up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    /// Its path in the data directory: `pg_wal`.
+    pub path: String,
+    /// Where it pointed, as the link read.
+    pub target: String,
 }
 
 /// Whether a set is a backup of a PostgreSQL cluster.
@@ -147,6 +161,8 @@ pub(crate) struct Taken {
     pub taken_on: Option<String>,
     /// A hybrid backup's standby.
     pub standby_url: Option<String>,
+    /// Linked folders, where the backup saw them.
+    pub links: Vec<Link>,
 }
 
 impl ClusterFacts {
@@ -177,6 +193,7 @@ impl ClusterFacts {
             checksum_failures: 0,
             taken_on: t.taken_on,
             standby_url: t.standby_url,
+            links: t.links,
         }
     }
 
@@ -194,6 +211,11 @@ impl ClusterFacts {
     /// As JSON, for the manifest.
     pub fn to_value(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("facts serialise")
+    }
+
+    /// The server's major version: 15 for 15.18.
+    pub fn major(&self) -> u32 {
+        u32::try_from(self.server_version_num / 10_000).unwrap_or(0)
     }
 
     /// The databases and relations the backup recorded.

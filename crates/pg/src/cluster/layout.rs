@@ -15,7 +15,7 @@ use sheaf_core::manifest::EntryKind;
 use sheaf_core::source::Listed;
 
 /// Directories whose contents a base backup leaves out (the directories themselves are kept).
-const EMPTY_DIRS: [&str; 8] = ["pg_wal", "pg_dynshmem", "pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"];
+pub(crate) const EMPTY_DIRS: [&str; 8] = ["pg_wal", "pg_dynshmem", "pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat_tmp", "pg_subtrans"];
 /// Files in the data directory's top level that are never copied. A standby's standby.signal
 /// (and a recovering cluster's recovery.signal) are left out too: restore writes the signal its
 /// recovery needs, and a copy of a standby's would start the restored cluster as a standby that

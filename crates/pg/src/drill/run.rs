@@ -166,8 +166,8 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_co
             return Err(e);
         }
         Err(e) => Err(Failed(e.context("restore"))),
-        Ok((report, _plan)) => {
-            record.bytes_restored = report.bytes_written;
+        Ok((restored, _plan)) => {
+            record.bytes_restored = restored.report.bytes_written;
             run_server(&bin, &data, &backup, opts, &mut record)
         }
     };

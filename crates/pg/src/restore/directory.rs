@@ -2,7 +2,11 @@
 //! the files, backup_label, tablespace_map and the WAL from start to stop are all in the backup, so
 //! start-up replays to consistency with no manual step. Tablespaces go back to where they were or,
 //! with `--tablespace OLD=NEW`, elsewhere (WITH MOVE): their links in pg_tblspc and the lines of
-//! tablespace_map are rewritten to match.
+//! tablespace_map are rewritten to match. A folder that was a symbolic link (pg_wal, put
+//! elsewhere by `initdb -X`) comes back as a folder, or as a link to where it was
+//! (`--original-paths`) or to where `--link-map` says. How the cluster starts (a standby, a
+//! recovery to a target, as backed up) is decided before anything is written and written last
+//! ([`crate::restore::startup`]).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -12,10 +16,11 @@ use std::sync::Arc;
 
 use sheaf_core::{BackupSet, Error, ErrorKind, Progress, RestoreOptions, RestoreReport, Result};
 
-use crate::backup::facts::ClusterFacts;
+use crate::backup::facts::{ClusterFacts, Link};
 use crate::cluster::control::{Control, CONTROL_FILE};
 use crate::cluster::system::SystemId;
 use crate::connect::catalog::Tablespace;
+use crate::restore::startup::{self, Role, Startup, Written};
 
 /// How to restore a PostgreSQL backup: the core's options, whose `target` is the new data
 /// directory, and what only a cluster has.
@@ -43,6 +48,20 @@ pub struct PgRestoreOptions {
     pub delta_hash: bool,
     /// `--check-changes` with `--delta`: hash, and fail where the WAL missed a difference.
     pub check_changes: bool,
+    /// How the restored cluster starts, and what else goes into its settings.
+    pub startup: Startup,
+    /// `(NAME, DIR)`: the folder NAME of the data directory (pg_wal, or a link the backup holds)
+    /// becomes a link to DIR, its contents restored there (pgBackRest's `--link-map`).
+    pub link_map: Vec<(String, PathBuf)>,
+}
+
+/// A PostgreSQL restore's outcome: the core's report, and what was written for the start.
+#[derive(Clone, Debug)]
+pub struct Restored {
+    /// Files, bytes, time; a delta's counts.
+    pub report: RestoreReport,
+    /// The signal file, the settings written and removed, the links.
+    pub startup: Written,
 }
 
 impl PgRestoreOptions {
@@ -56,6 +75,8 @@ impl PgRestoreOptions {
             tablespaces_under: None,
             delta_hash: false,
             check_changes: false,
+            startup: Startup::default(),
+            link_map: Vec::new(),
         }
     }
 
@@ -106,7 +127,7 @@ fn running_postmaster(dir: &Path) -> Option<i32> {
 /// # Errors
 /// A running server in the target, a tablespace mapping that names no tablespace, an unmapped
 /// tablespace whose original place is not empty, and everything [`sheaf_core::restore`] refuses.
-pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<Restored> {
     restore_postgres_chain(&[set], opts, progress)
 }
 
@@ -115,7 +136,7 @@ pub fn restore_postgres(set: &BackupSet, opts: &PgRestoreOptions, progress: Arc<
 ///
 /// # Errors
 /// As [`restore_postgres`], and sets that do not form the chain the newest one names.
-pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<RestoreReport> {
+pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, progress: Arc<dyn Progress>) -> Result<Restored> {
     // The chain itself is checked by the core's restore, before anything is written.
     let set = *sets.last().ok_or_else(|| Error::invalid("no backup set to restore"))?;
     let Some(facts) = ClusterFacts::of(set)? else {
@@ -133,6 +154,11 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
             format!("a PostgreSQL server (pid {pid}) is running on {}: stop it (pg_ctl stop -D {}) before restoring onto it", target.display(), target.display()),
         ));
     }
+    // What the target is decides how it starts (a delta onto a standby keeps it one): read
+    // before a byte of it changes, and everything asked checked before a byte is written.
+    let decided = opts.startup.decide(&startup::found(target), opts.core.delta)?;
+    startup::check_options(&opts.startup.options, facts.major(), opts.startup.pg_bin.as_deref())?;
+    let links = plan_links(set, &facts, opts)?;
     let tablespaces = &facts.tablespaces;
     let mut places = Vec::new();
     for (old, new) in &opts.tablespaces {
@@ -197,19 +223,142 @@ pub fn restore_postgres_chain(sets: &[&BackupSet], opts: &PgRestoreOptions, prog
     // core as a mapping (X=X included): a root the manifest holds that is not one of these is still
     // refused there, whatever else was allowed.
     core.relocate = places.iter().map(|(ts, new)| (ts.location.clone(), new.clone())).collect();
-    let report = sheaf_core::restore_chain(sets, &core, progress)?;
+    core.relocate.extend(links.iter().filter(|l| l.folder).filter_map(|l| Some((l.path.clone(), l.to.clone()?))));
+    core.keep = decided.kept_paths();
+    // The slot is made before the restore, so that the primary keeps the WAL from now on for
+    // the standby that the restore makes; dropped again if the restore fails.
+    let slot = match &opts.startup.role {
+        Role::Standby(up, _) if up.create_slot => startup::create_slot(up)?,
+        _ => None,
+    };
+    let report = match sheaf_core::restore_chain(sets, &core, progress) {
+        Ok(r) => r,
+        Err(e) => return Err(drop_made_slot(slot, e)),
+    };
     // Until the links and tablespace_map point at the new places, starting this directory would
     // write into the old ones: keep it marked incomplete meanwhile.
     let marker = target.join(sheaf_core::restore::INCOMPLETE_MARKER);
     let io = |what: &str, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", marker.display()), e);
     fs::write(&marker, b"relinking tablespaces").map_err(|e| io("cannot write", e))?;
-    fix_up(target, &places)?;
-    if opts.archive_off {
-        crate::cluster::conf::append_settings(target, "restored with --archive-mode off, so that it never archives into the repository it came from", "archive_mode = off\n")?;
+    let finished = (|| {
+        fix_up(target, &places)?;
+        let said = make_links(target, &links)?;
+        if opts.archive_off && !decided.standby() {
+            crate::cluster::conf::append_settings(target, "restored with --archive-mode off, so that it never archives into the repository it came from", "archive_mode = off\n")?;
+        }
+        let mut written = decided.write(target)?;
+        written.links = said;
+        written.slot_created.clone_from(&slot.as_ref().map(|(_, name)| name.clone()));
+        fs::remove_file(&marker).map_err(|e| io("cannot remove", e))?;
+        fs::File::open(target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
+        Ok(written)
+    })();
+    match finished {
+        Ok(startup) => Ok(Restored { report, startup }),
+        Err(e) => Err(drop_made_slot(slot, e)),
     }
-    fs::remove_file(&marker).map_err(|e| io("cannot remove", e))?;
-    fs::File::open(target).and_then(|f| f.sync_all()).map_err(|e| io("cannot fsync the folder of", e))?;
-    Ok(report)
+}
+
+/// After a failed restore, drop the slot it made on the primary (which would keep WAL there for
+/// a standby that does not exist); the restore's error, with the slot's fate when it stayed.
+fn drop_made_slot(slot: Option<(String, String)>, e: Error) -> Error {
+    match slot {
+        Some((conninfo, name)) => match startup::drop_slot(&conninfo, &name) {
+            Ok(()) => e,
+            Err(d) => Error::new(
+                e.kind(),
+                format!("{e}; and the replication slot {name} made on the primary for it could not be dropped ({d}): drop it with SELECT pg_drop_replication_slot('{name}'), or the primary keeps WAL for it"),
+            ),
+        },
+        None => e,
+    }
+}
+
+/// A folder of the data directory restored as a link, or said to come back as a folder.
+#[derive(Clone, Debug)]
+struct LinkPlan {
+    /// Its path in the data directory.
+    path: String,
+    /// Where the link points; `None`: a plain folder (the backup's link not kept).
+    to: Option<PathBuf>,
+    /// The backup holds its contents as a folder (pg_wal), restored at `to`; otherwise the
+    /// backup holds a link, which is pointed at `to`.
+    folder: bool,
+    /// Where it pointed when backed up.
+    was: Option<String>,
+}
+
+/// The links to make: each `--link-map NAME=DIR` (NAME a folder the backup recorded as a link,
+/// or a link it holds), and with `--original-paths` every recorded link as it was.
+fn plan_links(set: &BackupSet, facts: &ClusterFacts, opts: &PgRestoreOptions) -> Result<Vec<LinkPlan>> {
+    let mut out: Vec<LinkPlan> = Vec::new();
+    let recorded = |name: &str| facts.links.iter().find(|l| l.path == name);
+    for (name, dir) in &opts.link_map {
+        let name = name.trim_matches('/');
+        let dir = std::path::absolute(dir).map_err(|e| Error::io(ErrorKind::Target, format!("cannot resolve {}", dir.display()), e))?;
+        if dir.starts_with(opts.target()) {
+            return Err(Error::invalid(format!("--link-map {name}={}: that is inside the data directory; give a folder outside --to", dir.display())));
+        }
+        let folder = name == "pg_wal" || recorded(name).is_some();
+        if !folder && !holds_link(set, name)? {
+            let mut known: Vec<String> = facts.links.iter().map(|l: &Link| l.path.clone()).collect();
+            if !known.iter().any(|k| k == "pg_wal") {
+                known.insert(0, "pg_wal".into());
+            }
+            return Err(Error::invalid(format!("--link-map {name}={}: the backup holds no linked folder {name}; it can link {}", dir.display(), known.join(", "))));
+        }
+        out.push(LinkPlan { path: name.to_string(), to: Some(dir), folder, was: recorded(name).map(|l| l.target.clone()) });
+    }
+    for l in &facts.links {
+        if out.iter().any(|p| p.path == l.path) {
+            continue;
+        }
+        let to = opts.core.original_paths.then(|| PathBuf::from(&l.target));
+        out.push(LinkPlan { path: l.path.clone(), to, folder: true, was: Some(l.target.clone()) });
+    }
+    Ok(out)
+}
+
+/// Whether the backup holds a symbolic link at `path` in the data directory.
+fn holds_link(set: &BackupSet, path: &str) -> Result<bool> {
+    let mut found = false;
+    set.each_entry(|_, e| {
+        if e.root == 0 && e.kind == sheaf_core::manifest::EntryKind::Symlink && e.path == path {
+            found = true;
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// Make the planned links in `target`; what was done, in a line each.
+fn make_links(target: &Path, links: &[LinkPlan]) -> Result<Vec<String>> {
+    let io = |what: &str, p: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("{what} {}", p.display()), e);
+    let mut said = Vec::new();
+    for l in links {
+        let at = target.join(&l.path);
+        let Some(to) = &l.to else {
+            said.push(format!(
+                "{} was a link to {} when backed up: restored as a folder (--link-map {}=DIR or --original-paths makes it a link)",
+                l.path,
+                l.was.as_deref().unwrap_or("?"),
+                l.path
+            ));
+            continue;
+        };
+        if fs::symlink_metadata(&at).is_ok() {
+            if fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+                // An empty folder the restore left (nothing of it in the backup): the link replaces it.
+                fs::remove_dir(&at).map_err(|e| io("cannot replace the folder", &at, e))?;
+            } else {
+                fs::remove_file(&at).map_err(|e| io("cannot replace", &at, e))?;
+            }
+        }
+        std::os::unix::fs::symlink(to, &at).map_err(|e| io("cannot link", &at, e))?;
+        crate::cluster::conf::owned_like_folder(target, &at);
+        said.push(format!("{} is a link to {}{}", l.path, to.display(), if l.folder { ", its contents restored there" } else { "" }));
+    }
+    Ok(said)
 }
 
 /// For `--delta`: the target is empty, or a data directory of the cluster the backup is of.

@@ -1,152 +1,24 @@
 //! Point-in-time recovery from a repository: pick the newest backup that is consistent before the
 //! target, on the target's timeline or one of its ancestors before they parted; restore it; write
-//! `restore_command`, the target and `recovery.signal`, so that `pg_ctl start` replays to the
-//! target with no manual step. What can be known before starting is checked here (a target before
+//! `restore_command`, the target and `recovery.signal` (or, for a standby, `standby.signal`:
+//! [`crate::restore::startup`]), so that `pg_ctl start` replays to the target with no manual step. What can be known before starting is checked here (a target before
 //! every backup, past the end of the archive, gaps in the WAL between); the rest PostgreSQL reports.
-
-use std::path::Path;
 
 use std::sync::Arc;
 
 use crate::repo::Repo;
 use sheaf_core::restore::DeltaSource;
-use sheaf_core::{Error, ErrorKind, Progress, RestoreReport, Result, Schemes};
+use sheaf_core::{Error, ErrorKind, Progress, Result, Schemes};
 
 use crate::cluster::lsn::Lsn;
 use crate::cluster::walname::{history_name, segment_name, WalFile, WalKind};
 use crate::repo::inventory::{archived, missing};
 use crate::repo::paths::wal_object;
 use crate::repo::records::{chain_of, complete, open_chain, pick, BackupRecord, BackupRef};
-use crate::restore::directory::{restore_postgres_chain, PgRestoreOptions};
+use crate::restore::directory::{restore_postgres_chain, PgRestoreOptions, Restored};
+use crate::restore::startup::Role;
+pub use crate::restore::target::{parse_time, parse_time_as, pg_time, target_from, Recovery, Target, TargetAction, TimelineTarget};
 use crate::wal::history::archived_history;
-
-/// Where recovery stops.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Target {
-    /// The end of the archive.
-    End,
-    /// As soon as the backup is consistent.
-    Immediate,
-    /// A moment: the text as given (PostgreSQL reads it) and milliseconds since the epoch.
-    Time(String, i64),
-    /// An LSN.
-    Lsn(Lsn),
-    /// A restore point made with `pg_create_restore_point`.
-    Name(String),
-}
-
-/// What a restored cluster does at its recovery target (PostgreSQL's `recovery_target_action`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum TargetAction {
-    /// End recovery and accept writes.
-    #[default]
-    Promote,
-    /// Pause there, for a look before promoting by hand.
-    Pause,
-    /// Stop the server there.
-    Shutdown,
-}
-
-impl TargetAction {
-    /// PostgreSQL's word for it.
-    pub fn as_pg(self) -> &'static str {
-        match self {
-            TargetAction::Promote => "promote",
-            TargetAction::Pause => "pause",
-            TargetAction::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// The timeline recovery follows (PostgreSQL's `recovery_target_timeline`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TimelineTarget {
-    /// The newest the archive holds.
-    #[default]
-    Latest,
-    /// The restored backup's own.
-    Current,
-    /// This one.
-    Id(u32),
-}
-
-impl std::str::FromStr for TimelineTarget {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim() {
-            "latest" => Ok(TimelineTarget::Latest),
-            "current" => Ok(TimelineTarget::Current),
-            n => match n.parse::<u32>() {
-                Ok(t) if t >= 1 => Ok(TimelineTarget::Id(t)),
-                _ => Err(Error::invalid(format!("timeline '{n}': give latest, current or a timeline number (1 or more)"))),
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for TimelineTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TimelineTarget::Latest => f.write_str("latest"),
-            TimelineTarget::Current => f.write_str("current"),
-            TimelineTarget::Id(t) => write!(f, "{t}"),
-        }
-    }
-}
-
-/// How to recover.
-#[derive(Clone, Debug)]
-pub struct Recovery {
-    /// Where to stop.
-    pub target: Target,
-    /// What the server does once there.
-    pub action: TargetAction,
-    /// The timeline to follow.
-    pub timeline: TimelineTarget,
-}
-
-/// Parse `2026-11-22 10:15:00+00`, `2026-11-22T10:15:00.123Z`, `... UTC`, `... +01:00`, into
-/// milliseconds since the epoch. A zone is required: without one the server's own zone would
-/// decide, which sheaf cannot know.
-///
-/// # Errors
-/// What is wrong with the text, with an example.
-pub fn parse_time(text: &str) -> Result<i64> {
-    parse_time_as("--target-time", text)
-}
-
-/// [`parse_time`], its errors naming `flag`.
-///
-/// # Errors
-/// As [`parse_time`].
-pub fn parse_time_as(flag: &str, text: &str) -> Result<i64> {
-    sheaf_core::time::parse_instant(text).map_err(|why| Error::invalid(format!("{flag} '{text}': {why}; write e.g. '2026-11-22 10:15:00+00' or '2026-11-22T10:15:00.5Z'")))
-}
-
-/// Milliseconds since the epoch as PostgreSQL reads a UTC time: `2026-11-22 10:15:00.250+00`.
-pub fn pg_time(ms: i64) -> String {
-    sheaf_core::time::utc_ms(ms)
-}
-
-/// Parse a target from the flags' values: at most one of them.
-///
-/// # Errors
-/// More than one target, or a value that does not parse.
-pub fn target_from(time: Option<&str>, lsn: Option<Lsn>, name: Option<&str>, immediate: bool) -> Result<Target> {
-    let n = usize::from(time.is_some()) + usize::from(lsn.is_some()) + usize::from(name.is_some()) + usize::from(immediate);
-    if n > 1 {
-        return Err(Error::invalid("give one recovery target: --target-time, --target-lsn, --target-name or --target immediate"));
-    }
-    Ok(match (time, lsn, name) {
-        (Some(t), _, _) => Target::Time(t.to_string(), parse_time(t)?),
-        (_, Some(l), _) => Target::Lsn(l),
-        (_, _, Some(n)) if n.is_empty() || n.contains('\0') => return Err(Error::invalid("--target-name: give the name given to pg_create_restore_point")),
-        (_, _, Some(n)) => Target::Name(n.to_string()),
-        _ if immediate => Target::Immediate,
-        _ => Target::End,
-    })
-}
 
 /// A timeline's ancestry from its history file: `(timeline, switch LSN)` for each ancestor,
 /// oldest first; the timeline itself runs on from the last switch.
@@ -182,8 +54,9 @@ pub fn plan(repo: &Repo, records: &[BackupRecord], chosen: Option<&BackupRecord>
     let files = archived(repo)?;
     let newest_tli = files.iter().map(|(w, _)| w.timeline).chain(records.iter().map(|r| r.timeline)).max().unwrap_or(1);
     let fits = |r: &BackupRecord| match &recovery.target {
-        Target::Time(_, ms) => r.stop_ms <= *ms,
-        Target::Lsn(l) => r.stop_lsn <= *l,
+        // Stopping just before the target needs a backup consistent strictly before it.
+        Target::Time(_, ms) => r.stop_ms < *ms || (recovery.inclusive && r.stop_ms == *ms),
+        Target::Lsn(l) => r.stop_lsn < *l || (recovery.inclusive && r.stop_lsn == *l),
         _ => true,
     };
     let timeline = match recovery.timeline {
@@ -317,19 +190,39 @@ pub struct Request {
     pub lsn: Option<Lsn>,
     /// `--target-name`.
     pub name: Option<String>,
+    /// `--target-xid`.
+    pub xid: Option<u64>,
     /// `--target immediate`.
     pub immediate: bool,
+    /// `--target-exclusive`.
+    pub exclusive: bool,
     /// What the server does at the target.
     pub action: TargetAction,
     /// The timeline to follow.
     pub timeline: TimelineTarget,
 }
 
+impl Request {
+    /// The recovery asked for.
+    ///
+    /// # Errors
+    /// More than one target, a value that does not parse, `--target-exclusive` with a target that
+    /// has no before and after.
+    pub fn recovery(&self) -> Result<Recovery> {
+        let target = target_from(self.time.as_deref(), self.lsn, self.name.as_deref(), self.xid, self.immediate)?;
+        if self.exclusive && !matches!(target, Target::Time(..) | Target::Lsn(_) | Target::Xid(_)) {
+            return Err(Error::invalid("--target-exclusive stops just before a --target-time, --target-lsn or --target-xid: a restore point or `immediate` has no before"));
+        }
+        Ok(Recovery { target, action: self.action, timeline: self.timeline, inclusive: !self.exclusive })
+    }
+}
+
 /// Restore from the repository for point-in-time recovery: choose the backup ([`plan`]), open its
 /// stripes and check they hold the backup its record names, restore it, and write the recovery
 /// settings with the `restore_command` the restored server will run. That command is built after
 /// the checks and before the long restore: a restored cluster without its recovery settings
-/// would not recover.
+/// would not recover. `opts.startup.role` says a standby ([`Role::Standby`], which then stops at
+/// the target if there is one); anything else recovers to the target and does its action.
 ///
 /// # Errors
 /// A backup or target the repository cannot serve ([`plan`]), stripes that hold another backup
@@ -342,12 +235,11 @@ pub fn restore(
     opts: &PgRestoreOptions,
     restore_command: impl FnOnce() -> Result<String>,
     progress: Arc<dyn Progress>,
-) -> Result<(RestoreReport, Plan)> {
+) -> Result<(Restored, Plan)> {
     let meta = repo.meta();
     let records = complete(repo)?;
     let chosen = request.set.as_ref().map(|which| pick(&records, which)).transpose()?;
-    let target = target_from(request.time.as_deref(), request.lsn, request.name.as_deref(), request.immediate)?;
-    let recovery = Recovery { target, action: request.action, timeline: request.timeline };
+    let recovery = request.recovery()?;
     let plan = plan(repo, &records, chosen, &recovery)?;
     // An incremental restores through its chain: every set of it opened and checked first.
     let sets = open_chain(repo, &records, &plan.backup, schemes, true)?;
@@ -359,8 +251,12 @@ pub fn restore(
             )));
         }
     }
-    let command = restore_command()?;
     let mut opts = opts.clone();
+    opts.startup.restore_command = Some(restore_command()?);
+    opts.startup.role = match &opts.startup.role {
+        Role::Standby(up, _) => Role::Standby(up.clone(), (recovery.target != Target::End).then(|| recovery.clone())),
+        _ => Role::Recover(recovery),
+    };
     if opts.core.delta && !opts.delta_hash {
         crate::restore::directory::same_cluster(opts.target(), meta.system_identifier)?;
         let source = crate::restore::delta::plan(repo, &records, &plan.backup, opts.target())?;
@@ -369,46 +265,15 @@ pub fn restore(
         }
         opts.core.delta_source = DeltaSource { check: opts.check_changes, ..source };
     }
-    let report = restore_postgres_chain(&sets.iter().collect::<Vec<_>>(), &opts, progress)?;
-    write_recovery(opts.target(), &command, &recovery)?;
-    if let Some(d) = report.delta.as_ref().filter(|d| d.missed > 0) {
+    let restored = restore_postgres_chain(&sets.iter().collect::<Vec<_>>(), &opts, progress)?;
+    if let Some(d) = restored.report.delta.as_ref().filter(|d| d.missed > 0) {
         return Err(Error::corrupt(format!(
             "--check-changes: the target differed from the backup in {} block(s) that the WAL summaries did not name (the restore itself is whole: it hashed the target, and wrote them): {}",
             d.missed,
             d.misses.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
         )));
     }
-    Ok((report, plan))
-}
-
-/// Write the recovery settings into `data`'s postgresql.auto.conf and create recovery.signal.
-///
-/// # Errors
-/// I/O errors naming the file.
-pub fn write_recovery(data: &Path, restore_command: &str, recovery: &Recovery) -> Result<()> {
-    let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
-    let mut conf = format!("restore_command = {}\nrecovery_target_timeline = {}\n", lit(restore_command), lit(&recovery.timeline.to_string()));
-    match &recovery.target {
-        Target::End => {}
-        Target::Immediate => conf.push_str("recovery_target = 'immediate'\n"),
-        // Normalised to UTC: the server parses it, and takes fewer spellings than sheaf does.
-        Target::Time(_, ms) => conf.push_str(&format!("recovery_target_time = {}\n", lit(&pg_time(*ms)))),
-        Target::Lsn(l) => conf.push_str(&format!("recovery_target_lsn = {}\n", lit(&l.to_string()))),
-        Target::Name(n) => conf.push_str(&format!("recovery_target_name = {}\n", lit(n))),
-    }
-    if recovery.target != Target::End {
-        conf.push_str(&format!("recovery_target_action = {}\n", lit(recovery.action.as_pg())));
-    }
-    crate::cluster::conf::append_settings(data, "recovery from the repository (remove after recovery ends)", &conf)?;
-    let io = |p: &Path, e: std::io::Error| Error::io(ErrorKind::Target, format!("cannot write {}", p.display()), e);
-    let signal = data.join("recovery.signal");
-    std::fs::File::create(&signal).and_then(|f| f.sync_all()).map_err(|e| io(&signal, e))?;
-    // Restored as root, the data directory belongs to the server's user: so must the signal.
-    if let Ok(m) = std::fs::metadata(data) {
-        use std::os::unix::fs::MetadataExt;
-        let _ = std::os::unix::fs::chown(&signal, Some(m.uid()), Some(m.gid()));
-    }
-    Ok(())
+    Ok((restored, plan))
 }
 
 #[cfg(test)]
@@ -416,18 +281,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_name_their_flag() {
-        assert_eq!(parse_time("2026-11-21 11:30:45+01:00").unwrap(), 1_795_257_045_000);
-        let e = parse_time_as("--until", "2026-11-21 10:30:45").unwrap_err().to_string();
-        assert!(e.contains("--until '2026-11-21 10:30:45'") && e.contains("zone") && e.contains("write e.g."), "{e}");
-        assert_eq!(pg_time(1_795_257_045_250), "2026-11-21 10:30:45.250+00");
-        assert_eq!(parse_time(&pg_time(1_795_257_045_250)).unwrap(), 1_795_257_045_250);
-    }
-
-    #[test]
-    fn one_target_at_most() {
-        assert!(target_from(Some("2026-11-21 10:30:45Z"), Some(Lsn(1)), None, false).is_err());
-        assert_eq!(target_from(None, Some(Lsn((1 << 32) | 0xA0)), None, false).unwrap(), Target::Lsn(Lsn((1 << 32) | 0xA0)));
-        assert_eq!(target_from(None, None, None, false).unwrap(), Target::End);
+    fn exclusive_only_where_there_is_a_before() {
+        let r = |name: Option<&str>, xid: Option<u64>| Request { name: name.map(String::from), xid, exclusive: true, ..Request::default() }.recovery();
+        assert!(!r(None, Some(900)).unwrap().inclusive);
+        assert!(r(Some("before_migration"), None).unwrap_err().to_string().contains("has no before"));
+        assert!(r(None, None).is_err(), "no target: nothing to stop before");
     }
 }

@@ -34,7 +34,7 @@ pub(super) fn archiving_with(repo: &Path, initdb: &[&str], extra: &[&str]) -> Cl
     Cluster::new(initdb, &settings)
 }
 
-pub(super) fn repo_dir() -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn repo_dir() -> (tempfile::TempDir, PathBuf) {
     let d = super::cluster::server_tempdir("sheaf-repo.");
     let repo = d.path().join("repo");
     pg_dir(&repo);
@@ -216,7 +216,7 @@ impl TestRepo {
     }
 
     /// `env K=V ... ` for a command the server runs (empty for a folder).
-    fn env_prefix(&self) -> String {
+    pub(super) fn env_prefix(&self) -> String {
         if self.env.is_empty() {
             return String::new();
         }
