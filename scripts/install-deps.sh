@@ -100,6 +100,19 @@ if [ -z "${SHEAF_FAKE_GCS:-}" ] && [ ! -x "$fake_gcs_bin" ] && ! command -v fake
   command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || need+=(golang-go)
 fi
 
+# The Patroni test (issue 51): a three-member Patroni cluster on loopback whose replicas and
+# bootstrap come from sheaf. Debian's etcd (v3 API) as the DCS; Patroni and psycopg from PyPI in a
+# venv made with Debian's own python3 (the python3 first on PATH may be a build in root's home,
+# which the postgres user cannot run), under the folder the server's user reads.
+PATRONI_PIP="patroni[etcd3]==4.1.5 psycopg[binary]==3.3.9"
+patroni_venv="${pg_home}/patroni"
+want_patroni=0
+command -v etcd >/dev/null || [ -x /usr/bin/etcd ] || need+=(etcd-server)
+if [ ! -x "$patroni_venv/bin/patroni" ]; then
+  want_patroni=1
+  /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
   exit 1
@@ -165,3 +178,13 @@ for pair in "${want_pg_npm[@]}"; do
   chmod -R a+rX "$pg_home"
   "$dir/bin/postgres" --version >/dev/null
 done
+
+if ((want_patroni)); then
+  echo "install-deps: installing Patroni ($PATRONI_PIP) into $patroni_venv" >&2
+  rm -rf "$patroni_venv"
+  /usr/bin/python3 -m venv "$patroni_venv"
+  # shellcheck disable=SC2086
+  PIP_ROOT_USER_ACTION=ignore "$patroni_venv/bin/pip" install -q --disable-pip-version-check $PATRONI_PIP
+  chmod -R a+rX "$pg_home"
+  "$patroni_venv/bin/patroni" --version >/dev/null
+fi

@@ -213,16 +213,18 @@ impl AgentFiles {
     /// One request (a stat, a folder's names, a small file), and while the link fails, the same
     /// again on a new connection, as [`RECONNECT`] says: each is asked whole, so asking again is
     /// safe (`f` starts its answer afresh each time).
-    fn with<T>(&self, mut f: impl FnMut(&mut AgentClient) -> Result<T>) -> Result<T> {
-        RECONNECT.run(|n| {
-            let mut c = if n == 0 { self.inner.take()? } else { self.inner.dial()? };
-            let r = f(&mut c);
-            // After an error the connection may be out of step (a broken link): not reused.
-            if r.is_ok() {
-                self.inner.give(c);
-            }
-            r
-        })
+    fn with<T>(&self, what: &str, mut f: impl FnMut(&mut AgentClient) -> Result<T>) -> Result<T> {
+        RECONNECT
+            .run(|n| {
+                let mut c = if n == 0 { self.inner.take()? } else { self.inner.dial()? };
+                let r = f(&mut c);
+                // After an error the connection may be out of step (a broken link): not reused.
+                if r.is_ok() {
+                    self.inner.give(c);
+                }
+                r
+            })
+            .map_err(|e| if e.is_transient() { e.context(format!("{what} (gave up after {RETRIES} new connections)")) } else { e })
     }
 }
 
@@ -234,11 +236,11 @@ impl Files for AgentFiles {
     }
 
     fn each_name(&self, dir: &Path, each: &mut dyn FnMut(&std::ffi::OsStr)) -> Result<()> {
-        self.with(|c| c.names(&dir.display().to_string(), |n| each(std::ffi::OsStr::new(n))))
+        self.with(&format!("listing {}", dir.display()), |c| c.names(&dir.display().to_string(), |n| each(std::ffi::OsStr::new(n))))
     }
 
     fn list_one(&self, abs: &Path, rel: String, root_id: u16) -> Result<Option<Listed>> {
-        match self.with(|c| c.stat(&abs.display().to_string())) {
+        match self.with(&format!("reading {}", abs.display()), |c| c.stat(&abs.display().to_string())) {
             Ok(w) => Ok(Some(listed(w, abs.to_path_buf(), rel, root_id))),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -249,7 +251,7 @@ impl Files for AgentFiles {
         let path = abs.display().to_string();
         let read = || -> Result<Option<Vec<u8>>> {
             let mut out = Vec::new();
-            match self.with(|c| {
+            match self.with(&format!("reading {path}"), |c| {
                 out.clear();
                 c.read(&path, 0, 16 << 20, |d| {
                     out.extend_from_slice(d);

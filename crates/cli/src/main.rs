@@ -52,7 +52,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
     let ctx = &ctx;
     match cli.command {
         Command::Backup(a) => commands::backup::run(ctx, a)?,
-        Command::Restore(a) => commands::restore::run(ctx, a)?,
+        Command::Restore(a) => commands::restore::run(ctx, *a)?,
         Command::Verify(a) => commands::verify::run(ctx, a)?,
         Command::Init(a) => commands::init::run(ctx, a)?,
         Command::WalPush(a) => commands::wal_push::run(ctx, a)?,

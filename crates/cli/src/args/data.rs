@@ -179,7 +179,8 @@ pub struct RestoreArgs {
     #[arg(value_name = "STRIPE")]
     pub stripes: Vec<String>,
     /// Directory to restore into; created if missing, refused if not empty (see --force).
-    #[arg(long = "to", value_name = "DIR")]
+    /// `--datadir`, as Patroni passes it, is the same.
+    #[arg(long = "to", visible_alias = "datadir", value_name = "DIR")]
     pub to: PathBuf,
     /// Restore only what matches PATTERN (repeatable): a glob on paths as the backup holds them
     /// (base/16384/16385*, pg_tblspc/..., or relative to a directory backup's root; * and ? within
@@ -286,8 +287,8 @@ pub struct StartArgs {
     #[arg(long, requires_all = ["slot", "primary_conninfo"], help_heading = "Standby and recovery settings")]
     pub create_slot: bool,
     /// With --delta onto a standby: make it a primary (recovery.signal; it promotes at the end of
-    /// recovery). Without it a delta onto a standby (standby.signal, or primary_conninfo in its
-    /// settings) keeps it a standby with its own settings.
+    /// recovery). Without it a delta onto a standby (a data directory with standby.signal) keeps
+    /// it a standby with its own settings.
     #[arg(long, requires = "delta", conflicts_with = "standby", help_heading = "Standby and recovery settings")]
     pub promote: bool,
     /// Leave the recovery settings the backed-up cluster had in postgresql.auto.conf (a backup
@@ -309,6 +310,39 @@ pub struct StartArgs {
     /// pg_wal was a link restores it as a folder unless this or --original-paths says where.
     #[arg(long, value_name = "NAME=DIR", value_parser = link_map, help_heading = "Standby and recovery settings")]
     pub link_map: Vec<(String, PathBuf)>,
+    #[command(flatten)]
+    pub patroni: PatroniArgs,
+}
+
+/// What Patroni passes to a replica-creation or bootstrap method (`--scope=NAME --role=replica
+/// --datadir=DIR --connstring=...`, and its method's own keys, `--keep_data=True`...):
+/// docs/patroni.md.
+#[derive(Args, Clone, Default)]
+pub struct PatroniArgs {
+    /// Patroni: the cluster's name (accepted: Patroni always passes it).
+    #[arg(long, value_name = "NAME", help_heading = "Run by Patroni")]
+    pub scope: Option<String>,
+    /// Patroni: `replica` restores a standby (as --standby).
+    #[arg(long, value_name = "ROLE", help_heading = "Run by Patroni")]
+    pub role: Option<String>,
+    /// Patroni: the leader's connection string, without password (PGPASSFILE has it): the
+    /// standby's primary_conninfo unless --primary-conninfo is given (Patroni writes its own).
+    #[arg(long, value_name = "CONNINFO", help_heading = "Run by Patroni")]
+    pub connstring: Option<String>,
+    /// Patroni passes its method's options as arguments too: accepted, and nothing to sheaf.
+    #[arg(long = "keep_data", value_name = "BOOL", hide = true)]
+    pub keep_data: Option<String>,
+    #[arg(long = "no_leader", value_name = "BOOL", hide = true)]
+    pub no_leader: Option<String>,
+    #[arg(long = "no_params", value_name = "BOOL", hide = true)]
+    pub no_params: Option<String>,
+}
+
+impl PatroniArgs {
+    /// Whether Patroni asked for a replica.
+    pub fn replica(&self) -> bool {
+        self.role.as_deref() == Some("replica")
+    }
 }
 
 fn recovery_option(text: &str) -> Result<(String, String), String> {

@@ -79,7 +79,7 @@ sheaf restore /mnt/a/pg_1.sheaf --to /srv/pg/new --tablespace /mnt/ts1=/srv/pg/t
 sheaf restore s3://backups/data/d_1.sheaf --to /srv/restored                        # finds d_2.sheaf under the same prefix\n  \
 sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-time '2026-11-22 10:15:00+00'  # point in time; then pg_ctl start\n  \
 sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-name before_upgrade --target-action pause")]
-    Restore(RestoreArgs),
+    Restore(Box<RestoreArgs>),
     /// Read every stripe, check every checksum and decompress, writing nothing (RESTORE VERIFYONLY).
     Verify(VerifyArgs),
     /// Write a seeded data set of known compressibility, to try sheaf on.

@@ -67,7 +67,14 @@ fn pg_options(ctx: &Context, a: &RestoreArgs) -> Result<PgRestoreOptions, Error>
 /// recovery from the repository or a start as backed up.
 fn startup(a: &RestoreArgs) -> Startup {
     let s = &a.start;
-    let role = if s.standby { Role::Standby(Upstream { conninfo: s.primary_conninfo.clone(), slot: s.slot.clone(), create_slot: s.create_slot }, None) } else { Role::AsBackedUp };
+    // Patroni's replica method: a standby of the leader it names (Patroni then writes its own
+    // recovery settings and strips sheaf's from postgresql.auto.conf).
+    let role = if s.standby || s.patroni.replica() {
+        let conninfo = s.primary_conninfo.clone().or_else(|| s.patroni.connstring.clone().filter(|c| !c.trim().is_empty()));
+        Role::Standby(Upstream { conninfo, slot: s.slot.clone(), create_slot: s.create_slot }, None)
+    } else {
+        Role::AsBackedUp
+    };
     Startup { role, restore_command: None, options: s.recovery_option.clone(), keep_recovery_settings: s.keep_recovery_settings, promote: s.promote, pg_bin: s.pg_bin.clone() }
 }
 

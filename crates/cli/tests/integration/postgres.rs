@@ -18,6 +18,7 @@ pub mod keys;
 pub mod lock;
 pub mod monitor;
 pub mod online;
+pub mod patroni;
 pub mod receive;
 pub mod replica;
 pub mod repo;

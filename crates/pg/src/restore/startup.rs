@@ -121,7 +121,8 @@ pub struct Written {
 /// What the target already is, read before the restore.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Found {
-    /// It has standby.signal, or its settings name a primary: it runs as a standby.
+    /// It has standby.signal: it runs as a standby. (A `primary_conninfo` without it is a
+    /// leftover PostgreSQL ignores: a former primary's, say.)
     pub standby: bool,
     /// Its settings have a restore_command.
     pub restore_command: bool,
@@ -131,7 +132,7 @@ pub struct Found {
 pub fn found(data: &Path) -> Found {
     let settings = conf::settings(data);
     let set = |k: &str| settings.get(k).is_some_and(|v| !v.trim().is_empty());
-    Found { standby: data.join(STANDBY_SIGNAL).exists() || set("primary_conninfo"), restore_command: set("restore_command") }
+    Found { standby: data.join(STANDBY_SIGNAL).exists(), restore_command: set("restore_command") }
 }
 
 /// What a restore will write for the cluster's start, decided before it writes anything.

@@ -142,12 +142,17 @@ fn delta_restores_write_what_the_wal_says_changed() {
     assert!(written < whole["bytes_written"].as_u64().unwrap() / 2, "writes a part of a fresh restore's bytes: {d}");
     same_relation_files(&reference, &copy, "the copy restored from the previous backup");
 
-    // The standby: placed by its pg_control; standby.signal and what the backup lacks removed.
+    // The standby: placed by its pg_control; what the backup lacks removed, and it stays a
+    // standby (its standby.signal and settings kept) until --promote says otherwise.
     let d = delta(&repo, &standby.data, &second, &[]);
     assert_eq!(said(&d, "method"), "wal", "{d}");
     assert!(said(&d, "how").contains("a standby shut down in recovery"), "{d}");
-    assert!(count(&d, "removed") > 0 && !standby.data.join("standby.signal").exists(), "{d}");
+    assert!(count(&d, "removed") > 0 && standby.data.join("standby.signal").exists(), "{d}");
+    assert_eq!((d["startup"]["starts_as"].as_str(), d["startup"]["kept_target_settings"].as_bool()), (Some("standby"), Some(true)), "{d}");
     same_relation_files(&reference, &standby.data, "the standby");
+    let d = delta(&repo, &standby.data, &second, &["--promote"]);
+    assert_eq!(d["startup"]["starts_as"], "primary", "{d}");
+    assert!(!standby.data.join("standby.signal").exists() && standby.data.join("recovery.signal").exists(), "--promote: {d}");
 
     // --check-changes: hashed, and nothing the WAL left out differed.
     let checked = out.join("checked");
