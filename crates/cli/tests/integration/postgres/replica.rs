@@ -190,6 +190,28 @@ fn what_a_standby_restore_refuses_before_writing() {
     // A recovery option the major knows is written, and what it wrote is in the report.
     let ok_out = json(ok(restore(&["--recovery-option", "recovery_min_apply_delay=1s", "--json"]), "restore with a recovery option"));
     assert!(ok_out["startup"]["settings"].as_array().unwrap().iter().any(|s| s["name"] == "recovery_min_apply_delay" && s["value"] == "1s"), "{ok_out}");
+    // Restored now, the folder is refused again, as any restore's, without --force or --delta.
+    assert_fails(&restore(&["--standby"]), 5, &["not empty"]);
+}
+
+#[test]
+fn a_standby_from_stripes_streams_without_an_archive() {
+    let (base, _repo, c) = setup();
+    insert(&c, 1, 100);
+    let stripe = base.path().join("stripes/pg_1.sheaf");
+    pg_dir(stripe.parent().unwrap());
+    ok(run(sheaf().args(["backup", &c.url("postgres"), "--to", stripe.to_str().unwrap()])), "backup to a stripe");
+    insert(&c, 2, 50);
+    let dir = base.path().join("from-stripes");
+    let info = conninfo(&c, "from_stripes");
+    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", dir.to_str().unwrap(), "--standby", "--primary-conninfo", &info]));
+    let said = ok(o, "restore --standby from stripes");
+    assert!(said.contains("no restore_command") && said.contains("streams from its primary only"), "{said}");
+    let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
+    assert!(!auto.contains("\nrestore_command") && auto.contains("primary_conninfo = "), "{auto}");
+    let s = start_standby(&TestRepo::existing(&base.path().join("none")), &dir);
+    wait_streaming(&c, "from_stripes");
+    wait_rows(&s, 2, 50);
 }
 
 #[test]
