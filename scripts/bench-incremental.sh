@@ -28,18 +28,7 @@ TPCH="postgres://postgres@localhost:$PORT/tpch?host=$W/sock"
 # KEEP=1: the repository and restores stay in $W for a closer look (the server is stopped).
 cleanup() { as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true; if [ "${KEEP:-0}" = 1 ]; then echo "kept $W" >&2; else rm -rf "$W"; fi; }
 trap cleanup EXIT
-as_pg "$PGBIN/initdb" -D "$W/data" --data-checksums -A trust -U postgres >/dev/null
-cat >>"$W/data/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W/sock'
-listen_addresses = ''
-shared_buffers = 256MB
-max_wal_size = 8GB
-checkpoint_timeout = 30min
-archive_mode = on
-archive_command = '$S wal-push %p --repo $W/repo'
-EOF
-as_pg "$PGBIN/pg_ctl" -D "$W/data" -l "$W/sock/log" -w start >/dev/null
+start_primary "$W/data" "$PORT" "$S wal-push %p --repo $W/repo"
 psql() { psql_at "$PORT" "$@"; }
 "${AS_PG[@]}" "$S" init --repo "$W/repo" "$URL" >/dev/null
 psql -c "CREATE DATABASE tpch"

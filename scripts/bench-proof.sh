@@ -19,7 +19,7 @@ PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
 W=$(mktemp -d /var/tmp/sheaf-proof.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$OUT"
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+. scripts/lib.sh
 mkdir -p "$W/data" "$W/sock" "$W/repo" "$W/hand-sock"
 [ "$(id -u)" -eq 0 ] && chown postgres "$W" "$W/data" "$W/sock" "$W/repo" "$W/hand-sock"
 PORT=$((20000 + RANDOM % 20000))
@@ -32,18 +32,7 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-as_pg "$PGBIN/initdb" -D "$W/data" --data-checksums -A trust -U postgres >/dev/null
-cat >>"$W/data/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W/sock'
-listen_addresses = ''
-shared_buffers = 256MB
-max_wal_size = 8GB
-checkpoint_timeout = 30min
-archive_mode = on
-archive_command = '$S wal-push %p --repo $W/repo'
-EOF
-as_pg "$PGBIN/pg_ctl" -D "$W/data" -l "$W/sock/log" -w start >/dev/null
+start_primary "$W/data" "$PORT" "$S wal-push %p --repo $W/repo"
 psql() { as_pg "$PGBIN/psql" -h "$W/sock" -p "$PORT" -U postgres -Atq "$@"; }
 as_pg "$S" init --repo "$W/repo" "$URL" >/dev/null
 psql -c "CREATE DATABASE tpch"

@@ -19,7 +19,7 @@ command -v pgbackrest >/dev/null || scripts/install-deps.sh
 W=$(mktemp -d /var/tmp/sheaf-replica.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$OUT"
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+. scripts/lib.sh
 mkdir -p "$W/p" "$W/sock" "$W/repo" "$W/pgbr-repo" "$W/spool"
 [ "$(id -u)" -eq 0 ] && chown postgres "$W" "$W/p" "$W/sock" "$W/repo" "$W/pgbr-repo" "$W/spool"
 chmod 700 "$W/p"
@@ -49,18 +49,7 @@ pg1-port=$PORT
 EOF
 chmod 644 "$W/pgbackrest.conf"
 PGBR=(pgbackrest "--config=$W/pgbackrest.conf" --stanza=bench)
-as_pg "$PGBIN/initdb" -D "$W/p" --data-checksums -A trust -U postgres >/dev/null
-cat >>"$W/p/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W/sock'
-listen_addresses = ''
-shared_buffers = 256MB
-max_wal_size = 8GB
-checkpoint_timeout = 30min
-archive_mode = on
-archive_command = '$S wal-push %p --repo $W/repo && pgbackrest --config=$W/pgbackrest.conf --stanza=bench archive-push %p'
-EOF
-as_pg "$PGBIN/pg_ctl" -D "$W/p" -l "$W/sock/p.log" -w start >/dev/null
+start_primary "$W/p" "$PORT" "$S wal-push %p --repo $W/repo && pgbackrest --config=$W/pgbackrest.conf --stanza=bench archive-push %p" "$W/sock/p.log"
 psql() { local port=$1; shift; as_pg "$PGBIN/psql" -h "$W/sock" -p "$port" -U postgres -Atq "$@"; }
 as_pg "$S" init --repo "$W/repo" "$P" >/dev/null
 as_pg "${PGBR[@]}" stanza-create >/dev/null
@@ -74,18 +63,18 @@ as_pg "${PGBR[@]}" --type=full backup >/dev/null
 # Written after the backups: each standby replays it (from its archive, or streamed).
 psql "$PORT" -d tpch -c "CREATE TABLE after_backup AS SELECT * FROM orders LIMIT 100000" -c "SELECT pg_switch_wal()" >/dev/null
 ROWS=$(psql "$PORT" -d tpch -c "SELECT count(*) FROM lineitem")
+AFTER=$(psql "$PORT" -d tpch -c "SELECT count(*) FROM after_backup")
 
-now() { date +%s.%N; }
+# The time to write a standby's bytes (sheaf's, as restored) once, direct: the floor of any copy.
+dd_limit() {
+  local bytes t0; bytes=$(du -sb "$W/sheaf" | cut -f1); t0=$(now)
+  dd if=/dev/zero of="$W/dd.out" bs=4M count=$(( bytes / 4194304 + 1 )) oflag=direct status=none
+  printf '%.2f' "$(echo "$(now) - $t0" | bc -l)"
+  rm -f "$W/dd.out"
+}
 cold() { sync; if [ "${COLD:-1}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 # Bytes the primary's server processes (the postmaster and its children) have read from disk.
-primary_reads() {
-  local pm; pm=$(head -1 "$W/p/postmaster.pid")
-  local sum=0 pid
-  for pid in $pm $(pgrep -P "$pm"); do
-    sum=$((sum + $(awk '/^read_bytes/ {print $2}' "/proc/$pid/io" 2>/dev/null || echo 0)))
-  done
-  echo $sum
-}
+primary_reads() { server_reads "$W/p"; }
 conninfo() { echo "host=$W/sock port=$PORT user=postgres application_name=$1"; }
 streaming() {
   until [ "$(psql "$PORT" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = '$1' AND state = 'streaming'")" = 1 ]; do sleep 0.05; done
@@ -95,18 +84,19 @@ start() { # NAME PORT: on its own port, started, streaming.
   as_pg "$PGBIN/pg_ctl" -D "$W/$1" -l "$W/sock/$1.log" -w -t 600 start >/dev/null
   streaming "$1"
 }
-declare -A T R
+declare -A T R C
 measure() { # NAME PORT COMMAND...: from an empty folder to streaming.
   local n=$1 port=$2; shift 2
   mkdir -p "$W/$n"; [ "$(id -u)" -eq 0 ] && chown postgres "$W/$n"; chmod 700 "$W/$n"
   cold
-  local r0 t0; r0=$(primary_reads); t0=$(now)
+  local r0 t0 t1; r0=$(primary_reads); t0=$(now)
   "$@" >/dev/null
+  t1=$(now)
   start "$n" "$port"
-  T[$n]=$(echo "$(now) - $t0" | bc -l); R[$n]=$(( $(primary_reads) - r0 ))
+  T[$n]=$(echo "$(now) - $t0" | bc -l); R[$n]=$(( $(primary_reads) - r0 )); C[$n]=$(echo "$t1 - $t0" | bc -l)
   local rows; rows=$(psql "$port" -d tpch -c "SELECT count(*) FROM lineitem")
   [ "$rows" = "$ROWS" ] || { echo "$n: lineitem has $rows rows, not $ROWS" >&2; exit 1; }
-  [ "$(psql "$port" -d tpch -c "SELECT count(*) FROM after_backup")" = 100000 ] || { echo "$n: after_backup incomplete" >&2; exit 1; }
+  [ "$(psql "$port" -d tpch -c "SELECT count(*) FROM after_backup")" = "$AFTER" ] || { echo "$n: after_backup incomplete" >&2; exit 1; }
   echo "$n: ${T[$n]} s to streaming, the primary read ${R[$n]} bytes" >&2
 }
 measure sheaf $((PORT + 1)) as_pg "$S" restore --repo "$W/repo" --to "$W/sheaf" --standby --primary-conninfo "$(conninfo sheaf)"
@@ -118,10 +108,12 @@ measure pgbr $((PORT + 3)) as_pg "${PGBR[@]}" --pg1-path="$W/pgbr" restore --typ
   echo "Cache dropped before each (COLD=${COLD:-1}); one run each, in this order; each timed from an empty folder to the"
   echo "primary's pg_stat_replication showing it streaming; lineitem's rows and a table written after the backups checked."
   echo
-  echo "| built by | seconds | × pg_basebackup's time | the primary's server read (bytes) |"
-  echo "|---|---|---|---|"
+  echo "| built by | seconds to streaming | of which the restore or copy | × pg_basebackup's time | the primary's server read (bytes) |"
+  echo "|---|---|---|---|---|"
   for n in sheaf pgbb pgbr; do
     [ -n "${T[$n]:-}" ] || continue
-    printf '| %s | %.2f | %.2f | %s |\n' "$n" "${T[$n]}" "$(echo "${T[$n]} / ${T[pgbb]}" | bc -l)" "${R[$n]}"
+    printf '| %s | %.2f | %.2f | %.2f | %s |\n' "$n" "${T[$n]}" "${C[$n]}" "$(echo "${T[$n]} / ${T[pgbb]}" | bc -l)" "${R[$n]}"
   done
+  echo
+  echo "The disk's limit beside them: the standby's $(du -sb "$W/sheaf" | cut -f1) bytes written once with dd oflag=direct: $(dd_limit) s."
 } | tee "$OUT/replica.md"

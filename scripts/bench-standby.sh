@@ -17,7 +17,7 @@ PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
 W=$(mktemp -d /var/tmp/sheaf-standby.XXXXXX)
 chmod 755 "$W"
 mkdir -p "$OUT"
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+. scripts/lib.sh
 mkdir -p "$W/p" "$W/s" "$W/sock" "$W/repo"
 [ "$(id -u)" -eq 0 ] && chown postgres "$W/p" "$W/s" "$W/sock" "$W/repo"
 chmod 700 "$W/p" "$W/s"
@@ -29,18 +29,7 @@ cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $W" >&2; else rm -rf "$W"; fi
 }
 trap cleanup EXIT
-as_pg "$PGBIN/initdb" -D "$W/p" --data-checksums -A trust -U postgres >/dev/null
-cat >>"$W/p/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W/sock'
-listen_addresses = ''
-shared_buffers = 256MB
-max_wal_size = 8GB
-checkpoint_timeout = 30min
-archive_mode = on
-archive_command = '$S wal-push %p --repo $W/repo'
-EOF
-as_pg "$PGBIN/pg_ctl" -D "$W/p" -l "$W/sock/p.log" -w start >/dev/null
+start_primary "$W/p" "$PORT" "$S wal-push %p --repo $W/repo" "$W/sock/p.log"
 psql() { local port=$1; shift; as_pg "$PGBIN/psql" -h "$W/sock" -p "$port" -U postgres -Atq "$@"; }
 "${AS_PG[@]}" "$S" init --repo "$W/repo" "$P" >/dev/null
 psql "$PORT" -c "CREATE DATABASE tpch"
@@ -55,17 +44,9 @@ until [ "$(psql "$SPORT" -c "SELECT pg_last_wal_replay_lsn() >= '$LSN'")" = t ];
 psql "$SPORT" -c "CHECKPOINT"
 ROWS=$(psql "$PORT" -d tpch -c "SELECT count(*) FROM lineitem")
 
-now() { date +%s.%N; }
 cold() { sync; if [ "${COLD:-1}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 # Bytes the primary's server processes (the postmaster and its children) have read from disk.
-primary_reads() {
-  local pm; pm=$(head -1 "$W/p/postmaster.pid")
-  local sum=0 pid
-  for pid in $pm $(pgrep -P "$pm"); do
-    sum=$((sum + $(awk '/^read_bytes/ {print $2}' "/proc/$pid/io" 2>/dev/null || echo 0)))
-  done
-  echo $sum
-}
+primary_reads() { server_reads "$W/p"; }
 declare -A T R O B
 run() {
   local n=$1; shift

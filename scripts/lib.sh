@@ -19,6 +19,35 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# `start_primary DIR PORT ARCHIVE_COMMAND [LOG]`: initdb (data checksums on) into DIR with the
+# benches' settings (its socket in $W/sock, no TCP, 256 MB of shared buffers, checkpoints held
+# off, archiving with ARCHIVE_COMMAND), started, its log in LOG (default $W/sock/log).
+start_primary() {
+  local dir=$1 port=$2 archive=$3 log=${4:-$W/sock/log}
+  as_pg "$PGBIN/initdb" -D "$dir" --data-checksums -A trust -U postgres >/dev/null
+  cat >>"$dir/postgresql.conf" <<EOF
+port = $port
+unix_socket_directories = '$W/sock'
+listen_addresses = ''
+shared_buffers = 256MB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+archive_mode = on
+archive_command = '$archive'
+EOF
+  as_pg "$PGBIN/pg_ctl" -D "$dir" -l "$log" -w start >/dev/null
+}
+
+# Bytes the server on data directory `$1` (its postmaster and children) has read from disk.
+server_reads() {
+  local pm; pm=$(head -1 "$1/postmaster.pid")
+  local sum=0 pid
+  for pid in $pm $(pgrep -P "$pm"); do
+    sum=$((sum + $(awk '/^read_bytes/ {print $2}' "/proc/$pid/io" 2>/dev/null || echo 0)))
+  done
+  echo $sum
+}
+
 # --- The TPC-H scripts' steps (bench-incremental.sh, bench-rewind.sh): they set $W (a work folder
 # holding the socket folder $W/sock) and $PGBIN before calling these.
 
