@@ -293,6 +293,12 @@ impl Catalog {
             sheaf_core::whole::create_dirs(dir).map_err(|e| err(&format!("cannot create {}", dir.display()), e))?;
         }
         let new = !path.exists();
+        if new {
+            // What the catalog holds (repositories, URLs, errors) is the user's alone; SQLite
+            // gives its WAL and shared-memory files the database's mode.
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path);
+        }
         let conn = Connection::open(&path).map_err(|e| err(&format!("cannot open {}", path.display()), e))?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| err("busy timeout", e))?;
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;").map_err(|e| err("pragmas", e))?;
@@ -533,6 +539,8 @@ mod tests {
         let c = Catalog::open(Some(&p)).unwrap();
         let v: i64 = c.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, schema_version());
+        let mode = |f: &str| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(d.path().join("sub").join(f)).unwrap().permissions()) & 0o777;
+        assert_eq!((mode("catalog.db"), mode("catalog.db-wal")), (0o600, 0o600), "the user's alone, its WAL too");
         drop(c);
         Catalog::open(Some(&p)).unwrap(); // idempotent
         let conn = Connection::open(&p).unwrap();

@@ -63,6 +63,8 @@ pub fn policy(command: &Command) -> OnSignal {
         | Command::List(_)
         | Command::Show(_)
         | Command::Generate(_)
+        | Command::Completions(_)
+        | Command::Man(_)
         | Command::Lab(_)
         | Command::LoadTpch(_) => OnSignal::Exit,
     }

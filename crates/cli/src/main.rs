@@ -48,6 +48,12 @@ fn main() -> ExitCode {
 
 /// Build the context and run the command.
 fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
+    // What describes sheaf itself needs no settings, catalog or repository.
+    match &cli.command {
+        Command::Completions(a) => return commands::manual::completions(a).map(|()| Outcome::Success),
+        Command::Man(a) => return commands::manual::man(a).map(|()| Outcome::Success),
+        _ => {}
+    }
     let ctx = Context::new(cli.catalog, cli.config.as_deref(), cli.command.shared(), interrupt)?;
     let ctx = &ctx;
     match cli.command {
@@ -74,6 +80,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::Extract(a) => commands::extract::run(ctx, a)?,
         Command::Lab(a) => commands::lab::run(ctx, a)?,
         Command::Generate(a) => commands::generate::run(a)?,
+        Command::Completions(_) | Command::Man(_) => unreachable!("answered before the context is made"),
         Command::Demo(a) => commands::demo::run(ctx, a)?,
         Command::Bench(a) => commands::bench::run(ctx, a)?,
         Command::LoadTpch(a) => commands::load_tpch::run(a)?,

@@ -25,7 +25,7 @@ pub use repo::{
     WalReceiveArgs, WalSummarizeArgs,
 };
 pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
-pub use tools::{BenchArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ShowArgs};
+pub use tools::{BenchArgs, CompletionsArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ManArgs, ShowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -84,6 +84,16 @@ sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-name before_upgrade --
     Verify(VerifyArgs),
     /// Write a seeded data set of known compressibility, to try sheaf on.
     Generate(GenerateArgs),
+    /// Print the shell completion script for SHELL, generated from sheaf's own flags.
+    #[command(after_help = "Examples:\n  \
+sheaf completions bash > /etc/bash_completion.d/sheaf\n  \
+sheaf completions zsh > \"${fpath[1]}/_sheaf\"\n  \
+sheaf completions fish > ~/.config/fish/completions/sheaf.fish")]
+    Completions(CompletionsArgs),
+    /// Write the man pages (sheaf.1, and sheaf-COMMAND.1 for each command), generated from the same
+    /// flags as --help; the package installs them, so that `man sheaf-restore` works.
+    #[command(after_help = "Example:\n  sheaf man --to /usr/local/share/man/man1 && man sheaf-restore")]
+    Man(ManArgs),
     /// A throwaway PostgreSQL cluster loaded with TPC-H, backed up with each codec, restored,
     /// started and checked; prints the table the seed authors built by hand (make demo runs it).
     #[command(after_help = "Installs Debian's postgresql first if it is missing (as root). Stops every server it started, also on Ctrl-C.")]
@@ -304,7 +314,15 @@ impl Command {
             Command::WalFetch(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::WalReceive(a) => Shared { spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Bench(a) => Shared { keys: Some(a.keys.clone()), ..Shared::default() },
-            Command::Generate(_) | Command::Demo(_) | Command::LoadTpch(_) | Command::Config(_) | Command::List(_) | Command::Show(_) | Command::Agent(_) => Shared::default(),
+            Command::Generate(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::Demo(_)
+            | Command::LoadTpch(_)
+            | Command::Config(_)
+            | Command::List(_)
+            | Command::Show(_)
+            | Command::Agent(_) => Shared::default(),
         }
     }
 }

@@ -8,6 +8,21 @@ use clap::Args;
 use super::shared::{KeyArgs, RepoArg, S3Args};
 
 #[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+pub struct ManArgs {
+    /// The folder to write the pages into (made if missing): sheaf.1, and sheaf-COMMAND.1 for
+    /// each command (sheaf-key-add.1 for a command's own commands).
+    #[arg(long = "to", value_name = "DIR")]
+    pub to: PathBuf,
+}
+
+#[derive(Args)]
 pub struct GenerateArgs {
     /// Directory to create; refused if it exists and is not empty.
     pub dir: PathBuf,

@@ -19,6 +19,7 @@ pub mod keep;
 pub mod key;
 pub mod lab;
 pub mod load_tpch;
+pub mod manual;
 pub mod restore;
 pub mod undelete;
 pub mod verify;

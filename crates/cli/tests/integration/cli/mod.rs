@@ -83,6 +83,54 @@ fn help_teaches_flags_examples_and_exit_codes() {
 }
 
 #[test]
+fn completions_and_man_pages_come_from_the_same_flags_as_help() {
+    let dir = tempfile::tempdir().unwrap();
+    // bash: the script, sourced, completes a command's name and its flags (bash calls the
+    // function with the command, the word being completed and the one before).
+    let o = run(&["completions", "bash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let script = dir.path().join("sheaf.bash");
+    fs::write(&script, &o.stdout).unwrap();
+    let complete = |words: &str| {
+        let probe = format!("source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _sheaf sheaf \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"", script.display());
+        let o = Command::new("bash").args(["--norc", "-c", &probe]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(complete("sheaf res"), ["restore"]);
+    assert!(complete("sheaf restore --stand").contains(&"--standby".to_string()), "{:?}", complete("sheaf restore --stand"));
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let o = run(&["completions", shell]);
+        assert!(o.status.success() && stdout(&o).contains("wal-push") && stdout(&o).contains("--primary-conninfo"), "{shell}: {}", stderr(&o));
+    }
+    assert_fails(&run(&["completions", "tcsh"]), 2, &["tcsh", "bash"]);
+
+    // man: a page per command and per command of a command, as `man` renders them.
+    let pages = dir.path().join("man1");
+    let o = run(&["man", "--to", s(&pages)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let help = stdout(&run(&["--help"]));
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        // A description's wrapped lines are indented further than the names.
+        .filter(|l| !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() > 20, "{help}");
+    for c in &commands {
+        assert!(pages.join(format!("sheaf-{c}.1")).exists(), "no page for {c}");
+    }
+    assert!(pages.join("sheaf.1").exists() && pages.join("sheaf-key-add.1").exists());
+    let shown = Command::new("man").args(["-P", "cat", "-l"]).arg(pages.join("sheaf-restore.1")).env("MANWIDTH", "120").env("LC_ALL", "C").output().unwrap();
+    let text = stdout(&shown);
+    assert!(shown.status.success() && text.contains("sheaf-restore") && text.contains("--standby") && text.contains("--primary-conninfo"), "{text}{}", stderr(&shown));
+}
+
+#[test]
 fn summary_and_json_report_what_a_dba_needs() {
     let f = Fixture::new();
     let a = f.path("a.sheaf");
