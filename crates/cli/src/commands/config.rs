@@ -27,14 +27,18 @@ pub fn run(settings: &Settings, a: ConfigArgs) -> Result<(), Error> {
         return Ok(());
     }
     say!("config files read: {}", if files.is_empty() { "none (/etc/sheaf/sheaf.toml, ~/.config/sheaf/sheaf.toml)".to_string() } else { files.join(", ") });
+    // Columns as wide as their longest entry: the names, then the values.
+    let width = rows.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+    let value_width = rows.iter().filter_map(|(_, v, _)| v.as_ref().map(|(v, _)| v.len())).max().unwrap_or(0).max("(not set)".len());
     for (k, v, what) in &rows {
         match v {
-            Some((v, o)) => say!("{k:<14} = {v:<40} from {o}"),
-            None => say!("{k:<14}   {:<40} ({what})", "(not set)"),
+            Some((v, o)) => say!("{k:<width$} = {v:<value_width$} from {o}"),
+            None => say!("{k:<width$}   {:<value_width$} ({what})", "(not set)"),
         }
     }
+    let aws_width = aws.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in aws {
-        say!("{k:<22} {v}  (environment, read by the S3 client)");
+        say!("{k:<aws_width$} {v}  (environment, read by the S3 client)");
     }
     Ok(())
 }

@@ -131,6 +131,30 @@ fn completions_and_man_pages_come_from_the_same_flags_as_help() {
 }
 
 #[test]
+fn config_lines_up_its_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("sheaf.toml");
+    fs::write(&conf, "compression = \"lz4\"\nretention-full = 3\n").unwrap();
+    let o = run(&["--config", s(&conf), "config"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let rows: Vec<&str> = out.lines().skip(1).filter(|l| !l.starts_with("AWS_")).collect();
+    let width = rows.iter().map(|r| r.split_whitespace().next().unwrap().len()).max().unwrap();
+    // The value column starts at one place on every row, and what follows it at another.
+    let mut third = std::collections::BTreeSet::new();
+    for r in &rows {
+        let (mark, rest) = (&r[width..width + 3], &r[width + 3..]);
+        match mark {
+            " = " => third.insert(rest.find(" from ").unwrap_or_else(|| panic!("{r}"))),
+            "   " if rest.starts_with("(not set)") => third.insert(rest.find(" (").unwrap_or_else(|| panic!("{r}"))),
+            _ => panic!("misaligned: {r:?} (names {width} wide)\n{out}"),
+        };
+    }
+    assert_eq!(third.len(), 1, "the third column starts at one place: {out}");
+    assert!(out.contains("lz4") && out.contains("retention-full"), "{out}");
+}
+
+#[test]
 fn summary_and_json_report_what_a_dba_needs() {
     let f = Fixture::new();
     let a = f.path("a.sheaf");
