@@ -17,7 +17,7 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use sheaf_core::codec::CodecSpec;
 use sheaf_core::format::{MAX_TRANSFER_SIZE, MIN_TRANSFER_SIZE};
 use sheaf_core::source::{list_one, Walk};
-use sheaf_core::stop::Stop;
+use sheaf_core::stop::{Beat, Stop};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::certs::fingerprint;
@@ -185,16 +185,18 @@ impl Agent {
     }
 
     /// Serve until `stop` is set, a thread per connection; each connection is logged when it
-    /// opens (who) and when it ends (what it read, bytes, how it ended).
+    /// opens (who) and when it ends (what it read, bytes, how it ended); `beat` beats each time the
+    /// accept loop goes round.
     ///
     /// # Errors
     /// The listener failing.
-    pub fn serve(self, stop: Stop, log: Log) -> Result<()> {
+    pub fn serve(self, stop: Stop, log: Log, beat: Beat) -> Result<()> {
         self.listener.set_nonblocking(true).map_err(|e| Error::io(ErrorKind::Io, "the agent's socket", e))?;
         let busy = Arc::new(AtomicUsize::new(0));
         let mut checked = Instant::now();
         self.warn_expiring(&log);
         while !stop.asked() {
+            beat.beat();
             if self.reload.swap(false, Ordering::SeqCst) {
                 self.reload_allowed(&log);
             }

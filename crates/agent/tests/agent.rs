@@ -52,7 +52,7 @@ fn fixture() -> Fixture {
     let log = Arc::new(Mutex::new(Vec::new()));
     let stop = sheaf_core::stop::Stop::new();
     let (l, s, reload) = (log.clone(), stop.clone(), agent.reload_flag());
-    std::thread::spawn(move || agent.serve(s, Arc::new(move |m: &str| l.lock().unwrap().push(m.to_string()))));
+    std::thread::spawn(move || agent.serve(s, Arc::new(move |m: &str| l.lock().unwrap().push(m.to_string())), Default::default()));
     Fixture { _dir: dir, pgdata, tablespace, tls, addr, log, stop, reload }
 }
 

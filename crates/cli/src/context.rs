@@ -100,10 +100,8 @@ impl Context {
     /// The context for a command with these shared flags.
     ///
     /// # Errors
-    /// A config file that cannot be read or holds what sheaf does not know, a setting that does
-    /// not parse ([`Settings::load`]).
-    pub fn new(catalog: Option<PathBuf>, config: Option<&Path>, shared: Shared, interrupt: Interrupt) -> Result<Context> {
-        let settings = Settings::load(config)?;
+    /// None today: what cannot be resolved keeps its error for the command to meet.
+    pub fn new(catalog: Option<PathBuf>, settings: Settings, shared: Shared, interrupt: Interrupt) -> Result<Context> {
         let s3 = shared.s3.map(|flags| s3_settings(&settings, flags));
         let schemes = schemes(s3.as_ref());
         let (secret, keys) = match &shared.keys {

@@ -16,7 +16,7 @@
 //! A second signal exits at once, whatever the command. Only this module and `main` end the
 //! process.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use sheaf_core::stop::Stop;
@@ -65,16 +65,19 @@ pub fn policy(command: &Command) -> OnSignal {
         | Command::Generate(_)
         | Command::Completions(_)
         | Command::Man(_)
+        | Command::Version(_)
         | Command::Lab(_)
         | Command::LoadTpch(_) => OnSignal::Exit,
     }
 }
 
 /// The signals a command's policy takes: all three, but SIGHUP for the agent, which reads its
-/// allowed clients again on it.
-fn signals(command: &Command) -> &'static [i32] {
+/// allowed clients again on it, and for any command whose log goes to a file, which SIGHUP opens
+/// again (logrotate's `postrotate`).
+fn signals(command: &Command, log_file: bool) -> &'static [i32] {
     match command {
         Command::Agent(_) => &[SIGINT, SIGTERM],
+        _ if log_file => &[SIGINT, SIGTERM],
         _ => &[SIGINT, SIGTERM, SIGHUP],
     }
 }
@@ -98,20 +101,29 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
-    /// Catch `command`'s signals on a thread of their own and act on them as [`policy`] says.
+    /// Catch `command`'s signals on a thread of their own and act on them as [`policy`] says;
+    /// with `reopen_log` (the log file's flag), SIGHUP sets it instead.
     ///
     /// # Errors
     /// When the handlers cannot be installed.
-    pub fn install(command: &Command) -> std::io::Result<Interrupt> {
+    pub fn install(command: &Command, reopen_log: Option<Arc<AtomicBool>>) -> std::io::Result<Interrupt> {
         let on_signal = policy(command);
         let interrupt = Interrupt { stop: Stop::new(), signal: Arc::new(AtomicI32::new(0)), on_signal: Some(on_signal) };
-        let mut caught = signal_hook::iterator::Signals::new(signals(command))?;
+        let mut caught = signal_hook::iterator::Signals::new(signals(command, reopen_log.is_some()))?;
+        if let Some(flag) = reopen_log {
+            signal_hook::flag::register(SIGHUP, flag)?;
+        }
         let i = interrupt.clone();
         std::thread::Builder::new().name("signals".into()).spawn(move || {
             for signal in caught.forever() {
                 if i.signal.swap(signal, Ordering::SeqCst) != 0 {
                     std::process::exit(128 + signal);
                 }
+                tracing::warn!(target: "sheaf", "{}: {}", name(signal), match on_signal {
+                    OnSignal::Exit => "exiting",
+                    OnSignal::Unwind => "stopping what this command started",
+                    OnSignal::End => "stopping",
+                });
                 match on_signal {
                     OnSignal::Exit => std::process::exit(128 + signal),
                     OnSignal::Unwind => {

@@ -1,5 +1,5 @@
-//! `sheaf`: the command line. `main` parses the flags ([`args`]), installs the one interrupt policy
-//! ([`interrupt`]), builds the [`context::Context`] once, runs the command ([`commands`]) and turns
+//! `sheaf`: the command line. `main` parses the flags ([`args`]), reads the settings, starts the
+//! [`log`], installs the one interrupt policy ([`interrupt`]), builds the [`context::Context`] once, runs the command ([`commands`]) and turns
 //! how it ended into the exit status ([`exit`]). All the work is in `sheaf-core` and `sheaf-pg`;
 //! this crate parses and prints.
 
@@ -10,6 +10,8 @@ mod commands;
 mod context;
 mod exit;
 mod interrupt;
+mod log;
+mod notify;
 mod progress;
 mod recorder;
 mod settings;
@@ -23,38 +25,48 @@ use args::{Cli, Command};
 use context::Context;
 use exit::Outcome;
 use interrupt::Interrupt;
+use settings::Settings;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let interrupt = match Interrupt::install(&cli.command) {
-        Ok(i) => i,
-        Err(e) => {
-            exit::report(&Error::io(sheaf_core::ErrorKind::Io, "cannot install the signal handlers", e));
-            return ExitCode::from(1);
-        }
+    // What describes sheaf itself needs no settings, log, catalog or repository.
+    let about = match &cli.command {
+        Command::Completions(a) => Some(commands::manual::completions(a)),
+        Command::Man(a) => Some(commands::manual::man(a)),
+        Command::Version(a) => Some(commands::version::run(a)),
+        _ => None,
     };
-    let status = match run(cli, interrupt.clone()) {
+    if let Some(r) = about {
+        return ExitCode::from(r.map_or_else(|e| report(&e), |()| 0));
+    }
+    let started = Settings::load(cli.config.as_deref()).and_then(|settings| {
+        let reopen = log::Plan::resolve(&cli.log, &settings, log::stderr_is_journal()).start()?;
+        let interrupt = Interrupt::install(&cli.command, reopen).map_err(|e| Error::io(sheaf_core::ErrorKind::Io, "cannot install the signal handlers", e))?;
+        Ok((settings, interrupt))
+    });
+    let (settings, interrupt) = match started {
+        Ok(s) => s,
+        Err(e) => return ExitCode::from(report(&e)),
+    };
+    let status = match run(cli, settings, interrupt.clone()) {
         Ok(outcome) => outcome.code(),
         Err(e) => match interrupt.status() {
             Some(status) => status,
-            None => {
-                exit::report(&e);
-                exit::code(e.kind())
-            }
+            None => report(&e),
         },
     };
     ExitCode::from(status)
 }
 
+/// Say what went wrong; the exit status for it.
+fn report(e: &Error) -> u8 {
+    exit::report(e);
+    exit::code(e.kind())
+}
+
 /// Build the context and run the command.
-fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
-    // What describes sheaf itself needs no settings, catalog or repository.
-    match &cli.command {
-        Command::Completions(a) => return commands::manual::completions(a).map(|()| Outcome::Success),
-        Command::Man(a) => return commands::manual::man(a).map(|()| Outcome::Success),
-        _ => {}
-    }
-    let ctx = Context::new(cli.catalog, cli.config.as_deref(), cli.command.shared(), interrupt)?;
+fn run(cli: Cli, settings: Settings, interrupt: Interrupt) -> Result<Outcome, Error> {
+    let ctx = Context::new(cli.catalog, settings, cli.command.shared(), interrupt)?;
     let ctx = &ctx;
     match cli.command {
         Command::Backup(a) => commands::backup::run(ctx, a)?,
@@ -80,7 +92,7 @@ fn run(cli: Cli, interrupt: Interrupt) -> Result<Outcome, Error> {
         Command::Extract(a) => commands::extract::run(ctx, a)?,
         Command::Lab(a) => commands::lab::run(ctx, a)?,
         Command::Generate(a) => commands::generate::run(a)?,
-        Command::Completions(_) | Command::Man(_) => unreachable!("answered before the context is made"),
+        Command::Completions(_) | Command::Man(_) | Command::Version(_) => unreachable!("answered before the settings are read"),
         Command::Demo(a) => commands::demo::run(ctx, a)?,
         Command::Bench(a) => commands::bench::run(ctx, a)?,
         Command::LoadTpch(a) => commands::load_tpch::run(a)?,

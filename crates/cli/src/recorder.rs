@@ -29,29 +29,35 @@ struct Recorder {
 
 impl Recorder {
     fn begin(path: Option<&Path>, start: sheaf_catalog::RunStart) -> Recorder {
-        match sheaf_catalog::Catalog::open(path) {
-            Ok(c) => match c.begin(&start) {
-                Ok(id) => Recorder { catalog: Some(c), id: Some(id) },
-                Err(e) => {
-                    eprintln!("sheaf: warning: {e}; this run is not recorded");
-                    Recorder { catalog: None, id: None }
-                }
-            },
+        let begun = sheaf_catalog::Catalog::open(path).and_then(|c| c.begin(&start).map(|id| (c, id)));
+        match begun {
+            Ok((c, id)) => {
+                // From here every log line carries the run's id, as `sheaf list` shows it.
+                crate::log::set_run(id);
+                tracing::info!(target: "sheaf", operation = start.operation.as_str(), source = start.source.as_deref().unwrap_or(""), "run {id} started");
+                Recorder { catalog: Some(c), id: Some(id) }
+            }
             Err(e) => {
-                eprintln!("sheaf: warning: {e}; this run is not recorded");
+                crate::log::warning(format_args!("{e}; this run is not recorded"));
+                tracing::info!(target: "sheaf", operation = start.operation.as_str(), source = start.source.as_deref().unwrap_or(""), "run started (not recorded)");
                 Recorder { catalog: None, id: None }
             }
         }
     }
 
     fn end(self, result: &Result<Done, Error>) {
+        match result {
+            Ok(done) => tracing::info!(target: "sheaf", status = "complete", backup_id = done.json.get("backup_id").and_then(|v| v.as_str()).unwrap_or(""), "run complete"),
+            // The error itself is the next line, the command's last.
+            Err(_) => tracing::info!(target: "sheaf", status = "failed", "run failed"),
+        }
         let (Some(c), Some(id)) = (self.catalog, self.id) else { return };
         let r = match result {
             Ok(done) => c.finish(id, &run_end(done), None),
             Err(e) => c.finish(id, &sheaf_catalog::RunEnd::default(), Some(&e.to_string())),
         };
         if let Err(e) = r {
-            eprintln!("sheaf: warning: {e}");
+            crate::log::warning(e);
         }
     }
 }

@@ -198,6 +198,9 @@ settings! {
     S3_ALLOW_HTTP s3_allow_http: bool = "s3-allow-http", "allow a plain-HTTP endpoint (true/false)";
     S3_PATH_STYLE s3_path_style: bool = "s3-path-style", "path-style addressing (true/false)";
     S3_KMS_KEY_ID s3_kms_key_id: String = "s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)";
+    LOG_LEVEL log_level: crate::log::Level = "log-level", "how much the log says: error, warn, info (the default), debug or trace";
+    LOG_FILE log_file: PathBuf = "log-file", "append the log to this file (opened again on SIGHUP, for logrotate)";
+    LOG_FORMAT log_format: crate::log::Format = "log-format", "the log's lines: text or json";
     S3_SSE_CUSTOMER_KEY_FILE s3_sse_customer_key_file: PathBuf = "s3-sse-customer-key-file", "SSE-C: the file holding the key S3 encrypts with (see --s3-sse-customer-key-file)";
 }
 

@@ -207,6 +207,32 @@ pub trait Decompressor: Send {
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()>;
 }
 
+/// The version of the zstd library linked in, as it reports itself (`1.5.7`).
+pub fn zstd_version() -> &'static str {
+    ::zstd::zstd_safe::version_string()
+}
+
+/// The CPU features the codecs and the cipher pick their fastest paths by, that this CPU has.
+pub fn cpu_features() -> Vec<&'static str> {
+    let mut on = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        for (name, has) in [
+            ("sse4.2", std::arch::is_x86_feature_detected!("sse4.2")),
+            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+            ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+            ("aes", std::arch::is_x86_feature_detected!("aes")),
+            ("vaes", std::arch::is_x86_feature_detected!("vaes")),
+            ("pclmulqdq", std::arch::is_x86_feature_detected!("pclmulqdq")),
+        ] {
+            if has {
+                on.push(name);
+            }
+        }
+    }
+    on
+}
+
 /// A decompressor for frames written with `kind`.
 pub fn decompressor(kind: CodecKind) -> Result<Box<dyn Decompressor>> {
     Ok(match kind {

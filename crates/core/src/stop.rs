@@ -119,6 +119,24 @@ impl Stop {
     }
 }
 
+/// A sign of life from a loop that runs until stopped (a daemon's accept or receive loop): it
+/// beats each time round, and whoever watches (systemd's watchdog, through the CLI) sees the count
+/// move. A loop that hangs stops beating, though the process lives on.
+#[derive(Clone, Debug, Default)]
+pub struct Beat(Arc<AtomicU64>);
+
+impl Beat {
+    /// One more time round.
+    pub fn beat(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times round so far.
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A registration of [`Stop::on_ask`]; dropping it unregisters what was to run.
 #[must_use = "dropping it at once unregisters the hook"]
 pub struct OnAsk {

@@ -19,6 +19,12 @@ pub fn utc(secs: i64) -> String {
     instant(secs * 1000).format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// Milliseconds since the epoch as RFC 3339 in UTC, to the millisecond: `2026-11-29T10:15:00.250Z`
+/// (a log line's time).
+pub fn utc_precise(ms: i64) -> String {
+    instant(ms).format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
 /// Milliseconds since the epoch as PostgreSQL reads a UTC time: `2026-11-22 10:15:00.250+00`.
 pub fn utc_ms(ms: i64) -> String {
     instant(ms).format("%Y-%m-%d %H:%M:%S%.3f+00").to_string()

@@ -24,8 +24,8 @@ pub use repo::{
     CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs,
     WalReceiveArgs, WalSummarizeArgs,
 };
-pub use shared::{KeyArgs, RateArgs, RepoArg, S3Args, SpoolArg};
-pub use tools::{BenchArgs, CompletionsArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ManArgs, ShowArgs};
+pub use shared::{KeyArgs, LogArgs, RateArgs, RepoArg, S3Args, SpoolArg};
+pub use tools::{BenchArgs, CompletionsArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ManArgs, ShowArgs, VersionArgs};
 
 #[derive(Parser)]
 #[command(
@@ -49,6 +49,8 @@ pub struct Cli {
     /// variables win over it.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -84,6 +86,9 @@ sheaf restore --repo /srv/sheaf --to /srv/pg/new --target-name before_upgrade --
     Verify(VerifyArgs),
     /// Write a seeded data set of known compressibility, to try sheaf on.
     Generate(GenerateArgs),
+    /// What this sheaf is: its version; with --verbose the commit and date it was built from, its
+    /// codecs and their libraries' versions, ISA-L, the crypto provider (for a bug report).
+    Version(VersionArgs),
     /// Print the shell completion script for SHELL, generated from sheaf's own flags.
     #[command(after_help = "Examples:\n  \
 sheaf completions bash > /etc/bash_completion.d/sheaf\n  \
@@ -317,6 +322,7 @@ impl Command {
             Command::Generate(_)
             | Command::Completions(_)
             | Command::Man(_)
+            | Command::Version(_)
             | Command::Demo(_)
             | Command::LoadTpch(_)
             | Command::Config(_)

@@ -6,6 +6,26 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+/// Where the log goes and what it says: global flags, every command takes them.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "Log")]
+pub struct LogArgs {
+    /// How much the log says: error, warn, info, debug, trace. Alone (without --log-file, outside
+    /// systemd) it sends the log to stderr. Default: SHEAF_LOG_LEVEL, else log-level in the config
+    /// file, else info.
+    #[arg(long, global = true, value_name = "LEVEL", value_enum)]
+    pub log_level: Option<crate::log::Level>,
+    /// Append the log to FILE (created 0640), opened again on SIGHUP for logrotate. Every line of a
+    /// run carries the run id `sheaf list` shows. Under systemd the log goes to the journal without
+    /// it. Default: SHEAF_LOG_FILE, else log-file in the config file, else no file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// The log's lines: text, or json (one object per line). Default: SHEAF_LOG_FORMAT, else
+    /// log-format in the config file, else text.
+    #[arg(long, global = true, value_name = "FORMAT", value_enum)]
+    pub log_format: Option<crate::log::Format>,
+}
+
 /// `--max-rate`, for the commands that move a backup's bytes.
 #[derive(Args, Clone, Default)]
 pub struct RateArgs {

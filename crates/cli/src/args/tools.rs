@@ -223,3 +223,14 @@ pub struct ShowArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// `sheaf version`.
+#[derive(Args)]
+pub struct VersionArgs {
+    /// Also the commit and build date, the codecs and their libraries, ISA-L, the crypto provider.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// As JSON.
+    #[arg(long)]
+    pub json: bool,
+}

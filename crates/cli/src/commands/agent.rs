@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use sheaf_agent::{certs, Agent, AgentConfig};
+use sheaf_core::stop::Beat;
 use sheaf_core::Error;
 
 use crate::args::AgentArgs;
@@ -43,13 +44,16 @@ pub fn run(ctx: &Context, a: AgentArgs) -> Result<(), Error> {
     let agent = Agent::bind(&config)?;
     // SIGHUP reads allowed-clients again (a flag the agent polls; nothing else runs in the handler).
     signal_hook::flag::register(signal_hook::consts::SIGHUP, agent.reload_flag()).map_err(|e| Error::io(sheaf_core::ErrorKind::Io, "cannot install the SIGHUP handler", e))?;
-    eprintln!(
-        "sheaf agent: serving {} (read-only) on {}, to clients in {} (kill -HUP {} reads it again)",
-        config.pgdata.display(),
-        agent.local_addr()?,
-        config.tls_dir.join(certs::ALLOWED).display(),
-        std::process::id()
-    );
-    let log = Arc::new(|m: &str| eprintln!("sheaf agent: {} {m}", sheaf_core::time::utc_now()));
-    agent.serve(ctx.interrupt.stop().clone(), log)
+    let serving = format!("serving {} (read-only) on {}, to clients in {}", config.pgdata.display(), agent.local_addr()?, config.tls_dir.join(certs::ALLOWED).display());
+    crate::log::note("sheaf agent", format_args!("{serving} (kill -HUP {} reads it again)", std::process::id()));
+    let log = Arc::new(|m: &str| {
+        crate::log::note("sheaf agent", m);
+        crate::notify::status(m);
+    });
+    let beat = Beat::default();
+    crate::notify::watchdog(beat.clone(), ctx.interrupt.stop().clone());
+    crate::notify::ready(&serving);
+    let r = agent.serve(ctx.interrupt.stop().clone(), log, beat);
+    crate::notify::stopping();
+    r
 }

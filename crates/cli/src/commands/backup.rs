@@ -134,7 +134,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     eprintln!("sheaf: {why}");
                 }
                 if let Some(Err(e)) = &expired {
-                    eprintln!("sheaf: warning: the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish");
+                    crate::log::warning(format_args!("the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish"));
                 }
                 let report = backup.report.clone();
                 (report, Some(Cluster { backup, record: Some(record), expired }))
@@ -163,7 +163,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         }
     };
     for w in &r.warnings {
-        eprintln!("sheaf: warning: {w}");
+        crate::log::warning(w);
     }
     let mut v = serde_json::to_value(&r).expect("report serialises");
     v["ratio"] = serde_json::json!(r.ratio());
@@ -238,6 +238,6 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
         r.check_failures.len()
     );
     for c in &r.check_failures {
-        eprintln!("sheaf: warning: checksum failure kept by --ignore-checksum-failures: {c}");
+        crate::log::warning(format_args!("checksum failure kept by --ignore-checksum-failures: {c}"));
     }
 }

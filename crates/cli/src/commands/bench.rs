@@ -66,7 +66,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
     };
     let note = |e: Event| match e {
         Event::Note(n) => eprintln!("sheaf bench: {n}"),
-        Event::Warning(w) => eprintln!("sheaf: warning: {w}"),
+        Event::Warning(w) => crate::log::warning(w),
         Event::Run { index, total, what, repeat, repeats, eta } => {
             eprintln!("sheaf bench: [{index}/{total}{}] {what} (run {repeat} of {repeats})", eta.map_or_else(String::new, |d| format!(", {} left", duration(d))))
         }

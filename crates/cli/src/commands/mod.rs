@@ -23,6 +23,7 @@ pub mod manual;
 pub mod restore;
 pub mod undelete;
 pub mod verify;
+pub mod version;
 pub mod wal_fetch;
 pub mod wal_push;
 pub mod wal_receive;

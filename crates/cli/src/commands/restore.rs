@@ -210,7 +210,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
         }
     }
     if let Some(w) = written.as_ref().and_then(|w| archive_warning(&a, w, None)) {
-        eprintln!("sheaf: warning: {w}");
+        crate::log::warning(w);
     }
     Ok(v)
 }
@@ -272,7 +272,7 @@ fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> 
         }
     }
     if let Some(w) = archive_warning(&a, &restored.startup, Some(&from)) {
-        eprintln!("sheaf: warning: {w}");
+        crate::log::warning(w);
     }
     Ok(v)
 }

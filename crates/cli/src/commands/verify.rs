@@ -99,7 +99,7 @@ fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_pg::repo::Repo, severa
             eprintln!("sheaf: {p}");
         }
         for w in &check.warnings {
-            eprintln!("sheaf: warning: {w}");
+            crate::log::warning(w);
         }
         let n = check.problems.len();
         let read = check.backups.iter().filter(|b| b.read).count();

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use sheaf_core::stop::Beat;
 use sheaf_core::Error;
 use sheaf_pg::wal::receive::{receive, Events, ReceiveOptions};
 
@@ -32,12 +33,29 @@ pub fn run(ctx: &Context, a: WalReceiveArgs) -> Result<(), Error> {
     // The spool setting is given, so the WAL folder the spool would default to plays no part.
     let spool = ctx.spool(Path::new("."), first).dir().join("receive");
     let url = ctx.pg_url(a.url.clone())?;
-    let opts =
-        ReceiveOptions { url: url.clone(), slot: a.slot.clone(), spool, codec, partial_every: a.partial_every, retry_every: a.retry_every, stop: ctx.interrupt.stop().clone() };
+    let opts = ReceiveOptions {
+        url: url.clone(),
+        slot: a.slot.clone(),
+        spool,
+        codec,
+        partial_every: a.partial_every,
+        retry_every: a.retry_every,
+        stop: ctx.interrupt.stop().clone(),
+        beat: Beat::default(),
+    };
     let into: Vec<String> = repos.iter().map(|(r, _)| r.display().to_string()).collect();
-    eprintln!("sheaf: receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::connect::session::redact(&url), into.join(" and "), opts.slot, opts.spool.display());
-    let events: Events = Arc::new(|m: &str| eprintln!("sheaf: {} {m}", sheaf_core::time::utc_now()));
-    let r = receive(repos, &opts, &events)?;
+    let receiving = format!("receiving WAL from {} into {} (slot {}, spool {})", sheaf_pg::connect::session::redact(&url), into.join(" and "), opts.slot, opts.spool.display());
+    crate::log::note("sheaf", &receiving);
+    let events: Events = Arc::new(|m: &str| {
+        crate::log::note("sheaf", m);
+        crate::notify::status(m);
+    });
+    crate::notify::watchdog(opts.beat.clone(), opts.stop.clone());
+    // Ready once it runs: it connects (and connects again) by itself, saying so in its status.
+    crate::notify::ready(&receiving);
+    let r = receive(repos, &opts, &events);
+    crate::notify::stopping();
+    let r = r?;
     if a.json {
         say!("{}", serde_json::to_value(&r).expect("report serialises"));
     } else {

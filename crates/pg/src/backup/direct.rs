@@ -201,6 +201,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let label = opts.label.clone().unwrap_or_else(|| format!("sheaf backup {}", session.id().to_hex()));
     let start = sides.control.backup_start(&label, !pg.spread_checkpoint)?;
     let (start_lsn, timeline) = (start.lsn, start.timeline);
+    tracing::info!(start_lsn = %start_lsn, timeline, ?role, "the backup started: pg_backup_start returned");
     sides.prepare_standby(start, wait, &progress)?;
     // 3. List only now: everything created before the start LSN is on disk and listed,
     // tablespaces included. In-place tablespaces (a relative location) live inside the data
@@ -235,6 +236,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let stop = sides.control.backup_stop(facts.in_recovery, timeline)?;
     let span = WalSpan::of((start_lsn, timeline), &stop, facts.wal_segment_size)?;
     let segments = walname::segments_between(&span.start_wal, &span.stop_wal, facts.wal_segment_size)?;
+    tracing::info!(start_wal = %span.start_wal, stop_wal = %span.stop_wal, segments = segments.len(), "pg_backup_stop returned; the WAL from start to stop goes into the backup");
     let pg_wal = pgdata.join("pg_wal");
     let source = WalSource { pg_wal: (!pg.wal_from_archive).then_some(pg_wal.as_path()), files: files.as_ref(), archive: pg.archive.as_ref(), wait };
     if source.pg_wal.is_some() {

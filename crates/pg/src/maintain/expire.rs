@@ -269,10 +269,12 @@ pub fn expire(repo: &Repo, plan: &ExpirePlan) -> Result<()> {
         crate::repo::horizon::raise(repo, first).map_err(|e| e.context("expire removed nothing: the retention horizon could not be written"))?;
     }
     for o in &plan.objects {
+        tracing::debug!(object = o.as_str(), "removing");
         repo.delete(o).map_err(|e| e.context("expire stopped; run it again to finish"))?;
     }
     for id in plan.removed.iter().chain(&plan.unfinished) {
         repo.prune(&paths::backup_dir(id));
+        tracing::info!(backup = %id, "expired");
     }
     Ok(())
 }

@@ -76,6 +76,7 @@ pub fn push(repo: &Repo, path: &Path, codec: CodecSpec) -> Result<Pushed> {
     let archived = |repo: &Repo| -> Result<Pushed> {
         let src = repo.open(&object)?;
         if same_content(src.as_ref(), repo.keys(), &mut open()?, &name)? {
+            tracing::info!(wal = name.as_str(), "archived already with the same content");
             return Ok(Pushed { name: name.clone(), already: true, info: None });
         }
         Err(Error::new(
@@ -90,7 +91,10 @@ pub fn push(repo: &Repo, path: &Path, codec: CodecSpec) -> Result<Pushed> {
         return archived(repo);
     }
     match repo.put(&object, &mut open()?, codec, false, &path.display().to_string()) {
-        Ok(info) => Ok(Pushed { name, already: false, info: Some(info) }),
+        Ok(info) => {
+            tracing::info!(wal = name.as_str(), "archived");
+            Ok(Pushed { name, already: false, info: Some(info) })
+        }
         // Another writer storing the same name (wal-receive and archive_command both keep a
         // segment or a history file, or two archivers retry one): once it has published the
         // object, ours counts as archived if the two match.

@@ -13,6 +13,7 @@ use super::common::{assert_fails, catalog, s, sheaf, stderr, stdout, SHEAF};
 
 mod bench;
 mod faults;
+mod operate;
 mod secrets;
 mod stripes;
 

@@ -144,7 +144,14 @@ fn receive_loop(repos: &[(Place, Result<Repo>)], meta: &RepoMeta, opts: &Receive
         |e, pause| {
             events(&format!("{e}; connecting again in {} s", pause.as_secs()));
             shared.report().last_error = Some(e.to_string());
-            let _ = opts.stop.sleep(pause);
+            // Alive while it waits: a beat a second.
+            let until = std::time::Instant::now() + pause;
+            while let Some(left) = until.checked_duration_since(std::time::Instant::now()).filter(|d| !d.is_zero()) {
+                opts.beat.beat();
+                if opts.stop.sleep(left.min(std::time::Duration::from_secs(1))).is_err() {
+                    break;
+                }
+            }
         },
     )
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use sheaf_core::stop::Stop;
+use sheaf_core::stop::{Beat, Stop};
 use sheaf_core::CodecSpec;
 
 use crate::cluster::lsn::Lsn;
@@ -31,6 +31,8 @@ pub struct ReceiveOptions {
     pub retry_every: Duration,
     /// Set to stop (what was received is stored first).
     pub stop: Stop,
+    /// Beats each time the receiver goes round (streaming, or waiting to connect again).
+    pub beat: Beat,
 }
 
 /// What a receiver did.

@@ -37,6 +37,7 @@ pub(super) fn stream(c: &mut Replication, opts: &ReceiveOptions, shared: &Shared
     let mut last_status = Instant::now();
     let io = |what: &str, p: &Path, e: std::io::Error| Error::io(ErrorKind::Io, format!("{what} {}", p.display()), e);
     loop {
+        opts.beat.beat();
         if opts.stop.asked() {
             if let Some(o) = &open {
                 o.file.sync_data().map_err(|e| io("cannot sync", &o.path, e))?;
