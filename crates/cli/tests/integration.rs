@@ -8,4 +8,5 @@ mod integration {
     pub mod crash;
     pub mod postgres;
     pub mod s3;
+    pub mod units;
 }

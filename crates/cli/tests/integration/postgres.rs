@@ -24,6 +24,7 @@ pub mod replica;
 pub mod repo;
 pub mod standby;
 pub mod tls;
+pub mod units;
 pub mod verify;
 pub mod walsum;
 

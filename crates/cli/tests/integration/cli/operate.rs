@@ -181,3 +181,48 @@ fn version_verbose_names_the_build_and_its_libraries() {
     let v: serde_json::Value = serde_json::from_slice(&run(Command::new(super::super::common::SHEAF).args(["version", "--json"])).stdout).unwrap();
     assert_eq!(v["codecs"].as_array().unwrap().len(), 3);
 }
+
+/// Every unit in contrib/systemd passes `systemd-analyze verify` without a word (an instance of
+/// each template, the binary where the package puts it replaced by this one); each job's service
+/// has its timer (a calendar, Persistent, a randomized delay); every service has the same
+/// hardening; the daemons are Type=notify with a watchdog.
+#[test]
+fn the_units_pass_systemd_analyze_verify() {
+    use crate::integration::units;
+    let dir = tempfile::tempdir().unwrap();
+    let all = units::all();
+    assert!(all.len() >= 14, "{all:?}");
+    let mut names = Vec::new();
+    for (name, text) in &all {
+        fs::write(dir.path().join(name), text.replace("/usr/bin/sheaf", super::super::common::SHEAF)).unwrap();
+        names.push(name.replace("@.", "@db1."));
+    }
+    let o = Command::new("systemd-analyze").arg("verify").arg("--man=no").args(&names).current_dir(dir.path()).output().expect("systemd-analyze (Debian's systemd package)");
+    assert!(o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(), "{}{}", stdout(&o), stderr(&o));
+
+    let hardening = |text: &str| -> Vec<String> {
+        ["NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "RestrictSUIDSGID", "CapabilityBoundingSet", "UMask", "SystemCallArchitectures"]
+            .iter()
+            .map(|k| format!("{k}={}", units::value(text, "Service", k)))
+            .collect()
+    };
+    let services: Vec<&(String, String)> = all.iter().filter(|(n, _)| n.ends_with(".service")).collect();
+    let first = hardening(&services[0].1);
+    for (name, text) in &services {
+        assert_eq!(hardening(text), first, "{name}'s hardening differs");
+        assert!(!units::values(text, "Service", "ReadWritePaths").is_empty(), "{name} says what it may write");
+        match units::value(text, "Service", "Type").as_str() {
+            "notify" => assert!(!units::value(text, "Service", "WatchdogSec").is_empty(), "{name}"),
+            "oneshot" => {
+                let timer = name.replace(".service", ".timer");
+                let (_, t) = all.iter().find(|(n, _)| *n == timer).unwrap_or_else(|| panic!("{name} has no timer"));
+                assert_eq!(units::value(t, "Timer", "Persistent"), "true", "{timer}");
+                assert!(!units::value(t, "Timer", "RandomizedDelaySec").is_empty(), "{timer}");
+                let cal = units::value(t, "Timer", "OnCalendar");
+                let c = Command::new("systemd-analyze").args(["calendar", &cal]).output().unwrap();
+                assert!(c.status.success(), "{timer}: {cal}: {}", stderr(&c));
+            }
+            other => panic!("{name}: Type={other}"),
+        }
+    }
+}
