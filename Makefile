@@ -1,7 +1,7 @@
 # sheaf: the two commands a newcomer needs are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all deps build test lint crash demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
+.PHONY: all deps build deb test lint crash demo bench bench-engine bench-report bench-s3 bench-archive fuzz clean
 
 all: build
 
@@ -10,6 +10,12 @@ deps:
 
 build: deps
 	$(CARGO) build --release --locked
+
+# The Debian package (target/deb/sheaf_VERSION_ARCH.deb): the binary, man pages, completions,
+# systemd units, /etc/sheaf/sheaf.toml, logrotate; lintian must report no error. Install it with
+# dpkg -i on any Debian 12 or later; the target needs no Rust toolchain.
+deb: build
+	@scripts/make-deb.sh
 
 # The whole suite: unit tests, the round-trip matrix, the storage conformance suite and the CLI
 # fault tests (some mount a small tmpfs or drop privileges, which needs root or user namespaces).

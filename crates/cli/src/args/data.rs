@@ -116,7 +116,7 @@ pub struct BackupArgs {
     /// (for WAL archived by another tool; slower, as correct).
     #[arg(long, conflicts_with_all = ["to", "check_changes"])]
     pub page_scan: bool,
-    /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate 0-3 uses ISA-L (the
+    /// none, lz4, deflate[:0-12], zstd[:low|medium|high|-7..22]. deflate levels 0-3 use ISA-L (the
     /// software side of QAT_DEFLATE), 4-12 libdeflate. zstd low=1, medium=3, high=7. Default:
     /// SHEAF_COMPRESSION, the config file, else zstd:low.
     #[arg(long, short = 'c', value_name = "CODEC[:LEVEL]", value_parser = super::codec)]

@@ -14,6 +14,7 @@ use super::common::{assert_fails, catalog, s, sheaf, stderr, stdout, SHEAF};
 mod bench;
 mod faults;
 mod operate;
+mod package;
 mod secrets;
 mod stripes;
 
