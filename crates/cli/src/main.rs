@@ -9,6 +9,7 @@ mod args;
 mod commands;
 mod context;
 mod exit;
+mod hooks;
 mod interrupt;
 mod log;
 mod notify;

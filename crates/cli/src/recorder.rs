@@ -62,13 +62,14 @@ impl Recorder {
     }
 }
 
-/// Run `f`, recording it in the catalog at `catalog` as started, then complete or failed.
+/// Run `f` between its `hooks`, recording it in the catalog at `catalog` as started, then
+/// complete or failed.
 ///
 /// # Errors
 /// `f`'s.
-pub fn recorded(catalog: Option<&Path>, start: sheaf_catalog::RunStart, f: impl FnOnce() -> Result<Done, Error>) -> Result<(), Error> {
+pub fn recorded(catalog: Option<&Path>, start: sheaf_catalog::RunStart, hooks: &crate::hooks::Hooks, f: impl FnOnce() -> Result<Done, Error>) -> Result<(), Error> {
     let rec = Recorder::begin(catalog, start);
-    let r = f();
+    let r = hooks.around(rec.id, f);
     rec.end(&r);
     r.map(drop)
 }

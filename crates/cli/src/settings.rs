@@ -198,6 +198,16 @@ settings! {
     S3_ALLOW_HTTP s3_allow_http: bool = "s3-allow-http", "allow a plain-HTTP endpoint (true/false)";
     S3_PATH_STYLE s3_path_style: bool = "s3-path-style", "path-style addressing (true/false)";
     S3_KMS_KEY_ID s3_kms_key_id: String = "s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)";
+    HOOK_PRE_BACKUP hook_pre_backup: String = "hook-pre-backup", "a command run before each backup (see --pre-backup)";
+    HOOK_POST_BACKUP hook_post_backup: String = "hook-post-backup", "a command run after each successful backup (see --post-backup)";
+    HOOK_PRE_RESTORE hook_pre_restore: String = "hook-pre-restore", "a command run before each restore";
+    HOOK_POST_RESTORE hook_post_restore: String = "hook-post-restore", "a command run after each successful restore";
+    HOOK_PRE_DRILL hook_pre_drill: String = "hook-pre-drill", "a command run before each drill";
+    HOOK_POST_DRILL hook_post_drill: String = "hook-post-drill", "a command run after each drill that passed";
+    HOOK_PRE_EXPIRE hook_pre_expire: String = "hook-pre-expire", "a command run before each expire";
+    HOOK_POST_EXPIRE hook_post_expire: String = "hook-post-expire", "a command run after each successful expire";
+    HOOK_ON_FAILURE hook_on_failure: String = "hook-on-failure", "a command run when a backup, restore, drill or expire fails (SHEAF_ERROR says why)";
+    HOOK_TIMEOUT hook_timeout: Duration = "hook-timeout", "how long a hook may run before it is stopped and counted as failed (5m by default)";
     LOG_LEVEL log_level: crate::log::Level = "log-level", "how much the log says: error, warn, info (the default), debug or trace";
     LOG_FILE log_file: PathBuf = "log-file", "append the log to this file (opened again on SIGHUP, for logrotate)";
     LOG_FORMAT log_format: crate::log::Format = "log-format", "the log's lines: text or json";

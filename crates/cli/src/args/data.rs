@@ -12,6 +12,8 @@ use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
 
 #[derive(Args, Clone)]
 pub struct BackupArgs {
+    #[command(flatten)]
+    pub hooks: super::BackupHooks,
     /// What to back up: a directory (a stopped database's files, a filesystem snapshot), or a
     /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
     /// (online and consistent; sheaf must run on the host whose files it reads). A hot standby's
@@ -174,6 +176,8 @@ pub struct BackupArgs {
 
 #[derive(Args)]
 pub struct RestoreArgs {
+    #[command(flatten)]
+    pub hooks: super::RestoreHooks,
     /// Stripes of the backup (files or s3://BUCKET/KEY objects); one is enough when the others are
     /// beside it (same folder or prefix) or where the backup wrote them. None with --repo.
     #[arg(value_name = "STRIPE")]

@@ -24,7 +24,7 @@ pub use repo::{
     CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs,
     WalReceiveArgs, WalSummarizeArgs,
 };
-pub use shared::{KeyArgs, LogArgs, RateArgs, RepoArg, S3Args, SpoolArg};
+pub use shared::{BackupHooks, DrillHooks, ExpireHooks, HookFlags, KeyArgs, LogArgs, RateArgs, RepoArg, RestoreHooks, S3Args, SpoolArg};
 pub use tools::{BenchArgs, CompletionsArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ManArgs, ShowArgs, VersionArgs};
 
 #[derive(Parser)]

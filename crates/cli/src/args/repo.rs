@@ -173,6 +173,8 @@ pub struct KeepArgs {
 #[derive(Args)]
 pub struct DrillArgs {
     #[command(flatten)]
+    pub hooks: super::DrillHooks,
+    #[command(flatten)]
     pub repo: RepoArg,
     /// The backup to drill: an id as sheaf info lists it. Default: the newest (--latest).
     #[arg(long = "set", value_name = "ID", conflicts_with_all = ["latest", "random"])]
@@ -305,6 +307,8 @@ pub struct ConsolidateArgs {
 
 #[derive(Args)]
 pub struct ExpireArgs {
+    #[command(flatten)]
+    pub hooks: super::ExpireHooks,
     #[command(flatten)]
     pub repo: RepoArg,
     /// Keep the newest N full backups and every differential and incremental built on them.

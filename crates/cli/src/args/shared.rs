@@ -26,6 +26,53 @@ pub struct LogArgs {
     pub log_format: Option<crate::log::Format>,
 }
 
+/// The hooks of a job: `--pre-JOB`, `--post-JOB` and `--on-failure`, one struct per job (their
+/// flags are named after it).
+macro_rules! hook_args {
+    ($name:ident, $job:literal) => {
+        #[doc = concat!("The hooks around `sheaf ", $job, "`.")]
+        #[derive(Args, Clone, Default)]
+        #[command(next_help_heading = "Hooks (run with sh -c; SHEAF_RUN_ID, SHEAF_BACKUP_ID, SHEAF_REPO, SHEAF_STATUS, SHEAF_ERROR, ... in their environment)")]
+        pub struct $name {
+            #[doc = concat!("Run CMD before the ", $job, " touches anything; if it fails (or outlives --hook-timeout) the ", $job, " does not start, and the command fails. Default: hook-pre-", $job, " in the config file.")]
+            #[arg(long = concat!("pre-", $job), value_name = "CMD")]
+            pub pre: Option<String>,
+            #[doc = concat!("Run CMD after the ", $job, " succeeded; if it fails, a warning: the ", $job, "'s result stands. Default: hook-post-", $job, " in the config file.")]
+            #[arg(long = concat!("post-", $job), value_name = "CMD")]
+            pub post: Option<String>,
+            #[doc = concat!("Run CMD when the ", $job, " (or its pre-hook) failed, with SHEAF_ERROR saying why. Default: hook-on-failure in the config file.")]
+            #[arg(long, value_name = "CMD")]
+            pub on_failure: Option<String>,
+            /// How long a hook may run before it is stopped (SIGTERM, then SIGKILL 5 s later) and
+            /// counted as failed. Default: hook-timeout in the config file, else 5m.
+            #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+            pub hook_timeout: Option<std::time::Duration>,
+        }
+
+        impl From<$name> for HookFlags {
+            fn from(h: $name) -> HookFlags {
+                HookFlags { job: $job, pre: h.pre, post: h.post, on_failure: h.on_failure, timeout: h.hook_timeout }
+            }
+        }
+    };
+}
+
+/// Any job's hook flags, as [`crate::hooks`] takes them.
+#[derive(Clone, Debug, Default)]
+pub struct HookFlags {
+    /// `backup`, `restore`, `drill` or `expire`.
+    pub job: &'static str,
+    pub pre: Option<String>,
+    pub post: Option<String>,
+    pub on_failure: Option<String>,
+    pub timeout: Option<std::time::Duration>,
+}
+
+hook_args!(BackupHooks, "backup");
+hook_args!(RestoreHooks, "restore");
+hook_args!(DrillHooks, "drill");
+hook_args!(ExpireHooks, "expire");
+
 /// `--max-rate`, for the commands that move a backup's bytes.
 #[derive(Args, Clone, Default)]
 pub struct RateArgs {

@@ -15,6 +15,7 @@ use sheaf_pg::repo::records::BackupRecord;
 use crate::args::data::{Checkpoint, CompressOn, Via, WalFrom};
 use crate::args::BackupArgs;
 use crate::context::{Context, Source};
+use crate::hooks::Hooks;
 use crate::output::{mib, plural, rate};
 use crate::progress::for_terminal as progress;
 use crate::recorder::{recorded, Done};
@@ -42,7 +43,10 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
             label: a.label.clone(),
             stripes: if a.to.is_empty() { repos.get(target).cloned().into_iter().collect() } else { a.to.clone() },
         };
-        recorded(ctx.catalog(), start, || backup(ctx, source.clone(), a.clone(), target))?;
+        let hooks = Hooks::new(&ctx.settings, a.hooks.clone())
+            .with("SHEAF_SOURCE", source.describe())
+            .with("SHEAF_REPO", if a.to.is_empty() { repos.get(target).cloned().unwrap_or_default() } else { String::new() });
+        recorded(ctx.catalog(), start, &hooks, || backup(ctx, source.clone(), a.clone(), target))?;
     }
     Ok(())
 }

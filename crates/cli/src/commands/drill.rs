@@ -11,6 +11,7 @@ use sheaf_pg::restore::pitr::{TargetAction, TimelineTarget};
 
 use crate::args::DrillArgs;
 use crate::context::Context;
+use crate::hooks::Hooks;
 use crate::progress::for_terminal as progress;
 use crate::recorder::{recorded, Done};
 
@@ -23,7 +24,8 @@ use crate::recorder::{recorded, Done};
 pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
     let repos = ctx.repos_given();
     let start = sheaf_catalog::RunStart { operation: "drill".into(), source: repos.first().cloned(), label: a.set.as_ref().map(ToString::to_string), ..Default::default() };
-    recorded(ctx.catalog(), start, || drill(ctx, &a))
+    let hooks = Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", repos.first().cloned().unwrap_or_default());
+    recorded(ctx.catalog(), start, &hooks, || drill(ctx, &a))
 }
 
 fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {

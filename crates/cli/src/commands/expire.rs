@@ -7,6 +7,7 @@ use sheaf_pg::maintain::expire;
 
 use crate::args::ExpireArgs;
 use crate::context::Context;
+use crate::hooks::Hooks;
 use crate::output::plural;
 
 /// Run it.
@@ -17,12 +18,19 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     // The same policy in every repository given; one that cannot be read fails the command after
     // the others are done.
     let keep = ctx.retention(a.keep_full, a.keep_within)?;
+    // A dry run changes nothing: no hooks around it.
+    let hooks = if a.dry_run { Hooks::none("expire") } else { Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().join(" ")) };
+    hooks.around(None, || expire_all(ctx, &a, &keep).map(|()| serde_json::json!({}).into())).map(drop)
+}
+
+/// Expire every repository given by the one policy.
+fn expire_all(ctx: &Context, a: &ExpireArgs, keep: &expire::Retention) -> Result<(), Error> {
     let now = sheaf_core::time::now_ms() / 1000;
     let mut failed = None;
     let repos = if a.dry_run { ctx.open_repos()? } else { ctx.open_repos_to_write()? };
     let several = repos.len() > 1;
     for (place, opened) in repos {
-        let r = opened.and_then(|repo| one(&a, &repo, &keep, now));
+        let r = opened.and_then(|repo| one(a, &repo, keep, now));
         if let Err(e) = r {
             let e = if several { e.context(place.display()) } else { e };
             if failed.is_some() {

@@ -13,6 +13,7 @@ use sheaf_pg::PgRestoreOptions;
 use crate::args::data::{ArchiveMode, DeltaHow};
 use crate::args::RestoreArgs;
 use crate::context::Context;
+use crate::hooks::Hooks;
 use crate::output::{mib, plural, rate};
 use crate::progress::for_terminal as progress;
 use crate::recorder::{recorded, Done};
@@ -23,7 +24,9 @@ use crate::recorder::{recorded, Done};
 /// The restore's.
 pub fn run(ctx: &Context, a: RestoreArgs) -> Result<(), Error> {
     let start = sheaf_catalog::RunStart { operation: "restore".into(), source: Some(a.to.display().to_string()), stripes: a.stripes.clone(), ..Default::default() };
-    recorded(ctx.catalog(), start, || restore(ctx, a).map(Done::from))
+    let hooks =
+        Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().first().cloned().unwrap_or_default()).with("SHEAF_TARGET", a.to.display().to_string());
+    recorded(ctx.catalog(), start, &hooks, || restore(ctx, a).map(Done::from))
 }
 
 /// The core restore's options from the flags: a directory backup, `--only`, or the part of a

@@ -8,6 +8,7 @@ use sheaf_core::Error;
 
 use crate::args::VerifyArgs;
 use crate::context::Context;
+use crate::hooks::Hooks;
 use crate::output::{mib, plural, rate};
 use crate::progress::for_terminal as progress;
 use crate::recorder::{recorded, Done};
@@ -18,7 +19,7 @@ use crate::recorder::{recorded, Done};
 /// What does not check out.
 pub fn run(ctx: &Context, a: VerifyArgs) -> Result<(), Error> {
     let start = sheaf_catalog::RunStart { operation: "verify".into(), stripes: a.stripes.clone(), ..Default::default() };
-    recorded(ctx.catalog(), start, || verify(ctx, a).map(Done::from))
+    recorded(ctx.catalog(), start, &Hooks::none("verify"), || verify(ctx, a).map(Done::from))
 }
 
 fn verify(ctx: &Context, a: VerifyArgs) -> Result<serde_json::Value, Error> {

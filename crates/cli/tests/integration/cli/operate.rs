@@ -226,3 +226,112 @@ fn the_units_pass_systemd_analyze_verify() {
         }
     }
 }
+
+/// The lines of the file a hook wrote `env` into, as NAME=VALUE.
+fn hook_env(path: &Path) -> std::collections::BTreeMap<String, String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| k.starts_with("SHEAF_"))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Hooks around a backup: the pre-hook runs first with the run id the catalog gives, the
+/// post-hook after with the backup's id, their output goes into the log; a failing pre-hook stops
+/// the backup before a stripe is written and the on-failure hook hears why; a failing post-hook is
+/// a warning and the backup stands; a hook past --hook-timeout is stopped with what it started;
+/// the settings file's hooks apply when no flag gives one.
+#[test]
+fn hooks_around_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let catalog = d.join("catalog.db");
+    let src = d.join("src");
+    sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 1).unwrap();
+    let dump = |name: &str| format!("env > {}", d.join(name).display());
+    let log = d.join("sheaf.log");
+
+    let o = run(sheaf_with_catalog(&catalog).args(["backup", s(&src), "--to", s(&d.join("a.sheaf")), "--json", "--log-file", s(&log)]).args([
+        "--pre-backup",
+        &format!("{}; echo hello from the pre-hook", dump("pre")),
+        "--post-backup",
+        &dump("post"),
+        "--on-failure",
+        &dump("failure"),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = newest_run(&catalog);
+    let pre = hook_env(&d.join("pre"));
+    assert_eq!(pre["SHEAF_RUN_ID"], id.to_string());
+    assert_eq!((pre["SHEAF_HOOK"].as_str(), pre["SHEAF_OPERATION"].as_str(), pre["SHEAF_STATUS"].as_str()), ("pre-backup", "backup", "starting"));
+    assert!(!pre.contains_key("SHEAF_BACKUP_ID"));
+    let post = hook_env(&d.join("post"));
+    assert_eq!(post["SHEAF_BACKUP_ID"], report["backup_id"].as_str().unwrap());
+    assert_eq!((post["SHEAF_STATUS"].as_str(), post["SHEAF_RUN_ID"].as_str()), ("complete", id.to_string().as_str()));
+    assert!(post["SHEAF_SECONDS"].parse::<f64>().is_ok());
+    assert!(!d.join("failure").exists(), "no failure, no on-failure hook");
+    let logged = fs::read_to_string(&log).unwrap();
+    assert!(logged.lines().any(|l| l.contains(&format!("run={id} ")) && l.contains("hello from the pre-hook")), "{logged}");
+
+    // A failing pre-hook: nothing written, the on-failure hook told why, the run failed.
+    let b = d.join("b.sheaf");
+    let o =
+        run(sheaf_with_catalog(&catalog).args(["backup", s(&src), "--to", s(&b), "--pre-backup", "exit 3", "--on-failure", &dump("failure"), "--post-backup", &dump("post-b")]));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pre-backup hook failed (exit 3)") && stderr(&o).contains("did not start"), "{}", stderr(&o));
+    assert!(!b.exists() && !d.join("post-b").exists());
+    let failure = hook_env(&d.join("failure"));
+    assert_eq!(failure["SHEAF_STATUS"], "failed");
+    assert!(failure["SHEAF_ERROR"].contains("exit 3"), "{failure:?}");
+    assert_eq!(failure["SHEAF_RUN_ID"], newest_run(&catalog).to_string());
+
+    // The backup itself failing: the on-failure hook, with the backup's error.
+    fs::remove_file(d.join("failure")).unwrap();
+    let o = run(sheaf_with_catalog(&catalog).args(["backup", s(&d.join("no-such-folder")), "--to", s(&b), "--on-failure", &dump("failure")]));
+    assert!(!o.status.success());
+    assert!(hook_env(&d.join("failure"))["SHEAF_ERROR"].contains("no-such-folder"));
+
+    // A failing post-hook: a warning; the backup stands.
+    let o = run(sheaf_with_catalog(&catalog).args(["backup", s(&src), "--to", s(&b), "--post-backup", "echo nope >&2; exit 4"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning: the post-backup hook failed (exit 4); the backup itself succeeded"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nope"), "the hook's output is shown: {}", stderr(&o));
+    assert!(run(sheaf_with_catalog(&catalog).args(["verify", s(&b)])).status.success());
+
+    // Past its time limit: stopped, with the process it started.
+    let pid_file = d.join("pid");
+    let t0 = Instant::now();
+    let o = run(sheaf_with_catalog(&catalog).args([
+        "backup",
+        s(&src),
+        "--to",
+        s(&d.join("c.sheaf")),
+        "--hook-timeout",
+        "1s",
+        "--pre-backup",
+        &format!("sleep 60 & echo $! > {}; wait", pid_file.display()),
+    ]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(stderr(&o).contains("ran past its limit of 1 s"), "{}", stderr(&o));
+    let pid = fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    assert!(!Path::new(&format!("/proc/{pid}")).exists() || fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z "), "the hook's sleep {pid} is still running");
+    assert!(!d.join("c.sheaf").exists());
+
+    // From the settings file.
+    let conf = d.join("sheaf.toml");
+    fs::write(&conf, format!("hook-pre-backup = \"{}\"\n", dump("from-settings"))).unwrap();
+    assert!(run(sheaf_with_catalog(&catalog).args(["--config", s(&conf), "backup", s(&src), "--to", s(&d.join("e.sheaf"))])).status.success());
+    assert_eq!(hook_env(&d.join("from-settings"))["SHEAF_HOOK"], "pre-backup");
+
+    // Around a restore, its own flags.
+    let to = d.join("restored");
+    let o = run(sheaf_with_catalog(&catalog).args(["restore", s(&b), "--to", s(&to), "--pre-restore", &dump("pre-restore"), "--post-restore", &dump("post-restore")]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let post = hook_env(&d.join("post-restore"));
+    assert_eq!((post["SHEAF_HOOK"].as_str(), post["SHEAF_OPERATION"].as_str(), post["SHEAF_TARGET"].as_str()), ("post-restore", "restore", s(&to)));
+    assert_eq!(hook_env(&d.join("pre-restore"))["SHEAF_RUN_ID"], newest_run(&catalog).to_string());
+}

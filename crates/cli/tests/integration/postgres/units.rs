@@ -98,7 +98,14 @@ fn every_unit_does_its_job_under_its_hardening() {
     std::fs::create_dir_all(&etc).unwrap();
     std::fs::write(
         etc.join("db1.toml"),
-        format!("repo = \"{}\"\npg-url = \"{}\"\nspool = \"{}\"\nretention-full = 1\n", repo.display(), c.url("postgres"), state.join("spool").display()),
+        format!(
+            "repo = \"{}\"\npg-url = \"{}\"\nspool = \"{}\"\nretention-full = 1\nhook-post-drill = \"env > {}\"\nhook-post-expire = \"env > {}\"\n",
+            repo.display(),
+            c.url("postgres"),
+            state.join("spool").display(),
+            state.join("drill-hook").display(),
+            state.join("expire-hook").display()
+        ),
     )
     .unwrap();
 
@@ -116,6 +123,11 @@ fn every_unit_does_its_job_under_its_hardening() {
     let o = job("sheaf-drill@.service", r);
     assert!(o.status.success());
     assert!(stdout(&o).contains("PASSED"), "{}", stdout(&o));
+    // The settings file's post-drill hook ran inside the unit's sandbox, with the drilled backup.
+    let hook = std::fs::read_to_string(state.join("drill-hook")).unwrap();
+    let drilled = backups(&repo)[0].0.clone();
+    assert!(hook.contains("SHEAF_HOOK=post-drill") && hook.lines().any(|l| l.starts_with("SHEAF_BACKUP_ID=20")), "{hook}");
+    assert!(backups(&repo).iter().any(|b| hook.contains(&format!("SHEAF_BACKUP_ID={}", b.0))), "{hook} names none of {drilled} ...");
     let o = job("sheaf-check@.service", r);
     assert!(stdout(&o).starts_with("SHEAF OK"), "{}{}", stdout(&o), stderr(&o));
     assert!(o.status.success());
@@ -123,6 +135,7 @@ fn every_unit_does_its_job_under_its_hardening() {
     assert!(job("sheaf-backup-full@.service", r).status.success());
     assert!(job("sheaf-expire@.service", r).status.success());
     let left = backups(&repo);
+    assert!(std::fs::read_to_string(state.join("expire-hook")).unwrap().contains("SHEAF_STATUS=complete"));
     assert_eq!(left.len(), 1, "retention-full = 1 keeps the newest full alone: {left:?}");
     assert!(!first.iter().any(|b| b.0 == left[0].0), "the new full is the one kept");
     // The runs are in the catalog the units name, in their state folder.
