@@ -127,6 +127,9 @@ const MIGRATIONS: &[&str] = &[
      DROP TABLE runs;
      ALTER TABLE runs_new RENAME TO runs;
      CREATE INDEX runs_backup_id ON runs (backup_id);",
+    // 3: the repository a run worked on (a backup into it, a restore, verify or drill from it),
+    // so that one repository's metrics count its own runs only.
+    "ALTER TABLE runs ADD COLUMN repo TEXT;",
 ];
 
 /// The schema version this sheaf writes.
@@ -155,6 +158,8 @@ pub struct RunStart {
     pub label: Option<String>,
     /// Stripe locations.
     pub stripes: Vec<String>,
+    /// The repository it works on, as given (`--repo`, or the settings).
+    pub repo: Option<String>,
 }
 
 /// What a run produced. Fields it does not know stay `None`.
@@ -255,6 +260,9 @@ pub struct Run {
 /// Runs of one operation that ended one way ([`Catalog::tally`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tally {
+    /// The repository the runs worked on (`None`: stripes given directly, or runs recorded before
+    /// the catalog kept it).
+    pub repo: Option<String>,
     /// backup, restore, verify.
     pub operation: String,
     /// complete, failed, running.
@@ -376,8 +384,8 @@ impl Catalog {
     pub fn begin(&self, s: &RunStart) -> Result<i64> {
         self.conn
             .execute(
-                "INSERT INTO runs (operation, status, pid, label, source_kind, source, started_at, stripe_count) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![s.operation, std::process::id(), s.label, s.source_kind, s.source, now(), s.stripes.len() as i64],
+                "INSERT INTO runs (operation, status, pid, label, source_kind, source, started_at, stripe_count, repo) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![s.operation, std::process::id(), s.label, s.source_kind, s.source, now(), s.stripes.len() as i64, s.repo],
             )
             .map_err(|e| err("recording the run", e))?;
         let id = self.conn.last_insert_rowid();
@@ -448,12 +456,12 @@ impl Catalog {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT operation, status, count(*), coalesce(max(CAST(strftime('%s', coalesce(ended_at, started_at)) AS INTEGER)), 0) \
-                 FROM runs GROUP BY operation, status ORDER BY operation, status",
+                "SELECT repo, operation, status, count(*), coalesce(max(CAST(strftime('%s', coalesce(ended_at, started_at)) AS INTEGER)), 0) \
+                 FROM runs GROUP BY repo, operation, status ORDER BY repo, operation, status",
             )
             .map_err(|e| err("counting runs", e))?;
         let rows = stmt
-            .query_map([], |r| Ok(Tally { operation: r.get(0)?, status: r.get(1)?, runs: r.get::<_, i64>(2)? as u64, last_unix: r.get(3)? }))
+            .query_map([], |r| Ok(Tally { repo: r.get(0)?, operation: r.get(1)?, status: r.get(2)?, runs: r.get::<_, i64>(3)? as u64, last_unix: r.get(4)? }))
             .map_err(|e| err("counting runs", e))?;
         rows.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| err("counting runs", e))
     }
@@ -548,6 +556,20 @@ mod tests {
         drop(conn);
         let e = Catalog::open(Some(&p)).err().unwrap();
         assert!(e.to_string().contains("newer than this sheaf"), "{e}");
+    }
+
+    #[test]
+    fn runs_are_counted_per_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Catalog::open(Some(&dir.path().join("c.db"))).unwrap();
+        for (repo, fail) in [(Some("/a"), false), (Some("/a"), true), (Some("/b"), true), (None, false)] {
+            let id = c.begin(&RunStart { operation: "backup".into(), repo: repo.map(str::to_string), ..Default::default() }).unwrap();
+            c.finish(id, &RunEnd::default(), fail.then_some("boom")).unwrap();
+        }
+        let t = c.tally().unwrap();
+        let of = |repo: Option<&str>, status: &str| t.iter().find(|x| x.repo.as_deref() == repo && x.status == status).map(|x| x.runs);
+        assert_eq!((of(Some("/a"), "complete"), of(Some("/a"), "failed"), of(Some("/b"), "failed"), of(None, "complete")), (Some(1), Some(1), Some(1), Some(1)));
+        assert_eq!(of(Some("/b"), "complete"), None);
     }
 
     #[test]

@@ -134,6 +134,10 @@ pub struct InfoArgs {
     /// collector: point it at FILE's folder and run this from cron or a timer).
     #[arg(long, value_name = "FILE")]
     pub prometheus: Option<std::path::PathBuf>,
+    /// With the metrics: when each certificate in DIR (the agent's TLS folder) expires, as
+    /// sheaf_tls_certificate_expiry_timestamp_seconds. Default: tls-dir in the config file.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub s3: S3Args,
 }

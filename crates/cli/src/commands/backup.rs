@@ -42,6 +42,7 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
             source: Some(source.describe()),
             label: a.label.clone(),
             stripes: if a.to.is_empty() { repos.get(target).cloned().into_iter().collect() } else { a.to.clone() },
+            repo: if a.to.is_empty() { repos.get(target).cloned() } else { None },
         };
         let hooks = Hooks::new(&ctx.settings, a.hooks.clone())
             .with("SHEAF_SOURCE", source.describe())

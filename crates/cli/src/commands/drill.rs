@@ -23,7 +23,13 @@ use crate::recorder::{recorded, Done};
 /// [`sheaf_core::ErrorKind::Incomplete`] for missing WAL.
 pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
     let repos = ctx.repos_given();
-    let start = sheaf_catalog::RunStart { operation: "drill".into(), source: repos.first().cloned(), label: a.set.as_ref().map(ToString::to_string), ..Default::default() };
+    let start = sheaf_catalog::RunStart {
+        operation: "drill".into(),
+        source: repos.first().cloned(),
+        label: a.set.as_ref().map(ToString::to_string),
+        repo: repos.first().cloned(),
+        ..Default::default()
+    };
     let hooks = Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", repos.first().cloned().unwrap_or_default());
     recorded(ctx.catalog(), start, &hooks, || drill(ctx, &a))
 }

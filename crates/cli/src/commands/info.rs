@@ -223,12 +223,29 @@ fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Place, Re
     if server.is_some() {
         metrics.push(server_up);
     }
+    if let Some(dir) = ctx.settings.value(&crate::settings::TLS_DIR, a.tls_dir.clone()) {
+        match sheaf_agent::certs::expiries(&dir) {
+            Ok(found) => {
+                let mut expiry = Metric::gauge("sheaf_tls_certificate_expiry_timestamp_seconds", "When each certificate of the agent's TLS folder stops being valid.");
+                for (file, not_after) in found {
+                    expiry = expiry.with(vec![("file", file)], not_after as f64);
+                }
+                metrics.push(expiry);
+            }
+            Err(e) => crate::log::warning(format_args!("the certificates' expiry is left out: {e}")),
+        }
+    }
     match sheaf_catalog::Catalog::open(ctx.catalog()).and_then(|c| c.tally()) {
         Ok(tally) => {
-            let mut runs = Metric::counter("sheaf_runs_total", "Runs this host's catalog recorded, by operation and how they ended.");
-            let mut last = Metric::gauge("sheaf_run_last_end_timestamp_seconds", "When the last run of each operation and outcome ended.");
+            let mut runs = Metric::counter("sheaf_runs_total", "Runs this host's catalog recorded on the repository, by operation and how they ended.");
+            let mut last = Metric::gauge("sheaf_run_last_end_timestamp_seconds", "When the last run of each operation and outcome on the repository ended.");
+            // Only the runs on the repositories reported, each labelled as its other metrics are:
+            // another cluster's failed backup is not this one's alert.
+            let given = ctx.repos_given();
             for t in tally {
-                let labels = || vec![("operation", t.operation.clone()), ("status", t.status.clone())];
+                let Some(k) = t.repo.as_ref().and_then(|r| given.iter().position(|g| g == r)) else { continue };
+                let Some((place, _)) = repos.get(k) else { continue };
+                let labels = || vec![("repo", place.display().to_string()), ("operation", t.operation.clone()), ("status", t.status.clone())];
                 runs = runs.with(labels(), t.runs as f64);
                 last = last.with(labels(), t.last_unix as f64);
             }

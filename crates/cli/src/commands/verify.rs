@@ -18,7 +18,8 @@ use crate::recorder::{recorded, Done};
 /// # Errors
 /// What does not check out.
 pub fn run(ctx: &Context, a: VerifyArgs) -> Result<(), Error> {
-    let start = sheaf_catalog::RunStart { operation: "verify".into(), stripes: a.stripes.clone(), ..Default::default() };
+    let repo = if a.stripes.is_empty() { ctx.repo_given() } else { None };
+    let start = sheaf_catalog::RunStart { operation: "verify".into(), stripes: a.stripes.clone(), repo, ..Default::default() };
     recorded(ctx.catalog(), start, &Hooks::none("verify"), || verify(ctx, a).map(Done::from))
 }
 

@@ -335,3 +335,14 @@ fn hooks_around_a_backup() {
     assert_eq!((post["SHEAF_HOOK"].as_str(), post["SHEAF_OPERATION"].as_str(), post["SHEAF_TARGET"].as_str()), ("post-restore", "restore", s(&to)));
     assert_eq!(hook_env(&d.join("pre-restore"))["SHEAF_RUN_ID"], newest_run(&catalog).to_string());
 }
+
+/// The alert rules in contrib/prometheus pass `promtool check rules` and their own unit tests
+/// (`promtool test rules`: each alert fires when and for whom it should, and not before).
+#[test]
+fn the_alert_rules_pass_promtool() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/prometheus");
+    let o = Command::new("promtool").args(["check", "rules", "sheaf.rules.yml"]).current_dir(&dir).output().expect("promtool (Debian's prometheus package)");
+    assert!(o.status.success() && stdout(&o).contains("SUCCESS: 12 rules found"), "{}{}", stdout(&o), stderr(&o));
+    let o = Command::new("promtool").args(["test", "rules", "sheaf.rules.test.yml"]).current_dir(&dir).output().unwrap();
+    assert!(o.status.success() && stdout(&o).contains("SUCCESS"), "{}{}", stdout(&o), stderr(&o));
+}

@@ -78,7 +78,10 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     assert!(sample(&prom, &format!("sheaf_wal_archive_lag_bytes{{{repo_label}}}")).is_some_and(|b| b < (16 << 20) as f64), "{prom}");
     assert!(sample(&prom, &format!("sheaf_wal_archive_lag_seconds{{{repo_label}}}")).is_some_and(|s| s < 600.0), "{prom}");
     assert_eq!(sample(&prom, &format!("sheaf_wal_gaps{{{repo_label}}}")), Some(0.0));
-    assert!(sample(&prom, "sheaf_runs_total{operation=\"backup\",status=\"complete\"}").is_some_and(|n| n >= 1.0), "{prom}");
+    assert!(sample(&prom, &format!("sheaf_runs_total{{{repo_label},operation=\"backup\",status=\"complete\"}}")).is_some_and(|n| n >= 1.0), "{prom}");
+    // Only this repository's runs, though the catalog holds every test's: another cluster's
+    // failed backup is not this one's alert.
+    assert!(prom.lines().filter(|l| l.starts_with("sheaf_run")).all(|l| l.contains(&repo_label)), "{prom}");
     let file = base.path().join("sheaf.prom");
     ok(run(sheaf().args(["info", "--repo", r, "--prometheus", file.to_str().unwrap()])), "info --prometheus");
     let written = std::fs::read_to_string(&file).unwrap();

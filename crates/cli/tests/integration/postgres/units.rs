@@ -136,6 +136,9 @@ fn every_unit_does_its_job_under_its_hardening() {
     assert!(job("sheaf-expire@.service", r).status.success());
     let left = backups(&repo);
     assert!(std::fs::read_to_string(state.join("expire-hook")).unwrap().contains("SHEAF_STATUS=complete"));
+    // Expire took the drilled backup's record with it: the next night's drill drills the new full.
+    let o = job("sheaf-drill@.service", r);
+    assert!(o.status.success() && stdout(&o).contains(&format!("drill of backup {}", left[0].0)), "{}", stdout(&o));
     assert_eq!(left.len(), 1, "retention-full = 1 keeps the newest full alone: {left:?}");
     assert!(!first.iter().any(|b| b.0 == left[0].0), "the new full is the one kept");
     // The runs are in the catalog the units name, in their state folder.
@@ -178,4 +181,33 @@ fn every_unit_does_its_job_under_its_hardening() {
     assert!(ready.contains(&format!("STATUS=serving {}", c.data.display())), "{ready}");
     heard(&socket, "WATCHDOG=1", &mut said);
     stop(agent, &socket, &mut said);
+
+    // The monitoring kit names only metrics sheaf emits: every metric in the dashboard's queries,
+    // the alert rules and their tests' series is in what `sheaf info --format prometheus` writes
+    // for this repository, its server, its drills, the units' runs and the agent's certificates.
+    let prom = ok(
+        run(sheaf().env("SHEAF_CATALOG", r.join("var/lib/sheaf/catalog.db")).args([
+            "info",
+            "--repo",
+            repo.to_str().unwrap(),
+            "--format",
+            "prometheus",
+            &c.url("postgres"),
+            "--tls-dir",
+            tls.to_str().unwrap(),
+        ])),
+        "info --format prometheus",
+    );
+    let emitted: std::collections::BTreeSet<&str> = prom.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib");
+    for file in ["grafana/sheaf.json", "prometheus/sheaf.rules.yml", "prometheus/sheaf.rules.test.yml"] {
+        let text = std::fs::read_to_string(contrib.join(file)).unwrap();
+        let named: std::collections::BTreeSet<String> =
+            text.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')).filter(|w| w.starts_with("sheaf_") && !w.ends_with('_')).map(str::to_string).collect();
+        assert!(named.len() >= 5, "{file} names few metrics: {named:?}");
+        let missing: Vec<&String> = named.iter().filter(|n| !emitted.contains(n.as_str())).collect();
+        assert!(missing.is_empty(), "{file} names metrics sheaf does not emit: {missing:?}\n{prom}");
+    }
+    assert!(prom.contains(&format!("sheaf_runs_total{{repo=\"{}\",operation=\"backup\",status=\"complete\"}} 3", repo.display())), "{prom}");
+    assert!(!prom.contains("status=\"failed\""), "the backup refused outside ReadWritePaths was into another repository: {prom}");
 }
