@@ -103,14 +103,9 @@ pub fn stdout_failed() -> ! {
 /// Say what went wrong on stderr, and, where the error is transient (a timeout, a busy server or
 /// database, as the store or the catalog found), that running the command again may succeed.
 pub fn report(e: &sheaf_core::Error) {
-    // Into the log; and for the person, unless the log is on stderr already.
-    if crate::log::failure(e) {
-        eprintln!("sheaf: error: {e}");
-        if e.is_transient() {
-            eprintln!("sheaf: this looks transient: running the command again may succeed");
-        }
-    } else if e.is_transient() {
-        tracing::warn!(target: "sheaf", "this looks transient: running the command again may succeed");
+    eprintln!("sheaf: error: {e}");
+    if e.is_transient() {
+        eprintln!("sheaf: this looks transient: running the command again may succeed");
     }
 }
 

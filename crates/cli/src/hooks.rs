@@ -18,8 +18,19 @@ use std::time::{Duration, Instant};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::args::HookFlags;
-use crate::recorder::Done;
 use crate::settings::{self, Key, Settings};
+
+/// What a finished job reports, for the post-hook's ids.
+pub trait Report {
+    /// The report as `--json` prints it.
+    fn json(&self) -> &serde_json::Value;
+}
+
+impl Report for serde_json::Value {
+    fn json(&self) -> &serde_json::Value {
+        self
+    }
+}
 
 /// How long a hook may run unless told.
 const DEFAULT_LIMIT: Duration = Duration::from_secs(300);
@@ -69,7 +80,7 @@ impl Hooks {
     ///
     /// # Errors
     /// The job's; or, when the pre-hook failed, that (and the job did not run).
-    pub fn around(&self, run: Option<i64>, job: impl FnOnce() -> Result<Done>) -> Result<Done> {
+    pub fn around<T: Report>(&self, run: Option<i64>, job: impl FnOnce() -> Result<T>) -> Result<T> {
         let mut env = self.facts.clone();
         env.push(("SHEAF_OPERATION", self.job.to_string()));
         if let Some(id) = run {
@@ -191,8 +202,8 @@ fn with(env: &[(&'static str, String)], more: &[(&'static str, String)]) -> Vec<
 }
 
 /// The ids a finished job reports: the backup's in the repository (else the set's) and the set's.
-fn ids(done: &Done) -> Vec<(&'static str, String)> {
-    let text = |k: &str| done.json.get(k).and_then(|v| v.as_str()).map(str::to_string);
+fn ids(done: &impl Report) -> Vec<(&'static str, String)> {
+    let text = |k: &str| done.json().get(k).and_then(|v| v.as_str()).map(str::to_string);
     let mut out = Vec::new();
     let set = text("backup_id");
     if let Some(id) = text("repository_id").or(text("backup")).or(set.clone()) {

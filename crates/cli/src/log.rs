@@ -30,57 +30,8 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter}
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::args::LogArgs;
-use crate::settings::{self, Settings, Value};
-
-/// How much the log says (`--log-level`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Level {
-    /// Failures only.
-    Error,
-    /// And what went wrong without failing the run.
-    Warn,
-    /// And each run's start and end, and its main steps (the default).
-    Info,
-    /// And each file, segment and connection.
-    Debug,
-    /// Everything.
-    Trace,
-}
-
-impl Level {
-    fn filter(self) -> tracing_subscriber::filter::LevelFilter {
-        use tracing_subscriber::filter::LevelFilter;
-        match self {
-            Level::Error => LevelFilter::ERROR,
-            Level::Warn => LevelFilter::WARN,
-            Level::Info => LevelFilter::INFO,
-            Level::Debug => LevelFilter::DEBUG,
-            Level::Trace => LevelFilter::TRACE,
-        }
-    }
-}
-
-/// How each line is written (`--log-format`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// `2026-11-29T10:15:00.250Z  INFO run=42 sheaf_pg::backup: message key=value`.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-impl Value for Level {
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        <Level as clap::ValueEnum>::from_str(text, true).map_err(|_| format!("'{text}': give error, warn, info, debug or trace"))
-    }
-}
-
-impl Value for Format {
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        <Format as clap::ValueEnum>::from_str(text, true).map_err(|_| format!("'{text}': give text or json"))
-    }
-}
+use crate::settings::{self, Settings};
+pub use crate::settings::{LogFormat as Format, LogLevel as Level};
 
 /// The catalog's id of the run this process is doing (0: none yet).
 static RUN: AtomicI64 = AtomicI64::new(0);
@@ -109,11 +60,16 @@ pub fn note(who: &str, text: impl std::fmt::Display) {
     }
 }
 
-/// The error a command ended with: into the log, and on stderr for the person unless the log is
-/// there already (then the log's line is the one).
-pub fn failure(text: impl std::fmt::Display) -> bool {
-    tracing::error!(target: "sheaf", "{text}");
-    !ON_STDERR.load(Ordering::SeqCst)
+/// An error a command ends with (or one of several it met): into the log, and on stderr for the
+/// person ([`crate::exit::report`]) unless the log is there already (then the log's line is the
+/// one).
+pub fn report(e: &Error) {
+    tracing::error!(target: "sheaf", "{e}");
+    if !ON_STDERR.load(Ordering::SeqCst) {
+        crate::exit::report(e);
+    } else if e.is_transient() {
+        tracing::warn!(target: "sheaf", "this looks transient: running the command again may succeed");
+    }
 }
 
 /// Where the log goes and how, resolved from the flags over the settings.
@@ -344,6 +300,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::Value;
 
     #[test]
     fn priorities_are_syslogs() {

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
 
 /// Say what went wrong; the exit status for it.
 fn report(e: &Error) -> u8 {
-    exit::report(e);
+    log::report(e);
     exit::code(e.kind())
 }
 

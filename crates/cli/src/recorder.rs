@@ -15,6 +15,12 @@ pub struct Done {
     pub cluster: Option<ClusterFacts>,
 }
 
+impl crate::hooks::Report for Done {
+    fn json(&self) -> &serde_json::Value {
+        &self.json
+    }
+}
+
 impl From<serde_json::Value> for Done {
     fn from(json: serde_json::Value) -> Done {
         Done { json, cluster: None }

@@ -86,6 +86,57 @@ impl Value for Size {
     }
 }
 
+/// How much the log says (`--log-level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogLevel {
+    /// Failures only.
+    Error,
+    /// And what went wrong without failing the run.
+    Warn,
+    /// And each run's start and end, and its main steps (the default).
+    Info,
+    /// And each file, segment and connection.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The subscriber's filter for it.
+    pub fn filter(self) -> tracing_subscriber::filter::LevelFilter {
+        use tracing_subscriber::filter::LevelFilter;
+        match self {
+            LogLevel::Error => LevelFilter::ERROR,
+            LogLevel::Warn => LevelFilter::WARN,
+            LogLevel::Info => LevelFilter::INFO,
+            LogLevel::Debug => LevelFilter::DEBUG,
+            LogLevel::Trace => LevelFilter::TRACE,
+        }
+    }
+}
+
+/// How each line is written (`--log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `2026-11-29T10:15:00.250Z  INFO run=42 sheaf_pg::backup: message key=value`.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Value for LogLevel {
+    fn parse(text: &str) -> Result<Self, String> {
+        <LogLevel as clap::ValueEnum>::from_str(text, true).map_err(|_| format!("'{text}': give error, warn, info, debug or trace"))
+    }
+}
+
+impl Value for LogFormat {
+    fn parse(text: &str) -> Result<Self, String> {
+        <LogFormat as clap::ValueEnum>::from_str(text, true).map_err(|_| format!("'{text}': give text or json"))
+    }
+}
+
 /// serde's side of [`Value`]: a string, a number or a boolean, parsed as the value's text.
 fn value<'de, D: Deserializer<'de>, T: Value>(d: D) -> Result<Option<T>, D::Error> {
     struct Text;
@@ -208,9 +259,9 @@ settings! {
     HOOK_POST_EXPIRE hook_post_expire: String = "hook-post-expire", "a command run after each successful expire";
     HOOK_ON_FAILURE hook_on_failure: String = "hook-on-failure", "a command run when a backup, restore, drill or expire fails (SHEAF_ERROR says why)";
     HOOK_TIMEOUT hook_timeout: Duration = "hook-timeout", "how long a hook may run before it is stopped and counted as failed (5m by default)";
-    LOG_LEVEL log_level: crate::log::Level = "log-level", "how much the log says: error, warn, info (the default), debug or trace";
+    LOG_LEVEL log_level: LogLevel = "log-level", "how much the log says: error, warn, info (the default), debug or trace";
     LOG_FILE log_file: PathBuf = "log-file", "append the log to this file (opened again on SIGHUP, for logrotate)";
-    LOG_FORMAT log_format: crate::log::Format = "log-format", "the log's lines: text or json";
+    LOG_FORMAT log_format: LogFormat = "log-format", "the log's lines: text or json";
     S3_SSE_CUSTOMER_KEY_FILE s3_sse_customer_key_file: PathBuf = "s3-sse-customer-key-file", "SSE-C: the file holding the key S3 encrypts with (see --s3-sse-customer-key-file)";
 }
 

@@ -442,4 +442,8 @@ pub struct KeyRemoveArgs {
     /// one).
     #[arg(long = "key", value_name = "ID")]
     pub key: String,
+    /// Remove it even though wal-push used it in the last week (its archive_command would fail
+    /// from then on).
+    #[arg(long)]
+    pub force: bool,
 }

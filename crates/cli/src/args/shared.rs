@@ -14,7 +14,7 @@ pub struct LogArgs {
     /// systemd) it sends the log to stderr. Default: SHEAF_LOG_LEVEL, else log-level in the config
     /// file, else info.
     #[arg(long, global = true, value_name = "LEVEL", value_enum)]
-    pub log_level: Option<crate::log::Level>,
+    pub log_level: Option<crate::settings::LogLevel>,
     /// Append the log to FILE (created 0640), opened again on SIGHUP for logrotate. Every line of a
     /// run carries the run id `sheaf list` shows. Under systemd the log goes to the journal without
     /// it. Default: SHEAF_LOG_FILE, else log-file in the config file, else no file.
@@ -23,7 +23,7 @@ pub struct LogArgs {
     /// The log's lines: text, or json (one object per line). Default: SHEAF_LOG_FORMAT, else
     /// log-format in the config file, else text.
     #[arg(long, global = true, value_name = "FORMAT", value_enum)]
-    pub log_format: Option<crate::log::Format>,
+    pub log_format: Option<crate::settings::LogFormat>,
 }
 
 /// The hooks of a job: `--pre-JOB`, `--post-JOB` and `--on-failure`, one struct per job (their

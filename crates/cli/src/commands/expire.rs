@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     let keep = ctx.retention(a.keep_full, a.keep_within)?;
     // A dry run changes nothing: no hooks around it.
     let hooks = if a.dry_run { Hooks::none("expire") } else { Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().join(" ")) };
-    hooks.around(None, || expire_all(ctx, &a, &keep).map(|()| serde_json::json!({}).into())).map(drop)
+    hooks.around(None, || expire_all(ctx, &a, &keep).map(|()| serde_json::json!({}))).map(drop)
 }
 
 /// Expire every repository given by the one policy.
@@ -34,7 +34,7 @@ fn expire_all(ctx: &Context, a: &ExpireArgs, keep: &expire::Retention) -> Result
         if let Err(e) = r {
             let e = if several { e.context(place.display()) } else { e };
             if failed.is_some() {
-                crate::exit::report(&e);
+                crate::log::report(&e);
             } else {
                 failed = Some(e);
             }

@@ -44,9 +44,21 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
     // Shell-quoted, so that a URL's `&` or a path's space pastes as it reads; the archive_command
     // is a PostgreSQL string literal, its quotes doubled.
     let flags: String = repos.iter().map(|r| format!(" --repo {}", shell_quote(r.display()))).collect();
-    let archive = format!("sheaf wal-push %p{flags}").replace('\'', "''");
+    // An encrypted repository: archive_command needs the same secret, by the same flag (a file
+    // by its absolute path, which the server's user must be able to read), never the secret.
+    let encrypted = repos.iter().any(|r| r.keys().is_some());
+    let secret: String = match ctx.key_flags() {
+        Some(f) if encrypted => f.iter().map(|x| format!(" {}", shell_quote(x))).collect(),
+        _ => String::new(),
+    };
+    if encrypted && ctx.key_flags().is_none() {
+        say!("the passphrase came from SHEAF_PASSPHRASE: the server's archive_command needs it in its environment too, or give it --passphrase-file FILE (readable by the server's user)");
+    } else if encrypted {
+        say!("archive_command carries the secret's file or command (not the secret): the server's user must be able to read or run it");
+    }
+    let archive = format!("sheaf wal-push %p{flags}{secret}").replace('\'', "''");
     say!(
-        "next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}",
+        "next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}{secret}",
         a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::connect::session::redact(u)))).unwrap_or_default()
     );
     Ok(())

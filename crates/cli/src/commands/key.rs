@@ -53,7 +53,7 @@ pub fn run(ctx: &Context, a: KeyCommandArgs) -> Result<(), Error> {
             }
         }
         KeyAction::Remove(x) => {
-            let k = keys::remove(&repo, &x.key)?;
+            let k = keys::remove(&repo, &x.key, x.force)?;
             if x.on.json {
                 say!("{}", serde_json::to_string_pretty(&k).expect("serialises"));
             } else {

@@ -24,7 +24,7 @@ pub fn run(ctx: &Context, a: WalFetchArgs) -> Outcome {
         Ok(true) => Outcome::Success,
         Ok(false) => Outcome::Status(exit::WAL_FETCH_END),
         Err(e) => {
-            exit::report(&e);
+            crate::log::report(&e);
             let standby = std::path::Path::new("standby.signal").exists();
             Outcome::Status(if standby { exit::code(e.kind()) } else { exit::WAL_FETCH_STOP })
         }

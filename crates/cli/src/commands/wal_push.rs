@@ -10,7 +10,6 @@ use sheaf_pg::wal::queue::{Archived, DropNotice};
 
 use crate::args::WalPushArgs;
 use crate::context::Context;
-use crate::exit;
 
 /// Run it: exit 0 only once the file is durable in the repository, or dropped under
 /// `--queue-max` (said loudly).
@@ -44,7 +43,7 @@ pub fn run(ctx: &Context, a: WalPushArgs) -> Result<(), Error> {
             Err(e) => {
                 let e = if several { e.context(format!("repository {} ({})", k + 1, repo.display())) } else { e };
                 if failed.is_some() {
-                    exit::report(&e);
+                    crate::log::report(&e);
                 } else {
                     failed = Some(e);
                 }

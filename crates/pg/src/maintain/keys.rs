@@ -10,6 +10,8 @@ use sheaf_core::keyring::{KeyRecord, Ring};
 use sheaf_core::repo::{Place, Unlocked};
 use sheaf_core::{Error, ErrorKind, Result};
 
+use crate::repo::key_use::{self, KeyUse};
+
 /// One key, as `sheaf key list` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct KeyInfo {
@@ -160,7 +162,7 @@ pub fn add(repo: &Place, new: &Keys) -> Result<KeyInfo> {
 /// # Errors
 /// No such key, or more than one; the last key; the key used to open (give another, which shows
 /// that another opens it); deleting the record.
-pub fn remove(repo: &Place, id: &str) -> Result<KeyInfo> {
+pub fn remove(repo: &Place, id: &str, force: bool) -> Result<KeyInfo> {
     let u = opened(repo)?;
     let matching: Vec<&KeyRecord> = u.records.iter().filter(|r| !id.is_empty() && r.id.starts_with(id)).collect();
     let ids = || u.records.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ");
@@ -181,9 +183,34 @@ pub fn remove(repo: &Place, id: &str) -> Result<KeyInfo> {
             format!("key {} is the one given to open {}: give another of its keys to remove this one (so that another is known to open it)", r.id, repo.display()),
         ));
     }
+    if !force {
+        // The key wal-push used last, lately: archive_command gives it still. Another key used
+        // since means archive_command was moved on, and this one may go.
+        let uses: Vec<(String, KeyUse)> = u.records.iter().filter_map(|x| key_use::last(repo, &x.id).map(|k| (x.id.clone(), k))).collect();
+        let newest = uses.iter().max_by_key(|(_, k)| k.unix);
+        if let Some((_, used)) = newest.filter(|(id, _)| *id == r.id) {
+            let now = sheaf_core::time::now_ms() / 1000;
+            if now - used.unix < RECENT_USE {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "key {} opened {} for wal-push on {} {} ago: the archive_command there (and the restore_command of clusters restored from it) still gives this key, and would fail once it is removed; give them another key first (docs/encryption.md), or --force to remove it now",
+                        r.id,
+                        repo.display(),
+                        used.host,
+                        sheaf_core::time::span(now - used.unix)
+                    ),
+                ));
+            }
+        }
+    }
     repo.delete(&r.name())?;
+    let _ = repo.delete(&key_use::name(&r.id));
     Ok(info(r, None))
 }
+
+/// How recent a use by wal-push makes `key remove` refuse without `--force`: a week.
+const RECENT_USE: i64 = 7 * 86_400;
 
 /// What a rotation did.
 #[derive(Clone, Debug, Serialize)]
@@ -340,13 +367,13 @@ mod tests {
 
         // Removing: never the key given, never the last; a removed key opens nothing.
         let a_id = with(d, &bob, list).unwrap().keys.iter().find(|k| k.kind == SecretKind::Passphrase).unwrap().id.clone();
-        let e = with(d, &alice, |p| remove(p, &a_id)).unwrap_err();
+        let e = with(d, &alice, |p| remove(p, &a_id, false)).unwrap_err();
         assert!(e.message().contains("give another"), "{e}");
-        assert!(with(d, &bob, |p| remove(p, "zz")).unwrap_err().message().contains("no key"));
-        with(d, &bob, |p| remove(p, &a_id[..6])).unwrap();
+        assert!(with(d, &bob, |p| remove(p, "zz", false)).unwrap_err().message().contains("no key"));
+        with(d, &bob, |p| remove(p, &a_id[..6], false)).unwrap();
         let e = keyed(d, &alice).open::<serde_json::Value>().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Key, "{e}");
-        let e = with(d, &bob, |p| remove(p, &b.id)).unwrap_err();
+        let e = with(d, &bob, |p| remove(p, &b.id, false)).unwrap_err();
         assert!(e.message().contains("last key"), "{e}");
         assert_eq!(get(&at(d, &bob), "wal/00000001/b.wal").unwrap(), "written under generation 2");
     }
@@ -401,7 +428,7 @@ mod tests {
             assert_eq!(get(&at(d.path(), keys), "wal/00000001/b.wal").unwrap(), "from after");
             get(&at(d.path(), keys), "repo.json").unwrap();
         }
-        with(d.path(), &new, |p| remove(p, &k.id)).unwrap();
+        with(d.path(), &new, |p| remove(p, &k.id, false)).unwrap();
         assert!(keyed(d.path(), &old).open::<serde_json::Value>().is_err(), "the removed key no longer opens the repository");
     }
 }

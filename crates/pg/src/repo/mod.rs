@@ -13,6 +13,7 @@
 //! - [`horizon`]: how far back expire removed WAL on purpose, so that what retention removed is
 //!   never taken for damage; [`ledger`]: what verify read back whole, and when.
 //! - [`inventory`]: what it holds, for `sheaf info`: backups, archived WAL by timeline, gaps.
+//! - [`key_use`]: which key wal-push opens it with, so that `key remove` keeps archiving working.
 
 /// A PostgreSQL repository, opened ([`meta::open`]): its places and bytes, and what its
 /// `repo.json` says ([`meta::RepoMeta`], through [`sheaf_core::repo::Repo::meta`]).
@@ -24,6 +25,7 @@ pub mod horizon;
 pub mod id;
 pub mod inventory;
 pub mod keep;
+pub mod key_use;
 pub mod ledger;
 pub mod meta;
 pub mod paths;

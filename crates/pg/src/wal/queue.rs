@@ -45,7 +45,13 @@ pub fn archive(place: &Place, spool: &Spool, path: &Path, codec: CodecSpec, para
         return Ok(Archived::Pushed { report: PushReport::from_spool(path), published: Ok(0) });
     }
     match meta::open(place).and_then(|repo| push_ahead(&repo, spool, path, codec, parallel).map(|r| (r, repo))) {
-        Ok((report, repo)) => Ok(Archived::Pushed { report, published: publish_dropped(&repo, spool) }),
+        Ok((report, repo)) => {
+            // Which key archive_command gives, for `key remove` to refuse before archiving breaks.
+            if let Err(e) = crate::repo::key_use::note(&repo, spool.dir(), sheaf_core::time::now_ms() / 1000) {
+                tracing::warn!("cannot record which key wal-push used in {}: {e}", repo.display());
+            }
+            Ok(Archived::Pushed { report, published: publish_dropped(&repo, spool) })
+        }
         Err(e) => drop_or_fail(e, queue_max, path, spool).map(Archived::Dropped),
     }
 }

@@ -58,11 +58,17 @@ fn keys_are_added_rotated_and_removed_while_archiving_and_any_key_restores() {
         outputs.push((what.to_string(), o));
         text
     };
-    step("init", &[&["init", "--repo", r], &pass_flag[..], &[&c.url("postgres")]].concat());
+    let said = step("init", &[&["init", "--repo", r], &pass_flag[..], &[&c.url("postgres")]].concat());
+    // The archive_command init suggests works as printed: it names the passphrase's file.
+    let suggested = said.split("archive_command = '").nth(1).and_then(|t| t.split("' and archive_mode").next()).unwrap_or_else(|| panic!("{said}"));
+    assert!(suggested.starts_with("sheaf wal-push %p") && suggested.contains(&format!("--passphrase-file {}", pass.display())), "{suggested}");
+    c.sql("postgres", &format!("ALTER SYSTEM SET archive_command = '{}'", suggested.replacen("sheaf", SHEAF, 1)));
+    c.sql("postgres", "SELECT pg_reload_conf()");
     c.sql("postgres", "CREATE DATABASE app");
     c.sql("app", "CREATE TABLE t (id int, batch int)");
     c.sql("app", "INSERT INTO t SELECT g, 0 FROM generate_series(1, 1000) g");
     step("backup under generation 1", &[&["backup", &c.url("postgres"), "--repo", r], &pass_flag[..]].concat());
+    archive_now(&c);
 
     // Listed without a key; the key given is marked.
     let l = json(&step("list", &["key", "list", "--repo", r, "--json"]));
@@ -89,6 +95,15 @@ fn keys_are_added_rotated_and_removed_while_archiving_and_any_key_restores() {
     let o = run(sheaf().args(["key", "remove", "--repo", r, "--key", &pass_id, "--key-command", "exit 3"]));
     assert_eq!(o.status.code(), Some(9), "a key command that fails: {}", stderr(&o));
     assert!(stderr(&o).contains("key command (--key-command) failed"), "{}", stderr(&o));
+    // The archiver still gives the passphrase: removing it would break archiving, so it is
+    // refused until archive_command gives another key (or --force).
+    let o = run(sheaf().args(["key", "remove", "--repo", r, "--key", &pass_id, "--key-command", &key_command]));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("for wal-push on") && stderr(&o).contains("archive_command") && stderr(&o).contains("--force"), "{}", stderr(&o));
+    c.sql("postgres", &format!("ALTER SYSTEM SET archive_command = $$ {SHEAF} wal-push %p --repo {r} --key-command 'cat {}' $$", vault.display()));
+    c.sql("postgres", "SELECT pg_reload_conf()");
+    c.sql("app", "INSERT INTO t SELECT g, 5 FROM generate_series(1, 10) g");
+    archive_now(&c);
     let removed = step("remove the passphrase", &["key", "remove", "--repo", r, "--key", &pass_id, "--key-command", &key_command]);
     assert!(removed.contains("no longer opens") && removed.contains("sheaf key rotate"), "{removed}");
     let o = run(sheaf().args([&["info", "--repo", r], &pass_flag[..]].concat()));
@@ -122,7 +137,7 @@ fn keys_are_added_rotated_and_removed_while_archiving_and_any_key_restores() {
     let restored = start_restored(&dir, false);
     assert_eq!(
         restored.sql("app", "SELECT string_agg(batch || ':' || n, ',' ORDER BY batch) FROM (SELECT batch, count(*) n FROM t GROUP BY batch) x"),
-        "0:1000,1:1000,2:1000,3:1000"
+        "0:1000,1:1000,2:1000,3:1000,5:10"
     );
 
     // No secret in anything printed, written into the repository, the catalog, the settings or

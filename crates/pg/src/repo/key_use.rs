@@ -1,0 +1,54 @@
+//! Which key wal-push opens a repository with, recorded beside the key's record
+//! (`keys/ID.used`: when, and on which host), so that `sheaf key remove` refuses to remove the key
+//! that archive_command still gives (archiving would fail from then on, silently to whoever
+//! removed it). Written at most every 6 hours per host; key rings read only `keys/*.key`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sheaf_core::repo::Place;
+use sheaf_core::Result;
+
+use crate::repo::Repo;
+
+/// How often one host records that wal-push used a key.
+const NOTE_EVERY: i64 = 6 * 3600;
+
+/// When wal-push last opened the repository with a key, and where.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyUse {
+    /// Seconds since the epoch.
+    pub unix: i64,
+    /// The host wal-push ran on.
+    pub host: String,
+}
+
+/// Where the last use of key `id` is recorded.
+pub fn name(id: &str) -> String {
+    format!("{}{id}.used", sheaf_core::keyring::KEYS_DIR)
+}
+
+/// The last use of key `id` by wal-push, if one was recorded and can be read.
+pub fn last(repo: &Place, id: &str) -> Option<KeyUse> {
+    let opened = crate::repo::meta::open(repo).ok()?;
+    opened.get_json(&name(id)).ok()
+}
+
+/// Record that wal-push opened `repo` with the key it was given: into the repository at most every
+/// 6 hours per host and key (a marker in `spool` says when this host last did). Nothing for a
+/// repository without a key ring.
+///
+/// # Errors
+/// The record cannot be written.
+pub fn note(repo: &Repo, spool: &Path, now: i64) -> Result<()> {
+    let Some(u) = repo.ring() else { return Ok(()) };
+    let marker = spool.join(format!("key-used-{}", u.opened_by));
+    if std::fs::read_to_string(&marker).ok().and_then(|t| t.trim().parse::<i64>().ok()).is_some_and(|t| (0..NOTE_EVERY).contains(&(now - t))) {
+        return Ok(());
+    }
+    repo.put_json(&name(&u.opened_by), &KeyUse { unix: now, host: sheaf_core::host::host_name() }, true)?;
+    if std::fs::create_dir_all(spool).is_ok() {
+        let _ = std::fs::write(&marker, now.to_string());
+    }
+    Ok(())
+}
