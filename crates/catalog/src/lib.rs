@@ -466,6 +466,23 @@ impl Catalog {
         rows.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| err("counting runs", e))
     }
 
+    /// The run a backup id names: the backup's run for its set id (the 32 hex digits a backup
+    /// prints) or its id in a repository (`20261129-103307.323Z`, as `sheaf info` lists it); the
+    /// newest when several (a backup recorded twice). `None` when no backup run has it.
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn backup_run(&self, id: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT id FROM runs WHERE operation = 'backup' AND (backup_id = ?1 OR json_extract(details, '$.postgres.repository_id') = ?1) ORDER BY id DESC LIMIT 1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| err("finding the backup's run", e))
+    }
+
     /// Runs, newest first.
     ///
     /// # Errors

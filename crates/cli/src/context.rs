@@ -610,10 +610,30 @@ fn own_keys(s: &Settings, more: &settings::MoreRepo) -> Result<Option<Arc<Keys>>
     load_keys(key_file, pass_file, command, &format!("repo{n}-key-command"))
 }
 
+/// A secret's file that group or others may read is used, with a warning, by libpq's rule for a
+/// `~/.pgpass` (0600 or less; 0640 or less when root owns it), which libpq warns of and ignores;
+/// sheaf cannot ignore it (the backup or the archive would fail), so it only warns.
+fn warn_if_readable_by_others(file: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if let Ok(meta) = std::fs::metadata(file) {
+        let mode = meta.permissions().mode() & 0o777;
+        let allowed = if meta.uid() == 0 { 0o640 } else { 0o600 };
+        if mode & !allowed != 0 {
+            crate::log::warning(format_args!(
+                "{} holds an encryption secret and group or others may read it (mode {mode:04o}): whoever reads it reads every backup; chmod 600 it (or 640 owned by root, for a group that needs it, as libpq allows of .pgpass)",
+                file.display()
+            ));
+        }
+    }
+}
+
 /// Keys from a key file, a passphrase file (its first line) or a key command, if one is given;
 /// `command_name` names the command in errors (never its output, nor the command itself, which
 /// may name where the secret lives).
 pub fn load_keys(key_file: Option<PathBuf>, pass_file: Option<PathBuf>, command: Option<String>, command_name: &str) -> Result<Option<Arc<Keys>>> {
+    for f in key_file.iter().chain(&pass_file) {
+        warn_if_readable_by_others(f);
+    }
     let keys = if let Some(f) = key_file {
         Keys::from_key_file(&f)?
     } else if let Some(f) = pass_file {

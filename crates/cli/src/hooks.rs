@@ -203,10 +203,11 @@ fn with(env: &[(&'static str, String)], more: &[(&'static str, String)]) -> Vec<
 
 /// The ids a finished job reports: the backup's in the repository (else the set's) and the set's.
 fn ids(done: &impl Report) -> Vec<(&'static str, String)> {
-    let text = |k: &str| done.json().get(k).and_then(|v| v.as_str()).map(str::to_string);
+    let text = |k: &str| done.json().pointer(k).and_then(|v| v.as_str()).map(str::to_string);
     let mut out = Vec::new();
-    let set = text("backup_id");
-    if let Some(id) = text("repository_id").or(text("backup")).or(set.clone()) {
+    let set = text("/backup_id");
+    // A backup into a repository: its id there; a drill: the backup it drilled; else the set's.
+    if let Some(id) = text("/postgres/repository_id").or(text("/backup")).or(set.clone()) {
         out.push(("SHEAF_BACKUP_ID", id));
     }
     if let Some(set) = set {

@@ -2,6 +2,7 @@
 //! command writes to standard output.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Write a line to standard output, as `println!` does, except that a reader gone (`sheaf list |
 /// head`) ends the command quietly with status 0, as every Unix tool does, instead of a panic.
@@ -21,11 +22,26 @@ macro_rules! say_raw {
     };
 }
 
+/// The command's exit status is its verdict (`sheaf check`): a reader gone does not end it with 0;
+/// what is left to say is dropped, and the command ends with its own status.
+static KEEP_STATUS: AtomicBool = AtomicBool::new(false);
+/// Standard output's reader went away (with [`KEEP_STATUS`]).
+static UNREAD: AtomicBool = AtomicBool::new(false);
+
+/// From now on a reader gone does not end the command: its exit status is its verdict.
+pub fn keep_status_when_unread() {
+    KEEP_STATUS.store(true, Ordering::SeqCst);
+}
+
 /// Write to standard output; see [`say!`].
 pub fn write_out(args: std::fmt::Arguments<'_>) {
+    if UNREAD.load(Ordering::SeqCst) {
+        return;
+    }
     let mut out = std::io::stdout().lock();
     match out.write_fmt(args).and_then(|()| out.flush()) {
         Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && KEEP_STATUS.load(Ordering::SeqCst) => UNREAD.store(true, Ordering::SeqCst),
         // Nothing more can be said and nobody is reading: end as `head`'s writer does.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => crate::exit::reader_gone(),
         Err(e) => {

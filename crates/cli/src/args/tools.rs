@@ -217,8 +217,10 @@ pub struct ListArgs {
 
 #[derive(Args)]
 pub struct ShowArgs {
-    /// The run's id (as `sheaf list` shows).
-    pub id: i64,
+    /// The run's number (as `sheaf list` shows it), or a backup's id: its id in the repository
+    /// (20261129-103307.323Z, as `sheaf info` lists it) or its set id (the 32 hex digits a backup
+    /// prints); either shows the backup's run.
+    pub id: String,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

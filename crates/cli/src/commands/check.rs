@@ -10,12 +10,18 @@ use crate::exit::{self, Outcome};
 
 /// Run it; every failure, even to read the configuration, is a finding and an exit code.
 pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
-    let mut report = match ctx.repos().and_then(|r| ctx.pg_url(a.url.clone()).map(|u| (r, u))) {
-        Ok((repos, url)) => {
+    // The verdict is the exit status, whoever reads the output: `sheaf check | true` (a reader
+    // gone) must not turn CRITICAL into 0.
+    crate::output::keep_status_when_unread();
+    let critical = |check: &'static str, message: String| CheckReport { status: Status::Critical, findings: vec![Finding { check, status: Status::Critical, message }] };
+    let mut report = match (ctx.repos(), ctx.pg_url(a.url.clone())) {
+        (Ok(repos), Ok(url)) => {
             let opts = CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
             check(&repos, &opts)
         }
-        Err(e) => CheckReport { status: Status::Critical, findings: vec![Finding { check: "repository", status: Status::Critical, message: e.to_string() }] },
+        (Err(e), _) => critical("repository", e.to_string()),
+        // The repository is fine as far as is known: what is missing is the server to check against.
+        (Ok(_), Err(e)) => critical("server", format!("{} (check switches a WAL segment on the server and waits for it in the repository)", e.message())),
     };
     // A backup host's certificates for the agent (tls-dir): warned of 30 days before they expire.
     if let Some(dir) = ctx.tls_dir(None) {

@@ -43,7 +43,17 @@ pub fn list(path: Option<&Path>, a: ListArgs) -> Result<(), Error> {
 /// A catalog that cannot be read, no such run.
 pub fn show(path: Option<&Path>, a: ShowArgs) -> Result<(), Error> {
     let c = sheaf_catalog::Catalog::open(path)?;
-    let run = c.show(a.id, true)?.ok_or_else(|| Error::invalid(format!("no run {} in {}: see `sheaf list`", a.id, c.path().display())))?;
+    // One id a user sees, whichever: the run's number, or the backup's id in either form.
+    let number = match a.id.trim().parse::<i64>() {
+        Ok(n) => Some(n),
+        Err(_) => c.backup_run(a.id.trim())?,
+    };
+    let run = number.map(|n| c.show(n, true)).transpose()?.flatten().ok_or_else(|| {
+        Error::new(
+            sheaf_core::ErrorKind::NotFound,
+            format!("no run and no backup {} in {}: give a run's number (sheaf list), a backup's id in its repository (sheaf info) or its set id", a.id, c.path().display()),
+        )
+    })?;
     let v = serde_json::to_value(&run).expect("run serialises");
     if a.json {
         say!("{v}");

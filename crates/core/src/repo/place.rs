@@ -229,10 +229,15 @@ impl Place {
     /// `e`, a failure opening `repo.json`: when there is none, the error that says how to make one.
     pub(super) fn missing(&self, e: Error) -> Error {
         if e.kind() == ErrorKind::Incomplete && !self.exists(META).unwrap_or(true) {
-            return Error::invalid(format!(
-                "there is no sheaf repository at {}: create one with `sheaf init --repo {} postgres://...`, or check --repo (or SHEAF_REPO, or repo in the config file)",
-                self.shown, self.shown
-            ));
+            // Not there, rather than a bad argument: a repository on a disk that is not mounted
+            // must not look like a typo to a script (exit 7, not 2).
+            return Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "there is no sheaf repository at {}: is its disk mounted, its bucket reachable? Or create one with `sheaf init --repo {} postgres://...`, or check --repo (or SHEAF_REPO, or repo in the config file)",
+                    self.shown, self.shown
+                ),
+            );
         }
         e
     }

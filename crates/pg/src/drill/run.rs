@@ -405,6 +405,10 @@ fn check_sql(server: &ScratchCluster, file: &Path, db: &str) -> Vec<CheckOutcome
         Ok(r) => r,
         Err(e) => return vec![CheckOutcome { check: "check-sql".into(), ok: false, detail: format!("{}: {e}", file.display()) }],
     };
+    // Each statement's text, to name a failing one by what it says (when the split agrees with
+    // the server's count of statements; else by number alone).
+    let statements = statements(&text);
+    let statements = (statements.len() == results.len()).then_some(statements);
     let mut out = Vec::new();
     for (k, rows) in results.into_iter().enumerate().filter_map(|(k, r)| r.map(|rows| (k, rows))) {
         let check = format!("check-sql {}", k + 1);
@@ -417,11 +421,82 @@ fn check_sql(server: &ScratchCluster, file: &Path, db: &str) -> Vec<CheckOutcome
         } else {
             format!("returned {}", first.unwrap_or_else(|| "NULL".into()))
         };
+        let detail = match statements.as_ref().and_then(|s| s.get(k)) {
+            Some(q) if !ok => format!("{detail}: {q}"),
+            _ => detail,
+        };
         out.push(CheckOutcome { check, ok, detail });
     }
     if out.is_empty() {
         out.push(CheckOutcome { check: "check-sql".into(), ok: false, detail: format!("{} holds no query that returns rows", file.display()) });
     }
+    out
+}
+
+/// The statements of a SQL script as the server splits a simple query: at each `;` outside quotes,
+/// quoted identifiers, dollar quotes and comments; each with its whitespace collapsed and cut to
+/// 120 characters, for a message. An empty statement (`;;`) counts as the server counts it: not.
+fn statements(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    let push = |cur: &mut String, out: &mut Vec<String>| {
+        let one = cur.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !one.is_empty() {
+            out.push(if one.chars().count() > 120 { format!("{}...", one.chars().take(117).collect::<String>()) } else { one });
+        }
+        cur.clear();
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let rest: String = chars[i..chars.len().min(i + 2)].iter().collect();
+        if rest == "--" {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if rest == "/*" {
+            let end = (i + 2..chars.len().saturating_sub(1)).find(|&j| chars[j] == '*' && chars[j + 1] == '/').map_or(chars.len(), |j| j + 2);
+            i = end;
+            cur.push(' ');
+            continue;
+        }
+        match c {
+            '\'' | '"' => {
+                let start = i;
+                i += 1;
+                while i < chars.len() && chars[i] != c {
+                    i += 1;
+                }
+                i = (i + 1).min(chars.len());
+                cur.extend(&chars[start..i]);
+                continue;
+            }
+            '$' => {
+                // $tag$ ... $tag$ (a tag of letters, digits and underscores, or none).
+                let tag_end = (i + 1..chars.len()).find(|&j| !(chars[j].is_alphanumeric() || chars[j] == '_'));
+                if let Some(t) = tag_end.filter(|&t| chars[t] == '$') {
+                    let tag: String = chars[i..=t].iter().collect();
+                    let body: String = chars[t + 1..].iter().collect();
+                    let close = body.find(&tag).map_or(chars.len(), |b| t + 1 + body[..b].chars().count() + tag.chars().count());
+                    cur.extend(&chars[i..close]);
+                    i = close;
+                    continue;
+                }
+            }
+            ';' => {
+                push(&mut cur, &mut out);
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+        i += 1;
+    }
+    push(&mut cur, &mut out);
     out
 }
 
@@ -434,6 +509,13 @@ pub fn default_work(spool: Option<&Path>) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn statements_split_as_the_server_splits_them() {
+        let sql = "SELECT 1;\n-- a comment; with a semicolon\nSELECT ';' = ';' /* ; */ ;\nDO $x$ BEGIN PERFORM 1; END $x$;;\nSELECT \"a;b\"\n  FROM t";
+        assert_eq!(statements(sql), ["SELECT 1", "SELECT ';' = ';'", "DO $x$ BEGIN PERFORM 1; END $x$", "SELECT \"a;b\" FROM t"]);
+        assert_eq!(statements(&format!("SELECT {};", "x".repeat(200)))[0].len(), 120);
+    }
     use super::*;
 
     #[test]

@@ -237,7 +237,12 @@ fn the_catalog_records_every_run_and_failures_as_failed() {
     assert!(o.status.success(), "{}", stderr(&o));
     let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(shown["details"]["files"], report["files"]);
-    assert_eq!(run(&["show", "999999999"]).status.code(), Some(2));
+    // The backup's set id, as the backup printed it, shows the same run.
+    let by_set: serde_json::Value = serde_json::from_slice(&run(&["show", report["backup_id"].as_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(by_set["id"], b["id"], "{by_set}");
+    let o = run(&["show", "999999999"]);
+    assert_eq!(o.status.code(), Some(7), "not there: {}", stderr(&o));
+    assert!(stderr(&o).contains("no run and no backup 999999999"), "{}", stderr(&o));
 
     // A failed run is recorded as failed, with its error.
     let missing = std::path::PathBuf::from("/nonexistent/sheaf/cat.sheaf");

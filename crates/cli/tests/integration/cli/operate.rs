@@ -346,3 +346,49 @@ fn the_alert_rules_pass_promtool() {
     let o = Command::new("promtool").args(["test", "rules", "sheaf.rules.test.yml"]).current_dir(&dir).output().unwrap();
     assert!(o.status.success() && stdout(&o).contains("SUCCESS"), "{}{}", stdout(&o), stderr(&o));
 }
+
+/// A key file others may read is used with a warning (as libpq warns of a .pgpass so open); one
+/// only its owner reads, without a word.
+#[test]
+fn a_key_file_others_can_read_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    sheaf_core::datagen::make_shapes_tree(&src, 64 << 10, 1).unwrap();
+    let key = dir.path().join("k");
+    fs::write(&key, [7u8; 32]).unwrap();
+    let catalog = dir.path().join("c.db");
+    for (mode, warned) in [(0o644, true), (0o600, false)] {
+        fs::set_permissions(&key, fs::Permissions::from_mode(mode)).unwrap();
+        let o = run(sheaf_with_catalog(&catalog).args(["backup", s(&src), "--to", s(&dir.path().join(format!("{mode:o}.sheaf"))), "--encryption-key-file", s(&key)]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let said = stderr(&o).contains(&format!("group or others may read it (mode {mode:04o})"));
+        assert_eq!(said, warned, "mode {mode:o}: {}", stderr(&o));
+    }
+}
+
+/// `sheaf check ... | true`: the reader gone, the exit status is still the verdict (critical, 2),
+/// not 0.
+#[test]
+fn check_exits_with_its_verdict_when_nobody_reads_it() {
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    drop(reader);
+    let dir = tempfile::tempdir().unwrap();
+    let o = sheaf_with_catalog(&dir.path().join("c.db"))
+        .args(["check", "--repo", s(&dir.path().join("absent")), "postgres://nobody@127.0.0.1:1/postgres"])
+        .stdin(Stdio::null())
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // Without a server to check against, the finding names the server, not the repository.
+    let o = run(sheaf_with_catalog(&dir.path().join("c.db"))
+        .args(["check", "--repo", s(dir.path())])
+        .env_remove("PGHOST")
+        .env_remove("PGDATABASE")
+        .env_remove("PGSERVICE")
+        .env_remove("PGHOSTADDR"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).lines().nth(1).is_some_and(|l| l.starts_with("CRITICAL server") && l.contains("no PostgreSQL server given")), "{}", stdout(&o));
+}

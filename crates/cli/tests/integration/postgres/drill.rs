@@ -91,7 +91,11 @@ fn a_drill_proves_a_backup_and_records_it() {
     super::cluster::give_to_server(&bad);
     let o = run(sheaf().args(["drill", "--repo", r, "--check-sql", bad.to_str().unwrap(), "--check-db", "app"]));
     assert_eq!(o.status.code(), Some(3), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("FAILED") && stdout(&o).contains("check-sql 1: returned f"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("FAILED") && stdout(&o).contains("check-sql 1: returned f: SELECT count(*) = 999 FROM t"),
+        "the failing query named by what it says: {}",
+        stdout(&o)
+    );
     let (code, findings) = check();
     assert_eq!(code, Some(2), "{findings}");
     assert_eq!(drill_status(&findings).as_deref(), Some("critical"), "{findings}");

@@ -110,7 +110,7 @@ fn a_locked_repository_survives_a_wipe_with_its_own_credentials() {
     }
     assert!(store.list("cluster/").unwrap().is_empty(), "the repository looks empty");
     let o = run(repo.sheaf().args(["info", "--repo", &r]));
-    assert_fails(&o, 2, &["there is no sheaf repository"]);
+    assert_fails(&o, 7, &["there is no sheaf repository"]);
 
     // Undelete without a moment lifts the delete markers; the overwrite stays on top until the
     // moment the damage began is given.

@@ -99,10 +99,11 @@ fn every_unit_does_its_job_under_its_hardening() {
     std::fs::write(
         etc.join("db1.toml"),
         format!(
-            "repo = \"{}\"\npg-url = \"{}\"\nspool = \"{}\"\nretention-full = 1\nhook-post-drill = \"env > {}\"\nhook-post-expire = \"env > {}\"\n",
+            "repo = \"{}\"\npg-url = \"{}\"\nspool = \"{}\"\nretention-full = 1\nhook-post-backup = \"env > {}\"\nhook-post-drill = \"env > {}\"\nhook-post-expire = \"env > {}\"\n",
             repo.display(),
             c.url("postgres"),
             state.join("spool").display(),
+            state.join("backup-hook").display(),
             state.join("drill-hook").display(),
             state.join("expire-hook").display()
         ),
@@ -141,8 +142,14 @@ fn every_unit_does_its_job_under_its_hardening() {
     assert!(o.status.success() && stdout(&o).contains(&format!("drill of backup {}", left[0].0)), "{}", stdout(&o));
     assert_eq!(left.len(), 1, "retention-full = 1 keeps the newest full alone: {left:?}");
     assert!(!first.iter().any(|b| b.0 == left[0].0), "the new full is the one kept");
-    // The runs are in the catalog the units name, in their state folder.
+    // The runs are in the catalog the units name, in their state folder; `sheaf show` finds the
+    // backup's run by its id in the repository, as `sheaf info` lists it.
     assert!(r.join("var/lib/sheaf/catalog.db").exists());
+    let newest = backups(&repo).last().unwrap().0.clone();
+    let hook = std::fs::read_to_string(state.join("backup-hook")).unwrap();
+    assert!(hook.lines().any(|l| l == format!("SHEAF_BACKUP_ID={newest}")), "the post-backup hook gets the id info lists: {hook}");
+    let shown = json(ok(run(sheaf().env("SHEAF_CATALOG", r.join("var/lib/sheaf/catalog.db")).args(["show", &newest, "--json"])), "show"));
+    assert_eq!((shown["operation"].as_str(), shown["details"]["postgres"]["repository_id"].as_str()), (Some("backup"), Some(newest.as_str())), "{shown}");
     // The hardening is real: a repository outside ReadWritePaths cannot be written (until a
     // drop-in adds it), and sheaf says which file system refused.
     let outside = r.join("outside");
