@@ -7,7 +7,9 @@
 #   2. the upload ceiling: about the bytes of the `none` backup (the data directory's files but WAL, in one
 #      file) uploaded with `mc cp`, MinIO's own client, and downloaded back;
 #   3. pgBackRest with repo1-type=s3 on the same server, same codecs and levels, process-max = cores:
-#      full backup and restore, median of REPEAT.
+#      full backup and restore, median of REPEAT; each binary in PGBACKREST (default: Debian's
+#      pgbackrest; PGBACKREST="pgbackrest $(scripts/build-pgbackrest.sh)" adds the newest, 2.60,
+#      with its object-store read prefetch at its default), each into a repository of its own.
 # Writes OUT/ (sheaf's report, ceiling.csv, pgbackrest.csv, summary.md).
 #
 #   SCALE=1 REPEAT=3 OUT=s3-report scripts/bench-s3.sh
@@ -30,6 +32,7 @@ if [ ! -x "$bin/mc" ]; then
 fi
 mc="$bin/mc"
 command -v pgbackrest >/dev/null || scripts/install-deps.sh
+PGBACKREST=${PGBACKREST:-pgbackrest}
 pgbin=$(pg_bin_dir)
 [ -x "$sheaf" ] || cargo build --release --locked
 
@@ -105,11 +108,17 @@ done
 rm -f "$work/all.bin" "$work/down.bin"
 
 # --- 3. pgBackRest with its repository in the same MinIO.
-conf=$work/pgbackrest.conf
+echo "version,codec,run,backup_s,restore_s,repo_bytes" > "$OUT/pgbackrest.csv"
+n=0
+for pgbr in $PGBACKREST; do
+n=$((n + 1))
+version=$($pgbr version | awk '{print $2}')
+echo "== pgBackRest $version ($pgbr)" >&2
+conf=$work/pgbackrest-$n.conf
 cat > "$conf" <<EOF
 [global]
 repo1-type=s3
-repo1-path=/repo
+repo1-path=/repo-$n
 repo1-s3-bucket=pgbr
 repo1-s3-endpoint=127.0.0.1
 repo1-storage-port=$s3port
@@ -132,16 +141,15 @@ pg1-port=$pgport
 pg1-socket-path=$work/sock
 EOF
 chown $pguser "$conf"
-br() { as_pg pgbackrest --config="$conf" --stanza=bench "$@"; }
+br() { as_pg "$pgbr" --config="$conf" --stanza=bench "$@"; }
 br stanza-create
 as_pg psql -q -h "$work/sock" -p "$pgport" -U postgres -d postgres \
-  -c "ALTER SYSTEM SET archive_command = 'pgbackrest --config=$conf --stanza=bench archive-push %p'" -c "SELECT pg_reload_conf()" >/dev/null
+  -c "ALTER SYSTEM SET archive_command = '$pgbr --config=$conf --stanza=bench archive-push %p'" -c "SELECT pg_reload_conf()" >/dev/null
 for _ in $(seq 50); do
-  as_pg psql -qAt -h "$work/sock" -p "$pgport" -U postgres -d postgres -c "SHOW archive_command" | grep -q pgbackrest && break
+  as_pg psql -qAt -h "$work/sock" -p "$pgport" -U postgres -d postgres -c "SHOW archive_command" | grep -q "pgbackrest-$n.conf" && break
   sleep 0.1
 done
 br check
-echo "codec,run,backup_s,restore_s,repo_bytes" > "$OUT/pgbackrest.csv"
 IFS=, read -ra codecs <<< "$CODECS"
 for c in "${codecs[@]}"; do
   case $c in
@@ -162,9 +170,10 @@ for c in "${codecs[@]}"; do
     rm -rf "$work/pgbr-restore"; mkdir -p "$work/pgbr-restore"; chown $pguser "$work/pgbr-restore"; chmod 700 "$work/pgbr-restore"
     sync
     t2=$(date +%s.%N); br restore --pg1-path="$work/pgbr-restore" >/dev/null; sync; t3=$(date +%s.%N)
-    echo "$c,$r,$(echo "$t1 - $t0" | bc),$(echo "$t3 - $t2" | bc),$bytes" >> "$OUT/pgbackrest.csv"
+    echo "$version,$c,$r,$(echo "$t1 - $t0" | bc),$(echo "$t3 - $t2" | bc),$bytes" >> "$OUT/pgbackrest.csv"
     rm -rf "$work/pgbr-restore"
   done
+done
 done
 
 # --- The summary: medians, and the ratios the issue asks for.
@@ -189,11 +198,23 @@ for r in rows:
     mib = lambda k: "" if not r.get(k) else f"{float(r[k])/2**20:.0f}"
     target = "s3" if r["target"].startswith("s3://") else "disk"
     lines.append(f"| {r['compression']} | {r['stripes']} | {target} | {b:.2f} | {float(r['bytes_read'])/b/1e6:.0f} | {show(rs)} | {show(v)} | {float(r['size_bytes_median'])/1e6:.0f} | {mib('backup_peak_rss_bytes_median')} | {mib('restore_peak_rss_bytes_median')} |")
-lines += ["", "| codec | pgBackRest backup s | restore s | repo MB |", "|---|---|---|---|"]
-codecs = sorted({r["codec"] for r in br}, key=lambda c: [x["codec"] for x in br].index(c))
-for c in codecs:
-    rr = [r for r in br if r["codec"] == c]
-    lines.append(f"| {c} | {med(float(r['backup_s']) for r in rr):.2f} | {med(float(r['restore_s']) for r in rr):.2f} | {med(float(r['repo_bytes']) for r in rr)/1e6:.0f} |")
+lines += ["", "| pgBackRest | codec | backup s | restore s | repo MB |", "|---|---|---|---|---|"]
+keys = []
+for r in br:
+    if (r["version"], r["codec"]) not in keys:
+        keys.append((r["version"], r["codec"]))
+for v, c in keys:
+    rr = [r for r in br if r["codec"] == c and r["version"] == v]
+    lines.append(f"| {v} | {c} | {med(float(r['backup_s']) for r in rr):.2f} | {med(float(r['restore_s']) for r in rr):.2f} | {med(float(r['repo_bytes']) for r in rr)/1e6:.0f} |")
+# The ratios, pairwise with each pgBackRest: sheaf's best stripes on S3 per codec.
+lines += ["", "| codec | pgBackRest | backup: pgBackRest s / sheaf s | restore: pgBackRest s / sheaf s |", "|---|---|---|---|"]
+for v, c in keys:
+    mine = [r for r in rows if r["tool"] == "sheaf" and r["compression"] == c and r["target"].startswith("s3://")]
+    if not mine:
+        continue
+    b = min(float(r["backup_s_median"]) for r in mine); rs = min(float(r["restore_s_median"]) for r in mine if r.get("restore_s_median"))
+    rr = [r for r in br if r["codec"] == c and r["version"] == v]
+    lines.append(f"| {c} | {v} | {med(float(r['backup_s']) for r in rr)/b:.2f}x | {med(float(r['restore_s']) for r in rr)/rs:.2f}x |")
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
