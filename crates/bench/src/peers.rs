@@ -42,11 +42,11 @@ impl Peer {
     }
 
     /// The program to look for.
-    pub fn program(self) -> &'static str {
+    pub fn program(self) -> String {
         match self {
-            Peer::PgBasebackup => "pg_basebackup",
-            Peer::PgBackRest => "pgbackrest",
-            Peer::Tar => "tar",
+            Peer::PgBasebackup => "pg_basebackup".into(),
+            Peer::PgBackRest => backrest_program(),
+            Peer::Tar => "tar".into(),
         }
     }
 }
@@ -167,8 +167,17 @@ pub fn runs_for(peers: &[Peer], codec: &CodecSpec, workers: usize) -> Vec<PeerRu
     out
 }
 
+/// The pgBackRest measured: `SHEAF_PGBACKREST` (a path, e.g. the newest one that
+/// `scripts/build-pgbackrest.sh` builds from source), else Debian's `pgbackrest` on PATH.
+pub fn backrest_program() -> String {
+    std::env::var("SHEAF_PGBACKREST").ok().filter(|p| !p.trim().is_empty()).unwrap_or_else(|| "pgbackrest".into())
+}
+
 /// Whether `program` is on PATH (or, for PostgreSQL's tools, in the server's bin directory).
 pub fn find(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Path::new(program).is_file().then(|| PathBuf::from(program));
+    }
     if let Some(bin) = sheaf_pg::drill::scratch::bin_dir() {
         let p = bin.join(program);
         if p.exists() {
@@ -227,7 +236,7 @@ impl BackRest {
 
     /// `pgbackrest --config=... --stanza=bench ARGS`, as the server's user.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = sheaf_pg::drill::scratch::as_server_user("pgbackrest");
+        let mut c = sheaf_pg::drill::scratch::as_server_user(backrest_program());
         c.arg(format!("--config={}", self.config.display())).arg("--stanza=bench").args(args);
         c
     }

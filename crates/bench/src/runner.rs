@@ -101,7 +101,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
             (Source::Url(_) | Source::Tpch(_), Peer::Tar) => Some("it is measured on directory sources (a running server's files are not consistent to tar)".to_string()),
             (Source::Url(_), Peer::PgBackRest) => Some("it must archive the server's WAL, which sheaf sets up only on the clusters it makes (--dataset tpch:SCALE)".to_string()),
             _ if dir_targets.is_empty() => Some("peers write to disk: give a directory in --target".to_string()),
-            _ if peers::find(p.program()).is_none() => Some(format!(
+            _ if peers::find(&p.program()).is_none() => Some(format!(
                 "{} is not installed (Debian: apt-get install {})",
                 p.program(),
                 match p {

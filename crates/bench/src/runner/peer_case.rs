@@ -155,7 +155,7 @@ pub(super) fn backrest_setup(cluster: &ScratchCluster, home: &Path, repo: &Path,
         if !f.ok() {
             return Err(f.failure("pgbackrest stanza-create"));
         }
-        let mut cmd = format!("pgbackrest --config={} --stanza=bench archive-push %p", config.display());
+        let mut cmd = format!("{} --config={} --stanza=bench archive-push %p", crate::peers::backrest_program(), config.display());
         if let Some(first) = also {
             cmd = format!("{first} && {cmd}");
         }

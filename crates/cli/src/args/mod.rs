@@ -117,7 +117,8 @@ durable (sync), its CPU (user + system, from wait4) as a share of all cores, its
 process tree's resident sets, sampled), and the whole host's CPU over the same time. The page cache stays warm unless --drop-caches. Runs are \
 recorded in the catalog. A plan file holds the same settings in TOML (compression = [\"lz4\"], \
 stripes = [1, 2], transfer-size, buffer-count, target, repeat, peers, dataset or source, out, \
-drop-caches, restore-dir); flags win over it.")]
+drop-caches, restore-dir); flags win over it. The pgbackrest peer is Debian's unless \
+SHEAF_PGBACKREST names another binary: scripts/build-pgbackrest.sh builds the newest (2.60) from source.")]
     Bench(BenchArgs),
     /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
     LoadTpch(LoadTpchArgs),

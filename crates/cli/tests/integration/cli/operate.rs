@@ -392,3 +392,45 @@ fn check_exits_with_its_verdict_when_nobody_reads_it() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stdout(&o).lines().nth(1).is_some_and(|l| l.starts_with("CRITICAL server") && l.contains("no PostgreSQL server given")), "{}", stdout(&o));
 }
+
+/// Every benchmark record under docs/bench that holds figures names the commit it was measured on
+/// and the date, and the commit is one of this repository's (where its history is here).
+#[test]
+fn every_bench_record_names_its_commit_and_date() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut records = Vec::new();
+    let mut dirs = vec![root.join("docs/bench")];
+    while let Some(d) = dirs.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                records.push(p);
+            }
+        }
+    }
+    let figure = |t: &str| t.contains('×') || t.contains("MB/s") || t.contains("MiB/s") || t.contains("GiB/s") || t.contains("x faster");
+    let history = root.join(".git").exists();
+    let mut checked = 0;
+    for p in records {
+        let text = fs::read_to_string(&p).unwrap();
+        if !figure(&text) {
+            continue;
+        }
+        let at = text.find("Measured on commit ").unwrap_or_else(|| panic!("{}: figures without 'Measured on commit HASH (DATE)'", p.display()));
+        let rest = &text[at + "Measured on commit ".len()..];
+        let hash: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+        assert!(hash.len() >= 7, "{}: no commit hash after 'Measured on commit'", p.display());
+        let date = rest[hash.len()..].trim_start().strip_prefix('(').map(|d| d.chars().take(10).collect::<String>()).unwrap_or_default();
+        assert!(date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-' && date.starts_with("20"), "{}: no (YYYY-MM-DD) after the commit", p.display());
+        if history {
+            let known = Command::new("git").args(["cat-file", "-e", &format!("{hash}^{{commit}}")]).current_dir(&root).status().map(|s| s.success());
+            // A shallow clone may lack old commits: only a hash git refuses outright is wrong.
+            let shallow = root.join(".git/shallow").exists();
+            assert!(known.unwrap_or(true) || shallow, "{}: commit {hash} is not in this repository", p.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} records with figures found");
+}
