@@ -39,6 +39,24 @@ use work::WorkDir;
 pub use event::Event;
 pub use options::{BenchOptions, Incremental};
 
+/// The sheaf measured, as it names itself (`sheaf version --json`): its version, and the commit
+/// and date it was built from, so that a report names what it measured.
+fn sheaf_build(sheaf: &std::path::Path) -> String {
+    let said = std::process::Command::new(sheaf).args(["version", "--json"]).output().ok().filter(|o| o.status.success());
+    let v: Option<serde_json::Value> = said.and_then(|o| serde_json::from_slice(&o.stdout).ok());
+    match v {
+        // The day measured, after the commit, as every record under docs/bench names them.
+        Some(v) => format!(
+            "{}. Measured on commit {} ({}), built {}",
+            v["version"].as_str().unwrap_or(env!("CARGO_PKG_VERSION")),
+            v["commit"].as_str().unwrap_or("unknown"),
+            &sheaf_core::time::utc_now()[..10],
+            v["built"].as_str().unwrap_or("?")
+        ),
+        None => env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
 /// A bench that ran, completely or not.
 #[derive(Debug)]
 pub struct Outcome {
@@ -289,7 +307,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                     "warm (an untimed read of the whole source first; each operation starts after sync, nothing dirty)".into()
                 },
                 repeats: opts.matrix.repeat,
-                sheaf_version: env!("CARGO_PKG_VERSION").to_string(),
+                sheaf_version: sheaf_build(&opts.sheaf),
                 seconds: started.elapsed().as_secs_f64(),
                 warnings,
             },
