@@ -177,16 +177,17 @@ done
 done
 
 # --- The summary: medians, and the ratios the issue asks for.
-python3 - "$OUT" "$size" <<'PY'
-import csv, statistics, sys, os
-out, size = sys.argv[1], int(sys.argv[2])
+commit=$("$sheaf" version --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["commit"])')
+python3 - "$OUT" "$size" "$commit" <<'PY'
+import csv, statistics, sys, os, datetime
+out, size, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 med = statistics.median
 rows = list(csv.DictReader(open(os.path.join(out, "sheaf", "report.csv"))))
 ceil = list(csv.DictReader(open(os.path.join(out, "ceiling.csv"))))
 br = list(csv.DictReader(open(os.path.join(out, "pgbackrest.csv"))))
 up = med(float(r["upload_s"]) for r in ceil); down = med(float(r["download_s"]) for r in ceil)
 f = lambda r, k: float(r[k]) if r.get(k) else None
-lines = ["# sheaf to S3: summary", "",
+lines = ["# sheaf to S3: summary", "", f"> Measured on commit {commit} ({datetime.date.today().isoformat()}).", "",
          f"Data directory (WAL excluded) as one object: {size/1e6:.0f} MB; `mc cp` up {up:.2f} s ({size/up/1e6:.0f} MB/s), down {down:.2f} s ({size/down/1e6:.0f} MB/s).", "",
          "| codec | stripes | target | backup s | MB/s | restore s | verify s | size MB | backup peak RSS MiB | restore peak RSS MiB |",
          "|---|---|---|---|---|---|---|---|---|---|"]

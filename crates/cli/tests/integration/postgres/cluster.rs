@@ -70,6 +70,13 @@ pub fn give_to_server(path: &Path) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
 }
 
+/// A secret's file as the cluster's user keeps one, who runs archive_command and sheaf here: its
+/// own, mode 0600 (sheaf warns of one others may read, as libpq does of a .pgpass).
+pub fn server_secret(path: &Path) {
+    give_to_server(path);
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+}
+
 /// A temporary folder of the cluster's user (mode 0755, so that root and the server both reach
 /// in): where a test's repository, restores and spools go, as that user makes them.
 pub fn server_tempdir(prefix: &str) -> tempfile::TempDir {

@@ -3,7 +3,6 @@
 //! nothing; any current key restores every backup and WAL file, whichever generation wrote them;
 //! and no secret used shows in anything sheaf printed, wrote or logged.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
@@ -44,7 +43,7 @@ fn keys_are_added_rotated_and_removed_while_archiving_and_any_key_restores() {
     let vault = base.path().join("vault.key");
     std::fs::write(&vault, format!("{key_hex}\n")).unwrap();
     for f in [&pass, &vault] {
-        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        super::cluster::server_secret(f);
     }
     let key_command = format!("cat {}", vault.display());
     let pass_flag = ["--passphrase-file", pass.to_str().unwrap()];

@@ -16,10 +16,10 @@ fn an_encrypted_repository_in_a_bucket_archives_backs_up_and_recovers() {
     // Settings in one file, so that archive_command stays short; credentials from the environment.
     let config = base.path().join("sheaf.toml");
     let plain = format!("repo = \"s3://pitr/cluster-a\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\n", minio.endpoint());
-    // Readable by the server's user, which runs archive_command (0600 and owned by it in real use).
+    // The server's user's own, which runs archive_command: 0600, as in real use.
     let pass = base.path().join("passphrase");
     std::fs::write(&pass, "archive and backups, one secret\n").unwrap();
-    std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    super::super::cluster::server_secret(&pass);
     std::fs::write(&config, format!("{plain}passphrase-file = \"{}\"\n", pass.display())).unwrap();
     std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let keyless = base.path().join("keyless.toml");

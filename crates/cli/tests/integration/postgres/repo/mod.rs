@@ -161,9 +161,8 @@ impl TestRepo {
         let config = base.join("sheaf.toml");
         let text = format!("repo = \"s3://chains/cluster\"\ns3-endpoint = \"{}\"\ns3-allow-http = true\npassphrase-file = \"{}\"\n", minio.endpoint(), pass.display());
         std::fs::write(&config, text).unwrap();
-        for f in [&pass, &config] {
-            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
-        }
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+        super::cluster::server_secret(&pass);
         let mut env: Vec<(String, String)> = minio.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         env.push(("SHEAF_CONFIG".into(), config.display().to_string()));
         TestRepo { arg: "s3://chains/cluster".into(), env, _server: Some(Box::new(minio)) }

@@ -133,8 +133,9 @@ fn a_second_repository_may_have_its_own_passphrase() {
     std::fs::write(&p2, "the second secret\n").unwrap();
     let text = format!("repo = \"{}\"\nrepo2 = \"{}\"\npassphrase-file = \"{}\"\nrepo2-passphrase-file = \"{}\"\n", r1.display(), r2.display(), p1.display(), p2.display());
     std::fs::write(&config, text).unwrap();
-    for f in [&p1, &p2, &config] {
-        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for f in [&p1, &p2] {
+        super::super::cluster::server_secret(f);
     }
     let cfg = config.to_str().unwrap();
     let cmd = format!("archive_command = 'env SHEAF_CONFIG={cfg} {SHEAF} wal-push %p'");
