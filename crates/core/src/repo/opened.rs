@@ -385,7 +385,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let at = d.path().join("repo");
         let e = place(&at).open::<serde_json::Value>().unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!(e.kind(), ErrorKind::NotFound, "not there, not a typo");
         assert!(e.to_string().contains("sheaf init"), "{e}");
         let repo = place(&at).init(&serde_json::json!({"system_identifier": "7"})).unwrap();
         let again = place(&at).init(&serde_json::json!({})).unwrap_err();
