@@ -15,6 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sheaf_core::stop::Stop;
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::args::HookFlags;
@@ -43,11 +44,14 @@ pub struct Hooks {
     failure: Option<String>,
     limit: Duration,
     facts: Vec<(&'static str, String)>,
+    /// The command's stop: Ctrl-C or SIGTERM ends a running hook (in a process group of its own,
+    /// the terminal's signal does not reach it) as it ends the job.
+    stop: Stop,
 }
 
 impl Hooks {
     /// The hooks `flags` and the settings give the job.
-    pub fn new(settings: &Settings, flags: impl Into<HookFlags>) -> Hooks {
+    pub fn new(settings: &Settings, stop: &Stop, flags: impl Into<HookFlags>) -> Hooks {
         let f: HookFlags = flags.into();
         let (pre, post): (&Key<String>, &Key<String>) = match f.job {
             "backup" => (&settings::HOOK_PRE_BACKUP, &settings::HOOK_POST_BACKUP),
@@ -62,12 +66,13 @@ impl Hooks {
             failure: settings.value(&settings::HOOK_ON_FAILURE, f.on_failure).filter(|c| !c.trim().is_empty()),
             limit: settings.value(&settings::HOOK_TIMEOUT, f.timeout).unwrap_or(DEFAULT_LIMIT),
             facts: Vec::new(),
+            stop: stop.clone(),
         }
     }
 
     /// No hooks (a job that has none, as verify).
     pub fn none(job: &'static str) -> Hooks {
-        Hooks { job, pre: None, post: None, failure: None, limit: DEFAULT_LIMIT, facts: Vec::new() }
+        Hooks { job, pre: None, post: None, failure: None, limit: DEFAULT_LIMIT, facts: Vec::new(), stop: Stop::default() }
     }
 
     /// A fact every hook of this job gets (`SHEAF_REPO`, `SHEAF_SOURCE`).
@@ -154,20 +159,21 @@ impl Hooks {
         let t0 = Instant::now();
         let status = loop {
             match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if self.stop.asked() => break Err("was stopped: the command was interrupted".to_string()),
                 Ok(None) if t0.elapsed() < self.limit => std::thread::sleep(Duration::from_millis(20)),
-                Ok(None) => break None,
+                Ok(None) => break Err(format!("ran past its limit of {} s and was stopped (--hook-timeout)", self.limit.as_secs())),
                 Err(e) => return Err(format!("could not be waited for ({e})")),
             }
         };
         let status = match status {
-            Some(s) => s,
-            None => {
+            Ok(s) => s,
+            Err(why) => {
                 stop_group(&mut child);
                 for r in readers {
                     let _ = r.join();
                 }
-                return Err(format!("ran past its limit of {} s and was stopped (--hook-timeout)", self.limit.as_secs()));
+                return Err(why);
             }
         };
         for r in readers {

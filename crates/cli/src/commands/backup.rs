@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
             stripes: if a.to.is_empty() { repos.get(target).cloned().into_iter().collect() } else { a.to.clone() },
             repo: if a.to.is_empty() { repos.get(target).cloned() } else { None },
         };
-        let hooks = Hooks::new(&ctx.settings, a.hooks.clone())
+        let hooks = Hooks::new(&ctx.settings, ctx.interrupt.stop(), a.hooks.clone())
             .with("SHEAF_SOURCE", source.describe())
             .with("SHEAF_REPO", if a.to.is_empty() { repos.get(target).cloned().unwrap_or_default() } else { String::new() });
         recorded(ctx.catalog(), start, &hooks, || backup(ctx, source.clone(), a.clone(), target))?;

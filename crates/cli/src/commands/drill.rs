@@ -30,7 +30,7 @@ pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
         repo: repos.first().cloned(),
         ..Default::default()
     };
-    let hooks = Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", repos.first().cloned().unwrap_or_default());
+    let hooks = Hooks::new(&ctx.settings, ctx.interrupt.stop(), a.hooks.clone()).with("SHEAF_REPO", repos.first().cloned().unwrap_or_default());
     recorded(ctx.catalog(), start, &hooks, || drill(ctx, &a))
 }
 

@@ -19,7 +19,7 @@ pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
     // the others are done.
     let keep = ctx.retention(a.keep_full, a.keep_within)?;
     // A dry run changes nothing: no hooks around it.
-    let hooks = if a.dry_run { Hooks::none("expire") } else { Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().join(" ")) };
+    let hooks = if a.dry_run { Hooks::none("expire") } else { Hooks::new(&ctx.settings, ctx.interrupt.stop(), a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().join(" ")) };
     hooks.around(None, || expire_all(ctx, &a, &keep).map(|()| serde_json::json!({}))).map(drop)
 }
 

@@ -25,8 +25,9 @@ use crate::recorder::{recorded, Done};
 pub fn run(ctx: &Context, a: RestoreArgs) -> Result<(), Error> {
     let repo = if a.stripes.is_empty() { ctx.repo_given() } else { None };
     let start = sheaf_catalog::RunStart { operation: "restore".into(), source: Some(a.to.display().to_string()), stripes: a.stripes.clone(), repo, ..Default::default() };
-    let hooks =
-        Hooks::new(&ctx.settings, a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().first().cloned().unwrap_or_default()).with("SHEAF_TARGET", a.to.display().to_string());
+    let hooks = Hooks::new(&ctx.settings, ctx.interrupt.stop(), a.hooks.clone())
+        .with("SHEAF_REPO", ctx.repos_given().first().cloned().unwrap_or_default())
+        .with("SHEAF_TARGET", a.to.display().to_string());
     recorded(ctx.catalog(), start, &hooks, || restore(ctx, a).map(Done::from))
 }
 

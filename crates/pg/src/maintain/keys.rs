@@ -186,7 +186,8 @@ pub fn remove(repo: &Place, id: &str, force: bool) -> Result<KeyInfo> {
     if !force {
         // The key wal-push used last, lately: archive_command gives it still. Another key used
         // since means archive_command was moved on, and this one may go.
-        let uses: Vec<(String, KeyUse)> = u.records.iter().filter_map(|x| key_use::last(repo, &x.id).map(|k| (x.id.clone(), k))).collect();
+        let ids: Vec<&str> = u.records.iter().map(|x| x.id.as_str()).collect();
+        let uses: Vec<(String, KeyUse)> = key_use::last(repo, &ids);
         let newest = uses.iter().max_by_key(|(_, k)| k.unix);
         if let Some((_, used)) = newest.filter(|(id, _)| *id == r.id) {
             let now = sheaf_core::time::now_ms() / 1000;

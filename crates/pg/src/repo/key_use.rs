@@ -28,10 +28,12 @@ pub fn name(id: &str) -> String {
     format!("{}{id}.used", sheaf_core::keyring::KEYS_DIR)
 }
 
-/// The last use of key `id` by wal-push, if one was recorded and can be read.
-pub fn last(repo: &Place, id: &str) -> Option<KeyUse> {
-    let opened = crate::repo::meta::open(repo).ok()?;
-    opened.get_json(&name(id)).ok()
+/// The last use by wal-push of each key in `ids` that has one recorded and readable: the
+/// repository opened once (an encrypted one's ring costs a key derivation), then one small read
+/// per key.
+pub fn last(repo: &Place, ids: &[&str]) -> Vec<(String, KeyUse)> {
+    let Ok(opened) = crate::repo::meta::open(repo) else { return Vec::new() };
+    ids.iter().filter_map(|id| opened.get_json(&name(id)).ok().map(|u| (id.to_string(), u))).collect()
 }
 
 /// Record that wal-push opened `repo` with the key it was given: into the repository at most every

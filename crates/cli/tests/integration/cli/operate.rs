@@ -321,6 +321,26 @@ fn hooks_around_a_backup() {
     assert!(!Path::new(&format!("/proc/{pid}")).exists() || fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z "), "the hook's sleep {pid} is still running");
     assert!(!d.join("c.sheaf").exists());
 
+    // SIGTERM while a hook runs (its own process group, out of the terminal's reach): the hook
+    // and what it started are stopped with the command, which exits 143.
+    let pid_file = d.join("pid-term");
+    let child = sheaf_with_catalog(&catalog)
+        .args(["backup", s(&src), "--to", s(&d.join("t.sheaf")), "--pre-backup", &format!("sleep 60 & echo $! > {}; wait", pid_file.display())])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the hook to start", Duration::from_secs(20), || fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n')));
+    let t0 = Instant::now();
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let pid = fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    assert!(!Path::new(&format!("/proc/{pid}")).exists() || fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z "), "the hook's sleep {pid} outlived SIGTERM");
+    assert!(!d.join("t.sheaf").exists());
+
     // From the settings file.
     let conf = d.join("sheaf.toml");
     fs::write(&conf, format!("hook-pre-backup = \"{}\"\n", dump("from-settings"))).unwrap();
