@@ -46,6 +46,7 @@ ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 || need+=(fon
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v findmnt >/dev/null || need+=(util-linux)
 command -v lintian >/dev/null || need+=(lintian)
+command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
 command -v promtool >/dev/null || need+=(prometheus)
 command -v man >/dev/null || need+=(man-db)
 [ -f /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
