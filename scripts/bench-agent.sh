@@ -11,7 +11,7 @@
 #   - pg_basebackup over the replication protocol (plain format, -X fetch, no compression);
 #   - pgBackRest through its TLS server (pgbackrest server on the database host, the repository
 #     here; zstd level 1, 2 processes, as sheaf's zstd:low on 2 threads; certificates by openssl),
-#     where pgbackrest is installed and supports the server (2.45: up to 15).
+#     where pgbackrest is installed (or PGBACKREST names it) and serves this major (2.45: up to 15).
 # Root only. Run from the repository; sheaf built with make build.
 #
 #   RATE=1gbit DELAY_MS=1 SCALE=1 OUT=agent-report scripts/bench-agent.sh
@@ -109,7 +109,12 @@ timed pg_basebackup basebackup
 B[pg_basebackup]=$(du -sb --exclude=pg_wal "$W/out/pgb" | cut -f1)
 ROWS="line sheaf_agent sheaf_agent_compressing sheaf_base_backup pg_basebackup"
 
-if command -v pgbackrest >/dev/null && [ "$($PGBIN/postgres --version | grep -o '[0-9]*' | head -1)" -le 15 ]; then
+# PGBACKREST names the binary (scripts/build-pgbackrest.sh builds 2.60, which serves up to 18);
+# Debian's 2.45 serves up to 15.
+PGBR=${PGBACKREST:-$(command -v pgbackrest || true)}
+pg_major=$($PGBIN/postgres --version | grep -o '[0-9]*' | head -1)
+pgbr_minor=$([ -n "$PGBR" ] && "$PGBR" version | grep -o '2\.[0-9]*' | cut -d. -f2)
+if [ -n "$PGBR" ] && { [ "$pg_major" -le 15 ] || [ "${pgbr_minor:-0}" -ge 50 ]; }; then
   # Certificates for pgBackRest's TLS server (it names clients by CN), and its two configurations.
   C=$W/pgbr-tls; mkdir -p "$C"
   openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=bench CA" -keyout "$C/ca.key" -out "$C/ca.pem" 2>/dev/null
@@ -126,13 +131,13 @@ if command -v pgbackrest >/dev/null && [ "$($PGBIN/postgres --version | grep -o 
     "process-max=2" "start-fast=y" "archive-check=n" "[bench]" "pg1-host=$DB" "pg1-host-port=8433" "pg1-host-type=tls" \
     "pg1-host-cert-file=$C/client.pem" "pg1-host-key-file=$C/client.key" "pg1-host-ca-file=$C/ca.pem" "pg1-path=$W/data" "pg1-socket-path=$W/sock" "pg1-port=$PORT" >"$W/pgbr-repo.conf"
   chown postgres "$W/pgbr-db.conf" "$W/pgbr-repo.conf"
-  in_ns runuser -u postgres -- pgbackrest --config="$W/pgbr-db.conf" server >/dev/null 2>&1 &
+  in_ns runuser -u postgres -- "$PGBR" --config="$W/pgbr-db.conf" server >/dev/null 2>&1 &
   PIDS+=($!)
   in_ns python3 scripts/delay-relay.py "$DB:8433" 127.0.0.1:8432 "$DELAY_MS" &
   PIDS+=($!)
   sleep 1
-  runuser -u postgres -- pgbackrest --config="$W/pgbr-repo.conf" --stanza=bench stanza-create >/dev/null
-  pgbr() { runuser -u postgres -- pgbackrest --config="$W/pgbr-repo.conf" --stanza=bench --type=full backup; }
+  runuser -u postgres -- "$PGBR" --config="$W/pgbr-repo.conf" --stanza=bench stanza-create >/dev/null
+  pgbr() { runuser -u postgres -- "$PGBR" --config="$W/pgbr-repo.conf" --stanza=bench --type=full backup; }
   timed pgbackrest_tls pgbr
   B[pgbackrest_tls]=${B[sheaf_agent]}
   ROWS="$ROWS pgbackrest_tls"

@@ -67,14 +67,16 @@ run hybrid --primary "$P" --standby "$SB"
 # Each restored alone, started, and counted.
 restored() {
   local id; id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['postgres']['repository_id'])" "$OUT/$1.json")
-  rm -rf "$W/r"
-  "$S" restore --repo "$W/repo" --set "$id" --target immediate --to "$W/r" >/dev/null
-  [ "$(id -u)" -eq 0 ] && chown -R postgres "$W/r"
-  printf 'port = %s\narchive_mode = off\n' $((PORT + 2)) >>"$W/r/postgresql.auto.conf"
-  as_pg "$PGBIN/pg_ctl" -D "$W/r" -l "$W/sock/r.log" -w -t 300 start >/dev/null
+  # A folder per backup: the stopped server's WAL prefetcher may still be tidying the last one's
+  # pg_wal for a few seconds (it ends once recovery has asked for nothing new for a while).
+  local r=$W/r-$1
+  "$S" restore --repo "$W/repo" --set "$id" --target immediate --to "$r" >/dev/null
+  [ "$(id -u)" -eq 0 ] && chown -R postgres "$r"
+  printf 'port = %s\narchive_mode = off\n' $((PORT + 2)) >>"$r/postgresql.auto.conf"
+  as_pg "$PGBIN/pg_ctl" -D "$r" -l "$W/sock/r.log" -w -t 300 start >/dev/null
   until [ "$(psql $((PORT + 2)) -c "SELECT pg_is_in_recovery()")" = f ]; do sleep 0.2; done
   local rows; rows=$(psql $((PORT + 2)) -d tpch -c "SELECT count(*) FROM lineitem")
-  as_pg "$PGBIN/pg_ctl" -D "$W/r" -m fast -w stop >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$r" -m fast -w stop >/dev/null
   [ "$rows" = "$ROWS" ] && echo "started, lineitem $rows rows" || echo "lineitem $rows rows, not $ROWS"
 }
 {
