@@ -123,6 +123,18 @@ if [ ! -x "$patroni_venv/bin/patroni" ]; then
   /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 
+# Cloud identities (issue 53): identity.py (the tests' OpenID provider, instance metadata and
+# container endpoint) signs tokens with python3's cryptography; moto in server mode (an S3 with
+# storage classes, GLACIER's refusal of a read) from PyPI in its own venv.
+MOTO_PIP="moto[server]==5.2.5"
+moto_venv="$HOME/.cache/sheaf/moto"
+python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3-cryptography)
+want_moto=0
+if [ ! -x "$moto_venv/bin/moto_server" ]; then
+  want_moto=1
+  /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
   exit 1
@@ -197,4 +209,12 @@ if ((want_patroni)); then
   PIP_ROOT_USER_ACTION=ignore "$patroni_venv/bin/pip" install -q --disable-pip-version-check $PATRONI_PIP
   chmod -R a+rX "$pg_home"
   "$patroni_venv/bin/patroni" --version >/dev/null
+fi
+
+if ((want_moto)); then
+  echo "install-deps: installing moto ($MOTO_PIP) into $moto_venv" >&2
+  rm -rf "$moto_venv"
+  /usr/bin/python3 -m venv "$moto_venv"
+  PIP_ROOT_USER_ACTION=ignore "$moto_venv/bin/pip" install -q --disable-pip-version-check "$MOTO_PIP"
+  "$moto_venv/bin/moto_server" --help >/dev/null
 fi

@@ -159,6 +159,8 @@ impl Context {
         add("s3-profile", r.s3_profile.clone());
         add("s3-ca-bundle", r.s3_ca_bundle.as_ref().map(|p| p.display().to_string()));
         add("s3-kms-key-id", r.s3_kms_key_id.clone());
+        add("s3-role-arn", r.s3_role_arn.clone());
+        add("s3-storage-class", r.s3_storage_class.map(|c| c.as_str().to_string()));
         add("s3-sse-customer-key-file", r.s3_sse_customer_key_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         if r.s3_allow_http {
             f.push("--s3-allow-http".into());
@@ -554,6 +556,8 @@ fn s3_settings(s: &Settings, mut a: S3Args) -> S3Args {
     a.s3_path_style = s.switch(&settings::S3_PATH_STYLE, a.s3_path_style);
     a.s3_kms_key_id = s.value(&settings::S3_KMS_KEY_ID, a.s3_kms_key_id);
     a.s3_sse_customer_key_file = s.value(&settings::S3_SSE_CUSTOMER_KEY_FILE, a.s3_sse_customer_key_file);
+    a.s3_role_arn = s.value(&settings::S3_ROLE_ARN, a.s3_role_arn);
+    a.s3_storage_class = s.value(&settings::S3_STORAGE_CLASS, a.s3_storage_class);
     a
 }
 
@@ -578,6 +582,8 @@ fn schemes(s3: Option<&S3Args>) -> Result<S3Schemes> {
             (None, Some(f)) => sheaf_s3::Sse::Customer(sheaf_core::crypto::read_key_file(f, "SSE-C key file")?),
             (None, None) => sheaf_s3::Sse::None,
         },
+        role_arn: r.s3_role_arn.clone(),
+        storage_class: r.s3_storage_class,
         ..Default::default()
     };
     o.check()?;

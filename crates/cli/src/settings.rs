@@ -30,6 +30,12 @@ impl Value for String {
     }
 }
 
+impl Value for sheaf_s3::StorageClass {
+    fn parse(text: &str) -> Result<Self, String> {
+        text.parse().map_err(|e: sheaf_core::Error| e.message().to_string())
+    }
+}
+
 impl Value for PathBuf {
     fn parse(text: &str) -> Result<Self, String> {
         Ok(PathBuf::from(text))
@@ -249,6 +255,8 @@ settings! {
     S3_ALLOW_HTTP s3_allow_http: bool = "s3-allow-http", "allow a plain-HTTP endpoint (true/false)";
     S3_PATH_STYLE s3_path_style: bool = "s3-path-style", "path-style addressing (true/false)";
     S3_KMS_KEY_ID s3_kms_key_id: String = "s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)";
+    S3_ROLE_ARN s3_role_arn: String = "s3-role-arn", "an IAM role assumed on top of the credentials the chain gives (see --s3-role-arn)";
+    S3_STORAGE_CLASS s3_storage_class: sheaf_s3::StorageClass = "s3-storage-class", "the S3 storage class of stripes and WAL (see --s3-storage-class)";
     HOOK_PRE_BACKUP hook_pre_backup: String = "hook-pre-backup", "a command run before each backup (see --pre-backup)";
     HOOK_POST_BACKUP hook_post_backup: String = "hook-post-backup", "a command run after each successful backup (see --post-backup)";
     HOOK_PRE_RESTORE hook_pre_restore: String = "hook-pre-restore", "a command run before each restore";
@@ -446,7 +454,7 @@ fn unknown(key: &str, place: &str) -> String {
     let secretish = ["secret", "password", "passphrase", "access-key", "token"].iter().any(|s| key.contains(s));
     if secretish {
         return format!(
-            "{place}: sheaf takes no secrets in its config (a passphrase goes in passphrase-file or SHEAF_PASSPHRASE); S3 credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws/credentials (s3-profile picks a profile)"
+            "{place}: sheaf takes no secrets in its config (a passphrase goes in passphrase-file or SHEAF_PASSPHRASE); S3 credentials come from the AWS chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, ~/.aws/credentials (s3-profile picks a profile), a web identity, container credentials or the instance profile; s3-role-arn assumes a role on top"
         );
     }
     let nearest = KEYS.iter().map(|(k, _)| (strsim::damerau_levenshtein(key, k), *k)).min().filter(|(d, k)| *d <= 2.max(k.len() / 3));
@@ -542,6 +550,7 @@ mod tests {
             "retention-within" | "hook-timeout" => "1d",
             "log-level" => "debug",
             "log-format" => "json",
+            "s3-storage-class" => "standard_ia",
             "queue-max" => "1GiB",
             "expire-auto" | "s3-allow-http" | "s3-path-style" => "true",
             _ => "x",

@@ -161,6 +161,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn retention(&self) -> Option<&dyn Retention> {
         None
     }
+
+    /// Whom the store acts as, in words for `sheaf check`: where its credentials come from and
+    /// when they expire (`None`: a store without credentials of its own, such as a folder).
+    fn credentials(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How one object is written ([`Store::create`]): everything a write needs travels with it, so a
@@ -173,6 +179,9 @@ pub struct WriteOptions {
     pub expected_bytes: u64,
     /// The lock it carries from its first byte (S3 Object Lock); a store that cannot lock refuses.
     pub lock: Option<ObjectLock>,
+    /// Bulk: a stripe or a WAL segment, read back only to restore, verify or drill. A store with
+    /// storage classes writes it in the one chosen (`--s3-storage-class`); records stay standard.
+    pub bulk: bool,
 }
 
 /// A lock one object is written with: it cannot be deleted or overwritten before `until`.
@@ -463,7 +472,7 @@ impl Location {
     /// # Errors
     /// As [`Store::create`].
     pub fn create(&self, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
-        self.store.create(&self.name, &WriteOptions { overwrite, expected_bytes, lock: self.lock })
+        self.store.create(&self.name, &WriteOptions { overwrite, expected_bytes, lock: self.lock, bulk: true })
     }
 
     /// Open the published stripe here; see [`Store::open`].

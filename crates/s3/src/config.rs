@@ -8,7 +8,9 @@
 //! | plain HTTP | `--s3-allow-http` | `AWS_ALLOW_HTTP=true` | |
 //! | path-style | `--s3-path-style` | `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false` | default with an endpoint |
 //! | CA bundle (HTTPS with a private CA) | `--s3-ca-bundle` | `AWS_CA_BUNDLE` | `ca_bundle` (config) |
-//! | credentials | none, by design | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | `aws_access_key_id`, … (credentials, then config) |
+//! | credentials | none, by design | the chain in [`crate::credentials`]: keys, profiles, roles, web identity, containers, instance metadata | |
+//! | a role on top | `--s3-role-arn` | | |
+//! | storage class | `--s3-storage-class` | | |
 //!
 //! The profile is `AWS_PROFILE` (or `--s3-profile`), else `default`; the files are
 //! `AWS_SHARED_CREDENTIALS_FILE` (`~/.aws/credentials`) and `AWS_CONFIG_FILE` (`~/.aws/config`,
@@ -60,6 +62,10 @@ pub struct S3Options {
     pub request_timeout: Duration,
     /// Server-side encryption to ask for.
     pub sse: Sse,
+    /// A role to assume (STS `AssumeRole`) with whatever credentials the chain gives.
+    pub role_arn: Option<String>,
+    /// The storage class stripes and WAL are written in; `None`: the bucket's default.
+    pub storage_class: Option<StorageClass>,
 }
 
 impl Default for S3Options {
@@ -79,6 +85,8 @@ impl Default for S3Options {
             retry_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(60),
             sse: Sse::None,
+            role_arn: None,
+            storage_class: None,
         }
     }
 }
@@ -132,8 +140,68 @@ impl Sse {
     }
 }
 
+/// An S3 storage class (`x-amz-storage-class`) for a repository's bulk: its stripes and WAL
+/// segments. Its records (backup and key records, `repo.json`, WAL summaries) and its lock stay in
+/// STANDARD: they are small and read by every `info`, `expire`, `backup` and `restore`, and the
+/// infrequent-access classes bill at least 128 KiB and a retrieval fee per read of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageClass {
+    /// `STANDARD`.
+    Standard,
+    /// `STANDARD_IA`: infrequent access, retrieval billed per GB.
+    StandardIa,
+    /// `ONEZONE_IA`: as STANDARD_IA in one availability zone.
+    OnezoneIa,
+    /// `INTELLIGENT_TIERING`.
+    IntelligentTiering,
+    /// `GLACIER_IR`: Glacier Instant Retrieval, read like STANDARD_IA.
+    GlacierIr,
+    /// `GLACIER`: Glacier Flexible Retrieval; an object must be restored (thawed) before a read.
+    Glacier,
+    /// `DEEP_ARCHIVE`: thawed before a read, in hours.
+    DeepArchive,
+    /// `REDUCED_REDUNDANCY` (MinIO's other class).
+    ReducedRedundancy,
+}
+
+impl StorageClass {
+    const ALL: [(StorageClass, &'static str); 8] = [
+        (StorageClass::Standard, "STANDARD"),
+        (StorageClass::StandardIa, "STANDARD_IA"),
+        (StorageClass::OnezoneIa, "ONEZONE_IA"),
+        (StorageClass::IntelligentTiering, "INTELLIGENT_TIERING"),
+        (StorageClass::GlacierIr, "GLACIER_IR"),
+        (StorageClass::Glacier, "GLACIER"),
+        (StorageClass::DeepArchive, "DEEP_ARCHIVE"),
+        (StorageClass::ReducedRedundancy, "REDUCED_REDUNDANCY"),
+    ];
+
+    /// The name S3 gives it.
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(c, _)| *c == self).map_or("STANDARD", |(_, n)| n)
+    }
+
+    /// Whether an object in class `name` (as S3 reports it) must be restored before it can be read.
+    pub fn needs_thaw(name: &str) -> bool {
+        matches!(name, "GLACIER" | "DEEP_ARCHIVE")
+    }
+}
+
+impl std::str::FromStr for StorageClass {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let up = s.trim().to_ascii_uppercase().replace('-', "_");
+        Self::ALL
+            .iter()
+            .find(|(_, n)| *n == up)
+            .map(|(c, _)| *c)
+            .ok_or_else(|| Error::invalid(format!("--s3-storage-class {s}: use one of {}", Self::ALL.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", "))))
+    }
+}
+
 /// Settings resolved from every source. `Debug` shows no secret.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Resolved {
     /// Endpoint URL, if not AWS.
     pub endpoint: Option<String>,
@@ -145,20 +213,8 @@ pub struct Resolved {
     pub path_style: bool,
     /// Extra certificates to trust.
     pub ca_bundle: Option<PathBuf>,
-    pub(crate) access_key_id: Option<String>,
-    pub(crate) secret_access_key: Option<String>,
-    pub(crate) session_token: Option<String>,
-    /// Where the credentials came from, for messages ("environment", "profile default in ...").
-    pub credentials_from: String,
-}
-
-/// The credentials are wiped when it goes (object_store keeps its own copy while a store lives).
-impl Drop for Resolved {
-    fn drop(&mut self) {
-        for s in [&mut self.secret_access_key, &mut self.session_token].into_iter().flatten() {
-            zeroize::Zeroize::zeroize(s);
-        }
-    }
+    /// Where the credentials come from.
+    pub(crate) chain: crate::credentials::Chain,
 }
 
 impl fmt::Debug for Resolved {
@@ -169,8 +225,8 @@ impl fmt::Debug for Resolved {
             .field("allow_http", &self.allow_http)
             .field("path_style", &self.path_style)
             .field("ca_bundle", &self.ca_bundle)
-            .field("credentials_from", &self.credentials_from)
-            .finish_non_exhaustive()
+            .field("credentials", &self.chain.source)
+            .finish()
     }
 }
 
@@ -257,23 +313,15 @@ impl S3Options {
             None => endpoint.is_some(),
         });
 
-        let (access_key_id, secret_access_key, session_token, credentials_from) = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-            (Some(k), Some(s)) => (Some(k), Some(s), env("AWS_SESSION_TOKEN"), "the environment".to_string()),
-            (Some(_), None) | (None, Some(_)) => {
-                return Err(Error::invalid("only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set: set both, or neither to use a profile"))
-            }
-            (None, None) => match (from_profile("aws_access_key_id"), from_profile("aws_secret_access_key")) {
-                (Some(k), Some(s)) => (Some(k), Some(s), from_profile("aws_session_token"), format!("profile '{profile_name}' in {}", shown(&credentials_file))),
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put them under [{profile_name}] in {} (AWS_PROFILE picks another profile)",
-                        shown(&credentials_file)
-                    )))
-                }
-            },
-        };
+        let chain = crate::credentials::Chain::resolve(&crate::credentials::Settings {
+            env,
+            profile: self.profile.clone(),
+            role_arn: self.role_arn.clone(),
+            region: region.clone(),
+            allow_http,
+        })?;
         let ca_bundle = self.ca_bundle.clone().or_else(|| env("AWS_CA_BUNDLE").map(PathBuf::from)).or_else(|| from_profile("ca_bundle").map(PathBuf::from));
-        Ok(Resolved { endpoint, region, allow_http, path_style, ca_bundle, access_key_id, secret_access_key, session_token, credentials_from })
+        Ok(Resolved { endpoint, region, allow_http, path_style, ca_bundle, chain })
     }
 }
 
@@ -282,17 +330,18 @@ fn shown(p: &Option<PathBuf>) -> String {
 }
 
 /// One profile's keys from an INI-style AWS file.
-struct Profile(Vec<(String, String)>);
+#[derive(Clone)]
+pub(crate) struct Profile(pub(crate) Vec<(String, String)>);
 
 impl Profile {
-    fn get(&self, key: &str) -> Option<String> {
+    pub(crate) fn get(&self, key: &str) -> Option<String> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
     }
 }
 
 /// Read profile `name` from `path`; `None` when the file or the section is missing. In the config
 /// file sections other than `default` read `[profile NAME]`.
-fn read_profile(path: Option<&PathBuf>, name: &str, config: bool) -> Result<Option<Profile>> {
+pub(crate) fn read_profile(path: Option<&PathBuf>, name: &str, config: bool) -> Result<Option<Profile>> {
     let Some(path) = path else { return Ok(None) };
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -352,17 +401,18 @@ mod tests {
 
         let env = env_of(&[("AWS_SHARED_CREDENTIALS_FILE", c), ("AWS_CONFIG_FILE", f), ("AWS_PROFILE", "backup")]);
         let r = S3Options::default().resolve(&env).unwrap();
-        assert_eq!(r.access_key_id.as_deref(), Some("AKBACKUP"));
+        assert!(matches!(&r.chain.source, crate::credentials::Source::Keys { credential, .. } if credential.key_id == "AKBACKUP"), "{:?}", r.chain.source);
         assert_eq!(r.region, "eu-west-3");
         assert_eq!(r.endpoint.as_deref(), Some("https://s3.backup.example"));
         assert!(r.path_style, "an endpoint means path-style by default");
-        assert!(r.credentials_from.contains("profile 'backup'"));
+        assert!(r.chain.source.describe().contains("profile 'backup'"));
 
         let env =
             env_of(&[("AWS_SHARED_CREDENTIALS_FILE", c), ("AWS_CONFIG_FILE", f), ("AWS_ACCESS_KEY_ID", "AKENV"), ("AWS_SECRET_ACCESS_KEY", "SENV"), ("AWS_REGION", "ap-south-1")]);
         let o = S3Options { region: Some("us-west-2".into()), ..Default::default() };
         let r = o.resolve(&env).unwrap();
-        assert_eq!((r.access_key_id.as_deref(), r.region.as_str()), (Some("AKENV"), "us-west-2"));
+        assert!(matches!(&r.chain.source, crate::credentials::Source::Keys { credential, .. } if credential.key_id == "AKENV"));
+        assert_eq!(r.region.as_str(), "us-west-2");
         assert_eq!(r.endpoint, None);
         assert!(!r.path_style, "AWS itself is addressed by host");
         let shown = format!("{r:?}");
@@ -371,7 +421,7 @@ mod tests {
 
     #[test]
     fn mistakes_are_named() {
-        let none = env_of(&[("HOME", "/nonexistent")]);
+        let none = env_of(&[("HOME", "/nonexistent"), ("AWS_EC2_METADATA_DISABLED", "true")]);
         let e = S3Options::default().resolve(&none).unwrap_err();
         assert!(e.to_string().contains("no S3 credentials") && e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
         let keys = env_of(&[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b")]);

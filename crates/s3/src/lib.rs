@@ -4,8 +4,9 @@
 //! variables and files); writing and reading are the same `object_store` calls.
 //!
 //! - [`S3Options`]: endpoint, region, addressing, part size and concurrency, as flags give them;
-//!   credentials only ever come from the environment or the AWS profile files (see [`config`]), so
-//!   no secret is on a command line, in a process title, in the manifest or in the catalog.
+//!   credentials only ever come from the AWS chain (the environment, the profile files, STS, the
+//!   container or instance metadata endpoints: [`credentials`]), so no secret is on a command line,
+//!   in a process title, in the manifest or in the catalog.
 //! - [`S3Schemes`]: the [`Schemes`] the CLI hands to `Location::parse`, so `s3://BUCKET/KEY` becomes
 //!   a [`sheaf_core::Location`] in an [`S3Store`] like any file.
 //! - [`S3Store`] (`store.rs`): each stripe is one object, written by multipart upload with a bounded
@@ -13,6 +14,7 @@
 //!   once complete; read by ranged GETs with bounded read-ahead, pinned to the object's ETag.
 
 pub mod config;
+pub mod credentials;
 mod gcs;
 mod lock;
 mod store;
@@ -24,7 +26,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sheaf_core::{Error, ErrorKind, Result, Schemes, Store};
 
-pub use config::{S3Options, Sse, MAX_PARTS, MIN_PART_SIZE};
+pub use config::{S3Options, Sse, StorageClass, MAX_PARTS, MIN_PART_SIZE};
+pub use credentials::Provider;
 pub use store::S3Store;
 
 /// Reads one environment variable (the process's, or a test's).
@@ -68,6 +71,11 @@ impl Schemes for S3Schemes {
     fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)> {
         if !matches!(scheme, "s3" | "az" | "gs") {
             return Err(Error::invalid(format!("{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY or gs://BUCKET/KEY")));
+        }
+        if scheme != "s3" && self.options.storage_class.is_some() {
+            return Err(Error::invalid(format!(
+                "--s3-storage-class is S3's; {scheme}:// has its own tiers, set on the container or bucket: drop the flag (or s3-storage-class in the config file)"
+            )));
         }
         let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
         let id = format!("{scheme}://{bucket}");

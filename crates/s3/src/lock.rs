@@ -61,15 +61,18 @@ impl S3Extra {
     /// [`S3Extra::checksummed`]). Only the request that starts an upload takes the lock headers
     /// (S3 and MinIO refuse them on the others), and `object_store` starts its own uploads
     /// without a way to add them, so this one is started here and driven by its low-level calls.
-    pub(crate) async fn start_locked(&self, parts: Arc<AmazonS3>, key: &str, lock: &ObjectLock) -> std::result::Result<LockedUpload, object_store::Error> {
+    pub(crate) async fn start_locked(&self, parts: Arc<AmazonS3>, key: &str, lock: &ObjectLock, class: Option<&str>) -> std::result::Result<LockedUpload, object_store::Error> {
         let generic = |e: String| object_store::Error::Generic { store: "S3", source: e.into() };
         let mut headers = vec![
             ("x-amz-object-lock-mode", lock.mode.as_s3().to_string()),
             ("x-amz-object-lock-retain-until-date", sheaf_core::time::utc(lock.until)),
             ("x-amz-checksum-algorithm", "SHA256".to_string()),
         ];
-        // Server-side encryption is asked for when the upload starts.
+        // Server-side encryption and the storage class are asked for when the upload starts.
         headers.extend(self.sse.iter().cloned());
+        if let Some(c) = class {
+            headers.push(("x-amz-storage-class", c.to_string()));
+        }
         let (status, body) = self.call(Method::POST, key, &[("uploads", "")], &headers, Bytes::new()).await.map_err(|r| generic(r.to_string()))?;
         if status != 200 {
             let why = Refusal::of(status, &body);

@@ -23,7 +23,9 @@ use sha2::{Digest, Sha256};
 use crate::config::S3Options;
 
 mod emulators;
+mod identity;
 pub use emulators::{azurite_binary, fake_gcs_binary, Azurite, FakeGcs, AZURITE_ACCOUNT, AZURITE_KEY};
+pub use identity::{moto_binary, Identity, Moto};
 
 /// The access key of every test server.
 pub const ACCESS_KEY: &str = "sheaftest";
@@ -58,6 +60,14 @@ impl Minio {
     /// # Panics
     /// When MinIO is not installed (run `make deps`) or does not come up in 60 s.
     pub fn start() -> Minio {
+        Self::start_with(&[])
+    }
+
+    /// Start one with `env` added to its environment (an OpenID provider to trust, say).
+    ///
+    /// # Panics
+    /// As [`Minio::start`].
+    pub fn start_with(env: &[(&str, String)]) -> Minio {
         let bin = minio_binary().expect("MinIO is not installed: run `make deps` (scripts/install-deps.sh builds it with go install)");
         let dir = tempfile::tempdir().expect("tempdir");
         let data_path = dir.path().join("data");
@@ -66,7 +76,7 @@ impl Minio {
         for _ in 0..5 {
             let (port, console) = (free_port(), free_port());
             let addr = format!("127.0.0.1:{port}");
-            let mut child = spawn(&bin, &data_path, &addr, console, None);
+            let mut child = spawn(&bin, &data_path, &addr, console, None, env);
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(60) {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -137,7 +147,7 @@ impl Minio {
         let bin = minio_binary().expect("MinIO");
         let data = plain._data.path().join("data");
         let console = free_port();
-        plain.child = spawn(&bin, &data, &plain.addr, console, Some(&certs));
+        plain.child = spawn(&bin, &data, &plain.addr, console, Some(&certs), &[]);
         let t0 = Instant::now();
         while TcpStream::connect(&plain.addr).is_err() {
             assert!(t0.elapsed() < Duration::from_secs(60), "MinIO with TLS did not listen within 60 s");
@@ -268,7 +278,7 @@ impl Drop for Minio {
 
 /// A MinIO serving `data` on `addr` with the test credentials; HTTPS with the certificates in
 /// `certs`, if given.
-fn spawn(bin: &std::path::Path, data: &std::path::Path, addr: &str, console: u16, certs: Option<&std::path::Path>) -> Child {
+fn spawn(bin: &std::path::Path, data: &std::path::Path, addr: &str, console: u16, certs: Option<&std::path::Path>, env: &[(&str, String)]) -> Child {
     let mut c = Command::new(bin);
     c.arg("server").arg(data).args(["--quiet", "--address", addr, "--console-address", &format!("127.0.0.1:{console}")]);
     if let Some(certs) = certs {
@@ -281,6 +291,7 @@ fn spawn(bin: &std::path::Path, data: &std::path::Path, addr: &str, console: u16
         .env("MINIO_CI_CD", "1")
         // A built-in KMS key, so that SSE-KMS (key id KMS_KEY_ID) can be tested.
         .env("MINIO_KMS_SECRET_KEY", format!("{KMS_KEY_ID}:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

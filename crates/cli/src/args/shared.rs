@@ -130,6 +130,24 @@ pub struct S3Args {
     /// only. Default: s3-sse-customer-key-file in the config file.
     #[arg(long, value_name = "FILE")]
     pub s3_sse_customer_key_file: Option<PathBuf>,
+    /// Assume this IAM role (STS AssumeRole) with whatever credentials the chain gives: the
+    /// environment's keys, a profile (its keys, its own role_arn, credential_process), a web
+    /// identity (IRSA), container credentials (ECS, EKS Pod Identity) or the instance's profile
+    /// (IMDSv2). STS is reached at AWS_ENDPOINT_URL_STS where it is set. Default: s3-role-arn in
+    /// the config file.
+    #[arg(long, value_name = "ARN")]
+    pub s3_role_arn: Option<String>,
+    /// The storage class a repository's stripes and WAL segments are written in: STANDARD,
+    /// STANDARD_IA, ONEZONE_IA, INTELLIGENT_TIERING, GLACIER_IR, GLACIER, DEEP_ARCHIVE,
+    /// REDUCED_REDUNDANCY. Records, WAL summaries and the lock stay STANDARD (small, read by every
+    /// command). GLACIER and DEEP_ARCHIVE must be thawed before a restore reads them (sheaf says
+    /// which object). Default: the bucket's, or s3-storage-class in the config file.
+    #[arg(long, value_name = "CLASS", value_parser = storage_class)]
+    pub s3_storage_class: Option<sheaf_s3::StorageClass>,
+}
+
+fn storage_class(s: &str) -> std::result::Result<sheaf_s3::StorageClass, String> {
+    s.parse().map_err(|e: sheaf_core::Error| e.message().to_string())
 }
 
 /// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.

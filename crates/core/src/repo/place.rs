@@ -68,6 +68,11 @@ impl Place {
     }
 
     /// The store, every name relative to the root.
+    /// Whom the repository's store acts as ([`Store::credentials`]).
+    pub fn credentials(&self) -> Option<String> {
+        self.store.credentials()
+    }
+
     pub(super) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -200,7 +205,7 @@ impl Place {
         let rel = r.name();
         self.prepare_in(self.store.as_ref(), &rel, self.refusal().as_deref())?;
         let text = serde_json::to_vec_pretty(r).map_err(|e| Error::invalid(format!("{rel}: {e}")))?;
-        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None };
+        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk: false };
         let sink = self.store.create(&rel, &opts).map_err(|e| self.hint(&rel, e))?;
         write_blob(sink, &mut &text[..], CodecSpec { kind: CodecKind::None, level: 0, named: None }, &rel, None).map(drop).map_err(|e| self.hint(&rel, e))
     }
@@ -285,7 +290,9 @@ impl Place {
         enc: Option<&Encryption>,
     ) -> Result<BlobInfo> {
         self.prepare_in(store, rel, refusal)?;
-        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None };
+        // WAL segments are the repository's bulk beside its stripes; records are not.
+        let bulk = rel.starts_with("wal/") && rel.ends_with(".wal");
+        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk };
         let sink = store.create(rel, &opts).map_err(|e| self.hint(rel, e))?;
         write_blob(sink, content, spec, what, enc).map_err(|e| self.hint(rel, e))
     }

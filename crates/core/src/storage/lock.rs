@@ -32,6 +32,10 @@ impl Locked {
 }
 
 impl Store for Locked {
+    fn credentials(&self) -> Option<String> {
+        self.inner.credentials()
+    }
+
     super::pass_to_inner!();
     fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
         let opts = WriteOptions { lock: opts.lock.or_else(|| self.lock.for_name(name)), ..opts.clone() };

@@ -46,6 +46,10 @@ impl Prefixed {
 }
 
 impl Store for Prefixed {
+    fn credentials(&self) -> Option<String> {
+        self.inner.credentials()
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }

@@ -85,6 +85,10 @@ impl fmt::Debug for Throttled {
 }
 
 impl Store for Throttled {
+    fn credentials(&self) -> Option<String> {
+        self.inner.credentials()
+    }
+
     super::pass_to_inner!();
     fn create(&self, name: &str, opts: &super::WriteOptions) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(ThrottledSink { inner: self.inner.create(name, opts)?, limit: self.limit.clone() }))

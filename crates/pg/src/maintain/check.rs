@@ -108,6 +108,9 @@ fn run(repos: &[Place], opts: &CheckOptions, f: &mut Findings) {
             Ok(()) => f.add("repository", Status::Ok, format!("{} is reachable and writable (cluster {})", repo.display(), repo.meta().system_identifier)),
             Err(e) => f.add("repository", Status::Critical, format!("cannot write to the repository at {}: {e}; backups and wal-push will fail the same way", repo.display())),
         }
+        if let Some(who) = place.credentials() {
+            f.add("credentials", Status::Ok, format!("{}: {who}", repo.display()));
+        }
         usable.push(repo);
     }
     let server = Server::connect(&opts.url).and_then(|mut s| s.archiver().map(|a| (s, a)));

@@ -3,11 +3,12 @@
 //! S3's own calls).
 
 use crate::config::{Resolved, S3Options};
+use crate::credentials::Provider;
 use crate::gcs::GcsWriter;
 use crate::lock::S3Extra;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
-use object_store::client::HttpConnector;
+use object_store::client::{HttpConnector, ReqwestConnector};
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 use object_store::{BackoffConfig, Certificate, ClientOptions, RetryConfig};
@@ -59,12 +60,15 @@ impl S3Store {
         // signature is all the body has, so it stays signed.
         let https = r.endpoint.as_deref().is_none_or(|e| e.starts_with("https://"));
         b = b.with_unsigned_payload(https);
-        if let (Some(k), Some(s)) = (&r.access_key_id, &r.secret_access_key) {
-            b = b.with_access_key_id(k).with_secret_access_key(s);
-        }
-        if let Some(t) = &r.session_token {
-            b = b.with_token(t);
-        }
+        // The credentials: the chain's source, fetched once now (so that a missing or refused
+        // identity is named before anything starts) and again before they expire.
+        let http = ReqwestConnector::default().connect(&client_options).map_err(|e| Error::invalid(format!("S3 client: {e}")))?;
+        let local = ReqwestConnector::default()
+            .connect(&client_options.clone().with_allow_http(true).with_connect_timeout(std::time::Duration::from_secs(1)))
+            .map_err(|e| Error::invalid(format!("S3 client: {e}")))?;
+        let provider = Arc::new(Provider::new(r.chain.clone(), http, local));
+        runtime.block_on(provider.current()).map_err(|e| Error::new(ErrorKind::InvalidInput, e))?;
+        b = b.with_credentials(provider.clone());
         match &options.sse {
             crate::config::Sse::None => {}
             crate::config::Sse::Kms(id) => b = b.with_sse_kms_encryption(id),
@@ -73,7 +77,7 @@ impl S3Store {
         let client = Arc::new(b.clone().with_client_options(client_options.clone()).build().map_err(|e| Error::invalid(format!("S3 configuration for bucket {bucket}: {e}")))?);
         let extra = S3Extra::new(b, client_options, client.clone(), options.sse.upload_headers())?;
         let endpoint = r.endpoint.clone().unwrap_or_else(|| format!("AWS {}", r.region));
-        let secrets = [r.secret_access_key.clone(), r.session_token.clone(), options.sse.customer_key_base64()].into_iter().flatten().collect();
+        let secrets = r.chain.static_secrets().into_iter().chain(options.sse.customer_key_base64()).collect();
         Ok(S3Store {
             scheme: "s3",
             bucket: bucket.into(),
@@ -85,6 +89,7 @@ impl S3Store {
             extra: Some(extra),
             gcs: None,
             checksummed: OnceLock::new(),
+            credentials: Some(provider),
         })
     }
 
@@ -139,6 +144,7 @@ impl S3Store {
             extra: None,
             gcs: None,
             checksummed: OnceLock::new(),
+            credentials: None,
         })
     }
 
@@ -192,6 +198,7 @@ impl S3Store {
             extra: None,
             gcs: Some(writer),
             checksummed: OnceLock::new(),
+            credentials: None,
         })
     }
 

@@ -127,6 +127,17 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
     let text = redact.scrub(&text);
     let kind = if side == Side::Read { ErrorKind::Io } else { ErrorKind::Target };
     const NO_BUCKET: &str = "the bucket (Azure: the container) does not exist (create it first, or check the name and endpoint)";
+    // An archived object (GLACIER, DEEP_ARCHIVE) answers a read with 403 InvalidObjectState until
+    // it is thawed: not a credentials problem, and not one that retrying fixes.
+    if service_code(&text).as_deref() == Some("InvalidObjectState") {
+        let class = xml_field(&text, "StorageClass").unwrap_or_else(|| "an archive class".into());
+        return Error::new(
+            ErrorKind::Incomplete,
+            format!(
+                "{what} is in storage class {class}, which S3 keeps offline: restore (thaw) it first (`aws s3api restore-object --restore-request Days=7 ...` on each object of the set, or a Batch Operations job), wait until it is readable, then run this again"
+            ),
+        );
+    }
     match e {
         E::NotFound { .. } if side == Side::Create => Error::new(kind, format!("{what}: {NO_BUCKET}: {text}")),
         E::NotFound { .. } if side == Side::Write => {
@@ -154,6 +165,16 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
     }
 }
 
+/// Field `name` of the S3 XML error body quoted in `text` (`<Error>..<NAME>value</NAME>..`).
+fn xml_field(text: &str, name: &str) -> Option<String> {
+    let start = text.find("<Error>")?;
+    let body = &text[start..];
+    let open = format!("<{name}>");
+    let at = body.find(&open)? + open.len();
+    let end = body[at..].find(&format!("</{name}>"))? + at;
+    Some(body[at..end].trim().to_string()).filter(|v| !v.is_empty())
+}
+
 /// The error code in an S3 or Azure XML error body quoted in `text` (`<Error><Code>..</Code>`).
 fn service_code(text: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -169,6 +190,16 @@ fn service_code(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_archived_object_is_named_with_its_class_not_blamed_on_the_credentials() {
+        let body = "Client error with status 403 Forbidden: <?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>InvalidObjectState</Code><Message>The operation is not valid for the object's storage class</Message><StorageClass>DEEP_ARCHIVE</StorageClass></Error>";
+        let e = object_store::Error::PermissionDenied { path: "r/backups/a_1.sheaf".into(), source: body.into() };
+        let e = map_err(e, "stripe s3://b/r/backups/a_1.sheaf", Side::Read, &Redact::default());
+        assert_eq!(e.kind(), ErrorKind::Incomplete);
+        assert!(e.message().contains("storage class DEEP_ARCHIVE") && e.message().contains("restore-object"), "{}", e.message());
+        assert!(!e.message().contains("credentials"), "{}", e.message());
+    }
 
     #[test]
     fn the_service_code_is_read_from_the_error_body_not_the_words() {

@@ -54,6 +54,8 @@ pub struct S3Store {
     /// S3 requires), made for the first such upload. The locks themselves come with each write:
     /// repositories that share this bucket keep their own.
     checksummed: OnceLock<Arc<object_store::aws::AmazonS3>>,
+    /// S3's credentials (`None` for Azure and GCS).
+    credentials: Option<Arc<crate::credentials::Provider>>,
 }
 
 impl fmt::Debug for S3Store {
@@ -70,6 +72,18 @@ impl Store for S3Store {
 
     fn describe(&self, name: &str) -> String {
         format!("{}://{}/{name}", self.scheme, self.bucket)
+    }
+
+    fn credentials(&self) -> Option<String> {
+        let p = self.credentials.as_ref()?;
+        let expires = self.handle().block_on(p.expires());
+        Some(match expires.and_then(|t| t.duration_since(std::time::SystemTime::UNIX_EPOCH).ok()) {
+            Some(t) => {
+                let left = (t.as_secs() as i64).saturating_sub(sheaf_core::time::now_ms() / 1000).max(0);
+                format!("{}: the credentials held expire at {} (in {} min; fetched again before then)", p.source(), sheaf_core::time::utc(t.as_secs() as i64), left / 60)
+            }
+            None => format!("{}: they do not expire", p.source()),
+        })
     }
 
     fn sink_memory(&self, expected_bytes: u64) -> u64 {
@@ -108,12 +122,20 @@ impl Store for S3Store {
         // credentials (a HEAD's 403 has no body to tell them apart).
         let client = self.client.clone();
         let p = path.clone();
+        // Bulk (stripes, WAL) in the storage class asked for; records in the bucket's default.
+        let class = self.options.storage_class.filter(|_| opts.bulk && self.scheme == "s3").map(crate::StorageClass::as_str);
         let started = match (&opts.lock, &self.extra) {
             (Some(lock), Some(extra)) => {
                 let parts = self.checksummed()?;
-                self.handle().block_on(async { extra.start_locked(parts, name, lock).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
+                self.handle().block_on(async { extra.start_locked(parts, name, lock, class).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
             }
-            _ => self.handle().block_on(async move { client.put_multipart(&p).await }),
+            _ => {
+                let mut put = object_store::PutMultipartOptions::default();
+                if let Some(c) = class {
+                    put.attributes.insert(object_store::Attribute::StorageClass, c.into());
+                }
+                self.handle().block_on(async move { client.put_multipart_opts(&p, put).await })
+            }
         };
         let mut upload = started.map_err(|e| map_err(e, &format!("cannot start uploading {shown}"), Side::Create, &self.redact))?;
         let exists = match self.exists(name) {

@@ -129,3 +129,130 @@ fn in_the_cloud(base: &tempfile::TempDir, repo: &TestRepo, prefix: &str) {
     let back = repo.recover(&base.path().join("back"), &[]);
     assert_eq!(batches(&back), "1:500,2:500");
 }
+
+/// A `sheaf` with no key pair, no profile and no instance metadata service of the runner's: only
+/// `vars` say where credentials come from.
+fn keyless(vars: &[(&str, String)]) -> std::process::Command {
+    let mut s = sheaf();
+    for k in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"] {
+        s.env_remove(k);
+    }
+    s.env("HOME", "/nonexistent").env("AWS_REGION", "us-east-1");
+    s.env("AWS_EC2_METADATA_SERVICE_ENDPOINT", format!("http://127.0.0.1:{}", sheaf_s3::testing::free_port()));
+    for (k, v) in vars {
+        s.env(k, v);
+    }
+    s
+}
+
+/// Issue 53: each source of the AWS chain, none a key pair in the environment, gives a backup into
+/// MinIO that restores to a server that starts with the data: a profile's role assumed with its
+/// source profile's keys, a credential_process with --s3-role-arn on top, a web identity (IRSA),
+/// container credentials (EKS Pod Identity), the instance's profile (IMDSv2).
+#[test]
+fn every_cloud_identity_backs_up_and_restores_without_a_key_pair() {
+    use sheaf_s3::testing::{Identity, Minio, ACCESS_KEY, SECRET_KEY};
+    let id = Identity::start();
+    let m = Minio::start_with(&id.minio_env());
+    m.create_bucket("ids");
+    id.setup(&m.endpoint(), 900, "pod-identity-token");
+    // The files sheaf reads, and the restores, where the cluster's user (which runs sheaf) can.
+    let work = super::super::cluster::server_tempdir("sheaf-ids.");
+    let dir = work.path();
+    let c = Cluster::new(&[], &[]);
+    c.sql("postgres", "CREATE TABLE w AS SELECT g, md5(g::text) AS h FROM generate_series(1, 50000) g");
+    let sts = ("AWS_ENDPOINT_URL_STS", m.endpoint());
+    let (creds, conf) = (dir.join("credentials"), dir.join("config"));
+    std::fs::write(&creds, format!("[base]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")).unwrap();
+    let process = format!(r#"printf '{{"Version":1,"AccessKeyId":"{ACCESS_KEY}","SecretAccessKey":"{SECRET_KEY}"}}'"#);
+    std::fs::write(&conf, format!("[profile app]\nrole_arn = arn:aws:iam::123456789012:role/backup\nsource_profile = base\n\n[profile tool]\ncredential_process = {process}\n"))
+        .unwrap();
+    let files = || vec![("AWS_SHARED_CREDENTIALS_FILE", creds.display().to_string()), ("AWS_CONFIG_FILE", conf.display().to_string())];
+    let token = dir.join("token");
+    std::fs::write(&token, id.token(3600)).unwrap();
+    let pod = dir.join("pod-token");
+    std::fs::write(&pod, "pod-identity-token").unwrap();
+
+    let mut profile_role = files();
+    profile_role.extend([("AWS_PROFILE", "app".to_string()), sts.clone()]);
+    let mut process_role = files();
+    process_role.extend([("AWS_PROFILE", "tool".to_string()), sts.clone()]);
+    // Each: a name, the variables that say where credentials come from, flags, the source's words.
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, Vec<&'a str>, &'a str);
+    let cases: Vec<Case> = vec![
+        ("profile-role", profile_role, vec![], "role arn:aws:iam::123456789012:role/backup assumed (profile 'app')"),
+        ("process-role", process_role, vec!["--s3-role-arn", "arn:aws:iam::123456789012:role/on-top"], "assumed (--s3-role-arn) with credential_process"),
+        ("web-identity", vec![("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()), ("AWS_ROLE_ARN", id.role_arn()), sts.clone()], vec![], "web identity"),
+        (
+            "container",
+            vec![("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("{}/container/credentials", id.endpoint())), ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", pod.display().to_string())],
+            vec![],
+            "container credentials",
+        ),
+        ("instance", vec![("AWS_EC2_METADATA_SERVICE_ENDPOINT", id.endpoint())], vec![], "instance metadata"),
+    ];
+    let endpoint = m.endpoint();
+    for (name, vars, flags, source) in &cases {
+        let target = format!("s3://ids/{name}/w.sheaf");
+        let s3 = ["--s3-endpoint", endpoint.as_str(), "--s3-allow-http"];
+        let o = run(keyless(vars).args(["backup", &c.url("postgres"), "--to", &target, "--log-level", "debug"]).args(s3).args(flags));
+        assert!(o.status.success(), "{name}: backup: {}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("S3 credentials fetched from {source}")) || stderr(&o).contains(source), "{name}: the log names the source: {}", stderr(&o));
+        let to = dir.join(format!("restored-{name}"));
+        let o = run(keyless(vars).args(["restore", &target, "--to", to.to_str().unwrap()]).args(s3).args(flags));
+        assert!(o.status.success(), "{name}: restore: {}", stderr(&o));
+        let r = Cluster::over(&to, &c.sock);
+        assert_eq!(r.sql("postgres", "SELECT count(*) FROM w"), "50000", "{name}");
+        drop(r);
+        std::fs::remove_dir_all(&to).unwrap();
+    }
+    // check names the source in use and when its credentials expire.
+    let imds = [("AWS_EC2_METADATA_SERVICE_ENDPOINT", id.endpoint())];
+    let s3 = ["--s3-endpoint", endpoint.as_str(), "--s3-allow-http"];
+    ok(run(keyless(&imds).args(["init", "--repo", "s3://ids/repo", &c.url("postgres")]).args(s3)), "init");
+    let o = run(keyless(&imds).args(["check", "--repo", "s3://ids/repo", &c.url("postgres")]).args(s3));
+    let out = crate::integration::common::stdout(&o);
+    let line = out.lines().find(|l| l.contains("credentials")).unwrap_or_else(|| panic!("no credentials line: {out}"));
+    assert!(line.contains(&format!("instance metadata at {}", id.endpoint())) && line.contains("expire at"), "{line}");
+    let stats = id.stats();
+    assert!(stats["imds_session"].as_u64() >= Some(2) && stats["container"].as_u64() >= Some(2), "both services were asked, by the backup and the restore: {stats}");
+    assert_eq!(stats["imds_refused"], 0, "never read without a session token: {stats}");
+}
+
+/// Issue 53: credentials that last a minute (a web identity token renewed every 20 s, as the
+/// kubelet renews a projected token) are fetched again during a backup of several minutes, which
+/// succeeds and restores; the log shows each fetch.
+#[test]
+fn a_backup_outlives_credentials_that_expire_every_minute() {
+    use sheaf_s3::testing::{Identity, Minio};
+    let id = Identity::start();
+    let m = Minio::start_with(&id.minio_env());
+    m.create_bucket("ids");
+    let work = super::super::cluster::server_tempdir("sheaf-ids.");
+    let token = work.path().join("token");
+    id.rotate(&token, 60, 20.0);
+    let c = Cluster::new(&[], &[]);
+    c.sql("postgres", "CREATE TABLE w AS SELECT g, md5(g::text) AS h FROM generate_series(1, 50000) g");
+    let vars = vec![("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()), ("AWS_ROLE_ARN", id.role_arn()), ("AWS_ENDPOINT_URL_STS", m.endpoint())];
+    let endpoint = m.endpoint();
+    let s3 = ["--s3-endpoint", endpoint.as_str(), "--s3-allow-http"];
+    let log = work.path().join("backup.log");
+    // Uncompressed and held to 160 KiB/s: the cluster's ~30 MB take over three minutes.
+    let t0 = std::time::Instant::now();
+    let o = run(keyless(&vars)
+        .args(["backup", &c.url("postgres"), "--to", "s3://ids/slow/w.sheaf", "-c", "none", "--max-rate", "160KiB", "--s3-part-size", "5MiB", "--log-level", "debug", "--log-file"])
+        .arg(&log)
+        .args(s3));
+    let took = t0.elapsed();
+    assert!(o.status.success(), "backup: {}", stderr(&o));
+    assert!(took > std::time::Duration::from_secs(150), "the backup took {took:?}: too short to outlive two expiries");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let fetched = text.matches("S3 credentials fetched from web identity").count();
+    let minutes = took.as_secs() / 60;
+    assert!(fetched as u64 > minutes, "{fetched} fetches of one-minute credentials in {took:?}: {text}");
+    let to = work.path().join("restored");
+    let o = run(keyless(&vars).args(["restore", "s3://ids/slow/w.sheaf", "--to", to.to_str().unwrap()]).args(s3));
+    assert!(o.status.success(), "restore: {}", stderr(&o));
+    let r = Cluster::over(&to, &c.sock);
+    assert_eq!(r.sql("postgres", "SELECT count(*) FROM w"), "50000");
+}
