@@ -17,6 +17,7 @@ pub mod config;
 pub mod credentials;
 mod gcs;
 mod lock;
+mod profile;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -42,7 +42,7 @@ use object_store::aws::AwsCredential;
 use object_store::client::HttpClient;
 use sheaf_core::{Error, Result};
 
-use crate::config::{read_profile, Profile};
+use crate::profile::{read_profile, Profile};
 
 /// The ECS and EKS agents' link-local address for `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`.
 const ECS_HOST: &str = "http://169.254.170.2";

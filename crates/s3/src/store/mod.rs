@@ -123,7 +123,7 @@ impl Store for S3Store {
         let client = self.client.clone();
         let p = path.clone();
         // Bulk (stripes, WAL) in the storage class asked for; records in the bucket's default.
-        let class = self.options.storage_class.filter(|_| opts.bulk && self.scheme == "s3").map(crate::StorageClass::as_str);
+        let class = self.options.storage_class.filter(|_| opts.bulk && self.scheme == "s3").map(crate::config::StorageClass::as_str);
         let started = match (&opts.lock, &self.extra) {
             (Some(lock), Some(extra)) => {
                 let parts = self.checksummed()?;
