@@ -135,6 +135,13 @@ if [ ! -x "$moto_venv/bin/moto_server" ]; then
   /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 
+# SFTP storage (issue 53): libssh2 to link against (pkg-config finds it), OpenSSH's sshd for the
+# tests.
+[ -f /usr/include/libssh2.h ] || need+=(libssh2-1-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
   exit 1

@@ -14,6 +14,7 @@ use sheaf_core::{BackupSet, CodecSpec, Error, ErrorKind, Keys, Location, Result}
 use sheaf_pg::repo::Repo;
 use sheaf_pg::wal::spool::Spool;
 use sheaf_s3::S3Schemes;
+use sheaf_sftp::SftpSchemes;
 
 use sheaf_core::manifest::BackupType;
 
@@ -88,7 +89,7 @@ pub struct Context {
     catalog: Option<PathBuf>,
     /// The S3 settings: the flags over the settings (`None`: the command reaches no `s3://`).
     s3: Option<S3Args>,
-    schemes: Result<S3Schemes>,
+    schemes: Result<AllSchemes>,
     secret: Secret,
     keys: Result<Option<Arc<Keys>>>,
     rate: Result<Option<Arc<RateLimit>>>,
@@ -161,12 +162,17 @@ impl Context {
         add("s3-kms-key-id", r.s3_kms_key_id.clone());
         add("s3-role-arn", r.s3_role_arn.clone());
         add("s3-storage-class", r.s3_storage_class.map(|c| c.as_str().to_string()));
+        add("sftp-known-hosts", r.sftp.sftp_known_hosts.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
+        add("sftp-key-file", r.sftp.sftp_key_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         add("s3-sse-customer-key-file", r.s3_sse_customer_key_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         if r.s3_allow_http {
             f.push("--s3-allow-http".into());
         }
         if r.s3_path_style {
             f.push("--s3-path-style".into());
+        }
+        if r.sftp.sftp_no_fsync {
+            f.push("--sftp-no-fsync".into());
         }
         f
     }
@@ -175,7 +181,7 @@ impl Context {
     ///
     /// # Errors
     /// S3 settings out of range or at odds, an SSE-C key file that cannot be read.
-    pub fn schemes(&self) -> Result<&S3Schemes> {
+    pub fn schemes(&self) -> Result<&AllSchemes> {
         self.schemes.as_ref().map_err(Error::again)
     }
 
@@ -543,7 +549,7 @@ impl Context {
 }
 
 fn no_repository() -> Error {
-    Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX|az://...|gs://..., set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
+    Error::invalid("no repository given: pass --repo DIR|s3://BUCKET/PREFIX|az://...|gs://...|sftp://USER@HOST/PATH, set SHEAF_REPO, or put repo = \"...\" in the config file (see sheaf config)")
 }
 
 /// The S3 settings in force: the flags over `SHEAF_S3_*` over the config file.
@@ -558,11 +564,39 @@ fn s3_settings(s: &Settings, mut a: S3Args) -> S3Args {
     a.s3_sse_customer_key_file = s.value(&settings::S3_SSE_CUSTOMER_KEY_FILE, a.s3_sse_customer_key_file);
     a.s3_role_arn = s.value(&settings::S3_ROLE_ARN, a.s3_role_arn);
     a.s3_storage_class = s.value(&settings::S3_STORAGE_CLASS, a.s3_storage_class);
+    a.sftp.sftp_known_hosts = s.value(&settings::SFTP_KNOWN_HOSTS, a.sftp.sftp_known_hosts);
+    a.sftp.sftp_key_file = s.value(&settings::SFTP_KEY_FILE, a.sftp.sftp_key_file);
+    a.sftp.sftp_no_fsync = s.switch(&settings::SFTP_NO_FSYNC, a.sftp.sftp_no_fsync);
     a
 }
 
-/// The one scheme set for these S3 settings (`None`: the command reaches no `s3://`).
-fn schemes(s3: Option<&S3Args>) -> Result<S3Schemes> {
+/// Every scheme a location may have: S3 and its kin (`s3://`, `az://`, `gs://`) and `sftp://`.
+pub struct AllSchemes {
+    s3: S3Schemes,
+    sftp: SftpSchemes,
+}
+
+impl sheaf_core::Schemes for AllSchemes {
+    fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn sheaf_core::Store>, String)> {
+        match scheme {
+            "sftp" => self.sftp.resolve(scheme, bucket, key),
+            _ => self.s3.resolve(scheme, bucket, key),
+        }
+    }
+}
+
+/// The one scheme set for these settings (`None`: the command reaches no remote store).
+fn schemes(s3: Option<&S3Args>) -> Result<AllSchemes> {
+    let sftp = SftpSchemes::new(s3.map_or_else(sheaf_sftp::SftpOptions::default, |r| sheaf_sftp::SftpOptions {
+        known_hosts: r.sftp.sftp_known_hosts.clone(),
+        key_file: r.sftp.sftp_key_file.clone(),
+        no_fsync: r.sftp.sftp_no_fsync,
+    }));
+    Ok(AllSchemes { s3: s3_schemes(s3)?, sftp })
+}
+
+/// The S3 schemes for these settings.
+fn s3_schemes(s3: Option<&S3Args>) -> Result<S3Schemes> {
     let Some(r) = s3 else { return Ok(S3Schemes::new(sheaf_s3::S3Options::default())) };
     if r.s3_kms_key_id.is_some() && r.s3_sse_customer_key_file.is_some() {
         return Err(Error::invalid("s3-kms-key-id and s3-sse-customer-key-file are both set: S3 encrypts an object one way, SSE-KMS or SSE-C; give one"));

@@ -257,6 +257,9 @@ settings! {
     S3_KMS_KEY_ID s3_kms_key_id: String = "s3-kms-key-id", "SSE-KMS: the KMS key S3 encrypts with (see --s3-kms-key-id)";
     S3_ROLE_ARN s3_role_arn: String = "s3-role-arn", "an IAM role assumed on top of the credentials the chain gives (see --s3-role-arn)";
     S3_STORAGE_CLASS s3_storage_class: sheaf_s3::StorageClass = "s3-storage-class", "the S3 storage class of stripes and WAL (see --s3-storage-class)";
+    SFTP_KNOWN_HOSTS sftp_known_hosts: PathBuf = "sftp-known-hosts", "the known_hosts file an SFTP server's key must be in (see --sftp-known-hosts)";
+    SFTP_KEY_FILE sftp_key_file: PathBuf = "sftp-key-file", "the private key sheaf logs in to SFTP servers with (see --sftp-key-file)";
+    SFTP_NO_FSYNC sftp_no_fsync: bool = "sftp-no-fsync", "accept an SFTP server without fsync@openssh.com (true/false)";
     HOOK_PRE_BACKUP hook_pre_backup: String = "hook-pre-backup", "a command run before each backup (see --pre-backup)";
     HOOK_POST_BACKUP hook_post_backup: String = "hook-post-backup", "a command run after each successful backup (see --post-backup)";
     HOOK_PRE_RESTORE hook_pre_restore: String = "hook-pre-restore", "a command run before each restore";
@@ -552,7 +555,7 @@ mod tests {
             "log-format" => "json",
             "s3-storage-class" => "standard_ia",
             "queue-max" => "1GiB",
-            "expire-auto" | "s3-allow-http" | "s3-path-style" => "true",
+            "expire-auto" | "s3-allow-http" | "s3-path-style" | "sftp-no-fsync" => "true",
             _ => "x",
         }
     }

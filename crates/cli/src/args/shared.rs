@@ -83,8 +83,8 @@ pub struct RateArgs {
     pub max_rate: Option<u64>,
 }
 
-/// How to reach s3:// locations. Credentials come only from the environment (AWS_ACCESS_KEY_ID,
-/// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the AWS profile files, never from flags.
+/// How to reach s3:// (and sftp://) locations. S3 credentials come from the AWS chain (the
+/// environment, the profile files, STS, container or instance metadata), never from flags.
 #[derive(Args, Clone)]
 #[command(next_help_heading = "Object storage (s3://)")]
 pub struct S3Args {
@@ -144,6 +144,28 @@ pub struct S3Args {
     /// which object). Default: the bucket's, or s3-storage-class in the config file.
     #[arg(long, value_name = "CLASS", value_parser = storage_class)]
     pub s3_storage_class: Option<sheaf_s3::StorageClass>,
+    #[command(flatten)]
+    pub sftp: SftpArgs,
+}
+
+/// How to reach sftp://USER@HOST[:PORT]/PATH locations: the server's key checked against a
+/// known_hosts file, a key file or an ssh-agent's keys, never a password.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "SFTP (sftp://USER@HOST[:PORT]/PATH)")]
+pub struct SftpArgs {
+    /// The known_hosts file the server's host key must be in (an unknown or changed key is
+    /// refused, naming its fingerprint). Default: ~/.ssh/known_hosts, or sftp-known-hosts in the
+    /// config file.
+    #[arg(long, value_name = "FILE")]
+    pub sftp_known_hosts: Option<PathBuf>,
+    /// The private key to log in with. Default: the keys of the ssh-agent at SSH_AUTH_SOCK, or
+    /// sftp-key-file in the config file.
+    #[arg(long, value_name = "FILE")]
+    pub sftp_key_file: Option<PathBuf>,
+    /// Publish files without the server's fsync@openssh.com (a server that lacks it): a power cut
+    /// on the server may then lose what was acknowledged. Default: refuse such a server.
+    #[arg(long)]
+    pub sftp_no_fsync: bool,
 }
 
 fn storage_class(s: &str) -> std::result::Result<sheaf_s3::StorageClass, String> {
@@ -153,7 +175,8 @@ fn storage_class(s: &str) -> std::result::Result<sheaf_s3::StorageClass, String>
 /// Where the repository is: `--repo`, else `SHEAF_REPO`, else `repo` in the config file.
 #[derive(Args, Clone, Default)]
 pub struct RepoArg {
-    /// The repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX.
+    /// The repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, gs://BUCKET/PREFIX or
+    /// sftp://USER@HOST[:PORT]/PATH.
     /// Repeat for more (up to 4): wal-push and wal-receive store into every one, wal-fetch,
     /// restore and extract read the first that has what they need. Default: SHEAF_REPO (and
     /// SHEAF_REPO2 ...), else repo (and repo2 ...) in the config file.

@@ -115,6 +115,34 @@ fn a_repository_in_google_cloud_storage_archives_backs_up_and_recovers() {
     in_the_cloud(&base, &TestRepo::gcs_bucket(base.path()), "gs://backups/cluster/");
 }
 
+/// Issue 53: a repository on a backup host that offers only sshd (OpenSSH, its own SFTP with
+/// fsync@openssh.com): archived into, backed up into, verified and recovered from, nothing mounted.
+#[test]
+fn a_repository_over_sftp_archives_backs_up_and_recovers() {
+    let (base, _) = repo_dir();
+    let repo = TestRepo::sftp(base.path());
+    in_the_cloud(&base, &repo, "sftp://postgres@127.0.0.1:");
+    // The folder on the "backup host" is the repository, written as the cluster's user.
+    let on_disk = base.path().join("sftp-repo");
+    assert!(on_disk.join("repo.json").is_file(), "{}", on_disk.display());
+    let partial: Vec<String> = walk(&on_disk).into_iter().filter(|p| p.contains(".partial.")).collect();
+    assert!(partial.is_empty(), "no temporary file left behind: {partial:?}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
 fn in_the_cloud(base: &tempfile::TempDir, repo: &TestRepo, prefix: &str) {
     let c = repo.cluster();
     c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 500) g");

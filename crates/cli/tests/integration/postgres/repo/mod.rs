@@ -207,6 +207,16 @@ impl TestRepo {
         TestRepo { arg: "az://backups/cluster".into(), env, _server: Some(Box::new(az)) }
     }
 
+    /// A repository over SFTP on an sshd of its own, logged in to as the cluster's user with a key
+    /// file, the server's key checked against a known_hosts file; both named in `SHEAF_SFTP_*`
+    /// (the settings' variables), so that the server's archive and restore commands carry them.
+    pub(super) fn sftp(base: &Path) -> TestRepo {
+        let d = sheaf_sftp::testing::Sshd::start();
+        let arg = format!("sftp://postgres@127.0.0.1:{}{}/sftp-repo", d.port, base.display());
+        let env = vec![("SHEAF_SFTP_KNOWN_HOSTS".to_string(), d.known_hosts().display().to_string()), ("SHEAF_SFTP_KEY_FILE".to_string(), d.client_key().display().to_string())];
+        TestRepo { arg, env, _server: Some(Box::new(d)) }
+    }
+
     /// `sheaf` with the repository's environment.
     pub(super) fn sheaf(&self) -> std::process::Command {
         let mut c = sheaf();
