@@ -135,9 +135,9 @@ if [ ! -x "$moto_venv/bin/moto_server" ]; then
   /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 
-# SFTP storage (issue 53): libssh2 to link against (pkg-config finds it), OpenSSH's sshd for the
-# tests.
-[ -f /usr/include/libssh2.h ] || need+=(libssh2-1-dev)
+# SFTP storage (issue 53): libssh2 is built from source by libssh2-sys against the system's
+# OpenSSL (its headers, found by pkg-config); OpenSSH's sshd and ssh-keygen for the tests.
+[ -f /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
