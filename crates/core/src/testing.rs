@@ -25,3 +25,31 @@ pub fn missing(why: &str) {
     assert!(!in_ci(), "a prerequisite of this test is missing in CI: {why}");
     eprintln!("skipped: {why}");
 }
+
+/// Start `cmd` (its standard streams as the caller set them) and wait up to 60 s until `ready`
+/// says it serves; `None` when it exited first (a server that lost the race for its port) or never
+/// became ready (it is stopped then). The test servers of every crate start this way.
+///
+/// # Panics
+/// When `cmd` cannot be started at all.
+pub fn start_until(mut cmd: std::process::Command, what: &str, mut ready: impl FnMut() -> bool) -> Option<std::process::Child> {
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(60) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        if ready() {
+            return Some(child);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Whether something accepts connections on `port` of 127.0.0.1.
+pub fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}

@@ -71,7 +71,9 @@ impl S3Schemes {
 impl Schemes for S3Schemes {
     fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)> {
         if !matches!(scheme, "s3" | "az" | "gs") {
-            return Err(Error::invalid(format!("{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY, gs://BUCKET/KEY or sftp://USER@HOST/PATH")));
+            return Err(Error::invalid(format!(
+                "{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY, gs://BUCKET/KEY or sftp://USER@HOST/PATH"
+            )));
         }
         if scheme != "s3" && self.options.storage_class.is_some() {
             return Err(Error::invalid(format!(

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A running `sshd`.
 pub struct Sshd {
@@ -67,30 +66,13 @@ impl Sshd {
             );
             let config = if extra.contains("Subsystem") { config } else { format!("{config}Subsystem sftp internal-sftp\n") };
             std::fs::write(p("sshd_config"), config).expect("sshd_config");
-            let mut child = Command::new(&bin)
-                .arg("-D")
-                .arg("-e")
-                .arg("-f")
-                .arg(p("sshd_config"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start sshd");
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(30) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Sshd { child, port, dir };
-                }
-                std::thread::sleep(Duration::from_millis(50));
+            let mut cmd = Command::new(&bin);
+            cmd.arg("-D").arg("-e").arg("-f").arg(p("sshd_config")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            if let Some(child) = sheaf_core::testing::start_until(cmd, "sshd", || sheaf_core::testing::listening(port)) {
+                return Sshd { child, port, dir };
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
-        panic!("sshd did not listen on 127.0.0.1 within 30 s");
+        panic!("sshd did not listen on 127.0.0.1 within 60 s");
     }
 
     /// The private key it accepts, for any user.

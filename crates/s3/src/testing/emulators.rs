@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use base64::Engine;
 
@@ -29,20 +28,8 @@ pub fn fake_gcs_binary() -> Option<PathBuf> {
 /// Start `cmd` (whose port is `port`) and wait until it accepts connections; `None` when it
 /// exited first (it lost the race for the port).
 fn started(mut cmd: Command, port: u16, what: &str) -> Option<Child> {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(60) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return None;
-        }
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(child);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    sheaf_core::testing::start_until(cmd, what, || sheaf_core::testing::listening(port))
 }
 
 /// Azurite's blob service.

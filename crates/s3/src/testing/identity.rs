@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use super::{free_port, http};
 
@@ -32,25 +31,16 @@ impl Identity {
         for _ in 0..5 {
             let port = free_port();
             let ready = dir.path().join(format!("ready-{port}"));
-            let mut child =
-                Command::new("python3").arg(&script).arg(port.to_string()).arg(&ready).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("python3");
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(30) {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let mut err = String::new();
-                    std::io::Read::read_to_string(child.stderr.as_mut().expect("piped"), &mut err).ok();
-                    assert!(err.contains("Address already in use"), "identity.py exited ({status}): {err} (make deps installs python3-cryptography)");
-                    break;
-                }
-                if ready.exists() {
-                    return Identity { child, addr: format!("127.0.0.1:{port}"), dir };
-                }
-                std::thread::sleep(Duration::from_millis(50));
+            let err = dir.path().join(format!("stderr-{port}"));
+            let mut cmd = Command::new("python3");
+            cmd.arg(&script).arg(port.to_string()).arg(&ready).stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&err).expect("stderr file"));
+            if let Some(child) = sheaf_core::testing::start_until(cmd, "identity.py", || ready.exists()) {
+                return Identity { child, addr: format!("127.0.0.1:{port}"), dir };
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            let err = std::fs::read_to_string(&err).unwrap_or_default();
+            assert!(err.contains("Address already in use"), "identity.py exited: {err} (make deps installs python3-cryptography)");
         }
-        panic!("identity.py did not come up within 30 s");
+        panic!("identity.py did not come up within 60 s");
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -141,25 +131,11 @@ impl Moto {
         for _ in 0..5 {
             let port = free_port();
             let addr = format!("127.0.0.1:{port}");
-            let mut child = Command::new(&bin)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("moto_server");
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(60) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if matches!(http(&addr, "GET", "/moto-api/", "", &[]), Ok((200, _))) {
-                    return Moto { child, addr };
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            let mut cmd = Command::new(&bin);
+            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            if let Some(child) = sheaf_core::testing::start_until(cmd, "moto_server", || matches!(http(&addr, "GET", "/moto-api/", "", &[]), Ok((200, _)))) {
+                return Moto { child, addr };
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
         panic!("moto did not come up on 127.0.0.1 within 60 s");
     }
