@@ -54,10 +54,34 @@ struct Pool {
 impl Pool {
     /// A connection: an idle one, or a new one.
     fn take(&self) -> Result<Conn> {
+        self.take_reused().map(|(c, _)| c)
+    }
+
+    /// A connection, and whether it was idle in the pool (and so may have died meanwhile).
+    fn take_reused(&self) -> Result<(Conn, bool)> {
         if let Some(c) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Ok(c);
+            return Ok((c, true));
         }
-        dial(&self.settings).map(|(c, _)| c)
+        dial(&self.settings).map(|(c, _)| (c, false))
+    }
+
+    /// Run `first` on a connection; when it fails with a session error (not an SFTP status) on a
+    /// connection that had been idle, the connection is dropped and `again` runs on a new one.
+    fn call<T>(
+        &self,
+        first: impl FnOnce(&Conn) -> std::result::Result<T, ssh2::Error>,
+        again: impl FnOnce(&Conn) -> std::result::Result<T, ssh2::Error>,
+    ) -> Result<(Conn, std::result::Result<T, ssh2::Error>)> {
+        let (c, reused) = self.take_reused()?;
+        match first(&c) {
+            Err(e) if reused && status(&e).is_none() => {
+                drop(c);
+                let (c, _) = dial(&self.settings)?;
+                let r = again(&c);
+                Ok((c, r))
+            }
+            r => Ok((c, r)),
+        }
     }
 
     /// Give back a connection that is in order.
@@ -68,11 +92,11 @@ impl Pool {
         }
     }
 
-    /// Run `f` on a connection; the connection goes back to the pool only when `f` succeeded (a
-    /// failed call may have left the session broken).
-    fn with<T>(&self, f: impl FnOnce(&Sftp) -> std::result::Result<T, ssh2::Error>) -> std::result::Result<T, SftpError> {
-        let c = self.take().map_err(SftpError::Connect)?;
-        match f(&c.sftp) {
+    /// Run `f` on a connection (again on a new one when an idle one had died); the connection
+    /// goes back to the pool unless the session failed (an SFTP status leaves it in order).
+    fn with<T>(&self, f: impl Fn(&Sftp) -> std::result::Result<T, ssh2::Error>) -> std::result::Result<T, SftpError> {
+        let (c, r) = self.call(|c| f(&c.sftp), |c| f(&c.sftp)).map_err(SftpError::Connect)?;
+        match r {
             Ok(v) => {
                 self.give(c);
                 Ok(v)
@@ -81,7 +105,12 @@ impl Pool {
                 self.give(c);
                 Err(SftpError::Missing(e))
             }
-            Err(e) => Err(SftpError::Call(e)),
+            Err(e) => {
+                if status(&e).is_some() {
+                    self.give(c);
+                }
+                Err(SftpError::Call(e))
+            }
         }
     }
 
@@ -125,8 +154,19 @@ fn dial(s: &Settings) -> Result<(Conn, String)> {
     let t = &s.target;
     let shown = format!("{}@{}:{}", t.user, t.host, t.port);
     let link = |e: std::io::Error| Error::new(ErrorKind::Target, format!("cannot reach the SFTP server {}:{}: {e}", t.host, t.port)).transient(true);
-    let addr = (t.host.as_str(), t.port).to_socket_addrs().map_err(link)?.next().ok_or_else(|| link(std::io::Error::other("the name has no address")))?;
-    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(link)?;
+    // Every address the name has, in turn (an unreachable IPv6 one does not hide the IPv4 one).
+    let mut last = std::io::Error::other("the name has no address");
+    let mut tcp = None;
+    for addr in (t.host.as_str(), t.port).to_socket_addrs().map_err(link)? {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = e,
+        }
+    }
+    let tcp = tcp.ok_or_else(|| link(last))?;
     // Requests and their acknowledgements are small: none waits on Nagle's algorithm.
     tcp.set_nodelay(true).map_err(link)?;
     let ssh = |what: &str, e: ssh2::Error| Error::new(ErrorKind::Target, format!("SFTP server {shown}: {what}: {e}"));
@@ -140,6 +180,14 @@ fn dial(s: &Settings) -> Result<(Conn, String)> {
             .map_err(|e| Error::new(ErrorKind::Target, format!("SFTP server {shown}: cannot set the ciphers: {e}")))?;
     }
     session.set_timeout(u32::try_from(s.timeout.as_millis()).unwrap_or(u32::MAX));
+    // The key types known_hosts has for this server, asked for first (as OpenSSH does): a server
+    // with several keys then shows one the file can vouch for, not a "changed" one.
+    let types = known_key_types(&s.known_hosts, &t.host, t.port);
+    if !types.is_empty() {
+        session
+            .method_pref(MethodType::HostKey, &types.join(","))
+            .map_err(|e| Error::new(ErrorKind::Target, format!("SFTP server {shown}: cannot ask for host key types {types:?}: {e}")))?;
+    }
     session.handshake().map_err(|e| ssh("the SSH handshake failed", e))?;
 
     // The server's key against the known_hosts file, before any credential is sent.
@@ -198,6 +246,33 @@ fn dial(s: &Settings) -> Result<(Conn, String)> {
     Ok((Conn { _session: session, sftp }, fingerprint))
 }
 
+/// The key types (`ssh-ed25519`, `ecdsa-sha2-nistp256`, ...) a known_hosts file lists for `host`
+/// on `port` in plain (not hashed) entries, in the file's order.
+fn known_key_types(file: &Path, host: &str, port: u16) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(file) else { return Vec::new() };
+    let name = if port == 22 { host.to_string() } else { format!("[{host}]:{port}") };
+    let mut types: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(mut hosts) = f.next() else { continue };
+        if hosts.starts_with('@') {
+            // @cert-authority and @revoked entries are not keys of the host.
+            continue;
+        }
+        if hosts.starts_with('#') {
+            continue;
+        }
+        let Some(kind) = f.next() else { continue };
+        if hosts.is_empty() {
+            hosts = "";
+        }
+        if hosts.split(',').any(|h| h == name) && !types.iter().any(|t| t == kind) {
+            types.push(kind.to_string());
+        }
+    }
+    types
+}
+
 /// `SHA256:` and the hash in unpadded base64, as OpenSSH prints fingerprints.
 fn fingerprint(hash: &[u8]) -> String {
     use base64::Engine as _;
@@ -249,14 +324,12 @@ impl Store for SftpStore {
             return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
         }
         let temp = format!("{name}.partial.{}.{}", std::process::id(), TEMP.fetch_add(1, Ordering::Relaxed));
-        let conn = self.pool.take()?;
-        let file =
-            conn.sftp.open_mode(Path::new(&temp), OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::EXCLUSIVE, 0o600, OpenType::File).map_err(|e| {
-                match status(&e) {
-                    Some(NO_SUCH_FILE) => Error::new(ErrorKind::Target, format!("cannot write {shown}: its folder does not exist on the server")),
-                    _ => Error::new(ErrorKind::Target, format!("cannot write {shown}: {e}")),
-                }
-            })?;
+        let open = |c: &Conn| c.sftp.open_mode(Path::new(&temp), OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::EXCLUSIVE, 0o600, OpenType::File);
+        let (conn, file) = self.pool.call(open, open)?;
+        let file = file.map_err(|e| match status(&e) {
+            Some(NO_SUCH_FILE) => Error::new(ErrorKind::Target, format!("cannot write {shown}: its folder does not exist on the server")),
+            _ => Error::new(ErrorKind::Target, format!("cannot write {shown}: {e}")),
+        })?;
         Ok(Box::new(SftpSink {
             pool: self.pool.clone(),
             conn: Some(conn),
@@ -274,8 +347,9 @@ impl Store for SftpStore {
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         let shown = self.describe(name);
-        let conn = self.pool.take()?;
-        let stat = conn.sftp.stat(Path::new(name)).map_err(|e| match status(&e) {
+        let look = |c: &Conn| c.sftp.stat(Path::new(name));
+        let (conn, stat) = self.pool.call(look, look)?;
+        let stat = stat.map_err(|e| match status(&e) {
             Some(NO_SUCH_FILE) => Error::incomplete(format!("{shown} does not exist")).with_object(name.to_string()),
             _ => Error::new(ErrorKind::Io, format!("cannot look at {shown}: {e}")),
         })?;
@@ -283,7 +357,13 @@ impl Store for SftpStore {
             return Err(Error::incomplete(format!("{shown} is not a file")));
         }
         let file = conn.sftp.open(Path::new(name)).map_err(|e| Error::new(ErrorKind::Io, format!("cannot open {shown}: {e}")))?;
-        Ok(Box::new(SftpSource { pool: self.pool.clone(), conn: Mutex::new(Some((conn, file, 0))), len: stat.size.unwrap_or(0), shown }))
+        Ok(Box::new(SftpSource {
+            pool: self.pool.clone(),
+            conn: Mutex::new(Some((conn, file, 0))),
+            broken: std::sync::atomic::AtomicBool::new(false),
+            len: stat.size.unwrap_or(0),
+            shown,
+        }))
     }
 
     fn exists(&self, name: &str) -> Result<bool> {
@@ -359,7 +439,11 @@ impl Store for SftpStore {
             Some(k) => format!("the key {}", k.display()),
             None => "the ssh-agent's keys".into(),
         };
-        let fsync = if s.fsync { "each file fsynced by the server (fsync@openssh.com)" } else { "files NOT fsynced by the server (--sftp-no-fsync)" };
+        let fsync = if s.fsync {
+            "fsync@openssh.com asked for every file (a server without it is refused at the first write)"
+        } else {
+            "files NOT fsynced by the server (--sftp-no-fsync)"
+        };
         Some(format!(
             "{} as {}, host key {} checked against {}; authenticated by {auth}; {fsync}",
             self.pool.url(""),
@@ -452,21 +536,25 @@ impl StripeSink for SftpSink {
             if let (Ok(old), Ok(new)) = (sftp.stat(&name), sftp.stat(&temp)) {
                 if old.size == new.size && old.mtime.is_some() && old.mtime >= new.mtime {
                     let next = old.mtime.unwrap_or(0) + 1;
-                    while std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) < next {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
                     let when = FileStat { size: None, uid: None, gid: None, perm: None, atime: Some(next), mtime: Some(next) };
                     sftp.setstat(&temp, when).map_err(|e| Error::new(ErrorKind::Target, format!("cannot date {}: {e}", self.shown)))?;
                 }
             }
-            match sftp.unlink(&name) {
-                Ok(()) => {}
-                Err(e) if status(&e) == Some(NO_SUCH_FILE) => {}
-                Err(e) => return Err(Error::new(ErrorKind::Target, format!("cannot replace {}: {e}", self.shown))),
-            }
         }
+        // A replacement sets the old file aside first (hidden from listings like a temporary
+        // file), so that the name is never left without one of the two if the link fails.
+        let aside = PathBuf::from(format!("{}.partial.old.{}.{}", self.name, std::process::id(), TEMP.fetch_add(1, Ordering::Relaxed)));
+        let set_aside = self.overwrite
+            && match sftp.rename(&name, &aside, None) {
+                Ok(()) => true,
+                Err(e) if status(&e) == Some(NO_SUCH_FILE) => false,
+                Err(e) => return Err(Error::new(ErrorKind::Target, format!("cannot replace {}: {e}", self.shown))),
+            };
         // SFTP 3's rename refuses a taken name: never two writers' files under one name.
         if let Err(e) = sftp.rename(&temp, &name, None) {
+            if set_aside {
+                let _ = sftp.rename(&aside, &name, None);
+            }
             let taken = sftp.stat(&name).is_ok();
             return Err(Error::new(
                 ErrorKind::Target,
@@ -476,6 +564,9 @@ impl StripeSink for SftpSink {
                     format!("cannot publish {}: {e}", self.shown)
                 },
             ));
+        }
+        if set_aside {
+            let _ = sftp.unlink(&aside);
         }
         self.published = true;
         if let Some(c) = self.conn.take() {
@@ -495,7 +586,6 @@ impl StripeSink for SftpSink {
             if self.published {
                 let _ = c.sftp.unlink(Path::new(&self.name));
             }
-            self.pool.give(c);
         }
     }
 
@@ -520,6 +610,7 @@ impl Drop for SftpSink {
 struct SftpSource {
     pool: Arc<Pool>,
     conn: Mutex<Option<(Conn, ssh2::File, u64)>>,
+    broken: std::sync::atomic::AtomicBool,
     len: u64,
     shown: String,
 }
@@ -544,8 +635,10 @@ impl SftpSource {
             }
             Ok(_) => Err(Error::incomplete(format!("{} ended early (truncated while read?)", self.shown))),
             Err(e) => {
-                // The position is unknown after a failed read.
+                // The position is unknown after a failed read, and the session may be broken:
+                // the connection is not given back to the pool.
                 *pos = u64::MAX;
+                self.broken.store(true, Ordering::Relaxed);
                 Err(match e.kind() {
                     std::io::ErrorKind::UnexpectedEof => Error::incomplete(format!("{} ended early (truncated while read?)", self.shown)),
                     _ => Error::io(ErrorKind::Io, format!("cannot read {}", self.shown), e),
@@ -601,7 +694,30 @@ impl Drop for SftpSource {
     fn drop(&mut self) {
         if let Some((conn, file, _)) = self.conn.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             drop(file);
-            self.pool.give(conn);
+            if !*self.broken.get_mut() {
+                self.pool.give(conn);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_types_known_hosts_has_for_a_server_come_first() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("known_hosts");
+        std::fs::write(
+            &f,
+            "# a comment\nvault.example,10.0.0.9 ecdsa-sha2-nistp256 AAAA1\n[vault.example]:2222 ssh-rsa AAAA2\n[vault.example]:2222 ssh-ed25519 AAAA3\n@cert-authority *.example ssh-ed25519 AAAA4\n|1|hashed= ssh-ed25519 AAAA5\n",
+        )
+        .unwrap();
+        assert_eq!(known_key_types(&f, "vault.example", 22), vec!["ecdsa-sha2-nistp256"]);
+        assert_eq!(known_key_types(&f, "10.0.0.9", 22), vec!["ecdsa-sha2-nistp256"]);
+        assert_eq!(known_key_types(&f, "vault.example", 2222), vec!["ssh-rsa", "ssh-ed25519"]);
+        assert!(known_key_types(&f, "other.example", 22).is_empty(), "no plain entry: libssh2's own order (hashed entries still match)");
+        assert!(known_key_types(&d.path().join("missing"), "vault.example", 22).is_empty());
     }
 }

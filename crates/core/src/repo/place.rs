@@ -67,12 +67,12 @@ impl Place {
         self.keys.clone()
     }
 
-    /// The store, every name relative to the root.
     /// Whom the repository's store acts as ([`Store::credentials`]).
     pub fn credentials(&self) -> Option<String> {
         self.store.credentials()
     }
 
+    /// The store, every name relative to the root.
     pub(super) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -291,7 +291,8 @@ impl Place {
     ) -> Result<BlobInfo> {
         self.prepare_in(store, rel, refusal)?;
         // WAL segments are the repository's bulk beside its stripes; records are not.
-        let bulk = rel.starts_with("wal/") && rel.ends_with(".wal");
+        // Timeline history files are records: small, read by every recovery.
+        let bulk = rel.starts_with("wal/") && rel.ends_with(".wal") && !rel.ends_with(".history.wal");
         let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk };
         let sink = store.create(rel, &opts).map_err(|e| self.hint(rel, e))?;
         write_blob(sink, content, spec, what, enc).map_err(|e| self.hint(rel, e))

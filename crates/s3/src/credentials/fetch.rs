@@ -288,5 +288,8 @@ async fn process(command: &str) -> Answer {
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!("credential_process failed ({status}): {last}"));
     }
+    if serde_json::from_slice::<serde_json::Value>(&out).ok().and_then(|v| v.get("Version").cloned()).is_none() {
+        return Err("credential_process answered without \"Version\": 1 (the format the AWS CLI reads)".into());
+    }
     Json::read(&out, "credential_process")
 }

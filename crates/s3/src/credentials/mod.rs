@@ -198,8 +198,10 @@ impl Chain {
 
     fn walk(s: &Settings<'_>, files: &Files, passed: &mut Vec<String>) -> Result<Source> {
         let env = s.env;
-        // 1. The environment's keys.
+        // 1. The environment's keys, unless --s3-profile names a profile (as the AWS CLI's
+        // --profile puts the profile first).
         match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            _ if s.profile.is_some() => passed.push("the environment: passed over, --s3-profile names a profile".into()),
             (Some(key_id), Some(secret_key)) => {
                 return Ok(Source::Keys { credential: Arc::new(AwsCredential { key_id, secret_key, token: env("AWS_SESSION_TOKEN") }), from: "the environment".into() })
             }
@@ -366,6 +368,10 @@ fn container_url_allowed(url: &str) -> bool {
     }
     let Some(rest) = url.strip_prefix("http://") else { return false };
     let authority = rest.split('/').next().unwrap_or("");
+    // A user part (`http://127.0.0.1:1@evil.example/`) would hide the real host.
+    if authority.contains('@') {
+        return false;
+    }
     let host = if let Some(v6) = authority.strip_prefix('[') { v6.split(']').next().unwrap_or("") } else { authority.rsplit_once(':').map_or(authority, |(h, _)| h) };
     match host.parse::<std::net::IpAddr>() {
         Ok(ip) => ip.is_loopback() || ["169.254.170.2", "169.254.170.23", "fd00:ec2::23"].iter().any(|a| a.parse::<std::net::IpAddr>().ok() == Some(ip)),
@@ -421,8 +427,19 @@ pub struct Provider {
     http: HttpClient,
     /// For the metadata service and container agents: plain HTTP allowed, a short connect timeout.
     local: HttpClient,
-    current: tokio::sync::Mutex<Option<Fetched>>,
+    current: tokio::sync::Mutex<Held>,
 }
+
+/// What the provider holds: the credentials, and when a refresh last failed.
+#[derive(Default)]
+struct Held {
+    fetched: Option<Fetched>,
+    failed_at: Option<std::time::Instant>,
+}
+
+/// How long valid credentials are used as they are after a refresh failed, before the next try:
+/// an outage of STS or the metadata service costs one attempt per this, not one per request.
+const RETRY_REFRESH: Duration = Duration::from_secs(15);
 
 impl fmt::Debug for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -432,7 +449,7 @@ impl fmt::Debug for Provider {
 
 impl Provider {
     pub(crate) fn new(chain: Chain, http: HttpClient, local: HttpClient) -> Self {
-        Provider { chain, http, local, current: tokio::sync::Mutex::new(None) }
+        Provider { chain, http, local, current: tokio::sync::Mutex::new(Held::default()) }
     }
 
     /// The source in use, in words.
@@ -442,7 +459,7 @@ impl Provider {
 
     /// When the credentials held now expire (`None`: they do not, or none were fetched yet).
     pub async fn expires(&self) -> Option<SystemTime> {
-        self.current.lock().await.as_ref().and_then(|f| f.expires)
+        self.current.lock().await.fetched.as_ref().and_then(|f| f.expires)
     }
 
     /// Credentials valid now: the ones held, or fresh ones when those are near their expiry.
@@ -453,34 +470,48 @@ impl Provider {
     pub async fn current(&self) -> std::result::Result<Arc<AwsCredential>, String> {
         let mut held = self.current.lock().await;
         let now = SystemTime::now();
-        if let Some(f) = held.as_ref().filter(|f| !f.stale(now)) {
+        let valid = held.fetched.as_ref().filter(|f| !f.expired(now)).map(|f| f.credential.clone());
+        if let Some(f) = held.fetched.as_ref().filter(|f| !f.stale(now)) {
             return Ok(f.credential.clone());
+        }
+        // A refresh failed a moment ago and the held ones still work: use them, try later.
+        if let (Some(c), Some(at)) = (&valid, held.failed_at) {
+            if at.elapsed() < RETRY_REFRESH {
+                return Ok(c.clone());
+            }
         }
         match fetch::fetch(&self.chain.source, &self.chain, &self.http, &self.local).await {
             Ok(f) => {
                 let left = f.expires.and_then(|e| e.duration_since(now).ok()).map_or_else(|| "none".into(), |d| format!("{} s", d.as_secs()));
                 tracing::debug!("S3 credentials fetched from {}, expiring in {left}", self.source());
                 let c = f.credential.clone();
-                *held = Some(f);
+                *held = Held { fetched: Some(f), failed_at: None };
                 Ok(c)
             }
-            // Still valid: keep them and try again on the next request.
-            Err(e) if held.as_ref().is_some_and(|f| !f.expired(now)) => {
-                tracing::warn!("S3 credentials ({}) could not be refreshed, the current ones are kept until they expire: {e}", self.source());
-                Ok(held.as_ref().expect("held").credential.clone())
+            Err(e) => {
+                held.failed_at = Some(std::time::Instant::now());
+                match valid {
+                    // Still valid: keep them, and try again in a while.
+                    Some(c) => {
+                        tracing::warn!("S3 credentials ({}) could not be refreshed; the current ones are kept until they expire: {e}", self.source());
+                        Ok(c)
+                    }
+                    None => Err(self.failed(e, held.fetched.is_some())),
+                }
             }
-            Err(e) => Err(self.failed(e)),
         }
     }
 
-    fn failed(&self, e: String) -> String {
+    /// Why no credentials are at hand; `before`: some were fetched earlier (a refresh failed, not
+    /// the first fetch, so the chain's other sources are not the question).
+    fn failed(&self, e: String, before: bool) -> String {
         let source = self.source();
-        if matches!(self.chain.source, Source::Instance { .. }) && !self.chain.passed.is_empty() {
+        if !before && matches!(self.chain.source, Source::Instance { .. }) && !self.chain.passed.is_empty() {
             let mut passed = self.chain.passed.clone();
             passed.push(format!("{source}: {e}"));
             return nothing(&passed, &self.chain.credentials_file).to_string();
         }
-        format!("S3 credentials from {source}: {e}")
+        format!("cannot get S3 credentials from {source}: {e}")
     }
 }
 

@@ -102,6 +102,16 @@ fn profiles_assume_roles_from_their_sources() {
     }
     assert!(matches!(with("env", &[("AWS_ACCESS_KEY_ID", "AK"), ("AWS_SECRET_ACCESS_KEY", "S")]).unwrap().source, Source::Keys { .. }), "the environment's keys come first");
     assert!(with("env", &[]).unwrap_err().to_string().contains("credential_source = Environment"));
+    // --s3-profile (the flag) puts the profile before the environment's keys.
+    let env = env_of(&[("AWS_SHARED_CREDENTIALS_FILE", a.creds.as_str()), ("AWS_CONFIG_FILE", a.conf.as_str()), ("AWS_ACCESS_KEY_ID", "AK"), ("AWS_SECRET_ACCESS_KEY", "S")]);
+    let flagged = Chain::resolve(&Settings { env: &env, profile: Some("app".into()), role_arn: None, region: "eu-west-1".into(), allow_http: true }).unwrap();
+    assert!(matches!(flagged.source, Source::AssumeRole { .. }), "{:?}", flagged.source);
+    let env_role = Chain::resolve(&Settings { env: &env, profile: Some("env".into()), role_arn: None, region: "eu-west-1".into(), allow_http: true }).unwrap();
+    assert!(
+        matches!(&env_role.source, Source::AssumeRole { base, .. } if matches!(**base, Source::Keys { ref from, .. } if from == "the environment")),
+        "credential_source = Environment works: {:?}",
+        env_role.source
+    );
     match with("ec2", &[]).unwrap().source {
         Source::AssumeRole { base, .. } => assert!(matches!(*base, Source::Instance { ref endpoint, .. } if endpoint == "http://127.0.0.1:1")),
         other => panic!("{other:?}"),
@@ -145,7 +155,7 @@ fn container_urls_are_https_or_local() {
     ] {
         assert!(container_url_allowed(ok), "{ok}");
     }
-    for no in ["http://10.0.0.1/c", "http://evil.example/c", "ftp://127.0.0.1/c", "http://169.254.169.254/latest"] {
+    for no in ["http://10.0.0.1/c", "http://evil.example/c", "ftp://127.0.0.1/c", "http://169.254.169.254/latest", "http://127.0.0.1:1@evil.example/c"] {
         assert!(!container_url_allowed(no), "{no}");
     }
 }
@@ -169,6 +179,29 @@ fn provider_of(source: Source) -> Provider {
     Provider::new(chain, http.clone(), http)
 }
 
+/// A refresh that fails while the held credentials are valid keeps them and is not tried again
+/// on every request: one attempt per RETRY_REFRESH.
+#[test]
+fn a_failed_refresh_keeps_valid_credentials_and_waits_before_trying_again() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let (json, runs) = (d.path().join("creds.json"), d.path().join("runs"));
+    let expires = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let good = format!(r#"{{"Version": 1, "AccessKeyId": "AKFIRST", "SecretAccessKey": "s", "Expiration": "{}"}}"#, expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    std::fs::write(&json, good).unwrap();
+    let p = provider_of(Source::Process { command: format!("echo run >> {}; cat {}", runs.display(), json.display()), profile: "p".into() });
+    assert_eq!(rt.block_on(p.current()).unwrap().key_id, "AKFIRST");
+    let count = || std::fs::read_to_string(&runs).unwrap().lines().count();
+    assert_eq!(count(), 1);
+    // The source breaks; the held credentials become stale (2 s of their 8 left), not expired.
+    std::fs::write(&json, "not json").unwrap();
+    std::thread::sleep(Duration::from_millis(6500));
+    assert_eq!(rt.block_on(p.current()).unwrap().key_id, "AKFIRST", "still valid: kept");
+    assert_eq!(count(), 2, "one refresh was tried");
+    assert_eq!(rt.block_on(p.current()).unwrap().key_id, "AKFIRST");
+    assert_eq!(count(), 2, "and not again on the next request");
+}
+
 #[test]
 fn credential_process_is_read_and_its_failures_named() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -184,4 +217,6 @@ fn credential_process_is_read_and_its_failures_named() {
     assert!(e.contains("credential_process of profile 'p'") && e.contains("aws sso login"), "{e}");
     let v2 = provider_of(Source::Process { command: r#"echo '{"Version": 2, "AccessKeyId": "a", "SecretAccessKey": "s"}'"#.into(), profile: "p".into() });
     assert!(rt.block_on(v2.current()).unwrap_err().contains("Version 2"));
+    let none = provider_of(Source::Process { command: r#"echo '{"AccessKeyId": "a", "SecretAccessKey": "s"}'"#.into(), profile: "p".into() });
+    assert!(rt.block_on(none.current()).unwrap_err().contains("without \"Version\""));
 }

@@ -107,7 +107,7 @@ pub(super) fn map_err(e: object_store::Error, what: &str, side: Side, redact: &R
             format!("{}: the endpoint's TLS certificate is not trusted: give its CA with --s3-ca-bundle (or AWS_CA_BUNDLE, or ca_bundle in the profile)", e.message()),
         );
     }
-    let transient = is_transient(&e);
+    let transient = is_transient(&e) || matches!(&e, object_store::Error::Unauthenticated { source, .. } if provider_failed(&source.to_string()));
     classify(e, what, side, redact).transient(transient)
 }
 
@@ -132,7 +132,7 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
     if service_code(&text).as_deref() == Some("InvalidObjectState") {
         let class = xml_field(&text, "StorageClass").unwrap_or_else(|| "an archive class".into());
         return Error::new(
-            ErrorKind::Incomplete,
+            ErrorKind::Io,
             format!(
                 "{what} is in storage class {class}, which S3 keeps offline: restore (thaw) it first (`aws s3api restore-object --restore-request Days=7 ...` on each object of the set, or a Batch Operations job), wait until it is readable, then run this again"
             ),
@@ -148,6 +148,9 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
             kind,
             format!("{what}: access denied (403): the credentials are wrong, or lack permission on this bucket (check the keys, the profile and the bucket's policy): {text}"),
         ),
+        // The credential provider's own failure (STS, the metadata service, a process): it says
+        // what it could not do; worth another try (a link that failed, a service restarting).
+        E::Unauthenticated { .. } if provider_failed(&text) => Error::new(kind, format!("{what}: {text}")),
         E::Unauthenticated { .. } => Error::new(kind, format!("{what}: the server rejected the credentials (check {}, and the clock): {text}", redact.hint())),
         E::Precondition { .. } => Error::incomplete(format!("{what}: the object changed while it was being read (it was replaced): read it again")),
         // Otherwise by the service's error code (S3's and Azure's XML error body), never the words.
@@ -163,6 +166,12 @@ fn classify(e: object_store::Error, what: &str, side: Side, redact: &Redact) -> 
             _ => Error::new(kind, format!("{what}: {text}")),
         },
     }
+}
+
+/// Whether `text` is the credential provider's own failure (it could not get credentials), not
+/// the server refusing the ones it was given.
+fn provider_failed(text: &str) -> bool {
+    text.contains("cannot get S3 credentials") || text.contains("no S3 credentials")
 }
 
 /// Field `name` of the S3 XML error body quoted in `text` (`<Error>..<NAME>value</NAME>..`).
@@ -196,7 +205,8 @@ mod tests {
         let body = "Client error with status 403 Forbidden: <?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>InvalidObjectState</Code><Message>The operation is not valid for the object's storage class</Message><StorageClass>DEEP_ARCHIVE</StorageClass></Error>";
         let e = object_store::Error::PermissionDenied { path: "r/backups/a_1.sheaf".into(), source: body.into() };
         let e = map_err(e, "stripe s3://b/r/backups/a_1.sheaf", Side::Read, &Redact::default());
-        assert_eq!(e.kind(), ErrorKind::Incomplete);
+        assert_eq!(e.kind(), ErrorKind::Io, "not Incomplete, which callers read as not there");
+        assert!(!e.is_transient());
         assert!(e.message().contains("storage class DEEP_ARCHIVE") && e.message().contains("restore-object"), "{}", e.message());
         assert!(!e.message().contains("credentials"), "{}", e.message());
     }
