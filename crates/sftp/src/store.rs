@@ -12,7 +12,7 @@ use sheaf_core::storage::{no_lock, Capabilities, Stored, StripeSink, StripeSourc
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use ssh2::{CheckResult, ErrorCode, FileStat, HashType, KnownHostFileKind, MethodType, OpenFlags, OpenType, Session, Sftp};
 
-use crate::Target;
+use crate::target::Target;
 
 /// SFTP's "no such file" status.
 const NO_SUCH_FILE: i32 = 2;
