@@ -182,11 +182,6 @@ impl StorageClass {
     pub fn as_str(self) -> &'static str {
         Self::ALL.iter().find(|(c, _)| *c == self).map_or("STANDARD", |(_, n)| n)
     }
-
-    /// Whether an object in class `name` (as S3 reports it) must be restored before it can be read.
-    pub fn needs_thaw(name: &str) -> bool {
-        matches!(name, "GLACIER" | "DEEP_ARCHIVE")
-    }
 }
 
 impl std::str::FromStr for StorageClass {

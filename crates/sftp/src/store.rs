@@ -315,6 +315,11 @@ impl Store for SftpStore {
         self.pool.url(name)
     }
 
+    fn sink_memory(&self, _expected_bytes: u64) -> u64 {
+        // The write buffer each stripe being written holds, counted in the backup's budget.
+        WRITE_BUFFER as u64
+    }
+
     fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
         let shown = self.describe(name);
         if opts.lock.is_some() {
@@ -492,16 +497,21 @@ impl SftpSink {
 
 impl StripeSink for SftpSink {
     fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
+        self.synced = false;
+        self.written += data.len() as u64;
+        // A whole buffer's worth with nothing gathered goes straight to libssh2: no copy.
+        if self.buf.is_empty() && data.len() >= WRITE_BUFFER {
+            let file = self.file.as_mut().ok_or_else(|| Error::new(ErrorKind::Target, format!("{}: already closed", self.shown)))?;
+            return file.write_all(data).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", self.shown), e));
+        }
         while !data.is_empty() {
             let n = (WRITE_BUFFER - self.buf.len()).min(data.len());
             self.buf.extend_from_slice(&data[..n]);
             data = &data[n..];
-            self.written += n as u64;
             if self.buf.len() == WRITE_BUFFER {
                 self.flush_buf()?;
             }
         }
-        self.synced = false;
         Ok(())
     }
 
