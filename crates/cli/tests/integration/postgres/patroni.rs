@@ -72,6 +72,7 @@ struct Member {
     config: PathBuf,
     data: PathBuf,
     pg_port: u16,
+    rest_port: u16,
     log: PathBuf,
     proc: Proc,
 }
@@ -162,7 +163,7 @@ impl Site {
         let config = dir.join("patroni.yml");
         std::fs::write(&config, text).unwrap();
         std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-        Member { name: name.into(), config, data, pg_port, log: dir.join("patroni.log"), proc: Proc(None) }
+        Member { name: name.into(), config, data, pg_port, rest_port: rest, log: dir.join("patroni.log"), proc: Proc(None) }
     }
 
     fn start(&self, m: &mut Member) {
@@ -171,34 +172,49 @@ impl Site {
         m.proc = Proc(Some(child));
     }
 
-    /// `patronictl list` of the scope `m` belongs to: (member, role, state) each.
+    /// The scope `m` belongs to, as `m`'s REST API tells it (`GET /cluster`, what `patronictl
+    /// list` shows, without starting a Python each time): (member, role, state) each; empty while
+    /// `m` does not answer.
     fn list(&self, m: &Member) -> Vec<(String, String, String)> {
-        let o = Command::new(self.patroni.join("patronictl")).arg("-c").arg(&m.config).args(["list", "-f", "json"]).output().unwrap();
-        if !o.status.success() {
-            return Vec::new();
-        }
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        v.as_array()
+        let v: serde_json::Value = serde_json::from_str(&http_get(m.rest_port, "/cluster").unwrap_or_default()).unwrap_or_default();
+        v["members"]
+            .as_array()
             .into_iter()
             .flatten()
-            .map(|r| {
-                (r["Member"].as_str().unwrap_or_default().to_string(), r["Role"].as_str().unwrap_or_default().to_string(), r["State"].as_str().unwrap_or_default().to_string())
-            })
+            .map(|r| (r["name"].as_str().unwrap_or_default().to_string(), r["role"].as_str().unwrap_or_default().to_string(), r["state"].as_str().unwrap_or_default().to_string()))
             .collect()
     }
 
-    /// Wait until `leader` leads and every one of `replicas` streams from the scope's leader.
-    fn wait_shape(&self, any: &Member, leader: &str, replicas: &[&str]) {
-        wait_for(&format!("{leader} leading, {replicas:?} streaming"), Duration::from_secs(240), || {
-            let l = self.list(any);
-            let leads = l.iter().any(|(n, r, s)| n == leader && r == "Leader" && s == "running");
-            leads && replicas.iter().all(|name| l.iter().any(|(n, r, s)| n == name && (r.contains("Replica") || r.contains("Standby")) && s == "streaming"))
+    /// Wait until `cond` holds, looking every half second; past `limit`, fail with what each of
+    /// `members` logged and etcd's log, so that a run that went wrong on another machine says why.
+    fn wait(&self, what: &str, limit: Duration, members: &[&Member], mut cond: impl FnMut() -> bool) {
+        let t0 = std::time::Instant::now();
+        while !cond() {
+            if t0.elapsed() > limit {
+                let mut logs = String::new();
+                for m in members {
+                    logs += &format!("\n--- {} ({}) ---\n{}", m.name, m.log.display(), tail(&m.log, 60));
+                }
+                logs += &format!("\n--- etcd ---\n{}", tail(&self.path("etcd.log"), 20));
+                panic!("waited {limit:?} for {what}; the scope as the first member sees it: {:?}{logs}", self.list(members[0]));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Wait until `leader` leads and every one of `replicas` streams from the scope's leader, as
+    /// the first of `members` (which must be up) sees it.
+    fn wait_shape(&self, members: &[&Member], leader: &str, replicas: &[&str]) {
+        self.wait(&format!("{leader} leading, {replicas:?} streaming"), Duration::from_secs(240), members, || {
+            let l = self.list(members[0]);
+            let leads = l.iter().any(|(n, r, s)| n == leader && r == "leader" && s == "running");
+            leads && replicas.iter().all(|name| l.iter().any(|(n, r, s)| n == name && (r.contains("replica") || r.contains("standby")) && s == "streaming"))
         });
     }
 
     /// The scope's leader now.
     fn leader(&self, any: &Member) -> Option<String> {
-        self.list(any).into_iter().find(|(_, r, s)| r == "Leader" && s == "running").map(|(n, _, _)| n)
+        self.list(any).into_iter().find(|(_, r, s)| r == "leader" && s == "running").map(|(n, _, _)| n)
     }
 
     fn psql(&self, port: u16, db: &str, sql: &str) -> String {
@@ -217,6 +233,25 @@ impl Site {
     fn url(&self, port: u16) -> String {
         format!("postgres://postgres@127.0.0.1:{port}/postgres")
     }
+}
+
+/// The body of `GET path` from Patroni's REST API on `port`, whatever its status; `None` when it
+/// does not answer within five seconds.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    c.read_to_string(&mut text).ok()?;
+    text.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+}
+
+/// The last `n` lines of the file at `p` (what there is of it).
+fn tail(p: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Each pgbench table's rows, hashed in order: equal on members that hold the same data.
@@ -256,7 +291,7 @@ fn patroni_builds_its_replicas_and_new_clusters_from_the_repository() {
     let mut m2 = site.member(&scope, "m2", None, &[]);
     let mut m3 = site.member(&scope, "m3", None, &[]);
     site.start(&mut m1);
-    wait_for("m1 to bootstrap and lead", Duration::from_secs(180), || site.leader(&m1).as_deref() == Some("m1"));
+    site.wait("m1 to bootstrap and lead", Duration::from_secs(240), &[&m1], || site.leader(&m1).as_deref() == Some("m1"));
     let p1 = site.url(m1.pg_port);
     ok(run(site.sheaf().args(["init", "--repo", site.repo.to_str().unwrap(), &p1])), "init");
     site.psql(m1.pg_port, "postgres", "CREATE DATABASE app");
@@ -267,7 +302,7 @@ fn patroni_builds_its_replicas_and_new_clusters_from_the_repository() {
     // The replicas come from the repository, by sheaf (no pg_basebackup in the methods).
     site.start(&mut m2);
     site.start(&mut m3);
-    site.wait_shape(&m1, "m1", &["m2", "m3"]);
+    site.wait_shape(&[&m1, &m2, &m3], "m1", &["m2", "m3"]);
     for m in [&m2, &m3] {
         assert_eq!(created_by_sheaf(m), 1, "{} made by sheaf: {}", m.name, std::fs::read_to_string(&m.log).unwrap_or_default());
     }
@@ -279,21 +314,21 @@ fn patroni_builds_its_replicas_and_new_clusters_from_the_repository() {
     m3.proc.stop();
     std::fs::remove_dir_all(&m3.data).unwrap();
     site.start(&mut m3);
-    site.wait_shape(&m1, "m1", &["m2", "m3"]);
+    site.wait_shape(&[&m1, &m2, &m3], "m1", &["m2", "m3"]);
     assert_eq!(created_by_sheaf(&m3), 2, "m3 made again by sheaf: {}", std::fs::read_to_string(&m3.log).unwrap_or_default());
 
     // A switchover to m2, then a failover away from it (its Patroni and server killed); the old
     // leader rejoins through pg_rewind.
     ok(run(Command::new(site.patroni.join("patronictl")).arg("-c").arg(&m1.config).args(["switchover", "--leader", "m1", "--candidate", "m2", "--force"])), "switchover");
-    site.wait_shape(&m1, "m2", &["m1", "m3"]);
+    site.wait_shape(&[&m1, &m2, &m3], "m2", &["m1", "m3"]);
     let postmaster = std::fs::read_to_string(m2.data.join("postmaster.pid")).unwrap().lines().next().unwrap().trim().to_string();
     m2.proc.kill();
     let _ = Command::new("kill").args(["-9", &postmaster]).status();
-    wait_for("a new leader after m2's failure", Duration::from_secs(180), || site.leader(&m1).is_some_and(|l| l != "m2"));
+    site.wait("a new leader after m2's failure", Duration::from_secs(180), &[&m1, &m3], || site.leader(&m1).is_some_and(|l| l != "m2"));
     let leader = site.leader(&m1).unwrap();
     let other = if leader == "m1" { "m3" } else { "m1" };
     site.start(&mut m2);
-    site.wait_shape(&m1, &leader, &["m2", other]);
+    site.wait_shape(&[&m1, &m2, &m3], &leader, &["m2", other]);
     let rejoined = std::fs::read_to_string(&m2.log).unwrap_or_default();
     assert!(rejoined.contains("pg_rewind") || created_by_sheaf(&m2) == 2, "the old leader rejoined through pg_rewind or sheaf: {rejoined}");
 
@@ -326,7 +361,7 @@ fn patroni_builds_its_replicas_and_new_clusters_from_the_repository() {
     let bootstrap = yaml_blocks(&doc).into_iter().nth(1).expect("docs/patroni.md holds the bootstrap method");
     let mut fresh = site.member(&format!("{scope}new"), "m4", Some(&bootstrap), &[("RESTORE_POINT", "before_the_mistake")]);
     site.start(&mut fresh);
-    wait_for("the new cluster to bootstrap from the repository and lead", Duration::from_secs(240), || site.leader(&fresh).as_deref() == Some("m4"));
+    site.wait("the new cluster to bootstrap from the repository and lead", Duration::from_secs(240), &[&fresh], || site.leader(&fresh).as_deref() == Some("m4"));
     assert_eq!(site.psql(fresh.pg_port, "app", "SELECT string_agg(batch || ':' || n, ',' ORDER BY batch) FROM (SELECT batch, count(*) n FROM marks GROUP BY batch) b"), "1:100");
     assert_eq!(site.psql(fresh.pg_port, "postgres", "SHOW archive_mode"), "off", "it does not archive into the repository it came from");
     let system = |port: u16| site.psql(port, "postgres", "SELECT system_identifier FROM pg_control_system()");
