@@ -163,31 +163,101 @@ pub struct AddedClient {
     pub fingerprint: String,
 }
 
+/// One client on the allow-list: its name and what it may do with the repositories the agent
+/// serves (`--serve-repo`).
+///
+/// A line of `allowed-clients` is the certificate's fingerprint, then its name, then grants:
+/// `repos=db1,db2` (push WAL into, back up into, and read those repositories) and `manage=db1`
+/// (that and everything else: remove backups, replace records, change keys). A client without a
+/// grant reaches no repository; reading a cluster's files (`--pgdata`) needs none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Client {
+    /// What the line names it (empty when nothing follows the fingerprint).
+    pub name: String,
+    /// Repositories it may push WAL into, back up into and read.
+    pub repos: std::collections::BTreeSet<String>,
+    /// Repositories it may also manage (expire, delete, re-key).
+    pub manage: std::collections::BTreeSet<String>,
+}
+
+impl Client {
+    /// Whether it may use repository `repo` at all.
+    pub fn uses(&self, repo: &str) -> bool {
+        self.repos.contains(repo) || self.manage.contains(repo)
+    }
+
+    /// Whether it may manage repository `repo`.
+    pub fn manages(&self, repo: &str) -> bool {
+        self.manage.contains(repo)
+    }
+
+    /// How the agent's log names it.
+    pub fn shown(&self) -> &str {
+        if self.name.is_empty() {
+            "an unnamed client"
+        } else {
+            &self.name
+        }
+    }
+}
+
+/// The allow-list's entries: each fingerprint and its client.
+///
+/// # Errors
+/// The file cannot be read; a grant of an unknown kind (`reads=` for `repos=`, say), named.
+pub fn clients(dir: &Path) -> Result<Vec<(String, Client)>> {
+    let path = dir.join(ALLOWED);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read {}", path.display()), e))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let fp = words.next().unwrap_or_default().to_ascii_lowercase();
+        let mut c = Client::default();
+        let mut name = Vec::new();
+        for w in words {
+            match w.split_once('=') {
+                None => name.push(w),
+                Some((key, list)) => {
+                    let set = match key {
+                        "repos" => &mut c.repos,
+                        "manage" => &mut c.manage,
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "{} line {}: '{w}' is not a grant: write repos=NAME[,NAME...] (push, back up, read) or manage=NAME[,NAME...] (also expire and change keys)",
+                                path.display(),
+                                n + 1
+                            )))
+                        }
+                    };
+                    set.extend(list.split(',').filter(|r| !r.is_empty()).map(str::to_string));
+                }
+            }
+        }
+        c.name = name.join(" ");
+        out.push((fp, c));
+    }
+    Ok(out)
+}
+
 /// The allow-list's entries: fingerprint and the name that follows it (empty when none).
 ///
 /// # Errors
-/// The file cannot be read.
+/// As [`clients`].
 pub fn allowed_clients(dir: &Path) -> Result<Vec<(String, String)>> {
-    let path = dir.join(ALLOWED);
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot read {}", path.display()), e))?;
-    Ok(text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let fp = w.next()?.to_ascii_lowercase();
-            Some((fp, w.collect::<Vec<_>>().join(" ")))
-        })
-        .collect())
+    Ok(clients(dir)?.into_iter().map(|(fp, c)| (fp, c.name)).collect())
 }
 
 /// Issue one more backup host's certificate, named `name`, with the CA in `dir`, into
-/// `dir/clients/NAME/` with a copy of the CA's certificate, and add it to the allow-list.
+/// `dir/clients/NAME/` with a copy of the CA's certificate, and add it to the allow-list, granted
+/// the use of `repos` (repositories the agent serves; none: it reads clusters only).
 ///
 /// # Errors
 /// No CA in `dir`; a name that is not a plain word, or one issued already; I/O.
-pub fn add_client(dir: &Path, name: &str) -> Result<AddedClient> {
+pub fn add_client(dir: &Path, name: &str, repos: &[String]) -> Result<AddedClient> {
     if !dir.join(CA_KEY).exists() {
         return Err(Error::invalid(format!(
             "{} holds no CA key ({CA_KEY}): make the CA first with `sheaf agent --init-certs {}`, or name the folder that holds it",
@@ -222,7 +292,8 @@ pub fn add_client(dir: &Path, name: &str) -> Result<AddedClient> {
     if !text.ends_with('\n') && !text.is_empty() {
         text.push('\n');
     }
-    text.push_str(&format!("{fp} {name}\n"));
+    let grant = if repos.is_empty() { String::new() } else { format!(" repos={}", repos.join(",")) };
+    text.push_str(&format!("{fp} {name}{grant}\n"));
     let mut f = WholeFile::create_with(&path, 0o644, ErrorKind::Target)?;
     f.write_all(text.as_bytes()).map_err(|e| Error::io(ErrorKind::Target, format!("cannot write {}", path.display()), e))?;
     f.commit()?;

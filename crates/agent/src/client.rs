@@ -23,6 +23,8 @@ pub enum Answer<'a> {
     Data(&'a [u8]),
     /// A chunk of a file, compressed by the agent ([`crate::proto::ChunkHead`] and stored bytes).
     Chunk(&'a [u8]),
+    /// A batch of a listing (JSON array).
+    List(&'a [u8]),
     /// The end of a read.
     End(ReadEnd),
     /// A refusal or failure.
@@ -121,7 +123,7 @@ impl AgentClient {
         let mut c = AgentClient {
             s,
             buf: Vec::new(),
-            hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new() },
+            hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new(), repos: Vec::new() },
             addr: addr.to_string(),
         };
         // TLS 1.3 ends the client's handshake before the agent has checked its certificate: a
@@ -154,6 +156,39 @@ impl AgentClient {
         proto::write_json(&mut self.s, proto::REQUEST, r).and_then(|()| self.s.flush()).map_err(|e| link(&self.addr, "sending a request", e))
     }
 
+    /// Send one frame of an object's bytes (a write begun with [`Request::RepoCreate`]), without
+    /// flushing.
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn send_data(&mut self, bytes: &[u8]) -> Result<()> {
+        proto::write_frame(&mut self.s, proto::DATA, bytes).map_err(|e| link(&self.addr, "sending an object's bytes", e))
+    }
+
+    /// Flush what was sent.
+    ///
+    /// # Errors
+    /// The link's.
+    pub fn flush(&mut self) -> Result<()> {
+        self.s.flush().map_err(|e| link(&self.addr, "sending", e))
+    }
+
+    /// The reply to the request sent last (its JSON bytes), or its refusal as sheaf's error.
+    ///
+    /// # Errors
+    /// The refusal; the link's.
+    pub fn reply(&mut self) -> Result<&[u8]> {
+        match self.next()? {
+            proto::REPLY => Ok(&self.buf),
+            k => Err(self.unexpected(k)),
+        }
+    }
+
+    /// The address dialled.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
     fn next(&mut self) -> Result<u8> {
         match proto::read_frame(&mut self.s, &mut self.buf) {
             Ok(Some(k)) => Ok(k),
@@ -172,6 +207,7 @@ impl AgentClient {
             proto::REPLY => Answer::Reply(&self.buf),
             proto::DATA => Answer::Data(&self.buf),
             proto::CHUNK => Answer::Chunk(&self.buf),
+            proto::LIST => Answer::List(&self.buf),
             proto::END => Answer::End(self.json().unwrap_or_default()),
             proto::ERROR => Answer::Refused(self.json().map_err(|_| self.unexpected(kind))?),
             k => return Err(self.unexpected(k)),

@@ -434,7 +434,7 @@ impl RemoteFile {
                 self.inflight.pop_front();
                 return Err(e.into_error(&addr));
             }
-            Answer::Reply(_) => return Err(garbled("an answer out of turn")),
+            Answer::Reply(_) | Answer::List(_) => return Err(garbled("an answer out of turn")),
         }
         Ok(())
     }

@@ -18,10 +18,13 @@ pub mod certs;
 pub mod client;
 pub mod files;
 pub mod proto;
+pub mod repos;
 pub mod server;
 mod squeeze;
+pub mod store;
 pub mod tls;
 
 pub use client::AgentClient;
 pub use files::{AgentAt, AgentFiles};
 pub use server::{Agent, AgentConfig};
+pub use store::{ServedSchemes, ServedStore};

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::manifest::Entry;
 
 /// The protocol's version: an agent and a client of different versions refuse each other at hello.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The largest payload either side accepts: a data frame, or a chunk of the largest transfer
 /// size with its header.
 pub const MAX_FRAME: usize = (sheaf_core::format::MAX_TRANSFER_SIZE as usize) + 64;
@@ -68,6 +68,65 @@ pub enum Request {
         offset: u64,
         /// Bytes wanted.
         len: u64,
+    },
+    /// An object of a served repository (from version 4): a [`WireStored`] reply, or a
+    /// `NotFound` refusal.
+    RepoStat {
+        /// The repository's name (`--serve-repo NAME=PATH`).
+        repo: String,
+        /// The object's name inside it (`wal/00000001/....wal`).
+        name: String,
+    },
+    /// The objects of a served repository whose names start with `prefix` (at any depth),
+    /// sorted, in list frames of [`WireStored`], then an end frame.
+    RepoList {
+        /// The repository's name.
+        repo: String,
+        /// What the names start with (relative to the repository).
+        prefix: String,
+    },
+    /// `len` bytes of an object from `offset`, as [`Request::Read`] answers.
+    RepoRead {
+        /// The repository's name.
+        repo: String,
+        /// The object's name.
+        name: String,
+        /// First byte.
+        offset: u64,
+        /// Bytes wanted.
+        len: u64,
+    },
+    /// Start writing an object under a temporary name: an empty reply, or the refusal (a grant
+    /// the client lacks, a name taken). The object's bytes follow as [`DATA`] frames from the
+    /// client, with [`Request::RepoCheck`]s among them, then one [`Request::RepoPublish`] or
+    /// [`Request::RepoDiscard`]. A write that fails on the agent's host is told at the next check
+    /// or at publish.
+    RepoCreate {
+        /// The repository's name.
+        repo: String,
+        /// The object's name.
+        name: String,
+        /// Replace an object already there.
+        overwrite: bool,
+        /// About how many bytes it will hold.
+        expected: u64,
+        /// A stripe or WAL (not a record).
+        bulk: bool,
+    },
+    /// How the write in progress stands: an empty reply, or its failure (so that a full disk on
+    /// the agent's host stops a long stripe early).
+    RepoCheck,
+    /// Make the write in progress durable and give it its name: an empty reply once the agent's
+    /// host has it on disk (data, name and folder synced), or the failure.
+    RepoPublish,
+    /// Drop the write in progress: an empty reply.
+    RepoDiscard,
+    /// Remove an object (missing is not an error): an empty reply, or a refusal.
+    RepoDelete {
+        /// The repository's name.
+        repo: String,
+        /// The object's name.
+        name: String,
     },
     /// As `Read`, cut into chunks of `chunk` bytes (the backup's transfer size), each compressed
     /// with `codec` (a codec spec: `zstd:low`, `lz4`, ...) and sent as a [`CHUNK`] frame.
@@ -129,6 +188,9 @@ pub struct HelloReply {
     /// Every directory it serves reads under: the data directory, and where its pg_wal and
     /// tablespaces' links lead.
     pub roots: Vec<String>,
+    /// The repositories it serves, by name (from version 4).
+    #[serde(default)]
+    pub repos: Vec<String>,
 }
 
 /// One listed entry with the stat fields the engine uses beside the manifest's.
@@ -142,6 +204,19 @@ pub struct WireListed {
     pub ino: u64,
     /// `st_nlink`.
     pub nlink: u64,
+}
+
+/// An object of a served repository, as [`sheaf_core::storage::Stored`] holds it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WireStored {
+    /// Its name, relative to the repository.
+    pub name: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// When it was last written, seconds since the epoch.
+    pub modified: i64,
+    /// What changes whenever it is written again.
+    pub tag: String,
 }
 
 /// The end of a read.
@@ -179,12 +254,31 @@ pub struct WireError {
     pub kind: WireErrorKind,
     /// What happened, for the user.
     pub message: String,
+    /// sheaf's own kind of the failure, where the agent's store gave one (a name taken, a disk
+    /// full, an object cut short): the client's error is then of that kind (from version 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sheaf: Option<sheaf_core::ErrorKind>,
+    /// Worth asking again (the agent's store said so).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
 }
 
 impl WireError {
     /// A refusal of `kind`.
     pub fn new(kind: WireErrorKind, message: impl Into<String>) -> WireError {
-        WireError { kind, message: message.into() }
+        WireError { kind, message: message.into(), sheaf: None, transient: false }
+    }
+
+    /// What the agent's store failed with, as a wire error that keeps sheaf's kind.
+    pub fn from_error(e: &sheaf_core::Error) -> WireError {
+        use sheaf_core::ErrorKind;
+        let kind = match e.kind() {
+            ErrorKind::NotFound => WireErrorKind::NotFound,
+            ErrorKind::Denied => WireErrorKind::Denied,
+            ErrorKind::InvalidInput => WireErrorKind::Protocol,
+            _ => WireErrorKind::Io,
+        };
+        WireError { kind, message: e.to_string(), sheaf: Some(e.kind()), transient: e.is_transient() }
     }
 
     /// What the agent's host failed with, as a wire error: `NotFound` for a missing file,
@@ -198,13 +292,13 @@ impl WireError {
     /// [`sheaf_core::ErrorKind`]s. A refusal is never transient: asking again gets it again.
     pub fn into_error(self, addr: &str) -> sheaf_core::Error {
         use sheaf_core::ErrorKind;
-        let kind = match self.kind {
+        let kind = self.sheaf.unwrap_or(match self.kind {
             WireErrorKind::Denied => ErrorKind::Denied,
             WireErrorKind::Protocol => ErrorKind::InvalidInput,
             WireErrorKind::NotFound => ErrorKind::NotFound,
             WireErrorKind::Io | WireErrorKind::Other => ErrorKind::Source,
-        };
-        sheaf_core::Error::new(kind, format!("agent at {addr}: {}", self.message))
+        });
+        sheaf_core::Error::new(kind, format!("agent at {addr}: {}", self.message)).transient(self.transient)
     }
 }
 

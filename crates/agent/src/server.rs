@@ -2,7 +2,8 @@
 //! present a client certificate signed by its CA and on its allow-list. Only paths inside the
 //! data directory, its pg_wal and its tablespaces (where their links lead, resolved at each
 //! request) are served; `..` and symlinks are resolved before that check, so neither leads
-//! out. Files are opened read-only, and no request writes.
+//! out. Those files are opened read-only, and no request writes them. It may also serve
+//! repositories on its host to the clients granted them ([`crate::repos`]).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -20,8 +21,9 @@ use sheaf_core::source::{list_one, Walk};
 use sheaf_core::stop::{Beat, Stop};
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::certs::fingerprint;
+use crate::certs::{fingerprint, Client};
 use crate::proto::{self, HelloReply, ReadEnd, Request, WireError, WireErrorKind, WireListed, DATA_CHUNK, LIST_BATCH};
+use crate::repos::{ServedRepos, Session};
 use crate::squeeze::Squeezer;
 
 /// What the agent serves, and where.
@@ -29,8 +31,10 @@ use crate::squeeze::Squeezer;
 pub struct AgentConfig {
     /// `ADDR:PORT` to listen on.
     pub listen: String,
-    /// The cluster's data directory.
-    pub pgdata: PathBuf,
+    /// The cluster's data directory, if it serves one's files.
+    pub pgdata: Option<PathBuf>,
+    /// The repositories it serves (`--serve-repo`).
+    pub repos: ServedRepos,
     /// The folder of `sheaf agent --init-certs`.
     pub tls_dir: PathBuf,
     /// Connections served at once (more wait in the kernel's backlog).
@@ -44,7 +48,7 @@ pub struct AgentConfig {
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The client certificates admitted: fingerprint to name. Replaced whole on a reload.
-type Allowed = Arc<RwLock<Arc<HashMap<String, String>>>>;
+type Allowed = Arc<RwLock<Arc<HashMap<String, Client>>>>;
 
 /// A bound agent.
 pub struct Agent {
@@ -53,8 +57,9 @@ pub struct Agent {
     allowed: Allowed,
     tls_dir: PathBuf,
     reload: Arc<AtomicBool>,
-    pgdata: PathBuf,
+    pgdata: Option<PathBuf>,
     system_identifier: String,
+    repos: Arc<ServedRepos>,
     max_connections: usize,
     threads: usize,
 }
@@ -120,10 +125,23 @@ impl Agent {
     /// A data directory without a cluster, TLS files missing or not parsing, an address that
     /// cannot be bound.
     pub fn bind(config: &AgentConfig) -> Result<Agent> {
-        let control = config.pgdata.join("global/pg_control");
-        let bytes = std::fs::read(&control)
-            .map_err(|e| Error::io(ErrorKind::Source, format!("cannot read {} (--pgdata must be the cluster's data directory, readable by this user)", control.display()), e))?;
-        let id = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?;
+        if config.pgdata.is_none() && config.repos.is_empty() {
+            return Err(Error::invalid(
+                "the agent serves nothing: give --pgdata DIR (a cluster's files, on a database host) or --serve-repo NAME=PATH (a repository, on a backup host), or both",
+            ));
+        }
+        let mut id = String::new();
+        if let Some(pgdata) = &config.pgdata {
+            let control = pgdata.join("global/pg_control");
+            let bytes = std::fs::read(&control).map_err(|e| {
+                Error::io(ErrorKind::Source, format!("cannot read {} (--pgdata must be the cluster's data directory, readable by this user)", control.display()), e)
+            })?;
+            id = bytes
+                .get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .ok_or_else(|| Error::corrupt(format!("{} is too short", control.display())))?
+                .to_string();
+        }
         let (tls, allowed) = crate::tls::server_config(&config.tls_dir)?;
         let listener = TcpListener::bind(&config.listen)
             .map_err(|e| Error::io(ErrorKind::InvalidInput, format!("cannot listen on {} (give --listen ADDR:PORT, e.g. 0.0.0.0:7400)", config.listen), e))?;
@@ -134,7 +152,8 @@ impl Agent {
             tls_dir: config.tls_dir.clone(),
             reload: Arc::new(AtomicBool::new(false)),
             pgdata: config.pgdata.clone(),
-            system_identifier: id.to_string(),
+            system_identifier: id,
+            repos: Arc::new(config.repos.clone()),
             max_connections: config.max_connections.max(1),
             threads: config.threads.max(1),
         })
@@ -159,9 +178,7 @@ impl Agent {
         match crate::tls::allowed(&self.tls_dir) {
             Ok(new) => {
                 let mut held = self.allowed.write().unwrap_or_else(|p| p.into_inner());
-                let name = |fp: &String, names: &HashMap<String, String>| {
-                    format!("{} ({}…)", names.get(fp).filter(|n| !n.is_empty()).map_or("unnamed", |n| n.as_str()), &fp[..fp.len().min(12)])
-                };
+                let name = |fp: &String, names: &HashMap<String, Client>| format!("{} ({}…)", names.get(fp).map_or("unnamed", Client::shown), &fp[..fp.len().min(12)]);
                 let added: Vec<String> = new.keys().filter(|fp| !held.contains_key(*fp)).map(|fp| name(fp, &new)).collect();
                 let removed: Vec<String> = held.keys().filter(|fp| !new.contains_key(*fp)).map(|fp| name(fp, &held)).collect();
                 log(&format!(
@@ -220,20 +237,22 @@ impl Agent {
             busy.fetch_add(1, Ordering::Relaxed);
             let allowed = self.allowed.read().unwrap_or_else(|p| p.into_inner()).clone();
             let (tls, busy, log) = (self.tls.clone(), busy.clone(), log.clone());
-            let served = Served { pgdata: self.pgdata.clone(), id: self.system_identifier.clone(), threads: self.threads };
+            let served = Served { pgdata: self.pgdata.clone(), id: self.system_identifier.clone(), threads: self.threads, repos: self.repos.clone() };
             std::thread::spawn(move || {
                 let mut tally = Tally::default();
                 let t0 = Instant::now();
                 let end = serve_one(stream, tls, &allowed, &served, &mut tally, &|m: &str| log(&format!("{peer}: {m}")));
                 if !tally.who.is_empty() {
                     log(&format!(
-                        "{peer}: {} done after {:.1} s: {} requests, {} reads of {} files, {} bytes sent; {}",
+                        "{peer}: {} done after {:.1} s: {} requests, {} reads of {} files, {} bytes sent; {} objects stored, {} bytes received; {}",
                         tally.who,
                         t0.elapsed().as_secs_f64(),
                         tally.requests,
                         tally.reads,
                         tally.files,
                         tally.bytes,
+                        tally.stored,
+                        tally.received,
                         match &end {
                             Ok(()) => "closed by the client".to_string(),
                             Err(e) => format!("ended by an error: {e}"),
@@ -251,7 +270,9 @@ impl Agent {
 
 /// What a connection serves.
 struct Served {
-    pgdata: PathBuf,
+    pgdata: Option<PathBuf>,
+    /// The repositories served.
+    repos: Arc<ServedRepos>,
     /// The cluster's system identifier.
     id: String,
     /// Compressor threads for chunked reads.
@@ -269,6 +290,9 @@ struct Tally {
     files: u64,
     last: String,
     bytes: u64,
+    /// Objects stored into served repositories, and the bytes received for them.
+    stored: u64,
+    received: u64,
 }
 
 /// A writer that counts what passes.
@@ -291,7 +315,7 @@ impl<W: Write> Write for Counted<'_, W> {
 fn serve_one(
     stream: TcpStream,
     tls: Arc<ServerConfig>,
-    allowed: &HashMap<String, String>,
+    allowed: &HashMap<String, Client>,
     served: &Served,
     tally: &mut Tally,
     log: &dyn Fn(&str),
@@ -305,9 +329,9 @@ fn serve_one(
         s.conn.complete_io(&mut s.sock).map_err(|e| format!("TLS handshake failed: {e}"))?;
     }
     let fp = s.conn.peer_certificates().and_then(|c| c.first()).map(|c| fingerprint(c.as_ref())).unwrap_or_default();
-    if let Some(name) = allowed.get(&fp) {
-        tally.who = format!("{} (SHA-256 {}…)", if name.is_empty() { "an unnamed client" } else { name }, &fp[..fp.len().min(12)]);
-        log(&format!("{} connected, served {}", tally.who, served.pgdata.display()));
+    let client = if let Some(c) = allowed.get(&fp) {
+        tally.who = format!("{} (SHA-256 {}…)", c.shown(), &fp[..fp.len().min(12)]);
+        c
     } else {
         // The client's hello first, so that its write does not meet a closed connection (whose
         // reset could lose the refusal before the client reads it).
@@ -318,27 +342,48 @@ fn serve_one(
         s.conn.send_close_notify();
         let _ = s.conn.complete_io(&mut s.sock);
         return Err(format!("refused a certificate not on the allow-list (SHA-256 {fp})"));
-    }
+    };
     let _ = s.sock.set_read_timeout(Some(Duration::from_secs(900)));
     // A backup host gone silent (its link cut) frees the connection within minutes.
     let _ = s.sock.set_write_timeout(Some(Duration::from_secs(300)));
     let mut buf = Vec::new();
     let mut data = vec![0u8; DATA_CHUNK];
     let mut squeezer = None;
-    loop {
+    let mut session = Session::new(&served.repos, client, log);
+    let mut said = false;
+    let end = loop {
         let kind = match proto::read_frame(&mut s, &mut buf) {
             Ok(Some(k)) => k,
-            Ok(None) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(format!("reading a request: {e}")),
+            Ok(None) => break Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
+            Err(e) => break Err(format!("reading a request: {e}")),
         };
+        if kind == proto::DATA {
+            session.data(&buf);
+            continue;
+        }
         let request = match (kind, serde_json::from_slice::<Request>(&buf)) {
             (proto::REQUEST, Ok(r)) => r,
             _ => {
                 let _ = proto::write_json(&mut s, proto::ERROR, &wire(WireErrorKind::Protocol, "not a request this agent knows"));
-                return Err("a frame that is not a request".into());
+                break Err("a frame that is not a request".into());
             }
         };
+        if !said && !matches!(request, Request::Hello { .. }) {
+            // Said once the client asks for something, so that the line says what it came for.
+            said = true;
+            let what = match &request {
+                Request::RepoStat { repo, .. }
+                | Request::RepoList { repo, .. }
+                | Request::RepoRead { repo, .. }
+                | Request::RepoCreate { repo, .. }
+                | Request::RepoDelete { repo, .. } => {
+                    format!("repository '{repo}'")
+                }
+                _ => served.pgdata.as_ref().map_or_else(|| "the cluster's files (none served)".to_string(), |p| p.display().to_string()),
+            };
+            log(&format!("{} connected, using {what}", tally.who));
+        }
         tally.requests += 1;
         if let Request::Read { path, .. } | Request::ReadChunks { path, .. } = &request {
             tally.reads += 1;
@@ -348,29 +393,41 @@ fn serve_one(
             }
         }
         let mut counted = Counted { inner: &mut s, bytes: 0 };
-        let r = answer(&mut counted, request, served, &mut data, &mut squeezer);
+        let r = match session.answer(&mut counted, &request, &mut data) {
+            Ok(true) => Ok(()),
+            Ok(false) => answer(&mut counted, request, served, &mut data, &mut squeezer),
+            Err(e) => Err(e),
+        };
         tally.bytes += counted.bytes;
-        r.map_err(|e| format!("writing an answer: {e}"))?;
-        s.flush().map_err(|e| format!("writing an answer: {e}"))?;
-    }
+        if let Err(e) = r.and_then(|()| s.flush()) {
+            break Err(format!("writing an answer: {e}"));
+        }
+    };
+    tally.stored = session.published;
+    tally.received = session.received;
+    end
 }
 
 fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8], squeezer: &mut Option<Squeezer>) -> std::io::Result<()> {
-    let (pgdata, id) = (served.pgdata.as_path(), served.id.as_str());
+    if let Request::Hello { version } = request {
+        if version != proto::VERSION {
+            return refuse(s, wire(WireErrorKind::Protocol, format!("this agent speaks version {}, the client {version}: run the same sheaf on both hosts", proto::VERSION)));
+        }
+        let reply = HelloReply {
+            version: proto::VERSION,
+            pgdata: served.pgdata.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            system_identifier: served.id.clone(),
+            roots: served.pgdata.as_deref().map(roots).unwrap_or_default().iter().map(|r| r.display().to_string()).collect(),
+            repos: served.repos.iter().map(|(name, _)| name.clone()).collect(),
+        };
+        return proto::write_json(s, proto::REPLY, &reply);
+    }
+    let Some(pgdata) = served.pgdata.as_deref() else {
+        return refuse(s, wire(WireErrorKind::Denied, "this agent serves no cluster's files (it was started without --pgdata): it serves repositories only"));
+    };
     let roots = roots(pgdata);
     match request {
-        Request::Hello { version } => {
-            if version != proto::VERSION {
-                return refuse(s, wire(WireErrorKind::Protocol, format!("this agent speaks version {}, the client {version}: run the same sheaf on both hosts", proto::VERSION)));
-            }
-            let reply = HelloReply {
-                version: proto::VERSION,
-                pgdata: pgdata.display().to_string(),
-                system_identifier: id.to_string(),
-                roots: roots.iter().map(|r| r.display().to_string()).collect(),
-            };
-            proto::write_json(s, proto::REPLY, &reply)
-        }
+        Request::Hello { .. } => unreachable!("answered above"),
         Request::Stat { path } => match confine_entry(&path, &roots) {
             Err(e) => refuse(s, e),
             Ok(p) => match list_one(&p, String::new(), 0) {
@@ -484,6 +541,8 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
                 Err(e) => refuse(s, wire(WireErrorKind::Io, format!("{path}: {e}"))),
             }
         }
+        // The repositories' requests, answered by the session before this.
+        _ => refuse(s, wire(WireErrorKind::Protocol, "a repository's request out of place")),
     }
 }
 

@@ -13,7 +13,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use sheaf_core::{Error, ErrorKind, Result};
 
-use crate::certs::{ALLOWED, CA, CLIENT, CLIENT_KEY, SERVER, SERVER_KEY};
+use crate::certs::{Client, ALLOWED, CA, CLIENT, CLIENT_KEY, SERVER, SERVER_KEY};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -51,12 +51,12 @@ fn tls_err(what: &str, e: rustls::Error) -> Error {
     Error::new(ErrorKind::InvalidInput, format!("{what}: {e}"))
 }
 
-/// The allow-list: each client certificate's fingerprint and its name.
+/// The allow-list: each client certificate's fingerprint and its client.
 ///
 /// # Errors
-/// The file missing; an empty list.
-pub fn allowed(dir: &Path) -> Result<HashMap<String, String>> {
-    let allowed: HashMap<String, String> = crate::certs::allowed_clients(dir).map_err(|e| missing(dir, ALLOWED, e.message()))?.into_iter().collect();
+/// The file missing or with a grant that does not parse; an empty list.
+pub fn allowed(dir: &Path) -> Result<HashMap<String, Client>> {
+    let allowed: HashMap<String, Client> = crate::certs::clients(dir).map_err(|e| missing(dir, ALLOWED, e.message()))?.into_iter().collect();
     if allowed.is_empty() {
         return Err(Error::invalid(format!("{} lists no client certificate: no backup host could connect", dir.join(ALLOWED).display())));
     }
@@ -68,7 +68,7 @@ pub fn allowed(dir: &Path) -> Result<HashMap<String, String>> {
 ///
 /// # Errors
 /// Files missing or not parsing, naming them; an empty allow-list.
-pub fn server_config(dir: &Path) -> Result<(Arc<ServerConfig>, HashMap<String, String>)> {
+pub fn server_config(dir: &Path) -> Result<(Arc<ServerConfig>, HashMap<String, Client>)> {
     let verifier = WebPkiClientVerifier::builder_with_provider(roots(dir)?, provider()).build().map_err(|e| Error::invalid(format!("the CA in {}: {e}", dir.display())))?;
     let config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use sheaf_agent::repos::ServedRepos;
 use sheaf_agent::{certs, proto};
 use sheaf_agent::{Agent, AgentClient, AgentConfig};
 use sheaf_core::ErrorKind;
@@ -47,7 +48,9 @@ fn fixture() -> Fixture {
     std::fs::write(dir.path().join("secret"), b"outside").unwrap();
     let tls = dir.path().join("tls");
     certs::init(&tls, &[]).unwrap();
-    let agent = Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: pgdata.clone(), tls_dir: tls.clone(), max_connections: 8, threads: 2 }).unwrap();
+    let agent =
+        Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: Some(pgdata.clone()), repos: ServedRepos::none(), tls_dir: tls.clone(), max_connections: 8, threads: 2 })
+            .unwrap();
     let addr = format!("127.0.0.1:{}", agent.local_addr().unwrap().port());
     let log = Arc::new(Mutex::new(Vec::new()));
     let stop = sheaf_core::stop::Stop::new();
@@ -327,16 +330,16 @@ impl Fixture {
 fn a_client_added_or_removed_counts_after_a_reload_and_open_connections_go_on() {
     let f = fixture();
     let file = p(&f.pgdata.join("base/5/16384"));
-    let added = certs::add_client(&f.tls, "backup-2").unwrap();
+    let added = certs::add_client(&f.tls, "backup-2", &[]).unwrap();
     for n in [certs::CA, certs::CLIENT, certs::CLIENT_KEY] {
         assert!(added.dir.join(n).exists(), "{n} in {}", added.dir.display());
     }
     assert!(std::fs::read_to_string(f.tls.join(certs::ALLOWED)).unwrap().contains(&format!("{} backup-2", added.fingerprint)));
     for (name, want) in [("backup-2", "already lists"), ("../x", "letters, digits"), ("", "letters, digits")] {
-        let e = certs::add_client(&f.tls, name).unwrap_err();
+        let e = certs::add_client(&f.tls, name, &[]).unwrap_err();
         assert!(e.to_string().contains(want), "{name}: {e}");
     }
-    let e = certs::add_client(&added.dir, "x").unwrap_err();
+    let e = certs::add_client(&added.dir, "x", &[]).unwrap_err();
     assert!(e.to_string().contains("no CA key"), "{e}");
 
     // Listed, but the agent read its list before: refused until the reload.

@@ -164,6 +164,7 @@ impl Context {
         add("s3-storage-class", r.s3_storage_class.map(|c| c.as_str().to_string()));
         add("sftp-known-hosts", r.sftp.sftp_known_hosts.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         add("sftp-key-file", r.sftp.sftp_key_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
+        add("tls-dir", r.agent_tls.tls_dir.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         add("s3-sse-customer-key-file", r.s3_sse_customer_key_file.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()).display().to_string()));
         if r.s3_allow_http {
             f.push("--s3-allow-http".into());
@@ -567,19 +568,23 @@ fn s3_settings(s: &Settings, mut a: S3Args) -> S3Args {
     a.sftp.sftp_known_hosts = s.value(&settings::SFTP_KNOWN_HOSTS, a.sftp.sftp_known_hosts);
     a.sftp.sftp_key_file = s.value(&settings::SFTP_KEY_FILE, a.sftp.sftp_key_file);
     a.sftp.sftp_no_fsync = s.switch(&settings::SFTP_NO_FSYNC, a.sftp.sftp_no_fsync);
+    a.agent_tls.tls_dir = s.value(&settings::TLS_DIR, a.agent_tls.tls_dir);
     a
 }
 
-/// Every scheme a location may have: S3 and its kin (`s3://`, `az://`, `gs://`) and `sftp://`.
+/// Every scheme a location may have: S3 and its kin (`s3://`, `az://`, `gs://`), `sftp://`, and
+/// `sheaf://` (a repository a backup host's agent serves).
 pub struct AllSchemes {
     s3: S3Schemes,
     sftp: SftpSchemes,
+    served: sheaf_agent::ServedSchemes,
 }
 
 impl sheaf_core::Schemes for AllSchemes {
     fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn sheaf_core::Store>, String)> {
         match scheme {
             "sftp" => self.sftp.resolve(scheme, bucket, key),
+            "sheaf" => self.served.resolve(scheme, bucket, key),
             _ => self.s3.resolve(scheme, bucket, key),
         }
     }
@@ -592,7 +597,8 @@ fn schemes(s3: Option<&S3Args>) -> Result<AllSchemes> {
         key_file: r.sftp.sftp_key_file.clone(),
         no_fsync: r.sftp.sftp_no_fsync,
     }));
-    Ok(AllSchemes { s3: s3_schemes(s3)?, sftp })
+    let served = sheaf_agent::ServedSchemes::new(s3.and_then(|r| r.agent_tls.tls_dir.clone()), sheaf_agent::client::TIMEOUT);
+    Ok(AllSchemes { s3: s3_schemes(s3)?, sftp, served })
 }
 
 /// The S3 schemes for these settings.

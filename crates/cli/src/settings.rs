@@ -213,7 +213,7 @@ macro_rules! settings {
 }
 
 settings! {
-    REPO repo: String = "repo", "the repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX";
+    REPO repo: String = "repo", "the repository: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, gs://BUCKET/PREFIX, sftp://USER@HOST/PATH or sheaf://HOST:PORT/NAME";
     REPO2 repo2: String = "repo2", "a second repository: wal-push archives to every one, wal-fetch and restore fall back to it";
     REPO3 repo3: String = "repo3", "a third repository (as repo2)";
     REPO4 repo4: String = "repo4", "a fourth repository (as repo2)";
@@ -248,6 +248,7 @@ settings! {
     TLS_DIR tls_dir: PathBuf = "tls-dir", "agent, and backup through one: the folder sheaf agent --init-certs made";
     AGENT_LISTEN agent_listen: String = "agent-listen", "agent: ADDR:PORT to serve on";
     AGENT_PGDATA agent_pgdata: PathBuf = "agent-pgdata", "agent: the data directory it serves";
+    AGENT_SERVE_REPO agent_serve_repo: String = "agent-serve-repo", "agent on a backup host: the repositories it serves, NAME=PATH[,NAME=PATH...] (see --serve-repo)";
     S3_ENDPOINT s3_endpoint: String = "s3-endpoint", "S3-compatible endpoint URL";
     S3_REGION s3_region: String = "s3-region", "S3 region";
     S3_PROFILE s3_profile: String = "s3-profile", "AWS profile for credentials";

@@ -71,7 +71,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 
-pub use local::{try_lock_exclusive, LocalSink, LocalSource, LocalStore};
+pub use local::{stored_at, try_lock_exclusive, LocalSink, LocalSource, LocalStore};
 pub use lock::Locked;
 pub use memory::MemoryStore;
 pub use null::{NullSink, NullStore};

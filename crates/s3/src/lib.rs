@@ -72,7 +72,7 @@ impl Schemes for S3Schemes {
     fn resolve(&self, scheme: &str, bucket: &str, key: &str) -> Result<(Arc<dyn Store>, String)> {
         if !matches!(scheme, "s3" | "az" | "gs") {
             return Err(Error::invalid(format!(
-                "{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY, gs://BUCKET/KEY or sftp://USER@HOST/PATH"
+                "{scheme}:// is not a location sheaf knows: use a file path, nul, s3://BUCKET/KEY, az://CONTAINER/KEY, gs://BUCKET/KEY, sftp://USER@HOST/PATH or sheaf://HOST:PORT/NAME (a backup host's agent)"
             )));
         }
         if scheme != "s3" && self.options.storage_class.is_some() {

@@ -21,6 +21,12 @@ pub struct AgentArgs {
     /// its line and another `kill -HUP` revokes it (connections open go on).
     #[arg(long, value_name = "NAME", requires = "init_certs", conflicts_with = "name")]
     pub add_client: Option<String>,
+    /// With --add-client: grant it the use of repository REPO (one this agent serves with
+    /// --serve-repo REPO=PATH): push WAL into it, back up into it, read it. Repeatable. Written
+    /// as repos=REPO,... on its allowed-clients line; manage=REPO there also lets it expire,
+    /// delete and change keys.
+    #[arg(long, value_name = "REPO", requires = "add_client")]
+    pub grant: Vec<String>,
     /// Serve on ADDR:PORT (e.g. 0.0.0.0:7400). Default: agent-listen in the config file.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<String>,
@@ -28,6 +34,13 @@ pub struct AgentArgs {
     /// served too, and nothing else. Default: agent-pgdata in the config file.
     #[arg(long, value_name = "DIR")]
     pub pgdata: Option<PathBuf>,
+    /// Serve the repository in folder PATH as NAME to the database hosts granted it (repos=NAME
+    /// on their allowed-clients line), on a backup host: they give --repo
+    /// sheaf://THIS_HOST:PORT/NAME and their --tls-dir, with nothing mounted. Writes are made
+    /// durable here before they are acknowledged. Repeatable. Default: agent-serve-repo in the
+    /// config file (NAME=PATH,NAME=PATH).
+    #[arg(long, value_name = "NAME=PATH", conflicts_with = "init_certs")]
+    pub serve_repo: Vec<String>,
     /// The folder --init-certs made (ca.pem, server.pem, server.key, allowed-clients). Default:
     /// tls-dir in the config file.
     #[arg(long, value_name = "DIR")]

@@ -62,10 +62,6 @@ pub struct BackupArgs {
     /// compressed on this host's cores.
     #[arg(long, value_enum, default_value_t = Via::Files)]
     pub via: Via,
-    /// The folder with the agent's CA and this backup host's certificate (ca.pem, client.pem,
-    /// client.key, from sheaf agent --init-certs). Default: tls-dir in the config file.
-    #[arg(long, value_name = "DIR")]
-    pub tls_dir: Option<PathBuf>,
     /// PostgreSQL: where the backup's WAL comes from: `local` (the pg_wal beside the files read,
     /// then the repository's archive for what it lacks) or `archive` (the repository's archive
     /// only, waiting for the segments to arrive; proves the archive holds them).

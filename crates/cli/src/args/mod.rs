@@ -122,7 +122,7 @@ SHEAF_PGBACKREST names another binary: scripts/build-pgbackrest.sh builds the ne
     Bench(BenchArgs),
     /// Load TPC-H tables (tpchgen) into an existing database, for benchmarks.
     LoadTpch(LoadTpchArgs),
-    /// Create a repository for a cluster: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX where sheaf keeps its
+    /// Create a repository for a cluster: a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, gs://BUCKET/PREFIX, sftp://USER@HOST/PATH or sheaf://HOST:PORT/NAME where sheaf keeps its
     /// backups and archived WAL (point-in-time recovery, retention).
     #[command(after_help = "Example:\n  \
 sheaf init --repo /srv/sheaf 'postgres://postgres@/postgres?host=/run/postgresql'\n\n\

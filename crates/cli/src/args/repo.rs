@@ -131,13 +131,10 @@ pub struct InfoArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the Prometheus metrics to FILE instead (replaced whole, for node_exporter's textfile
-    /// collector: point it at FILE's folder and run this from cron or a timer).
+    /// collector: point it at FILE's folder and run this from cron or a timer). With them, when
+    /// each certificate in --tls-dir expires (sheaf_tls_certificate_expiry_timestamp_seconds).
     #[arg(long, value_name = "FILE")]
     pub prometheus: Option<std::path::PathBuf>,
-    /// With the metrics: when each certificate in DIR (the agent's TLS folder) expires, as
-    /// sheaf_tls_certificate_expiry_timestamp_seconds. Default: tls-dir in the config file.
-    #[arg(long, value_name = "DIR")]
-    pub tls_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub s3: S3Args,
 }

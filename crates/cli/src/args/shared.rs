@@ -146,6 +146,20 @@ pub struct S3Args {
     pub s3_storage_class: Option<sheaf_s3::StorageClass>,
     #[command(flatten)]
     pub sftp: SftpArgs,
+    #[command(flatten)]
+    pub agent_tls: AgentTlsArgs,
+}
+
+/// This host's certificate for an agent: to read a cluster's files through one (`backup
+/// --agent`), and to reach a repository a backup host's agent serves (`sheaf://HOST:PORT/NAME`).
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "A backup host's agent (sheaf://HOST:PORT/NAME, --agent)")]
+pub struct AgentTlsArgs {
+    /// The folder with the agent's CA and this host's certificate (ca.pem, client.pem,
+    /// client.key: what `sheaf agent --init-certs DIR --add-client NAME` made for it). Default:
+    /// tls-dir in the config file.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// How to reach sftp://USER@HOST[:PORT]/PATH locations: the server's key checked against a

@@ -102,7 +102,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     }
     let (r, cluster) = match &source {
         Source::Postgres(url) => {
-            let agent = ctx.agent(a.agent.clone(), a.tls_dir.clone())?;
+            let agent = ctx.agent(a.agent.clone(), a.s3.agent_tls.tls_dir.clone())?;
             if a.compress_on == CompressOn::Agent && agent.is_none() {
                 return Err(Error::invalid("--compress-on agent needs --agent HOST:PORT: only the agent compresses on the database host"));
             }

@@ -223,7 +223,7 @@ fn prometheus(ctx: &Context, a: &InfoArgs, repos: &[(sheaf_core::repo::Place, Re
     if server.is_some() {
         metrics.push(server_up);
     }
-    if let Some(dir) = ctx.settings.value(&crate::settings::TLS_DIR, a.tls_dir.clone()) {
+    if let Some(dir) = ctx.settings.value(&crate::settings::TLS_DIR, a.s3.agent_tls.tls_dir.clone()) {
         match sheaf_agent::certs::expiries(&dir) {
             Ok(found) => {
                 let mut expiry = Metric::gauge("sheaf_tls_certificate_expiry_timestamp_seconds", "When each certificate of the agent's TLS folder stops being valid.");

@@ -38,12 +38,14 @@ impl Place {
         let trimmed = text.trim_end_matches('/');
         if trimmed.is_empty() {
             return Err(Error::invalid(
-                "an empty repository location: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX (--repo, SHEAF_REPO or repo in the config file)",
+                "an empty repository location: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, gs://BUCKET/PREFIX, sftp://USER@HOST/PATH or sheaf://HOST:PORT/NAME (--repo, SHEAF_REPO or repo in the config file)",
             ));
         }
         let meta = Location::parse(&format!("{trimmed}/{META}"), schemes)?;
         if meta.is_null() {
-            return Err(Error::invalid("nul cannot hold a repository: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX or gs://BUCKET/PREFIX"));
+            return Err(Error::invalid(
+                "nul cannot hold a repository: give a folder, s3://BUCKET/PREFIX, az://CONTAINER/PREFIX, gs://BUCKET/PREFIX, sftp://USER@HOST/PATH or sheaf://HOST:PORT/NAME",
+            ));
         }
         let name = meta.name();
         let root = name.strip_suffix(META).unwrap_or(name).trim_end_matches('/').to_string();

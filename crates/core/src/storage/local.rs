@@ -132,12 +132,32 @@ fn list_into(dir: &Path, base: &str, shown: &dyn Fn(&str) -> String, out: &mut V
             let inner = |rest: &str| shown(&format!("{n}/{rest}"));
             list_into(&item.path(), "", &inner, out)?;
         } else if meta.is_file() && !n.ends_with(".partial") {
-            let since = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
-            let tag = format!("{:x}-{:x}", std::os::unix::fs::MetadataExt::ino(&meta), since.as_nanos());
-            out.push(Stored { name: shown(&n), size: meta.len(), modified: since.as_secs() as i64, tag });
+            out.push(stored(shown(&n), &meta));
         }
     }
     Ok(())
+}
+
+/// A published file as [`Store::list`] gives it, called `name`: its tag is its inode and its
+/// modification time in nanoseconds.
+fn stored(name: String, meta: &fs::Metadata) -> Stored {
+    let since = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+    let tag = format!("{:x}-{:x}", std::os::unix::fs::MetadataExt::ino(meta), since.as_nanos());
+    Stored { name, size: meta.len(), modified: since.as_secs() as i64, tag }
+}
+
+/// The published file at `path`, as [`Store::list`] would give it under `name` (`None`: nothing
+/// there, or not a file).
+///
+/// # Errors
+/// When it cannot be looked at.
+pub fn stored_at(path: &Path, name: String) -> Result<Option<Stored>> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(Some(stored(name, &meta))),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(ErrorKind::Io, "cannot look at", path, e)),
+    }
 }
 
 /// Writes one stripe file.

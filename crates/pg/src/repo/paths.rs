@@ -90,9 +90,84 @@ pub fn dropped(name: &str) -> String {
     format!("{DROPPED}{name}.json")
 }
 
+/// Why a database host without the right to manage the repository may not make a change to
+/// `name` (`None`: it may): the rule a backup host's agent keeps for the clients it serves a
+/// repository to (`sheaf agent --serve-repo`, a client granted `repos=`). What such a client does
+/// in its work — push WAL, back up, verify, check, drill, restore — only adds objects, rewrites
+/// what is derived or its own (summaries, the ledger, a probe, the horizon, records of dropped
+/// WAL, when a key was last used), and removes what a running or failed backup left (its lock,
+/// stripes no record names) or a stream in progress. Replacing or removing archived WAL, a
+/// finished backup, `repo.json` or a key record, and adding keys to a repository that has its
+/// meta, are management (`expire`, `key`), refused.
+///
+/// `replace`: the object is there already (a create over it); `delete`: a removal; neither: a
+/// new object. `exists` says whether another object is there.
+pub fn kept_from_clients(name: &str, replace: bool, delete: bool, exists: &dyn Fn(&str) -> bool) -> Option<&'static str> {
+    let meta = sheaf_core::repo::META;
+    let key_record = name.starts_with(sheaf_core::keyring::KEYS_DIR) && !name.ends_with(".used");
+    if delete {
+        if !exists(meta) {
+            // A repository being made (init's key record before its meta): nothing to keep yet.
+            return None;
+        }
+        // A stripe (inside a backup's folder) of a backup that has no record.
+        let in_folder = name.strip_prefix(BACKUPS).is_some_and(|r| r.contains('/'));
+        let unfinished_backup = in_folder && backup_id(name).is_some_and(|id| !exists(&record(id)));
+        let passing = name.ends_with(".probe") || name.ends_with(".streaming") || (name.starts_with(BACKUPS) && name.ends_with(".lock"));
+        return (!(passing || unfinished_backup)).then_some("removing backups, archived WAL and the repository's records is expire's and the key commands'");
+    }
+    if key_record && exists(meta) {
+        return Some("changing the repository's keys is `sheaf key`'s");
+    }
+    if !replace {
+        return None;
+    }
+    if name == meta {
+        return Some("the repository's meta is written once, by init");
+    }
+    if name.starts_with(BACKUPS) {
+        return Some("a backup's objects are written once");
+    }
+    if name.starts_with(WAL) && !name.ends_with(".sum") && !name.ends_with(".streaming") {
+        return Some("archived WAL is written once");
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_adds_and_tidies_but_never_replaces_or_removes_what_restores_need() {
+        let there = ["repo.json", "backups/20261129-100000F.json"];
+        let exists = |n: &str| there.contains(&n);
+        let allowed = |name: &str, replace: bool, delete: bool| kept_from_clients(name, replace, delete, &exists).is_none();
+        // Its work.
+        assert!(allowed("wal/00000001/000000010000000000000003.wal", false, false));
+        assert!(allowed("wal/00000001/000000010000000000000003.sum", true, false), "a summary is derived, rewritten");
+        assert!(allowed("wal/00000001/000000010000000000000003.streaming", true, true));
+        assert!(allowed("backups/20261129-110000F/20261129-110000F_1.sheaf", false, false));
+        assert!(allowed("backups/20261129-110000F.lock", false, true));
+        assert!(allowed("backups/20261129-110000F/20261129-110000F_1.sheaf", false, true), "a failed backup's stripes go");
+        assert!(allowed("check/1-2.probe", true, true));
+        assert!(allowed("verify.ledger", true, false));
+        assert!(allowed("retention.json", true, false));
+        assert!(allowed("keys/abc.used", true, false));
+        // Management.
+        assert!(!allowed("wal/00000001/000000010000000000000003.wal", true, false));
+        assert!(!allowed("wal/00000001/000000010000000000000003.wal", false, true));
+        assert!(!allowed("backups/20261129-100000F.json", false, true));
+        assert!(!allowed("backups/20261129-100000F/20261129-100000F_1.sheaf", false, true), "a finished backup's stripes stay");
+        assert!(!allowed("backups/20261129-100000F/20261129-100000F_1.sheaf", true, false));
+        assert!(!allowed("repo.json", true, false));
+        assert!(!allowed("keys/abc.key", false, false), "a new key is sheaf key's");
+        assert!(!allowed("keep/x.json", false, true));
+        // Before the meta exists (init through the agent), its key record may come and go.
+        let none = |_: &str| false;
+        assert!(kept_from_clients("keys/abc.key", false, false, &none).is_none());
+        assert!(kept_from_clients("keys/abc.key", false, true, &none).is_none());
+    }
 
     #[test]
     fn names_in_the_repository() {

@@ -129,6 +129,59 @@ fn a_repository_over_sftp_archives_backs_up_and_recovers() {
     assert!(partial.is_empty(), "no temporary file left behind: {partial:?}");
 }
 
+/// Issue 53: a repository on a backup host, served by its agent (`--serve-repo db=FOLDER`) to
+/// this database host over mutual TLS, nothing mounted: archived into by archive_command,
+/// backed up into, listed, checked, verified, drilled and recovered from (restore_command fetching
+/// through the agent). What the database host may not do there is refused by the agent and
+/// logged with its name: expire (removing a backup), and a certificate the agent knows but has not
+/// granted the repository.
+#[test]
+fn a_repository_on_a_backup_host_archives_backs_up_drills_and_recovers() {
+    let (base, _) = repo_dir();
+    let (repo, host) = TestRepo::served(base.path());
+    let c = repo.cluster();
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 500) g");
+    let full = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--stripes", "2", "--json"])), "backup"));
+    assert!(full["targets"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("sheaf://127.0.0.1:")), "{full}");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 500) g");
+    archive_now(&c);
+    let info = json(ok(run(repo.sheaf().args(["info", "--repo", &repo.arg, "--json"])), "info"));
+    assert_eq!(info["backups"].as_array().unwrap().len(), 1, "{info}");
+    assert!(info["wal_files"].as_u64().unwrap() >= 2, "{info}");
+    ok(run(repo.sheaf().args(["verify", "--repo", &repo.arg])), "verify");
+    // The repository is the backup host's folder, written by the agent, nothing left half-written.
+    assert!(host.folder.join("repo.json").is_file());
+    let partial: Vec<String> = walk(&host.folder).into_iter().filter(|p| p.contains(".partial")).collect();
+    assert!(partial.is_empty(), "no temporary file left behind: {partial:?}");
+
+    let check = json(ok(run(repo.sheaf().args(["check", "--repo", &repo.arg, &c.url("postgres"), "--json"])), "check"));
+    let findings = check["findings"].as_array().unwrap();
+    assert!(findings.iter().any(|f| f["check"] == "repository" && f["status"] == "ok"), "{check}");
+    assert!(findings.iter().any(|f| f["check"] == "credentials" && f["message"].as_str().unwrap().contains("client certificate")), "{check}");
+    let work = base.path().join("drill");
+    let drill = json(ok(run(repo.sheaf().args(["drill", "--repo", &repo.arg, "--to", work.to_str().unwrap(), "--json"])), "drill"));
+    assert_eq!(drill["passed"], true, "{drill}");
+
+    // Management is the backup host's: with a second full, expire through the agent would remove
+    // the first; the agent refuses, names why and logs who asked, and both backups stay.
+    ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg])), "second backup");
+    let o = run(repo.sheaf().args(["expire", "--repo", &repo.arg, "--keep-full", "1"]));
+    assert!(!o.status.success(), "expire through the agent: {}", stderr(&o));
+    assert!(stderr(&o).contains("expire's") && stderr(&o).contains("manage=db"), "{}", stderr(&o));
+    assert!(host.logged().contains("db-host: refused: db/backups/"), "{}", host.logged());
+    let info = json(ok(run(repo.sheaf().args(["info", "--repo", &repo.arg, "--json"])), "info"));
+    assert_eq!(info["backups"].as_array().unwrap().len(), 2, "{info}");
+
+    // A certificate of the same CA, on the allow-list, not granted the repository.
+    let other = sheaf().args(["info", "--repo", &repo.arg, "--tls-dir"]).arg(&host.tls).output().unwrap();
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("not granted repository 'db'"), "{}", stderr(&other));
+    assert!(host.logged().contains("not granted repository 'db'"), "{}", host.logged());
+
+    let back = repo.recover(&base.path().join("back"), &[]);
+    assert_eq!(batches(&back), "1:500,2:500");
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -217,6 +217,18 @@ impl TestRepo {
         TestRepo { arg, env, _server: Some(Box::new(d)) }
     }
 
+    /// A repository on a "backup host": `sheaf agent --serve-repo db=FOLDER` started here as a
+    /// process of its own on loopback, reached as `sheaf://127.0.0.1:PORT/db` with the certificate
+    /// `--init-certs --add-client db-host --grant db` issued (in SHEAF_TLS_DIR). Both hosts' sheaf
+    /// run as the cluster's user here (one machine); the database host's commands use the
+    /// repository only through the agent.
+    pub(super) fn served(base: &Path) -> (TestRepo, std::sync::Arc<BackupHost>) {
+        let host = std::sync::Arc::new(BackupHost::start(base));
+        let arg = format!("sheaf://127.0.0.1:{}/db", host.port);
+        let env = vec![("SHEAF_TLS_DIR".to_string(), host.client.display().to_string())];
+        (TestRepo { arg, env, _server: Some(Box::new(host.clone())) }, host)
+    }
+
     /// `sheaf` with the repository's environment.
     pub(super) fn sheaf(&self) -> std::process::Command {
         let mut c = sheaf();
@@ -297,4 +309,66 @@ fn tree(dir: &Path) -> Vec<(PathBuf, u32)> {
     }
     out.sort();
     out
+}
+
+/// A backup host's agent serving repository `db` from `folder`, stopped when dropped.
+pub(super) struct BackupHost {
+    child: std::sync::Mutex<Option<std::process::Child>>,
+    pub(super) port: u16,
+    /// The agent's certificates' folder (its CA, its certificate, allowed-clients).
+    pub(super) tls: PathBuf,
+    /// The database host's --tls-dir.
+    pub(super) client: PathBuf,
+    /// The repository's folder on the backup host.
+    pub(super) folder: PathBuf,
+    /// The agent's log.
+    pub(super) log: PathBuf,
+}
+
+impl BackupHost {
+    fn start(base: &Path) -> BackupHost {
+        let tls = base.join("backup-host-tls");
+        ok(run(sheaf().args(["agent", "--init-certs"]).arg(&tls)), "agent --init-certs");
+        ok(run(sheaf().args(["agent", "--init-certs"]).arg(&tls).args(["--add-client", "db-host", "--grant", "db"])), "agent --add-client");
+        let client = tls.join("clients/db-host");
+        let folder = base.join("backup-host-repo");
+        pg_dir(&folder);
+        let log = base.join("backup-host-agent.log");
+        let mut child = None;
+        let mut port = 0;
+        for _ in 0..3 {
+            port = sheaf_core::testing::free_port();
+            let mut cmd = sheaf();
+            cmd.args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--serve-repo"]).arg(format!("db={}", folder.display())).arg("--tls-dir").arg(&tls);
+            cmd.stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
+            child = sheaf_core::testing::start_until(cmd, "sheaf agent --serve-repo", || sheaf_core::testing::listening(port));
+            if child.is_some() {
+                break;
+            }
+        }
+        let child = child.unwrap_or_else(|| panic!("sheaf agent did not start: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+        BackupHost { child: std::sync::Mutex::new(Some(child)), port, tls, client, folder, log }
+    }
+
+    /// What the agent logged so far.
+    pub(super) fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kill the agent at once (SIGKILL), as a power cut or the OOM killer would.
+    pub(super) fn kill(&self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for BackupHost {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            let _ = std::process::Command::new("kill").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
 }
