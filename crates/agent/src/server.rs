@@ -382,7 +382,7 @@ fn serve_one(
                 }
                 _ => served.pgdata.as_ref().map_or_else(|| "the cluster's files (none served)".to_string(), |p| p.display().to_string()),
             };
-            log(&format!("{} connected, using {what}", tally.who));
+            log(&format!("{} connected, served {what}", tally.who));
         }
         tally.requests += 1;
         if let Request::Read { path, .. } | Request::ReadChunks { path, .. } = &request {

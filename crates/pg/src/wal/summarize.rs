@@ -185,11 +185,21 @@ pub fn summarize_from(
         s.decoder.start_at(start);
         s.summary.start = start;
         s.summary.end = start;
-        // The unfinished record's bytes in earlier segments, read back from the repository.
+        // The unfinished record's bytes in earlier segments: from the folder the segment being
+        // summarized is read from (pg_wal, when archive_command pushes it: the segment before it
+        // is still there, complete, named as it was archived), else read back from the
+        // repository (decompressed whole, and through the network for a remote one).
         let first = start / seg;
         for earlier in first..wal.segno {
             let unfinished = segment_name(timeline, earlier, seg);
-            let path = if after.is_some() && !repo.exists(&paths::wal_object(&unfinished))? { unarchived(&unfinished)? } else { None };
+            let beside = local.and_then(Path::parent).map(|d| d.join(&unfinished)).filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() == seg));
+            let path = if beside.is_some() {
+                beside
+            } else if after.is_some() && !repo.exists(&paths::wal_object(&unfinished))? {
+                unarchived(&unfinished)?
+            } else {
+                None
+            };
             s.segment(repo, timeline, earlier, path.as_deref(), start - start % PAGE as u64)?;
         }
     }

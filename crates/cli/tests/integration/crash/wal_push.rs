@@ -1,9 +1,10 @@
 //! Workload 1: `wal-push` of a stream of segments, as PostgreSQL's archiver calls it (one call at
 //! a time, `.ready` files for the segments behind), plain, with look-ahead (`--parallel 4`),
 //! encrypted by a key file and by a passphrase, cut at random: on the power-loss file system (the
-//! power cut), and into a MinIO bucket (sheaf SIGKILLed). Every segment whose push exited 0 before
-//! a cut must come back from `wal-fetch` byte for byte; the push a cut interrupted must succeed
-//! when the archiver retries.
+//! power cut), into a MinIO bucket (sheaf SIGKILLed), and into a repository a backup host's agent
+//! serves from the power-loss file system (the backup host's power cut: the agent SIGKILLed and
+//! started again). Every segment whose push exited 0 before a cut must come back from `wal-fetch`
+//! byte for byte; the push a cut interrupted must succeed when the archiver retries.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -136,6 +137,99 @@ fn acknowledged_segments_survive_kills_on_minio() {
             (CutReport::default(), status)
         },
     );
+}
+
+/// A backup host's repository (issue 53): `sheaf agent --serve-repo crash=FOLDER` with FOLDER on
+/// the power-loss file system; each cut takes the power and the agent (SIGKILL), which is started
+/// again on the same port. wal-push runs on the "database host" (its spool and catalog on a disk
+/// that keeps power) and reaches the repository as `sheaf://127.0.0.1:PORT/crash`: a segment is
+/// acknowledged only once the agent answered its publish, after syncing it.
+#[test]
+fn acknowledged_segments_survive_the_backup_host_losing_power() {
+    let Some(mut rig) = Rig::new() else { return };
+    let folder = rig.root().join("repo");
+    let scratch = rig.dir.path().to_path_buf();
+    let catalog = scratch.join("catalog.db");
+    let tls = scratch.join("tls");
+    let ok = |o: std::process::Output, what: &str| assert!(o.status.success(), "{what}: {}", stderr(&o));
+    ok(run(sheaf_with_catalog(&catalog).args(["agent", "--init-certs", s(&tls)])), "--init-certs");
+    ok(run(sheaf_with_catalog(&catalog).args(["agent", "--init-certs", s(&tls), "--add-client", "db-host", "--grant", "crash"])), "--add-client");
+    // The backup host's repository folder, made durably (by its administrator, long before).
+    let make = |folder: &Path| {
+        std::fs::create_dir(folder).unwrap();
+        std::fs::File::open(folder.parent().unwrap()).unwrap().sync_all().unwrap();
+    };
+    make(&folder);
+    let mut agent =
+        Agent { child: None, port: sheaf_core::testing::free_port(), folder: folder.clone(), tls: tls.clone(), log: scratch.join("agent.log"), catalog: catalog.clone() };
+    agent.start();
+    let repo = format!("sheaf://127.0.0.1:{}/crash", agent.port);
+    let env = vec![("SHEAF_TLS_DIR".to_string(), s(&tls.join("clients/db-host")).to_string())];
+    let (rig, agent) = (std::cell::RefCell::new(&mut rig), std::cell::RefCell::new(agent));
+    workload(
+        &mut Report::new("wal-push to a backup host's agent, its power cut"),
+        400,
+        &scratch,
+        catalog.clone(),
+        env,
+        &mut |cycle| {
+            rig.borrow_mut().wipe();
+            make(&folder);
+            (repo.clone(), scratch.join(format!("spool{cycle}")))
+        },
+        &mut |rng, child| {
+            let mut rig = rig.borrow_mut();
+            let r = rig.power_off(rng);
+            agent.borrow_mut().kill();
+            let status = child.map(|mut c| {
+                let _ = c.kill();
+                c.wait().unwrap()
+            });
+            rig.power_on();
+            agent.borrow_mut().start();
+            (r, status)
+        },
+    );
+}
+
+/// The backup host's agent, started (again) on one port.
+struct Agent {
+    child: Option<std::process::Child>,
+    port: u16,
+    folder: PathBuf,
+    tls: PathBuf,
+    log: PathBuf,
+    catalog: PathBuf,
+}
+
+impl Agent {
+    fn start(&mut self) {
+        for _ in 0..50 {
+            let mut cmd = sheaf_with_catalog(&self.catalog);
+            cmd.args(["agent", "--listen", &format!("127.0.0.1:{}", self.port), "--serve-repo", &format!("crash={}", s(&self.folder)), "--tls-dir", s(&self.tls)]);
+            let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+            if let Some(c) = sheaf_core::testing::start_until(cmd, "sheaf agent --serve-repo", || sheaf_core::testing::listening(self.port)) {
+                self.child = Some(c);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the agent did not start again on port {}: {}", self.port, std::fs::read_to_string(&self.log).unwrap_or_default());
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// A fresh repository and spool for stream `cycle`.

@@ -354,14 +354,6 @@ impl BackupHost {
     pub(super) fn logged(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-
-    /// Kill the agent at once (SIGKILL), as a power cut or the OOM killer would.
-    pub(super) fn kill(&self) {
-        if let Some(mut c) = self.child.lock().unwrap().take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 impl Drop for BackupHost {
