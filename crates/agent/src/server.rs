@@ -224,7 +224,10 @@ impl Agent {
             let (stream, peer) = match self.listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(50));
+                    // Until a connection comes (taken at once: a wal-push connects for each
+                    // segment), or 50 ms pass and the loop looks at stop and reload again.
+                    let mut fds = [rustix::event::PollFd::new(&self.listener, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 50_000_000 }));
                     continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -21,8 +21,10 @@ use sheaf_core::storage::{checked_range, no_lock, Capabilities, Schemes, Store, 
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::client::{AgentClient, Answer};
-use crate::proto::{Request, WireStored, DATA_CHUNK};
+use crate::proto::{ReadEnd, Request, WireStored, DATA_CHUNK};
 
+/// Bytes of an object read with its stat when it is opened.
+const FIRST: u64 = 256 << 10;
 /// Bytes written between two checks of how a write stands.
 pub const CHECK_EVERY: u64 = 256 << 20;
 /// A pooled connection idle longer than this is closed rather than used (the agent closes one
@@ -190,8 +192,33 @@ impl Store for ServedStore {
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         let (repo, object) = split(name)?;
-        match self.stat(name)? {
-            Some(st) => Ok(Box::new(ServedSource { pool: self.pool.clone(), repo, object, len: st.size, shown: self.describe(name) })),
+        // The stat and the first FIRST bytes asked for together, in one round trip: a record, a
+        // summary or a blob's header come with it, and their reads cost nothing more.
+        let (stat, head) = self.pool.with(&format!("opening {}", self.describe(name)), |c| {
+            c.send(&Request::RepoStat { repo: repo.clone(), name: object.clone() })?;
+            c.send(&Request::RepoRead { repo: repo.clone(), name: object.clone(), offset: 0, len: FIRST })?;
+            let stat = match c.reply() {
+                Ok(bytes) => Some(serde_json::from_slice::<WireStored>(bytes).map_err(|e| Error::new(ErrorKind::Io, format!("agent at {}: {e}", c.addr())))?),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => {
+                    let _ = read_answer(c, |_| {});
+                    return Err(e);
+                }
+            };
+            let mut head = Vec::new();
+            let end = match read_answer_end(c, |b| head.extend_from_slice(b)) {
+                Ok(end) => Some(end),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            // Replaced between the two (a record rewritten): the head is not this version's.
+            if stat.as_ref().is_none_or(|st| end.is_none_or(|end| end.size_at_open != st.size)) {
+                head.clear();
+            }
+            Ok((stat, head))
+        })?;
+        match stat {
+            Some(st) => Ok(Box::new(ServedSource { pool: self.pool.clone(), repo, object, len: st.size, head, shown: self.describe(name) })),
             None => Err(Error::incomplete(format!("{} does not exist", self.describe(name)))),
         }
     }
@@ -334,6 +361,8 @@ struct ServedSource {
     repo: String,
     object: String,
     len: u64,
+    /// The object's first bytes, read with its stat (all of a small one).
+    head: Vec<u8>,
     shown: String,
 }
 
@@ -344,7 +373,12 @@ impl ServedSource {
 }
 
 /// Read the answer to a [`Request::RepoRead`] into `sink`; the bytes it held.
-fn read_answer(c: &mut AgentClient, mut sink: impl FnMut(&[u8])) -> Result<u64> {
+fn read_answer(c: &mut AgentClient, sink: impl FnMut(&[u8])) -> Result<u64> {
+    read_answer_end(c, sink).map(|end| end.read)
+}
+
+/// [`read_answer`], and the end the agent sent (the bytes it held, the object's size).
+fn read_answer_end(c: &mut AgentClient, mut sink: impl FnMut(&[u8])) -> Result<ReadEnd> {
     let mut got = 0;
     loop {
         match c.answer()? {
@@ -352,7 +386,7 @@ fn read_answer(c: &mut AgentClient, mut sink: impl FnMut(&[u8])) -> Result<u64> 
                 got += b.len() as u64;
                 sink(b);
             }
-            Answer::End(_) => return Ok(got),
+            Answer::End(end) => return Ok(ReadEnd { read: got, ..end }),
             Answer::Refused(w) => return Err(w.into_error(c.addr())),
             _ => return Err(Error::new(ErrorKind::Io, format!("agent at {}: an answer out of turn to a read", c.addr()))),
         }
@@ -365,7 +399,11 @@ impl StripeSource for ServedSource {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        checked_range(&self.shown, offset, buf.len() as u64, self.len)?;
+        let range = checked_range(&self.shown, offset, buf.len() as u64, self.len)?;
+        if range.end <= self.head.len() as u64 {
+            buf.copy_from_slice(&self.head[range.start as usize..range.end as usize]);
+            return Ok(());
+        }
         self.pool.with(&format!("reading {}", self.shown), |c| {
             c.send(&self.request(offset, buf.len() as u64))?;
             let mut at = 0;
@@ -390,6 +428,9 @@ impl StripeSource for ServedSource {
             return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.shown)));
         }
         checked_range(&self.shown, start, end - start, self.len)?;
+        if end <= self.head.len() as u64 {
+            return Ok(Box::new(&self.head[start as usize..end as usize]));
+        }
         Ok(Box::new(Streamed { src: self, conn: None, pos: start, end, frame: Vec::new(), used: 0, done: false }))
     }
 }
