@@ -123,7 +123,7 @@ impl AgentClient {
         let mut c = AgentClient {
             s,
             buf: Vec::new(),
-            hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new(), repos: Vec::new() },
+            hello: HelloReply { version: 0, pgdata: String::new(), system_identifier: String::new(), roots: Vec::new() },
             addr: addr.to_string(),
         };
         // TLS 1.3 ends the client's handshake before the agent has checked its certificate: a

@@ -116,11 +116,20 @@ pub enum Request {
     /// How the write in progress stands: an empty reply, or its failure (so that a full disk on
     /// the agent's host stops a long stripe early).
     RepoCheck,
+    /// Make what was written so far durable (fsync): an empty reply once it is, or the failure.
+    RepoSync,
     /// Make the write in progress durable and give it its name: an empty reply once the agent's
     /// host has it on disk (data, name and folder synced), or the failure.
     RepoPublish,
     /// Drop the write in progress: an empty reply.
     RepoDiscard,
+    /// Remove folder `dir` of a repository if it is empty: an empty reply.
+    RepoPrune {
+        /// The repository's name.
+        repo: String,
+        /// The folder, relative to the repository.
+        dir: String,
+    },
     /// Remove an object (missing is not an error): an empty reply, or a refusal.
     RepoDelete {
         /// The repository's name.
@@ -188,9 +197,6 @@ pub struct HelloReply {
     /// Every directory it serves reads under: the data directory, and where its pg_wal and
     /// tablespaces' links lead.
     pub roots: Vec<String>,
-    /// The repositories it serves, by name (from version 4).
-    #[serde(default)]
-    pub repos: Vec<String>,
 }
 
 /// One listed entry with the stat fields the engine uses beside the manifest's.

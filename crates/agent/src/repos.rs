@@ -94,6 +94,12 @@ impl ServedRepos {
             if !dir.is_dir() {
                 return Err(Error::invalid(format!("--serve-repo {name}={}: not a folder", path.display())));
             }
+            if let Some((other, _)) = out.iter().find(|(_, d): &(&String, &PathBuf)| d.starts_with(&dir) || dir.starts_with(d)) {
+                return Err(Error::invalid(format!(
+                    "--serve-repo {name}={}: it and repository {other} are one inside the other; serve folders that do not overlap (a client of one would reach the other)",
+                    path.display()
+                )));
+            }
             if out.insert(name.clone(), dir).is_some() {
                 return Err(Error::invalid(format!("--serve-repo {name}: given twice")));
             }
@@ -126,6 +132,8 @@ enum Writing {
 pub(crate) struct Session<'a> {
     served: &'a ServedRepos,
     client: &'a Client,
+    /// The client as the log names it: its name and its certificate's fingerprint.
+    who: &'a str,
     log: &'a dyn Fn(&str),
     writing: Option<Writing>,
     /// Objects published and bytes received, for the connection's last log line.
@@ -142,19 +150,18 @@ fn confine(root: &Path, name: &str) -> std::result::Result<PathBuf, WireError> {
 }
 
 impl<'a> Session<'a> {
-    pub(crate) fn new(served: &'a ServedRepos, client: &'a Client, log: &'a dyn Fn(&str)) -> Session<'a> {
-        Session { served, client, log, writing: None, published: 0, received: 0 }
+    pub(crate) fn new(served: &'a ServedRepos, client: &'a Client, who: &'a str, log: &'a dyn Fn(&str)) -> Session<'a> {
+        Session { served, client, who, log, writing: None, published: 0, received: 0 }
     }
 
     /// The folder of repository `repo`, if it is served and this client may use it; a refusal
     /// is logged.
     fn root(&self, repo: &str, what: &str) -> std::result::Result<&'a Path, WireError> {
         let Some(root) = self.served.repos.get(repo) else {
-            let served: Vec<&str> = self.served.repos.keys().map(String::as_str).collect();
-            return Err(self.refuse(
-                WireErrorKind::NotFound,
-                format!("{what}: this agent serves no repository named '{repo}' (it serves: {})", if served.is_empty() { "none".into() } else { served.join(", ") }),
-            ));
+            // Not "no such object": a wal-fetch would take that for the end of the archive.
+            let mut e = self.refuse(WireErrorKind::Protocol, format!("{what}: this agent serves no repository named '{repo}' (see --serve-repo on the backup host)"));
+            e.sheaf = Some(ErrorKind::InvalidInput);
+            return Err(e);
         };
         if !self.client.uses(repo) {
             return Err(self.refuse(
@@ -166,8 +173,13 @@ impl<'a> Session<'a> {
     }
 
     fn refuse(&self, kind: WireErrorKind, message: String) -> WireError {
-        (self.log)(&format!("{}: refused: {message}", self.client.shown()));
+        (self.log)(&format!("{}: refused: {message}", self.who));
         WireError::new(kind, message)
+    }
+
+    /// `name` in `root`, or its refusal, logged.
+    fn confined(&self, root: &Path, repo: &str, name: &str) -> std::result::Result<PathBuf, WireError> {
+        confine(root, name).map_err(|e| self.refuse(e.kind, format!("{repo}: {}", e.message)))
     }
 
     /// Whether the guard lets this client make `change` to `name` in `repo`.
@@ -202,7 +214,7 @@ impl<'a> Session<'a> {
     pub(crate) fn answer(&mut self, s: &mut impl std::io::Write, request: &Request, data: &mut [u8]) -> std::io::Result<bool> {
         match request {
             Request::RepoStat { repo, name } => {
-                let r = self.root(repo, &format!("{repo}/{name}")).and_then(|root| confine(root, name));
+                let r = self.root(repo, &format!("{repo}/{name}")).and_then(|root| self.confined(root, repo, name));
                 match r.map(|p| stored_at(&p, name.clone())) {
                     Err(e) => refuse(s, e)?,
                     Ok(Ok(Some(st))) => proto::write_json(s, proto::REPLY, &wire_stored(st))?,
@@ -216,7 +228,7 @@ impl<'a> Session<'a> {
                     Err(e) => return refuse(s, e).map(|()| true),
                 };
                 if prefix.starts_with('/') || prefix.split('/').any(|c| c == "..") {
-                    return refuse(s, WireError::new(WireErrorKind::Denied, format!("'{prefix}' is not a prefix inside a repository"))).map(|()| true);
+                    return refuse(s, self.refuse(WireErrorKind::Denied, format!("{repo}: '{prefix}' is not a prefix inside a repository"))).map(|()| true);
                 }
                 let base = format!("{}/", root.display());
                 match LocalStore.list(&format!("{base}{prefix}")) {
@@ -232,13 +244,13 @@ impl<'a> Session<'a> {
                 }
             }
             Request::RepoRead { repo, name, offset, len } => {
-                let path = match self.root(repo, &format!("{repo}/{name}")).and_then(|root| confine(root, name)) {
+                let path = match self.root(repo, &format!("{repo}/{name}")).and_then(|root| self.confined(root, repo, name)) {
                     Ok(p) => p,
                     Err(e) => return refuse(s, e).map(|()| true),
                 };
                 let f = match std::fs::File::open(&path) {
                     Ok(f) => f,
-                    Err(e) => return refuse(s, WireError::from_io(&format!("{repo}/{name}"), &e)).map(|()| true),
+                    Err(e) => return refuse(s, io_wire(&format!("{repo}/{name}"), &e)).map(|()| true),
                 };
                 let size = f.metadata().map(|m| m.len()).unwrap_or(0);
                 let (mut at, end) = (*offset, offset.saturating_add(*len));
@@ -247,7 +259,7 @@ impl<'a> Session<'a> {
                     let got = match std::os::unix::fs::FileExt::read_at(&f, &mut data[..want], at) {
                         Ok(n) => n,
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(e) => return refuse(s, WireError::new(WireErrorKind::Io, format!("{repo}/{name}: {e}"))).map(|()| true),
+                        Err(e) => return refuse(s, io_wire(&format!("{repo}/{name}"), &e)).map(|()| true),
                     };
                     if got == 0 {
                         break;
@@ -295,22 +307,37 @@ impl<'a> Session<'a> {
             }
             Request::RepoDelete { repo, name } => {
                 let r = self.root(repo, &format!("{repo}/{name}")).and_then(|root| {
-                    let path = confine(root, name)?;
+                    let path = self.confined(root, repo, name)?;
                     if path.exists() {
                         self.guarded(repo, root, Change::Delete, name)?;
                     }
-                    LocalStore.delete(&path.display().to_string()).map_err(|e| WireError::from_error(&e))?;
-                    let dir = sheaf_core::whole::parent_dir(&path);
-                    if dir != root {
-                        LocalStore.prune(&dir.display().to_string());
-                    }
-                    Ok(())
+                    LocalStore.delete(&path.display().to_string()).map_err(|e| WireError::from_error(&e))
                 });
                 match r {
                     Ok(()) => proto::write_json(s, proto::REPLY, &serde_json::json!({}))?,
                     Err(e) => refuse(s, e)?,
                 }
             }
+            Request::RepoPrune { repo, dir } => {
+                // An empty folder removed, as a folder repository's own prune does; never the
+                // repository's top.
+                if let Ok(path) = self.root(repo, &format!("{repo}/{dir}")).and_then(|root| self.confined(root, repo, dir)) {
+                    LocalStore.prune(&path.display().to_string());
+                }
+                proto::write_json(s, proto::REPLY, &serde_json::json!({}))?;
+            }
+            Request::RepoSync => match &mut self.writing {
+                Some(Writing::Open { sink, .. }) => match sink.sync() {
+                    Ok(()) => proto::write_json(s, proto::REPLY, &serde_json::json!({}))?,
+                    Err(e) => {
+                        let w = WireError::from_error(&e);
+                        self.writing = Some(Writing::Failed(w.clone()));
+                        refuse(s, w)?;
+                    }
+                },
+                Some(Writing::Failed(e)) => refuse(s, e.clone())?,
+                None => refuse(s, WireError::new(WireErrorKind::Protocol, "no write in progress"))?,
+            },
             _ => return Ok(false),
         }
         Ok(true)
@@ -318,7 +345,7 @@ impl<'a> Session<'a> {
 
     fn create(&self, repo: &str, name: &str, overwrite: bool, expected: u64, bulk: bool) -> std::result::Result<Box<dyn StripeSink>, WireError> {
         let root = self.root(repo, &format!("{repo}/{name}"))?;
-        let path = confine(root, name)?;
+        let path = self.confined(root, repo, name)?;
         let change = if path.exists() { Change::Replace } else { Change::Create };
         if change == Change::Replace && !overwrite {
             return Err(WireError::from_error(&Error::new(ErrorKind::Target, format!("{repo}/{name} exists already: remove it, choose another name, or pass --overwrite"))));
@@ -333,6 +360,16 @@ impl<'a> Session<'a> {
 
 fn wire_stored(st: sheaf_core::storage::Stored) -> WireStored {
     WireStored { name: st.name, size: st.size, modified: st.modified, tag: st.tag }
+}
+
+/// What the agent's file system failed with, keeping sheaf's kind: a missing object is
+/// `NotFound`, anything else I/O (as a folder repository says it).
+fn io_wire(what: &str, e: &std::io::Error) -> WireError {
+    let mut w = WireError::from_io(what, e);
+    if w.kind != WireErrorKind::NotFound {
+        w.sheaf = Some(ErrorKind::Io);
+    }
+    w
 }
 
 fn refuse(s: &mut impl std::io::Write, e: WireError) -> std::io::Result<()> {

@@ -352,7 +352,8 @@ fn serve_one(
     let mut buf = Vec::new();
     let mut data = vec![0u8; DATA_CHUNK];
     let mut squeezer = None;
-    let mut session = Session::new(&served.repos, client, log);
+    let who = tally.who.clone();
+    let mut session = Session::new(&served.repos, client, &who, log);
     let mut said = false;
     let end = loop {
         let kind = match proto::read_frame(&mut s, &mut buf) {
@@ -398,6 +399,13 @@ fn serve_one(
         let mut counted = Counted { inner: &mut s, bytes: 0 };
         let r = match session.answer(&mut counted, &request, &mut data) {
             Ok(true) => Ok(()),
+            // A database host (granted repositories) reads no cluster's files: a host that
+            // could take over one must not read the other's data directory.
+            Ok(false) if !matches!(request, Request::Hello { .. }) && (!client.repos.is_empty() || !client.manage.is_empty()) => {
+                let m = format!("{} is granted repositories, not the cluster's files: a backup host reading them needs a certificate of its own (sheaf agent --init-certs DIR --add-client NAME)", client.shown());
+                log(&format!("{who}: refused: {m}"));
+                refuse(&mut counted, wire(WireErrorKind::Denied, m))
+            }
             Ok(false) => answer(&mut counted, request, served, &mut data, &mut squeezer),
             Err(e) => Err(e),
         };
@@ -421,7 +429,6 @@ fn answer(s: &mut impl Write, request: Request, served: &Served, data: &mut [u8]
             pgdata: served.pgdata.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             system_identifier: served.id.clone(),
             roots: served.pgdata.as_deref().map(roots).unwrap_or_default().iter().map(|r| r.display().to_string()).collect(),
-            repos: served.repos.iter().map(|(name, _)| name.clone()).collect(),
         };
         return proto::write_json(s, proto::REPLY, &reply);
     }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sheaf_core::retry::Backoff;
-use sheaf_core::storage::{checked_range, no_lock, Capabilities, Schemes, Store, Stored, StripeSink, StripeSource, WriteOptions};
+use sheaf_core::storage::{checked_range, no_lock, stream_range, Capabilities, Schemes, Store, Stored, StripeSink, StripeSource, WriteOptions};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::client::{AgentClient, Answer};
@@ -69,13 +69,26 @@ impl Pool {
             .run(|n| {
                 let mut c = if n == 0 { self.take()? } else { self.dial()? };
                 let r = f(&mut c);
-                // A refusal leaves the connection in step; a broken link does not.
-                if r.as_ref().is_ok() || r.as_ref().is_err_and(|e| !e.is_transient()) {
+                // A refusal leaves the connection in step; a broken link or an answer this side
+                // could not take (sheaf's `Source`, from the client) may not.
+                if r.as_ref().is_ok() || r.as_ref().is_err_and(|e| !e.is_transient() && e.kind() != ErrorKind::Source) {
                     self.give(c);
                 }
                 r
             })
-            .map_err(|e| if e.is_transient() { e.context(format!("{what} (gave up after {RETRIES} new connections)")) } else { e })
+            .map_err(|e| as_store(if e.is_transient() { e.context(format!("{what} (gave up after {RETRIES} new connections)")) } else { e }))
+    }
+}
+
+/// A failure of the link or of the agent's answer, as a store says it: I/O (as a folder or a
+/// bucket does), not the `Source` a backup's reads through `--agent` give, which callers take
+/// for the cluster's files.
+fn as_store(e: Error) -> Error {
+    if e.kind() == ErrorKind::Source {
+        let transient = e.is_transient();
+        Error::new(ErrorKind::Io, e.to_string()).transient(transient)
+    } else {
+        e
     }
 }
 
@@ -147,7 +160,7 @@ impl ServedStore {
             c.send(&Request::RepoStat { repo: repo.clone(), name: object.clone() })?;
             match c.reply() {
                 Ok(bytes) => {
-                    serde_json::from_slice::<WireStored>(bytes).map(|w| Some(stored(w, &repo))).map_err(|e| Error::new(ErrorKind::Io, format!("agent at {}: {e}", c.addr())))
+                    serde_json::from_slice::<WireStored>(bytes).map(|w| Some(stored(w, &repo))).map_err(|e| Error::new(ErrorKind::Source, format!("agent at {}: {e}", c.addr())))
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
@@ -186,7 +199,8 @@ impl Store for ServedStore {
                     Err(e) => Err(e),
                 }
             })
-            .map_err(|e| e.context(format!("writing {}", self.describe(name))))??;
+            .map_err(|e| as_store(e.context(format!("writing {}", self.describe(name)))))?
+            .map_err(as_store)?;
         Ok(Box::new(ServedSink { pool: self.pool.clone(), conn: Some(c), repo, object, shown: self.describe(name), written: 0, checked: 0, published: false }))
     }
 
@@ -197,16 +211,17 @@ impl Store for ServedStore {
         let (stat, head) = self.pool.with(&format!("opening {}", self.describe(name)), |c| {
             c.send(&Request::RepoStat { repo: repo.clone(), name: object.clone() })?;
             c.send(&Request::RepoRead { repo: repo.clone(), name: object.clone(), offset: 0, len: FIRST })?;
-            let stat = match c.reply() {
-                Ok(bytes) => Some(serde_json::from_slice::<WireStored>(bytes).map_err(|e| Error::new(ErrorKind::Io, format!("agent at {}: {e}", c.addr())))?),
-                Err(e) if e.kind() == ErrorKind::NotFound => None,
-                Err(e) => {
-                    let _ = read_answer(c, |_| {});
-                    return Err(e);
-                }
-            };
+            // Both answers read before either is judged, so that the connection stays in step.
+            let stat = c.reply().map(serde_json::from_slice::<WireStored>);
             let mut head = Vec::new();
-            let end = match read_answer_end(c, |b| head.extend_from_slice(b)) {
+            let end = read_answer_end(c, |b| head.extend_from_slice(b));
+            let stat = match stat {
+                Ok(Ok(st)) => Some(st),
+                Ok(Err(e)) => return Err(Error::new(ErrorKind::Source, format!("agent at {}: a stat that does not parse: {e}", c.addr()))),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            let end = match end {
                 Ok(end) => Some(end),
                 Err(e) if e.kind() == ErrorKind::NotFound => None,
                 Err(e) => return Err(e),
@@ -238,12 +253,12 @@ impl Store for ServedStore {
             loop {
                 match c.answer()? {
                     Answer::List(b) => {
-                        let batch: Vec<WireStored> = serde_json::from_slice(b).map_err(|e| Error::new(ErrorKind::Io, format!("a listing that does not parse: {e}")))?;
+                        let batch: Vec<WireStored> = serde_json::from_slice(b).map_err(|e| Error::new(ErrorKind::Source, format!("a listing that does not parse: {e}")))?;
                         out.extend(batch.into_iter().map(|w| stored(w, &repo)));
                     }
                     Answer::End(_) => return Ok(out),
                     Answer::Refused(w) => return Err(w.into_error(c.addr())),
-                    _ => return Err(Error::new(ErrorKind::Io, format!("agent at {}: an answer out of turn to a listing", c.addr()))),
+                    _ => return Err(Error::new(ErrorKind::Source, format!("agent at {}: an answer out of turn to a listing", c.addr()))),
                 }
             }
         })
@@ -255,6 +270,15 @@ impl Store for ServedStore {
             c.send(&Request::RepoDelete { repo: repo.clone(), name: object.clone() })?;
             c.reply().map(drop)
         })
+    }
+
+    fn prune(&self, dir: &str) {
+        if let Ok((repo, dir)) = split(dir) {
+            let _ = self.pool.with("pruning", |c| {
+                c.send(&Request::RepoPrune { repo: repo.clone(), dir: dir.clone() })?;
+                c.reply().map(drop)
+            });
+        }
     }
 
     fn credentials(&self) -> Option<String> {
@@ -290,7 +314,7 @@ impl ServedSink {
             if e.is_transient() {
                 self.conn = None;
             }
-            e.context(format!("writing {shown}"))
+            as_store(e.context(format!("writing {shown}")))
         })
     }
 }
@@ -300,7 +324,7 @@ impl StripeSink for ServedSink {
         let shown = self.shown.clone();
         let c = self.conn()?;
         for part in buf.chunks(DATA_CHUNK) {
-            c.send_data(part).map_err(|e| e.context(format!("writing {shown}")))?;
+            c.send_data(part).map_err(|e| as_store(e.context(format!("writing {shown}"))))?;
         }
         self.written += buf.len() as u64;
         if self.written - self.checked >= CHECK_EVERY {
@@ -311,9 +335,8 @@ impl StripeSink for ServedSink {
     }
 
     fn sync(&mut self) -> Result<()> {
-        // Durable at publish, which the agent answers once the file, its name and its folder are
-        // synced; here, every byte is on its way and the write stands.
-        self.ask(&Request::RepoCheck)
+        // The file synced on the agent's host (publish then syncs its name and folder).
+        self.ask(&Request::RepoSync)
     }
 
     fn publish(&mut self) -> Result<()> {
@@ -388,7 +411,7 @@ fn read_answer_end(c: &mut AgentClient, mut sink: impl FnMut(&[u8])) -> Result<R
             }
             Answer::End(end) => return Ok(ReadEnd { read: got, ..end }),
             Answer::Refused(w) => return Err(w.into_error(c.addr())),
-            _ => return Err(Error::new(ErrorKind::Io, format!("agent at {}: an answer out of turn to a read", c.addr()))),
+            _ => return Err(Error::new(ErrorKind::Source, format!("agent at {}: an answer out of turn to a read", c.addr()))),
         }
     }
 }
@@ -424,10 +447,7 @@ impl StripeSource for ServedSource {
     }
 
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        if end < start {
-            return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.shown)));
-        }
-        checked_range(&self.shown, start, end - start, self.len)?;
+        stream_range(&self.shown, start, end, self.len)?;
         if end <= self.head.len() as u64 {
             return Ok(Box::new(&self.head[start as usize..end as usize]));
         }
@@ -471,10 +491,10 @@ impl Streamed<'_> {
                         Err(Error::incomplete(format!("{}: ends at {} bytes, before {} (truncated)", self.src.shown, self.pos, self.end)))
                     }
                     Answer::Refused(w) => Err(w.into_error(c.addr())),
-                    _ => Err(Error::new(ErrorKind::Io, format!("agent at {}: an answer out of turn to a read", c.addr()))),
+                    _ => Err(Error::new(ErrorKind::Source, format!("agent at {}: an answer out of turn to a read", c.addr()))),
                 }
             })
-            .map_err(|e| if e.is_transient() { e.context(format!("reading {} (gave up after {RETRIES} new connections)", self.src.shown)) } else { e })
+            .map_err(|e| as_store(if e.is_transient() { e.context(format!("reading {} (gave up after {RETRIES} new connections)", self.src.shown)) } else { e }))
     }
 }
 

@@ -116,9 +116,13 @@ fn a_client_gets_only_what_its_grant_says_and_refusals_are_logged_by_name() {
     let e = put(st.as_ref(), "b/repo.json", b"{}", false).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Denied, "{e}");
     assert!(!s.repos.join("b/repo.json").exists());
+    // An unknown repository is an error, never "no such object" (a wal-fetch would take that for
+    // the end of the archive), and the names served are not told.
     let e = st.list("c/").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    assert!(e.to_string().contains("it serves: a, b"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("no repository named 'c'") && !e.to_string().contains("'a'"), "{e}");
+    let e = st.exists("c/repo.json").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
 
     // Names out of the repository are refused before anything is touched.
     for bad in ["a/../b/repo.json", "a//x", "a/./x"] {
@@ -127,8 +131,10 @@ fn a_client_gets_only_what_its_grant_says_and_refusals_are_logged_by_name() {
     }
 
     let log = s.log.lock().unwrap().join("\n");
-    assert!(log.contains("db-host-1: refused: a/wal/00000001/x.wal: archived WAL is kept"), "{log}");
-    assert!(log.contains("db-host-1: refused: b/") && log.contains("not granted repository 'b'"), "{log}");
+    let refused = |what: &str| log.lines().any(|l| l.contains("db-host-1 (SHA-256 ") && l.contains(&format!("refused: {what}")));
+    assert!(refused("a/wal/00000001/x.wal: archived WAL is kept"), "{log}");
+    assert!(refused("b/") && log.contains("not granted repository 'b'"), "{log}");
+    assert!(refused("a: '../b/repo.json' is not an object's name"), "names out of the repository are logged too: {log}");
 
     // Without the client's certificate folder, the location names the flag.
     let schemes = ServedSchemes::new(None, std::time::Duration::from_secs(5));
@@ -162,4 +168,44 @@ fn walk(dir: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+#[test]
+fn folders_that_overlap_are_not_served_and_a_database_host_reads_no_cluster_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (outer, inner) = (dir.path().join("r"), dir.path().join("r/inner"));
+    std::fs::create_dir_all(&inner).unwrap();
+    let e = ServedRepos::new(&[("a".into(), outer.clone()), ("b".into(), inner)], Arc::new(KeepWal)).unwrap_err();
+    assert!(e.to_string().contains("one inside the other"), "{e}");
+    let e = ServedRepos::new(&[("../x".into(), outer)], Arc::new(KeepWal)).unwrap_err();
+    assert!(e.to_string().contains("name the repository"), "{e}");
+
+    // An agent that serves a cluster's files and a repository: a certificate granted the
+    // repository reads none of the cluster's files.
+    let pgdata = dir.path().join("data");
+    std::fs::create_dir_all(pgdata.join("global")).unwrap();
+    std::fs::write(pgdata.join("global/pg_control"), 42_u64.to_le_bytes().repeat(4)).unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let tls = dir.path().join("tls");
+    certs::init(&tls, &[]).unwrap();
+    let allowed = std::fs::read_to_string(tls.join(certs::ALLOWED)).unwrap().replace(" client.pem\n", " db-host-2 repos=a\n");
+    std::fs::write(tls.join(certs::ALLOWED), allowed).unwrap();
+    let served = ServedRepos::new(&[("a".into(), repo)], Arc::new(KeepWal)).unwrap();
+    let agent =
+        Agent::bind(&AgentConfig { listen: "127.0.0.1:0".into(), pgdata: Some(pgdata.clone()), repos: served, tls_dir: tls.clone(), max_connections: 4, threads: 1 }).unwrap();
+    let addr = format!("127.0.0.1:{}", agent.local_addr().unwrap().port());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let stop = sheaf_core::stop::Stop::new();
+    let (l, st) = (log.clone(), stop.clone());
+    std::thread::spawn(move || agent.serve(st, Arc::new(move |m: &str| l.lock().unwrap().push(m.to_string())), Default::default()));
+    let mut c = sheaf_agent::AgentClient::connect(&addr, &tls).unwrap();
+    let e = c.stat(&pgdata.join("global/pg_control").display().to_string()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Denied, "{e}");
+    assert!(e.to_string().contains("granted repositories, not the cluster's files"), "{e}");
+    let schemes = ServedSchemes::new(Some(tls), std::time::Duration::from_secs(20));
+    let store = schemes.resolve("sheaf", &addr, "a/repo.json").unwrap().0;
+    put(store.as_ref(), "a/repo.json", b"{}", false).unwrap();
+    stop.ask();
+    assert!(log.lock().unwrap().iter().any(|l| l.contains("db-host-2 (SHA-256 ") && l.contains("refused: db-host-2 is granted repositories")), "{:?}", log.lock().unwrap());
 }

@@ -573,7 +573,7 @@ pub trait StripeSource: Send + Sync {
 ///
 /// # Errors
 /// [`ErrorKind::InvalidInput`] backwards, [`ErrorKind::Incomplete`] past the end.
-pub(crate) fn stream_range(location: &str, start: u64, end: u64, len: u64) -> Result<std::ops::Range<u64>> {
+pub fn stream_range(location: &str, start: u64, end: u64, len: u64) -> Result<std::ops::Range<u64>> {
     if end < start {
         return Err(Error::invalid(format!("stripe {location}: a stream from {start} to {end} runs backwards")));
     }

@@ -673,10 +673,7 @@ impl StripeSource for SftpSource {
     }
 
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        if end < start {
-            return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.shown)));
-        }
-        sheaf_core::storage::checked_range(&self.shown, start, end - start, self.len)?;
+        sheaf_core::storage::stream_range(&self.shown, start, end, self.len)?;
         Ok(Box::new(std::io::BufReader::with_capacity(READ_AHEAD, Sequential { src: self, pos: start, end })))
     }
 }

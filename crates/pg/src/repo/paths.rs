@@ -90,20 +90,44 @@ pub fn dropped(name: &str) -> String {
     format!("{DROPPED}{name}.json")
 }
 
+/// Every name at a repository's top: its files, and the folders its objects live in.
+pub const LAYOUT: [&str; 10] = [
+    sheaf_core::repo::META,
+    sheaf_core::keyring::KEYS_DIR,
+    BACKUPS,
+    WAL,
+    DROPPED,
+    crate::repo::keep::KEEP,
+    crate::repo::drills::DRILLS,
+    "check/",
+    crate::repo::horizon::HORIZON,
+    crate::repo::ledger::LEDGER,
+];
+
 /// Why a database host without the right to manage the repository may not make a change to
 /// `name` (`None`: it may): the rule a backup host's agent keeps for the clients it serves a
 /// repository to (`sheaf agent --serve-repo`, a client granted `repos=`). What such a client does
 /// in its work — push WAL, back up, verify, check, drill, restore — only adds objects, rewrites
-/// what is derived or its own (summaries, the ledger, a probe, the horizon, records of dropped
-/// WAL, when a key was last used), and removes what a running or failed backup left (its lock,
-/// stripes no record names) or a stream in progress. Replacing or removing archived WAL, a
-/// finished backup, `repo.json` or a key record, and adding keys to a repository that has its
-/// meta, are management (`expire`, `key`), refused.
+/// what is derived or its own (summaries, the ledger, a probe, records of dropped WAL, when a key
+/// was last used), and removes what a running or failed backup left (its lock, stripes no record
+/// names) or a stream in progress. Replacing or removing archived WAL, a finished backup,
+/// `repo.json` or a key record, adding keys to a repository that has its meta, and moving the
+/// retention horizon are management (`expire`, `key`), refused; so is any name outside the
+/// layout ([`LAYOUT`]).
 ///
 /// `replace`: the object is there already (a create over it); `delete`: a removal; neither: a
 /// new object. `exists` says whether another object is there.
 pub fn kept_from_clients(name: &str, replace: bool, delete: bool, exists: &dyn Fn(&str) -> bool) -> Option<&'static str> {
     let meta = sheaf_core::repo::META;
+    if !LAYOUT.iter().any(|top| if top.ends_with('/') { name.starts_with(top) } else { name == *top }) {
+        // A repository lives at the top of the folder served: names below a sub-folder
+        // (`sheaf://HOST:PORT/NAME/deeper`) would escape every rule here.
+        return Some("not an object of a repository's layout (a repository is served at its folder's top: give sheaf://HOST:PORT/NAME)");
+    }
+    if name == crate::repo::horizon::HORIZON {
+        // How far back expire removed WAL: raised, it makes later gaps look intended.
+        return Some("the retention horizon is expire's");
+    }
     let key_record = name.starts_with(sheaf_core::keyring::KEYS_DIR) && !name.ends_with(".used");
     if delete {
         if !exists(meta) {
@@ -152,7 +176,8 @@ mod tests {
         assert!(allowed("backups/20261129-110000F/20261129-110000F_1.sheaf", false, true), "a failed backup's stripes go");
         assert!(allowed("check/1-2.probe", true, true));
         assert!(allowed("verify.ledger", true, false));
-        assert!(allowed("retention.json", true, false));
+        assert!(allowed("drills/20261129-120000Z.json", false, false));
+        assert!(allowed("dropped/000000010000000000000003.json", true, false));
         assert!(allowed("keys/abc.used", true, false));
         // Management.
         assert!(!allowed("wal/00000001/000000010000000000000003.wal", true, false));
@@ -163,6 +188,12 @@ mod tests {
         assert!(!allowed("repo.json", true, false));
         assert!(!allowed("keys/abc.key", false, false), "a new key is sheaf key's");
         assert!(!allowed("keep/x.json", false, true));
+        assert!(!allowed("retention.json", false, false), "the horizon is expire's");
+        assert!(!allowed("retention.json", true, false));
+        // A repository below the served folder's top escapes nothing: its names are refused.
+        for sub in ["main/repo.json", "main/wal/00000001/000000010000000000000003.wal", "x", "wal"] {
+            assert!(!allowed(sub, false, false) && !allowed(sub, true, false) && !allowed(sub, false, true), "{sub}");
+        }
         // Before the meta exists (init through the agent), its key record may come and go.
         let none = |_: &str| false;
         assert!(kept_from_clients("keys/abc.key", false, false, &none).is_none());

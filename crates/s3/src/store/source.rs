@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
-use sheaf_core::storage::{checked_range, into_io, StripeSource};
+use sheaf_core::storage::{checked_range, into_io, stream_range, StripeSource};
 use sheaf_core::{Error, ErrorKind, Result};
 use std::collections::VecDeque;
 use std::io::Read;
@@ -68,10 +68,7 @@ impl StripeSource for S3Source {
     }
 
     fn stream(&self, start: u64, end: u64) -> Result<Box<dyn Read + Send + '_>> {
-        if end < start {
-            return Err(Error::invalid(format!("stripe {}: a stream from {start} to {end} runs backwards", self.shown)));
-        }
-        let range = checked_range(&self.shown, start, end - start, self.len)?;
+        let range = stream_range(&self.shown, start, end, self.len)?;
         Ok(Box::new(ReadAhead { src: self, next: range.start, end: range.end, pending: VecDeque::new(), current: Bytes::new() }))
     }
 }
