@@ -81,6 +81,7 @@ fn run(cli: Cli, settings: Settings, interrupt: Interrupt) -> Result<Outcome, Er
         Command::Check(a) => return Ok(commands::check::run(ctx, a)),
         Command::Expire(a) => commands::expire::run(ctx, a)?,
         Command::Keep(a) => commands::keep::run(ctx, a)?,
+        Command::Annotate(a) => commands::annotate::run(ctx, a)?,
         Command::Key(a) => commands::key::run(ctx, a)?,
         Command::Drill(a) => commands::drill::run(ctx, a)?,
         Command::Undelete(a) => commands::undelete::run(ctx, a)?,

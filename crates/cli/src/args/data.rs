@@ -137,6 +137,10 @@ pub struct BackupArgs {
     /// Free text stored with the backup.
     #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,
+    /// Into a repository: an annotation kept in the backup's record, KEY=VALUE (repeatable);
+    /// `sheaf annotate` edits them later, `restore --annotation KEY=VALUE` picks by them.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::repo::annotation)]
+    pub annotation: Vec<sheaf_pg::repo::annotations::Change>,
     /// Replace stripe files that already exist.
     #[arg(long)]
     pub overwrite: bool,
@@ -405,6 +409,10 @@ pub struct RecoveryArgs {
     /// consistent before the target.
     #[arg(long, value_name = "ID")]
     pub set: Option<BackupRef>,
+    /// The newest finished backup annotated KEY=VALUE (sheaf annotate, backup --annotation),
+    /// instead of --set.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::repo::annotation, conflicts_with = "set")]
+    pub annotation: Option<sheaf_pg::repo::annotations::Change>,
     #[command(flatten)]
     pub targets: TargetArgs,
     /// What the server does at the target: promote (open for writes on a new timeline), pause
@@ -417,6 +425,11 @@ pub struct RecoveryArgs {
 }
 
 impl RecoveryArgs {
+    /// The backup asked for: `--set`, or the newest annotated as `--annotation` says.
+    pub fn backup(&self) -> Option<BackupRef> {
+        self.set.clone().or_else(|| self.annotation.as_ref().map(annotated))
+    }
+
     /// Whether any repository-only flag was given.
     pub fn any_target(&self) -> bool {
         self.set.is_some() || self.targets.any()
@@ -543,4 +556,9 @@ pub enum Checkpoint {
     Fast,
     /// Spread over checkpoint_completion_target, as a scheduled checkpoint is.
     Spread,
+}
+
+/// The backup `--annotation KEY=VALUE` names (`KEY=` names the newest that has KEY empty: none).
+pub(crate) fn annotated(c: &sheaf_pg::repo::annotations::Change) -> BackupRef {
+    BackupRef::Annotated(c.key.clone(), c.value.clone().unwrap_or_default())
 }

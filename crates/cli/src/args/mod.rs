@@ -19,9 +19,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 pub use agent::AgentArgs;
-pub use data::{BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
+pub use data::{annotated, BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{
-    CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs,
+    AnnotateArgs, CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs,
     WalReceiveArgs, WalSummarizeArgs,
 };
 pub use shared::{BackupHooks, DrillHooks, ExpireHooks, HookFlags, KeyArgs, LogArgs, RateArgs, RepoArg, RestoreHooks, S3Args, SpoolArg};
@@ -217,6 +217,17 @@ sheaf keep --repo /srv/sheaf                                                   #
 Only the WAL from the backup's start to its stop is kept for it: recovery to a later moment needs \
 the WAL the policy keeps.")]
     Keep(KeepArgs),
+    /// Mark a backup with what it is for, later than its backup ("before the 2026-12 migration",
+    /// ticket=OPS-1234), as pgBackRest's annotate and WAL-G's user data: KEY=VALUE sets, KEY=
+    /// removes; info shows them, restore and drill --annotation KEY=VALUE pick by them.
+    #[command(after_help = "Examples:\n  \
+sheaf annotate --repo /srv/sheaf --set 20261124-101500Z why='before the 2026-12 migration' ticket=OPS-1234\n  \
+sheaf annotate --repo /srv/sheaf --set 20261124-101500Z ticket=      # removes ticket\n  \
+sheaf annotate --repo /srv/sheaf --set 20261124-101500Z              # prints them\n  \
+sheaf restore --repo /srv/sheaf --annotation ticket=OPS-1234 --to /srv/pg/new\n\n\
+A backup taken with --annotation KEY=VALUE carries those in its record; annotate keeps the edited \
+set beside it (the record is never rewritten), and expire removes it with the backup.")]
+    Annotate(AnnotateArgs),
     /// The keys of an encrypted repository: any one opens it; add, remove and rotate them without
     /// rewriting a backup.
     #[command(after_help = "Examples:\n  \
@@ -302,6 +313,7 @@ impl Command {
             Command::Info(a) => with(&a.s3, &a.repo),
             Command::Check(a) => with(&a.s3, &a.repo),
             Command::Keep(a) => with(&a.s3, &a.repo),
+            Command::Annotate(a) => with(&a.s3, &a.repo),
             Command::Key(a) => {
                 let on = match &a.action {
                     KeyAction::List(o) | KeyAction::Rotate(o) => o,

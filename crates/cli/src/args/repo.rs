@@ -171,6 +171,31 @@ pub struct KeepArgs {
     pub s3: S3Args,
 }
 
+/// `sheaf annotate`: the backup, and the changes.
+#[derive(Args)]
+pub struct AnnotateArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The backup (its id, as sheaf info lists them).
+    #[arg(long = "set", value_name = "ID")]
+    pub set: String,
+    /// KEY=VALUE sets a key, KEY= removes it; several at once, applied in order. Keys are
+    /// letters, digits, '-', '_' and '.'; a value is one line of text. Without any, the backup's
+    /// annotations are printed.
+    #[arg(value_name = "KEY=VALUE", value_parser = annotation)]
+    pub changes: Vec<sheaf_pg::repo::annotations::Change>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+/// `KEY=VALUE`, `KEY=`.
+pub(crate) fn annotation(s: &str) -> std::result::Result<sheaf_pg::repo::annotations::Change, String> {
+    s.parse().map_err(|e: sheaf_core::Error| e.message().to_string())
+}
+
 #[derive(Args)]
 pub struct DrillArgs {
     #[command(flatten)]
@@ -180,6 +205,9 @@ pub struct DrillArgs {
     /// The backup to drill: an id as sheaf info lists it. Default: the newest (--latest).
     #[arg(long = "set", value_name = "ID", conflicts_with_all = ["latest", "random"])]
     pub set: Option<BackupRef>,
+    /// The newest finished backup annotated KEY=VALUE (sheaf annotate, backup --annotation).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = annotation, conflicts_with_all = ["set", "latest", "random"])]
+    pub annotation: Option<sheaf_pg::repo::annotations::Change>,
     /// The newest finished backup (the default).
     #[arg(long, conflicts_with = "random")]
     pub latest: bool,

@@ -84,6 +84,10 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     if into_repo && ctx.repo_given().is_none() {
         return Err(Error::invalid("say where the backup goes: --to TARGET (repeat for stripes), or --repo REPO (or SHEAF_REPO, or repo in the config file)"));
     }
+    if !into_repo && !a.annotation.is_empty() {
+        return Err(Error::invalid("--annotation is kept in a repository's record: give --repo (a backup --to stripes carries --label)"));
+    }
+    let annotations = sheaf_pg::repo::annotations::given(&a.annotation);
     // Retention after the backup: checked now, so that a policy missing fails before, not after.
     let auto_expire = if into_repo { ctx.expire_auto(a.expire_auto)? } else { None };
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
@@ -133,6 +137,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     check_changes: a.check_changes,
                     page_scan: a.page_scan,
                     expire_after: auto_expire,
+                    annotations: annotations.clone(),
                 };
                 let InRepo { backup, record, expired } = backup_to_repo(&repo, &pg, &opts, kind, ctx.schemes()?, progress(a.json))?;
                 if let Some(why) = &backup.full_because {

@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
     let start = sheaf_catalog::RunStart {
         operation: "drill".into(),
         source: repos.first().cloned(),
-        label: a.set.as_ref().map(ToString::to_string),
+        label: a.set.as_ref().map(ToString::to_string).or_else(|| a.annotation.as_ref().map(|c| format!("{}={}", c.key, c.value.as_deref().unwrap_or_default()))),
         repo: repos.first().cloned(),
         ..Default::default()
     };
@@ -37,7 +37,8 @@ pub fn run(ctx: &Context, a: DrillArgs) -> Result<(), Error> {
 fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
     let (_, repo) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository: --repo R (or SHEAF_REPO, or repo in the config file)"))?;
     let repo = repo?;
-    let pick = match (&a.set, a.random) {
+    let set = a.set.clone().or_else(|| a.annotation.as_ref().map(crate::args::annotated));
+    let pick = match (&set, a.random) {
         (Some(which), _) => Pick::Named(which.clone()),
         (None, true) => Pick::Random,
         (None, false) => Pick::Named(BackupRef::Latest),

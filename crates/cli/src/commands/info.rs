@@ -162,9 +162,12 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
     Ok(serde_json::Value::Null)
 }
 
-/// A backup's label, then whether it is pinned and until when it is locked.
+/// A backup's label and annotations, then whether it is pinned and until when it is locked.
 fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo::keep::Pin>, drill: Option<&sheaf_pg::repo::drills::DrillRecord>) -> String {
     let mut out = r.label.clone().unwrap_or_default();
+    for (k, v) in &r.annotations {
+        out.push_str(&format!(" {k}={v}"));
+    }
     if let Some(d) = drill {
         out.push_str(&if d.passed {
             format!(" [drill passed {}: recovered in {:.1} s]", sheaf_core::time::utc(d.ended_unix), d.phases.total_seconds)

@@ -2,6 +2,7 @@
 //! calls the library, and prints; none exits.
 
 pub mod agent;
+pub mod annotate;
 pub mod backup;
 pub mod bench;
 pub mod check;

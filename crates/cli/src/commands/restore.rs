@@ -224,7 +224,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     let opts = pg_options(ctx, &a)?;
     let r = &a.recovery;
-    let request = r.targets.request(r.set.clone(), r.target_action, r.target_timeline);
+    let request = r.targets.request(r.backup(), r.target_action, r.target_timeline);
     // The first repository that can serve the restore; one that cannot be read, or fails before
     // anything is written (no backup that fits, a gap, a damaged record), is passed over for the
     // next. A failure once the restore has written is final: its files are not the next one's.
@@ -330,7 +330,7 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
     // the first repository that has it and reads, as a restore falls back.
     let sets = if a.stripes.is_empty() {
         let schemes = ctx.schemes()?;
-        ctx.first_repo_serving(|repo| sheaf_pg::repo::records::open_backup_chain(repo, a.recovery.set.as_ref().unwrap_or(&BackupRef::Latest), schemes, true))?
+        ctx.first_repo_serving(|repo| sheaf_pg::repo::records::open_backup_chain(repo, &a.recovery.backup().unwrap_or(BackupRef::Latest), schemes, true))?
     } else {
         vec![ctx.open_stripes_lean(&a.stripes)?]
     };

@@ -29,6 +29,8 @@ pub struct Kind {
     pub page_scan: bool,
     /// expire-auto: apply this retention once the backup is published.
     pub expire_after: Option<Retention>,
+    /// `--annotation KEY=VALUE`: kept in its record.
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// A backup published in the repository.
@@ -55,7 +57,7 @@ pub struct InRepo {
 /// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
 pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, kind: Kind, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<InRepo> {
     let meta = repo.meta();
-    let Kind { stripes, backup_type, check_changes, page_scan, expire_after } = kind;
+    let Kind { stripes, backup_type, check_changes, page_scan, expire_after, annotations } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
@@ -132,6 +134,7 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
             method: r.method.clone(),
             bytes_held: r.report.bytes_held,
             locked_until: repo.write_lock().map(|l| l.until),
+            annotations,
         };
         Ok((r, record))
     })

@@ -160,6 +160,7 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
     let pin_objects: std::collections::HashMap<String, i64> = repo.list(crate::repo::keep::KEEP)?.into_iter().map(|o| (o.name, o.modified)).collect();
     let size_of = |n: &str| listed.iter().find(|o| o.name == n).map_or(0, |o| o.size);
     let drills = crate::repo::drills::drill_objects(repo)?;
+    let edited: std::collections::HashSet<String> = repo.list(paths::ANNOTATIONS)?.into_iter().map(|o| o.name).collect();
     // Records first, newest first: a backup is complete while its record is there, so a crash (or
     // a kill) midway leaves stripes without a record, an unfinished backup the next expire
     // removes, never a record without its stripes, nor an incremental listed on a base whose
@@ -179,6 +180,9 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
                 let pin = crate::repo::keep::pin_object(&r.id);
                 if pin_objects.get(&pin).is_some_and(|&m| object_lock(m).is_none()) {
                     pins.push(pin);
+                }
+                if edited.contains(&paths::annotations(&r.id)) {
+                    pins.push(paths::annotations(&r.id));
                 }
                 // Its drills' records go with it, last.
                 pins.extend(drills.iter().filter(|d| crate::repo::drills::drill_backup(d) == Some(r.id.as_str())).cloned());
@@ -288,29 +292,12 @@ mod tests {
 
     fn record(id: &str, stop_unix: i64, start_wal: &str) -> BackupRecord {
         BackupRecord {
-            id: id.into(),
-            backup_id: format!("{id}-set"),
-            label: None,
-            start_time: String::new(),
-            stop_time: String::new(),
             start_unix: stop_unix - 10,
             stop_unix,
             stop_ms: stop_unix * 1000,
-            start_lsn: Lsn(0),
-            stop_lsn: Lsn(0),
-            timeline: 1,
             start_wal: start_wal.into(),
             stop_wal: start_wal.into(),
-            bytes_read: 0,
-            bytes_written: 0,
-            compression: "zstd:low".into(),
-            stripes: vec![format!("backups/{id}/{id}_1.sheaf")],
-            server_version: String::new(),
-            backup_type: Default::default(),
-            chain: vec![],
-            method: None,
-            bytes_held: 0,
-            locked_until: None,
+            ..crate::repo::records::test_record(id)
         }
     }
 

@@ -19,6 +19,7 @@
 /// `repo.json` says ([`meta::RepoMeta`], through [`sheaf_core::repo::Repo::meta`]).
 pub type Repo = sheaf_core::repo::Repo<meta::RepoMeta>;
 
+pub mod annotations;
 pub mod drills;
 pub mod dropped;
 pub mod horizon;

@@ -10,6 +10,7 @@
 //! wal/TTTTTTTT/NAME.sum              a segment's block summary (crate::wal::summarize)
 //! dropped/NAME.json                  a WAL file wal-push --queue-max left out
 //! keep/ID.json                       a pinned backup (crate::repo::keep)
+//! annotations/ID.annotations         a backup's annotations as edited since (crate::repo::annotations)
 //! drills/DRILL_ID.json               a drill's record (crate::repo::drills)
 //! retention.json                     how far back expire removed WAL (crate::repo::horizon)
 //! verify.ledger                      what verify read back whole (crate::repo::ledger)
@@ -17,8 +18,9 @@
 
 /// Name endings of objects a locked repository writes without a lock: they are removed again
 /// soon (a running backup's lock, wal-receive's copy of the segment in progress, `check`'s
-/// probe) or rewritten each time (verify's ledger), and are not needed to restore.
-pub const UNLOCKED: [&str; 4] = [".lock", ".streaming", ".probe", ".ledger"];
+/// probe) or rewritten each time (verify's ledger, a backup's annotations), and are not needed
+/// to restore.
+pub const UNLOCKED: [&str; 5] = [".lock", ".streaming", ".probe", ".ledger", ".annotations"];
 
 /// Where backups, their records and locks live.
 pub const BACKUPS: &str = "backups/";
@@ -91,7 +93,7 @@ pub fn dropped(name: &str) -> String {
 }
 
 /// Every name at a repository's top: its files, and the folders its objects live in.
-pub const LAYOUT: [&str; 10] = [
+pub const LAYOUT: [&str; 11] = [
     sheaf_core::repo::META,
     sheaf_core::keyring::KEYS_DIR,
     BACKUPS,
@@ -99,10 +101,19 @@ pub const LAYOUT: [&str; 10] = [
     DROPPED,
     crate::repo::keep::KEEP,
     crate::repo::drills::DRILLS,
+    ANNOTATIONS,
     "check/",
     crate::repo::horizon::HORIZON,
     crate::repo::ledger::LEDGER,
 ];
+
+/// Where backups' annotations, edited after the backup, live.
+pub const ANNOTATIONS: &str = "annotations/";
+
+/// Backup `id`'s annotations as edited since it was taken (`sheaf annotate`).
+pub fn annotations(id: &str) -> String {
+    format!("{ANNOTATIONS}{id}.annotations")
+}
 
 /// Why a database host without the right to manage the repository may not make a change to
 /// `name` (`None`: it may): the rule a backup host's agent keeps for the clients it serves a
@@ -177,6 +188,8 @@ mod tests {
         assert!(allowed("check/1-2.probe", true, true));
         assert!(allowed("verify.ledger", true, false));
         assert!(allowed("drills/20261129-120000Z.json", false, false));
+        assert!(allowed("annotations/20261129-100000F.annotations", true, false), "annotating is a client's");
+        assert!(!allowed("annotations/20261129-100000F.annotations", false, true), "removing them is expire's");
         assert!(allowed("dropped/000000010000000000000003.json", true, false));
         assert!(allowed("keys/abc.used", true, false));
         // Management.

@@ -69,6 +69,10 @@ pub struct BackupRecord {
     /// deleted or overwritten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked_until: Option<i64>,
+    /// What the DBA said of it: `backup --annotation KEY=VALUE` at backup time, or as `sheaf
+    /// annotate` edited it since (read back from `annotations/ID.annotations`, which wins).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl BackupRecord {
@@ -179,11 +183,16 @@ pub fn backups(repo: &Repo) -> Result<Vec<Found>> {
         }
     }
     ids.sort();
+    let edited = repo.list(paths::ANNOTATIONS)?;
     let mut out = Vec::new();
     for id in ids {
         let has = |name: &str| listed.iter().any(|o| o.name == name);
         if has(&paths::record(&id)) {
-            out.push(Found::Complete(Box::new(repo.get_json(&paths::record(&id))?)));
+            let mut r: BackupRecord = repo.get_json(&paths::record(&id))?;
+            if edited.iter().any(|o| o.name == paths::annotations(&id)) {
+                r.annotations = crate::repo::annotations::read(repo, &id)?;
+            }
+            out.push(Found::Complete(Box::new(r)));
             continue;
         }
         let lock: Option<BackupLock> = if has(&paths::lock(&id)) { repo.get_json(&paths::lock(&id)).ok() } else { None };
@@ -216,6 +225,8 @@ pub enum BackupRef {
     Latest,
     /// Its id, as `sheaf info` lists it (or the set's own backup id).
     Id(String),
+    /// The newest finished backup annotated KEY=VALUE (`--annotation KEY=VALUE`).
+    Annotated(String, String),
 }
 
 impl std::str::FromStr for BackupRef {
@@ -234,6 +245,7 @@ impl std::fmt::Display for BackupRef {
         match self {
             BackupRef::Latest => f.write_str("latest"),
             BackupRef::Id(id) => f.write_str(id),
+            BackupRef::Annotated(k, v) => write!(f, "the newest backup annotated {k}={v}"),
         }
     }
 }
@@ -248,6 +260,15 @@ pub fn pick<'a>(records: &'a [BackupRecord], which: &BackupRef) -> Result<&'a Ba
             return records.last().ok_or_else(|| Error::new(ErrorKind::Incomplete, "the repository holds no finished backup: take one with sheaf backup --repo"));
         }
         BackupRef::Id(id) => id.as_str(),
+        BackupRef::Annotated(key, value) => {
+            return records.iter().rev().find(|r| r.annotations.get(key) == Some(value)).ok_or_else(|| {
+                let seen: std::collections::BTreeSet<&str> = records.iter().filter_map(|r| r.annotations.get(key)).map(String::as_str).collect();
+                Error::invalid(format!(
+                    "no finished backup is annotated {key}={value}; {}",
+                    if seen.is_empty() { format!("none has {key} (sheaf annotate --set ID {key}=VALUE adds it)") } else { format!("{key} has: {}", seen.into_iter().collect::<Vec<_>>().join(", ")) }
+                ))
+            });
+        }
     };
     records.iter().find(|r| r.id == id || r.backup_id == id).ok_or_else(|| {
         Error::invalid(format!(
@@ -324,6 +345,37 @@ pub fn open_set(repo: &Repo, record: &BackupRecord, schemes: &dyn Schemes) -> Re
 pub fn open_backup_chain(repo: &Repo, which: &BackupRef, schemes: &dyn Schemes, lean: bool) -> Result<Vec<BackupSet>> {
     let records = complete(repo)?;
     open_chain(repo, &records, pick(&records, which)?, schemes, lean)
+}
+
+/// A finished full backup's record with nothing in it but its id and one stripe (tests).
+#[cfg(test)]
+pub(crate) fn test_record(id: &str) -> BackupRecord {
+    BackupRecord {
+        id: id.into(),
+        backup_id: format!("{id}-set"),
+        label: None,
+        start_time: String::new(),
+        stop_time: String::new(),
+        start_unix: 0,
+        stop_unix: 0,
+        stop_ms: 0,
+        start_lsn: crate::cluster::lsn::Lsn(0),
+        stop_lsn: crate::cluster::lsn::Lsn(0),
+        timeline: 1,
+        start_wal: String::new(),
+        stop_wal: String::new(),
+        bytes_read: 0,
+        bytes_written: 0,
+        compression: "zstd:low".into(),
+        stripes: vec![format!("backups/{id}/{id}_1.sheaf")],
+        server_version: String::new(),
+        backup_type: Default::default(),
+        chain: vec![],
+        method: None,
+        bytes_held: 0,
+        locked_until: None,
+        annotations: Default::default(),
+    }
 }
 
 #[cfg(test)]
