@@ -286,7 +286,6 @@ pub fn expire(repo: &Repo, plan: &ExpirePlan) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::lsn::Lsn;
     use crate::cluster::walname::segment_name;
     use crate::repo::records::{host_name, BackupLock};
 
