@@ -3,6 +3,7 @@
 //! by expire with their backup.
 
 use super::*;
+use crate::integration::common::{run, stderr};
 
 fn backup_annotated(repo: &TestRepo, c: &Cluster, annotations: &[&str]) -> String {
     let mut cmd = repo.sheaf();
