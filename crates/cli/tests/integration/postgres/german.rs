@@ -64,7 +64,7 @@ fn a_server_that_speaks_german_is_read_as_one_that_speaks_english() {
     // Promoted mid-backup: refused, as in English.
     let slow = ["--repo", r, "--compression", "none", "--max-rate", "8MiB"];
     let mut backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo, ".partial"));
+    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo.join("backups"), ".partial"));
     sb.promote().unwrap();
     let o = backup.wait_with_output().unwrap();
     assert_fails(&o, 7, &["was promoted while the backup ran", "take the backup again"]);

@@ -89,7 +89,7 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
 
     // A backup killed mid-way leaves an unfinished one: a warning.
     let mut crash = sheaf().args(["backup", &url, "--repo", r, "--max-rate", "1MiB", "-c", "none"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    wait_while_running(&mut crash, "the backup writing its stripes", || has_bytes(&repo, ".partial"));
+    wait_while_running(&mut crash, "the backup writing its stripes", || has_bytes(&repo.join("backups"), ".partial"));
     let _ = std::process::Command::new("kill").args(["-KILL", &crash.id().to_string()]).status();
     let _ = crash.wait();
     let o = check(&[]);

@@ -193,7 +193,7 @@ fn what_a_backup_from_a_standby_cannot_do_is_refused() {
     // Uncompressed, so that --max-rate (on the bytes written) makes the backup last a few seconds.
     let slow = ["--repo", r, "--compression", "none", "--max-rate", "8MiB"];
     let mut backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo, ".partial"));
+    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo.join("backups"), ".partial"));
     c.sql("postgres", "ALTER SYSTEM SET full_page_writes = off");
     c.sql("postgres", "SELECT pg_reload_conf()");
     c.sql("app", "CREATE TABLE torn AS SELECT g FROM generate_series(1, 1000) g");
@@ -212,7 +212,7 @@ fn what_a_backup_from_a_standby_cannot_do_is_refused() {
 
     // Promoted mid-backup: refused, nothing kept, no slot or backup left on the new primary.
     let mut backup = sheaf().arg("backup").arg(&s).args(slow).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo, ".partial"));
+    wait_while_running(&mut backup, "the backup reading the standby's files", || has_bytes(&repo.join("backups"), ".partial"));
     sb.promote().unwrap();
     let o = backup.wait_with_output().unwrap();
     assert_fails(&o, 7, &["was promoted while the backup ran", "take the backup again"]);
