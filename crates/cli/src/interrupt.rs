@@ -57,6 +57,7 @@ pub fn policy(command: &Command) -> OnSignal {
         | Command::Check(_)
         | Command::Expire(_)
         | Command::Keep(_)
+        | Command::Annotate(_)
         | Command::Key(_)
         | Command::Undelete(_)
         | Command::Config(_)

@@ -559,6 +559,6 @@ pub enum Checkpoint {
 }
 
 /// The backup `--annotation KEY=VALUE` names (`KEY=` names the newest that has KEY empty: none).
-pub(crate) fn annotated(c: &sheaf_pg::repo::annotations::Change) -> BackupRef {
+pub fn annotated(c: &sheaf_pg::repo::annotations::Change) -> BackupRef {
     BackupRef::Annotated(c.key.clone(), c.value.clone().unwrap_or_default())
 }

@@ -17,7 +17,7 @@ use sheaf_core::manifest::BackupType;
 use sheaf_core::{Lineage, Schemes};
 
 /// What kind of backup goes into the repository, and what follows it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Kind {
     /// Stripes under `backups/ID/`, 1 to 64.
     pub stripes: usize,

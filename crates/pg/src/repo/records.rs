@@ -265,7 +265,11 @@ pub fn pick<'a>(records: &'a [BackupRecord], which: &BackupRef) -> Result<&'a Ba
                 let seen: std::collections::BTreeSet<&str> = records.iter().filter_map(|r| r.annotations.get(key)).map(String::as_str).collect();
                 Error::invalid(format!(
                     "no finished backup is annotated {key}={value}; {}",
-                    if seen.is_empty() { format!("none has {key} (sheaf annotate --set ID {key}=VALUE adds it)") } else { format!("{key} has: {}", seen.into_iter().collect::<Vec<_>>().join(", ")) }
+                    if seen.is_empty() {
+                        format!("none has {key} (sheaf annotate --set ID {key}=VALUE adds it)")
+                    } else {
+                        format!("{key} has: {}", seen.into_iter().collect::<Vec<_>>().join(", "))
+                    }
                 ))
             });
         }
