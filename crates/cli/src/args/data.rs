@@ -139,7 +139,7 @@ pub struct BackupArgs {
     pub label: Option<String>,
     /// Into a repository: an annotation kept in the backup's record, KEY=VALUE (repeatable);
     /// `sheaf annotate` edits them later, `restore --annotation KEY=VALUE` picks by them.
-    #[arg(long, value_name = "KEY=VALUE", value_parser = super::repo::annotation)]
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::shared::annotation)]
     pub annotation: Vec<sheaf_pg::repo::annotations::Change>,
     /// Replace stripe files that already exist.
     #[arg(long)]
@@ -411,7 +411,7 @@ pub struct RecoveryArgs {
     pub set: Option<BackupRef>,
     /// The newest finished backup annotated KEY=VALUE (sheaf annotate, backup --annotation),
     /// instead of --set.
-    #[arg(long, value_name = "KEY=VALUE", value_parser = super::repo::annotation, conflicts_with = "set")]
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::shared::annotation, conflicts_with = "set")]
     pub annotation: Option<sheaf_pg::repo::annotations::Change>,
     #[command(flatten)]
     pub targets: TargetArgs,

@@ -182,18 +182,13 @@ pub struct AnnotateArgs {
     /// KEY=VALUE sets a key, KEY= removes it; several at once, applied in order. Keys are
     /// letters, digits, '-', '_' and '.'; a value is one line of text. Without any, the backup's
     /// annotations are printed.
-    #[arg(value_name = "KEY=VALUE", value_parser = annotation)]
+    #[arg(value_name = "KEY=VALUE", value_parser = super::shared::annotation)]
     pub changes: Vec<sheaf_pg::repo::annotations::Change>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub s3: S3Args,
-}
-
-/// `KEY=VALUE`, `KEY=`.
-pub(crate) fn annotation(s: &str) -> std::result::Result<sheaf_pg::repo::annotations::Change, String> {
-    s.parse().map_err(|e: sheaf_core::Error| e.message().to_string())
 }
 
 #[derive(Args)]
@@ -206,7 +201,7 @@ pub struct DrillArgs {
     #[arg(long = "set", value_name = "ID", conflicts_with_all = ["latest", "random"])]
     pub set: Option<BackupRef>,
     /// The newest finished backup annotated KEY=VALUE (sheaf annotate, backup --annotation).
-    #[arg(long, value_name = "KEY=VALUE", value_parser = annotation, conflicts_with_all = ["set", "latest", "random"])]
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::shared::annotation, conflicts_with_all = ["set", "latest", "random"])]
     pub annotation: Option<sheaf_pg::repo::annotations::Change>,
     /// The newest finished backup (the default).
     #[arg(long, conflicts_with = "random")]

@@ -235,3 +235,8 @@ pub struct SpoolArg {
     #[arg(long, value_name = "DIR")]
     pub spool: Option<PathBuf>,
 }
+
+/// `KEY=VALUE`, `KEY=`.
+pub(crate) fn annotation(s: &str) -> std::result::Result<sheaf_pg::repo::annotations::Change, String> {
+    s.parse().map_err(|e: sheaf_core::Error| e.message().to_string())
+}

@@ -17,7 +17,7 @@ pub fn run(ctx: &Context, a: AnnotateArgs) -> Result<(), Error> {
         let records = sheaf_pg::repo::records::complete(&repo)?;
         sheaf_pg::repo::records::pick(&records, &sheaf_pg::repo::records::BackupRef::Id(a.set.clone()))?.annotations.clone()
     } else {
-        sheaf_pg::repo::annotations::annotate(&repo, &a.set, &a.changes)?
+        sheaf_pg::maintain::annotate::annotate(&repo, &a.set, &a.changes)?
     };
     if a.json {
         say!("{}", serde_json::json!({ "id": a.set, "annotations": now }));

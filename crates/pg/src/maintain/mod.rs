@@ -2,13 +2,15 @@
 //! [`crate::repo`].
 //!
 //! - [`expire`]: retention: what `sheaf expire` removes, by policy, and removing it;
-//!   [`keep`]: pinning a backup so that it is never removed; [`undelete`]: after a wipe of a
-//!   locked repository, what the lock kept made readable again.
+//!   [`keep`]: pinning a backup so that it is never removed; [`annotate`]: what a backup is
+//!   for; [`undelete`]: after a wipe of a locked repository, what the lock kept made readable
+//!   again.
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read back and checked.
 //! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age,
 //!   judged for monitoring; [`metrics`]: the same as Prometheus metrics.
 //! - [`keys`]: `sheaf key`: the keys of an encrypted repository.
 
+pub mod annotate;
 pub mod check;
 pub mod expire;
 pub mod keep;

@@ -8,10 +8,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use sheaf_core::{Error, ErrorKind, Result};
+use sheaf_core::{Error, Result};
 
 use super::paths;
-use super::records::{backups, Found};
 use super::Repo;
 
 /// Longest key and value.
@@ -82,28 +81,13 @@ pub fn read(repo: &Repo, id: &str) -> Result<BTreeMap<String, String>> {
     Ok(e.annotations)
 }
 
-/// Make `changes` to finished backup `id`'s annotations; what they are then.
+/// Write `map` as backup `id`'s annotations, replacing what `annotate` wrote before.
 ///
 /// # Errors
-/// No such finished backup (naming those there are); the store's.
-pub fn annotate(repo: &Repo, id: &str, changes: &[Change]) -> Result<BTreeMap<String, String>> {
-    let found = backups(repo)?;
-    let record = match found.iter().find(|f| f.id() == id || f.record().is_some_and(|r| r.backup_id == id)) {
-        Some(Found::Complete(r)) => r,
-        Some(Found::Unfinished { .. }) => return Err(Error::invalid(format!("backup {id} is not finished: only a finished backup is annotated"))),
-        None => {
-            let ids: Vec<&str> = found.iter().filter_map(Found::record).map(|r| r.id.as_str()).collect();
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("no backup {id} in {}; it holds: {}", repo.display(), if ids.is_empty() { "none".into() } else { ids.join(", ") }),
-            ));
-        }
-    };
-    let mut map = record.annotations.clone();
-    apply(&mut map, changes);
-    let edited = Edited { id: record.id.to_string(), annotations: map.clone(), edited_at: sheaf_core::time::utc_now(), host: sheaf_core::host::host_name() };
-    repo.put_json(&paths::annotations(&record.id), &edited, true)?;
-    Ok(map)
+/// The store's.
+pub fn write(repo: &Repo, id: &str, map: &BTreeMap<String, String>) -> Result<()> {
+    let edited = Edited { id: id.to_string(), annotations: map.clone(), edited_at: sheaf_core::time::utc_now(), host: sheaf_core::host::host_name() };
+    repo.put_json(&paths::annotations(id), &edited, true)
 }
 
 #[cfg(test)]
@@ -124,28 +108,5 @@ mod tests {
         let mut map = given(&["a=1".parse().unwrap(), "b=2".parse().unwrap()]);
         apply(&mut map, &["a=".parse().unwrap(), "c=3".parse().unwrap(), "b=4".parse().unwrap()]);
         assert_eq!(map.into_iter().collect::<Vec<_>>(), vec![("b".into(), "4".into()), ("c".into(), "3".into())]);
-    }
-
-    #[test]
-    fn annotations_are_edited_beside_the_record_and_read_back_with_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = crate::repo::meta::test_repo(&dir.path().join("r"));
-        let mut r = crate::repo::records::test_record("20261129-100000F");
-        r.annotations = given(&["release=42".parse().unwrap()]);
-        repo.put_json(&paths::record(&r.id), &r, false).unwrap();
-        let e = annotate(&repo, "20261129-999999F", &["x=1".parse().unwrap()]).unwrap_err();
-        assert!(e.to_string().contains("it holds: 20261129-100000F"), "{e}");
-        let now = annotate(&repo, "20261129-100000F", &["why=before the migration".parse().unwrap(), "release=".parse().unwrap()]).unwrap();
-        assert_eq!(now.get("why").map(String::as_str), Some("before the migration"));
-        assert!(!now.contains_key("release"));
-        // The record stands as written; what backups() gives carries the edit.
-        let stored: crate::repo::records::BackupRecord = repo.get_json(&paths::record(&r.id)).unwrap();
-        assert_eq!(stored.annotations.get("release").map(String::as_str), Some("42"));
-        let listed = crate::repo::records::complete(&repo).unwrap();
-        assert_eq!(listed[0].annotations, now);
-        let picked = crate::repo::records::pick(&listed, &crate::repo::records::BackupRef::Annotated("why".into(), "before the migration".into())).unwrap();
-        assert_eq!(picked.id, r.id);
-        let e = crate::repo::records::pick(&listed, &crate::repo::records::BackupRef::Annotated("why".into(), "other".into())).unwrap_err();
-        assert!(e.to_string().contains("why has: before the migration"), "{e}");
     }
 }
