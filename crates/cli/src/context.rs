@@ -69,6 +69,14 @@ struct Secret {
     from_env: bool,
 }
 
+/// The retention flags as given (`--keep-full`, `--keep-within`, `--keep-archive`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeepFlags {
+    pub full: Option<usize>,
+    pub within: Option<std::time::Duration>,
+    pub archive: Option<usize>,
+}
+
 /// A repository given: its location, and the keys it is opened with.
 struct Given {
     text: String,
@@ -293,38 +301,49 @@ impl Context {
         self.settings.value(&settings::TYPE, flag).unwrap_or_default()
     }
 
-    /// The retention policy in force: `--keep-full`/`--keep-within`, else `retention-full` and
-    /// `retention-within` from the environment or the config file (a flag given replaces both
-    /// settings: the command line says the whole policy).
+    /// The retention policy in force for the repository at `repo` (its location as given):
+    /// `--keep-full`/`--keep-within`/`--keep-archive` when any is given (the command line says the
+    /// whole policy), else that repository's own keys when it is `repo2` .. `repo4` of the settings
+    /// and any of its `repoN-retention-*` is set (they say its whole policy), else
+    /// `retention-full`, `retention-within` and `retention-archive`.
     ///
     /// # Errors
-    /// A number of full backups of 0, naming where it came from.
-    pub fn retention(&self, keep_full: Option<usize>, keep_within: Option<std::time::Duration>) -> Result<sheaf_pg::maintain::expire::Retention> {
+    /// A number of 0, naming the key and where it came from.
+    pub fn retention(&self, repo: Option<&str>, flags: &KeepFlags) -> Result<sheaf_pg::maintain::expire::Retention> {
+        use sheaf_pg::maintain::expire::Retention;
         let secs = |d: std::time::Duration| d.as_secs() as i64;
-        if keep_full.is_some() || keep_within.is_some() {
-            return Ok(sheaf_pg::maintain::expire::Retention { keep_full, keep_within: keep_within.map(secs) });
+        if flags.full.is_some() || flags.within.is_some() || flags.archive.is_some() {
+            return Ok(Retention { keep_full: flags.full, keep_within: flags.within.map(secs), keep_archive: flags.archive });
         }
-        let keep_full = match self.settings.get(&settings::RETENTION_FULL, None) {
-            Some((0, o)) => return Err(Error::invalid(format!("retention-full = 0 from {o}: give a number of full backups, 1 or more"))),
-            other => other.map(|(n, _)| n),
+        let (full, within, archive) = repo
+            .and_then(|text| settings::MORE_REPOS.iter().find(|m| self.settings.value(&m.repo, None).as_deref() == Some(text)))
+            .map(|m| m.retention)
+            .filter(|(f, w, a)| self.settings.get(f, None).is_some() || self.settings.get(w, None).is_some() || self.settings.get(a, None).is_some())
+            .unwrap_or((settings::RETENTION_FULL, settings::RETENTION_WITHIN, settings::RETENTION_ARCHIVE));
+        let count = |key: &settings::Key<usize>, what: &str| match self.settings.get(key, None) {
+            Some((0, o)) => Err(Error::invalid(format!("{} = 0 from {o}: give a number of full backups {what}, 1 or more", key.name))),
+            other => Ok(other.map(|(n, _)| n)),
         };
-        let keep_within = self.settings.value(&settings::RETENTION_WITHIN, None).map(secs);
-        Ok(sheaf_pg::maintain::expire::Retention { keep_full, keep_within })
+        Ok(Retention {
+            keep_full: count(&full, "to keep")?,
+            keep_within: self.settings.value(&within, None).map(secs),
+            keep_archive: count(&archive, "whose WAL is kept for point-in-time recovery")?,
+        })
     }
 
-    /// expire-auto: the retention to apply after a backup into a repository, when `--expire-auto`
-    /// or the setting says so.
+    /// expire-auto: the retention to apply after a backup into the repository at `repo`, when
+    /// `--expire-auto` or the setting says so.
     ///
     /// # Errors
     /// expire-auto on with no retention set; as [`Context::retention`].
-    pub fn expire_auto(&self, flag: bool) -> Result<Option<sheaf_pg::maintain::expire::Retention>> {
+    pub fn expire_auto(&self, flag: bool, repo: Option<&str>) -> Result<Option<sheaf_pg::maintain::expire::Retention>> {
         if !self.settings.switch(&settings::EXPIRE_AUTO, flag) {
             return Ok(None);
         }
-        let keep = self.retention(None, None)?;
-        if keep.keep_full.is_none() && keep.keep_within.is_none() {
+        let keep = self.retention(repo, &KeepFlags::default())?;
+        if keep.keep_full.is_none() && keep.keep_within.is_none() && keep.keep_archive.is_none() {
             return Err(Error::invalid(
-                "expire-auto is on but no retention is set: set retention-full (e.g. 2) and/or retention-within (e.g. 14d) in the config file, or turn expire-auto off",
+                "expire-auto is on but no retention is set: set retention-full (e.g. 2), retention-within (e.g. 14d) and/or retention-archive (e.g. 2) in the config file (or the repository's own repoN-retention-*), or turn expire-auto off",
             ));
         }
         Ok(Some(keep))

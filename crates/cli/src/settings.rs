@@ -179,6 +179,15 @@ pub struct Key<T: 'static> {
     get: fn(&Values) -> Option<&T>,
 }
 
+// A name and a function: copied whatever `T` is (a derive would ask `T: Copy`).
+impl<T> Clone for Key<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Key<T> {}
+
 /// The settings: [`Values`] (one field per key, typed), [`KEYS`] (each key with what it is for)
 /// and one [`Key`] constant per key, from one list.
 macro_rules! settings {
@@ -237,6 +246,16 @@ settings! {
     TYPE backup_type: BackupType = "type", "backup type into the repository: full, diff or incr";
     RETENTION_FULL retention_full: usize = "retention-full", "expire: keep the newest N full backups (as --keep-full)";
     RETENTION_WITHIN retention_within: Duration = "retention-within", "expire: keep what recovers to any moment this far back, e.g. 14d (as --keep-within)";
+    RETENTION_ARCHIVE retention_archive: usize = "retention-archive", "expire: keep WAL for point-in-time recovery from the newest N fulls on; older ones keep only what makes them consistent (as --keep-archive)";
+    REPO2_RETENTION_FULL repo2_retention_full: usize = "repo2-retention-full", "repo2's own retention-full (a repository's own retention keys say its whole policy)";
+    REPO2_RETENTION_WITHIN repo2_retention_within: Duration = "repo2-retention-within", "repo2's own retention-within";
+    REPO2_RETENTION_ARCHIVE repo2_retention_archive: usize = "repo2-retention-archive", "repo2's own retention-archive";
+    REPO3_RETENTION_FULL repo3_retention_full: usize = "repo3-retention-full", "repo3's own retention-full";
+    REPO3_RETENTION_WITHIN repo3_retention_within: Duration = "repo3-retention-within", "repo3's own retention-within";
+    REPO3_RETENTION_ARCHIVE repo3_retention_archive: usize = "repo3-retention-archive", "repo3's own retention-archive";
+    REPO4_RETENTION_FULL repo4_retention_full: usize = "repo4-retention-full", "repo4's own retention-full";
+    REPO4_RETENTION_WITHIN repo4_retention_within: Duration = "repo4-retention-within", "repo4's own retention-within";
+    REPO4_RETENTION_ARCHIVE repo4_retention_archive: usize = "repo4-retention-archive", "repo4's own retention-archive";
     EXPIRE_AUTO expire_auto: bool = "expire-auto", "backup into a repository: run expire with the retention above after each successful backup (true/false)";
     PARALLEL parallel: usize = "parallel", "wal-push: segments pushed at once (look-ahead); wal-fetch: segments fetched ahead";
     QUEUE_MAX queue_max: Size = "queue-max", "wal-push: most WAL waiting in pg_wal before segments are dropped from the archive";
@@ -286,13 +305,36 @@ pub struct MoreRepo {
     pub key_file: Key<PathBuf>,
     pub pass_file: Key<PathBuf>,
     pub command: Key<String>,
+    /// Its own retention: full backups, window, archive.
+    pub retention: (Key<usize>, Key<Duration>, Key<usize>),
 }
 
 /// `repo2` .. `repo4`.
 pub const MORE_REPOS: [MoreRepo; 3] = [
-    MoreRepo { n: 2, repo: REPO2, key_file: REPO2_ENCRYPTION_KEY_FILE, pass_file: REPO2_PASSPHRASE_FILE, command: REPO2_KEY_COMMAND },
-    MoreRepo { n: 3, repo: REPO3, key_file: REPO3_ENCRYPTION_KEY_FILE, pass_file: REPO3_PASSPHRASE_FILE, command: REPO3_KEY_COMMAND },
-    MoreRepo { n: 4, repo: REPO4, key_file: REPO4_ENCRYPTION_KEY_FILE, pass_file: REPO4_PASSPHRASE_FILE, command: REPO4_KEY_COMMAND },
+    MoreRepo {
+        n: 2,
+        repo: REPO2,
+        key_file: REPO2_ENCRYPTION_KEY_FILE,
+        pass_file: REPO2_PASSPHRASE_FILE,
+        command: REPO2_KEY_COMMAND,
+        retention: (REPO2_RETENTION_FULL, REPO2_RETENTION_WITHIN, REPO2_RETENTION_ARCHIVE),
+    },
+    MoreRepo {
+        n: 3,
+        repo: REPO3,
+        key_file: REPO3_ENCRYPTION_KEY_FILE,
+        pass_file: REPO3_PASSPHRASE_FILE,
+        command: REPO3_KEY_COMMAND,
+        retention: (REPO3_RETENTION_FULL, REPO3_RETENTION_WITHIN, REPO3_RETENTION_ARCHIVE),
+    },
+    MoreRepo {
+        n: 4,
+        repo: REPO4,
+        key_file: REPO4_ENCRYPTION_KEY_FILE,
+        pass_file: REPO4_PASSPHRASE_FILE,
+        command: REPO4_KEY_COMMAND,
+        retention: (REPO4_RETENTION_FULL, REPO4_RETENTION_WITHIN, REPO4_RETENTION_ARCHIVE),
+    },
 ];
 
 /// Where a value came from.
@@ -540,7 +582,7 @@ mod tests {
         let s = layer(all, None).unwrap();
         assert_eq!(s.text.len(), KEYS.len());
         for m in &MORE_REPOS {
-            for k in [m.repo.name, m.key_file.name, m.pass_file.name, m.command.name] {
+            for k in [m.repo.name, m.key_file.name, m.pass_file.name, m.command.name, m.retention.0.name, m.retention.1.name, m.retention.2.name] {
                 assert!(k.starts_with(&format!("repo{}", m.n)) && KEYS.iter().any(|(n, _)| *n == k), "{k}");
             }
         }
@@ -548,10 +590,12 @@ mod tests {
 
     fn sample(key: &str) -> &'static str {
         match key {
-            "pg-port" | "stripes" | "retention-full" | "parallel" => "2",
+            "pg-port" | "stripes" | "parallel" => "2",
+            k if k.ends_with("retention-full") || k.ends_with("retention-archive") => "2",
             "compression" => "lz4",
             "type" => "full",
-            "retention-within" | "hook-timeout" => "1d",
+            k if k.ends_with("retention-within") => "1d",
+            "hook-timeout" => "1d",
             "log-level" => "debug",
             "log-format" => "json",
             "s3-storage-class" => "standard_ia",

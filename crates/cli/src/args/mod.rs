@@ -199,13 +199,21 @@ the recovery time, measured. sheaf info shows each backup's last drill; sheaf ch
 7d warns when the newest passing drill is older, and is critical when the last one failed. Exit 0 \
 when it passed; 3 when it found damage or a check failed; 4 when WAL was missing.")]
     Drill(DrillArgs),
-    /// Remove old backups and the WAL no kept backup needs, by policy.
+    /// Remove old backups and the WAL no kept backup needs, by policy; or one backup by its id.
     #[command(after_help = "Examples:\n  \
 sheaf expire --keep-full 2               # the two newest backups and the WAL from the older one on\n  \
-sheaf expire --keep-within 14d --dry-run # what recovery to any moment of the last 14 days needs\n\n\
+sheaf expire --keep-within 14d --dry-run # what recovery to any moment of the last 14 days needs\n  \
+sheaf expire --keep-full 4 --keep-archive 2\n                                         \
+# four fulls; point-in-time recovery from the newest two on,\n                                         \
+# the older two only to their own end\n  \
+sheaf expire --set 20261129-010000Z      # that one backup (sheaf info lists the ids)\n\n\
 Never removes the newest finished backup, nor WAL a kept backup needs to be consistent or to reach \
 any moment after it; history files always stay. Backups left unfinished by a crash are removed; one \
-still being written is left alone.")]
+still being written is left alone.\n\n\
+Without flags the policy comes from the settings: retention-full, retention-within and \
+retention-archive; a repository's own keys (repo2-retention-full ..., matched by its location) say \
+its whole policy instead. Each repository given (--repo repeated, or repo .. repo4 in the settings) is \
+expired by its own policy.")]
     Expire(ExpireArgs),
     /// Pin a backup so that expire never removes it, nor what it builds on, nor the WAL it needs
     /// to be consistent: forever, or --until a date (WAL-G's backup-mark, Barman's keep).

@@ -344,6 +344,19 @@ pub struct ExpireArgs {
     /// inside it, and the newest one before it.
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     pub keep_within: Option<std::time::Duration>,
+    /// Archive retention: keep the WAL for point-in-time recovery from the newest N full backups
+    /// kept on. Older kept backups keep only the WAL that makes each consistent: they restore to
+    /// their own end (--target immediate), not to a moment after it. Alone, it keeps every
+    /// backup and trims only WAL.
+    #[arg(long, value_name = "N")]
+    pub keep_archive: Option<usize>,
+    /// Remove this one backup (its id as sheaf info lists it, or its set's id) and the WAL no
+    /// backup left needs; refused, naming why, for the newest finished backup, one another
+    /// backup builds on (remove that first), a pinned one (sheaf keep --release) or one still
+    /// locked. The settings' retention-full and retention-within are not applied; archive
+    /// retention (--keep-archive, or retention-archive) is.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["keep_full", "keep_within"])]
+    pub set: Option<String>,
     /// Say what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,

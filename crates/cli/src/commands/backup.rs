@@ -89,7 +89,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     }
     let annotations = sheaf_pg::repo::annotations::given(&a.annotation);
     // Retention after the backup: checked now, so that a policy missing fails before, not after.
-    let auto_expire = if into_repo { ctx.expire_auto(a.expire_auto)? } else { None };
+    let auto_expire = if into_repo { ctx.expire_auto(a.expire_auto, ctx.repos_given().get(target).map(String::as_str))? } else { None };
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
     opts.stop = ctx.interrupt.stop().clone();
     opts.codec = codec;

@@ -6,45 +6,69 @@ use sheaf_core::Error;
 use sheaf_pg::maintain::expire;
 
 use crate::args::ExpireArgs;
-use crate::context::Context;
+use crate::context::{Context, KeepFlags};
 use crate::hooks::Hooks;
 use crate::output::plural;
 
 /// Run it.
 ///
 /// # Errors
-/// No policy, a repository that cannot be read, an object that cannot be removed.
+/// No policy, a repository that cannot be read, an object that cannot be removed; with `--set`,
+/// a backup that no repository given holds, or one that may not go.
 pub fn run(ctx: &Context, a: ExpireArgs) -> Result<(), Error> {
-    // The same policy in every repository given; one that cannot be read fails the command after
-    // the others are done.
-    let keep = ctx.retention(a.keep_full, a.keep_within)?;
+    let flags = KeepFlags { full: a.keep_full, within: a.keep_within, archive: a.keep_archive };
+    // Each repository's policy, resolved before any is touched: one that is wrong fails the
+    // command before anything goes.
+    let policies = ctx.repos_given().iter().map(|r| ctx.retention(Some(r), &flags)).collect::<Result<Vec<_>, Error>>()?;
     // A dry run changes nothing: no hooks around it.
     let hooks = if a.dry_run { Hooks::none("expire") } else { Hooks::new(&ctx.settings, ctx.interrupt.stop(), a.hooks.clone()).with("SHEAF_REPO", ctx.repos_given().join(" ")) };
-    hooks.around(None, || expire_all(ctx, &a, &keep).map(|()| serde_json::json!({}))).map(drop)
+    hooks.around(None, || expire_all(ctx, &a, &policies).map(|()| serde_json::json!({}))).map(drop)
 }
 
-/// Expire every repository given by the one policy.
-fn expire_all(ctx: &Context, a: &ExpireArgs, keep: &expire::Retention) -> Result<(), Error> {
+/// Expire every repository given, each by its policy. With `--set`, a repository that does not
+/// hold the backup is passed over; none holding it is the error.
+fn expire_all(ctx: &Context, a: &ExpireArgs, policies: &[expire::Retention]) -> Result<(), Error> {
     let now = sheaf_core::time::now_ms() / 1000;
     let mut failed = None;
     let repos = if a.dry_run { ctx.open_repos()? } else { ctx.open_repos_to_write()? };
     let several = repos.len() > 1;
-    for (place, opened) in repos {
-        let r = opened.and_then(|repo| one(a, &repo, keep, now));
-        if let Err(e) = r {
-            let e = if several { e.context(place.display()) } else { e };
-            if failed.is_some() {
-                crate::log::report(&e);
-            } else {
-                failed = Some(e);
+    let (mut missing, mut held) = (None, false);
+    for ((place, opened), keep) in repos.into_iter().zip(policies.iter().chain(std::iter::repeat(&expire::Retention::default()))) {
+        // A repository that cannot be opened is a failure, never one without the backup.
+        let e = match opened.map(|repo| one(a, &repo, keep, now, several)) {
+            Ok(Ok(())) => {
+                held = true;
+                continue;
             }
+            Ok(Err(e)) if a.set.is_some() && e.kind() == sheaf_core::ErrorKind::NotFound => {
+                if several {
+                    say!("{}: {e}", place.display());
+                }
+                missing = Some(e);
+                continue;
+            }
+            Ok(Err(e)) | Err(e) => e,
+        };
+        let e = if several { e.context(place.display()) } else { e };
+        if failed.is_some() {
+            crate::log::report(&e);
+        } else {
+            failed = Some(e);
         }
+    }
+    if let (Some(e), false, None) = (missing, held, &failed) {
+        return Err(e);
     }
     failed.map_or(Ok(()), Err)
 }
 
-fn one(a: &ExpireArgs, repo: &sheaf_pg::repo::Repo, keep: &expire::Retention, now: i64) -> Result<(), Error> {
-    let plan = expire::plan_expire(repo, keep, now)?;
+/// One repository: planned, carried out unless a dry run, said (headed by its name when there
+/// are `several`).
+fn one(a: &ExpireArgs, repo: &sheaf_pg::repo::Repo, keep: &expire::Retention, now: i64, several: bool) -> Result<(), Error> {
+    let plan = match &a.set {
+        Some(id) => expire::plan_remove(repo, id, keep, now)?,
+        None => expire::plan_expire(repo, keep, now)?,
+    };
     if !a.dry_run {
         expire::expire(repo, &plan)?;
     }
@@ -54,6 +78,9 @@ fn one(a: &ExpireArgs, repo: &sheaf_pg::repo::Repo, keep: &expire::Retention, no
         v["repo"] = serde_json::json!(repo.display());
         say!("{v}");
         return Ok(());
+    }
+    if several {
+        say!("{}:", repo.display());
     }
     say_plan(&plan, a.dry_run);
     Ok(())
@@ -79,6 +106,9 @@ pub fn say_plan(plan: &expire::ExpirePlan, dry_run: bool) {
     }
     if !plan.running.is_empty() {
         say!("left alone, still being written: {}", joined(&plan.running));
+    }
+    if !plan.consistent_only.is_empty() {
+        say!("kept without point-in-time recovery past their end (archive retention: only the WAL that makes each consistent): {}", joined(&plan.consistent_only));
     }
     if !plan.pinned.is_empty() {
         say!("kept, pinned by sheaf keep (with the WAL each needs to be consistent): {}", plan.pinned.join(", "));

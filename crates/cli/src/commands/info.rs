@@ -65,9 +65,12 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
     let meta = repo.meta();
     let Inventory { found, files, ranges, gaps, expired, needs, drills, dropped, wal_bytes, backup_bytes, streaming, .. } = inv;
     let pins = sheaf_pg::repo::keep::pins(repo)?;
+    // Backups that recover only to their own end: archive retention (or a pin past the policy)
+    // left them the WAL that makes them consistent, not the WAL after.
+    let end_only: Vec<&str> = found.iter().filter_map(Found::record).filter(|r| needs.to_its_end_only(&files, r, meta.wal_segment_size)).map(|r| r.id.as_str()).collect();
     if json {
         return Ok(serde_json::json!({
-            "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps, "retention_gaps": expired, "retention_horizon": needs.horizon, "drills": drills.last_of,
+            "repo": repo.display(), "meta": meta, "backups": found, "wal": ranges, "gaps": gaps, "retention_gaps": expired, "retention_horizon": needs.horizon, "to_its_end_only": end_only, "drills": drills.last_of,
             "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins, "streaming": streaming,
         }));
     }
@@ -109,7 +112,7 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
                 r.ratio(),
                 r.compression,
                 r.stripes.len(),
-                notes(r, pins.iter().find(|p| p.id == r.id), drills.last_of.iter().find(|d| d.backup == r.id))
+                notes(r, pins.iter().find(|p| p.id == r.id), drills.last_of.iter().find(|d| d.backup == r.id), end_only.contains(&r.id.as_str()))
             ),
             Found::Unfinished { id, running, .. } => {
                 say!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
@@ -145,7 +148,7 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
     }
     for g in &expired {
         say!(
-            "WAL removed by retention on timeline {}: between {} and {} (sheaf expire; a pinned backup before it keeps only the WAL that makes it consistent)",
+            "WAL removed by retention on timeline {}: between {} and {} (sheaf expire; a backup before it, pinned or past retention-archive, keeps only the WAL that makes it consistent)",
             g.timeline,
             g.after,
             g.before
@@ -163,7 +166,7 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
 }
 
 /// A backup's label and annotations, then whether it is pinned and until when it is locked.
-fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo::keep::Pin>, drill: Option<&sheaf_pg::repo::drills::DrillRecord>) -> String {
+fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo::keep::Pin>, drill: Option<&sheaf_pg::repo::drills::DrillRecord>, end_only: bool) -> String {
     let mut out = r.label.clone().unwrap_or_default();
     for (k, v) in &r.annotations {
         out.push_str(&format!(" {k}={v}"));
@@ -177,6 +180,9 @@ fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo:
     }
     if let Some(p) = pin {
         out.push_str(&format!(" [kept {}]", p.until_text()));
+    }
+    if end_only {
+        out.push_str(" [to its end only: WAL after it expired]");
     }
     if let Some(u) = r.locked_until {
         let now = sheaf_core::time::now_ms() / 1000;

@@ -1,7 +1,9 @@
-//! Retention: what `sheaf expire` removes, by policy ([`plan_expire`]), and removing it in an
-//! order a crash midway cannot hurt ([`expire`]). Never the newest finished backup, nor WAL a kept
-//! backup needs, nor a backup that a kept or running incremental builds on; history files always
-//! stay; a backup still being written is left alone.
+//! Retention: what `sheaf expire` removes, by policy ([`plan_expire`]) or one backup named
+//! ([`plan_remove`]), and removing it in an order a crash midway cannot hurt ([`expire`]). Never
+//! the newest finished backup, nor WAL a kept backup needs, nor a backup that a kept or running
+//! incremental builds on; history files always stay; a backup still being written is left alone.
+//! Archive retention ([`Retention::keep_archive`]) keeps point-in-time recovery for the newest
+//! fulls only: older kept backups keep the WAL that makes them consistent, as pinned ones do.
 
 use crate::repo::Repo;
 use serde::Serialize;
@@ -36,6 +38,9 @@ pub struct ExpirePlan {
     pub horizon: Option<WalFile>,
     /// Backups kept because they are pinned (`sheaf keep`), with until when.
     pub pinned: Vec<String>,
+    /// Kept backups older than what archive retention keeps WAL for: each keeps only the WAL
+    /// that makes it consistent, no point-in-time recovery past it.
+    pub consistent_only: Vec<BackupId>,
     /// Backups the policy would remove, left because their objects are still locked (S3 Object
     /// Lock), with until when.
     pub locked: Vec<String>,
@@ -60,24 +65,37 @@ pub struct Retention {
     /// Keep what recovers to any moment in the last this many seconds: the backups that end
     /// inside it and the newest one before it.
     pub keep_within: Option<i64>,
+    /// Keep the WAL for point-in-time recovery from the start of the newest N full backups kept
+    /// on; an older kept backup keeps only its own span, the WAL that makes it consistent.
+    /// `None`: from the oldest backup kept.
+    pub keep_archive: Option<usize>,
 }
 
-/// Decide what `expire` removes. Never the newest finished backup, nor WAL a kept backup needs
-/// (from the oldest kept backup's start onwards, every timeline); history files always stay.
+impl Retention {
+    /// Whether it says which backups to keep (archive retention alone removes WAL, not backups).
+    fn names_backups(&self) -> bool {
+        self.keep_full.is_some() || self.keep_within.is_some()
+    }
+}
+
+/// Decide what `expire` removes by policy. Never the newest finished backup, nor WAL a kept
+/// backup needs (from the oldest kept backup's start onwards, every timeline; with archive
+/// retention, from the start of the newest N fulls kept, older ones keeping their own span);
+/// history files always stay.
 ///
 /// # Errors
 /// No retention given; the repository cannot be read.
 pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan> {
     let meta = repo.meta();
-    if keep.keep_full.is_none() && keep.keep_within.is_none() {
+    if !keep.names_backups() && keep.keep_archive.is_none() {
         return Err(Error::invalid(
-            "say what to keep: --keep-full N (the newest N full backups) and/or --keep-within DURATION (e.g. 14d), or retention-full / retention-within in the config file",
+            "say what to keep: --keep-full N (the newest N full backups), --keep-within DURATION (e.g. 14d) and/or --keep-archive N (WAL for point-in-time recovery from the newest N fulls on), or retention-full / retention-within / retention-archive in the config file; or --set ID to remove one backup",
         ));
     }
     if keep.keep_full == Some(0) {
         return Err(Error::invalid("--keep-full 0 would remove every backup: keep at least 1"));
     }
-    let lock = meta.lock.map(|l| l.seconds());
+    check_archive(keep)?;
     if let (Some(l), Some(w)) = (&meta.lock, keep.keep_within) {
         if w > l.seconds() {
             return Err(Error::invalid(format!(
@@ -88,12 +106,13 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
             )));
         }
     }
-    // Until when a backup's objects are locked: its record says (they all carry the lock of the
-    // process that wrote them).
-    let locked_until = |r: &BackupRecord| lock.map(|s| r.locked_until.unwrap_or(r.start_unix + s)).filter(|&u| u > now);
     let found = backups(repo)?;
     let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
     let mut keep_ids = std::collections::BTreeSet::new();
+    if !keep.names_backups() {
+        // Archive retention alone: every backup stays, only WAL goes.
+        keep_ids.extend(done.iter().map(|r| r.id.clone()));
+    }
     if let Some(n) = keep.keep_full {
         // The newest N full backups, and every backup that builds on one of them.
         let fulls: Vec<&str> = done.iter().rev().filter(|r| r.backup_type == BackupType::Full).take(n).map(|r| r.id.as_str()).collect();
@@ -119,10 +138,105 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
     if let Some(r) = done.last() {
         keep_ids.insert(r.id.clone());
     }
+    settle(repo, keep, &found, keep_ids, None, now)
+}
+
+/// Decide what `expire --set ID` removes: that one backup (its repository id or its set's backup
+/// id), with the WAL that no backup left needs, as retention would (`keep`'s archive retention
+/// applies; which backups it keeps does not). Refused, naming why, when it is the newest finished
+/// backup, another backup builds on it, it is pinned, still locked, or still being written.
+///
+/// # Errors
+/// [`sheaf_core::ErrorKind::NotFound`] when the repository holds no such backup; one of the
+/// refusals above; the repository cannot be read.
+pub fn plan_remove(repo: &Repo, id: &str, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    check_archive(keep)?;
+    let keep = &Retention { keep_archive: keep.keep_archive, ..Retention::default() };
+    let found = backups(repo)?;
+    let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
+    let target = found.iter().find(|f| f.id() == id || f.record().is_some_and(|r| r.backup_id == id)).ok_or_else(|| {
+        Error::new(
+            sheaf_core::ErrorKind::NotFound,
+            format!(
+                "no backup {id} in {}; it holds: {} (sheaf info lists them)",
+                repo.display(),
+                if found.is_empty() { "none".to_string() } else { found.iter().map(Found::id).collect::<Vec<_>>().join(", ") }
+            ),
+        )
+    })?;
+    let record = match target {
+        Found::Unfinished { id, running: true, .. } => {
+            return Err(Error::invalid(format!("backup {id} is still being written (its writer runs): stop that backup first, or let it finish")));
+        }
+        // Left by a crash: it goes as expire removes those.
+        Found::Unfinished { id, .. } => {
+            let keep_ids = done.iter().map(|r| r.id.clone()).collect();
+            return settle(repo, keep, &found, keep_ids, Some(id), now);
+        }
+        Found::Complete(r) => r,
+    };
+    let id = &record.id;
+    // What builds on it, newest first: each must go before it.
+    for f in &found {
+        if let Found::Unfinished { id: other, lock: Some(l), running: true, .. } = f {
+            if l.chain.contains(id) {
+                return Err(Error::invalid(format!("backup {id} is the base of backup {other}, still being written: wait for it to finish, then remove both, newest first")));
+            }
+        }
+    }
+    let builders: Vec<&str> = done.iter().rev().filter(|r| r.chain.contains(id)).map(|r| r.id.as_str()).collect();
+    if !builders.is_empty() {
+        return Err(Error::invalid(format!(
+            "backup {id} is the base of {}: they cannot be restored without it. Remove {} first (newest first: sheaf expire --set {}), or keep {id}",
+            builders.join(", "),
+            if builders.len() == 1 { "it" } else { "them" },
+            builders[0]
+        )));
+    }
+    if done.last().is_some_and(|r| &r.id == id) {
+        return Err(Error::invalid(format!(
+            "backup {id} is the newest finished backup, which expire never removes (restore and drill take it by default): take another backup first, then remove this one"
+        )));
+    }
+    if let Some(p) = crate::repo::keep::pins(repo)?.into_iter().find(|p| &p.id == id && p.holds(now)) {
+        return Err(Error::invalid(format!("backup {id} is pinned ({}): release it first with sheaf keep --release {id}", p.until_text())));
+    }
+    if let Some(l) = repo.meta().lock {
+        let until = record.locked_until.unwrap_or(record.start_unix + l.seconds());
+        if until > now {
+            return Err(Error::invalid(format!(
+                "backup {id} is locked until {} (S3 Object Lock): no one can delete it before then; expire removes it once its lock runs out",
+                sheaf_core::time::utc(until)
+            )));
+        }
+    }
+    let keep_ids = done.iter().filter(|r| &r.id != id).map(|r| r.id.clone()).collect();
+    settle(repo, keep, &found, keep_ids, Some(id), now)
+}
+
+/// `--keep-archive 0` refused.
+fn check_archive(keep: &Retention) -> Result<()> {
+    if keep.keep_archive == Some(0) {
+        return Err(Error::invalid("--keep-archive 0 would leave no backup that recovers to a point in time: keep the WAL of at least the newest full (1)"));
+    }
+    Ok(())
+}
+
+/// The plan, once it is known which finished backups the policy keeps (`keep_ids`): what those
+/// need stays (their bases, pinned and still-locked backups, the WAL), the rest goes in a
+/// crash-safe order. Unfinished backups left by a crash go too, all of them by policy (`one` is
+/// `None`), else only `one` if it is one of them.
+fn settle(repo: &Repo, keep: &Retention, found: &[Found], mut keep_ids: std::collections::BTreeSet<BackupId>, one: Option<&BackupId>, now: i64) -> Result<ExpirePlan> {
+    let meta = repo.meta();
+    let lock = meta.lock.map(|l| l.seconds());
+    // Until when a backup's objects are locked: its record says (they all carry the lock of the
+    // process that wrote them).
+    let locked_until = |r: &BackupRecord| lock.map(|s| r.locked_until.unwrap_or(r.start_unix + s)).filter(|&u| u > now);
+    let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
     // A kept backup keeps the backups it builds on, and so does a backup being written now: an
     // incremental is only ever removed with, or after, those that depend on it.
     let mut needed: Vec<BackupId> = done.iter().filter(|r| keep_ids.contains(&r.id)).flat_map(|r| r.chain.iter().cloned()).collect();
-    for f in &found {
+    for f in found {
         if let Found::Unfinished { lock: Some(l), running: true, .. } = f {
             needed.extend(l.chain.iter().cloned());
         }
@@ -131,14 +245,14 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
     // WAL after them stays only if the policy keeps it.
     let pins: Vec<crate::repo::keep::Pin> = crate::repo::keep::pins(repo)?.into_iter().filter(|p| p.holds(now) && done.iter().any(|r| r.id == p.id)).collect();
     let by_policy: std::collections::BTreeSet<BackupId> = keep_ids.iter().cloned().chain(needed.iter().cloned()).collect();
-    let mut pinned_wal: Vec<(u64, u64)> = Vec::new();
+    let seg = meta.wal_segment_size;
+    let span = |r: &BackupRecord| Some((WalFile::parse(&r.start_wal, seg)?.segno, WalFile::parse(&r.stop_wal, seg)?.segno));
+    let mut own_spans: Vec<(u64, u64)> = Vec::new();
     for p in &pins {
         let r = done.iter().find(|r| r.id == p.id).expect("filtered on it");
         keep_ids.insert(r.id.clone());
         needed.extend(r.chain.iter().cloned());
-        if let (Some(a), Some(b)) = (WalFile::parse(&r.start_wal, meta.wal_segment_size), WalFile::parse(&r.stop_wal, meta.wal_segment_size)) {
-            pinned_wal.push((a.segno, b.segno));
-        }
+        own_spans.extend(span(r));
     }
     // Backups still locked stay (with what they build on) whatever the policy says: removing one
     // would only hide it behind a delete marker.
@@ -151,7 +265,11 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
             needed.extend(r.chain.iter().cloned());
         }
     }
-    let unprotected = if lock.is_some() { done.iter().filter(|r| by_policy.contains(&r.id) && locked_until(r).is_none()).map(|r| r.id.clone()).collect() } else { Vec::new() };
+    let unprotected = if lock.is_some() && keep.names_backups() {
+        done.iter().filter(|r| by_policy.contains(&r.id) && locked_until(r).is_none()).map(|r| r.id.clone()).collect()
+    } else {
+        Vec::new()
+    };
     keep_ids.extend(needed);
     let mut plan = ExpirePlan { pinned: pins.iter().map(|p| format!("{} ({})", p.id, p.until_text())).collect(), locked, unprotected, ..ExpirePlan::default() };
     // Until when an object written at `modified` is locked, at the latest.
@@ -167,7 +285,7 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
     // record is gone. Then the stripes and what unfinished backups left; pins that ran out and the
     // removed backups' drill records last.
     let (mut records, mut rest, mut pins) = (Vec::new(), Vec::new(), Vec::new());
-    for f in &found {
+    for f in found {
         match f {
             Found::Complete(r) if keep_ids.contains(&r.id) => plan.kept.push(r.id.clone()),
             Found::Complete(r) => {
@@ -188,6 +306,7 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
                 pins.extend(drills.iter().filter(|d| crate::repo::drills::drill_backup(d) == Some(r.id.as_str())).cloned());
             }
             Found::Unfinished { id, running: true, .. } => plan.running.push(id.clone()),
+            Found::Unfinished { id, .. } if one.is_some_and(|o| o != id) => {}
             Found::Unfinished { id, objects, .. } => {
                 let newest = objects.iter().filter(|o| !o.ends_with(".lock")).filter_map(|o| listed.iter().find(|l| &l.name == o)).map(|l| l.modified).max();
                 if let Some(u) = newest.and_then(object_lock) {
@@ -206,22 +325,39 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
     }
     plan.objects = records.into_iter().rev().chain(rest).chain(pins).collect();
     plan.kept.retain(|id| !locked_ids.contains(id));
-    // The WAL from the oldest backup the policy keeps on; a pinned backup's own span besides.
+    // The WAL from the oldest backup the policy keeps on (with archive retention, the start of
+    // the Nth newest full it keeps); each kept backup older than that, and each pinned one, keeps
+    // its own span besides.
     let kept: Vec<&&BackupRecord> = done.iter().filter(|r| by_policy.contains(&r.id)).collect();
-    let seg = meta.wal_segment_size;
+    let start_of = |r: &BackupRecord| WalFile::parse(&r.start_wal, seg);
+    // Archive retention: point-in-time recovery from the Nth newest full kept on, in the order
+    // the backups were taken (after a restore to an earlier moment, a newer timeline's segment
+    // numbers are lower than an older one's), and never less than a time window keeps.
+    let from = keep.keep_archive.and_then(|n| {
+        let nth = kept.iter().enumerate().rev().filter(|(_, r)| r.backup_type == BackupType::Full).nth(n - 1).map(|(i, _)| i)?;
+        let window = keep.keep_within.map(|w| kept.iter().rposition(|r| r.stop_unix < now - w).unwrap_or(0));
+        Some(window.map_or(nth, |w| w.min(nth)))
+    });
+    if let Some(from) = from {
+        for r in &kept[..from] {
+            own_spans.extend(span(r));
+            plan.consistent_only.push(r.id.clone());
+        }
+    }
     // Running backups need WAL from their start, which is after every finished one's: nothing to
     // add. With no finished backup kept there is nothing to anchor WAL to: keep all of it.
-    let oldest = kept.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).min_by_key(|w| w.segno);
+    let oldest = kept[from.unwrap_or(0)..].iter().filter_map(|r| start_of(r)).min_by_key(|w| w.segno);
     if let Some(oldest) = oldest {
         plan.wal_kept_from = Some(oldest.name.clone());
         plan.horizon = Some(oldest.clone());
         let listed = repo.list(paths::WAL)?;
         let summaries: std::collections::HashSet<String> = listed.iter().map(|o| o.name.clone()).filter(|n| n.ends_with(".sum")).collect();
+        let in_a_span = |segno: u64| own_spans.iter().any(|&(a, b)| (a..=b).contains(&segno));
         // wal-receive's copies of segments never completed (a receiver that stopped for good, a
         // timeline's last segment) go with the WAL around them.
         for o in listed.iter().filter(|o| o.name.ends_with(".streaming")) {
             let name = o.name.rsplit('/').next().and_then(|n| n.strip_suffix(".streaming")).unwrap_or_default();
-            let old = WalFile::parse(name, seg).is_some_and(|w| w.segno < oldest.segno && !pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno)));
+            let old = WalFile::parse(name, seg).is_some_and(|w| w.segno < oldest.segno && !in_a_span(w.segno));
             if old {
                 plan.bytes += o.size;
                 plan.objects.push(o.name.clone());
@@ -229,8 +365,7 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
         }
         let written: std::collections::HashMap<&str, i64> = listed.iter().map(|o| (o.name.as_str(), o.modified)).collect();
         for (w, size) in archived(repo)? {
-            let pinned = pinned_wal.iter().any(|&(a, b)| (a..=b).contains(&w.segno));
-            if w.kind != WalKind::History && w.segno < oldest.segno && !pinned {
+            if w.kind != WalKind::History && w.segno < oldest.segno && !in_a_span(w.segno) {
                 if let Some(u) = written.get(paths::wal_object(&w.name).as_str()).copied().and_then(object_lock) {
                     plan.wal_locked += 1;
                     plan.wal_locked_until = plan.wal_locked_until.max(Some(u));
@@ -332,7 +467,7 @@ mod tests {
         repo.put_json("backups/e.lock", &dead, false).unwrap();
         put("backups/e/e_1.sheaf");
 
-        let keep = Retention { keep_full: Some(2), keep_within: None };
+        let keep = Retention { keep_full: Some(2), keep_within: None, keep_archive: None };
         let plan = plan_expire(&repo, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["b", "c"]);
         assert_eq!(plan.removed, vec!["a"]);
@@ -350,7 +485,7 @@ mod tests {
         assert!(left.contains(&crate::repo::paths::streaming_object(&segment_name(1, 7, seg))), "a recent one stays");
 
         // Time-based: the window [3500, 4000] holds no backup end; the newest before it (c) stays.
-        let keep = Retention { keep_full: None, keep_within: Some(500) };
+        let keep = Retention { keep_full: None, keep_within: Some(500), keep_archive: None };
         let plan = plan_expire(&repo, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["c"]);
         assert_eq!(plan.removed, vec!["b"]);
@@ -373,14 +508,14 @@ mod tests {
         }
         let kept = |keep: Retention| plan_expire(&repo, &keep, 5500).unwrap().kept;
         // The newest full, and everything built on it.
-        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["c", "d", "e"]);
-        assert_eq!(kept(Retention { keep_full: Some(2), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None, keep_archive: None }), vec!["c", "d", "e"]);
+        assert_eq!(kept(Retention { keep_full: Some(2), keep_within: None, keep_archive: None }), vec!["a", "b", "c", "d", "e"]);
         // A window holding only e's end: e, the newest before the window (d), and their full.
-        assert_eq!(kept(Retention { keep_full: None, keep_within: Some(1000) }), vec!["c", "d", "e"]);
+        assert_eq!(kept(Retention { keep_full: None, keep_within: Some(1000), keep_archive: None }), vec!["c", "d", "e"]);
         // An incremental being written on b keeps b and a.
         let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()] };
         repo.put_json("backups/f.lock", &live, false).unwrap();
-        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None }), vec!["a", "b", "c", "d", "e"]);
+        assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None, keep_archive: None }), vec!["a", "b", "c", "d", "e"]);
     }
 
     #[test]
@@ -396,7 +531,7 @@ mod tests {
             put(&r.stripes[0]);
             repo.put_json(&paths::record(id), &r, false).unwrap();
         }
-        let plan = plan_expire(&repo, &Retention { keep_full: Some(1), keep_within: None }, 5000).unwrap();
+        let plan = plan_expire(&repo, &Retention { keep_full: Some(1), keep_within: None, keep_archive: None }, 5000).unwrap();
         assert_eq!(plan.removed, vec!["a", "b"]);
         assert_eq!(plan.objects[..2], [paths::record("b"), paths::record("a")], "{:?}", plan.objects);
         // Cut after each step: what is left never lists a backup whose stripes or base are gone.
@@ -434,7 +569,7 @@ mod tests {
             put(&paths::wal_object(&segment_name(1, s, seg)));
         }
         crate::maintain::keep::pin(&repo, "c", None, 4500).unwrap();
-        let plan = plan_expire(&repo, &Retention { keep_full: Some(1), keep_within: None }, 4500).unwrap();
+        let plan = plan_expire(&repo, &Retention { keep_full: Some(1), keep_within: None, keep_archive: None }, 4500).unwrap();
         assert_eq!(plan.kept, vec!["a", "b", "c", "d"], "c is pinned, and builds on a and b");
         expire(&repo, &plan).unwrap();
         let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
@@ -472,7 +607,7 @@ mod tests {
         assert!(crate::maintain::keep::pin(&repo, "nope", None, 4000).is_err(), "no such backup");
         assert!(crate::maintain::keep::pin(&repo, "a", Some(3999), 4000).is_err(), "a date already past");
         crate::maintain::keep::pin(&repo, "a", Some(5000), 4000).unwrap();
-        let keep = Retention { keep_full: Some(1), keep_within: None };
+        let keep = Retention { keep_full: Some(1), keep_within: None, keep_archive: None };
         let plan = plan_expire(&repo, &keep, 4000).unwrap();
         assert_eq!(plan.kept, vec!["a", "c"]);
         assert_eq!(plan.removed, vec!["b"]);
@@ -517,5 +652,104 @@ mod tests {
         crate::maintain::keep::pin(&repo, "c", None, 6000).unwrap();
         assert!(crate::maintain::keep::release(&repo, "c").unwrap());
         assert!(!crate::maintain::keep::release(&repo, "c").unwrap());
+    }
+    /// Backups `(id, stop time, first and last WAL segment, chain)` recorded in `repo`, fulls
+    /// where the chain is empty, and segments `wal` archived.
+    fn lay_out(repo: &Repo, seg: u64, backups: &[(&str, i64, u64, u64, &[&str])], wal: std::ops::RangeInclusive<u64>) {
+        let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+        for (id, stop, a, b, chain) in backups {
+            let mut r = record(id, *stop, &segment_name(1, *a, seg));
+            r.stop_wal = segment_name(1, *b, seg);
+            r.chain = chain.iter().map(|c| BackupId::from(*c)).collect();
+            r.backup_type = if chain.is_empty() { BackupType::Full } else { BackupType::Incr };
+            put(&r.stripes[0]);
+            repo.put_json(&paths::record(id), &r, false).unwrap();
+        }
+        for s in wal {
+            put(&paths::wal_object(&segment_name(1, s, seg)));
+        }
+    }
+
+    #[test]
+    fn one_backup_goes_by_its_id_and_whatever_still_needs_it_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, seg) = test_repo(d.path());
+        // a full (2..3), b incr on a (4), c full (6), d full (8), the newest.
+        lay_out(&repo, seg, &[("a", 1000, 2, 3, &[]), ("b", 2000, 4, 4, &["a"]), ("c", 3000, 6, 6, &[]), ("d", 4000, 8, 8, &[])], 2..=9);
+        let none = Retention::default();
+        let refused = |id: &str| plan_remove(&repo, id, &none, 5000).unwrap_err().to_string();
+        assert!(refused("a").contains("backup a is the base of b") && refused("a").contains("sheaf expire --set b"), "{}", refused("a"));
+        assert!(refused("d").contains("the newest finished backup"), "{}", refused("d"));
+        assert!(refused("zz").contains("no backup zz") && refused("zz").contains("a, b, c, d"), "{}", refused("zz"));
+        crate::maintain::keep::pin(&repo, "c", None, 5000).unwrap();
+        assert!(refused("c").contains("sheaf keep --release c"), "{}", refused("c"));
+        crate::maintain::keep::release(&repo, "c").unwrap();
+        // By its set's id as well; the WAL stays, every backup left starting after it.
+        let plan = plan_remove(&repo, "b-set", &none, 5000).unwrap();
+        assert_eq!((plan.removed.clone(), plan.kept.clone()), (vec![BackupId::from("b")], vec!["a".into(), "c".into(), "d".into()]));
+        assert_eq!(plan.wal_removed, 0);
+        expire(&repo, &plan).unwrap();
+        // Now a: the WAL before c's start goes with it, as retention would remove it.
+        let plan = plan_remove(&repo, "a", &none, 5000).unwrap();
+        assert_eq!(plan.removed, vec![BackupId::from("a")]);
+        assert_eq!(plan.wal_removed, 4, "segments 2..5");
+        expire(&repo, &plan).unwrap();
+        let left: Vec<String> = crate::repo::records::backups(&repo).unwrap().iter().map(|f| f.id().to_string()).collect();
+        assert_eq!(left, ["c", "d"]);
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
+        assert!(inv.gaps.is_empty(), "{:?}", inv.gaps);
+        // One left by a crash, named: it alone goes.
+        let dead = crate::repo::records::BackupLock { id: "e".into(), host: crate::repo::records::host_name(), pid: 0x7fff_fff0, start_unix: 4400, chain: vec![] };
+        repo.put_json("backups/e.lock", &dead, false).unwrap();
+        let plan = plan_remove(&repo, "e", &none, 5000).unwrap();
+        assert_eq!((plan.unfinished.clone(), plan.removed.len()), (vec![BackupId::from("e")], 0));
+    }
+
+    #[test]
+    fn archive_retention_keeps_recovery_to_any_moment_for_the_newest_fulls_and_consistency_for_older() {
+        let d = tempfile::tempdir().unwrap();
+        let (repo, seg) = test_repo(d.path());
+        // Fulls a (2..3), b (5..6), c (8..9); b2 incr on b (7); WAL 1..=11.
+        lay_out(&repo, seg, &[("a", 1000, 2, 3, &[]), ("b", 2000, 5, 6, &[]), ("b2", 2500, 7, 7, &["b"]), ("c", 3000, 8, 9, &[])], 1..=11);
+        assert!(plan_expire(&repo, &Retention { keep_archive: Some(0), ..Retention::default() }, 4000).is_err());
+        // Every backup kept, WAL for point-in-time recovery from the newest two fulls (b) on.
+        let two = plan_expire(&repo, &Retention { keep_full: Some(3), keep_archive: Some(2), ..Retention::default() }, 4000).unwrap();
+        assert_eq!(two.kept.len(), 4);
+        assert_eq!(two.consistent_only, vec![BackupId::from("a")]);
+        assert_eq!((two.wal_removed, two.wal_kept_from.clone()), (2, Some(segment_name(1, 5, seg))), "1 and 4");
+        // A window asks for more: recovery to any moment of its span, from b (the newest backup
+        // ending before it) on, whatever the archive retention says.
+        let window = plan_expire(&repo, &Retention { keep_full: Some(3), keep_within: Some(1500), keep_archive: Some(1) }, 4000).unwrap();
+        assert_eq!(window.consistent_only, vec![BackupId::from("a")]);
+        // Archive retention alone keeps every backup too.
+        let one = Retention { keep_archive: Some(1), ..Retention::default() };
+        let plan = plan_expire(&repo, &one, 4000).unwrap();
+        assert_eq!(plan.kept, vec!["a", "b", "b2", "c"]);
+        assert_eq!(plan.consistent_only, vec!["a", "b", "b2"]);
+        assert_eq!(plan.wal_removed, 2, "1 and 4: 7 is b2's own span");
+        expire(&repo, &plan).unwrap();
+        // What it removed is retention's, not damage; every backup has what it needs.
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
+        assert!(inv.gaps.is_empty(), "{:?}", inv.gaps);
+        assert_eq!(inv.expired.len(), 1, "3 to 5: segment 1 went from before the first run, {:?}", inv.expired);
+        for r in inv.found.iter().filter_map(Found::record) {
+            assert_eq!(inv.needs.missing(&inv.files, r, seg), Some(vec![]), "{}", r.id);
+        }
+        // A point in time after a is no longer in reach (4 is gone): restore says why. b's span
+        // runs on into b2's and c's, so b still recovers to the end.
+        let records: Vec<BackupRecord> = inv.found.iter().filter_map(Found::record).cloned().collect();
+        let pick = |id: &str| records.iter().find(|r| r.id == id).unwrap();
+        use crate::restore::target::{Recovery, Target, TargetAction, TimelineTarget};
+        let to = |target| Recovery { target, action: TargetAction::Promote, timeline: TimelineTarget::Latest, inclusive: true };
+        let to_end = to(Target::End);
+        let e = crate::restore::pitr::plan(&repo, &records, Some(pick("a")), &to_end).unwrap_err().to_string();
+        assert!(e.contains("keeps only the WAL that makes it consistent") && e.contains("--target immediate") && e.contains("from c on"), "{e}");
+        let now = to(Target::Immediate);
+        assert_eq!(crate::restore::pitr::plan(&repo, &records, Some(pick("a")), &now).unwrap().backup.id, "a");
+        assert_eq!(crate::restore::pitr::plan(&repo, &records, Some(pick("b")), &to_end).unwrap().backup.id, "b");
+        // A segment inside a's own span lost is damage.
+        repo.delete(&paths::wal_object(&segment_name(1, 3, seg))).unwrap();
+        let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
+        assert_eq!(inv.gaps.len(), 1, "{:?}", inv.gaps);
     }
 }

@@ -152,6 +152,14 @@ impl WalNeeds {
         below && !self.pinned.contains(&r.id) && self.bases.contains(&r.id)
     }
 
+    /// Whether `r` recovers only to its own end: it lies before the retention horizon (archive
+    /// retention, or a pin older than the policy) and a segment between its stop and the
+    /// horizon is gone, so no point in time after it is in reach.
+    pub fn to_its_end_only(&self, files: &[(WalFile, u64)], r: &BackupRecord, seg_size: u64) -> bool {
+        let (Some(h), Some(stop)) = (&self.horizon, WalFile::parse(&r.stop_wal, seg_size)) else { return false };
+        h.below(stop.segno + 1) && !missing(files, r.timeline, stop.segno + 1, h.segno - 1, seg_size).is_empty()
+    }
+
     /// The archived segments `r` needs that are missing; `None` when nothing of its timeline is
     /// archived.
     pub fn missing(&self, files: &[(WalFile, u64)], r: &BackupRecord, seg_size: u64) -> Option<Vec<String>> {

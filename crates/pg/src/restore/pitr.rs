@@ -129,6 +129,23 @@ pub fn plan(repo: &Repo, records: &[BackupRecord], chosen: Option<&BackupRecord>
             gaps.extend(missing(&files, *t, *a, *b, seg));
         }
     }
+    if !gaps.is_empty() && recovery.target != Target::Immediate {
+        // Retention's doing (archive retention, or a pin older than what the policy keeps): the
+        // backup keeps only the WAL that makes it consistent.
+        let stop = WalFile::parse(&backup.stop_wal, seg).map_or(start.segno, |w| w.segno);
+        // Only when every segment missing lies between its stop and the horizon: a gap inside
+        // its own span, or past the horizon, is damage, said below.
+        let retentions = |h: &crate::repo::horizon::Horizon| gaps.iter().all(|g| WalFile::parse(g, seg).is_some_and(|w| w.segno > stop && h.below(w.segno)));
+        if let Some(h) = crate::repo::horizon::read(repo)?.filter(|h| h.below(stop + 1) && retentions(h)) {
+            let first = records.iter().find(|r| WalFile::parse(&r.start_wal, seg).is_some_and(|w| w.segno >= h.segno));
+            return Err(Error::invalid(format!(
+                "backup {} is older than the WAL the repository keeps for point-in-time recovery (from {} on: retention-archive, or a pin past the policy): it keeps only the WAL that makes it consistent. Restore it with --target immediate{}",
+                backup.id,
+                h.first_kept,
+                first.map(|r| format!(", or choose a backup from {} on for a later moment", r.id)).unwrap_or_default()
+            )));
+        }
+    }
     if !gaps.is_empty() {
         let shown = format!("{}{}", gaps.iter().take(5).map(String::as_str).collect::<Vec<_>>().join(", "), if gaps.len() > 5 { ", ..." } else { "" });
         let (n, are) = (gaps.len(), if gaps.len() == 1 { " is" } else { "s are" });
