@@ -191,7 +191,12 @@ pub fn push_ahead(repo: &Repo, spool: &Spool, path: &Path, codec: CodecSpec, par
         }
     }
     // One thread per file (at most `parallel`); each stamps its file before pushing it, so a
-    // marker never vouches for bytes that changed after they were read.
+    // marker never vouches for bytes that changed after they were read. Each segment's summary
+    // follows the one before it: they are made here in order, each as soon as its segment is
+    // archived, while the later ones are still being pushed (made after the whole batch, they
+    // left a core idle for as long as they took).
+    let seg = meta.wal_segment_size;
+    let (mut made, mut summary_error) = (Vec::new(), None);
     let results: Vec<(Option<Stamp>, Result<Pushed>)> = std::thread::scope(|s| {
         let handles: Vec<_> = todo
             .iter()
@@ -202,7 +207,25 @@ pub fn push_ahead(repo: &Repo, spool: &Spool, path: &Path, codec: CodecSpec, par
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a push thread panicked")).collect()
+        let mut out = Vec::with_capacity(handles.len());
+        for (h, local) in handles.into_iter().zip(&todo) {
+            let (st, r) = h.join().expect("a push thread panicked");
+            if let (Ok(done), None) = (&r, &summary_error) {
+                if WalFile::parse(&done.name, seg).is_some_and(|w| w.kind == WalKind::Segment) {
+                    let n = done.name.as_str();
+                    match crate::wal::summarize::read_summary(repo, n) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => match crate::wal::summarize::summarize_and_store(repo, n, Some(local)) {
+                            Ok(_) => made.push(n.to_string()),
+                            Err(e) => summary_error = Some(format!("no block summary for {n}: {e}")),
+                        },
+                        Err(e) => summary_error = Some(format!("no block summary for {n}: {e}")),
+                    }
+                }
+            }
+            out.push((st, r));
+        }
+        out
     });
     let mut results = results.into_iter().zip(&todo);
     let ((_, first), _) = results.next().expect("the asked-for file");
@@ -220,30 +243,7 @@ pub fn push_ahead(repo: &Repo, spool: &Spool, path: &Path, codec: CodecSpec, par
         }
     }
     report.pushed.insert(0, first?);
-    // Each segment's summary follows the one before it: made in order, after all are archived.
-    let mut segments: Vec<(&str, &Path)> = report
-        .pushed
-        .iter()
-        .filter(|p| WalFile::parse(&p.name, meta.wal_segment_size).is_some_and(|w| w.kind == WalKind::Segment))
-        .filter_map(|p| todo.iter().find(|t| t.file_name().is_some_and(|n| n == p.name.as_str())).map(|t| (p.name.as_str(), t.as_path())))
-        .collect();
-    segments.sort();
-    let mut made = Vec::new();
-    for (n, local) in segments {
-        let done = match crate::wal::summarize::read_summary(repo, n) {
-            Ok(Some(_)) => Ok(false),
-            Ok(None) => crate::wal::summarize::summarize_and_store(repo, n, Some(local)).map(|_| true),
-            Err(e) => Err(e),
-        };
-        match done {
-            Ok(true) => made.push(n.to_string()),
-            Ok(false) => {}
-            Err(e) => {
-                report.summary_error = Some(format!("no block summary for {n}: {e}"));
-                break;
-            }
-        }
-    }
+    report.summary_error = summary_error;
     report.summarized = made;
     Ok(report)
 }
