@@ -368,7 +368,15 @@ mod tests {
     use super::*;
 
     fn rec(lsn: u64, rmid: u8, info: u8, main: Vec<u8>, blocks: &[(Locator, u8, u32)]) -> Record {
-        Record { lsn, next: lsn + 64, info, rmid, blocks: blocks.iter().map(|&(locator, fork, block)| crate::wal::read::BlockRef { locator, fork, block }).collect(), main }
+        Record {
+            lsn,
+            next: lsn + 64,
+            info,
+            rmid,
+            version: 18,
+            blocks: blocks.iter().map(|&(locator, fork, block)| crate::wal::read::BlockRef { locator, fork, block }).collect(),
+            main,
+        }
     }
 
     fn le(vals: &[u32]) -> Vec<u8> {

@@ -79,7 +79,7 @@ pub struct BlockRef {
 }
 
 /// A decoded record.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Record {
     /// Where it starts.
     pub lsn: u64,
@@ -93,6 +93,8 @@ pub struct Record {
     pub blocks: Vec<BlockRef>,
     /// The main data.
     pub main: Vec<u8>,
+    /// The WAL's PostgreSQL major, by its page magic.
+    pub version: u32,
 }
 
 /// Why decoding stopped before the bytes ran out.
@@ -124,6 +126,8 @@ pub struct Decoder {
     partial: Option<Partial>,
     /// Set once valid WAL has ended.
     end: Option<End>,
+    /// The record handed to `emit`, its buffers kept from record to record.
+    record: Record,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -154,7 +158,7 @@ impl Decoder {
 impl Decoder {
     /// A decoder for WAL of `seg_size`-byte segments, of the cluster `system_identifier` when known.
     pub fn new(seg_size: u64, system_identifier: Option<SystemId>) -> Decoder {
-        Decoder { seg_size, system_identifier, magic: None, expect_page: None, next: None, prev: None, partial: None, end: None }
+        Decoder { seg_size, system_identifier, magic: None, expect_page: None, next: None, prev: None, partial: None, end: None, record: Record::default() }
     }
 
     /// Start at a known record boundary (a summary's end) instead of the first one of the first page.
@@ -192,7 +196,7 @@ impl Decoder {
     /// # Errors
     /// Pages out of order, a page of another cluster or of a WAL format sheaf does not know, or
     /// `emit`'s error. The end of valid WAL is not an error: see [`Decoder::end`].
-    pub fn feed(&mut self, lsn: u64, page: &[u8], emit: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+    pub fn feed(&mut self, lsn: u64, page: &[u8], emit: &mut dyn FnMut(&Record) -> Result<()>) -> Result<()> {
         if self.end.is_some() {
             return Ok(());
         }
@@ -297,8 +301,7 @@ impl Decoder {
             }
             if pos + total <= PAGE {
                 let next = start + maxalign(total as u64);
-                let bytes = page[pos..pos + total].to_vec();
-                self.complete(start, next, &bytes, emit)?;
+                self.complete(start, next, &page[pos..pos + total], emit)?;
                 if self.end.is_some() {
                     return Ok(());
                 }
@@ -317,7 +320,7 @@ impl Decoder {
     }
 
     /// A whole record's bytes: check and decode it, hand it on, and set where the next one starts.
-    fn complete(&mut self, start: u64, next: u64, bytes: &[u8], emit: &mut dyn FnMut(Record) -> Result<()>) -> Result<()> {
+    fn complete(&mut self, start: u64, next: u64, bytes: &[u8], emit: &mut dyn FnMut(&Record) -> Result<()>) -> Result<()> {
         let crc = u32_at(bytes, 20);
         let computed = crc32c::crc32c_append(crc32c::crc32c(&bytes[RECORD_HEADER..]), &bytes[..20]);
         if crc != computed {
@@ -330,30 +333,38 @@ impl Decoder {
             return Ok(());
         }
         let (info, rmid) = (bytes[16], bytes[17]);
-        let record = match decode(bytes, self.magic.and_then(version_of_magic).unwrap_or(18)) {
-            Ok((blocks, main)) => {
-                let next = if rmid == RM_XLOG && info & 0xF0 == XLOG_SWITCH { start.div_ceil(self.seg_size).max(1) * self.seg_size } else { next };
-                Record { lsn: start, next: self.past_header(next), info, rmid, blocks, main }
-            }
-            Err(why) => {
-                self.stop(start, format!("the record at {start:X} does not decode: {why}"));
-                return Ok(());
-            }
-        };
+        let version = self.magic.and_then(version_of_magic).unwrap_or(18);
+        // Decoded into the buffers of the record before: no allocation per record.
+        let mut record = std::mem::take(&mut self.record);
+        if let Err(why) = decode(bytes, version, &mut record.blocks, &mut record.main) {
+            self.record = record;
+            self.stop(start, format!("the record at {start:X} does not decode: {why}"));
+            return Ok(());
+        }
+        let next = if rmid == RM_XLOG && info & 0xF0 == XLOG_SWITCH { start.div_ceil(self.seg_size).max(1) * self.seg_size } else { next };
+        record.lsn = start;
+        record.next = self.past_header(next);
+        record.info = info;
+        record.rmid = rmid;
+        record.version = version;
         self.prev = Some(start);
         self.next = Some(record.next);
-        emit(record)
+        let emitted = emit(&record);
+        self.record = record;
+        emitted
     }
 }
 
-/// Block references and main data of a whole record (header included), of WAL `version`.
-fn decode(rec: &[u8], version: u32) -> std::result::Result<(Vec<BlockRef>, Vec<u8>), String> {
+/// Block references and main data of a whole record (header included), of WAL `version`, into
+/// `blocks` and `main` (emptied first).
+fn decode(rec: &[u8], version: u32, blocks: &mut Vec<BlockRef>, main: &mut Vec<u8>) -> std::result::Result<(), String> {
+    blocks.clear();
+    main.clear();
     let mut at = RECORD_HEADER;
     let total = rec.len();
     let need = |at: usize, n: usize| if at + n <= total { Ok(()) } else { Err(format!("a header runs past the record's end at byte {at}")) };
     let mut data_total = 0usize;
     let mut main_len = 0usize;
-    let mut blocks = Vec::new();
     let mut last_locator: Option<Locator> = None;
     let mut last_id: i32 = -1;
     let compressed_mask = if version >= 15 { 0x1C } else { 0x02 };
@@ -432,7 +443,8 @@ fn decode(rec: &[u8], version: u32) -> std::result::Result<(Vec<BlockRef>, Vec<u
     if total - at != data_total {
         return Err(format!("{} bytes of data where the headers promise {data_total}", total - at));
     }
-    Ok((blocks, rec[total - main_len..].to_vec()))
+    main.extend_from_slice(&rec[total - main_len..]);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -559,7 +571,7 @@ mod tests {
         let mut got = Vec::new();
         for (lsn, p) in &ps {
             d.feed(*lsn, p, &mut |r| {
-                got.push(r);
+                got.push(r.clone());
                 Ok(())
             })
             .unwrap();

@@ -16,7 +16,7 @@ use sheaf_core::{CodecSpec, Error, ErrorKind, Result};
 use crate::cluster::walname::{segment_name, WalFile, WalKind};
 use crate::repo::paths;
 use crate::wal::blocksum::BlockSummary;
-use crate::wal::read::{version_of_magic, Decoder, Record, PAGE};
+use crate::wal::read::{Decoder, PAGE};
 
 /// The summary stored for segment `name`, if there is one.
 ///
@@ -55,7 +55,6 @@ struct Summarizer {
     seg_size: u64,
     decoder: Decoder,
     summary: BlockSummary,
-    records: Vec<Record>,
     /// Bytes of a page not yet whole (objects come in chunks of any length).
     page: Vec<u8>,
     /// Where the next page starts.
@@ -65,31 +64,43 @@ struct Summarizer {
 impl Summarizer {
     fn bytes(&mut self, mut b: &[u8], from: u64) -> Result<()> {
         while !b.is_empty() {
+            // Whole pages straight from what was read; only a page split between two reads is
+            // put together, in a buffer kept from page to page.
+            if self.page.is_empty() && b.len() >= PAGE {
+                let (page, rest) = b.split_at(PAGE);
+                self.page_done(page, from)?;
+                b = rest;
+                continue;
+            }
             let take = (PAGE - self.page.len()).min(b.len());
             self.page.extend_from_slice(&b[..take]);
             b = &b[take..];
             if self.page.len() == PAGE {
-                let page = std::mem::take(&mut self.page);
-                if self.lsn >= from {
-                    self.feed(self.lsn, &page)?;
-                }
-                self.lsn += PAGE as u64;
+                let mut page = std::mem::take(&mut self.page);
+                let fed = self.page_done(&page, from);
+                page.clear();
+                self.page = page;
+                fed?;
             }
         }
         Ok(())
     }
 
-    fn feed(&mut self, lsn: u64, page: &[u8]) -> Result<()> {
-        let records = &mut self.records;
-        self.decoder.feed(lsn, page, &mut |r| {
-            records.push(r);
-            Ok(())
-        })?;
-        let version = self.decoder.magic().and_then(version_of_magic).unwrap_or(18);
-        for r in self.records.drain(..) {
-            self.summary.add(&r, version);
+    /// A whole page: fed when it is at or past `from`, and the position moved past it.
+    fn page_done(&mut self, page: &[u8], from: u64) -> Result<()> {
+        if self.lsn >= from {
+            self.feed(self.lsn, page)?;
         }
+        self.lsn += PAGE as u64;
         Ok(())
+    }
+
+    fn feed(&mut self, lsn: u64, page: &[u8]) -> Result<()> {
+        let summary = &mut self.summary;
+        self.decoder.feed(lsn, page, &mut |r| {
+            summary.add(r, r.version);
+            Ok(())
+        })
     }
 
     /// Feed segment `segno` of `timeline` from `from` on: its local file when given, else its
@@ -164,8 +175,7 @@ pub fn summarize_from(
         seg_size: seg,
         decoder: Decoder::new(seg, sysid),
         summary: BlockSummary { timeline: wal.timeline, ..Default::default() },
-        records: Vec::new(),
-        page: Vec::new(),
+        page: Vec::with_capacity(PAGE),
         lsn: 0,
     };
     let here = wal.segno * seg;
