@@ -20,19 +20,8 @@ OUT=$(realpath -m "${OUT:-served-report}")
 S=$(realpath "${SHEAF:-target/release/sheaf}")
 PGBIN=$(pg_bin_dir)
 COLD=${COLD:-1}
-[ "$(id -u)" -eq 0 ] || { echo "bench-served: run as root (cache drops)" >&2; exit 2; }
-W=$(mktemp -d /var/tmp/sheaf-servedbench.XXXXXX)
-chmod 755 "$W"
-mkdir -p "$OUT" "$W/sock" "$W/stage" "$W/local" "$W/served" "$W/certs"
-chown postgres "$W/sock" "$W/stage" "$W/local" "$W/served" "$W/certs"
-PIDS=()
-cleanup() {
-  as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
+mkdir -p "$OUT"
+bench_workdir bench-served "cache drops" sock stage local served certs
 
 # The cluster, its WAL copied to a staging folder by the archiver.
 PORT=$(free_port)

@@ -20,19 +20,8 @@ S=$(realpath "${SHEAF:-target/release/sheaf}")
 PGBR=${PGBACKREST:-$(command -v pgbackrest || true)}
 PGBIN=$(pg_bin_dir)
 COLD=${COLD:-1}
-[ "$(id -u)" -eq 0 ] || { echo "bench-sftp: run as root (sshd, cache drops)" >&2; exit 2; }
-W=$(mktemp -d /var/tmp/sheaf-sftpbench.XXXXXX)
-chmod 755 "$W"
-mkdir -p "$OUT" "$W/sock" "$W/out" "$W/repo" "$W/pgbr-repo" "$W/pgbr-log"
-chown postgres "$W/sock" "$W/out" "$W/repo" "$W/pgbr-repo" "$W/pgbr-log"
-PIDS=()
-cleanup() {
-  as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
+mkdir -p "$OUT"
+bench_workdir bench-sftp "sshd, cache drops" sock out repo pgbr-repo pgbr-log
 declare -A T B
 
 # sshd with its own keys; logins by key only; OpenSSH's sftp (fsync@openssh.com).

@@ -19,6 +19,27 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# `bench_workdir NAME WHY SUB...`: for a bench that must run as root (WHY says for what), a fresh
+# work folder W under /var/tmp with the subfolders SUB... the server's user owns; on exit the
+# cluster in $W/data is stopped, the processes in PIDS killed, and W removed.
+bench_workdir() {
+  local name=$1 why=$2; shift 2
+  [ "$(id -u)" -eq 0 ] || { echo "$name: run as root ($why)" >&2; exit 2; }
+  W=$(mktemp -d "/var/tmp/sheaf-$name.XXXXXX")
+  chmod 755 "$W"
+  local d
+  for d in "$@"; do mkdir -p "$W/$d" && chown postgres "$W/$d"; done
+  PIDS=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  as_pg "$PGBIN/pg_ctl" -D "$W/data" -m immediate stop >/dev/null 2>&1 || true
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+
 # `start_primary DIR PORT ARCHIVE_COMMAND [LOG]`: initdb (data checksums on) into DIR with the
 # benches' settings (its socket in $W/sock, no TCP, 256 MB of shared buffers, checkpoints held
 # off, archiving with ARCHIVE_COMMAND), started, its log in LOG (default $W/sock/log).
