@@ -351,9 +351,13 @@ pub fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<Optio
     if len > MAX_FRAME {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a frame of {len} bytes is over the limit")));
     }
+    // Read into the buffer's spare room (not zeroed first: a DATA frame is a MiB, each one).
     buf.clear();
-    buf.resize(len, 0);
-    r.read_exact(buf)?;
+    buf.reserve(len);
+    r.take(len as u64).read_to_end(buf)?;
+    if buf.len() < len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(Some(head[0]))
 }
 
@@ -377,6 +381,9 @@ mod tests {
         huge.extend_from_slice(&((MAX_FRAME + 1) as u32).to_le_bytes());
         assert!(read_frame(&mut huge.as_slice(), &mut buf).is_err());
         assert!(read_frame(&mut &wire[..3], &mut buf).is_err(), "a cut header is an error, not an end");
+        // The DATA frame is the last 10 bytes (kind, length 5, "pages"): cut after "pag".
+        let cut = &wire[wire.len() - 10..wire.len() - 2];
+        assert_eq!(read_frame(&mut &cut[..], &mut buf).unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof, "5 bytes promised, 3 there");
     }
 
     #[test]
