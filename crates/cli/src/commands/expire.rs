@@ -33,7 +33,7 @@ fn expire_all(ctx: &Context, a: &ExpireArgs, policies: &[expire::Retention]) -> 
     let repos = if a.dry_run { ctx.open_repos()? } else { ctx.open_repos_to_write()? };
     let several = repos.len() > 1;
     let (mut missing, mut held) = (None, false);
-    for ((place, opened), keep) in repos.into_iter().zip(policies.iter().chain(std::iter::repeat(&expire::Retention::default()))) {
+    for ((place, opened), keep) in repos.into_iter().zip(policies) {
         // A repository that cannot be opened is a failure, never one without the backup.
         let e = match opened.map(|repo| one(a, &repo, keep, now, several)) {
             Ok(Ok(())) => {

@@ -85,6 +85,22 @@ pub fn wait_while_running(child: &mut std::process::Child, what: &str, mut cond:
     });
 }
 
+/// The names under `dir`, recursively, relative to it.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(e.path());
+            }
+            out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Whether a file under `dir` (recursively) whose name ends with `suffix` holds bytes: a
 /// stripe being written (`.partial`) has begun.
 pub fn has_bytes(dir: &Path, suffix: &str) -> bool {

@@ -12,7 +12,7 @@ use rustix::process::Signal;
 use super::cluster::assert_no_server_on;
 use super::repo::{json, ok, setup};
 use super::sheaf;
-use crate::integration::common::run;
+use crate::integration::common::{names, run};
 
 /// Each signal and the status it leaves.
 pub(crate) const SIGNALS: [(Signal, i32); 2] = [(Signal::INT, 130), (Signal::TERM, 143)];
@@ -29,22 +29,6 @@ pub(crate) fn interrupt_when(mut child: Child, signal: Signal, what: &str, holds
     rustix::process::kill_process(rustix::process::Pid::from_child(&child), signal).unwrap();
     let status = child.wait().unwrap();
     status.code().unwrap_or_else(|| panic!("{what} was killed by the signal instead of handling it: {status:?}"))
-}
-
-/// The names under `dir`, recursively, relative to it.
-fn names(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(e.path());
-            }
-            out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Whether any file under `dir` holds bytes.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::cluster::Cluster;
 use super::repo::{ok, setup};
 use super::sheaf;
-use crate::integration::common::{has_bytes, run, stderr, wait_while_running, SHEAF};
+use crate::integration::common::{has_bytes, names, run, stderr, wait_while_running, SHEAF};
 
 /// The value of the sample whose line starts with `prefix` (name and labels).
 pub(super) fn sample(text: &str, prefix: &str) -> Option<f64> {
@@ -96,7 +96,7 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&ended), Some(9), "the backup ended before the kill: {ended:?}");
     let o = check(&[]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
-    let left: Vec<String> = walkdir_names(&repo.join("backups"));
+    let left = names(&repo.join("backups"));
     assert_eq!(o.status.code(), Some(1), "{text}; backups/ holds {left:?}");
     assert!(text.starts_with(&format!("SHEAF WARNING - {r}: unfinished backup(s) left by a crash")), "{text}");
     ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "5"])), "expire");
@@ -129,21 +129,4 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
     let o = run(sheaf().args(["check", &other.url("postgres"), "--repo", r]));
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("the repository at {r} holds cluster")), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
-}
-
-/// Every file's path under `dir`, relative to it, sorted: what a failed assertion shows.
-fn walkdir_names(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(e.path());
-            } else {
-                out.push(format!("{} ({} bytes)", e.path().strip_prefix(dir).unwrap_or(&e.path()).display(), e.metadata().map_or(0, |m| m.len())));
-            }
-        }
-    }
-    out.sort();
-    out
 }
