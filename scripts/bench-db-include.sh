@@ -9,6 +9,9 @@ S=$PWD/target/release/sheaf
 N=${WORK:-/var/tmp/sheaf-dbinc}; mkdir -p "$N"
 PGBIN=$(pg_bin_dir); W=$N/four; rm -rf $W; mkdir -p $W/sock; chown -R postgres $W
 port=$(free_port)
+# Ctrl-C or a failure: the server stopped, the work folder removed (the loop device is
+# db-include-ab.sh's to release).
+trap 'as_pg $PGBIN/pg_ctl -D $W/pg -m immediate stop >/dev/null 2>&1 || true; rm -rf $W $N/dbinc $N/loop.img' EXIT
 as_pg $PGBIN/initdb -D $W/pg -A trust -U postgres -k >/dev/null
 as_pg $PGBIN/pg_ctl -D $W/pg -l $W/pg.log -w -o "-p $port -k $W/sock -c listen_addresses='' -c max_wal_size=4GB" start >/dev/null
 for d in d1 d2 d3 d4; do
@@ -22,4 +25,3 @@ as_pg $PGBIN/pg_ctl -D $W/pg -w -m fast stop >/dev/null
 rm -rf $W/pg
 FRESH=$N/loop.img scripts/db-include-ab.sh $W/four.sheaf d2 $N/dbinc 3
 cp $N/dbinc/db-include-ab.txt ${OUT:-db-include-ab.txt}
-rm -rf $W $N/dbinc $N/loop.img
