@@ -60,6 +60,7 @@ pub fn policy(command: &Command) -> OnSignal {
         | Command::Annotate(_)
         | Command::Key(_)
         | Command::Undelete(_)
+        | Command::Repo(_)
         | Command::Config(_)
         | Command::List(_)
         | Command::Show(_)

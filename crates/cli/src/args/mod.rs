@@ -21,8 +21,8 @@ use clap::{Parser, Subcommand};
 pub use agent::AgentArgs;
 pub use data::{annotated, BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{
-    AnnotateArgs, CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, UndeleteArgs, WalFetchArgs, WalPushArgs,
-    WalReceiveArgs, WalSummarizeArgs,
+    AnnotateArgs, CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, RepoAction, RepoCommandArgs,
+    UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs,
 };
 pub use shared::{BackupHooks, DrillHooks, ExpireHooks, HookFlags, KeyArgs, LogArgs, RateArgs, RepoArg, RestoreHooks, S3Args, SpoolArg};
 pub use tools::{BenchArgs, CompletionsArgs, DemoArgs, GenerateArgs, LabArgs, ListArgs, LoadTpchArgs, ManArgs, ShowArgs, VersionArgs};
@@ -250,6 +250,19 @@ a key rewrites one small record. After removing a key that may have leaked, rota
 from then on uses a new data key that the removed key never saw (what it could read before, it may \
 have copied). docs/encryption.md says which secret opens what.")]
     Key(KeyCommandArgs),
+    /// The repository's own life: `sheaf repo upgrade` after pg_upgrade records the new cluster,
+    /// so that one repository keeps both clusters' backups and WAL.
+    #[command(after_help = "Example, after pg_upgrade from 15 to 18 and starting the new server:\n  \
+sheaf repo upgrade --repo /srv/sheaf 'postgres://postgres@/postgres?host=/run/postgresql'\n  \
+sheaf backup --repo /srv/sheaf --type full 'postgres://...'    # the new cluster's first backup\n\n\
+Until it is run, wal-push and backup of the new cluster are refused (its system identifier is not \
+the repository's). It refuses a cluster that cannot be the old one upgraded: an older major, another \
+WAL segment size, or WAL that does not start past where the old cluster's ended (pg_upgrade carries \
+the WAL position over; a new initdb starts again at the first segment). Afterwards info lists each \
+history's backups; restore, PITR and drill of an old backup use the old major's server; verify and \
+check cover both; expire counts full backups across histories, and removes an old history's WAL \
+with its last backup.")]
+    Repo(RepoCommandArgs),
     /// After a wipe of a locked repository (S3 Object Lock), make what the lock kept readable
     /// again: remove the delete markers, and with --since the overwrites, on top of its objects.
     #[command(after_help = "Examples:\n  \
@@ -333,6 +346,9 @@ impl Command {
             }
             Command::Drill(a) => Shared { rate: a.rate.clone(), spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Undelete(a) => with(&a.s3, &a.repo),
+            Command::Repo(a) => match &a.action {
+                RepoAction::Upgrade(x) => with(&x.s3, &x.repo),
+            },
             Command::Expire(a) => with(&a.s3, &a.repo),
             Command::Consolidate(a) => with(&a.s3, &a.repo),
             Command::WalSummarize(a) => with(&a.s3, &a.repo),

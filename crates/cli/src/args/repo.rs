@@ -480,3 +480,31 @@ pub struct KeyRemoveArgs {
     #[arg(long)]
     pub force: bool,
 }
+
+#[derive(Args)]
+pub struct RepoCommandArgs {
+    #[command(subcommand)]
+    pub action: RepoAction,
+}
+
+#[derive(Subcommand)]
+pub enum RepoAction {
+    /// After pg_upgrade, record the new cluster as the repository's next history: its backups
+    /// and WAL live beside the old cluster's, which stay restorable (with the old major's
+    /// server), drilled, verified and expired by the same policy.
+    Upgrade(RepoUpgradeArgs),
+}
+
+#[derive(Args)]
+pub struct RepoUpgradeArgs {
+    /// The upgraded cluster, as a libpq URL or keyword/value string. Default: pg-url (or
+    /// pg-host, pg-port, ...) in the config file.
+    pub url: Option<String>,
+    #[command(flatten)]
+    pub repo: RepoArg,
+    #[command(flatten)]
+    pub s3: S3Args,
+    /// Print what was recorded as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -9,7 +9,6 @@ use sheaf_core::size::format_size;
 use sheaf_core::{BackupOptions, BackupReport, Error};
 use sheaf_pg::backup::options::{PgBackupReport, Remote};
 use sheaf_pg::backup::repo::{backup_to_repo, InRepo, Kind};
-use sheaf_pg::maintain::expire::ExpirePlan;
 use sheaf_pg::repo::records::BackupRecord;
 
 use crate::args::data::{Checkpoint, CompressOn, Via, WalFrom};
@@ -57,7 +56,7 @@ pub fn run(ctx: &Context, mut a: BackupArgs) -> Result<(), Error> {
 struct Cluster {
     backup: PgBackupReport,
     record: Option<BackupRecord>,
-    expired: Option<Result<ExpirePlan, Error>>,
+    expired: Option<Result<Vec<sheaf_pg::maintain::expire::HistoryPlan>, Error>>,
 }
 
 impl Cluster {
@@ -69,7 +68,7 @@ impl Cluster {
             json["chain"] = serde_json::json!(record.chain);
         }
         match &self.expired {
-            Some(Ok(plan)) => json["expire"] = serde_json::to_value(plan).expect("plan serialises"),
+            Some(Ok(plans)) => json["expire"] = super::expire::plans_json(plans),
             Some(Err(e)) => json["expire"] = serde_json::json!({ "error": e.to_string() }),
             None => {}
         }
@@ -185,9 +184,9 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         say!("{v}");
     } else {
         summary(&r, cluster.as_ref());
-        if let Some(Some(Ok(plan))) = cluster.as_ref().map(|c| &c.expired) {
+        if let Some(Some(Ok(plans))) = cluster.as_ref().map(|c| &c.expired) {
             say!("expire-auto:");
-            super::expire::say_plan(plan, false);
+            super::expire::say_plans(plans, false);
         }
     }
     Ok(Done { json: v, cluster: cluster.map(|c| c.backup.facts) })

@@ -63,17 +63,19 @@ fn expire_all(ctx: &Context, a: &ExpireArgs, policies: &[expire::Retention]) -> 
 }
 
 /// One repository: planned, carried out unless a dry run, said (headed by its name when there
-/// are `several`).
+/// are `several`; each history headed by its cluster when it has more than one).
 fn one(a: &ExpireArgs, repo: &sheaf_pg::repo::Repo, keep: &expire::Retention, now: i64, several: bool) -> Result<(), Error> {
-    let plan = match &a.set {
-        Some(id) => expire::plan_remove(repo, id, keep, now)?,
-        None => expire::plan_expire(repo, keep, now)?,
+    let plans = match &a.set {
+        Some(id) => expire::plan_remove_all(repo, id, keep, now)?,
+        None => expire::plan_all(repo, keep, now)?,
     };
     if !a.dry_run {
-        expire::expire(repo, &plan)?;
+        for p in &plans {
+            expire::expire(&p.history.repo, &p.plan)?;
+        }
     }
     if a.json {
-        let mut v = serde_json::to_value(&plan).expect("plan serialises");
+        let mut v = plans_json(&plans);
         v["dry_run"] = serde_json::json!(a.dry_run);
         v["repo"] = serde_json::json!(repo.display());
         say!("{v}");
@@ -82,13 +84,50 @@ fn one(a: &ExpireArgs, repo: &sheaf_pg::repo::Repo, keep: &expire::Retention, no
     if several {
         say!("{}:", repo.display());
     }
-    say_plan(&plan, a.dry_run);
+    say_plans(&plans, a.dry_run);
     Ok(())
+}
+
+/// Plans as JSON: the one history's plan, with `histories` (each history's number, cluster and
+/// plan) when the repository has several.
+pub fn plans_json(plans: &[expire::HistoryPlan]) -> serde_json::Value {
+    let Some(newest) = plans.last() else { return serde_json::json!({}) };
+    let mut v = serde_json::to_value(&newest.plan).expect("plan serialises");
+    if plans.len() > 1 || newest.history.number > 1 {
+        v["histories"] = plans
+            .iter()
+            .map(|p| serde_json::json!({"history": p.history.number, "cluster": p.history.repo.meta().system_identifier.to_string(), "server_version": p.history.repo.meta().server_version, "plan": p.plan}))
+            .collect();
+    }
+    v
+}
+
+/// Plans in lines: each history headed by its cluster when there are several.
+pub fn say_plans(plans: &[expire::HistoryPlan], dry_run: bool) {
+    for p in plans {
+        if plans.len() > 1 {
+            say!("{}:", p.history.describe());
+        }
+        say_plan(&p.plan, dry_run);
+    }
 }
 
 /// What a plan removed (or would, on a dry run) and kept, in lines.
 pub fn say_plan(plan: &expire::ExpirePlan, dry_run: bool) {
     let verb = if dry_run { "would remove" } else { "removed" };
+    if plan.kept.is_empty() && plan.wal_kept_from.is_none() && plan.pinned.is_empty() && plan.locked.is_empty() && plan.running.is_empty() {
+        // An older history than the one that backs up now, of which the policy keeps nothing.
+        say!(
+            "{verb} {} backup{}{}, {} WAL files ({}): the policy keeps nothing of this history, and newer ones hold the newest backups",
+            plan.removed.len(),
+            plural(plan.removed.len()),
+            if plan.removed.is_empty() { String::new() } else { format!(" ({})", joined(&plan.removed)) },
+            plan.wal_removed,
+            format_size(plan.wal_bytes)
+        );
+        say!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
+        return;
+    }
     say!(
         "{verb} {} backup{}{}, {} WAL files ({}); kept {} backup{} ({}) and WAL from {}",
         plan.removed.len(),

@@ -40,7 +40,7 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
             say!();
         }
         let shown = match opened {
-            Ok(repo) => Inventory::take(repo).and_then(|inv| one(repo, inv, json)),
+            Ok(repo) => whole(repo, json),
             Err(e) => Err(Error::new(e.kind(), e.to_string())),
         };
         match shown {
@@ -60,7 +60,38 @@ pub fn run(ctx: &Context, a: InfoArgs) -> Result<(), Error> {
     failed.map_or(Ok(()), Err)
 }
 
-/// One repository, printed (its JSON returned instead, with `json`).
+/// One repository, each of its histories in turn when pg_upgrade left it several (oldest first),
+/// printed (its JSON returned instead, with `json`: the newest history's, with `histories`
+/// holding each one's).
+fn whole(repo: &sheaf_pg::repo::Repo, json: bool) -> Result<serde_json::Value, Error> {
+    let histories = sheaf_pg::repo::histories::all(repo)?;
+    if histories.len() == 1 {
+        return Inventory::take(repo).and_then(|inv| one(repo, inv, json));
+    }
+    let newest = histories.len();
+    let mut values = Vec::new();
+    for (k, h) in histories.iter().enumerate() {
+        if !json {
+            if k > 0 {
+                say!();
+            }
+            say!("{}: {}", h.describe(), if k + 1 == newest { "archives and backs up now" } else { "upgraded since (its backups restore with its own major's server)" });
+        }
+        let mut v = Inventory::take(&h.repo).and_then(|inv| one(&h.repo, inv, json))?;
+        if json {
+            v["history"] = serde_json::json!(h.number);
+            values.push(v);
+        }
+    }
+    if !json {
+        return Ok(serde_json::Value::Null);
+    }
+    let mut top = values.last().cloned().unwrap_or_default();
+    top["histories"] = serde_json::Value::Array(values);
+    Ok(top)
+}
+
+/// One repository (or one history of it), printed (its JSON returned instead, with `json`).
 fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_json::Value, Error> {
     let meta = repo.meta();
     let Inventory { found, files, ranges, gaps, expired, needs, drills, dropped, wal_bytes, backup_bytes, streaming, .. } = inv;

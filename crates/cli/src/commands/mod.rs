@@ -21,6 +21,7 @@ pub mod key;
 pub mod lab;
 pub mod load_tpch;
 pub mod manual;
+pub mod repo;
 pub mod restore;
 pub mod undelete;
 pub mod verify;

@@ -85,7 +85,41 @@ fn verify_repo(ctx: &Context, a: &VerifyArgs) -> Result<serde_json::Value, Error
     Ok(values.pop().unwrap_or_default())
 }
 
+/// One repository: each of its histories (one per cluster pg_upgrade made) verified in turn,
+/// oldest first; the first failure is the repository's, after all ran.
 fn verify_one(ctx: &Context, a: &VerifyArgs, repo: &sheaf_pg::repo::Repo, several: bool) -> Result<serde_json::Value, Error> {
+    let histories = sheaf_pg::repo::histories::all(repo)?;
+    if histories.len() == 1 {
+        return verify_history(ctx, a, repo, several);
+    }
+    let (mut values, mut failed) = (Vec::new(), None);
+    for h in &histories {
+        if !a.json {
+            say!("{}:", h.describe());
+        }
+        // Printed together below, as one repository's.
+        match verify_history(ctx, a, &h.repo, true) {
+            Ok(mut v) => {
+                v["history"] = serde_json::json!(h.number);
+                values.push(v);
+            }
+            Err(e) => {
+                failed.get_or_insert(e.context(h.describe()));
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut v = values.last().cloned().unwrap_or_default();
+    v["histories"] = serde_json::Value::Array(values);
+    if a.json && !several {
+        say!("{v}");
+    }
+    Ok(v)
+}
+
+fn verify_history(ctx: &Context, a: &VerifyArgs, repo: &sheaf_pg::repo::Repo, several: bool) -> Result<serde_json::Value, Error> {
     let t0 = Instant::now();
     let opts = sheaf_pg::maintain::verify::VerifyOptions { full: a.full, recheck_after: Some(a.recheck_after.as_secs()), stop: ctx.interrupt.stop().clone() };
     let check = sheaf_pg::maintain::verify::verify(repo, ctx.schemes()?, a.threads, &opts)?;

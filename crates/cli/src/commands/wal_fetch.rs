@@ -43,7 +43,8 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
-        let r = sheaf_pg::wal::spool::prefetch(&sheaf_pg::repo::meta::open(&repo)?, &spool, parallel, std::time::Duration::from_secs(10))?;
+        let r =
+            sheaf_pg::wal::spool::prefetch(&sheaf_pg::repo::meta::open_for(&repo, sheaf_pg::repo::meta::cluster_here())?, &spool, parallel, std::time::Duration::from_secs(10))?;
         for e in &r.errors {
             eprintln!("sheaf: prefetch: {e}");
         }
@@ -66,7 +67,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let info = if from_spool {
         None
     } else {
-        match sheaf_pg::wal::fetch::fetch_for_recovery(&ctx.repos()?, &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
+        match sheaf_pg::wal::fetch::fetch_for_recovery(&ctx.repos()?, sheaf_pg::repo::meta::cluster_here(), &a.name, &a.dest, &|m| eprintln!("sheaf: {m}"))? {
             Recovered::Archived(info) => Some(info),
             // Not archived whole: a receiver on this host may hold more of it than the repository
             // does (it hands its spool over when it starts again; until then, it is here).

@@ -19,7 +19,7 @@ use crate::crypto::{Encryption, Kdf, Keys};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keyring::{KeyRecord, Ring, KEYS_DIR};
 use crate::storage::{retention_of, Location, LockMode, Store, Stored, StripeSource, WriteLock};
-use crate::storage::{Locked, WriteOptions};
+use crate::storage::{Locked, Prefixed, WriteOptions};
 
 /// What a repository's `repo.json` holds, as its owner (sheaf-pg) types it.
 pub trait Meta: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static {
@@ -56,12 +56,37 @@ pub struct Repo<M> {
     /// Why this process may not write here (another user owns it); `None`: it may.
     refusal: Option<String>,
     lock: Option<WriteLock>,
+    /// The whole repository when this is a part of it ([`Repo::part`]).
+    whole: Option<Arc<Repo<M>>>,
 }
 
 impl<M: Meta> Repo<M> {
     /// What `repo.json` says.
     pub fn meta(&self) -> &M {
         &self.meta
+    }
+
+    /// The part of this repository under `prefix` (a folder of its root, without a trailing
+    /// `/`), seen as a repository of its own described by `meta`: every name relative to that
+    /// folder, written with the same keys, lock and owner. A part of a part is a part of the
+    /// whole.
+    pub fn part(&self, prefix: &str, meta: M) -> Repo<M> {
+        let whole = self.root();
+        let store: Arc<dyn Store> = Arc::new(Prefixed::new(whole.store.clone(), prefix));
+        Repo { store, meta, whole: Some(Arc::new(whole.clone())), ..whole }
+    }
+
+    /// The whole repository this is a part of ([`Repo::part`]); itself when it is whole.
+    pub fn root(&self) -> Repo<M> {
+        match &self.whole {
+            Some(w) => (**w).clone(),
+            None => self.clone(),
+        }
+    }
+
+    /// Whether this is a part of a repository rather than the whole ([`Repo::part`]).
+    pub fn is_part(&self) -> bool {
+        self.whole.is_some()
     }
 
     /// Where it is, unopened (to open it again, or for what needs no opening).
@@ -277,7 +302,7 @@ impl Place {
             None => self.store().clone(),
         };
         let kdf = block.map(|b| b.kdf);
-        Ok(Repo { place: self.clone(), store, meta, keys, ring: ring.map(Arc::new), kdf, refusal: self.refusal(), lock })
+        Ok(Repo { place: self.clone(), store, meta, keys, ring: ring.map(Arc::new), kdf, refusal: self.refusal(), lock, whole: None })
     }
 
     /// Create the repository: `repo.json` written with `meta`, refusing a place that already holds
@@ -319,7 +344,7 @@ impl Place {
             }
         };
         let kdf = ring.as_ref().map(|u| u.ring.current());
-        let repo = Repo { place: self.clone(), store, meta: meta.clone(), keys, ring, kdf, refusal: self.refusal(), lock };
+        let repo = Repo { place: self.clone(), store, meta: meta.clone(), keys, ring, kdf, refusal: self.refusal(), lock, whole: None };
         if let Err(e) = repo.put_json(META, meta, false) {
             if let Some(u) = repo.ring() {
                 let _ = self.delete(&u.records[0].name());

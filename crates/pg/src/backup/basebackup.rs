@@ -61,15 +61,7 @@ pub fn backup_via_base_backup(pg: &PgBackupOptions, opts: &BackupOptions, progre
     }
     let mut server = Server::connect(&pg.url)?;
     let facts = server.check_with(false)?;
-    if let Some(want) = &pg.expect_system_identifier {
-        if *want != facts.system_identifier {
-            return Err(Error::invalid(format!(
-                "{} is cluster {}, but the repository holds cluster {want}: each cluster needs a repository of its own",
-                server.url(),
-                facts.system_identifier
-            )));
-        }
-    }
+    pg.check_cluster(server.url(), facts.system_identifier)?;
     let mut opts = opts.clone();
     if opts.expected_bytes.is_none() {
         opts.expected_bytes = Some(server.databases_size()?);

@@ -323,15 +323,7 @@ fn linked_folders(files: &dyn Files, pgdata: &Path) -> Vec<Link> {
 /// server is not the cluster the repository holds.
 fn locate(pg: &PgBackupOptions, sides: &mut Sides) -> Result<(PathBuf, Arc<dyn Files>, String)> {
     let facts = &sides.facts;
-    if let Some(want) = &pg.expect_system_identifier {
-        if *want != facts.system_identifier {
-            return Err(Error::invalid(format!(
-                "{} is cluster {}, but the repository holds cluster {want}: each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...); check --repo, SHEAF_REPO or the config file",
-                sides.control.url(),
-                facts.system_identifier
-            )));
-        }
-    }
+    pg.check_cluster(sides.control.url(), facts.system_identifier)?;
     let system = facts.system_identifier;
     let (reader, reader_facts) = sides.reader();
     let reader_url = reader.url().to_string();

@@ -52,6 +52,22 @@ pub struct PgBackupOptions {
     pub via_base_backup: bool,
 }
 
+impl PgBackupOptions {
+    /// Refuse the cluster `theirs` (at `url`) when another is expected
+    /// ([`PgBackupOptions::expect_system_identifier`]): named against the repository's histories
+    /// when backing up into one ([`crate::repo::histories::not_recorded`]).
+    ///
+    /// # Errors
+    /// The refusal.
+    pub fn check_cluster(&self, url: &str, theirs: crate::cluster::system::SystemId) -> sheaf_core::Result<()> {
+        let Some(want) = self.expect_system_identifier.filter(|w| *w != theirs) else { return Ok(()) };
+        Err(match &self.archive {
+            Some(repo) => crate::repo::histories::not_recorded(repo, url, theirs),
+            None => crate::repo::histories::mismatch(url, theirs, want, None, None),
+        })
+    }
+}
+
 /// Another host's files (through its agent): the backup is taken on a backup host.
 #[derive(Clone)]
 pub struct Remote {

@@ -9,7 +9,7 @@ use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result
 use crate::backup::direct::backup_postgres;
 use crate::backup::incremental::{may_build_on, Parent};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
-use crate::maintain::expire::{apply, ExpirePlan, Retention};
+use crate::maintain::expire::{apply, HistoryPlan, Retention};
 use crate::repo::id::BackupId;
 use crate::repo::paths;
 use crate::repo::records::{chain_of, complete, now_unix, open_chain, open_set, pick, BackupLock, BackupRecord, BackupRef};
@@ -42,7 +42,7 @@ pub struct InRepo {
     pub record: BackupRecord,
     /// With [`Kind::expire_after`]: what expire removed, or why it failed. A failure is the
     /// expire's, never the backup's: the backup stands, and `sheaf expire` finishes the work.
-    pub expired: Option<Result<ExpirePlan>>,
+    pub expired: Option<Result<Vec<HistoryPlan>>>,
 }
 
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the

@@ -349,6 +349,16 @@ impl Server {
         Ok(StopInfo { lsn: lsn.parse().map_err(|_| Error::corrupt(format!("server returned LSN '{lsn}'")))?, backup_label: r.get(1), tablespace_map: r.get(2), timeline })
     }
 
+    /// Where the last checkpoint's redo began (`pg_control_checkpoint()`): after `pg_upgrade`, at
+    /// or past the WAL position the old cluster ended at, which pg_upgrade carries over.
+    ///
+    /// # Errors
+    /// A database error.
+    pub fn checkpoint_redo(&mut self) -> Result<Lsn> {
+        let r = self.one("reading the control file", "SELECT redo_lsn::text FROM pg_control_checkpoint()")?;
+        r.get::<_, String>(0).parse()
+    }
+
     /// Whether WAL is on disk past `lsn`: flushed on a primary; received (or, on a standby fed
     /// from an archive, replayed) on a standby.
     ///

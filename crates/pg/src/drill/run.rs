@@ -61,22 +61,27 @@ pub struct DrillOptions {
     pub stop: Stop,
 }
 
-/// Choose the backup: its record.
+/// Choose the backup: the history holding it (after pg_upgrade, a repository holds one per
+/// cluster), and its record. `--random` chooses among every history's.
 ///
 /// # Errors
 /// No finished backup, or no such backup.
-pub fn choose(repo: &Repo, p: &Pick, seg_size: u64) -> Result<BackupRecord> {
-    let records = complete(repo)?;
+pub fn choose(repo: &Repo, p: &Pick) -> Result<(Repo, BackupRecord)> {
     match p {
-        Pick::Named(which) => pick(&records, which).cloned(),
+        Pick::Named(which) => crate::repo::histories::first_serving(repo, |h| pick(&complete(h)?, which).cloned()),
         Pick::Random => {
             // Of those that restore by themselves: not the bases a pinned incremental keeps as its
             // data before the retention horizon, whose own WAL is gone by design.
-            let found = crate::repo::records::backups(repo)?;
-            let needs = crate::repo::inventory::WalNeeds::read(repo, &found, sheaf_core::time::now_ms() / 1000)?;
-            let mut able: Vec<BackupRecord> = records.into_iter().filter(|r| !needs.data_only(r, seg_size)).collect();
+            let mut able = Vec::new();
+            for h in crate::repo::histories::all(repo)? {
+                let found = crate::repo::records::backups(&h.repo)?;
+                let needs = crate::repo::inventory::WalNeeds::read(&h.repo, &found, sheaf_core::time::now_ms() / 1000)?;
+                let seg = h.repo.meta().wal_segment_size;
+                let records = complete(&h.repo)?;
+                able.extend(records.into_iter().filter(|r| !needs.data_only(r, seg)).map(|r| (h.repo.clone(), r)));
+            }
             if able.is_empty() {
-                return pick(&able, &BackupRef::Latest).cloned();
+                return crate::repo::histories::first_serving(repo, |h| pick(&complete(h)?, &BackupRef::Latest).cloned());
             }
             let seed = sheaf_core::time::now_ms().unsigned_abs() ^ u64::from(std::process::id()).rotate_left(32);
             // splitmix64's finaliser spreads the seed over the records.
@@ -106,10 +111,12 @@ struct Failed(Error);
 /// The refusals above, and a record that cannot be written; [`ErrorKind::Cancelled`] when
 /// `opts.stop` was asked (then nothing is recorded, and the folder is removed).
 pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_command: impl FnOnce() -> Result<String>, progress: Arc<dyn Progress>) -> Result<DrillRecord> {
-    let meta = repo.meta();
     // Its record is written at the end: a user who may not write it is told before the drill.
     repo.check_writer().map_err(|e| e.context("a drill records itself in the repository"))?;
-    let backup = choose(repo, &opts.pick, meta.wal_segment_size)?;
+    // The history holding the backup: its drill's record is kept there, beside the backup.
+    let (repo, backup) = choose(repo, &opts.pick)?;
+    let repo = &repo;
+    let meta = repo.meta();
     let major = major_of(&backup.server_version)
         .ok_or_else(|| Error::corrupt(format!("backup {}: its record names no server version ('{}'), so no server can be chosen to drill it", backup.id, backup.server_version)))?;
     let bin = server_bin_for(major, opts.pg_bin.as_deref())?;

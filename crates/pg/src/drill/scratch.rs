@@ -61,7 +61,15 @@ impl ScratchCluster {
     /// # Errors
     /// PostgreSQL missing, initdb or start failing (with the server log).
     pub fn create(parent: Option<&Path>, initdb_args: &[&str], settings: &[&str]) -> Result<ScratchCluster> {
-        let bin = ensure_installed()?;
+        Self::create_on(ensure_installed()?, parent, initdb_args, settings)
+    }
+
+    /// [`ScratchCluster::create`] with the server in bin directory `bin` (another major than the
+    /// one scratch clusters use: a pg_upgrade's new cluster).
+    ///
+    /// # Errors
+    /// As [`ScratchCluster::create`].
+    pub fn create_on(bin: PathBuf, parent: Option<&Path>, initdb_args: &[&str], settings: &[&str]) -> Result<ScratchCluster> {
         let base = match parent {
             Some(p) => tempfile::Builder::new().prefix("sheaf-pg.").tempdir_in(p),
             None => tempfile::Builder::new().prefix("sheaf-pg.").tempdir(),

@@ -14,6 +14,7 @@ use crate::repo::Repo;
 /// # Errors
 /// No such finished backup (naming those there are); the store's.
 pub fn annotate(repo: &Repo, id: &str, changes: &[Change]) -> Result<BTreeMap<String, String>> {
+    let repo = &crate::repo::histories::with_backup(repo, id)?;
     let found = backups(repo)?;
     let record = match found.iter().find(|f| f.id() == id || f.record().is_some_and(|r| r.backup_id == id)) {
         Some(Found::Complete(r)) => r,

@@ -129,16 +129,7 @@ fn run(repos: &[Place], opts: &CheckOptions, f: &mut Findings) {
     }
     let (ours, foreign): (Vec<_>, Vec<_>) = usable.into_iter().partition(|r| r.meta().system_identifier == archiver.system_identifier);
     for repo in &foreign {
-        f.add(
-            "server",
-            Status::Critical,
-            format!(
-                "the server is cluster {}, the repository at {} holds cluster {}: check --repo and the URL (each cluster has a repository of its own)",
-                archiver.system_identifier,
-                repo.display(),
-                repo.meta().system_identifier
-            ),
-        );
+        f.add("server", Status::Critical, crate::repo::histories::not_recorded(repo, "the server", archiver.system_identifier).to_string());
     }
     if ours.is_empty() {
         return;
@@ -255,11 +246,41 @@ fn drills(s: &crate::repo::drills::DrillSummary, max: Duration, now: i64, f: &mu
 
 /// The newest backup's age, unfinished backups, and the WAL since the newest backup, each
 /// finding naming the repository it is about.
+/// After pg_upgrade, each older history too ([`older_history`]).
 fn backups(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
     let mut here = Findings(Vec::new());
     backups_in(repo, opts, &mut here);
+    match crate::repo::histories::all(repo) {
+        Ok(all) => {
+            for h in all.iter().filter(|h| h.number != repo.meta().history) {
+                older_history(h, &mut here);
+            }
+        }
+        Err(e) => here.add("history", Status::Critical, format!("cannot read the repository's histories: {e}")),
+    }
     for x in here.0 {
         f.add(x.check, x.status, format!("{}: {}", repo.display(), x.message));
+    }
+}
+
+/// A history an upgrade left behind: its backups restore the old cluster, so the WAL each needs
+/// must be there (what retention removed on purpose aside); no age applies.
+fn older_history(h: &crate::repo::histories::History, f: &mut Findings) {
+    let what = h.describe();
+    let inv = match Inventory::take(&h.repo) {
+        Ok(i) => i,
+        Err(e) => return f.add("history", Status::Critical, format!("{what}: cannot list its backups: {e}")),
+    };
+    let seg = h.repo.meta().wal_segment_size;
+    let records: Vec<_> = inv.found.iter().filter_map(Found::record).collect();
+    let short: Vec<String> = records
+        .iter()
+        .filter_map(|r| inv.needs.missing(&inv.files, r, seg).filter(|m| !m.is_empty()).map(|m| format!("{} ({} missing, the first {})", r.id, m.len(), m[0])))
+        .collect();
+    if short.is_empty() {
+        f.add("history", Status::Ok, format!("{what}, upgraded since: {} backup(s), with the WAL each needs ({} files)", records.len(), inv.files.len()));
+    } else {
+        f.add("history", Status::Warning, format!("{what}, upgraded since: WAL its backups need is missing: {}; sheaf verify --repo names every segment", short.join(", ")));
     }
 }
 
@@ -274,6 +295,13 @@ fn backups_in(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
         f.add("backup", Status::Warning, format!("unfinished backup(s) left by a crash: {}; sheaf expire removes them", crashed.join(", ")));
     }
     let Some(newest) = inv.found.iter().filter_map(Found::record).max_by_key(|r| r.stop_unix) else {
+        if meta.history > 1 {
+            return f.add(
+                "backup",
+                Status::Critical,
+                format!("the repository holds no backup of cluster {} (history {}, since pg_upgrade): take a full backup now (sheaf backup URL --repo ...); the older histories' backups restore the old cluster only", meta.system_identifier, meta.history),
+            );
+        }
         return f.add("backup", Status::Critical, "the repository holds no backup: take one (sheaf backup URL --repo ...)");
     };
     let age = opts.now - newest.stop_unix;

@@ -14,7 +14,7 @@ use crate::cluster::walname::{WalFile, WalKind};
 use crate::repo::id::BackupId;
 use crate::repo::inventory::archived;
 use crate::repo::paths;
-use crate::repo::records::{backups, BackupRecord, Found};
+use crate::repo::records::{backups, complete, BackupRecord, Found};
 
 /// What to keep and what to remove.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -78,6 +78,74 @@ impl Retention {
     }
 }
 
+/// What the histories newer than the one being expired hold (after pg_upgrade a repository has
+/// one per cluster, [`crate::repo::histories`]): retention counts across them, so that an older
+/// history keeps only what the policy keeps of it as a whole, and goes entirely once it keeps
+/// nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Later {
+    /// Finished backups there: the newest finished backup, which expire never removes, is there.
+    pub any: bool,
+    /// Finished full backups there (all newer than this history's: the first of the newest N).
+    pub fulls: usize,
+    /// Those of them kept (archive retention anchors on the Nth newest kept).
+    pub fulls_kept: usize,
+    /// One of them ends before `keep_within`'s window: it, not one here, is the newest before it.
+    pub before_edge: bool,
+}
+
+/// One history's plan ([`plan_all`]).
+#[derive(Debug)]
+pub struct HistoryPlan {
+    /// The history, opened.
+    pub history: crate::repo::histories::History,
+    /// What goes from it.
+    pub plan: ExpirePlan,
+}
+
+/// Plan retention for every history of the repository (one, unless it went through pg_upgrade),
+/// newest first so that older ones count what newer ones keep ([`Later`]); returned oldest first.
+///
+/// # Errors
+/// As [`plan_expire`], for any history.
+pub fn plan_all(repo: &Repo, keep: &Retention, now: i64) -> Result<Vec<HistoryPlan>> {
+    let mut later = Later::default();
+    let mut out = Vec::new();
+    for history in crate::repo::histories::all(repo)?.into_iter().rev() {
+        let plan = plan_expire_in(&history.repo, keep, now, &later)?;
+        let found = backups(&history.repo)?;
+        let done: Vec<&BackupRecord> = found.iter().filter_map(Found::record).collect();
+        let fulls = || done.iter().filter(|r| r.backup_type == BackupType::Full);
+        later.any |= !done.is_empty();
+        later.fulls += fulls().count();
+        later.fulls_kept += fulls().filter(|r| plan.kept.contains(&r.id)).count();
+        later.before_edge |= keep.keep_within.is_some_and(|w| done.iter().any(|r| r.stop_unix < now - w));
+        out.push(HistoryPlan { history, plan });
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// Plan `expire --set ID` ([`plan_remove`]) in the history holding the backup; the other histories
+/// are not touched.
+///
+/// # Errors
+/// As [`plan_remove`].
+pub fn plan_remove_all(repo: &Repo, id: &str, keep: &Retention, now: i64) -> Result<Vec<HistoryPlan>> {
+    let all = crate::repo::histories::all(repo)?;
+    let holder = crate::repo::histories::with_backup(repo, id)?;
+    let mut later = Later::default();
+    for h in all.iter().rev() {
+        if h.number == holder.meta().history {
+            let plan = plan_remove_in(&h.repo, id, keep, now, &later)?;
+            return Ok(vec![HistoryPlan { history: h.clone(), plan }]);
+        }
+        later.any |= !complete(&h.repo)?.is_empty();
+    }
+    let plan = plan_remove_in(&holder, id, keep, now, &later)?;
+    Ok(vec![HistoryPlan { history: crate::repo::histories::History { number: holder.meta().history, repo: holder }, plan }])
+}
+
 /// Decide what `expire` removes by policy. Never the newest finished backup, nor WAL a kept
 /// backup needs (from the oldest kept backup's start onwards, every timeline; with archive
 /// retention, from the start of the newest N fulls kept, older ones keeping their own span);
@@ -86,6 +154,11 @@ impl Retention {
 /// # Errors
 /// No retention given; the repository cannot be read.
 pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    plan_expire_in(repo, keep, now, &Later::default())
+}
+
+/// [`plan_expire`] of one history, given what newer histories hold.
+fn plan_expire_in(repo: &Repo, keep: &Retention, now: i64, later: &Later) -> Result<ExpirePlan> {
     let meta = repo.meta();
     if !keep.names_backups() && keep.keep_archive.is_none() {
         return Err(Error::invalid(
@@ -114,7 +187,9 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
         keep_ids.extend(done.iter().map(|r| r.id.clone()));
     }
     if let Some(n) = keep.keep_full {
-        // The newest N full backups, and every backup that builds on one of them.
+        // The newest N full backups, and every backup that builds on one of them (counting those
+        // newer histories keep).
+        let n = n.saturating_sub(later.fulls);
         let fulls: Vec<&str> = done.iter().rev().filter(|r| r.backup_type == BackupType::Full).take(n).map(|r| r.id.as_str()).collect();
         for r in &done {
             if fulls.contains(&r.id.as_str()) || r.chain.first().is_some_and(|f| fulls.contains(&f.as_str())) {
@@ -131,14 +206,14 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
         }
         // The newest backup that ends before the window: recovery to the window's first moment
         // starts from it.
-        if let Some(r) = done.iter().rev().find(|r| r.stop_unix < edge) {
+        if let Some(r) = done.iter().rev().find(|r| r.stop_unix < edge).filter(|_| !later.before_edge) {
             keep_ids.insert(r.id.clone());
         }
     }
-    if let Some(r) = done.last() {
+    if let Some(r) = done.last().filter(|_| !later.any) {
         keep_ids.insert(r.id.clone());
     }
-    settle(repo, keep, &found, keep_ids, None, now)
+    settle(repo, keep, &found, keep_ids, None, now, later)
 }
 
 /// Decide what `expire --set ID` removes: that one backup (its repository id or its set's backup
@@ -150,6 +225,11 @@ pub fn plan_expire(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan
 /// [`sheaf_core::ErrorKind::NotFound`] when the repository holds no such backup; one of the
 /// refusals above; the repository cannot be read.
 pub fn plan_remove(repo: &Repo, id: &str, keep: &Retention, now: i64) -> Result<ExpirePlan> {
+    plan_remove_in(repo, id, keep, now, &Later::default())
+}
+
+/// [`plan_remove`] in one history, given what newer histories hold.
+fn plan_remove_in(repo: &Repo, id: &str, keep: &Retention, now: i64, later: &Later) -> Result<ExpirePlan> {
     check_archive(keep)?;
     let keep = &Retention { keep_archive: keep.keep_archive, ..Retention::default() };
     let found = backups(repo)?;
@@ -171,7 +251,7 @@ pub fn plan_remove(repo: &Repo, id: &str, keep: &Retention, now: i64) -> Result<
         // Left by a crash: it goes as expire removes those.
         Found::Unfinished { id, .. } => {
             let keep_ids = done.iter().map(|r| r.id.clone()).collect();
-            return settle(repo, keep, &found, keep_ids, Some(id), now);
+            return settle(repo, keep, &found, keep_ids, Some(id), now, later);
         }
         Found::Complete(r) => r,
     };
@@ -193,7 +273,7 @@ pub fn plan_remove(repo: &Repo, id: &str, keep: &Retention, now: i64) -> Result<
             builders[0]
         )));
     }
-    if done.last().is_some_and(|r| &r.id == id) {
+    if done.last().is_some_and(|r| &r.id == id) && !later.any {
         return Err(Error::invalid(format!(
             "backup {id} is the newest finished backup, which expire never removes (restore and drill take it by default): take another backup first, then remove this one"
         )));
@@ -211,7 +291,7 @@ pub fn plan_remove(repo: &Repo, id: &str, keep: &Retention, now: i64) -> Result<
         }
     }
     let keep_ids = done.iter().filter(|r| &r.id != id).map(|r| r.id.clone()).collect();
-    settle(repo, keep, &found, keep_ids, Some(id), now)
+    settle(repo, keep, &found, keep_ids, Some(id), now, later)
 }
 
 /// `--keep-archive 0` refused.
@@ -225,8 +305,18 @@ fn check_archive(keep: &Retention) -> Result<()> {
 /// The plan, once it is known which finished backups the policy keeps (`keep_ids`): what those
 /// need stays (their bases, pinned and still-locked backups, the WAL), the rest goes in a
 /// crash-safe order. Unfinished backups left by a crash go too, all of them by policy (`one` is
-/// `None`), else only `one` if it is one of them.
-fn settle(repo: &Repo, keep: &Retention, found: &[Found], mut keep_ids: std::collections::BTreeSet<BackupId>, one: Option<&BackupId>, now: i64) -> Result<ExpirePlan> {
+/// `None`), else only `one` if it is one of them. In a history older than others (`later`), WAL
+/// is anchored by what it keeps alone: keeping nothing, it loses all its WAL.
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    repo: &Repo,
+    keep: &Retention,
+    found: &[Found],
+    mut keep_ids: std::collections::BTreeSet<BackupId>,
+    one: Option<&BackupId>,
+    now: i64,
+    later: &Later,
+) -> Result<ExpirePlan> {
     let meta = repo.meta();
     let lock = meta.lock.map(|l| l.seconds());
     // Until when a backup's objects are locked: its record says (they all carry the lock of the
@@ -333,9 +423,13 @@ fn settle(repo: &Repo, keep: &Retention, found: &[Found], mut keep_ids: std::col
     // Archive retention: point-in-time recovery from the Nth newest full kept on, in the order
     // the backups were taken (after a restore to an earlier moment, a newer timeline's segment
     // numbers are lower than an older one's), and never less than a time window keeps.
+    // Newer histories count first: the fulls they keep are the newest.
     let from = keep.keep_archive.and_then(|n| {
-        let nth = kept.iter().enumerate().rev().filter(|(_, r)| r.backup_type == BackupType::Full).nth(n - 1).map(|(i, _)| i)?;
-        let window = keep.keep_within.map(|w| kept.iter().rposition(|r| r.stop_unix < now - w).unwrap_or(0));
+        let nth = match n.saturating_sub(later.fulls_kept) {
+            0 => kept.len(),
+            n => kept.iter().enumerate().rev().filter(|(_, r)| r.backup_type == BackupType::Full).nth(n - 1).map(|(i, _)| i)?,
+        };
+        let window = keep.keep_within.map(|w| if later.before_edge { kept.len() } else { kept.iter().rposition(|r| r.stop_unix < now - w).unwrap_or(0) });
         Some(window.map_or(nth, |w| w.min(nth)))
     });
     if let Some(from) = from {
@@ -346,9 +440,18 @@ fn settle(repo: &Repo, keep: &Retention, found: &[Found], mut keep_ids: std::col
     }
     // Running backups need WAL from their start, which is after every finished one's: nothing to
     // add. With no finished backup kept there is nothing to anchor WAL to: keep all of it.
-    let oldest = kept[from.unwrap_or(0)..].iter().filter_map(|r| start_of(r)).min_by_key(|w| w.segno);
+    let mut oldest = kept[from.unwrap_or(0)..].iter().filter_map(|r| start_of(r)).min_by_key(|w| w.segno);
+    // An older history than others, keeping no backup's WAL for recovery to a point in time: its
+    // WAL goes, but for the spans of the backups it still keeps; keeping none, its history files
+    // too. Its horizon is past its last segment, so that what is left never looks damaged.
+    let whole_history = later.any && oldest.is_none();
+    if whole_history {
+        let last = archived(repo)?.into_iter().filter(|(w, _)| w.kind != WalKind::History).map(|(w, _)| w).max_by_key(|w| w.segno);
+        oldest = last.map(|w| WalFile::parse(&crate::cluster::walname::segment_name(w.timeline, w.segno + 1, seg), seg).expect("a segment name"));
+    }
+    let history_files_go = whole_history && own_spans.is_empty() && keep_ids.is_empty();
     if let Some(oldest) = oldest {
-        plan.wal_kept_from = Some(oldest.name.clone());
+        plan.wal_kept_from = (!whole_history).then(|| oldest.name.clone());
         plan.horizon = Some(oldest.clone());
         let listed = repo.list(paths::WAL)?;
         let summaries: std::collections::HashSet<String> = listed.iter().map(|o| o.name.clone()).filter(|n| n.ends_with(".sum")).collect();
@@ -365,7 +468,8 @@ fn settle(repo: &Repo, keep: &Retention, found: &[Found], mut keep_ids: std::col
         }
         let written: std::collections::HashMap<&str, i64> = listed.iter().map(|o| (o.name.as_str(), o.modified)).collect();
         for (w, size) in archived(repo)? {
-            if w.kind != WalKind::History && w.segno < oldest.segno && !in_a_span(w.segno) {
+            let goes = if w.kind == WalKind::History { history_files_go } else { w.segno < oldest.segno && !in_a_span(w.segno) };
+            if goes {
                 if let Some(u) = written.get(paths::wal_object(&w.name).as_str()).copied().and_then(object_lock) {
                     plan.wal_locked += 1;
                     plan.wal_locked_until = plan.wal_locked_until.max(Some(u));
@@ -391,10 +495,12 @@ fn settle(repo: &Repo, keep: &Retention, found: &[Found], mut keep_ids: std::col
 ///
 /// # Errors
 /// As [`plan_expire`] and [`expire`].
-pub fn apply(repo: &Repo, keep: &Retention, now: i64) -> Result<ExpirePlan> {
-    let plan = plan_expire(repo, keep, now)?;
-    expire(repo, &plan)?;
-    Ok(plan)
+pub fn apply(repo: &Repo, keep: &Retention, now: i64) -> Result<Vec<HistoryPlan>> {
+    let plans = plan_all(repo, keep, now)?;
+    for p in &plans {
+        expire(&p.history.repo, &p.plan)?;
+    }
+    Ok(plans)
 }
 
 /// Carry out a plan: raise the retention horizon (so that the WAL removed is known to be the
@@ -751,5 +857,67 @@ mod tests {
         repo.delete(&paths::wal_object(&segment_name(1, 3, seg))).unwrap();
         let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
         assert_eq!(inv.gaps.len(), 1, "{:?}", inv.gaps);
+    }
+
+    /// After pg_upgrade: fulls a and b in history 1, c in history 2 (the cluster that backs up
+    /// now). Retention counts fulls across both; archive retention anchors across both; a policy
+    /// that keeps nothing of history 1 removes it whole, its timeline history files too.
+    #[test]
+    fn retention_counts_across_histories_and_an_old_history_goes_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let (root, seg) = test_repo(d.path());
+        let record2 = crate::repo::histories::HistoryRecord {
+            history: 2,
+            system_identifier: crate::cluster::system::SystemId(2),
+            wal_segment_size: seg,
+            server_version: "18.1".into(),
+            created: String::new(),
+            upgraded_from: crate::cluster::system::SystemId(1),
+            start_lsn: Default::default(),
+        };
+        root.prepare("history/2/repo.json").unwrap();
+        root.put_json(&crate::repo::histories::record(2), &record2, false).unwrap();
+        let all = crate::repo::histories::all(&root).unwrap();
+        assert_eq!(all.len(), 2);
+        let (old, new) = (&all[0].repo, &all[1].repo);
+        for (repo, backups, wal) in [(old, vec![("a", 1000, 2u64), ("b", 2000, 4)], 1..=6u64), (new, vec![("c", 3000, 8)], 8..=9)] {
+            let put = |name: &str| repo.put(name, &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, name).unwrap();
+            for (id, stop, start) in backups {
+                let r = record(id, stop, &segment_name(1, start, seg));
+                put(&r.stripes[0]);
+                repo.put_json(&paths::record(id), &r, false).unwrap();
+            }
+            for s in wal {
+                put(&paths::wal_object(&segment_name(1, s, seg)));
+            }
+        }
+        old.put(&paths::wal_object("00000002.history"), &mut &b"x"[..], sheaf_core::CodecSpec::default(), false, "h").unwrap();
+        let plans = |keep: Retention| plan_all(old, &keep, 4000).unwrap();
+        let ids = |v: &[BackupId]| v.iter().map(|i| i.as_str().to_string()).collect::<Vec<_>>();
+
+        // Two fulls: c, then b; a goes, with the WAL before b.
+        let p = plans(Retention { keep_full: Some(2), ..Retention::default() });
+        assert_eq!((ids(&p[0].plan.kept), ids(&p[0].plan.removed), p[0].plan.wal_removed), (vec!["b".to_string()], vec!["a".to_string()], 3));
+        assert_eq!(ids(&p[1].plan.kept), ["c"]);
+        // Archive retention for the newest full only: b keeps its own span.
+        let p = plans(Retention { keep_full: Some(2), keep_archive: Some(1), ..Retention::default() });
+        assert_eq!(ids(&p[0].plan.consistent_only), ["b"]);
+        assert_eq!(p[0].plan.wal_removed, 5, "all but b's own segment (4), history files kept");
+        assert!(p[1].plan.consistent_only.is_empty());
+        // A window reaching back before c: the newest backup before it is history 1's b.
+        let p = plans(Retention { keep_within: Some(1500), ..Retention::default() });
+        assert_eq!((ids(&p[0].plan.kept), ids(&p[0].plan.removed)), (vec!["b".to_string()], vec!["a".to_string()]));
+        // One full: c. History 1 goes whole: its backups, segments and history files.
+        let p = plans(Retention { keep_full: Some(1), ..Retention::default() });
+        assert_eq!(ids(&p[0].plan.removed), ["a", "b"]);
+        for h in &p {
+            expire(&h.history.repo, &h.plan).unwrap();
+        }
+        let left: Vec<String> = old.list(paths::WAL).unwrap().into_iter().chain(old.list(paths::BACKUPS).unwrap()).map(|o| o.name).collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(crate::repo::records::complete(new).unwrap().len(), 1);
+        assert_eq!(archived(new).unwrap().len(), 2, "history 2's WAL stays");
+        // --set refuses the newest backup of all, not an old history's newest.
+        assert!(plan_remove_all(old, "c", &Retention::default(), 4000).unwrap_err().to_string().contains("newest finished backup"));
     }
 }

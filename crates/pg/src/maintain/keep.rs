@@ -18,6 +18,7 @@ use crate::repo::records::{backups, BackupRecord, Found};
 /// # Errors
 /// No such finished backup; a date already past; a lock the store refuses.
 pub fn pin(repo: &Repo, id: &str, until: Option<i64>, now: i64) -> Result<Pin> {
+    let repo = &crate::repo::histories::with_backup(repo, id)?;
     let meta = repo.meta();
     let found = backups(repo)?;
     let record = match found.iter().find(|f| f.id() == id) {
@@ -112,9 +113,12 @@ fn kept_objects(repo: &Repo, r: &BackupRecord, found: &[Found]) -> Result<Vec<Ke
 /// The store's.
 pub fn release(repo: &Repo, id: &str) -> Result<bool> {
     let o = pin_object(id);
-    if !repo.exists(&o)? {
-        return Ok(false);
+    // In whichever history the backup is (after pg_upgrade, one per cluster).
+    for h in crate::repo::histories::all(repo)? {
+        if h.repo.exists(&o)? {
+            h.repo.delete(&o)?;
+            return Ok(true);
+        }
     }
-    repo.delete(&o)?;
-    Ok(true)
+    Ok(false)
 }

@@ -9,6 +9,7 @@
 //! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age,
 //!   judged for monitoring; [`metrics`]: the same as Prometheus metrics.
 //! - [`keys`]: `sheaf key`: the keys of an encrypted repository.
+//! - [`upgrade`]: `sheaf repo upgrade`: after pg_upgrade, the new cluster as the next history.
 
 pub mod annotate;
 pub mod check;
@@ -17,4 +18,5 @@ pub mod keep;
 pub mod keys;
 pub mod metrics;
 pub mod undelete;
+pub mod upgrade;
 pub mod verify;

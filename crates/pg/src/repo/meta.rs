@@ -59,6 +59,29 @@ pub struct RepoMeta {
     /// S3 Object Lock on every object written (`sheaf init --lock`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<RepoLock>,
+    /// Which of the repository's histories this describes ([`crate::repo::histories`]): 1 for
+    /// `repo.json`'s cluster, 2 on for each upgrade's. Not stored: known from where it was read.
+    #[serde(skip, default = "first_history")]
+    pub history: u32,
+}
+
+fn first_history() -> u32 {
+    1
+}
+
+impl RepoMeta {
+    /// What describes history `r` of the repository this (its root's `repo.json`) describes: its
+    /// cluster, with the repository's format, kind and lock.
+    pub fn of_history(&self, r: &crate::repo::histories::HistoryRecord) -> RepoMeta {
+        RepoMeta {
+            system_identifier: r.system_identifier,
+            wal_segment_size: r.wal_segment_size,
+            server_version: r.server_version.clone(),
+            created: r.created.clone(),
+            history: r.history,
+            ..self.clone()
+        }
+    }
 }
 
 impl Meta for RepoMeta {
@@ -79,13 +102,36 @@ impl Meta for RepoMeta {
 
 /// Open the PostgreSQL repository at `place` with its keys: what it holds read and checked (a
 /// repository of another kind, or of a newer format, refused), its keys and owner checked, and in
-/// a locked one every object written from now on locked.
+/// a locked one every object written from now on locked. What is opened is its newest history
+/// ([`crate::repo::histories`]): the cluster that archives and backs up into it now; the others
+/// are [`crate::repo::histories::all`]'s.
 ///
 /// # Errors
 /// No repository there (naming `sheaf init`), one of another kind or a newer format; the keys'
 /// and the store's errors.
 pub fn open(place: &Place) -> Result<Repo> {
-    place.open()
+    crate::repo::histories::newest(place.open()?)
+}
+
+/// Open the repository at `place` as [`open`] does, at the history of cluster `cluster` when one
+/// is given and the repository records it (a cluster restored from an older history's backup
+/// recovers from that history's WAL), else at its newest.
+///
+/// # Errors
+/// As [`open`].
+pub fn open_for(place: &Place, cluster: Option<SystemId>) -> Result<Repo> {
+    let repo = open(place)?;
+    match cluster.filter(|c| *c != repo.meta().system_identifier) {
+        Some(c) => Ok(crate::repo::histories::of_cluster(&repo, c)?.map_or(repo, |h| h.repo)),
+        None => Ok(repo),
+    }
+}
+
+/// The cluster whose data directory sheaf runs in: PostgreSQL runs `restore_command` there.
+/// `None` elsewhere (`global/pg_control` not there, or not readable).
+pub fn cluster_here() -> Option<SystemId> {
+    let bytes = std::fs::read("global/pg_control").ok()?;
+    crate::cluster::control::Control::system_identifier_of(&bytes).ok()
 }
 
 /// Create a repository at `place` for the cluster at `url` (encrypted, when the place has keys);
@@ -120,17 +166,15 @@ pub fn init(place: &Place, url: &str, lock: Option<RepoLock>) -> Result<Repo> {
         server_version: facts.version,
         created: sheaf_core::time::utc_now(),
         lock,
+        history: 1,
     };
     place.init(&meta)
 }
 
-/// The refusal for a file of another cluster.
+/// The refusal for `what` of another cluster than the one `repo` (a history) records
+/// ([`crate::repo::histories::not_recorded`]).
 pub fn foreign(repo: &Repo, what: &str, theirs: SystemId) -> Error {
-    Error::invalid(format!(
-        "{what} is of cluster {theirs}, but the repository at {} holds cluster {}: each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...); check --repo, SHEAF_REPO or the config file",
-        repo.display(),
-        repo.meta().system_identifier
-    ))
+    crate::repo::histories::not_recorded(repo, what, theirs)
 }
 
 /// A repository for tests at `dir` (made there), of a cluster with 16 MiB segments.
@@ -144,6 +188,7 @@ pub(crate) fn test_repo(dir: &std::path::Path) -> Repo {
         server_version: String::new(),
         created: String::new(),
         lock: None,
+        history: 1,
     };
     Place::at(dir.to_str().unwrap(), &sheaf_core::LocalOnly).unwrap().init(&meta).unwrap()
 }

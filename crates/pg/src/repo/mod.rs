@@ -13,6 +13,8 @@
 //! - [`horizon`]: how far back expire removed WAL on purpose, so that what retention removed is
 //!   never taken for damage; [`ledger`]: what verify read back whole, and when.
 //! - [`inventory`]: what it holds, for `sheaf info`: backups, archived WAL by timeline, gaps.
+//! - [`histories`]: a repository through major-version upgrades: one history per cluster that
+//!   `pg_upgrade` made, each laid out as the root is.
 //! - [`key_use`]: which key wal-push opens it with, so that `key remove` keeps archiving working.
 
 /// A PostgreSQL repository, opened ([`meta::open`]): its places and bytes, and what its
@@ -22,6 +24,7 @@ pub type Repo = sheaf_core::repo::Repo<meta::RepoMeta>;
 pub mod annotations;
 pub mod drills;
 pub mod dropped;
+pub mod histories;
 pub mod horizon;
 pub mod id;
 pub mod inventory;

@@ -14,6 +14,8 @@
 //! drills/DRILL_ID.json               a drill's record (crate::repo::drills)
 //! retention.json                     how far back expire removed WAL (crate::repo::horizon)
 //! verify.ledger                      what verify read back whole (crate::repo::ledger)
+//! history/N.json                     the cluster pg_upgrade made, as history N (crate::repo::histories)
+//! history/N/...                      its backups, WAL and records, named as above
 //! ```
 
 /// Name endings of objects a locked repository writes without a lock: they are removed again
@@ -93,7 +95,7 @@ pub fn dropped(name: &str) -> String {
 }
 
 /// Every name at a repository's top: its files, and the folders its objects live in.
-pub const LAYOUT: [&str; 11] = [
+pub const LAYOUT: [&str; 12] = [
     sheaf_core::repo::META,
     sheaf_core::keyring::KEYS_DIR,
     BACKUPS,
@@ -105,7 +107,29 @@ pub const LAYOUT: [&str; 11] = [
     "check/",
     crate::repo::horizon::HORIZON,
     crate::repo::ledger::LEDGER,
+    HISTORIES,
 ];
+
+/// A name inside a history after the first (`history/N/REST`): its folder with the slash
+/// (`history/N/`), and REST.
+fn in_history(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix(HISTORIES)?;
+    let (n, inner) = rest.split_once('/')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| (&name[..name.len() - inner.len()], inner))
+}
+
+/// Where the histories after the first live (crate::repo::histories).
+pub const HISTORIES: &str = "history/";
+
+/// The record of history `n` (2 on).
+pub fn history_record(n: u32) -> String {
+    format!("{HISTORIES}{n}.json")
+}
+
+/// The folder history `n` (2 on) lives in, its objects named as at the root below it.
+pub fn history_folder(n: u32) -> String {
+    format!("{HISTORIES}{n}")
+}
 
 /// Where backups' annotations, edited after the backup, live.
 pub const ANNOTATIONS: &str = "annotations/";
@@ -134,6 +158,26 @@ pub fn kept_from_clients(name: &str, replace: bool, delete: bool, exists: &dyn F
         // A repository lives at the top of the folder served: names below a sub-folder
         // (`sheaf://HOST:PORT/NAME/deeper`) would escape every rule here.
         return Some("not an object of a repository's layout (a repository is served at its folder's top: give sheaf://HOST:PORT/NAME)");
+    }
+    if let Some((folder, inner)) = in_history(name) {
+        // A history after the first is laid out as the root is, under its folder: the same rules,
+        // but for what only the root has.
+        if inner == meta || inner.starts_with(sheaf_core::keyring::KEYS_DIR) || inner.starts_with(HISTORIES) {
+            return Some("a history holds no repository meta, keys or histories of its own");
+        }
+        let inside = |n: &str| if n == meta { exists(n) } else { exists(&format!("{folder}{n}")) };
+        return kept_from_clients(inner, replace, delete, &inside);
+    }
+    if name.starts_with(HISTORIES) {
+        let number = name.strip_prefix(HISTORIES).and_then(|r| r.strip_suffix(".json")).unwrap_or_default();
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return Some("not an object of a repository's layout");
+        }
+        // A history's record (`history/N.json`): added by `repo upgrade`, never changed.
+        if replace || delete {
+            return Some("a history's record is written once, by `sheaf repo upgrade`");
+        }
+        return None;
     }
     if name == crate::repo::horizon::HORIZON {
         // How far back expire removed WAL: raised, it makes later gaps look intended.
@@ -206,6 +250,20 @@ mod tests {
         // A repository below the served folder's top escapes nothing: its names are refused.
         for sub in ["main/repo.json", "main/wal/00000001/000000010000000000000003.wal", "x", "wal"] {
             assert!(!allowed(sub, false, false) && !allowed(sub, true, false) && !allowed(sub, false, true), "{sub}");
+        }
+        // A history after the first: the root's rules below its folder.
+        let there = ["repo.json", "history/2.json", "history/2/backups/20261129-100000F.json"];
+        let exists = |n: &str| there.contains(&n);
+        let allowed = |name: &str, replace: bool, delete: bool| kept_from_clients(name, replace, delete, &exists).is_none();
+        assert!(allowed("history/3.json", false, false), "repo upgrade through the agent");
+        assert!(!allowed("history/2.json", true, false) && !allowed("history/2.json", false, true));
+        assert!(allowed("history/2/wal/00000001/000000010000000000000009.wal", false, false));
+        assert!(!allowed("history/2/wal/00000001/000000010000000000000009.wal", true, false));
+        assert!(allowed("history/2/backups/20261130-100000F/20261130-100000F_1.sheaf", false, true), "an unfinished backup's stripe");
+        assert!(!allowed("history/2/backups/20261129-100000F/20261129-100000F_1.sheaf", false, true), "a finished one's");
+        assert!(!allowed("history/2/retention.json", false, false));
+        for odd in ["history/2/repo.json", "history/2/keys/a.key", "history/2/history/3.json", "history/x/wal/a", "history/2/elsewhere"] {
+            assert!(!allowed(odd, false, false), "{odd}");
         }
         // Before the meta exists (init through the agent), its key record may come and go.
         let none = |_: &str| false;

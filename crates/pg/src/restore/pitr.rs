@@ -253,11 +253,17 @@ pub fn restore(
     restore_command: impl FnOnce() -> Result<String>,
     progress: Arc<dyn Progress>,
 ) -> Result<(Restored, Plan)> {
-    let meta = repo.meta();
-    let records = complete(repo)?;
-    let chosen = request.set.as_ref().map(|which| pick(&records, which)).transpose()?;
     let recovery = request.recovery()?;
-    let plan = plan(repo, &records, chosen, &recovery)?;
+    // The history that holds the backup asked for, or the newest whose backups and WAL serve the
+    // target (after pg_upgrade, a moment before the upgrade is the old cluster's).
+    let (repo, (records, plan)) = crate::repo::histories::first_serving(repo, |h| {
+        let records = complete(h)?;
+        let chosen = request.set.as_ref().map(|which| pick(&records, which)).transpose()?;
+        let plan = plan(h, &records, chosen, &recovery)?;
+        Ok((records, plan))
+    })?;
+    let repo = &repo;
+    let meta = repo.meta();
     // An incremental restores through its chain: every set of it opened and checked first.
     let sets = open_chain(repo, &records, &plan.backup, schemes, true)?;
     for (set, r) in sets.iter().zip(chain_of(&records, &plan.backup)?) {

@@ -67,7 +67,12 @@ pub fn push(repo: &Repo, path: &Path, codec: CodecSpec) -> Result<Pushed> {
     if matches!(wal.kind, WalKind::Segment | WalKind::Partial) {
         if let Some(id) = segment_system_id(path)? {
             if id != meta.system_identifier {
-                return Err(foreign(repo, &format!("WAL file {name}"), id));
+                // WAL of a cluster an upgrade left behind (archived late, at its last shutdown)
+                // still goes to its own history: it only lengthens what recovers there.
+                return match crate::repo::histories::of_cluster(repo, id)? {
+                    Some(h) => push(&h.repo, path, codec),
+                    None => Err(foreign(repo, &format!("WAL file {name}"), id)),
+                };
             }
         }
     }

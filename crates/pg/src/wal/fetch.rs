@@ -8,6 +8,7 @@ use sheaf_core::blob::BlobInfo;
 use sheaf_core::repo::Place;
 use sheaf_core::{Error, Result};
 
+use crate::cluster::system::SystemId;
 use crate::wal::archive::fetch;
 
 /// What [`fetch_for_recovery`] found of a file PostgreSQL asked for.
@@ -22,7 +23,8 @@ pub enum Recovered {
     End,
 }
 
-/// PostgreSQL's `restore_command` rule over one or more repositories: `name` from the first that
+/// PostgreSQL's `restore_command` rule over one or more repositories, each read at the history
+/// of cluster `cluster` (the restored cluster's: [`crate::repo::meta::open_for`]): `name` from the first that
 /// holds it archived whole, else from the first that holds what `wal-receive` streamed of it,
 /// else the archive's end. A repository that cannot be read (away, damaged) is passed over for
 /// the next and said through `say`; when none that answered holds the file but one could not be
@@ -31,12 +33,12 @@ pub enum Recovered {
 ///
 /// # Errors
 /// Every repository's failure, the first given; I/O on `dest`.
-pub fn fetch_for_recovery(repos: &[Place], name: &str, dest: &Path, say: &dyn Fn(&str)) -> Result<Recovered> {
+pub fn fetch_for_recovery(repos: &[Place], cluster: Option<SystemId>, name: &str, dest: &Path, say: &dyn Fn(&str)) -> Result<Recovered> {
     let several = repos.len() > 1;
     let mut failed: Option<Error> = None;
     let mut open = Vec::new();
     for (k, place) in repos.iter().enumerate() {
-        let got = crate::repo::meta::open(place).and_then(|repo| fetch(&repo, name, dest, false).map(|i| (i, repo)));
+        let got = crate::repo::meta::open_for(place, cluster).and_then(|repo| fetch(&repo, name, dest, false).map(|i| (i, repo)));
         match got {
             Ok((Some(info), _)) => return Ok(Recovered::Archived(info)),
             Ok((None, repo)) => open.push(repo),

@@ -16,6 +16,7 @@ mod cloud;
 mod life;
 mod pitr;
 mod several;
+mod upgrade;
 
 pub(crate) fn ok(o: Output, what: &str) -> String {
     assert!(o.status.success(), "{what}: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
