@@ -45,6 +45,7 @@ pub fn policy(command: &Command) -> OnSignal {
         | Command::Verify(_)
         | Command::Drill(_)
         | Command::Consolidate(_)
+        | Command::Copy(_)
         | Command::Bench(_)
         | Command::Demo(_)
         | Command::Extract(_)

@@ -86,6 +86,7 @@ fn run(cli: Cli, settings: Settings, interrupt: Interrupt) -> Result<Outcome, Er
         Command::Drill(a) => commands::drill::run(ctx, a)?,
         Command::Undelete(a) => commands::undelete::run(ctx, a)?,
         Command::Repo(a) => commands::repo::run(ctx, a)?,
+        Command::Copy(a) => commands::copy::run(ctx, a)?,
         Command::Consolidate(a) => commands::consolidate::run(ctx, a)?,
         Command::WalSummarize(a) => commands::wal_summarize::run(ctx, a)?,
         Command::Agent(a) => commands::agent::run(ctx, a)?,

@@ -37,6 +37,7 @@ pub mod storage;
 pub mod testing;
 pub mod text;
 pub mod time;
+pub mod transfer;
 pub mod whole;
 
 pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, Changes, ChunkCheck, FileChanges, Lineage, Tuning, UnitFilter};

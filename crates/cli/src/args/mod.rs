@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 pub use agent::AgentArgs;
 pub use data::{annotated, BackupArgs, ExtractArgs, RestoreArgs, VerifyArgs};
 pub use repo::{
-    AnnotateArgs, CheckArgs, ConfigArgs, ConsolidateArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, RepoAction, RepoCommandArgs,
+    AnnotateArgs, CheckArgs, ConfigArgs, ConsolidateArgs, CopyArgs, DrillArgs, ExpireArgs, InfoArgs, InitArgs, KeepArgs, KeyAction, KeyCommandArgs, RepoAction, RepoCommandArgs,
     UndeleteArgs, WalFetchArgs, WalPushArgs, WalReceiveArgs, WalSummarizeArgs,
 };
 pub use shared::{BackupHooks, DrillHooks, ExpireHooks, HookFlags, KeyArgs, LogArgs, RateArgs, RepoArg, RestoreHooks, S3Args, SpoolArg};
@@ -250,6 +250,21 @@ a key rewrites one small record. After removing a key that may have leaked, rota
 from then on uses a new data key that the removed key never saw (what it could read before, it may \
 have copied). docs/encryption.md says which secret opens what.")]
     Key(KeyCommandArgs),
+    /// Copy backups into another repository (another disk, bucket, region or cloud) with the WAL
+    /// they need, their pins, annotations and drills: as stored, every frame's checksum checked on
+    /// the way; a second run copies only what is missing.
+    #[command(after_help = "Examples:\n  \
+sheaf copy --repo /srv/sheaf --to-repo s3://dr-bucket/pg --latest      # the newest backup, off site\n  \
+sheaf copy --repo /srv/sheaf --to-repo s3://dr-bucket/pg --all         # everything the target's retention keeps\n  \
+sheaf copy --repo s3://dr-bucket/pg --to-repo /srv/sheaf --set 20261124-101500Z   # and back\n  \
+sheaf check --repo /srv/sheaf --compare-repo s3://dr-bucket/pg        # what the copy lacks\n\n\
+The target is a repository of the same cluster, or an empty place, which becomes one. A backup's WAL \
+goes first (from its start to the end of the archive, for point-in-time recovery there), then its \
+stripes, its record last: stopped at any point (Ctrl-C, a lost link), nothing there looks like a \
+finished backup that is not one, and the next run goes on where it stopped. A damaged object in the \
+source is named and not copied. --all keeps what the target's retention (repo2-retention-* for it \
+in the config file, else retention-*) would keep. Repositories that are encrypted are refused for now.")]
+    Copy(CopyArgs),
     /// The repository's own life: `sheaf repo upgrade` after pg_upgrade records the new cluster,
     /// so that one repository keeps both clusters' backups and WAL.
     #[command(after_help = "Example, after pg_upgrade from 15 to 18 and starting the new server:\n  \
@@ -346,6 +361,7 @@ impl Command {
             }
             Command::Drill(a) => Shared { rate: a.rate.clone(), spool: a.spool.clone(), ..with(&a.s3, &a.repo) },
             Command::Undelete(a) => with(&a.s3, &a.repo),
+            Command::Copy(a) => Shared { rate: a.rate.clone(), ..with(&a.s3, &a.repo) },
             Command::Repo(a) => match &a.action {
                 RepoAction::Upgrade(x) => with(&x.s3, &x.repo),
             },

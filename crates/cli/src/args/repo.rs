@@ -285,6 +285,10 @@ pub struct CheckArgs {
     /// warning; a last drill that failed is critical whatever its age. Not checked unless given.
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     pub max_drill_age: Option<std::time::Duration>,
+    /// A copy of the repository (sheaf copy's target, another region or cloud): what it lacks of
+    /// the repository's backups and WAL is a warning naming them.
+    #[arg(long, value_name = "REPO")]
+    pub compare_repo: Option<String>,
     /// Print the findings as JSON.
     #[arg(long)]
     pub json: bool,
@@ -507,4 +511,31 @@ pub struct RepoUpgradeArgs {
     /// Print what was recorded as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args)]
+pub struct CopyArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Where the copies go: a folder, s3://BUCKET/PREFIX, az://, gs://, sftp:// or sheaf://; a
+    /// repository of the same cluster, or an empty place (made one).
+    #[arg(long, value_name = "REPO")]
+    pub to_repo: String,
+    /// The backup to copy (its id as sheaf info lists it, or latest), with the backups it builds on.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["latest", "all"])]
+    pub set: Option<BackupRef>,
+    /// The newest backup.
+    #[arg(long, conflicts_with = "all")]
+    pub latest: bool,
+    /// Every backup the target's retention keeps (retention-* for it in the config file, else
+    /// all): the target holds what the repository holds (geo-redundancy).
+    #[arg(long)]
+    pub all: bool,
+    /// Print what was copied as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub rate: RateArgs,
+    #[command(flatten)]
+    pub s3: S3Args,
 }

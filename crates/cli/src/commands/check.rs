@@ -16,7 +16,12 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
     let critical = |check: &'static str, message: String| CheckReport { status: Status::Critical, findings: vec![Finding { check, status: Status::Critical, message }] };
     let mut report = match (ctx.repos(), ctx.pg_url(a.url.clone())) {
         (Ok(repos), Ok(url)) => {
-            let opts = CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000 };
+            let compare = match a.compare_repo.as_deref().map(|r| ctx.schemes().and_then(|s| sheaf_core::repo::Place::at(r, s))).transpose() {
+                Ok(c) => c,
+                Err(e) => return Outcome::Status(exit::check_code(report_now(&critical("copy", e.to_string()), a.json))),
+            };
+            let opts =
+                CheckOptions { url, max_age: a.max_age, archive_timeout: a.archive_timeout, max_drill_age: a.max_drill_age, now: sheaf_core::time::now_ms() / 1000, compare };
             check(&repos, &opts)
         }
         (Err(e), _) => critical("repository", e.to_string()),
@@ -40,8 +45,13 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
         }
         report.status = report.findings.iter().map(|f| f.status).max().unwrap_or(Status::Ok);
     }
-    if a.json {
-        say!("{}", serde_json::to_value(&report).expect("report serialises"));
+    Outcome::Status(exit::check_code(report_now(&report, a.json)))
+}
+
+/// Print the report (as JSON, with `json`); its status.
+fn report_now(report: &CheckReport, json: bool) -> Status {
+    if json {
+        say!("{}", serde_json::to_value(report).expect("report serialises"));
     } else {
         let worst: Vec<&str> = report.findings.iter().filter(|f| f.status == report.status && f.status != Status::Ok).map(|f| f.message.as_str()).collect();
         let summary = if worst.is_empty() { format!("{} checks passed", report.findings.len()) } else { worst.join("; ") };
@@ -50,5 +60,5 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
             say!("{:<8} {:<10} {}", f.status.word(), f.check, f.message);
         }
     }
-    Outcome::Status(exit::check_code(report.status))
+    report.status
 }

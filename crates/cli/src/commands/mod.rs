@@ -8,6 +8,7 @@ pub mod bench;
 pub mod check;
 pub mod config;
 pub mod consolidate;
+pub mod copy;
 pub mod demo;
 pub mod drill;
 pub mod expire;

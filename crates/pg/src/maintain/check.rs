@@ -73,6 +73,9 @@ pub struct CheckOptions {
     pub max_drill_age: Option<Duration>,
     /// Now, seconds since the epoch.
     pub now: i64,
+    /// A copy of the (first) repository to compare with it (`--compare-repo`): what it lacks is a
+    /// warning.
+    pub compare: Option<Place>,
 }
 
 struct Findings(Vec<Finding>);
@@ -87,7 +90,13 @@ impl Findings {
 /// several when WAL goes to each) against the server at `opts.url`.
 pub fn check(repos: &[Place], opts: &CheckOptions) -> CheckReport {
     let mut f = Findings(Vec::new());
+    // Compared before archiving is tested: the segment that test switches is not in the copy yet.
+    let mut compared = Findings(Vec::new());
+    if let (Some(first), Some(other)) = (repos.first(), &opts.compare) {
+        compare_with(first, other, &mut compared);
+    }
     run(repos, opts, &mut f);
+    f.0.extend(compared.0);
     let status = f.0.iter().map(|x| x.status).max().unwrap_or(Status::Ok);
     CheckReport { status, findings: f.0 }
 }
@@ -138,6 +147,51 @@ fn run(repos: &[Place], opts: &CheckOptions, f: &mut Findings) {
     archive(&targets, &mut server, &archiver, opts, f);
     for repo in &ours {
         backups(repo, opts, f);
+    }
+}
+
+/// What the copy at `other` lacks of the repository at `place` ([`crate::maintain::copy::compare`]).
+fn compare_with(place: &Place, other: &Place, f: &mut Findings) {
+    let compared = crate::repo::meta::open(place).and_then(|a| crate::repo::meta::open(other).and_then(|b| crate::maintain::copy::compare(&a, &b)));
+    match compared {
+        Err(e) => f.add("copy", Status::Critical, format!("cannot compare {} with {}: {e}", place.display(), other.display())),
+        Ok(c) if c.complete() => f.add(
+            "copy",
+            Status::Ok,
+            format!(
+                "{} holds every backup and WAL file {} holds{}",
+                other.display(),
+                place.display(),
+                if c.extra_backups.is_empty() {
+                    String::new()
+                } else {
+                    format!(", and {} more ({})", c.extra_backups.len(), c.extra_backups.iter().map(|i| i.as_str()).collect::<Vec<_>>().join(", "))
+                }
+            ),
+        ),
+        Ok(c) => f.add(
+            "copy",
+            Status::Warning,
+            format!(
+                "{} lacks {} that {} holds: sheaf copy --repo {} --to-repo {} --all",
+                other.display(),
+                [
+                    (!c.missing_backups.is_empty()).then(|| format!(
+                        "{} backup(s) ({})",
+                        c.missing_backups.len(),
+                        c.missing_backups.iter().map(|i| i.as_str()).collect::<Vec<_>>().join(", ")
+                    )),
+                    (c.missing_wal_count > 0).then(|| format!("{} WAL file(s) (the first {})", c.missing_wal_count, c.missing_wal.first().map_or("", String::as_str))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" and "),
+                place.display(),
+                place.display(),
+                other.display()
+            ),
+        ),
     }
 }
 

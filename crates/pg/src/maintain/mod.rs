@@ -8,11 +8,14 @@
 //! - [`verify`]: `sheaf verify --repo`: every backup and archived file read back and checked.
 //! - [`check`]: `sheaf check`: the repository, archiving end to end, the newest backup's age,
 //!   judged for monitoring; [`metrics`]: the same as Prometheus metrics.
+//! - [`copy`]: `sheaf copy`: backups, their WAL, pins and drills copied into another
+//!   repository as stored, checked on the way.
 //! - [`keys`]: `sheaf key`: the keys of an encrypted repository.
 //! - [`upgrade`]: `sheaf repo upgrade`: after pg_upgrade, the new cluster as the next history.
 
 pub mod annotate;
 pub mod check;
+pub mod copy;
 pub mod expire;
 pub mod keep;
 pub mod keys;

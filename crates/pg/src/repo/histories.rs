@@ -149,7 +149,7 @@ pub fn not_recorded(repo: &Repo, what: &str, theirs: SystemId) -> Error {
 pub fn mismatch(what: &str, theirs: SystemId, ours: SystemId, version: Option<&str>, repo: Option<&str>) -> Error {
     let shown = repo.unwrap_or("R");
     Error::invalid(format!(
-        "{what} is of cluster {theirs}, but the repository{} records cluster {ours}{}: if {theirs} is that cluster upgraded with pg_upgrade, record it first with `sheaf repo upgrade --repo {shown} URL` (its backups and WAL then live beside the old cluster's); otherwise each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...): check --repo, SHEAF_REPO or the config file",
+        "{what} is of cluster {theirs}, but the repository{} holds cluster {ours}{}: if {theirs} is that cluster upgraded with pg_upgrade, record it first with `sheaf repo upgrade --repo {shown} URL` (its backups and WAL then live beside the old cluster's); otherwise each cluster needs a repository of its own (sheaf init --repo NEW_PLACE ...): check --repo, SHEAF_REPO or the config file",
         repo.map(|r| format!(" at {r}")).unwrap_or_default(),
         version.map(|v| format!(" (PostgreSQL {})", major_text(v))).unwrap_or_default()
     ))

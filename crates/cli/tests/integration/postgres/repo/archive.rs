@@ -62,7 +62,7 @@ fn wal_push_is_idempotent_refuses_conflicts_and_other_clusters() {
     assert!(stderr(&foreign).contains("is of cluster") && stderr(&foreign).contains("repository of its own"), "{}", stderr(&foreign));
     let wrong = run(sheaf().args(["backup", &other.url("postgres"), "--repo", r]));
     assert_eq!(wrong.status.code(), Some(2), "{}", stderr(&wrong));
-    assert!(stderr(&wrong).contains("the repository holds cluster"), "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("holds cluster") && stderr(&wrong).contains("sheaf repo upgrade") && stderr(&wrong).contains("repository of its own"), "{}", stderr(&wrong));
     assert!(!repo.join("backups").exists() || std::fs::read_dir(repo.join("backups")).unwrap().next().is_none(), "nothing written for a foreign backup");
 
     // No repository there: named, with the fix.

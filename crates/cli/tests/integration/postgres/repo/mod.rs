@@ -13,6 +13,7 @@ use crate::integration::common::{run, stderr, SHEAF};
 
 mod archive;
 mod cloud;
+mod copy;
 mod life;
 mod pitr;
 mod several;

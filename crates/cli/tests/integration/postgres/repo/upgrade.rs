@@ -138,6 +138,13 @@ fn one_repository_through_pg_upgrade_with_link() {
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("history 1 (") && stdout(&o).contains("upgraded since"), "{}", stdout(&o));
 
+    // A copy of the whole repository holds both histories, and verifies.
+    let copy = base.path().join("copy");
+    let c = json(ok(run(sheaf().args(["copy", "--repo", r, "--to-repo", copy.to_str().unwrap(), "--all", "--json"])), "copy"));
+    assert_eq!((c["copied"].clone(), c["histories_added"].clone()), (serde_json::json!([b1, b2]), serde_json::json!([2])), "{c}");
+    let v = json(ok(run(sheaf().args(["verify", "--repo", copy.to_str().unwrap(), "--json"])), "verify the copy"));
+    assert_eq!((v["ok"].as_bool(), v["histories"].as_array().map(Vec::len)), (Some(true), Some(2)), "{v}");
+
     // Retention counts fulls across histories: two keep both, one removes the old history whole.
     let dry = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "2", "--dry-run", "--json"])), "expire --dry-run"));
     assert!(dry["histories"].as_array().unwrap().iter().all(|h| h["plan"]["removed"].as_array().unwrap().is_empty()), "{dry}");

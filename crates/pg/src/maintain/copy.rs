@@ -1,0 +1,349 @@
+//! `sheaf copy`: backups copied from one repository into another (another disk, bucket, region or
+//! cloud), with the WAL they need, their pins, annotations and drills: every object as stored, no
+//! byte decompressed, every frame's checksum checked on the way ([`sheaf_core::transfer`]).
+//!
+//! Order makes it safe to stop at any moment and to run again: a backup's WAL first, then its
+//! stripes under a lock of this process (so that the target's expire leaves them alone), its
+//! record last, as a backup publishes itself. A second run finds what is there (records, stripes
+//! of the same size, WAL by name) and copies only the rest, so an interrupted copy resumes, and a
+//! finished one copies nothing and says so.
+//!
+//! What is refused: a target of another cluster (any history that differs), a backup held under
+//! the same id with another set in it, and, for now, encrypted repositories on either side
+//! (re-sealing frames for another repository's keys is not built yet).
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Serialize;
+use sheaf_core::repo::Place;
+use sheaf_core::stop::Stop;
+use sheaf_core::storage::Stored;
+use sheaf_core::transfer::copy_checked;
+use sheaf_core::{Error, ErrorKind, Result};
+
+use crate::cluster::walname::{WalFile, WalKind};
+use crate::maintain::expire::{plan_all, Retention};
+use crate::repo::histories::{self, History};
+use crate::repo::id::BackupId;
+use crate::repo::records::{chain_of, complete, pick, BackupLock, BackupRecord, BackupRef};
+use crate::repo::{paths, Repo};
+
+/// Which backups to copy.
+#[derive(Clone, Debug)]
+pub enum Which {
+    /// One (with the backups it builds on).
+    Set(BackupRef),
+    /// The newest.
+    Latest,
+    /// Every finished backup the target's retention would keep (all, without one).
+    All(Option<Retention>),
+}
+
+/// What [`copy`] did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Copied {
+    /// Backups copied now, oldest first.
+    pub copied: Vec<BackupId>,
+    /// Backups the target held already.
+    pub already: Vec<BackupId>,
+    /// With `--all`: backups the target's retention would not keep, left out.
+    pub left_out: Vec<BackupId>,
+    /// WAL files (and their summaries) copied.
+    pub wal_files: u64,
+    /// Objects copied, all told.
+    pub objects: u64,
+    /// Their bytes, as stored.
+    pub bytes: u64,
+    /// Frames checked on the way.
+    pub frames: u64,
+    /// The target was empty and made a repository of the same cluster.
+    pub created: bool,
+    /// Histories (after pg_upgrade) the target did not have, recorded in it.
+    pub histories_added: Vec<u32>,
+}
+
+impl Copied {
+    /// Nothing was copied: the target held everything asked for.
+    pub fn nothing(&self) -> bool {
+        self.objects == 0
+    }
+}
+
+/// Copy the backups `which` names from `from` into the repository at `to` (made, when the place
+/// is empty, for the same cluster). Asked to `stop`, it stops between objects: what was copied
+/// stays, and the next run goes on from there.
+///
+/// # Errors
+/// A target of another cluster, a backup the target holds under the same id with another set; an
+/// encrypted repository on either side; a damaged object in the source (named; nothing of it is
+/// published); [`ErrorKind::Cancelled`] when stopped; the stores' errors.
+pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copied> {
+    let mut done = Copied::default();
+    let encrypted = |what: &str, shown: &str| {
+        Error::invalid(format!(
+            "{what} {shown} is encrypted: sheaf copy copies between repositories that are not encrypted for now (re-sealing every frame for another repository's keys is not built yet). Copy the folder or bucket whole with its keys, or back up into both (--repo-target all)"
+        ))
+    };
+    if from.place().key_block()?.is_some() {
+        return Err(encrypted("the source", from.display()));
+    }
+    let target = match crate::repo::meta::open(to) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            to.check_writer()?;
+            done.created = true;
+            to.init(from.root().meta())?;
+            crate::repo::meta::open(to)?
+        }
+        Err(e) => return Err(e),
+    };
+    if to.key_block()?.is_some() {
+        return Err(encrypted("the target", to.display()));
+    }
+    target.check_writer()?;
+    let (src, dst) = align(from, &target, &mut done)?;
+    // What to copy, per history, bases first.
+    let mut chosen: Vec<(usize, Vec<BackupRecord>)> = Vec::new();
+    let records: Vec<Vec<BackupRecord>> = src.iter().map(|h| complete(&h.repo)).collect::<Result<_>>()?;
+    let mut want: Vec<(usize, BackupId)> = Vec::new();
+    let latest = matches!(which, Which::Latest | Which::Set(BackupRef::Latest));
+    match which {
+        _ if latest => {
+            let (k, r) = records
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(k, rs)| rs.last().map(|r| (k, r)))
+                .ok_or_else(|| Error::new(ErrorKind::Incomplete, format!("{} holds no finished backup to copy", from.display())))?;
+            want.push((k, r.id.clone()));
+        }
+        Which::Set(r) => {
+            let found = records.iter().enumerate().rev().find_map(|(k, rs)| pick(rs, r).ok().map(|r| (k, r.id.clone())));
+            match found {
+                Some(f) => want.push(f),
+                None => return Err(pick(records.last().map_or(&[][..], |v| &v[..]), r).err().unwrap_or_else(|| Error::invalid(format!("no backup {r}")))),
+            }
+        }
+        Which::Latest => unreachable!("taken above"),
+        Which::All(keep) => {
+            let kept: Option<BTreeSet<BackupId>> = match keep {
+                Some(k) => Some(plan_all(from, k, sheaf_core::time::now_ms() / 1000)?.into_iter().flat_map(|p| p.plan.kept).collect()),
+                None => None,
+            };
+            for (k, rs) in records.iter().enumerate() {
+                for r in rs {
+                    if kept.as_ref().is_none_or(|set| set.contains(&r.id)) {
+                        want.push((k, r.id.clone()));
+                    } else {
+                        done.left_out.push(r.id.clone());
+                    }
+                }
+            }
+        }
+    }
+    for (k, rs) in records.iter().enumerate() {
+        let mut ids: BTreeSet<BackupId> = BTreeSet::new();
+        for (_, id) in want.iter().filter(|(w, _)| *w == k) {
+            let r = rs.iter().find(|r| &r.id == id).expect("picked from these");
+            ids.extend(chain_of(rs, r)?.iter().map(|b| b.id.clone()));
+        }
+        if !ids.is_empty() {
+            chosen.push((k, rs.iter().filter(|r| ids.contains(&r.id)).cloned().collect()));
+        }
+    }
+    for (k, backups) in &chosen {
+        let (s, d) = (&src[*k].repo, &dst[*k].repo);
+        wal(s, d, backups, stop, &mut done)?;
+        for r in backups {
+            backup(s, d, r, stop, &mut done)?;
+        }
+    }
+    Ok(done)
+}
+
+/// The source's histories and the target's, one for one: the target's must be the source's
+/// clusters; histories it lacks (the source went through pg_upgrade since) are recorded in it.
+fn align(from: &Repo, target: &Repo, done: &mut Copied) -> Result<(Vec<History>, Vec<History>)> {
+    let src = histories::all(from)?;
+    let mut dst = histories::all(target)?;
+    for (k, h) in src.iter().enumerate() {
+        let theirs = h.repo.meta().system_identifier;
+        match dst.get(k) {
+            Some(d) if d.repo.meta().system_identifier == theirs => {}
+            Some(d) => {
+                return Err(Error::invalid(format!(
+                    "{} is a repository of cluster {} ({}), and {} of cluster {theirs}: a copy goes only into a repository of the same cluster; give another place (an empty one becomes a copy)",
+                    target.display(),
+                    d.repo.meta().system_identifier,
+                    d.describe(),
+                    from.display()
+                )));
+            }
+            None => {
+                let root = target.root();
+                let name = paths::history_record(h.number);
+                root.prepare(&format!("{}/{}", paths::history_folder(h.number), sheaf_core::repo::META))?;
+                copy_checked(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?)?;
+                done.histories_added.push(h.number);
+                dst = histories::all(target)?;
+            }
+        }
+    }
+    if dst.len() > src.len() {
+        return Err(Error::invalid(format!(
+            "{} has been upgraded further than {} ({} histories against {}): copy from the repository that records the newest cluster",
+            target.display(),
+            from.display(),
+            dst.len(),
+            src.len()
+        )));
+    }
+    Ok((src, dst))
+}
+
+/// Copy `name` from `s` into `d` as stored, checked; counted.
+fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied) -> Result<()> {
+    if stop.asked() {
+        return Err(Error::new(ErrorKind::Cancelled, "copy stopped when asked; run it again to go on from here"));
+    }
+    d.prepare(name)?;
+    let src = s.open(name)?;
+    let t = copy_checked(src.as_ref(), d.location(name).create(true, src.len())?)?;
+    done.objects += 1;
+    done.bytes += t.bytes;
+    done.frames += t.frames;
+    Ok(())
+}
+
+/// The WAL `backups` need from the oldest one's start on (point-in-time recovery to the end of
+/// the source's archive), with block summaries and every timeline history file, that `d` lacks.
+fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Copied) -> Result<()> {
+    let seg = s.meta().wal_segment_size;
+    let Some(from) = backups.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).map(|w| w.segno).min() else { return Ok(()) };
+    let there: HashMap<String, u64> = d.list(paths::WAL)?.into_iter().map(|o| (o.name, o.size)).collect();
+    let listed: Vec<Stored> = s.list(paths::WAL)?;
+    for o in listed {
+        let Some(base) = o.name.rsplit('/').next() else { continue };
+        let name = base.strip_suffix(".wal").or_else(|| base.strip_suffix(".sum"));
+        let Some(w) = name.and_then(|n| WalFile::parse(n, seg)) else { continue };
+        if w.kind != WalKind::History && w.segno < from {
+            continue;
+        }
+        if there.get(&o.name) == Some(&o.size) {
+            continue;
+        }
+        one(s, d, &o.name, stop, done)?;
+        done.wal_files += u64::from(o.name.ends_with(".wal"));
+    }
+    Ok(())
+}
+
+/// Copy backup `r`: refused when `d` holds another set under its id; nothing when it holds this
+/// one; else its stripes (those there already at their size kept) under a lock of this process,
+/// then its annotations, pin and drills, then its record, then the lock goes.
+fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied) -> Result<()> {
+    let record = paths::record(&r.id);
+    if d.exists(&record)? {
+        let theirs: BackupRecord = d.get_json(&record)?;
+        if theirs.backup_id != r.backup_id {
+            return Err(Error::invalid(format!(
+                "{} holds backup {} with set {}, and {} holds it with set {}: not the same backup; remove one (sheaf expire --set) before copying",
+                d.display(),
+                r.id,
+                theirs.backup_id,
+                s.display(),
+                r.backup_id
+            )));
+        }
+        done.already.push(r.id.clone());
+        return Ok(());
+    }
+    let lock = paths::lock(&r.id);
+    d.put_json(&lock, &BackupLock::ours(&r.id, sheaf_core::time::now_ms() / 1000), true)?;
+    let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
+    let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
+    for stripe in &r.stripes {
+        if there.get(stripe).is_some_and(|n| sizes.get(stripe) == Some(n)) {
+            continue;
+        }
+        one(s, d, stripe, stop, done)?;
+    }
+    let extras = [paths::annotations(&r.id), crate::repo::keep::pin_object(&r.id)];
+    for name in extras.iter().cloned().chain(crate::repo::drills::drill_objects(s)?.into_iter().filter(|o| crate::repo::drills::drill_backup(o) == Some(r.id.as_str()))) {
+        if s.exists(&name)? && !d.exists(&name)? {
+            one(s, d, &name, stop, done)?;
+        }
+    }
+    one(s, d, &record, stop, done)?;
+    d.delete(&lock)?;
+    done.copied.push(r.id.clone());
+    Ok(())
+}
+
+/// What one repository holds that another lacks ([`compare`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Comparison {
+    /// Finished backups of the first that the second lacks.
+    pub missing_backups: Vec<BackupId>,
+    /// Finished backups of the second that the first lacks (taken into it directly, or kept
+    /// longer by its retention).
+    pub extra_backups: Vec<BackupId>,
+    /// WAL files of the first, from its oldest backup's start on, that the second lacks (the
+    /// first few named).
+    pub missing_wal: Vec<String>,
+    /// How many there are.
+    pub missing_wal_count: u64,
+}
+
+impl Comparison {
+    /// Whether the second holds everything the first does.
+    pub fn complete(&self) -> bool {
+        self.missing_backups.is_empty() && self.missing_wal_count == 0
+    }
+}
+
+/// What `b` lacks of `a` (and holds besides), history by history: backups by id, archived WAL by
+/// name from `a`'s oldest backup on. Read from listings and records only.
+///
+/// # Errors
+/// Two repositories of different clusters; the stores' errors.
+pub fn compare(a: &Repo, b: &Repo) -> Result<Comparison> {
+    let (ha, hb) = (histories::all(a)?, histories::all(b)?);
+    let mut out = Comparison::default();
+    for (k, h) in ha.iter().enumerate() {
+        let theirs = hb.iter().find(|x| x.repo.meta().system_identifier == h.repo.meta().system_identifier);
+        let ours = complete(&h.repo)?;
+        let held: BTreeSet<BackupId> = match theirs {
+            Some(t) => complete(&t.repo)?.into_iter().map(|r| r.id).collect(),
+            None if k == 0 => {
+                return Err(Error::invalid(format!(
+                    "{} holds cluster {}, {} cluster {}: they are not copies of each other",
+                    a.display(),
+                    h.repo.meta().system_identifier,
+                    b.display(),
+                    hb[0].repo.meta().system_identifier
+                )))
+            }
+            None => BTreeSet::new(),
+        };
+        out.missing_backups.extend(ours.iter().filter(|r| !held.contains(&r.id)).map(|r| r.id.clone()));
+        let ids: BTreeSet<&BackupId> = ours.iter().map(|r| &r.id).collect();
+        out.extra_backups.extend(held.into_iter().filter(|id| !ids.contains(id)));
+        let seg = h.repo.meta().wal_segment_size;
+        let Some(from) = ours.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).map(|w| w.segno).min() else { continue };
+        let there: BTreeSet<String> = match theirs {
+            Some(t) => t.repo.list(paths::WAL)?.into_iter().map(|o| o.name).collect(),
+            None => BTreeSet::new(),
+        };
+        for o in h.repo.list(paths::WAL)? {
+            let Some(w) = paths::wal_name(&o.name).and_then(|n| WalFile::parse(n, seg)) else { continue };
+            if (w.kind == WalKind::History || w.segno >= from) && !there.contains(&o.name) {
+                out.missing_wal_count += 1;
+                if out.missing_wal.len() < 5 {
+                    out.missing_wal.push(w.name);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
