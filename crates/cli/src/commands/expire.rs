@@ -115,26 +115,22 @@ pub fn say_plans(plans: &[expire::HistoryPlan], dry_run: bool) {
 /// What a plan removed (or would, on a dry run) and kept, in lines.
 pub fn say_plan(plan: &expire::ExpirePlan, dry_run: bool) {
     let verb = if dry_run { "would remove" } else { "removed" };
-    if plan.kept.is_empty() && plan.wal_kept_from.is_none() && plan.pinned.is_empty() && plan.locked.is_empty() && plan.running.is_empty() {
-        // An older history than the one that backs up now, of which the policy keeps nothing.
-        say!(
-            "{verb} {} backup{}{}, {} WAL files ({}): the policy keeps nothing of this history, and newer ones hold the newest backups",
-            plan.removed.len(),
-            plural(plan.removed.len()),
-            if plan.removed.is_empty() { String::new() } else { format!(" ({})", joined(&plan.removed)) },
-            plan.wal_removed,
-            format_size(plan.wal_bytes)
-        );
-        say!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
-        return;
-    }
-    say!(
-        "{verb} {} backup{}{}, {} WAL files ({}); kept {} backup{} ({}) and WAL from {}",
+    let removed = format!(
+        "{verb} {} backup{}{}, {} WAL files ({})",
         plan.removed.len(),
         plural(plan.removed.len()),
         if plan.removed.is_empty() { String::new() } else { format!(" ({})", joined(&plan.removed)) },
         plan.wal_removed,
-        format_size(plan.wal_bytes),
+        format_size(plan.wal_bytes)
+    );
+    if plan.kept.is_empty() && plan.wal_kept_from.is_none() && plan.pinned.is_empty() && plan.locked.is_empty() && plan.running.is_empty() {
+        // An older history than the one that backs up now, of which the policy keeps nothing.
+        say!("{removed}: the policy keeps nothing of this history, and newer ones hold the newest backups");
+        say!("{verb} {} in {} objects", format_size(plan.bytes), plan.objects.len());
+        return;
+    }
+    say!(
+        "{removed}; kept {} backup{} ({}) and WAL from {}",
         plan.kept.len(),
         plural(plan.kept.len()),
         joined(&plan.kept),

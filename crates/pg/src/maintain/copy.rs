@@ -92,7 +92,13 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
         Err(e) if e.kind() == ErrorKind::NotFound => {
             to.check_writer()?;
             done.created = true;
-            to.init(from.root().meta())?;
+            // The same cluster, made now and unlocked: a locked copy is one `sheaf init --lock`
+            // made first, on a bucket with Object Lock.
+            let mut meta = from.root().meta().clone();
+            meta.lock = None;
+            meta.format = meta.format.min(1);
+            meta.created = sheaf_core::time::utc_now();
+            to.init(&meta)?;
             crate::repo::meta::open(to)?
         }
         Err(e) => return Err(e),
@@ -215,6 +221,43 @@ fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied) -> Result
     Ok(())
 }
 
+/// How many objects are copied at once: object stores answer each request with a latency that
+/// one object at a time would pay in full; four keep a link busy without holding much (each copy
+/// holds its stream's read-ahead and one frame).
+const IN_FLIGHT: usize = 4;
+
+/// Copy `names` from `s` into `d` as [`one`] does, up to [`IN_FLIGHT`] at a time; the first
+/// failure stops the others after the object each is on, and is the error.
+fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied) -> Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    let totals = Mutex::new(Copied::default());
+    std::thread::scope(|scope| {
+        for _ in 0..IN_FLIGHT.min(names.len()) {
+            scope.spawn(|| {
+                let mut mine = Copied::default();
+                while failed.lock().expect("not poisoned").is_none() {
+                    let Some(name) = names.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                    if let Err(e) = one(s, d, name, stop, &mut mine) {
+                        failed.lock().expect("not poisoned").get_or_insert(e);
+                    }
+                }
+                let mut t = totals.lock().expect("not poisoned");
+                t.objects += mine.objects;
+                t.bytes += mine.bytes;
+                t.frames += mine.frames;
+            });
+        }
+    });
+    let t = totals.into_inner().expect("not poisoned");
+    done.objects += t.objects;
+    done.bytes += t.bytes;
+    done.frames += t.frames;
+    failed.into_inner().expect("not poisoned").map_or(Ok(()), Err)
+}
+
 /// The WAL `backups` need from the oldest one's start on (point-in-time recovery to the end of
 /// the source's archive), with block summaries and every timeline history file, that `d` lacks.
 fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Copied) -> Result<()> {
@@ -222,6 +265,7 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
     let Some(from) = backups.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).map(|w| w.segno).min() else { return Ok(()) };
     let there: HashMap<String, u64> = d.list(paths::WAL)?.into_iter().map(|o| (o.name, o.size)).collect();
     let listed: Vec<Stored> = s.list(paths::WAL)?;
+    let (mut files, mut summaries) = (Vec::new(), Vec::new());
     for o in listed {
         let Some(base) = o.name.rsplit('/').next() else { continue };
         let name = base.strip_suffix(".wal").or_else(|| base.strip_suffix(".sum"));
@@ -232,10 +276,16 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
         if there.get(&o.name) == Some(&o.size) {
             continue;
         }
-        one(s, d, &o.name, stop, done)?;
-        done.wal_files += u64::from(o.name.ends_with(".wal"));
+        if o.name.ends_with(".wal") {
+            files.push(o.name);
+        } else {
+            summaries.push(o.name);
+        }
     }
-    Ok(())
+    // Segments before their summaries: a summary never stands without its segment.
+    many(s, d, &files, stop, done)?;
+    done.wal_files += files.len() as u64;
+    many(s, d, &summaries, stop, done)
 }
 
 /// Copy backup `r`: refused when `d` holds another set under its id; nothing when it holds this
@@ -262,12 +312,8 @@ fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied) 
     d.put_json(&lock, &BackupLock::ours(&r.id, sheaf_core::time::now_ms() / 1000), true)?;
     let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
-    for stripe in &r.stripes {
-        if there.get(stripe).is_some_and(|n| sizes.get(stripe) == Some(n)) {
-            continue;
-        }
-        one(s, d, stripe, stop, done)?;
-    }
+    let stripes: Vec<String> = r.stripes.iter().filter(|n| !there.get(*n).is_some_and(|k| sizes.get(*n) == Some(k))).cloned().collect();
+    many(s, d, &stripes, stop, done)?;
     let extras = [paths::annotations(&r.id), crate::repo::keep::pin_object(&r.id)];
     for name in extras.iter().cloned().chain(crate::repo::drills::drill_objects(s)?.into_iter().filter(|o| crate::repo::drills::drill_backup(o) == Some(r.id.as_str()))) {
         if s.exists(&name)? && !d.exists(&name)? {
