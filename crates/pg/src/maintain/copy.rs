@@ -312,7 +312,7 @@ fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied) 
     d.put_json(&lock, &BackupLock::ours(&r.id, sheaf_core::time::now_ms() / 1000), true)?;
     let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
-    let stripes: Vec<String> = r.stripes.iter().filter(|n| !there.get(*n).is_some_and(|k| sizes.get(*n) == Some(k))).cloned().collect();
+    let stripes: Vec<String> = r.stripes.iter().filter(|n| there.get(*n).is_none_or(|k| sizes.get(*n) != Some(k))).cloned().collect();
     many(s, d, &stripes, stop, done)?;
     let extras = [paths::annotations(&r.id), crate::repo::keep::pin_object(&r.id)];
     for name in extras.iter().cloned().chain(crate::repo::drills::drill_objects(s)?.into_iter().filter(|o| crate::repo::drills::drill_backup(o) == Some(r.id.as_str()))) {
