@@ -11,6 +11,7 @@ use crate::blob::{blob_info, BLOB_HEADER_LEN, BLOB_MAGIC, BLOB_TRAILER_LEN};
 use crate::crypto::KEY_BLOCK_LEN;
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, HEADER_MAGIC, MAX_TRANSFER_SIZE, TRAILER_LEN};
+use crate::stop::Stop;
 use crate::storage::{from_io, StripeSink, StripeSource};
 
 /// What [`copy_checked`] copied.
@@ -28,16 +29,22 @@ struct Shape {
     frames_end: u64,
     /// After the frames, before the trailer: a stripe's index and manifest, with their CRCs.
     regions: Vec<(u64, u64, u32, &'static str)>,
+    /// The header and the trailer as checked: the bytes copied must be these (an object
+    /// rewritten while it is copied is refused, not published half old, half new).
+    header: Vec<u8>,
+    tail: Vec<u8>,
 }
 
 /// Copy the stripe or blob `src` into `sink` as stored, checking every checksum on the way, then
-/// publish it; on any failure the sink is discarded.
+/// publish it; on any failure, or when `stop` is asked (checked at every frame), the sink is
+/// discarded.
 ///
 /// # Errors
-/// [`crate::ErrorKind::Corrupt`] or [`crate::ErrorKind::Incomplete`] naming the source and the
+/// [`crate::error::ErrorKind::Cancelled`] when stopped;
+/// [`crate::error::ErrorKind::Corrupt`] or [`crate::error::ErrorKind::Incomplete`] naming the source and the
 /// region that does not check; read and write errors.
-pub fn copy_checked(src: &dyn StripeSource, mut sink: Box<dyn StripeSink>) -> Result<Transferred> {
-    match copy_into(src, sink.as_mut()) {
+pub fn copy_checked(src: &dyn StripeSource, mut sink: Box<dyn StripeSink>, stop: &Stop) -> Result<Transferred> {
+    match copy_into(src, sink.as_mut(), stop) {
         Ok(t) => {
             sink.sync()?;
             sink.publish()?;
@@ -60,8 +67,11 @@ fn shape(src: &dyn StripeSource) -> Result<Shape> {
     src.read_exact_at(&mut first, 0)?;
     if &first[..8] == BLOB_MAGIC {
         let info = blob_info(src)?;
-        let header_len = (BLOB_HEADER_LEN + if info.encrypted { KEY_BLOCK_LEN } else { 0 }) as u64;
-        return Ok(Shape { header_len, frames_end: len - BLOB_TRAILER_LEN as u64, regions: Vec::new() });
+        let header_len = BLOB_HEADER_LEN + if info.encrypted { KEY_BLOCK_LEN } else { 0 };
+        let (mut header, mut tail) = (vec![0u8; header_len], vec![0u8; BLOB_TRAILER_LEN]);
+        src.read_exact_at(&mut header, 0)?;
+        src.read_exact_at(&mut tail, len - BLOB_TRAILER_LEN as u64)?;
+        return Ok(Shape { header_len: header_len as u64, frames_end: len - BLOB_TRAILER_LEN as u64, regions: Vec::new(), header, tail });
     }
     if &first[..8] != HEADER_MAGIC {
         return Err(Error::corrupt(format!("{at}: not a sheaf stripe or object (bad magic)")));
@@ -87,17 +97,23 @@ fn shape(src: &dyn StripeSource) -> Result<Shape> {
         header_len: header_len as u64,
         frames_end: tr.index_offset,
         regions: vec![(tr.index_offset, tr.index_len, tr.index_crc, "index"), (tr.manifest_offset, tr.manifest_len, tr.manifest_crc, "manifest")],
+        header: h,
+        tail: t.to_vec(),
     })
 }
 
-fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink) -> Result<Transferred> {
+fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop) -> Result<Transferred> {
     let at = src.location().to_string();
     let s = shape(src)?;
     let len = src.len();
     let mut stream = src.stream(0, len)?;
     let mut read = |buf: &mut [u8], pos: u64| stream.read_exact(buf).map_err(|e| from_io(e, || format!("{at}: byte {pos}")));
+    let changed = |what: &str| Error::corrupt(format!("{at}: its {what} changed while it was copied (rewritten meanwhile?): copy it again"));
     let mut header = vec![0u8; s.header_len as usize];
     read(&mut header, 0)?;
+    if header != s.header {
+        return Err(changed("header"));
+    }
     sink.write_all(&header)?;
     let mut pos = s.header_len;
     let mut frames = 0u64;
@@ -106,6 +122,9 @@ fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink) -> Result<Transf
     // that says more is damaged, and must not make this allocate it.
     let most = MAX_TRANSFER_SIZE + 64;
     while pos < s.frames_end {
+        if stop.asked() {
+            return Err(Error::new(crate::error::ErrorKind::Cancelled, format!("{at}: copy stopped when asked")));
+        }
         let here = |what: &str| Error::corrupt(format!("{at}: frame at byte {pos}: {what}"));
         let mut hb = [0u8; FRAME_HEADER_LEN];
         read(&mut hb, pos)?;
@@ -149,6 +168,9 @@ fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink) -> Result<Transf
     let tail_start = s.regions.last().map_or(s.frames_end, |(o, n, _, _)| o + n);
     let mut tail = vec![0u8; (len - tail_start) as usize];
     read(&mut tail, tail_start)?;
+    if tail != s.tail {
+        return Err(changed("trailer"));
+    }
     sink.write_all(&tail)?;
     Ok(Transferred { bytes: len, frames })
 }
@@ -172,7 +194,7 @@ mod tests {
         let sink = s.create(&format!("{base}/a.blob"), &WriteOptions::default()).unwrap();
         crate::blob::write_blob(sink, &mut &content[..], crate::CodecSpec::default(), "a", None).unwrap();
         let src = s.open(&format!("{base}/a.blob")).unwrap();
-        let t = copy_checked(src.as_ref(), s.create(&format!("{base}/b.blob"), &WriteOptions::default()).unwrap()).unwrap();
+        let t = copy_checked(src.as_ref(), s.create(&format!("{base}/b.blob"), &WriteOptions::default()).unwrap(), &Stop::new()).unwrap();
         assert_eq!((t.bytes, t.frames), (src.len(), 3));
         assert_eq!(std::fs::read(d.path().join("a.blob")).unwrap(), std::fs::read(d.path().join("b.blob")).unwrap(), "byte for byte");
 
@@ -181,7 +203,7 @@ mod tests {
         let stripe = d.path().join("set_1.sheaf");
         assert_eq!(stripes.len(), 1);
         let src = s.open(stripe.to_str().unwrap()).unwrap();
-        let t = copy_checked(src.as_ref(), s.create(&format!("{base}/copy.sheaf"), &WriteOptions::default()).unwrap()).unwrap();
+        let t = copy_checked(src.as_ref(), s.create(&format!("{base}/copy.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new()).unwrap();
         assert!(t.frames >= 3 && t.bytes == src.len());
         assert_eq!(std::fs::read(&stripe).unwrap(), std::fs::read(d.path().join("copy.sheaf")).unwrap());
 
@@ -193,15 +215,16 @@ mod tests {
             bad[at] ^= 0x40;
             std::fs::write(d.path().join("bad.sheaf"), &bad).unwrap();
             let src = s.open(&format!("{base}/bad.sheaf")).unwrap();
-            let e = copy_checked(src.as_ref(), s.create(&format!("{base}/out.sheaf"), &WriteOptions::default()).unwrap()).unwrap_err();
-            assert_eq!(e.kind(), crate::ErrorKind::Corrupt, "{what}: {e}");
+            let e = copy_checked(src.as_ref(), s.create(&format!("{base}/out.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new()).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::Corrupt, "{what}: {e}");
             assert!(e.to_string().contains(what), "{what}: {e}");
             assert!(!d.path().join("out.sheaf").exists(), "{what}: nothing published");
         }
         // Cut short: incomplete.
         std::fs::write(d.path().join("cut.sheaf"), &whole[..whole.len() - 100]).unwrap();
         let src = s.open(&format!("{base}/cut.sheaf")).unwrap();
-        let e = copy_checked(src.as_ref(), s.create(&format!("{base}/out.sheaf"), &WriteOptions::default()).unwrap()).unwrap_err();
-        assert!(matches!(e.kind(), crate::ErrorKind::Incomplete | crate::ErrorKind::Corrupt), "{e}");
+        let e = copy_checked(src.as_ref(), s.create(&format!("{base}/out.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new()).unwrap_err();
+        assert!(matches!(e.kind(), crate::error::ErrorKind::Incomplete | crate::error::ErrorKind::Corrupt), "{e}");
+        assert!(!d.path().join("out.sheaf").exists(), "nothing published");
     }
 }

@@ -14,6 +14,7 @@ pub fn run(ctx: &Context, a: AnnotateArgs) -> Result<(), Error> {
     let (_, repo) = ctx.open_repos_to_write()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository: --repo R (or SHEAF_REPO, or repo in the config file)"))?;
     let repo = repo?;
     let now = if a.changes.is_empty() {
+        let repo = sheaf_pg::repo::histories::with_backup(&repo, &a.set)?;
         let records = sheaf_pg::repo::records::complete(&repo)?;
         sheaf_pg::repo::records::pick(&records, &sheaf_pg::repo::records::BackupRef::Id(a.set.clone()))?.annotations.clone()
     } else {

@@ -34,6 +34,8 @@ pub fn run(ctx: &Context, a: KeepArgs) -> Result<(), Error> {
     let mut done = 0;
     for repo in &repos {
         let at = if several { format!(" in {}", repo.display()) } else { String::new() };
+        // In whichever history holds it (after pg_upgrade, one per cluster).
+        let repo = &sheaf_pg::repo::histories::with_backup(repo, id)?;
         let holds = sheaf_pg::repo::records::backups(repo)?.iter().any(|f| f.id() == id);
         if several && !holds {
             if !a.json {
@@ -80,7 +82,11 @@ fn list(a: &KeepArgs, repos: &[Repo], now: i64) -> Result<(), Error> {
     let several = repos.len() > 1;
     let mut all = Vec::new();
     for repo in repos {
-        let pins = keep::pins(repo)?;
+        // Every history's (after pg_upgrade, one per cluster).
+        let mut pins = Vec::new();
+        for h in sheaf_pg::repo::histories::all(repo)? {
+            pins.extend(keep::pins(&h.repo)?);
+        }
         if a.json {
             all.push(serde_json::json!({ "repo": repo.display(), "pins": pins }));
             continue;

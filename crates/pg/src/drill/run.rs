@@ -68,7 +68,7 @@ pub struct DrillOptions {
 /// No finished backup, or no such backup.
 pub fn choose(repo: &Repo, p: &Pick) -> Result<(Repo, BackupRecord)> {
     match p {
-        Pick::Named(which) => crate::repo::histories::first_serving(repo, |h| pick(&complete(h)?, which).cloned()),
+        Pick::Named(which) => crate::repo::histories::first_serving(repo, |h| Ok(pick(&complete(h)?, which).ok().cloned()), |newest| named_missing(newest, which)),
         Pick::Random => {
             // Of those that restore by themselves: not the bases a pinned incremental keeps as its
             // data before the retention horizon, whose own WAL is gone by design.
@@ -81,7 +81,7 @@ pub fn choose(repo: &Repo, p: &Pick) -> Result<(Repo, BackupRecord)> {
                 able.extend(records.into_iter().filter(|r| !needs.data_only(r, seg)).map(|r| (h.repo.clone(), r)));
             }
             if able.is_empty() {
-                return crate::repo::histories::first_serving(repo, |h| pick(&complete(h)?, &BackupRef::Latest).cloned());
+                return crate::repo::histories::first_serving(repo, |h| Ok(complete(h)?.pop()), |newest| named_missing(newest, &BackupRef::Latest));
             }
             let seed = sheaf_core::time::now_ms().unsigned_abs() ^ u64::from(std::process::id()).rotate_left(32);
             // splitmix64's finaliser spreads the seed over the records.
@@ -91,6 +91,14 @@ pub fn choose(repo: &Repo, p: &Pick) -> Result<(Repo, BackupRecord)> {
             let k = ((z ^ (z >> 31)) % able.len() as u64) as usize;
             Ok(able.swap_remove(k))
         }
+    }
+}
+
+/// The error for a backup no history holds: what [`pick`] says of the newest history's.
+fn named_missing(newest: &Repo, which: &BackupRef) -> Error {
+    match complete(newest) {
+        Ok(records) => pick(&records, which).err().unwrap_or_else(|| Error::invalid(format!("no backup {which}"))),
+        Err(e) => e,
     }
 }
 

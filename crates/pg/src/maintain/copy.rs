@@ -107,7 +107,7 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
         return Err(encrypted("the target", to.display()));
     }
     target.check_writer()?;
-    let (src, dst) = align(from, &target, &mut done)?;
+    let (src, dst) = align(from, &target, stop, &mut done)?;
     // What to copy, per history, bases first.
     let mut chosen: Vec<(usize, Vec<BackupRecord>)> = Vec::new();
     let records: Vec<Vec<BackupRecord>> = src.iter().map(|h| complete(&h.repo)).collect::<Result<_>>()?;
@@ -159,17 +159,73 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
     }
     for (k, backups) in &chosen {
         let (s, d) = (&src[*k].repo, &dst[*k].repo);
-        wal(s, d, backups, stop, &mut done)?;
+        // Those the target lacks are locked there first, each naming its chain and where its WAL
+        // starts: an expire on the target meanwhile keeps their bases and their WAL.
+        let mut missing = Vec::new();
         for r in backups {
+            if held(s, d, r)? {
+                done.already.push(r.id.clone());
+            } else {
+                lock(d, r)?;
+                missing.push(r);
+            }
+        }
+        wal(s, d, backups, stop, &mut done)?;
+        for r in missing {
             backup(s, d, r, stop, &mut done)?;
         }
+        horizon(s, d)?;
     }
     Ok(done)
 }
 
+/// The source's retention horizon carried over to the target (never lowering the target's):
+/// the WAL expire removed before it on purpose is absent from the copy too, and must not look
+/// like damage there. A target that may not move it (a client of a backup host's agent) is said,
+/// not failed: the copy is whole without it.
+fn horizon(s: &Repo, d: &Repo) -> Result<()> {
+    let Some(h) = crate::repo::horizon::read(s)? else { return Ok(()) };
+    let Some(first) = WalFile::parse(&h.first_kept, s.meta().wal_segment_size) else { return Ok(()) };
+    if let Err(e) = crate::repo::horizon::raise(d, &first) {
+        tracing::warn!(target = d.display(), error = %e, "the retention horizon was not copied: verify there may call WAL that retention removed missing");
+    }
+    Ok(())
+}
+
+/// Whether `d` holds backup `r` already; refused when it holds another set under its id.
+fn held(s: &Repo, d: &Repo, r: &BackupRecord) -> Result<bool> {
+    let record = paths::record(&r.id);
+    if !d.exists(&record)? {
+        return Ok(false);
+    }
+    let theirs: BackupRecord = d.get_json(&record)?;
+    if theirs.backup_id != r.backup_id {
+        return Err(Error::invalid(format!(
+            "{} holds backup {} with set {}, and {} holds it with set {}: not the same backup; remove one (sheaf expire --set) before copying",
+            d.display(),
+            r.id,
+            theirs.backup_id,
+            s.display(),
+            r.backup_id
+        )));
+    }
+    Ok(true)
+}
+
+/// The lock of this process on backup `r` in `d`, replacing one a stopped copy left (removed
+/// first: a client of a backup host's agent may remove a lock, not replace one).
+fn lock(d: &Repo, r: &BackupRecord) -> Result<()> {
+    let name = paths::lock(&r.id);
+    d.delete(&name)?;
+    let mut l = BackupLock::ours(&r.id, sheaf_core::time::now_ms() / 1000);
+    l.chain = r.chain.clone();
+    l.start_wal = Some(r.start_wal.clone());
+    d.put_json(&name, &l, false)
+}
+
 /// The source's histories and the target's, one for one: the target's must be the source's
 /// clusters; histories it lacks (the source went through pg_upgrade since) are recorded in it.
-fn align(from: &Repo, target: &Repo, done: &mut Copied) -> Result<(Vec<History>, Vec<History>)> {
+fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied) -> Result<(Vec<History>, Vec<History>)> {
     let src = histories::all(from)?;
     let mut dst = histories::all(target)?;
     for (k, h) in src.iter().enumerate() {
@@ -189,7 +245,7 @@ fn align(from: &Repo, target: &Repo, done: &mut Copied) -> Result<(Vec<History>,
                 let root = target.root();
                 let name = paths::history_record(h.number);
                 root.prepare(&format!("{}/{}", paths::history_folder(h.number), sheaf_core::repo::META))?;
-                copy_checked(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?)?;
+                copy_checked(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?, stop)?;
                 done.histories_added.push(h.number);
                 dst = histories::all(target)?;
             }
@@ -214,7 +270,7 @@ fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied) -> Result
     }
     d.prepare(name)?;
     let src = s.open(name)?;
-    let t = copy_checked(src.as_ref(), d.location(name).create(true, src.len())?)?;
+    let t = copy_checked(src.as_ref(), d.location(name).create(true, src.len())?, stop)?;
     done.objects += 1;
     done.bytes += t.bytes;
     done.frames += t.frames;
@@ -273,8 +329,20 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
         if w.kind != WalKind::History && w.segno < from {
             continue;
         }
-        if there.get(&o.name) == Some(&o.size) {
-            continue;
+        match there.get(&o.name) {
+            Some(&n) if n == o.size => continue,
+            // Archived WAL is written once: another copy of the same file (another codec) is
+            // passed over, a different file named, never replaced.
+            Some(_) if o.name.ends_with(".wal") => {
+                if !same_content(s, d, &o.name)? {
+                    return Err(Error::new(
+                        ErrorKind::Target,
+                        format!("{} holds a different {}: archived WAL is never overwritten; compare the two before moving one aside", d.describe(&o.name), w.name),
+                    ));
+                }
+                continue;
+            }
+            _ => {}
         }
         if o.name.ends_with(".wal") {
             files.push(o.name);
@@ -288,28 +356,11 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
     many(s, d, &summaries, stop, done)
 }
 
-/// Copy backup `r`: refused when `d` holds another set under its id; nothing when it holds this
-/// one; else its stripes (those there already at their size kept) under a lock of this process,
-/// then its annotations, pin and drills, then its record, then the lock goes.
+/// Copy backup `r`, locked in `d` ([`lock`]): its stripes (those there already at their size
+/// kept), then its annotations, pin and drills, then its record; then the lock goes.
 fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied) -> Result<()> {
     let record = paths::record(&r.id);
-    if d.exists(&record)? {
-        let theirs: BackupRecord = d.get_json(&record)?;
-        if theirs.backup_id != r.backup_id {
-            return Err(Error::invalid(format!(
-                "{} holds backup {} with set {}, and {} holds it with set {}: not the same backup; remove one (sheaf expire --set) before copying",
-                d.display(),
-                r.id,
-                theirs.backup_id,
-                s.display(),
-                r.backup_id
-            )));
-        }
-        done.already.push(r.id.clone());
-        return Ok(());
-    }
     let lock = paths::lock(&r.id);
-    d.put_json(&lock, &BackupLock::ours(&r.id, sheaf_core::time::now_ms() / 1000), true)?;
     let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let stripes: Vec<String> = r.stripes.iter().filter(|n| there.get(*n).is_none_or(|k| sizes.get(*n) != Some(k))).cloned().collect();
@@ -324,6 +375,13 @@ fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied) 
     d.delete(&lock)?;
     done.copied.push(r.id.clone());
     Ok(())
+}
+
+/// Whether the objects `name` in `s` and `d` hold the same content (their trailers' length and
+/// CRC-32C of the content, however each was compressed).
+fn same_content(s: &Repo, d: &Repo, name: &str) -> Result<bool> {
+    let (a, b) = (sheaf_core::blob::blob_info(s.open(name)?.as_ref())?, sheaf_core::blob::blob_info(d.open(name)?.as_ref())?);
+    Ok(a.raw_len == b.raw_len && a.crc == b.crc)
 }
 
 /// What one repository holds that another lacks ([`compare`]).

@@ -438,9 +438,14 @@ fn settle(
             plan.consistent_only.push(r.id.clone());
         }
     }
-    // Running backups need WAL from their start, which is after every finished one's: nothing to
-    // add. With no finished backup kept there is nothing to anchor WAL to: keep all of it.
-    let mut oldest = kept[from.unwrap_or(0)..].iter().filter_map(|r| start_of(r)).min_by_key(|w| w.segno);
+    // Running backups need WAL from their start, which is after every finished one's, but for a
+    // backup being copied in (its lock says where its WAL starts). With no finished backup kept
+    // there is nothing to anchor WAL to: keep all of it.
+    let copied_in = found.iter().filter_map(|f| match f {
+        Found::Unfinished { lock: Some(l), running: true, .. } => l.start_wal.as_deref().and_then(|w| WalFile::parse(w, seg)),
+        _ => None,
+    });
+    let mut oldest = kept[from.unwrap_or(0)..].iter().filter_map(|r| start_of(r)).chain(copied_in).min_by_key(|w| w.segno);
     // An older history than others, keeping no backup's WAL for recovery to a point in time: its
     // WAL goes, but for the spans of the backups it still keeps; keeping none, its history files
     // too. Its horizon is past its last segment, so that what is left never looks damaged.
@@ -566,10 +571,10 @@ mod tests {
         put(&crate::repo::paths::streaming_object(&segment_name(1, 2, seg)));
         put(&crate::repo::paths::streaming_object(&segment_name(1, 7, seg)));
         // Being written by this very process (alive), and one whose writer is gone.
-        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500, chain: vec![] };
+        let live = BackupLock { id: "d".into(), host: host_name(), pid: std::process::id(), start_unix: 3500, chain: vec![], start_wal: None };
         repo.put_json("backups/d.lock", &live, false).unwrap();
         put("backups/d/d_1.sheaf");
-        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400, chain: vec![] };
+        let dead = BackupLock { id: "e".into(), host: host_name(), pid: 0x7fff_fff0, start_unix: 3400, chain: vec![], start_wal: None };
         repo.put_json("backups/e.lock", &dead, false).unwrap();
         put("backups/e/e_1.sheaf");
 
@@ -619,7 +624,7 @@ mod tests {
         // A window holding only e's end: e, the newest before the window (d), and their full.
         assert_eq!(kept(Retention { keep_full: None, keep_within: Some(1000), keep_archive: None }), vec!["c", "d", "e"]);
         // An incremental being written on b keeps b and a.
-        let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()] };
+        let live = BackupLock { id: "f".into(), host: host_name(), pid: std::process::id(), start_unix: 5400, chain: vec!["a".into(), "b".into()], start_wal: None };
         repo.put_json("backups/f.lock", &live, false).unwrap();
         assert_eq!(kept(Retention { keep_full: Some(1), keep_within: None, keep_archive: None }), vec!["a", "b", "c", "d", "e"]);
     }
@@ -805,7 +810,7 @@ mod tests {
         let inv = crate::repo::inventory::Inventory::take(&repo).unwrap();
         assert!(inv.gaps.is_empty(), "{:?}", inv.gaps);
         // One left by a crash, named: it alone goes.
-        let dead = crate::repo::records::BackupLock { id: "e".into(), host: crate::repo::records::host_name(), pid: 0x7fff_fff0, start_unix: 4400, chain: vec![] };
+        let dead = crate::repo::records::BackupLock { id: "e".into(), host: crate::repo::records::host_name(), pid: 0x7fff_fff0, start_unix: 4400, chain: vec![], start_wal: None };
         repo.put_json("backups/e.lock", &dead, false).unwrap();
         let plan = plan_remove(&repo, "e", &none, 5000).unwrap();
         assert_eq!((plan.unfinished.clone(), plan.removed.len()), (vec![BackupId::from("e")], 0));

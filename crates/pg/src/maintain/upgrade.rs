@@ -96,8 +96,14 @@ pub fn upgrade(place: &Place, url: &str) -> Result<Upgraded> {
     let seg = old.wal_segment_size;
     let wal_end = archived(&repo)?.into_iter().filter(|(w, _)| w.kind == WalKind::Segment).map(|(w, _)| w.segno).max();
     let backup_end = complete(&repo)?.iter().filter_map(|r| WalFile::parse(&r.stop_wal, seg)).map(|w| w.segno).max();
+    // A history recorded by an upgrade and holding nothing yet ends, at least, where its WAL
+    // began when it was recorded.
+    let recorded = match old.history {
+        1 => None,
+        n => Some(repo.root().get_json::<HistoryRecord>(&histories::record(n))?.start_lsn.segment_number(seg)),
+    };
     let redo = server.checkpoint_redo()?;
-    if let Some(end) = wal_end.max(backup_end).filter(|&end| redo.segment_number(seg) <= end) {
+    if let Some(end) = wal_end.max(backup_end).max(recorded).filter(|&end| redo.segment_number(seg) <= end) {
         return Err(not_successor(format!(
             "its WAL starts at {redo} (segment {}), not past where the old cluster's ends in the repository (segment {end}); pg_upgrade carries the old cluster's WAL position over, where a new initdb starts again at the first segment",
             redo.segment_number(seg)

@@ -155,24 +155,21 @@ pub fn mismatch(what: &str, theirs: SystemId, ours: SystemId, version: Option<&s
     ))
 }
 
-/// `serve` on the newest history, else on the next older one, and so on: the first that serves
-/// it, with what it gave; with none, the newest's error. Only a history that does not hold what
-/// was asked for (no such backup, none finished, none before the target: invalid input, missing,
-/// not found) is passed over; any other failure (a damaged record, the store's) is final, so that
-/// trouble in the newest history never quietly serves an older cluster's backup.
+/// `serve` on the newest history, else on the next older one, and so on: the first that holds
+/// what was asked for, with what it gave. `serve` says `Ok(None)` for a history that does not hold
+/// it (no such backup, none finished, none before the target); any error is final, so that
+/// damage in the newest history (a gap, a damaged record) never quietly serves an older cluster's
+/// backup. With none holding it, the newest history is asked again through `none`, for the error
+/// that says so.
 ///
 /// # Errors
-/// As [`all`]; the newest history's error, or the first final one.
-pub fn first_serving<T>(repo: &Repo, mut serve: impl FnMut(&Repo) -> Result<T>) -> Result<(Repo, T)> {
-    let mut first = None;
-    for h in all(repo)?.into_iter().rev() {
-        match serve(&h.repo) {
-            Ok(v) => return Ok((h.repo, v)),
-            Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::Incomplete | ErrorKind::NotFound) => {
-                first.get_or_insert(e);
-            }
-            Err(e) => return Err(first.unwrap_or(e)),
+/// As [`all`]; `serve`'s first error; `none`'s.
+pub fn first_serving<T>(repo: &Repo, mut serve: impl FnMut(&Repo) -> Result<Option<T>>, none: impl FnOnce(&Repo) -> Error) -> Result<(Repo, T)> {
+    let all = all(repo)?;
+    for h in all.iter().rev() {
+        if let Some(v) = serve(&h.repo)? {
+            return Ok((h.repo.clone(), v));
         }
     }
-    Err(first.expect("a repository has one history at least"))
+    Err(none(&all.last().expect("a repository has one history at least").repo))
 }

@@ -32,7 +32,8 @@ pub fn name(id: &str) -> String {
 /// repository opened once (an encrypted one's ring costs a key derivation), then one small read
 /// per key.
 pub fn last(repo: &Place, ids: &[&str]) -> Vec<(String, KeyUse)> {
-    let Ok(opened) = crate::repo::meta::open(repo) else { return Vec::new() };
+    // At the repository's root, beside the keys: not in a history's part.
+    let Ok(opened) = crate::repo::meta::open(repo).map(|r| r.root()) else { return Vec::new() };
     ids.iter().filter_map(|id| opened.get_json(&name(id)).ok().map(|u| (id.to_string(), u))).collect()
 }
 
@@ -48,7 +49,8 @@ pub fn note(repo: &Repo, spool: &Path, now: i64) -> Result<()> {
     if std::fs::read_to_string(&marker).ok().and_then(|t| t.trim().parse::<i64>().ok()).is_some_and(|t| (0..NOTE_EVERY).contains(&(now - t))) {
         return Ok(());
     }
-    repo.put_json(&name(&u.opened_by), &KeyUse { unix: now, host: sheaf_core::host::host_name() }, true)?;
+    // At the repository's root, beside the keys, whichever history wal-push archives into.
+    repo.root().put_json(&name(&u.opened_by), &KeyUse { unix: now, host: sheaf_core::host::host_name() }, true)?;
     if std::fs::create_dir_all(spool).is_ok() {
         let _ = std::fs::write(&marker, now.to_string());
     }

@@ -114,15 +114,17 @@ pub fn open(place: &Place) -> Result<Repo> {
 }
 
 /// Open the repository at `place` as [`open`] does, at the history of cluster `cluster` when one
-/// is given and the repository records it (a cluster restored from an older history's backup
-/// recovers from that history's WAL), else at its newest.
+/// is given (a cluster restored from an older history's backup recovers from that history's WAL),
+/// else at its newest.
 ///
 /// # Errors
-/// As [`open`].
+/// As [`open`]; a cluster given that the repository does not record ([`foreign`]).
 pub fn open_for(place: &Place, cluster: Option<SystemId>) -> Result<Repo> {
     let repo = open(place)?;
     match cluster.filter(|c| *c != repo.meta().system_identifier) {
-        Some(c) => Ok(crate::repo::histories::of_cluster(&repo, c)?.map_or(repo, |h| h.repo)),
+        // A cluster the repository does not record: its WAL is not here, and another cluster's
+        // under the same names must never be served to it.
+        Some(c) => crate::repo::histories::of_cluster(&repo, c)?.map(|h| h.repo).ok_or_else(|| foreign(&repo, "the cluster recovering here", c)),
         None => Ok(repo),
     }
 }

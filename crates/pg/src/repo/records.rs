@@ -105,6 +105,10 @@ pub struct BackupLock {
     /// runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<BackupId>,
+    /// Where its WAL starts, when that is known before it finishes and may be older than every
+    /// finished backup's (a backup being copied in by `sheaf copy`): expire keeps WAL from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_wal: Option<String>,
 }
 
 pub(crate) fn now_unix() -> i64 {
@@ -116,7 +120,7 @@ pub use sheaf_core::host::host_name;
 impl BackupLock {
     /// The lock this process holds for backup `id`, begun at `start_unix`.
     pub fn ours(id: &BackupId, start_unix: i64) -> BackupLock {
-        BackupLock { id: id.clone(), host: host_name(), pid: std::process::id(), start_unix, chain: Vec::new() }
+        BackupLock { id: id.clone(), host: host_name(), pid: std::process::id(), start_unix, chain: Vec::new(), start_wal: None }
     }
 
     /// Whether its writer still runs: on this host, a live process; on another, begun less than a
@@ -391,7 +395,7 @@ mod tests {
         assert!(BackupLock::ours(&"a".into(), now_unix()).running());
         let gone = BackupLock { pid: 0x7fff_fff0, ..BackupLock::ours(&"b".into(), now_unix()) };
         assert!(!gone.running());
-        let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400, chain: vec![] };
+        let elsewhere = BackupLock { host: format!("{}-not", host_name()), pid: 1, id: "c".into(), start_unix: now_unix() - 2 * 86_400, chain: vec![], start_wal: None };
         assert!(!elsewhere.running(), "another host's lock older than a day is stale");
     }
 

@@ -53,12 +53,7 @@ pub fn plan(repo: &Repo, records: &[BackupRecord], chosen: Option<&BackupRecord>
     let seg = meta.wal_segment_size;
     let files = archived(repo)?;
     let newest_tli = files.iter().map(|(w, _)| w.timeline).chain(records.iter().map(|r| r.timeline)).max().unwrap_or(1);
-    let fits = |r: &BackupRecord| match &recovery.target {
-        // Stopping just before the target needs a backup consistent strictly before it.
-        Target::Time(_, ms) => r.stop_ms < *ms || (recovery.inclusive && r.stop_ms == *ms),
-        Target::Lsn(l) => r.stop_lsn < *l || (recovery.inclusive && r.stop_lsn == *l),
-        _ => true,
-    };
+    let fits = |r: &BackupRecord| before_target(r, recovery);
     let timeline = match recovery.timeline {
         TimelineTarget::Latest => newest_tli,
         // The timeline of the backup that will be restored, as PostgreSQL reads 'current'.
@@ -256,12 +251,30 @@ pub fn restore(
     let recovery = request.recovery()?;
     // The history that holds the backup asked for, or the newest whose backups and WAL serve the
     // target (after pg_upgrade, a moment before the upgrade is the old cluster's).
-    let (repo, (records, plan)) = crate::repo::histories::first_serving(repo, |h| {
-        let records = complete(h)?;
-        let chosen = request.set.as_ref().map(|which| pick(&records, which)).transpose()?;
-        let plan = plan(h, &records, chosen, &recovery)?;
-        Ok((records, plan))
-    })?;
+    let (repo, (records, plan)) = crate::repo::histories::first_serving(
+        repo,
+        |h| {
+            let records = complete(h)?;
+            let chosen = match &request.set {
+                Some(which) => match pick(&records, which) {
+                    Ok(r) => Some(r),
+                    Err(_) => return Ok(None),
+                },
+                None if !holds_one_for(&records, &recovery) => return Ok(None),
+                None => None,
+            };
+            let plan = plan(h, &records, chosen, &recovery)?;
+            Ok(Some((records, plan)))
+        },
+        // No history holds it: the newest says why, as a repository never upgraded would.
+        |newest| match complete(newest).and_then(|records| {
+            let chosen = request.set.as_ref().map(|which| pick(&records, which)).transpose()?;
+            plan(newest, &records, chosen, &recovery).map(drop)
+        }) {
+            Err(e) => e,
+            Ok(()) => Error::invalid("no history of the repository serves this restore"),
+        },
+    )?;
     let repo = &repo;
     let meta = repo.meta();
     // An incremental restores through its chain: every set of it opened and checked first.
@@ -297,6 +310,24 @@ pub fn restore(
         )));
     }
     Ok((restored, plan))
+}
+
+/// Whether `records` hold a backup a restore without `--set` could start from for `recovery`: one
+/// at all, and for a time or LSN target one consistent before it ([`plan`] decides the rest). After
+/// pg_upgrade, a history that holds none is passed over for the older one.
+fn holds_one_for(records: &[BackupRecord], recovery: &Recovery) -> bool {
+    records.iter().any(|r| before_target(r, recovery))
+}
+
+/// Whether backup `r` is consistent before `recovery`'s target (any target but a time or an LSN
+/// takes any backup).
+fn before_target(r: &BackupRecord, recovery: &Recovery) -> bool {
+    match &recovery.target {
+        // Stopping just before the target needs a backup consistent strictly before it.
+        Target::Time(_, ms) => r.stop_ms < *ms || (recovery.inclusive && r.stop_ms == *ms),
+        Target::Lsn(l) => r.stop_lsn < *l || (recovery.inclusive && r.stop_lsn == *l),
+        _ => true,
+    }
 }
 
 #[cfg(test)]

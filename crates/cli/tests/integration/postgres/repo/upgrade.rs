@@ -74,6 +74,7 @@ fn one_repository_through_pg_upgrade_with_link() {
     let b1 = backup(&repo, &old);
     old.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(101, 150) g");
     old.sql("postgres", "SELECT pg_create_restore_point('before_upgrade')");
+    let before = utc_now(&old);
     old.sql("app", "INSERT INTO t (id, batch) SELECT g, 3 FROM generate_series(151, 160) g");
     archive_now(&old);
 
@@ -124,9 +125,11 @@ fn one_repository_through_pg_upgrade_with_link() {
     assert!(d1["server_version"].as_str().unwrap().starts_with(&format!("PostgreSQL {old_major}.")), "{d1}");
     let d2 = drill_to(&repo, base.path(), &b2, "after_upgrade", 200);
     assert!(d2["server_version"].as_str().unwrap().starts_with("PostgreSQL 18."), "{d2}");
-    // A restore to a moment before the upgrade finds the old history by itself.
-    let back = recover(&repo, &base.path().join("back"), &["--target-name", "before_upgrade", "--set", &b1]);
+    // A restore to a moment before the upgrade finds the old history by itself: the new one
+    // holds no backup that early.
+    let back = recover(&repo, &base.path().join("back"), &["--target-time", &before]);
     assert_eq!(back.sql("app", "SELECT count(*) FROM t"), "150");
+    assert!(back.sql("postgres", "SHOW server_version").starts_with(&format!("{old_major}.")));
     drop(back);
 
     // verify and check cover both histories.
