@@ -84,11 +84,6 @@ impl<M: Meta> Repo<M> {
         }
     }
 
-    /// Whether this is a part of a repository rather than the whole ([`Repo::part`]).
-    pub fn is_part(&self) -> bool {
-        self.whole.is_some()
-    }
-
     /// Where it is, unopened (to open it again, or for what needs no opening).
     pub fn place(&self) -> &Place {
         &self.place

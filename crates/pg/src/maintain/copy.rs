@@ -31,10 +31,8 @@ use crate::repo::{paths, Repo};
 /// Which backups to copy.
 #[derive(Clone, Debug)]
 pub enum Which {
-    /// One (with the backups it builds on).
+    /// One (with the backups it builds on); `latest` is the newest of every history's.
     Set(BackupRef),
-    /// The newest.
-    Latest,
     /// Every finished backup the target's retention would keep (all, without one).
     All(Option<Retention>),
 }
@@ -112,17 +110,8 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
     let mut chosen: Vec<(usize, Vec<BackupRecord>)> = Vec::new();
     let records: Vec<Vec<BackupRecord>> = src.iter().map(|h| complete(&h.repo)).collect::<Result<_>>()?;
     let mut want: Vec<(usize, BackupId)> = Vec::new();
-    let latest = matches!(which, Which::Latest | Which::Set(BackupRef::Latest));
     match which {
-        _ if latest => {
-            let (k, r) = records
-                .iter()
-                .enumerate()
-                .rev()
-                .find_map(|(k, rs)| rs.last().map(|r| (k, r)))
-                .ok_or_else(|| Error::new(ErrorKind::Incomplete, format!("{} holds no finished backup to copy", from.display())))?;
-            want.push((k, r.id.clone()));
-        }
+        // Newest history first: `latest` is the newest history's newest.
         Which::Set(r) => {
             let found = records.iter().enumerate().rev().find_map(|(k, rs)| pick(rs, r).ok().map(|r| (k, r.id.clone())));
             match found {
@@ -130,7 +119,6 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
                 None => return Err(pick(records.last().map_or(&[][..], |v| &v[..]), r).err().unwrap_or_else(|| Error::invalid(format!("no backup {r}")))),
             }
         }
-        Which::Latest => unreachable!("taken above"),
         Which::All(keep) => {
             let kept: Option<BTreeSet<BackupId>> = match keep {
                 Some(k) => Some(plan_all(from, k, sheaf_core::time::now_ms() / 1000)?.into_iter().flat_map(|p| p.plan.kept).collect()),

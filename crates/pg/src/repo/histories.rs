@@ -15,7 +15,7 @@
 //! under the same names; two clusters' WAL never share a folder.
 
 use serde::{Deserialize, Serialize};
-use sheaf_core::{Error, ErrorKind, Result};
+use sheaf_core::{Error, Result};
 
 use super::Repo;
 use crate::cluster::lsn::Lsn;
@@ -75,13 +75,12 @@ pub fn all(repo: &Repo) -> Result<Vec<History>> {
     let mut out = vec![History { number: 1, repo: root.clone() }];
     for n in 2.. {
         let name = record(n);
-        // One read per history, and one that finds nothing: a repository never upgraded pays
-        // one small request when opened.
-        let r: HistoryRecord = match root.get_json(&name) {
-            Ok(r) => r,
-            Err(e) if e.kind() == ErrorKind::Incomplete && !root.exists(&name).unwrap_or(true) => break,
-            Err(e) => return Err(e),
-        };
+        // A look per history and one that finds nothing: a repository never upgraded pays one
+        // small request when opened (wal-push opens it for every segment).
+        if !root.exists(&name)? {
+            break;
+        }
+        let r: HistoryRecord = root.get_json(&name)?;
         if r.history != n {
             return Err(Error::corrupt(format!("{}: the record of history {} under the name of history {n} (moved by hand?)", root.describe(&name), r.history)));
         }

@@ -115,6 +115,23 @@ fn a_copy_stopped_midway_leaves_nothing_finished_and_the_next_run_completes_it()
     let v = json(ok(run(sheaf().args(["verify", "--repo", target.to_str().unwrap(), "--json"])), "verify"));
     assert_eq!(v["ok"], true, "{v}");
 
+    // Archived WAL is never replaced: a different file under a segment's name in the target (of
+    // another size) is named, and stays as it was.
+    let wal = |dir: &Path| {
+        let mut v: Vec<PathBuf> = names(dir).into_iter().filter(|n| n.starts_with("wal/") && n.ends_with(".wal")).map(|n| dir.join(n)).collect();
+        v.sort();
+        v
+    };
+    let segs = wal(&target);
+    let size = |p: &PathBuf| std::fs::metadata(p).unwrap().len();
+    let (a, b) = segs.iter().flat_map(|a| segs.iter().map(move |b| (a, b))).find(|(a, b)| size(a) != size(b)).expect("two archived segments of different sizes");
+    std::fs::copy(b, a).unwrap();
+    let planted = std::fs::read(a).unwrap();
+    let name = a.file_name().unwrap().to_str().unwrap().trim_end_matches(".wal").to_string();
+    let o = run(sheaf().args(["copy", "--repo", r, "--to-repo", target.to_str().unwrap(), "--latest"]));
+    assert_fails(&o, 8, &["holds a different", &name, "never overwritten"]);
+    assert_eq!(std::fs::read(a).unwrap(), planted, "left as it was");
+
     // Into a repository of another cluster: refused, naming both.
     let (_b2, other_repo, other) = setup();
     let o = run(sheaf().args(["copy", "--repo", r, "--to-repo", other_repo.to_str().unwrap(), "--latest"]));
