@@ -89,7 +89,9 @@ fn check_judges_the_backups_and_info_speaks_prometheus() {
 
     // A backup killed mid-way leaves an unfinished one: a warning.
     let mut crash = sheaf().args(["backup", &url, "--repo", r, "--max-rate", "1MiB", "-c", "none"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    wait_while_running(&mut crash, "the backup writing its stripes", || has_bytes(&repo.join("backups"), ".partial"));
+    // A stripe being written, not the lock (written as .lock.partial first): killed before its
+    // lock is published, the backup leaves nothing a check could call unfinished.
+    wait_while_running(&mut crash, "the backup writing its stripes", || has_bytes(&repo.join("backups"), ".sheaf.partial"));
     let _ = std::process::Command::new("kill").args(["-KILL", &crash.id().to_string()]).status();
     let ended = crash.wait().unwrap();
     // Killed, not ended on its own (a backup that failed cleans up, and nothing is unfinished).
