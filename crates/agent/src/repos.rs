@@ -354,7 +354,7 @@ impl<'a> Session<'a> {
         let full = path.display().to_string();
         let store = LocalStore;
         store.prepare(&full, Some(&root.display().to_string())).map_err(|e| WireError::from_error(&e))?;
-        store.create(&full, &WriteOptions { overwrite, expected_bytes: expected, lock: None, bulk }).map_err(|e| WireError::from_error(&e))
+        store.create(&full, &WriteOptions { overwrite, expected_bytes: expected, lock: None, bulk, keep_unfinished: false }).map_err(|e| WireError::from_error(&e))
     }
 }
 

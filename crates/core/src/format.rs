@@ -23,8 +23,10 @@ use crate::error::{Error, Result};
 /// files' bytes in one frame) and the index's offset-in-frame field; 3 the chunk hash; 4 the
 /// paged manifest; 5 seals an encrypted stripe's index in pieces of [`INDEX_PIECE`] entries, so
 /// that it is written and read a piece at a time; 6 lets a packed frame hold superseded bytes
-/// ([`SUPERSEDED`]), which readers of 5 would take for a file they do not know.
-pub const FORMAT_VERSION: u16 = 6;
+/// ([`SUPERSEDED`]), which readers of 5 would take for a file they do not know; 7 lets a
+/// resumed set's frames name their file by the id it had in the attempt that wrote them (the index
+/// names it by the set's own), which readers of 6 would take for damage.
+pub const FORMAT_VERSION: u16 = 7;
 /// The file id of index entries that no file uses: bytes of a frame a consolidation copied as it
 /// was stored although a newer set had replaced them. They keep the frame's members tiling its
 /// raw bytes (so its raw checksum still proves every member) and are never restored.
@@ -118,6 +120,36 @@ impl std::fmt::Debug for BackupId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.to_hex())
     }
+}
+
+/// Whether a frame's header agrees with its index entries (one for a plain frame, one per member
+/// of a packed one, adjacent): a packed frame's entries tile its raw bytes in order, share its
+/// stored length, start where its header says and combine to its raw checksum (`crc`, when shown
+/// in the clear); a plain frame's entry repeats its header. In a resumed set (v7) a frame an
+/// earlier attempt wrote names its file by that attempt's id: `resumed` lets the ids differ, as the
+/// index's are the set's own.
+pub fn frame_agrees(h: &FrameHeader, members: &[IndexEntry], crc: Option<u32>, resumed: bool) -> bool {
+    let Some(e) = members.first() else { return false };
+    let same_file = |id: u32| resumed || id == h.file_id;
+    if h.flags & FLAG_PACKED != 0 {
+        let mut at = 0u64;
+        for m in members {
+            if u64::from(m.frame_off) != at || m.stored_len != h.stored_len || m.raw_len == 0 {
+                return false;
+            }
+            at += u64::from(m.raw_len);
+        }
+        let combined = members.iter().fold(0, |c, m| crate::crc::combine(c, m.raw_crc, m.raw_len.into()));
+        return same_file(e.file_id) && e.offset == h.offset && at == u64::from(h.raw_len) && crc.is_none_or(|c| c == combined);
+    }
+    members.len() == 1
+        && h.flags == 0
+        && e.frame_off == 0
+        && same_file(e.file_id)
+        && e.offset == h.offset
+        && e.raw_len == h.raw_len
+        && e.stored_len == h.stored_len
+        && crc.is_none_or(|c| c == e.raw_crc)
 }
 
 /// The fixed stripe header.

@@ -40,7 +40,9 @@ pub mod time;
 pub mod transfer;
 pub mod whole;
 
-pub use backup::{backup_directory, Backup, BackupOptions, BackupReport, Batch, Changes, ChunkCheck, FileChanges, Lineage, Tuning, UnitFilter};
+pub use backup::{
+    backup_directory, Backup, BackupOptions, BackupReport, Batch, Changes, ChunkCheck, FileChanges, Journal, Journaled, Lineage, Resumable, Resume, Tuning, UnitFilter,
+};
 pub use codec::{CodecKind, CodecSpec};
 pub use crypto::Keys;
 pub use error::{Error, ErrorKind, Result};

@@ -116,6 +116,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`ErrorKind::Incomplete`] when it does not exist; I/O errors otherwise.
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>>;
+
+    /// The stripe a stopped backup left unfinished at `name` (written with
+    /// [`WriteOptions::keep_unfinished`]), taken over so that a new attempt can read what it holds
+    /// and go on writing after the part it keeps; `None` when there is none, or this store cannot
+    /// take one over (the backup then starts afresh).
+    ///
+    /// # Errors
+    /// Another writer still holds it, or it cannot be opened.
+    fn resume(&self, _name: &str, _opts: &WriteOptions) -> Result<Option<Box<dyn UnfinishedStripe>>> {
+        Ok(None)
+    }
+
+    /// Whether [`Store::resume`] can take over what a stopped backup left here.
+    fn can_resume(&self) -> bool {
+        false
+    }
     /// Whether a published stripe `name` exists.
     ///
     /// # Errors
@@ -142,7 +158,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn prepare(&self, _name: &str, _below: Option<&str>) -> Result<()> {
         Ok(())
     }
-    /// Remove the folder `dir` if it is empty (filesystems; nothing for object stores).
+    /// Remove the folder `dir` if it is empty, once what stopped writers left unfinished in it is
+    /// gone (filesystems; nothing for object stores).
     fn prune(&self, _dir: &str) {}
     /// A key equal for two names of the same stripe; by default what [`Store::describe`] says.
     fn identity(&self, name: &str) -> String {
@@ -182,6 +199,10 @@ pub struct WriteOptions {
     /// Bulk: a stripe or a WAL segment, read back only to restore, verify or drill. A store with
     /// storage classes writes it in the one chosen (`--s3-storage-class`); records stay standard.
     pub bulk: bool,
+    /// A stripe of a backup that can be resumed: left unfinished where it stops (dropped or
+    /// discarded unpublished), for the next attempt to go on from ([`Store::resume`]), rather
+    /// than removed. A store that cannot resume removes it as usual.
+    pub keep_unfinished: bool,
 }
 
 /// A lock one object is written with: it cannot be deleted or overwritten before `until`.
@@ -472,7 +493,24 @@ impl Location {
     /// # Errors
     /// As [`Store::create`].
     pub fn create(&self, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
-        self.store.create(&self.name, &WriteOptions { overwrite, expected_bytes, lock: self.lock, bulk: true })
+        self.store.create(&self.name, &WriteOptions { overwrite, expected_bytes, lock: self.lock, bulk: true, keep_unfinished: false })
+    }
+
+    /// Start writing a stripe here that is left unfinished, not removed, if the backup stops
+    /// ([`WriteOptions::keep_unfinished`]).
+    ///
+    /// # Errors
+    /// As [`Store::create`].
+    pub fn create_resumable(&self, overwrite: bool, expected_bytes: u64) -> Result<Box<dyn StripeSink>> {
+        self.store.create(&self.name, &WriteOptions { overwrite, expected_bytes, lock: self.lock, bulk: true, keep_unfinished: true })
+    }
+
+    /// The unfinished stripe a stopped backup left here, taken over; see [`Store::resume`].
+    ///
+    /// # Errors
+    /// As [`Store::resume`].
+    pub fn resume(&self) -> Result<Option<Box<dyn UnfinishedStripe>>> {
+        self.store.resume(&self.name, &WriteOptions { overwrite: false, expected_bytes: 0, lock: self.lock, bulk: true, keep_unfinished: true })
     }
 
     /// Open the published stripe here; see [`Store::open`].
@@ -540,6 +578,19 @@ pub trait StripeSink: Send {
     fn reserve(&mut self, _bytes: u64) -> Result<bool> {
         Ok(false)
     }
+}
+
+/// A stripe a stopped backup left unfinished, held by this process ([`Store::resume`]): read what
+/// it holds, then keep its first bytes and go on writing after them.
+pub trait UnfinishedStripe: Send {
+    /// What it holds, as written so far (no trailer).
+    fn source(&self) -> &dyn StripeSource;
+    /// Keep its first `keep` bytes, drop the rest, and write on from there: the sink's
+    /// [`StripeSink::written`] counts only the bytes written from now on.
+    ///
+    /// # Errors
+    /// It cannot be cut or written.
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>>;
 }
 
 /// The read side of one stripe: positional reads of a known length, and sequential streams.

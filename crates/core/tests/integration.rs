@@ -7,6 +7,7 @@ mod integration {
     pub mod fuzzed;
     pub mod incremental;
     pub mod partial;
+    pub mod resume;
     pub mod roundtrip;
     pub mod storage;
     pub mod tuning;

@@ -180,7 +180,7 @@ fn put(store: &dyn sheaf_core::Store, name: &str, bytes: &[u8]) {
 
 /// As [`put`], the object written with `lock`.
 fn put_with(store: &dyn sheaf_core::Store, name: &str, bytes: &[u8], lock: Option<sheaf_core::storage::ObjectLock>) {
-    let opts = sheaf_core::storage::WriteOptions { overwrite: true, expected_bytes: bytes.len() as u64, lock, bulk: true };
+    let opts = sheaf_core::storage::WriteOptions { overwrite: true, expected_bytes: bytes.len() as u64, lock, bulk: true, keep_unfinished: false };
     let mut sink = store.create(name, &opts).unwrap();
     sink.write_all(bytes).unwrap();
     sink.publish().unwrap();

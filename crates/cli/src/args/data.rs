@@ -103,6 +103,15 @@ pub struct BackupArgs {
     /// as a warning: the backup itself stands.
     #[arg(long, conflicts_with = "to")]
     pub expire_auto: bool,
+    /// Into a repository, a full backup: start afresh. By default a full backup goes on from one
+    /// of the same cluster left unfinished (killed, a power cut, storage gone away): the files it
+    /// stored whole that have not changed since (same size, mtime and inode, last written before
+    /// it began) are taken, not read again, and everything else is read. Without this flag such a
+    /// backup's stripes and journal stay for the next one to resume; with it, an unfinished one is
+    /// removed and nothing is kept if this one stops. Resuming needs the same codec, chunk size,
+    /// stripes and key; where they differ, the backup starts afresh and says why.
+    #[arg(long, conflicts_with = "to")]
+    pub no_resume: bool,
     /// For an incremental or differential: find the changed pages both ways, by the WAL block
     /// summaries wal-push keeps and by reading every page, keep what the page scan finds, and
     /// fail if the summaries missed a page (a check of sheaf itself; the summaries alone are the

@@ -137,8 +137,12 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     page_scan: a.page_scan,
                     expire_after: auto_expire,
                     annotations: annotations.clone(),
+                    no_resume: a.no_resume,
                 };
-                let InRepo { backup, record, expired } = backup_to_repo(&repo, &pg, &opts, kind, ctx.schemes()?, progress(a.json))?;
+                let InRepo { backup, record, expired, not_resumed } = backup_to_repo(&repo, &pg, &opts, kind, ctx.schemes()?, progress(a.json))?;
+                if let Some(why) = &not_resumed {
+                    eprintln!("sheaf: {why}");
+                }
                 if let Some(why) = &backup.full_because {
                     eprintln!("sheaf: {why}");
                 }
@@ -223,6 +227,16 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
     }
     if r.encryption != "none" {
         say!("encrypted with {}", r.encryption.to_uppercase());
+    }
+    if let Some(x) = &r.resumed {
+        say!(
+            "resumed (attempt {}, first begun {}): {} files ({:.1} MiB) taken unchanged from the attempts before, not read again; {:.1} MiB of their stripes kept",
+            x.attempt + 1,
+            sheaf_core::time::utc(x.first_started_unix_ms.div_euclid(1000)),
+            x.files,
+            mib(x.bytes),
+            mib(x.kept_stored_bytes)
+        );
     }
     say!("backup id {}: {} files, {} entries", r.backup_id, r.files, r.entries);
     let Some(Cluster { backup, record, .. }) = cluster else { return };

@@ -64,7 +64,7 @@ pub fn show(path: Option<&Path>, a: ShowArgs) -> Result<(), Error> {
             }
         }
         // From the full report: what the columns do not hold.
-        for k in ["encryption", "auto_levels"] {
+        for k in ["encryption", "auto_levels", "resumed"] {
             if let Some(val) = v.pointer(&format!("/details/{k}")).filter(|x| !x.is_null()) {
                 say!("{k:>20}: {}", val.as_str().map(str::to_string).unwrap_or_else(|| val.to_string()));
             }

@@ -202,6 +202,9 @@ fn notes(r: &sheaf_pg::repo::records::BackupRecord, pin: Option<&sheaf_pg::repo:
     for (k, v) in &r.annotations {
         out.push_str(&format!(" {k}={v}"));
     }
+    if let Some(x) = &r.resumed {
+        out.push_str(&format!(" [resumed: attempt {}, {} files ({}) taken from the attempts before]", x.attempt + 1, x.files, format_size(x.bytes)));
+    }
     if let Some(d) = drill {
         out.push_str(&if d.passed {
             format!(" [drill passed {}: recovered in {:.1} s]", sheaf_core::time::utc(d.ended_unix), d.phases.total_seconds)

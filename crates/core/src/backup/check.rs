@@ -30,12 +30,20 @@ pub(super) struct CheckCtx {
     pub(super) root: u16,
     pub(super) rel: String,
     pub(super) abs: PathBuf,
+    /// A resumable backup's record of files with findings, and this file's root's name.
+    pub(super) suspects: Option<(Arc<super::resume::Suspects>, String)>,
 }
 
 pub(super) fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
     let findings = c.check.check(c.root, &c.rel, &c.abs, offset, raw);
     if findings.is_empty() {
         return;
+    }
+    // Recorded before the chunk is written: a later attempt never takes this file as it is.
+    if let Some((s, root)) = &c.suspects {
+        if let Err(e) = s.record(root, &c.rel) {
+            shared.fail(e);
+        }
     }
     let mut all = shared.findings.lock().unwrap_or_else(|p| p.into_inner());
     for f in findings {

@@ -28,6 +28,7 @@
 //! - `check`: the [`ChunkCheck`] hook a source plugs in (PostgreSQL's page checksums).
 //! - `compress`: the compressors; `auto`: `--compression auto`'s level.
 //! - `write`: the stripe writers and each stripe's footer.
+//! - `resume`: the journal a resumable backup keeps, and going on from a stopped one's stripes.
 //!
 //! Submodules never reach back into this file: it only assembles them.
 
@@ -40,6 +41,7 @@ mod options;
 mod pack;
 mod park;
 mod read;
+mod resume;
 mod session;
 mod write;
 
@@ -58,6 +60,7 @@ pub use delta::{Changes, FileChanges, Lineage, UnitFilter};
 pub use options::DEFAULT_KEEP_SUPERSEDED_PCT;
 pub use options::{BackupOptions, BackupReport, Tuning};
 pub(crate) use pack::{Feeder, Kept};
+pub use resume::{Journal, Journaled, Resumable, Resume, Settings};
 pub use session::Backup;
 
 /// Back up one directory tree: list it, start a session, read everything, finish.

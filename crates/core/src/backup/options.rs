@@ -47,6 +47,18 @@ pub struct BackupOptions {
     /// [`crate::format::SUPERSEDED`]); a frame cut more is decompressed and what it gives is
     /// compressed again. 0 rewrites every frame a newer set cuts into (the smallest set).
     pub keep_superseded_pct: u8,
+    /// Record progress here, and leave the stripes unfinished if the backup stops, so that a later
+    /// backup can go on from them ([`super::resume`]).
+    pub journal: Option<super::resume::Journaled>,
+    /// Go on from earlier attempts of the same set rather than start one ([`super::Resume::prepare`]).
+    pub resume: Option<std::sync::Arc<super::Resume>>,
+}
+
+impl BackupOptions {
+    /// What a resumption must match ([`super::Resume::prepare`]).
+    pub fn settings(&self) -> super::resume::Settings<'_> {
+        super::resume::Settings { targets: &self.targets, codec: &self.codec, transfer_size: self.transfer_size, encryption: self.encryption.as_ref() }
+    }
 }
 
 /// [`BackupOptions::keep_superseded_pct`]'s default: a frame three quarters live is copied.
@@ -69,6 +81,8 @@ impl BackupOptions {
             stop: crate::stop::Stop::new(),
             encryption: None,
             keep_superseded_pct: DEFAULT_KEEP_SUPERSEDED_PCT,
+            journal: None,
+            resume: None,
         }
     }
 }
@@ -236,6 +250,9 @@ pub struct BackupReport {
     pub changed_files: Vec<String>,
     /// Files that vanished before they were read, likewise.
     pub vanished_files: Vec<String>,
+    /// A full backup that went on from earlier attempts: what it kept of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<crate::manifest::Resumed>,
 }
 
 impl BackupReport {

@@ -41,13 +41,15 @@ struct Shared {
     changes: Option<Arc<dyn Changes>>,
     /// Each root's name, by id, for [`Changes::of`].
     roots: Vec<String>,
+    /// Where a resumable backup records files its checks find fault with.
+    suspects: Option<Arc<super::resume::Suspects>>,
 }
 
 impl Parked {
     /// For a backup whose incremental `changes` (if any) make each file's filter, over roots
     /// named `roots` (by id).
-    pub(super) fn new(changes: Option<Arc<dyn Changes>>, roots: Vec<String>) -> Parked {
-        Parked { lanes: Vec::new(), shared: Shared { checks: Vec::new(), changes, roots }, buf: Vec::new() }
+    pub(super) fn new(changes: Option<Arc<dyn Changes>>, roots: Vec<String>, suspects: Option<Arc<super::resume::Suspects>>) -> Parked {
+        Parked { lanes: Vec::new(), shared: Shared { checks: Vec::new(), changes, roots, suspects }, buf: Vec::new() }
     }
 
     /// Batches held in memory per queue; the rest of a queue's backlog waits on disk.
@@ -196,7 +198,8 @@ impl Shared {
                     let check = self.checks.get(r.u32()? as usize).ok_or_else(bad)?.clone();
                     let root = u16::from_le_bytes(r.take()?);
                     let rel = String::from_utf8(r.bytes()?.to_vec()).map_err(|_| bad())?;
-                    Some(Arc::new(CheckCtx { check, root, rel, abs: r.path()? }))
+                    let suspects = self.suspects.clone().map(|s| (s, self.roots.get(usize::from(root)).cloned().unwrap_or_default()));
+                    Some(Arc::new(CheckCtx { check, root, rel, abs: r.path()?, suspects }))
                 }
             };
             let mut rel = None;
@@ -320,7 +323,7 @@ mod tests {
             file_id: id,
             dev,
             size,
-            check: (id % 2 == 0).then(|| Arc::new(CheckCtx { check: check.clone(), root: 2, rel: format!("base/{id}"), abs: path.clone() })),
+            check: (id % 2 == 0).then(|| Arc::new(CheckCtx { check: check.clone(), root: 2, rel: format!("base/{id}"), abs: path.clone(), suspects: None })),
             changes: match id % 4 {
                 0 => None,
                 1 => Some(FileChanges::Whole),
@@ -351,7 +354,7 @@ mod tests {
         let (tx0, rx0) = bounded::<Vec<Work>>(1);
         let (tx1, rx1) = bounded::<Vec<Work>>(1);
         let queues = [tx0, tx1];
-        let mut parked = Parked::new(Some(Arc::new(PerFile)), roots());
+        let mut parked = Parked::new(Some(Arc::new(PerFile)), roots(), None);
         let mut sent = [Vec::new(), Vec::new()];
         for id in 0..200u32 {
             let q = (id % 5 == 0) as usize;
@@ -373,7 +376,7 @@ mod tests {
         assert!(parked.lanes.iter().all(|l| l.held.is_empty() && l.disk.is_empty()));
         assert_eq!(parked.shared.checks.len(), 1, "one check, whatever the files");
         // A scan whose question has another answer when read back is refused, never read whole.
-        let mut p = Parked::new(Some(Arc::new(PerFile)), roots());
+        let mut p = Parked::new(Some(Arc::new(PerFile)), roots(), None);
         let mut buf = Vec::new();
         p.shared.encode(vec![work(2, &check)], &mut buf).unwrap();
         p.shared.changes = None;

@@ -23,7 +23,8 @@ use super::options::{stripe_bound, BackupOptions, Tuning};
 use super::pack::{Feeder, Packer};
 use super::park::Parked;
 use super::read::{reader_loop, ReaderReport};
-use super::write::{write_loop, WriterOut};
+use super::resume::{Recorder, Resume, ATTEMPT_SHIFT};
+use super::write::{write_loop, Kept, WriterOut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, StripeHeader, FORMAT_VERSION, PACK_LIMIT};
 use crate::frame::{FrameEncoder, Sealing};
@@ -75,6 +76,14 @@ pub struct Backup {
     job_tx: Option<Sender<Job>>,
     compressors: Vec<JoinHandle<CompressStats>>,
     writers: Vec<JoinHandle<Option<WriterOut>>>,
+    /// A resumable backup's journal ([`super::resume`]).
+    recorder: Option<Recorder>,
+    /// The attempts this one goes on from, and, per attempt, the id each of their files has now
+    /// ([`crate::format::SUPERSEDED`] for one read again or gone).
+    resume: Option<Arc<Resume>>,
+    remap: Vec<Vec<u32>>,
+    /// Files taken whole from earlier attempts, and their bytes.
+    taken: (u64, u64),
 }
 
 fn unix_ms(t: SystemTime) -> i64 {
@@ -95,37 +104,69 @@ impl Backup {
                 return Err(Error::invalid(format!("target {t} is given twice: each stripe needs its own file or object")));
             }
         }
-        let id = BackupId::random()?;
         let now = SystemTime::now();
-        // One data key for the whole set: its key block goes into every stripe's header.
-        let (key_block, seal) = match &opts.encryption {
-            Some(e) => {
-                let (block, cipher) = e.keys.seal(e.kdf)?;
-                (Some(block), Some(Sealing::new(cipher)))
-            }
-            None => (None, None),
-        };
         let stripe_count = opts.targets.len();
+        let resume = opts.resume.clone();
         let mut sinks = Vec::with_capacity(stripe_count);
-        for (k, t) in opts.targets.iter().enumerate() {
-            let mut sink = t.create(opts.overwrite, stripe_bound(opts))?;
-            if opts.preallocate {
-                sink.reserve(stripe_bound(opts) / stripe_count as u64)?;
+        let (id, seal, recorder) = match &resume {
+            Some(r) => {
+                // The same set, its data key opened from the stripes' key block; this attempt's
+                // frames sealed under nonces of its own.
+                let cipher = match (&r.key_block, &opts.encryption) {
+                    (Some(b), Some(e)) => Some(e.keys.open(b)?),
+                    (None, None) => None,
+                    _ => return Err(Error::invalid("internal: a resumed backup's encryption differs from its stripes'")),
+                };
+                let seal = cipher.map(|cipher| Sealing { cipher, counter: Arc::new(std::sync::atomic::AtomicU64::new(u64::from(r.attempt) << ATTEMPT_SHIFT)) });
+                let kept = std::mem::take(&mut *r.stripes.lock().unwrap_or_else(|p| p.into_inner()));
+                if kept.len() != stripe_count {
+                    return Err(Error::invalid("internal: a resumption is for one backup, once"));
+                }
+                let journal = opts.journal.as_ref().ok_or_else(|| Error::invalid("internal: a resumed backup keeps a journal"))?;
+                // Its head, where this attempt's frames begin, recorded before any stripe is cut.
+                let recorder = Recorder::begin(journal, r.attempt, r.backup_id, unix_ms(now), kept.iter().map(|k| k.keep).collect(), &opts.settings())?;
+                for k in kept {
+                    let sink = k.unfinished.go_on(k.keep)?;
+                    sinks.push((sink, k.keep, k.entries));
+                }
+                (r.backup_id, seal, Some(recorder))
             }
-            let header = StripeHeader {
-                version: FORMAT_VERSION,
-                stripe_index: k as u16,
-                stripe_count: stripe_count as u16,
-                backup_id: id,
-                codec: opts.codec.kind,
-                level: opts.codec.level as i8,
-                transfer_size: tuning.transfer_size as u32,
-                created_unix_ms: unix_ms(now),
-                key_block,
-            };
-            sink.write_all(&header.encode())?;
-            sinks.push((sink, header.encoded_len() as u64));
-        }
+            None => {
+                let id = BackupId::random()?;
+                // One data key for the whole set: its key block goes into every stripe's header.
+                let (key_block, seal) = match &opts.encryption {
+                    Some(e) => {
+                        let (block, cipher) = e.keys.seal(e.kdf)?;
+                        (Some(block), Some(Sealing::new(cipher)))
+                    }
+                    None => (None, None),
+                };
+                for (k, t) in opts.targets.iter().enumerate() {
+                    let mut sink = if opts.journal.is_some() { t.create_resumable(opts.overwrite, stripe_bound(opts))? } else { t.create(opts.overwrite, stripe_bound(opts))? };
+                    if opts.preallocate {
+                        sink.reserve(stripe_bound(opts) / stripe_count as u64)?;
+                    }
+                    let header = StripeHeader {
+                        version: FORMAT_VERSION,
+                        stripe_index: k as u16,
+                        stripe_count: stripe_count as u16,
+                        backup_id: id,
+                        codec: opts.codec.kind,
+                        level: opts.codec.level as i8,
+                        transfer_size: tuning.transfer_size as u32,
+                        created_unix_ms: unix_ms(now),
+                        key_block,
+                    };
+                    sink.write_all(&header.encode())?;
+                    sinks.push((sink, header.encoded_len() as u64, Vec::new()));
+                }
+                let recorder = match &opts.journal {
+                    Some(j) => Some(Recorder::begin(j, 0, id, unix_ms(now), sinks.iter().map(|s| s.1).collect(), &opts.settings())?),
+                    None => None,
+                };
+                (id, seal, recorder)
+            }
+        };
 
         let shared = Shared::stoppable(progress, Some(opts.stop.clone()));
         // Each compressor that writes output keeps one buffer of the pool as its spare, taken here
@@ -147,11 +188,13 @@ impl Backup {
         let writers = sinks
             .into_iter()
             .enumerate()
-            .map(|(k, (sink, start))| {
+            .map(|(k, (sink, start, kept))| {
                 let (rx, shared) = (frame_rx.clone(), shared.clone());
-                thread::spawn(move || write_loop(sink, k, start, &rx, &shared))
+                let log = recorder.as_ref().map(|r| r.index_log(k));
+                thread::spawn(move || write_loop(sink, k, Kept { start, entries: kept }, log, &rx, &shared))
             })
             .collect();
+        let remap = resume.as_ref().map(|r| r.ids.iter().map(|&n| vec![crate::format::SUPERSEDED; n as usize]).collect()).unwrap_or_default();
 
         Ok(Backup {
             id,
@@ -180,6 +223,10 @@ impl Backup {
             job_tx: Some(job_tx),
             compressors,
             writers,
+            recorder,
+            resume,
+            remap,
+            taken: (0, 0),
         })
     }
 
@@ -312,7 +359,8 @@ impl Backup {
             let mut large: std::collections::HashMap<(u16, u64), usize> = Default::default();
             // Work whose queue is full waits aside (a few batches in memory, the rest on disk)
             // while the walk goes on: one device's full queue leaves no other reader idle.
-            let mut parked = Parked::new(self.changes.clone(), self.roots.iter().map(|r| r.name.clone()).collect());
+            let suspects = self.recorder.as_ref().map(|r| r.suspects.clone());
+            let mut parked = Parked::new(self.changes.clone(), self.roots.iter().map(|r| r.name.clone()).collect(), suspects);
             let sent = |r: Result<bool>| {
                 r.unwrap_or_else(|e| {
                     shared.fail(e);
@@ -358,6 +406,11 @@ impl Backup {
                     break;
                 }
             }
+            // The listing is done: what is left of it recorded now, not once every file is read.
+            if let Some(Err(e)) = self.recorder.as_mut().map(Recorder::flush) {
+                shared.fail(e);
+                going = false;
+            }
             if going && !batch.is_empty() {
                 going = sent(parked.send(&queues, 0, batch));
             }
@@ -378,6 +431,9 @@ impl Backup {
         self.readers_ran = self.readers_ran.max(reports.iter().filter(|r| r.files > 0).count());
         for r in reports {
             self.warnings.extend(r.warnings);
+        }
+        if let Some(r) = &mut self.recorder {
+            r.flush()?;
         }
         self.check()
     }
@@ -400,9 +456,28 @@ impl Backup {
             }
         }
         let mut work = None;
+        if l.entry.kind == EntryKind::File && self.changes.is_none() {
+            let root = &self.roots[root_id as usize].name;
+            // Held whole by an earlier attempt and unchanged since: taken, not read.
+            if let Some((a, old)) = self.resume.as_ref().and_then(|r| r.take(root, &l.entry, l.ino)) {
+                if let Some(slot) = self.remap.get_mut(a as usize).and_then(|m| m.get_mut(old as usize)) {
+                    *slot = file_id;
+                    self.taken.0 += 1;
+                    self.taken.1 += l.entry.size;
+                    self.shared.progress.advance(l.entry.size);
+                    self.push_entry(&l.entry)?;
+                    return Ok(None);
+                }
+            }
+            if let Some(r) = &mut self.recorder {
+                r.file(file_id, root, &l.entry, l.ino)?;
+            }
+        }
         if l.entry.kind == EntryKind::File {
-            let ctx =
-                check.filter(|c| c.wants(root_id, &l.entry.path)).map(|c| Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone() }));
+            let suspects = self.recorder.as_ref().map(|r| (r.suspects.clone(), self.roots[root_id as usize].name.clone()));
+            let ctx = check
+                .filter(|c| c.wants(root_id, &l.entry.path))
+                .map(|c| Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone(), suspects: suspects.clone() }));
             let changes = match self.changes.as_ref().map(|c| c.of(&self.roots[root_id as usize].name, &l.entry.path, l.entry.size)) {
                 None | Some(FileChanges::Whole) => None,
                 Some(c) => {

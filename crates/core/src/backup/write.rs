@@ -9,6 +9,7 @@ use crossbeam_channel::Receiver;
 use super::compress::Frame;
 use std::io::Read;
 
+use super::resume::IndexLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{BackupId, IndexEntry, Trailer, FRAME_HEADER_LEN};
 use crate::manifest::ChunkRef;
@@ -16,9 +17,22 @@ use crate::pipeline::Shared;
 use crate::spill::{ChunkSorter, IndexSpill};
 use crate::storage::StripeSink;
 
+/// What a stripe holds before this attempt's first frame: where its frames begin, and (resumed)
+/// the index entries of the frames kept of earlier attempts, each with its attempt.
+pub(super) struct Kept {
+    pub(super) start: u64,
+    pub(super) entries: Vec<(u32, IndexEntry)>,
+}
+
 pub(super) struct WriterOut {
     pub(super) sink: Box<dyn StripeSink>,
+    /// The kept entries first (ids of their attempts until the footer gives them the set's), then
+    /// this attempt's.
     pub(super) index: IndexSpill,
+    /// The kept entries, in index order, each with its attempt (and that attempt's id).
+    pub(super) kept: Vec<(u32, IndexEntry)>,
+    /// Stored bytes kept of earlier attempts.
+    pub(super) kept_bytes: u64,
     /// Every chunk written, for the files' checksums.
     pub(super) chunks: ChunkSorter,
     pub(super) pos: u64,
@@ -26,8 +40,15 @@ pub(super) struct WriterOut {
     pub(super) frames: u64,
 }
 
-pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, start: u64, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
-    let mut index = match IndexSpill::new() {
+pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, kept: Kept, mut log: Option<IndexLog>, rx: &Receiver<Frame>, shared: &Shared) -> Option<WriterOut> {
+    let Kept { start, entries: kept } = kept;
+    let made = IndexSpill::new().and_then(|mut i| {
+        for (_, e) in &kept {
+            i.push(e)?;
+        }
+        Ok(i)
+    });
+    let mut index = match made {
         Ok(i) => i,
         Err(e) => {
             shared.fail(e);
@@ -35,6 +56,8 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, start: u64, rx
             return None;
         }
     };
+    let kept_bytes = start - kept.first().map_or(start, |(_, e)| e.frame_pos);
+    let mut logged: Vec<IndexEntry> = Vec::new();
     let mut chunks = ChunkSorter::default();
     let mut record = |e: IndexEntry| -> Result<()> {
         // Superseded bytes tile their frame in the index but are no file's.
@@ -81,22 +104,83 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, start: u64, rx
             frame_off: p.at,
             hash: p.hash,
         });
-        if let Err(e) = whole.into_iter().chain(packed).try_for_each(&mut record) {
+        logged.clear();
+        logged.extend(whole.into_iter().chain(packed));
+        if let Err(e) = logged.iter().try_for_each(|e| record(*e)) {
             shared.fail(e);
             continue;
+        }
+        if let Some(l) = log.as_mut() {
+            // Recorded once its bytes are handed to the stripe: a later attempt checks them.
+            if let Err(e) = l.frame(&logged) {
+                shared.fail(e);
+            }
         }
         pos += (FRAME_HEADER_LEN + h.stored_len as usize) as u64;
         frames += 1;
     }
     if shared.is_cancelled() {
+        // A resumable backup's stripe is left with what reached it, and its journal says what
+        // that is, for the next attempt to go on from.
+        sink.discard();
+        if let Some(l) = log.as_mut() {
+            let _ = l.flush();
+        }
+        return None;
+    }
+    if let Some(Err(e)) = log.as_mut().map(IndexLog::flush) {
+        shared.fail(e);
         sink.discard();
         return None;
     }
-    Some(WriterOut { sink, index, chunks, pos, frames })
+    Some(WriterOut { sink, index, kept, kept_bytes, chunks, pos, frames })
 }
 
-pub(super) fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, manifest: &[u8], cipher: Option<&crate::crypto::Cipher>) -> Result<()> {
+/// Read up to `buf.len()` bytes, fewer only at the end.
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(m) => n += m,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}"))),
+        }
+    }
+    Ok(n)
+}
+
+/// Give the kept entries among `buf` (whole entries, the first being entry `first` of the index)
+/// their ids in this set: `remap(attempt, id)`.
+fn remap_kept(buf: &mut [u8], first: u64, attempts: &[u32], remap: &dyn Fn(u32, u32) -> u32) {
+    let kept = attempts.len() as u64;
+    for (i, e) in buf.chunks_mut(crate::format::INDEX_ENTRY_LEN).enumerate() {
+        let at = first + i as u64;
+        if at >= kept {
+            break;
+        }
+        let mut entry = IndexEntry::decode_one(e);
+        entry.file_id = remap(attempts[at as usize], entry.file_id);
+        if entry.is_superseded() {
+            entry.hash = 0;
+        }
+        let mut out = Vec::with_capacity(crate::format::INDEX_ENTRY_LEN);
+        entry.encode_into(&mut out);
+        e.copy_from_slice(&out);
+    }
+}
+
+pub(super) fn write_footer(
+    out: &mut WriterOut,
+    k: u16,
+    n: u16,
+    id: BackupId,
+    manifest: &[u8],
+    cipher: Option<&crate::crypto::Cipher>,
+    remap: &dyn Fn(u32, u32) -> u32,
+) -> Result<()> {
     let frame_count = out.index.count;
+    let attempts: Vec<u32> = out.kept.iter().map(|(a, _)| *a).collect();
     let (index_len, index_crc) = match cipher {
         Some(c) => {
             // The index holds every chunk's raw checksum, a fingerprint of the plaintext: sealed
@@ -105,9 +189,12 @@ pub(super) fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, ma
             let pieces: Vec<usize> = crate::format::index_pieces(frame_count, crate::format::INDEX_ENTRY_LEN).collect();
             let mut r = out.index.reader()?;
             let mut plain = Vec::new();
+            let mut at = 0u64;
             for (p, &n) in pieces.iter().enumerate() {
                 plain.resize(n, 0);
                 r.read_exact(&mut plain).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
+                remap_kept(&mut plain, at, &attempts, remap);
+                at += (n / crate::format::INDEX_ENTRY_LEN) as u64;
                 let (counter, aad) = crate::crypto::index_piece_nonce(k, p as u64, p + 1 == pieces.len());
                 let sealed = c.seal_region_with(crate::crypto::NONCE_INDEX, counter, aad, &plain);
                 crc = crc32c::crc32c_append(crc, &sealed);
@@ -119,13 +206,17 @@ pub(super) fn write_footer(out: &mut WriterOut, k: u16, n: u16, id: BackupId, ma
         None => {
             // Copied from its temporary file a piece at a time.
             let (mut len, mut crc) = (0u64, 0u32);
-            let mut buf = vec![0u8; 1 << 20];
+            // Whole entries at a time, so that the kept ones can be given their ids.
+            let mut buf = vec![0u8; crate::format::INDEX_ENTRY_LEN * 20_000];
             let mut r = out.index.reader()?;
+            let mut at = 0u64;
             loop {
-                let n = r.read(&mut buf).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
+                let n = fill(&mut r, &mut buf)?;
                 if n == 0 {
                     break;
                 }
+                remap_kept(&mut buf[..n], at, &attempts, remap);
+                at += (n / crate::format::INDEX_ENTRY_LEN) as u64;
                 crc = crc32c::crc32c_append(crc, &buf[..n]);
                 len += n as u64;
                 out.sink.write_all(&buf[..n])?;

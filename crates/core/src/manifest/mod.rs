@@ -261,6 +261,26 @@ pub struct Manifest {
     /// parent last. Empty for a full backup.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<String>,
+    /// (v7) A full backup that went on from where earlier attempts stopped: what it kept of
+    /// them. Its frames written by an earlier attempt name their file by that attempt's id; the
+    /// index names it by this manifest's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
+}
+
+/// What a resumed backup kept of the attempts before it ([`Manifest::resumed`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// This attempt's number: 1 for the first resumption (the first attempt is 0).
+    pub attempt: u32,
+    /// When the first attempt began, ms since the Unix epoch.
+    pub first_started_unix_ms: i64,
+    /// Files taken whole from earlier attempts, not read again.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Stored bytes of earlier attempts kept in the stripes (frames of files read again included).
+    pub kept_stored_bytes: u64,
 }
 
 impl Manifest {
@@ -459,6 +479,7 @@ pub(crate) fn sample_head() -> Manifest {
         source: serde_json::json!({"kind": "directory"}),
         backup_type: Default::default(),
         chain: vec![],
+        resumed: None,
     }
 }
 

@@ -207,7 +207,7 @@ impl Place {
         let rel = r.name();
         self.prepare_in(self.store.as_ref(), &rel, self.refusal().as_deref())?;
         let text = serde_json::to_vec_pretty(r).map_err(|e| Error::invalid(format!("{rel}: {e}")))?;
-        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk: false };
+        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk: false, keep_unfinished: false };
         let sink = self.store.create(&rel, &opts).map_err(|e| self.hint(&rel, e))?;
         write_blob(sink, &mut &text[..], CodecSpec { kind: CodecKind::None, level: 0, named: None }, &rel, None).map(drop).map_err(|e| self.hint(&rel, e))
     }
@@ -295,7 +295,7 @@ impl Place {
         // WAL segments are the repository's bulk beside its stripes; records are not.
         // Timeline history files are records: small, read by every recovery.
         let bulk = rel.starts_with("wal/") && rel.ends_with(".wal") && !rel.ends_with(".history.wal");
-        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk };
+        let opts = WriteOptions { overwrite, expected_bytes: 0, lock: None, bulk, keep_unfinished: false };
         let sink = store.create(rel, &opts).map_err(|e| self.hint(rel, e))?;
         write_blob(sink, content, spec, what, enc).map_err(|e| self.hint(rel, e))
     }

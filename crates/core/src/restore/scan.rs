@@ -117,6 +117,7 @@ struct Encoded {
 /// Read, check and decompress every frame the sink wants; hand chunks to `sink`.
 pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Progress>, stop: &Stop, sink: &dyn ChunkSink) -> Result<Scanned> {
     let ts = set.stripes[0].header.transfer_size as usize;
+    let resumed = set.manifest.resumed.is_some();
     let threads = threads.unwrap_or_else(crate::host::available_cores).max(1);
     let buffers = set.stripes.len() * 4 + 2 * threads;
     let shared = Shared::stoppable(progress, Some(stop.clone()));
@@ -131,7 +132,7 @@ pub(super) fn scan(set: &BackupSet, threads: Option<usize>, progress: Arc<dyn Pr
         for (k, stripe) in set.stripes.iter().enumerate() {
             let (tx, shared, pool) = (tx.clone(), &shared, &pool);
             s.spawn(move || {
-                if let Err(e) = read_stripe(k, stripe, ts, &tx, shared, pool, sink, sent) {
+                if let Err(e) = read_stripe(k, stripe, ts, &tx, shared, pool, sink, sent, resumed) {
                     shared.fail(e);
                 }
             });
@@ -175,6 +176,7 @@ fn read_stripe(
     pool: &Arc<Pool>,
     sink: &dyn ChunkSink,
     sent: &(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
+    resumed: bool,
 ) -> Result<()> {
     // Frames are contiguous from the header to the index: one sequential stream, which stores with
     // latency (objects) read ahead of us, bounded. A run of frames nobody wants is stepped over:
@@ -217,18 +219,7 @@ fn read_stripe(
         sent.1.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         let header = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]).map_err(|err| here(err.message()))?;
         let crc_shown = if sealed && header.stored_len != 0 { None } else { Some(header.raw_crc) };
-        let agrees = if header.flags & FLAG_PACKED != 0 {
-            packed_agrees(&header, &members, crc_shown)
-        } else {
-            members.len() == 1
-                && header.flags == 0
-                && e.frame_off == 0
-                && header.file_id == e.file_id
-                && header.offset == e.offset
-                && header.raw_len == e.raw_len
-                && header.stored_len == e.stored_len
-                && crc_shown.is_none_or(|c| c == e.raw_crc)
-        };
+        let agrees = crate::format::frame_agrees(&header, &members, crc_shown, resumed);
         if !agrees {
             return Err(here("frame header disagrees with the index"));
         }
@@ -243,20 +234,6 @@ fn read_stripe(
         return Err(Error::corrupt(format!("stripe {}: frames end at byte {expect_pos} but the index starts at {} (index inconsistent)", s.location, s.trailer.index_offset)));
     }
     Ok(())
-}
-
-/// A packed frame's index entries tile its raw bytes in order, start with the file its header
-/// names, share its stored length and combine to its raw checksum: so once the frame's own
-/// checksums hold, every chunk in it is proven without a pass of its own.
-fn packed_agrees(h: &FrameHeader, members: &[IndexEntry], crc: Option<u32>) -> bool {
-    let mut at = 0u64;
-    for m in members {
-        if u64::from(m.frame_off) != at || m.stored_len != h.stored_len || m.raw_len == 0 {
-            return false;
-        }
-        at += u64::from(m.raw_len);
-    }
-    members.first().is_some_and(|m| m.file_id == h.file_id && m.offset == h.offset) && at == u64::from(h.raw_len) && crc.is_none_or(|c| c == index_crc(members))
 }
 
 /// The raw checksum a frame's index entries give it (its one entry's, or its members' combined).
@@ -305,7 +282,8 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
         let parts = members.len();
         let packed = if parts > 1 { format!(", packed with {} more files", parts - 1) } else { String::new() };
         // Only a failure needs the file's name: a set opened lean reads it from its page.
-        let path = set.entry(h.file_id).map_or_else(|_| format!("file id {}", h.file_id), |e| e.path);
+        let id = members[0].file_id;
+        let path = set.entry(id).map_or_else(|_| format!("file id {id}"), |e| e.path);
         Error::corrupt(format!(
             "stripe {}: frame {} at byte {} ({} bytes at offset {} of {path}{packed}): {what}",
             s.location,
@@ -335,11 +313,14 @@ fn decode_one(set: &BackupSet, job: &mut Encoded, decoder: &mut FrameDecoder, mu
         return Err(here("frame disagrees with the index (the index or the frame was replaced)".into()));
     }
     if h.flags & FLAG_PACKED == 0 {
+        // The index names the file: in a resumed set, the header may name it by an earlier
+        // attempt's id.
+        let id = members[0].file_id;
         if raw.is_none() {
-            return sink.chunk(h.file_id, h.offset, h.raw_len as usize, None);
+            return sink.chunk(id, h.offset, h.raw_len as usize, None);
         }
         out.set_len(h.raw_len as usize);
-        return sink.owned(h.file_id, h.offset, out);
+        return sink.owned(id, h.offset, out);
     }
     let live = members.iter().filter(|m| !m.is_superseded());
     // Its members in the frame's own buffer, so that the large ones (runs of pages, a copied
@@ -379,7 +360,12 @@ mod tests {
     #[test]
     fn a_packed_frames_index_entries_must_tile_it_and_combine_to_its_checksum() {
         let (h, e) = packed();
-        assert!(packed_agrees(&h, &e, Some(h.raw_crc)));
+        assert!(crate::format::frame_agrees(&h, &e, Some(h.raw_crc), false));
+        // A resumed set's frame may name its first file by an earlier attempt's id; nothing else
+        // may differ.
+        let other = FrameHeader { file_id: 6, ..h };
+        assert!(crate::format::frame_agrees(&other, &e, Some(h.raw_crc), true));
+        assert!(!crate::format::frame_agrees(&FrameHeader { offset: 1, ..other }, &e, Some(h.raw_crc), true));
         assert_eq!(crate::set::frames_of(&e).collect::<Vec<_>>(), vec![(0, 3)]);
         type Damage = fn(&mut FrameHeader, &mut Vec<IndexEntry>);
         let broken: [(&str, Damage); 7] = [
@@ -394,7 +380,7 @@ mod tests {
         for (what, damage) in broken {
             let (mut h, mut e) = packed();
             damage(&mut h, &mut e);
-            assert!(!packed_agrees(&h, &e, Some(h.raw_crc)), "{what} not caught");
+            assert!(!crate::format::frame_agrees(&h, &e, Some(h.raw_crc), false), "{what} not caught");
         }
     }
 }

@@ -100,7 +100,13 @@ impl FileInSet<'_> {
         let agrees = if h.flags & FLAG_PACKED != 0 {
             h.stored_len == e.stored_len && u64::from(e.frame_off) + u64::from(e.raw_len) <= u64::from(h.raw_len)
         } else {
-            h.flags == 0 && e.frame_off == 0 && h.file_id == e.file_id && h.offset == e.offset && h.raw_len == e.raw_len && h.stored_len == e.stored_len
+            // A resumed set's frame may name its file by an earlier attempt's id (v7).
+            h.flags == 0
+                && e.frame_off == 0
+                && (h.file_id == e.file_id || self.set.manifest.resumed.is_some())
+                && h.offset == e.offset
+                && h.raw_len == e.raw_len
+                && h.stored_len == e.stored_len
         };
         if !agrees {
             return Err(here("frame header disagrees with the index"));

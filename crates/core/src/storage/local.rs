@@ -10,7 +10,7 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{no_lock, Capabilities, Store, Stored, StripeSink, StripeSource, WriteOptions};
+use super::{no_lock, Capabilities, Store, Stored, StripeSink, StripeSource, UnfinishedStripe, WriteOptions};
 use crate::error::{io_at, Error, ErrorKind, Result};
 use crate::whole::{create_dir, create_dirs, parent_dir, rename_into_place, sync_dir};
 
@@ -44,7 +44,20 @@ impl Store for LocalStore {
         if opts.lock.is_some() {
             return Err(no_lock(&self.describe(name)));
         }
-        Ok(Box::new(LocalSink::create(Path::new(name), opts.overwrite)?))
+        let mut sink = LocalSink::create(Path::new(name), opts.overwrite)?;
+        sink.keep_unfinished = opts.keep_unfinished;
+        Ok(Box::new(sink))
+    }
+
+    fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn UnfinishedStripe>>> {
+        if opts.lock.is_some() {
+            return Err(no_lock(&self.describe(name)));
+        }
+        Ok(LocalUnfinished::take_over(Path::new(name), opts.overwrite)?.map(|u| Box::new(u) as Box<dyn UnfinishedStripe>))
+    }
+
+    fn can_resume(&self) -> bool {
+        true
     }
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
@@ -98,6 +111,17 @@ impl Store for LocalStore {
     }
 
     fn prune(&self, dir: &str) {
+        // What a stopped writer left unfinished goes too (a `.partial` no writer holds), so that a
+        // backup removed whole leaves no folder behind.
+        if let Ok(rd) = fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                let unheld = p.extension().is_some_and(|x| x == "partial") && File::open(&p).is_ok_and(|f| try_lock_exclusive(&f).unwrap_or(false));
+                if unheld {
+                    let _ = fs::remove_file(&p);
+                }
+            }
+        }
         let _ = fs::remove_dir(dir);
     }
 
@@ -172,6 +196,10 @@ pub struct LocalSink {
     reserved: bool,
     published: bool,
     overwrite: bool,
+    /// Left in place, not removed, when dropped or discarded unpublished (a resumable backup).
+    keep_unfinished: bool,
+    /// Bytes of the file before the first written here (kept of a stopped attempt).
+    base: u64,
 }
 
 /// Take an exclusive, non-blocking `flock` on `file`: `Ok(false)` when another process holds it.
@@ -258,6 +286,8 @@ impl LocalSink {
             reserved: false,
             published: false,
             overwrite,
+            keep_unfinished: false,
+            base: 0,
         })
     }
 
@@ -274,9 +304,9 @@ impl StripeSink for LocalSink {
         // Start writing back what reached the page cache every WRITE_BACK_EVERY bytes, as
         // PostgreSQL's *_flush_after settings do: the disk works while the backup runs instead of
         // all at the final fsync, and dirty memory stays bounded. The fsync still makes it durable.
-        let (written, kicked) = (self.written, self.kicked);
+        let (written, kicked, base) = (self.written, self.kicked, self.base);
         let f = self.file()?;
-        let in_file = written - f.buffer().len() as u64;
+        let in_file = written - f.buffer().len() as u64 + base;
         if in_file >= kicked + WRITE_BACK_EVERY {
             use std::os::fd::AsRawFd;
             // rustix has no sync_file_range. SAFETY: a plain system call on a descriptor we own,
@@ -289,12 +319,12 @@ impl StripeSink for LocalSink {
 
     fn sync(&mut self) -> Result<()> {
         let path = self.partial.clone();
-        let (written, reserved) = (self.written, self.reserved);
+        let (written, reserved, base) = (self.written, self.reserved, self.base);
         let f = self.file()?;
         f.flush().map_err(|e| io_at(ErrorKind::Target, "cannot write stripe", &path, e))?;
         if reserved {
             // Give back the room reserved and not used.
-            f.get_ref().set_len(written).map_err(|e| io_at(ErrorKind::Target, "cannot trim stripe", &path, e))?;
+            f.get_ref().set_len(base + written).map_err(|e| io_at(ErrorKind::Target, "cannot trim stripe", &path, e))?;
         }
         f.get_ref().sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync stripe", &path, e))
     }
@@ -328,8 +358,13 @@ impl StripeSink for LocalSink {
     }
 
     fn discard(&mut self) {
-        // Unlinked while still locked, so no other writer can take over a name about to vanish.
-        if self.file.is_some() {
+        // Unlinked while still locked, so no other writer can take over a name about to vanish;
+        // a resumable backup's is left for the next attempt, with what reached the file.
+        if self.file.is_some() && self.keep_unfinished {
+            if let Some(mut f) = self.file.take() {
+                let _ = f.flush();
+            }
+        } else if self.file.is_some() {
             let _ = fs::remove_file(&self.partial);
         }
         self.file = None;
@@ -349,6 +384,65 @@ impl Drop for LocalSink {
         if !self.published {
             self.discard();
         }
+    }
+}
+
+/// A `.partial` a stopped backup left, locked by this process ([`Store::resume`]).
+struct LocalUnfinished {
+    sink: LocalSink,
+    source: LocalSource,
+}
+
+impl LocalUnfinished {
+    /// Take over `path.partial`: `None` when there is none; refused while another process
+    /// writes it (holds its lock).
+    fn take_over(path: &Path, overwrite: bool) -> Result<Option<Self>> {
+        let partial = partial_name(path);
+        let file = match OpenOptions::new().read(true).write(true).open(&partial) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(ErrorKind::Target, "cannot open", &partial, e)),
+        };
+        if !try_lock_exclusive(&file).map_err(|e| io_at(ErrorKind::Target, "cannot lock", &partial, e))? {
+            return Err(Error::new(ErrorKind::Target, format!("{} is being written by another process: wait for it to finish or stop", partial.display())).transient(true));
+        }
+        if !still_named(&file, &partial) {
+            return Ok(None);
+        }
+        let reader = file.try_clone().map_err(|e| io_at(ErrorKind::Target, "cannot open", &partial, e))?;
+        let len = reader.metadata().map_err(|e| io_at(ErrorKind::Io, "cannot stat", &partial, e))?.len();
+        let source = LocalSource { path: partial.clone(), shown: partial.display().to_string(), file: reader, len };
+        let sink = LocalSink {
+            path: path.to_path_buf(),
+            partial,
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            written: 0,
+            kicked: 0,
+            reserved: false,
+            published: false,
+            overwrite,
+            keep_unfinished: true,
+            base: 0,
+        };
+        Ok(Some(LocalUnfinished { sink, source }))
+    }
+}
+
+impl UnfinishedStripe for LocalUnfinished {
+    fn source(&self) -> &dyn StripeSource {
+        &self.source
+    }
+
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        use std::io::{Seek, SeekFrom};
+        let LocalUnfinished { mut sink, source } = *self;
+        drop(source);
+        let path = sink.partial.clone();
+        let f = sink.file()?.get_mut();
+        f.set_len(keep).map_err(|e| io_at(ErrorKind::Target, "cannot cut", &path, e))?;
+        f.seek(SeekFrom::Start(keep)).map_err(|e| io_at(ErrorKind::Target, "cannot seek in", &path, e))?;
+        (sink.base, sink.kicked) = (keep, keep);
+        Ok(Box::new(sink))
     }
 }
 

@@ -44,4 +44,11 @@ impl Store for Locked {
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         self.inner.open(name)
     }
+    fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn super::UnfinishedStripe>>> {
+        let opts = WriteOptions { lock: opts.lock.or_else(|| self.lock.for_name(name)), ..opts.clone() };
+        self.inner.resume(name, &opts)
+    }
+    fn can_resume(&self) -> bool {
+        self.inner.can_resume()
+    }
 }

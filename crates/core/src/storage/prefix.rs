@@ -65,6 +65,12 @@ impl Store for Prefixed {
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         self.inner.open(&self.full(name))
     }
+    fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn super::UnfinishedStripe>>> {
+        self.inner.resume(&self.full(name), opts)
+    }
+    fn can_resume(&self) -> bool {
+        self.inner.can_resume()
+    }
     fn exists(&self, name: &str) -> Result<bool> {
         self.inner.exists(&self.full(name))
     }

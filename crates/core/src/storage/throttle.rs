@@ -96,6 +96,27 @@ impl Store for Throttled {
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         Ok(Box::new(ThrottledSource { inner: self.inner.open(name)?, limit: self.limit.clone() }))
     }
+    fn resume(&self, name: &str, opts: &super::WriteOptions) -> Result<Option<Box<dyn super::UnfinishedStripe>>> {
+        Ok(self.inner.resume(name, opts)?.map(|inner| Box::new(ThrottledUnfinished { inner, limit: self.limit.clone() }) as Box<dyn super::UnfinishedStripe>))
+    }
+    fn can_resume(&self) -> bool {
+        self.inner.can_resume()
+    }
+}
+
+/// An unfinished stripe whose writing on is throttled like any other.
+struct ThrottledUnfinished {
+    inner: Box<dyn super::UnfinishedStripe>,
+    limit: Arc<RateLimit>,
+}
+
+impl super::UnfinishedStripe for ThrottledUnfinished {
+    fn source(&self) -> &dyn StripeSource {
+        self.inner.source()
+    }
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        Ok(Box::new(ThrottledSink { inner: self.inner.go_on(keep)?, limit: self.limit }))
+    }
 }
 
 struct ThrottledSink {

@@ -60,6 +60,7 @@ fn write_old_set(path: &Path, files: &[(&str, Vec<u8>)], ts: usize, version: u16
         source: serde_json::json!({"kind": "directory"}),
         backup_type: Default::default(),
         chain: vec![],
+        resumed: None,
     };
     let stored = manifest.to_stored_bytes().unwrap();
     let t = Trailer {

@@ -9,7 +9,8 @@
 //!   what a backup records about its cluster, read back everywhere.
 //! - [`incremental`]: the parent an incremental or differential builds on, and the page scan;
 //!   [`changes`]: what changed since the parent, from the WAL summaries or the page scan.
-//! - [`repo`]: a backup into the repository, and consolidation of a chain into one full backup.
+//! - [`repo`]: a backup into the repository, and consolidation of a chain into one full backup;
+//!   [`resume`]: its journal, and the unfinished backup a full one goes on from.
 
 pub mod basebackup;
 pub mod changes;
@@ -18,5 +19,6 @@ pub mod facts;
 pub mod incremental;
 pub mod options;
 pub mod repo;
+pub mod resume;
 pub mod tarstream;
 pub mod topology;

@@ -9,6 +9,7 @@ use sheaf_core::{BackupOptions, BackupReport, Error, ErrorKind, Progress, Result
 use crate::backup::direct::backup_postgres;
 use crate::backup::incremental::{may_build_on, Parent};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
+use crate::backup::resume::{self, Previous, RepoJournal};
 use crate::maintain::expire::{apply, HistoryPlan, Retention};
 use crate::repo::id::BackupId;
 use crate::repo::paths;
@@ -31,6 +32,9 @@ pub struct Kind {
     pub expire_after: Option<Retention>,
     /// `--annotation KEY=VALUE`: kept in its record.
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// `--no-resume`: a full backup starts afresh even where an unfinished one could be gone on
+    /// from (which is then removed), and leaves nothing to resume if it stops.
+    pub no_resume: bool,
 }
 
 /// A backup published in the repository.
@@ -43,6 +47,8 @@ pub struct InRepo {
     /// With [`Kind::expire_after`]: what expire removed, or why it failed. A failure is the
     /// expire's, never the backup's: the backup stands, and `sheaf expire` finishes the work.
     pub expired: Option<Result<Vec<HistoryPlan>>>,
+    /// An unfinished backup found and not gone on from: why (it was removed).
+    pub not_resumed: Option<String>,
 }
 
 /// Back up the cluster at `pg.url` into the repository, `stripes` stripes under `backups/ID/`; the
@@ -57,7 +63,7 @@ pub struct InRepo {
 /// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
 pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, kind: Kind, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<InRepo> {
     let meta = repo.meta();
-    let Kind { stripes, backup_type, check_changes, page_scan, expire_after, annotations } = kind;
+    let Kind { stripes, backup_type, check_changes, page_scan, expire_after, annotations, no_resume } = kind;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }
@@ -86,10 +92,28 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
             Some((parent, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
         }
     };
+    // A full backup goes on from one left unfinished, where it can; else that one is removed.
+    let mut not_resumed = None;
+    let mut resume = None;
+    if parent.is_none() {
+        match resume::find(repo, stripes, opts, meta.system_identifier.0)? {
+            Previous::Resume(id, r) if no_resume => {
+                // Its stripes let go of before they are removed.
+                drop(r);
+                resume::abandon(repo, &id)?;
+                not_resumed = Some(format!("backup {id} was left unfinished: removed, as --no-resume asks"));
+            }
+            Previous::Resume(id, r) => resume = Some((id, r)),
+            Previous::Afresh(id, why) => not_resumed = Some(format!("backup {id} was left unfinished and cannot be resumed: {why}; starting afresh")),
+            Previous::Nothing => {}
+        }
+    }
     let start_ms = sheaf_core::time::now_ms();
     let start_unix = start_ms.div_euclid(1000);
     let mut id = BackupId::at(start_ms);
-    if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
+    if let Some((old, _)) = &resume {
+        id = old.clone();
+    } else if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
         id = id.of_process(std::process::id());
     }
     let mut pg = pg.clone();
@@ -98,7 +122,15 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
     pg.parent = parent.as_ref().map(|p| p.0.clone());
     let mut lock = BackupLock::ours(&id, start_unix);
     lock.chain = parent.as_ref().map(|p| p.1.clone()).unwrap_or_default();
-    publish_or_clean_up(repo, &id, stripes, lock, opts, |opts, names| {
+    // A full backup keeps a journal and leaves its stripes unfinished if it stops, for the next
+    // one to go on from, where the repository's storage can take them over.
+    let mut opts = opts.clone();
+    if parent.is_none() && !no_resume && repo.location(&paths::stripe(&id, 1)).store().can_resume() {
+        let facts = serde_json::json!({ "system_identifier": meta.system_identifier.0 });
+        opts.journal = Some(sheaf_core::Journaled { journal: Arc::new(RepoJournal::of(repo, &id)), facts });
+        opts.resume = resume.map(|r| r.1);
+    }
+    publish_or_clean_up(repo, &id, stripes, lock, &opts, |opts, names| {
         let mut r = backup_postgres(&pg, opts, progress)?;
         if r.full_because.is_none() {
             r.full_because = no_parent;
@@ -135,12 +167,13 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
             bytes_held: r.report.bytes_held,
             locked_until: repo.write_lock().map(|l| l.until),
             annotations,
+            resumed: r.report.resumed.clone(),
         };
         Ok((r, record))
     })
     .map(|(backup, record)| {
         let expired = expire_after.map(|keep| apply(repo, &keep, sheaf_core::time::now_ms() / 1000));
-        InRepo { backup, record, expired }
+        InRepo { backup, record, expired, not_resumed }
     })
 }
 
@@ -148,7 +181,9 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
 /// stripes under `backups/ID/` prepared, `lock` put while it runs (so that expire keeps what it
 /// reads), `write` given the options with the stripes as targets and the repository's KDF, and
 /// its record put only once `write` has finished. When `write` fails (or is interrupted), its
-/// stripes and folder are removed; the lock goes either way.
+/// stripes and folder are removed, unless it keeps a journal (`opts.journal`): then its unfinished
+/// stripes and journal stay for the next backup to go on from. The journal goes once the stripes
+/// are published, before the record; the lock goes either way.
 ///
 /// # Errors
 /// Preparing the stripes or putting the lock; `write`'s; putting the record.
@@ -168,12 +203,20 @@ fn publish_or_clean_up<T>(
     for n in &names {
         repo.prepare(n)?;
     }
+    let journaled = opts.journal.is_some();
+    if opts.resume.is_some() {
+        // Taken over from the writer that stopped.
+        repo.delete(&paths::lock(id))?;
+    }
     repo.put_json(&paths::lock(id), &lock, false)?;
     let result = write(&opts, &names).and_then(|(t, record)| {
+        if journaled {
+            RepoJournal::of(repo, id).remove()?;
+        }
         repo.put_json(&paths::record(id), &record, false)?;
         Ok((t, record))
     });
-    if result.is_err() {
+    if result.is_err() && !journaled {
         for n in &names {
             let _ = repo.delete(n);
         }

@@ -73,6 +73,9 @@ pub struct BackupRecord {
     /// annotate` edited it since (read back from `annotations/ID.annotations`, which wins).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// A full backup that went on from where earlier attempts stopped: what it took of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<sheaf_core::manifest::Resumed>,
 }
 
 impl BackupRecord {
@@ -383,6 +386,7 @@ pub(crate) fn test_record(id: &str) -> BackupRecord {
         bytes_held: 0,
         locked_until: None,
         annotations: Default::default(),
+        resumed: None,
     }
 }
 

@@ -36,6 +36,7 @@ impl Backup {
     /// As [`Backup::finish`], or `decide`'s error.
     pub fn finish_with(mut self, decide: impl FnOnce(&[String]) -> Result<serde_json::Value>) -> Result<BackupReport> {
         let (stats, mut outs) = self.drain()?;
+        self.take_kept(&mut outs)?;
         let findings = std::mem::take(&mut *self.shared.findings.lock().unwrap_or_else(|p| p.into_inner()));
         // In pages, each sealed when the set is encrypted; written once, so every stripe carries
         // the same bytes. The head follows them: it lists what changed while read.
@@ -53,9 +54,18 @@ impl Backup {
         }
         // On an error here the sinks are dropped unpublished, which removes them.
         let source = decide(&findings)?;
-        let manifest = self.manifest(source, findings);
+        let mut manifest = self.manifest(source, findings);
+        if let Some(r) = manifest.resumed.as_mut() {
+            r.kept_stored_bytes = outs.iter().map(|o| o.kept_bytes).sum();
+        }
         let stored = region.finish(&manifest)?;
-        publish(&mut outs, &stored, self.id, self.cipher.as_deref())?;
+        if let Some(r) = &self.recorder {
+            // From here the set's index and manifest are sealed: no attempt may follow this one.
+            r.footers()?;
+        }
+        let remap = &self.remap;
+        let id_now = |a: u32, id: u32| remap.get(a as usize).and_then(|m| m.get(id as usize)).copied().unwrap_or(crate::format::SUPERSEDED);
+        publish(&mut outs, &stored, self.id, self.cipher.as_deref(), &id_now)?;
         Ok(self.report(manifest, &outs, stats, file_count, entry_count))
     }
 
@@ -89,6 +99,24 @@ impl Backup {
         Ok((stats, outs))
     }
 
+    /// The frames kept of earlier attempts, given this set's ids: each chunk of a file taken
+    /// joins the checksums and tiling of the file, every other kept byte is superseded.
+    fn take_kept(&mut self, outs: &mut [WriterOut]) -> Result<()> {
+        for (k, out) in outs.iter_mut().enumerate() {
+            for (a, e) in &out.kept {
+                let id = self.remap.get(*a as usize).and_then(|m| m.get(e.file_id as usize)).copied().unwrap_or(crate::format::SUPERSEDED);
+                // Pushed to the index with the attempt's id, counted as a file's bytes.
+                if id == crate::format::SUPERSEDED || e.is_superseded() {
+                    out.index.raw_bytes -= u64::from(e.raw_len).min(out.index.raw_bytes);
+                    out.index.superseded_bytes += u64::from(e.raw_len);
+                } else {
+                    out.chunks.push(crate::manifest::ChunkRef { file_id: id, offset: e.offset, len: e.raw_len, crc: e.raw_crc, stripe: k })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The manifest of what was backed up (its entries are in the pages already written).
     fn manifest(&mut self, source: serde_json::Value, findings: Vec<String>) -> Manifest {
         Manifest {
@@ -118,6 +146,13 @@ impl Backup {
             source,
             backup_type: self.lineage.as_ref().map_or(BackupType::Full, |l| l.backup_type),
             chain: self.lineage.as_ref().map(|l| l.chain.clone()).unwrap_or_default(),
+            resumed: self.resume.as_ref().map(|r| crate::manifest::Resumed {
+                attempt: r.attempt,
+                first_started_unix_ms: r.first_started_unix_ms,
+                files: self.taken.0,
+                bytes: self.taken.1,
+                kept_stored_bytes: 0,
+            }),
         }
     }
 
@@ -156,6 +191,7 @@ impl Backup {
             vanished_files: manifest.vanished_files,
             check_failures: manifest.check_failures,
             auto_levels: self.auto.as_ref().map(|a| a.levels()),
+            resumed: manifest.resumed.clone(),
         }
     }
 
@@ -211,10 +247,10 @@ impl Backup {
 /// Every stripe's footer (index, manifest, trailer) written and made durable, in parallel (each
 /// stripe's fsync is independent), then every stripe published; on any error every stripe is
 /// discarded, so a set is whole or gone.
-fn publish(outs: &mut [WriterOut], stored: &[u8], id: BackupId, cipher: Option<&Cipher>) -> Result<()> {
+fn publish(outs: &mut [WriterOut], stored: &[u8], id: BackupId, cipher: Option<&Cipher>, remap: &(dyn Fn(u32, u32) -> u32 + Sync)) -> Result<()> {
     let stripe_count = outs.len() as u16;
     let results: Vec<Result<()>> = thread::scope(|s| {
-        let hs: Vec<_> = outs.iter_mut().enumerate().map(|(k, out)| s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored, cipher))).collect();
+        let hs: Vec<_> = outs.iter_mut().enumerate().map(|(k, out)| s.spawn(move || write_footer(out, k as u16, stripe_count, id, stored, cipher, remap))).collect();
         hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "footer writer panicked")))).collect()
     });
     if let Some(e) = results.into_iter().find_map(Result::err) {

@@ -16,6 +16,7 @@ mod cloud;
 mod copy;
 mod life;
 mod pitr;
+mod resume;
 mod several;
 mod upgrade;
 

@@ -1,0 +1,131 @@
+//! Issue 54, part 2: a full backup into the repository killed midway is resumed by the next one.
+//! Under a pgbench load through every attempt, a backup is killed (SIGKILL) at a third of its
+//! stripe, the next is killed at two thirds, and the third finishes: it says what it took from the
+//! attempts before, the files it took are not read again, it verifies, and a point-in-time
+//! recovery to a restore point made after it equals the source there and passes pg_amcheck.
+//! `--no-resume` removes an unfinished backup and starts afresh.
+
+use std::process::{Child, Stdio};
+
+use super::*;
+
+/// The stripe file an unfinished backup writes (`backups/ID/ID_1.sheaf.partial`), once there is one.
+fn partial(repo: &Path) -> Option<PathBuf> {
+    for d in std::fs::read_dir(repo.join("backups")).ok()? {
+        let d = d.ok()?.path();
+        if d.is_dir() {
+            let id = d.file_name()?.to_str()?.to_string();
+            let p = d.join(format!("{id}_1.sheaf.partial"));
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Start a backup (at most `rate` per second into the repository), wait until its stripe holds
+/// `bytes` or more, and kill it as a power cut would; the size it reached.
+fn kill_at(c: &Cluster, repo: &Path, bytes: u64) -> u64 {
+    let mut b: Child =
+        sheaf().args(["backup", &c.url("postgres"), "--repo", repo.to_str().unwrap(), "--max-rate", "12MiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(p) = partial(repo) {
+            if size(&p) >= bytes {
+                break;
+            }
+        }
+        assert!(b.try_wait().unwrap().is_none(), "the backup ended before it was killed");
+        assert!(Instant::now() < deadline, "the stripe never reached {bytes} bytes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    b.kill().unwrap();
+    // Waited for, so that its lock names a process that is gone.
+    b.wait().unwrap();
+    size(&partial(repo).expect("the killed backup's stripe stays"))
+}
+
+/// A digest of every row of the eight static tables.
+fn contents(c: &Cluster) -> String {
+    let each: Vec<String> = (1..=8).map(|i| format!("(SELECT md5(string_agg(id || v, ',' ORDER BY id)) FROM s{i})")).collect();
+    c.sql("app", &format!("SELECT {}", each.join(" || ")))
+}
+
+#[test]
+fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_point() {
+    let (base, repo, c) = setup();
+    let r = repo.to_str().unwrap();
+    // Eight tables written before the first attempt and never again (taken), and pgbench's,
+    // written the whole time (read again).
+    for i in 1..=8 {
+        c.sql("app", &format!("CREATE TABLE s{i} AS SELECT g AS id, md5((g * {i})::text) || md5(g::text) AS v FROM generate_series(1, 120000) g"));
+    }
+    ok(run(c.tool("pgbench").args(["-i", "-s", "3", "-q", "app"])), "pgbench -i");
+    // Nothing left for autovacuum to write in them, and every page on disk.
+    c.sql("app", "VACUUM (FREEZE, ANALYZE)");
+    c.sql("app", "CHECKPOINT");
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+
+    // How big a whole stripe is: the same backup into a file of its own.
+    let probe = base.path().join("probe.sheaf");
+    let whole = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--to", probe.to_str().unwrap(), "--json"])), "a backup to measure"));
+    let total = whole["bytes_written"].as_u64().unwrap();
+
+    // Killed at a third, then at two thirds: nothing looks finished, the unfinished backup shows.
+    let one = kill_at(&c, &repo, total / 3);
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    let states: Vec<&str> = info["backups"].as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["unfinished"], "{info}");
+    assert!(info["backups"][0]["objects"].as_array().unwrap().iter().any(|o| o.as_str().unwrap().contains("/resume-0000-files-")), "{info}");
+    let two = kill_at(&c, &repo, total * 2 / 3);
+    assert!(two > one, "the second attempt went on past the first: {one} then {two}");
+
+    // The third finishes, and says what it took.
+    let b = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--json"])), "the resumed backup"));
+    let resumed = &b["resumed"];
+    assert_eq!(resumed["attempt"], 2, "{b}");
+    let taken = resumed["bytes"].as_u64().unwrap();
+    assert!(resumed["files"].as_u64().unwrap() >= 2 && taken >= 4 << 20, "it took files of the attempts before: {resumed}");
+    let read = b["bytes_read"].as_u64().unwrap();
+    assert!(read + taken >= whole["bytes_read"].as_u64().unwrap() * 9 / 10, "taken and read make the cluster: {read} + {taken}");
+    assert!(read < whole["bytes_read"].as_u64().unwrap(), "what it took was not read again: {read}");
+    let id = b["postgres"]["repository_id"].as_str().unwrap().to_string();
+    let text = ok(run(sheaf().args(["info", "--repo", r])), "info");
+    assert!(text.contains(&id) && text.contains("[resumed: attempt 3"), "{text}");
+    let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
+    assert_eq!(info["backups"][0]["resumed"]["files"], resumed["files"], "{info}");
+    assert!(!repo.join("backups").join(&id).read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains("resume-")), "its journal is gone");
+    ok(run(sheaf().args(["verify", "--repo", r])), "verify");
+
+    // A restore point after it, the load stopped: the recovered cluster equals the source there.
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 100) g");
+    let _ = load.kill();
+    let _ = load.wait();
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
+    let invariant = pgbench_invariant(&c);
+    let tables = contents(&c);
+    c.sql("app", "SELECT pg_create_restore_point('after_resume')");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 100) g");
+    archive_now(&c);
+    let back = recover(&repo, &base.path().join("back"), &["--set", &id, "--target-name", "after_resume"]);
+    assert_eq!(back.sql("app", "SELECT string_agg(DISTINCT batch::text, ',') FROM t"), "1");
+    assert_eq!(pgbench_invariant(&back), invariant, "pgbench's balances agree with the source's");
+    assert_eq!(contents(&back), tables, "the tables taken from earlier attempts are the source's");
+    let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
+    assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    drop(back);
+
+    // --no-resume: the unfinished backup goes, and the new one holds everything itself.
+    kill_at(&c, &repo, total / 3);
+    let o = run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--no-resume", "--json"]));
+    assert!(stderr(&o).contains("was left unfinished: removed, as --no-resume asks"), "{}", stderr(&o));
+    let b = json(ok(o, "backup --no-resume"));
+    assert!(b.get("resumed").is_none(), "{b}");
+    assert!(partial(&repo).is_none(), "nothing unfinished is left");
+}
