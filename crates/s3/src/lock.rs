@@ -25,6 +25,7 @@ use sheaf_core::storage::{LockMode, ObjectLock, ObjectVersion};
 use sheaf_core::{Error, ErrorKind, Result};
 
 /// A bucket's S3-only calls.
+#[derive(Clone)]
 pub(crate) struct S3Extra {
     signer: Arc<AmazonS3>,
     http: HttpClient,
@@ -196,7 +197,119 @@ impl S3Extra {
     }
 }
 
-/// An upload started with a lock, driven by `object_store`'s low-level multipart calls.
+/// A part of an upload in progress: its number, ETag and size.
+pub(crate) type UploadedPart = (usize, String, u64);
+
+impl S3Extra {
+    /// The bucket's name.
+    fn bucket(&self) -> String {
+        self.builder.get_config_value(&object_store::aws::AmazonS3ConfigKey::Bucket).unwrap_or_default()
+    }
+
+    /// The client whose low-level multipart calls drive uploads sheaf goes on with.
+    pub(crate) fn client(&self) -> Arc<AmazonS3> {
+        self.signer.clone()
+    }
+
+    /// The newest multipart upload of exactly `key` still open, if any.
+    pub(crate) async fn open_upload(&self, key: &str) -> std::result::Result<Option<String>, Refusal> {
+        let (status, body) = self.call(Method::GET, "", &[("uploads", ""), ("prefix", key)], &[], Bytes::new()).await?;
+        if status != 200 {
+            return Err(Refusal::of(status, &body));
+        }
+        let list: ListUploads = xml(&body)?;
+        let mut ours: Vec<Upload> = list.uploads.into_iter().filter(|u| u.key == key).collect();
+        ours.sort_by(|a, b| a.initiated.cmp(&b.initiated));
+        Ok(ours.pop().map(|u| u.upload_id))
+    }
+
+    /// The parts upload `id` of `key` holds, in order.
+    pub(crate) async fn parts(&self, key: &str, id: &str) -> std::result::Result<Vec<UploadedPart>, Refusal> {
+        let mut out = Vec::new();
+        let mut marker = String::new();
+        loop {
+            let mut query = vec![("uploadId", id)];
+            if !marker.is_empty() {
+                query.push(("part-number-marker", &marker));
+            }
+            let (status, body) = self.call(Method::GET, key, &query, &[], Bytes::new()).await?;
+            if status != 200 {
+                return Err(Refusal::of(status, &body));
+            }
+            let page: ListParts = xml(&body)?;
+            out.extend(page.parts.into_iter().map(|p| (p.part_number, p.e_tag, p.size)));
+            match (page.is_truncated, page.next_part_number_marker) {
+                (true, Some(m)) if !m.is_empty() => marker = m,
+                _ => break,
+            }
+        }
+        out.sort_by_key(|p| p.0);
+        Ok(out)
+    }
+
+    /// Part `number` of upload `id` of `key`: bytes `from..to` of the object `key` holds now,
+    /// copied by the server; its ETag.
+    pub(crate) async fn copy_part(&self, key: &str, id: &str, number: usize, from: u64, to: u64) -> std::result::Result<String, Refusal> {
+        let n = number.to_string();
+        // The copy source is a URL path: each byte outside the unreserved set percent-encoded.
+        let encoded: String = key.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+        let source = format!("/{}/{encoded}", self.bucket());
+        let headers = [("x-amz-copy-source", source), ("x-amz-copy-source-range", format!("bytes={from}-{}", to - 1))];
+        let (status, body) = self.call(Method::PUT, key, &[("partNumber", &n), ("uploadId", id)], &headers, Bytes::new()).await?;
+        if status != 200 {
+            return Err(Refusal::of(status, &body));
+        }
+        let copied: CopiedPart = xml(&body)?;
+        Ok(copied.e_tag)
+    }
+}
+
+/// The answer to listing a bucket's uploads in progress.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct ListUploads {
+    #[serde(rename = "Upload", default)]
+    uploads: Vec<Upload>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Upload {
+    key: String,
+    upload_id: String,
+    #[serde(default)]
+    initiated: String,
+}
+
+/// The answer to listing an upload's parts.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct ListParts {
+    #[serde(rename = "Part", default)]
+    parts: Vec<Part>,
+    #[serde(default)]
+    is_truncated: bool,
+    next_part_number_marker: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Part {
+    part_number: usize,
+    #[serde(rename = "ETag")]
+    e_tag: String,
+    size: u64,
+}
+
+/// The answer to copying a part.
+#[derive(Deserialize)]
+struct CopiedPart {
+    #[serde(rename = "ETag")]
+    e_tag: String,
+}
+
+/// An upload started with a lock (or one sheaf goes on with after a stopped backup), driven by
+/// `object_store`'s low-level multipart calls.
 #[derive(Debug)]
 pub(crate) struct LockedUpload {
     client: Arc<AmazonS3>,
@@ -205,6 +318,14 @@ pub(crate) struct LockedUpload {
     /// Each part's id once its upload ended, by index.
     parts: Arc<std::sync::Mutex<Vec<Option<PartId>>>>,
     next: usize,
+}
+
+impl LockedUpload {
+    /// Upload `id` of `path`, whose first parts are `done` (copied already): its next part follows.
+    pub(crate) fn going_on(client: Arc<AmazonS3>, path: Path, id: String, done: Vec<PartId>) -> LockedUpload {
+        let next = done.len();
+        LockedUpload { client, path, id, parts: Arc::new(std::sync::Mutex::new(done.into_iter().map(Some).collect())), next }
+    }
 }
 
 #[async_trait::async_trait]

@@ -35,6 +35,7 @@
 //! hold.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -522,6 +523,8 @@ fn walk(
     let mut pos = start;
     let mut kept = Vec::new();
     let mut buf = Vec::new();
+    // Frames are back to back from the header: one stream (an object store's reads ahead).
+    let mut stream = src.stream(start, src.len())?;
     let mut i = 0;
     while i < logged.len() {
         let (a, first) = logged[i];
@@ -531,7 +534,7 @@ fn walk(
         }
         let members: Vec<IndexEntry> = logged[i..j].iter().map(|(_, e)| *e).collect();
         i = j;
-        // Frames of an attempt before where the next one began were cut away by it.
+        // Frames of an attempt past where the next one began were cut away by it.
         let region_end = starts.get(a as usize + 1).copied().unwrap_or(u64::MAX);
         if first.frame_pos < starts[a as usize] || first.frame_pos >= region_end {
             continue;
@@ -545,7 +548,9 @@ fn walk(
             break;
         }
         buf.resize(n as usize, 0);
-        src.read_exact_at(&mut buf, pos)?;
+        if stream.read_exact(&mut buf).is_err() {
+            break;
+        }
         let Ok(h) = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]) else { break };
         let shown = if sealed && h.stored_len != 0 { None } else { Some(h.raw_crc) };
         if !frame_agrees(&h, &members, shown, false) {

@@ -132,7 +132,15 @@ pub fn find(repo: &Repo, stripes: usize, opts: &BackupOptions, system_identifier
 /// # Errors
 /// An object cannot be removed.
 pub fn abandon(repo: &Repo, id: &str) -> Result<()> {
-    RepoJournal::of(repo, id).remove()?;
+    let journal = RepoJournal::of(repo, id);
+    // Its stripes, as many as its first attempt wrote: an upload left open is completed where it
+    // is (an object under the stripe's name), so that it goes below with the rest.
+    let head = journal.get("0000/head").ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let stripes = head.as_ref().and_then(|h| h["starts"].as_array()).map_or(0, Vec::len);
+    for k in 1..=stripes {
+        drop(repo.location(&paths::stripe(id, k)).resume());
+    }
+    journal.remove()?;
     for o in repo.list(&format!("{}/", paths::backup_dir(id)))? {
         repo.delete(&o.name)?;
     }

@@ -346,7 +346,11 @@ fn backups_in(repo: &Repo, opts: &CheckOptions, f: &mut Findings) {
     };
     let crashed: Vec<&str> = inv.found.iter().filter_map(|x| if let Found::Unfinished { id, running: false, .. } = x { Some(id.as_str()) } else { None }).collect();
     if !crashed.is_empty() {
-        f.add("backup", Status::Warning, format!("unfinished backup(s) left by a crash: {}; sheaf expire removes them", crashed.join(", ")));
+        f.add(
+            "backup",
+            Status::Warning,
+            format!("unfinished backup(s) left by a crash: {}; the next full backup resumes the newest (sheaf expire removes them)", crashed.join(", ")),
+        );
     }
     let Some(newest) = inv.found.iter().filter_map(Found::record).max_by_key(|r| r.stop_unix) else {
         if meta.history > 1 {

@@ -149,26 +149,49 @@ impl Store for S3Store {
             let _ = self.handle().block_on(async { upload.abort().await });
             return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
         }
-        Ok(Box::new(S3Sink::new(self, path, shown, Some(upload), part_size, overwrite)))
+        let mut sink = S3Sink::new(self, path, shown, Some(upload), part_size, overwrite);
+        sink.keep_unfinished = opts.keep_unfinished;
+        Ok(Box::new(sink))
+    }
+
+    fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn sheaf_core::storage::UnfinishedStripe>>> {
+        use object_store::multipart::{MultipartStore, PartId};
+        if opts.lock.is_some() || !self.can_resume() {
+            return Ok(None);
+        }
+        let extra = self.extra()?;
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        let key = path.to_string();
+        let failed = |what: &str, e: &crate::lock::Refusal| call_failed(&format!("{what} {shown}"), e, |t| self.redact.scrub(t));
+        // The upload the stopped backup left open, completed where it is so that it can be read.
+        if let Some(id) = self.handle().block_on(extra.open_upload(&key)).map_err(|e| failed("cannot list the uploads of", &e))? {
+            let parts = self.handle().block_on(extra.parts(&key, &id)).map_err(|e| failed("cannot list the parts of", &e))?;
+            let client = extra.client();
+            if parts.is_empty() {
+                let _ = self.handle().block_on(client.abort_multipart(&path, &id));
+            } else {
+                let ids = parts.into_iter().map(|(_, etag, _)| PartId { content_id: etag }).collect();
+                self.handle()
+                    .block_on(client.complete_multipart(&path, &id, ids))
+                    .map_err(|e| map_err(e, &format!("cannot complete the upload of {shown}"), Side::Write, &self.redact))?;
+            }
+        }
+        if !self.exists(name)? {
+            return Ok(None);
+        }
+        let source = self.source(name)?;
+        let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, true);
+        sink.keep_unfinished = true;
+        Ok(Some(Box::new(sink::S3Unfinished { source, sink, extra: extra.client(), copier: extra.clone(), key })))
+    }
+
+    fn can_resume(&self) -> bool {
+        self.scheme == "s3" && self.extra.is_some()
     }
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
-        let shown = self.describe(name);
-        let path = self.path(name)?;
-        let client = self.client.clone();
-        let p = path.clone();
-        let meta = self.handle().block_on(async move { client.head(&p).await }).map_err(|e| map_err(e, &format!("stripe {shown}"), Side::Read, &self.redact))?;
-        Ok(Box::new(S3Source {
-            redact: self.redact.clone(),
-            handle: self.handle().clone(),
-            client: self.client.clone(),
-            path,
-            shown,
-            len: meta.size,
-            etag: meta.e_tag,
-            read_ahead: self.options.read_ahead,
-            block: self.options.read_block,
-        }))
+        Ok(Box::new(self.source(name)?))
     }
 
     fn exists(&self, name: &str) -> Result<bool> {
@@ -211,6 +234,28 @@ impl Store for S3Store {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
         }
+    }
+}
+
+impl S3Store {
+    /// Stripe `name`, to read.
+    fn source(&self, name: &str) -> Result<S3Source> {
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        let p = path.clone();
+        let meta = self.handle().block_on(async move { client.head(&p).await }).map_err(|e| map_err(e, &format!("stripe {shown}"), Side::Read, &self.redact))?;
+        Ok(S3Source {
+            redact: self.redact.clone(),
+            handle: self.handle().clone(),
+            client: self.client.clone(),
+            path,
+            shown,
+            len: meta.size,
+            etag: meta.e_tag,
+            read_ahead: self.options.read_ahead,
+            block: self.options.read_block,
+        })
     }
 }
 

@@ -43,6 +43,12 @@ pub(super) struct S3Sink {
     tail: Vec<u8>,
     published: bool,
     overwrite: bool,
+    /// A resumable backup's stripe: left as an upload in progress (its parts sent), not aborted,
+    /// when dropped unpublished, for the next attempt to go on from ([`S3Unfinished`]).
+    pub(super) keep_unfinished: bool,
+    /// Bytes at the start of the object that the server copied from a stopped backup's upload
+    /// ([`S3Unfinished`]), not written here.
+    copied: u64,
 }
 
 /// How many of the last bytes written [`S3Sink`] keeps.
@@ -71,6 +77,8 @@ impl S3Sink {
             tail: Vec::with_capacity(2 * TAIL_KEPT),
             published: false,
             overwrite,
+            keep_unfinished: false,
+            copied: 0,
         }
     }
 
@@ -219,7 +227,7 @@ impl StripeSink for S3Sink {
                 // such upload): an object of exactly our size that ends with exactly our last bytes
                 // (its trailer: backup id or content checksum), not there when we started, is ours.
                 let (client, path) = (self.client.clone(), self.path.clone());
-                let (size, tail) = (self.written, self.tail.clone());
+                let (size, tail) = (self.copied + self.written, self.tail.clone());
                 let ours = self.handle.block_on(async move {
                     let meta = client.head(&path).await.ok()?;
                     if meta.size != size {
@@ -241,6 +249,17 @@ impl StripeSink for S3Sink {
     }
 
     fn discard(&mut self) {
+        if self.keep_unfinished && !self.published && !self.lazy {
+            // What is full goes, what is in flight lands; the upload stays open.
+            if self.filled > 0 {
+                let _ = self.send_part();
+            }
+            while !self.in_flight.is_empty() {
+                let _ = self.wait_oldest();
+            }
+            self.upload = None;
+            return;
+        }
         self.abort();
         if self.published {
             let (client, path) = (self.client.clone(), self.path.clone());
@@ -259,5 +278,48 @@ impl Drop for S3Sink {
         if !self.published {
             self.discard();
         }
+    }
+}
+
+/// A stripe a stopped backup left on S3 ([`sheaf_core::Store::resume`]): its upload completed
+/// where it was (an object under the stripe's name, without a trailer, that no record names) so
+/// that it can be read; going on starts a new upload of the same name whose first parts the server
+/// copies from it, and the bytes after the last whole part written again.
+pub(super) struct S3Unfinished {
+    pub(super) source: super::source::S3Source,
+    pub(super) sink: S3Sink,
+    pub(super) extra: Arc<object_store::aws::AmazonS3>,
+    pub(super) copier: crate::lock::S3Extra,
+    pub(super) key: String,
+}
+
+impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
+    fn source(&self) -> &dyn sheaf_core::storage::StripeSource {
+        &self.source
+    }
+
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        use object_store::multipart::{MultipartStore, PartId};
+        let S3Unfinished { source, mut sink, extra, copier, key } = *self;
+        let part = sink.pool.buffer_len() as u64;
+        let whole = keep / part;
+        let failed = |what: &str, e: String| Error::new(ErrorKind::Target, format!("{what} {}: {}", sink.shown, sink.redact.scrub(&e)));
+        let path = sink.path.clone();
+        let id = sink.handle.block_on(extra.create_multipart(&path)).map_err(|e| failed("cannot start uploading", e.to_string()))?;
+        let mut done = Vec::with_capacity(whole as usize);
+        for n in 0..whole {
+            let etag = sink.handle.block_on(copier.copy_part(&key, &id, n as usize + 1, n * part, (n + 1) * part)).map_err(|e| failed("cannot copy a part of", e.to_string()))?;
+            done.push(PartId { content_id: etag });
+        }
+        // The bytes kept after the last whole part: read, and written again as the next part's first.
+        let mut rest = vec![0u8; (keep - whole * part) as usize];
+        sheaf_core::storage::StripeSource::read_exact_at(&source, &mut rest, whole * part)?;
+        drop(source);
+        sink.upload = Some(Box::new(crate::lock::LockedUpload::going_on(extra, path, id, done)));
+        sink.lazy = false;
+        sink.parts = whole;
+        sink.copied = whole * part;
+        sink.write_all(&rest)?;
+        Ok(Box::new(sink))
     }
 }

@@ -129,3 +129,48 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     assert!(b.get("resumed").is_none(), "{b}");
     assert!(partial(&repo).is_none(), "nothing unfinished is left");
 }
+
+/// The same in an encrypted repository in a MinIO bucket: the killed backup's upload is left open,
+/// the next backup completes it where it is to read it, has the server copy the whole parts it
+/// keeps into a new upload, and goes on; the result verifies and restores with the tables it took
+/// equal to the source's.
+#[test]
+fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
+    let base = super::super::cluster::server_tempdir("sheaf-resume-s3.");
+    let repo = TestRepo::encrypted_bucket(base.path());
+    let c = repo.cluster();
+    for i in 1..=8 {
+        c.sql("app", &format!("CREATE TABLE s{i} AS SELECT g AS id, md5((g * {i})::text) || md5(g::text) AS v FROM generate_series(1, 120000) g"));
+    }
+    ok(run(c.tool("pgbench").args(["-i", "-s", "3", "-q", "app"])), "pgbench -i");
+    c.sql("app", "VACUUM (FREEZE, ANALYZE)");
+    c.sql("app", "CHECKPOINT");
+    std::thread::sleep(Duration::from_millis(1500));
+    let tables = contents(&c);
+    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let probe = base.path().join("probe.sheaf");
+    let whole = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--to", probe.to_str().unwrap(), "--json"])), "a backup to measure"));
+    // At 12 MiB/s into the bucket: killed after about half of the time the whole takes.
+    let seconds = whole["bytes_written"].as_u64().unwrap() as f64 / f64::from(12 << 20);
+    // Parts of 5 MiB, so that what it kept spans whole parts, which the server copies.
+    let mut b = repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs_f64(seconds / 2.0));
+    assert!(b.try_wait().unwrap().is_none(), "the backup ended before it was killed");
+    b.kill().unwrap();
+    b.wait().unwrap();
+
+    let v = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--s3-part-size", "5MiB", "--json"])), "the resumed backup"));
+    let resumed = &v["resumed"];
+    assert_eq!(resumed["attempt"], 1, "{v}");
+    assert!(resumed["files"].as_u64().unwrap() >= 2 && resumed["kept_stored_bytes"].as_u64().unwrap() > 5 << 20, "{resumed}");
+    let id = v["postgres"]["repository_id"].as_str().unwrap().to_string();
+    let _ = load.kill();
+    let _ = load.wait();
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
+    archive_now(&c);
+    ok(run(repo.sheaf().args(["verify", "--repo", &repo.arg])), "verify");
+    let back = repo.recover(&base.path().join("back"), &["--set", &id, "--target", "immediate"]);
+    assert_eq!(contents(&back), tables, "the tables taken from the first attempt are the source's");
+    let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
+    assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+}
