@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# docs/bench/resume (not a test), issue 54 part 2: a full backup into a folder repository killed
-# (SIGKILL) once its stripe holds about half of what a whole one holds, then resumed by the next
-# full backup, against a fresh full of the same cluster, pairwise in one run: fresh, killed +
-# resumed, killed + resumed, fresh (the median of the two of each). The cluster: TPC-H scale SCALE
-# (default 1, sheaf load-tpch), vacuumed and checkpointed, no load. CODEC default zstd:low.
-# Reported: the resumed backup's time over the fresh full's, what it took and read, and dd's
-# read speed of the data directory beside them (the physical limit of a fresh full's reads).
+# docs/bench/resume (not a test), issue 54 part 2: a full backup killed (SIGKILL) at about half,
+# then resumed by the next full backup, against a fresh full of the same cluster, pairwise in one
+# run: fresh, killed + resumed, killed + resumed, fresh (the median of the two of each), into
+#   a folder repository   killed once its stripe's .partial holds half of what a fresh one wrote
+#   a MinIO bucket        killed at half of a fresh full's time there (an upload's progress is not
+#                         visible from outside)
+# The cluster: TPC-H scale SCALE (default 1, sheaf load-tpch), vacuumed and checkpointed, no load;
+# its WAL archived into both repositories. CODEC default zstd:low. Reported: the resumed backup's
+# time over the fresh full's (goal <= 0.6), what it took, read and kept, and beside them the time
+# `cat` takes to read the data directory from a cold cache (the physical limit of a fresh full's reads).
 #   [SCALE=1] [CODEC=zstd:low] [OUT=resume-bench.txt] scripts/bench-resume.sh   (root: the server runs as postgres)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +19,26 @@ SCALE=${SCALE:-1}
 CODEC=${CODEC:-zstd:low}
 OUT=$(realpath -m "${OUT:-resume-bench.txt}")
 PGBIN=$(pg_bin_dir)
-bench_workdir resume "the server runs as postgres" sock data repo out
+bin=$HOME/.cache/sheaf/bin
+[ -x "$bin/minio" ] || { echo "bench-resume: needs minio in $bin (scripts/install-deps.sh installs it)" >&2; exit 2; }
+bench_workdir resume "the server runs as postgres" sock data repo out minio
+mport=$(free_port)
+MINIO_ROOT_USER=sheafbench MINIO_ROOT_PASSWORD=sheafbench-secret MINIO_BROWSER=off MINIO_UPDATE=off \
+  "$bin/minio" server --quiet --address "127.0.0.1:$mport" "$W/minio" >/dev/null 2>&1 &
+PIDS+=($!)
+aws="AWS_ACCESS_KEY_ID=sheafbench AWS_SECRET_ACCESS_KEY=sheafbench-secret AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$mport AWS_ALLOW_HTTP=true"
+export $aws
+for _ in $(seq 100); do
+  curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user sheafbench:sheafbench-secret -X PUT "http://127.0.0.1:$mport/resume" >/dev/null && break
+  sleep 0.2
+done
+bucket=s3://resume/pg
 port=$(free_port)
-start_primary "$W/data" "$port" "$S wal-push %p --repo $W/repo"
+start_primary "$W/data" "$port" "env $aws $S wal-push %p --repo $W/repo --repo $bucket"
 url="postgresql://postgres@/postgres?host=$W/sock&port=$port"
 tpch="postgresql://postgres@/tpch?host=$W/sock&port=$port"
-"${AS_PG[@]}" "$S" init --repo "$W/repo" "$url" >/dev/null
+"${AS_PG[@]}" env $aws "$S" init --repo "$W/repo" "$url" >/dev/null
+"${AS_PG[@]}" env $aws "$S" init --repo "$bucket" "$url" >/dev/null
 psql_at "$port" -c "CREATE DATABASE tpch" >/dev/null
 echo "bench-resume: loading TPC-H scale $SCALE" >&2
 "${AS_PG[@]}" "$S" load-tpch "$tpch" --scale "$SCALE" >/dev/null
@@ -30,45 +47,59 @@ psql_at "$port" -d tpch -c "VACUUM (FREEZE, ANALYZE)" -c "CHECKPOINT" >/dev/null
 sleep 2
 
 declare -A T
-backup() { "${AS_PG[@]}" "$S" backup "$url" --repo "$W/repo" --compression "$CODEC" --json "$@"; }
-fresh() { timed "fresh$1" backup --no-resume >"$W/out/fresh$1.json"; }
-# Killed once the unfinished stripe holds `half` bytes; the kill hits sheaf itself, not runuser.
-killed() {
-  backup >/dev/null 2>&1 &
-  local started=$!
-  local p=""
+backup() { local repo=$1; shift; "${AS_PG[@]}" env $aws "$S" backup "$url" --repo "$repo" --compression "$CODEC" --json "$@"; }
+fresh() { timed "$1_fresh$2" backup "$3" --no-resume >"$W/out/$1_fresh$2.json"; }
+resumed() { timed "$1_resumed$2" backup "$3" >"$W/out/$1_resumed$2.json"; }
+# Killed once the folder's unfinished stripe holds `half` bytes; the kill hits sheaf, not runuser
+# (which reaps it).
+killed_folder() {
+  backup "$W/repo" >/dev/null 2>&1 &
+  local started=$! p=""
   for _ in $(seq 6000); do
     p=$(ls "$W"/repo/backups/*/*_1.sheaf.partial 2>/dev/null | head -1 || true)
     if [ -n "$p" ] && [ "$(stat -c %s "$p")" -ge "$half" ]; then break; fi
     sleep 0.01
   done
-  pkill -9 -f "sheaf backup $url --repo $W/repo" || true
+  pkill -9 -f -- "^$S backup .* --repo $W/repo --compression" || true
   wait "$started" 2>/dev/null || true
-  echo "killed$1: stripe at $(stat -c %s "$p") bytes" >&2
+  echo "folder: killed with its stripe at $(stat -c %s "$p") bytes" >&2
 }
-resumed() { timed "resumed$1" backup >"$W/out/resumed$1.json"; }
+# Killed at `half_s` seconds into a backup into the bucket.
+killed_bucket() {
+  backup "$bucket" >/dev/null 2>&1 &
+  local started=$!
+  sleep "$half_s"
+  pkill -9 -f -- "^$S backup .* --repo $bucket --compression" || true
+  wait "$started" 2>/dev/null || true
+  echo "bucket: killed after $half_s s" >&2
+}
 
-fresh 1
-half=$(( $(field "$W/out/fresh1.json" "d['bytes_written']") / 2 ))
-killed 1; resumed 1
-killed 2; resumed 2
-fresh 2
+fresh folder 1 "$W/repo"
+half=$(( $(field "$W/out/folder_fresh1.json" "d['bytes_written']") / 2 ))
+killed_folder; resumed folder 1 "$W/repo"
+killed_folder; resumed folder 2 "$W/repo"
+fresh folder 2 "$W/repo"
 
-ratio() { echo "scale=3; $1 / $2" | bc -l; }
-f=$(printf '%s\n' "${T[fresh1]}" "${T[fresh2]}" | median)
-r=$(printf '%s\n' "${T[resumed1]}" "${T[resumed2]}" | median)
-raw=$(field "$W/out/fresh1.json" "d['bytes_read']")
+fresh bucket 1 "$bucket"
+half_s=$(echo "${T[bucket_fresh1]} / 2" | bc -l)
+killed_bucket; resumed bucket 1 "$bucket"
+killed_bucket; resumed bucket 2 "$bucket"
+fresh bucket 2 "$bucket"
+
 sync; echo 3 >/proc/sys/vm/drop_caches
-dd_s=$( { /usr/bin/time -f %e sh -c "find '$W/data/base' -type f -exec cat {} + >/dev/null" ; } 2>&1 | tail -1)
+t0=$(now); find "$W/data/base" -type f -exec cat {} + >/dev/null; cat_s=$(echo "$(now) - $t0" | bc -l)
 {
-  echo "# sheaf backup resumed after a kill at half, against a fresh full (TPC-H scale $SCALE, $CODEC, folder repository)"
+  echo "# sheaf backup resumed after a kill at about half, against a fresh full (TPC-H scale $SCALE, $CODEC)"
   echo "# $(date -u +%FT%TZ), $(git rev-parse --short HEAD), $(nproc) cores"
-  printf 'fresh full      %8.2f s  (runs: %s)\n' "$f" "${T[fresh1]} ${T[fresh2]}"
-  printf 'resumed         %8.2f s  (runs: %s)\n' "$r" "${T[resumed1]} ${T[resumed2]}"
-  printf 'ratio           %8s   (goal <= 0.6)\n' "$(ratio "$r" "$f")"
-  for i in 1 2; do
-    echo "resumed$i: $(field "$W/out/resumed$i.json" "'read %d bytes, took %d files (%d bytes) from the attempt before, kept %d stored bytes' % (d['bytes_read'], d['resumed']['files'], d['resumed']['bytes'], d['resumed']['kept_stored_bytes'])")"
+  for where in folder bucket; do
+    f=$(printf '%s\n' "${T[${where}_fresh1]}" "${T[${where}_fresh2]}" | median)
+    r=$(printf '%s\n' "${T[${where}_resumed1]}" "${T[${where}_resumed2]}" | median)
+    printf '%-7s fresh full %7.2f s (runs %.2f %.2f), resumed %7.2f s (runs %.2f %.2f): ratio %s (goal <= 0.6)\n' \
+      "$where" "$f" "${T[${where}_fresh1]}" "${T[${where}_fresh2]}" "$r" "${T[${where}_resumed1]}" "${T[${where}_resumed2]}" "$(echo "scale=3; $r / $f" | bc -l)"
+    for i in 1 2; do
+      echo "  resumed$i: $(field "$W/out/${where}_resumed$i.json" "'read %d bytes, took %d files (%d bytes) from the attempt before, kept %d stored bytes, wrote %d' % (d['bytes_read'], d['resumed']['files'], d['resumed']['bytes'], d['resumed']['kept_stored_bytes'], d['bytes_written'])")"
+    done
+    echo "  fresh: read $(field "$W/out/${where}_fresh1.json" "d['bytes_read']") bytes, wrote $(field "$W/out/${where}_fresh1.json" "d['bytes_written']")"
   done
-  echo "fresh: read $raw bytes, wrote $(field "$W/out/fresh1.json" "d['bytes_written']") bytes"
-  echo "physical limit: cat of base/ from a cold cache $dd_s s"
+  printf 'physical limit: cat of the data directory from a cold cache %.2f s\n' "$cat_s"
 } | tee "$OUT"

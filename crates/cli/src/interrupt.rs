@@ -130,7 +130,7 @@ impl Interrupt {
                 match on_signal {
                     OnSignal::Exit => std::process::exit(128 + signal),
                     OnSignal::Unwind => {
-                        eprintln!("sheaf: interrupted ({}): stopping what this command started and removing what it wrote half (again to quit at once)", name(signal))
+                        eprintln!("sheaf: interrupted ({}): stopping what this command started and removing what it wrote half, but for what a full backup into a repository stored, kept to be resumed (again to quit at once)", name(signal))
                     }
                     OnSignal::End => eprintln!("sheaf: {}: stopping: storing what is held (again to quit at once)", name(signal)),
                 }

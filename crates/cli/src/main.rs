@@ -52,7 +52,13 @@ fn main() -> ExitCode {
     let status = match run(cli, settings, interrupt.clone()) {
         Ok(outcome) => outcome.code(),
         Err(e) => match interrupt.status() {
-            Some(status) => status,
+            Some(status) => {
+                // Interrupted: the notice said so; what became of the work, where it matters.
+                if e.is_noted() {
+                    log::report(&e);
+                }
+                status
+            }
             None => report(&e),
         },
     };

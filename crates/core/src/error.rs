@@ -55,6 +55,9 @@ pub struct Error {
     source: Option<Source>,
     transient: bool,
     object: Option<String>,
+    /// What became of the work, said after the message ([`Error::note`]): worth saying even when
+    /// the user stopped the command and knows why it failed.
+    noted: bool,
 }
 
 /// Result alias used across the crate.
@@ -63,7 +66,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), source: None, transient: false, object: None }
+        Error { kind, message: message.into(), source: None, transient: false, object: None, noted: false }
     }
 
     /// An error caused by an I/O failure. `ENOSPC` and `EDQUOT` become [`ErrorKind::NoSpace`] whatever `kind` says,
@@ -73,7 +76,7 @@ impl Error {
         let full = matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT));
         let kind = if full { ErrorKind::NoSpace } else { kind };
         let transient = matches!(source.kind(), io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock);
-        Error { kind, message: message.into(), source: Some(Box::new(source)), transient, object: None }
+        Error { kind, message: message.into(), source: Some(Box::new(source)), transient, object: None, noted: false }
     }
 
     /// This error, caused by `source` (shown after the message, and kept for callers to inspect).
@@ -143,13 +146,26 @@ impl Error {
             Some(io) => Box::new(io::Error::new(io.kind(), io.to_string())) as Source,
             None => s.to_string().into(),
         });
-        Error { kind: self.kind, message: self.message.clone(), source, transient: self.transient, object: self.object.clone() }
+        Error { kind: self.kind, message: self.message.clone(), source, transient: self.transient, object: self.object.clone(), noted: self.noted }
     }
 
     /// Prefix the message with more context, keeping kind and cause.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
         self.message = format!("{what}: {}", self.message);
         self
+    }
+
+    /// The same error, `more` said after it (what became of the work, what to do next).
+    pub fn note(mut self, more: impl fmt::Display) -> Self {
+        self.message = format!("{}; {more}", self.message);
+        self.noted = true;
+        self
+    }
+
+    /// Whether [`Error::note`] said what became of the work: worth showing even after an
+    /// interrupt, whose own notice says the rest.
+    pub fn is_noted(&self) -> bool {
+        self.noted
     }
 }
 

@@ -79,13 +79,18 @@ pub fn find_program(env: &str, cached: &str, name: &str) -> Option<std::path::Pa
     home.filter(|p| p.is_file()).or_else(|| on_path(name))
 }
 
-/// Whether process `pid` exists (signal 0 reaches it, or it exists but belongs to someone else).
+/// Whether process `pid` runs (signal 0 reaches it, or it exists but belongs to someone else),
+/// a zombie not counted: a process killed whose parent died too stays one where nothing reaps
+/// orphans (a container whose first process is not an init), and it does nothing any more.
 pub fn process_alive(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
-    match rustix::process::test_kill_process(pid) {
+    let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    let exists = match rustix::process::test_kill_process(p) {
         Ok(()) => true,
         Err(e) => e == rustix::io::Errno::PERM,
-    }
+    };
+    // /proc/PID/stat: "PID (COMM) STATE ...", COMM may hold spaces and parentheses.
+    let zombie = || std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z'))).unwrap_or(false);
+    exists && !zombie()
 }
 
 /// This process's CPU seconds so far (user, system) and its peak resident set in bytes.
@@ -133,6 +138,16 @@ mod tests {
         // Past the kernel's largest pid: nobody.
         assert!(!process_alive(4_194_305));
         assert!(!process_alive(u32::MAX));
+        // A child that has exited and is not waited for yet is a zombie: not running.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while process_alive(pid) {
+            assert!(std::time::Instant::now() < deadline, "an exited child counts as running");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap()).is_ok(), "still a zombie");
+        child.wait().unwrap();
         assert_eq!(is_root(), effective_ids().0 == 0);
         let (user, system, peak) = process_usage();
         assert!(user >= 0.0 && system >= 0.0 && peak > 0);

@@ -7,7 +7,8 @@
 //! ```text
 //! AAAA/head               the attempt: set id, settings, where its frames begin in each stripe
 //! AAAA/files-NNNNNN       files as listed before they were read: id, name, size, mtime, inode
-//! AAAA/index-KK-NNNNNN    stripe KK's index entries of frames written (ids are the attempt's)
+//! AAAA/index-KK-NNNNNN    stripe KK's index entries of frames written (ids are the attempt's),
+//!                         every 64 MiB stored or every second
 //! AAAA/suspect-NNNNNN     a file a source's check found fault with (never taken again)
 //! AAAA/footers            the footers are being written (the set's index and manifest nonces
 //!                         are spent: nothing may go on from here)
@@ -20,7 +21,8 @@
 //! data key; its frames sealed under nonces of its own attempt's range) after what it kept.
 //!
 //! A file listed again is **taken** from an earlier attempt, not read, when:
-//! - the newest attempt that listed it holds all its bytes, tiling it, in frames kept;
+//! - the newest attempt that listed it holds its bytes in frames kept (a file it held in part is
+//!   taken in part: only the ranges it lacks are read);
 //! - its size, mtime and inode are what that attempt listed; and
 //! - that mtime is older than that attempt's start by more than a second.
 //!
@@ -94,6 +96,9 @@ pub struct Journaled {
 const FILES_PER_PUT: usize = 4096;
 /// Index entries between two writes of a stripe's, at most.
 const ENTRIES_PER_PUT: usize = 4096;
+/// Stored bytes of a stripe between two writes of its index entries, at most: what a stop loses
+/// of a fast backup is bounded by bytes, of a slow one by [`PUT_EVERY`].
+const BYTES_PER_PUT: u64 = 64 << 20;
 /// The longest a journal waits before recording what it holds.
 const PUT_EVERY: Duration = Duration::from_secs(1);
 /// How much older than its attempt's start a file's mtime must be for it to be taken again.
@@ -221,7 +226,7 @@ impl Recorder {
 
     /// The log stripe `k`'s writer keeps.
     pub(crate) fn index_log(&self, k: usize) -> IndexLog {
-        IndexLog { journal: self.journal.clone(), attempt: self.attempt, k, buf: Vec::new(), entries: 0, put: 0, last: Instant::now() }
+        IndexLog { journal: self.journal.clone(), attempt: self.attempt, k, buf: Vec::new(), entries: 0, bytes: 0, put: 0, last: Instant::now() }
     }
 }
 
@@ -232,6 +237,8 @@ pub(crate) struct IndexLog {
     k: usize,
     buf: Vec<u8>,
     entries: usize,
+    /// Stored bytes of the frames held.
+    bytes: u64,
     put: u32,
     last: Instant,
 }
@@ -243,7 +250,8 @@ impl IndexLog {
             e.encode_into(&mut self.buf);
         }
         self.entries += entries.len();
-        if self.entries >= ENTRIES_PER_PUT || self.last.elapsed() >= PUT_EVERY {
+        self.bytes += entries.first().map_or(0, |e| u64::from(e.stored_len) + crate::format::FRAME_HEADER_LEN as u64);
+        if self.entries >= ENTRIES_PER_PUT || self.bytes >= BYTES_PER_PUT || self.last.elapsed() >= PUT_EVERY {
             self.flush()?;
         }
         Ok(())
@@ -258,7 +266,7 @@ impl IndexLog {
         self.journal.put(&format!("{:04}/index-{:02}-{:06}", self.attempt, self.k, self.put), &self.buf)?;
         self.put += 1;
         self.buf.clear();
-        self.entries = 0;
+        (self.entries, self.bytes) = (0, 0);
         Ok(())
     }
 }
@@ -272,14 +280,26 @@ pub enum Resumable {
     Afresh(String),
 }
 
-/// A file an earlier attempt holds whole.
-#[derive(Clone, Copy, Debug)]
+/// A file an earlier attempt holds, whole or in part.
+#[derive(Clone, Debug)]
 struct Held {
     attempt: u32,
     id: u32,
     size: u64,
     mtime_ns: i64,
     ino: u64,
+    /// The byte ranges it does not hold (none: it holds the whole file), sorted.
+    missing: Vec<std::ops::Range<u64>>,
+}
+
+/// What an earlier attempt holds of a file listed now ([`Resume::take`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Taken {
+    /// The attempt, and the file's id there.
+    pub(crate) attempt: u32,
+    pub(crate) id: u32,
+    /// The byte ranges still to read (none: the file is held whole).
+    pub(crate) missing: Vec<std::ops::Range<u64>>,
 }
 
 /// A stripe taken over, and what of it is kept.
@@ -454,24 +474,36 @@ impl Resume {
             if !old_enough || excluded {
                 continue;
             }
-            let whole = match pieces.get_mut(&(a, r.id)) {
-                None => r.size == 0,
-                Some(p) => {
-                    p.sort_unstable();
-                    let mut end = 0u64;
-                    p.iter().all(|&(off, len)| {
-                        let ok = off == end;
-                        end = off + u64::from(len);
-                        ok
-                    }) && end == r.size
+            // What it holds: chunks that do not overlap and end within the file; the gaps are read.
+            let Some(p) = pieces.get_mut(&(a, r.id)) else {
+                if r.size == 0 {
+                    held.insert(key, Held { attempt: a, id: r.id, size: 0, mtime_ns: r.mtime_ns, ino: r.ino, missing: Vec::new() });
                 }
+                continue;
             };
-            if whole {
-                held.insert(key, Held { attempt: a, id: r.id, size: r.size, mtime_ns: r.mtime_ns, ino: r.ino });
+            p.sort_unstable();
+            let mut missing = Vec::new();
+            let mut end = 0u64;
+            let mut sound = true;
+            for &(off, len) in p.iter() {
+                if off < end || off + u64::from(len) > r.size {
+                    sound = false;
+                    break;
+                }
+                if off > end {
+                    missing.push(end..off);
+                }
+                end = off + u64::from(len);
+            }
+            if end < r.size {
+                missing.push(end..r.size);
+            }
+            if sound {
+                held.insert(key, Held { attempt: a, id: r.id, size: r.size, mtime_ns: r.mtime_ns, ino: r.ino, missing });
             }
         }
         if held.is_empty() {
-            return Ok(Resumable::Afresh("no file it stored whole is unchanged since".into()));
+            return Ok(Resumable::Afresh("no file it stored is unchanged since".into()));
         }
         Ok(Resumable::Ready(Box::new(Resume {
             attempt: last.attempt + 1,
@@ -495,16 +527,17 @@ impl Resume {
         self.attempt
     }
 
-    /// How many files earlier attempts hold whole, that may be taken if unchanged.
+    /// How many files earlier attempts hold, whole or in part, that may be taken if unchanged.
     pub fn files_held(&self) -> usize {
         self.held.len()
     }
 
-    /// The earlier attempt's (attempt, id) for a file listed now as `e` (inode `ino`) under root
-    /// `root`, when it holds the file whole and the file has not changed since.
-    pub(crate) fn take(&self, root: &str, e: &Entry, ino: u64) -> Option<(u32, u32)> {
+    /// What an earlier attempt holds of the file listed now as `e` (inode `ino`) under root `root`,
+    /// when the file has not changed since: its chunks are taken, and only the ranges it lacks
+    /// are read.
+    pub(crate) fn take(&self, root: &str, e: &Entry, ino: u64) -> Option<Taken> {
         let h = self.held.get(&key_of(root, e))?;
-        (h.size == e.size && h.mtime_ns == e.mtime_ns && h.ino == ino).then_some((h.attempt, h.id))
+        (h.size == e.size && h.mtime_ns == e.mtime_ns && h.ino == ino).then(|| Taken { attempt: h.attempt, id: h.id, missing: h.missing.clone() })
     }
 }
 

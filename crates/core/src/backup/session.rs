@@ -456,17 +456,24 @@ impl Backup {
             }
         }
         let mut work = None;
+        let mut resumed_ranges = None;
         if l.entry.kind == EntryKind::File && self.changes.is_none() {
             let root = &self.roots[root_id as usize].name;
-            // Held whole by an earlier attempt and unchanged since: taken, not read.
-            if let Some((a, old)) = self.resume.as_ref().and_then(|r| r.take(root, &l.entry, l.ino)) {
-                if let Some(slot) = self.remap.get_mut(a as usize).and_then(|m| m.get_mut(old as usize)) {
+            // Held by an earlier attempt and unchanged since: taken, not read; held in part, only
+            // the ranges it lacks are read.
+            if let Some(t) = self.resume.as_ref().and_then(|r| r.take(root, &l.entry, l.ino)) {
+                if let Some(slot) = self.remap.get_mut(t.attempt as usize).and_then(|m| m.get_mut(t.id as usize)) {
                     *slot = file_id;
-                    self.taken.0 += 1;
-                    self.taken.1 += l.entry.size;
-                    self.shared.progress.advance(l.entry.size);
-                    self.push_entry(&l.entry)?;
-                    return Ok(None);
+                    let lacking: u64 = t.missing.iter().map(|r| r.end - r.start).sum();
+                    let held = l.entry.size - lacking.min(l.entry.size);
+                    self.taken.0 += u64::from(t.missing.is_empty());
+                    self.taken.1 += held;
+                    self.shared.progress.advance(held);
+                    if t.missing.is_empty() {
+                        self.push_entry(&l.entry)?;
+                        return Ok(None);
+                    }
+                    resumed_ranges = Some(FileChanges::Ranges(t.missing));
                 }
             }
             if let Some(r) = &mut self.recorder {
@@ -479,7 +486,9 @@ impl Backup {
                 .filter(|c| c.wants(root_id, &l.entry.path))
                 .map(|c| Arc::new(CheckCtx { check: c.clone(), root: root_id, rel: l.entry.path.clone(), abs: l.abs.clone(), suspects: suspects.clone() }));
             let changes = match self.changes.as_ref().map(|c| c.of(&self.roots[root_id as usize].name, &l.entry.path, l.entry.size)) {
-                None | Some(FileChanges::Whole) => None,
+                // A file an earlier attempt holds in part: the rest read, the file held whole.
+                None => resumed_ranges,
+                Some(FileChanges::Whole) => None,
                 Some(c) => {
                     l.entry.delta = Some(Delta::default());
                     Some(c)

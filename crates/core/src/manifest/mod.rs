@@ -277,7 +277,8 @@ pub struct Resumed {
     pub first_started_unix_ms: i64,
     /// Files taken whole from earlier attempts, not read again.
     pub files: u64,
-    /// Their bytes.
+    /// Bytes taken from earlier attempts: those files', and the parts earlier attempts held of
+    /// files of which only the rest was read.
     pub bytes: u64,
     /// Stored bytes of earlier attempts kept in the stripes (frames of files read again included).
     pub kept_stored_bytes: u64,

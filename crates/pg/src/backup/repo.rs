@@ -216,6 +216,13 @@ fn publish_or_clean_up<T>(
         repo.put_json(&paths::record(id), &record, false)?;
         Ok((t, record))
     });
+    let result = result.map_err(|e| {
+        if journaled {
+            e.note(format!("what backup {id} stored stays: the next full backup goes on from it (--no-resume starts afresh and removes it)"))
+        } else {
+            e
+        }
+    });
     if result.is_err() && !journaled {
         for n in &names {
             let _ = repo.delete(n);

@@ -75,7 +75,8 @@ fn backup_restore_drill_and_consolidate_interrupted_leave_nothing_behind() {
 
     for (signal, code) in SIGNALS {
         // backup: interrupted while its stripe is being written and the server holds its slot.
-        let child = spawn(&["backup", &url, "--repo", r, "--max-rate", "2MiB"]);
+        // (Without --no-resume, what it stored stays for the next to go on from: resume.rs.)
+        let child = spawn(&["backup", &url, "--repo", r, "--max-rate", "2MiB", "--no-resume"]);
         let status = interrupt_when(child, signal, "backup", || {
             let partial = names(&repo.join("backups")).into_iter().any(|n| n.ends_with(".partial"));
             partial && c.sql("postgres", "SELECT count(*) FROM pg_replication_slots") == "1"

@@ -1,6 +1,6 @@
 //! Issue 54, part 2: a full backup into the repository killed midway is resumed by the next one.
 //! Under a pgbench load through every attempt, a backup is killed (SIGKILL) at a third of its
-//! stripe, the next is killed at two thirds, and the third finishes: it says what it took from the
+//! stripe, the next is stopped (SIGTERM) at two thirds, and the third finishes: it says what it took from the
 //! attempts before, the files it took are not read again, it verifies, and a point-in-time
 //! recovery to a restore point made after it equals the source there and passes pg_amcheck.
 //! `--no-resume` removes an unfinished backup and starts afresh.
@@ -28,11 +28,12 @@ fn size(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Start a backup (at most `rate` per second into the repository), wait until its stripe holds
-/// `bytes` or more, and kill it as a power cut would; the size it reached.
-fn kill_at(c: &Cluster, repo: &Path, bytes: u64) -> u64 {
+/// Start a backup (at most 12 MiB per second into the repository), wait until its stripe holds
+/// `bytes` or more, and stop it: with SIGKILL, as a power cut would, or (`term`) with SIGTERM,
+/// which it answers by stopping and saying that what it stored stays. The size its stripe reached.
+fn kill_at(c: &Cluster, repo: &Path, bytes: u64, term: bool) -> u64 {
     let mut b: Child =
-        sheaf().args(["backup", &c.url("postgres"), "--repo", repo.to_str().unwrap(), "--max-rate", "12MiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        sheaf().args(["backup", &c.url("postgres"), "--repo", repo.to_str().unwrap(), "--max-rate", "12MiB"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Some(p) = partial(repo) {
@@ -44,10 +45,17 @@ fn kill_at(c: &Cluster, repo: &Path, bytes: u64) -> u64 {
         assert!(Instant::now() < deadline, "the stripe never reached {bytes} bytes");
         std::thread::sleep(Duration::from_millis(20));
     }
-    b.kill().unwrap();
-    // Waited for, so that its lock names a process that is gone.
-    b.wait().unwrap();
-    size(&partial(repo).expect("the killed backup's stripe stays"))
+    if term {
+        rustix::process::kill_process(rustix::process::Pid::from_child(&b), rustix::process::Signal::TERM).unwrap();
+        let o = b.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(143), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("the next full backup goes on from it"), "{}", String::from_utf8_lossy(&o.stderr));
+    } else {
+        b.kill().unwrap();
+        // Waited for, so that its lock names a process that is gone.
+        b.wait().unwrap();
+    }
+    size(&partial(repo).expect("the stopped backup's stripe stays"))
 }
 
 /// A digest of every row of the eight static tables.
@@ -78,12 +86,12 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     let total = whole["bytes_written"].as_u64().unwrap();
 
     // Killed at a third, then at two thirds: nothing looks finished, the unfinished backup shows.
-    let one = kill_at(&c, &repo, total / 3);
+    let one = kill_at(&c, &repo, total / 3, false);
     let info = json(ok(run(sheaf().args(["info", "--repo", r, "--json"])), "info"));
     let states: Vec<&str> = info["backups"].as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["unfinished"], "{info}");
     assert!(info["backups"][0]["objects"].as_array().unwrap().iter().any(|o| o.as_str().unwrap().contains("/resume-0000-files-")), "{info}");
-    let two = kill_at(&c, &repo, total * 2 / 3);
+    let two = kill_at(&c, &repo, total * 2 / 3, true);
     assert!(two > one, "the second attempt went on past the first: {one} then {two}");
 
     // The third finishes, and says what it took.
@@ -122,7 +130,7 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     drop(back);
 
     // --no-resume: the unfinished backup goes, and the new one holds everything itself.
-    kill_at(&c, &repo, total / 3);
+    kill_at(&c, &repo, total / 3, false);
     let o = run(sheaf().args(["backup", &c.url("postgres"), "--repo", r, "--no-resume", "--json"]));
     assert!(stderr(&o).contains("was left unfinished: removed, as --no-resume asks"), "{}", stderr(&o));
     let b = json(ok(o, "backup --no-resume"));
@@ -153,7 +161,13 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     // At 12 MiB/s into the bucket: killed after about half of the time the whole takes.
     let seconds = whole["bytes_written"].as_u64().unwrap() as f64 / f64::from(12 << 20);
     // Parts of 5 MiB, so that what it kept spans whole parts, which the server copies.
-    let mut b = repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut b = repo
+        .sheaf()
+        .args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_secs_f64(seconds / 2.0));
     assert!(b.try_wait().unwrap().is_none(), "the backup ended before it was killed");
     b.kill().unwrap();
