@@ -277,7 +277,12 @@ impl LocalSink {
             }
         };
         file.set_len(0).map_err(|e| io_at(ErrorKind::Target, "cannot truncate", &partial, e))?;
-        Ok(LocalSink {
+        Ok(LocalSink::over(path, partial, file, overwrite))
+    }
+
+    /// A sink writing `file`, locked and named `partial`, to be published as `path`.
+    fn over(path: &Path, partial: PathBuf, file: File, overwrite: bool) -> Self {
+        LocalSink {
             path: path.to_path_buf(),
             partial,
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
@@ -288,7 +293,7 @@ impl LocalSink {
             overwrite,
             keep_unfinished: false,
             base: 0,
-        })
+        }
     }
 
     fn file(&mut self) -> Result<&mut BufWriter<File>> {
@@ -412,18 +417,8 @@ impl LocalUnfinished {
         let reader = file.try_clone().map_err(|e| io_at(ErrorKind::Target, "cannot open", &partial, e))?;
         let len = reader.metadata().map_err(|e| io_at(ErrorKind::Io, "cannot stat", &partial, e))?.len();
         let source = LocalSource { path: partial.clone(), shown: partial.display().to_string(), file: reader, len };
-        let sink = LocalSink {
-            path: path.to_path_buf(),
-            partial,
-            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
-            written: 0,
-            kicked: 0,
-            reserved: false,
-            published: false,
-            overwrite,
-            keep_unfinished: true,
-            base: 0,
-        };
+        let mut sink = LocalSink::over(path, partial, file, overwrite);
+        sink.keep_unfinished = true;
         Ok(Some(LocalUnfinished { sink, source }))
     }
 }

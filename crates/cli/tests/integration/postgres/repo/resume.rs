@@ -58,6 +58,21 @@ fn kill_at(c: &Cluster, repo: &Path, bytes: u64, term: bool) -> u64 {
     size(&partial(repo).expect("the stopped backup's stripe stays"))
 }
 
+/// Eight tables written before the first attempt and never again (taken), and pgbench's, written
+/// the whole time by the load returned (read again).
+fn loaded(c: &Cluster) -> Child {
+    for i in 1..=8 {
+        c.sql("app", &format!("CREATE TABLE s{i} AS SELECT g AS id, md5((g * {i})::text) || md5(g::text) AS v FROM generate_series(1, 120000) g"));
+    }
+    ok(run(c.tool("pgbench").args(["-i", "-s", "3", "-q", "app"])), "pgbench -i");
+    // Nothing left for autovacuum to write in them, every page on disk, and a second between
+    // their last write and the first attempt's start.
+    c.sql("app", "VACUUM (FREEZE, ANALYZE)");
+    c.sql("app", "CHECKPOINT");
+    std::thread::sleep(Duration::from_millis(1500));
+    c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+}
+
 /// A digest of every row of the eight static tables.
 fn contents(c: &Cluster) -> String {
     let each: Vec<String> = (1..=8).map(|i| format!("(SELECT md5(string_agg(id || v, ',' ORDER BY id)) FROM s{i})")).collect();
@@ -68,17 +83,7 @@ fn contents(c: &Cluster) -> String {
 fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_point() {
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
-    // Eight tables written before the first attempt and never again (taken), and pgbench's,
-    // written the whole time (read again).
-    for i in 1..=8 {
-        c.sql("app", &format!("CREATE TABLE s{i} AS SELECT g AS id, md5((g * {i})::text) || md5(g::text) AS v FROM generate_series(1, 120000) g"));
-    }
-    ok(run(c.tool("pgbench").args(["-i", "-s", "3", "-q", "app"])), "pgbench -i");
-    // Nothing left for autovacuum to write in them, and every page on disk.
-    c.sql("app", "VACUUM (FREEZE, ANALYZE)");
-    c.sql("app", "CHECKPOINT");
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut load = loaded(&c);
 
     // How big a whole stripe is: the same backup into a file of its own.
     let probe = base.path().join("probe.sheaf");
@@ -147,15 +152,8 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     let base = super::super::cluster::server_tempdir("sheaf-resume-s3.");
     let repo = TestRepo::encrypted_bucket(base.path());
     let c = repo.cluster();
-    for i in 1..=8 {
-        c.sql("app", &format!("CREATE TABLE s{i} AS SELECT g AS id, md5((g * {i})::text) || md5(g::text) AS v FROM generate_series(1, 120000) g"));
-    }
-    ok(run(c.tool("pgbench").args(["-i", "-s", "3", "-q", "app"])), "pgbench -i");
-    c.sql("app", "VACUUM (FREEZE, ANALYZE)");
-    c.sql("app", "CHECKPOINT");
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut load = loaded(&c);
     let tables = contents(&c);
-    let mut load = c.tool("pgbench").args(["-n", "-c", "2", "-j", "1", "-T", "600", "app"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let probe = base.path().join("probe.sheaf");
     let whole = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--to", probe.to_str().unwrap(), "--json"])), "a backup to measure"));
     // At 12 MiB/s into the bucket: killed after about half of the time the whole takes.
