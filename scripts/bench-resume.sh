@@ -6,7 +6,8 @@
 #   a MinIO bucket        killed at half of a fresh full's time there (an upload's progress is not
 #                         visible from outside)
 # The cluster: TPC-H scale SCALE (default 1, sheaf load-tpch), vacuumed and checkpointed, no load;
-# its WAL archived into both repositories. CODEC default zstd:low. Reported: the resumed backup's
+# its WAL archived into both repositories. CODEC default zstd:low. Also: what the journal costs a
+# full backup never stopped (the default against --no-resume, pairwise, in the folder). Reported: the resumed backup's
 # time over the fresh full's (goal <= 0.6), what it took, read and kept, and beside them the time
 # `cat` takes to read the data directory from a cold cache (the physical limit of a fresh full's reads).
 #   [SCALE=1] [CODEC=zstd:low] [OUT=resume-bench.txt] scripts/bench-resume.sh   (root: the server runs as postgres)
@@ -80,6 +81,11 @@ killed_folder; resumed folder 1 "$W/repo"
 killed_folder; resumed folder 2 "$W/repo"
 fresh folder 2 "$W/repo"
 
+# What the journal costs a backup that is never stopped: the default against --no-resume.
+journaled() { timed "folder_journaled$1" backup "$W/repo" >"$W/out/folder_journaled$1.json"; }
+plain() { timed "folder_plain$1" backup "$W/repo" --no-resume >"$W/out/folder_plain$1.json"; }
+journaled 1; plain 1; plain 2; journaled 2
+
 fresh bucket 1 "$bucket"
 half_s=$(echo "${T[bucket_fresh1]} / 2" | bc -l)
 killed_bucket; resumed bucket 1 "$bucket"
@@ -101,5 +107,9 @@ t0=$(now); find "$W/data/base" -type f -exec cat {} + >/dev/null; cat_s=$(echo "
     done
     echo "  fresh: read $(field "$W/out/${where}_fresh1.json" "d['bytes_read']") bytes, wrote $(field "$W/out/${where}_fresh1.json" "d['bytes_written']")"
   done
+  j=$(printf '%s\n' "${T[folder_journaled1]}" "${T[folder_journaled2]}" | median)
+  p=$(printf '%s\n' "${T[folder_plain1]}" "${T[folder_plain2]}" | median)
+  printf 'journal overhead (folder, never stopped): default %.2f s (runs %.2f %.2f), --no-resume %.2f s (runs %.2f %.2f): ratio %s\n' \
+    "$j" "${T[folder_journaled1]}" "${T[folder_journaled2]}" "$p" "${T[folder_plain1]}" "${T[folder_plain2]}" "$(echo "scale=3; $j / $p" | bc -l)"
   printf 'physical limit: cat of the data directory from a cold cache %.2f s\n' "$cat_s"
 } | tee "$OUT"

@@ -509,8 +509,8 @@ impl Location {
     ///
     /// # Errors
     /// As [`Store::resume`].
-    pub fn resume(&self) -> Result<Option<Box<dyn UnfinishedStripe>>> {
-        self.store.resume(&self.name, &WriteOptions { overwrite: false, expected_bytes: 0, lock: self.lock, bulk: true, keep_unfinished: true })
+    pub fn resume(&self, expected_bytes: u64) -> Result<Option<Box<dyn UnfinishedStripe>>> {
+        self.store.resume(&self.name, &WriteOptions { overwrite: false, expected_bytes, lock: self.lock, bulk: true, keep_unfinished: true })
     }
 
     /// Open the published stripe here; see [`Store::open`].

@@ -57,7 +57,13 @@ pub struct BackupOptions {
 impl BackupOptions {
     /// What a resumption must match ([`super::Resume::prepare`]).
     pub fn settings(&self) -> super::resume::Settings<'_> {
-        super::resume::Settings { targets: &self.targets, codec: &self.codec, transfer_size: self.transfer_size, encryption: self.encryption.as_ref() }
+        super::resume::Settings {
+            targets: &self.targets,
+            codec: &self.codec,
+            transfer_size: self.transfer_size,
+            encryption: self.encryption.as_ref(),
+            expected_bytes: stripe_bound(self),
+        }
     }
 }
 

@@ -60,6 +60,8 @@ pub struct Settings<'a> {
     pub transfer_size: u64,
     /// Encryption, if any.
     pub encryption: Option<&'a crate::crypto::Encryption>,
+    /// About how many bytes the source holds: sizes a stripe's upload parts when it goes on.
+    pub expected_bytes: u64,
 }
 
 /// Where a resumable backup records its progress: small objects, each written whole (a
@@ -371,12 +373,15 @@ impl Resume {
         if last.starts.len() != opts.targets.len() {
             return Ok(Resumable::Afresh(format!("it has {} stripes, not {}", last.starts.len(), opts.targets.len())));
         }
+        if heads.iter().any(|h| h.starts.len() != last.starts.len() || h.backup_id != last.backup_id) {
+            return Ok(Resumable::Afresh("its attempts do not agree on what they wrote (a damaged journal)".into()));
+        }
         let id = BackupId::from_hex(&last.backup_id).ok_or_else(|| Error::corrupt(format!("journal head: backup id {:?}", last.backup_id)))?;
 
         let mut stripes = Vec::with_capacity(opts.targets.len());
         let mut key_block = None;
         for (k, t) in opts.targets.iter().enumerate() {
-            let Some(u) = t.resume()? else {
+            let Some(u) = t.resume(opts.expected_bytes)? else {
                 return Ok(Resumable::Afresh(format!("stripe {} ({}) was not left unfinished", k + 1, t.display())));
             };
             let src = u.source();
@@ -429,6 +434,8 @@ impl Resume {
                     logged.extend(b.chunks(INDEX_ENTRY_LEN).map(|e| (h.attempt, IndexEntry::decode_one(e))));
                 }
             }
+            // Each attempt's frames end where the first later attempt began (a later one may have
+            // kept less than the one before it).
             let starts: Vec<u64> = heads.iter().map(|h| h.starts[k]).collect();
             let (keep, entries) = walk(u.source(), header_len, &logged, &starts, opts.transfer_size, key_block.is_some())?;
             kept.push(KeptStripe { unfinished: u, keep, entries });
@@ -438,11 +445,9 @@ impl Resume {
         let mut ids: Vec<u32> = vec![0; heads.len()];
         let mut pieces: HashMap<(u32, u32), Vec<(u64, u32)>> = HashMap::new();
         for s in &kept {
-            for (a, e) in &s.entries {
+            for (a, e) in s.entries.iter().filter(|(_, e)| !e.is_superseded()) {
                 ids[*a as usize] = ids[*a as usize].max(e.file_id.saturating_add(1));
-                if !e.is_superseded() {
-                    pieces.entry((*a, e.file_id)).or_default().push((e.offset, e.raw_len));
-                }
+                pieces.entry((*a, e.file_id)).or_default().push((e.offset, e.raw_len));
             }
         }
         let mut newest: HashMap<FileKey, (FileRec, u32)> = HashMap::new();
@@ -467,6 +472,11 @@ impl Resume {
                 }
             }
         }
+        // Ids are positions in an attempt's listing: one past a hundred million is damage, and
+        // would ask for a table that large.
+        if ids.iter().any(|&n| n > 100_000_000) {
+            return Ok(Resumable::Afresh("its journal names a file id no listing reaches (a damaged journal)".into()));
+        }
         let mut held = HashMap::new();
         for (key, (r, a)) in newest {
             let old_enough = r.mtime_ns < (heads[a as usize].started_unix_ms - MTIME_MARGIN_MS).saturating_mul(1_000_000);
@@ -486,17 +496,19 @@ impl Resume {
             let mut end = 0u64;
             let mut sound = true;
             for &(off, len) in p.iter() {
-                if off < end || off + u64::from(len) > r.size {
+                let Some(to) = off.checked_add(u64::from(len)).filter(|&to| off >= end && to <= r.size) else {
                     sound = false;
                     break;
-                }
+                };
                 if off > end {
                     missing.push(end..off);
                 }
-                end = off + u64::from(len);
+                end = to;
             }
+            // Held in part: the rest from its last chunk on is read to wherever the file ends
+            // then (a file that grew since it was listed is read to its new end).
             if end < r.size {
-                missing.push(end..r.size);
+                missing.push(end..u64::MAX);
             }
             if sound {
                 held.insert(key, Held { attempt: a, id: r.id, size: r.size, mtime_ns: r.mtime_ns, ino: r.ino, missing });
@@ -567,8 +579,8 @@ fn walk(
         }
         let members: Vec<IndexEntry> = logged[i..j].iter().map(|(_, e)| *e).collect();
         i = j;
-        // Frames of an attempt past where the next one began were cut away by it.
-        let region_end = starts.get(a as usize + 1).copied().unwrap_or(u64::MAX);
+        // Frames of an attempt past where a later one began were cut away by it.
+        let region_end = starts[a as usize + 1..].iter().copied().min().unwrap_or(u64::MAX);
         if first.frame_pos < starts[a as usize] || first.frame_pos >= region_end {
             continue;
         }

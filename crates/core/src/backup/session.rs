@@ -464,7 +464,8 @@ impl Backup {
             if let Some(t) = self.resume.as_ref().and_then(|r| r.take(root, &l.entry, l.ino)) {
                 if let Some(slot) = self.remap.get_mut(t.attempt as usize).and_then(|m| m.get_mut(t.id as usize)) {
                     *slot = file_id;
-                    let lacking: u64 = t.missing.iter().map(|r| r.end - r.start).sum();
+                    let size = l.entry.size;
+                    let lacking: u64 = t.missing.iter().map(|r| r.end.min(size) - r.start.min(size)).sum();
                     let held = l.entry.size - lacking.min(l.entry.size);
                     self.taken.0 += u64::from(t.missing.is_empty());
                     self.taken.1 += held;

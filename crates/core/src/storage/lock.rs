@@ -48,7 +48,9 @@ impl Store for Locked {
         let opts = WriteOptions { lock: opts.lock.or_else(|| self.lock.for_name(name)), ..opts.clone() };
         self.inner.resume(name, &opts)
     }
+    /// A locked object cannot be cut, replaced or completed elsewhere: a backup here starts
+    /// afresh, and keeps no journal whose objects the lock would keep for its whole term.
     fn can_resume(&self) -> bool {
-        self.inner.can_resume()
+        false
     }
 }

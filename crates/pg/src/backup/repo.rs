@@ -96,14 +96,9 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
     let mut not_resumed = None;
     let mut resume = None;
     if parent.is_none() {
-        match resume::find(repo, stripes, opts, meta.system_identifier.0)? {
-            Previous::Resume(id, r) if no_resume => {
-                // Its stripes let go of before they are removed.
-                drop(r);
-                resume::abandon(repo, &id)?;
-                not_resumed = Some(format!("backup {id} was left unfinished: removed, as --no-resume asks"));
-            }
-            Previous::Resume(id, r) => resume = Some((id, r)),
+        match resume::find(repo, stripes, opts, meta.system_identifier.0, no_resume)? {
+            Previous::Removed(id) => not_resumed = Some(format!("backup {id} was left unfinished: removed, as --no-resume asks")),
+            Previous::Resume(id, r, seen) => resume = Some((id, r, seen)),
             Previous::Afresh(id, why) => not_resumed = Some(format!("backup {id} was left unfinished and cannot be resumed: {why}; starting afresh")),
             Previous::Nothing => {}
         }
@@ -111,7 +106,7 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
     let start_ms = sheaf_core::time::now_ms();
     let start_unix = start_ms.div_euclid(1000);
     let mut id = BackupId::at(start_ms);
-    if let Some((old, _)) = &resume {
+    if let Some((old, _, _)) = &resume {
         id = old.clone();
     } else if repo.exists(&paths::record(&id))? || repo.exists(&paths::lock(&id))? {
         id = id.of_process(std::process::id());
@@ -125,12 +120,16 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
     // A full backup keeps a journal and leaves its stripes unfinished if it stops, for the next
     // one to go on from, where the repository's storage can take them over.
     let mut opts = opts.clone();
+    let mut taken_over = None;
     if parent.is_none() && !no_resume && repo.location(&paths::stripe(&id, 1)).store().can_resume() {
         let facts = serde_json::json!({ "system_identifier": meta.system_identifier.0 });
         opts.journal = Some(sheaf_core::Journaled { journal: Arc::new(RepoJournal::of(repo, &id)), facts });
-        opts.resume = resume.map(|r| r.1);
+        if let Some((_, r, seen)) = resume {
+            opts.resume = Some(r);
+            taken_over = Some(seen);
+        }
     }
-    publish_or_clean_up(repo, &id, stripes, lock, &opts, |opts, names| {
+    publish_or_clean_up(repo, &id, stripes, lock, taken_over, &opts, |opts, names| {
         let mut r = backup_postgres(&pg, opts, progress)?;
         if r.full_because.is_none() {
             r.full_because = no_parent;
@@ -192,6 +191,7 @@ fn publish_or_clean_up<T>(
     id: &BackupId,
     stripes: usize,
     lock: BackupLock,
+    taken_over: Option<Option<BackupLock>>,
     opts: &BackupOptions,
     write: impl FnOnce(&BackupOptions, &[String]) -> Result<(T, BackupRecord)>,
 ) -> Result<(T, BackupRecord)> {
@@ -204,8 +204,14 @@ fn publish_or_clean_up<T>(
         repo.prepare(n)?;
     }
     let journaled = opts.journal.is_some();
-    if opts.resume.is_some() {
-        // Taken over from the writer that stopped.
+    if let Some(seen) = taken_over {
+        // Taken over from the writer that stopped: its lock, unless another backup took it over
+        // meanwhile.
+        let now: Option<BackupLock> = if repo.exists(&paths::lock(id))? { repo.get_json(&paths::lock(id)).ok() } else { None };
+        if now != seen {
+            return Err(Error::new(ErrorKind::Target, format!("backup {id} was taken over by another backup while this one prepared to resume it: run one backup at a time"))
+                .transient(true));
+        }
         repo.delete(&paths::lock(id))?;
     }
     repo.put_json(&paths::lock(id), &lock, false)?;
@@ -216,13 +222,22 @@ fn publish_or_clean_up<T>(
         repo.put_json(&paths::record(id), &record, false)?;
         Ok((t, record))
     });
-    let result = result.map_err(|e| {
-        if journaled {
-            e.note(format!("what backup {id} stored stays: the next full backup goes on from it (--no-resume starts afresh and removes it)"))
-        } else {
-            e
+    // A full backup stopped by an interrupt, or by its storage failing or filling, keeps what it
+    // stored for the next to go on from; one the source or the settings made fail (a refusal, a
+    // server that stopped or changed) keeps nothing, as one that stored nothing.
+    let result = match result {
+        Err(e) if journaled => {
+            let kept = matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::Target | ErrorKind::Io | ErrorKind::NoSpace | ErrorKind::Incomplete)
+                && RepoJournal::of(repo, id).stored_something().unwrap_or(false);
+            if kept {
+                Err(e.note(format!("what backup {id} stored stays: the next full backup goes on from it (--no-resume starts afresh and removes it)")))
+            } else {
+                let _ = resume::abandon(repo, id);
+                Err(e)
+            }
         }
-    });
+        r => r,
+    };
     if result.is_err() && !journaled {
         for n in &names {
             let _ = repo.delete(n);
@@ -266,7 +281,7 @@ pub fn consolidate_in_repo(
     // While it runs, expire keeps the chain it reads.
     let mut lock = BackupLock::ours(&new_id, now_unix());
     lock.chain = of.chain.iter().cloned().chain(std::iter::once(of.id.clone())).collect();
-    publish_or_clean_up(repo, &new_id, stripes, lock, opts, |opts, names| {
+    publish_or_clean_up(repo, &new_id, stripes, lock, None, opts, |opts, names| {
         let report = sheaf_core::consolidate(&sets.iter().collect::<Vec<_>>(), opts, threads, progress)?;
         let record = BackupRecord {
             id: new_id.clone(),

@@ -9,7 +9,7 @@ use sheaf_core::{BackupOptions, CodecKind, CodecSpec, Journal, Result, Resumable
 
 use crate::repo::id::BackupId;
 use crate::repo::paths;
-use crate::repo::records::{backups, Found};
+use crate::repo::records::{backups, BackupLock, Found};
 use crate::repo::Repo;
 
 /// Journal objects' names begin so, in the backup's folder.
@@ -35,6 +35,14 @@ impl RepoJournal {
     /// Every journal object, by its name in the repository.
     fn objects(&self) -> Result<Vec<String>> {
         Ok(self.repo.list(&self.dir)?.into_iter().map(|o| o.name).filter(|n| n.strip_prefix(&self.dir).is_some_and(|r| r.starts_with(PREFIX))).collect())
+    }
+
+    /// Whether an attempt recorded a frame written: what a failed backup stored is worth keeping.
+    ///
+    /// # Errors
+    /// The repository cannot be listed.
+    pub fn stored_something(&self) -> Result<bool> {
+        Ok(self.objects()?.iter().any(|o| o.contains("-index-")))
     }
 
     /// Remove the journal (once the backup it records is published, or abandoned).
@@ -80,8 +88,10 @@ impl Journal for RepoJournal {
 pub enum Previous {
     /// Nothing to go on from.
     Nothing,
-    /// Go on from backup `id`.
-    Resume(BackupId, Arc<Resume>),
+    /// Go on from backup `id`, whose lock (if any) was this when it was found.
+    Resume(BackupId, Arc<Resume>, Option<BackupLock>),
+    /// Backup `id` was left unfinished, and removed as `--no-resume` asks.
+    Removed(BackupId),
     /// Backup `id` was left unfinished but cannot be resumed, and why; its leftovers removed.
     Afresh(BackupId, String),
 }
@@ -94,13 +104,13 @@ pub enum Previous {
 ///
 /// # Errors
 /// The repository cannot be listed or read; a stripe another process still writes.
-pub fn find(repo: &Repo, stripes: usize, opts: &BackupOptions, system_identifier: u64) -> Result<Previous> {
+pub fn find(repo: &Repo, stripes: usize, opts: &BackupOptions, system_identifier: u64, no_resume: bool) -> Result<Previous> {
     if !repo.location(&paths::stripe("x", 1)).store().can_resume() {
         return Ok(Previous::Nothing);
     }
     let all = backups(repo)?;
     let newest_done = all.iter().filter_map(|f| f.record().map(|r| r.id.clone())).max();
-    let Some(Found::Unfinished { id, objects, .. }) = all.iter().rev().find(|f| matches!(f, Found::Unfinished { running: false, .. })) else {
+    let Some(Found::Unfinished { id, objects, lock, .. }) = all.iter().rev().find(|f| matches!(f, Found::Unfinished { running: false, .. })) else {
         return Ok(Previous::Nothing);
     };
     if newest_done.as_ref().is_some_and(|d| d > id) {
@@ -110,12 +120,22 @@ pub fn find(repo: &Repo, stripes: usize, opts: &BackupOptions, system_identifier
     if !objects.iter().any(|o| o.ends_with("-head")) {
         return Ok(Previous::Nothing);
     }
+    if no_resume {
+        abandon(repo, id)?;
+        return Ok(Previous::Removed(id.clone()));
+    }
     let mut opts = opts.clone();
     opts.targets = (1..=stripes).map(|k| repo.location(&paths::stripe(id, k))).collect();
     opts.encryption = repo.encryption()?;
-    let why = match Resume::prepare(&journal, &opts.settings(), &[("", "global/pg_control")])? {
+    let prepared = match Resume::prepare(&journal, &opts.settings(), &[("", "global/pg_control")]) {
+        Ok(p) => p,
+        // Another process holds a stripe: nothing of it is touched.
+        Err(e) if e.is_transient() => return Err(e),
+        Err(e) => Resumable::Afresh(format!("what it stored cannot be read back ({e})")),
+    };
+    let why = match prepared {
         Resumable::Ready(r) => match r.facts().get("system_identifier").and_then(serde_json::Value::as_u64) {
-            Some(s) if s == system_identifier => return Ok(Previous::Resume(id.clone(), Arc::from(r))),
+            Some(s) if s == system_identifier => return Ok(Previous::Resume(id.clone(), Arc::from(r), lock.clone())),
             s => format!(
                 "it is of another cluster (system identifier {}, not {system_identifier}): the cluster was replaced in between",
                 s.map_or_else(|| "unknown".to_string(), |s| s.to_string())
@@ -138,7 +158,7 @@ pub fn abandon(repo: &Repo, id: &str) -> Result<()> {
     let head = journal.get("0000/head").ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     let stripes = head.as_ref().and_then(|h| h["starts"].as_array()).map_or(0, Vec::len);
     for k in 1..=stripes {
-        drop(repo.location(&paths::stripe(id, k)).resume());
+        drop(repo.location(&paths::stripe(id, k)).resume(0));
     }
     journal.remove()?;
     for o in repo.list(&format!("{}/", paths::backup_dir(id)))? {

@@ -94,7 +94,7 @@ impl BackupRecord {
 }
 
 /// What a backup being written leaves at `backups/ID.lock`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackupLock {
     /// Repository id of the backup.
     pub id: BackupId,

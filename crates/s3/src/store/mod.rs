@@ -166,7 +166,11 @@ impl Store for S3Store {
         let failed = |what: &str, e: &crate::lock::Refusal| call_failed(&format!("{what} {shown}"), e, |t| self.redact.scrub(t));
         // The upload the stopped backup left open, completed where it is so that it can be read.
         if let Some(id) = self.handle().block_on(extra.open_upload(&key)).map_err(|e| failed("cannot list the uploads of", &e))? {
-            let parts = self.handle().block_on(extra.parts(&key, &id)).map_err(|e| failed("cannot list the parts of", &e))?;
+            let mut parts = self.handle().block_on(extra.parts(&key, &id)).map_err(|e| failed("cannot list the parts of", &e))?;
+            // Parts 1, 2, ... with none missing: a part in flight when the backup stopped may be
+            // absent while later ones landed, and what follows a gap is not the stripe's next bytes.
+            let run = parts.iter().enumerate().take_while(|(i, p)| p.0 == i + 1).count();
+            parts.truncate(run);
             let client = extra.client();
             if parts.is_empty() {
                 let _ = self.handle().block_on(client.abort_multipart(&path, &id));
