@@ -246,13 +246,16 @@ pub(crate) struct IndexLog {
 }
 
 impl IndexLog {
-    /// Entries of a frame written (all of a packed frame's together).
-    pub(crate) fn frame(&mut self, entries: &[IndexEntry]) -> Result<()> {
-        for e in entries {
-            e.encode_into(&mut self.buf);
-        }
-        self.entries += entries.len();
-        self.bytes += entries.first().map_or(0, |e| u64::from(e.stored_len) + crate::format::FRAME_HEADER_LEN as u64);
+    /// An index entry of the frame being written.
+    pub(crate) fn entry(&mut self, e: &IndexEntry) {
+        e.encode_into(&mut self.buf);
+        self.entries += 1;
+    }
+
+    /// The frame (`bytes` stored, its header included) whose entries came last is written: what
+    /// is held is recorded when enough is.
+    pub(crate) fn frame_done(&mut self, bytes: u64) -> Result<()> {
+        self.bytes += bytes;
         if self.entries >= ENTRIES_PER_PUT || self.bytes >= BYTES_PER_PUT || self.last.elapsed() >= PUT_EVERY {
             self.flush()?;
         }

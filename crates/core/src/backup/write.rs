@@ -57,7 +57,6 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, kept: Kept, mu
         }
     };
     let kept_bytes = start - kept.first().map_or(start, |(_, e)| e.frame_pos);
-    let mut logged: Vec<IndexEntry> = Vec::new();
     let mut chunks = ChunkSorter::default();
     let mut record = |e: IndexEntry| -> Result<()> {
         // Superseded bytes tile their frame in the index but are no file's.
@@ -104,15 +103,23 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, kept: Kept, mu
             frame_off: p.at,
             hash: p.hash,
         });
-        logged.clear();
-        logged.extend(whole.into_iter().chain(packed));
-        if let Err(e) = logged.iter().try_for_each(|e| record(*e)) {
+        let mut failed = None;
+        for e in whole.into_iter().chain(packed) {
+            if let Err(err) = record(e) {
+                failed = Some(err);
+                break;
+            }
+            if let Some(l) = log.as_mut() {
+                l.entry(&e);
+            }
+        }
+        if let Some(e) = failed {
             shared.fail(e);
             continue;
         }
         if let Some(l) = log.as_mut() {
             // Recorded once its bytes are handed to the stripe: a later attempt checks them.
-            if let Err(e) = l.frame(&logged) {
+            if let Err(e) = l.frame_done((FRAME_HEADER_LEN + h.stored_len as usize) as u64) {
                 shared.fail(e);
             }
         }
@@ -134,20 +141,6 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, kept: Kept, mu
         return None;
     }
     Some(WriterOut { sink, index, kept, kept_bytes, chunks, pos, frames })
-}
-
-/// Read up to `buf.len()` bytes, fewer only at the end.
-fn fill(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(m) => n += m,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}"))),
-        }
-    }
-    Ok(n)
 }
 
 /// Give the kept entries among `buf` (whole entries, the first being entry `first` of the index)
@@ -211,7 +204,8 @@ pub(super) fn write_footer(
             let mut r = out.index.reader()?;
             let mut at = 0u64;
             loop {
-                let n = fill(&mut r, &mut buf)?;
+                let n = crate::pipeline::read_full(&mut r, &mut buf)
+                    .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read a stripe's index back from its temporary file: {e}")))?;
                 if n == 0 {
                     break;
                 }

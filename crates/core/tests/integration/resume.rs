@@ -211,3 +211,40 @@ fn damage_in_an_unfinished_stripe_keeps_it_only_up_to_the_first_bad_frame() {
     let set = BackupSet::open(&stripes, &LocalOnly).unwrap();
     restored_equals(&set, &src, &d.path().join("out"));
 }
+
+/// A large file half stored when the backup stopped is taken in part: the chunks stored stay, only
+/// the rest of the file is read, and it restores exactly.
+#[test]
+fn a_file_half_stored_is_taken_in_part_and_only_the_rest_is_read() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let big = src.join("segment");
+    sheaf_core::datagen::write_file(&big, 4 << 20, 7, 0.6).unwrap();
+    old(&big);
+    let stripes = vec![Location::file(d.path().join("s0.sheaf"))];
+    let journal = Arc::new(FolderJournal(d.path().join("journal"), Mutex::new(())));
+    let mut opts = BackupOptions::new(stripes.clone());
+    opts.transfer_size = 64 << 10;
+    opts.threads = Some(2);
+    opts.journal = Some(Journaled { journal: journal.clone(), facts: serde_json::json!({}) });
+    let stop = sheaf_core::stop::Stop::new();
+    let mut first = opts.clone();
+    first.stop = stop.clone();
+    backup_directory(&src, &first, Arc::new(StopAt { stop, after: 2 << 20, seen: AtomicU64::new(0) })).unwrap_err();
+    let r = match Resume::prepare(journal.as_ref(), &opts.settings(), &[]).unwrap() {
+        Resumable::Ready(r) => r,
+        Resumable::Afresh(why) => panic!("not resumed: {why}"),
+    };
+    let mut second = opts.clone();
+    second.resume = Some(Arc::from(r));
+    let report = backup_directory(&src, &second, Arc::new(NoProgress)).unwrap();
+    let resumed = report.resumed.clone().unwrap();
+    assert_eq!(resumed.files, 0, "not held whole: {resumed:?}");
+    assert!(resumed.bytes >= 1 << 20, "its stored part is taken: {resumed:?}");
+    assert_eq!(report.bytes_read + resumed.bytes, 4 << 20, "only the rest is read");
+    let set = BackupSet::open(&stripes, &LocalOnly).unwrap();
+    let out = d.path().join("out");
+    sheaf_core::restore(&set, &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
+    assert_eq!(std::fs::read(out.join("segment")).unwrap(), std::fs::read(&big).unwrap());
+}

@@ -106,7 +106,9 @@ impl Backup {
             for (a, e) in &out.kept {
                 let id = self.remap.get(*a as usize).and_then(|m| m.get(e.file_id as usize)).copied().unwrap_or(crate::format::SUPERSEDED);
                 // Pushed to the index with the attempt's id, counted as a file's bytes.
-                if id == crate::format::SUPERSEDED || e.is_superseded() {
+                if e.is_superseded() {
+                    // Counted so when pushed.
+                } else if id == crate::format::SUPERSEDED {
                     out.index.raw_bytes -= u64::from(e.raw_len).min(out.index.raw_bytes);
                     out.index.superseded_bytes += u64::from(e.raw_len);
                 } else {
