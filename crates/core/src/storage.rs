@@ -568,6 +568,16 @@ pub trait StripeSink: Send {
     fn discard(&mut self);
     /// Bytes written so far.
     fn written(&self) -> u64;
+    /// The bytes written so far end a frame. A resumable stripe that is sent in parts (an S3
+    /// upload) ends a part only here, so that a later attempt can go on from any part it holds
+    /// ([`Holding::Parts`]). Returns whether a part was ended (on its way to the store): a journal
+    /// then records what it holds.
+    ///
+    /// # Errors
+    /// As `write_all`.
+    fn frame_end(&mut self) -> Result<bool> {
+        Ok(false)
+    }
     /// Reserve room for about `bytes` up front (`--preallocate`, SQL Server's default where trace
     /// flag 3042 is off), trimmed to what was written when the stripe is synced. Returns whether
     /// anything was reserved: stores without the notion (objects, memory, `nul`) and filesystems
@@ -580,17 +590,28 @@ pub trait StripeSink: Send {
     }
 }
 
-/// A stripe a stopped backup left unfinished, held by this process ([`Store::resume`]): read what
+/// A stripe a stopped backup left unfinished, held by this process ([`Store::resume`]): see what
 /// it holds, then keep its first bytes and go on writing after them.
 pub trait UnfinishedStripe: Send {
     /// What it holds, as written so far (no trailer).
-    fn source(&self) -> &dyn StripeSource;
+    fn holds(&self) -> Holding<'_>;
     /// Keep its first `keep` bytes, drop the rest, and write on from there: the sink's
-    /// [`StripeSink::written`] counts only the bytes written from now on.
+    /// [`StripeSink::written`] counts only the bytes written from now on. Where it holds
+    /// [`Holding::Parts`], `keep` is 0 or one of their ends.
     ///
     /// # Errors
-    /// It cannot be cut or written.
+    /// It cannot be cut or written, or `keep` is not a place it can go on from.
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>>;
+}
+
+/// What an [`UnfinishedStripe`] holds.
+pub enum Holding<'a> {
+    /// Bytes that can be read back (a file's `.partial`).
+    Bytes(&'a dyn StripeSource),
+    /// Parts the store holds whole but cannot read before they are published (an S3 upload in
+    /// progress): where each ends, in order, each checked by the server as it was received. Each
+    /// ends where a frame did ([`StripeSink::frame_end`]), or the stripe can go on from none.
+    Parts(&'a [u64]),
 }
 
 /// The read side of one stripe: positional reads of a known length, and sequential streams.

@@ -201,11 +201,6 @@ impl S3Extra {
 pub(crate) type UploadedPart = (usize, String, u64);
 
 impl S3Extra {
-    /// The bucket's name.
-    fn bucket(&self) -> String {
-        self.builder.get_config_value(&object_store::aws::AmazonS3ConfigKey::Bucket).unwrap_or_default()
-    }
-
     /// The client whose low-level multipart calls drive uploads sheaf goes on with.
     pub(crate) fn client(&self) -> Arc<AmazonS3> {
         self.signer.clone()
@@ -246,22 +241,6 @@ impl S3Extra {
         out.sort_by_key(|p| p.0);
         Ok(out)
     }
-
-    /// Part `number` of upload `id` of `key`: bytes `from..to` of the object `key` holds now,
-    /// copied by the server; its ETag.
-    pub(crate) async fn copy_part(&self, key: &str, id: &str, number: usize, from: u64, to: u64) -> std::result::Result<String, Refusal> {
-        let n = number.to_string();
-        // The copy source is a URL path: each byte outside the unreserved set percent-encoded.
-        let encoded: String = key.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
-        let source = format!("/{}/{encoded}", self.bucket());
-        let headers = [("x-amz-copy-source", source), ("x-amz-copy-source-range", format!("bytes={from}-{}", to - 1))];
-        let (status, body) = self.call(Method::PUT, key, &[("partNumber", &n), ("uploadId", id)], &headers, Bytes::new()).await?;
-        if status != 200 {
-            return Err(Refusal::of(status, &body));
-        }
-        let copied: CopiedPart = xml(&body)?;
-        Ok(copied.e_tag)
-    }
 }
 
 /// The answer to listing a bucket's uploads in progress.
@@ -299,13 +278,6 @@ struct Part {
     #[serde(rename = "ETag")]
     e_tag: String,
     size: u64,
-}
-
-/// The answer to copying a part.
-#[derive(Deserialize)]
-struct CopiedPart {
-    #[serde(rename = "ETag")]
-    e_tag: String,
 }
 
 /// An upload started with a lock (or one sheaf goes on with after a stopped backup), driven by

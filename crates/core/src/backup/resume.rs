@@ -5,7 +5,8 @@
 //! per backup, beside its stripes), attempt by attempt:
 //!
 //! ```text
-//! AAAA/head               the attempt: set id, settings, where its frames begin in each stripe
+//! AAAA/head               the attempt: set id, settings, each stripe's header and where its
+//!                         frames begin
 //! AAAA/files-NNNNNN       files as listed before they were read: id, name, size, mtime, inode
 //! AAAA/index-KK-NNNNNN    stripe KK's index entries of frames written (ids are the attempt's),
 //!                         every 64 MiB stored or every second
@@ -15,10 +16,18 @@
 //! ```
 //!
 //! Its stripes are kept unfinished when it stops ([`crate::storage::WriteOptions::keep_unfinished`]).
-//! The next attempt ([`Resume::prepare`]) takes each stripe over, walks the frames the journal
-//! names from the start, checks each one's header and stored checksum, and keeps the stripe up to
-//! the first frame that is missing or damaged. It then goes on writing the same set (same id, same
-//! data key; its frames sealed under nonces of its own attempt's range) after what it kept.
+//! The next attempt ([`Resume::prepare`]) takes each stripe over and keeps what it can prove:
+//! - a stripe that can be read back (a file's `.partial`): it walks the frames the journal names
+//!   from the start, checks each one's header and stored checksum, and keeps the stripe up to the
+//!   first frame that is missing, cut short or damaged;
+//! - a stripe sent in parts that cannot be read before the upload completes (S3): parts end only
+//!   where frames do ([`crate::storage::StripeSink::frame_end`]) and the journal records every
+//!   frame up to a part's end when the part is sent, so it keeps the unbroken run of parts the
+//!   server holds up to the last one whose end the journal's frames reach exactly. The server
+//!   checked each part against its signed checksum as it was received; nothing is read back.
+//!
+//! It then goes on writing the same set (same id, same data key; its frames sealed under nonces
+//! of its own attempt's range) after what it kept: a file cut, an upload given more parts.
 //!
 //! A file listed again is **taken** from an earlier attempt, not read, when:
 //! - the newest attempt that listed it holds its bytes in frames kept (a file it held in part is
@@ -47,7 +56,7 @@ use crate::crypto::KeyBlock;
 use crate::error::{Error, Result};
 use crate::format::{frame_agrees, BackupId, FrameHeader, IndexEntry, StripeHeader, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN, INDEX_ENTRY_LEN, MAX_ZERO_FRAME};
 use crate::manifest::Entry;
-use crate::storage::UnfinishedStripe;
+use crate::storage::{Holding, UnfinishedStripe};
 
 /// What a backup is asked that a resumption must match ([`crate::BackupOptions::settings`]).
 #[derive(Clone, Copy, Debug)]
@@ -121,6 +130,10 @@ struct Head {
     started_unix_ms: i64,
     /// Where this attempt's frames begin in each stripe (what it kept of the attempts before).
     starts: Vec<u64>,
+    /// Each stripe's header, in hex: a stripe that cannot be read back before it is published is
+    /// checked, and one kept from nothing is begun again, from these.
+    #[serde(default)]
+    headers: Vec<String>,
     compression: String,
     transfer_size: u64,
     encrypted: bool,
@@ -182,12 +195,13 @@ impl Suspects {
 
 impl Recorder {
     /// Start attempt `attempt` of set `id`: its head written before any frame is.
-    pub(crate) fn begin(j: &Journaled, attempt: u32, id: BackupId, started_unix_ms: i64, starts: Vec<u64>, opts: &Settings<'_>) -> Result<Recorder> {
+    pub(crate) fn begin(j: &Journaled, attempt: u32, id: BackupId, started_unix_ms: i64, starts: Vec<u64>, headers: &[Vec<u8>], opts: &Settings<'_>) -> Result<Recorder> {
         let head = Head {
             attempt,
             backup_id: id.to_hex(),
             started_unix_ms,
             starts,
+            headers: headers.iter().map(|h| crate::text::hex(h)).collect(),
             compression: opts.codec.to_string(),
             transfer_size: opts.transfer_size,
             encrypted: opts.encryption.is_some(),
@@ -310,7 +324,10 @@ pub(crate) struct Taken {
 /// A stripe taken over, and what of it is kept.
 pub(crate) struct KeptStripe {
     pub(crate) unfinished: Box<dyn UnfinishedStripe>,
-    /// Bytes kept: the header and every frame checked.
+    /// Its header, as written when the set began.
+    pub(crate) header: Vec<u8>,
+    /// Bytes kept: the header and every frame checked, or nothing (0: the stripe begins again,
+    /// header and all).
     pub(crate) keep: u64,
     /// The kept frames' index entries, in stripe order, each with its attempt (ids are that
     /// attempt's).
@@ -387,17 +404,29 @@ impl Resume {
             let Some(u) = t.resume(opts.expected_bytes)? else {
                 return Ok(Resumable::Afresh(format!("stripe {} ({}) was not left unfinished", k + 1, t.display())));
             };
-            let src = u.source();
-            let mut first = [0u8; HEADER_LEN];
-            if src.len() < HEADER_LEN as u64 {
-                return Ok(Resumable::Afresh(format!("stripe {} holds no header", k + 1)));
-            }
-            src.read_exact_at(&mut first, 0)?;
-            let mut whole = vec![0u8; StripeHeader::len_from(&first)];
-            if src.len() < whole.len() as u64 {
-                return Ok(Resumable::Afresh(format!("stripe {} holds no header", k + 1)));
-            }
-            src.read_exact_at(&mut whole, 0)?;
+            let journaled = last.headers.get(k).and_then(|h| crate::text::unhex(h.as_bytes()));
+            let whole = match u.holds() {
+                Holding::Bytes(src) => {
+                    let mut first = [0u8; HEADER_LEN];
+                    if src.len() < HEADER_LEN as u64 {
+                        return Ok(Resumable::Afresh(format!("stripe {} holds no header", k + 1)));
+                    }
+                    src.read_exact_at(&mut first, 0)?;
+                    let mut whole = vec![0u8; StripeHeader::len_from(&first)];
+                    if src.len() < whole.len() as u64 {
+                        return Ok(Resumable::Afresh(format!("stripe {} holds no header", k + 1)));
+                    }
+                    src.read_exact_at(&mut whole, 0)?;
+                    if journaled.as_ref().is_some_and(|j| *j != whole) {
+                        return Ok(Resumable::Afresh(format!("stripe {} does not begin with the header its journal recorded", k + 1)));
+                    }
+                    whole
+                }
+                Holding::Parts(_) => match journaled {
+                    Some(h) => h,
+                    None => return Ok(Resumable::Afresh(format!("stripe {} cannot be read back and its journal does not record its header", k + 1))),
+                },
+            };
             let h = match StripeHeader::decode(&whole) {
                 Ok(h) => h,
                 Err(e) => return Ok(Resumable::Afresh(format!("stripe {}: {}", k + 1, e.message()))),
@@ -418,12 +447,12 @@ impl Resume {
                 e.keys.open(b)?;
             }
             key_block = h.key_block;
-            stripes.push((u, whole.len() as u64));
+            stripes.push((u, whole));
         }
 
         // Each stripe's kept frames: walked from the start, attempt after attempt.
         let mut kept = Vec::with_capacity(stripes.len());
-        for (k, (u, header_len)) in stripes.into_iter().enumerate() {
+        for (k, (u, header)) in stripes.into_iter().enumerate() {
             let mut logged: Vec<(u32, IndexEntry)> = Vec::new();
             for h in &heads {
                 let prefix = format!("{:04}/index-{k:02}-", h.attempt);
@@ -440,10 +469,17 @@ impl Resume {
             // Each attempt's frames end where the first later attempt began (a later one may have
             // kept less than the one before it).
             let starts: Vec<u64> = heads.iter().map(|h| h.starts[k]).collect();
-            let (keep, entries) = walk(u.source(), header_len, &logged, &starts, opts.transfer_size, key_block.is_some())?;
-            kept.push(KeptStripe { unfinished: u, keep, entries });
+            let start = header.len() as u64;
+            let (keep, entries) = match u.holds() {
+                Holding::Bytes(src) => walk(src, start, &logged, &starts, opts.transfer_size, key_block.is_some())?,
+                Holding::Parts(ends) => walk_parts(ends, start, &logged, &starts, opts.transfer_size),
+            };
+            kept.push(KeptStripe { unfinished: u, header, keep, entries });
         }
 
+        if kept.iter().all(|s| s.entries.is_empty()) {
+            return Ok(Resumable::Afresh("none of its stripes holds a frame that can be kept".into()));
+        }
         // What each attempt holds of each of its files, then the files held whole.
         let mut ids: Vec<u32> = vec![0; heads.len()];
         let mut pieces: HashMap<(u32, u32), Vec<(u64, u32)>> = HashMap::new();
@@ -556,10 +592,38 @@ impl Resume {
     }
 }
 
-/// Walk a stripe's frames from `start`, as the journal's entries place them, each attempt's only
-/// from where it began (`starts`), checking each frame's header against its entries and its
-/// stored bytes against their checksum: the bytes kept (up to the first frame missing, cut short
-/// or damaged) and the entries of the frames kept.
+/// The journal's frames in the order logged, each with its attempt and index entries, leaving
+/// out those a later attempt cut away: each attempt's frames begin where its head says (`starts`)
+/// and end where the first later attempt began (a later one may have kept less than the one
+/// before it).
+fn frames<'a>(logged: &'a [(u32, IndexEntry)], starts: &'a [u64]) -> impl Iterator<Item = (u32, &'a [(u32, IndexEntry)])> + 'a {
+    let mut i = 0;
+    std::iter::from_fn(move || loop {
+        let &(a, first) = logged.get(i)?;
+        let mut j = i + 1;
+        while j < logged.len() && logged[j].0 == a && logged[j].1.frame_pos == first.frame_pos {
+            j += 1;
+        }
+        let members = &logged[i..j];
+        i = j;
+        let region_end = starts[a as usize + 1..].iter().copied().min().unwrap_or(u64::MAX);
+        if first.frame_pos >= starts[a as usize] && first.frame_pos < region_end {
+            return Some((a, members));
+        }
+    })
+}
+
+/// A frame's stored length (its header included) as its first index entry gives it, or `None`
+/// when no frame of chunks of `transfer_size` can be that long (a damaged journal).
+fn frame_len(first: &IndexEntry, transfer_size: u64) -> Option<u64> {
+    let raw_max = if first.stored_len == 0 { u64::from(MAX_ZERO_FRAME) } else { transfer_size };
+    (u64::from(first.raw_len) <= raw_max && u64::from(first.stored_len) <= transfer_size * 2 + 4096).then(|| FRAME_HEADER_LEN as u64 + u64::from(first.stored_len))
+}
+
+/// Walk a stripe's frames from `start`, as the journal's entries place them ([`frames`]),
+/// checking each frame's header against its entries and its stored bytes against their checksum:
+/// the bytes kept (up to the first frame missing, cut short or damaged) and the entries of the
+/// frames kept.
 fn walk(
     src: &dyn crate::storage::StripeSource,
     start: u64,
@@ -573,42 +637,115 @@ fn walk(
     let mut buf = Vec::new();
     // Frames are back to back from the header: one stream (an object store's reads ahead).
     let mut stream = src.stream(start, src.len())?;
-    let mut i = 0;
-    while i < logged.len() {
-        let (a, first) = logged[i];
-        let mut j = i + 1;
-        while j < logged.len() && logged[j].0 == a && logged[j].1.frame_pos == first.frame_pos {
-            j += 1;
-        }
-        let members: Vec<IndexEntry> = logged[i..j].iter().map(|(_, e)| *e).collect();
-        i = j;
-        // Frames of an attempt past where a later one began were cut away by it.
-        let region_end = starts[a as usize + 1..].iter().copied().min().unwrap_or(u64::MAX);
-        if first.frame_pos < starts[a as usize] || first.frame_pos >= region_end {
-            continue;
-        }
-        if first.frame_pos != pos {
-            break;
-        }
-        let raw_max = if first.stored_len == 0 { u64::from(MAX_ZERO_FRAME) } else { transfer_size };
-        let n = FRAME_HEADER_LEN as u64 + u64::from(first.stored_len);
-        if u64::from(first.raw_len) > raw_max || u64::from(first.stored_len) > transfer_size * 2 + 4096 || pos + n > src.len() {
-            break;
-        }
+    for (_, frame) in frames(logged, starts) {
+        let first = frame[0].1;
+        let Some(n) = frame_len(&first, transfer_size).filter(|n| first.frame_pos == pos && pos + n <= src.len()) else { break };
         buf.resize(n as usize, 0);
         if stream.read_exact(&mut buf).is_err() {
             break;
         }
         let Ok(h) = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]) else { break };
         let shown = if sealed && h.stored_len != 0 { None } else { Some(h.raw_crc) };
+        let members: Vec<IndexEntry> = frame.iter().map(|(_, e)| *e).collect();
         if !frame_agrees(&h, &members, shown, false) {
             break;
         }
         if h.stored_len != 0 && crc32c::crc32c(&buf[FRAME_HEADER_LEN..]) != h.stored_crc {
             break;
         }
-        kept.extend(members.into_iter().map(|e| (a, e)));
+        kept.extend_from_slice(frame);
         pos += n;
     }
     Ok((pos, kept))
+}
+
+/// What a stripe held as parts (`ends`: where each of the unbroken run from the first ends) keeps:
+/// the frames the journal places back to back from `start` ([`frames`]) up to the last part end
+/// they reach exactly (0 when they reach none: the stripe begins again), and those frames'
+/// entries. Frames recorded past it, or in parts the server does not hold, are not kept.
+fn walk_parts(ends: &[u64], start: u64, logged: &[(u32, IndexEntry)], starts: &[u64], transfer_size: u64) -> (u64, Vec<(u32, IndexEntry)>) {
+    let last = ends.last().copied().unwrap_or(0);
+    let (mut pos, mut keep) = (start, 0);
+    let (mut kept, mut pending) = (Vec::new(), Vec::new());
+    for (_, frame) in frames(logged, starts) {
+        let first = frame[0].1;
+        let Some(n) = frame_len(&first, transfer_size).filter(|n| first.frame_pos == pos && pos + n <= last) else { break };
+        pending.extend_from_slice(frame);
+        pos += n;
+        if ends.binary_search(&pos).is_ok() {
+            keep = pos;
+            kept.append(&mut pending);
+        }
+    }
+    (keep, kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames of `stored` bytes each (header included) from `start`, all of attempt `a`.
+    fn frames_of(a: u32, start: u64, stored: &[u64]) -> Vec<(u32, IndexEntry)> {
+        let mut pos = start;
+        stored
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let stored_len = (n - FRAME_HEADER_LEN as u64) as u32;
+                let e = IndexEntry { file_id: i as u32, offset: 0, frame_pos: pos, raw_len: stored_len, stored_len, raw_crc: 0, frame_off: 0, hash: 0 };
+                pos += n;
+                (a, e)
+            })
+            .collect()
+    }
+
+    const TS: u64 = 1 << 20;
+    const F: u64 = 1000 + FRAME_HEADER_LEN as u64;
+
+    #[test]
+    fn parts_are_kept_up_to_the_last_end_the_journal_reaches() {
+        // Header of 100 bytes, then ten frames; parts end after frames 3, 6 and 9.
+        let logged = frames_of(0, 100, &[F; 10]);
+        let ends = [100 + 3 * F, 100 + 6 * F, 100 + 9 * F];
+        let (keep, kept) = walk_parts(&ends, 100, &logged, &[100], TS);
+        assert_eq!((keep, kept.len()), (ends[2], 9));
+        // The journal recorded only seven frames: the third part is not kept.
+        let (keep, kept) = walk_parts(&ends, 100, &logged[..7], &[100], TS);
+        assert_eq!((keep, kept.len()), (ends[1], 6));
+        // The server holds only the first part.
+        let (keep, kept) = walk_parts(&ends[..1], 100, &logged, &[100], TS);
+        assert_eq!((keep, kept.len()), (ends[0], 3));
+        // No part at all, or one that ends inside a frame (a stripe sent in parts of fixed size):
+        // nothing is kept, and the stripe begins again.
+        assert_eq!(walk_parts(&[], 100, &logged, &[100], TS), (0, Vec::new()));
+        assert_eq!(walk_parts(&[100 + 3 * F + 7], 100, &logged, &[100], TS), (0, Vec::new()));
+        // A frame missing from the journal (a gap): nothing after it is kept.
+        let mut gap = logged.clone();
+        gap.remove(4);
+        assert_eq!(walk_parts(&ends, 100, &gap, &[100], TS).0, ends[0]);
+        // A frame longer than a chunk can make is damage: nothing from it on.
+        let mut long = logged.clone();
+        long[1].1.raw_len = (TS + 1) as u32;
+        assert_eq!(walk_parts(&ends, 100, &long, &[100], TS), (0, Vec::new()));
+    }
+
+    #[test]
+    fn a_later_attempt_goes_on_from_where_it_began() {
+        // Attempt 0 kept up to its second part's end; attempt 1 wrote on from there, and its
+        // frames replace attempt 0's third part.
+        let first = frames_of(0, 100, &[F; 10]);
+        let second = frames_of(1, 100 + 6 * F, &[F; 6]);
+        let logged: Vec<_> = first.iter().chain(&second).copied().collect();
+        let ends = [100 + 3 * F, 100 + 6 * F, 100 + 9 * F, 100 + 12 * F];
+        let (keep, kept) = walk_parts(&ends, 100, &logged, &[100, 100 + 6 * F], TS);
+        assert_eq!(keep, ends[3]);
+        assert_eq!(kept.iter().filter(|(a, _)| *a == 0).count(), 6, "attempt 0's frames past where attempt 1 began are not kept");
+        assert_eq!(kept.iter().filter(|(a, _)| *a == 1).count(), 6);
+        // Attempt 1 kept nothing and began again after the header: attempt 0's frames are gone.
+        let again = frames_of(1, 100, &[F; 3]);
+        let logged: Vec<_> = first.iter().chain(&again).copied().collect();
+        let (keep, kept) = walk_parts(&ends[..1], 100, &logged, &[100, 100], TS);
+        assert_eq!(keep, ends[0]);
+        assert!(kept.iter().all(|(a, _)| *a == 1));
+    }
 }

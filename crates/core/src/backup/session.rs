@@ -123,11 +123,20 @@ impl Backup {
                     return Err(Error::invalid("internal: a resumption is for one backup, once"));
                 }
                 let journal = opts.journal.as_ref().ok_or_else(|| Error::invalid("internal: a resumed backup keeps a journal"))?;
-                // Its head, where this attempt's frames begin, recorded before any stripe is cut.
-                let recorder = Recorder::begin(journal, r.attempt, r.backup_id, unix_ms(now), kept.iter().map(|k| k.keep).collect(), &opts.settings())?;
+                // Its head, where this attempt's frames begin, recorded before any stripe is cut. A
+                // stripe that keeps nothing begins again with the header it had.
+                let starts = kept.iter().map(|k| if k.keep == 0 { k.header.len() as u64 } else { k.keep }).collect();
+                let headers: Vec<Vec<u8>> = kept.iter().map(|k| k.header.clone()).collect();
+                let recorder = Recorder::begin(journal, r.attempt, r.backup_id, unix_ms(now), starts, &headers, &opts.settings())?;
                 for k in kept {
-                    let sink = k.unfinished.go_on(k.keep)?;
-                    sinks.push((sink, k.keep, k.entries));
+                    let mut sink = k.unfinished.go_on(k.keep)?;
+                    let start = if k.keep == 0 {
+                        sink.write_all(&k.header)?;
+                        k.header.len() as u64
+                    } else {
+                        k.keep
+                    };
+                    sinks.push((sink, start, k.entries));
                 }
                 (r.backup_id, seal, Some(recorder))
             }
@@ -141,6 +150,7 @@ impl Backup {
                     }
                     None => (None, None),
                 };
+                let mut headers = Vec::with_capacity(stripe_count);
                 for (k, t) in opts.targets.iter().enumerate() {
                     let mut sink = if opts.journal.is_some() { t.create_resumable(opts.overwrite, stripe_bound(opts))? } else { t.create(opts.overwrite, stripe_bound(opts))? };
                     if opts.preallocate {
@@ -157,11 +167,13 @@ impl Backup {
                         created_unix_ms: unix_ms(now),
                         key_block,
                     };
-                    sink.write_all(&header.encode())?;
-                    sinks.push((sink, header.encoded_len() as u64, Vec::new()));
+                    let bytes = header.encode();
+                    sink.write_all(&bytes)?;
+                    sinks.push((sink, bytes.len() as u64, Vec::new()));
+                    headers.push(bytes);
                 }
                 let recorder = match &opts.journal {
-                    Some(j) => Some(Recorder::begin(j, 0, id, unix_ms(now), sinks.iter().map(|s| s.1).collect(), &opts.settings())?),
+                    Some(j) => Some(Recorder::begin(j, 0, id, unix_ms(now), sinks.iter().map(|s| s.1).collect(), &headers, &opts.settings())?),
                     None => None,
                 };
                 (id, seal, recorder)

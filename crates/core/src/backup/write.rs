@@ -117,9 +117,20 @@ pub(super) fn write_loop(mut sink: Box<dyn StripeSink>, k: usize, kept: Kept, mu
             shared.fail(e);
             continue;
         }
+        // A stripe sent in parts ends one only after a frame; the journal then records every
+        // frame up to that part's end, so that a later attempt can go on from it without reading
+        // it back (a part in progress cannot be read).
+        let cut = match sink.frame_end() {
+            Ok(cut) => cut,
+            Err(e) => {
+                shared.fail(e);
+                continue;
+            }
+        };
         if let Some(l) = log.as_mut() {
             // Recorded once its bytes are handed to the stripe: a later attempt checks them.
-            if let Err(e) = l.frame_done((FRAME_HEADER_LEN + h.stored_len as usize) as u64) {
+            let n = (FRAME_HEADER_LEN + h.stored_len as usize) as u64;
+            if let Err(e) = if cut { l.flush() } else { l.frame_done(n) } {
                 shared.fail(e);
             }
         }

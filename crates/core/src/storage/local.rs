@@ -424,8 +424,8 @@ impl LocalUnfinished {
 }
 
 impl UnfinishedStripe for LocalUnfinished {
-    fn source(&self) -> &dyn StripeSource {
-        &self.source
+    fn holds(&self) -> super::Holding<'_> {
+        super::Holding::Bytes(&self.source)
     }
 
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {

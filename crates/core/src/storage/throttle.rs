@@ -111,8 +111,8 @@ struct ThrottledUnfinished {
 }
 
 impl super::UnfinishedStripe for ThrottledUnfinished {
-    fn source(&self) -> &dyn StripeSource {
-        self.inner.source()
+    fn holds(&self) -> super::Holding<'_> {
+        self.inner.holds()
     }
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(ThrottledSink { inner: self.inner.go_on(keep)?, limit: self.limit }))
@@ -143,6 +143,9 @@ impl StripeSink for ThrottledSink {
     }
     fn reserve(&mut self, bytes: u64) -> Result<bool> {
         self.inner.reserve(bytes)
+    }
+    fn frame_end(&mut self) -> Result<bool> {
+        self.inner.frame_end()
     }
 }
 

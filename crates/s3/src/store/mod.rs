@@ -155,7 +155,6 @@ impl Store for S3Store {
     }
 
     fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn sheaf_core::storage::UnfinishedStripe>>> {
-        use object_store::multipart::{MultipartStore, PartId};
         if opts.lock.is_some() || !self.can_resume() {
             return Ok(None);
         }
@@ -164,30 +163,25 @@ impl Store for S3Store {
         let path = self.path(name)?;
         let key = path.to_string();
         let failed = |what: &str, e: &crate::lock::Refusal| call_failed(&format!("{what} {shown}"), e, |t| self.redact.scrub(t));
-        // The upload the stopped backup left open, completed where it is so that it can be read.
+        // The upload the stopped backup left open, and the parts it holds: 1, 2, ... with none
+        // missing (a part in flight when the backup stopped may be absent while later ones
+        // landed, and what follows a gap is not the stripe's next bytes), each large enough to
+        // stay a part that is not the last.
+        let mut upload = None;
         if let Some(id) = self.handle().block_on(extra.open_upload(&key)).map_err(|e| failed("cannot list the uploads of", &e))? {
             let mut parts = self.handle().block_on(extra.parts(&key, &id)).map_err(|e| failed("cannot list the parts of", &e))?;
-            // Parts 1, 2, ... with none missing: a part in flight when the backup stopped may be
-            // absent while later ones landed, and what follows a gap is not the stripe's next bytes.
-            let run = parts.iter().enumerate().take_while(|(i, p)| p.0 == i + 1).count();
+            let run = parts.iter().enumerate().take_while(|(i, p)| p.0 == i + 1 && p.2 >= crate::config::MIN_PART_SIZE).count();
             parts.truncate(run);
-            let client = extra.client();
-            if parts.is_empty() {
-                let _ = self.handle().block_on(client.abort_multipart(&path, &id));
-            } else {
-                let ids = parts.into_iter().map(|(_, etag, _)| PartId { content_id: etag }).collect();
-                self.handle()
-                    .block_on(client.complete_multipart(&path, &id, ids))
-                    .map_err(|e| map_err(e, &format!("cannot complete the upload of {shown}"), Side::Write, &self.redact))?;
-            }
+            upload = Some((id, parts));
         }
-        if !self.exists(name)? {
-            return Ok(None);
-        }
-        let source = self.source(name)?;
+        let ends = upload.iter().flat_map(|(_, p)| p.iter()).scan(0u64, |end, p| {
+            *end += p.2;
+            Some(*end)
+        });
+        let ends = ends.collect();
         let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, true);
         sink.keep_unfinished = true;
-        Ok(Some(Box::new(sink::S3Unfinished { source, sink, extra: extra.client(), copier: extra.clone(), key })))
+        Ok(Some(Box::new(sink::S3Unfinished { sink, client: extra.client(), upload, ends })))
     }
 
     fn can_resume(&self) -> bool {

@@ -43,11 +43,15 @@ pub(super) struct S3Sink {
     tail: Vec<u8>,
     published: bool,
     overwrite: bool,
-    /// A resumable backup's stripe: left as an upload in progress (its parts sent), not aborted,
-    /// when dropped unpublished, for the next attempt to go on from ([`S3Unfinished`]).
+    /// A resumable backup's stripe: its parts end only where frames do
+    /// ([`StripeSink::frame_end`]), and it is left as an upload in progress (its parts sent), not
+    /// aborted, when dropped unpublished, for the next attempt to go on from ([`S3Unfinished`]).
     pub(super) keep_unfinished: bool,
-    /// Bytes at the start of the object that the server copied from a stopped backup's upload
-    /// ([`S3Unfinished`]), not written here.
+    /// A resumable stripe's bytes past a full part, waiting for the frame to end (at most a part's
+    /// worth: past that, the part is sent where it is).
+    overflow: Vec<u8>,
+    /// Bytes at the start of the object that a stopped backup's attempt sent ([`S3Unfinished`]),
+    /// not written here.
     copied: u64,
 }
 
@@ -78,6 +82,7 @@ impl S3Sink {
             published: false,
             overwrite,
             keep_unfinished: false,
+            overflow: Vec::new(),
             copied: 0,
         }
     }
@@ -96,11 +101,12 @@ impl S3Sink {
         }
     }
 
-    /// Send the part being filled.
+    /// Send the part being filled (and what waits past it).
     fn send_part(&mut self) -> Result<()> {
         let Some(mut buf) = self.current.take() else { return Ok(()) };
         buf.set_len(self.filled);
         self.filled = 0;
+        let over = std::mem::take(&mut self.overflow);
         self.parts += 1;
         if self.parts > MAX_PARTS {
             return Err(Error::new(
@@ -125,7 +131,8 @@ impl S3Sink {
         }
         let upload = self.upload.as_mut().ok_or_else(|| Error::new(ErrorKind::Target, format!("{} is closed", self.shown)))?;
         // The payload owns the guard: the buffer goes back when the request is done with it.
-        let part = upload.put_part(PutPayload::from_bytes(Bytes::from_owner(buf)));
+        let payload = if over.is_empty() { PutPayload::from_bytes(Bytes::from_owner(buf)) } else { PutPayload::from_iter([Bytes::from_owner(buf), Bytes::from(over)]) };
+        let part = upload.put_part(payload);
         self.in_flight.push_back(self.handle.spawn(part));
         while self.in_flight.len() >= self.max_in_flight {
             self.wait_oldest()?;
@@ -158,16 +165,39 @@ impl StripeSink for S3Sink {
                 self.current = Some(self.pool.take_wait());
             }
             let cur = self.current.as_mut().expect("just set");
-            let n = (cur.len() - self.filled).min(buf.len());
+            let part = cur.len();
+            if self.filled == part {
+                // A resumable stripe's full part waits for its frame to end (a part's worth at
+                // most: bytes past the frames, its index, are not gone on from).
+                let room = part - self.overflow.len().min(part);
+                if room == 0 {
+                    self.send_part()?;
+                    continue;
+                }
+                let n = room.min(buf.len());
+                self.overflow.extend_from_slice(&buf[..n]);
+                self.written += n as u64;
+                buf = &buf[n..];
+                continue;
+            }
+            let n = (part - self.filled).min(buf.len());
             cur[self.filled..self.filled + n].copy_from_slice(&buf[..n]);
             self.filled += n;
             self.written += n as u64;
             buf = &buf[n..];
-            if self.filled == cur.len() {
+            if self.filled == part && !self.keep_unfinished {
                 self.send_part()?;
             }
         }
         Ok(())
+    }
+
+    fn frame_end(&mut self) -> Result<bool> {
+        if !self.keep_unfinished || self.current.as_ref().is_none_or(|c| self.filled < c.len()) {
+            return Ok(false);
+        }
+        self.send_part()?;
+        Ok(true)
     }
 
     fn sync(&mut self) -> Result<()> {
@@ -250,8 +280,9 @@ impl StripeSink for S3Sink {
 
     fn discard(&mut self) {
         if self.keep_unfinished && !self.published && !self.lazy {
-            // What is full goes, what is in flight lands; the upload stays open.
-            if self.filled > 0 {
+            // What is in flight lands, and the part being filled goes when a part may be that
+            // small (the writer stopped after a whole frame); the upload stays open.
+            if (self.filled + self.overflow.len()) as u64 >= crate::config::MIN_PART_SIZE {
                 let _ = self.send_part();
             }
             while !self.in_flight.is_empty() {
@@ -281,45 +312,38 @@ impl Drop for S3Sink {
     }
 }
 
-/// A stripe a stopped backup left on S3 ([`sheaf_core::Store::resume`]): its upload completed
-/// where it was (an object under the stripe's name, without a trailer, that no record names) so
-/// that it can be read; going on starts a new upload of the same name whose first parts the server
-/// copies from it, and the bytes after the last whole part written again.
+/// A stripe a stopped backup left on S3 ([`sheaf_core::Store::resume`]): its upload, still in
+/// progress, and the unbroken run of parts the server holds from the first. Going on sends more
+/// parts to the same upload after those kept: nothing kept is read back or sent again.
 pub(super) struct S3Unfinished {
-    pub(super) source: super::source::S3Source,
     pub(super) sink: S3Sink,
-    pub(super) extra: Arc<object_store::aws::AmazonS3>,
-    pub(super) copier: crate::lock::S3Extra,
-    pub(super) key: String,
+    pub(super) client: Arc<object_store::aws::AmazonS3>,
+    /// The upload, and its parts kept (number, ETag, size), when there is one.
+    pub(super) upload: Option<(String, Vec<crate::lock::UploadedPart>)>,
+    /// Where each part kept ends.
+    pub(super) ends: Vec<u64>,
 }
 
 impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
-    fn source(&self) -> &dyn sheaf_core::storage::StripeSource {
-        &self.source
+    fn holds(&self) -> sheaf_core::storage::Holding<'_> {
+        sheaf_core::storage::Holding::Parts(&self.ends)
     }
 
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
-        use object_store::multipart::{MultipartStore, PartId};
-        let S3Unfinished { source, mut sink, extra, copier, key } = *self;
-        let part = sink.pool.buffer_len() as u64;
-        let whole = keep / part;
-        let failed = |what: &str, e: String| Error::new(ErrorKind::Target, format!("{what} {}: {}", sink.shown, sink.redact.scrub(&e)));
-        let path = sink.path.clone();
-        let id = sink.handle.block_on(extra.create_multipart(&path)).map_err(|e| failed("cannot start uploading", e.to_string()))?;
-        let mut done = Vec::with_capacity(whole as usize);
-        for n in 0..whole {
-            let etag = sink.handle.block_on(copier.copy_part(&key, &id, n as usize + 1, n * part, (n + 1) * part)).map_err(|e| failed("cannot copy a part of", e.to_string()))?;
-            done.push(PartId { content_id: etag });
+        use object_store::multipart::PartId;
+        let S3Unfinished { mut sink, client, upload, ends } = *self;
+        let kept = match keep {
+            0 => 0,
+            _ => ends.iter().position(|&e| e == keep).map(|i| i + 1).ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
+        };
+        // No upload: the stripe begins again, as a new one (started when its first part is full).
+        if let Some((id, parts)) = upload {
+            let done = parts.into_iter().take(kept).map(|(_, etag, _)| PartId { content_id: etag }).collect();
+            sink.upload = Some(Box::new(crate::lock::LockedUpload::going_on(client, sink.path.clone(), id, done)));
+            sink.lazy = false;
+            sink.parts = kept as u64;
+            sink.copied = keep;
         }
-        // The bytes kept after the last whole part: read, and written again as the next part's first.
-        let mut rest = vec![0u8; (keep - whole * part) as usize];
-        sheaf_core::storage::StripeSource::read_exact_at(&source, &mut rest, whole * part)?;
-        drop(source);
-        sink.upload = Some(Box::new(crate::lock::LockedUpload::going_on(extra, path, id, done)));
-        sink.lazy = false;
-        sink.parts = whole;
-        sink.copied = whole * part;
-        sink.write_all(&rest)?;
         Ok(Box::new(sink))
     }
 }

@@ -156,24 +156,27 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     let tables = contents(&c);
     let probe = base.path().join("probe.sheaf");
     let whole = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--to", probe.to_str().unwrap(), "--json"])), "a backup to measure"));
-    // At 12 MiB/s into the bucket: killed after about half of the time the whole takes.
+    // At 12 MiB/s into the bucket, in parts of 5 MiB: killed after about half of the time the
+    // whole takes, then its resumption killed after a quarter more. Each goes on from the parts
+    // the one before left in its upload, never read back.
     let seconds = whole["bytes_written"].as_u64().unwrap() as f64 / f64::from(12 << 20);
-    // Parts of 5 MiB, so that what it kept spans whole parts, which the server copies.
-    let mut b = repo
-        .sheaf()
-        .args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs_f64(seconds / 2.0));
-    assert!(b.try_wait().unwrap().is_none(), "the backup ended before it was killed");
-    b.kill().unwrap();
-    b.wait().unwrap();
+    for (n, share) in [0.5, 0.25].into_iter().enumerate() {
+        let mut b = repo
+            .sheaf()
+            .args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs_f64(seconds * share));
+        assert!(b.try_wait().unwrap().is_none(), "backup {} ended before it was killed", n + 1);
+        b.kill().unwrap();
+        b.wait().unwrap();
+    }
 
     let v = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--s3-part-size", "5MiB", "--json"])), "the resumed backup"));
     let resumed = &v["resumed"];
-    assert_eq!(resumed["attempt"], 1, "{v}");
+    assert_eq!(resumed["attempt"], 2, "{v}");
     assert!(resumed["files"].as_u64().unwrap() >= 2 && resumed["kept_stored_bytes"].as_u64().unwrap() > 5 << 20, "{resumed}");
     let id = v["postgres"]["repository_id"].as_str().unwrap().to_string();
     let _ = load.kill();
