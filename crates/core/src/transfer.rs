@@ -4,11 +4,14 @@
 //! for a stripe, so are its header, index, manifest and trailer; for a blob, its header and
 //! trailer. The copy is published only once all of it checked, so a damaged source never
 //! becomes a copy that looks whole. Memory: the read-ahead of the source's stream and one frame.
+//!
+//! Into another encrypted repository ([`copy_rekeyed`]) only the object's key block changes: its
+//! data key, sealed again for the target's keys. Every sealed byte after it stays as stored.
 
 use std::io::Read;
 
 use crate::blob::{blob_info, BLOB_HEADER_LEN, BLOB_MAGIC, BLOB_TRAILER_LEN};
-use crate::crypto::KEY_BLOCK_LEN;
+use crate::crypto::{KeyBlock, KEY_BLOCK_LEN};
 use crate::error::{Error, Result};
 use crate::format::{FrameHeader, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER_LEN, HEADER_MAGIC, MAX_TRANSFER_SIZE, TRAILER_LEN};
 use crate::stop::Stop;
@@ -23,6 +26,9 @@ pub struct Transferred {
     pub frames: u64,
 }
 
+/// What gives a copied object's key block for the place it goes to.
+pub type Rekey<'a> = &'a dyn Fn(&KeyBlock) -> Result<KeyBlock>;
+
 /// The regions of the object being copied, in order: `frames` between its header and its tail.
 struct Shape {
     header_len: u64,
@@ -33,6 +39,8 @@ struct Shape {
     /// rewritten while it is copied is refused, not published half old, half new).
     header: Vec<u8>,
     tail: Vec<u8>,
+    /// Where its key block is in the header, when it is encrypted.
+    key_at: Option<usize>,
 }
 
 /// Copy the stripe or blob `src` into `sink` as stored, checking every checksum on the way, then
@@ -43,8 +51,22 @@ struct Shape {
 /// [`crate::error::ErrorKind::Cancelled`] when stopped;
 /// [`crate::error::ErrorKind::Corrupt`] or [`crate::error::ErrorKind::Incomplete`] naming the source and the
 /// region that does not check; read and write errors.
-pub fn copy_checked(src: &dyn StripeSource, mut sink: Box<dyn StripeSink>, stop: &Stop) -> Result<Transferred> {
-    match copy_into(src, sink.as_mut(), stop) {
+pub fn copy_checked(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop) -> Result<Transferred> {
+    copy_with(src, sink, stop, None)
+}
+
+/// [`copy_checked`] of an encrypted object into a place with other keys: its key block replaced
+/// by `rekey`'s (the same data key sealed for them: [`crate::crypto::Keys::rekey`]).
+///
+/// # Errors
+/// As [`copy_checked`]; [`crate::error::ErrorKind::InvalidInput`] for an object that is not
+/// encrypted (it cannot be sealed by changing its header); `rekey`'s.
+pub fn copy_rekeyed(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, rekey: Rekey<'_>) -> Result<Transferred> {
+    copy_with(src, sink, stop, Some(rekey))
+}
+
+fn copy_with(src: &dyn StripeSource, mut sink: Box<dyn StripeSink>, stop: &Stop, rekey: Option<Rekey<'_>>) -> Result<Transferred> {
+    match copy_into(src, sink.as_mut(), stop, rekey) {
         Ok(t) => {
             sink.sync()?;
             sink.publish()?;
@@ -71,7 +93,8 @@ fn shape(src: &dyn StripeSource) -> Result<Shape> {
         let (mut header, mut tail) = (vec![0u8; header_len], vec![0u8; BLOB_TRAILER_LEN]);
         src.read_exact_at(&mut header, 0)?;
         src.read_exact_at(&mut tail, len - BLOB_TRAILER_LEN as u64)?;
-        return Ok(Shape { header_len: header_len as u64, frames_end: len - BLOB_TRAILER_LEN as u64, regions: Vec::new(), header, tail });
+        let key_at = info.encrypted.then_some(BLOB_HEADER_LEN);
+        return Ok(Shape { header_len: header_len as u64, frames_end: len - BLOB_TRAILER_LEN as u64, regions: Vec::new(), header, tail, key_at });
     }
     if &first[..8] != HEADER_MAGIC {
         return Err(Error::corrupt(format!("{at}: not a sheaf stripe or object (bad magic)")));
@@ -79,7 +102,7 @@ fn shape(src: &dyn StripeSource) -> Result<Shape> {
     let header_len = StripeHeader::len_from(&first);
     let mut h = vec![0u8; header_len];
     src.read_exact_at(&mut h, 0)?;
-    StripeHeader::decode(&h).map_err(|e| e.context(at.to_string()))?;
+    let key_at = StripeHeader::decode(&h).map_err(|e| e.context(at.to_string()))?.key_block.is_some().then_some(HEADER_LEN);
     if len < (header_len + TRAILER_LEN) as u64 {
         return Err(Error::incomplete(format!("{at}: {len} bytes is too short for a stripe (truncated)")));
     }
@@ -99,10 +122,11 @@ fn shape(src: &dyn StripeSource) -> Result<Shape> {
         regions: vec![(tr.index_offset, tr.index_len, tr.index_crc, "index"), (tr.manifest_offset, tr.manifest_len, tr.manifest_crc, "manifest")],
         header: h,
         tail: t.to_vec(),
+        key_at,
     })
 }
 
-fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop) -> Result<Transferred> {
+fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, rekey: Option<Rekey<'_>>) -> Result<Transferred> {
     let at = src.location().to_string();
     let s = shape(src)?;
     let len = src.len();
@@ -113,6 +137,11 @@ fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop) -> 
     read(&mut header, 0)?;
     if header != s.header {
         return Err(changed("header"));
+    }
+    if let Some(rekey) = rekey {
+        let at_key = s.key_at.ok_or_else(|| Error::invalid(format!("{at} is not encrypted: its frames would have to be sealed one by one, which a copy as stored does not do")))?;
+        let block = KeyBlock::decode(&header[at_key..at_key + KEY_BLOCK_LEN]).map_err(|e| e.context(at.clone()))?;
+        header[at_key..at_key + KEY_BLOCK_LEN].copy_from_slice(&rekey(&block).map_err(|e| e.context(at.clone()))?.encode());
     }
     sink.write_all(&header)?;
     let mut pos = s.header_len;

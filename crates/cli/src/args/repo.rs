@@ -535,7 +535,27 @@ pub struct CopyArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub to_keys: ToKeyArgs,
+    #[command(flatten)]
     pub rate: RateArgs,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// The secret of the repository `sheaf copy` copies into, when it is not the one given for the
+/// repository copied from.
+#[derive(Args, Clone, Default)]
+#[command(next_help_heading = "The target's secret (between encrypted repositories, each object's data key is sealed again for the target's keys; frames stay as stored)")]
+pub struct ToKeyArgs {
+    /// The target opens with the key in FILE. Default: the secret given for --repo.
+    #[arg(long, value_name = "FILE")]
+    pub to_encryption_key_file: Option<PathBuf>,
+    /// The target opens with the passphrase in FILE (its first line). Default: the secret given
+    /// for --repo.
+    #[arg(long, value_name = "FILE")]
+    pub to_passphrase_file: Option<PathBuf>,
+    /// The target opens with what CMD prints (as --key-command). Default: the secret given for
+    /// --repo.
+    #[arg(long, value_name = "CMD")]
+    pub to_key_command: Option<String>,
 }

@@ -12,7 +12,10 @@
 //! key check (a key ring's generations use it). Layout 2 (sets and objects under one secret):
 //! the data key's 32 random bytes (its HKDF PRK), sealed with a key-encryption key the secret
 //! makes with a salt of the block's own, so that the secret only ever wraps a random key and a
-//! set's secret can be changed by rewriting the block in place ([`Keys::rewrap`]).
+//! set's secret can be changed by rewriting the block in place ([`Keys::rewrap`]). Layout 3 (a
+//! set or object copied into another repository, `sheaf copy`): layout 2's sealed data key under a
+//! key ring's generation, so that the copy opens with the target's keys and its frames stay as
+//! stored ([`Keys::rekey`]).
 //! The data salt makes each backup's (and each object's) data key its own, so the nonces inside
 //! one (a counter per frame, fixed numbers for the index and the manifest) can never repeat under
 //! a key. The key check lets a wrong key be named before any byte is decrypted.
@@ -127,7 +130,7 @@ pub struct KeyBlock {
     pub wrapped: Option<Wrapped>,
 }
 
-/// A data key sealed in a key block (layout 2).
+/// A data key sealed in a key block (layout 2; layout 3 under a key ring's generation).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Wrapped {
     /// Salt of the key-encryption key (Argon2id's own salt for a passphrase).
@@ -137,11 +140,27 @@ pub struct Wrapped {
 }
 
 impl KeyBlock {
+    /// Layout 3: a key ring's generation seals the data key (its ring id and generation fill the
+    /// bytes layout 2 keeps its salt in, so the salt and the sealed key come after them).
+    fn ring_wrapped(&self) -> bool {
+        self.wrapped.is_some() && matches!(self.kdf, Kdf::Ring { .. })
+    }
+
+    /// How many of [`KeyBlock::head`]'s bytes a sealed data key is bound to.
+    fn bound_len(&self) -> usize {
+        if self.ring_wrapped() {
+            44
+        } else {
+            36
+        }
+    }
+
     /// Encode with its own checksum.
     pub fn encode(&self) -> [u8; KEY_BLOCK_LEN] {
         let mut b = self.head();
         if let Some(w) = &self.wrapped {
-            b[36..84].copy_from_slice(&w.sealed);
+            let at = if self.ring_wrapped() { 44 } else { 36 };
+            b[at..at + 48].copy_from_slice(&w.sealed);
         } else {
             b[36..68].copy_from_slice(&self.data_salt);
             b[68..84].copy_from_slice(&self.check);
@@ -151,12 +170,17 @@ impl KeyBlock {
         b
     }
 
-    /// Bytes 0..36 (magic, layout, cipher, KDF and its parameters; layout 2's salt), the rest
-    /// zero: what a layout 2 block's sealed key is bound to.
+    /// Bytes 0..36 (magic, layout, cipher, KDF and its parameters; layout 2's salt), or 0..44
+    /// (layout 3: a ring's id and generation, then the salt), the rest zero: what a sealed data
+    /// key is bound to ([`KeyBlock::bound_len`]).
     fn head(&self) -> [u8; KEY_BLOCK_LEN] {
         let mut b = [0u8; KEY_BLOCK_LEN];
         b[0..4].copy_from_slice(KEY_BLOCK_MAGIC);
-        b[4] = if self.wrapped.is_some() { 2 } else { 1 }; // layout version
+        b[4] = match (&self.wrapped, self.ring_wrapped()) {
+            (None, _) => 1,
+            (Some(_), false) => 2,
+            (Some(_), true) => 3,
+        }; // layout version
         b[5] = CIPHER_AES256GCM;
         match self.kdf {
             Kdf::KeyFile => b[6] = KDF_KEY_FILE,
@@ -173,9 +197,11 @@ impl KeyBlock {
                 b[24..28].copy_from_slice(&generation.to_le_bytes());
             }
         }
-        if let Some(w) = &self.wrapped {
+        match &self.wrapped {
+            Some(w) if self.ring_wrapped() => b[28..44].copy_from_slice(&w.salt),
             // A passphrase's block has Argon2id's salt there already, which is this salt too.
-            b[20..36].copy_from_slice(&w.salt);
+            Some(w) => b[20..36].copy_from_slice(&w.salt),
+            None => {}
         }
         b
     }
@@ -191,7 +217,7 @@ impl KeyBlock {
         if crc32c::crc32c(&b[..92]) != u32::from_le_bytes(b[92..96].try_into().expect("4 bytes")) {
             return Err(Error::corrupt("key block: checksum mismatch (the header is damaged)"));
         }
-        if !(1..=2).contains(&b[4]) || b[5] != CIPHER_AES256GCM {
+        if !(1..=3).contains(&b[4]) || b[5] != CIPHER_AES256GCM {
             return Err(Error::invalid(format!("key block: layout {} / cipher {} is not known to this sheaf: upgrade sheaf", b[4], b[5])));
         }
         let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
@@ -208,6 +234,13 @@ impl KeyBlock {
             KDF_RING => return Err(Error::corrupt("key block: key ring generation 0 (damaged)")),
             k => return Err(Error::corrupt(format!("key block: unknown key derivation {k} (damaged)"))),
         };
+        if b[4] == 3 {
+            if !matches!(kdf, Kdf::Ring { .. }) {
+                return Err(Error::corrupt("key block: layout 3 without a key ring's generation (damaged)"));
+            }
+            let wrapped = Wrapped { salt: b[28..44].try_into().expect("16 bytes"), sealed: b[44..92].try_into().expect("48 bytes") };
+            return Ok(KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(wrapped) });
+        }
         if b[4] == 2 {
             if matches!(kdf, Kdf::Ring { .. }) {
                 return Err(Error::corrupt("key block: a key ring's generation in layout 2 (damaged)"));
@@ -491,16 +524,21 @@ impl Keys {
         Ok((block, Arc::new(Derived::from_prk(&prk).cipher)))
     }
 
-    /// A layout 2 block under `kdf` sealing `prk`.
+    /// A block under `kdf` sealing `prk`: layout 2 under a secret of its own, layout 3 under a
+    /// key ring's generation this secret opened.
     fn wrap_prk(&self, kdf: Kdf, prk: &Zeroizing<[u8; 32]>) -> Result<KeyBlock> {
         let salt = match kdf {
             Kdf::Argon2id { salt, .. } => salt,
             _ => random()?,
         };
         let mut block = KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(Wrapped { salt, sealed: [0; 48] }) };
+        let master = match kdf {
+            Kdf::Ring { .. } => self.ring_key(&kdf).map_or_else(|| self.own_master(&kdf), Ok)?,
+            _ => self.own_master(&kdf)?,
+        };
         let mut buf = prk.clone();
-        let tag = KeyBlock::kek(&self.own_master(&kdf)?, &salt)
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice())
+        let tag = KeyBlock::kek(&master, &salt)
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..block.bound_len()]), buf.as_mut_slice())
             .expect("AES-GCM seals 32 bytes");
         let w = block.wrapped.as_mut().expect("set above");
         w.sealed[..32].copy_from_slice(buf.as_slice());
@@ -530,7 +568,7 @@ impl Keys {
             for m in &masters {
                 let mut buf = Zeroizing::new(w.sealed);
                 let kek = KeyBlock::kek(m, &w.salt);
-                if let Ok(plain) = kek.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..36]), buf.as_mut_slice()) {
+                if let Ok(plain) = kek.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..block.bound_len()]), buf.as_mut_slice()) {
                     let mut prk = Zeroizing::new([0u8; 32]);
                     prk.copy_from_slice(plain);
                     return Ok(prk);
@@ -562,6 +600,18 @@ impl Keys {
         }
         let prk = self.prk_of(block)?;
         new.wrap_prk(new.fresh_kdf()?, &prk)
+    }
+
+    /// `block` (a set's or an object's, any layout, that these keys open) sealed for `to` (another
+    /// repository's keys and its key ring's current generation, or a secret of its own): the same
+    /// data key, so the frames, index and manifest it sealed stay as stored and only the block
+    /// changes (`sheaf copy` between encrypted repositories).
+    ///
+    /// # Errors
+    /// These keys do not open `block`, or `to`'s do not make its key; the random source.
+    pub fn rekey(&self, block: &KeyBlock, to: &Encryption) -> Result<KeyBlock> {
+        let prk = self.prk_of(block)?;
+        to.keys.wrap_prk(to.kdf, &prk)
     }
 
     /// The cipher of what `block` describes, once the key check holds.
@@ -738,5 +788,53 @@ mod tests {
             bad[i] ^= 4;
             assert!(KeyBlock::decode(&bad).is_err(), "flip at {i}");
         }
+    }
+
+    #[test]
+    fn a_block_rekeyed_for_another_ring_opens_there_only_with_the_same_data_key() {
+        let ring = |id: u8, generation: u32| Kdf::Ring { ring: [id; 16], generation };
+        let holding = |kdf: Kdf, master: u8| {
+            let k = Keys::from_key([master ^ 0x5a; 32]);
+            k.install_ring(&[(kdf, Zeroizing::new([master; 32]))]);
+            k
+        };
+        let (a, b) = (ring(1, 1), ring(2, 3));
+        let (source, target) = (holding(a, 7), holding(b, 9));
+        let (block, cipher) = source.seal(a).unwrap();
+        assert!(block.wrapped.is_none(), "a ring's own blocks are layout 1");
+        let mut sealed = b"a frame's stored bytes".to_vec();
+        let tag = cipher.seal(NONCE_FRAMES, 3, b"aad", &mut sealed);
+
+        let moved = source.rekey(&block, &Encryption { keys: Arc::new(target), kdf: b }).unwrap();
+        let bytes = moved.encode();
+        assert_eq!(bytes[4], 3, "layout 3");
+        assert_eq!(KeyBlock::decode(&bytes).unwrap(), moved);
+        // The target's ring opens it, to the same data key: the frame opens as stored.
+        let target = holding(b, 9);
+        let opened = target.open(&moved).unwrap();
+        let mut plain = sealed.clone();
+        opened.open(NONCE_FRAMES, 3, b"aad", &mut plain, &tag).unwrap();
+        assert_eq!(&plain[..], b"a frame's stored bytes");
+        // The source's keys do not (they hold no generation of the target's ring), nor does a
+        // block whose generation, ring or salt was changed (each is bound to the sealed key).
+        assert_eq!(holding(a, 7).open(&moved).unwrap_err().kind(), ErrorKind::Key);
+        for at in [10, 25, 30] {
+            let mut other = bytes;
+            other[at] ^= 1;
+            let crc = crc32c::crc32c(&other[..92]);
+            other[92..96].copy_from_slice(&crc.to_le_bytes());
+            let decoded = KeyBlock::decode(&other).unwrap();
+            let target = holding(b, 9);
+            target.install_ring(&[(decoded.kdf, Zeroizing::new([9; 32]))]);
+            assert!(target.open(&decoded).is_err(), "byte {at} changed and it still opens");
+        }
+        // A block under a secret of its own (a `--to` set) moves the same way.
+        let own = Keys::from_key([4; 32]);
+        let (block, cipher) = own.seal(Kdf::KeyFile).unwrap();
+        let moved = own.rekey(&block, &Encryption { keys: Arc::new(holding(b, 9)), kdf: b }).unwrap();
+        let mut x = b"pages".to_vec();
+        let tag = cipher.seal(NONCE_FRAMES, 1, b"", &mut x);
+        holding(b, 9).open(&moved).unwrap().open(NONCE_FRAMES, 1, b"", &mut x, &tag).unwrap();
+        assert_eq!(&x[..], b"pages");
     }
 }

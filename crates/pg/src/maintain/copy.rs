@@ -8,17 +8,24 @@
 //! of the same size, WAL by name) and copies only the rest, so an interrupted copy resumes, and a
 //! finished one copies nothing and says so.
 //!
+//! Between encrypted repositories, each object's data key is sealed again for the target's keys
+//! (its key block rewritten: [`sheaf_core::crypto::Keys::rekey`]) and every sealed byte after it
+//! copied as stored: the copy opens with the target's secret, not the source's.
+//!
 //! What is refused: a target of another cluster (any history that differs), a backup held under
-//! the same id with another set in it, and, for now, encrypted repositories on either side
-//! (re-sealing frames for another repository's keys is not built yet).
+//! the same id with another set in it, and a copy between an encrypted repository and one that is
+//! not (either way round: it would leave backups in the clear, or need every frame sealed one by
+//! one, which a copy as stored does not do).
 
 use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
+use sheaf_core::crypto::{Encryption, KeyBlock, Keys};
 use sheaf_core::repo::Place;
 use sheaf_core::stop::Stop;
 use sheaf_core::storage::Stored;
-use sheaf_core::transfer::copy_checked;
+use sheaf_core::storage::{StripeSink, StripeSource};
+use sheaf_core::transfer::{copy_checked, copy_rekeyed, Transferred};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::cluster::walname::{WalFile, WalKind};
@@ -67,26 +74,44 @@ impl Copied {
     }
 }
 
+/// How objects go from one encrypted repository into another: each one's data key, opened with
+/// the source's keys, sealed for the target's.
+struct Rekey<'a> {
+    from: &'a Keys,
+    to: Encryption,
+}
+
+/// Copy `src` into `sink` checked, as stored ([`copy_checked`]), or with its key block sealed for
+/// the target's keys ([`copy_rekeyed`]).
+fn transfer(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, rekey: Option<&Rekey<'_>>) -> Result<Transferred> {
+    match rekey {
+        Some(r) => copy_rekeyed(src, sink, stop, &|b: &KeyBlock| r.from.rekey(b, &r.to)),
+        None => copy_checked(src, sink, stop),
+    }
+}
+
 /// Copy the backups `which` names from `from` into the repository at `to` (made, when the place
 /// is empty, for the same cluster). Asked to `stop`, it stops between objects: what was copied
 /// stays, and the next run goes on from there.
 ///
 /// # Errors
 /// A target of another cluster, a backup the target holds under the same id with another set; an
-/// encrypted repository on either side; a damaged object in the source (named; nothing of it is
-/// published); [`ErrorKind::Cancelled`] when stopped; the stores' errors.
+/// encrypted repository on one side only; keys that do not open the source or the target; a
+/// damaged object in the source (named; nothing of it is published); [`ErrorKind::Cancelled`]
+/// when stopped; the stores' errors.
 pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copied> {
     let mut done = Copied::default();
-    let encrypted = |what: &str, shown: &str| {
-        Error::invalid(format!(
-            "{what} {shown} is encrypted: sheaf copy copies between repositories that are not encrypted for now (re-sealing every frame for another repository's keys is not built yet). Copy the folder or bucket whole with its keys, or back up into both (--repo-target all)"
-        ))
-    };
-    if from.place().key_block()?.is_some() {
-        return Err(encrypted("the source", from.display()));
-    }
+    let sealed = from.place().key_block()?.is_some();
     let target = match crate::repo::meta::open(to) {
         Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound && sealed => {
+            return Err(Error::invalid(format!(
+                "{} is encrypted and {} holds no repository: a copy keeps every frame sealed, so make it an encrypted repository of its own first (`sheaf init --repo {} URL` with --passphrase-file, --encryption-key-file or --key-command), then copy again (with --to-passphrase-file, --to-encryption-key-file or --to-key-command when its secret is not this one)",
+                from.display(),
+                to.display(),
+                to.display()
+            )));
+        }
         Err(e) if e.kind() == ErrorKind::NotFound => {
             to.check_writer()?;
             done.created = true;
@@ -101,11 +126,32 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
         }
         Err(e) => return Err(e),
     };
-    if to.key_block()?.is_some() {
-        return Err(encrypted("the target", to.display()));
-    }
+    let rekey = match (sealed, to.key_block()?.is_some()) {
+        (false, false) => None,
+        (true, true) => {
+            let from_keys = from.keys().ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret", from.display())))?;
+            let to_enc = target.encryption()?.ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret", target.display())))?;
+            Some(Rekey { from: from_keys, to: to_enc })
+        }
+        (true, false) => {
+            return Err(Error::invalid(format!(
+                "{} is encrypted and {} is not: a copy there would leave its backups in the clear; copy into an encrypted repository (`sheaf init` one with a secret)",
+                from.display(),
+                target.display()
+            )))
+        }
+        (false, true) => {
+            return Err(Error::invalid(format!(
+                "{} is not encrypted and {} is: a copy as stored cannot seal every frame (not built); back up into {} directly (--repo-target all), or copy into a repository that is not encrypted",
+                from.display(),
+                target.display(),
+                target.display()
+            )))
+        }
+    };
+    let rekey = rekey.as_ref();
     target.check_writer()?;
-    let (src, dst) = align(from, &target, stop, &mut done)?;
+    let (src, dst) = align(from, &target, stop, &mut done, rekey)?;
     // What to copy, per history, bases first.
     let mut chosen: Vec<(usize, Vec<BackupRecord>)> = Vec::new();
     let records: Vec<Vec<BackupRecord>> = src.iter().map(|h| complete(&h.repo)).collect::<Result<_>>()?;
@@ -158,9 +204,9 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
                 missing.push(r);
             }
         }
-        wal(s, d, backups, stop, &mut done)?;
+        wal(s, d, backups, stop, &mut done, rekey)?;
         for r in missing {
-            backup(s, d, r, stop, &mut done)?;
+            backup(s, d, r, stop, &mut done, rekey)?;
         }
         horizon(s, d)?;
     }
@@ -213,7 +259,7 @@ fn lock(d: &Repo, r: &BackupRecord) -> Result<()> {
 
 /// The source's histories and the target's, one for one: the target's must be the source's
 /// clusters; histories it lacks (the source went through pg_upgrade since) are recorded in it.
-fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied) -> Result<(Vec<History>, Vec<History>)> {
+fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<(Vec<History>, Vec<History>)> {
     let src = histories::all(from)?;
     let mut dst = histories::all(target)?;
     for (k, h) in src.iter().enumerate() {
@@ -233,7 +279,7 @@ fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied) -> Result<(
                 let root = target.root();
                 let name = paths::history_record(h.number);
                 root.prepare(&format!("{}/{}", paths::history_folder(h.number), sheaf_core::repo::META))?;
-                copy_checked(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?, stop)?;
+                transfer(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?, stop, rekey)?;
                 done.histories_added.push(h.number);
                 dst = histories::all(target)?;
             }
@@ -252,13 +298,13 @@ fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied) -> Result<(
 }
 
 /// Copy `name` from `s` into `d` as stored, checked; counted.
-fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied) -> Result<()> {
+fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
     if stop.asked() {
         return Err(Error::new(ErrorKind::Cancelled, "copy stopped when asked; run it again to go on from here"));
     }
     d.prepare(name)?;
     let src = s.open(name)?;
-    let t = copy_checked(src.as_ref(), d.location(name).create(true, src.len())?, stop)?;
+    let t = transfer(src.as_ref(), d.location(name).create(true, src.len())?, stop, rekey)?;
     done.objects += 1;
     done.bytes += t.bytes;
     done.frames += t.frames;
@@ -272,7 +318,7 @@ const IN_FLIGHT: usize = 4;
 
 /// Copy `names` from `s` into `d` as [`one`] does, up to [`IN_FLIGHT`] at a time; the first
 /// failure stops the others after the object each is on, and is the error.
-fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied) -> Result<()> {
+fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     let next = AtomicUsize::new(0);
@@ -284,7 +330,7 @@ fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied) ->
                 let mut mine = Copied::default();
                 while failed.lock().expect("not poisoned").is_none() {
                     let Some(name) = names.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
-                    if let Err(e) = one(s, d, name, stop, &mut mine) {
+                    if let Err(e) = one(s, d, name, stop, &mut mine, rekey) {
                         failed.lock().expect("not poisoned").get_or_insert(e);
                     }
                 }
@@ -304,7 +350,7 @@ fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied) ->
 
 /// The WAL `backups` need from the oldest one's start on (point-in-time recovery to the end of
 /// the source's archive), with block summaries and every timeline history file, that `d` lacks.
-fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Copied) -> Result<()> {
+fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
     let seg = s.meta().wal_segment_size;
     let Some(from) = backups.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).map(|w| w.segno).min() else { return Ok(()) };
     let there: HashMap<String, u64> = d.list(paths::WAL)?.into_iter().map(|o| (o.name, o.size)).collect();
@@ -339,37 +385,42 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
         }
     }
     // Segments before their summaries: a summary never stands without its segment.
-    many(s, d, &files, stop, done)?;
+    many(s, d, &files, stop, done, rekey)?;
     done.wal_files += files.len() as u64;
-    many(s, d, &summaries, stop, done)
+    many(s, d, &summaries, stop, done, rekey)
 }
 
 /// Copy backup `r`, locked in `d` ([`lock`]): its stripes (those there already at their size
 /// kept), then its annotations, pin and drills, then its record; then the lock goes.
-fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied) -> Result<()> {
+fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
     let record = paths::record(&r.id);
     let lock = paths::lock(&r.id);
     let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let stripes: Vec<String> = r.stripes.iter().filter(|n| there.get(*n).is_none_or(|k| sizes.get(*n) != Some(k))).cloned().collect();
-    many(s, d, &stripes, stop, done)?;
+    many(s, d, &stripes, stop, done, rekey)?;
     let extras = [paths::annotations(&r.id), crate::repo::keep::pin_object(&r.id)];
     for name in extras.iter().cloned().chain(crate::repo::drills::drill_objects(s)?.into_iter().filter(|o| crate::repo::drills::drill_backup(o) == Some(r.id.as_str()))) {
         if s.exists(&name)? && !d.exists(&name)? {
-            one(s, d, &name, stop, done)?;
+            one(s, d, &name, stop, done, rekey)?;
         }
     }
-    one(s, d, &record, stop, done)?;
+    one(s, d, &record, stop, done, rekey)?;
     d.delete(&lock)?;
     done.copied.push(r.id.clone());
     Ok(())
 }
 
 /// Whether the objects `name` in `s` and `d` hold the same content (their trailers' length and
-/// CRC-32C of the content, however each was compressed).
+/// CRC-32C of the content, however each was compressed, and unmasked with each one's key when
+/// encrypted).
 fn same_content(s: &Repo, d: &Repo, name: &str) -> Result<bool> {
-    let (a, b) = (sheaf_core::blob::blob_info(s.open(name)?.as_ref())?, sheaf_core::blob::blob_info(d.open(name)?.as_ref())?);
-    Ok(a.raw_len == b.raw_len && a.crc == b.crc)
+    let content = |r: &Repo| -> Result<(u64, u32)> {
+        let info = sheaf_core::blob::blob_info(r.open(name)?.as_ref())?;
+        let mask = sheaf_core::crypto::cipher_for(info.key_block.as_ref(), r.keys(), &r.describe(name))?.map_or(0, |c| c.crc_mask());
+        Ok((info.raw_len, info.crc ^ mask))
+    };
+    Ok(content(s)? == content(d)?)
 }
 
 /// What one repository holds that another lacks ([`compare`]).

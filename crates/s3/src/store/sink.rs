@@ -334,7 +334,11 @@ impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
         let S3Unfinished { mut sink, client, upload, ends } = *self;
         let kept = match keep {
             0 => 0,
-            _ => ends.iter().position(|&e| e == keep).map(|i| i + 1).ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
+            _ => ends
+                .iter()
+                .position(|&e| e == keep)
+                .map(|i| i + 1)
+                .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
         };
         // No upload: the stripe begins again, as a new one (started when its first part is full).
         if let Some((id, parts)) = upload {
