@@ -602,6 +602,8 @@ pub trait UnfinishedStripe: Send {
     /// # Errors
     /// It cannot be cut or written, or `keep` is not a place it can go on from.
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>>;
+    /// Remove what it holds (best effort): the backup it was left by is given up.
+    fn abandon(self: Box<Self>);
 }
 
 /// What an [`UnfinishedStripe`] holds.

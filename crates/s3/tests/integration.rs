@@ -296,3 +296,53 @@ fn two_repositories_in_one_bucket_keep_their_own_locks() {
     }
     assert_eq!(a.lock_of("backups/x.lock").unwrap(), None, "spared");
 }
+
+/// A resumable stripe's parts end where frames do; going on from one of them keeps the parts up to
+/// it and sets aside those past it (each replaced by one byte, too small to be taken for the next
+/// attempt's), so that a later resumption never takes a part an earlier attempt left under a
+/// number the new one sends again; the stripe published holds exactly the kept bytes and the new.
+#[test]
+fn a_resumed_upload_keeps_its_parts_and_sets_aside_those_past_them() {
+    use sheaf_core::storage::Holding;
+    let m = Minio::start();
+    m.create_bucket("resume");
+    let o = S3Options { part_size: 5 << 20, ..m.options() };
+    let s = schemes(&m, o);
+    let loc = Location::parse("s3://resume/set/s_1.sheaf", &s).unwrap();
+    let frame = |b: u8| vec![b; 1 << 20];
+    let ends = |loc: &Location| -> (Box<dyn sheaf_core::storage::UnfinishedStripe>, Vec<u64>) {
+        let u = loc.resume(0).unwrap().expect("an upload to go on from");
+        let e = match u.holds() {
+            Holding::Parts(e) => e.to_vec(),
+            Holding::Bytes(_) => panic!("an upload is parts"),
+        };
+        (u, e)
+    };
+    // Sixteen frames of 1 MiB: parts end after the 5th, 10th and 15th; the 16th, too small to be a
+    // part that is not the last, is not sent when the sink is dropped unpublished (a kill).
+    let mut sink = loc.create_resumable(false, 16 << 20).unwrap();
+    for i in 0..16u8 {
+        sink.write_all(&frame(i)).unwrap();
+        assert_eq!(sink.frame_end().unwrap(), matches!(i, 4 | 9 | 14), "frame {i}");
+    }
+    drop(sink);
+    let (u, e) = ends(&loc);
+    assert_eq!(e, [5 << 20, 10 << 20, 15 << 20]);
+    // Going on from the first part's end: parts 2 and 3 are set aside.
+    let sink = u.go_on(5 << 20).unwrap();
+    drop(sink);
+    let (u, e) = ends(&loc);
+    assert_eq!(e, [5 << 20], "the parts past the one kept are not taken again");
+    let mut sink = u.go_on(5 << 20).unwrap();
+    for i in 100..106u8 {
+        sink.write_all(&frame(i)).unwrap();
+        sink.frame_end().unwrap();
+    }
+    sink.sync().unwrap();
+    sink.publish().unwrap();
+    let mut got = Vec::new();
+    loc.open().unwrap().stream(0, 11 << 20).unwrap().read_to_end(&mut got).unwrap();
+    let want: Vec<u8> = (0..5u8).chain(100..106).flat_map(frame).collect();
+    assert!(got == want, "the kept part, then the new frames, and nothing else");
+    assert!(m.open_uploads("resume").is_empty(), "{:?}", m.open_uploads("resume"));
+}

@@ -545,6 +545,7 @@ pub struct CopyArgs {
 /// The secret of the repository `sheaf copy` copies into, when it is not the one given for the
 /// repository copied from.
 #[derive(Args, Clone, Default)]
+#[group(multiple = false)]
 #[command(next_help_heading = "The target's secret (between encrypted repositories, each object's data key is sealed again for the target's keys; frames stay as stored)")]
 pub struct ToKeyArgs {
     /// The target opens with the key in FILE. Default: the secret given for --repo.

@@ -26,20 +26,11 @@ pub fn run(ctx: &Context, a: CopyArgs) -> Result<(), Error> {
     };
     let (_, from) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository to copy from: --repo R"))?;
     let from = from?;
-    // The target's own secret, or the one given for --repo.
+    // The target's own secret (one at most: clap refuses two), or the one given for --repo.
     let k = &a.to_keys;
-    let own = usize::from(k.to_encryption_key_file.is_some()) + usize::from(k.to_passphrase_file.is_some()) + usize::from(k.to_key_command.is_some());
-    if own > 1 {
-        return Err(Error::new(
-            sheaf_core::ErrorKind::Key,
-            "more than one secret given for the target (--to-encryption-key-file, --to-passphrase-file, --to-key-command): give one",
-        ));
-    }
-    let to_keys = if own == 1 {
-        crate::context::load_keys(k.to_encryption_key_file.clone(), k.to_passphrase_file.clone(), k.to_key_command.clone(), "--to-key-command")?
-    } else {
-        ctx.keys()?
-    };
+    let own = k.to_encryption_key_file.is_some() || k.to_passphrase_file.is_some() || k.to_key_command.is_some();
+    let to_keys =
+        if own { crate::context::load_keys(k.to_encryption_key_file.clone(), k.to_passphrase_file.clone(), k.to_key_command.clone(), "--to-key-command")? } else { ctx.keys()? };
     let mut to = Place::at(&a.to_repo, ctx.schemes()?)?.with_keys(to_keys);
     if let Some(limit) = ctx.rate()? {
         to = to.throttled(&limit);

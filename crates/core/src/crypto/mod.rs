@@ -137,6 +137,17 @@ pub struct Wrapped {
     pub salt: [u8; 16],
     /// AES-256-GCM of the 32-byte PRK, then its tag.
     pub sealed: [u8; 48],
+    /// The low 8 bytes of the nonce it was sealed under (layout 4; 0 in layouts 2 and 3, whose
+    /// key-encryption key is the block's own through its random salt).
+    pub nonce: [u8; 8],
+}
+
+impl Wrapped {
+    fn nonce(&self) -> Nonce {
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(&self.nonce);
+        Nonce::assume_unique_for_key(n)
+    }
 }
 
 impl KeyBlock {
@@ -161,6 +172,9 @@ impl KeyBlock {
         if let Some(w) = &self.wrapped {
             let at = if self.ring_wrapped() { 44 } else { 36 };
             b[at..at + 48].copy_from_slice(&w.sealed);
+            if !self.ring_wrapped() {
+                b[84..92].copy_from_slice(&w.nonce);
+            }
         } else {
             b[36..68].copy_from_slice(&self.data_salt);
             b[68..84].copy_from_slice(&self.check);
@@ -178,8 +192,9 @@ impl KeyBlock {
         b[0..4].copy_from_slice(KEY_BLOCK_MAGIC);
         b[4] = match (&self.wrapped, self.ring_wrapped()) {
             (None, _) => 1,
-            (Some(_), false) => 2,
             (Some(_), true) => 3,
+            (Some(w), false) if w.nonce != [0; 8] => 4,
+            (Some(_), false) => 2,
         }; // layout version
         b[5] = CIPHER_AES256GCM;
         match self.kdf {
@@ -217,7 +232,7 @@ impl KeyBlock {
         if crc32c::crc32c(&b[..92]) != u32::from_le_bytes(b[92..96].try_into().expect("4 bytes")) {
             return Err(Error::corrupt("key block: checksum mismatch (the header is damaged)"));
         }
-        if !(1..=3).contains(&b[4]) || b[5] != CIPHER_AES256GCM {
+        if !(1..=4).contains(&b[4]) || b[5] != CIPHER_AES256GCM {
             return Err(Error::invalid(format!("key block: layout {} / cipher {} is not known to this sheaf: upgrade sheaf", b[4], b[5])));
         }
         let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
@@ -238,14 +253,18 @@ impl KeyBlock {
             if !matches!(kdf, Kdf::Ring { .. }) {
                 return Err(Error::corrupt("key block: layout 3 without a key ring's generation (damaged)"));
             }
-            let wrapped = Wrapped { salt: b[28..44].try_into().expect("16 bytes"), sealed: b[44..92].try_into().expect("48 bytes") };
+            let wrapped = Wrapped { salt: b[28..44].try_into().expect("16 bytes"), sealed: b[44..92].try_into().expect("48 bytes"), nonce: [0; 8] };
             return Ok(KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(wrapped) });
         }
-        if b[4] == 2 {
+        if b[4] == 2 || b[4] == 4 {
             if matches!(kdf, Kdf::Ring { .. }) {
-                return Err(Error::corrupt("key block: a key ring's generation in layout 2 (damaged)"));
+                return Err(Error::corrupt(format!("key block: a key ring's generation in layout {} (damaged)", b[4])));
             }
-            let wrapped = Wrapped { salt: b[20..36].try_into().expect("16 bytes"), sealed: b[36..84].try_into().expect("48 bytes") };
+            let nonce: [u8; 8] = if b[4] == 4 { b[84..92].try_into().expect("8 bytes") } else { [0; 8] };
+            if b[4] == 4 && nonce == [0; 8] {
+                return Err(Error::corrupt("key block: layout 4 without its nonce (damaged)"));
+            }
+            let wrapped = Wrapped { salt: b[20..36].try_into().expect("16 bytes"), sealed: b[36..84].try_into().expect("48 bytes"), nonce };
             return Ok(KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(wrapped) });
         }
         Ok(KeyBlock { kdf, data_salt: b[36..68].try_into().expect("32 bytes"), check: b[68..84].try_into().expect("16 bytes"), wrapped: None })
@@ -531,14 +550,26 @@ impl Keys {
             Kdf::Argon2id { salt, .. } => salt,
             _ => random()?,
         };
-        let mut block = KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(Wrapped { salt, sealed: [0; 48] }) };
+        // Under a passphrase the salt is Argon2id's, which every block of a repository without a
+        // key ring shares: the key-encryption key is then the same for all of them, so each
+        // block's nonce is its own, random (layout 4). Other salts are random per block.
+        let nonce = match kdf {
+            Kdf::Argon2id { .. } => loop {
+                let n: [u8; 8] = random()?;
+                if n != [0; 8] {
+                    break n;
+                }
+            },
+            _ => [0; 8],
+        };
+        let mut block = KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(Wrapped { salt, sealed: [0; 48], nonce }) };
         let master = match kdf {
             Kdf::Ring { .. } => self.ring_key(&kdf).map_or_else(|| self.own_master(&kdf), Ok)?,
             _ => self.own_master(&kdf)?,
         };
         let mut buf = prk.clone();
         let tag = KeyBlock::kek(&master, &salt)
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..block.bound_len()]), buf.as_mut_slice())
+            .seal_in_place_separate_tag(block.wrapped.as_ref().expect("set above").nonce(), Aad::from(&block.head()[..block.bound_len()]), buf.as_mut_slice())
             .expect("AES-GCM seals 32 bytes");
         let w = block.wrapped.as_mut().expect("set above");
         w.sealed[..32].copy_from_slice(buf.as_slice());
@@ -568,7 +599,7 @@ impl Keys {
             for m in &masters {
                 let mut buf = Zeroizing::new(w.sealed);
                 let kek = KeyBlock::kek(m, &w.salt);
-                if let Ok(plain) = kek.open_in_place(Nonce::assume_unique_for_key([0; 12]), Aad::from(&block.head()[..block.bound_len()]), buf.as_mut_slice()) {
+                if let Ok(plain) = kek.open_in_place(w.nonce(), Aad::from(&block.head()[..block.bound_len()]), buf.as_mut_slice()) {
                     let mut prk = Zeroizing::new([0u8; 32]);
                     prk.copy_from_slice(plain);
                     return Ok(prk);
@@ -736,7 +767,7 @@ mod tests {
         // Moved to layout 2 under the same secret, then to another: the same data key opens it.
         let v2 = old.rewrap(&v1, &old).unwrap();
         assert_eq!(KeyBlock::decode(&v2.encode()).unwrap(), v2);
-        assert_eq!(v2.encode()[4], 2);
+        assert_eq!(v2.encode()[4], 4, "layout 4: a passphrase's salt may be shared, so the nonce is the block's own");
         let v2b = old.rewrap(&v2, &new).unwrap();
         for (keys, block) in [(&old, &v1), (&old, &v2), (&new, &v2b)] {
             let mut copy = text.clone();
@@ -836,5 +867,41 @@ mod tests {
         let tag = cipher.seal(NONCE_FRAMES, 1, b"", &mut x);
         holding(b, 9).open(&moved).unwrap().open(NONCE_FRAMES, 1, b"", &mut x, &tag).unwrap();
         assert_eq!(&x[..], b"pages");
+    }
+
+    #[test]
+    fn blocks_under_one_passphrase_salt_are_sealed_under_nonces_of_their_own() {
+        // A repository without a key ring seals every object's key under its one Argon2id salt:
+        // one key-encryption key, so each block gets a random nonce (layout 4).
+        let keys = passphrase("one salt for all");
+        let kdf = keys.fresh_kdf().unwrap();
+        let (a, _) = keys.seal(kdf).unwrap();
+        let (b, _) = keys.seal(kdf).unwrap();
+        let (wa, wb) = (a.wrapped.unwrap(), b.wrapped.unwrap());
+        assert_eq!(wa.salt, wb.salt, "the same Argon2id salt");
+        assert_ne!(wa.nonce, wb.nonce, "but a nonce of each block's own");
+        for block in [a, b] {
+            let bytes = block.encode();
+            assert_eq!(bytes[4], 4);
+            assert_eq!(KeyBlock::decode(&bytes).unwrap(), block);
+            keys.open(&block).unwrap();
+            // The nonce is what the key was sealed under: another one does not open it.
+            let mut other = bytes;
+            other[90] ^= 1;
+            let crc = crc32c::crc32c(&other[..92]);
+            other[92..96].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(keys.open(&KeyBlock::decode(&other).unwrap()).unwrap_err().kind(), ErrorKind::Key);
+        }
+        // A layout 2 block (nonce 0, as written before) still opens.
+        let mut old = KeyBlock { kdf, data_salt: [0; 32], check: [0; 16], wrapped: Some(Wrapped { salt: wa.salt, sealed: [0; 48], nonce: [0; 8] }) };
+        let master = keys.own_master(&kdf).unwrap();
+        let prk = Zeroizing::new([3u8; 32]);
+        let mut buf = prk.clone();
+        let tag = KeyBlock::kek(&master, &wa.salt).seal_in_place_separate_tag(Nonce::assume_unique_for_key([0; 12]), Aad::from(&old.head()[..36]), buf.as_mut_slice()).unwrap();
+        let w = old.wrapped.as_mut().unwrap();
+        w.sealed[..32].copy_from_slice(buf.as_slice());
+        w.sealed[32..].copy_from_slice(tag.as_ref());
+        assert_eq!(old.encode()[4], 2);
+        assert_eq!(keys.prk_of(&KeyBlock::decode(&old.encode()).unwrap()).unwrap(), prk);
     }
 }

@@ -439,6 +439,13 @@ impl UnfinishedStripe for LocalUnfinished {
         (sink.base, sink.kicked) = (keep, keep);
         Ok(Box::new(sink))
     }
+
+    fn abandon(self: Box<Self>) {
+        let LocalUnfinished { mut sink, source } = *self;
+        drop(source);
+        // Not kept: dropped unpublished, it removes its `.partial`.
+        sink.keep_unfinished = false;
+    }
 }
 
 /// Reads one stripe file.

@@ -117,6 +117,9 @@ impl super::UnfinishedStripe for ThrottledUnfinished {
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
         Ok(Box::new(ThrottledSink { inner: self.inner.go_on(keep)?, limit: self.limit }))
     }
+    fn abandon(self: Box<Self>) {
+        self.inner.abandon();
+    }
 }
 
 struct ThrottledSink {

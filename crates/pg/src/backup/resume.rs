@@ -153,12 +153,14 @@ pub fn find(repo: &Repo, stripes: usize, opts: &BackupOptions, system_identifier
 /// An object cannot be removed.
 pub fn abandon(repo: &Repo, id: &str) -> Result<()> {
     let journal = RepoJournal::of(repo, id);
-    // Its stripes, as many as its first attempt wrote: an upload left open is completed where it
-    // is (an object under the stripe's name), so that it goes below with the rest.
+    // Its stripes, as many as its first attempt wrote, given up: a file's `.partial` removed, an
+    // upload left open aborted (its parts are not objects the listing below would find).
     let head = journal.get("0000/head").ok().flatten().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     let stripes = head.as_ref().and_then(|h| h["starts"].as_array()).map_or(0, Vec::len);
     for k in 1..=stripes {
-        drop(repo.location(&paths::stripe(id, k)).resume(0));
+        if let Ok(Some(u)) = repo.location(&paths::stripe(id, k)).resume(0) {
+            u.abandon();
+        }
     }
     journal.remove()?;
     for o in repo.list(&format!("{}/", paths::backup_dir(id)))? {

@@ -101,16 +101,50 @@ fn transfer(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, reke
 /// when stopped; the stores' errors.
 pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copied> {
     let mut done = Copied::default();
+    // Which side is encrypted, from each `repo.json` (read without keys), before anything opens
+    // or is written: a copy goes between two that are, or two that are not.
     let sealed = from.place().key_block()?.is_some();
-    let target = match crate::repo::meta::open(to) {
-        Ok(t) => t,
-        Err(e) if e.kind() == ErrorKind::NotFound && sealed => {
+    let to_sealed = match to.key_block() {
+        Ok(k) => Some(k.is_some()),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    match (sealed, to_sealed) {
+        (true, None) => {
             return Err(Error::invalid(format!(
                 "{} is encrypted and {} holds no repository: a copy keeps every frame sealed, so make it an encrypted repository of its own first (`sheaf init --repo {} URL` with --passphrase-file, --encryption-key-file or --key-command), then copy again (with --to-passphrase-file, --to-encryption-key-file or --to-key-command when its secret is not this one)",
                 from.display(),
                 to.display(),
                 to.display()
             )));
+        }
+        (true, Some(false)) => {
+            return Err(Error::invalid(format!(
+                "{} is encrypted and {} is not: a copy there would leave its backups in the clear; copy into an encrypted repository (`sheaf init` one with a secret)",
+                from.display(),
+                to.display()
+            )))
+        }
+        (false, Some(true)) => {
+            return Err(Error::invalid(format!(
+                "{} is not encrypted and {} is: a copy as stored cannot seal every frame (not built); back up into {} directly (--repo-target all), or copy into a repository that is not encrypted",
+                from.display(),
+                to.display(),
+                to.display()
+            )))
+        }
+        _ => {}
+    }
+    let target = match crate::repo::meta::open(to) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::Key => {
+            return Err(Error::new(
+                ErrorKind::Key,
+                format!(
+                    "{}; the target's own secret is given with --to-passphrase-file, --to-encryption-key-file or --to-key-command (without one, it is the secret given for --repo)",
+                    e.message()
+                ),
+            ));
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {
             to.check_writer()?;
@@ -126,28 +160,13 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
         }
         Err(e) => return Err(e),
     };
-    let rekey = match (sealed, to.key_block()?.is_some()) {
-        (false, false) => None,
-        (true, true) => {
+    let rekey = match sealed {
+        true => {
             let from_keys = from.keys().ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret", from.display())))?;
             let to_enc = target.encryption()?.ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret", target.display())))?;
             Some(Rekey { from: from_keys, to: to_enc })
         }
-        (true, false) => {
-            return Err(Error::invalid(format!(
-                "{} is encrypted and {} is not: a copy there would leave its backups in the clear; copy into an encrypted repository (`sheaf init` one with a secret)",
-                from.display(),
-                target.display()
-            )))
-        }
-        (false, true) => {
-            return Err(Error::invalid(format!(
-                "{} is not encrypted and {} is: a copy as stored cannot seal every frame (not built); back up into {} directly (--repo-target all), or copy into a repository that is not encrypted",
-                from.display(),
-                target.display(),
-                target.display()
-            )))
-        }
+        false => None,
     };
     let rekey = rekey.as_ref();
     target.check_writer()?;

@@ -166,22 +166,23 @@ impl Store for S3Store {
         // The upload the stopped backup left open, and the parts it holds: 1, 2, ... with none
         // missing (a part in flight when the backup stopped may be absent while later ones
         // landed, and what follows a gap is not the stripe's next bytes), each large enough to
-        // stay a part that is not the last.
+        // stay a part that is not the last. The others are named, for going on to set aside.
         let mut upload = None;
         if let Some(id) = self.handle().block_on(extra.open_upload(&key)).map_err(|e| failed("cannot list the uploads of", &e))? {
             let mut parts = self.handle().block_on(extra.parts(&key, &id)).map_err(|e| failed("cannot list the parts of", &e))?;
             let run = parts.iter().enumerate().take_while(|(i, p)| p.0 == i + 1 && p.2 >= crate::config::MIN_PART_SIZE).count();
-            parts.truncate(run);
-            upload = Some((id, parts));
+            let past = parts.split_off(run).into_iter().map(|p| p.0).collect();
+            upload = Some(sink::OpenUpload { id, kept: parts, past });
         }
-        let ends = upload.iter().flat_map(|(_, p)| p.iter()).scan(0u64, |end, p| {
+        let ends = upload.iter().flat_map(|u| u.kept.iter()).scan(0u64, |end, p| {
             *end += p.2;
             Some(*end)
         });
         let ends = ends.collect();
-        let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, true);
+        let class = self.options.storage_class.filter(|_| opts.bulk).map(crate::config::StorageClass::as_str);
+        let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
         sink.keep_unfinished = true;
-        Ok(Some(Box::new(sink::S3Unfinished { sink, client: extra.client(), upload, ends })))
+        Ok(Some(Box::new(sink::S3Unfinished { sink, client: extra.client(), upload, ends, class })))
     }
 
     fn can_resume(&self) -> bool {

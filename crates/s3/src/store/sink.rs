@@ -168,8 +168,10 @@ impl StripeSink for S3Sink {
             let part = cur.len();
             if self.filled == part {
                 // A resumable stripe's full part waits for its frame to end (a part's worth at
-                // most: bytes past the frames, its index, are not gone on from).
-                let room = part - self.overflow.len().min(part);
+                // most, and never past S3's largest part: bytes past the frames, its index, are
+                // not gone on from).
+                let most = part.min(crate::config::MAX_PART_SIZE as usize - part);
+                let room = most - self.overflow.len().min(most);
                 if room == 0 {
                     self.send_part()?;
                     continue;
@@ -272,7 +274,11 @@ impl StripeSink for S3Sink {
                     self.published = true;
                     return Ok(());
                 }
-                let _ = self.handle.block_on(async move { upload.abort().await });
+                // A resumable stripe's upload stays for the next attempt to decide on (it began
+                // its footers, so it starts afresh and gives this one up).
+                if !self.keep_unfinished {
+                    let _ = self.handle.block_on(async move { upload.abort().await });
+                }
                 Err(map_err(e, &format!("cannot complete the upload of {}", self.shown), Side::Write, &self.redact))
             }
         }
@@ -312,16 +318,26 @@ impl Drop for S3Sink {
     }
 }
 
+/// A stopped backup's upload, still open ([`S3Unfinished`]).
+pub(super) struct OpenUpload {
+    pub(super) id: String,
+    /// The unbroken run of parts from the first (number, ETag, size).
+    pub(super) kept: Vec<crate::lock::UploadedPart>,
+    /// The numbers of the parts it holds past that run.
+    pub(super) past: Vec<usize>,
+}
+
 /// A stripe a stopped backup left on S3 ([`sheaf_core::Store::resume`]): its upload, still in
 /// progress, and the unbroken run of parts the server holds from the first. Going on sends more
 /// parts to the same upload after those kept: nothing kept is read back or sent again.
 pub(super) struct S3Unfinished {
     pub(super) sink: S3Sink,
     pub(super) client: Arc<object_store::aws::AmazonS3>,
-    /// The upload, and its parts kept (number, ETag, size), when there is one.
-    pub(super) upload: Option<(String, Vec<crate::lock::UploadedPart>)>,
+    pub(super) upload: Option<OpenUpload>,
     /// Where each part kept ends.
     pub(super) ends: Vec<u64>,
+    /// The storage class of a stripe begun again.
+    pub(super) class: Option<&'static str>,
 }
 
 impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
@@ -330,8 +346,9 @@ impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
     }
 
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
-        use object_store::multipart::PartId;
-        let S3Unfinished { mut sink, client, upload, ends } = *self;
+        use object_store::multipart::{MultipartStore, PartId};
+        let S3Unfinished { mut sink, client, upload, ends, class } = *self;
+        let failed = |what: &str, e: object_store::Error| map_err(e, &format!("{what} {}", sink.shown), Side::Write, &sink.redact);
         let kept = match keep {
             0 => 0,
             _ => ends
@@ -340,14 +357,46 @@ impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
                 .map(|i| i + 1)
                 .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
         };
-        // No upload: the stripe begins again, as a new one (started when its first part is full).
-        if let Some((id, parts)) = upload {
-            let done = parts.into_iter().take(kept).map(|(_, etag, _)| PartId { content_id: etag }).collect();
-            sink.upload = Some(Box::new(crate::lock::LockedUpload::going_on(client, sink.path.clone(), id, done)));
-            sink.lazy = false;
-            sink.parts = kept as u64;
-            sink.copied = keep;
+        let path = sink.path.clone();
+        match upload {
+            Some(OpenUpload { id, kept: parts, past }) if kept > 0 => {
+                // The parts past those kept hold an earlier attempt's bytes under numbers this
+                // attempt sends again: each is replaced first by one byte, too small for a part
+                // that is not the last, so that a later attempt never takes one for this one's.
+                let stale: Vec<usize> = parts.iter().skip(kept).map(|p| p.0).chain(past).collect();
+                for n in stale {
+                    let (c, p, i) = (client.clone(), path.clone(), id.clone());
+                    sink.handle.block_on(async move { c.put_part(&p, &i, n - 1, PutPayload::from_static(b"\0")).await }).map_err(|e| failed("cannot set aside a part of", e))?;
+                }
+                let done = parts.into_iter().take(kept).map(|(_, etag, _)| PartId { content_id: etag }).collect();
+                sink.upload = Some(Box::new(crate::lock::LockedUpload::going_on(client, path, id, done)));
+                sink.parts = kept as u64;
+                sink.copied = keep;
+            }
+            other => {
+                // Nothing kept: the stripe begins again, as a new upload (the old one's parts
+                // would be the earlier attempt's).
+                if let Some(OpenUpload { id, .. }) = other {
+                    let (c, p) = (client.clone(), path.clone());
+                    let _ = sink.handle.block_on(async move { c.abort_multipart(&p, &id).await });
+                }
+                let mut put = object_store::PutMultipartOptions::default();
+                if let Some(c) = class {
+                    put.attributes.insert(object_store::Attribute::StorageClass, c.into());
+                }
+                let (c, p) = (sink.client.clone(), path.clone());
+                sink.upload = Some(sink.handle.block_on(async move { c.put_multipart_opts(&p, put).await }).map_err(|e| failed("cannot start uploading", e))?);
+            }
         }
+        sink.lazy = false;
         Ok(Box::new(sink))
+    }
+
+    fn abandon(self: Box<Self>) {
+        use object_store::multipart::MultipartStore;
+        if let Some(u) = self.upload {
+            let (c, p) = (self.client.clone(), self.sink.path.clone());
+            let _ = self.sink.handle.block_on(async move { c.abort_multipart(&p, &u.id).await });
+        }
     }
 }

@@ -183,6 +183,8 @@ fn backups_copied_between_encrypted_repositories_open_with_the_targets_secret_on
     assert_eq!(sa.len(), sb.len());
     assert_ne!(sa[64..160], sb[64..160], "the key block is sealed for the copy's keys");
     assert_eq!(sa[160..], sb[160..], "the frames, index and manifest are copied as stored");
+    // Without the target's own secret, the one given for --repo opens nothing there: named.
+    assert_fails(&copy(&b, &["--latest"]), 9, &["--to-passphrase-file"]);
     let again = ok(copy(&b, &["--to-passphrase-file", &pb, "--latest"]), "copy again");
     assert!(again.contains("nothing to copy"), "{again}");
 
@@ -213,6 +215,7 @@ fn backups_copied_between_encrypted_repositories_open_with_the_targets_secret_on
     // Refused, each before anything is written: into the clear, out of the clear, into nothing.
     assert_fails(&copy(&plain, &["--latest"]), 2, &["is encrypted and", "in the clear"]);
     assert_fails(&run(sheaf().args(["copy", "--repo", &plain, "--to-repo", &b, "--to-passphrase-file", &pb, "--latest"])), 2, &["is not encrypted and", "--repo-target all"]);
+    assert_fails(&run(sheaf().args(["copy", "--repo", &plain, "--to-repo", &b, "--latest"])), 2, &["is not encrypted and"]);
     let empty = base.path().join("empty");
     assert_fails(&copy(empty.to_str().unwrap(), &["--latest"]), 2, &["holds no repository", "sheaf init"]);
     assert!(names(&Path::new(&plain).join("backups")).is_empty() && !empty.join("repo.json").exists(), "nothing was written");

@@ -142,6 +142,13 @@ pub(super) struct TestRepo {
 }
 
 impl TestRepo {
+    /// The MinIO it lives in, if it does.
+    pub(super) fn minio(&self) -> Option<&sheaf_s3::testing::Minio> {
+        self._server.as_ref().and_then(|s| s.downcast_ref())
+    }
+}
+
+impl TestRepo {
     /// A folder `repo` in `base`.
     pub(super) fn folder(base: &Path) -> TestRepo {
         let repo = base.join("repo");

@@ -144,9 +144,9 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
 }
 
 /// The same in an encrypted repository in a MinIO bucket: the killed backup's upload is left open,
-/// the next backup completes it where it is to read it, has the server copy the whole parts it
-/// keeps into a new upload, and goes on; the result verifies and restores with the tables it took
-/// equal to the source's.
+/// and the next backup sends its parts to it after the parts it keeps, reading nothing back;
+/// killed twice, the result verifies and restores with the tables it took equal to the source's,
+/// and nothing is left open; a killed backup given up with --no-resume has its upload aborted.
 #[test]
 fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     let base = super::super::cluster::server_tempdir("sheaf-resume-s3.");
@@ -174,10 +174,15 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
         b.wait().unwrap();
     }
 
+    let minio = repo.minio().expect("a bucket");
+    // Stripes' uploads (the archiver's, of WAL under load, come and go meanwhile).
+    let stripes_open = || minio.open_uploads("chains").into_iter().filter(|k| k.contains("/backups/")).collect::<Vec<_>>();
+    assert!(!stripes_open().is_empty(), "the killed backup's upload stays open for the next");
     let v = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--s3-part-size", "5MiB", "--json"])), "the resumed backup"));
     let resumed = &v["resumed"];
     assert_eq!(resumed["attempt"], 2, "{v}");
     assert!(resumed["files"].as_u64().unwrap() >= 2 && resumed["kept_stored_bytes"].as_u64().unwrap() > 5 << 20, "{resumed}");
+    assert_eq!(stripes_open(), Vec::<String>::new(), "nothing left open once it is published");
     let id = v["postgres"]["repository_id"].as_str().unwrap().to_string();
     let _ = load.kill();
     let _ = load.wait();
@@ -188,4 +193,19 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     assert_eq!(contents(&back), tables, "the tables taken from the first attempt are the source's");
     let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
     assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+
+    // Killed again and given up with --no-resume: its upload is aborted, not left to be billed.
+    let mut b = repo
+        .sheaf()
+        .args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::integration::common::wait_for("a part uploaded", Duration::from_secs(60), || !stripes_open().is_empty());
+    std::thread::sleep(Duration::from_secs_f64(seconds * 0.3));
+    b.kill().unwrap();
+    b.wait().unwrap();
+    ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--no-resume"])), "backup --no-resume");
+    assert_eq!(stripes_open(), Vec::<String>::new(), "the given-up backup's upload is aborted");
 }
