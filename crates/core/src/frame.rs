@@ -52,7 +52,7 @@ fn sealed_aad(h: &FrameHeader) -> [u8; 28] {
 
 /// Seal the `n` stored bytes at `out[12..]` in place: `out` becomes [number 8][raw crc 4][stored
 /// bytes][tag 16], the middle two encrypted, and `header` says so (its raw crc moves inside).
-fn seal_body(seal: &Sealing, header: &mut FrameHeader, raw_crc: u32, out: &mut [u8], n: usize) -> FrameHeader {
+pub(crate) fn seal_body(seal: &Sealing, header: &mut FrameHeader, raw_crc: u32, out: &mut [u8], n: usize) -> FrameHeader {
     let body_at = 12;
     let number = seal.counter.fetch_add(1, Ordering::Relaxed);
     header.stored_len = (n + FRAME_OVERHEAD) as u32;

@@ -8,14 +8,18 @@
 //! of the same size, WAL by name) and copies only the rest, so an interrupted copy resumes, and a
 //! finished one copies nothing and says so.
 //!
-//! Between encrypted repositories, each object's data key is sealed again for the target's keys
-//! (its key block rewritten: [`sheaf_core::crypto::Keys::rekey`]) and every sealed byte after it
-//! copied as stored: the copy opens with the target's secret, not the source's.
+//! Into an encrypted repository: from another, each object's data key is sealed again for the
+//! target's keys (its key block rewritten: [`sheaf_core::crypto::Keys::rekey`]) and every sealed
+//! byte after it copied as stored; from one that is not, each frame's stored bytes are sealed as
+//! they are, under a data key of each object's own (a set's, shared by its stripes), with the
+//! index, manifest and trailer written again to match ([`sheaf_core::transfer::copy_sealing`]).
+//! Either way the copy opens with the target's secret, not the source's, and nothing is
+//! decompressed.
 //!
 //! What is refused: a target of another cluster (any history that differs), a backup held under
-//! the same id with another set in it, and a copy between an encrypted repository and one that is
-//! not (either way round: it would leave backups in the clear, or need every frame sealed one by
-//! one, which a copy as stored does not do).
+//! the same id with another set in it, and a copy out of an encrypted repository into one that is
+//! not (its backups would be left in the clear) or into an empty place (it must be made an
+//! encrypted repository first).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -25,7 +29,7 @@ use sheaf_core::repo::Place;
 use sheaf_core::stop::Stop;
 use sheaf_core::storage::Stored;
 use sheaf_core::storage::{StripeSink, StripeSource};
-use sheaf_core::transfer::{copy_checked, copy_rekeyed, Transferred};
+use sheaf_core::transfer::{copy_checked, copy_rekeyed, copy_sealing, SealWith, Transferred};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::cluster::walname::{WalFile, WalKind};
@@ -74,20 +78,33 @@ impl Copied {
     }
 }
 
-/// How objects go from one encrypted repository into another: each one's data key, opened with
-/// the source's keys, sealed for the target's.
-struct Rekey<'a> {
-    from: &'a Keys,
-    to: Encryption,
+/// How objects go into an encrypted repository.
+enum Crypt<'a> {
+    /// From another: each one's data key, opened with the source's keys, sealed for the target's.
+    Rekey { from: &'a Keys, to: Encryption },
+    /// From one that is not: each frame sealed as it is stored, under a data key of each object's
+    /// own (a set's, shared by its stripes).
+    Seal(Encryption),
 }
 
-/// Copy `src` into `sink` checked, as stored ([`copy_checked`]), or with its key block sealed for
-/// the target's keys ([`copy_rekeyed`]).
-fn transfer(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, rekey: Option<&Rekey<'_>>) -> Result<Transferred> {
-    match rekey {
-        Some(r) => copy_rekeyed(src, sink, stop, &|b: &KeyBlock| r.from.rekey(b, &r.to)),
+/// Copy `src` into `sink` checked: as stored ([`copy_checked`]), with its key block sealed for
+/// the target's keys ([`copy_rekeyed`]), or sealed ([`copy_sealing`]) under `set_key` (a set's
+/// stripes) or a data key of its own.
+fn transfer(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, crypt: Option<&Crypt<'_>>, set_key: Option<&SealWith>) -> Result<Transferred> {
+    match crypt {
         None => copy_checked(src, sink, stop),
+        Some(Crypt::Rekey { from, to }) => copy_rekeyed(src, sink, stop, &|b: &KeyBlock| from.rekey(b, to)),
+        Some(Crypt::Seal(enc)) => match set_key {
+            Some(with) => copy_sealing(src, sink, stop, with),
+            None => copy_sealing(src, sink, stop, &seal_with(enc)?),
+        },
     }
+}
+
+/// A new data key under the target's keys.
+fn seal_with(enc: &Encryption) -> Result<SealWith> {
+    let (block, cipher) = enc.keys.seal(enc.kdf)?;
+    Ok(SealWith { block, cipher })
 }
 
 /// Copy the backups `which` names from `from` into the repository at `to` (made, when the place
@@ -96,7 +113,7 @@ fn transfer(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, reke
 ///
 /// # Errors
 /// A target of another cluster, a backup the target holds under the same id with another set; an
-/// encrypted repository on one side only; keys that do not open the source or the target; a
+/// encrypted source and a target that is not; keys that do not open the source or the target; a
 /// damaged object in the source (named; nothing of it is published); [`ErrorKind::Cancelled`]
 /// when stopped; the stores' errors.
 pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copied> {
@@ -122,14 +139,6 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
             return Err(Error::invalid(format!(
                 "{} is encrypted and {} is not: a copy there would leave its backups in the clear; copy into an encrypted repository (`sheaf init` one with a secret)",
                 from.display(),
-                to.display()
-            )))
-        }
-        (false, Some(true)) => {
-            return Err(Error::invalid(format!(
-                "{} is not encrypted and {} is: a copy as stored cannot seal every frame (not built); back up into {} directly (--repo-target all), or copy into a repository that is not encrypted",
-                from.display(),
-                to.display(),
                 to.display()
             )))
         }
@@ -160,15 +169,16 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
         }
         Err(e) => return Err(e),
     };
-    let rekey = match sealed {
-        true => {
+    let to_enc = || target.encryption()?.ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret (--to-passphrase-file ...)", target.display())));
+    let crypt = match (sealed, to_sealed == Some(true)) {
+        (true, _) => {
             let from_keys = from.keys().ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret", from.display())))?;
-            let to_enc = target.encryption()?.ok_or_else(|| Error::new(ErrorKind::Key, format!("{} is encrypted: give its secret", target.display())))?;
-            Some(Rekey { from: from_keys, to: to_enc })
+            Some(Crypt::Rekey { from: from_keys, to: to_enc()? })
         }
-        false => None,
+        (false, true) => Some(Crypt::Seal(to_enc()?)),
+        (false, false) => None,
     };
-    let rekey = rekey.as_ref();
+    let rekey = crypt.as_ref();
     target.check_writer()?;
     let (src, dst) = align(from, &target, stop, &mut done, rekey)?;
     // What to copy, per history, bases first.
@@ -278,7 +288,7 @@ fn lock(d: &Repo, r: &BackupRecord) -> Result<()> {
 
 /// The source's histories and the target's, one for one: the target's must be the source's
 /// clusters; histories it lacks (the source went through pg_upgrade since) are recorded in it.
-fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<(Vec<History>, Vec<History>)> {
+fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied, rekey: Option<&Crypt<'_>>) -> Result<(Vec<History>, Vec<History>)> {
     let src = histories::all(from)?;
     let mut dst = histories::all(target)?;
     for (k, h) in src.iter().enumerate() {
@@ -298,7 +308,7 @@ fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied, rekey: Opti
                 let root = target.root();
                 let name = paths::history_record(h.number);
                 root.prepare(&format!("{}/{}", paths::history_folder(h.number), sheaf_core::repo::META))?;
-                transfer(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?, stop, rekey)?;
+                transfer(from.root().open(&name)?.as_ref(), root.location(&name).create(false, 0)?, stop, rekey, None)?;
                 done.histories_added.push(h.number);
                 dst = histories::all(target)?;
             }
@@ -317,13 +327,13 @@ fn align(from: &Repo, target: &Repo, stop: &Stop, done: &mut Copied, rekey: Opti
 }
 
 /// Copy `name` from `s` into `d` as stored, checked; counted.
-fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
+fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied, rekey: Option<&Crypt<'_>>, set_key: Option<&SealWith>) -> Result<()> {
     if stop.asked() {
         return Err(Error::new(ErrorKind::Cancelled, "copy stopped when asked; run it again to go on from here"));
     }
     d.prepare(name)?;
     let src = s.open(name)?;
-    let t = transfer(src.as_ref(), d.location(name).create(true, src.len())?, stop, rekey)?;
+    let t = transfer(src.as_ref(), d.location(name).create(true, src.len())?, stop, rekey, set_key)?;
     done.objects += 1;
     done.bytes += t.bytes;
     done.frames += t.frames;
@@ -337,7 +347,7 @@ const IN_FLIGHT: usize = 4;
 
 /// Copy `names` from `s` into `d` as [`one`] does, up to [`IN_FLIGHT`] at a time; the first
 /// failure stops the others after the object each is on, and is the error.
-fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
+fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied, rekey: Option<&Crypt<'_>>, set_key: Option<&SealWith>) -> Result<()> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     let next = AtomicUsize::new(0);
@@ -349,7 +359,7 @@ fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied, re
                 let mut mine = Copied::default();
                 while failed.lock().expect("not poisoned").is_none() {
                     let Some(name) = names.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
-                    if let Err(e) = one(s, d, name, stop, &mut mine, rekey) {
+                    if let Err(e) = one(s, d, name, stop, &mut mine, rekey, set_key) {
                         failed.lock().expect("not poisoned").get_or_insert(e);
                     }
                 }
@@ -369,7 +379,7 @@ fn many(s: &Repo, d: &Repo, names: &[String], stop: &Stop, done: &mut Copied, re
 
 /// The WAL `backups` need from the oldest one's start on (point-in-time recovery to the end of
 /// the source's archive), with block summaries and every timeline history file, that `d` lacks.
-fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
+fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Copied, rekey: Option<&Crypt<'_>>) -> Result<()> {
     let seg = s.meta().wal_segment_size;
     let Some(from) = backups.iter().filter_map(|r| WalFile::parse(&r.start_wal, seg)).map(|w| w.segno).min() else { return Ok(()) };
     let there: HashMap<String, u64> = d.list(paths::WAL)?.into_iter().map(|o| (o.name, o.size)).collect();
@@ -384,16 +394,14 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
         }
         match there.get(&o.name) {
             Some(&n) if n == o.size => continue,
-            // Archived WAL is written once: another copy of the same file (another codec) is
-            // passed over, a different file named, never replaced.
+            // Another copy of the same content (another codec, or sealed on the way) is passed
+            // over. Archived WAL is written once: a different file is named, never replaced.
+            Some(_) if same_content(s, d, &o.name)? => continue,
             Some(_) if o.name.ends_with(".wal") => {
-                if !same_content(s, d, &o.name)? {
-                    return Err(Error::new(
-                        ErrorKind::Target,
-                        format!("{} holds a different {}: archived WAL is never overwritten; compare the two before moving one aside", d.describe(&o.name), w.name),
-                    ));
-                }
-                continue;
+                return Err(Error::new(
+                    ErrorKind::Target,
+                    format!("{} holds a different {}: archived WAL is never overwritten; compare the two before moving one aside", d.describe(&o.name), w.name),
+                ));
             }
             _ => {}
         }
@@ -404,27 +412,33 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
         }
     }
     // Segments before their summaries: a summary never stands without its segment.
-    many(s, d, &files, stop, done, rekey)?;
+    many(s, d, &files, stop, done, rekey, None)?;
     done.wal_files += files.len() as u64;
-    many(s, d, &summaries, stop, done, rekey)
+    many(s, d, &summaries, stop, done, rekey, None)
 }
 
 /// Copy backup `r`, locked in `d` ([`lock`]): its stripes (those there already at their size
 /// kept), then its annotations, pin and drills, then its record; then the lock goes.
-fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied, rekey: Option<&Rekey<'_>>) -> Result<()> {
+fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied, rekey: Option<&Crypt<'_>>) -> Result<()> {
     let record = paths::record(&r.id);
     let lock = paths::lock(&r.id);
     let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let stripes: Vec<String> = r.stripes.iter().filter(|n| there.get(*n).is_none_or(|k| sizes.get(*n) != Some(k))).cloned().collect();
-    many(s, d, &stripes, stop, done, rekey)?;
+    // Sealed on the way, a set's stripes share one data key (a set opens with one key block); all
+    // of them are written again when any is (their sizes are never the source's).
+    let set_key = match rekey {
+        Some(Crypt::Seal(enc)) => Some(seal_with(enc)?),
+        _ => None,
+    };
+    many(s, d, &stripes, stop, done, rekey, set_key.as_ref())?;
     let extras = [paths::annotations(&r.id), crate::repo::keep::pin_object(&r.id)];
     for name in extras.iter().cloned().chain(crate::repo::drills::drill_objects(s)?.into_iter().filter(|o| crate::repo::drills::drill_backup(o) == Some(r.id.as_str()))) {
         if s.exists(&name)? && !d.exists(&name)? {
-            one(s, d, &name, stop, done, rekey)?;
+            one(s, d, &name, stop, done, rekey, None)?;
         }
     }
-    one(s, d, &record, stop, done, rekey)?;
+    one(s, d, &record, stop, done, rekey, None)?;
     d.delete(&lock)?;
     done.copied.push(r.id.clone());
     Ok(())

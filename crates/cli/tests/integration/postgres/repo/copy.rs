@@ -139,13 +139,13 @@ fn a_copy_stopped_midway_leaves_nothing_finished_and_the_next_run_completes_it()
     assert_fails(&o, 2, &["a copy goes only into a repository of the same cluster", &theirs]);
 }
 
-/// Between encrypted repositories with secrets of their own: each object's data key is sealed
-/// again for the target, so the copy opens with the target's secret and not with the source's
-/// (fail closed), restores to a server with the source's rows, and copies on into a bucket under
-/// the same secret; a copy between an encrypted repository and one that is not is refused either
-/// way round, as is one into an empty place.
+/// Into encrypted repositories: from one that is not, every frame is sealed on the way (nothing
+/// decompressed); between two, each object's data key is sealed again for the target. Each copy
+/// opens with its own secret only (fail closed), restores to a server with the source's rows, and
+/// a second run copies nothing; a copy out of an encrypted repository into one that is not, or
+/// into an empty place, is refused before anything is written.
 #[test]
-fn backups_copied_between_encrypted_repositories_open_with_the_targets_secret_only() {
+fn backups_copied_into_encrypted_repositories_open_with_the_targets_secret_only() {
     let base = super::super::cluster::server_tempdir("sheaf-copy-enc.");
     let secret = |name: &str, text: &str| {
         let p = base.path().join(name);
@@ -153,51 +153,49 @@ fn backups_copied_between_encrypted_repositories_open_with_the_targets_secret_on
         super::super::cluster::server_secret(&p);
         p.display().to_string()
     };
-    let (pa, pb) = (secret("a.pass", "the source's own passphrase"), secret("b.pass", "the copy's own passphrase"));
+    let (pb, pc) = (secret("b.pass", "the first copy's passphrase"), secret("c.pass", "the bucket's own passphrase"));
     let folder = |name: &str| {
         let p = base.path().join(name);
         pg_dir(&p);
         p.display().to_string()
     };
     let (a, b, plain) = (folder("a"), folder("b"), folder("plain"));
-    let archive = format!("archive_command = '{SHEAF} wal-push %p --repo {a} --passphrase-file {pa}'");
-    let c = Cluster::new(&[], &["archive_mode = on", archive.as_str(), "archive_timeout = 0"]);
-    ok(run(sheaf().args(["init", "--repo", &a, "--passphrase-file", &pa, &c.url("postgres")])), "init the source");
-    ok(run(sheaf().args(["init", "--repo", &b, "--passphrase-file", &pb, &c.url("postgres")])), "init the copy, with its own passphrase");
-    ok(run(sheaf().args(["init", "--repo", &plain, &c.url("postgres")])), "init a repository that is not encrypted");
+    let c = archiving(Path::new(&a), &[]);
+    ok(run(sheaf().args(["init", "--repo", &a, &c.url("postgres")])), "init the source, not encrypted");
+    ok(run(sheaf().args(["init", "--repo", &b, "--passphrase-file", &pb, &c.url("postgres")])), "init an encrypted copy");
+    ok(run(sheaf().args(["init", "--repo", &plain, &c.url("postgres")])), "init another that is not encrypted");
     c.sql("postgres", "CREATE DATABASE app");
     c.sql("app", "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 20000) g");
-    let full = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", &a, "--passphrase-file", &pa, "--json"])), "backup"));
+    let full = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--repo", &a, "--annotation", "why=sealed on the way", "--json"])), "backup"));
     let full = full["postgres"]["repository_id"].as_str().unwrap().to_string();
     c.sql("app", "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(20001, 25000) g");
     archive_now(&c);
     let rows = c.sql("app", "SELECT count(*) || ' ' || md5(string_agg(h, '' ORDER BY id)) FROM t");
 
-    let copy = |to: &str, extra: &[&str]| run(sheaf().args(["copy", "--repo", &a, "--passphrase-file", &pa, "--to-repo", to]).args(extra));
-    let v = json(ok(copy(&b, &["--to-passphrase-file", &pb, "--latest", "--json"]), "copy into the other encrypted repository"));
+    // Sealed on the way into b; without b's secret nothing opens there, and that is named.
+    let into_b = |extra: &[&str]| run(sheaf().args(["copy", "--repo", &a, "--to-repo", &b]).args(extra));
+    assert_fails(&into_b(&["--latest"]), 9, &["--to-passphrase-file"]);
+    let v = json(ok(into_b(&["--to-passphrase-file", &pb, "--latest", "--json"]), "copy into the encrypted repository"));
     assert_eq!(v["copied"], serde_json::json!([full]), "{v}");
-    assert!(v["wal_files"].as_u64().unwrap() >= 1, "{v}");
-    // Only the key blocks changed: every stripe is as long as the source's.
+    assert!(v["wal_files"].as_u64().unwrap() >= 1 && v["frames"].as_u64().unwrap() > 0, "{v}");
     let stripe = format!("backups/{full}/{full}_1.sheaf");
     let (sa, sb) = (std::fs::read(Path::new(&a).join(&stripe)).unwrap(), std::fs::read(Path::new(&b).join(&stripe)).unwrap());
-    assert_eq!(sa.len(), sb.len());
-    assert_ne!(sa[64..160], sb[64..160], "the key block is sealed for the copy's keys");
-    assert_eq!(sa[160..], sb[160..], "the frames, index and manifest are copied as stored");
-    // Without the target's own secret, the one given for --repo opens nothing there: named.
-    assert_fails(&copy(&b, &["--latest"]), 9, &["--to-passphrase-file"]);
-    let again = ok(copy(&b, &["--to-passphrase-file", &pb, "--latest"]), "copy again");
+    assert!(sb.len() > sa.len() + 96, "every frame sealed: {} against {}", sb.len(), sa.len());
+    let again = ok(into_b(&["--to-passphrase-file", &pb, "--latest"]), "copy again");
     assert!(again.contains("nothing to copy"), "{again}");
 
-    // Fail closed: the source's passphrase opens nothing in the copy; the copy's verifies it.
-    let o = run(sheaf().args(["verify", "--repo", &b, "--passphrase-file", &pa]));
-    assert_fails(&o, 9, &[]);
+    // Fail closed: without a secret, or with another, nothing in b opens; with b's it verifies,
+    // shows the annotation, and restores to the rows archived before the copy.
+    assert_fails(&run(sheaf().args(["verify", "--repo", &b])), 9, &[]);
+    assert_fails(&run(sheaf().args(["verify", "--repo", &b, "--passphrase-file", &pc])), 9, &[]);
     let v = json(ok(run(sheaf().args(["verify", "--repo", &b, "--passphrase-file", &pb, "--json"])), "verify the copy with its own passphrase"));
     assert_eq!(v["ok"], true, "{v}");
-    // Restored from the copy, with its passphrase, to the end of the WAL copied with it.
+    let info = json(ok(run(sheaf().args(["info", "--repo", &b, "--passphrase-file", &pb, "--json"])), "info of the copy"));
+    assert_eq!(info["backups"][0]["annotations"]["why"], "sealed on the way", "{info}");
     let back = recover(Path::new(&b), &base.path().join("back"), &["--passphrase-file", &pb]);
     assert_eq!(back.sql("app", "SELECT count(*) || ' ' || md5(string_agg(h, '' ORDER BY id)) FROM t"), rows, "the rows archived before the copy");
 
-    // On from the copy into a bucket, under the same passphrase (no --to-*: the one given).
+    // On from b into a bucket with a passphrase of its own: only each key block changes.
     let minio = sheaf_s3::testing::Minio::start();
     minio.create_bucket("encrypted");
     let env = minio.env();
@@ -206,17 +204,18 @@ fn backups_copied_between_encrypted_repositories_open_with_the_targets_secret_on
         cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str()))).args(args);
         run(&mut cmd)
     };
-    ok(s3(&["init", "--repo", "s3://encrypted/pg", "--passphrase-file", &pb, &c.url("postgres")]), "init the bucket");
-    let v = json(ok(s3(&["copy", "--repo", &b, "--passphrase-file", &pb, "--to-repo", "s3://encrypted/pg", "--all", "--json"]), "copy into the bucket"));
+    let bucket = "s3://encrypted/pg";
+    ok(s3(&["init", "--repo", bucket, "--passphrase-file", &pc, &c.url("postgres")]), "init the bucket");
+    let v = json(ok(s3(&["copy", "--repo", &b, "--passphrase-file", &pb, "--to-repo", bucket, "--to-passphrase-file", &pc, "--all", "--json"]), "copy into the bucket"));
     assert_eq!(v["copied"], serde_json::json!([full]), "{v}");
-    let v = json(ok(s3(&["verify", "--repo", "s3://encrypted/pg", "--passphrase-file", &pb, "--json"]), "verify the bucket"));
+    let v = json(ok(s3(&["verify", "--repo", bucket, "--passphrase-file", &pc, "--json"]), "verify the bucket with its passphrase"));
     assert_eq!(v["ok"], true, "{v}");
+    assert_fails(&s3(&["verify", "--repo", bucket, "--passphrase-file", &pb]), 9, &[]);
 
-    // Refused, each before anything is written: into the clear, out of the clear, into nothing.
-    assert_fails(&copy(&plain, &["--latest"]), 2, &["is encrypted and", "in the clear"]);
-    assert_fails(&run(sheaf().args(["copy", "--repo", &plain, "--to-repo", &b, "--to-passphrase-file", &pb, "--latest"])), 2, &["is not encrypted and", "--repo-target all"]);
-    assert_fails(&run(sheaf().args(["copy", "--repo", &plain, "--to-repo", &b, "--latest"])), 2, &["is not encrypted and"]);
+    // Refused, each before anything is written: out of an encrypted repository into the clear,
+    // and into nothing.
+    assert_fails(&run(sheaf().args(["copy", "--repo", &b, "--passphrase-file", &pb, "--to-repo", &plain, "--latest"])), 2, &["is encrypted and", "in the clear"]);
     let empty = base.path().join("empty");
-    assert_fails(&copy(empty.to_str().unwrap(), &["--latest"]), 2, &["holds no repository", "sheaf init"]);
+    assert_fails(&run(sheaf().args(["copy", "--repo", &b, "--passphrase-file", &pb, "--to-repo", empty.to_str().unwrap(), "--latest"])), 2, &["holds no repository", "sheaf init"]);
     assert!(names(&Path::new(&plain).join("backups")).is_empty() && !empty.join("repo.json").exists(), "nothing was written");
 }

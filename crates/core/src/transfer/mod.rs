@@ -17,6 +17,9 @@ use crate::format::{FrameHeader, StripeHeader, Trailer, FRAME_HEADER_LEN, HEADER
 use crate::stop::Stop;
 use crate::storage::{from_io, StripeSink, StripeSource};
 
+mod seal;
+pub use seal::{copy_sealing, SealWith};
+
 /// What [`copy_checked`] copied.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Transferred {
@@ -144,6 +147,48 @@ fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, rek
         header[at_key..at_key + KEY_BLOCK_LEN].copy_from_slice(&rekey(&block).map_err(|e| e.context(at.clone()))?.encode());
     }
     sink.write_all(&header)?;
+    let frames = each_frame(&mut read, &at, &s, stop, &mut |hb, _, payload| {
+        sink.write_all(hb)?;
+        sink.write_all(payload)
+    })?;
+    let mut piece = vec![0u8; 1 << 20];
+    for (start, n, crc, what) in &s.regions {
+        let (mut done, mut sum) = (0u64, 0u32);
+        while done < *n {
+            let k = (*n - done).min(piece.len() as u64) as usize;
+            read(&mut piece[..k], start + done)?;
+            sum = crc32c::crc32c_append(sum, &piece[..k]);
+            sink.write_all(&piece[..k])?;
+            done += k as u64;
+        }
+        if sum != *crc {
+            return Err(Error::corrupt(format!("{at}: {what} checksum mismatch (the {what} is damaged)")));
+        }
+    }
+    // The trailer (and a blob's), checked when the shape was read.
+    let tail_start = s.regions.last().map_or(s.frames_end, |(o, n, _, _)| o + n);
+    let mut tail = vec![0u8; (len - tail_start) as usize];
+    read(&mut tail, tail_start)?;
+    if tail != s.tail {
+        return Err(changed("trailer"));
+    }
+    sink.write_all(&tail)?;
+    Ok(Transferred { bytes: len, frames })
+}
+
+/// What [`each_frame`] hands each frame to: its header as stored, decoded, and its payload.
+type EachFrame<'a> = dyn FnMut(&[u8; FRAME_HEADER_LEN], &FrameHeader, &[u8]) -> Result<()> + 'a;
+
+/// Read every frame of `s` in order from `read` (at the frames' start), check its header and
+/// stored bytes against their CRCs, and hand each to `each` (header as stored, decoded, payload);
+/// how many there were. `stop` is asked at every frame.
+fn each_frame(
+    read: &mut dyn FnMut(&mut [u8], u64) -> Result<()>,
+    at: &str,
+    s: &Shape,
+    stop: &Stop,
+    each: &mut EachFrame<'_>,
+) -> Result<u64> {
     let mut pos = s.header_len;
     let mut frames = 0u64;
     let mut payload = Vec::new();
@@ -171,42 +216,20 @@ fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, rek
         if !stored && n != 0 {
             return Err(here("a zero frame carries a payload (the object is damaged)"));
         }
-        sink.write_all(&hb)?;
-        sink.write_all(&payload)?;
+        each(&hb, &h, &payload)?;
         pos += FRAME_HEADER_LEN as u64 + n;
         frames += 1;
     }
     if pos != s.frames_end {
         return Err(Error::corrupt(format!("{at}: the frames end at byte {pos}, not where the index starts ({}) (the object is damaged)", s.frames_end)));
     }
-    let mut piece = vec![0u8; 1 << 20];
-    for (start, n, crc, what) in &s.regions {
-        let (mut done, mut sum) = (0u64, 0u32);
-        while done < *n {
-            let k = (*n - done).min(piece.len() as u64) as usize;
-            read(&mut piece[..k], start + done)?;
-            sum = crc32c::crc32c_append(sum, &piece[..k]);
-            sink.write_all(&piece[..k])?;
-            done += k as u64;
-        }
-        if sum != *crc {
-            return Err(Error::corrupt(format!("{at}: {what} checksum mismatch (the {what} is damaged)")));
-        }
-    }
-    // The trailer (and a blob's), checked when the shape was read.
-    let tail_start = s.regions.last().map_or(s.frames_end, |(o, n, _, _)| o + n);
-    let mut tail = vec![0u8; (len - tail_start) as usize];
-    read(&mut tail, tail_start)?;
-    if tail != s.tail {
-        return Err(changed("trailer"));
-    }
-    sink.write_all(&tail)?;
-    Ok(Transferred { bytes: len, frames })
+    Ok(frames)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::set::BackupSet;
     use crate::storage::{Location, Store, WriteOptions};
 
     fn store(dir: &std::path::Path) -> std::sync::Arc<dyn Store> {
@@ -255,5 +278,58 @@ mod tests {
         let e = copy_checked(src.as_ref(), s.create(&format!("{base}/out.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new()).unwrap_err();
         assert!(matches!(e.kind(), crate::error::ErrorKind::Incomplete | crate::error::ErrorKind::Corrupt), "{e}");
         assert!(!d.path().join("out.sheaf").exists(), "nothing published");
+    }
+
+    #[test]
+    fn a_set_and_a_blob_sealed_on_the_way_open_with_the_key_only_and_hold_the_same() {
+        use crate::crypto::{Kdf, Keys};
+        let d = tempfile::tempdir().unwrap();
+        let s = store(d.path());
+        let base = d.path().display().to_string();
+        let keys = Keys::from_key([7; 32]);
+        // A set of three stripes, each sealed under the one data key of the copy.
+        let (src, stripes) = crate::set::tests::backed_up(d.path(), "plain", 3);
+        let (block, cipher) = keys.seal(Kdf::KeyFile).unwrap();
+        let with = SealWith { block, cipher };
+        std::fs::create_dir(d.path().join("sealed")).unwrap();
+        let mut sealed = Vec::new();
+        for k in 1..=3 {
+            let from = s.open(&format!("{base}/plain_{k}.sheaf")).unwrap();
+            let to = format!("{base}/sealed/plain_{k}.sheaf");
+            let t = copy_sealing(from.as_ref(), s.create(&to, &WriteOptions::default()).unwrap(), &Stop::new(), &with).unwrap();
+            assert!(t.bytes > from.len(), "stripe {k}: {t:?}");
+            sealed.push(crate::storage::Location::file(d.path().join(format!("sealed/plain_{k}.sheaf"))));
+        }
+        assert_eq!(BackupSet::open(&sealed, &crate::LocalOnly).err().expect("sealed").kind(), crate::error::ErrorKind::Key);
+        let set = BackupSet::open_with(&sealed, &crate::LocalOnly, Some(&keys)).unwrap();
+        let plain = BackupSet::open(&stripes, &crate::LocalOnly).unwrap();
+        assert_eq!((set.manifest.backup_id.clone(), set.file_count()), (plain.manifest.backup_id.clone(), plain.file_count()));
+        let v = crate::restore::verify(&set, None, std::sync::Arc::new(crate::pipeline::NoProgress), &Stop::new()).unwrap();
+        assert_eq!(v.frames, crate::restore::verify(&plain, None, std::sync::Arc::new(crate::pipeline::NoProgress), &Stop::new()).unwrap().frames);
+        let out = d.path().join("out");
+        crate::restore::restore(&set, &crate::restore::RestoreOptions::new(&out), std::sync::Arc::new(crate::pipeline::NoProgress)).unwrap();
+        for f in ["big", "small", "sub/zeros"] {
+            assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(src.join(f)).unwrap(), "{f}");
+        }
+        // Already sealed: refused.
+        let again = s.open(&format!("{base}/sealed/plain_1.sheaf")).unwrap();
+        let e = copy_sealing(again.as_ref(), s.create(&format!("{base}/twice.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new(), &with).unwrap_err();
+        assert!(e.to_string().contains("encrypted already"), "{e}");
+
+        // A blob: its own data key, its content checksum masked; it reads back with the key only.
+        let content: Vec<u8> = (0..(2u32 << 20) + 5).map(|i| (i % 251) as u8).collect();
+        crate::blob::write_blob(s.create(&format!("{base}/a.blob"), &WriteOptions::default()).unwrap(), &mut &content[..], crate::CodecSpec::default(), "a", None).unwrap();
+        let (block, cipher) = keys.seal(Kdf::KeyFile).unwrap();
+        let from = s.open(&format!("{base}/a.blob")).unwrap();
+        copy_sealing(from.as_ref(), s.create(&format!("{base}/b.blob"), &WriteOptions::default()).unwrap(), &Stop::new(), &SealWith { block, cipher }).unwrap();
+        let to = s.open(&format!("{base}/b.blob")).unwrap();
+        assert!(crate::blob::read_blob(to.as_ref(), None, &mut |_| Ok(())).is_err(), "not without the key");
+        let mut back = Vec::new();
+        let info = crate::blob::read_blob(to.as_ref(), Some(&keys), &mut |b| {
+            back.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert!(info.encrypted && back == content);
     }
 }
