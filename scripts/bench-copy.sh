@@ -26,7 +26,7 @@ OUT=$(realpath -m "${OUT:-copy-bench.txt}")
 PGBIN=$(pg_bin_dir)
 bin=$HOME/.cache/sheaf/bin
 [ -x "$bin/minio" ] && [ -x "$bin/mc" ] || { echo "bench-copy: needs minio and mc in $bin (scripts/install-deps.sh installs minio; go install github.com/minio/mc@latest)" >&2; exit 2; }
-bench_workdir copy "the server runs as postgres" sock data repo out minio
+bench_workdir copy "the server runs as postgres" sock data repo out minio enc1 enc2
 port=$(free_port)
 mport=$(free_port)
 MINIO_ROOT_USER=sheafbench MINIO_ROOT_PASSWORD=sheafbench-secret MINIO_BROWSER=off MINIO_UPDATE=off \
