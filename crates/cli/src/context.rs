@@ -692,6 +692,19 @@ fn warn_if_readable_by_others(file: &Path) {
     }
 }
 
+/// The keys of another repository a command reaches (`copy --to-repo`, `check --compare-repo`):
+/// its own secret when one of `key_file`, `pass_file` or `command` is given (`command_name` names
+/// the command in errors), else the secret given for --repo.
+///
+/// # Errors
+/// As [`load_keys`] and [`Context::keys`].
+pub fn other_keys(ctx: &Context, key_file: Option<PathBuf>, pass_file: Option<PathBuf>, command: Option<String>, command_name: &str) -> Result<Option<Arc<Keys>>> {
+    if key_file.is_some() || pass_file.is_some() || command.is_some() {
+        return load_keys(key_file, pass_file, command, command_name);
+    }
+    ctx.keys()
+}
+
 /// Keys from a key file, a passphrase file (its first line) or a key command, if one is given;
 /// `command_name` names the command in errors (never its output, nor the command itself, which
 /// may name where the secret lives).

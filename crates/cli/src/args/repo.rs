@@ -289,11 +289,32 @@ pub struct CheckArgs {
     /// the repository's backups and WAL is a warning naming them.
     #[arg(long, value_name = "REPO")]
     pub compare_repo: Option<String>,
+    #[command(flatten)]
+    pub compare_keys: CompareKeyArgs,
     /// Print the findings as JSON.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// The secret of the repository `check --compare-repo` compares with, when it is not the one
+/// given for --repo.
+#[derive(Args, Clone, Default)]
+#[group(multiple = false)]
+#[command(next_help_heading = "The compared repository's secret")]
+pub struct CompareKeyArgs {
+    /// --compare-repo opens with the key in FILE. Default: the secret given for --repo.
+    #[arg(long, value_name = "FILE", requires = "compare_repo")]
+    pub compare_encryption_key_file: Option<PathBuf>,
+    /// --compare-repo opens with the passphrase in FILE (its first line). Default: the secret
+    /// given for --repo.
+    #[arg(long, value_name = "FILE", requires = "compare_repo")]
+    pub compare_passphrase_file: Option<PathBuf>,
+    /// --compare-repo opens with what CMD prints (as --key-command). Default: the secret given
+    /// for --repo.
+    #[arg(long, value_name = "CMD", requires = "compare_repo")]
+    pub compare_key_command: Option<String>,
 }
 
 #[derive(Args)]

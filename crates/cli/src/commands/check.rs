@@ -16,7 +16,12 @@ pub fn run(ctx: &Context, a: CheckArgs) -> Outcome {
     let critical = |check: &'static str, message: String| CheckReport { status: Status::Critical, findings: vec![Finding { check, status: Status::Critical, message }] };
     let mut report = match (ctx.repos(), ctx.pg_url(a.url.clone())) {
         (Ok(repos), Ok(url)) => {
-            let compare = match a.compare_repo.as_deref().map(|r| ctx.schemes().and_then(|s| sheaf_core::repo::Place::at(r, s))).transpose() {
+            // The compared repository opens with its own secret, or the one given for --repo.
+            let k = a.compare_keys.clone();
+            let keys = || {
+                crate::context::other_keys(ctx, k.compare_encryption_key_file.clone(), k.compare_passphrase_file.clone(), k.compare_key_command.clone(), "--compare-key-command")
+            };
+            let compare = match a.compare_repo.as_deref().map(|r| ctx.schemes().and_then(|s| Ok(sheaf_core::repo::Place::at(r, s)?.with_keys(keys()?)))).transpose() {
                 Ok(c) => c,
                 Err(e) => return Outcome::Status(exit::check_code(report_now(&critical("copy", e.to_string()), a.json))),
             };

@@ -27,10 +27,8 @@ pub fn run(ctx: &Context, a: CopyArgs) -> Result<(), Error> {
     let (_, from) = ctx.open_repos()?.into_iter().next().ok_or_else(|| Error::invalid("say which repository to copy from: --repo R"))?;
     let from = from?;
     // The target's own secret (one at most: clap refuses two), or the one given for --repo.
-    let k = &a.to_keys;
-    let own = k.to_encryption_key_file.is_some() || k.to_passphrase_file.is_some() || k.to_key_command.is_some();
-    let to_keys =
-        if own { crate::context::load_keys(k.to_encryption_key_file.clone(), k.to_passphrase_file.clone(), k.to_key_command.clone(), "--to-key-command")? } else { ctx.keys()? };
+    let k = a.to_keys.clone();
+    let to_keys = crate::context::other_keys(ctx, k.to_encryption_key_file, k.to_passphrase_file, k.to_key_command, "--to-key-command")?;
     let mut to = Place::at(&a.to_repo, ctx.schemes()?)?.with_keys(to_keys);
     if let Some(limit) = ctx.rate()? {
         to = to.throttled(&limit);

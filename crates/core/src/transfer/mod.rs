@@ -182,13 +182,7 @@ type EachFrame<'a> = dyn FnMut(&[u8; FRAME_HEADER_LEN], &FrameHeader, &[u8]) -> 
 /// Read every frame of `s` in order from `read` (at the frames' start), check its header and
 /// stored bytes against their CRCs, and hand each to `each` (header as stored, decoded, payload);
 /// how many there were. `stop` is asked at every frame.
-fn each_frame(
-    read: &mut dyn FnMut(&mut [u8], u64) -> Result<()>,
-    at: &str,
-    s: &Shape,
-    stop: &Stop,
-    each: &mut EachFrame<'_>,
-) -> Result<u64> {
+fn each_frame(read: &mut dyn FnMut(&mut [u8], u64) -> Result<()>, at: &str, s: &Shape, stop: &Stop, each: &mut EachFrame<'_>) -> Result<u64> {
     let mut pos = s.header_len;
     let mut frames = 0u64;
     let mut payload = Vec::new();

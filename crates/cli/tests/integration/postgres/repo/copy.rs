@@ -183,6 +183,8 @@ fn backups_copied_into_encrypted_repositories_open_with_the_targets_secret_only(
     assert!(sb.len() > sa.len() + 96, "every frame sealed: {} against {}", sb.len(), sa.len());
     let again = ok(into_b(&["--to-passphrase-file", &pb, "--latest"]), "copy again");
     assert!(again.contains("nothing to copy"), "{again}");
+    let o = run(sheaf().args(["check", "--repo", &a, &c.url("postgres"), "--compare-repo", &b, "--compare-passphrase-file", &pb]));
+    assert!(o.status.success() && stdout(&o).contains("holds every backup and WAL file"), "{}{}", stdout(&o), stderr(&o));
 
     // Fail closed: without a secret, or with another, nothing in b opens; with b's it verifies,
     // shows the annotation, and restores to the rows archived before the copy.
