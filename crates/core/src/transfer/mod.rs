@@ -68,8 +68,14 @@ pub fn copy_rekeyed(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &St
     copy_with(src, sink, stop, Some(rekey))
 }
 
-fn copy_with(src: &dyn StripeSource, mut sink: Box<dyn StripeSink>, stop: &Stop, rekey: Option<Rekey<'_>>) -> Result<Transferred> {
-    match copy_into(src, sink.as_mut(), stop, rekey) {
+fn copy_with(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, rekey: Option<Rekey<'_>>) -> Result<Transferred> {
+    publish_when(sink, |sink| copy_into(src, sink, stop, rekey))
+}
+
+/// What `write` put into `sink`, made durable and published once it succeeded; on its failure
+/// the sink is discarded, and nothing appears.
+fn publish_when(mut sink: Box<dyn StripeSink>, write: impl FnOnce(&mut dyn StripeSink) -> Result<Transferred>) -> Result<Transferred> {
+    match write(sink.as_mut()) {
         Ok(t) => {
             sink.sync()?;
             sink.publish()?;

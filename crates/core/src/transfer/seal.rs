@@ -45,18 +45,8 @@ pub struct SealWith {
 /// # Errors
 /// As [`super::copy_checked`]; [`crate::error::ErrorKind::InvalidInput`] for an object that is
 /// encrypted already, or a stripe older than format 5.
-pub fn copy_sealing(src: &dyn StripeSource, mut sink: Box<dyn StripeSink>, stop: &Stop, with: &SealWith) -> Result<Transferred> {
-    match seal_into(src, sink.as_mut(), stop, with) {
-        Ok(t) => {
-            sink.sync()?;
-            sink.publish()?;
-            Ok(t)
-        }
-        Err(e) => {
-            sink.discard();
-            Err(e)
-        }
-    }
+pub fn copy_sealing(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, with: &SealWith) -> Result<Transferred> {
+    super::publish_when(sink, |sink| seal_into(src, sink, stop, with))
 }
 
 /// Counts and checksums what goes through it to a sink, as a [`std::io::Write`] for the manifest's

@@ -160,14 +160,12 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     // whole takes, then its resumption killed after a quarter more. Each goes on from the parts
     // the one before left in its upload, never read back.
     let seconds = whole["bytes_written"].as_u64().unwrap() as f64 / f64::from(12 << 20);
+    let held_back = || {
+        let args = ["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"];
+        repo.sheaf().args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    };
     for (n, share) in [0.5, 0.25].into_iter().enumerate() {
-        let mut b = repo
-            .sheaf()
-            .args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut b = held_back();
         std::thread::sleep(Duration::from_secs_f64(seconds * share));
         assert!(b.try_wait().unwrap().is_none(), "backup {} ended before it was killed", n + 1);
         b.kill().unwrap();
@@ -195,13 +193,7 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
 
     // Killed again and given up with --no-resume: its upload is aborted, not left to be billed.
-    let mut b = repo
-        .sheaf()
-        .args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut b = held_back();
     crate::integration::common::wait_for("a part uploaded", Duration::from_secs(60), || !stripes_open().is_empty());
     std::thread::sleep(Duration::from_secs_f64(seconds * 0.3));
     b.kill().unwrap();
