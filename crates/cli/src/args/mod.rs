@@ -251,19 +251,25 @@ from then on uses a new data key that the removed key never saw (what it could r
 have copied). docs/encryption.md says which secret opens what.")]
     Key(KeyCommandArgs),
     /// Copy backups into another repository (another disk, bucket, region or cloud) with the WAL
-    /// they need, their pins, annotations and drills: as stored, every frame's checksum checked on
-    /// the way; a second run copies only what is missing.
+    /// they need, their pins, annotations and drills: as stored (sealed for the target's keys when
+    /// it is encrypted), every frame's checksum checked on the way; a second run copies only what
+    /// is missing.
     #[command(after_help = "Examples:\n  \
 sheaf copy --repo /srv/sheaf --to-repo s3://dr-bucket/pg --latest      # the newest backup, off site\n  \
 sheaf copy --repo /srv/sheaf --to-repo s3://dr-bucket/pg --all         # everything the target's retention keeps\n  \
 sheaf copy --repo s3://dr-bucket/pg --to-repo /srv/sheaf --set 20261124-101500Z   # and back\n  \
-sheaf check --repo /srv/sheaf --compare-repo s3://dr-bucket/pg        # what the copy lacks\n\n\
+sheaf check --repo /srv/sheaf --compare-repo s3://dr-bucket/pg        # what the copy lacks\n  \
+sheaf copy --repo /srv/sheaf --to-repo s3://dr-sealed/pg --to-passphrase-file /etc/sheaf/dr.pass --all   # into an encrypted copy with its own secret\n\n\
 The target is a repository of the same cluster, or an empty place, which becomes one. A backup's WAL \
 goes first (from its start to the end of the archive, for point-in-time recovery there), then its \
 stripes, its record last: stopped at any point (Ctrl-C, a lost link), nothing there looks like a \
 finished backup that is not one, and the next run goes on where it stopped. A damaged object in the \
 source is named and not copied. --all keeps what the target's retention (repo2-retention-* for it \
-in the config file, else retention-*) would keep. Repositories that are encrypted are refused for now.")]
+in the config file, else retention-*) would keep. Into an encrypted repository (`sheaf init` it with \
+its secret first; --to-passphrase-file and the like when that is not the one given for --repo) every \
+object is sealed for its keys on the way: from an encrypted repository only each key block changes, \
+from one that is not each frame is sealed as stored; nothing is decompressed. Out of an encrypted \
+repository into one that is not is refused.")]
     Copy(CopyArgs),
     /// The repository's own life: `sheaf repo upgrade` after pg_upgrade records the new cluster,
     /// so that one repository keeps both clusters' backups and WAL.
