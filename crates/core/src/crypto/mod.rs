@@ -15,7 +15,9 @@
 //! set's secret can be changed by rewriting the block in place ([`Keys::rewrap`]). Layout 3 (a
 //! set or object copied into another repository, `sheaf copy`): layout 2's sealed data key under a
 //! key ring's generation, so that the copy opens with the target's keys and its frames stay as
-//! stored ([`Keys::rekey`]).
+//! stored ([`Keys::rekey`]). Layout 4: layout 2 under a passphrase with a random nonce of the
+//! block's own, since a repository without a key ring seals every object's key under its one
+//! Argon2id salt, so under one key-encryption key.
 //! The data salt makes each backup's (and each object's) data key its own, so the nonces inside
 //! one (a counter per frame, fixed numbers for the index and the manifest) can never repeat under
 //! a key. The key check lets a wrong key be named before any byte is decrypted.
@@ -130,7 +132,8 @@ pub struct KeyBlock {
     pub wrapped: Option<Wrapped>,
 }
 
-/// A data key sealed in a key block (layout 2; layout 3 under a key ring's generation).
+/// A data key sealed in a key block (layout 2; 4 under a passphrase, with a nonce of its own; 3
+/// under a key ring's generation).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Wrapped {
     /// Salt of the key-encryption key (Argon2id's own salt for a passphrase).
@@ -618,8 +621,8 @@ impl Keys {
         Err(wrong_secret(&block.kdf))
     }
 
-    /// `block` (a set's or an object's under one secret, either layout) as a layout 2 block
-    /// that `new` opens (this secret again, with a fresh salt, or another one): the same data
+    /// `block` (a set's or an object's under one secret, any layout) as a layout 2 block (4 under
+    /// a passphrase) that `new` opens (this secret again, with a fresh salt, or another one): the same data
     /// key, so nothing else changes. What [`crate`]'s callers write over a stripe's key block to
     /// move it to layout 2 or change its secret.
     ///

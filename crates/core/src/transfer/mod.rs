@@ -18,7 +18,7 @@ use crate::stop::Stop;
 use crate::storage::{from_io, StripeSink, StripeSource};
 
 mod seal;
-pub use seal::{copy_sealing, SealWith};
+pub use seal::{copy_sealing, SealWith, OLDEST_SEALED};
 
 /// What [`copy_checked`] copied.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -290,7 +290,7 @@ mod tests {
         // A set of three stripes, each sealed under the one data key of the copy.
         let (src, stripes) = crate::set::tests::backed_up(d.path(), "plain", 3);
         let (block, cipher) = keys.seal(Kdf::KeyFile).unwrap();
-        let with = SealWith { block, cipher };
+        let with = SealWith::new(block, cipher);
         std::fs::create_dir(d.path().join("sealed")).unwrap();
         let mut sealed = Vec::new();
         for k in 1..=3 {
@@ -300,6 +300,10 @@ mod tests {
             assert!(t.bytes > from.len(), "stripe {k}: {t:?}");
             sealed.push(crate::storage::Location::file(d.path().join(format!("sealed/plain_{k}.sheaf"))));
         }
+        // The key sealed these three stripes: not one of them again, nor anything else.
+        let again = s.open(&format!("{base}/plain_2.sheaf")).unwrap();
+        let e = copy_sealing(again.as_ref(), s.create(&format!("{base}/twice.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new(), &with).unwrap_err();
+        assert!(e.to_string().contains("each stripe of one set once"), "{e}");
         assert_eq!(BackupSet::open(&sealed, &crate::LocalOnly).err().expect("sealed").kind(), crate::error::ErrorKind::Key);
         let set = BackupSet::open_with(&sealed, &crate::LocalOnly, Some(&keys)).unwrap();
         let plain = BackupSet::open(&stripes, &crate::LocalOnly).unwrap();
@@ -313,7 +317,8 @@ mod tests {
         }
         // Already sealed: refused.
         let again = s.open(&format!("{base}/sealed/plain_1.sheaf")).unwrap();
-        let e = copy_sealing(again.as_ref(), s.create(&format!("{base}/twice.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new(), &with).unwrap_err();
+        let (block, cipher) = keys.seal(Kdf::KeyFile).unwrap();
+        let e = copy_sealing(again.as_ref(), s.create(&format!("{base}/twice.sheaf"), &WriteOptions::default()).unwrap(), &Stop::new(), &SealWith::new(block, cipher)).unwrap_err();
         assert!(e.to_string().contains("encrypted already"), "{e}");
 
         // A blob: its own data key, its content checksum masked; it reads back with the key only.
@@ -321,7 +326,7 @@ mod tests {
         crate::blob::write_blob(s.create(&format!("{base}/a.blob"), &WriteOptions::default()).unwrap(), &mut &content[..], crate::CodecSpec::default(), "a", None).unwrap();
         let (block, cipher) = keys.seal(Kdf::KeyFile).unwrap();
         let from = s.open(&format!("{base}/a.blob")).unwrap();
-        copy_sealing(from.as_ref(), s.create(&format!("{base}/b.blob"), &WriteOptions::default()).unwrap(), &Stop::new(), &SealWith { block, cipher }).unwrap();
+        copy_sealing(from.as_ref(), s.create(&format!("{base}/b.blob"), &WriteOptions::default()).unwrap(), &Stop::new(), &SealWith::new(block, cipher)).unwrap();
         let to = s.open(&format!("{base}/b.blob")).unwrap();
         assert!(crate::blob::read_blob(to.as_ref(), None, &mut |_| Ok(())).is_err(), "not without the key");
         let mut back = Vec::new();

@@ -13,13 +13,13 @@
 
 use std::io::Read;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{each_frame, shape, Transferred};
 use crate::blob::BLOB_MAGIC;
 use crate::crypto::{index_piece_nonce, Cipher, KeyBlock, CIPHER_AES256GCM, FRAME_OVERHEAD, KEY_BLOCK_LEN, NONCE_INDEX};
 use crate::error::{Error, Result};
-use crate::format::{index_pieces, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, INDEX_ENTRY_LEN, TRAILER_LEN};
+use crate::format::{index_pieces, BackupId, IndexEntry, StripeHeader, Trailer, FORMAT_VERSION, FRAME_HEADER_LEN, INDEX_ENTRY_LEN, TRAILER_LEN};
 use crate::frame::{seal_body, Sealing};
 use crate::manifest::pages::{PagedRegion, RegionWriter};
 use crate::stop::Stop;
@@ -27,7 +27,7 @@ use crate::storage::{from_io, StripeSink, StripeSource};
 
 /// The oldest stripe format [`copy_sealing`] seals: a paged manifest (4) and an index sealed in
 /// pieces (5).
-const OLDEST_SEALED: u16 = 5;
+pub const OLDEST_SEALED: u16 = 5;
 
 /// A data key to seal a copy under: a blob's own, or one set's, shared by its stripes (a set
 /// opens with one key block), each stripe numbering its frames from `stripe << 40`.
@@ -36,6 +36,44 @@ pub struct SealWith {
     pub block: KeyBlock,
     /// Its cipher.
     pub cipher: Arc<Cipher>,
+    /// What it sealed: one object, or the stripes of one set (its id and manifest's checksum),
+    /// each once. Anything else would seal other bytes under nonces already used.
+    sealed: Mutex<Sealed>,
+}
+
+#[derive(Default)]
+struct Sealed {
+    set: Option<(BackupId, u32)>,
+    stripes: Vec<u16>,
+    blob: bool,
+}
+
+impl SealWith {
+    /// Seal under the data key `block` holds, whose cipher is `cipher`.
+    pub fn new(block: KeyBlock, cipher: Arc<Cipher>) -> SealWith {
+        SealWith { block, cipher, sealed: Mutex::new(Sealed::default()) }
+    }
+
+    /// Take stripe `k` of set `id` (whose manifest region's checksum is `manifest_crc`), or a
+    /// blob (`None`), to seal: refused when the key sealed anything but other stripes of that set.
+    fn take(&self, what: Option<(BackupId, u32, u16)>, at: &str) -> Result<()> {
+        let mut s = self.sealed.lock().unwrap_or_else(|p| p.into_inner());
+        let ok = match what {
+            None => !s.blob && s.set.is_none(),
+            Some((id, crc, k)) => !s.blob && s.set.is_none_or(|x| x == (id, crc)) && !s.stripes.contains(&k),
+        };
+        if !ok {
+            return Err(Error::invalid(format!("internal: {at}: a data key seals one object, or each stripe of one set once")));
+        }
+        match what {
+            None => s.blob = true,
+            Some((id, crc, k)) => {
+                s.set = Some((id, crc));
+                s.stripes.push(k);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Copy the stripe or blob `src`, not encrypted, into `sink` sealed with `with`, checking every
@@ -55,6 +93,9 @@ struct Counted<'a> {
     sink: &'a mut dyn StripeSink,
     len: u64,
     crc: u32,
+    /// The sink's error when written as a [`std::io::Write`] (kept whole: the writer's own words
+    /// would lose its kind).
+    failed: Option<Error>,
 }
 
 impl Counted<'_> {
@@ -68,7 +109,11 @@ impl Counted<'_> {
 
 impl std::io::Write for Counted<'_> {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.put(b).map_err(|e| std::io::Error::other(e.message().to_string()))?;
+        if let Err(e) = self.put(b) {
+            let io = std::io::Error::other(e.message().to_string());
+            self.failed = Some(e);
+            return Err(io);
+        }
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -112,7 +157,14 @@ fn seal_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, wit
         sh.key_block = Some(with.block);
         (sh.encode(), Some(sh))
     };
-    let mut out = Counted { sink, len: 0, crc: 0 };
+    match &stripe {
+        None => with.take(None, &at)?,
+        Some(h) => {
+            let tr = Trailer::decode(&s.tail).map_err(|e| e.context(at.clone()))?;
+            with.take(Some((h.backup_id, tr.manifest_crc, h.stripe_index)), &at)?;
+        }
+    }
+    let mut out = Counted { sink, len: 0, crc: 0, failed: None };
     out.put(&first)?;
     let base = stripe.as_ref().map_or(0, |h| u64::from(h.stripe_index) << 40);
     let seal = Sealing { cipher: with.cipher.clone(), counter: Arc::new(AtomicU64::new(base)) };
@@ -151,8 +203,10 @@ fn seal_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, wit
     let (k, grow) = (stripe.stripe_index, FRAME_OVERHEAD as u64);
     let mut plain = Vec::new();
     let (mut sum, mut index_crc, mut index_len) = (0u32, 0u32, 0u64);
-    // The frame before: its place in the source, and how many sealed frames came before it.
+    // The frame before: its place in the source, and how many sealed frames came before it; how
+    // many frames, and where the last one is placed now and how long it is.
     let (mut frame, mut sealed_before, mut was_sealed) = (None::<u64>, 0u64, false);
+    let (mut groups, mut last) = (0u64, (0u64, 0u32));
     let pieces: Vec<usize> = index_pieces(tr.frame_count, INDEX_ENTRY_LEN).collect();
     let mut start = tr.index_offset;
     for (p, &n) in pieces.iter().enumerate() {
@@ -163,15 +217,20 @@ fn seal_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, wit
         let mut moved = Vec::with_capacity(n);
         for e in plain.chunks(INDEX_ENTRY_LEN) {
             let mut e = IndexEntry::decode_one(e);
-            if frame != Some(e.frame_pos) {
+            let first_of_frame = frame != Some(e.frame_pos);
+            if first_of_frame {
                 if frame.is_some() && was_sealed {
                     sealed_before += 1;
                 }
                 (frame, was_sealed) = (Some(e.frame_pos), e.stored_len != 0);
+                groups += 1;
             }
             e.frame_pos += KEY_BLOCK_LEN as u64 + sealed_before * grow;
             if e.stored_len != 0 {
                 e.stored_len += FRAME_OVERHEAD as u32;
+            }
+            if first_of_frame {
+                last = (e.frame_pos, e.stored_len);
             }
             e.encode_into(&mut moved);
         }
@@ -183,6 +242,11 @@ fn seal_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, wit
     }
     if sum != tr.index_crc || start != tr.manifest_offset {
         return Err(Error::corrupt(format!("{at}: index checksum mismatch (the index is damaged)")));
+    }
+    // The index placed every frame streamed, the last where the frames end.
+    let last_end = if groups == 0 { first.len() as u64 } else { last.0 + FRAME_HEADER_LEN as u64 + u64::from(last.1) };
+    if groups != frames || last_end != frames_end {
+        return Err(Error::corrupt(format!("{at}: the index does not place the {frames} frames the stripe holds (index inconsistent)")));
     }
 
     // The manifest region: checked whole, then written again sealed, page by page.
@@ -207,12 +271,19 @@ fn seal_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, wit
     let manifest_offset = out.len;
     out.crc = 0;
     let mut w = RegionWriter::new(&mut out, Some(&with.cipher));
-    for p in 0..region.pages.len() {
-        for e in region.page(p, &read_at, None).map_err(|e| e.context(at.clone()))? {
-            w.push(e)?;
+    let mut written = || -> Result<()> {
+        for p in 0..region.pages.len() {
+            for e in region.page(p, &read_at, None).map_err(|e| e.context(at.clone()))? {
+                w.push(e)?;
+            }
         }
+        Ok(())
+    };
+    let pushed = written();
+    let finished = pushed.and_then(|()| w.finish(&region.head).map(drop));
+    if let Err(e) = finished {
+        return Err(out.failed.take().unwrap_or(e));
     }
-    w.finish(&region.head)?;
     let (manifest_len, manifest_crc) = (out.len - manifest_offset, out.crc);
     let trailer = Trailer {
         index_offset: frames_end,

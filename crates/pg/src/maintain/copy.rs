@@ -104,7 +104,7 @@ fn transfer(src: &dyn StripeSource, sink: Box<dyn StripeSink>, stop: &Stop, cryp
 /// A new data key under the target's keys.
 fn seal_with(enc: &Encryption) -> Result<SealWith> {
     let (block, cipher) = enc.keys.seal(enc.kdf)?;
-    Ok(SealWith { block, cipher })
+    Ok(SealWith::new(block, cipher))
 }
 
 /// Copy the backups `which` names from `from` into the repository at `to` (made, when the place
@@ -229,6 +229,9 @@ pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copie
             if held(s, d, r)? {
                 done.already.push(r.id.clone());
             } else {
+                if let Some(Crypt::Seal(_)) = rekey {
+                    sealable(s, r)?;
+                }
                 lock(d, r)?;
                 missing.push(r);
             }
@@ -273,6 +276,24 @@ fn held(s: &Repo, d: &Repo, r: &BackupRecord) -> Result<bool> {
         )));
     }
     Ok(true)
+}
+
+/// Refuse, before anything of it is copied, a backup whose stripes a copy cannot seal (a format
+/// older than [`sheaf_core::transfer::OLDEST_SEALED`]).
+fn sealable(s: &Repo, r: &BackupRecord) -> Result<()> {
+    let Some(first) = r.stripes.first() else { return Ok(()) };
+    let src = s.open(first)?;
+    let mut h = vec![0u8; sheaf_core::format::HEADER_LEN];
+    src.read_exact_at(&mut h, 0)?;
+    let version = sheaf_core::format::StripeHeader::decode(&h)?.version;
+    if version < sheaf_core::transfer::OLDEST_SEALED {
+        return Err(Error::invalid(format!(
+            "backup {} is of stripe format {version}: a copy seals backups of format {} and later into an encrypted repository; restore it and back it up into the encrypted repository instead, or copy it into one that is not encrypted",
+            r.id,
+            sheaf_core::transfer::OLDEST_SEALED
+        )));
+    }
+    Ok(())
 }
 
 /// The lock of this process on backup `r` in `d`, replacing one a stopped copy left (removed
@@ -333,7 +354,9 @@ fn one(s: &Repo, d: &Repo, name: &str, stop: &Stop, done: &mut Copied, rekey: Op
     }
     d.prepare(name)?;
     let src = s.open(name)?;
-    let t = transfer(src.as_ref(), d.location(name).create(true, src.len())?, stop, rekey, set_key)?;
+    // Sealed, an object grows by 28 bytes a frame (and a key block): room for it in the hint.
+    let hint = if matches!(rekey, Some(Crypt::Seal(_))) { src.len() + src.len() / 64 + 4096 } else { src.len() };
+    let t = transfer(src.as_ref(), d.location(name).create(true, hint)?, stop, rekey, set_key)?;
     done.objects += 1;
     done.bytes += t.bytes;
     done.frames += t.frames;
@@ -396,7 +419,8 @@ fn wal(s: &Repo, d: &Repo, backups: &[BackupRecord], stop: &Stop, done: &mut Cop
             Some(&n) if n == o.size => continue,
             // Another copy of the same content (another codec, or sealed on the way) is passed
             // over. Archived WAL is written once: a different file is named, never replaced.
-            Some(_) if same_content(s, d, &o.name)? => continue,
+            // One that cannot be read as an object of sheaf's is not the same.
+            Some(_) if same_content(s, d, &o.name).unwrap_or(false) => continue,
             Some(_) if o.name.ends_with(".wal") => {
                 return Err(Error::new(
                     ErrorKind::Target,
@@ -424,14 +448,32 @@ fn backup(s: &Repo, d: &Repo, r: &BackupRecord, stop: &Stop, done: &mut Copied, 
     let lock = paths::lock(&r.id);
     let there: HashMap<String, u64> = d.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
     let sizes: HashMap<String, u64> = s.list(&format!("{}/", paths::backup_dir(&r.id)))?.into_iter().map(|o| (o.name, o.size)).collect();
-    let stripes: Vec<String> = r.stripes.iter().filter(|n| there.get(*n).is_none_or(|k| sizes.get(*n) != Some(k))).cloned().collect();
-    // Sealed on the way, a set's stripes share one data key (a set opens with one key block); all
-    // of them are written again when any is (their sizes are never the source's).
+    // Sealed on the way, a set's stripes share one data key (a set opens with one key block): all
+    // of them are written again, under a new one.
     let set_key = match rekey {
         Some(Crypt::Seal(enc)) => Some(seal_with(enc)?),
         _ => None,
     };
+    let stripes: Vec<String> = match set_key {
+        Some(_) => r.stripes.clone(),
+        None => r.stripes.iter().filter(|n| there.get(*n).is_none_or(|k| sizes.get(*n) != Some(k))).cloned().collect(),
+    };
     many(s, d, &stripes, stop, done, rekey, set_key.as_ref())?;
+    if let Some(key) = &set_key {
+        // Another copy of the same backup running at once seals under a key of its own: the
+        // record goes only over stripes that all hold this one's.
+        for name in &stripes {
+            let src = d.open(name)?;
+            let mut h = vec![0u8; sheaf_core::format::HEADER_LEN + sheaf_core::crypto::KEY_BLOCK_LEN];
+            src.read_exact_at(&mut h, 0)?;
+            if sheaf_core::format::StripeHeader::decode(&h)?.key_block != Some(key.block) {
+                return Err(Error::new(
+                    ErrorKind::Target,
+                    format!("{} was written by another copy of backup {} running at once: run one copy at a time, then copy again", d.describe(name), r.id),
+                ));
+            }
+        }
+    }
     let extras = [paths::annotations(&r.id), crate::repo::keep::pin_object(&r.id)];
     for name in extras.iter().cloned().chain(crate::repo::drills::drill_objects(s)?.into_iter().filter(|o| crate::repo::drills::drill_backup(o) == Some(r.id.as_str()))) {
         if s.exists(&name)? && !d.exists(&name)? {
