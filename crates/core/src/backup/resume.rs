@@ -9,7 +9,7 @@
 //!                         frames begin
 //! AAAA/files-NNNNNN       files as listed before they were read: id, name, size, mtime, inode
 //! AAAA/index-KK-NNNNNN    stripe KK's index entries of frames written (ids are the attempt's),
-//!                         every 16 MiB stored, every second, and (a stripe sent in parts)
+//!                         every 64 MiB stored, every second, and (a stripe sent in parts)
 //!                         each time a part is sent
 //! AAAA/suspect-NNNNNN     a file a source's check found fault with (never taken again)
 //! AAAA/footers            the footers are being written (the set's index and manifest nonces
@@ -110,7 +110,7 @@ const FILES_PER_PUT: usize = 4096;
 const ENTRIES_PER_PUT: usize = 4096;
 /// Stored bytes of a stripe between two writes of its index entries, at most: what a stop loses
 /// of a fast backup is bounded by bytes, of a slow one by [`PUT_EVERY`].
-const BYTES_PER_PUT: u64 = 16 << 20;
+const BYTES_PER_PUT: u64 = 64 << 20;
 /// The longest a journal waits before recording what it holds.
 const PUT_EVERY: Duration = Duration::from_secs(1);
 /// How much older than its attempt's start a file's mtime must be for it to be taken again.
