@@ -28,6 +28,9 @@ macro_rules! pass_to_inner {
         fn sink_memory(&self, expected_bytes: u64) -> u64 {
             self.inner.sink_memory(expected_bytes)
         }
+        fn resumable_memory(&self, expected_bytes: u64) -> u64 {
+            self.inner.resumable_memory(expected_bytes)
+        }
         fn exists(&self, name: &str) -> $crate::error::Result<bool> {
             self.inner.exists(name)
         }
@@ -102,6 +105,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Memory a stripe being written here holds outside the backup's buffer pool (upload parts in
     /// flight), when the stripe is expected to hold about `expected_bytes`.
     fn sink_memory(&self, _expected_bytes: u64) -> u64 {
+        0
+    }
+    /// Memory a resumable stripe ([`WriteOptions::keep_unfinished`]) holds here besides
+    /// [`Store::sink_memory`]'s (an upload part waiting for its frame to end).
+    fn resumable_memory(&self, _expected_bytes: u64) -> u64 {
         0
     }
     /// Start writing stripe `name` under a temporary name; it becomes visible only through

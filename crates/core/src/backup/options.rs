@@ -172,7 +172,8 @@ impl Tuning {
         let sealing = if opts.encryption.is_some() { crate::crypto::FRAME_OVERHEAD } else { 0 };
         let buffer_len = opts.codec.buffer_len(ts as usize) + sealing;
         let per_stripe = stripe_bound(opts);
-        let target_memory_bytes: u64 = opts.targets.iter().map(|t| t.store().sink_memory(per_stripe)).sum();
+        let resumable = |t: &crate::storage::Location| if opts.journal.is_some() { t.store().resumable_memory(per_stripe) } else { 0 };
+        let target_memory_bytes: u64 = opts.targets.iter().map(|t| t.store().sink_memory(per_stripe) + resumable(t)).sum();
         Ok(Tuning {
             threads,
             readers,

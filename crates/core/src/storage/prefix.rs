@@ -59,6 +59,9 @@ impl Store for Prefixed {
     fn sink_memory(&self, expected_bytes: u64) -> u64 {
         self.inner.sink_memory(expected_bytes)
     }
+    fn resumable_memory(&self, expected_bytes: u64) -> u64 {
+        self.inner.resumable_memory(expected_bytes)
+    }
     fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
         self.inner.create(&self.full(name), opts)
     }

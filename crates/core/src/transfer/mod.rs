@@ -135,18 +135,46 @@ fn shape(src: &dyn StripeSource) -> Result<Shape> {
     })
 }
 
-fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, rekey: Option<Rekey<'_>>) -> Result<Transferred> {
-    let at = src.location().to_string();
-    let s = shape(src)?;
-    let len = src.len();
-    let mut stream = src.stream(0, len)?;
-    let mut read = |buf: &mut [u8], pos: u64| stream.read_exact(buf).map_err(|e| from_io(e, || format!("{at}: byte {pos}")));
-    let changed = |what: &str| Error::corrupt(format!("{at}: its {what} changed while it was copied (rewritten meanwhile?): copy it again"));
-    let mut header = vec![0u8; s.header_len as usize];
-    read(&mut header, 0)?;
-    if header != s.header {
-        return Err(changed("header"));
+/// `at` (an object being copied) changed between its shape being read and its bytes.
+fn changed(at: &str, what: &str) -> Error {
+    Error::corrupt(format!("{at}: its {what} changed while it was copied (rewritten meanwhile?): copy it again"))
+}
+
+/// An object opened to be copied: where it is, its shape, one stream over the whole of it, and
+/// its header, read from that stream and checked to be the one its shape was read from.
+struct Opened<'a> {
+    at: String,
+    s: Shape,
+    stream: Box<dyn Read + Send + 'a>,
+    header: Vec<u8>,
+}
+
+impl<'a> Opened<'a> {
+    fn new(src: &'a dyn StripeSource) -> Result<Opened<'a>> {
+        let at = src.location().to_string();
+        let s = shape(src)?;
+        let stream = src.stream(0, src.len())?;
+        let mut o = Opened { at, header: vec![0u8; s.header_len as usize], s, stream };
+        let mut header = std::mem::take(&mut o.header);
+        o.read(&mut header, 0)?;
+        if header != o.s.header {
+            return Err(changed(&o.at, "header"));
+        }
+        o.header = header;
+        Ok(o)
     }
+
+    /// The next `buf.len()` bytes, at `pos` (for messages).
+    fn read(&mut self, buf: &mut [u8], pos: u64) -> Result<()> {
+        let at = &self.at;
+        self.stream.read_exact(buf).map_err(|e| from_io(e, || format!("{at}: byte {pos}")))
+    }
+}
+
+fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, rekey: Option<Rekey<'_>>) -> Result<Transferred> {
+    let len = src.len();
+    let Opened { at, s, mut stream, mut header } = Opened::new(src)?;
+    let mut read = |buf: &mut [u8], pos: u64| stream.read_exact(buf).map_err(|e| from_io(e, || format!("{at}: byte {pos}")));
     if let Some(rekey) = rekey {
         let at_key = s.key_at.ok_or_else(|| Error::invalid(format!("{at} is not encrypted: its frames would have to be sealed one by one, which a copy as stored does not do")))?;
         let block = KeyBlock::decode(&header[at_key..at_key + KEY_BLOCK_LEN]).map_err(|e| e.context(at.clone()))?;
@@ -176,7 +204,7 @@ fn copy_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, rek
     let mut tail = vec![0u8; (len - tail_start) as usize];
     read(&mut tail, tail_start)?;
     if tail != s.tail {
-        return Err(changed("trailer"));
+        return Err(changed(&at, "trailer"));
     }
     sink.write_all(&tail)?;
     Ok(Transferred { bytes: len, frames })

@@ -15,7 +15,7 @@ use std::io::Read;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use super::{each_frame, shape, Transferred};
+use super::{changed, each_frame, Opened, Transferred};
 use crate::blob::BLOB_MAGIC;
 use crate::crypto::{index_piece_nonce, Cipher, KeyBlock, CIPHER_AES256GCM, FRAME_OVERHEAD, KEY_BLOCK_LEN, NONCE_INDEX};
 use crate::error::{Error, Result};
@@ -122,20 +122,13 @@ impl std::io::Write for Counted<'_> {
 }
 
 fn seal_into(src: &dyn StripeSource, sink: &mut dyn StripeSink, stop: &Stop, with: &SealWith) -> Result<Transferred> {
-    let at = src.location().to_string();
-    let s = shape(src)?;
+    let len = src.len();
+    let Opened { at, s, mut stream, header } = Opened::new(src)?;
     if s.key_at.is_some() {
         return Err(Error::invalid(format!("{at} is encrypted already: copy it as stored, its key sealed for the target")));
     }
-    let len = src.len();
-    let mut stream = src.stream(0, len)?;
     let mut read = |buf: &mut [u8], pos: u64| stream.read_exact(buf).map_err(|e| from_io(e, || format!("{at}: byte {pos}")));
-    let changed = |what: &str| Error::corrupt(format!("{at}: its {what} changed while it was copied (rewritten meanwhile?): copy it again"));
-    let mut header = vec![0u8; s.header_len as usize];
-    read(&mut header, 0)?;
-    if header != s.header {
-        return Err(changed("header"));
-    }
+    let changed = |what: &str| changed(&at, what);
     let blob = &header[..8] == BLOB_MAGIC;
     // The header with the key block; a stripe numbers its frames from its own range.
     let (first, stripe) = if blob {

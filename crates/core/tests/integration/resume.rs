@@ -172,6 +172,22 @@ fn a_backup_stopped_halfway_goes_on_from_what_it_stored_and_restores_exactly() {
     }
 }
 
+/// A backup of `src` into one stripe in `dir`, with a journal, stopped once `after` bytes were read:
+/// its stripe, its options and its journal.
+fn stopped_at(dir: &Path, src: &Path, after: u64) -> (Vec<Location>, BackupOptions, Arc<FolderJournal>) {
+    let stripes = vec![Location::file(dir.join("s0.sheaf"))];
+    let journal = Arc::new(FolderJournal(dir.join("journal"), Mutex::new(())));
+    let mut opts = BackupOptions::new(stripes.clone());
+    opts.transfer_size = 64 << 10;
+    opts.threads = Some(2);
+    opts.journal = Some(Journaled { journal: journal.clone(), facts: serde_json::json!({}) });
+    let stop = sheaf_core::stop::Stop::new();
+    let mut first = opts.clone();
+    first.stop = stop.clone();
+    backup_directory(src, &first, Arc::new(StopAt { stop, after, seen: AtomicU64::new(0) })).unwrap_err();
+    (stripes, opts, journal)
+}
+
 /// A power cut loses what the page cache held: bytes in the middle of an unfinished stripe come back
 /// as zeros. The next attempt keeps the stripe up to the first damaged frame only, reads every file
 /// that frame or a later one held, and still restores exactly.
@@ -180,16 +196,7 @@ fn damage_in_an_unfinished_stripe_keeps_it_only_up_to_the_first_bad_frame() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     let total = source(&src);
-    let stripes = vec![Location::file(d.path().join("s0.sheaf"))];
-    let journal = Arc::new(FolderJournal(d.path().join("journal"), Mutex::new(())));
-    let mut opts = BackupOptions::new(stripes.clone());
-    opts.transfer_size = 64 << 10;
-    opts.threads = Some(2);
-    opts.journal = Some(Journaled { journal: journal.clone(), facts: serde_json::json!({}) });
-    let stop = sheaf_core::stop::Stop::new();
-    let mut first = opts.clone();
-    first.stop = stop.clone();
-    backup_directory(&src, &first, Arc::new(StopAt { stop, after: total * 3 / 4, seen: AtomicU64::new(0) })).unwrap_err();
+    let (stripes, opts, journal) = stopped_at(d.path(), &src, total * 3 / 4);
     let partial = d.path().join("s0.sheaf.partial");
     let len = std::fs::metadata(&partial).unwrap().len();
     // Zeros over 4 KiB at 40 % of what it holds.
@@ -222,16 +229,7 @@ fn a_file_half_stored_is_taken_in_part_and_only_the_rest_is_read() {
     let big = src.join("segment");
     sheaf_core::datagen::write_file(&big, 4 << 20, 7, 0.6).unwrap();
     old(&big);
-    let stripes = vec![Location::file(d.path().join("s0.sheaf"))];
-    let journal = Arc::new(FolderJournal(d.path().join("journal"), Mutex::new(())));
-    let mut opts = BackupOptions::new(stripes.clone());
-    opts.transfer_size = 64 << 10;
-    opts.threads = Some(2);
-    opts.journal = Some(Journaled { journal: journal.clone(), facts: serde_json::json!({}) });
-    let stop = sheaf_core::stop::Stop::new();
-    let mut first = opts.clone();
-    first.stop = stop.clone();
-    backup_directory(&src, &first, Arc::new(StopAt { stop, after: 2 << 20, seen: AtomicU64::new(0) })).unwrap_err();
+    let (stripes, opts, journal) = stopped_at(d.path(), &src, 2 << 20);
     let r = match Resume::prepare(journal.as_ref(), &opts.settings(), &[]).unwrap() {
         Resumable::Ready(r) => r,
         Resumable::Afresh(why) => panic!("not resumed: {why}"),

@@ -90,6 +90,15 @@ impl Store for S3Store {
         (self.options.parts_in_flight as u64 + 1) * self.options.part_size_for(expected_bytes)
     }
 
+    fn resumable_memory(&self, expected_bytes: u64) -> u64 {
+        // The bytes of a frame that does not end in a full part wait past it: a part at most.
+        if self.can_resume() {
+            self.options.part_size_for(expected_bytes)
+        } else {
+            0
+        }
+    }
+
     fn create(&self, name: &str, opts: &WriteOptions) -> Result<Box<dyn StripeSink>> {
         let (overwrite, expected_bytes) = (opts.overwrite, opts.expected_bytes);
         if opts.lock.is_some() && self.extra.is_none() {
