@@ -46,6 +46,9 @@ macro_rules! pass_to_inner {
         fn prune(&self, dir: &str) {
             self.inner.prune(dir)
         }
+        fn abort_uploads(&self, prefix: &str) -> $crate::error::Result<usize> {
+            self.inner.abort_uploads(prefix)
+        }
         fn identity(&self, name: &str) -> String {
             self.inner.identity(name)
         }
@@ -169,6 +172,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Remove the folder `dir` if it is empty, once what stopped writers left unfinished in it is
     /// gone (filesystems; nothing for object stores).
     fn prune(&self, _dir: &str) {}
+    /// Abort the uploads in progress under `prefix` that writers killed before they published or
+    /// aborted them (an object store keeps, and bills, a multipart upload until it is completed or
+    /// aborted); returns how many. Only for names no writer still writes: a dead backup's folder,
+    /// a published backup's journal. Nothing for stores without such uploads.
+    ///
+    /// # Errors
+    /// When the store cannot list or abort them.
+    fn abort_uploads(&self, _prefix: &str) -> Result<usize> {
+        Ok(0)
+    }
     /// A key equal for two names of the same stripe; by default what [`Store::describe`] says.
     fn identity(&self, name: &str) -> String {
         self.describe(name)

@@ -208,14 +208,47 @@ impl S3Extra {
 
     /// The newest multipart upload of exactly `key` still open, if any.
     pub(crate) async fn open_upload(&self, key: &str) -> std::result::Result<Option<String>, Refusal> {
-        let (status, body) = self.call(Method::GET, "", &[("uploads", ""), ("prefix", key)], &[], Bytes::new()).await?;
-        if status != 200 {
-            return Err(Refusal::of(status, &body));
-        }
-        let list: ListUploads = xml(&body)?;
-        let mut ours: Vec<Upload> = list.uploads.into_iter().filter(|u| u.key == key).collect();
+        let mut ours: Vec<Upload> = self.uploads(key).await?.into_iter().filter(|u| u.key == key).collect();
         ours.sort_by(|a, b| a.initiated.cmp(&b.initiated));
         Ok(ours.pop().map(|u| u.upload_id))
+    }
+
+    /// Every multipart upload still open whose key starts with `prefix`, as `(key, upload id)`.
+    /// MinIO lists by a prefix only an object's own uploads (its issue 20989): where the prefix
+    /// finds none, the bucket's uploads in progress (few: they are not its objects) are listed
+    /// and sifted here.
+    pub(crate) async fn open_uploads(&self, prefix: &str) -> std::result::Result<Vec<(String, String)>, Refusal> {
+        let mut found = self.uploads(prefix).await?;
+        if found.is_empty() && !prefix.is_empty() {
+            found = self.uploads("").await?;
+        }
+        Ok(found.into_iter().filter(|u| u.key.starts_with(prefix)).map(|u| (u.key, u.upload_id)).collect())
+    }
+
+    /// The uploads in progress under `prefix`, every page of them.
+    async fn uploads(&self, prefix: &str) -> std::result::Result<Vec<Upload>, Refusal> {
+        let mut out = Vec::new();
+        let (mut key_marker, mut id_marker) = (String::new(), String::new());
+        loop {
+            let mut query = vec![("uploads", ""), ("prefix", prefix)];
+            if !key_marker.is_empty() {
+                query.push(("key-marker", &key_marker));
+                query.push(("upload-id-marker", &id_marker));
+            }
+            let (status, body) = self.call(Method::GET, "", &query, &[], Bytes::new()).await?;
+            if status != 200 {
+                return Err(Refusal::of(status, &body));
+            }
+            let page: ListUploads = xml(&body)?;
+            out.extend(page.uploads);
+            match (page.is_truncated, page.next_key_marker) {
+                (true, Some(k)) if !k.is_empty() => {
+                    key_marker = k;
+                    id_marker = page.next_upload_id_marker.unwrap_or_default();
+                }
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// The parts upload `id` of `key` holds, in order.
@@ -249,6 +282,10 @@ impl S3Extra {
 struct ListUploads {
     #[serde(rename = "Upload", default)]
     uploads: Vec<Upload>,
+    #[serde(default)]
+    is_truncated: bool,
+    next_key_marker: Option<String>,
+    next_upload_id_marker: Option<String>,
 }
 
 #[derive(Deserialize)]

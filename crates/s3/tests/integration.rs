@@ -346,3 +346,26 @@ fn a_resumed_upload_keeps_its_parts_and_sets_aside_those_past_them() {
     assert!(got == want, "the kept part, then the new frames, and nothing else");
     assert!(m.open_uploads("resume").is_empty(), "{:?}", m.open_uploads("resume"));
 }
+
+/// Uploads that killed writers left open under a folder are aborted, and only those: a folder
+/// beside it with a name that begins the same keeps its own.
+#[test]
+fn uploads_left_open_under_a_folder_are_aborted_and_no_others() {
+    let m = Minio::start();
+    m.create_bucket("left");
+    let s = schemes(&m, S3Options { part_size: 5 << 20, ..m.options() });
+    for name in ["set/a/s_1.sheaf", "set/a/resume-0000-index", "set/ab/s_1.sheaf"] {
+        let loc = Location::parse(&format!("s3://left/{name}"), &s).unwrap();
+        let mut sink = loc.create_resumable(false, 16 << 20).unwrap();
+        sink.write_all(&[7; 6 << 20]).unwrap();
+        sink.frame_end().unwrap();
+        drop(sink);
+    }
+    let mut open = m.open_uploads("left");
+    open.sort();
+    assert_eq!(open, ["set/a/resume-0000-index", "set/a/s_1.sheaf", "set/ab/s_1.sheaf"]);
+    let store = Location::parse("s3://left/set/a/s_1.sheaf", &s).unwrap().store().clone();
+    assert_eq!(store.abort_uploads("set/a/").unwrap(), 2);
+    assert_eq!(m.open_uploads("left"), ["set/ab/s_1.sheaf"]);
+    assert_eq!(store.abort_uploads("set/a/").unwrap(), 0, "nothing is left to abort");
+}

@@ -232,9 +232,23 @@ impl<M: Meta> Repo<M> {
         self.store.delete(rel)
     }
 
-    /// Remove the folder `rel` if empty (filesystems).
+    /// Remove the folder `rel` if empty (filesystems), and abort the uploads in progress that
+    /// killed writers left in it (object stores): it is only pruned once what it held is gone.
     pub fn prune(&self, rel: &str) {
+        if let Err(e) = self.store.abort_uploads(&format!("{rel}/")) {
+            tracing::warn!(folder = rel, "uploads left open there stay open: {e}");
+        }
         self.store.prune(rel);
+    }
+
+    /// Abort the uploads in progress under `rel_prefix` that writers killed before they finished
+    /// ([`Store::abort_uploads`]): names no writer still writes.
+    ///
+    /// # Errors
+    /// Another user's repository; the store cannot list or abort them.
+    pub fn abort_uploads(&self, rel_prefix: &str) -> Result<usize> {
+        self.check_writer()?;
+        self.store.abort_uploads(rel_prefix)
     }
 
     /// The lock new objects carry, if any.

@@ -89,6 +89,9 @@ impl Store for Prefixed {
     fn prune(&self, dir: &str) {
         self.inner.prune(&self.full(dir))
     }
+    fn abort_uploads(&self, prefix: &str) -> Result<usize> {
+        self.inner.abort_uploads(&self.full(prefix))
+    }
     fn identity(&self, name: &str) -> String {
         self.inner.identity(&self.full(name))
     }

@@ -53,7 +53,8 @@ impl RepoJournal {
         for o in self.objects()? {
             self.repo.delete(&o)?;
         }
-        Ok(())
+        // A journal object whose writing was killed midway left its upload open (S3).
+        self.repo.abort_uploads(&format!("{}{PREFIX}", self.dir)).map(drop)
     }
 }
 

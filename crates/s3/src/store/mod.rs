@@ -198,6 +198,23 @@ impl Store for S3Store {
         self.scheme == "s3" && self.extra.is_some()
     }
 
+    fn abort_uploads(&self, prefix: &str) -> Result<usize> {
+        use object_store::multipart::MultipartStore;
+        // Only S3's uploads outlive their writer: Azure drops uncommitted blocks by itself after a
+        // week, and GCS's resumable uploads after one.
+        let Some(extra) = self.extra.as_ref().filter(|_| self.scheme == "s3") else { return Ok(0) };
+        let shown = self.describe(prefix);
+        let open = self.handle().block_on(extra.open_uploads(prefix)).map_err(|e| call_failed(&format!("cannot list the uploads under {shown}"), &e, |t| self.redact.scrub(t)))?;
+        let client = extra.client();
+        for (k, id) in &open {
+            let (c, p, id) = (client.clone(), self.path(k)?, id.clone());
+            self.handle()
+                .block_on(async move { c.abort_multipart(&p, &id).await })
+                .map_err(|e| map_err(e, &format!("cannot abort the upload of {}", self.describe(k)), Side::Write, &self.redact))?;
+        }
+        Ok(open.len())
+    }
+
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
         Ok(Box::new(self.source(name)?))
     }
