@@ -142,6 +142,13 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 
+# MariaDB (issue 55): Debian's server for the throwaway servers the tests start (mariadbd,
+# mariadb-install-db, the client, mariadb-binlog and mariadb-check), mariadb-backup as the bench's
+# peer, and sysbench for the load.
+[ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
+command -v mariadb-backup >/dev/null || need+=(mariadb-backup)
+command -v sysbench >/dev/null || need+=(sysbench)
+
 if ! command -v cargo >/dev/null; then
   echo "install-deps: cargo not found; install Rust first (https://rustup.rs), then run make again" >&2
   exit 1

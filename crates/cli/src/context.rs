@@ -27,6 +27,8 @@ use crate::settings::{self, Origin, Settings};
 pub enum Source {
     /// `postgres://...` or `postgresql://...`.
     Postgres(String),
+    /// `mariadb://...` (or `mysql://...`).
+    MariaDb(String),
     /// Anything else: a directory.
     Directory(PathBuf),
 }
@@ -36,6 +38,8 @@ impl Source {
     pub fn of(text: &str) -> Source {
         if sheaf_pg::connect::session::is_url(text) {
             Source::Postgres(text.to_string())
+        } else if sheaf_mariadb::url::is_url(text) {
+            Source::MariaDb(text.to_string())
         } else {
             Source::Directory(PathBuf::from(text))
         }
@@ -45,6 +49,7 @@ impl Source {
     pub fn kind(&self) -> &'static str {
         match self {
             Source::Postgres(_) => "postgres",
+            Source::MariaDb(_) => "mariadb",
             Source::Directory(_) => "directory",
         }
     }
@@ -53,6 +58,7 @@ impl Source {
     pub fn describe(&self) -> String {
         match self {
             Source::Postgres(url) => sheaf_pg::connect::session::redact(url),
+            Source::MariaDb(url) => sheaf_mariadb::url::redact(url),
             Source::Directory(p) => p.display().to_string(),
         }
     }
@@ -760,5 +766,6 @@ mod tests {
         assert_eq!(Source::of("postgres://u:pw@h/db").describe(), "postgres://u@h/db");
         assert_eq!(Source::of("/srv/data"), Source::Directory(PathBuf::from("/srv/data")));
         assert_eq!(Source::of("postgres.d").kind(), "directory");
+        assert_eq!(Source::of("mariadb://backup:pw@localhost/?socket=/run/mysqld/mysqld.sock").describe(), "mariadb://backup:***@localhost/?socket=/run/mysqld/mysqld.sock");
     }
 }

@@ -6,6 +6,7 @@ mod integration {
     pub mod cli;
     pub mod common;
     pub mod crash;
+    pub mod mariadb;
     pub mod postgres;
     pub mod s3;
     pub mod units;

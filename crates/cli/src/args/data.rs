@@ -14,9 +14,11 @@ use super::shared::{KeyArgs, RateArgs, RepoArg, S3Args};
 pub struct BackupArgs {
     #[command(flatten)]
     pub hooks: super::BackupHooks,
-    /// What to back up: a directory (a stopped database's files, a filesystem snapshot), or a
-    /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql
-    /// (online and consistent; sheaf must run on the host whose files it reads). A hot standby's
+    /// What to back up: a directory (a stopped database's files, a filesystem snapshot), a
+    /// running PostgreSQL server as a libpq URL, e.g. postgres://postgres@/postgres?host=/run/postgresql,
+    /// or a running MariaDB 10.8-11.x server, e.g. mariadb://backup@localhost/?socket=/run/mysqld/mysqld.sock
+    /// (its password in MARIADB_PASSWORD; the user needs RELOAD, PROCESS, LOCK TABLES and BINLOG
+    /// MONITOR). Online and consistent; sheaf must run on the host whose files it reads. A hot standby's
     /// URL takes the backup there, sparing the primary: started at a restartpoint, stopped at the
     /// standby's minimum recovery point, its files and WAL read on the standby's host. May be left
     /// out with --primary and --standby. Default: pg-url (or pg-host, pg-port, ...) in the
@@ -112,6 +114,10 @@ pub struct BackupArgs {
     /// stripes and key; where they differ, the backup starts afresh and says why.
     #[arg(long, conflicts_with = "to")]
     pub no_resume: bool,
+    /// MariaDB: how often the redo log's follower looks for what the server wrote, in
+    /// milliseconds (a test's way to make it fall behind a small log).
+    #[arg(long, value_name = "MS", default_value_t = 50, hide = true)]
+    pub redo_poll: u64,
     /// For an incremental or differential: find the changed pages both ways, by the WAL block
     /// summaries wal-push keeps and by reading every page, keep what the page scan finds, and
     /// fail if the summaries missed a page (a check of sheaf itself; the summaries alone are the

@@ -103,6 +103,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         // A set of its own: a fresh KDF (salt) for this backup. Into a repository, its own KDF.
         opts.encryption = ctx.keys()?.map(|keys| keys.fresh_kdf().map(|kdf| sheaf_core::crypto::Encryption { keys, kdf })).transpose()?;
     }
+    let mut mariadb = None;
     let (r, cluster) = match &source {
         Source::Postgres(url) => {
             let agent = ctx.agent(a.agent.clone(), a.s3.agent_tls.tls_dir.clone())?;
@@ -156,6 +157,33 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 (backup.report.clone(), Some(Cluster { backup, record: None, expired: None }))
             }
         }
+        Source::MariaDb(url) => {
+            if into_repo {
+                return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups for now: back up a MariaDB server with --to STRIPE (repeat for stripes)"));
+            }
+            if a.backup_type.is_some()
+                || a.pgdata.is_some()
+                || a.slot.is_some()
+                || a.ignore_checksum_failures
+                || a.primary.is_some()
+                || a.standby.is_some()
+                || a.wal_from != WalFrom::Local
+                || a.agent.is_some()
+                || a.via != Via::Files
+                || a.compress_on != CompressOn::Host
+            {
+                return Err(Error::invalid(
+                    "--type, --pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...); a MariaDB backup is full, and a page that does not check out fails it",
+                ));
+            }
+            let m = sheaf_mariadb::backup_mariadb(
+                &sheaf_mariadb::MariaBackupOptions { url: url.clone(), redo_poll: std::time::Duration::from_millis(a.redo_poll.max(1)) },
+                &opts,
+                progress(a.json),
+            )?;
+            mariadb = Some(m.facts);
+            (m.report, None)
+        }
         Source::Directory(dir) => {
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
@@ -184,10 +212,16 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     if let Some(c) = &cluster {
         v["postgres"] = c.json();
     }
+    if let Some(m) = &mariadb {
+        v["mariadb"] = serde_json::to_value(m).expect("facts serialise");
+    }
     if a.json {
         say!("{v}");
     } else {
         summary(&r, cluster.as_ref());
+        if let Some(m) = &mariadb {
+            mariadb_summary(m);
+        }
         if let Some(Some(Ok(plans))) = cluster.as_ref().map(|c| &c.expired) {
             say!("expire-auto:");
             super::expire::say_plans(plans, false);
@@ -262,5 +296,39 @@ fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
     );
     for c in &r.check_failures {
         crate::log::warning(format_args!("checksum failure kept by --ignore-checksum-failures: {c}"));
+    }
+}
+
+fn mariadb_summary(m: &sheaf_mariadb::MariaFacts) {
+    let b = &m.binlog;
+    let binlog = match (&b.file, b.position) {
+        (Some(f), Some(p)) => format!("binary log {f} at {p}"),
+        _ => "no binary log".to_string(),
+    };
+    say!(
+        "MariaDB {}: LSN {} .. {} ({} of redo log copied, at least {} from being overwritten); {binlog}, GTID {}",
+        m.server_version,
+        m.start_lsn,
+        m.end_lsn,
+        format_size(m.redo_bytes),
+        format_size(m.redo_least_headroom.min(m.log_file_size)),
+        if b.gtid_binlog_pos.is_empty() { "none" } else { &b.gtid_binlog_pos }
+    );
+    say!(
+        "commits waited {:.3} s in BLOCK_COMMIT, DDL {:.3} s in BLOCK_DDL; InnoDB pages: {} verified, {} not checked (empty or compressed), {} read again (torn while read)",
+        m.block_commit_seconds,
+        m.block_ddl_seconds,
+        m.pages_verified,
+        m.pages_not_checked,
+        m.pages_read_again
+    );
+    let ddl = m.ddl_created.len() + m.ddl_recreated.len() + m.ddl_removed.len();
+    if ddl > 0 {
+        say!(
+            "DDL during the backup: {} tablespaces created, {} recreated, {} removed; the restore puts them right",
+            m.ddl_created.len(),
+            m.ddl_recreated.len(),
+            m.ddl_removed.len()
+        );
     }
 }

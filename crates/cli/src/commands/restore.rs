@@ -174,6 +174,9 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     }
     // Entries and index stay out of memory: read a page and a piece at a time.
     let set = ctx.open_stripes_lean(&a.stripes)?;
+    if sheaf_mariadb::is_mariadb(&set) {
+        return restore_mariadb(ctx, &a, &set);
+    }
     let (r, written) = if sheaf_pg::is_postgres(&set) {
         let restored = sheaf_pg::restore_postgres(&set, &pg_options(ctx, &a)?, progress(a.json))?;
         (restored.report, Some(restored.startup))
@@ -356,4 +359,48 @@ fn restore_only(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Erro
 /// Whether a restore into `to` has written nothing yet (no folder, or an empty one).
 fn nothing_written(to: &std::path::Path) -> bool {
     std::fs::read_dir(to).map_or(true, |mut d| d.next().is_none())
+}
+
+/// A MariaDB backup: laid out, then prepared by the server's own crash recovery.
+fn restore_mariadb(ctx: &Context, a: &RestoreArgs, set: &sheaf_core::set::BackupSet) -> Result<serde_json::Value, Error> {
+    if !a.tablespace.is_empty() || !a.db_include.is_empty() || a.start.standby || !a.start.recovery_option.is_empty() || !a.start.link_map.is_empty() || a.check_changes {
+        return Err(Error::invalid(
+            "--tablespace, --db-include, --standby, --recovery-option, --link-map and --check-changes apply to PostgreSQL backups; this one is of a MariaDB server",
+        ));
+    }
+    let restored = sheaf_mariadb::restore_mariadb(set, &core_options(ctx, a)?, false, progress(a.json))?;
+    let r = &restored.report;
+    let mut v = report(r);
+    if let Some(p) = &restored.prepared {
+        v["prepared"] = serde_json::to_value(p).expect("prepared serialises");
+    }
+    if a.json {
+        say!("{v}");
+        return Ok(v);
+    }
+    say!(
+        "restored {} files ({:.1} MiB) from {} stripe{} in {:.2} s ({:.1} MiB/s) to {}",
+        r.files,
+        mib(r.bytes_written),
+        r.stripes,
+        plural(r.stripes),
+        r.seconds,
+        rate(r.bytes_written, r.seconds),
+        r.target
+    );
+    if let Some(p) = &restored.prepared {
+        say!(
+            "prepared in {:.2} s: the server's crash recovery applied {} of redo log to LSN {} in {:.2} s{}",
+            p.seconds,
+            format_size(p.redo_bytes),
+            p.end_lsn,
+            p.recovery_seconds,
+            if p.ddl_fixed > 0 { format!(", after {} tablespaces put right for DDL during the backup", p.ddl_fixed) } else { String::new() }
+        );
+        if let (Some(f), Some(pos)) = (&p.binlog.file, p.binlog.position) {
+            say!("consistent at binary log {f} position {pos}, GTID {}", if p.binlog.gtid_binlog_pos.is_empty() { "none" } else { &p.binlog.gtid_binlog_pos });
+        }
+        say!("start it: mariadbd --datadir={} (as the user who owns it)", a.to.display());
+    }
+    Ok(v)
 }

@@ -19,6 +19,13 @@ pub trait ChunkCheck: Send + Sync {
     fn wants(&self, root: u16, rel: &str) -> bool;
     /// Check the chunk at `offset` of that file; return findings, empty when all is well.
     fn check(&self, root: u16, rel: &str, abs: &Path, offset: u64, data: &[u8]) -> Vec<String>;
+    /// As [`ChunkCheck::check`], and mend what can be mended in `data` before it is stored: a
+    /// page torn by a write in progress read again from the file (InnoDB, whose redo log cannot
+    /// repair a torn page as PostgreSQL's full-page writes do). Chunks a source's host compressed
+    /// are only checked.
+    fn mend(&self, root: u16, rel: &str, abs: &Path, offset: u64, data: &mut [u8]) -> Vec<String> {
+        self.check(root, rel, abs, offset, data)
+    }
 }
 
 /// What [`Backup::read_listed`] reads: entries for a root, and the check their chunks get, if any.
@@ -35,7 +42,15 @@ pub(super) struct CheckCtx {
 }
 
 pub(super) fn run_check(c: &CheckCtx, offset: u64, raw: &[u8], shared: &Shared) {
-    let findings = c.check.check(c.root, &c.rel, &c.abs, offset, raw);
+    keep_findings(c, c.check.check(c.root, &c.rel, &c.abs, offset, raw), shared);
+}
+
+/// [`run_check`], on bytes the check may mend ([`ChunkCheck::mend`]).
+pub(super) fn run_mend(c: &CheckCtx, offset: u64, raw: &mut [u8], shared: &Shared) {
+    keep_findings(c, c.check.mend(c.root, &c.rel, &c.abs, offset, raw), shared);
+}
+
+fn keep_findings(c: &CheckCtx, findings: Vec<String>, shared: &Shared) {
     if findings.is_empty() {
         return;
     }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::auto::AutoLevel;
-use super::check::run_check;
+use super::check::{run_check, run_mend};
 use super::job::{Job, Stored};
 use crate::codec::{CodecKind, DecompressorSet};
 use crate::error::{Error, Result};
@@ -91,10 +91,16 @@ pub(super) fn compress_loop(
             }
             continue;
         }
-        let raw = &buf[..job.len];
+        let mut buf = buf;
+        // Checked (and mended) before anything is summed: what is stored is what was checked.
         if let Some(c) = &job.check {
-            run_check(c, job.offset, raw, shared);
+            run_mend(c, job.offset, &mut buf[..job.len], shared);
         }
+        for m in job.members.iter().filter(|m| m.check.is_some()) {
+            let c = m.check.as_ref().expect("filtered");
+            run_mend(c, m.offset, &mut buf[m.at as usize..(m.at + m.len) as usize], shared);
+        }
+        let raw = &buf[..job.len];
         let mut parts = Vec::with_capacity(job.members.len());
         let mut raw_crc = if job.members.is_empty() { crc32c::crc32c(raw) } else { 0 };
         let mut hash = 0;
@@ -103,9 +109,6 @@ pub(super) fn compress_loop(
         }
         for m in &job.members {
             let bytes = &raw[m.at as usize..(m.at + m.len) as usize];
-            if let Some(c) = &m.check {
-                run_check(c, m.offset, bytes, shared);
-            }
             let crc = crc32c::crc32c(bytes);
             raw_crc = crate::crc::combine(raw_crc, crc, m.len.into());
             parts.push(Part { file_id: m.file_id, offset: m.offset, at: m.at, len: m.len, crc, hash: crate::format::chunk_hash(bytes) });

@@ -1,0 +1,281 @@
+//! MariaDB, against real servers: throwaway `mariadbd`s ([`sheaf_mariadb::scratch::Scratch`]),
+//! loaded by sysbench and written to (DDL too) while they are backed up. A restore is judged by
+//! the server's own word: the restored data directory recovers and starts, `mariadb-check` finds
+//! nothing, and once the source's binary log from the position the backup recorded is replayed
+//! onto it (row events, which fail on a row that is not as they expect), `CHECKSUM TABLE` of every
+//! table equals the source's: the restore was exactly the source at its consistency point.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sheaf_mariadb::scratch::Scratch;
+
+use super::common::{run, sheaf, stderr, stdout};
+
+/// A throwaway server writing a row-based binary log, with `settings` besides.
+fn server(settings: &[&str]) -> Scratch {
+    let mut all = vec!["--log-bin=binlog", "--binlog-format=ROW", "--server-id=1"];
+    all.extend_from_slice(settings);
+    Scratch::create(&all).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sql(s: &Scratch, q: &str) -> String {
+    s.sql(q).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sysbench(s: &Scratch, tables: u32, rows: u32, what: &[&str]) -> Command {
+    sysbench_script(s, "oltp_read_write", tables, rows, what)
+}
+
+fn sysbench_script(s: &Scratch, script: &str, tables: u32, rows: u32, what: &[&str]) -> Command {
+    let mut c = Command::new("sysbench");
+    c.arg(script)
+        .arg("--db-driver=mysql")
+        .arg(format!("--mysql-socket={}", s.socket().display()))
+        .args(["--mysql-user=root", "--mysql-db=sbtest"])
+        .arg(format!("--tables={tables}"))
+        .arg(format!("--table-size={rows}"))
+        .args(what);
+    c
+}
+
+/// sysbench's tables, `tables` × `rows`.
+fn load_tables(s: &Scratch, tables: u32, rows: u32) {
+    sql(s, "CREATE DATABASE sbtest");
+    let o = sysbench(s, tables, rows, &["prepare"]).output().expect("sysbench (Debian's sysbench package)");
+    assert!(o.status.success(), "sysbench prepare: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+}
+
+/// sysbench oltp_read_write on `threads` threads until killed.
+fn load(s: &Scratch, tables: u32, rows: u32, threads: u32) -> Child {
+    sysbench(s, tables, rows, &[&format!("--threads={threads}"), "--time=0", "--events=0", "--report-interval=0", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// `CHECKSUM TABLE ... EXTENDED` of every table outside the system schemas, and the tables' list.
+fn checksums(s: &Scratch) -> BTreeMap<String, String> {
+    let tables = sql(s, "SELECT CONCAT(table_schema, '.', table_name) FROM information_schema.tables WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') ORDER BY 1");
+    tables.lines().map(|t| (t.to_string(), sql(s, &format!("CHECKSUM TABLE {t} EXTENDED")))).collect()
+}
+
+fn backup_json(args: &[&str]) -> serde_json::Value {
+    let o = run(sheaf().args(args).arg("--json"));
+    assert!(o.status.success(), "sheaf {args:?}: {}", stderr(&o));
+    serde_json::from_str(stdout(&o).trim()).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)))
+}
+
+/// The restored data directory `data`, started as backed up.
+fn started(data: &Path, facts: &serde_json::Value) -> (Scratch, tempfile::TempDir) {
+    let facts: sheaf_mariadb::MariaFacts = serde_json::from_value(facts.clone()).unwrap();
+    let run = sheaf_mariadb::restore::run_dir(data).unwrap();
+    let settings = sheaf_mariadb::restore::geometry(&facts);
+    let mut s = Scratch::over(data, run.path(), &settings.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    s.start().unwrap_or_else(|e| panic!("the restored server does not start: {e}"));
+    (s, run)
+}
+
+/// Replay `source`'s binary log from where the backup says it was consistent onto `restored`.
+fn replay_from(source: &Scratch, restored: &Scratch, binlog: &serde_json::Value) {
+    let file = binlog["file"].as_str().expect("a binary log file");
+    let pos = binlog["position"].as_u64().expect("a position");
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&source.data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("binlog.0") && p.file_name().unwrap().to_string_lossy().as_ref() >= file)
+        .collect();
+    logs.sort();
+    let mut dump = Command::new("mariadb-binlog");
+    dump.arg(format!("--start-position={pos}")).arg(&logs[0]);
+    let first = dump.output().unwrap();
+    assert!(first.status.success(), "mariadb-binlog: {}", String::from_utf8_lossy(&first.stderr));
+    let mut events = first.stdout;
+    for l in &logs[1..] {
+        events.extend(Command::new("mariadb-binlog").arg(l).output().unwrap().stdout);
+    }
+    let mut client = Command::new("mariadb")
+        .args(["--no-defaults", "-uroot"])
+        .arg(format!("--socket={}", restored.socket().display()))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(client.stdin.as_mut().unwrap(), &events).unwrap();
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "replaying the binary log from {file}:{pos} onto the restore failed (it was not the source at that point): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn mariadb_check(s: &Scratch) {
+    let o = Command::new("mariadb-check").args(["--no-defaults", "-uroot", "--all-databases"]).arg(format!("--socket={}", s.socket().display())).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "mariadb-check: {text}{}", String::from_utf8_lossy(&o.stderr));
+    let bad: Vec<&str> = text.lines().filter(|l| !l.trim_end().ends_with("OK") && !l.contains("doesn't support check") && l.contains('.')).collect();
+    assert!(bad.is_empty(), "mariadb-check found: {bad:?}\n{text}");
+}
+
+fn common_wait(cond: impl FnMut() -> bool) {
+    super::common::wait_for("the server to flush its pages", Duration::from_secs(60), cond);
+}
+
+/// DDL while the backup reads: tables created (and loaded), recreated at their names (TRUNCATE, a
+/// copying ALTER) and dropped, until told to stop; returns how many rounds it did.
+fn ddl_loop(s: &Scratch, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    sql(s, "CREATE DATABASE ddl");
+    let url = s.socket();
+    std::thread::spawn(move || {
+        let q = |s: String| sheaf_mariadb::scratch::sql_at(&url, &s).unwrap_or_else(|e| panic!("{e}"));
+        let mut n = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            q(format!("CREATE TABLE ddl.t{n} (id INT PRIMARY KEY, v VARCHAR(100)) ENGINE=InnoDB"));
+            q(format!("INSERT INTO ddl.t{n} SELECT seq, REPEAT('x', 90) FROM ddl.seq_1_to_2000"));
+            if n >= 1 {
+                q(format!("ALTER TABLE ddl.t{} FORCE, ALGORITHM=COPY", n - 1));
+            }
+            if n >= 2 {
+                q(format!("TRUNCATE TABLE ddl.t{}", n - 2));
+            }
+            if n >= 3 {
+                q(format!("DROP TABLE ddl.t{}", n - 3));
+            }
+            q("CREATE TABLE IF NOT EXISTS ddl.kept (id INT PRIMARY KEY) ENGINE=Aria".into());
+            q(format!("INSERT INTO ddl.kept VALUES ({n})"));
+            n += 1;
+        }
+        n
+    })
+}
+
+/// The whole round: sysbench loading the server and DDL running while it is backed up to two
+/// stripes (held back, so that both go on through the copy); the restore recovers, starts, checks
+/// clean, and equals the source once the binary log from the recorded position is replayed.
+#[test]
+fn a_server_under_load_and_ddl_restores_to_its_consistency_point() {
+    let src = server(&["--innodb-log-file-size=64M", "--innodb-max-dirty-pages-pct=0"]);
+    load_tables(&src, 4, 30000);
+    // Flushed, so that the tablespaces' pages are on disk to be read and checked.
+    sql(&src, "SET GLOBAL innodb_max_dirty_pages_pct_lwm = 0.001");
+    common_wait(|| sql(&src, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_BUFFER_POOL_PAGES_DIRTY'").parse::<u64>().unwrap() < 100);
+    let dir = tempfile::tempdir().unwrap();
+    let (s1, s2) = (dir.path().join("s1.sheaf"), dir.path().join("s2.sheaf"));
+    let mut bench = load(&src, 4, 30000, 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ddl = ddl_loop(&src, stop.clone());
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = backup_json(&["backup", &src.url(), "--to", s1.to_str().unwrap(), "--to", s2.to_str().unwrap(), "--max-rate", "4MiB", "-c", "zstd:1"]);
+    stop.store(true, Ordering::Relaxed);
+    let rounds = ddl.join().unwrap();
+    let _ = bench.kill();
+    let _ = bench.wait();
+    let m = &v["mariadb"];
+    assert!(rounds >= 2, "DDL ran during the backup ({rounds} rounds)");
+    assert!(m["redo_bytes"].as_u64().unwrap() > 0 && m["end_lsn"].as_u64() > m["start_lsn"].as_u64(), "{m}");
+    // Pages the server has not flushed yet are all zero on disk (the redo log holds them).
+    assert!(m["pages_verified"].as_u64().unwrap() > 100 && m["pages_verified"].as_u64().unwrap() + m["pages_not_checked"].as_u64().unwrap() > 1500, "{m}");
+    assert!(m["block_commit_seconds"].as_f64().unwrap() >= 0.0 && m["binlog"]["file"].is_string(), "{m}");
+    // Tables created and dropped while the tablespaces were read (the ones recreated at their
+    // names come and go with the timing).
+    assert!(!m["ddl_created"].as_array().unwrap().is_empty() && !m["ddl_removed"].as_array().unwrap().is_empty(), "the backup saw the DDL: {m}");
+    let o = run(sheaf().args(["verify", s1.to_str().unwrap()]));
+    assert!(o.status.success(), "verify: {}", stderr(&o));
+
+    let target = dir.path().join("restored");
+    let o = run(sheaf().args(["restore", s1.to_str().unwrap(), "--to", target.to_str().unwrap(), "--json"]));
+    assert!(o.status.success(), "restore: {}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(r["prepared"]["end_lsn"], m["end_lsn"], "{r}");
+    assert!(!target.join("sheaf-redo.log").exists(), "the redo log's copy went into ib_logfile0");
+    assert_eq!(std::fs::metadata(target.join("ib_logfile0")).unwrap().len(), m["log_file_size"].as_u64().unwrap());
+    assert!(!target.join("binlog.000001").exists(), "the binary log is not copied");
+    let (back, _run) = started(&target, m);
+    mariadb_check(&back);
+    let kept = sql(&back, "SELECT COUNT(*) FROM ddl.kept");
+    replay_from(&src, &back, &m["binlog"]);
+    assert_eq!(checksums(&back), checksums(&src), "every table equals the source's once the binary log from the backup's position is replayed");
+    let after: usize = sql(&back, "SELECT COUNT(*) FROM ddl.kept").parse().unwrap();
+    assert!(after >= kept.parse::<usize>().unwrap());
+    // A second restore into the same place is refused; --force replaces it.
+    let o = run(sheaf().args(["restore", s1.to_str().unwrap(), "--to", target.to_str().unwrap()]));
+    assert!(!o.status.success() && stderr(&o).contains("not empty"), "{}", stderr(&o));
+}
+
+/// A follower that falls behind a small redo log under a write load fails the backup, naming the
+/// log's size and the fix; nothing that looks like a backup is left.
+#[test]
+fn a_redo_log_too_small_for_the_load_fails_clearly() {
+    let src = server(&["--innodb-log-file-size=4M"]);
+    load_tables(&src, 2, 20000);
+    let dir = tempfile::tempdir().unwrap();
+    let stripe = dir.path().join("s.sheaf");
+    // Writes only, on eight threads: the redo log runs round its 4 MiB many times while the
+    // follower sleeps.
+    let mut bench =
+        sysbench_script(&src, "oltp_write_only", 2, 20000, &["--threads=8", "--time=0", "--events=0", "run"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let o = run(sheaf().args(["backup", &src.url(), "--to", stripe.to_str().unwrap(), "--redo-poll", "10000", "--max-rate", "2MiB"]));
+    let _ = bench.kill();
+    let _ = bench.wait();
+    assert!(!o.status.success(), "the backup must fail: {}", stdout(&o));
+    let e = stderr(&o);
+    assert!(e.contains("innodb_log_file_size") && e.contains("before sheaf had copied it"), "{e}");
+    assert!(!stripe.exists(), "no stripe is published");
+    assert_eq!(sql(&src, "SELECT 1"), "1");
+}
+
+/// Refused, named with the fix: a user without the privileges (the GRANT named), a data
+/// directory the user running sheaf cannot read, a server sheaf cannot reach, a URL naming a
+/// database; a killed backup leaves no stripe and the server takes the next backup.
+#[test]
+fn what_a_mariadb_backup_cannot_do_is_refused_and_a_killed_one_leaves_nothing() {
+    let src = server(&[]);
+    load_tables(&src, 2, 20000);
+    let dir = tempfile::tempdir().unwrap();
+    let stripe = dir.path().join("s.sheaf");
+    sql(&src, "CREATE USER weak@localhost");
+    sql(&src, "GRANT SELECT ON *.* TO weak@localhost");
+    let weak = format!("mariadb://weak@localhost/?socket={}", src.socket().display());
+    let o = run(sheaf().args(["backup", &weak, "--to", stripe.to_str().unwrap()]));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("GRANT RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR ON *.* TO 'weak'@"), "{}", stderr(&o));
+    assert!(!stripe.exists());
+    // sheaf as another user (nobody), who reaches the socket but not the data directory.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&src.run, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", super::common::SHEAF, "backup", &src.url(), "--to"])
+        .arg(open.path().join("s.sheaf"))
+        .env("SHEAF_CATALOG", open.path().join("catalog.db"))
+        .env("HOME", open.path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("Permission denied") && stderr(&o).contains("run it on the server's host as the user the server runs as"), "{}", stderr(&o));
+    let o = run(sheaf().args(["backup", "mariadb://root@localhost/?socket=/nonexistent/mysqld.sock", "--to", stripe.to_str().unwrap()]));
+    assert!(!o.status.success() && stderr(&o).contains("cannot connect to MariaDB") && stderr(&o).contains("socket"), "{}", stderr(&o));
+    let o = run(sheaf().args(["backup", "mariadb://root@localhost/shop", "--to", stripe.to_str().unwrap()]));
+    assert!(!o.status.success() && stderr(&o).contains("whole server"), "{}", stderr(&o));
+
+    // Killed midway (held back to 2 MiB/s): no stripe, and the server's backup stage is gone with
+    // the connection, so the next backup runs.
+    let mut b = sheaf().args(["backup", &src.url(), "--to", stripe.to_str().unwrap(), "--max-rate", "2MiB"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(b.try_wait().unwrap().is_none(), "the backup was still running");
+    b.kill().unwrap();
+    b.wait().unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".sheaf")).collect();
+    assert!(names.is_empty(), "nothing that looks complete: {names:?}");
+    let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", dir.path().join("r").to_str().unwrap()]));
+    assert!(!o.status.success());
+    let o = run(sheaf().args(["backup", &src.url(), "--to", stripe.to_str().unwrap()]));
+    assert!(o.status.success(), "the next backup runs: {}", stderr(&o));
+}
