@@ -476,7 +476,8 @@ impl Context {
                     Some(limit) => place.throttled(limit),
                     None => place,
                 };
-                let opened = sheaf_pg::repo::meta::open(&place);
+                // Either kind: the commands that are PostgreSQL's refuse a MariaDB server's.
+                let opened = sheaf_pg::repo::meta::open_any(&place);
                 (place, opened)
             })
             .collect())

@@ -55,6 +55,8 @@ pub struct MariaBackupOptions {
     pub url: String,
     /// How often the redo log's follower looks for more (50 ms).
     pub redo_poll: Duration,
+    /// Into a repository: the server it was made for; another is refused.
+    pub expect: Option<sheaf_pg::repo::meta::MariaSource>,
 }
 
 /// The facts a MariaDB backup records (in the manifest's `source`), for its restore and reports.
@@ -251,6 +253,18 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     let address = Address::parse(&m.url, |k| std::env::var(k).ok())?;
     let mut server = Server::connect(&address)?;
     let places = places(&mut server)?;
+    if let Some(want) = &m.expect {
+        let got = crate::repo::identity(&mut server)?;
+        if got.server != want.server {
+            return Err(Error::invalid(format!(
+                "the server at {} is {}, and the repository holds the backups of {}: a repository holds one server's backups; make one for this server with sheaf init --repo NEW {}",
+                server.describe(),
+                got.server,
+                want.server,
+                crate::url::redact(&m.url)
+            )));
+        }
+    }
     let page_size: u64 = server.var("innodb_page_size")?.and_then(|v| v.parse().ok()).unwrap_or(16384);
     if opts.transfer_size % page_size != 0 {
         return Err(Error::invalid(format!("transfer size {} is not a multiple of the server's {page_size}-byte InnoDB page: use e.g. 1MiB or 4MiB", opts.transfer_size)));

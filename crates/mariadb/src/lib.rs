@@ -8,8 +8,10 @@
 //! - [`page`]: InnoDB's page checksums, checked (and torn pages read again) as pages are read.
 
 pub mod backup;
+pub mod drill;
 pub mod page;
 pub mod redo;
+pub mod repo;
 pub mod restore;
 pub mod scratch;
 pub mod server;

@@ -43,6 +43,8 @@ pub struct MariaRestored {
     pub report: RestoreReport,
     /// What preparing did; `None` with `--no-prepare`.
     pub prepared: Option<Prepared>,
+    /// The backup's facts (the InnoDB geometry a server on it needs).
+    pub facts: MariaFacts,
 }
 
 /// The facts of a MariaDB set.
@@ -66,7 +68,7 @@ pub fn restore_mariadb(set: &BackupSet, opts: &RestoreOptions, no_prepare: bool,
     }
     let report = sheaf_core::restore(set, opts, progress)?;
     let prepared = if no_prepare { None } else { Some(prepare(&opts.target, &facts)?) };
-    Ok(MariaRestored { report, prepared })
+    Ok(MariaRestored { report, prepared, facts })
 }
 
 /// The InnoDB settings the backed-up server ran with, that its files need.

@@ -103,7 +103,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         // A set of its own: a fresh KDF (salt) for this backup. Into a repository, its own KDF.
         opts.encryption = ctx.keys()?.map(|keys| keys.fresh_kdf().map(|kdf| sheaf_core::crypto::Encryption { keys, kdf })).transpose()?;
     }
-    let mut mariadb = None;
+    let (mut mariadb, mut mariadb_record) = (None, None);
     let (r, cluster) = match &source {
         Source::Postgres(url) => {
             let agent = ctx.agent(a.agent.clone(), a.s3.agent_tls.tls_dir.clone())?;
@@ -158,9 +158,6 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
             }
         }
         Source::MariaDb(url) => {
-            if into_repo {
-                return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups for now: back up a MariaDB server with --to STRIPE (repeat for stripes)"));
-            }
             if a.backup_type.is_some()
                 || a.pgdata.is_some()
                 || a.slot.is_some()
@@ -176,13 +173,22 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                     "--type, --pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...); a MariaDB backup is full, and a page that does not check out fails it",
                 ));
             }
-            let m = sheaf_mariadb::backup_mariadb(
-                &sheaf_mariadb::MariaBackupOptions { url: url.clone(), redo_poll: std::time::Duration::from_millis(a.redo_poll.max(1)) },
-                &opts,
-                progress(a.json),
-            )?;
-            mariadb = Some(m.facts);
-            (m.report, None)
+            let m = sheaf_mariadb::MariaBackupOptions { url: url.clone(), redo_poll: std::time::Duration::from_millis(a.redo_poll.max(1)), expect: None };
+            if into_repo {
+                let repo = ctx.open_repos_to_write()?.into_iter().nth(target).map(|(_, r)| r).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
+                let o = sheaf_mariadb::repo::InRepoOptions { stripes: ctx.repo_stripes(a.stripes)?, expire_after: auto_expire, annotations: annotations.clone() };
+                let r = sheaf_mariadb::repo::backup_to_repo(&repo, &m, &opts, o, progress(a.json))?;
+                if let Some(Err(e)) = &r.expired {
+                    crate::log::warning(format_args!("the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish"));
+                }
+                mariadb_record = Some(r.record.id.to_string());
+                mariadb = Some(r.backup.facts);
+                (r.backup.report, None)
+            } else {
+                let r = sheaf_mariadb::backup_mariadb(&m, &opts, progress(a.json))?;
+                mariadb = Some(r.facts);
+                (r.report, None)
+            }
         }
         Source::Directory(dir) => {
             if into_repo || a.backup_type.is_some() {
@@ -214,6 +220,9 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     }
     if let Some(m) = &mariadb {
         v["mariadb"] = serde_json::to_value(m).expect("facts serialise");
+        if let Some(id) = &mariadb_record {
+            v["mariadb"]["repository_id"] = serde_json::json!(id);
+        }
     }
     if a.json {
         say!("{v}");
@@ -221,6 +230,9 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
         summary(&r, cluster.as_ref());
         if let Some(m) = &mariadb {
             mariadb_summary(m);
+        }
+        if let Some(id) = &mariadb_record {
+            say!("in the repository as backup {id} (sheaf info lists it; sheaf restore --repo ... --set {id} --to DIR)");
         }
         if let Some(Some(Ok(plans))) = cluster.as_ref().map(|c| &c.expired) {
             say!("expire-auto:");

@@ -60,7 +60,11 @@ fn drill(ctx: &Context, a: &DrillArgs) -> Result<Done, Error> {
         threads: a.threads,
         stop: ctx.interrupt.stop().clone(),
     };
-    let record = sheaf_pg::drill::run::drill(&repo, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, repo.place()), progress(a.json))?;
+    let record = if repo.meta().is_mariadb() {
+        sheaf_mariadb::drill::drill(&repo, ctx.schemes()?, &opts, progress(a.json))?
+    } else {
+        sheaf_pg::drill::run::drill(&repo, ctx.schemes()?, &opts, || super::restore::restore_command(ctx, repo.place()), progress(a.json))?
+    };
     let mut v = serde_json::to_value(&record).expect("record serialises");
     v["repo"] = serde_json::json!(repo.display());
     v["backup_id"] = serde_json::json!(record.backup);

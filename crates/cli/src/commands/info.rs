@@ -105,6 +105,9 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
             "wal_files": files.len(), "wal_bytes": wal_bytes, "backup_bytes": backup_bytes, "dropped": dropped, "pins": pins, "streaming": streaming,
         }));
     }
+    if meta.is_mariadb() {
+        return mariadb(repo, &found, &pins, &drills, backup_bytes);
+    }
     say!("repository {}: cluster {} (PostgreSQL {}), created {}", repo.display(), meta.system_identifier, meta.server_version, meta.created);
     if let Some(l) = &meta.lock {
         say!("locked: every object for {} days after it is written ({} mode, S3 Object Lock); expire leaves what is still locked", l.days, l.mode);
@@ -193,6 +196,68 @@ fn one(repo: &sheaf_pg::repo::Repo, inv: Inventory, json: bool) -> Result<serde_
     }
     let n = found.iter().filter(|f| f.record().is_some()).count();
     say!("total: {n} backup{} ({}), {} WAL files ({})", plural(n), format_size(backup_bytes), files.len(), format_size(wal_bytes));
+    Ok(serde_json::Value::Null)
+}
+
+/// A MariaDB server's repository: its backups, each with the redo log's span and the binary
+/// log's position it is consistent at (no WAL).
+fn mariadb(
+    repo: &sheaf_pg::repo::Repo,
+    found: &[Found],
+    pins: &[sheaf_pg::repo::keep::Pin],
+    drills: &sheaf_pg::repo::drills::DrillSummary,
+    backup_bytes: u64,
+) -> Result<serde_json::Value, Error> {
+    let meta = repo.meta();
+    say!("repository {}: MariaDB server {} ({}), created {}", repo.display(), meta.mariadb.as_ref().map_or("", |m| m.server.as_str()), meta.server_version, meta.created);
+    if let Some(l) = &meta.lock {
+        say!("locked: every object for {} days after it is written ({} mode, S3 Object Lock); expire leaves what is still locked", l.days, l.mode);
+    }
+    say!();
+    say!(
+        "{:<20} {:<20} {:<20} {:<25} {:<28} {:>10} {:>10} {:>6} {:<10} {:>3}  label",
+        "backup",
+        "start (UTC)",
+        "stop (UTC)",
+        "LSN start .. end",
+        "binary log",
+        "read",
+        "stored",
+        "ratio",
+        "codec",
+        "str"
+    );
+    for f in found {
+        match f {
+            Found::Complete(r) => {
+                let m = r.mariadb.clone().unwrap_or_default();
+                let binlog = match (&m.binlog_file, m.binlog_position) {
+                    (Some(f), Some(p)) => format!("{f}:{p}"),
+                    _ => "-".into(),
+                };
+                say!(
+                    "{:<20} {:<20} {:<20} {:<25} {:<28} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
+                    r.id,
+                    r.start_time,
+                    r.stop_time,
+                    format!("{} .. {}", m.start_lsn, m.end_lsn),
+                    binlog,
+                    format_size(r.bytes_read),
+                    format_size(r.bytes_written),
+                    r.ratio(),
+                    r.compression,
+                    r.stripes.len(),
+                    notes(r, pins.iter().find(|p| p.id == r.id), drills.last_of.iter().find(|d| d.backup == r.id), false)
+                )
+            }
+            Found::Unfinished { id, running, .. } => {
+                say!("{id:<18} {}", if *running { "running (its writer is still at work)" } else { "UNFINISHED: left by a crash; sheaf expire removes it" })
+            }
+        }
+    }
+    say!();
+    let n = found.iter().filter(|f| f.record().is_some()).count();
+    say!("total: {n} backup{} ({}); each full, restored to its own consistency point (no WAL)", plural(n), format_size(backup_bytes));
     Ok(serde_json::Value::Null)
 }
 

@@ -14,6 +14,9 @@ use crate::context::Context;
 /// # Errors
 /// No repository given, a cluster that cannot be reached, a place that is not empty.
 pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
+    if let Some(url) = a.url.clone().filter(|u| sheaf_mariadb::url::is_url(u)) {
+        return init_mariadb(ctx, &a, &url);
+    }
     let url = ctx.pg_url(a.url.clone())?;
     let repos = ctx.repos_to_write()?;
     let lock = a.lock.map(|days| RepoLock { days, mode: a.lock_mode });
@@ -61,5 +64,29 @@ pub fn run(ctx: &Context, a: InitArgs) -> Result<(), Error> {
         "next: archive_command = '{archive}' and archive_mode = on, then sheaf backup{}{flags}{secret}",
         a.url.as_deref().map(|u| format!(" {}", shell_quote(&sheaf_pg::connect::session::redact(u)))).unwrap_or_default()
     );
+    Ok(())
+}
+
+/// A repository for a MariaDB server: its full backups, no WAL.
+fn init_mariadb(ctx: &Context, a: &InitArgs, url: &str) -> Result<(), Error> {
+    let repos = ctx.repos_to_write()?;
+    let lock = a.lock.map(|days| RepoLock { days, mode: a.lock_mode });
+    for repo in &repos {
+        let created = sheaf_mariadb::repo::init(repo, url, lock)?;
+        let meta = created.meta();
+        say!(
+            "created {}{}repository {} for MariaDB server {} ({})",
+            if repo.keys().is_some() { "encrypted (AES-256-GCM) " } else { "" },
+            if meta.lock.is_some() { "locked " } else { "" },
+            repo.display(),
+            meta.mariadb.as_ref().map_or("", |m| m.server.as_str()),
+            meta.server_version
+        );
+    }
+    if repos.iter().any(|r| r.keys().is_some()) {
+        say!("keep the key or passphrase safe and apart from the repository: without it nothing in it can be read; restores need it too. A second key (`sheaf key add`) kept elsewhere is a spare");
+    }
+    let flags: String = repos.iter().map(|r| format!(" --repo {}", shell_quote(r.display()))).collect();
+    say!("next: sheaf backup {}{flags}", shell_quote(&sheaf_mariadb::url::redact(url)));
     Ok(())
 }

@@ -225,6 +225,9 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
 
 /// `restore --repo`: point-in-time recovery, planned and carried out by [`sheaf_pg::restore::pitr::restore`].
 fn from_repo(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
+    if ctx.open_repos()?.iter().any(|(_, r)| r.as_ref().is_ok_and(|r| r.meta().is_mariadb())) {
+        return from_mariadb_repo(ctx, &a);
+    }
     let opts = pg_options(ctx, &a)?;
     let r = &a.recovery;
     let request = r.targets.request(r.backup(), r.target_action, r.target_timeline);
@@ -361,16 +364,43 @@ fn nothing_written(to: &std::path::Path) -> bool {
     std::fs::read_dir(to).map_or(true, |mut d| d.next().is_none())
 }
 
-/// A MariaDB backup: laid out, then prepared by the server's own crash recovery.
-fn restore_mariadb(ctx: &Context, a: &RestoreArgs, set: &sheaf_core::set::BackupSet) -> Result<serde_json::Value, Error> {
+fn mariadb_flags(a: &RestoreArgs) -> Result<(), Error> {
     if !a.tablespace.is_empty() || !a.db_include.is_empty() || a.start.standby || !a.start.recovery_option.is_empty() || !a.start.link_map.is_empty() || a.check_changes {
         return Err(Error::invalid(
             "--tablespace, --db-include, --standby, --recovery-option, --link-map and --check-changes apply to PostgreSQL backups; this one is of a MariaDB server",
         ));
     }
+    Ok(())
+}
+
+/// A MariaDB backup: laid out, then prepared by the server's own crash recovery.
+fn restore_mariadb(ctx: &Context, a: &RestoreArgs, set: &sheaf_core::set::BackupSet) -> Result<serde_json::Value, Error> {
+    mariadb_flags(a)?;
     let restored = sheaf_mariadb::restore_mariadb(set, &core_options(ctx, a)?, false, progress(a.json))?;
+    say_mariadb(a, &restored, None)
+}
+
+/// `restore --repo` of a MariaDB server's repository: the backup `--set` (or `--annotation`)
+/// names, else the newest; no point in time but the backup's own.
+fn from_mariadb_repo(ctx: &Context, a: &RestoreArgs) -> Result<serde_json::Value, Error> {
+    mariadb_flags(a)?;
+    if a.recovery.targets.any() {
+        return Err(Error::invalid(
+            "a MariaDB backup restores to its own consistency point (the binary log position it records): --target-time, --target-lsn and the like are PostgreSQL's; replay the binary log from that position with mariadb-binlog for later points",
+        ));
+    }
+    let which = a.recovery.backup().unwrap_or_default();
+    let opts = core_options(ctx, a)?;
+    let (restored, record) = ctx.first_repo_serving(|repo| sheaf_mariadb::repo::restore_from_repo(repo, ctx.schemes()?, &which, &opts, progress(a.json)))?;
+    say_mariadb(a, &restored, Some(&record.id.to_string()))
+}
+
+fn say_mariadb(a: &RestoreArgs, restored: &sheaf_mariadb::MariaRestored, repository_id: Option<&str>) -> Result<serde_json::Value, Error> {
     let r = &restored.report;
     let mut v = report(r);
+    if let Some(id) = repository_id {
+        v["repository_backup"] = serde_json::json!(id);
+    }
     if let Some(p) = &restored.prepared {
         v["prepared"] = serde_json::to_value(p).expect("prepared serialises");
     }

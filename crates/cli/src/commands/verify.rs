@@ -150,7 +150,11 @@ fn verify_history(ctx: &Context, a: &VerifyArgs, repo: &sheaf_pg::repo::Repo, se
             unchanged(check.wal_files_read, check.wal_files),
             format_size(check.wal_bytes),
             format_size(check.bytes_read),
-            if n == 0 { "every checksum matches and the WAL each backup needs is there".to_string() } else { format!("{n} problem{}", plural(n)) }
+            match n {
+                0 if repo.meta().is_mariadb() => "every checksum matches (each backup holds the redo log it needs)".to_string(),
+                0 => "every checksum matches and the WAL each backup needs is there".to_string(),
+                n => format!("{n} problem{}", plural(n)),
+            }
         );
         if let Some(h) = &check.horizon {
             say!("WAL before {} was removed by retention (sheaf expire, {}): a backup older than that needs only the WAL that makes it consistent", h.first_kept, h.set_at);

@@ -62,6 +62,7 @@ pub struct InRepo {
 /// A cluster other than the repository's (before anything is written), and everything
 /// [`backup_postgres`] refuses. A failed backup leaves no record and no lock.
 pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, kind: Kind, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<InRepo> {
+    crate::repo::meta::postgres_only(repo, "a PostgreSQL cluster's backup")?;
     let meta = repo.meta();
     let Kind { stripes, backup_type, check_changes, page_scan, expire_after, annotations, no_resume } = kind;
     if !(1..=64).contains(&stripes) {
@@ -167,6 +168,7 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
             locked_until: repo.write_lock().map(|l| l.until),
             annotations,
             resumed: r.report.resumed.clone(),
+            mariadb: None,
         };
         Ok((r, record))
     })
@@ -186,7 +188,7 @@ pub fn backup_to_repo(repo: &Repo, pg: &PgBackupOptions, opts: &BackupOptions, k
 ///
 /// # Errors
 /// Preparing the stripes or putting the lock; `write`'s; putting the record.
-fn publish_or_clean_up<T>(
+pub fn publish_or_clean_up<T>(
     repo: &Repo,
     id: &BackupId,
     stripes: usize,
@@ -265,6 +267,7 @@ pub fn consolidate_in_repo(
     schemes: &dyn Schemes,
     progress: Arc<dyn Progress>,
 ) -> Result<(BackupReport, BackupRecord)> {
+    crate::repo::meta::postgres_only(repo, "consolidating a chain")?;
     if !(1..=64).contains(&stripes) {
         return Err(Error::invalid(format!("--stripes {stripes}: give 1 to 64")));
     }

@@ -119,6 +119,7 @@ struct Failed(Error);
 /// The refusals above, and a record that cannot be written; [`ErrorKind::Cancelled`] when
 /// `opts.stop` was asked (then nothing is recorded, and the folder is removed).
 pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_command: impl FnOnce() -> Result<String>, progress: Arc<dyn Progress>) -> Result<DrillRecord> {
+    crate::repo::meta::postgres_only(repo, "a PostgreSQL drill")?;
     // Its record is written at the end: a user who may not write it is told before the drill.
     repo.check_writer().map_err(|e| e.context("a drill records itself in the repository"))?;
     // The history holding the backup: its drill's record is kept there, beside the backup.
@@ -238,16 +239,17 @@ fn describe_target(r: &Request) -> String {
 }
 
 /// `20261128-041500.123Z`.
-fn drill_id(ms: i64) -> String {
+pub fn drill_id(ms: i64) -> String {
     crate::repo::id::stamp(ms)
 }
 
-fn nothing_written(data: &Path) -> bool {
+/// Whether the restore wrote nothing into `data` yet (a refusal, not a failed drill).
+pub fn nothing_written(data: &Path) -> bool {
     std::fs::read_dir(data).map(|mut d| d.next().is_none()).unwrap_or(true)
 }
 
 /// The drill's folder: made here, or an empty one given.
-fn prepare_work(work: &Path) -> Result<()> {
+pub fn prepare_work(work: &Path) -> Result<()> {
     match std::fs::read_dir(work).map(|mut d| d.next().is_some()) {
         Ok(true) => {
             return Err(Error::new(
@@ -263,7 +265,8 @@ fn prepare_work(work: &Path) -> Result<()> {
     std::fs::set_permissions(work, std::fs::Permissions::from_mode(0o755)).map_err(|e| Error::io(ErrorKind::Target, format!("cannot set the mode of {}", work.display()), e))
 }
 
-fn remove_work(work: &Path) {
+/// Remove the drill's folder.
+pub fn remove_work(work: &Path) {
     let _ = std::fs::remove_dir_all(work);
 }
 

@@ -117,6 +117,7 @@ fn seal_with(enc: &Encryption) -> Result<SealWith> {
 /// damaged object in the source (named; nothing of it is published); [`ErrorKind::Cancelled`]
 /// when stopped; the stores' errors.
 pub fn copy(from: &Repo, to: &Place, which: &Which, stop: &Stop) -> Result<Copied> {
+    crate::repo::meta::postgres_only(from, "sheaf copy (for now)")?;
     let mut done = Copied::default();
     // Which side is encrypted, from each `repo.json` (read without keys), before anything opens
     // or is written: a copy goes between two that are, or two that are not.

@@ -41,17 +41,35 @@ impl RepoLock {
     }
 }
 
-/// `repo.json` of a PostgreSQL repository.
+/// The database a repository holds the backups of: its `repo.json`'s `kind`.
+pub const POSTGRES: &str = "postgres";
+/// See [`POSTGRES`]: a MariaDB server's repository holds its full backups, and no WAL.
+pub const MARIADB: &str = "mariadb";
+
+/// The MariaDB server a repository belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MariaSource {
+    /// `@@server_uuid` where the server has one, else `@@hostname:@@datadir`.
+    pub server: String,
+    /// Its data directory when the repository was made.
+    pub datadir: String,
+}
+
+/// `repo.json` of a repository: a PostgreSQL cluster's, or (`kind` `mariadb`) a MariaDB server's.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RepoMeta {
     /// Layout version.
     pub format: u32,
-    /// `postgres`.
+    /// `postgres` or `mariadb`.
     pub kind: String,
-    /// The cluster it belongs to.
+    /// The cluster it belongs to (0 for a MariaDB server's, which an older sheaf then refuses by
+    /// kind rather than fail to read).
     pub system_identifier: SystemId,
     /// WAL segment size of that cluster.
     pub wal_segment_size: u64,
+    /// The MariaDB server, in a MariaDB repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mariadb: Option<MariaSource>,
     /// Server version at creation.
     pub server_version: String,
     /// When it was created (UTC).
@@ -84,10 +102,17 @@ impl RepoMeta {
     }
 }
 
+impl RepoMeta {
+    /// Whether it holds a MariaDB server's backups.
+    pub fn is_mariadb(&self) -> bool {
+        self.kind == MARIADB
+    }
+}
+
 impl Meta for RepoMeta {
     fn check(&self, place: &str) -> Result<()> {
-        if self.kind != "postgres" {
-            return Err(Error::invalid(format!("{place} is a repository of {}, not of a PostgreSQL cluster", self.kind)));
+        if self.kind != POSTGRES && self.kind != MARIADB {
+            return Err(Error::invalid(format!("{place} is a repository of {}, which this sheaf does not know: upgrade sheaf", self.kind)));
         }
         if self.format > REPO_FORMAT {
             return Err(Error::invalid(format!("{place} was written by a newer sheaf (repository format {}, this one knows {REPO_FORMAT}): upgrade sheaf", self.format)));
@@ -110,7 +135,37 @@ impl Meta for RepoMeta {
 /// No repository there (naming `sheaf init`), one of another kind or a newer format; the keys'
 /// and the store's errors.
 pub fn open(place: &Place) -> Result<Repo> {
-    crate::repo::histories::newest(place.open()?)
+    let repo = open_any(place)?;
+    postgres_only(&repo, "this command")?;
+    Ok(repo)
+}
+
+/// Open the repository at `place`, of either kind ([`open`] takes only a PostgreSQL cluster's).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_any(place: &Place) -> Result<Repo> {
+    let repo: Repo = place.open()?;
+    if repo.meta().is_mariadb() {
+        return Ok(repo);
+    }
+    crate::repo::histories::newest(repo)
+}
+
+/// Refuse `what` (a PostgreSQL-only operation: WAL, PITR, a cluster's backup) in a MariaDB
+/// server's repository.
+///
+/// # Errors
+/// [`sheaf_core::ErrorKind::InvalidInput`], naming the repository's server.
+pub fn postgres_only(repo: &Repo, what: &str) -> Result<()> {
+    if repo.meta().is_mariadb() {
+        return Err(Error::invalid(format!(
+            "{} holds a MariaDB server's backups ({}): {what} is PostgreSQL's; a repository holds one server's backups, so give a PostgreSQL cluster its own",
+            repo.display(),
+            repo.meta().mariadb.as_ref().map_or("", |m| m.server.as_str())
+        )));
+    }
+    Ok(())
 }
 
 /// Open the repository at `place` as [`open`] does, at the history of cluster `cluster` when one
@@ -144,7 +199,30 @@ pub fn cluster_here() -> Option<SystemId> {
 /// Connection problems, a place that is not empty; a lock on a place without Object Lock, or of
 /// no days or too many.
 pub fn init(place: &Place, url: &str, lock: Option<RepoLock>) -> Result<Repo> {
-    if let Some(l) = &lock {
+    check_lock(place, lock.as_ref())?;
+    let mut server = Server::connect(url)?;
+    let facts = server.check()?;
+    let meta = RepoMeta {
+        format: if lock.is_some() { 2 } else { 1 },
+        kind: POSTGRES.into(),
+        system_identifier: facts.system_identifier,
+        wal_segment_size: facts.wal_segment_size,
+        mariadb: None,
+        server_version: facts.version,
+        created: sheaf_core::time::utc_now(),
+        lock,
+        history: 1,
+    };
+    place.init(&meta)
+}
+
+/// Refuse a lock sheaf cannot take at `place`: of no days or too many, or on a bucket without
+/// Object Lock.
+///
+/// # Errors
+/// [`sheaf_core::ErrorKind::InvalidInput`], naming the fix.
+pub fn check_lock(place: &Place, lock: Option<&RepoLock>) -> Result<()> {
+    if let Some(l) = lock {
         if l.days == 0 || l.days > MAX_LOCK_DAYS {
             return Err(Error::invalid(format!(
                 "--lock {}: give the days each object stays locked, 1 .. {MAX_LOCK_DAYS}; at least your retention (expire --keep-within) plus the time between full backups",
@@ -158,19 +236,7 @@ pub fn init(place: &Place, url: &str, lock: Option<RepoLock>) -> Result<Repo> {
             )));
         }
     }
-    let mut server = Server::connect(url)?;
-    let facts = server.check()?;
-    let meta = RepoMeta {
-        format: if lock.is_some() { 2 } else { 1 },
-        kind: "postgres".into(),
-        system_identifier: facts.system_identifier,
-        wal_segment_size: facts.wal_segment_size,
-        server_version: facts.version,
-        created: sheaf_core::time::utc_now(),
-        lock,
-        history: 1,
-    };
-    place.init(&meta)
+    Ok(())
 }
 
 /// The refusal for `what` of another cluster than the one `repo` (a history) records
@@ -184,9 +250,10 @@ pub fn foreign(repo: &Repo, what: &str, theirs: SystemId) -> Error {
 pub(crate) fn test_repo(dir: &std::path::Path) -> Repo {
     let meta = RepoMeta {
         format: 1,
-        kind: "postgres".into(),
+        kind: POSTGRES.into(),
         system_identifier: SystemId(1),
         wal_segment_size: 16 << 20,
+        mariadb: None,
         server_version: String::new(),
         created: String::new(),
         lock: None,

@@ -76,6 +76,27 @@ pub struct BackupRecord {
     /// A full backup that went on from where earlier attempts stopped: what it took of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed: Option<sheaf_core::manifest::Resumed>,
+    /// A MariaDB server's backup (in its repository): where it is consistent. Its PostgreSQL
+    /// fields are empty: no WAL, no timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mariadb: Option<MariaPoint>,
+}
+
+/// Where a MariaDB backup is consistent: its redo log's span and the binary log's position.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MariaPoint {
+    /// The checkpoint LSN its recovery begins at.
+    pub start_lsn: u64,
+    /// The consistency point (at BLOCK_COMMIT).
+    pub end_lsn: u64,
+    /// The binary log file and position there, when the server writes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_position: Option<u64>,
+    /// `@@gtid_binlog_pos` there.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gtid_binlog_pos: String,
 }
 
 impl BackupRecord {
@@ -387,6 +408,7 @@ pub(crate) fn test_record(id: &str) -> BackupRecord {
         locked_until: None,
         annotations: Default::default(),
         resumed: None,
+        mariadb: None,
     }
 }
 

@@ -248,6 +248,7 @@ pub fn restore(
     restore_command: impl FnOnce() -> Result<String>,
     progress: Arc<dyn Progress>,
 ) -> Result<(Restored, Plan)> {
+    crate::repo::meta::postgres_only(repo, "point-in-time recovery of a PostgreSQL cluster")?;
     let recovery = request.recovery()?;
     // The history that holds the backup asked for, or the newest whose backups and WAL serve the
     // target (after pg_upgrade, a moment before the upgrade is the old cluster's).

@@ -31,6 +31,7 @@ pub struct FillReport {
 /// [`sheaf_core::error::ErrorKind::Cancelled`] when `stop` is asked (each summary is stored whole,
 /// so those made before stay).
 pub fn fill_in(repo: &Repo, stop: &Stop) -> Result<FillReport> {
+    crate::repo::meta::postgres_only(repo, "summarizing WAL")?;
     let mut report = FillReport::default();
     let mut segments: Vec<WalFile> = archived(repo)?.into_iter().map(|(w, _)| w).filter(|w| w.kind == WalKind::Segment).collect();
     segments.sort_by_key(|w| (w.timeline, w.segno));

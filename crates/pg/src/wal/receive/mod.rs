@@ -62,6 +62,11 @@ use upload::{put_streamed, upload_loop, Target};
 /// spool another receiver holds, a server older than 15, repositories of different clusters, none
 /// that can be read; and storing into a repository failing when the receiver stops.
 pub fn receive(repos: Vec<(Place, Result<Repo>)>, opts: &ReceiveOptions, events: &Events) -> Result<ReceiveReport> {
+    for (_, r) in &repos {
+        if let Ok(r) = r {
+            crate::repo::meta::postgres_only(r, "receiving WAL")?;
+        }
+    }
     if opts.slot.is_empty() || !opts.slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
         return Err(Error::invalid(format!("--slot {}: a slot name is lower-case letters, digits and underscores", opts.slot)));
     }
