@@ -254,7 +254,7 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     let mut server = Server::connect(&address)?;
     let places = places(&mut server)?;
     if let Some(want) = &m.expect {
-        let got = crate::repo::identity(&mut server)?;
+        let got = server.identity()?;
         if got.server != want.server {
             return Err(Error::invalid(format!(
                 "the server at {} is {}, and the repository holds the backups of {}: a repository holds one server's backups; make one for this server with sheaf init --repo NEW {}",

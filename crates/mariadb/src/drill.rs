@@ -105,7 +105,7 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, progress: 
 }
 
 /// Start the prepared data directory and check it.
-fn checks(data: &Path, facts: &crate::MariaFacts, opts: &DrillOptions, record: &mut DrillRecord) -> Result<()> {
+fn checks(data: &Path, facts: &crate::backup::MariaFacts, opts: &DrillOptions, record: &mut DrillRecord) -> Result<()> {
     let run = run_dir(data)?;
     let mut settings = geometry(facts);
     settings.push("--skip-grant-tables".into());

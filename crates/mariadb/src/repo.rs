@@ -21,14 +21,6 @@ use crate::restore::{restore_mariadb, MariaRestored};
 use crate::server::Server;
 use crate::url::Address;
 
-/// Who a server is, as its repository records it: `@@hostname:@@datadir` (MariaDB has no server
-/// UUID; a server's data directory on its host is what its backups are of).
-pub fn identity(server: &mut Server) -> Result<MariaSource> {
-    let host = server.var("hostname")?.unwrap_or_default();
-    let datadir = server.var("datadir")?.unwrap_or_default();
-    Ok(MariaSource { server: format!("{host}:{datadir}"), datadir })
-}
-
 /// Make a repository at `place` for the MariaDB server at `url`.
 ///
 /// # Errors
@@ -42,7 +34,7 @@ pub fn init(place: &Place, url: &str, lock: Option<RepoLock>) -> Result<Repo> {
         kind: MARIADB.into(),
         system_identifier: SystemId(0),
         wal_segment_size: 0,
-        mariadb: Some(identity(&mut server)?),
+        mariadb: Some(server.identity()?),
         server_version: server.version.clone(),
         created: sheaf_core::time::utc_now(),
         lock,

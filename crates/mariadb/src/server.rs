@@ -214,6 +214,17 @@ impl Server {
         Ok(pos)
     }
 
+    /// Who the server is, as its repository records it: `@@hostname:@@datadir` (MariaDB has no
+    /// server UUID; a server's data directory on its host is what its backups are of).
+    ///
+    /// # Errors
+    /// The variables cannot be read.
+    pub fn identity(&mut self) -> Result<sheaf_pg::repo::meta::MariaSource> {
+        let host = self.var("hostname")?.unwrap_or_default();
+        let datadir = self.var("datadir")?.unwrap_or_default();
+        Ok(sheaf_pg::repo::meta::MariaSource { server: format!("{host}:{datadir}"), datadir })
+    }
+
     /// A second connection to the same server, as the same user (the redo log's follower asks
     /// for LSNs on its own while this one holds the backup stages).
     ///
