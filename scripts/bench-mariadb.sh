@@ -71,7 +71,7 @@ read_cold=$( { t0=$(now); copied | xargs -0 cat >/dev/null; echo "$(now) - $t0" 
 read_warm=$( { t0=$(now); copied | xargs -0 cat >/dev/null; echo "$(now) - $t0" | bc -l; } )
 copied_bytes=$(copied | xargs -0 stat -c %s | awk '{s+=$1} END {print s}')
 big=$(ls -S "$W"/data/sbtest/*.ibd | head -1)
-zstd_b=$(zstd -b1 -i3 "$big" 2>&1 | tr '\r' '\n' | grep -v '^ *$' | tail -1 | sed 's/^[^:]*: *//')
+zstd_b=$(zstd -b1 -i3 "$big" 2>&1 | tr '\r' '\n' | grep 'MB/s, ' | tail -1 | sed 's/^[^:]*: *//')
 
 sb --threads=1 --rate="$RATE" --time=0 --report-interval=0 run >"$W/out/load.txt" 2>&1 &
 LOAD=$!

@@ -57,6 +57,79 @@ pub struct MariaBackupOptions {
     pub redo_poll: Duration,
     /// Into a repository: the server it was made for; another is refused.
     pub expect: Option<sheaf_pg::repo::meta::MariaSource>,
+    /// An incremental or differential: what it builds on ([`Since`]).
+    pub since: Option<Since>,
+}
+
+/// What an incremental or differential builds on: the chain, and its parent's start checkpoint.
+///
+/// **Why the parent's start, and why every page is read.** A page whose LSN (the end of the last
+/// mini-transaction that changed it) is at most the parent's start checkpoint `X` was not dirty
+/// at that checkpoint (a dirty page's first change is at or after `X`), so it was on disk when the
+/// parent read it, and unchanged since: the parent holds it as it is. Every other page is stored,
+/// and so are a page past the parent's end of the file and a page all zero (a hole, which costs
+/// nothing stored), so that a tablespace recreated since never takes a page of the old one from
+/// the parent; a tablespace the parent does not have is stored whole. The redo log cannot spare
+/// the reading: it wraps,
+/// and nothing keeps it between backups, so it cannot say which pages changed since the parent;
+/// mariabackup's `--incremental-basedir` reads every page too. The page scan runs on sheaf's
+/// readers and compressors, every page checked as in a full backup.
+#[derive(Clone, Debug)]
+pub struct Since {
+    /// The chain: the type, and the sets it builds on.
+    pub lineage: sheaf_core::Lineage,
+    /// The parent's start checkpoint LSN.
+    pub lsn: u64,
+    /// The parent's files' sizes, by path in the data directory.
+    pub sizes: HashMap<String, u64>,
+}
+
+/// An incremental's answer per file: a tablespace the parent has, its pages scanned by LSN;
+/// every other file whole.
+struct InnoChanges {
+    datadir: PathBuf,
+    system: Vec<String>,
+    page_size: usize,
+    lsn: u64,
+    /// The parent's tablespaces' sizes, by path.
+    sizes: HashMap<String, u64>,
+}
+
+/// Whether a page changed since [`Since::lsn`].
+struct SinceLsn {
+    unit: usize,
+    lsn: u64,
+    /// Whole pages the parent had of the file.
+    parent_pages: u64,
+}
+
+impl sheaf_core::UnitFilter for SinceLsn {
+    fn unit(&self) -> usize {
+        self.unit
+    }
+    fn changed(&self, n: u64, data: &[u8]) -> bool {
+        data.len() < self.unit || n >= self.parent_pages || u64::from_be_bytes(data[16..24].try_into().expect("8 bytes")) > self.lsn || data.iter().all(|&b| b == 0)
+    }
+}
+
+impl sheaf_core::Changes for InnoChanges {
+    fn of(&self, _root: &str, rel: &str, _size: u64) -> sheaf_core::FileChanges {
+        let Some(&old) = self.sizes.get(rel).filter(|_| is_tablespace(rel, &self.system)) else {
+            return sheaf_core::FileChanges::Whole;
+        };
+        // Each tablespace's own page size (ROW_FORMAT=COMPRESSED pages are smaller).
+        let mut head = [0u8; 58];
+        let read = std::fs::File::open(self.datadir.join(rel)).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0));
+        match read {
+            Ok(()) => {
+                let flags = u32::from_be_bytes(head[54..58].try_into().expect("4 bytes"));
+                let unit = crate::page::Format::of_flags(flags, self.page_size).size();
+                sheaf_core::FileChanges::Scan(Arc::new(SinceLsn { unit, lsn: self.lsn, parent_pages: old / unit as u64 }))
+            }
+            // Too short to have a page 0, or gone: whole (what there is of it).
+            Err(_) => sheaf_core::FileChanges::Whole,
+        }
+    }
 }
 
 /// The facts a MariaDB backup records (in the manifest's `source`), for its restore and reports.
@@ -96,6 +169,9 @@ pub struct MariaFacts {
     pub pages_verified: u64,
     pub pages_not_checked: u64,
     pub pages_read_again: u64,
+    /// An incremental's or differential's parent's start checkpoint: pages newer are held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_lsn: Option<u64>,
     /// Tablespaces DDL created, recreated or removed during the backup.
     pub ddl_created: Vec<String>,
     pub ddl_recreated: Vec<String>,
@@ -286,6 +362,14 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     // after it is found under BLOCK_DDL) also sizes the pipeline.
     let mut warnings = Vec::new();
     let first = list(&places, &mut warnings)?;
+    // A table made with DATA DIRECTORY keeps its tablespace elsewhere, named by an .isl file: a
+    // backup of the data directory alone would restore without it.
+    if let Some(isl) = first.iter().find(|l| l.entry.path.ends_with(".isl")) {
+        return Err(Error::invalid(format!(
+            "{} names a tablespace outside the data directory (a table made with DATA DIRECTORY): sheaf backs up servers whose InnoDB files are all in the data directory; move the table in (ALTER TABLE ... DATA DIRECTORY removed, rebuilt) or back this server up with mariadb-backup",
+            isl.entry.path
+        )));
+    }
     let mut opts = opts.clone();
     if opts.expected_bytes.is_none() {
         opts.expected_bytes = Some(first.iter().filter(|l| l.entry.kind == EntryKind::File).map(|l| l.entry.size).sum());
@@ -293,6 +377,11 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     let tuning = Tuning::resolve(&opts, 1)?;
     let mut session = Backup::start(&opts, tuning, progress)?;
     session.warnings.extend(warnings);
+    if let Some(since) = &m.since {
+        facts.since_lsn = Some(since.lsn);
+        let changes = InnoChanges { datadir: places.datadir.clone(), system: places.system.clone(), page_size: page_size as usize, lsn: since.lsn, sizes: since.sizes.clone() };
+        session.incremental(since.lineage.clone(), Arc::new(changes));
+    }
     // Tables are written, created and dropped while they are read: the redo log makes them
     // consistent.
     session.expect_changes();

@@ -7,17 +7,20 @@
 
 use std::sync::Arc;
 
+use sheaf_core::manifest::{BackupType, EntryKind};
 use sheaf_core::repo::Place;
+use sheaf_core::Lineage;
 use sheaf_core::{BackupOptions, Error, ErrorKind, Progress, RestoreOptions, Result, Schemes};
+use sheaf_pg::backup::incremental::may_build_on;
 use sheaf_pg::cluster::system::SystemId;
 use sheaf_pg::maintain::expire::{apply, HistoryPlan, Retention};
 use sheaf_pg::repo::id::BackupId;
 use sheaf_pg::repo::meta::{check_lock, MariaSource, RepoLock, RepoMeta, MARIADB};
-use sheaf_pg::repo::records::{complete, open_set_lean, pick, BackupLock, BackupRecord, BackupRef, MariaPoint};
+use sheaf_pg::repo::records::{chain_of, complete, open_chain, open_set, pick, BackupLock, BackupRecord, BackupRef, MariaPoint};
 use sheaf_pg::repo::Repo;
 
-use crate::backup::{backup_mariadb, is_mariadb, MariaBackupOptions, MariaBackupReport};
-use crate::restore::{restore_mariadb, MariaRestored};
+use crate::backup::{backup_mariadb, is_mariadb, MariaBackupOptions, MariaBackupReport, Since};
+use crate::restore::{restore_mariadb_chain, MariaRestored};
 use crate::server::Server;
 use crate::url::Address;
 
@@ -55,6 +58,8 @@ fn mariadb_only(repo: &Repo) -> Result<&MariaSource> {
 /// What a backup into the repository takes besides the source.
 #[derive(Clone, Debug, Default)]
 pub struct InRepoOptions {
+    /// Full, or an incremental (on the newest backup) or differential (on the newest full).
+    pub backup_type: BackupType,
     /// Stripes (1 to 64).
     pub stripes: usize,
     /// Retention applied once it is published.
@@ -65,6 +70,9 @@ pub struct InRepoOptions {
 
 /// A backup into the repository: its report, record, and what expire-auto did after it.
 pub struct InRepo {
+    /// Why a full backup was taken where an incremental or differential was asked for (nothing
+    /// to build on).
+    pub full_because: Option<String>,
     /// The backup's report.
     pub backup: MariaBackupReport,
     /// Its record.
@@ -79,15 +87,42 @@ pub struct InRepo {
 /// # Errors
 /// A repository of another server or of PostgreSQL; the backup's errors (nothing is recorded, and
 /// what it wrote is removed).
-pub fn backup_to_repo(repo: &Repo, m: &MariaBackupOptions, opts: &BackupOptions, o: InRepoOptions, progress: Arc<dyn Progress>) -> Result<InRepo> {
+pub fn backup_to_repo(repo: &Repo, m: &MariaBackupOptions, opts: &BackupOptions, o: InRepoOptions, schemes: &dyn Schemes, progress: Arc<dyn Progress>) -> Result<InRepo> {
     let source = mariadb_only(repo)?.clone();
     if !(1..=64).contains(&o.stripes) {
         return Err(Error::invalid(format!("--stripes {}: give 1 to 64", o.stripes)));
     }
-    let m = MariaBackupOptions { expect: Some(source), ..m.clone() };
+    // The parent, opened before anything is written: one missing or damaged is named now.
+    let records = complete(repo)?;
+    let mut full_because = None;
+    let wanted = o.backup_type;
+    let parent = match records.iter().rev().find(|r| may_build_on(wanted, r.backup_type)) {
+        _ if wanted == BackupType::Full => None,
+        None => {
+            full_because =
+                Some(format!("the repository holds no {} to build a {wanted} on: taking a full backup", if wanted == BackupType::Diff { "full backup" } else { "backup" }));
+            None
+        }
+        Some(p) => {
+            let chain = chain_of(&records, p)?;
+            let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
+            let lsn = p.mariadb.as_ref().map(|x| x.start_lsn).ok_or_else(|| Error::corrupt(format!("parent backup {}: its record has no MariaDB LSNs", p.id)))?;
+            let sizes = set.manifest.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| (e.path.clone(), e.size)).collect();
+            let lineage = Lineage { backup_type: wanted, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
+            Some((Since { lineage, lsn, sizes }, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
+        }
+    };
+    let backup_type = if parent.is_some() { wanted } else { BackupType::Full };
+    let (since, chain) = match parent {
+        Some((s, c)) => (Some(s), c),
+        None => (None, Vec::new()),
+    };
+    let m = MariaBackupOptions { expect: Some(source), since, ..m.clone() };
     let start_ms = sheaf_core::time::now_ms();
     let id = BackupId::at(start_ms);
-    let lock = BackupLock::ours(&id, start_ms / 1000);
+    let mut lock = BackupLock::ours(&id, start_ms / 1000);
+    // While it runs, expire keeps the chain it builds on.
+    lock.chain = chain.clone();
     let (backup, record) = sheaf_pg::backup::repo::publish_or_clean_up(repo, &id, o.stripes, lock, None, opts, |opts, names| {
         let r = backup_mariadb(&m, opts, progress)?;
         let stop_ms = sheaf_core::time::now_ms();
@@ -111,9 +146,9 @@ pub fn backup_to_repo(repo: &Repo, m: &MariaBackupOptions, opts: &BackupOptions,
             compression: r.report.compression.clone(),
             stripes: names.to_vec(),
             server_version: f.server_version.clone(),
-            backup_type: Default::default(),
-            chain: Vec::new(),
-            method: None,
+            backup_type,
+            chain: chain.clone(),
+            method: m.since.as_ref().map(|x| format!("every page read, those with an LSN past the parent's start checkpoint {} kept", x.lsn)),
             bytes_held: r.report.bytes_held,
             locked_until: repo.write_lock().map(|l| l.until),
             annotations: o.annotations.clone(),
@@ -129,7 +164,7 @@ pub fn backup_to_repo(repo: &Repo, m: &MariaBackupOptions, opts: &BackupOptions,
         Ok((r, record))
     })?;
     let expired = o.expire_after.map(|keep| apply(repo, &keep, sheaf_core::time::now_ms() / 1000));
-    Ok(InRepo { backup, record, expired })
+    Ok(InRepo { full_because, backup, record, expired })
 }
 
 /// Restore backup `which` of `repo` to `opts.target`, prepared.
@@ -140,10 +175,11 @@ pub fn restore_from_repo(repo: &Repo, schemes: &dyn Schemes, which: &BackupRef, 
     mariadb_only(repo)?;
     let records = complete(repo)?;
     let record = pick(&records, which)?.clone();
-    let set = open_set_lean(repo, &record, schemes).map_err(|e| e.context(format!("backup {}", record.id)))?;
-    if !is_mariadb(&set) {
-        return Err(Error::new(ErrorKind::Corrupt, format!("backup {} of {} is not a MariaDB backup", record.id, repo.display())));
+    // An incremental with the backups it builds on, oldest first.
+    let sets = open_chain(repo, &records, &record, schemes, true)?;
+    if let Some(s) = sets.iter().find(|s| !is_mariadb(s)) {
+        return Err(Error::new(ErrorKind::Corrupt, format!("backup {} of {} is not a MariaDB backup", s.manifest.backup_id, repo.display())));
     }
-    let restored = restore_mariadb(&set, opts, false, progress)?;
+    let restored = restore_mariadb_chain(&sets.iter().collect::<Vec<_>>(), opts, false, progress)?;
     Ok((restored, record))
 }

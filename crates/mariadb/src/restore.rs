@@ -60,13 +60,24 @@ pub fn facts_of(set: &BackupSet) -> Result<MariaFacts> {
 /// # Errors
 /// The restore's, and [`prepare`]'s.
 pub fn restore_mariadb(set: &BackupSet, opts: &RestoreOptions, no_prepare: bool, progress: Arc<dyn Progress>) -> Result<MariaRestored> {
-    let facts = facts_of(set)?;
+    restore_mariadb_chain(&[set], opts, no_prepare, progress)
+}
+
+/// Restore a chain (a full backup and the incrementals on it, oldest first) to `opts.target` and,
+/// unless `no_prepare`, prepare it with the newest one's redo log: every page the chain holds is
+/// at least as new as that backup's start checkpoint or unchanged since ([`crate::backup::Since`]).
+///
+/// # Errors
+/// As [`restore_mariadb`].
+pub fn restore_mariadb_chain(sets: &[&BackupSet], opts: &RestoreOptions, no_prepare: bool, progress: Arc<dyn Progress>) -> Result<MariaRestored> {
+    let newest = sets.last().ok_or_else(|| Error::invalid("internal: an empty chain"))?;
+    let facts = facts_of(newest)?;
     if opts.only.is_empty() && opts.delta {
         return Err(Error::invalid(
             "a delta restore keeps files the backup holds unchanged, but a MariaDB data directory is rewritten by its recovery: restore it whole (without --delta)",
         ));
     }
-    let report = sheaf_core::restore(set, opts, progress)?;
+    let report = sheaf_core::restore_chain(sets, opts, progress)?;
     let prepared = if no_prepare { None } else { Some(prepare(&opts.target, &facts)?) };
     Ok(MariaRestored { report, prepared, facts })
 }

@@ -158,8 +158,10 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
             }
         }
         Source::MariaDb(url) => {
-            if a.backup_type.is_some()
-                || a.pgdata.is_some()
+            if !into_repo && a.backup_type.is_some() {
+                return Err(Error::invalid("--type incr or diff builds on a backup in a repository: give --repo R (a backup --to stripes is full)"));
+            }
+            if a.pgdata.is_some()
                 || a.slot.is_some()
                 || a.ignore_checksum_failures
                 || a.primary.is_some()
@@ -170,14 +172,22 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
                 || a.compress_on != CompressOn::Host
             {
                 return Err(Error::invalid(
-                    "--type, --pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...); a MariaDB backup is full, and a page that does not check out fails it",
+                    "--pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...); a MariaDB page that does not check out always fails the backup",
                 ));
             }
-            let m = sheaf_mariadb::MariaBackupOptions { url: url.clone(), redo_poll: std::time::Duration::from_millis(a.redo_poll.max(1)), expect: None };
+            let m = sheaf_mariadb::MariaBackupOptions { url: url.clone(), redo_poll: std::time::Duration::from_millis(a.redo_poll.max(1)), expect: None, since: None };
             if into_repo {
                 let repo = ctx.open_repos_to_write()?.into_iter().nth(target).map(|(_, r)| r).transpose()?.ok_or_else(|| Error::invalid("no such repository"))?;
-                let o = sheaf_mariadb::repo::InRepoOptions { stripes: ctx.repo_stripes(a.stripes)?, expire_after: auto_expire, annotations: annotations.clone() };
-                let r = sheaf_mariadb::repo::backup_to_repo(&repo, &m, &opts, o, progress(a.json))?;
+                let o = sheaf_mariadb::repo::InRepoOptions {
+                    backup_type: ctx.backup_type(a.backup_type),
+                    stripes: ctx.repo_stripes(a.stripes)?,
+                    expire_after: auto_expire,
+                    annotations: annotations.clone(),
+                };
+                let r = sheaf_mariadb::repo::backup_to_repo(&repo, &m, &opts, o, ctx.schemes()?, progress(a.json))?;
+                if let Some(why) = &r.full_because {
+                    eprintln!("sheaf: {why}");
+                }
                 if let Some(Err(e)) = &r.expired {
                     crate::log::warning(format_args!("the backup is complete, but expire-auto failed: {e}; run sheaf expire to finish"));
                 }

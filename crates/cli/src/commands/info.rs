@@ -236,13 +236,16 @@ fn mariadb(
                     _ => "-".into(),
                 };
                 say!(
-                    "{:<20} {:<20} {:<20} {:<25} {:<28} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
+                    "{:<20} {:<4} {:<20} {:<20} {:<20} {:<25} {:<28} {:>10} {:>10} {:>10} {:>6.2} {:<10} {:>3}  {}",
                     r.id,
+                    r.backup_type.name(),
+                    r.parent().map_or("-", |p| p.as_str()),
                     r.start_time,
                     r.stop_time,
                     format!("{} .. {}", m.start_lsn, m.end_lsn),
                     binlog,
                     format_size(r.bytes_read),
+                    if r.bytes_held > 0 { format_size(r.bytes_held) } else { "-".into() },
                     format_size(r.bytes_written),
                     r.ratio(),
                     r.compression,
@@ -257,7 +260,7 @@ fn mariadb(
     }
     say!();
     let n = found.iter().filter(|f| f.record().is_some()).count();
-    say!("total: {n} backup{} ({}); each full, restored to its own consistency point (no WAL)", plural(n), format_size(backup_bytes));
+    say!("total: {n} backup{} ({}); each restored to its own consistency point (no WAL), an incremental through its chain", plural(n), format_size(backup_bytes));
     Ok(serde_json::Value::Null)
 }
 

@@ -348,3 +348,57 @@ fn a_repository_keeps_a_mariadb_servers_backups_apart() {
     let ids: Vec<&str> = json["backups"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [id2.as_str()], "{json}");
 }
+
+/// Incrementals and differentials: each holds the pages with an LSN past its parent's start
+/// checkpoint (and every other file whole), far less than a full; each restores through its chain
+/// to a server equal to the source once the binary log from its position is replayed.
+#[test]
+fn incrementals_hold_what_changed_and_restore_through_their_chain() {
+    let src = server(&["--innodb-log-file-size=32M", "--innodb-max-dirty-pages-pct=0"]);
+    load_tables(&src, 2, 30000);
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let r = repo.to_str().unwrap();
+    assert!(run(sheaf().args(["init", "--repo", r, &src.url()])).status.success());
+    // Flushed and checkpointed, so that the full's start checkpoint is past the load's pages.
+    let status = |v: &str| sql(&src, &format!("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '{v}'")).parse::<u64>().unwrap();
+    super::common::wait_for("a checkpoint", Duration::from_secs(60), || status("INNODB_LSN_CURRENT") - status("INNODB_LSN_LAST_CHECKPOINT") < 64 << 10);
+    let full = backup_json(&["backup", &src.url(), "--repo", r]);
+    let change = |n: u32| {
+        sql(&src, &format!("UPDATE sbtest.sbtest1 SET k = k + 1 WHERE id % 50 = {n}"));
+        sql(&src, &format!("CREATE TABLE sbtest.added{n} (id INT PRIMARY KEY) ENGINE=InnoDB"));
+        sql(&src, &format!("INSERT INTO sbtest.added{n} SELECT seq FROM sbtest.seq_1_to_1000"));
+    };
+    change(1);
+    let mut bench = load(&src, 2, 30000, 1);
+    let incr = backup_json(&["backup", &src.url(), "--repo", r, "--type", "incr"]);
+    let _ = bench.kill();
+    let _ = bench.wait();
+    change(2);
+    let diff = backup_json(&["backup", &src.url(), "--repo", r, "--type", "diff"]);
+    let (full_id, incr_id, diff_id) =
+        (full["mariadb"]["repository_id"].as_str().unwrap(), incr["mariadb"]["repository_id"].as_str().unwrap(), diff["mariadb"]["repository_id"].as_str().unwrap());
+    let info: serde_json::Value = serde_json::from_str(stdout(&run(sheaf().args(["info", "--repo", r, "--json"]))).trim()).unwrap();
+    let b = info["backups"].as_array().unwrap();
+    let of = |id: &str| b.iter().find(|x| x["id"] == id).unwrap().clone();
+    assert_eq!(of(incr_id)["backup_type"], "incr", "{info}");
+    assert_eq!(of(incr_id)["chain"], serde_json::json!([full_id]), "{info}");
+    assert_eq!(of(diff_id)["backup_type"], "diff", "{info}");
+    assert_eq!(of(diff_id)["chain"], serde_json::json!([full_id]), "a differential builds on the full: {info}");
+    let stored = |id: &str| of(id)["bytes_written"].as_u64().unwrap();
+    assert!(stored(incr_id) * 3 < stored(full_id), "the incremental stores much less than the full: {} of {}", stored(incr_id), stored(full_id));
+    assert_eq!(incr["mariadb"]["since_lsn"], full["mariadb"]["start_lsn"], "{incr}");
+
+    for (id, v) in [(incr_id, &incr), (diff_id, &diff)] {
+        let target = dir.path().join(format!("back-{id}"));
+        let o = run(sheaf().args(["restore", "--repo", r, "--set", id, "--to", target.to_str().unwrap()]));
+        assert!(o.status.success(), "restore {id}: {}", stderr(&o));
+        let (back, _run) = started(&target, &v["mariadb"]);
+        mariadb_check(&back);
+        replay_from(&src, &back, &v["mariadb"]["binlog"]);
+        assert_eq!(checksums(&back), checksums(&src), "backup {id} through its chain, then the binary log");
+    }
+    // A backup others build on is kept by expire --set, naming them.
+    let o = run(sheaf().args(["expire", "--repo", r, "--set", full_id]));
+    assert!(!o.status.success() && stderr(&o).contains(incr_id), "{}", stderr(&o));
+}
