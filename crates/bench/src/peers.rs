@@ -17,6 +17,9 @@ pub enum Peer {
     PgBackRest,
     /// `tar -cf - | zstd` (or lz4, gzip) for directory sources, restored with `zstd -dc | tar -x`.
     Tar,
+    /// mariadb-backup (mariabackup) for MariaDB sources: `--parallel --stream=mbstream` through the
+    /// codec's tool, restored with `mbstream -x` and `--prepare`.
+    MariaBackup,
 }
 
 impl Peer {
@@ -32,7 +35,8 @@ impl Peer {
                 "pg_basebackup" | "pgbasebackup" => Peer::PgBasebackup,
                 "pgbackrest" => Peer::PgBackRest,
                 "tar" => Peer::Tar,
-                _ => return Err(Error::invalid(format!("--peers: unknown peer '{item}': give pg_basebackup, pgbackrest, tar, or none"))),
+                "mariadb-backup" | "mariabackup" => Peer::MariaBackup,
+                _ => return Err(Error::invalid(format!("--peers: unknown peer '{item}': give pg_basebackup, pgbackrest, tar, mariadb-backup, or none"))),
             };
             if !out.contains(&p) {
                 out.push(p);
@@ -47,6 +51,7 @@ impl Peer {
             Peer::PgBasebackup => "pg_basebackup".into(),
             Peer::PgBackRest => backrest_program(),
             Peer::Tar => "tar".into(),
+            Peer::MariaBackup => "mariadb-backup".into(),
         }
     }
 }
@@ -69,6 +74,13 @@ impl PeerRun {
     pub fn settings(&self) -> String {
         if self.tool == "tar" {
             return self.options.first().map_or_else(|| "tar -cf".to_string(), |c| format!("tar -cf - | {c}"));
+        }
+        if self.tool == "mariadb-backup" {
+            let parallel = self.options.first().map_or("", String::as_str);
+            return match self.options.get(1) {
+                Some(c) => format!("{parallel} --stream=mbstream | {c}"),
+                None => format!("{parallel} --stream=mbstream"),
+            };
         }
         self.options.join(" ")
     }
@@ -123,6 +135,33 @@ pub fn tar_restore_command(out: &Path, target: &Path, run: &PeerRun) -> Command 
     c
 }
 
+/// `mariadb-backup --backup --parallel=N --stream=mbstream ... | COMPRESS > OUT` of the server at
+/// `address` (its temporary files in `tmp`).
+pub fn mariabackup_command(address: &sheaf_mariadb::url::Address, tmp: &Path, out: &Path, run: &PeerRun) -> Command {
+    let mut c = Command::new("bash");
+    let comp = run.options.get(1).map_or_else(|| "cat".to_string(), Clone::clone);
+    let script = format!("set -eo pipefail; mariadb-backup --backup {} --stream=mbstream --target-dir=\"$1\" \"${{@:3}}\" 2>\"$1/log\" | {comp} > \"$2\"", run.options[0]);
+    let mut args = vec![format!("--user={}", address.user)];
+    match &address.socket {
+        Some(s) => args.push(format!("--socket={s}")),
+        None => args.extend([format!("--host={}", address.host), format!("--port={}", address.port)]),
+    }
+    c.args(["-c", &script, "bash"]).arg(tmp).arg(out).args(args);
+    if let Some(p) = &address.password {
+        c.env("MYSQL_PWD", p);
+    }
+    c
+}
+
+/// `DECOMPRESS < OUT | mbstream -x -C TARGET && mariadb-backup --prepare --target-dir=TARGET`.
+pub fn mariabackup_restore_command(out: &Path, target: &Path, run: &PeerRun) -> Command {
+    let mut c = Command::new("bash");
+    let dec = run.decompress.unwrap_or("cat");
+    let script = format!("set -eo pipefail; {dec} < \"$1\" | mbstream -x -C \"$2\" && mariadb-backup --prepare --target-dir=\"$2\" 2>\"$2.prepare.log\"");
+    c.args(["-c", &script, "bash"]).arg(out).arg(target);
+    c
+}
+
 /// pgBackRest's `--compress-type`/`--compress-level` for a codec.
 fn backrest_compress(codec: &CodecSpec) -> Vec<String> {
     match codec.kind {
@@ -161,6 +200,12 @@ pub fn runs_for(peers: &[Peer], codec: &CodecSpec, workers: usize) -> Vec<PeerRu
             Peer::Tar => {
                 let (compress, decompress) = tar_compress(codec, workers);
                 out.push(PeerRun { tool: "tar", codec: codec.to_string(), options: compress.into_iter().collect(), decompress });
+            }
+            Peer::MariaBackup => {
+                let (compress, decompress) = tar_compress(codec, workers);
+                let mut options = vec![format!("--parallel={workers}")];
+                options.extend(compress);
+                out.push(PeerRun { tool: "mariadb-backup", codec: codec.to_string(), options, decompress });
             }
         }
     }
@@ -255,6 +300,9 @@ mod tests {
         assert_eq!(Peer::parse_list("pg_basebackup, pgbackrest,pg_basebackup").unwrap(), vec![Peer::PgBasebackup, Peer::PgBackRest]);
         assert_eq!(Peer::parse_list("none").unwrap(), vec![]);
         assert!(Peer::parse_list("barman").unwrap_err().to_string().contains("unknown peer 'barman'"));
+        assert_eq!(Peer::parse_list("mariabackup").unwrap(), vec![Peer::MariaBackup]);
+        let r = runs_for(&[Peer::MariaBackup], &codec("zstd:1"), 2);
+        assert_eq!((r[0].tool, r[0].settings(), r[0].decompress), ("mariadb-backup", "--parallel=2 --stream=mbstream | zstd -q -1 -T2".to_string(), Some("zstd -dc")));
     }
 
     #[test]

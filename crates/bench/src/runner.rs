@@ -115,6 +115,8 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
     let mut peers: Vec<Peer> = Vec::new();
     for &p in &opts.peers {
         let why = match (&opts.source, p) {
+            (s, Peer::MariaBackup) if !s.is_mariadb() => Some("it backs up MariaDB servers, and the source is not one".to_string()),
+            (s, Peer::PgBasebackup | Peer::PgBackRest | Peer::Tar) if s.is_mariadb() => Some("the source is a MariaDB server: its peer is mariadb-backup".to_string()),
             (Source::Path(_) | Source::Files { .. }, Peer::PgBasebackup | Peer::PgBackRest) => Some("it backs up PostgreSQL servers, and the source is a directory".to_string()),
             (Source::Url(_) | Source::Tpch(_), Peer::Tar) => Some("it is measured on directory sources (a running server's files are not consistent to tar)".to_string()),
             (Source::Url(_), Peer::PgBackRest) => Some("it must archive the server's WAL, which sheaf sets up only on the clusters it makes (--dataset tpch:SCALE)".to_string()),
@@ -126,6 +128,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                     Peer::PgBackRest => "pgbackrest",
                     Peer::Tar => "tar",
                     Peer::PgBasebackup => "postgresql-client",
+                    Peer::MariaBackup => "mariadb-backup",
                 }
             )),
             _ => None,
@@ -256,6 +259,7 @@ pub fn run(opts: &BenchOptions, note: &dyn Fn(Event)) -> Result<Outcome> {
                 let result = match br {
                     Some(br) => ctx.backrest_run(br, run, dir, r),
                     None if run.tool == "tar" => ctx.tar_run(run, dir, r),
+                    None if run.tool == "mariadb-backup" => ctx.mariabackup_run(run, dir, r),
                     None => ctx.basebackup_run(basebackup.as_deref().expect("checked above"), run, dir, r),
                 };
                 match result {

@@ -475,7 +475,7 @@ impl Catalog {
     pub fn backup_run(&self, id: &str) -> Result<Option<i64>> {
         self.conn
             .query_row(
-                "SELECT id FROM runs WHERE operation = 'backup' AND (backup_id = ?1 OR json_extract(details, '$.postgres.repository_id') = ?1) ORDER BY id DESC LIMIT 1",
+                "SELECT id FROM runs WHERE operation = 'backup' AND (backup_id = ?1 OR json_extract(details, '$.postgres.repository_id') = ?1 OR json_extract(details, '$.mariadb.repository_id') = ?1) ORDER BY id DESC LIMIT 1",
                 [id],
                 |r| r.get(0),
             )

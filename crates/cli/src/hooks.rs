@@ -213,7 +213,7 @@ fn ids(done: &impl Report) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     let set = text("/backup_id");
     // A backup into a repository: its id there; a drill: the backup it drilled; else the set's.
-    if let Some(id) = text("/postgres/repository_id").or(text("/backup")).or(set.clone()) {
+    if let Some(id) = text("/postgres/repository_id").or(text("/mariadb/repository_id")).or(text("/backup")).or(set.clone()) {
         out.push(("SHEAF_BACKUP_ID", id));
     }
     if let Some(set) = set {

@@ -58,6 +58,35 @@ impl Ctx<'_> {
         Ok((size, b.cost, r.cost))
     }
 
+    /// One repeat of mariadb-backup streamed through the codec's tool into `dir`, restored by
+    /// extracting the stream and `--prepare`; both timed as sheaf's runs are.
+    pub(super) fn mariabackup_run(&mut self, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
+        let address = self.src.mariadb.clone().expect("mariadb-backup needs a MariaDB source");
+        let base = dir.join(&self.work_name);
+        let (out, tmp) = (base.join("mariabackup.xb"), base.join("mariabackup.tmp"));
+        let _ = std::fs::remove_file(&out);
+        remove(&tmp)?;
+        create_dir(&tmp)?;
+        self.settle()?;
+        let b = self.measure(peers::mariabackup_command(&address, &tmp, &out, run))?;
+        let log = std::fs::read_to_string(tmp.join("log")).unwrap_or_default();
+        remove(&tmp)?;
+        if !b.ok() {
+            let _ = std::fs::remove_file(&out);
+            return Err(b.failure(&format!("mariadb-backup {} (run {repeat}): {}", run.settings(), log.lines().rev().take(3).collect::<Vec<_>>().join(" / "))));
+        }
+        let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        let dest = self.restore_dir(dir);
+        let prepared = |d: &Path| d.join("ibdata1").exists();
+        let (r, restored) = self.timed_restore(&dest, create_dir, peers::mariabackup_restore_command(&out, &dest, run), prepared)?;
+        let _ = std::fs::remove_file(&out);
+        let _ = std::fs::remove_file(dest.with_extension("prepare.log"));
+        if !r.ok() || !restored {
+            return Err(r.failure(&format!("extracting and preparing mariadb-backup's stream ({})", run.settings())));
+        }
+        Ok((size, b.cost, r.cost))
+    }
+
     /// One repeat of pgBackRest: a full backup into the repository, then a restore.
     pub(super) fn backrest_run(&mut self, br: &BackRest, run: &PeerRun, dir: &Path, repeat: usize) -> Result<(u64, Cost, Cost)> {
         let (m, _) = self.backrest_backup(br, run, BackupType::Full, dir, repeat, None)?;

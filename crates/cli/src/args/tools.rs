@@ -61,16 +61,31 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
+/// The database a bench measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// PostgreSQL (or a directory): pg_basebackup and pgBackRest are its peers.
+    Postgres,
+    /// MariaDB: a mariadb:// URL, or --dataset sysbench:TABLESxROWS (default sysbench:4x250000,
+    /// about 240 MB); mariadb-backup is its peer.
+    Mariadb,
+}
+
 #[derive(Args)]
 pub struct BenchArgs {
-    /// What to back up: a directory or a postgres:// URL. Or use --dataset.
+    /// What to back up: a directory, a postgres:// URL or a mariadb:// URL. Or use --dataset.
     pub source: Option<String>,
     /// tpch:SCALE: a throwaway PostgreSQL cluster loaded with TPC-H (1 is about 1.4 GB on disk),
-    /// removed afterwards. files:COUNTxSIZE: that many generated files (seeded text, 1,000 to a
-    /// folder, beside the first directory target), e.g. files:100000x8KiB; measure it with
-    /// --peers tar.
-    #[arg(long, value_name = "tpch:SCALE|files:COUNTxSIZE")]
+    /// removed afterwards. sysbench:TABLESxROWS: a throwaway MariaDB server loaded by sysbench
+    /// (10x1000000 is about 2.4 GB). files:COUNTxSIZE: that many generated files (seeded text,
+    /// 1,000 to a folder, beside the first directory target), e.g. files:100000x8KiB; measure it
+    /// with --peers tar.
+    #[arg(long, value_name = "tpch:SCALE|sysbench:TABLESxROWS|files:COUNTxSIZE")]
     pub dataset: Option<String>,
+    /// The database measured: postgres, or mariadb (a MariaDB server, by default a throwaway one
+    /// loaded by sysbench, with mariadb-backup as the peer unless --peers says otherwise).
+    #[arg(long, value_enum, default_value = "postgres")]
+    pub engine: Engine,
     /// A TOML plan with any of these settings; flags win over it.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
@@ -97,8 +112,9 @@ pub struct BenchArgs {
     pub repeat: Option<usize>,
     /// Peers to measure in the same run, when installed: pg_basebackup (server- and client-side
     /// compression) and pgbackrest (needs --dataset tpch:SCALE, whose WAL it archives) for
-    /// PostgreSQL sources; tar (piped through zstd, lz4 or gzip at the same level and threads) for
-    /// directory sources.
+    /// PostgreSQL sources; mariadb-backup (--parallel --stream=mbstream through the codec's tool,
+    /// restored with mbstream -x and --prepare) for MariaDB sources; tar (piped through zstd, lz4
+    /// or gzip at the same level and threads) for directory sources.
     #[arg(long, value_name = "LIST")]
     pub peers: Option<String>,
     /// Backup types: full, and diff or incr to measure incrementals. With diff or incr each

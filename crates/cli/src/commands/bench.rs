@@ -22,16 +22,33 @@ pub fn run(ctx: &Context, a: BenchArgs) -> Result<(), Error> {
         Some(p) => sheaf_bench::plan::Plan::load(p)?,
         None => sheaf_bench::plan::Plan::default(),
     };
+    let (mut dataset, mut peers) = (a.dataset, a.peers);
+    if a.engine == crate::args::tools::Engine::Mariadb {
+        match &a.source {
+            Some(s) if !sheaf_mariadb::url::is_url(s) => {
+                return Err(Error::invalid(format!(
+                    "--engine mariadb measures a MariaDB server: give a mariadb:// URL, not {s} (or no source: a throwaway server loaded by sysbench)"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                dataset.get_or_insert_with(|| "sysbench:4x250000".to_string());
+            }
+        }
+        if peers.is_none() && plan.peers.is_none() {
+            peers = Some("mariadb-backup".into());
+        }
+    }
     let flags = sheaf_bench::plan::Flags {
         source: a.source,
-        dataset: a.dataset,
+        dataset,
         compression: a.compression,
         stripes: a.stripes,
         transfer_size: a.transfer_size,
         buffer_count: a.buffer_count,
         target: a.target,
         repeat: a.repeat,
-        peers: a.peers,
+        peers,
         drop_caches: a.drop_caches,
         out: a.out,
         restore_dir: a.restore_dir,

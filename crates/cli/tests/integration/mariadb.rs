@@ -402,3 +402,87 @@ fn incrementals_hold_what_changed_and_restore_through_their_chain() {
     let o = run(sheaf().args(["expire", "--repo", r, "--set", full_id]));
     assert!(!o.status.success() && stderr(&o).contains(incr_id), "{}", stderr(&o));
 }
+
+/// `sheaf bench --engine mariadb`: a throwaway server loaded by sysbench, the sweep (codec ×
+/// stripes over nul and a folder) and mariadb-backup as the peer in the same run, each restore
+/// prepared; the report written and nothing left behind.
+#[test]
+fn the_bench_measures_sheaf_against_mariadb_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (target, out) = (dir.path().join("target"), dir.path().join("report"));
+    std::fs::create_dir(&target).unwrap();
+    let o = run(sheaf()
+        .args(["bench", "--engine", "mariadb", "--dataset", "sysbench:2x10000", "-c", "lz4,zstd:1", "--stripes", "1,2", "--repeat", "1", "--target"])
+        .arg(format!("nul,{}", target.display()))
+        .arg("--out")
+        .arg(&out));
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("warning"), "every run and the peer ran: {err}");
+    let server =
+        err.lines().find_map(|l| l.strip_prefix("sheaf bench: server in ")).map(|l| PathBuf::from(l.split(" on socket ").next().unwrap())).unwrap_or_else(|| panic!("{err}"));
+    assert!(!server.exists(), "the throwaway server {} is removed", server.display());
+    let mut csv = csv::Reader::from_path(out.join("report.csv")).unwrap();
+    let rows: Vec<std::collections::HashMap<String, String>> = csv.deserialize().collect::<Result<_, _>>().unwrap();
+    // 2 codecs × 2 stripe counts × 2 targets for sheaf; mariadb-backup once per codec.
+    assert_eq!(rows.len(), 8 + 2, "{rows:#?}");
+    for r in &rows {
+        let f = |k: &str| r[k].parse::<f64>().unwrap_or_else(|_| panic!("{k} = '{}'", r[k]));
+        assert!(f("backup_s_median") > 0.0 && f("size_bytes_median") > 1e5, "{r:?}");
+        assert_eq!(r["restore_s_median"].is_empty(), r["target"] == "nul", "restores timed for the folder only: {r:?}");
+    }
+    let peer: Vec<_> = rows.iter().filter(|r| r["tool"] == "mariadb-backup").collect();
+    assert_eq!(peer.len(), 2);
+    assert!(peer.iter().all(|r| r["settings"].contains("--stream=mbstream")), "{peer:?}");
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "the bench's folder in the target is removed");
+}
+
+/// The knobs of the PostgreSQL path apply: a codec and its level, stripes, chunk size, buffer
+/// count, readers, a rate limit, encryption (a restore without the secret refused, exit 9), the
+/// `nul` target; the backup is in the history catalog as a MariaDB one.
+#[test]
+fn every_knob_applies_to_a_mariadb_backup() {
+    let src = server(&[]);
+    load_tables(&src, 2, 10000);
+    let dir = tempfile::tempdir().unwrap();
+    let pass = dir.path().join("pass");
+    std::fs::write(&pass, "correct horse battery staple\n").unwrap();
+    std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (s1, s2) = (dir.path().join("k1.sheaf"), dir.path().join("k2.sheaf"));
+    let v = backup_json(&[
+        "backup",
+        &src.url(),
+        "--to",
+        s1.to_str().unwrap(),
+        "--to",
+        s2.to_str().unwrap(),
+        "-c",
+        "deflate:6",
+        "--transfer-size",
+        "4MiB",
+        "--buffer-count",
+        "7",
+        "--readers",
+        "2",
+        "--max-rate",
+        "200MiB",
+        "--passphrase-file",
+        pass.to_str().unwrap(),
+        "--label",
+        "knobs",
+    ]);
+    assert_eq!((v["compression"].as_str(), v["stripes"].as_u64(), v["buffer_count"].as_u64()), (Some("deflate:6"), Some(2), Some(7)), "{v}");
+    assert_eq!(v["encryption"], "aes-256-gcm", "{v}");
+    let nul = backup_json(&["backup", &src.url(), "--to", "nul", "-c", "lz4"]);
+    assert!(nul["bytes_read"].as_u64().unwrap() > 1 << 20 && nul["mariadb"]["end_lsn"].as_u64().is_some(), "{nul}");
+    let target = dir.path().join("back");
+    let o = run(sheaf().args(["restore", s1.to_str().unwrap(), "--to", target.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(9), "no secret, no restore: {}", stderr(&o));
+    let o = run(sheaf().args(["restore", s1.to_str().unwrap(), "--to", target.to_str().unwrap(), "--passphrase-file", pass.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (back, _run) = started(&target, &v["mariadb"]);
+    assert_eq!(checksums(&back), checksums(&src), "nothing wrote since the backup: the tables equal the source's");
+    let list = stdout(&run(sheaf().args(["list", "--json"])));
+    assert!(list.contains("\"mariadb\"") && list.contains("knobs"), "the catalog records it: {list}");
+}
