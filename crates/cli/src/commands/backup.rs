@@ -237,7 +237,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     if a.json {
         say!("{v}");
     } else {
-        summary(&r, cluster.as_ref());
+        summary(&r, cluster.as_ref(), mariadb.as_ref().map_or(8192, |m| m.page_size.max(1)));
         if let Some(m) = &mariadb {
             mariadb_summary(m);
         }
@@ -252,10 +252,12 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     Ok(Done { json: v, cluster: cluster.map(|c| c.backup.facts) })
 }
 
-fn summary(r: &BackupReport, cluster: Option<&Cluster>) {
+/// The summary, pages counted of `page` bytes (PostgreSQL's and SQL Server's 8 KiB; a MariaDB
+/// server's InnoDB page).
+fn summary(r: &BackupReport, cluster: Option<&Cluster>, page: u64) {
     say!(
         "processed {} pages ({:.1} MiB) in {:.2} s ({:.1} MiB/s), wrote {:.1} MiB (ratio {:.2}) to {} stripe{}",
-        r.bytes_read.div_ceil(8192),
+        r.bytes_read.div_ceil(page),
         mib(r.bytes_read),
         r.seconds,
         rate(r.bytes_read, r.seconds),
