@@ -32,7 +32,7 @@ use sheaf_core::manifest::{EntryKind, Root};
 use sheaf_core::source::{list_one, list_tree, Listed};
 use sheaf_core::{Backup, BackupOptions, BackupReport, ChunkCheck, Error, ErrorKind, Progress, Result, Tuning};
 
-use crate::page::{is_tablespace, InnoPages};
+use crate::page::{is_tablespace, space_id, InnoPages};
 use crate::redo::{Follower, Head, START};
 use crate::server::{BinlogPosition, Server, Stage};
 use crate::url::Address;
@@ -82,6 +82,8 @@ pub struct Since {
     pub lsn: u64,
     /// The parent's files' sizes, by path in the data directory.
     pub sizes: HashMap<String, u64>,
+    /// The parent's tablespaces' ids ([`MariaFacts::space_ids`]).
+    pub space_ids: std::collections::BTreeMap<String, u32>,
 }
 
 /// An incremental's answer per file: a tablespace the parent has, its pages scanned by LSN;
@@ -93,6 +95,8 @@ struct InnoChanges {
     lsn: u64,
     /// The parent's tablespaces' sizes, by path.
     sizes: HashMap<String, u64>,
+    /// The parent's tablespaces' ids, by path.
+    space_ids: std::collections::BTreeMap<String, u32>,
 }
 
 /// Whether a page changed since [`Since::lsn`].
@@ -117,9 +121,19 @@ impl sheaf_core::Changes for InnoChanges {
         let Some(&old) = self.sizes.get(rel).filter(|_| is_tablespace(rel, &self.system)) else {
             return sheaf_core::FileChanges::Whole;
         };
-        // Each tablespace's own page size (ROW_FORMAT=COMPRESSED pages are smaller).
+        // Another tablespace at the parent's name (swapped in by a rename, recreated): whole.
+        let first_system = self.system.first().is_some_and(|s| s == rel);
+        if (rel.ends_with(".ibd") || first_system) && space_id(&self.datadir.join(rel)) != self.space_ids.get(rel).copied() {
+            return sheaf_core::FileChanges::Whole;
+        }
+        // Each tablespace's own page size (ROW_FORMAT=COMPRESSED pages are smaller); a later file
+        // of the system tablespace has no header of its own, and takes the first's.
+        let header = match self.system.iter().position(|s| s == rel) {
+            Some(k) if k > 0 => self.datadir.join(&self.system[0]),
+            _ => self.datadir.join(rel),
+        };
         let mut head = [0u8; 58];
-        let read = std::fs::File::open(self.datadir.join(rel)).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0));
+        let read = std::fs::File::open(header).and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0));
         match read {
             Ok(()) => {
                 let flags = u32::from_be_bytes(head[54..58].try_into().expect("4 bytes"));
@@ -172,6 +186,10 @@ pub struct MariaFacts {
     /// An incremental's or differential's parent's start checkpoint: pages newer are held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_lsn: Option<u64>,
+    /// Each tablespace's id (page 0), as the backup holds it: an incremental on this one stores
+    /// whole a file whose id differs (a table swapped in by a rename, recreated at its name).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub space_ids: std::collections::BTreeMap<String, u32>,
     /// Tablespaces DDL created, recreated or removed during the backup.
     pub ddl_created: Vec<String>,
     pub ddl_recreated: Vec<String>,
@@ -231,6 +249,12 @@ fn places(server: &mut Server) -> Result<Places> {
             )));
         }
     }
+    if let Some(aria) = server.var("aria_log_dir_path")?.filter(|d| !d.is_empty() && !same_dir(&under(&datadir, d), &datadir)) {
+        return Err(Error::invalid(format!(
+            "aria_log_dir_path is {aria}, outside the data directory {}: sheaf backs up servers whose logs are all in the data directory",
+            datadir.display()
+        )));
+    }
     let path = server.var("innodb_data_file_path")?.unwrap_or_else(|| "ibdata1:12M:autoextend".into());
     let system = path.split(';').filter_map(|f| f.split(':').next()).filter(|n| !n.is_empty()).map(str::to_string).collect();
     let mut logs = Vec::new();
@@ -283,6 +307,18 @@ fn part_of(l: &Listed, p: &Places) -> Part {
     }
 }
 
+/// Whether `rel` is read under BLOCK_DDL: a table definition, or a MyISAM, CSV or ARCHIVE
+/// table outside the `mysql` schema (whose log and statistics tables are written all along, and
+/// are read under BLOCK_COMMIT with Aria's tables and logs, as mariabackup reads them).
+fn quiet_now(rel: &str) -> bool {
+    let Some((db, name)) = rel.split_once('/') else { return false };
+    if db == "mysql" || name.contains('/') {
+        return false;
+    }
+    let ext = name.rsplit_once('.').map_or("", |(_, e)| e);
+    matches!(ext, "frm" | "par" | "TRG" | "TRN" | "opt" | "MYD" | "MYI" | "ARZ" | "ARM" | "CSV" | "CSM")
+}
+
 /// The data directory's listing now.
 fn list(p: &Places, warnings: &mut Vec<String>) -> Result<Vec<Listed>> {
     list_tree(&p.datadir, 0, warnings).map_err(|e| match e.kind() {
@@ -328,6 +364,10 @@ fn own_head(server: &mut Server, log: &Path) -> Result<Head> {
 pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Arc<dyn Progress>) -> Result<MariaBackupReport> {
     let address = Address::parse(&m.url, |k| std::env::var(k).ok())?;
     let mut server = Server::connect(&address)?;
+    // The session sits idle through the copy, holding the backup stage: it must outlive the
+    // server's wait_timeout; a stage that waits for a lock waits a bounded time.
+    server.exec("SET SESSION wait_timeout = 2147483")?;
+    server.exec(&format!("SET SESSION lock_wait_timeout = {}", crate::server::LOCK_WAIT))?;
     let places = places(&mut server)?;
     if let Some(want) = &m.expect {
         let got = server.identity()?;
@@ -362,6 +402,17 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     // after it is found under BLOCK_DDL) also sizes the pipeline.
     let mut warnings = Vec::new();
     let first = list(&places, &mut warnings)?;
+    // A link (a database folder elsewhere, MyISAM's DATA or INDEX DIRECTORY) would be restored
+    // as a link to the live server's files; MyRocks' files change under a checkpoint of its own.
+    if let Some(link) = first.iter().find(|l| l.entry.kind == EntryKind::Symlink) {
+        return Err(Error::invalid(format!(
+            "{} in the data directory is a symbolic link (a database folder elsewhere, or a MyISAM table's DATA or INDEX DIRECTORY): a restore would point it at the live server's files; sheaf backs up servers whose files are all in the data directory; move them in, or back this server up with mariadb-backup",
+            link.entry.path
+        )));
+    }
+    if first.iter().any(|l| l.entry.path == "#rocksdb") {
+        return Err(Error::invalid("the server has MyRocks tables (#rocksdb in the data directory): sheaf backs up InnoDB, Aria, MyISAM and the other file-based engines; back this server up with mariadb-backup"));
+    }
     // A table made with DATA DIRECTORY keeps its tablespace elsewhere, named by an .isl file: a
     // backup of the data directory alone would restore without it.
     if let Some(isl) = first.iter().find(|l| l.entry.path.ends_with(".isl")) {
@@ -379,7 +430,14 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     session.warnings.extend(warnings);
     if let Some(since) = &m.since {
         facts.since_lsn = Some(since.lsn);
-        let changes = InnoChanges { datadir: places.datadir.clone(), system: places.system.clone(), page_size: page_size as usize, lsn: since.lsn, sizes: since.sizes.clone() };
+        let changes = InnoChanges {
+            datadir: places.datadir.clone(),
+            system: places.system.clone(),
+            page_size: page_size as usize,
+            lsn: since.lsn,
+            sizes: since.sizes.clone(),
+            space_ids: since.space_ids.clone(),
+        };
         session.incremental(since.lineage.clone(), Arc::new(changes));
     }
     // Tables are written, created and dropped while they are read: the redo log makes them
@@ -390,17 +448,24 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     server.stage(Stage::Start)?;
     let log = places.datadir.join("ib_logfile0");
     let head = own_head(&mut server, &log)?;
+    if let Some(since) = m.since.as_ref().filter(|s| head.checkpoint < s.lsn) {
+        return Err(Error::invalid(format!(
+            "the server's checkpoint is at LSN {}, before the start of the backup this one would build on ({}): its redo log went back (the server restored or rebuilt in place?), and the pages it changed since cannot be told by their LSNs; take a full backup (--type full)",
+            head.checkpoint, since.lsn
+        )));
+    }
     facts.log_file_size = head.file_size;
     facts.start_lsn = head.checkpoint;
     let follower = Follower::start(&log, head, server.another()?, m.redo_poll)?;
     tracing::info!(checkpoint = facts.start_lsn, "copying the redo log from the checkpoint");
 
     // 3. The tablespaces, no lock held.
-    let pages = Arc::new(InnoPages::new(page_size as usize));
+    let pages = Arc::new(InnoPages::new(page_size as usize, places.system.clone()));
     let check: Arc<dyn ChunkCheck> = pages.clone();
     let root = session.add_root(Root { name: String::new(), path: places.datadir.display().to_string() });
     let owner = first.iter().find(|l| l.entry.path.is_empty()).map(|l| (l.entry.uid, l.entry.gid));
-    let mut seen: HashMap<String, (u64, u64)> = HashMap::new();
+    // Each tablespace as first listed: its file, and the id its page 0 names.
+    let mut seen: HashMap<String, (u64, u64, Option<u32>)> = HashMap::new();
     let mut folders = std::collections::HashSet::new();
     let mut batch = Vec::new();
     for l in first {
@@ -410,7 +475,7 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
                 batch.push(l);
             }
             Part::Tablespace => {
-                seen.insert(l.entry.path.clone(), (l.dev, l.ino));
+                seen.insert(l.entry.path.clone(), (l.dev, l.ino, space_id(&l.abs)));
                 batch.push(l);
             }
             Part::Other | Part::Skipped => {}
@@ -421,24 +486,32 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
         return Err(e);
     }
 
-    // 4. FLUSH, BLOCK_DDL: what DDL did meanwhile.
+    // 4. FLUSH, BLOCK_DDL: what DDL did meanwhile. A tablespace is the one first read when its
+    // file and its page 0's id are the same (an inode number may be used again; a tablespace id
+    // never is).
     server.stage(Stage::Flush)?;
     server.stage(Stage::BlockDdl)?;
     let ddl_taken = Instant::now();
     let now = list(&places, &mut session.warnings)?;
+    pages.forget();
     let mut again = Vec::new();
     let mut present = std::collections::HashSet::new();
+    let mut quiet = Vec::new();
     for mut l in now.iter().cloned() {
         match part_of(&l, &places) {
             Part::Folder if !folders.contains(&l.entry.path) => again.push(l),
             Part::Tablespace => {
                 present.insert(l.entry.path.clone());
+                let space = space_id(&l.abs);
+                if let Some(id) = space {
+                    facts.space_ids.insert(l.entry.path.clone(), id);
+                }
                 match seen.get(&l.entry.path) {
                     None => {
                         facts.ddl_created.push(l.entry.path.clone());
                         again.push(l);
                     }
-                    Some(&id) if id != (l.dev, l.ino) => {
+                    Some(&was) if was != (l.dev, l.ino, space) => {
                         facts.ddl_recreated.push(l.entry.path.clone());
                         l.entry.path.push_str(NEW_SUFFIX);
                         again.push(l);
@@ -446,10 +519,16 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
                     Some(_) => {}
                 }
             }
+            // Non-transactional tables and table definitions: after FLUSH nothing writes them,
+            // and under BLOCK_DDL nothing creates or drops them, so they are read here rather
+            // than while commits wait.
+            Part::Other if quiet_now(&l.entry.path) => quiet.push(l),
             _ => {}
         }
     }
     session.read_listed(vec![(root, again, Some(check.clone()))])?;
+    let read_quiet: std::collections::HashSet<String> = quiet.iter().map(|l| l.entry.path.clone()).collect();
+    session.read_listed(vec![(root, quiet, None)])?;
     let mut gone: Vec<String> = seen.keys().filter(|p| !present.contains(*p)).cloned().collect();
     gone.sort();
     for g in &gone {
@@ -463,7 +542,7 @@ pub fn backup_mariadb(m: &MariaBackupOptions, opts: &BackupOptions, progress: Ar
     // 5. BLOCK_COMMIT: everything else, the binary log position, the end LSN.
     server.stage(Stage::BlockCommit)?;
     let commit_taken = Instant::now();
-    let others: Vec<Listed> = list(&places, &mut session.warnings)?.into_iter().filter(|l| part_of(l, &places) == Part::Other).collect();
+    let others: Vec<Listed> = list(&places, &mut session.warnings)?.into_iter().filter(|l| part_of(l, &places) == Part::Other && !read_quiet.contains(&l.entry.path)).collect();
     session.read_listed(vec![(root, others, None)])?;
     facts.binlog = server.binlog_position()?;
     server.exec("FLUSH NO_WRITE_TO_BINLOG ENGINE LOGS")?;

@@ -87,25 +87,76 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// Page types that carry no checksum of their own: old-format page_compressed pages (plain and
+/// encrypted).
+const PAGE_COMPRESSED: [u16; 2] = [34354, 37401];
+/// Old formats: bytes 26..30 hold an encrypted page's key version (page 0 of the system
+/// tablespace: the flush LSN's high half instead).
+const KEY_VERSION_AT: usize = 26;
+
+/// InnoDB's legacy fold of a byte string (`ut_fold_binary`), in 64-bit arithmetic as `ulint`.
+fn fold(bytes: &[u8]) -> u64 {
+    const MASK: u64 = 1_463_735_687;
+    const MASK2: u64 = 1_653_893_711;
+    bytes.iter().fold(0u64, |f, &b| ((((f ^ u64::from(b) ^ MASK2) << 8).wrapping_add(f)) ^ MASK).wrapping_add(u64::from(b)))
+}
+
+/// The checksums of the `innodb` algorithm (before 5.6's crc32), which an upgraded server's old
+/// pages may still carry: the new one at 0, the old one at `size - 8`.
+fn legacy_ok(page: &[u8]) -> bool {
+    let size = page.len();
+    let new = (fold(&page[4..26]).wrapping_add(fold(&page[38..size - 8]))) as u32;
+    let old = fold(&page[..26]) as u32;
+    let (at0, at_end) = (be32(page, 0), be32(page, size - 8));
+    (at0 == new || at0 == NO_CHECKSUM) && (at_end == old || at_end == be32(page, LSN_LOW_AT) || at_end == NO_CHECKSUM)
+}
+
+/// Pages in an extent (FSP_EXTENT_SIZE): 1 MiB of them up to 16 KiB pages, 64 above.
+fn extent_pages(size: usize) -> u32 {
+    if size <= 16384 {
+        ((1 << 20) / size) as u32
+    } else {
+        64
+    }
+}
+
 /// Check `page` (page `page_no` of a tablespace in `format`; `system`: the system tablespace,
-/// whose doublewrite buffer holds copies of other pages).
+/// `first` its first file, whose doublewrite buffer, the second and third extents, holds copies of
+/// other tablespaces' pages in their formats: not checked, as mariabackup does not).
 pub fn verify(page: &[u8], format: Format, page_no: u32, system: bool) -> Verdict {
+    verify_in(page, format, page_no, system, false)
+}
+
+fn verify_in(page: &[u8], format: Format, page_no: u32, system: bool, first: bool) -> Verdict {
     if page.iter().all(|&b| b == 0) {
         return Verdict::Empty;
     }
     let size = page.len();
+    let extent = extent_pages(size);
+    if system && first && (extent..3 * extent).contains(&page_no) {
+        return Verdict::Unchecked;
+    }
     let ok = match format {
         Format::Zip { .. } => return Verdict::Unchecked,
         Format::FullCrc32 { compressed, .. } => {
             if compressed && u16::from_be_bytes([page[PAGE_TYPE_AT], page[PAGE_TYPE_AT + 1]]) & 0x8000 != 0 {
                 return Verdict::Unchecked;
             }
-            crc32c::crc32c(&page[..size - 4]) == be32(page, size - 4) && (compressed || page[size - 8..size - 4] == page[LSN_LOW_AT..LSN_LOW_AT + 4])
+            // An encrypted page (a key version in bytes 0..4) keeps no plain LSN in its trailer.
+            let encrypted = be32(page, 0) != 0;
+            crc32c::crc32c(&page[..size - 4]) == be32(page, size - 4) && (compressed || encrypted || page[size - 8..size - 4] == page[LSN_LOW_AT..LSN_LOW_AT + 4])
         }
         Format::Crc32 { .. } => {
+            if PAGE_COMPRESSED.contains(&u16::from_be_bytes([page[PAGE_TYPE_AT], page[PAGE_TYPE_AT + 1]])) {
+                return Verdict::Unchecked;
+            }
+            // Encrypted: the checksum at 0 is of the page before encryption.
+            if be32(page, KEY_VERSION_AT) != 0 && !(system && page_no == 0) {
+                return Verdict::Unchecked;
+            }
             let stored = be32(page, 0);
             let computed = crc32c::crc32c(&page[4..26]) ^ crc32c::crc32c(&page[38..size - 8]);
-            let sum_ok = stored == NO_CHECKSUM || (stored == computed && be32(page, size - 8) == computed);
+            let sum_ok = stored == NO_CHECKSUM || (stored == computed && be32(page, size - 8) == computed) || legacy_ok(page);
             sum_ok && page[size - 4..] == page[LSN_LOW_AT..LSN_LOW_AT + 4]
         }
     };
@@ -119,9 +170,20 @@ pub fn verify(page: &[u8], format: Format, page_no: u32, system: bool) -> Verdic
     Verdict::Ok
 }
 
+/// The tablespace id page 0 of the file at `abs` names (FIL_PAGE_SPACE_ID, bytes 34..38): never
+/// used again once its tablespace is dropped, so a file recreated at a name has another.
+pub fn space_id(abs: &Path) -> Option<u32> {
+    let mut b = [0u8; 4];
+    std::fs::File::open(abs).and_then(|f| f.read_exact_at(&mut b, 34)).ok()?;
+    Some(u32::from_be_bytes(b))
+}
+
 /// Checks InnoDB's pages as they pass through the compressors, reading a torn page again.
 pub struct InnoPages {
     page_size: usize,
+    /// The system tablespace's files, the first first: the others have no header page, and
+    /// take the first's format.
+    system: Vec<String>,
     /// Each tablespace's format, read from its page 0 once.
     formats: Mutex<HashMap<PathBuf, Format>>,
     /// Pages checked, pages not (empty, compressed), pages read again and mended.
@@ -142,35 +204,46 @@ fn is_undo(rel: &str) -> bool {
 
 impl InnoPages {
     /// Checks for a server whose `innodb_page_size` is `page_size`.
-    pub fn new(page_size: usize) -> InnoPages {
-        InnoPages { page_size, formats: Mutex::new(HashMap::new()), verified: AtomicU64::new(0), unchecked: AtomicU64::new(0), mended: AtomicU64::new(0) }
+    pub fn new(page_size: usize, system: Vec<String>) -> InnoPages {
+        InnoPages { page_size, system, formats: Mutex::new(HashMap::new()), verified: AtomicU64::new(0), unchecked: AtomicU64::new(0), mended: AtomicU64::new(0) }
     }
 
-    fn format(&self, abs: &Path) -> Option<Format> {
+    /// Forget the formats read: files read from now on may be new ones at old names (DDL).
+    pub fn forget(&self) {
+        self.formats.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    fn format(&self, rel: &str, abs: &Path) -> Option<Format> {
         if let Some(f) = self.formats.lock().unwrap_or_else(|p| p.into_inner()).get(abs) {
             return Some(*f);
         }
+        // A later file of the system tablespace: the first file's header says its format.
+        let header = match self.system.iter().position(|s| s == rel) {
+            Some(k) if k > 0 => abs.with_file_name(&self.system[0]),
+            _ => abs.to_path_buf(),
+        };
         let mut head = [0u8; FLAGS_AT + 4];
-        std::fs::File::open(abs).and_then(|f| f.read_exact_at(&mut head, 0)).ok()?;
+        std::fs::File::open(&header).and_then(|f| f.read_exact_at(&mut head, 0)).ok()?;
         let f = Format::of_flags(be32(&head, FLAGS_AT), self.page_size);
         self.formats.lock().unwrap_or_else(|p| p.into_inner()).insert(abs.to_path_buf(), f);
         Some(f)
     }
 
     fn judge(&self, rel: &str, abs: &Path, offset: u64, data: &mut [u8], mend: bool) -> Vec<String> {
-        let Some(format) = self.format(abs) else {
+        let Some(format) = self.format(rel, abs) else {
             // Gone since listed (dropped during the backup): the redo log says so.
             return Vec::new();
         };
         let size = format.size();
         let system = !rel.ends_with(".ibd") && !is_undo(rel);
+        let first = self.system.first().is_some_and(|s| s == rel);
         let mut findings = Vec::new();
         if offset % size as u64 != 0 {
             return vec![format!("{rel}: a chunk at {offset} does not begin on a {size}-byte page")];
         }
         for (i, page) in data.chunks_exact_mut(size).enumerate() {
             let page_no = (offset / size as u64) as u32 + i as u32;
-            let mut verdict = verify(page, format, page_no, system);
+            let mut verdict = verify_in(page, format, page_no, system, first);
             if verdict == Verdict::Bad && mend {
                 // Torn by a write in progress: read it again until it checks out.
                 let at = offset + (i * size) as u64;
@@ -183,7 +256,7 @@ impl InnoPages {
                         verdict = Verdict::Unchecked;
                         break;
                     }
-                    let v = verify(&again, format, page_no, system);
+                    let v = verify_in(&again, format, page_no, system, first);
                     if v != Verdict::Bad {
                         page.copy_from_slice(&again);
                         self.mended.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +315,8 @@ mod tests {
 
     fn crc32_page(page_no: u32, lsn: u64) -> Vec<u8> {
         let mut p = vec![7u8; SIZE];
+        // The flush LSN (or an encrypted page's key version): 0 on a plain page.
+        p[26..34].fill(0);
         p[PAGE_NO_AT..PAGE_NO_AT + 4].copy_from_slice(&page_no.to_be_bytes());
         p[16..24].copy_from_slice(&lsn.to_be_bytes());
         let low = p[LSN_LOW_AT..LSN_LOW_AT + 4].to_vec();
@@ -291,7 +366,7 @@ mod tests {
         page0[SIZE - 4..].copy_from_slice(&crc.to_be_bytes());
         let page1 = full_crc32_page(1, 9, 0x22);
         std::fs::write(&path, [page0.clone(), page1.clone()].concat()).unwrap();
-        let check = InnoPages::new(SIZE);
+        let check = InnoPages::new(SIZE, vec!["ibdata1".into()]);
         // What the reader saw: page 1 half old, half new.
         let mut seen = [page0.clone(), page1.clone()].concat();
         seen[SIZE + 100] ^= 0xff;
@@ -309,6 +384,45 @@ mod tests {
         let found = check.mend(0, "db/t.ibd", &path, 0, &mut seen);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("db/t.ibd page 1"), "{found:?}");
+    }
+
+    #[test]
+    fn pages_no_checksum_covers_are_not_failed() {
+        let f = Format::FullCrc32 { size: SIZE, compressed: false };
+        // An encrypted full_crc32 page: a key version at 0, no plain LSN in the trailer.
+        let mut enc = full_crc32_page(3, 99, 0x33);
+        enc[..4].copy_from_slice(&7u32.to_be_bytes());
+        enc[SIZE - 8] ^= 0xff;
+        let crc = crc32c::crc32c(&enc[..SIZE - 4]);
+        enc[SIZE - 4..].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(verify(&enc, f, 3, false), Verdict::Ok);
+        // The doublewrite buffer of the system tablespace's first file: another format's pages.
+        let other = crc32_page(9, 77);
+        assert_eq!(verify_in(&other, f, 64, true, true), Verdict::Unchecked);
+        assert_eq!(verify_in(&other, f, 191, true, true), Verdict::Unchecked);
+        assert_eq!(verify_in(&other, f, 192, true, true), Verdict::Bad);
+        // Old formats: an encrypted page (a key version at 26), a page_compressed one.
+        let c = Format::Crc32 { size: SIZE };
+        let mut p = crc32_page(5, 1);
+        p[KEY_VERSION_AT..KEY_VERSION_AT + 4].copy_from_slice(&3u32.to_be_bytes());
+        assert_eq!(verify(&p, c, 5, false), Verdict::Unchecked);
+        let mut p = crc32_page(5, 1);
+        p[PAGE_TYPE_AT..PAGE_TYPE_AT + 2].copy_from_slice(&34354u16.to_be_bytes());
+        assert_eq!(verify(&p, c, 5, false), Verdict::Unchecked);
+        // A page of the innodb algorithm (an upgraded server's), its two folds in place.
+        let mut p = vec![5u8; SIZE];
+        p[26..34].fill(0);
+        p[PAGE_NO_AT..PAGE_NO_AT + 4].copy_from_slice(&4u32.to_be_bytes());
+        p[16..24].copy_from_slice(&1234u64.to_be_bytes());
+        let low = p[LSN_LOW_AT..LSN_LOW_AT + 4].to_vec();
+        p[SIZE - 4..].copy_from_slice(&low);
+        let new = (fold(&p[4..26]).wrapping_add(fold(&p[38..SIZE - 8]))) as u32;
+        p[..4].copy_from_slice(&new.to_be_bytes());
+        let old = fold(&p[..26]) as u32;
+        p[SIZE - 8..SIZE - 4].copy_from_slice(&old.to_be_bytes());
+        assert_eq!(verify(&p, c, 4, false), Verdict::Ok);
+        p[100] ^= 1;
+        assert_eq!(verify(&p, c, 4, false), Verdict::Bad);
     }
 
     #[test]

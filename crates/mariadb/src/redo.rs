@@ -23,7 +23,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +41,8 @@ const FORMAT_10_8: u32 = 0x5068_7973;
 const CHECKPOINTS: [u64; 2] = [4096, 8192];
 /// Bytes read from the log at once.
 const READ: usize = 1 << 20;
+/// The server writes the log in blocks of this much, the last one padded past its LSN.
+const BLOCK: u64 = 4096;
 /// How often [`Follower::finish`] looks whether the copy is through.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -371,8 +373,19 @@ fn follow(file: &File, path: &Path, head: &Head, server: &mut Server, spill: tem
     let mut framer = Framer::new(head.checkpoint);
     // Read through here; whole mini-transactions are written through `framer.lsn()`.
     let mut read = head.checkpoint;
+    let opened = file.metadata().map(|m| (m.dev(), m.ino())).ok();
     loop {
         let stopping = state.stop.load(Ordering::Acquire);
+        // SET GLOBAL innodb_log_file_size replaces the file: this one is written no more.
+        if std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino())) != opened {
+            return Err(Error::new(
+                ErrorKind::Source,
+                format!(
+                    "{} was replaced during the backup (the redo log resized: SET GLOBAL innodb_log_file_size?): the backup cannot follow the log across it; run it again",
+                    path.display()
+                ),
+            ));
+        }
         let flushed = server.status("Innodb_lsn_flushed")?;
         let from = read;
         while read < flushed {
@@ -380,13 +393,15 @@ fn follow(file: &File, path: &Path, head: &Head, server: &mut Server, spill: tem
             // One read never crosses the file's end, where the log wraps.
             let n = (flushed - read).min(READ as u64).min(head.file_size - at) as usize;
             file.read_exact_at(&mut buf[..n], at).map_err(|e| unreadable(path, e))?;
+            let chunk = read;
             read += n as u64;
-            // Everything from `from` on was read: none of it may have been written over since.
+            // What was just read from `chunk` on must not have been written over meanwhile: the
+            // server writes whole blocks, up to one past its LSN.
             let current = server.status("Innodb_lsn_current")?;
-            let headroom = (from + capacity).saturating_sub(current);
+            let headroom = (chunk + capacity).saturating_sub(current + BLOCK);
             state.least_headroom.fetch_min(headroom, Ordering::Relaxed);
             if headroom == 0 {
-                return Err(overwritten(head, from, current));
+                return Err(overwritten(head, chunk, current));
             }
             framer.push(&buf[..n], head, &mut out)?;
         }
@@ -396,7 +411,7 @@ fn follow(file: &File, path: &Path, head: &Head, server: &mut Server, spill: tem
         } else {
             // Nothing new: still, the log must not have run past what is not yet copied.
             let current = server.status("Innodb_lsn_current")?;
-            let headroom = (read + capacity).saturating_sub(current);
+            let headroom = (read + capacity).saturating_sub(current + BLOCK);
             state.least_headroom.fetch_min(headroom, Ordering::Relaxed);
             if headroom == 0 {
                 return Err(overwritten(head, read, current));
@@ -426,22 +441,24 @@ fn overwritten(head: &Head, at: u64, current: u64) -> Error {
 }
 
 /// The size of the restored `ib_logfile0`: the source's, or more when the copy is longer, so
-/// that the log from the checkpoint never wraps (with 1 MiB to spare, in whole MiB).
+/// that the log from the checkpoint never wraps and the server, once it has recovered, finds its
+/// checkpoint age well inside the log (twice the copy, in whole MiB; a log the age nears is
+/// "insufficient" to it).
 pub fn restored_size(source_size: u64, redo_bytes: u64) -> u64 {
-    source_size.max((START + redo_bytes).div_ceil(1 << 20) * (1 << 20) + (1 << 20))
+    source_size.max((START + 2 * redo_bytes).div_ceil(1 << 20) * (1 << 20) + (1 << 20))
 }
 
-/// Write `ib_logfile0` in `datadir` from a copy (`redo`: the copy's head, then the log from
-/// `start_lsn`, each mini-transaction checked and its sequence byte 1), `file_size` bytes long;
-/// the copy is removed.
+/// Write `ib_logfile0` in `datadir` from a copy (`redo`: the copy's head, then `redo_bytes` of log
+/// from `start_lsn`, each mini-transaction checked and its sequence byte 1), `file_size` bytes
+/// long; the copy stays (the caller removes it once the log has served).
 ///
 /// # Errors
 /// The copy is not what its facts say; the log cannot be written.
-pub fn rebuild(datadir: &Path, redo: &Path, start_lsn: u64, file_size: u64) -> Result<PathBuf> {
+pub fn rebuild(datadir: &Path, redo: &Path, start_lsn: u64, redo_bytes: u64, file_size: u64) -> Result<PathBuf> {
     let mut from = File::open(redo).map_err(|e| Error::io(ErrorKind::Io, format!("cannot read {}", redo.display()), e))?;
     let copied = from.metadata().map_err(|e| Error::io(ErrorKind::Io, format!("cannot read {}", redo.display()), e))?.len();
-    if copied > file_size {
-        return Err(Error::corrupt(format!("{}: {copied} bytes, more than the {file_size} of the log it rebuilds", redo.display())));
+    if copied != START + redo_bytes || copied > file_size {
+        return Err(Error::corrupt(format!("{}: {copied} bytes, not the {} the backup recorded (its head and {redo_bytes} of log)", redo.display(), START + redo_bytes)));
     }
     let mut bytes = vec![0u8; START as usize];
     from.read_exact(&mut bytes).map_err(|e| Error::io(ErrorKind::Corrupt, format!("{}: shorter than a redo log's header", redo.display()), e))?;
@@ -457,7 +474,6 @@ pub fn rebuild(datadir: &Path, redo: &Path, start_lsn: u64, file_size: u64) -> R
     // Zeros past the end: a terminator of the wrong sequence bit, where recovery stops.
     out.set_len(file_size).map_err(io)?;
     out.sync_all().map_err(io)?;
-    std::fs::remove_file(redo).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", redo.display()), e))?;
     Ok(path)
 }
 
@@ -565,12 +581,15 @@ mod tests {
         std::fs::write(&spill, [copy.clone(), log.clone()].concat()).unwrap();
         let size = restored_size(START + 1000, log.len() as u64);
         assert_eq!(size, 2 << 20);
-        let out = rebuild(dir.path(), &spill, 13000, size).unwrap();
+        assert_eq!(restored_size(64 << 20, 50 << 20), 102 << 20, "twice the copy and the head, in MiB, and a MiB");
+        assert_eq!(restored_size(96 << 20, 1 << 20), 96 << 20, "the source's when it is larger");
+        let out = rebuild(dir.path(), &spill, 13000, 3000, size).unwrap();
         let got = std::fs::read(out).unwrap();
         assert_eq!(got.len() as u64, size);
         assert_eq!(&got[..START as usize], &copy[..]);
         assert_eq!(&got[START as usize..START as usize + 3000], &log[..]);
         assert!(got[START as usize + 3000..].iter().all(|&b| b == 0));
-        assert!(!spill.exists(), "the copy is removed once written back");
+        assert!(spill.exists(), "the copy stays until the caller is done with it");
+        assert!(rebuild(dir.path(), &spill, 13000, 2999, size).unwrap_err().to_string().contains("not the"), "a copy of another length is refused");
     }
 }

@@ -107,9 +107,14 @@ pub fn backup_to_repo(repo: &Repo, m: &MariaBackupOptions, opts: &BackupOptions,
             let chain = chain_of(&records, p)?;
             let set = open_set(repo, p, schemes).map_err(|e| e.context(format!("parent backup {}", p.id)))?;
             let lsn = p.mariadb.as_ref().map(|x| x.start_lsn).ok_or_else(|| Error::corrupt(format!("parent backup {}: its record has no MariaDB LSNs", p.id)))?;
-            let sizes = set.manifest.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished).map(|e| (e.path.clone(), e.size)).collect();
+            // A tablespace the parent read twice (recreated during it: its second read is stored
+            // as NAME.sheaf-new) is not built on: the child stores it whole.
+            let files = || set.manifest.entries.iter().filter(|e| e.kind == EntryKind::File && !e.vanished);
+            let read_again: std::collections::HashSet<&str> = files().filter_map(|e| e.path.strip_suffix(crate::backup::NEW_SUFFIX)).collect();
+            let sizes = files().filter(|e| !read_again.contains(e.path.as_str())).map(|e| (e.path.clone(), e.size)).collect();
+            let space_ids = crate::restore::facts_of(&set)?.space_ids;
             let lineage = Lineage { backup_type: wanted, chain: chain.iter().map(|r| r.backup_id.clone()).collect() };
-            Some((Since { lineage, lsn, sizes }, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
+            Some((Since { lineage, lsn, sizes, space_ids }, chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>()))
         }
     };
     let backup_type = if parent.is_some() { wanted } else { BackupType::Full };

@@ -89,9 +89,8 @@ pub fn geometry(facts: &MariaFacts) -> Vec<String> {
     if !facts.data_file_path.is_empty() {
         s.push(format!("--innodb-data-file-path={}", facts.data_file_path));
     }
-    if facts.undo_tablespaces > 0 {
-        s.push(format!("--innodb-undo-tablespaces={}", facts.undo_tablespaces));
-    }
+    // Always: 11.x makes three by default, and a restore of a server with none must not.
+    s.push(format!("--innodb-undo-tablespaces={}", facts.undo_tablespaces));
     s
 }
 
@@ -145,19 +144,36 @@ pub fn prepare(datadir: &Path, facts: &MariaFacts) -> Result<Prepared> {
     if !redo.is_file() {
         return Err(Error::incomplete(format!("{} is missing: the redo log's copy is restored with the backup (was it left out with --only?)", redo.display())));
     }
-    let log = crate::redo::rebuild(datadir, &redo, facts.start_lsn, crate::redo::restored_size(facts.log_file_size, facts.redo_bytes))?;
+    let log = crate::redo::rebuild(datadir, &redo, facts.start_lsn, facts.redo_bytes, crate::redo::restored_size(facts.log_file_size, facts.redo_bytes))?;
     // The log belongs to whoever owns the data directory (sheaf may run as root).
     if let Ok(m) = std::fs::metadata(datadir) {
         use std::os::unix::fs::MetadataExt;
         let _ = std::os::unix::fs::chown(&log, Some(m.uid()), Some(m.gid()));
     }
     let run = run_dir(datadir)?;
-    let settings = geometry(facts);
+    // Grants skipped (the private socket and no networking: nothing but sheaf reaches it), so
+    // that it answers whatever its users' passwords.
+    let mut settings = geometry(facts);
+    settings.push("--skip-grant-tables".into());
     let mut server = Scratch::over(datadir, run.path(), &settings.iter().map(String::as_str).collect::<Vec<_>>())?;
     let t_rec = Instant::now();
-    server.start().map_err(|e| e.context(format!("the restored data directory {} did not recover", datadir.display())))?;
+    let not_recovered = |why: String| Error::corrupt(format!("the restored data directory {} did not recover: {why}", datadir.display()));
+    server.start().map_err(|e| not_recovered(e.to_string()))?;
     let recovery_seconds = t_rec.elapsed().as_secs_f64();
-    server.stop()?;
+    // Recovered to the end LSN at least, with nothing InnoDB called an error on the way (a page
+    // in the future, a tablespace missing or corrupted: the server starts all the same).
+    let reached = server.sql("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_LSN_CURRENT'");
+    let reached = reached.map_err(|e| not_recovered(e.to_string()))?.trim().parse::<u64>().unwrap_or(0);
+    let errors = server.errors();
+    server.stop().map_err(|e| not_recovered(e.to_string()))?;
+    if reached < facts.end_lsn {
+        return Err(not_recovered(format!("its log reaches LSN {reached}, before the backup's end {}", facts.end_lsn)));
+    }
+    if !errors.is_empty() {
+        return Err(not_recovered(format!("its error log says: {}", errors.join(" / "))));
+    }
+    // Only now: a prepare that failed can be run again from the copy.
+    std::fs::remove_file(&redo).map_err(|e| Error::io(ErrorKind::Io, format!("cannot remove {}", redo.display()), e))?;
     Ok(Prepared { recovery_seconds, seconds: t0.elapsed().as_secs_f64(), redo_bytes: facts.redo_bytes, ddl_fixed, end_lsn: facts.end_lsn, binlog: facts.binlog.clone() })
 }
 

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use sheaf_core::{Error, ErrorKind, Result};
 
-/// How long a server may take to start (crash recovery included) or stop.
-const WAIT: Duration = Duration::from_secs(300);
+/// How long a server may take to start (crash recovery of a long backup's redo log included) or
+/// stop.
+const WAIT: Duration = Duration::from_secs(3600);
 
 fn err(m: impl Into<String>) -> Error {
     Error::new(ErrorKind::Source, m)
@@ -122,6 +123,11 @@ impl Scratch {
         format!("mariadb://root@localhost/?socket={}", self.socket().display())
     }
 
+    /// The lines of its error log that say `[ERROR]`.
+    pub fn errors(&self) -> Vec<String> {
+        std::fs::read_to_string(self.log()).unwrap_or_default().lines().filter(|l| l.contains("[ERROR]")).map(str::to_string).collect()
+    }
+
     /// The end of its error log, for messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.log()).unwrap_or_default();
@@ -195,7 +201,13 @@ impl Scratch {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
         let t0 = Instant::now();
-        while child.try_wait().map_err(|e| err(format!("mariadbd: {e}")))?.is_none() {
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| err(format!("mariadbd: {e}")))? {
+                if status.success() {
+                    return Ok(());
+                }
+                return Err(err(format!("mariadbd on {} did not shut down cleanly ({status}); the end of {}:\n{}", self.data.display(), self.log().display(), self.log_tail())));
+            }
             if t0.elapsed() > WAIT {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -203,7 +215,6 @@ impl Scratch {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(())
     }
 
     /// Kill it at once (SIGKILL): a crash.

@@ -11,6 +11,9 @@ use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::url::Address;
 
+/// Seconds a backup stage waits for the statements it must wait for (lock_wait_timeout).
+pub const LOCK_WAIT: u64 = 600;
+
 /// The privileges a backup needs, as the GRANT that gives them (mariabackup's documented set).
 pub const BACKUP_GRANT: &str = "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR";
 
@@ -18,6 +21,8 @@ pub const BACKUP_GRANT: &str = "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR";
 /// login (ER_ACCESS_DENIED_ERROR).
 const NO_PRIVILEGE: u16 = 1227;
 const ACCESS_DENIED: u16 = 1045;
+/// ER_LOCK_WAIT_TIMEOUT: a backup stage waited lock_wait_timeout for a statement.
+const LOCK_WAIT_TIMEOUT: u16 = 1205;
 
 /// The four stages a backup passes the server through, and the end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +185,10 @@ impl Server {
             Some((NO_PRIVILEGE, m)) => Error::new(
                 ErrorKind::Denied,
                 format!("{sql}: {m}; a backup needs {BACKUP_GRANT}: as an administrator, run GRANT {BACKUP_GRANT} ON *.* TO '{}'@'<its host>'", self.address.user),
+            ),
+            Some((LOCK_WAIT_TIMEOUT, m)) => Error::new(
+                ErrorKind::Source,
+                format!("{sql}: {m}: the stage waited {} s for statements that hold what it blocks (a long ALTER TABLE, a long write to a MyISAM or Aria table); nothing was kept; run the backup again when they are done", LOCK_WAIT),
             ),
             _ => query_failed(sql, e),
         }

@@ -249,6 +249,13 @@ fn what_a_mariadb_backup_cannot_do_is_refused_and_a_killed_one_leaves_nothing() 
     assert!(!o.status.success());
     assert!(stderr(&o).contains("GRANT RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR ON *.* TO 'weak'@"), "{}", stderr(&o));
     assert!(!stripe.exists());
+    // A link in the data directory (a database folder elsewhere) would restore as a link to the
+    // live server's files: refused, naming it.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), src.data.join("linked")).unwrap();
+    let o = run(sheaf().args(["backup", &src.url(), "--to", stripe.to_str().unwrap()]));
+    assert!(!o.status.success() && stderr(&o).contains("linked in the data directory is a symbolic link"), "{}", stderr(&o));
+    std::fs::remove_file(src.data.join("linked")).unwrap();
     // sheaf as another user (nobody), who reaches the socket but not the data directory.
     let open = tempfile::tempdir().unwrap();
     std::fs::set_permissions(open.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
@@ -360,6 +367,10 @@ fn incrementals_hold_what_changed_and_restore_through_their_chain() {
     let repo = dir.path().join("repo");
     let r = repo.to_str().unwrap();
     assert!(run(sheaf().args(["init", "--repo", r, &src.url()])).status.success());
+    for (t, v) in [("small", 1), ("small_new", 2)] {
+        sql(&src, &format!("CREATE TABLE sbtest.{t} (id INT PRIMARY KEY, v INT) ENGINE=InnoDB"));
+        sql(&src, &format!("INSERT INTO sbtest.{t} SELECT seq, seq * {v} FROM sbtest.seq_1_to_3000"));
+    }
     // Flushed and checkpointed, so that the full's start checkpoint is past the load's pages.
     let status = |v: &str| sql(&src, &format!("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '{v}'")).parse::<u64>().unwrap();
     super::common::wait_for("a checkpoint", Duration::from_secs(60), || status("INNODB_LSN_CURRENT") - status("INNODB_LSN_LAST_CHECKPOINT") < 64 << 10);
@@ -370,6 +381,10 @@ fn incrementals_hold_what_changed_and_restore_through_their_chain() {
         sql(&src, &format!("INSERT INTO sbtest.added{n} SELECT seq FROM sbtest.seq_1_to_1000"));
     };
     change(1);
+    // A table swapped in by a rename (as online schema change tools do): another tablespace at
+    // the parent's name, whose pages are older than the parent's start (both made before it), is
+    // stored whole, not taken page by page from the parent's table of that name.
+    sql(&src, "RENAME TABLE sbtest.small TO sbtest.small_old, sbtest.small_new TO sbtest.small");
     let mut bench = load(&src, 2, 30000, 1);
     let incr = backup_json(&["backup", &src.url(), "--repo", r, "--type", "incr"]);
     let _ = bench.kill();
