@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use sheaf_core::stop::interrupted;
 use sheaf_core::{Error, ErrorKind, Progress, RestoreOptions, Result, Schemes};
-use sheaf_pg::drill::run::{choose, drill_id, nothing_written, prepare_work, remove_work, DrillOptions};
-use sheaf_pg::repo::drills::{drill_object, CheckOutcome, DrillRecord, Phases};
+use sheaf_pg::drill::run::{begin, choose, conclude, nothing_written, prepare_work, remove_work, DrillOptions};
+use sheaf_pg::repo::drills::{CheckOutcome, DrillRecord};
 use sheaf_pg::repo::records::BackupRef;
 use sheaf_pg::repo::Repo;
 
@@ -40,27 +40,7 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, progress: 
     let mut ropts = RestoreOptions::new(&data);
     ropts.threads = opts.threads;
     ropts.stop = opts.stop.clone();
-    let started_ms = sheaf_core::time::now_ms();
-    let mut record = DrillRecord {
-        id: drill_id(started_ms),
-        backup: backup.id.clone(),
-        backup_type: backup.backup_type,
-        started_unix: started_ms / 1000,
-        ended_unix: 0,
-        target: "its consistency point".into(),
-        reached_lsn: None,
-        timeline: None,
-        wal_bytes_replayed: None,
-        bytes_restored: 0,
-        server_version: String::new(),
-        phases: Phases::default(),
-        checks: Vec::new(),
-        passed: false,
-        failure: None,
-        failure_kind: None,
-        host: sheaf_pg::repo::records::host_name(),
-        kept: None,
-    };
+    let mut record = begin(&backup, "its consistency point".into());
     let t0 = Instant::now();
     let restored = crate::repo::restore_from_repo(&repo, schemes, &BackupRef::Id(backup.id.to_string()), &ropts, progress);
     let outcome = match restored {
@@ -84,24 +64,7 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, progress: 
         remove_work(&opts.work);
         return Err(interrupted());
     }
-    if let Err(e) = outcome {
-        record.failure = Some(e.to_string());
-        record.failure_kind = Some(ErrorKind::Corrupt);
-    }
-    record.passed = record.failure.is_none() && !record.checks.is_empty() && record.checks.iter().all(|c| c.ok);
-    if !record.passed && record.failure.is_none() {
-        record.failure = record.checks.iter().find(|c| !c.ok).map(|c| format!("{}: {}", c.check, c.detail));
-        record.failure_kind = Some(ErrorKind::Corrupt);
-    }
-    record.phases.total_seconds = record.phases.restore_seconds + record.phases.recovery_seconds + record.phases.checks_seconds;
-    record.ended_unix = sheaf_core::time::now_ms() / 1000;
-    if opts.keep {
-        record.kept = Some(data.display().to_string());
-    } else {
-        remove_work(&opts.work);
-    }
-    repo.put_json(&drill_object(&record.id, &record.backup), &record, false).map_err(|e| e.context("the drill ran, but its record could not be written"))?;
-    Ok(record)
+    conclude(&repo, record, outcome.err(), opts, &data)
 }
 
 /// Start the prepared data directory and check it.

@@ -89,6 +89,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
     let annotations = sheaf_pg::repo::annotations::given(&a.annotation);
     // Retention after the backup: checked now, so that a policy missing fails before, not after.
     let auto_expire = if into_repo { ctx.expire_auto(a.expire_auto, ctx.repos_given().get(target).map(String::as_str))? } else { None };
+    let pg_flags = postgres_flags(&a);
     let mut opts = BackupOptions::new(ctx.locations(&a.to)?);
     opts.stop = ctx.interrupt.stop().clone();
     opts.codec = codec;
@@ -161,16 +162,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
             if !into_repo && a.backup_type.is_some() {
                 return Err(Error::invalid("--type incr or diff builds on a backup in a repository: give --repo R (a backup --to stripes is full)"));
             }
-            if a.pgdata.is_some()
-                || a.slot.is_some()
-                || a.ignore_checksum_failures
-                || a.primary.is_some()
-                || a.standby.is_some()
-                || a.wal_from != WalFrom::Local
-                || a.agent.is_some()
-                || a.via != Via::Files
-                || a.compress_on != CompressOn::Host
-            {
+            if pg_flags {
                 return Err(Error::invalid(
                     "--pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...); a MariaDB page that does not check out always fails the backup",
                 ));
@@ -204,16 +196,7 @@ fn backup(ctx: &Context, source: Source, a: BackupArgs, target: usize) -> Result
             if into_repo || a.backup_type.is_some() {
                 return Err(Error::invalid("a repository holds a PostgreSQL cluster's backups and WAL: back up a directory with --to"));
             }
-            if a.pgdata.is_some()
-                || a.slot.is_some()
-                || a.ignore_checksum_failures
-                || a.primary.is_some()
-                || a.standby.is_some()
-                || a.wal_from != WalFrom::Local
-                || a.agent.is_some()
-                || a.via != Via::Files
-                || a.compress_on != CompressOn::Host
-            {
+            if pg_flags {
                 return Err(Error::invalid("--pgdata, --slot, --primary, --standby, --wal-from, --agent, --compress-on, --via and --ignore-checksum-failures apply to a PostgreSQL source (postgres://...)"));
             }
             (sheaf_core::backup_directory(dir, &opts, progress(a.json))?, None)
@@ -355,4 +338,17 @@ fn mariadb_summary(m: &sheaf_mariadb::MariaFacts) {
             m.ddl_removed.len()
         );
     }
+}
+
+/// Whether a flag that only a PostgreSQL source takes was given.
+fn postgres_flags(a: &BackupArgs) -> bool {
+    a.pgdata.is_some()
+        || a.slot.is_some()
+        || a.ignore_checksum_failures
+        || a.primary.is_some()
+        || a.standby.is_some()
+        || a.wal_from != WalFrom::Local
+        || a.agent.is_some()
+        || a.via != Via::Files
+        || a.compress_on != CompressOn::Host
 }

@@ -195,16 +195,7 @@ fn restore(ctx: &Context, a: RestoreArgs) -> Result<serde_json::Value, Error> {
     if a.json {
         say!("{v}");
     } else {
-        say!(
-            "restored {} files ({:.1} MiB) from {} stripe{} in {:.2} s ({:.1} MiB/s) to {}",
-            r.files,
-            mib(r.bytes_written),
-            r.stripes,
-            plural(r.stripes),
-            r.seconds,
-            rate(r.bytes_written, r.seconds),
-            r.target
-        );
+        say_restored(&r);
         if let Some(line) = delta_line(&r) {
             say!("{line}");
         }
@@ -408,16 +399,7 @@ fn say_mariadb(a: &RestoreArgs, restored: &sheaf_mariadb::MariaRestored, reposit
         say!("{v}");
         return Ok(v);
     }
-    say!(
-        "restored {} files ({:.1} MiB) from {} stripe{} in {:.2} s ({:.1} MiB/s) to {}",
-        r.files,
-        mib(r.bytes_written),
-        r.stripes,
-        plural(r.stripes),
-        r.seconds,
-        rate(r.bytes_written, r.seconds),
-        r.target
-    );
+    say_restored(r);
     if let Some(p) = &restored.prepared {
         say!(
             "prepared in {:.2} s: the server's crash recovery applied {} of redo log to LSN {} in {:.2} s{}",
@@ -433,4 +415,18 @@ fn say_mariadb(a: &RestoreArgs, restored: &sheaf_mariadb::MariaRestored, reposit
         say!("start it: mariadbd --datadir={} (as the user who owns it)", a.to.display());
     }
     Ok(v)
+}
+
+/// The line a restore from stripes ends with.
+fn say_restored(r: &RestoreReport) {
+    say!(
+        "restored {} files ({:.1} MiB) from {} stripe{} in {:.2} s ({:.1} MiB/s) to {}",
+        r.files,
+        mib(r.bytes_written),
+        r.stripes,
+        plural(r.stripes),
+        r.seconds,
+        rate(r.bytes_written, r.seconds),
+        r.target
+    );
 }

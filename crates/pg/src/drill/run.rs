@@ -150,27 +150,7 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_co
     popts.core.threads = opts.threads;
     popts.core.stop = opts.stop.clone();
 
-    let started_ms = sheaf_core::time::now_ms();
-    let mut record = DrillRecord {
-        id: drill_id(started_ms),
-        backup: backup.id.clone(),
-        backup_type: backup.backup_type,
-        started_unix: started_ms / 1000,
-        ended_unix: 0,
-        target,
-        reached_lsn: None,
-        timeline: None,
-        wal_bytes_replayed: None,
-        bytes_restored: 0,
-        server_version: String::new(),
-        phases: Phases::default(),
-        checks: Vec::new(),
-        passed: false,
-        failure: None,
-        failure_kind: None,
-        host: crate::repo::records::host_name(),
-        kept: None,
-    };
+    let mut record = begin(&backup, target);
     // 1. Restore.
     let t0 = Instant::now();
     let restored = crate::restore::pitr::restore(repo, schemes, &request, &popts, restore_command, progress);
@@ -191,15 +171,51 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, restore_co
         remove_work(&opts.work);
         return Err(interrupted());
     }
-    if let Err(Failed(e)) = outcome {
+    conclude(repo, record, outcome.err().map(|Failed(e)| e), opts, &data)
+}
+
+/// A drill of `backup` to `target` beginning now: its record, nothing measured yet.
+pub fn begin(backup: &BackupRecord, target: String) -> DrillRecord {
+    let started_ms = sheaf_core::time::now_ms();
+    DrillRecord {
+        id: drill_id(started_ms),
+        backup: backup.id.clone(),
+        backup_type: backup.backup_type,
+        started_unix: started_ms / 1000,
+        ended_unix: 0,
+        target,
+        reached_lsn: None,
+        timeline: None,
+        wal_bytes_replayed: None,
+        bytes_restored: 0,
+        server_version: String::new(),
+        phases: Phases::default(),
+        checks: Vec::new(),
+        passed: false,
+        failure: None,
+        failure_kind: None,
+        host: crate::repo::records::host_name(),
+        kept: None,
+    }
+}
+
+/// A drill's end, whatever the database: its verdict (it passed when nothing failed and every
+/// check, of which there is at least one, passed; else the first failure, with the kind the command
+/// exits with: `Incomplete` for missing WAL, `Corrupt` otherwise), its total time, the restored
+/// data kept (`--keep`) or removed, and its record written into `repo`.
+///
+/// # Errors
+/// The record cannot be written.
+pub fn conclude(repo: &Repo, mut record: DrillRecord, failure: Option<Error>, opts: &DrillOptions, data: &Path) -> Result<DrillRecord> {
+    if let Some(e) = failure {
         record.failure = Some(e.to_string());
         record.failure_kind = Some(if e.kind() == ErrorKind::Incomplete { ErrorKind::Incomplete } else { ErrorKind::Corrupt });
     }
-    record.passed = record.failure.is_none() && record.checks.iter().all(|c| c.ok);
+    record.passed = record.failure.is_none() && !record.checks.is_empty() && record.checks.iter().all(|c| c.ok);
     if record.passed {
         record.failure = None;
     } else if record.failure.is_none() {
-        record.failure = record.checks.iter().find(|c| !c.ok).map(|c| format!("{}: {}", c.check, c.detail));
+        record.failure = record.checks.iter().find(|c| !c.ok).map_or_else(|| Some("no check ran".to_string()), |c| Some(format!("{}: {}", c.check, c.detail)));
         record.failure_kind = Some(ErrorKind::Corrupt);
     }
     record.phases.total_seconds = record.phases.restore_seconds + record.phases.recovery_seconds + record.phases.checks_seconds;
