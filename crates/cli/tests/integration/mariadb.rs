@@ -498,6 +498,22 @@ fn every_knob_applies_to_a_mariadb_backup() {
     assert!(o.status.success(), "{}", stderr(&o));
     let (back, _run) = started(&target, &v["mariadb"]);
     assert_eq!(checksums(&back), checksums(&src), "nothing wrote since the backup: the tables equal the source's");
+    drop(back);
+    // Into the same folder again: refused, then replaced with --force, and it starts again.
+    let again = |force: bool| {
+        let mut c = sheaf();
+        c.args(["restore", s1.to_str().unwrap(), "--to", target.to_str().unwrap(), "--passphrase-file", pass.to_str().unwrap()]);
+        if force {
+            c.arg("--force");
+        }
+        run(&mut c)
+    };
+    let o = again(false);
+    assert_eq!(o.status.code(), Some(5), "a restore into a data directory is refused: {}", stderr(&o));
+    let o = again(true);
+    assert!(o.status.success(), "--force: {}", stderr(&o));
+    let (back, _run2) = started(&target, &v["mariadb"]);
+    assert_eq!(checksums(&back), checksums(&src));
     let list = stdout(&run(sheaf().args(["list", "--json"])));
     assert!(list.contains("\"mariadb\"") && list.contains("knobs"), "the catalog records it: {list}");
 }
