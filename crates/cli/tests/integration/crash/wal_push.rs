@@ -21,7 +21,9 @@ const SEGMENTS: usize = 24;
 
 /// Real WAL: a cluster with 1 MiB segments, written to and switched, archived by `cp`.
 fn segments(stage: &Path) -> (Cluster, Vec<String>) {
-    let cmd = format!("archive_command = 'cp %p {}/%f'", stage.display());
+    // Copied under another name and renamed: a segment's name appears only once it is whole (the
+    // loop below once took a segment cp had created but not yet written, and pushed 0 bytes).
+    let cmd = format!("archive_command = 'cp %p {0}/%f.part && mv {0}/%f.part {0}/%f'", stage.display());
     let c = Cluster::new(&["--wal-segsize=1"], &["archive_mode = on", cmd.as_str(), "archive_timeout = 0"]);
     c.sql("postgres", "CREATE TABLE t (id int, pad text)");
     for i in 0..SEGMENTS {
