@@ -53,7 +53,7 @@ pub fn drill(repo: &Repo, schemes: &dyn Schemes, opts: &DrillOptions, progress: 
             Err(e.context("restore"))
         }
         Ok((restored, _)) => {
-            let prepared = restored.prepared.clone().unwrap_or_default();
+            let prepared = &restored.prepared;
             record.bytes_restored = restored.report.bytes_written;
             record.phases.restore_seconds = (t0.elapsed().as_secs_f64() - prepared.seconds).max(0.0);
             record.phases.recovery_seconds = prepared.seconds;
@@ -73,6 +73,7 @@ fn checks(data: &Path, facts: &crate::backup::MariaFacts, opts: &DrillOptions, r
     let mut settings = geometry(facts);
     settings.push("--skip-grant-tables".into());
     let mut server = Scratch::over(data, run.path(), &settings.iter().map(String::as_str).collect::<Vec<_>>())?;
+    server.stop_with(&opts.stop);
     server.start().map_err(|e| e.context("the restored server did not start"))?;
     let t0 = Instant::now();
     let version = server.sql("SELECT VERSION()");

@@ -185,6 +185,6 @@ pub fn restore_from_repo(repo: &Repo, schemes: &dyn Schemes, which: &BackupRef, 
     if let Some(s) = sets.iter().find(|s| !is_mariadb(s)) {
         return Err(Error::new(ErrorKind::Corrupt, format!("backup {} of {} is not a MariaDB backup", s.manifest.backup_id, repo.display())));
     }
-    let restored = restore_mariadb_chain(&sets.iter().collect::<Vec<_>>(), opts, false, progress)?;
+    let restored = restore_mariadb_chain(&sets.iter().collect::<Vec<_>>(), opts, progress)?;
     Ok((restored, record))
 }

@@ -41,8 +41,8 @@ pub struct Prepared {
 pub struct MariaRestored {
     /// The core restore's report.
     pub report: RestoreReport,
-    /// What preparing did; `None` with `--no-prepare`.
-    pub prepared: Option<Prepared>,
+    /// What preparing did.
+    pub prepared: Prepared,
     /// The backup's facts (the InnoDB geometry a server on it needs).
     pub facts: MariaFacts,
 }
@@ -59,8 +59,8 @@ pub fn facts_of(set: &BackupSet) -> Result<MariaFacts> {
 ///
 /// # Errors
 /// The restore's, and [`prepare`]'s.
-pub fn restore_mariadb(set: &BackupSet, opts: &RestoreOptions, no_prepare: bool, progress: Arc<dyn Progress>) -> Result<MariaRestored> {
-    restore_mariadb_chain(&[set], opts, no_prepare, progress)
+pub fn restore_mariadb(set: &BackupSet, opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<MariaRestored> {
+    restore_mariadb_chain(&[set], opts, progress)
 }
 
 /// Restore a chain (a full backup and the incrementals on it, oldest first) to `opts.target` and,
@@ -69,7 +69,7 @@ pub fn restore_mariadb(set: &BackupSet, opts: &RestoreOptions, no_prepare: bool,
 ///
 /// # Errors
 /// As [`restore_mariadb`].
-pub fn restore_mariadb_chain(sets: &[&BackupSet], opts: &RestoreOptions, no_prepare: bool, progress: Arc<dyn Progress>) -> Result<MariaRestored> {
+pub fn restore_mariadb_chain(sets: &[&BackupSet], opts: &RestoreOptions, progress: Arc<dyn Progress>) -> Result<MariaRestored> {
     let newest = sets.last().ok_or_else(|| Error::invalid("internal: an empty chain"))?;
     let facts = facts_of(newest)?;
     if opts.only.is_empty() && opts.delta {
@@ -78,8 +78,29 @@ pub fn restore_mariadb_chain(sets: &[&BackupSet], opts: &RestoreOptions, no_prep
         ));
     }
     let report = sheaf_core::restore_chain(sets, opts, progress)?;
-    let prepared = if no_prepare { None } else { Some(prepare(&opts.target, &facts)?) };
+    // A restore that did not prepare is not one: what it laid out (into a folder it found empty,
+    // or emptied with --force) goes, so that nothing half made looks like a data directory.
+    let prepared = prepare(&opts.target, &facts, &opts.stop).map_err(|e| {
+        let e = if opts.stop.asked() { sheaf_core::stop::interrupted() } else { e };
+        match clear(&opts.target) {
+            Ok(()) => e.context(format!("the restore was not prepared, and what it wrote was removed from {}", opts.target.display())),
+            Err(c) => e.context(format!("the restore was not prepared, and {} could not be emptied ({c}): do not start a server on it", opts.target.display())),
+        }
+    })?;
     Ok(MariaRestored { report, prepared, facts })
+}
+
+/// Remove everything inside `dir`.
+fn clear(dir: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if std::fs::symlink_metadata(&p)?.is_dir() {
+            std::fs::remove_dir_all(&p)?;
+        } else {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
 }
 
 /// The InnoDB settings the backed-up server ran with, that its files need.
@@ -121,7 +142,7 @@ fn with_suffix(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>> {
 /// # Errors
 /// A copy of the redo log missing or not what the facts say; a server that does not recover (its
 /// log's end quoted).
-pub fn prepare(datadir: &Path, facts: &MariaFacts) -> Result<Prepared> {
+pub fn prepare(datadir: &Path, facts: &MariaFacts, stop: &sheaf_core::stop::Stop) -> Result<Prepared> {
     let t0 = Instant::now();
     let io = |p: &Path, e| Error::io(ErrorKind::Io, format!("cannot put {} right", p.display()), e);
     let mut ddl_fixed = 0;
@@ -156,6 +177,7 @@ pub fn prepare(datadir: &Path, facts: &MariaFacts) -> Result<Prepared> {
     let mut settings = geometry(facts);
     settings.push("--skip-grant-tables".into());
     let mut server = Scratch::over(datadir, run.path(), &settings.iter().map(String::as_str).collect::<Vec<_>>())?;
+    server.stop_with(stop);
     let t_rec = Instant::now();
     let not_recovered = |why: String| Error::corrupt(format!("the restored data directory {} did not recover: {why}", datadir.display()));
     server.start().map_err(|e| not_recovered(e.to_string()))?;

@@ -70,6 +70,10 @@ pub struct Scratch {
     ids: (u32, u32),
     settings: Vec<String>,
     child: Option<Child>,
+    /// Its process's id (0 when it is not running), for [`Scratch::stop_with`]'s hook.
+    pid: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// Kills it when the command is asked to stop ([`Scratch::stop_with`]).
+    on_stop: Option<sheaf_core::stop::OnAsk>,
     /// The folder of a server made afresh, removed with it.
     _base: Option<tempfile::TempDir>,
 }
@@ -94,7 +98,16 @@ impl Scratch {
         if !out.status.success() {
             return Err(err(format!("mariadb-install-db failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))));
         }
-        let mut s = Scratch { run: base.path().to_path_buf(), data, ids, settings: settings.iter().map(|s| s.to_string()).collect(), child: None, _base: Some(base) };
+        let mut s = Scratch {
+            run: base.path().to_path_buf(),
+            data,
+            ids,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            pid: Default::default(),
+            on_stop: None,
+            _base: Some(base),
+        };
         s.start()?;
         Ok(s)
     }
@@ -105,7 +118,16 @@ impl Scratch {
     /// The folder cannot be looked at.
     pub fn over(data: &Path, run: &Path, settings: &[&str]) -> Result<Scratch> {
         let ids = owner(data)?;
-        Ok(Scratch { data: data.to_path_buf(), run: run.to_path_buf(), ids, settings: settings.iter().map(|s| s.to_string()).collect(), child: None, _base: None })
+        Ok(Scratch {
+            data: data.to_path_buf(),
+            run: run.to_path_buf(),
+            ids,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            pid: Default::default(),
+            on_stop: None,
+            _base: None,
+        })
     }
 
     /// Its socket.
@@ -152,6 +174,7 @@ impl Scratch {
             cmd.arg("--user=root");
         }
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| err(format!("cannot start mariadbd: {e}")))?;
+        self.pid.store(child.id(), std::sync::atomic::Ordering::Release);
         let t0 = Instant::now();
         loop {
             if let Some(status) = child.try_wait().map_err(|e| err(format!("mariadbd: {e}")))? {
@@ -197,6 +220,7 @@ impl Scratch {
     /// It does not stop within five minutes.
     pub fn stop(&mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else { return Ok(()) };
+        self.pid.store(0, std::sync::atomic::Ordering::Release);
         if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
@@ -217,9 +241,23 @@ impl Scratch {
         }
     }
 
+    /// Kill it at once when `stop` is asked (Ctrl-C, SIGTERM), for as long as it lives: what
+    /// waits on it then fails at once, and the command unwinds (dropping it).
+    pub fn stop_with(&mut self, stop: &sheaf_core::stop::Stop) {
+        let pid = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(self.child.as_ref().map_or(0, Child::id)));
+        self.pid = pid.clone();
+        self.on_stop = Some(stop.on_ask(move || {
+            let p = pid.load(std::sync::atomic::Ordering::Acquire);
+            if let Some(pid) = rustix::process::Pid::from_raw(p as i32).filter(|_| p != 0) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }));
+    }
+
     /// Kill it at once (SIGKILL): a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            self.pid.store(0, std::sync::atomic::Ordering::Release);
             let _ = child.kill();
             let _ = child.wait();
         }

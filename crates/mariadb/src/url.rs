@@ -37,21 +37,9 @@ pub fn redact(text: &str) -> String {
     }
 }
 
+/// `s` percent-decoded (a `%` not followed by two hex digits stays as it is).
 fn decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| Error::invalid(format!("'{s}': a % not followed by two hex digits")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::invalid(format!("'{s}' is not UTF-8 once decoded")))
+    percent_encoding::percent_decode_str(s).decode_utf8().map(|d| d.into_owned()).map_err(|_| Error::invalid(format!("'{s}' is not UTF-8 once decoded")))
 }
 
 impl Address {

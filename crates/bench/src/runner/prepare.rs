@@ -47,7 +47,10 @@ pub(super) fn prepare_source(opts: &BenchOptions, backrest: bool, work_name: &st
             note(Event::Note("starting a throwaway MariaDB server (Debian's mariadb-server)"));
             // A buffer pool smaller than the data, so that backups read the disk as a real
             // server's would; a redo log that a backup under no load never fills.
-            let server = Scratch::create(&["--innodb-buffer-pool-size=256M", "--innodb-log-file-size=512M", "--innodb-io-capacity=10000", "--innodb-max-dirty-pages-pct=0"])?;
+            let mut server = Scratch::create(&["--innodb-buffer-pool-size=256M", "--innodb-log-file-size=512M", "--innodb-io-capacity=10000", "--innodb-max-dirty-pages-pct=0"])?;
+            // Asked to stop, the server stops at once: the load or query on it fails, and the
+            // bench unwinds (dropping the server removes it).
+            server.stop_with(&opts.stop);
             note(Event::Note(&format!("server in {} on socket {}", server.data.display(), server.socket().display())));
             server.sql("CREATE DATABASE sbtest")?;
             note(Event::Note(&format!("loading sysbench {tables} tables x {rows} rows (oltp_read_write prepare)")));

@@ -367,7 +367,7 @@ fn mariadb_flags(a: &RestoreArgs) -> Result<(), Error> {
 /// A MariaDB backup: laid out, then prepared by the server's own crash recovery.
 fn restore_mariadb(ctx: &Context, a: &RestoreArgs, set: &sheaf_core::set::BackupSet) -> Result<serde_json::Value, Error> {
     mariadb_flags(a)?;
-    let restored = sheaf_mariadb::restore_mariadb(set, &core_options(ctx, a)?, false, progress(a.json))?;
+    let restored = sheaf_mariadb::restore_mariadb(set, &core_options(ctx, a)?, progress(a.json))?;
     say_mariadb(a, &restored, None)
 }
 
@@ -392,28 +392,25 @@ fn say_mariadb(a: &RestoreArgs, restored: &sheaf_mariadb::MariaRestored, reposit
     if let Some(id) = repository_id {
         v["repository_backup"] = serde_json::json!(id);
     }
-    if let Some(p) = &restored.prepared {
-        v["prepared"] = serde_json::to_value(p).expect("prepared serialises");
-    }
+    v["prepared"] = serde_json::to_value(&restored.prepared).expect("prepared serialises");
     if a.json {
         say!("{v}");
         return Ok(v);
     }
     say_restored(r);
-    if let Some(p) = &restored.prepared {
-        say!(
-            "prepared in {:.2} s: the server's crash recovery applied {} of redo log to LSN {} in {:.2} s{}",
-            p.seconds,
-            format_size(p.redo_bytes),
-            p.end_lsn,
-            p.recovery_seconds,
-            if p.ddl_fixed > 0 { format!(", after {} tablespaces put right for DDL during the backup", p.ddl_fixed) } else { String::new() }
-        );
-        if let (Some(f), Some(pos)) = (&p.binlog.file, p.binlog.position) {
-            say!("consistent at binary log {f} position {pos}, GTID {}", if p.binlog.gtid_binlog_pos.is_empty() { "none" } else { &p.binlog.gtid_binlog_pos });
-        }
-        say!("start it: mariadbd --datadir={} (as the user who owns it)", a.to.display());
+    let p = &restored.prepared;
+    say!(
+        "prepared in {:.2} s: the server's crash recovery applied {} of redo log to LSN {} in {:.2} s{}",
+        p.seconds,
+        format_size(p.redo_bytes),
+        p.end_lsn,
+        p.recovery_seconds,
+        if p.ddl_fixed > 0 { format!(", after {} tablespaces put right for DDL during the backup", p.ddl_fixed) } else { String::new() }
+    );
+    if let (Some(f), Some(pos)) = (&p.binlog.file, p.binlog.position) {
+        say!("consistent at binary log {f} position {pos}, GTID {}", if p.binlog.gtid_binlog_pos.is_empty() { "none" } else { &p.binlog.gtid_binlog_pos });
     }
+    say!("start it: mariadbd --datadir={} (as the user who owns it)", a.to.display());
     Ok(v)
 }
 

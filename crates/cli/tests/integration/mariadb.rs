@@ -285,6 +285,14 @@ fn what_a_mariadb_backup_cannot_do_is_refused_and_a_killed_one_leaves_nothing() 
     assert!(names.is_empty(), "nothing that looks complete: {names:?}");
     let o = run(sheaf().args(["restore", stripe.to_str().unwrap(), "--to", dir.path().join("r").to_str().unwrap()]));
     assert!(!o.status.success());
+    // Interrupted (Ctrl-C): it stops, exits 130, and removes what it wrote.
+    let b = sheaf().args(["backup", &src.url(), "--to", stripe.to_str().unwrap(), "--max-rate", "2MiB"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    rustix::process::kill_process(rustix::process::Pid::from_raw(b.id() as i32).unwrap(), rustix::process::Signal::INT).unwrap();
+    let o = b.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    let left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.contains("sheaf")).collect();
+    assert!(left.is_empty(), "an interrupted backup leaves nothing: {left:?}");
     let o = run(sheaf().args(["backup", &src.url(), "--to", stripe.to_str().unwrap()]));
     assert!(o.status.success(), "the next backup runs: {}", stderr(&o));
 }
