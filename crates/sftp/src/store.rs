@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sheaf_core::storage::{no_lock, Capabilities, Stored, StripeSink, StripeSource, WriteOptions};
+use sheaf_core::storage::{no_lock, Capabilities, Holding, Stored, StripeSink, StripeSource, UnfinishedStripe, WriteOptions};
 use sheaf_core::{Error, ErrorKind, Result, Store};
 use ssh2::{CheckResult, ErrorCode, FileStat, HashType, KnownHostFileKind, MethodType, OpenFlags, OpenType, Session, Sftp};
 
@@ -347,7 +347,56 @@ impl Store for SftpStore {
             written: 0,
             synced: false,
             published: false,
+            keep_unfinished: opts.keep_unfinished,
         }))
+    }
+
+    fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn UnfinishedStripe>>> {
+        let shown = self.describe(name);
+        if opts.lock.is_some() {
+            return Err(no_lock(&shown));
+        }
+        // What a stopped writer left: `NAME.partial.PID.N` (never `.partial.old.`, a replaced
+        // stripe set aside). SFTP has no locks: the caller takes over only what a writer that no
+        // longer runs left (a backup's lock names it). Of several, the largest is taken and the
+        // others removed when it goes on.
+        let (dir, base) = name.rsplit_once('/').map_or(("/", name), |(d, b)| (if d.is_empty() { "/" } else { d }, b));
+        let prefix = format!("{base}.partial.");
+        let c = self.pool.take()?;
+        let items = match c.sftp.readdir(Path::new(dir)) {
+            Ok(items) => items,
+            Err(e) if status(&e) == Some(NO_SUCH_FILE) => {
+                self.pool.give(c);
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::new(ErrorKind::Io, format!("cannot list {}: {e}", self.describe(dir)))),
+        };
+        let mut left: Vec<(u64, PathBuf)> = items
+            .into_iter()
+            .filter(|(p, st)| st.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && !n[prefix.len()..].starts_with("old.")))
+            .map(|(p, st)| (st.size.unwrap_or(0), p))
+            .collect();
+        left.sort();
+        let Some((len, temp)) = left.pop() else {
+            self.pool.give(c);
+            return Ok(None);
+        };
+        let temp_shown = self.describe(&temp.display().to_string());
+        let file = c.sftp.open(&temp).map_err(|e| Error::new(ErrorKind::Target, format!("cannot open {temp_shown}: {e}")))?;
+        let source = SftpSource { pool: self.pool.clone(), conn: Mutex::new(Some((c, file, 0))), broken: std::sync::atomic::AtomicBool::new(false), len, shown: temp_shown };
+        Ok(Some(Box::new(SftpUnfinished {
+            pool: self.pool.clone(),
+            source,
+            temp: temp.display().to_string(),
+            others: left.into_iter().map(|(_, p)| p).collect(),
+            name: name.to_string(),
+            shown,
+            overwrite: opts.overwrite,
+        })))
+    }
+
+    fn can_resume(&self) -> bool {
+        true
     }
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
@@ -477,6 +526,8 @@ struct SftpSink {
     written: u64,
     synced: bool,
     published: bool,
+    /// Left under its temporary name, not removed, when dropped unpublished (a resumable stripe).
+    keep_unfinished: bool,
 }
 
 impl SftpSink {
@@ -606,12 +657,83 @@ impl StripeSink for SftpSink {
 
 impl Drop for SftpSink {
     fn drop(&mut self) {
-        if !self.published {
+        if !self.published && self.keep_unfinished {
+            // What was gathered goes too (best effort): the next attempt keeps what reached the
+            // server and checks it frame by frame.
+            let _ = self.flush_buf();
+            drop(self.file.take());
+            if let Some(c) = self.conn.take() {
+                self.pool.give(c);
+            }
+        } else if !self.published {
             drop(self.file.take());
             if let Some(c) = self.conn.take() {
                 let _ = c.sftp.unlink(Path::new(&self.temp));
             }
         }
+    }
+}
+
+/// A stopped writer's temporary file, taken over ([`Store::resume`]).
+struct SftpUnfinished {
+    pool: Arc<Pool>,
+    /// What it holds, read back.
+    source: SftpSource,
+    temp: String,
+    /// Other temporary files of the same stripe (writers stopped earlier), removed on going on.
+    others: Vec<PathBuf>,
+    name: String,
+    shown: String,
+    overwrite: bool,
+}
+
+impl UnfinishedStripe for SftpUnfinished {
+    fn holds(&self) -> Holding<'_> {
+        Holding::Bytes(&self.source)
+    }
+
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        let SftpUnfinished { pool, source, temp, others, name, shown, overwrite } = *self;
+        if keep > source.len {
+            return Err(Error::new(ErrorKind::Target, format!("{}: cannot keep {keep} bytes of {}", source.shown, source.len)));
+        }
+        drop(source);
+        let conn = pool.take()?;
+        let path = Path::new(&temp);
+        for o in &others {
+            let _ = conn.sftp.unlink(o);
+        }
+        // Cut to what is kept, then written on from there.
+        let cut = FileStat { size: Some(keep), uid: None, gid: None, perm: None, atime: None, mtime: None };
+        conn.sftp.setstat(path, cut).map_err(|e| Error::new(ErrorKind::Target, format!("cannot cut {}: {e}", pool.url(&temp))))?;
+        let mut file =
+            conn.sftp.open_mode(path, OpenFlags::WRITE, 0o600, OpenType::File).map_err(|e| Error::new(ErrorKind::Target, format!("cannot write {}: {e}", pool.url(&temp))))?;
+        file.seek(SeekFrom::Start(keep)).map_err(|e| Error::io(ErrorKind::Target, format!("cannot seek in {}", pool.url(&temp)), e))?;
+        Ok(Box::new(SftpSink {
+            pool,
+            conn: Some(conn),
+            file: Some(file),
+            buf: Vec::with_capacity(WRITE_BUFFER),
+            temp,
+            name,
+            shown,
+            overwrite,
+            written: 0,
+            synced: false,
+            published: false,
+            keep_unfinished: true,
+        }))
+    }
+
+    fn abandon(self: Box<Self>) {
+        let SftpUnfinished { pool, source, temp, others, .. } = *self;
+        drop(source);
+        let _ = pool.with(|s| {
+            for o in &others {
+                let _ = s.unlink(o);
+            }
+            s.unlink(Path::new(&temp))
+        });
     }
 }
 

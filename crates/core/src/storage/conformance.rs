@@ -2,7 +2,7 @@
 //! run these same cases (restic's backend suite, object_store's `integration.rs`). Each case panics
 //! with the store's name and what broke; call [`check_store`] from a test.
 
-use super::{Location, Store};
+use super::{Holding, Location, Store};
 use crate::error::ErrorKind;
 use std::io::Read;
 use std::sync::Arc;
@@ -157,6 +157,10 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
         }
     }
 
+    if store.can_resume() {
+        check_resume(&store, &kind, &at, &data);
+    }
+
     // Missing: a clear Incomplete; deleting it is no error; delete removes.
     let e = at("missing.sheaf").open().err().expect("missing");
     assert_eq!(e.kind(), ErrorKind::Incomplete, "{kind}: {e}");
@@ -168,4 +172,96 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     if caps.list {
         assert!(listed("").is_empty(), "{kind}: nothing left: {:?}", listed(""));
     }
+}
+
+/// What a store that can take over a stopped writer's stripe ([`Store::resume`]) promises: the
+/// stripe stays unfinished when its writer stops, what it holds is a prefix of what was written
+/// that ends where a frame did, the next writer goes on from a frame's end and publishes the
+/// whole, and a stripe given up leaves nothing.
+fn check_resume(store: &Arc<dyn Store>, kind: &str, at: &dyn Fn(&str) -> Location, data: &[u8]) {
+    // Frames of uneven sizes, so that a store that cuts only at frame ends is tested at them.
+    let mut ends = Vec::new();
+    let mut end = 0usize;
+    for k in 0.. {
+        end = (end + 700_001 + 37_919 * (k % 5)).min(data.len());
+        ends.push(end as u64);
+        if end == data.len() {
+            break;
+        }
+    }
+    let loc = at("resumed.sheaf");
+    assert!(nothing(loc.resume(data.len() as u64).unwrap_or_else(|e| panic!("{kind}: resume: {e}"))), "{kind}: nothing to take over where nothing was written");
+    let stop = ends.len() / 2 + 1;
+    {
+        let mut s = loc.create_resumable(false, data.len() as u64).unwrap_or_else(|e| panic!("{kind}: create_resumable: {e}"));
+        let mut from = 0usize;
+        for &e in &ends[..stop] {
+            s.write_all(&data[from..e as usize]).unwrap_or_else(|e| panic!("{kind}: write: {e}"));
+            s.frame_end().unwrap_or_else(|e| panic!("{kind}: frame_end: {e}"));
+            from = e as usize;
+        }
+        // Dropped unpublished, as a writer that stopped: kept, and still not visible.
+    }
+    assert!(!loc.exists().unwrap(), "{kind}: an unfinished stripe is not published");
+    let u = loc.resume(data.len() as u64).unwrap_or_else(|e| panic!("{kind}: resume: {e}")).unwrap_or_else(|| panic!("{kind}: the stopped writer's stripe is kept"));
+    let keep = match u.holds() {
+        Holding::Bytes(src) => {
+            let held = src.len() as usize;
+            assert!(held <= ends[stop - 1] as usize, "{kind}: it holds no more than was written ({held})");
+            let mut back = vec![0u8; held];
+            src.read_exact_at(&mut back, 0).unwrap_or_else(|e| panic!("{kind}: reading what it holds: {e}"));
+            assert!(back == data[..held], "{kind}: what it holds is what was written");
+            // All but the last whole frame, as when the last is found damaged.
+            let whole: Vec<u64> = ends.iter().copied().filter(|&e| e <= held as u64).collect();
+            whole.get(whole.len().saturating_sub(2)).copied().unwrap_or(0)
+        }
+        Holding::Parts(parts) => {
+            assert!(parts.iter().all(|p| ends.contains(p)), "{kind}: its parts end where frames did: {parts:?}");
+            parts.get(parts.len().saturating_sub(2)).copied().unwrap_or(0)
+        }
+    };
+    assert!(keep > 0, "{kind}: at least a frame is kept of {} written", ends[stop - 1]);
+    // Another, short ending: what it held past `keep` must be gone, not shine through.
+    let tail: Vec<u8> = data[..4099].iter().rev().copied().collect();
+    let mut s = u.go_on(keep).unwrap_or_else(|e| panic!("{kind}: go_on: {e}"));
+    s.write_all(&tail).unwrap_or_else(|e| panic!("{kind}: write after go_on: {e}"));
+    assert_eq!(s.written(), tail.len() as u64, "{kind}: written counts from where it went on");
+    s.sync().unwrap_or_else(|e| panic!("{kind}: sync: {e}"));
+    s.publish().unwrap_or_else(|e| panic!("{kind}: publish of a resumed stripe: {e}"));
+    drop(s);
+    let want = [&data[..keep as usize], &tail[..]].concat();
+    let src = loc.open().unwrap();
+    assert_eq!(src.len(), want.len() as u64, "{kind}: a resumed stripe's length");
+    let mut all = Vec::new();
+    src.stream(0, want.len() as u64).unwrap().read_to_end(&mut all).unwrap();
+    assert!(all == want, "{kind}: a resumed stripe reads back as kept and written on");
+    drop(src);
+    store.delete(loc.name()).unwrap();
+    assert!(nothing(loc.resume(10).unwrap()), "{kind}: nothing is left to take over once published");
+
+    // Given up: nothing left, nothing to take over.
+    let gone = at("given-up.sheaf");
+    {
+        let mut s = gone.create_resumable(false, data.len() as u64).unwrap();
+        s.write_all(&data[..ends[0] as usize]).unwrap();
+        s.frame_end().unwrap();
+    }
+    if let Some(u) = gone.resume(10).unwrap_or_else(|e| panic!("{kind}: resume: {e}")) {
+        u.abandon();
+    }
+    assert!(nothing(gone.resume(10).unwrap()), "{kind}: an abandoned stripe is gone");
+    assert!(!gone.exists().unwrap(), "{kind}: and never published");
+}
+
+/// Nothing to take over: none, or one that holds nothing (a store may hand over an empty one, so
+/// that a backup whose other stripes hold frames goes on with this one from its start).
+fn nothing(u: Option<Box<dyn super::UnfinishedStripe>>) -> bool {
+    u.is_none_or(|u| {
+        let empty = match u.holds() {
+            Holding::Bytes(src) => src.is_empty(),
+            Holding::Parts(parts) => parts.is_empty(),
+        };
+        u.abandon();
+        empty
+    })
 }
