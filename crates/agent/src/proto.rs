@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sheaf_core::manifest::Entry;
 
 /// The protocol's version: an agent and a client of different versions refuse each other at hello.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// The largest payload either side accepts: a data frame, or a chunk of the largest transfer
 /// size with its header.
 pub const MAX_FRAME: usize = (sheaf_core::format::MAX_TRANSFER_SIZE as usize) + 64;
@@ -112,7 +112,41 @@ pub enum Request {
         expected: u64,
         /// A stripe or WAL (not a record).
         bulk: bool,
+        /// Left under its temporary name, not removed, if the write never ends (the client's
+        /// link lost, the client killed): a resumable stripe a later [`Request::RepoResume`]
+        /// takes over. From version 5.
+        #[serde(default)]
+        keep_unfinished: bool,
     },
+    /// Take over what a stopped writer left unfinished of an object ([`Request::RepoCreate`] with
+    /// `keep_unfinished`), from version 5: a reply `{"len": N}` with the bytes it holds, or a
+    /// `NotFound` refusal when there is none. Held by this connection until one
+    /// [`Request::RepoGoOn`] or [`Request::RepoAbandon`] (or the connection's end, which leaves it
+    /// unfinished again); [`Request::RepoHeldRead`]s read it meanwhile.
+    RepoResume {
+        /// The repository's name.
+        repo: String,
+        /// The object's name.
+        name: String,
+        /// About how many bytes it will hold.
+        expected: u64,
+    },
+    /// Bytes of the unfinished object this connection took over, answered as
+    /// [`Request::RepoRead`] is.
+    RepoHeldRead {
+        /// First byte.
+        offset: u64,
+        /// Bytes wanted.
+        len: u64,
+    },
+    /// Keep the first `keep` bytes of the object taken over and write on after them: an empty
+    /// reply, then as after [`Request::RepoCreate`].
+    RepoGoOn {
+        /// Bytes kept.
+        keep: u64,
+    },
+    /// Remove the object taken over (its backup is given up): an empty reply.
+    RepoAbandon,
     /// How the write in progress stands: an empty reply, or its failure (so that a full disk on
     /// the agent's host stops a long stripe early).
     RepoCheck,

@@ -20,11 +20,15 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sheaf_core::storage::{stored_at, LocalStore, Store, StripeSink, WriteOptions};
+use sheaf_core::storage::{stored_at, Holding, LocalStore, Store, StripeSink, UnfinishedStripe, WriteOptions};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::certs::Client;
 use crate::proto::{self, ReadEnd, Request, WireError, WireErrorKind, WireStored, LIST_BATCH};
+
+/// How long a take-over waits for an object another connection still writes (one whose client
+/// is gone, its end not yet read) before it is refused.
+const HELD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a write to or a removal from a served repository is, for the [`Guard`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +140,8 @@ pub(crate) struct Session<'a> {
     who: &'a str,
     log: &'a dyn Fn(&str),
     writing: Option<Writing>,
+    /// An unfinished object taken over ([`Request::RepoResume`]), and its name for the log.
+    resuming: Option<(Box<dyn UnfinishedStripe>, String)>,
     /// Objects published and bytes received, for the connection's last log line.
     pub(crate) published: u64,
     pub(crate) received: u64,
@@ -151,7 +157,7 @@ fn confine(root: &Path, name: &str) -> std::result::Result<PathBuf, WireError> {
 
 impl<'a> Session<'a> {
     pub(crate) fn new(served: &'a ServedRepos, client: &'a Client, who: &'a str, log: &'a dyn Fn(&str)) -> Session<'a> {
-        Session { served, client, who, log, writing: None, published: 0, received: 0 }
+        Session { served, client, who, log, writing: None, resuming: None, published: 0, received: 0 }
     }
 
     /// The folder of repository `repo`, if it is served and this client may use it; a refusal
@@ -269,7 +275,59 @@ impl<'a> Session<'a> {
                 }
                 proto::write_json(s, proto::END, &ReadEnd { read: at - offset, size_at_open: size, changed: false })?;
             }
-            Request::RepoCreate { repo, name, overwrite, expected, bulk } => match self.create(repo, name, *overwrite, *expected, *bulk) {
+            Request::RepoResume { repo, name, expected } => {
+                self.writing = None;
+                self.resuming = None;
+                match self.resume(repo, name, *expected) {
+                    Ok(Some(u)) => {
+                        let len = match u.holds() {
+                            Holding::Bytes(src) => src.len(),
+                            Holding::Parts(_) => 0,
+                        };
+                        (self.log)(&format!("{}: took over {repo}/{name}, unfinished ({len} bytes)", self.who));
+                        self.resuming = Some((u, format!("{repo}/{name}")));
+                        proto::write_json(s, proto::REPLY, &serde_json::json!({ "len": len }))?;
+                    }
+                    Ok(None) => refuse(s, WireError::new(WireErrorKind::NotFound, format!("{repo}/{name}: nothing unfinished to take over")))?,
+                    Err(e) => refuse(s, e)?,
+                }
+            }
+            Request::RepoHeldRead { offset, len } => {
+                let Some((u, name)) = &self.resuming else {
+                    return refuse(s, WireError::new(WireErrorKind::Protocol, "no unfinished object taken over")).map(|()| true);
+                };
+                let Holding::Bytes(src) = u.holds() else {
+                    return refuse(s, WireError::new(WireErrorKind::Protocol, "the object taken over cannot be read")).map(|()| true);
+                };
+                let size = src.len();
+                let (mut at, end) = (*offset, offset.saturating_add(*len).min(size));
+                while at < end {
+                    let want = ((end - at) as usize).min(data.len());
+                    if let Err(e) = src.read_exact_at(&mut data[..want], at) {
+                        return refuse(s, WireError::from_error(&e.context(name.clone()))).map(|()| true);
+                    }
+                    proto::write_frame(s, proto::DATA, &data[..want])?;
+                    at += want as u64;
+                }
+                proto::write_json(s, proto::END, &ReadEnd { read: at.saturating_sub(*offset), size_at_open: size, changed: false })?;
+            }
+            Request::RepoGoOn { keep } => match self.resuming.take() {
+                Some((u, name)) => match u.go_on(*keep) {
+                    Ok(sink) => {
+                        self.writing = Some(Writing::Open { sink, name });
+                        proto::write_json(s, proto::REPLY, &serde_json::json!({}))?;
+                    }
+                    Err(e) => refuse(s, WireError::from_error(&e))?,
+                },
+                None => refuse(s, WireError::new(WireErrorKind::Protocol, "no unfinished object taken over"))?,
+            },
+            Request::RepoAbandon => {
+                if let Some((u, _)) = self.resuming.take() {
+                    u.abandon();
+                }
+                proto::write_json(s, proto::REPLY, &serde_json::json!({}))?;
+            }
+            Request::RepoCreate { repo, name, overwrite, expected, bulk, keep_unfinished } => match self.create(repo, name, *overwrite, *expected, *bulk, *keep_unfinished) {
                 Ok(sink) => {
                     self.writing = Some(Writing::Open { sink, name: format!("{repo}/{name}") });
                     proto::write_json(s, proto::REPLY, &serde_json::json!({}))?;
@@ -343,7 +401,25 @@ impl<'a> Session<'a> {
         Ok(true)
     }
 
-    fn create(&self, repo: &str, name: &str, overwrite: bool, expected: u64, bulk: bool) -> std::result::Result<Box<dyn StripeSink>, WireError> {
+    /// What a stopped writer left unfinished of `name`, taken over: a new object as far as the
+    /// guard is concerned (nothing under its name is replaced).
+    fn resume(&self, repo: &str, name: &str, expected: u64) -> std::result::Result<Option<Box<dyn UnfinishedStripe>>, WireError> {
+        let root = self.root(repo, &format!("{repo}/{name}"))?;
+        let path = self.confined(root, repo, name)?;
+        self.guarded(repo, root, Change::Create, name)?;
+        let opts = WriteOptions { overwrite: false, expected_bytes: expected, lock: None, bulk: true, keep_unfinished: true };
+        // A client killed a moment ago: this agent may not have read its connection's end yet,
+        // and the write it began still holds the object. Waited for a while, not refused at once.
+        let since = std::time::Instant::now();
+        loop {
+            match LocalStore.resume(&path.display().to_string(), &opts) {
+                Err(e) if e.is_transient() && since.elapsed() < HELD_WAIT => std::thread::sleep(std::time::Duration::from_millis(100)),
+                r => return r.map_err(|e| WireError::from_error(&e)),
+            }
+        }
+    }
+
+    fn create(&self, repo: &str, name: &str, overwrite: bool, expected: u64, bulk: bool, keep_unfinished: bool) -> std::result::Result<Box<dyn StripeSink>, WireError> {
         let root = self.root(repo, &format!("{repo}/{name}"))?;
         let path = self.confined(root, repo, name)?;
         let change = if path.exists() { Change::Replace } else { Change::Create };
@@ -354,7 +430,7 @@ impl<'a> Session<'a> {
         let full = path.display().to_string();
         let store = LocalStore;
         store.prepare(&full, Some(&root.display().to_string())).map_err(|e| WireError::from_error(&e))?;
-        store.create(&full, &WriteOptions { overwrite, expected_bytes: expected, lock: None, bulk, keep_unfinished: false }).map_err(|e| WireError::from_error(&e))
+        store.create(&full, &WriteOptions { overwrite, expected_bytes: expected, lock: None, bulk, keep_unfinished }).map_err(|e| WireError::from_error(&e))
     }
 }
 

@@ -381,6 +381,7 @@ fn serve_one(
                 | Request::RepoList { repo, .. }
                 | Request::RepoRead { repo, .. }
                 | Request::RepoCreate { repo, .. }
+                | Request::RepoResume { repo, .. }
                 | Request::RepoDelete { repo, .. } => {
                     format!("repository '{repo}'")
                 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sheaf_core::retry::Backoff;
-use sheaf_core::storage::{checked_range, no_lock, stream_range, Capabilities, Schemes, Store, Stored, StripeSink, StripeSource, WriteOptions};
+use sheaf_core::storage::{checked_range, no_lock, stream_range, Capabilities, Holding, Schemes, Store, Stored, StripeSink, StripeSource, UnfinishedStripe, WriteOptions};
 use sheaf_core::{Error, ErrorKind, Result};
 
 use crate::client::{AgentClient, Answer};
@@ -183,7 +183,14 @@ impl Store for ServedStore {
             return Err(no_lock(&self.describe(name)));
         }
         let (repo, object) = split(name)?;
-        let request = Request::RepoCreate { repo: repo.clone(), name: object.clone(), overwrite: opts.overwrite, expected: opts.expected_bytes, bulk: opts.bulk };
+        let request = Request::RepoCreate {
+            repo: repo.clone(),
+            name: object.clone(),
+            overwrite: opts.overwrite,
+            expected: opts.expected_bytes,
+            bulk: opts.bulk,
+            keep_unfinished: opts.keep_unfinished,
+        };
         // Begun on a connection that answers (a pooled one may have been closed meanwhile); a
         // refusal leaves the connection in step, for the pool.
         let c = RECONNECT
@@ -202,6 +209,50 @@ impl Store for ServedStore {
             .map_err(|e| as_store(e.context(format!("writing {}", self.describe(name)))))?
             .map_err(as_store)?;
         Ok(Box::new(ServedSink { pool: self.pool.clone(), conn: Some(c), repo, object, shown: self.describe(name), written: 0, checked: 0, published: false }))
+    }
+
+    fn resume(&self, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn UnfinishedStripe>>> {
+        if opts.lock.is_some() {
+            return Err(no_lock(&self.describe(name)));
+        }
+        let (repo, object) = split(name)?;
+        let shown = self.describe(name);
+        let request = Request::RepoResume { repo: repo.clone(), name: object.clone(), expected: opts.expected_bytes };
+        // Asked on a connection that answers; the one that took it over holds it from then on.
+        let taken = RECONNECT
+            .run(|n| {
+                let mut c = if n == 0 { self.pool.take()? } else { self.pool.dial()? };
+                c.send(&request)?;
+                match c.reply() {
+                    Ok(bytes) => {
+                        #[derive(serde::Deserialize)]
+                        struct Held {
+                            len: u64,
+                        }
+                        let held: Held = serde_json::from_slice(bytes).map_err(|e| Error::new(ErrorKind::Source, format!("agent at {}: {e}", c.addr())))?;
+                        Ok(Ok(Some((c, held.len))))
+                    }
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                        self.pool.give(c);
+                        Ok(Ok(None))
+                    }
+                    Err(e) if !e.is_transient() => {
+                        self.pool.give(c);
+                        Ok(Err(e))
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .map_err(|e| as_store(e.context(format!("taking over {shown}"))))?
+            .map_err(as_store)?;
+        Ok(taken.map(|(c, len)| {
+            let held = ServedHeld { conn: Mutex::new(Some(c)), len, shown: format!("{shown} (unfinished)") };
+            Box::new(ServedUnfinished { pool: self.pool.clone(), held, repo, object, shown }) as Box<dyn UnfinishedStripe>
+        }))
+    }
+
+    fn can_resume(&self) -> bool {
+        true
     }
 
     fn open(&self, name: &str) -> Result<Box<dyn StripeSource>> {
@@ -374,6 +425,82 @@ impl Drop for ServedSink {
     fn drop(&mut self) {
         if !self.published && self.conn.is_some() {
             self.discard();
+        }
+    }
+}
+
+/// What a stopped writer left of an object, taken over by one connection to the agent.
+struct ServedUnfinished {
+    pool: Arc<Pool>,
+    held: ServedHeld,
+    repo: String,
+    object: String,
+    shown: String,
+}
+
+/// The bytes an unfinished object holds, read on the connection that took it over.
+struct ServedHeld {
+    conn: Mutex<Option<AgentClient>>,
+    len: u64,
+    shown: String,
+}
+
+impl StripeSource for ServedHeld {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        checked_range(&self.shown, offset, buf.len() as u64, self.len)?;
+        let mut held = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let c = held.as_mut().ok_or_else(|| Error::new(ErrorKind::Io, format!("{}: the link to the agent was lost", self.shown)))?;
+        let r = c.send(&Request::RepoHeldRead { offset, len: buf.len() as u64 }).and_then(|()| {
+            let mut at = 0;
+            read_answer(c, |b| {
+                let n = b.len().min(buf.len() - at);
+                buf[at..at + n].copy_from_slice(&b[..n]);
+                at += n;
+            })
+        });
+        match r {
+            Ok(got) if got < buf.len() as u64 => Err(Error::incomplete(format!("{}: ends at {} bytes, before {}", self.shown, offset + got, offset + buf.len() as u64))),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Out of step, or gone: the object is held by no one once the link closes.
+                if e.is_transient() || e.kind() == ErrorKind::Source {
+                    *held = None;
+                }
+                Err(as_store(e.context(format!("reading {}", self.shown))))
+            }
+        }
+    }
+
+    fn location(&self) -> &str {
+        &self.shown
+    }
+}
+
+impl UnfinishedStripe for ServedUnfinished {
+    fn holds(&self) -> Holding<'_> {
+        Holding::Bytes(&self.held)
+    }
+
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        let ServedUnfinished { pool, held, repo, object, shown } = *self;
+        let conn = held.conn.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut sink = ServedSink { pool, conn, repo, object, shown, written: 0, checked: 0, published: false };
+        sink.ask(&Request::RepoGoOn { keep })?;
+        Ok(Box::new(sink))
+    }
+
+    fn abandon(self: Box<Self>) {
+        // Best effort, as the trait says: one the agent was not told of stays unfinished, and
+        // goes when its backup's folder is pruned.
+        let ServedUnfinished { pool, held, .. } = *self;
+        if let Some(mut c) = held.conn.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            if c.send(&Request::RepoAbandon).and_then(|()| c.reply().map(drop)).is_ok() {
+                pool.give(c);
+            }
         }
     }
 }

@@ -637,6 +637,16 @@ impl StripeSink for SftpSink {
     }
 
     fn discard(&mut self) {
+        if self.keep_unfinished && !self.published {
+            // A resumable stripe is left for the next attempt, with what reached the server (as
+            // a folder's `.partial` is); giving it up is the unfinished stripe's `abandon`.
+            let _ = self.flush_buf();
+            drop(self.file.take());
+            if let Some(c) = self.conn.take() {
+                self.pool.give(c);
+            }
+            return;
+        }
         drop(self.file.take());
         let conn = match self.conn.take() {
             Some(c) => Some(c),
@@ -660,11 +670,7 @@ impl Drop for SftpSink {
         if !self.published && self.keep_unfinished {
             // What was gathered goes too (best effort): the next attempt keeps what reached the
             // server and checks it frame by frame.
-            let _ = self.flush_buf();
-            drop(self.file.take());
-            if let Some(c) = self.conn.take() {
-                self.pool.give(c);
-            }
+            self.discard();
         } else if !self.published {
             drop(self.file.take());
             if let Some(c) = self.conn.take() {

@@ -143,6 +143,12 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     assert!(partial(&repo).is_none(), "nothing unfinished is left");
 }
 
+/// A backup into `repo` held back to 12 MiB per second (with `args` besides), started.
+fn held_back(repo: &TestRepo, c: &Cluster, args: &[&str]) -> Child {
+    let url = c.url("postgres");
+    repo.sheaf().args(["backup", &url, "--repo", &repo.arg, "--max-rate", "12MiB"]).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+}
+
 /// The same in an encrypted repository in a MinIO bucket: the killed backup's upload is left open,
 /// and the next backup sends its parts to it after the parts it keeps, reading nothing back;
 /// killed twice, the result verifies and restores with the tables it took equal to the source's,
@@ -160,10 +166,7 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     // whole takes, then its resumption killed after a quarter more. Each goes on from the parts
     // the one before left in its upload, never read back.
     let seconds = whole["bytes_written"].as_u64().unwrap() as f64 / f64::from(12 << 20);
-    let held_back = || {
-        let args = ["backup", &c.url("postgres"), "--repo", &repo.arg, "--max-rate", "12MiB", "--s3-part-size", "5MiB"];
-        repo.sheaf().args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
-    };
+    let held_back = || held_back(&repo, &c, &["--s3-part-size", "5MiB"]);
     for (n, share) in [0.5, 0.25].into_iter().enumerate() {
         let mut b = held_back();
         std::thread::sleep(Duration::from_secs_f64(seconds * share));
@@ -200,4 +203,75 @@ fn a_full_backup_killed_in_an_encrypted_bucket_is_resumed() {
     b.wait().unwrap();
     ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--no-resume"])), "backup --no-resume");
     assert_eq!(stripes_open(), Vec::<String>::new(), "the given-up backup's upload is aborted");
+}
+
+/// Files under `dir` whose names say they are unfinished (`.partial`).
+fn unfinished_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.file_name().is_some_and(|n| n.to_string_lossy().contains(".partial")) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// A full backup under load into `repo` (whose files are in `on_disk`) killed at about half its
+/// time is resumed by the next: it keeps what the first stored, verifies, and restores to a
+/// cluster whose tables equal the source's and pass pg_amcheck; nothing unfinished is left.
+fn killed_at_half_and_resumed(base: &Path, repo: &TestRepo, on_disk: &Path) {
+    let c = repo.cluster();
+    let mut load = loaded(&c);
+    let tables = contents(&c);
+    let probe = base.join("probe.sheaf");
+    let whole = json(ok(run(sheaf().args(["backup", &c.url("postgres"), "--to", probe.to_str().unwrap(), "--json"])), "a backup to measure"));
+    let seconds = whole["bytes_written"].as_u64().unwrap() as f64 / f64::from(12 << 20);
+    let mut b = held_back(repo, &c, &[]);
+    std::thread::sleep(Duration::from_secs_f64(seconds * 0.5));
+    assert!(b.try_wait().unwrap().is_none(), "the backup ended before it was killed");
+    b.kill().unwrap();
+    b.wait().unwrap();
+    assert!(!unfinished_in(on_disk).is_empty(), "the killed backup's stripe stays unfinished in {}", on_disk.display());
+
+    let v = json(ok(run(repo.sheaf().args(["backup", &c.url("postgres"), "--repo", &repo.arg, "--json"])), "the resumed backup"));
+    let resumed = &v["resumed"];
+    assert_eq!(resumed["attempt"], 1, "{v}");
+    assert!(resumed["files"].as_u64().unwrap() >= 2 && resumed["kept_stored_bytes"].as_u64().unwrap() > 1 << 20, "{resumed}");
+    assert!(v["bytes_read"].as_u64().unwrap() < whole["bytes_read"].as_u64().unwrap(), "what it took was not read again: {v}");
+    assert_eq!(unfinished_in(on_disk), Vec::<PathBuf>::new(), "nothing unfinished is left once it is published");
+    let id = v["postgres"]["repository_id"].as_str().unwrap().to_string();
+    let _ = load.kill();
+    let _ = load.wait();
+    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
+    archive_now(&c);
+    ok(run(repo.sheaf().args(["verify", "--repo", &repo.arg])), "verify");
+    let back = repo.recover(&base.join("back"), &["--set", &id, "--target", "immediate"]);
+    assert_eq!(contents(&back), tables, "the tables taken from the first attempt are the source's");
+    let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
+    assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+}
+
+/// Into a repository a backup host's agent serves: the agent keeps the stripe its killed client
+/// was writing, and hands it to the next backup's connection to read back and go on writing.
+#[test]
+fn a_full_backup_killed_on_the_way_to_a_backup_host_is_resumed() {
+    let (base, _) = repo_dir();
+    let (repo, host) = TestRepo::served(base.path());
+    killed_at_half_and_resumed(base.path(), &repo, &host.folder);
+    assert!(host.logged().contains("took over"), "the agent says it handed an unfinished stripe over: {}", host.logged());
+}
+
+/// Over SFTP: the killed backup's temporary file stays on the server, and the next backup reads it
+/// back, cuts it where its last good frame ends and goes on writing it.
+#[test]
+fn a_full_backup_killed_on_the_way_to_an_sftp_server_is_resumed() {
+    let (base, _) = repo_dir();
+    let repo = TestRepo::sftp(base.path());
+    killed_at_half_and_resumed(base.path(), &repo, &base.path().join("sftp-repo"));
 }
