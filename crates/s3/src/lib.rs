@@ -13,6 +13,7 @@
 //!   number of parts in flight (their buffers counted in the backup's memory budget), visible only
 //!   once complete; read by ranged GETs with bounded read-ahead, pinned to the object's ETag.
 
+mod azure;
 pub mod config;
 pub mod credentials;
 mod gcs;

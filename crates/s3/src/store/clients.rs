@@ -87,6 +87,7 @@ impl S3Store {
             options: options.clone(),
             redact: Redact(Arc::new(secrets), AWS_CREDENTIALS),
             extra: Some(extra),
+            azure: None,
             gcs: None,
             checksummed: OnceLock::new(),
             credentials: Some(provider),
@@ -131,17 +132,23 @@ impl S3Store {
         let endpoint = env("AZURE_STORAGE_ENDPOINT");
         let http = emulator || endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
         let (retry, client_options) = client_setup(http, None, options)?;
-        let client = b.with_retry(retry).with_client_options(client_options).build().map_err(|e| Error::invalid(format!("Azure configuration for container {container}: {e}")))?;
+        let client =
+            b.with_retry(retry).with_client_options(client_options.clone()).build().map_err(|e| Error::invalid(format!("Azure configuration for container {container}: {e}")))?;
+        let client = Arc::new(client);
+        let http = object_store::client::HttpConnector::connect(&object_store::client::ReqwestConnector::default(), &client_options)
+            .map_err(|e| Error::invalid(format!("Azure client: {e}")))?;
+        let blocks = crate::azure::AzureBlocks::new(client.clone(), http);
         let endpoint = endpoint.unwrap_or_else(|| if emulator { "Azurite".into() } else { "Azure".into() });
         Ok(S3Store {
             scheme: "az",
             bucket: container.into(),
             endpoint,
-            client: Arc::new(client),
+            client,
             runtime,
             options: options.clone(),
             redact: Redact(Arc::new(secrets), AZURE_CREDENTIALS),
             extra: None,
+            azure: Some((blocks, OnceLock::new())),
             gcs: None,
             checksummed: OnceLock::new(),
             credentials: None,
@@ -196,6 +203,7 @@ impl S3Store {
             options: options.clone(),
             redact: Redact(Arc::new(Vec::new()), GCS_CREDENTIALS),
             extra: None,
+            azure: None,
             gcs: Some(writer),
             checksummed: OnceLock::new(),
             credentials: None,

@@ -48,6 +48,9 @@ pub struct S3Store {
     redact: Redact,
     /// S3's own calls (Object Lock, versions); `None` for Azure and GCS.
     extra: Option<S3Extra>,
+    /// Azure's numbered blocks (resumable stripes), and whether the credentials can sign the URLs
+    /// they are sent on (asked once); `None` for S3 and GCS.
+    azure: Option<(crate::azure::AzureBlocks, OnceLock<bool>)>,
     /// GCS's JSON API uploads; `None` for S3 and Azure.
     gcs: Option<GcsWriter>,
     /// The client that sends the parts of uploads that carry a lock (with a checksum of each, as
@@ -138,6 +141,11 @@ impl Store for S3Store {
                 let parts = self.checksummed()?;
                 self.handle().block_on(async { extra.start_locked(parts, name, lock, class).await.map(|u| Box::new(u) as Box<dyn MultipartUpload>) })
             }
+            // A resumable stripe in Azure: blocks named in order, so that a later attempt finds them.
+            _ if opts.keep_unfinished && self.azure_blocks().is_some() => {
+                let blocks = self.azure_blocks().expect("just asked").clone();
+                Ok(Box::new(crate::azure::AzureUpload::going_on(blocks, p, 0)) as Box<dyn MultipartUpload>)
+            }
             _ => {
                 let mut put = object_store::PutMultipartOptions::default();
                 if let Some(c) = class {
@@ -167,6 +175,9 @@ impl Store for S3Store {
         if opts.lock.is_some() || !self.can_resume() {
             return Ok(None);
         }
+        if let Some(blocks) = self.azure_blocks() {
+            return self.resume_blocks(blocks, name, opts);
+        }
         let extra = self.extra()?;
         let shown = self.describe(name);
         let path = self.path(name)?;
@@ -195,7 +206,7 @@ impl Store for S3Store {
     }
 
     fn can_resume(&self) -> bool {
-        self.scheme == "s3" && self.extra.is_some()
+        (self.scheme == "s3" && self.extra.is_some()) || self.azure_blocks().is_some()
     }
 
     fn abort_uploads(&self, prefix: &str) -> Result<usize> {
@@ -263,6 +274,33 @@ impl Store for S3Store {
 }
 
 impl S3Store {
+    /// Azure's numbered blocks, where the credentials can sign the URLs they go on (an account
+    /// key or a token; not a SAS token): `None` elsewhere, and then a stopped backup starts afresh.
+    fn azure_blocks(&self) -> Option<&crate::azure::AzureBlocks> {
+        let (blocks, signs) = self.azure.as_ref()?;
+        signs.get_or_init(|| self.handle().block_on(blocks.can_sign())).then_some(blocks)
+    }
+
+    /// [`Store::resume`] in Azure: the unbroken run of numbered blocks from the first, each a whole
+    /// part, that the blob holds uncommitted.
+    fn resume_blocks(&self, blocks: &crate::azure::AzureBlocks, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn sheaf_core::storage::UnfinishedStripe>>> {
+        let shown = self.describe(name);
+        let path = self.path(name)?;
+        let held = self.handle().block_on(blocks.uncommitted(&path)).map_err(|e| map_err(e, &format!("cannot list the blocks of {shown}"), Side::Read, &self.redact))?;
+        let run = held.iter().enumerate().take_while(|(i, b)| b.0 == i + 1 && b.1 >= crate::config::MIN_PART_SIZE).count();
+        let ends = held[..run]
+            .iter()
+            .scan(0u64, |end, b| {
+                *end += b.1;
+                Some(*end)
+            })
+            .collect();
+        let past = held.iter().skip(run).map(|b| b.0).collect();
+        let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
+        sink.keep_unfinished = true;
+        Ok(Some(Box::new(sink::AzureUnfinished { sink, blocks: blocks.clone(), held: !held.is_empty(), ends, past })))
+    }
+
     /// Stripe `name`, to read.
     fn source(&self, name: &str) -> Result<S3Source> {
         let shown = self.describe(name);

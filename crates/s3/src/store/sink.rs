@@ -400,3 +400,65 @@ impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
         }
     }
 }
+
+/// A stripe a stopped backup left in Azure ([`sheaf_core::Store::resume`]): the numbered blocks
+/// the blob holds uncommitted, the unbroken run of whole parts from the first kept. Going on sends
+/// the next blocks after those and commits them all: nothing kept is read back or sent again.
+pub(super) struct AzureUnfinished {
+    pub(super) sink: S3Sink,
+    pub(super) blocks: crate::azure::AzureBlocks,
+    /// It holds any block at all.
+    pub(super) held: bool,
+    /// Where each block kept ends.
+    pub(super) ends: Vec<u64>,
+    /// The numbers of the blocks it holds past that run.
+    pub(super) past: Vec<usize>,
+}
+
+impl sheaf_core::storage::UnfinishedStripe for AzureUnfinished {
+    fn holds(&self) -> sheaf_core::storage::Holding<'_> {
+        sheaf_core::storage::Holding::Parts(&self.ends)
+    }
+
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        let AzureUnfinished { mut sink, blocks, held, ends, past } = *self;
+        let failed = |what: &str, e: object_store::Error| map_err(e, &format!("{what} {}", sink.shown), Side::Write, &sink.redact);
+        let kept = match keep {
+            0 => 0,
+            _ => ends
+                .iter()
+                .position(|&e| e == keep)
+                .map(|i| i + 1)
+                .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a block it holds", sink.shown)))?,
+        };
+        let path = sink.path.clone();
+        if kept == 0 {
+            // Nothing kept: every block an earlier attempt sent is dropped, and the stripe begins again.
+            if held {
+                let (b, p) = (blocks.clone(), path.clone());
+                sink.handle.block_on(async move { b.drop_uncommitted(&p).await }).map_err(|e| failed("cannot drop the blocks of", e))?;
+            }
+        } else {
+            // The blocks past those kept hold an earlier attempt's bytes under numbers this attempt
+            // sends again: each is replaced first by one byte, too small for a whole part, so that a
+            // later attempt never takes one for this one's.
+            let stale: Vec<usize> = (kept + 1..=ends.len()).chain(past).collect();
+            for n in stale {
+                let (b, p) = (blocks.clone(), path.clone());
+                sink.handle.block_on(async move { b.put_block(&p, n, PutPayload::from_static(b"\0")).await }).map_err(|e| failed("cannot set aside a block of", e))?;
+            }
+        }
+        sink.upload = Some(Box::new(crate::azure::AzureUpload::going_on(blocks, path, kept)));
+        sink.parts = kept as u64;
+        sink.copied = keep;
+        sink.lazy = false;
+        Ok(Box::new(sink))
+    }
+
+    fn abandon(self: Box<Self>) {
+        if self.held {
+            let (b, p) = (self.blocks.clone(), self.sink.path.clone());
+            let _ = self.sink.handle.block_on(async move { b.drop_uncommitted(&p).await });
+        }
+    }
+}
