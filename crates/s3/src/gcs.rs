@@ -115,6 +115,128 @@ impl GcsWriter {
     }
 }
 
+/// What names a resumable stripe's parts: `NAME.sheaf-part-000001`, ... (hidden from listings).
+pub(crate) const PART_MARK: &str = ".sheaf-part-";
+/// What names the objects a publish composes on the way (more than 32 parts).
+pub(crate) const COMPOSE_MARK: &str = ".sheaf-compose-";
+/// Sources one compose request takes at most.
+const COMPOSE_MAX: usize = 32;
+
+/// The name of part `n` (from 1) of stripe `name`.
+pub(crate) fn part_name(name: &str, n: usize) -> String {
+    format!("{name}{PART_MARK}{n:06}")
+}
+
+/// The number of part `key` of stripe `name`, if it is one.
+pub(crate) fn part_number(name: &str, key: &str) -> Option<usize> {
+    key.strip_prefix(name)?.strip_prefix(PART_MARK)?.parse().ok()
+}
+
+/// Whether `key` is a part of a resumable stripe or a step of its publish, not an object of its own.
+pub(crate) fn is_piece(key: &str) -> bool {
+    key.contains(PART_MARK) || key.contains(COMPOSE_MARK)
+}
+
+impl GcsWriter {
+    /// Make `dest` the concatenation of `sources` (at most 32), on the server.
+    async fn compose(&self, dest: &str, sources: &[String]) -> Result<(), Error> {
+        let url = format!("{}/storage/v1/b/{}/o/{}/compose", self.base, escape(&self.bucket), escape(dest));
+        let body = serde_json::json!({
+            "sourceObjects": sources.iter().map(|n| serde_json::json!({ "name": n })).collect::<Vec<_>>(),
+            "destination": { "contentType": "application/octet-stream" },
+        });
+        let (status, _, answer) = self.send_again(Method::POST, &url, &[("Content-Type", "application/json".into())], Bytes::from(body.to_string())).await?;
+        ok_or(status, &answer, dest)
+    }
+}
+
+/// A resumable stripe in GCS: each part an object of its own (`NAME.sheaf-part-N`, written whole
+/// in one request, so that it is there entire or not at all), composed into `NAME` on the server
+/// when published, then removed. A stopped backup's parts stay for the next attempt to list and
+/// go on from: a resumable upload could not be, as it goes on only from what the server holds,
+/// never from an earlier frame's end.
+pub(crate) struct Composed {
+    writer: GcsWriter,
+    client: Arc<dyn object_store::ObjectStore>,
+    name: String,
+    /// Parts sent or being sent (the next is `sent + 1`).
+    sent: usize,
+}
+
+impl std::fmt::Debug for Composed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Composed({}, {} parts)", self.name, self.sent)
+    }
+}
+
+impl Composed {
+    /// Stripe `name`, whose first `kept` parts are there already.
+    pub(crate) fn going_on(writer: GcsWriter, client: Arc<dyn object_store::ObjectStore>, name: String, kept: usize) -> Composed {
+        Composed { writer, client, name, sent: kept }
+    }
+}
+
+/// Remove `names` (missing ones are no error), a few at a time.
+pub(crate) async fn remove_all(client: &Arc<dyn object_store::ObjectStore>, names: Vec<String>) -> Result<(), Error> {
+    use futures::StreamExt;
+    use object_store::ObjectStoreExt;
+    let gone = futures::stream::iter(names)
+        .map(|n| {
+            let c = client.clone();
+            async move {
+                match c.delete(&object_store::path::Path::from(n)).await {
+                    Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    gone.into_iter().collect()
+}
+
+#[async_trait::async_trait]
+impl MultipartUpload for Composed {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        self.sent += 1;
+        let (writer, part) = (self.writer.clone(), part_name(&self.name, self.sent));
+        Box::pin(async move { writer.put(&part, whole(data)).await })
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        if self.sent == 0 {
+            self.writer.put(&self.name, Bytes::new()).await?;
+            return Ok(PutResult { e_tag: None, version: None, extensions: Default::default() });
+        }
+        // Up to 32 sources a request: a tree of composes for more, its steps removed after.
+        let mut level: Vec<String> = (1..=self.sent).map(|n| part_name(&self.name, n)).collect();
+        let mut steps = Vec::new();
+        let mut round = 0;
+        while level.len() > COMPOSE_MAX {
+            let mut next = Vec::new();
+            for (i, group) in level.chunks(COMPOSE_MAX).enumerate() {
+                let step = format!("{}{COMPOSE_MARK}{round}-{i:06}", self.name);
+                self.writer.compose(&step, group).await?;
+                next.push(step);
+            }
+            steps.extend(next.iter().cloned());
+            level = next;
+            round += 1;
+        }
+        self.writer.compose(&self.name, &level).await?;
+        let pieces = (1..=self.sent).map(|n| part_name(&self.name, n)).chain(steps).collect();
+        // Published already: a piece left behind is hidden, and goes with its backup's folder.
+        let _ = remove_all(&self.client, pieces).await;
+        Ok(PutResult { e_tag: None, version: None, extensions: Default::default() })
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        let pieces = (1..=self.sent).map(|n| part_name(&self.name, n)).collect();
+        remove_all(&self.client, pieces).await
+    }
+}
+
 /// What a resumable upload has sent, and the last part, held.
 #[derive(Debug, Default)]
 struct State {
@@ -270,6 +392,16 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parts_are_named_in_order_and_read_back() {
+        let p = super::part_name("b/1_1.sheaf", 12);
+        assert_eq!(p, "b/1_1.sheaf.sheaf-part-000012");
+        assert_eq!(super::part_number("b/1_1.sheaf", &p), Some(12));
+        assert_eq!(super::part_number("b/1_1.sheaf", "b/1_1.sheaf"), None);
+        assert_eq!(super::part_number("b/1_1", &p), None, "another stripe's part");
+        assert!(super::is_piece(&p) && super::is_piece("x.sheaf-compose-0-000001") && !super::is_piece("b/1_1.sheaf"));
+    }
+
     #[test]
     fn names_are_escaped_whole() {
         assert_eq!(super::escape("run1/a b_1.sheaf"), "run1%2Fa%20b_1.sheaf");

@@ -172,6 +172,8 @@ pub fn check_store(store: Arc<dyn Store>, base: &str, big: usize) {
     if caps.list {
         assert!(listed("").is_empty(), "{kind}: nothing left: {:?}", listed(""));
     }
+    // Nor anything unfinished: no upload left open, no part of an object never published.
+    assert_eq!(store.abort_uploads(&format!("{base}/")).unwrap_or_else(|e| panic!("{kind}: abort_uploads: {e}")), 0, "{kind}: nothing unfinished is left");
 }
 
 /// What a store that can take over a stopped writer's stripe ([`Store::resume`]) promises: the

@@ -124,6 +124,16 @@ impl Store for S3Store {
         // multipart upload when its first part is full.
         let lazy = self.scheme == "gs";
         let part_size = self.options.part_size_for(expected_bytes) as usize;
+        if let (Some(w), true) = (&self.gcs, opts.keep_unfinished) {
+            // A resumable stripe: its parts objects of their own, composed when published.
+            if self.exists(name).map_err(|e| Error::new(ErrorKind::Target, e.message()))? && !overwrite {
+                return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
+            }
+            let upload = crate::gcs::Composed::going_on(w.clone(), self.client.clone(), path.to_string(), 0);
+            let mut sink = S3Sink::new(self, path, shown, Some(Box::new(upload)), part_size, overwrite);
+            sink.keep_unfinished = true;
+            return Ok(Box::new(sink));
+        }
         if lazy {
             if self.exists(name).map_err(|e| Error::new(ErrorKind::Target, e.message()))? && !overwrite {
                 return Err(Error::new(ErrorKind::Target, format!("target {shown} already exists: remove it, choose another name, or pass --overwrite")));
@@ -178,6 +188,9 @@ impl Store for S3Store {
         if let Some(blocks) = self.azure_blocks() {
             return self.resume_blocks(blocks, name, opts);
         }
+        if let Some(w) = &self.gcs {
+            return self.resume_pieces(w, name, opts);
+        }
         let extra = self.extra()?;
         let shown = self.describe(name);
         let path = self.path(name)?;
@@ -206,13 +219,23 @@ impl Store for S3Store {
     }
 
     fn can_resume(&self) -> bool {
-        (self.scheme == "s3" && self.extra.is_some()) || self.azure_blocks().is_some()
+        (self.scheme == "s3" && self.extra.is_some()) || self.azure_blocks().is_some() || self.gcs.is_some()
     }
 
     fn abort_uploads(&self, prefix: &str) -> Result<usize> {
         use object_store::multipart::MultipartStore;
-        // Only S3's uploads outlive their writer: Azure drops uncommitted blocks by itself after a
-        // week, and GCS's resumable uploads after one.
+        // GCS: the parts of resumable stripes (objects hidden from listings) and a publish's steps.
+        if self.gcs.is_some() {
+            let pieces: Vec<String> = self.list_all(prefix)?.into_iter().map(|o| o.name).filter(|n| crate::gcs::is_piece(n)).collect();
+            let n = pieces.len();
+            let client = self.client.clone();
+            self.handle()
+                .block_on(async move { crate::gcs::remove_all(&client, pieces).await })
+                .map_err(|e| map_err(e, &format!("cannot remove the parts left under {}", self.describe(prefix)), Side::Write, &self.redact))?;
+            return Ok(n);
+        }
+        // Only S3's uploads outlive their writer besides: Azure drops uncommitted blocks by itself
+        // after a week.
         let Some(extra) = self.extra.as_ref().filter(|_| self.scheme == "s3") else { return Ok(0) };
         let shown = self.describe(prefix);
         let open = self.handle().block_on(extra.open_uploads(prefix)).map_err(|e| call_failed(&format!("cannot list the uploads under {shown}"), &e, |t| self.redact.scrub(t)))?;
@@ -241,6 +264,31 @@ impl Store for S3Store {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<Stored>> {
+        let mut all = self.list_all(prefix)?;
+        // A resumable stripe's parts in GCS are pieces of an object not published yet.
+        if self.gcs.is_some() {
+            all.retain(|o| !crate::gcs::is_piece(&o.name));
+        }
+        Ok(all)
+    }
+
+    fn retention(&self) -> Option<&dyn Retention> {
+        self.extra.is_some().then_some(self as &dyn Retention)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.path(name)?;
+        let client = self.client.clone();
+        match self.handle().block_on(async move { client.delete(&path).await }) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
+        }
+    }
+}
+
+impl S3Store {
+    /// Every object whose name starts with `prefix`, with its size, sorted.
+    fn list_all(&self, prefix: &str) -> Result<Vec<Stored>> {
         // object_store lists by whole path segments: list the folder, then filter by the prefix.
         let dir = prefix.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         let dir_path = if dir.is_empty() { None } else { Some(self.path(dir)?) };
@@ -259,17 +307,27 @@ impl Store for S3Store {
         Ok(out)
     }
 
-    fn retention(&self) -> Option<&dyn Retention> {
-        self.extra.is_some().then_some(self as &dyn Retention)
-    }
-
-    fn delete(&self, name: &str) -> Result<()> {
+    /// [`Store::resume`] in GCS: the unbroken run of the stripe's part objects from the first,
+    /// each a whole part.
+    fn resume_pieces(&self, w: &GcsWriter, name: &str, opts: &WriteOptions) -> Result<Option<Box<dyn sheaf_core::storage::UnfinishedStripe>>> {
+        let shown = self.describe(name);
         let path = self.path(name)?;
-        let client = self.client.clone();
-        match self.handle().block_on(async move { client.delete(&path).await }) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(map_err(e, &format!("cannot remove {}", self.describe(name)), Side::Write, &self.redact)),
-        }
+        let key = path.to_string();
+        let mut held: Vec<(usize, u64)> =
+            self.list_all(&format!("{key}{}", crate::gcs::PART_MARK))?.iter().filter_map(|o| Some((crate::gcs::part_number(&key, &o.name)?, o.size))).collect();
+        held.sort_unstable();
+        let run = held.iter().enumerate().take_while(|(i, b)| b.0 == i + 1 && b.1 >= crate::config::MIN_PART_SIZE).count();
+        let ends = held[..run]
+            .iter()
+            .scan(0u64, |end, b| {
+                *end += b.1;
+                Some(*end)
+            })
+            .collect();
+        let past = held.iter().skip(run).map(|b| b.0).collect();
+        let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
+        sink.keep_unfinished = true;
+        Ok(Some(Box::new(sink::GcsUnfinished { sink, writer: w.clone(), key, ends, past })))
     }
 }
 

@@ -462,3 +462,53 @@ impl sheaf_core::storage::UnfinishedStripe for AzureUnfinished {
         }
     }
 }
+
+/// A stripe a stopped backup left in GCS ([`sheaf_core::Store::resume`]): its part objects, the
+/// unbroken run of whole parts from the first kept. Going on writes the next parts after those and
+/// composes them all: nothing kept is read back or sent again.
+pub(super) struct GcsUnfinished {
+    pub(super) sink: S3Sink,
+    pub(super) writer: crate::gcs::GcsWriter,
+    /// The stripe's object name.
+    pub(super) key: String,
+    /// Where each part kept ends.
+    pub(super) ends: Vec<u64>,
+    /// The numbers of the parts there past that run.
+    pub(super) past: Vec<usize>,
+}
+
+impl sheaf_core::storage::UnfinishedStripe for GcsUnfinished {
+    fn holds(&self) -> sheaf_core::storage::Holding<'_> {
+        sheaf_core::storage::Holding::Parts(&self.ends)
+    }
+
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
+        let GcsUnfinished { mut sink, writer, key, ends, past } = *self;
+        let kept = match keep {
+            0 => 0,
+            _ => ends
+                .iter()
+                .position(|&e| e == keep)
+                .map(|i| i + 1)
+                .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
+        };
+        // The parts past those kept hold an earlier attempt's bytes under numbers this attempt
+        // writes again: removed first, so that a later attempt never takes one for this one's.
+        let stale: Vec<String> = (kept + 1..=ends.len()).chain(past).map(|n| crate::gcs::part_name(&key, n)).collect();
+        let client = sink.client.clone();
+        sink.handle
+            .block_on(async move { crate::gcs::remove_all(&client, stale).await })
+            .map_err(|e| map_err(e, &format!("cannot remove the parts an earlier attempt left of {}", sink.shown), Side::Write, &sink.redact))?;
+        sink.upload = Some(Box::new(crate::gcs::Composed::going_on(writer, sink.client.clone(), key, kept)));
+        sink.parts = kept as u64;
+        sink.copied = keep;
+        sink.lazy = false;
+        Ok(Box::new(sink))
+    }
+
+    fn abandon(self: Box<Self>) {
+        let pieces: Vec<String> = (1..=self.ends.len()).chain(self.past.iter().copied()).map(|n| crate::gcs::part_name(&self.key, n)).collect();
+        let client = self.sink.client.clone();
+        let _ = self.sink.handle.block_on(async move { crate::gcs::remove_all(&client, pieces).await });
+    }
+}
