@@ -6,6 +6,8 @@
 #   a MinIO bucket        killed once the parts its stripe's upload holds (ListParts) add up to
 #                         half of what a fresh one wrote, and (bucket_timed) at half of a fresh
 #                         full's time there
+#   a backup host         a repository `sheaf agent --serve-repo` serves on loopback, over mutual
+#                         TLS, killed once the agent's .partial holds half
 # The cluster: TPC-H scale SCALE (default 1, sheaf load-tpch), vacuumed and checkpointed, no load;
 # its WAL archived into both repositories. CODEC default zstd:low. Also: what the journal costs a
 # full backup never stopped (the default against --no-resume, pairwise, in the folder). Reported: the resumed backup's
@@ -23,7 +25,7 @@ OUT=$(realpath -m "${OUT:-resume-bench.txt}")
 PGBIN=$(pg_bin_dir)
 bin=$HOME/.cache/sheaf/bin
 [ -x "$bin/minio" ] || { echo "bench-resume: needs minio in $bin (scripts/install-deps.sh installs it)" >&2; exit 2; }
-bench_workdir resume "the server runs as postgres" sock data repo out minio
+bench_workdir resume "the server runs as postgres" sock data repo out minio served certs
 mport=$(free_port)
 MINIO_ROOT_USER=sheafbench MINIO_ROOT_PASSWORD=sheafbench-secret MINIO_BROWSER=off MINIO_UPDATE=off \
   "$bin/minio" server --quiet --address "127.0.0.1:$mport" "$W/minio" >/dev/null 2>&1 &
@@ -35,12 +37,22 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 bucket=s3://resume/pg
+# The backup host's agent, and this host's certificate, granted repository pg.
+as_pg "$S" agent --init-certs "$W/certs/tls" >/dev/null
+as_pg "$S" agent --init-certs "$W/certs/tls" --add-client dbhost --grant pg >/dev/null
+aport=$(free_port)
+as_pg "$S" agent --listen "127.0.0.1:$aport" --serve-repo "pg=$W/served" --tls-dir "$W/certs/tls" 2>"$W/out/agent.log" &
+PIDS+=($!)
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$aport") 2>/dev/null && break; sleep 0.1; done
+served=sheaf://127.0.0.1:$aport/pg
+export SHEAF_TLS_DIR=$W/certs/tls/clients/dbhost
 port=$(free_port)
-start_primary "$W/data" "$port" "env $aws $S wal-push %p --repo $W/repo --repo $bucket"
+start_primary "$W/data" "$port" "env $aws SHEAF_TLS_DIR=$SHEAF_TLS_DIR $S wal-push %p --repo $W/repo --repo $bucket --repo $served"
 url="postgresql://postgres@/postgres?host=$W/sock&port=$port"
 tpch="postgresql://postgres@/tpch?host=$W/sock&port=$port"
 "${AS_PG[@]}" env $aws "$S" init --repo "$W/repo" "$url" >/dev/null
 "${AS_PG[@]}" env $aws "$S" init --repo "$bucket" "$url" >/dev/null
+"${AS_PG[@]}" env SHEAF_TLS_DIR="$SHEAF_TLS_DIR" "$S" init --repo "$served" "$url" >/dev/null
 psql_at "$port" -c "CREATE DATABASE tpch" >/dev/null
 echo "bench-resume: loading TPC-H scale $SCALE" >&2
 "${AS_PG[@]}" "$S" load-tpch "$tpch" --scale "$SCALE" >/dev/null
@@ -49,23 +61,25 @@ psql_at "$port" -d tpch -c "VACUUM (FREEZE, ANALYZE)" -c "CHECKPOINT" >/dev/null
 sleep 2
 
 declare -A T
-backup() { local repo=$1; shift; "${AS_PG[@]}" env $aws "$S" backup "$url" --repo "$repo" --compression "$CODEC" --json "$@"; }
+backup() { local repo=$1; shift; "${AS_PG[@]}" env $aws SHEAF_TLS_DIR="$SHEAF_TLS_DIR" "$S" backup "$url" --repo "$repo" --compression "$CODEC" --json "$@"; }
 fresh() { timed "$1_fresh$2" backup "$3" --no-resume >"$W/out/$1_fresh$2.json"; }
 resumed() { timed "$1_resumed$2" backup "$3" >"$W/out/$1_resumed$2.json"; }
-# Killed once the folder's unfinished stripe holds `half` bytes; the kill hits sheaf, not runuser
-# (which reaps it).
-killed_folder() {
-  backup "$W/repo" >/dev/null 2>&1 &
+# Killed once the unfinished stripe in folder DIR (of repository REPO: the folder itself, or the
+# one the agent serves) holds `half` bytes; the kill hits sheaf, not runuser (which reaps it).
+killed_in() {
+  local repo=$1 dir=$2
+  backup "$repo" >/dev/null 2>&1 &
   local started=$! p=""
   for _ in $(seq 6000); do
-    p=$(ls "$W"/repo/backups/*/*_1.sheaf.partial 2>/dev/null | head -1 || true)
+    p=$(ls "$dir"/backups/*/*_1.sheaf.partial 2>/dev/null | head -1 || true)
     if [ -n "$p" ] && [ "$(stat -c %s "$p")" -ge "$half" ]; then break; fi
     sleep 0.01
   done
-  pkill -9 -f -- "^$S backup .* --repo $W/repo --compression" || true
+  pkill -9 -f -- "^$S backup .* --repo $repo --compression" || true
   wait "$started" 2>/dev/null || true
-  echo "folder: killed with its stripe at $(stat -c %s "$p") bytes" >&2
+  echo "$repo: killed with its stripe at $(stat -c %s "$p") bytes" >&2
 }
+killed_folder() { killed_in "$W/repo" "$W/repo"; }
 # Killed once the parts its stripe's upload holds (ListParts, as the next attempt sees them) add up
 # to `half` bytes of what a fresh one wrote: boto3 (from the moto environment scripts/install-deps.sh
 # makes) polls every 20 ms. MinIO lists the uploads of one object name only: the backup's id comes
@@ -121,6 +135,12 @@ killed_bucket_timed() {
   echo "bucket: killed after $half_s s" >&2
 }
 
+fresh host 1 "$served"
+half=$(( $(field "$W/out/host_fresh1.json" "d['bytes_written']") / 2 ))
+killed_in "$served" "$W/served"; resumed host 1 "$served"
+killed_in "$served" "$W/served"; resumed host 2 "$served"
+fresh host 2 "$served"
+
 fresh bucket 1 "$bucket"
 half=$(( $(field "$W/out/bucket_fresh1.json" "d['bytes_written']") / 2 ))
 half_s=$(echo "${T[bucket_fresh1]} / 2" | bc -l)
@@ -135,7 +155,7 @@ t0=$(now); find "$W/data/base" -type f -exec cat {} + >/dev/null; cat_s=$(echo "
 {
   echo "# sheaf backup resumed after a kill at about half, against a fresh full (TPC-H scale $SCALE, $CODEC)"
   echo "# $(date -u +%FT%TZ), $(git rev-parse --short HEAD), $(nproc) cores"
-  for where in folder bucket bucket_timed; do
+  for where in folder host bucket bucket_timed; do
     fw=${where%_timed}
     f=$(printf '%s\n' "${T[${fw}_fresh1]}" "${T[${fw}_fresh2]}" | median)
     r=$(printf '%s\n' "${T[${where}_resumed1]}" "${T[${where}_resumed2]}" | median)

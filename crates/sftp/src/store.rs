@@ -714,6 +714,10 @@ impl UnfinishedStripe for SftpUnfinished {
         conn.sftp.setstat(path, cut).map_err(|e| Error::new(ErrorKind::Target, format!("cannot cut {}: {e}", pool.url(&temp))))?;
         let mut file =
             conn.sftp.open_mode(path, OpenFlags::WRITE, 0o600, OpenType::File).map_err(|e| Error::new(ErrorKind::Target, format!("cannot write {}: {e}", pool.url(&temp))))?;
+        if pool.settings.fsync {
+            // Cut durably before anything is written after it.
+            file.fsync().map_err(|e| Error::new(ErrorKind::Target, format!("cannot fsync {}: {e}", pool.url(&temp))))?;
+        }
         file.seek(SeekFrom::Start(keep)).map_err(|e| Error::io(ErrorKind::Target, format!("cannot seek in {}", pool.url(&temp)), e))?;
         Ok(Box::new(SftpSink {
             pool,

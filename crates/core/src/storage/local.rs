@@ -435,6 +435,9 @@ impl UnfinishedStripe for LocalUnfinished {
         let path = sink.partial.clone();
         let f = sink.file()?.get_mut();
         f.set_len(keep).map_err(|e| io_at(ErrorKind::Target, "cannot cut", &path, e))?;
+        // Cut durably before anything is written after it: a power cut then never brings back an
+        // earlier attempt's frames behind this one's.
+        f.sync_all().map_err(|e| io_at(ErrorKind::Target, "cannot fsync", &path, e))?;
         f.seek(SeekFrom::Start(keep)).map_err(|e| io_at(ErrorKind::Target, "cannot seek in", &path, e))?;
         (sink.base, sink.kicked) = (keep, keep);
         Ok(Box::new(sink))
