@@ -112,9 +112,10 @@ pub enum Request {
         expected: u64,
         /// A stripe or WAL (not a record).
         bulk: bool,
-        /// Left under its temporary name, not removed, if the write never ends (the client's
-        /// link lost, the client killed): a resumable stripe a later [`Request::RepoResume`]
-        /// takes over. From version 5.
+        /// Left under its temporary name, not removed, if the write never ends (the client
+        /// killed, or its link lost once the agent sees the connection end: at once for a closed
+        /// one, after 15 minutes of silence for one that went quiet): a resumable stripe a later
+        /// [`Request::RepoResume`] takes over. From version 5.
         #[serde(default)]
         keep_unfinished: bool,
     },

@@ -488,6 +488,10 @@ impl UnfinishedStripe for ServedUnfinished {
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
         let ServedUnfinished { pool, held, repo, object, shown } = *self;
         let conn = held.conn.into_inner().unwrap_or_else(|p| p.into_inner());
+        if conn.is_none() {
+            // The agent left it unfinished again when the link went: nothing was cut.
+            return Err(Error::new(ErrorKind::Io, format!("{shown}: the link to the agent was lost while it was read back")).transient(true));
+        }
         let mut sink = ServedSink { pool, conn, repo, object, shown, written: 0, checked: 0, published: false };
         sink.ask(&Request::RepoGoOn { keep })?;
         Ok(Box::new(sink))

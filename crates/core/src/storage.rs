@@ -131,7 +131,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The stripe a stopped backup left unfinished at `name` (written with
     /// [`WriteOptions::keep_unfinished`]), taken over so that a new attempt can read what it holds
     /// and go on writing after the part it keeps; `None` when there is none, or this store cannot
-    /// take one over (the backup then starts afresh).
+    /// take one over (the backup then starts afresh). An object store may instead hand over one
+    /// that holds nothing ([`Holding::Parts`] empty), so that a backup whose other stripes hold
+    /// frames goes on with this one from its start.
     ///
     /// # Errors
     /// Another writer still holds it, or it cannot be opened.
@@ -632,8 +634,9 @@ pub enum Holding<'a> {
     /// Bytes that can be read back (a file's `.partial`).
     Bytes(&'a dyn StripeSource),
     /// Parts the store holds whole but cannot read before they are published (an S3 upload in
-    /// progress): where each ends, in order, each checked by the server as it was received. Each
-    /// ends where a frame did ([`StripeSink::frame_end`]), or the stripe can go on from none.
+    /// progress, Azure's uncommitted blocks, GCS's part objects): where each ends, in order, each
+    /// received whole (TLS, or S3's signed payload hash, or GCS's CRC-32C). Each ends where a
+    /// frame did ([`StripeSink::frame_end`]), or the stripe can go on from none.
     Parts(&'a [u64]),
 }
 

@@ -10,8 +10,10 @@
 //! `complete_multipart`, which takes the ids as given. Get Block List (uncommitted) on a signed
 //! URL tells the next attempt which blocks the server holds and their sizes.
 //!
-//! Uncommitted blocks outlive their writer for a week, then Azure drops them; committing an empty
-//! list drops them at once ([`AzureBlocks::drop_uncommitted`]).
+//! Uncommitted blocks outlive their writer for a week, then Azure drops them; none can be removed
+//! sooner (committing an empty list would, but it publishes an empty blob under the stripe's name
+//! first). A block an earlier attempt sent that the next does not keep is set aside instead:
+//! replaced by one byte, too small for a whole part ([`AzureBlocks::set_aside`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,7 @@ use object_store::client::{HttpClient, HttpRequestBody};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::signer::Signer;
-use object_store::{MultipartUpload, ObjectStoreExt, PutPayload, PutResult, UploadPart};
+use object_store::{MultipartUpload, PutPayload, PutResult, UploadPart};
 use serde::Deserialize;
 
 /// How long a signed URL is good for: one request and its tries.
@@ -92,7 +94,9 @@ impl AzureBlocks {
         let mut url = self.azure.signed_url(method.clone(), path, SIGNED_FOR).await?;
         url.query_pairs_mut().extend_pairs(query);
         let mut pauses = AGAIN.pauses();
+        let mut tries = 0;
         loop {
+            tries += 1;
             let request = http::Request::builder()
                 .method(method.clone())
                 .uri(url.as_str())
@@ -107,8 +111,9 @@ impl AzureBlocks {
                 }
                 Err(e) => Err(e),
             };
+            // A 403 once or twice too: a signature dated by a clock a little ahead of Azure's.
             let again = match &answer {
-                Ok((status, _)) => *status >= 500 || *status == 429,
+                Ok((status, _)) => *status >= 500 || *status == 429 || (*status == 403 && tries <= 2),
                 Err(_) => true,
             };
             match pauses.next() {
@@ -150,19 +155,14 @@ impl AzureBlocks {
         self.azure.complete_multipart(path, &String::new(), parts).await
     }
 
-    /// Drop every uncommitted block of `path` now (an empty list committed, then the empty blob
-    /// removed); a blob already there (committed) is left as it is, its blocks to expire.
-    pub(crate) async fn drop_uncommitted(&self, path: &Path) -> object_store::Result<()> {
-        match self.azure.head(path).await {
-            Err(object_store::Error::NotFound { .. }) => {}
-            Ok(_) => return Ok(()),
-            Err(e) => return Err(e),
+    /// Replace blocks `numbers` of `path` by one byte each: too small for a whole part, so that no
+    /// later attempt takes one for its own (an earlier attempt's bytes under numbers the next one
+    /// sends again). Uncommitted blocks cannot be removed; Azure drops them after a week.
+    pub(crate) async fn set_aside(&self, path: &Path, numbers: impl IntoIterator<Item = usize>) -> object_store::Result<()> {
+        for n in numbers {
+            self.put_block(path, n, PutPayload::from_static(b"\0")).await?;
         }
-        self.azure.complete_multipart(path, &String::new(), Vec::new()).await?;
-        match self.azure.delete(path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        Ok(())
     }
 }
 
@@ -200,7 +200,12 @@ impl MultipartUpload for AzureUpload {
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
-        self.blocks.drop_uncommitted(&self.path).await
+        // Nothing to remove (Azure drops uncommitted blocks after a week): its first block set
+        // aside, so that nothing of it is ever gone on from.
+        if self.sent == 0 {
+            return Ok(());
+        }
+        self.blocks.set_aside(&self.path, [1]).await
     }
 }
 

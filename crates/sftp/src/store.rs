@@ -639,10 +639,11 @@ impl StripeSink for SftpSink {
     fn discard(&mut self) {
         if self.keep_unfinished && !self.published {
             // A resumable stripe is left for the next attempt, with what reached the server (as
-            // a folder's `.partial` is); giving it up is the unfinished stripe's `abandon`.
-            let _ = self.flush_buf();
+            // a folder's `.partial` is); giving it up is the unfinished stripe's `abandon`. A
+            // connection whose last write failed may be broken: not pooled.
+            let flushed = self.flush_buf().is_ok();
             drop(self.file.take());
-            if let Some(c) = self.conn.take() {
+            if let Some(c) = self.conn.take().filter(|_| flushed) {
                 self.pool.give(c);
             }
             return;

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::KeyBlock;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::{frame_agrees, BackupId, FrameHeader, IndexEntry, StripeHeader, FORMAT_VERSION, FRAME_HEADER_LEN, HEADER_LEN, INDEX_ENTRY_LEN, MAX_ZERO_FRAME};
 use crate::manifest::Entry;
 use crate::storage::{Holding, UnfinishedStripe};
@@ -625,6 +625,10 @@ fn frame_len(first: &IndexEntry, transfer_size: u64) -> Option<u64> {
 /// checking each frame's header against its entries and its stored bytes against their checksum:
 /// the bytes kept (up to the first frame missing, cut short or damaged) and the entries of the
 /// frames kept.
+///
+/// # Errors
+/// The stripe cannot be read (a link or a disk failing), as opposed to ending early: nothing is
+/// decided on part of what it holds.
 fn walk(
     src: &dyn crate::storage::StripeSource,
     start: u64,
@@ -642,8 +646,14 @@ fn walk(
         let first = frame[0].1;
         let Some(n) = frame_len(&first, transfer_size).filter(|n| first.frame_pos == pos && pos + n <= src.len()) else { break };
         buf.resize(n as usize, 0);
-        if stream.read_exact(&mut buf).is_err() {
-            break;
+        if let Err(e) = stream.read_exact(&mut buf) {
+            // Cut short: kept up to here. The link or the disk failing is not damage: the error,
+            // and what was stored stays as it is for the next try.
+            let e = crate::storage::from_io(e, || format!("reading back {}", src.location()));
+            if e.kind() == ErrorKind::Incomplete {
+                break;
+            }
+            return Err(e);
         }
         let Ok(h) = FrameHeader::decode(&buf[..FRAME_HEADER_LEN]) else { break };
         let shown = if sealed && h.stored_len != 0 { None } else { Some(h.raw_crc) };

@@ -246,3 +246,115 @@ fn a_file_half_stored_is_taken_in_part_and_only_the_rest_is_read() {
     sheaf_core::restore(&set, &RestoreOptions::new(&out), Arc::new(NoProgress)).unwrap();
     assert_eq!(std::fs::read(out.join("segment")).unwrap(), std::fs::read(&big).unwrap());
 }
+
+/// A folder whose unfinished stripes cannot be read back past byte `at`: a link that fails midway
+/// (`Io`), or a stripe that ends there (`Incomplete`).
+#[derive(Debug)]
+struct Flaky {
+    at: u64,
+    kind: ErrorKind,
+}
+
+struct FlakySource {
+    file: sheaf_core::storage::LocalSource,
+    at: u64,
+    kind: ErrorKind,
+}
+
+impl sheaf_core::storage::StripeSource for FlakySource {
+    fn len(&self) -> u64 {
+        self.file.len()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if offset + buf.len() as u64 > self.at {
+            return Err(sheaf_core::Error::new(self.kind, "the link failed"));
+        }
+        self.file.read_exact_at(buf, offset)
+    }
+    fn location(&self) -> &str {
+        self.file.location()
+    }
+}
+
+struct FlakyUnfinished {
+    inner: Box<dyn sheaf_core::storage::UnfinishedStripe>,
+    src: FlakySource,
+}
+
+impl sheaf_core::storage::UnfinishedStripe for FlakyUnfinished {
+    fn holds(&self) -> sheaf_core::storage::Holding<'_> {
+        sheaf_core::storage::Holding::Bytes(&self.src)
+    }
+    fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn sheaf_core::storage::StripeSink>> {
+        self.inner.go_on(keep)
+    }
+    fn abandon(self: Box<Self>) {
+        self.inner.abandon()
+    }
+}
+
+impl sheaf_core::Store for Flaky {
+    fn capabilities(&self) -> sheaf_core::storage::Capabilities {
+        sheaf_core::storage::LocalStore.capabilities()
+    }
+    fn describe(&self, name: &str) -> String {
+        sheaf_core::storage::LocalStore.describe(name)
+    }
+    fn create(&self, name: &str, opts: &sheaf_core::storage::WriteOptions) -> Result<Box<dyn sheaf_core::storage::StripeSink>> {
+        sheaf_core::storage::LocalStore.create(name, opts)
+    }
+    fn open(&self, name: &str) -> Result<Box<dyn sheaf_core::storage::StripeSource>> {
+        sheaf_core::storage::LocalStore.open(name)
+    }
+    fn resume(&self, name: &str, opts: &sheaf_core::storage::WriteOptions) -> Result<Option<Box<dyn sheaf_core::storage::UnfinishedStripe>>> {
+        let Some(inner) = sheaf_core::storage::LocalStore.resume(name, opts)? else { return Ok(None) };
+        let file = sheaf_core::storage::LocalSource::open(Path::new(&format!("{name}.partial")))?;
+        Ok(Some(Box::new(FlakyUnfinished { inner, src: FlakySource { file, at: self.at, kind: self.kind } })))
+    }
+    fn can_resume(&self) -> bool {
+        true
+    }
+    fn exists(&self, name: &str) -> Result<bool> {
+        sheaf_core::storage::LocalStore.exists(name)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<sheaf_core::storage::Stored>> {
+        sheaf_core::storage::LocalStore.list(prefix)
+    }
+    fn delete(&self, name: &str) -> Result<()> {
+        sheaf_core::storage::LocalStore.delete(name)
+    }
+}
+
+/// What a stopped backup stored that cannot be read back now (the link to the repository failing
+/// midway) is not judged on the part that was read: preparing fails, and the stripe is left as it
+/// was, whole, for a later try. A stripe that ends early is kept up to there, as before.
+#[test]
+fn a_stripe_that_cannot_be_read_back_is_left_as_it_is_not_cut() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    let total = source(&src);
+    let (_, opts, journal) = stopped_at(d.path(), &src, total * 3 / 4);
+    let partial = d.path().join("s0.sheaf.partial");
+    let len = std::fs::metadata(&partial).unwrap().len();
+    let name = d.path().join("s0.sheaf").display().to_string();
+    let flaky = |kind| {
+        let mut o = opts.clone();
+        o.targets = vec![Location::new(Arc::new(Flaky { at: len / 2, kind }), name.clone())];
+        o
+    };
+    let o = flaky(ErrorKind::Io);
+    let e = match Resume::prepare(journal.as_ref(), &o.settings(), &[]) {
+        Err(e) => e,
+        Ok(Resumable::Ready(_)) => panic!("resumed from what could not be read"),
+        Ok(Resumable::Afresh(why)) => panic!("given up on what could not be read: {why}"),
+    };
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert_eq!(std::fs::metadata(&partial).unwrap().len(), len, "the stripe is left whole");
+
+    // Ending early is another matter: kept up to there.
+    let o = flaky(ErrorKind::Incomplete);
+    match Resume::prepare(journal.as_ref(), &o.settings(), &[]).unwrap() {
+        Resumable::Ready(r) => drop(r),
+        Resumable::Afresh(why) => panic!("not resumed: {why}"),
+    }
+}

@@ -128,11 +128,17 @@ pub fn find(repo: &Repo, stripes: usize, opts: &BackupOptions, system_identifier
     let mut opts = opts.clone();
     opts.targets = (1..=stripes).map(|k| repo.location(&paths::stripe(id, k))).collect();
     opts.encryption = repo.encryption()?;
+    // What it stored that cannot be read now (the repository's link or disk failing, another
+    // process holding a stripe) stays as it is: this backup fails, saying so, and the next one
+    // tries again. Only what was read and found wanting is given up.
     let prepared = match Resume::prepare(&journal, &opts.settings(), &[("", "global/pg_control")]) {
         Ok(p) => p,
-        // Another process holds a stripe: nothing of it is touched.
-        Err(e) if e.is_transient() => return Err(e),
-        Err(e) => Resumable::Afresh(format!("what it stored cannot be read back ({e})")),
+        Err(e) if e.kind() == sheaf_core::ErrorKind::Corrupt => Resumable::Afresh(format!("its journal is damaged ({e})")),
+        Err(e) => {
+            return Err(e
+                .context("cannot read back what a stopped backup stored")
+                .note(format!("backup {id}, left unfinished, stays for the next backup to go on from (or pass --no-resume to remove it and start afresh)")))
+        }
     };
     let why = match prepared {
         Resumable::Ready(r) => match r.facts().get("system_identifier").and_then(serde_json::Value::as_u64) {

@@ -48,8 +48,8 @@ pub struct S3Store {
     redact: Redact,
     /// S3's own calls (Object Lock, versions); `None` for Azure and GCS.
     extra: Option<S3Extra>,
-    /// Azure's numbered blocks (resumable stripes), and whether the credentials can sign the URLs
-    /// they are sent on (asked once); `None` for S3 and GCS.
+    /// Azure's numbered blocks (resumable stripes), and whether the credentials have signed the
+    /// URLs they are sent on (set once they have); `None` for S3 and GCS.
     azure: Option<(crate::azure::AzureBlocks, OnceLock<bool>)>,
     /// GCS's JSON API uploads; `None` for S3 and Azure.
     gcs: Option<GcsWriter>,
@@ -336,7 +336,12 @@ impl S3Store {
     /// key or a token; not a SAS token): `None` elsewhere, and then a stopped backup starts afresh.
     fn azure_blocks(&self) -> Option<&crate::azure::AzureBlocks> {
         let (blocks, signs) = self.azure.as_ref()?;
-        signs.get_or_init(|| self.handle().block_on(blocks.can_sign())).then_some(blocks)
+        // Only a success is kept: a token's delegation key that could not be fetched this once is
+        // asked for again next time.
+        if signs.get().is_none() && self.handle().block_on(blocks.can_sign()) {
+            let _ = signs.set(true);
+        }
+        signs.get().is_some().then_some(blocks)
     }
 
     /// [`Store::resume`] in Azure: the unbroken run of numbered blocks from the first, each a whole
@@ -356,7 +361,7 @@ impl S3Store {
         let past = held.iter().skip(run).map(|b| b.0).collect();
         let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
         sink.keep_unfinished = true;
-        Ok(Some(Box::new(sink::AzureUnfinished { sink, blocks: blocks.clone(), held: !held.is_empty(), ends, past })))
+        Ok(Some(Box::new(sink::AzureUnfinished { sink, blocks: blocks.clone(), ends, past })))
     }
 
     /// Stripe `name`, to read.

@@ -53,7 +53,13 @@ pub(super) struct S3Sink {
     /// Bytes at the start of the object that a stopped backup's attempt sent ([`S3Unfinished`]),
     /// not written here.
     copied: u64,
+    /// The largest part the store takes (a resumable stripe's part grows past its size to end
+    /// where a frame does): S3's 5 GiB, Azure's 4000 MiB block.
+    max_part: usize,
 }
+
+/// Azure's largest block.
+const AZURE_MAX_BLOCK: usize = 4000 << 20;
 
 /// How many of the last bytes written [`S3Sink`] keeps.
 const TAIL_KEPT: usize = 64;
@@ -84,6 +90,7 @@ impl S3Sink {
             keep_unfinished: false,
             overflow: Vec::new(),
             copied: 0,
+            max_part: if store.scheme == "az" { AZURE_MAX_BLOCK } else { crate::config::MAX_PART_SIZE as usize },
         }
     }
 
@@ -168,9 +175,9 @@ impl StripeSink for S3Sink {
             let part = cur.len();
             if self.filled == part {
                 // A resumable stripe's full part waits for its frame to end (a part's worth at
-                // most, and never past S3's largest part: bytes past the frames, its index, are
-                // not gone on from).
-                let most = part.min(crate::config::MAX_PART_SIZE as usize - part);
+                // most, and never past the store's largest part: bytes past the frames, its
+                // index, are not gone on from).
+                let most = part.min(self.max_part.saturating_sub(part));
                 let room = most - self.overflow.len().min(most);
                 if room == 0 {
                     self.send_part()?;
@@ -407,8 +414,6 @@ impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
 pub(super) struct AzureUnfinished {
     pub(super) sink: S3Sink,
     pub(super) blocks: crate::azure::AzureBlocks,
-    /// It holds any block at all.
-    pub(super) held: bool,
     /// Where each block kept ends.
     pub(super) ends: Vec<u64>,
     /// The numbers of the blocks it holds past that run.
@@ -421,7 +426,7 @@ impl sheaf_core::storage::UnfinishedStripe for AzureUnfinished {
     }
 
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
-        let AzureUnfinished { mut sink, blocks, held, ends, past } = *self;
+        let AzureUnfinished { mut sink, blocks, ends, past } = *self;
         let failed = |what: &str, e: object_store::Error| map_err(e, &format!("{what} {}", sink.shown), Side::Write, &sink.redact);
         let kept = match keep {
             0 => 0,
@@ -432,22 +437,12 @@ impl sheaf_core::storage::UnfinishedStripe for AzureUnfinished {
                 .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a block it holds", sink.shown)))?,
         };
         let path = sink.path.clone();
-        if kept == 0 {
-            // Nothing kept: every block an earlier attempt sent is dropped, and the stripe begins again.
-            if held {
-                let (b, p) = (blocks.clone(), path.clone());
-                sink.handle.block_on(async move { b.drop_uncommitted(&p).await }).map_err(|e| failed("cannot drop the blocks of", e))?;
-            }
-        } else {
-            // The blocks past those kept hold an earlier attempt's bytes under numbers this attempt
-            // sends again: each is replaced first by one byte, too small for a whole part, so that a
-            // later attempt never takes one for this one's.
-            let stale: Vec<usize> = (kept + 1..=ends.len()).chain(past).collect();
-            for n in stale {
-                let (b, p) = (blocks.clone(), path.clone());
-                sink.handle.block_on(async move { b.put_block(&p, n, PutPayload::from_static(b"\0")).await }).map_err(|e| failed("cannot set aside a block of", e))?;
-            }
-        }
+        // The blocks past those kept hold an earlier attempt's bytes under numbers this attempt
+        // sends again: each set aside first, so that a later attempt never takes one for this
+        // one's (with none kept, all of them: the stripe begins again).
+        let stale: Vec<usize> = (kept + 1..=ends.len()).chain(past).collect();
+        let (b, p) = (blocks.clone(), path.clone());
+        sink.handle.block_on(async move { b.set_aside(&p, stale).await }).map_err(|e| failed("cannot set aside a block of", e))?;
         sink.upload = Some(Box::new(crate::azure::AzureUpload::going_on(blocks, path, kept)));
         sink.parts = kept as u64;
         sink.copied = keep;
@@ -456,9 +451,11 @@ impl sheaf_core::storage::UnfinishedStripe for AzureUnfinished {
     }
 
     fn abandon(self: Box<Self>) {
-        if self.held {
+        // Uncommitted blocks cannot be removed (Azure drops them after a week): the first set
+        // aside, so that nothing of it is ever gone on from.
+        if !self.ends.is_empty() || !self.past.is_empty() {
             let (b, p) = (self.blocks.clone(), self.sink.path.clone());
-            let _ = self.sink.handle.block_on(async move { b.drop_uncommitted(&p).await });
+            let _ = self.sink.handle.block_on(async move { b.set_aside(&p, [1]).await });
         }
     }
 }
