@@ -200,18 +200,14 @@ impl Store for S3Store {
         // missing (a part in flight when the backup stopped may be absent while later ones
         // landed, and what follows a gap is not the stripe's next bytes), each large enough to
         // stay a part that is not the last. The others are named, for going on to set aside.
-        let mut upload = None;
+        let (mut upload, mut ends) = (None, Vec::new());
         if let Some(id) = self.handle().block_on(extra.open_upload(&key)).map_err(|e| failed("cannot list the uploads of", &e))? {
             let mut parts = self.handle().block_on(extra.parts(&key, &id)).map_err(|e| failed("cannot list the parts of", &e))?;
-            let run = parts.iter().enumerate().take_while(|(i, p)| p.0 == i + 1 && p.2 >= crate::config::MIN_PART_SIZE).count();
-            let past = parts.split_off(run).into_iter().map(|p| p.0).collect();
+            let past;
+            (ends, past) = sink::unbroken_run(&parts.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>());
+            parts.truncate(ends.len());
             upload = Some(sink::OpenUpload { id, kept: parts, past });
         }
-        let ends = upload.iter().flat_map(|u| u.kept.iter()).scan(0u64, |end, p| {
-            *end += p.2;
-            Some(*end)
-        });
-        let ends = ends.collect();
         let class = self.options.storage_class.filter(|_| opts.bulk).map(crate::config::StorageClass::as_str);
         let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
         sink.keep_unfinished = true;
@@ -316,15 +312,7 @@ impl S3Store {
         let mut held: Vec<(usize, u64)> =
             self.list_all(&format!("{key}{}", crate::gcs::PART_MARK))?.iter().filter_map(|o| Some((crate::gcs::part_number(&key, &o.name)?, o.size))).collect();
         held.sort_unstable();
-        let run = held.iter().enumerate().take_while(|(i, b)| b.0 == i + 1 && b.1 >= crate::config::MIN_PART_SIZE).count();
-        let ends = held[..run]
-            .iter()
-            .scan(0u64, |end, b| {
-                *end += b.1;
-                Some(*end)
-            })
-            .collect();
-        let past = held.iter().skip(run).map(|b| b.0).collect();
+        let (ends, past) = sink::unbroken_run(&held);
         let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
         sink.keep_unfinished = true;
         Ok(Some(Box::new(sink::GcsUnfinished { sink, writer: w.clone(), key, ends, past })))
@@ -350,15 +338,7 @@ impl S3Store {
         let shown = self.describe(name);
         let path = self.path(name)?;
         let held = self.handle().block_on(blocks.uncommitted(&path)).map_err(|e| map_err(e, &format!("cannot list the blocks of {shown}"), Side::Read, &self.redact))?;
-        let run = held.iter().enumerate().take_while(|(i, b)| b.0 == i + 1 && b.1 >= crate::config::MIN_PART_SIZE).count();
-        let ends = held[..run]
-            .iter()
-            .scan(0u64, |end, b| {
-                *end += b.1;
-                Some(*end)
-            })
-            .collect();
-        let past = held.iter().skip(run).map(|b| b.0).collect();
+        let (ends, past) = sink::unbroken_run(&held);
         let mut sink = S3Sink::new(self, path, shown, None, self.options.part_size_for(opts.expected_bytes) as usize, opts.overwrite);
         sink.keep_unfinished = true;
         Ok(Some(Box::new(sink::AzureUnfinished { sink, blocks: blocks.clone(), ends, past })))

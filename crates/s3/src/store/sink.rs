@@ -325,6 +325,30 @@ impl Drop for S3Sink {
     }
 }
 
+/// How many of the parts that end at `ends` going on from `keep` keeps: none, or those up to the
+/// one that ends there.
+fn parts_kept(ends: &[u64], keep: u64, shown: &str) -> Result<usize> {
+    match keep {
+        0 => Ok(0),
+        _ => ends.iter().position(|&e| e == keep).map(|i| i + 1).ok_or_else(|| Error::invalid(format!("internal: {shown} goes on only from the end of a part it holds"))),
+    }
+}
+
+/// Of parts held (number from 1, size), sorted by number: where each of the unbroken run from the
+/// first ends, each a whole part (a part in flight when its writer stopped may be missing while
+/// later ones landed, and one set aside is a byte), and the numbers of the others.
+pub(super) fn unbroken_run(held: &[(usize, u64)]) -> (Vec<u64>, Vec<usize>) {
+    let run = held.iter().enumerate().take_while(|(i, p)| p.0 == i + 1 && p.1 >= crate::config::MIN_PART_SIZE).count();
+    let ends = held[..run]
+        .iter()
+        .scan(0u64, |end, p| {
+            *end += p.1;
+            Some(*end)
+        })
+        .collect();
+    (ends, held[run..].iter().map(|p| p.0).collect())
+}
+
 /// A stopped backup's upload, still open ([`S3Unfinished`]).
 pub(super) struct OpenUpload {
     pub(super) id: String,
@@ -356,14 +380,7 @@ impl sheaf_core::storage::UnfinishedStripe for S3Unfinished {
         use object_store::multipart::{MultipartStore, PartId};
         let S3Unfinished { mut sink, client, upload, ends, class } = *self;
         let failed = |what: &str, e: object_store::Error| map_err(e, &format!("{what} {}", sink.shown), Side::Write, &sink.redact);
-        let kept = match keep {
-            0 => 0,
-            _ => ends
-                .iter()
-                .position(|&e| e == keep)
-                .map(|i| i + 1)
-                .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
-        };
+        let kept = parts_kept(&ends, keep, &sink.shown)?;
         let path = sink.path.clone();
         match upload {
             Some(OpenUpload { id, kept: parts, past }) if kept > 0 => {
@@ -428,14 +445,7 @@ impl sheaf_core::storage::UnfinishedStripe for AzureUnfinished {
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
         let AzureUnfinished { mut sink, blocks, ends, past } = *self;
         let failed = |what: &str, e: object_store::Error| map_err(e, &format!("{what} {}", sink.shown), Side::Write, &sink.redact);
-        let kept = match keep {
-            0 => 0,
-            _ => ends
-                .iter()
-                .position(|&e| e == keep)
-                .map(|i| i + 1)
-                .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a block it holds", sink.shown)))?,
-        };
+        let kept = parts_kept(&ends, keep, &sink.shown)?;
         let path = sink.path.clone();
         // The blocks past those kept hold an earlier attempt's bytes under numbers this attempt
         // sends again: each set aside first, so that a later attempt never takes one for this
@@ -481,14 +491,7 @@ impl sheaf_core::storage::UnfinishedStripe for GcsUnfinished {
 
     fn go_on(self: Box<Self>, keep: u64) -> Result<Box<dyn StripeSink>> {
         let GcsUnfinished { mut sink, writer, key, ends, past } = *self;
-        let kept = match keep {
-            0 => 0,
-            _ => ends
-                .iter()
-                .position(|&e| e == keep)
-                .map(|i| i + 1)
-                .ok_or_else(|| Error::invalid(format!("internal: {} goes on only from the end of a part it holds", sink.shown)))?,
-        };
+        let kept = parts_kept(&ends, keep, &sink.shown)?;
         // The parts past those kept hold an earlier attempt's bytes under numbers this attempt
         // writes again: removed first, so that a later attempt never takes one for this one's.
         let stale: Vec<String> = (kept + 1..=ends.len()).chain(past).map(|n| crate::gcs::part_name(&key, n)).collect();
@@ -507,5 +510,21 @@ impl sheaf_core::storage::UnfinishedStripe for GcsUnfinished {
         let pieces: Vec<String> = (1..=self.ends.len()).chain(self.past.iter().copied()).map(|n| crate::gcs::part_name(&self.key, n)).collect();
         let client = self.sink.client.clone();
         let _ = self.sink.handle.block_on(async move { crate::gcs::remove_all(&client, pieces).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_kept_is_whole_parts_from_the_first_with_none_missing() {
+        let m = crate::config::MIN_PART_SIZE;
+        assert_eq!(unbroken_run(&[(1, m), (2, m + 5), (4, m), (5, 1)]), (vec![m, 2 * m + 5], vec![4, 5]), "a gap ends it");
+        assert_eq!(unbroken_run(&[(1, m), (2, 1), (3, m)]), (vec![m], vec![2, 3]), "a part set aside ends it");
+        assert_eq!(unbroken_run(&[(2, m)]), (vec![], vec![2]), "no first part: nothing");
+        assert_eq!(parts_kept(&[10, 20, 30], 20, "x").unwrap(), 2);
+        assert_eq!(parts_kept(&[10, 20], 0, "x").unwrap(), 0);
+        assert!(parts_kept(&[10, 20], 15, "x").is_err(), "only from a part's end");
     }
 }
