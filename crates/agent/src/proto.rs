@@ -113,15 +113,15 @@ pub enum Request {
         /// A stripe or WAL (not a record).
         bulk: bool,
         /// Left under its temporary name, not removed, if the write never ends (the client
-        /// killed, or its link lost once the agent sees the connection end: at once for a closed
-        /// one, after 15 minutes of silence for one that went quiet): a resumable stripe a later
-        /// [`Request::RepoResume`] takes over. From version 5.
+        /// killed, or its link lost): a resumable stripe a later [`Request::RepoResume`] takes
+        /// over, ending this write if its connection went silent. From version 5.
         #[serde(default)]
         keep_unfinished: bool,
     },
     /// Take over what a stopped writer left unfinished of an object ([`Request::RepoCreate`] with
     /// `keep_unfinished`), from version 5: a reply `{"len": N}` with the bytes it holds, or a
-    /// `NotFound` refusal when there is none. Held by this connection until one
+    /// `NotFound` refusal when there is none. A write of it another connection still holds is
+    /// waited for (10 s), and ended once that connection has sent nothing of it for 5 s. Held by this connection until one
     /// [`Request::RepoGoOn`] or [`Request::RepoAbandon`] (or the connection's end, which leaves it
     /// unfinished again); [`Request::RepoHeldRead`]s read it meanwhile.
     RepoResume {

@@ -15,10 +15,11 @@
 //! a `manage=` grant, or the backup host's own sheaf on the folder. Every refusal is logged with
 //! the client's name.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use sheaf_core::storage::{stored_at, Holding, LocalStore, Store, StripeSink, UnfinishedStripe, WriteOptions};
 use sheaf_core::{Error, ErrorKind, Result};
@@ -28,7 +29,10 @@ use crate::proto::{self, ReadEnd, Request, WireError, WireErrorKind, WireStored,
 
 /// How long a take-over waits for an object another connection still writes (one whose client
 /// is gone, its end not yet read) before it is refused.
-const HELD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const HELD_WAIT: Duration = Duration::from_secs(10);
+/// How long a connection holding a resumable write must have sent nothing of it before another
+/// connection that takes the object over ends that write.
+const SILENT: Duration = Duration::from_secs(5);
 
 /// What a write to or a removal from a served repository is, for the [`Guard`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +59,53 @@ pub trait Guard: Send + Sync {
 pub struct ServedRepos {
     repos: BTreeMap<String, PathBuf>,
     guard: Arc<dyn Guard>,
+    /// Resumable writes in progress on any connection, by path: what a take-over may end.
+    resumable: Arc<Mutex<HashMap<PathBuf, Weak<Slot>>>>,
+}
+
+/// A resumable write in progress, shared with the registry so that another connection can end it
+/// ([`Session::resume`]): its client is gone (the backup that takes it over checked that its
+/// writer no longer runs) but the agent has not seen its connection end yet.
+struct Slot {
+    sink: Mutex<Option<Box<dyn StripeSink>>>,
+    /// When its connection last sent a byte of it.
+    last: Mutex<Instant>,
+}
+
+/// The sink of a resumable write, ended by the registry's holder when another connection takes the
+/// object over.
+struct Shared(Arc<Slot>);
+
+impl Shared {
+    fn with<T>(&self, f: impl FnOnce(&mut Box<dyn StripeSink>) -> Result<T>) -> Result<T> {
+        let mut held = self.0.sink.lock().unwrap_or_else(|p| p.into_inner());
+        match held.as_mut() {
+            Some(sink) => f(sink),
+            None => Err(Error::new(ErrorKind::Target, "another connection took this unfinished object over (its client was gone): the write ended there")),
+        }
+    }
+}
+
+impl StripeSink for Shared {
+    fn write_all(&mut self, buf: &[u8]) -> Result<()> {
+        *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.with(|s| s.write_all(buf))
+    }
+    fn sync(&mut self) -> Result<()> {
+        self.with(|s| s.sync())
+    }
+    fn publish(&mut self) -> Result<()> {
+        self.with(|s| s.publish())
+    }
+    fn discard(&mut self) {
+        let _ = self.with(|s| {
+            s.discard();
+            Ok(())
+        });
+    }
+    fn written(&self) -> u64 {
+        self.0.sink.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |s| s.written())
+    }
 }
 
 impl fmt::Debug for ServedRepos {
@@ -72,7 +123,7 @@ impl ServedRepos {
                 Some("this agent serves no repository".into())
             }
         }
-        ServedRepos { repos: BTreeMap::new(), guard: Arc::new(Nothing) }
+        ServedRepos { repos: BTreeMap::new(), guard: Arc::new(Nothing), resumable: Arc::default() }
     }
 
     /// `repos` (each `NAME` and its folder, which must exist), guarded by `guard`.
@@ -108,7 +159,7 @@ impl ServedRepos {
                 return Err(Error::invalid(format!("--serve-repo {name}: given twice")));
             }
         }
-        Ok(ServedRepos { repos: out, guard })
+        Ok(ServedRepos { repos: out, guard, resumable: Arc::default() })
     }
 
     /// Whether it serves any.
@@ -121,6 +172,9 @@ impl ServedRepos {
         self.repos.iter()
     }
 }
+
+/// An unfinished object taken over, and its path.
+type Taken = (Box<dyn UnfinishedStripe>, PathBuf);
 
 /// A write in progress on one connection.
 enum Writing {
@@ -140,8 +194,8 @@ pub(crate) struct Session<'a> {
     who: &'a str,
     log: &'a dyn Fn(&str),
     writing: Option<Writing>,
-    /// An unfinished object taken over ([`Request::RepoResume`]), and its name for the log.
-    resuming: Option<(Box<dyn UnfinishedStripe>, String)>,
+    /// An unfinished object taken over ([`Request::RepoResume`]), its name for the log, and its path.
+    resuming: Option<(Box<dyn UnfinishedStripe>, String, PathBuf)>,
     /// Objects published and bytes received, for the connection's last log line.
     pub(crate) published: u64,
     pub(crate) received: u64,
@@ -279,13 +333,13 @@ impl<'a> Session<'a> {
                 self.writing = None;
                 self.resuming = None;
                 match self.resume(repo, name, *expected) {
-                    Ok(Some(u)) => {
+                    Ok(Some((u, path))) => {
                         let len = match u.holds() {
                             Holding::Bytes(src) => src.len(),
                             Holding::Parts(_) => 0,
                         };
                         (self.log)(&format!("{}: took over {repo}/{name}, unfinished ({len} bytes)", self.who));
-                        self.resuming = Some((u, format!("{repo}/{name}")));
+                        self.resuming = Some((u, format!("{repo}/{name}"), path));
                         proto::write_json(s, proto::REPLY, &serde_json::json!({ "len": len }))?;
                     }
                     Ok(None) => refuse(s, WireError::new(WireErrorKind::NotFound, format!("{repo}/{name}: nothing unfinished to take over")))?,
@@ -293,7 +347,7 @@ impl<'a> Session<'a> {
                 }
             }
             Request::RepoHeldRead { offset, len } => {
-                let Some((u, name)) = &self.resuming else {
+                let Some((u, name, _)) = &self.resuming else {
                     return refuse(s, WireError::new(WireErrorKind::Protocol, "no unfinished object taken over")).map(|()| true);
                 };
                 let Holding::Bytes(src) = u.holds() else {
@@ -312,8 +366,9 @@ impl<'a> Session<'a> {
                 proto::write_json(s, proto::END, &ReadEnd { read: at.saturating_sub(*offset), size_at_open: size, changed: false })?;
             }
             Request::RepoGoOn { keep } => match self.resuming.take() {
-                Some((u, name)) => match u.go_on(*keep) {
+                Some((u, name, path)) => match u.go_on(*keep) {
                     Ok(sink) => {
+                        let sink = self.register(path, sink);
                         self.writing = Some(Writing::Open { sink, name });
                         proto::write_json(s, proto::REPLY, &serde_json::json!({}))?;
                     }
@@ -322,7 +377,7 @@ impl<'a> Session<'a> {
                 None => refuse(s, WireError::new(WireErrorKind::Protocol, "no unfinished object taken over"))?,
             },
             Request::RepoAbandon => {
-                if let Some((u, _)) = self.resuming.take() {
+                if let Some((u, _, _)) = self.resuming.take() {
                     u.abandon();
                 }
                 proto::write_json(s, proto::REPLY, &serde_json::json!({}))?;
@@ -403,20 +458,57 @@ impl<'a> Session<'a> {
 
     /// What a stopped writer left unfinished of `name`, taken over: a new object as far as the
     /// guard is concerned (nothing under its name is replaced).
-    fn resume(&self, repo: &str, name: &str, expected: u64) -> std::result::Result<Option<Box<dyn UnfinishedStripe>>, WireError> {
+    fn resume(&self, repo: &str, name: &str, expected: u64) -> std::result::Result<Option<Taken>, WireError> {
         let root = self.root(repo, &format!("{repo}/{name}"))?;
         let path = self.confined(root, repo, name)?;
         self.guarded(repo, root, Change::Create, name)?;
         let opts = WriteOptions { overwrite: false, expected_bytes: expected, lock: None, bulk: true, keep_unfinished: true };
-        // A client killed a moment ago: this agent may not have read its connection's end yet,
-        // and the write it began still holds the object. Waited for a while, not refused at once.
-        let since = std::time::Instant::now();
+        // Another connection's write may still hold it: a client killed a moment ago whose
+        // connection's end this agent has not read yet, or one whose link went silent (a network
+        // cut, noticed only after 15 minutes). The backup asking has checked that the writer no
+        // longer runs; a write here silent for SILENT is ended, what it wrote kept unfinished.
+        // Waited for a while, not refused at once.
+        let since = Instant::now();
         loop {
             match LocalStore.resume(&path.display().to_string(), &opts) {
-                Err(e) if e.is_transient() && since.elapsed() < HELD_WAIT => std::thread::sleep(std::time::Duration::from_millis(100)),
-                r => return r.map_err(|e| WireError::from_error(&e)),
+                Err(e) if e.is_transient() && since.elapsed() < HELD_WAIT => {
+                    if self.end_silent(&path) {
+                        (self.log)(&format!("{}: ended another connection's write of {repo}/{name}, silent for {} s, to take it over", self.who, SILENT.as_secs()));
+                        continue;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                // Still held after the wait: said as final (the client asking again would wait
+                // as long again).
+                r => {
+                    return r.map(|u| u.map(|u| (u, path))).map_err(|e| WireError { transient: false, ..WireError::from_error(&e) });
+                }
             }
         }
+    }
+
+    /// A resumable write's sink, registered so that another connection may end it (see
+    /// [`Session::resume`]).
+    fn register(&self, path: PathBuf, sink: Box<dyn StripeSink>) -> Box<dyn StripeSink> {
+        let slot = Arc::new(Slot { sink: Mutex::new(Some(sink)), last: Mutex::new(Instant::now()) });
+        let mut all = self.served.resumable.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|_, w| w.strong_count() > 0);
+        all.insert(path, Arc::downgrade(&slot));
+        Box::new(Shared(slot))
+    }
+
+    /// End the write of `path` another connection holds, if it has sent nothing of it for
+    /// [`SILENT`]: its sink dropped (what it wrote stays unfinished) and its connection told at
+    /// its next request. Whether one was ended.
+    fn end_silent(&self, path: &Path) -> bool {
+        let slot = self.served.resumable.lock().unwrap_or_else(|p| p.into_inner()).get(path).and_then(Weak::upgrade);
+        let Some(slot) = slot else { return false };
+        if slot.last.lock().unwrap_or_else(|p| p.into_inner()).elapsed() < SILENT {
+            return false;
+        }
+        let sink = slot.sink.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(sink);
+        true
     }
 
     fn create(&self, repo: &str, name: &str, overwrite: bool, expected: u64, bulk: bool, keep_unfinished: bool) -> std::result::Result<Box<dyn StripeSink>, WireError> {
@@ -430,7 +522,8 @@ impl<'a> Session<'a> {
         let full = path.display().to_string();
         let store = LocalStore;
         store.prepare(&full, Some(&root.display().to_string())).map_err(|e| WireError::from_error(&e))?;
-        store.create(&full, &WriteOptions { overwrite, expected_bytes: expected, lock: None, bulk, keep_unfinished }).map_err(|e| WireError::from_error(&e))
+        let sink = store.create(&full, &WriteOptions { overwrite, expected_bytes: expected, lock: None, bulk, keep_unfinished }).map_err(|e| WireError::from_error(&e))?;
+        Ok(if keep_unfinished { self.register(path, sink) } else { sink })
     }
 }
 

@@ -209,3 +209,58 @@ fn folders_that_overlap_are_not_served_and_a_database_host_reads_no_cluster_file
     stop.ask();
     assert!(log.lock().unwrap().iter().any(|l| l.contains("db-host-2 (SHA-256 ") && l.contains("refused: db-host-2 is granted repositories")), "{:?}", log.lock().unwrap());
 }
+
+/// A resumable write whose client went silent (a network cut: the agent has not seen its
+/// connection end) is ended by the connection that takes the object over once it has sent nothing
+/// for a few seconds: what it wrote stays, is read back whole, and the silent write's next request
+/// is told why it failed. One still writing is not ended: the take-over waits, then is refused.
+#[test]
+fn a_take_over_ends_a_resumable_write_whose_client_went_silent() {
+    let s = site("repos=a");
+    let name = "a/backups/q/q_1.sheaf";
+    let resumable = WriteOptions { keep_unfinished: true, ..Default::default() };
+    let bytes = payload(3 << 20);
+    let mut silent = store(&s, Some(&s.tls)).create(name, &resumable).unwrap();
+    silent.write_all(&bytes).unwrap();
+    silent.sync().unwrap();
+
+    // Another client (its own connections): at once, the write is still held by a connection
+    // that sent bytes a moment ago.
+    let other = store(&s, Some(&s.tls));
+    let started = std::time::Instant::now();
+    let u = other.resume(name, &resumable).unwrap().expect("taken over once the write was silent");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(4), "not before it was silent: {:?}", started.elapsed());
+    match u.holds() {
+        sheaf_core::storage::Holding::Bytes(src) => {
+            let mut back = vec![0u8; src.len() as usize];
+            src.read_exact_at(&mut back, 0).unwrap();
+            assert!(back == bytes, "what the silent write sent is kept whole ({} bytes of {})", back.len(), bytes.len());
+        }
+        sheaf_core::storage::Holding::Parts(_) => panic!("a folder's stripe is bytes"),
+    }
+    assert!(s.log.lock().unwrap().iter().any(|l| l.contains("ended another connection's write")), "{:?}", s.log.lock().unwrap());
+    let e = silent.publish().unwrap_err();
+    assert!(e.to_string().contains("took this unfinished object over"), "{e}");
+    drop(silent);
+    let mut w = u.go_on(bytes.len() as u64).unwrap();
+    w.write_all(b"end").unwrap();
+    w.publish().unwrap();
+    assert_eq!(std::fs::metadata(s.repos.join("a/backups/q/q_1.sheaf")).unwrap().len(), bytes.len() as u64 + 3);
+
+    // A write that goes on sending is never ended: the take-over is refused after its wait.
+    let busy = "a/backups/r/r_1.sheaf";
+    let mut live = store(&s, Some(&s.tls)).create(busy, &resumable).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = done.clone();
+    let writer = std::thread::spawn(move || {
+        while !d.load(std::sync::atomic::Ordering::Relaxed) {
+            live.write_all(&[7u8; 4096]).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        live.publish()
+    });
+    let e = other.resume(busy, &resumable).err().expect("refused while it is written");
+    assert!(e.to_string().contains("being written by another process"), "{e}");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap().expect("the live write publishes");
+}
