@@ -84,6 +84,7 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     let (base, repo, c) = setup();
     let r = repo.to_str().unwrap();
     let mut load = loaded(&c);
+    let tables = contents(&c);
 
     // How big a whole stripe is: the same backup into a file of its own.
     let probe = base.path().join("probe.sheaf");
@@ -117,22 +118,7 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     ok(run(sheaf().args(["verify", "--repo", r])), "verify");
 
     // A restore point after it, the load stopped: the recovered cluster equals the source there.
-    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 100) g");
-    let _ = load.kill();
-    let _ = load.wait();
-    c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
-    let invariant = pgbench_invariant(&c);
-    let tables = contents(&c);
-    c.sql("app", "SELECT pg_create_restore_point('after_resume')");
-    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 100) g");
-    archive_now(&c);
-    let back = recover(&repo, &base.path().join("back"), &["--set", &id, "--target-name", "after_resume"]);
-    assert_eq!(back.sql("app", "SELECT string_agg(DISTINCT batch::text, ',') FROM t"), "1");
-    assert_eq!(pgbench_invariant(&back), invariant, "pgbench's balances agree with the source's");
-    assert_eq!(contents(&back), tables, "the tables taken from earlier attempts are the source's");
-    let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
-    assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
-    drop(back);
+    verified_and_recovered(base.path(), &TestRepo::existing(&repo), &c, &mut load, &b, &tables);
 
     // --no-resume: the unfinished backup goes, and the new one holds everything itself.
     kill_at(&c, &repo, total / 3, false);
@@ -143,16 +129,24 @@ fn a_full_backup_killed_twice_under_load_is_resumed_and_recovers_to_a_restore_po
     assert!(partial(&repo).is_none(), "nothing unfinished is left");
 }
 
-/// The load stopped and the WAL archived, resumed backup `v` verifies and restores (to its
-/// consistency point) with the static tables equal to `tables` and pg_amcheck clean.
+/// The load stopped, resumed backup `v` verifies, and a point-in-time recovery to a restore
+/// point made after it equals the source there: pgbench's balances agree, the static tables equal
+/// `tables` (the source's, taken before the first attempt), and pg_amcheck is clean.
 fn verified_and_recovered(base: &Path, repo: &TestRepo, c: &Cluster, load: &mut Child, v: &serde_json::Value, tables: &str) {
     let id = v["postgres"]["repository_id"].as_str().unwrap().to_string();
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 1 FROM generate_series(1, 100) g");
     let _ = load.kill();
     let _ = load.wait();
     c.sql("postgres", "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity WHERE application_name = 'pgbench'");
+    let invariant = pgbench_invariant(c);
+    assert_eq!(contents(c), tables, "the static tables were never written");
+    c.sql("app", "SELECT pg_create_restore_point('after_resume')");
+    c.sql("app", "INSERT INTO t (id, batch) SELECT g, 2 FROM generate_series(1, 100) g");
     archive_now(c);
     ok(run(repo.sheaf().args(["verify", "--repo", &repo.arg])), "verify");
-    let back = repo.recover(&base.join("back"), &["--set", &id, "--target", "immediate"]);
+    let back = repo.recover(&base.join("back"), &["--set", &id, "--target-name", "after_resume"]);
+    assert_eq!(back.sql("app", "SELECT string_agg(DISTINCT batch::text, ',') FROM t"), "1", "recovered to the restore point");
+    assert_eq!(pgbench_invariant(&back), invariant, "pgbench's balances agree with the source's");
     assert_eq!(contents(&back), tables, "the tables taken from the earlier attempts are the source's");
     let o = run(back.tool("pg_amcheck").args(["--all", "--heapallindexed", "--install-missing"]));
     assert!(o.status.success(), "pg_amcheck: {}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
