@@ -2,7 +2,7 @@
 //! (empty, 1 byte, chunk−1, chunk, chunk+1, many small files, a large file, zeros, sparse,
 //! incompressible, symlinks, empty directories), compared byte for byte with modes and times.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sheaf_core::datagen::{compare_trees, make_shapes_tree};
@@ -32,13 +32,20 @@ fn verify(stripes: &[PathBuf], threads: Option<usize>, p: Arc<NoProgress>) -> sh
 const TRANSFER_SIZES: [u64; 3] = [64 << 10, 1 << 20, 16 << 20];
 const STRIPES: [usize; 3] = [1, 2, 7];
 
-/// One shapes tree per transfer size, built once for the whole binary.
+/// One shapes tree per transfer size, built once for the whole binary under cargo's target
+/// folder, where the next run removes it before building its own (a temporary folder held in a
+/// static is never removed: each run left 150 MB in TMPDIR).
 fn tree(ts: u64) -> PathBuf {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     static BUILT: OnceLock<Mutex<Vec<u64>>> = OnceLock::new();
-    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"));
-    let root = dir.path().join(format!("src_{ts}"));
-    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("roundtrip-shapes");
+    let mut built = BUILT
+        .get_or_init(|| {
+            let _ = std::fs::remove_dir_all(&dir);
+            Mutex::default()
+        })
+        .lock()
+        .unwrap();
+    let root = dir.join(format!("src_{ts}"));
     if !built.contains(&ts) {
         make_shapes_tree(&root, ts, 42).expect("build shapes tree");
         built.push(ts);
