@@ -28,7 +28,7 @@ use sheaf_core::{Backup, BackupOptions, ChunkCheck, Error, ErrorKind, Progress, 
 use crate::backup::changes::choose_changes;
 use crate::backup::facts::{ClusterFacts, Link, Taken, WalSpan};
 use crate::backup::options::{PgBackupOptions, PgBackupReport};
-use crate::backup::topology::{Found, Role, Sides, WalSource, DEFAULT_WAIT};
+use crate::backup::topology::{Found, Role, Sides, Spool, WalSource, DEFAULT_WAIT};
 use crate::cluster::checksum::{verify_page, Verdict, PAGE_SIZE};
 use crate::cluster::control::{Control, CONTROL_FILE};
 use crate::cluster::layout::{self, BLOCKS_PER_SEGMENT};
@@ -187,9 +187,9 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     // Tables and databases are written, created and dropped while we read: WAL replay repairs them.
     session.expect_changes();
     // WAL fetched from the archive waits here to be read.
-    let spool = tempfile::Builder::new().prefix("sheaf-wal.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "cannot make a folder for WAL fetched from the archive", e))?;
+    let spool = Spool::default();
     if pg.remote.is_some() {
-        session.read_through(Arc::new(Spooled { spool: spool.path().to_path_buf(), cluster: files.clone() }));
+        session.read_through(Arc::new(Spooled { spool: spool.path()?.to_path_buf(), cluster: files.clone() }));
     }
     // The slot keeps the WAL the backup needs where it is read: on the server whose pg_wal is
     // read (a standby's slot holds back its restartpoints' removal) and on the primary.
@@ -209,7 +209,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     let tablespaces: Vec<_> = sides.reader().0.tablespaces()?.into_iter().filter(|t| t.location.starts_with('/')).collect();
     let cluster = Cluster { pg, files: &files, pgdata: &pgdata, tablespaces: &tablespaces };
     let changes = match &pg.parent {
-        Some(parent) => cluster.changes_since(parent, &mut session, (timeline, start_lsn), spool.path())?,
+        Some(parent) => cluster.changes_since(parent, &mut session, (timeline, start_lsn), &spool)?,
         None => Incremental::default(),
     };
     // 4. Read everything.
@@ -242,7 +242,7 @@ pub fn backup_postgres(pg: &PgBackupOptions, opts: &BackupOptions, progress: Arc
     if source.pg_wal.is_some() {
         sides.wait_for_wal(stop.lsn, wait)?;
     }
-    let wal = cluster.wal(&source, &segments, timeline, spool.path(), &mut sides, &progress)?;
+    let wal = cluster.wal(&source, &segments, timeline, &spool, &mut sides, &progress)?;
     session.read_listed(vec![(main_root, wal, None)])?;
     drop(spool);
     // Marked as archived, so that a restored cluster does not archive the source's WAL again.
@@ -394,7 +394,7 @@ struct Cluster<'a> {
 impl Cluster<'_> {
     /// What changed since `parent` (from the WAL summaries, or a page scan), set on `session`; a
     /// full backup, saying why, when the parent is off this timeline's history.
-    fn changes_since(&self, parent: &crate::backup::incremental::Parent, session: &mut Backup, (timeline, start_lsn): (u32, Lsn), spool: &Path) -> Result<Incremental> {
+    fn changes_since(&self, parent: &crate::backup::incremental::Parent, session: &mut Backup, (timeline, start_lsn): (u32, Lsn), spool: &Spool) -> Result<Incremental> {
         let history = if timeline > 1 {
             self.files.read_small(&self.pgdata.join("pg_wal").join(walname::history_name(timeline)))?.map(|b| String::from_utf8_lossy(&b).into_owned())
         } else {
@@ -415,7 +415,7 @@ impl Cluster<'_> {
             if self.pg.remote.is_none() {
                 return Ok(Some(abs));
             }
-            let copy = spool.join(format!("summarize-{name}"));
+            let copy = spool.path()?.join(format!("summarize-{name}"));
             copy_here(self.files.as_ref(), &abs, &copy)?;
             Ok(Some(copy))
         };
@@ -498,7 +498,7 @@ impl Cluster<'_> {
 
     /// The WAL files from the start's segment to the stop's (and the timeline's history file),
     /// found in pg_wal or the archive, listed for reading.
-    fn wal(&self, source: &WalSource, segments: &[String], timeline: u32, spool: &Path, sides: &mut Sides, progress: &Arc<dyn Progress>) -> Result<Vec<Listed>> {
+    fn wal(&self, source: &WalSource, segments: &[String], timeline: u32, spool: &Spool, sides: &mut Sides, progress: &Arc<dyn Progress>) -> Result<Vec<Listed>> {
         let list_found = |found: Found, name: &str| -> Result<Listed> {
             let rel = format!("pg_wal/{name}");
             match found {

@@ -236,6 +236,28 @@ pub enum Found {
     Fetched(PathBuf),
 }
 
+/// The folder on this host that WAL fetched from the archive waits in to be read (and a remote
+/// cluster's unarchived segments, copied here to be summarized), made in TMPDIR when the first
+/// file goes into it: most backups need none, and one killed (where nothing removes it) then
+/// leaves no empty folder behind. Removed with what it holds when dropped.
+#[derive(Default)]
+pub struct Spool(std::sync::OnceLock<tempfile::TempDir>);
+
+impl Spool {
+    /// The folder, made on the first call.
+    ///
+    /// # Errors
+    /// When it cannot be made.
+    pub fn path(&self) -> Result<&Path> {
+        if let Some(dir) = self.0.get() {
+            return Ok(dir.path());
+        }
+        let dir =
+            tempfile::Builder::new().prefix("sheaf-wal.").tempdir().map_err(|e| Error::io(ErrorKind::Io, "cannot make a folder for WAL fetched from the archive (TMPDIR)", e))?;
+        Ok(self.0.get_or_init(|| dir).path())
+    }
+}
+
 /// Where the backup's WAL segments are found.
 pub struct WalSource<'a> {
     /// The pg_wal beside the files read; `None` to take everything from the archive.
@@ -255,7 +277,7 @@ impl WalSource<'_> {
     ///
     /// # Errors
     /// The file in neither place within the wait, with what to do; the archive's errors.
-    pub fn find(&self, name: &str, spool: &Path, sides: &mut Sides, progress: &Arc<dyn Progress>) -> Result<Found> {
+    pub fn find(&self, name: &str, spool: &Spool, sides: &mut Sides, progress: &Arc<dyn Progress>) -> Result<Found> {
         if let Some(at) = self.pg_wal.map(|d| d.join(name)) {
             if self.files.list_one(&at, String::new(), 0)?.is_some() {
                 return Ok(Found::Cluster(at));
@@ -270,7 +292,7 @@ impl WalSource<'_> {
                 ),
             ));
         };
-        let dest = spool.join(name);
+        let dest = spool.path()?.join(name);
         let t0 = Instant::now();
         let mut asked: Option<Instant> = None;
         let mut said = false;
