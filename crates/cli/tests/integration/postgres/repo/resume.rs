@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use super::*;
 
 /// The stripe file an unfinished backup writes (`backups/ID/ID_1.sheaf.partial`), once there is one.
-fn partial(repo: &Path) -> Option<PathBuf> {
+pub(super) fn partial(repo: &Path) -> Option<PathBuf> {
     for d in std::fs::read_dir(repo.join("backups")).ok()? {
         let d = d.ok()?.path();
         if d.is_dir() {
@@ -32,8 +32,13 @@ fn size(p: &Path) -> u64 {
 /// `bytes` or more, and stop it: with SIGKILL, as a power cut would, or (`term`) with SIGTERM,
 /// which it answers by stopping and saying that what it stored stays. The size its stripe reached.
 fn kill_at(c: &Cluster, repo: &Path, bytes: u64, term: bool) -> u64 {
+    kill_at_rate(c, repo, bytes, term, "12MiB")
+}
+
+/// [`kill_at`], the backup written at `rate` (`--max-rate`).
+pub(super) fn kill_at_rate(c: &Cluster, repo: &Path, bytes: u64, term: bool, rate: &str) -> u64 {
     let mut b: Child =
-        sheaf().args(["backup", &c.url("postgres"), "--repo", repo.to_str().unwrap(), "--max-rate", "12MiB"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        sheaf().args(["backup", &c.url("postgres"), "--repo", repo.to_str().unwrap(), "--max-rate", rate]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Some(p) = partial(repo) {

@@ -182,10 +182,22 @@ fn pg_upgrade_with_copy_and_the_clusters_that_are_not_its_successor() {
     assert_fails(&o, 2, &["is not the repository's cluster", &stranger_id, &old_id, "its WAL starts at", "sheaf init --repo NEW_PLACE"]);
     drop(stranger);
 
+    // A full backup killed midway stays in the old history; the upgraded cluster's backups go
+    // into a history of their own, so its first full starts afresh without touching it, and
+    // expire removes it as it removes any backup left unfinished.
+    super::resume::kill_at_rate(&old, &repo, 512 << 10, false, "2MiB");
+    let stopped = super::resume::partial(&repo).expect("the killed backup's stripe");
+    let stopped_id = stopped.parent().unwrap().file_name().unwrap().to_str().unwrap().to_string();
+
     let mut new = pg_upgrade(&mut old, &repo, "--copy");
     let new_url = new.url("postgres");
     ok(run(sheaf().args(["repo", "upgrade", "--repo", r, &new_url])), "repo upgrade");
-    let b2 = backup(&repo, &new);
+    let o = run(sheaf().args(["backup", &new_url, "--repo", r, "--json"]));
+    assert!(!stderr(&o).contains("left unfinished"), "{}", stderr(&o));
+    let b2 = json(ok(o, "the upgraded cluster's first backup"));
+    assert!(b2.get("resumed").is_none(), "{b2}");
+    assert!(stopped.is_file(), "the old history's stopped backup is left to expire: {:?}", names(&repo));
+    let b2 = b2["postgres"]["repository_id"].as_str().unwrap().to_string();
     archive_now(&new);
 
     // With --copy the old cluster can start again: the repository goes forward only.
@@ -208,5 +220,8 @@ fn pg_upgrade_with_copy_and_the_clusters_that_are_not_its_successor() {
     assert_eq!(d["passed"], true, "{d}");
     ok(run(sheaf().args(["expire", "--repo", r, "--set", &b1])), "expire --set");
     assert!(!repo.join(format!("backups/{b1}.json")).exists());
+    assert!(stopped.is_file(), "expire --set removes that one backup only");
+    let e = json(ok(run(sheaf().args(["expire", "--repo", r, "--keep-full", "1", "--json"])), "expire"));
+    assert!(e.to_string().contains(&stopped_id) && !repo.join("backups").join(&stopped_id).exists(), "{e}\n{:?}", names(&repo));
     new.stop();
 }
