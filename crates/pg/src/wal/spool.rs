@@ -335,17 +335,54 @@ pub struct PrefetchReport {
     pub errors: Vec<String>,
     /// False when another prefetcher was running already (this one did nothing).
     pub ran: bool,
+    /// It stopped because the server it fetched for no longer runs.
+    pub server_gone: bool,
+}
+
+/// The server whose recovery a prefetcher serves, known by its data directory's `postmaster.pid`:
+/// running while that file is there and names a process that is alive.
+#[derive(Clone, Debug)]
+pub struct RecoveringServer {
+    pid_file: PathBuf,
+}
+
+impl RecoveringServer {
+    /// The server of the data directory that `dest` (restore_command's `%p`, in the data
+    /// directory's `pg_wal`, or relative to it) is in.
+    pub fn of_destination(dest: &Path) -> RecoveringServer {
+        let dest = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
+        let data = walname::wal_dir(&dest).parent().unwrap_or(Path::new("."));
+        RecoveringServer { pid_file: data.join("postmaster.pid") }
+    }
+
+    /// Whether it still runs: a stopped server removed its pid file; one killed left a file that
+    /// names a process that is gone.
+    pub fn running(&self) -> bool {
+        let Ok(text) = fs::read_to_string(&self.pid_file) else { return false };
+        match text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) {
+            Some(pid) => Path::new(&format!("/proc/{pid}")).exists(),
+            // Being written: there.
+            None => true,
+        }
+    }
 }
 
 /// Keep the `parallel` segments after the newest one recovery asked for fetched into the spool,
-/// until recovery has asked for nothing new for `idle`, or the archive ends.
+/// until recovery has asked for nothing new for `idle`, the archive ends, or `server` no longer
+/// runs (stopped, or its data directory removed: nothing is fetched into a cluster that is gone).
+/// What it fetched and recovery did not take is removed when it stops for being idle or for the
+/// server.
 ///
 /// # Errors
 /// The spool cannot be used.
-pub fn prefetch(repo: &Repo, spool: &Spool, parallel: usize, idle: Duration) -> Result<PrefetchReport> {
+pub fn prefetch(repo: &Repo, spool: &Spool, parallel: usize, idle: Duration, server: &RecoveringServer) -> Result<PrefetchReport> {
     let meta = repo.meta();
-    let dir = spool.sub("in")?;
     let mut report = PrefetchReport::default();
+    if !server.running() {
+        report.server_gone = true;
+        return Ok(report);
+    }
+    let dir = spool.sub("in")?;
     let Some(_lock) = try_lock(&dir.join(".lock"))? else { return Ok(report) };
     report.ran = true;
     // Left by a prefetcher that was killed: nobody else writes them while we hold the lock.
@@ -357,6 +394,15 @@ pub fn prefetch(repo: &Repo, spool: &Spool, parallel: usize, idle: Duration) -> 
     let seg = meta.wal_segment_size;
     let (mut last_want, mut since) = (String::new(), Instant::now());
     loop {
+        if !server.running() {
+            report.server_gone = true;
+            for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if WalFile::parse(&e.file_name().to_string_lossy(), seg).is_some() {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+            return Ok(report);
+        }
         let want = fs::read_to_string(dir.join(".want")).unwrap_or_default();
         let Some(w) = WalFile::parse(want.trim(), seg).filter(|w| w.kind == WalKind::Segment) else { return Ok(report) };
         if want != last_want {

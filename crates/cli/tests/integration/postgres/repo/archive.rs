@@ -258,8 +258,12 @@ fn wal_push_looks_ahead_and_wal_fetch_prefetches() {
     c.stop();
 
     // Prefetch: serving one segment starts a prefetcher that fetches the next ones, checked.
+    // `recovering` stands for a data directory's pg_wal; the prefetcher fetches while that data
+    // directory's postmaster.pid names a live process (this one).
     let dest = base.path().join("recovering");
     pg_dir(&dest);
+    let pid_file = base.path().join("postmaster.pid");
+    std::fs::write(&pid_file, format!("{}\n{}\n", std::process::id(), base.path().display())).unwrap();
     let fetch = |seg: &str, n: &str| run(sheaf().args(["wal-fetch", seg, dest.join("RECOVERYXLOG").to_str().unwrap(), "--repo", r, "--parallel", n, "--json"]));
     let got = json(ok(fetch(&segs[0], "3"), "wal-fetch"));
     assert_eq!(got["from_spool"], false, "{got}");
@@ -277,6 +281,15 @@ fn wal_push_looks_ahead_and_wal_fetch_prefetches() {
     ok(run(sheaf().args(["wal-fetch", &segs[1], direct.to_str().unwrap(), "--repo", r, "--parallel", "1"])), "wal-fetch without prefetch");
     assert!(from_spool == std::fs::read(&direct).unwrap(), "the spooled segment is the archived one");
     assert!(!spool.join(&segs[1]).exists(), "served segments leave the spool");
+    // The server stopped (its pid file gone): the prefetcher stops at once, long before its 10 s
+    // idle end, and removes what recovery did not take.
+    assert!(segs[2..4].iter().all(|s| spool.join(s).exists()), "{:?}", std::fs::read_dir(&spool).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>());
+    std::fs::remove_file(&pid_file).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while std::fs::read_dir(&spool).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("00000001")) {
+        assert!(Instant::now() < deadline, "the prefetcher went on after its server stopped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Past the archive's end: a quiet miss, with or without prefetch.
     let miss = fetch("0000000100000000000000FF", "3");
     assert_eq!(miss.status.code(), Some(1), "{}", stderr(&miss));
