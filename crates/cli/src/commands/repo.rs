@@ -21,7 +21,7 @@ pub fn run(ctx: &Context, a: RepoCommandArgs) -> Result<(), Error> {
                 if u.json {
                     say!(
                         "{}",
-                        serde_json::json!({"repo": place.display(), "upgraded": !done.already, "history": done.history, "record": r, "from": done.from.to_string(), "from_version": done.from_version})
+                        serde_json::json!({"repo": place.display(), "upgraded": !done.already, "history": done.history, "record": r, "from": done.from.to_string(), "from_version": done.from_version, "left_unfinished": done.left_unfinished})
                     );
                 } else if done.already {
                     say!("{}: already records cluster {} (history {}): nothing to do", place.display(), r.system_identifier, done.history);
@@ -37,6 +37,9 @@ pub fn run(ctx: &Context, a: RepoCommandArgs) -> Result<(), Error> {
                         r.start_lsn
                     );
                     say!("wal-push and backup of the new cluster go into it from now on; take its first full backup now (sheaf backup --type full): until then, recovery of the new cluster has only the old cluster's backups, which restore to the old major");
+                    for id in &done.left_unfinished {
+                        say!("backup {id} of the old cluster was left unfinished: the new cluster's backups do not go on from it (they start its own history); sheaf expire removes it");
+                    }
                 }
             }
             Ok(())

@@ -15,7 +15,7 @@ use crate::cluster::walname::{WalFile, WalKind};
 use crate::connect::server::Server;
 use crate::repo::histories::{self, major_text, HistoryRecord};
 use crate::repo::inventory::archived;
-use crate::repo::records::complete;
+use crate::repo::records::{backups, complete, Found};
 
 /// What `repo upgrade` did.
 #[derive(Clone, Debug, Serialize)]
@@ -30,6 +30,10 @@ pub struct Upgraded {
     pub from_version: String,
     /// The repository recorded this cluster already (as its newest history): nothing was written.
     pub already: bool,
+    /// Full backups of the old cluster left unfinished (killed, no writer running): the upgraded
+    /// cluster's backups go into their own history and never go on from them; `expire` removes
+    /// them.
+    pub left_unfinished: Vec<crate::repo::id::BackupId>,
 }
 
 fn major(version: &str) -> u32 {
@@ -53,7 +57,15 @@ pub fn upgrade(place: &Place, url: &str) -> Result<Upgraded> {
     let facts = server.check_with(false)?;
     let new = facts.system_identifier;
     let shown = server.url().to_string();
-    let done = |record: HistoryRecord, already| Upgraded { history: record.history, record, from: old.system_identifier, from_version: old.server_version.clone(), already };
+    let left_unfinished: Vec<_> = backups(&repo)?.into_iter().filter_map(|f| if let Found::Unfinished { id, running: false, .. } = f { Some(id) } else { None }).collect();
+    let done = |record: HistoryRecord, already| Upgraded {
+        history: record.history,
+        record,
+        from: old.system_identifier,
+        from_version: old.server_version.clone(),
+        already,
+        left_unfinished: if already { Vec::new() } else { left_unfinished.clone() },
+    };
     if new == old.system_identifier {
         let record = HistoryRecord {
             history: old.history,

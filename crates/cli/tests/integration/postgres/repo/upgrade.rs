@@ -191,7 +191,8 @@ fn pg_upgrade_with_copy_and_the_clusters_that_are_not_its_successor() {
 
     let mut new = pg_upgrade(&mut old, &repo, "--copy");
     let new_url = new.url("postgres");
-    ok(run(sheaf().args(["repo", "upgrade", "--repo", r, &new_url])), "repo upgrade");
+    let said = ok(run(sheaf().args(["repo", "upgrade", "--repo", r, &new_url])), "repo upgrade");
+    assert!(said.contains(&format!("backup {stopped_id} of the old cluster was left unfinished")) && said.contains("sheaf expire removes it"), "{said}");
     let o = run(sheaf().args(["backup", &new_url, "--repo", r, "--json"]));
     assert!(!stderr(&o).contains("left unfinished"), "{}", stderr(&o));
     let b2 = json(ok(o, "the upgraded cluster's first backup"));
