@@ -43,6 +43,7 @@ fn fetch(ctx: &Context, a: &WalFetchArgs) -> Result<bool, Error> {
     let spool = if parallel > 1 { Some(ctx.spool(wal_dir(&a.dest), &repo)) } else { None };
     if a.prefetch {
         let spool = spool.ok_or_else(|| Error::invalid("--prefetch needs --parallel 2 or more"))?;
+        // The server that asked, if one runs: the prefetcher stops when it does.
         let server = sheaf_pg::wal::spool::RecoveringServer::of_destination(&a.dest);
         let meta = sheaf_pg::repo::meta::open_for(&repo, sheaf_pg::repo::meta::cluster_here())?;
         let r = sheaf_pg::wal::spool::prefetch(&meta, &spool, parallel, std::time::Duration::from_secs(10), &server)?;

@@ -33,19 +33,24 @@ const TRANSFER_SIZES: [u64; 3] = [64 << 10, 1 << 20, 16 << 20];
 const STRIPES: [usize; 3] = [1, 2, 7];
 
 /// One shapes tree per transfer size, built once for the whole binary under cargo's target
-/// folder, where the next run removes it before building its own (a temporary folder held in a
-/// static is never removed: each run left 150 MB in TMPDIR).
+/// folder, in a folder of this process's own; the folders of runs that ended are removed first
+/// (a temporary folder held in a static is never removed: each run left 150 MB in TMPDIR).
 fn tree(ts: u64) -> PathBuf {
     static BUILT: OnceLock<Mutex<Vec<u64>>> = OnceLock::new();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("roundtrip-shapes");
+    let all = Path::new(env!("CARGO_TARGET_TMPDIR")).join("roundtrip-shapes");
     let mut built = BUILT
         .get_or_init(|| {
-            let _ = std::fs::remove_dir_all(&dir);
+            for e in std::fs::read_dir(&all).into_iter().flatten().flatten() {
+                let ended = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                if ended {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
             Mutex::default()
         })
         .lock()
         .unwrap();
-    let root = dir.join(format!("src_{ts}"));
+    let root = all.join(std::process::id().to_string()).join(format!("src_{ts}"));
     if !built.contains(&ts) {
         make_shapes_tree(&root, ts, 42).expect("build shapes tree");
         built.push(ts);

@@ -237,9 +237,10 @@ pub enum Found {
 }
 
 /// The folder on this host that WAL fetched from the archive waits in to be read (and a remote
-/// cluster's unarchived segments, copied here to be summarized), made in TMPDIR when the first
-/// file goes into it: most backups need none, and one killed (where nothing removes it) then
-/// leaves no empty folder behind. Removed with what it holds when dropped.
+/// cluster's unarchived segments, copied here to be summarized), made in TMPDIR when the archive
+/// is first asked for a file (or at the start, for a remote cluster): most backups find their
+/// WAL in pg_wal and need none, and one killed (where nothing removes it) then leaves no empty
+/// folder behind. Removed with what it holds when dropped.
 #[derive(Default)]
 pub struct Spool(std::sync::OnceLock<tempfile::TempDir>);
 

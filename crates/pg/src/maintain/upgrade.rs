@@ -30,7 +30,7 @@ pub struct Upgraded {
     pub from_version: String,
     /// The repository recorded this cluster already (as its newest history): nothing was written.
     pub already: bool,
-    /// Full backups of the old cluster left unfinished (killed, no writer running): the upgraded
+    /// Backups of the old cluster left unfinished (killed, no writer running): the upgraded
     /// cluster's backups go into their own history and never go on from them; `expire` removes
     /// them.
     pub left_unfinished: Vec<crate::repo::id::BackupId>,
@@ -57,14 +57,13 @@ pub fn upgrade(place: &Place, url: &str) -> Result<Upgraded> {
     let facts = server.check_with(false)?;
     let new = facts.system_identifier;
     let shown = server.url().to_string();
-    let left_unfinished: Vec<_> = backups(&repo)?.into_iter().filter_map(|f| if let Found::Unfinished { id, running: false, .. } = f { Some(id) } else { None }).collect();
     let done = |record: HistoryRecord, already| Upgraded {
         history: record.history,
         record,
         from: old.system_identifier,
         from_version: old.server_version.clone(),
         already,
-        left_unfinished: if already { Vec::new() } else { left_unfinished.clone() },
+        left_unfinished: Vec::new(),
     };
     if new == old.system_identifier {
         let record = HistoryRecord {
@@ -145,5 +144,13 @@ pub fn upgrade(place: &Place, url: &str) -> Result<Upgraded> {
         }
     })?;
     tracing::info!(history = n, cluster = %new, from = %old.system_identifier, "repository upgraded");
-    Ok(done(record, false))
+    // Only said: a listing that fails here does not undo what was recorded.
+    let left_unfinished = match backups(&repo) {
+        Ok(found) => found.into_iter().filter_map(|f| if let Found::Unfinished { id, running: false, .. } = f { Some(id) } else { None }).collect(),
+        Err(e) => {
+            tracing::warn!("cannot list the old cluster's backups left unfinished: {e}");
+            Vec::new()
+        }
+    };
+    Ok(Upgraded { left_unfinished, ..done(record, false) })
 }

@@ -339,11 +339,22 @@ pub struct PrefetchReport {
     pub server_gone: bool,
 }
 
-/// The server whose recovery a prefetcher serves, known by its data directory's `postmaster.pid`:
-/// running while that file is there and names a process that is alive.
+/// The server whose recovery a prefetcher serves, known by its data directory's `postmaster.pid`
+/// as the prefetcher starts. Where there is none (`pg_rewind --restore-target-wal` runs
+/// restore_command with its target stopped; a script or a person may too), nothing is watched and
+/// the prefetcher ends only as it always does.
 #[derive(Clone, Debug)]
 pub struct RecoveringServer {
     pid_file: PathBuf,
+    /// The postmaster's process id when the prefetcher started, if a server was running.
+    seen: Option<u32>,
+}
+
+/// The postmaster's process id that `pid_file` names (its first line; negative for a
+/// single-user server), if it can be read.
+fn postmaster_pid(pid_file: &Path) -> Option<u32> {
+    let text = fs::read_to_string(pid_file).ok()?;
+    text.lines().next()?.trim().parse::<i64>().ok().and_then(|p| u32::try_from(p.unsigned_abs()).ok())
 }
 
 impl RecoveringServer {
@@ -352,24 +363,24 @@ impl RecoveringServer {
     pub fn of_destination(dest: &Path) -> RecoveringServer {
         let dest = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
         let data = walname::wal_dir(&dest).parent().unwrap_or(Path::new("."));
-        RecoveringServer { pid_file: data.join("postmaster.pid") }
+        let pid_file = data.join("postmaster.pid");
+        let seen = postmaster_pid(&pid_file).filter(|&p| sheaf_core::host::process_alive(p));
+        RecoveringServer { pid_file, seen }
     }
 
-    /// Whether it still runs: a stopped server removed its pid file; one killed left a file that
-    /// names a process that is gone.
+    /// Whether the server seen at the start still runs: a stopped server removed its pid file, one
+    /// killed left a file naming a process that is gone, one started again names another. True
+    /// when no server was seen.
     pub fn running(&self) -> bool {
-        let Ok(text) = fs::read_to_string(&self.pid_file) else { return false };
-        match text.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) {
-            Some(pid) => Path::new(&format!("/proc/{pid}")).exists(),
-            // Being written: there.
-            None => true,
-        }
+        let Some(seen) = self.seen else { return true };
+        postmaster_pid(&self.pid_file) == Some(seen) && sheaf_core::host::process_alive(seen)
     }
 }
 
 /// Keep the `parallel` segments after the newest one recovery asked for fetched into the spool,
 /// until recovery has asked for nothing new for `idle`, the archive ends, or `server` no longer
-/// runs (stopped, or its data directory removed: nothing is fetched into a cluster that is gone).
+/// runs (stopped, or its data directory removed: nothing is fetched into a cluster that is gone;
+/// checked before each round of fetches).
 /// What it fetched and recovery did not take is removed when it stops for being idle or for the
 /// server.
 ///

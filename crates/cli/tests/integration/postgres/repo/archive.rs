@@ -290,10 +290,25 @@ fn wal_push_looks_ahead_and_wal_fetch_prefetches() {
         assert!(Instant::now() < deadline, "the prefetcher went on after its server stopped");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // With no server behind it (pg_rewind --restore-target-wal runs restore_command with its
+    // target stopped) nothing is watched: the prefetcher fetches ahead as before.
+    ok(fetch(&segs[2], "3"), "wal-fetch with no server running");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !spool.join(&segs[3]).exists() {
+        assert!(Instant::now() < deadline, "no prefetch without a server: {}", std::fs::read_to_string(spool.parent().unwrap().join("prefetch.log")).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Past the archive's end: a quiet miss, with or without prefetch.
     let miss = fetch("0000000100000000000000FF", "3");
     assert_eq!(miss.status.code(), Some(1), "{}", stderr(&miss));
     assert!(stderr(&miss).is_empty(), "{}", stderr(&miss));
+    // Asked past the end, the prefetcher ends (its lock free) before the folder is removed.
+    let lock = std::fs::File::open(spool.join(".lock")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        assert!(Instant::now() < deadline, "the prefetcher did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
