@@ -41,7 +41,7 @@ fn tree(ts: u64) -> PathBuf {
     let mut built = BUILT
         .get_or_init(|| {
             for e in std::fs::read_dir(&all).into_iter().flatten().flatten() {
-                let ended = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                let ended = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_none_or(|pid| !sheaf_core::host::process_alive(pid));
                 if ended {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
